@@ -1,0 +1,3 @@
+//! The Agent Client Protocol runner: backend processes, sessions and the pool.
+
+pub mod registry;

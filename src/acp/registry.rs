@@ -1,0 +1,1 @@
+//! The backend registry: built-ins, `AGENTPRISM_BACKENDS`, and approved script backends.

@@ -1,0 +1,1 @@
+//! Whole-label, case-sensitive glob matching for `labelGlob` (`*`, `?`, `\` escape).

@@ -1,0 +1,1 @@
+//! Bounded projections of values for status and events: capped, redacted previews.

@@ -1,0 +1,1 @@
+//! Credential redaction for everything a run shows (events, status previews, logs).

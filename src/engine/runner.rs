@@ -1,0 +1,256 @@
+//! The boundary between the engine and the agents it drives. The engine sees an agent as a
+//! session it opens on a routed backend and prompts turn by turn; the ACP implementation
+//! (`crate::acp`) and in-process test runners sit behind these traits.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::Usage;
+
+/// A backend as the engine routes to it: where its command comes from and how to run it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendSpec {
+    /// The routing name (`claude`, `codex`, `opencode`, `pi`, or a custom name).
+    pub id: String,
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Merged into `session/new` `_meta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_meta: Option<Value>,
+    /// Where it came from: `builtin`, `host` (AGENTPRISM_BACKENDS) or `script` (meta.backends).
+    pub origin: BackendOrigin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendOrigin {
+    Builtin,
+    Host,
+    Script,
+}
+
+/// Everything needed to open one agent session.
+#[derive(Clone, Debug)]
+pub struct SessionSpec {
+    pub backend: BackendSpec,
+    /// Sent through the `category:"model"` config option (legacy `session/set_model` as a
+    /// fallback); `None` keeps the backend's default model.
+    pub model: Option<String>,
+    pub mode: Option<String>,
+    /// Extra config options, in ascending id order.
+    pub config_options: Vec<(String, Value)>,
+    pub cwd: PathBuf,
+    /// ACP `mcpServers` for `session/new` (an array; empty when unset).
+    pub mcp_servers: Value,
+    /// `_meta` for `session/new`, merged over the backend's `sessionMeta`.
+    pub meta: Option<Value>,
+    /// An earlier session to reattach (`session/resume` or `session/load`) if the agent
+    /// supports it; the runner falls back to a fresh session and says so.
+    pub resume_session: Option<String>,
+    /// The run and call this session serves, for permission requests and logs.
+    pub run_id: String,
+    pub call_index: u32,
+    pub label: String,
+}
+
+/// One prompt turn.
+#[derive(Clone, Debug)]
+pub struct TurnRequest {
+    /// ACP content blocks (`{type:"text",text}`, images...).
+    pub prompt: Vec<Value>,
+    /// `_meta` for `session/prompt`.
+    pub meta: Option<Value>,
+    /// The turn's deadline; on expiry the runner cancels, waits a grace period, then kills
+    /// the backend's process group.
+    pub timeout: Duration,
+}
+
+/// How the agent ended a turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    EndTurn,
+    MaxTokens,
+    MaxTurnRequests,
+    Refusal,
+    Cancelled,
+    Other(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct TurnOutput {
+    /// The agent's message text, concatenated from its chunks.
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub usage: Usage,
+}
+
+/// Why a session or turn failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The turn's deadline passed.
+    Timeout,
+    /// The backend failed to start, crashed, broke protocol or returned an error.
+    Execution,
+    /// Cancelled by the engine (single-call stop, run stop).
+    Cancelled,
+    /// ACP -32000: credentials are missing or expired.
+    AuthRequired,
+    /// The provider's usage limit (detected from the error's message and data).
+    UsageLimit,
+    /// Stop reason `refusal`.
+    Refusal,
+    /// Stop reason `max_tokens` or `max_turn_requests`.
+    Truncated,
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentFailure {
+    pub kind: FailureKind,
+    pub message: String,
+    /// For `AuthRequired`: `{backendId, methods:[{id,type,name?}]}`, never secrets.
+    pub auth_context: Option<Value>,
+    /// For `UsageLimit`: the provider's hint about when the limit resets, if any.
+    pub reset_hint: Option<String>,
+}
+
+impl AgentFailure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> AgentFailure {
+        AgentFailure {
+            kind,
+            message: message.into(),
+            auth_context: None,
+            reset_hint: None,
+        }
+    }
+}
+
+impl std::fmt::Display for AgentFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// What an agent does while a turn runs, as the engine turns it into run events.
+#[derive(Clone, Debug)]
+pub enum AgentUpdate {
+    MessageChunk(String),
+    ThoughtChunk(String),
+    /// A tool call started or changed; `title` is what the agent shows for it.
+    ToolCall { id: String, title: String, status: Option<String> },
+    /// `usage_update`: context used and size, cost when given. Fields may be absent.
+    ContextUsage { used: Option<u64>, size: Option<u64> },
+    Plan(Value),
+    ModeChanged(String),
+    /// Anything else, by its `sessionUpdate` tag.
+    Other(String),
+}
+
+/// A permission request from the agent, as the broker shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionRequest {
+    pub run_id: String,
+    pub call_index: u32,
+    pub label: String,
+    /// The ACP `toolCall` object, redacted before display.
+    pub tool_call: Value,
+    pub options: Vec<PermissionOption>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionOption {
+    pub option_id: String,
+    pub name: String,
+    /// `allow_once`, `allow_always`, `reject_once` or `reject_always`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum PermissionOutcome {
+    Selected {
+        #[serde(rename = "optionId")]
+        option_id: String,
+    },
+    Cancelled,
+}
+
+/// Receives a session's activity. Implemented by the engine per call.
+#[async_trait]
+pub trait AgentObserver: Send + Sync {
+    fn update(&self, update: AgentUpdate);
+    /// Waits for someone to answer; the runner answers `cancelled` if the turn is cancelled
+    /// first.
+    async fn request_permission(&self, request: PermissionRequest) -> PermissionOutcome;
+}
+
+/// An open agent session.
+#[async_trait]
+pub trait AgentSession: Send {
+    /// Runs one prompt turn. `cancel` ends it early with `FailureKind::Cancelled`.
+    async fn prompt(
+        &mut self,
+        turn: TurnRequest,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure>;
+
+    /// A handle the journal keeps so a later resume can try to reattach (auth/usage pauses).
+    fn session_ref(&self) -> Option<Value>;
+
+    /// Ends the session (`session/close` when supported). Never fails.
+    async fn close(self: Box<Self>);
+}
+
+/// What a zero-token probe of one `{backend, model}` found.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeReport {
+    pub backend: String,
+    pub probed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_model: Option<String>,
+    /// `[{id,name,description?}]` as the agent advertised them.
+    #[serde(default)]
+    pub modes: Vec<Value>,
+    /// The raw ACP `configOptions`.
+    #[serde(default)]
+    pub config_options: Vec<Value>,
+    /// The auth methods `initialize` advertised.
+    #[serde(default)]
+    pub auth_methods: Vec<Value>,
+}
+
+/// Runs agent sessions. One runner serves every run of a process; implementations pool
+/// backend processes.
+#[async_trait]
+pub trait AgentRunner: Send + Sync + 'static {
+    async fn open_session(
+        &self,
+        spec: SessionSpec,
+        observer: Arc<dyn AgentObserver>,
+    ) -> Result<Box<dyn AgentSession>, AgentFailure>;
+
+    /// Opens a session without prompting: selects `model` if given and reports modes and
+    /// config options. Failures are reported in the report, never raised.
+    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, cwd: &std::path::Path)
+    -> ProbeReport;
+
+    /// Stops every backend process (EOF, then TERM, then KILL on each process group), within
+    /// `deadline`.
+    async fn shutdown(&self, deadline: Duration);
+}

@@ -1,0 +1,105 @@
+//! Every environment variable agentprism reads, one documented constant each, and the
+//! snapshot the process takes of them at start (the daemon resolves its backends once).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+/// Absolute root for the run store and logs (default `~/.agentprism/workflows`).
+pub const PERSISTENCE_ROOT: &str = "AGENTPRISM_PERSISTENCE_ROOT";
+/// Custom ACP backends as a JSON object `{"<name>": {command, args?, env?, sessionMeta?}}`.
+pub const BACKENDS: &str = "AGENTPRISM_BACKENDS";
+/// Fallback backend for model strings that name no registered backend.
+pub const DEFAULT_BACKEND: &str = "AGENTPRISM_DEFAULT_BACKEND";
+/// `1`/`true` approves script-declared `meta.backends` without a setup answer.
+pub const ALLOW_SCRIPT_BACKENDS: &str = "AGENTPRISM_ALLOW_SCRIPT_BACKENDS";
+/// Deadline for a backend's ACP `initialize` handshake, in ms (default 60000).
+pub const ACP_INIT_TIMEOUT_MS: &str = "AGENTPRISM_ACP_INIT_TIMEOUT_MS";
+/// Long-lived ACP processes per backend (default 1, at least 1).
+pub const ACP_POOL_SIZE: &str = "AGENTPRISM_ACP_POOL_SIZE";
+/// Per-attempt ceiling of one agent prompt turn, in ms (default 1800000 = 30 min).
+pub const AGENT_TIMEOUT_MS: &str = "AGENTPRISM_AGENT_TIMEOUT_MS";
+/// Longest synchronous stretch of script code before it is stopped as a runaway, in ms
+/// (default 10000).
+pub const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";
+/// Memory cap of one script's JS heap, in MiB (default 64).
+pub const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
+
+pub const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
+pub const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";
+pub const CODEX_ACP_CMD: &str = "AGENTPRISM_CODEX_ACP_CMD";
+pub const CODEX_ACP_ARGS: &str = "AGENTPRISM_CODEX_ACP_ARGS";
+pub const CODEX_ACP_BIN: &str = "AGENTPRISM_CODEX_ACP_BIN";
+pub const OPENCODE_ACP_CMD: &str = "AGENTPRISM_OPENCODE_ACP_CMD";
+pub const OPENCODE_ACP_ARGS: &str = "AGENTPRISM_OPENCODE_ACP_ARGS";
+pub const PI_ACP_CMD: &str = "AGENTPRISM_PI_ACP_CMD";
+pub const PI_ACP_ARGS: &str = "AGENTPRISM_PI_ACP_ARGS";
+
+/// The process environment as read once at start. Values that are not UTF-8 are kept out
+/// of lookups (they can still be inherited by children).
+#[derive(Clone, Debug, Default)]
+pub struct EnvSnapshot {
+    vars: BTreeMap<String, String>,
+}
+
+impl EnvSnapshot {
+    /// Reads the current process environment.
+    pub fn capture() -> EnvSnapshot {
+        let vars = std::env::vars_os()
+            .filter_map(|(key, value): (OsString, OsString)| {
+                Some((key.into_string().ok()?, value.into_string().ok()?))
+            })
+            .collect();
+        EnvSnapshot { vars }
+    }
+
+    /// A snapshot with exactly these variables (tests, embedding hosts).
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> EnvSnapshot {
+        EnvSnapshot {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.vars.get(key).map(String::as_str)
+    }
+
+    /// A non-empty value.
+    pub fn non_empty(&self, key: &str) -> Option<&str> {
+        self.get(key).filter(|value| !value.trim().is_empty())
+    }
+
+    /// `1`, `true`, `yes` or `on` (any case).
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(
+            self.get(key).map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+            Some("1" | "true" | "yes" | "on")
+        )
+    }
+
+    /// A number, or an error that names the variable and the value.
+    pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, String> {
+        match self.non_empty(key) {
+            None => Ok(default),
+            Some(text) => text.trim().parse::<u64>().map_err(|_| {
+                format!("{key} must be a whole number, got {text:?}")
+            }),
+        }
+    }
+
+    pub fn home(&self) -> Option<&str> {
+        self.non_empty("HOME")
+    }
+
+    pub fn path(&self) -> Option<&str> {
+        self.get("PATH")
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}

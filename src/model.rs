@@ -1,0 +1,614 @@
+//! The durable run model: the records a run leaves in the store and the values that the engine,
+//! the store and the front ends (CLI, MCP) pass between each other.
+//!
+//! These are wire types as well: they serialize to the JSON shapes documented in `docs/api.md`
+//! and stored in the run database, so a field rename is a format change.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The longest run id accepted anywhere.
+pub const MAX_RUN_ID_LEN: usize = 128;
+
+/// A run's identity: `<epoch-ms base36>-<6 random base36>`, validated as `^[a-z0-9]+-[a-z0-9]+$`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(String);
+
+impl RunId {
+    /// Mints a fresh id from the current time and 30 random bits.
+    pub fn generate() -> RunId {
+        let millis = crate::util::now_ms().max(0) as u64;
+        let random = uuid::Uuid::new_v4().as_u128();
+        let mut suffix = String::with_capacity(6);
+        let mut bits = random;
+        for _ in 0..6 {
+            suffix.push(base36_digit((bits % 36) as u8));
+            bits /= 36;
+        }
+        RunId(format!("{}-{}", to_base36(millis), suffix))
+    }
+
+    /// Parses a caller-supplied id, naming the rule it breaks.
+    pub fn parse(text: &str) -> Result<RunId, String> {
+        if text.is_empty() || text.len() > MAX_RUN_ID_LEN {
+            return Err(format!(
+                "runId must be 1 to {MAX_RUN_ID_LEN} characters, got {}",
+                text.len()
+            ));
+        }
+        let valid_part = |part: &str| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        };
+        match text.split_once('-') {
+            Some((head, tail)) if valid_part(head) && valid_part(tail) => Ok(RunId(text.to_owned())),
+            _ => Err(format!(
+                "runId {text:?} does not match ^[a-z0-9]+-[a-z0-9]+$"
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn base36_digit(value: u8) -> char {
+    char::from_digit(u32::from(value), 36).unwrap_or('0')
+}
+
+fn to_base36(mut value: u64) -> String {
+    if value == 0 {
+        return "0".into();
+    }
+    let mut digits = Vec::new();
+    while value > 0 {
+        digits.push(base36_digit((value % 36) as u8));
+        value /= 36;
+    }
+    digits.iter().rev().collect()
+}
+
+/// Where a run is in its life. Paused and aborted runs resume under the same id; failed runs
+/// resume after their script file is fixed (a revision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Preparing or waiting for a setup answer.
+    Pending,
+    Running,
+    Paused,
+    Completed,
+    Failed,
+    Aborted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Aborted => "aborted",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        Some(match text {
+            "pending" => RunStatus::Pending,
+            "running" => RunStatus::Running,
+            "paused" => RunStatus::Paused,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "aborted" => RunStatus::Aborted,
+            _ => return None,
+        })
+    }
+
+    /// Completed, failed and aborted: nothing executes any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Aborted
+        )
+    }
+
+    /// Pending and running runs hold a capacity slot and a lease.
+    pub fn is_active(self) -> bool {
+        matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
+}
+
+/// Why a run paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseReason {
+    CheckpointRequired,
+    AuthRequired,
+    UsageLimit,
+    Requested,
+    Interrupted,
+}
+
+impl PauseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PauseReason::CheckpointRequired => "checkpoint_required",
+            PauseReason::AuthRequired => "auth_required",
+            PauseReason::UsageLimit => "usage_limit",
+            PauseReason::Requested => "requested",
+            PauseReason::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<PauseReason> {
+        Some(match text {
+            "checkpoint_required" => PauseReason::CheckpointRequired,
+            "auth_required" => PauseReason::AuthRequired,
+            "usage_limit" => PauseReason::UsageLimit,
+            "requested" => PauseReason::Requested,
+            "interrupted" => PauseReason::Interrupted,
+            _ => return None,
+        })
+    }
+}
+
+/// Token usage, summed per call and per run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.total_tokens += other.total_tokens;
+        if let Some(cost) = other.cost_usd {
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.total_tokens == 0 && self.input_tokens == 0 && self.output_tokens == 0
+    }
+}
+
+/// Runtime limits of a run, already clamped (engine.md Decision 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    pub max_agents: u32,
+    pub concurrency: u32,
+    pub agent_retries: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_agents: 1000,
+            concurrency: 8,
+            agent_retries: 0,
+        }
+    }
+}
+
+impl Limits {
+    /// Applies caller overrides, clamping each into its range.
+    pub fn with_overrides(
+        self,
+        max_agents: Option<i64>,
+        concurrency: Option<i64>,
+        agent_retries: Option<i64>,
+    ) -> Limits {
+        Limits {
+            max_agents: max_agents
+                .map(|v| v.clamp(1, 10_000) as u32)
+                .unwrap_or(self.max_agents),
+            concurrency: concurrency
+                .map(|v| v.clamp(1, 16) as u32)
+                .unwrap_or(self.concurrency),
+            agent_retries: agent_retries
+                .map(|v| v.clamp(0, 3) as u32)
+                .unwrap_or(self.agent_retries),
+        }
+    }
+
+    /// The echoed shape `{maxAgents,tokenBudget:null,concurrency,agentRetries,agentTimeoutMs:null}`.
+    pub fn to_json(self) -> Value {
+        serde_json::json!({
+            "maxAgents": self.max_agents,
+            "tokenBudget": null,
+            "concurrency": self.concurrency,
+            "agentRetries": self.agent_retries,
+            "agentTimeoutMs": null,
+        })
+    }
+}
+
+/// Where the executing script text came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScriptSource {
+    /// Sent inline; the store keeps a copy as `runs/<id>.script.js`.
+    Inline,
+    /// The caller's own file at an absolute path, never written or deleted by us.
+    Path,
+    /// A saved workflow resolved by name (served folders, nested workflows).
+    Stored,
+}
+
+impl ScriptSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScriptSource::Inline => "inline",
+            ScriptSource::Path => "path",
+            ScriptSource::Stored => "stored",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ScriptSource> {
+        Some(match text {
+            "inline" => ScriptSource::Inline,
+            "path" => ScriptSource::Path,
+            "stored" => ScriptSource::Stored,
+            _ => return None,
+        })
+    }
+}
+
+/// A declared phase from `meta.phases`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// One accepted script revision (a changed file read back by `resume`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptRevision {
+    pub generation: u32,
+    pub accepted_at: i64,
+    pub sha256: String,
+}
+
+/// The persisted record of one run. Calls, events and answers live in their own tables so
+/// that each write touches only what changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    pub run_id: RunId,
+    /// Absolute project directory the run belongs to.
+    pub project_dir: PathBuf,
+    pub workflow_name: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<PauseReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// The text that executes (the latest accepted revision).
+    pub script: String,
+    /// The one file this run recorded as its script: the store copy or the caller's path.
+    pub script_file: PathBuf,
+    pub script_source: ScriptSource,
+    #[serde(default)]
+    pub script_revisions: Vec<ScriptRevision>,
+    /// The parsed `meta` literal of the executing script.
+    pub meta: Value,
+    pub args: Value,
+    pub cwd: PathBuf,
+    pub limits: Limits,
+    #[serde(default)]
+    pub phases: Vec<Phase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_phase: Option<String>,
+    /// `None` while not completed or when the script returned `undefined`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    pub started_at: i64,
+    pub updated_at: i64,
+    #[serde(default)]
+    pub token_usage: Usage,
+    /// 32 hex characters; changes only when the event stream is recreated.
+    pub stream_id: String,
+    /// Incremented by every resume; the first execution is generation 1.
+    pub generation: u32,
+    /// Setup state while pending: `{state, request}` as the `workflow` tool shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_context: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_context: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_hint: Option<String>,
+    /// Routing inputs captured at admission: tiers, agent definitions, approved backends, and
+    /// their integrity hash. Reused by every resume.
+    pub routing: Value,
+}
+
+/// How a settled call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallOutcome {
+    Result,
+    Null,
+    Error,
+}
+
+impl CallOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Result => "result",
+            CallOutcome::Null => "null",
+            CallOutcome::Error => "error",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<CallOutcome> {
+        Some(match text {
+            "result" => CallOutcome::Result,
+            "null" => CallOutcome::Null,
+            "error" => CallOutcome::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// Which part of the system produced a call's outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallOrigin {
+    Runner,
+    JournalReplay,
+    Confirm,
+    Headless,
+    Engine,
+}
+
+impl CallOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOrigin::Runner => "runner",
+            CallOrigin::JournalReplay => "journal-replay",
+            CallOrigin::Confirm => "confirm",
+            CallOrigin::Headless => "headless",
+            CallOrigin::Engine => "engine",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<CallOrigin> {
+        Some(match text {
+            "runner" => CallOrigin::Runner,
+            "journal-replay" => CallOrigin::JournalReplay,
+            "confirm" => CallOrigin::Confirm,
+            "headless" => CallOrigin::Headless,
+            "engine" => CallOrigin::Engine,
+            _ => return None,
+        })
+    }
+}
+
+/// The kind of a journaled call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallKind {
+    Agent,
+    Checkpoint,
+}
+
+impl CallKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Agent => "agent",
+            CallKind::Checkpoint => "checkpoint",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<CallKind> {
+        Some(match text {
+            "agent" => CallKind::Agent,
+            "checkpoint" => CallKind::Checkpoint,
+            _ => return None,
+        })
+    }
+}
+
+/// A failure attached to a call record or a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallError {
+    /// `"agent"`, `"engine"` or `"script"`: which layer raised it.
+    pub form: String,
+    pub code: String,
+    pub message: String,
+    pub recoverable: bool,
+}
+
+/// How a replayed call was matched to its recorded source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayInfo {
+    pub source_generation: u32,
+    pub recorded_index: u32,
+    /// `path-hash` or `unique-hash`.
+    #[serde(rename = "match")]
+    pub match_kind: String,
+}
+
+/// One settled call (engine.md 2.2): the journal entry and the call record in one row.
+/// A row with `outcome == Result` is a journal entry and a replay candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRecord {
+    pub generation: u32,
+    pub index: u32,
+    pub kind: CallKind,
+    pub hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    pub outcome: CallOutcome,
+    pub origin: CallOrigin,
+    /// The value handed to the script (only for `outcome == Result`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<CallError>,
+    #[serde(default)]
+    pub aborted: bool,
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_requested: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_resolved: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayInfo>,
+    /// The ACP session this call ran in, kept for continuation after auth or usage pauses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Value>,
+    pub settlement_ordinal: u64,
+    /// Set once a later generation consumed (replayed) or re-executed this row; such rows are
+    /// no longer replay candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<u32>,
+}
+
+/// One record of a run's append-only event stream (engine.md 7).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRecord {
+    pub seq: u64,
+    pub timestamp: i64,
+    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`.
+    pub event: Value,
+    pub redacted: bool,
+    pub truncated: bool,
+}
+
+/// A durable answer to a checkpoint, keyed by call index (first writer wins).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointAnswer {
+    pub call_index: u32,
+    pub hash: String,
+    pub answer: Value,
+    pub answered_at: i64,
+}
+
+/// The receipt a resume writes before it executes, so a lost-ack retry returns the same answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationReceipt {
+    pub operation_id: String,
+    pub generation: u32,
+    pub input_digest: String,
+    pub response: Value,
+    pub created_at: i64,
+}
+
+/// A run's exclusive execution lease. Liveness is the holder's process identity; the token
+/// fences writes of a holder that lost the lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    pub owner_id: String,
+    pub pid: u32,
+    /// Process start time (Linux: `/proc/<pid>/stat` field 22), against pid reuse.
+    pub proc_start: u64,
+    pub token: String,
+    pub acquired_at: i64,
+}
+
+/// Summary row for listings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub run_id: RunId,
+    pub project_dir: PathBuf,
+    pub workflow_name: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<PauseReason>,
+    pub started_at: i64,
+    pub updated_at: i64,
+    pub has_result: bool,
+}
+
+/// Free-form string map used for `configOptions` and env tables.
+pub type StringMap = BTreeMap<String, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_run_ids_parse() {
+        for _ in 0..100 {
+            let id = RunId::generate();
+            assert_eq!(RunId::parse(id.as_str()).unwrap(), id);
+        }
+    }
+
+    #[test]
+    fn run_id_rules() {
+        assert!(RunId::parse("abc-123").is_ok());
+        assert!(RunId::parse("ABC-123").is_err());
+        assert!(RunId::parse("abc").is_err());
+        assert!(RunId::parse("abc-").is_err());
+        assert!(RunId::parse("a-b-c").is_err());
+        assert!(RunId::parse(&format!("a-{}", "b".repeat(126))).is_ok());
+        assert!(RunId::parse(&format!("a-{}", "b".repeat(127))).is_err());
+    }
+
+    #[test]
+    fn limits_clamp() {
+        let limits = Limits::default().with_overrides(Some(0), Some(99), Some(9));
+        assert_eq!(
+            limits,
+            Limits {
+                max_agents: 1,
+                concurrency: 16,
+                agent_retries: 3
+            }
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! Small helpers shared across modules: time, hashing, hex, durable file writes.
+
+use std::io::Write;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn iso_time(ms: i64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    }
+    out
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the new content: a
+/// temporary file in the same folder, fsync, rename, then fsync of the folder. Errors name
+/// the path.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().ok_or_else(|| {
+        std::io::Error::other(format!("{} has no parent folder", path.display()))
+    })?;
+    std::fs::create_dir_all(dir).map_err(|e| annotate(e, "create folder", dir))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(|e| annotate(e, "create", &tmp))?;
+        file.write_all(bytes).map_err(|e| annotate(e, "write", &tmp))?;
+        file.sync_all().map_err(|e| annotate(e, "sync", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(|e| annotate(e, "rename into place", path))?;
+        if let Ok(folder) = std::fs::File::open(dir) {
+            let _ = folder.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Adds what was being done and to which path to an I/O error.
+pub fn annotate(error: std::io::Error, doing: &str, path: &Path) -> std::io::Error {
+    std::io::Error::new(
+        error.kind(),
+        format!("{doing} {}: {error}", path.display()),
+    )
+}
+
+/// Cuts `text` to at most `max` bytes at a char boundary.
+pub fn truncate_utf8(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
