@@ -6,3 +6,4 @@ pub mod redact;
 pub mod runner;
 pub mod schema;
 pub mod script;
+pub mod vm;

@@ -1,0 +1,388 @@
+// The workflow DSL, installed in every script realm before the script body runs.
+//
+// The host provides three functions, removed from the global object here so scripts cannot
+// reach them: __ap_call(kind, json) returns a promise of a JSON text (the driver answers it),
+// __ap_log(level, text) and __ap_phase(title). Everything else a script can use is defined
+// below on top of agent() and checkpoint(); helpers are plain agent() calls, so they are
+// journaled and replayed like any other call.
+(function (global) {
+  "use strict";
+  const hostCall = global.__ap_call;
+  const hostLog = global.__ap_log;
+  const hostPhase = global.__ap_phase;
+  const hostNested = global.__ap_nested;
+  const scriptFile = global.__ap_filename;
+  delete global.__ap_call;
+  delete global.__ap_log;
+  delete global.__ap_phase;
+  delete global.__ap_nested;
+  delete global.__ap_filename;
+
+  const RealDate = global.Date;
+  const RealFunction = global.Function;
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+
+  // --- determinism guard (engine.md 1.3): aliases of Date/Math.random are caught here ---
+  const unavailable = (what) => {
+    const error = new Error(
+      what + " is unavailable in workflow scripts (runs must replay deterministically)"
+    );
+    error.code = "SCRIPT_ERROR";
+    return error;
+  };
+  function SafeDate(...values) {
+    if (new.target === undefined) throw unavailable("Date()");
+    if (values.length === 0) throw unavailable("new Date()");
+    return Reflect.construct(RealDate, values, new.target);
+  }
+  SafeDate.prototype = RealDate.prototype;
+  SafeDate.UTC = RealDate.UTC;
+  SafeDate.parse = RealDate.parse;
+  SafeDate.now = function now() {
+    throw unavailable("Date.now()");
+  };
+  Object.defineProperty(RealDate.prototype, "constructor", {
+    value: SafeDate,
+    writable: true,
+    configurable: true,
+  });
+  global.Date = SafeDate;
+  Math.random = function random() {
+    throw unavailable("Math.random()");
+  };
+  delete global.eval;
+
+  // --- errors the host rejects with carry a code and a recoverable flag ---
+  function makeError(code, message, recoverable) {
+    const error = new Error(message);
+    error.code = code;
+    error.recoverable = recoverable;
+    return error;
+  }
+  global.__ap_makeError = makeError;
+
+  // Synchronous script frames as line:col, innermost first, joined by "<"; absent beyond 64.
+  // The wrapper's invocation frame (its closing line) is not part of the script.
+  let wrapperLine = 0;
+  let wrapperColumns = 0;
+  function callPath() {
+    const stack = new Error().stack || "";
+    const frames = [];
+    for (const line of stack.split("\n")) {
+      const at = line.lastIndexOf(scriptFile + ":");
+      if (at < 0) continue;
+      const position = line.slice(at + scriptFile.length + 1).replace(/\)?\s*$/, "");
+      const match = /^(\d+):(\d+)$/.exec(position);
+      if (!match) continue;
+      const lineNumber = Number(match[1]);
+      if (lineNumber >= wrapperLine) continue;
+      const column = lineNumber === 1 ? Math.max(1, Number(match[2]) - wrapperColumns) : Number(match[2]);
+      frames.push(lineNumber + ":" + column);
+    }
+    if (frames.length === 0 || frames.length > 64) return null;
+    return frames.join("<");
+  }
+
+  function isPlainObject(value) {
+    return value !== null && typeof value === "object" && !Array.isArray(value);
+  }
+
+  // A result must be strict JSON: no functions, undefined inside containers, non-finite
+  // numbers, cycles, or exotic objects. Returns the JSON text, or undefined for undefined.
+  function strictJson(value) {
+    if (value === undefined) return undefined;
+    const seen = new Set();
+    const check = (item, where) => {
+      switch (typeof item) {
+        case "string":
+        case "boolean":
+          return;
+        case "number":
+          if (!Number.isFinite(item)) throw new TypeError(where + " is " + item + ", which is not JSON");
+          return;
+        case "object":
+          break;
+        default:
+          throw new TypeError(where + " is a " + typeof item + ", which is not JSON");
+      }
+      if (item === null) return;
+      if (seen.has(item)) throw new TypeError(where + " is a circular reference");
+      seen.add(item);
+      if (Array.isArray(item)) {
+        for (let i = 0; i < item.length; i++) {
+          if (!(i in item) || item[i] === undefined)
+            throw new TypeError(where + "[" + i + "] is undefined, which is not JSON");
+          check(item[i], where + "[" + i + "]");
+        }
+      } else {
+        const proto = Object.getPrototypeOf(item);
+        if (proto !== Object.prototype && proto !== null)
+          throw new TypeError(where + " is not a plain object (" + ((item.constructor && item.constructor.name) || "unknown") + ")");
+        for (const key of Object.keys(item)) {
+          if (item[key] === undefined) continue;
+          check(item[key], where + "." + key);
+        }
+      }
+      seen.delete(item);
+    };
+    check(value, "the result");
+    return stringify(value);
+  }
+  global.__ap_strictJson = strictJson;
+
+  const text = (value) => {
+    if (typeof value === "string") return value;
+    try {
+      const json = stringify(value);
+      return json === undefined ? String(value) : json;
+    } catch (_) {
+      return String(value);
+    }
+  };
+  const joinArgs = (values) => values.map(text).join(" ");
+
+  // Builds the DSL for one scope: the root script, or one nested workflow() invocation.
+  function makeDsl(scope, args, cwd) {
+    const call = (kind, payload) =>
+      hostCall(kind, stringify(Object.assign({ scope }, payload))).then(parse);
+
+    function agent(prompt, options) {
+      if (typeof prompt !== "string")
+        throw new TypeError("agent(prompt, options?): prompt must be a string, got " + typeof prompt);
+      if (options !== undefined && !isPlainObject(options))
+        throw new TypeError("agent(prompt, options?): options must be an object");
+      return call("agent", { prompt, options: options || {}, path: callPath() });
+    }
+
+    function checkpoint(promptText, options) {
+      if (typeof promptText !== "string")
+        throw new TypeError("checkpoint(text, options?): text must be a string");
+      if (options !== undefined && !isPlainObject(options))
+        throw new TypeError("checkpoint(text, options?): options must be an object");
+      return call("checkpoint", { prompt: promptText, options: options || {}, path: callPath() });
+    }
+
+    const recoverable = (error) => !!(error && error.recoverable === true);
+
+    function parallel(thunks) {
+      if (!Array.isArray(thunks) || thunks.some((thunk) => typeof thunk !== "function"))
+        throw new TypeError("parallel(thunks) expects an array of functions, e.g. parallel([() => agent('a'), () => agent('b')])");
+      const started = thunks.map((thunk) => {
+        try {
+          return Promise.resolve(thunk());
+        } catch (error) {
+          return Promise.reject(error);
+        }
+      });
+      return Promise.all(
+        started.map((promise, index) =>
+          promise.catch((error) => {
+            if (recoverable(error)) {
+              log("parallel[" + index + "] failed: " + (error && error.message));
+              return null;
+            }
+            throw error;
+          })
+        )
+      );
+    }
+
+    function pipeline(items, ...stages) {
+      if (!Array.isArray(items)) throw new TypeError("pipeline(items, ...stages): items must be an array");
+      if (stages.some((stage) => typeof stage !== "function"))
+        throw new TypeError("pipeline(items, ...stages): every stage must be a function");
+      return Promise.all(
+        items.map(async (original, index) => {
+          let value = original;
+          for (const stage of stages) {
+            try {
+              value = await stage(value, original, index);
+            } catch (error) {
+              if (recoverable(error)) {
+                log("pipeline[" + index + "] failed: " + (error && error.message));
+                return null;
+              }
+              throw error;
+            }
+            if (value === null) return null;
+          }
+          return value;
+        })
+      );
+    }
+
+    async function workflow(nameOrScript, nestedArgs) {
+      if (scope !== "root") throw new Error("workflow(): nested workflows may not nest again (one level)");
+      if (typeof nameOrScript !== "string" || nameOrScript.length === 0)
+        throw new TypeError("workflow(nameOrScript, args?): a saved workflow name or a script text is required");
+      const loaded = parse(hostNested(nameOrScript, stringify(nestedArgs === undefined ? null : nestedArgs)));
+      const dsl = makeDsl(loaded.scope, nestedArgs === undefined ? null : nestedArgs, cwd);
+      const names = Object.keys(dsl);
+      const body = new RealFunction(...names, "return (async function(){" + loaded.body + "\n})()");
+      return body(...names.map((name) => dsl[name]));
+    }
+
+    async function verify(item, options) {
+      const settings = Object.assign({ reviewers: 2, threshold: 0.5 }, options || {});
+      const lens = settings.lens ? "\nFocus on: " + settings.lens : "";
+      const votes = await parallel(
+        Array.from({ length: settings.reviewers }, (_, i) => () =>
+          agent(
+            "Try to refute the following claim. Answer real=true only if it holds up." + lens + "\n\n" + text(item),
+            {
+              label: "verify " + i,
+              schema: {
+                type: "object",
+                properties: { real: { type: "boolean" }, reason: { type: "string" } },
+                required: ["real"],
+              },
+            }
+          )
+        )
+      );
+      const counted = votes.filter((vote) => vote !== null);
+      const realCount = counted.filter((vote) => vote.real === true).length;
+      const total = counted.length;
+      return { real: total > 0 && realCount / total >= settings.threshold, realCount, total, votes };
+    }
+
+    async function judgePanel(attempts, options) {
+      const settings = Object.assign({ judges: 3 }, options || {});
+      if (!Array.isArray(attempts) || attempts.length === 0)
+        throw new TypeError("judgePanel(attempts, options): attempts must be a non-empty array");
+      const rubric = settings.rubric ? "\nRubric: " + settings.rubric : "";
+      const judgments = await parallel(
+        attempts.flatMap((attempt, a) =>
+          Array.from({ length: settings.judges }, (_, j) => () =>
+            agent("Score this attempt from 0 to 10." + rubric + "\n\n" + text(attempt), {
+              label: "judge " + a + "." + j,
+              schema: { type: "object", properties: { score: { type: "number" } }, required: ["score"] },
+            })
+          )
+        )
+      );
+      let best = null;
+      attempts.forEach((attempt, index) => {
+        const scores = judgments
+          .slice(index * settings.judges, (index + 1) * settings.judges)
+          .filter((judgment) => judgment !== null)
+          .map((judgment) => judgment.score);
+        const score = scores.length ? scores.reduce((a, b) => a + b, 0) / scores.length : -Infinity;
+        if (best === null || score > best.score) best = { index, attempt, score, judgments: scores };
+      });
+      if (best.score === -Infinity) best.score = null;
+      return best;
+    }
+
+    async function loopUntilDry(options) {
+      const settings = Object.assign(
+        { key: (item) => stringify(item), consecutiveEmpty: 2, maxRounds: 50 },
+        options || {}
+      );
+      if (typeof settings.round !== "function") throw new TypeError("loopUntilDry({round}): round must be a function");
+      const seen = new Set();
+      const collected = [];
+      let dry = 0;
+      for (let round = 0; round < settings.maxRounds && dry < settings.consecutiveEmpty; round++) {
+        let found;
+        try {
+          found = await settings.round(round, collected.slice());
+        } catch (error) {
+          if (error && error.code === "AGENT_LIMIT_EXCEEDED") break;
+          throw error;
+        }
+        let added = 0;
+        for (const item of Array.isArray(found) ? found : found == null ? [] : [found]) {
+          if (item === null || item === undefined) continue;
+          const key = settings.key(item);
+          if (seen.has(key)) continue;
+          seen.add(key);
+          collected.push(item);
+          added++;
+        }
+        dry = added === 0 ? dry + 1 : 0;
+      }
+      return collected;
+    }
+
+    function completenessCheck(taskArgs, results) {
+      const shown = text(results);
+      return agent(
+        "Task arguments:\n" + text(taskArgs) + "\n\nResults so far:\n" + (shown.length > 4000 ? shown.slice(0, 4000) : shown) +
+          "\n\nIs the work complete? List what is missing, if anything.",
+        {
+          label: "completeness critic",
+          schema: {
+            type: "object",
+            properties: { complete: { type: "boolean" }, missing: { type: "array", items: { type: "string" } } },
+            required: ["complete"],
+          },
+        }
+      );
+    }
+
+    async function retry(thunk, options) {
+      const settings = Object.assign({ attempts: 3 }, options || {});
+      let last = null;
+      for (let i = 0; i < settings.attempts; i++) {
+        last = await thunk(i);
+        if (!settings.until || settings.until(last)) return last;
+      }
+      return last;
+    }
+
+    async function gate(thunk, validator, options) {
+      const settings = Object.assign({ attempts: 3 }, options || {});
+      let feedback = undefined;
+      let value = null;
+      let verdict = null;
+      for (let i = 0; i < settings.attempts; i++) {
+        value = await thunk(feedback, i);
+        verdict = await validator(value);
+        const ok = verdict === true || (isPlainObject(verdict) && !!verdict.ok);
+        if (ok) return { ok: true, value, verdict, attempts: i + 1 };
+        feedback = isPlainObject(verdict) ? verdict.feedback !== undefined ? verdict.feedback : verdict : verdict;
+      }
+      return { ok: false, value, verdict, attempts: settings.attempts };
+    }
+
+    function log(...values) {
+      hostLog("log", joinArgs(values));
+    }
+    const console = {
+      log: (...values) => hostLog("log", joinArgs(values)),
+      info: (...values) => hostLog("log", joinArgs(values)),
+      debug: (...values) => hostLog("log", joinArgs(values)),
+      warn: (...values) => hostLog("warn", joinArgs(values)),
+      error: (...values) => hostLog("error", joinArgs(values)),
+    };
+
+    function phase(title) {
+      if (arguments.length !== 1) {
+        const error = new Error("phase(title) takes exactly one argument");
+        error.code = "SCRIPT_ERROR";
+        throw error;
+      }
+      if (typeof title !== "string" || title.trim() === "") throw new TypeError("phase(title): title must be a non-empty string");
+      hostPhase(scope, title);
+    }
+
+    const process = Object.freeze({ cwd: () => cwd });
+
+    return {
+      agent, checkpoint, parallel, pipeline, workflow, verify, judgePanel, loopUntilDry,
+      completenessCheck, retry, gate, log, console, phase, args, cwd, process,
+    };
+  }
+
+  global.__ap_install = function install(argsJson, cwd, lastLine, openColumns) {
+    wrapperLine = lastLine;
+    wrapperColumns = openColumns;
+    const dsl = makeDsl("root", parse(argsJson), cwd);
+    for (const name of Object.keys(dsl)) {
+      Object.defineProperty(global, name, { value: dsl[name], writable: false, configurable: false, enumerable: false });
+    }
+    delete global.__ap_install;
+  };
+})(globalThis);

@@ -1,0 +1,761 @@
+//! The script VM: one OS thread per executing script, owning a QuickJS runtime.
+//!
+//! The thread only runs JavaScript. Every `agent()`/`checkpoint()` call becomes a
+//! [`VmEvent::Call`] sent to the run's driver (a tokio task) in program order, and the
+//! promise the script awaits settles when the driver answers with a [`VmReply`]. Between
+//! answers the thread blocks on its reply channel, so an awaiting script costs no CPU.
+//!
+//! Runaway scripts are stopped by QuickJS's interrupt handler: a synchronous stretch of
+//! script code (one evaluation or one job) may run for at most `slice_limit`, and the heap
+//! is capped at `memory_limit`. Halting from outside (stop, pause) uses the same handler.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
+use rquickjs::promise::PromiseState;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// The file name script frames carry in stack traces.
+pub const SCRIPT_FILENAME: &str = "workflow.js";
+
+const PRELUDE: &str = include_str!("prelude.js");
+/// Prepended to the script body on its first line; columns on line 1 are shifted by its length.
+const WRAPPER_OPEN: &str = "(async function(){";
+const WRAPPER_CLOSE: &str = "\n})()";
+
+/// Limits of one script VM.
+#[derive(Clone, Copy, Debug)]
+pub struct VmLimits {
+    /// Longest synchronous stretch of script code.
+    pub slice_limit: Duration,
+    /// Heap cap in bytes.
+    pub memory_limit: usize,
+}
+
+impl Default for VmLimits {
+    fn default() -> Self {
+        VmLimits {
+            slice_limit: Duration::from_secs(10),
+            memory_limit: 64 << 20,
+        }
+    }
+}
+
+/// What the script asks of its driver, in program order.
+#[derive(Debug)]
+pub enum VmEvent {
+    /// `agent()` or `checkpoint()`: `payload` is `{scope, prompt, options, path}`.
+    Call {
+        call_id: u64,
+        kind: String,
+        payload: Value,
+    },
+    Log {
+        level: String,
+        message: String,
+    },
+    Phase {
+        scope: String,
+        title: String,
+    },
+    /// The script settled: `Ok(None)` is a completion without a value.
+    Finished(Result<Option<Value>, ScriptFailure>),
+}
+
+/// The driver's answer to one call.
+#[derive(Debug)]
+pub enum VmReply {
+    Resolve { call_id: u64, value: Value },
+    Reject { call_id: u64, code: String, message: String, recoverable: bool },
+}
+
+/// A script that threw, was stopped, or returned something that is not JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptFailure {
+    /// `SCRIPT_ERROR`, or the `code` the thrown error carried (e.g. `SCHEMA_NONCOMPLIANCE`).
+    pub code: String,
+    pub message: String,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+}
+
+impl ScriptFailure {
+    pub fn script_error(message: impl Into<String>) -> ScriptFailure {
+        ScriptFailure {
+            code: "SCRIPT_ERROR".into(),
+            message: message.into(),
+            line: None,
+            column: None,
+        }
+    }
+
+    /// The message with its position, as users see it.
+    pub fn describe(&self) -> String {
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => {
+                format!("{} (at line {line}, column {column})", self.message)
+            }
+            (Some(line), None) => format!("{} (at line {line})", self.message),
+            _ => self.message.clone(),
+        }
+    }
+}
+
+/// Resolves `workflow(nameOrScript)` to a script body: `Ok((scope, body))`.
+pub type NestedResolver = Box<dyn FnMut(&str) -> Result<(String, String), String> + Send>;
+
+/// What the VM needs to start a script.
+pub struct VmScript {
+    /// The analyzed body (meta blanked, positions preserved).
+    pub body: String,
+    pub args: Value,
+    pub cwd: String,
+    pub nested: Option<NestedResolver>,
+}
+
+/// Controls a running VM from outside its thread.
+pub struct VmHandle {
+    replies: std_mpsc::Sender<VmReply>,
+    halt: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl VmHandle {
+    /// Answers a call. Ignored once the VM has ended.
+    pub fn reply(&self, reply: VmReply) {
+        let _ = self.replies.send(reply);
+    }
+
+    /// Stops the script at its next instruction or wait; no further events are sent.
+    pub fn halt(&self) {
+        self.halt.store(true, Ordering::SeqCst);
+        // Wake the thread if it is waiting for a reply.
+        let _ = self.replies.send(VmReply::Reject {
+            call_id: u64::MAX,
+            code: "WORKFLOW_ABORTED".into(),
+            message: "halted".into(),
+            recoverable: false,
+        });
+    }
+}
+
+impl Drop for VmHandle {
+    fn drop(&mut self) {
+        self.halt();
+        if let Some(thread) = self.thread.take() {
+            // The thread ends at its next interrupt check or wait; it never blocks long.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the script on its own thread. Events arrive on `events` until `Finished` (or until
+/// the VM is halted, after which nothing more is sent).
+pub fn spawn(script: VmScript, limits: VmLimits, events: mpsc::UnboundedSender<VmEvent>) -> VmHandle {
+    let (reply_tx, reply_rx) = std_mpsc::channel();
+    let halt = Arc::new(AtomicBool::new(false));
+    let thread_halt = halt.clone();
+    let thread = std::thread::Builder::new()
+        .name("workflow-vm".into())
+        .stack_size(16 << 20)
+        .spawn(move || {
+            let finished = run(script, limits, &events, reply_rx, thread_halt.clone());
+            if !thread_halt.load(Ordering::SeqCst) {
+                let _ = events.send(VmEvent::Finished(finished));
+            }
+        })
+        .ok();
+    VmHandle {
+        replies: reply_tx,
+        halt,
+        thread,
+    }
+}
+
+/// The interrupt handler's view of time: when the current synchronous slice started.
+struct SliceClock {
+    origin: Instant,
+    /// Milliseconds since `origin` at which the current slice started, plus one; 0 = idle.
+    started: AtomicU64,
+    tripped: AtomicBool,
+}
+
+impl SliceClock {
+    fn begin(&self) {
+        let now = self.origin.elapsed().as_millis() as u64 + 1;
+        self.started.store(now, Ordering::SeqCst);
+    }
+    fn end(&self) {
+        self.started.store(0, Ordering::SeqCst);
+    }
+}
+
+type Unhandled = Rc<RefCell<Vec<(Persistent<rquickjs::Value<'static>>, ScriptFailure)>>>;
+type Resolvers = Rc<RefCell<HashMap<u64, (Persistent<Function<'static>>, Persistent<Function<'static>>)>>>;
+
+fn run(
+    mut script: VmScript,
+    limits: VmLimits,
+    events: &mpsc::UnboundedSender<VmEvent>,
+    replies: std_mpsc::Receiver<VmReply>,
+    halt: Arc<AtomicBool>,
+) -> Result<Option<Value>, ScriptFailure> {
+    let runtime = Runtime::new().map_err(|e| ScriptFailure::script_error(format!("cannot start the script runtime: {e}")))?;
+    runtime.set_memory_limit(limits.memory_limit);
+    runtime.set_max_stack_size(4 << 20);
+    let clock = Arc::new(SliceClock {
+        origin: Instant::now(),
+        started: AtomicU64::new(0),
+        tripped: AtomicBool::new(false),
+    });
+    {
+        let clock = clock.clone();
+        let halt = halt.clone();
+        let slice_ms = limits.slice_limit.as_millis() as u64;
+        runtime.set_interrupt_handler(Some(Box::new(move || {
+            if halt.load(Ordering::Relaxed) {
+                return true;
+            }
+            let started = clock.started.load(Ordering::Relaxed);
+            if started != 0 && clock.origin.elapsed().as_millis() as u64 + 1 - started > slice_ms {
+                clock.tripped.store(true, Ordering::Relaxed);
+                return true;
+            }
+            false
+        })));
+    }
+    let unhandled: Unhandled = Rc::default();
+    let context = Context::full(&runtime).map_err(|e| ScriptFailure::script_error(format!("cannot create the script context: {e}")))?;
+    let resolvers: Resolvers = Rc::default();
+    let nested = script.nested.take();
+
+    let main: Persistent<Promise<'static>> = context.with(|ctx| {
+        install_host(&ctx, events, &resolvers, nested).map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
+        clock.begin();
+        let started = start_script(&ctx, &script);
+        clock.end();
+        started.map_err(|e| vm_failure(&ctx, e, &clock, limits))
+    })?;
+
+    let result = drive(&runtime, &context, &main, &resolvers, &unhandled, &clock, limits, &replies, &halt);
+    // Release every JS value Rust still holds before the runtime is freed: QuickJS asserts
+    // that no object outlives its runtime, and the resolvers' closures would keep cycles.
+    runtime.set_host_promise_rejection_tracker(None);
+    resolvers.borrow_mut().clear();
+    unhandled.borrow_mut().clear();
+    drop(main);
+    context.with(|ctx| {
+        let globals = ctx.globals();
+        for name in ["__ap_call", "__ap_log", "__ap_phase", "__ap_nested", "agent", "checkpoint"] {
+            let _ = globals.remove(name);
+        }
+    });
+    drop(context);
+    runtime.run_gc();
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    runtime: &Runtime,
+    context: &Context,
+    main: &Persistent<Promise<'static>>,
+    resolvers: &Resolvers,
+    unhandled: &Unhandled,
+    clock: &SliceClock,
+    limits: VmLimits,
+    replies: &std_mpsc::Receiver<VmReply>,
+    halt: &AtomicBool,
+) -> Result<Option<Value>, ScriptFailure> {
+    {
+        let unhandled = unhandled.clone();
+        runtime.set_host_promise_rejection_tracker(Some(Box::new(move |ctx, promise, reason, is_handled| {
+            let mut list = unhandled.borrow_mut();
+            if is_handled {
+                list.retain(|(saved, _)| {
+                    saved.clone().restore(&ctx).map(|value| value != promise).unwrap_or(true)
+                });
+            } else {
+                let failure = failure_from_value(&ctx, reason);
+                list.push((Persistent::save(&ctx, promise), failure));
+            }
+        })));
+    }
+
+    loop {
+        // Run every queued job (promise continuations) as one slice each.
+        loop {
+            if halt.load(Ordering::SeqCst) {
+                return Err(ScriptFailure::script_error("halted"));
+            }
+            clock.begin();
+            let step = runtime.execute_pending_job();
+            clock.end();
+            match step {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(job_error) => {
+                    let failure = job_error.0.with(|ctx| {
+                        let error = ctx.catch();
+                        if clock.tripped.load(Ordering::SeqCst) {
+                            runaway(limits)
+                        } else {
+                            failure_from_value(&ctx, error)
+                        }
+                    });
+                    return Err(failure);
+                }
+            }
+        }
+        if halt.load(Ordering::SeqCst) {
+            return Err(ScriptFailure::script_error("halted"));
+        }
+        let settled = context.with(|ctx| -> Option<Result<Option<Value>, ScriptFailure>> {
+            let promise = main.clone().restore(&ctx).ok()?;
+            match promise.state() {
+                PromiseState::Pending => None,
+                PromiseState::Resolved => Some(finish_value(&ctx, &promise, clock, limits)),
+                PromiseState::Rejected => {
+                    let reason = match promise.result::<rquickjs::Value>() {
+                        Some(Err(rquickjs::Error::Exception)) => ctx.catch(),
+                        Some(Ok(value)) => value,
+                        _ => ctx.catch(),
+                    };
+                    Some(Err(failure_from_value(&ctx, reason)))
+                }
+            }
+        });
+        if let Some(result) = settled {
+            return result;
+        }
+        if let Some((_, failure)) = unhandled.borrow_mut().drain(..).next() {
+            return Err(ScriptFailure {
+                message: format!("unhandled promise rejection: {}", failure.message),
+                ..failure
+            });
+        }
+        if resolvers.borrow().is_empty() {
+            return Err(ScriptFailure::script_error(
+                "the script is waiting for a promise that can never settle (no agent or checkpoint call is pending)",
+            ));
+        }
+        let reply = match replies.recv() {
+            Ok(reply) => reply,
+            Err(_) => return Err(ScriptFailure::script_error("halted")),
+        };
+        if halt.load(Ordering::SeqCst) {
+            return Err(ScriptFailure::script_error("halted"));
+        }
+        let delivered = context.with(|ctx| deliver(&ctx, resolvers, reply));
+        if let Err(error) = delivered {
+            return Err(context.with(|ctx| vm_failure(&ctx, error, clock, limits)));
+        }
+    }
+}
+
+fn install_host<'js>(
+    ctx: &Ctx<'js>,
+    events: &mpsc::UnboundedSender<VmEvent>,
+    resolvers: &Resolvers,
+    nested: Option<NestedResolver>,
+) -> rquickjs::Result<()> {
+    let globals = ctx.globals();
+    let next_id = Rc::new(RefCell::new(0u64));
+    globals.set(
+        "__ap_call",
+        Function::new(ctx.clone(), call_function(events.clone(), resolvers.clone(), next_id))?,
+    )?;
+    {
+        let events = events.clone();
+        globals.set(
+            "__ap_log",
+            Function::new(ctx.clone(), move |level: String, message: String| {
+                let _ = events.send(VmEvent::Log { level, message });
+            })?,
+        )?;
+    }
+    {
+        let events = events.clone();
+        globals.set(
+            "__ap_phase",
+            Function::new(ctx.clone(), move |scope: String, title: String| {
+                let _ = events.send(VmEvent::Phase { scope, title });
+            })?,
+        )?;
+    }
+    let nested = Rc::new(RefCell::new(nested));
+    globals.set(
+        "__ap_nested",
+        Function::new(ctx.clone(), move |ctx: Ctx<'_>, name: String, _args: String| {
+            let mut resolver = nested.borrow_mut();
+            let outcome = match resolver.as_mut() {
+                Some(resolve) => resolve(&name),
+                None => Err("nested workflows are not available here".to_owned()),
+            };
+            match outcome {
+                Ok((scope, body)) => Ok(serde_json::json!({"scope": scope, "body": body}).to_string()),
+                Err(message) => Err(rquickjs::Exception::throw_message(&ctx, &format!("workflow({name:?}): {message}"))),
+            }
+        })?,
+    )?;
+    globals.set("__ap_filename", SCRIPT_FILENAME)?;
+    ctx.eval_with_options::<(), _>(PRELUDE, eval_options("prelude.js"))?;
+    Ok(())
+}
+
+/// The host side of `__ap_call`: registers the promise's resolvers and tells the driver.
+fn call_function(
+    events: mpsc::UnboundedSender<VmEvent>,
+    resolvers: Resolvers,
+    next_id: Rc<RefCell<u64>>,
+) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
+    move |ctx, kind, payload| {
+        let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+        let (promise, resolve, reject) = ctx.promise()?;
+        let call_id = {
+            let mut id = next_id.borrow_mut();
+            *id += 1;
+            *id
+        };
+        resolvers.borrow_mut().insert(
+            call_id,
+            (Persistent::save(&ctx, resolve), Persistent::save(&ctx, reject)),
+        );
+        let _ = events.send(VmEvent::Call { call_id, kind, payload });
+        Ok(promise)
+    }
+}
+
+fn eval_options(filename: &str) -> rquickjs::context::EvalOptions {
+    let mut options = rquickjs::context::EvalOptions::default();
+    options.global = true;
+    options.strict = false;
+    options.filename = Some(filename.to_owned());
+    options
+}
+
+fn start_script<'js>(ctx: &Ctx<'js>, script: &VmScript) -> rquickjs::Result<Persistent<Promise<'static>>> {
+    let install: Function = ctx.globals().get("__ap_install")?;
+    let wrapper_line = script.body.matches('\n').count() as u32 + 2;
+    install.call::<_, ()>((
+        script.args.to_string(),
+        script.cwd.clone(),
+        wrapper_line,
+        WRAPPER_OPEN.len() as u32,
+    ))?;
+    let mut source = String::with_capacity(script.body.len() + 32);
+    source.push_str(WRAPPER_OPEN);
+    source.push_str(&script.body);
+    source.push_str(WRAPPER_CLOSE);
+    let promise: Promise = ctx.eval_with_options(source, eval_options(SCRIPT_FILENAME))?;
+    Ok(Persistent::save(ctx, promise))
+}
+
+fn deliver<'js>(ctx: &Ctx<'js>, resolvers: &Resolvers, reply: VmReply) -> rquickjs::Result<()> {
+    let (call_id, outcome) = match reply {
+        VmReply::Resolve { call_id, value } => (call_id, Ok(value)),
+        VmReply::Reject { call_id, code, message, recoverable } => (call_id, Err((code, message, recoverable))),
+    };
+    let Some((resolve, reject)) = resolvers.borrow_mut().remove(&call_id) else {
+        return Ok(());
+    };
+    match outcome {
+        Ok(value) => {
+            let resolve = resolve.restore(ctx)?;
+            resolve.call::<_, ()>((value.to_string(),))
+        }
+        Err((code, message, recoverable)) => {
+            let make: Function = ctx.globals().get("__ap_makeError")?;
+            let error: rquickjs::Value = make.call((code, message, recoverable))?;
+            let reject = reject.restore(ctx)?;
+            reject.call::<_, ()>((error,))
+        }
+    }
+}
+
+fn finish_value<'js>(
+    ctx: &Ctx<'js>,
+    promise: &Promise<'js>,
+    clock: &SliceClock,
+    limits: VmLimits,
+) -> Result<Option<Value>, ScriptFailure> {
+    let value: rquickjs::Value = match promise.result() {
+        Some(Ok(value)) => value,
+        _ => return Err(failure_from_value(ctx, ctx.catch())),
+    };
+    let strict: Function = ctx
+        .globals()
+        .get("__ap_strictJson")
+        .map_err(|e| vm_failure(ctx, e, clock, limits))?;
+    clock.begin();
+    let text = strict.call::<_, Option<String>>((value,)).catch(ctx);
+    clock.end();
+    match text {
+        Ok(None) => Ok(None),
+        Ok(Some(text)) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| ScriptFailure::script_error(format!("the result is not JSON: {e}"))),
+        Err(CaughtError::Exception(exception)) => Err(ScriptFailure::script_error(format!(
+            "the script's result must be strict JSON: {}",
+            exception.message().unwrap_or_default()
+        ))),
+        Err(other) => Err(ScriptFailure::script_error(format!("the script's result must be strict JSON: {other}"))),
+    }
+}
+
+fn runaway(limits: VmLimits) -> ScriptFailure {
+    ScriptFailure::script_error(format!(
+        "the script ran for more than {} ms without waiting on an agent or checkpoint (a runaway loop?) and was stopped",
+        limits.slice_limit.as_millis()
+    ))
+}
+
+/// Turns an rquickjs error (usually a pending exception) into a failure.
+fn vm_failure<'js>(ctx: &Ctx<'js>, error: rquickjs::Error, clock: &SliceClock, limits: VmLimits) -> ScriptFailure {
+    if clock.tripped.load(Ordering::SeqCst) {
+        return runaway(limits);
+    }
+    match error {
+        rquickjs::Error::Exception => failure_from_value(ctx, ctx.catch()),
+        other => {
+            let text = other.to_string();
+            if text.to_ascii_lowercase().contains("out of memory") || text.contains("Allocation") {
+                memory_failure(limits)
+            } else {
+                ScriptFailure::script_error(text)
+            }
+        }
+    }
+}
+
+fn memory_failure(limits: VmLimits) -> ScriptFailure {
+    ScriptFailure::script_error(format!(
+        "the script exceeded its memory limit of {} MiB and was stopped",
+        limits.memory_limit >> 20
+    ))
+}
+
+/// Reads `code`, `message`, and the innermost script position out of a thrown value.
+fn failure_from_value<'js>(ctx: &Ctx<'js>, value: rquickjs::Value<'js>) -> ScriptFailure {
+    let _ = ctx;
+    if let Some(object) = value.as_object() {
+        let message: Option<String> = object.get("message").ok();
+        let name: Option<String> = object.get("name").ok();
+        let code: Option<String> = object.get("code").ok();
+        let stack: Option<String> = object.get("stack").ok();
+        let line_number: Option<u32> = object.get("lineNumber").ok();
+        let column_number: Option<u32> = object.get("columnNumber").ok();
+        let mut message = message.unwrap_or_default();
+        if message.to_ascii_lowercase().contains("out of memory") {
+            return ScriptFailure {
+                code: "SCRIPT_ERROR".into(),
+                ..ScriptFailure::script_error(message)
+            };
+        }
+        if let Some(name) = name.filter(|n| !n.is_empty() && n != "Error") {
+            message = format!("{name}: {message}");
+        }
+        let (line, column) = stack
+            .as_deref()
+            .and_then(script_position)
+            .map(|(l, c)| (Some(l), Some(c)))
+            .unwrap_or((line_number, column_number));
+        let column = match (line, column) {
+            (Some(1), Some(column)) => Some(column.saturating_sub(WRAPPER_OPEN.len() as u32).max(1)),
+            (_, column) => column,
+        };
+        return ScriptFailure {
+            code: code.filter(|c| !c.is_empty()).unwrap_or_else(|| "SCRIPT_ERROR".into()),
+            message,
+            line,
+            column,
+        };
+    }
+    let text = if let Some(text) = value.as_string().and_then(|s| s.to_string().ok()) {
+        text
+    } else if value.is_undefined() {
+        "undefined".to_owned()
+    } else {
+        ctx.json_stringify(value)
+            .ok()
+            .flatten()
+            .and_then(|s| s.to_string().ok())
+            .unwrap_or_else(|| "a non-error value".to_owned())
+    };
+    ScriptFailure::script_error(format!("the script threw {text}"))
+}
+
+/// The innermost `workflow.js:L:C` frame of a stack trace.
+fn script_position(stack: &str) -> Option<(u32, u32)> {
+    let marker = format!("{SCRIPT_FILENAME}:");
+    for line in stack.lines() {
+        if let Some(at) = line.rfind(&marker) {
+            let rest = line[at + marker.len()..].trim_end_matches(|c: char| c == ')' || c.is_whitespace());
+            let mut parts = rest.split(':');
+            let line_no = parts.next()?.parse().ok()?;
+            let column = parts.next().and_then(|c| c.parse().ok()).unwrap_or(1);
+            return Some((line_no, column));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a script body, answering every agent call with `answer(payload)`.
+    fn run_script(body: &str, answer: impl Fn(&Value) -> Result<Value, (String, bool)>) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let vm = spawn(
+            VmScript { body: body.into(), args: serde_json::json!({"n": 2}), cwd: "/tmp/project".into(), nested: None },
+            VmLimits { slice_limit: Duration::from_millis(300), memory_limit: 16 << 20 },
+            tx,
+        );
+        let mut calls = Vec::new();
+        loop {
+            match rx.blocking_recv().expect("vm ended without finishing") {
+                VmEvent::Call { call_id, kind, payload } => {
+                    let mut recorded = payload.clone();
+                    recorded["kind"] = Value::String(kind);
+                    calls.push(recorded);
+                    match answer(&payload) {
+                        Ok(value) => vm.reply(VmReply::Resolve { call_id, value }),
+                        Err((code, recoverable)) => vm.reply(VmReply::Reject { call_id, code, message: "failed".into(), recoverable }),
+                    }
+                }
+                VmEvent::Finished(result) => return (result, calls),
+                _ => {}
+            }
+        }
+    }
+
+    fn echo(payload: &Value) -> Result<Value, (String, bool)> {
+        Ok(Value::String(format!("re: {}", payload["prompt"].as_str().unwrap_or(""))))
+    }
+
+    #[test]
+    fn top_level_await_and_return() {
+        let (result, calls) = run_script("const a = await agent('hi'); return {a, n: args.n, cwd: process.cwd()};", echo);
+        assert_eq!(result.unwrap(), Some(serde_json::json!({"a": "re: hi", "n": 2, "cwd": "/tmp/project"})));
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0]["path"], "1:16");
+    }
+
+    #[test]
+    fn parallel_keeps_order_and_call_order() {
+        let (result, calls) = run_script("return await parallel([() => agent('a'), () => agent('b')]);", echo);
+        assert_eq!(result.unwrap(), Some(serde_json::json!(["re: a", "re: b"])));
+        assert_eq!(calls[0]["prompt"], "a");
+        assert_eq!(calls[1]["prompt"], "b");
+    }
+
+    #[test]
+    fn parallel_rejects_non_functions() {
+        let (result, _) = run_script("return await parallel([agent('a')]);", echo);
+        let failure = result.unwrap_err();
+        assert!(failure.message.contains("parallel(thunks) expects an array of functions"), "{failure:?}");
+    }
+
+    #[test]
+    fn determinism_guard_catches_aliases() {
+        let (result, _) = run_script("const f = Date; return f.now();", echo);
+        assert!(result.unwrap_err().message.contains("Date.now() is unavailable"));
+        let (result, _) = run_script("const m = Math; return m.random();", echo);
+        assert!(result.unwrap_err().message.contains("Math.random() is unavailable"));
+        let (result, _) = run_script("return new Date(0).toISOString();", echo);
+        assert_eq!(result.unwrap(), Some(Value::String("1970-01-01T00:00:00.000Z".into())));
+        let (result, _) = run_script("return typeof eval;", echo);
+        assert_eq!(result.unwrap(), Some(Value::String("undefined".into())));
+    }
+
+    #[test]
+    fn result_must_be_strict_json() {
+        let (result, _) = run_script("return {f: () => 1};", echo);
+        assert!(result.unwrap_err().message.contains("strict JSON"));
+        let (result, _) = run_script("return [1, undefined];", echo);
+        assert!(result.unwrap_err().message.contains("[1] is undefined"));
+        let (result, _) = run_script("return NaN;", echo);
+        assert!(result.unwrap_err().message.contains("not JSON"));
+        let (result, _) = run_script("return;", echo);
+        assert_eq!(result.unwrap(), None);
+    }
+
+    #[test]
+    fn thrown_errors_carry_position_and_code() {
+        let (result, _) = run_script("\n\n  throw new Error('boom');", echo);
+        let failure = result.unwrap_err();
+        assert_eq!(failure.message, "boom");
+        assert_eq!(failure.line, Some(3));
+        assert_eq!(failure.code, "SCRIPT_ERROR");
+        let (result, _) = run_script("await agent('x');", |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)));
+        assert_eq!(result.unwrap_err().code, "SCHEMA_NONCOMPLIANCE");
+    }
+
+    #[test]
+    fn caught_errors_do_not_fail() {
+        let (result, _) = run_script("try { await agent('x'); } catch (e) { return e.code; }", |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)));
+        assert_eq!(result.unwrap(), Some(Value::String("SCHEMA_NONCOMPLIANCE".into())));
+    }
+
+    #[test]
+    fn unhandled_rejection_fails_the_script() {
+        let (result, _) = run_script("agent('x').then(() => { throw new Error('late'); }); await agent('y'); return 1;", echo);
+        let failure = result.unwrap_err();
+        assert!(failure.message.contains("late"), "{failure:?}");
+    }
+
+    #[test]
+    fn runaway_loops_are_stopped() {
+        let (result, _) = run_script("while (true) {}", echo);
+        assert!(result.unwrap_err().message.contains("runaway"));
+        let (result, _) = run_script("await agent('x'); while (true) {}", echo);
+        assert!(result.unwrap_err().message.contains("runaway"));
+    }
+
+    #[test]
+    fn memory_is_capped() {
+        let (result, _) = run_script("const a = []; while (true) { a.push('x'.repeat(1 << 16) + a.length); }", echo);
+        let failure = result.unwrap_err();
+        assert!(failure.message.to_lowercase().contains("memory"), "{failure:?}");
+    }
+
+    #[test]
+    fn never_settling_promise_is_reported() {
+        let (result, _) = run_script("await new Promise(() => {});", echo);
+        assert!(result.unwrap_err().message.contains("can never settle"));
+    }
+
+    #[test]
+    fn syntax_errors_have_lines() {
+        let (result, _) = run_script("\nconst = 3;", echo);
+        let failure = result.unwrap_err();
+        assert_eq!(failure.line, Some(2), "{failure:?}");
+    }
+
+    #[test]
+    fn phase_with_two_arguments_is_an_error() {
+        let (result, _) = run_script("phase('a', 'b');", echo);
+        assert!(result.unwrap_err().message.contains("exactly one argument"));
+    }
+
+    #[test]
+    fn halting_stops_a_waiting_script() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let vm = spawn(
+            VmScript { body: "await agent('x');".into(), args: Value::Null, cwd: "/".into(), nested: None },
+            VmLimits::default(),
+            tx,
+        );
+        assert!(matches!(rx.blocking_recv(), Some(VmEvent::Call { .. })));
+        drop(vm);
+        assert!(rx.blocking_recv().is_none());
+    }
+}
