@@ -6,12 +6,15 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 /// Generous, because two cores are shared by parallel test processes; a healthy agent
@@ -36,17 +39,39 @@ fn mock_agent_binary() -> PathBuf {
         .parent()
         .expect("the binary has a parent directory")
         .join("examples/mock_acp_agent");
-    assert!(
-        path.exists(),
-        "{} does not exist: run `cargo build --examples` (or `cargo test`, which builds it)",
-        path.display()
-    );
+    let built = std::fs::metadata(&path).and_then(|metadata| metadata.modified());
+    let Ok(built) = built else {
+        panic!(
+            "{} does not exist: run `cargo build --examples` (plain `cargo test` builds it too)",
+            path.display()
+        );
+    };
+    // `cargo test --test it` does not rebuild examples, so a stale mock would be tested
+    // silently; fail instead.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mock_acp_agent.rs");
+    if let Ok(edited) = std::fs::metadata(&source).and_then(|metadata| metadata.modified()) {
+        assert!(
+            edited <= built,
+            "{} is older than {}: run `cargo build --examples`",
+            path.display(),
+            source.display()
+        );
+    }
     path
 }
 
 impl MockAgent {
     fn spawn(env: &[(&str, &str)]) -> MockAgent {
+        MockAgent::spawn_with(env, false)
+    }
+
+    /// With `own_group`, the agent leads a new process group, so a test may kill the group
+    /// without hitting the test runner.
+    fn spawn_with(env: &[(&str, &str)], own_group: bool) -> MockAgent {
         let mut command = Command::new(mock_agent_binary());
+        if own_group {
+            command.process_group(0);
+        }
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("MOCK_ACP_") {
                 command.env_remove(name);
@@ -583,4 +608,137 @@ fn exit_on_eof_0_keeps_running_after_eof() {
     let (messages, _) = agent.response(id);
     assert_eq!(reply_text(&messages), "ECHO: still here");
     assert!(agent.child.try_wait().expect("try_wait").is_none());
+}
+
+#[test]
+fn sessions_load_resume_switch_model_and_close() {
+    let mut agent = MockAgent::spawn(&[]);
+    agent.initialize();
+    let session_id = agent.new_session();
+    let loaded = agent.request(
+        "session/load",
+        json!({ "sessionId": session_id, "cwd": "/tmp", "mcpServers": [] }),
+    );
+    assert_eq!(
+        loaded["result"]["modes"]["currentModeId"], "default",
+        "{loaded}"
+    );
+    let resumed = agent.request(
+        "session/resume",
+        json!({ "sessionId": session_id, "cwd": "/tmp" }),
+    );
+    assert!(resumed["result"]["configOptions"].is_array(), "{resumed}");
+
+    let legacy = agent.request(
+        "session/set_model",
+        json!({ "sessionId": session_id, "modelId": "mock-smart" }),
+    );
+    assert_eq!(legacy["result"], json!({}), "{legacy}");
+    let (messages, _) = agent.prompt(&session_id, "@mock echo_model");
+    assert_eq!(reply_text(&messages), "MODEL: mock-smart MODE: default");
+
+    let closed = agent.request("session/close", json!({ "sessionId": session_id }));
+    assert_eq!(closed["result"], json!({}), "{closed}");
+    let (_, gone) = agent.prompt(&session_id, "anyone?");
+    assert_eq!(gone["error"]["code"], -32002, "{gone}");
+}
+
+#[test]
+fn turn_verbs_stream_in_order_and_errors_end_the_turn() {
+    let mut agent = MockAgent::spawn(&[]);
+    agent.initialize();
+    let session_id = agent.new_session();
+    let (messages, response) = agent.prompt(
+        &session_id,
+        "@mock thought pondering\n@mock tool Read file\n@mock usage_null\n@mock stderr to the log\nhi",
+    );
+    let kinds: Vec<_> = updates(&messages)
+        .iter()
+        .map(|update| update["sessionUpdate"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "agent_thought_chunk",
+            "tool_call",
+            "tool_call_update",
+            "usage_update",
+            "agent_message_chunk"
+        ]
+    );
+    assert_eq!(updates(&messages)[1]["title"], "Read file");
+    assert_eq!(updates(&messages)[2]["status"], "completed");
+    assert_eq!(updates(&messages)[3]["used"], Value::Null);
+    assert_eq!(reply_text(&messages), "ECHO: hi");
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+
+    let (_, failed) = agent.prompt(&session_id, "@mock error -32099 custom failure");
+    assert_eq!(
+        failed["error"],
+        json!({ "code": -32099, "message": "custom failure" })
+    );
+    let (_, auth) = agent.prompt(&session_id, "@mock auth_required");
+    assert_eq!(auth["error"]["code"], -32000);
+    let (_, typo) = agent.prompt(&session_id, "@mock replly oops");
+    assert_eq!(typo["error"]["code"], -32602, "{typo}");
+
+    let (messages, response) = agent.prompt(&session_id, "bye\n@mock exit_after_reply");
+    assert_eq!(reply_text(&messages), "ECHO: bye");
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(agent.next_message(), None);
+    assert_eq!(agent.wait_exit().code(), Some(0));
+    assert!(agent.stderr().contains("to the log"), "{}", agent.stderr());
+}
+
+#[test]
+fn initialize_waits_for_the_configured_delay() {
+    let mut agent = MockAgent::spawn(&[("MOCK_ACP_INIT_DELAY_MS", "150")]);
+    let started = Instant::now();
+    agent.initialize();
+    assert!(started.elapsed() >= Duration::from_millis(150));
+}
+
+#[test]
+fn pid_file_names_the_agent_and_its_child_in_one_process_group() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let pid_file = directory.path().join("pids");
+    let mut agent = MockAgent::spawn_with(
+        &[
+            ("MOCK_ACP_PID_FILE", pid_file.to_str().expect("utf-8 path")),
+            ("MOCK_ACP_SPAWN_CHILD", "1"),
+        ],
+        true,
+    );
+    // The pids are written before the agent reads stdin, so they are there once it answers.
+    agent.initialize();
+    let pids: Vec<i32> = std::fs::read_to_string(&pid_file)
+        .expect("read the pid file")
+        .lines()
+        .map(|line| line.parse().expect("a pid per line"))
+        .collect();
+    let agent_pid = i32::try_from(agent.child.id()).expect("pid fits i32");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_eq!(pids[0], agent_pid);
+
+    killpg(Pid::from_raw(agent_pid), Signal::SIGKILL).expect("kill the agent's group");
+    agent.wait_exit();
+    let deadline = Instant::now() + DEADLINE;
+    while is_alive(pids[1]) {
+        assert!(
+            Instant::now() < deadline,
+            "the child {} outlived its group kill",
+            pids[1]
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// True while `pid` runs; a zombie waiting for a reaper that may be slow counts as gone.
+fn is_alive(pid: i32) -> bool {
+    if kill(Pid::from_raw(pid), None).is_err() {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+    !matches!(state, None | Some(Some('Z' | 'X')))
 }
