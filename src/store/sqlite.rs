@@ -39,6 +39,10 @@ const MIGRATIONS: &[&str] = &[include_str!("migrations/sqlite/0001_initial.sql")
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Room for every statement text this file prepares (about thirty), so none is evicted and
+/// re-prepared on a hot path.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
 /// The run store on one SQLite database.
 pub struct SqliteStore {
     root: PathBuf,
@@ -469,25 +473,21 @@ impl Store for SqliteStore {
         let Some(token) = reader.get::<Option<String>>("lease_token")? else {
             return Ok(None);
         };
-        // With a token set, the other lease columns were written in the same statement.
-        let required = |column: &str, value: Option<()>| {
-            value.ok_or_else(|| reader.corrupt(column, "missing while a lease token is set"))
-        };
         let owner_id: Option<String> = reader.get("lease_owner_id")?;
         let pid: Option<u32> = reader.get("lease_pid")?;
         let proc_start = reader.optional_unsigned("lease_proc_start")?;
         let acquired_at: Option<i64> = reader.get("lease_acquired_at")?;
-        required("lease_owner_id", owner_id.as_ref().map(drop))?;
-        required("lease_pid", pid.map(drop))?;
-        required("lease_proc_start", proc_start.map(drop))?;
-        required("lease_acquired_at", acquired_at.map(drop))?;
-        Ok(Some(Lease {
-            owner_id: owner_id.unwrap_or_default(),
-            pid: pid.unwrap_or_default(),
-            proc_start: proc_start.unwrap_or_default(),
-            token,
-            acquired_at: acquired_at.unwrap_or_default(),
-        }))
+        // The lease columns are always written together, by one statement.
+        match (owner_id, pid, proc_start, acquired_at) {
+            (Some(owner_id), Some(pid), Some(proc_start), Some(acquired_at)) => Ok(Some(Lease {
+                owner_id,
+                pid,
+                proc_start,
+                token,
+                acquired_at,
+            })),
+            _ => Err(reader.corrupt("lease_token", "set while other lease columns are empty")),
+        }
     }
 
     async fn acquire_lease(
@@ -860,6 +860,7 @@ fn configure(connection: &Connection, path: &Path) -> StoreResult<()> {
     let doing = || format!("configure database {}", path.display());
     // Set first, so that the pragmas below already wait for a concurrent opener.
     connection.busy_timeout(BUSY_TIMEOUT).context(doing)?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     let journal_mode: String = connection
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         .context(doing)?;

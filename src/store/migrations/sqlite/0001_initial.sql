@@ -44,7 +44,7 @@ CREATE TABLE runs (
 CREATE INDEX runs_by_started ON runs (started_at DESC, run_id DESC);
 CREATE INDEX runs_by_project_started ON runs (project_dir, started_at DESC, run_id DESC);
 -- active_runs: the pending and running runs of a project.
-CREATE INDEX runs_active_by_project ON runs (project_dir, started_at)
+CREATE INDEX runs_active_by_project ON runs (project_dir, started_at, run_id)
     WHERE status IN ('pending', 'running');
 
 -- The script text and what changes with it, apart from the run row so that routine status
@@ -86,7 +86,7 @@ CREATE TABLE calls (
 );
 
 -- calls(): every row in settlement order; also answers "latest generation" via the prefix.
-CREATE INDEX calls_by_settlement ON calls (run_key, generation, settlement_ordinal);
+CREATE INDEX calls_by_settlement ON calls (run_key, generation, settlement_ordinal, call_index);
 -- replay_pool(): only rows nobody consumed or re-executed yet.
 CREATE INDEX calls_replay_pool ON calls (run_key, generation, call_index)
     WHERE superseded_by IS NULL;
