@@ -17,6 +17,7 @@ mod literal;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde_json::Value;
@@ -64,7 +65,10 @@ pub struct AnalyzedScript {
 pub fn analyze(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
     check_size(source)?;
     let text = decode(source)?;
-    if text.chars().all(|c| lexer::is_whitespace(c) || lexer::is_line_terminator(c)) {
+    if text
+        .chars()
+        .all(|c| lexer::is_whitespace(c) || lexer::is_line_terminator(c))
+    {
         return Err(ScriptError::without_position(
             "the script is empty; it must start with `export const meta = { ... }`",
         ));
@@ -198,7 +202,10 @@ fn meta_statement(source: &str) -> Result<MetaStatement, ScriptError> {
             return Err(ScriptError::at(
                 source,
                 found_at,
-                format!("{META_SHAPE}; found {}", quote_statement(source, start, index)),
+                format!(
+                    "{META_SHAPE}; found {}",
+                    quote_statement(source, start, index)
+                ),
             ));
         }
         if expected == "=" {
@@ -277,8 +284,21 @@ fn statement_end(source: &str, cursor: &mut Cursor<'_>) -> Result<usize, ScriptE
         && !rest.starts_with("--")
         && (matches!(
             next,
-            '(' | '[' | '`' | '.' | '?' | '+' | '-' | '*' | '/' | '%' | '<' | '>' | '=' | '&'
-                | '|' | '^'
+            '(' | '['
+                | '`'
+                | '.'
+                | '?'
+                | '+'
+                | '-'
+                | '*'
+                | '/'
+                | '%'
+                | '<'
+                | '>'
+                | '='
+                | '&'
+                | '|'
+                | '^'
         ) || rest.starts_with("!=")
             || matches!(next_word, "in" | "instanceof"));
     if trivia.crossed_line_terminator && !continues_expression {
@@ -341,7 +361,11 @@ const RESERVED_BACKEND_NAMES: &[&str] = &["claude", "codex", "opencode", "pi"];
 
 fn check_meta(source: &str, meta: &Literal) -> Result<CheckedMeta, ScriptError> {
     let Some(properties) = meta.properties() else {
-        return Err(ScriptError::at(source, meta.offset, "meta must be an object"));
+        return Err(ScriptError::at(
+            source,
+            meta.offset,
+            "meta must be an object",
+        ));
     };
     let checker = MetaChecker { source };
     let name = checker.required_text(meta, properties, "name", "meta")?;
@@ -446,17 +470,24 @@ impl MetaChecker<'_> {
 
     fn phases(&self, phases: &Literal) -> Result<Vec<Phase>, ScriptError> {
         let LiteralValue::Array(items) = &phases.value else {
-            return Err(self.error(phases, "meta.phases must be an array of `{ title, detail?, model? }`"));
+            return Err(self.error(
+                phases,
+                "meta.phases must be an array of `{ title, detail?, model? }`",
+            ));
         };
         let mut checked: Vec<Phase> = Vec::with_capacity(items.len());
+        let mut index_by_title: HashMap<String, usize> = HashMap::new();
         for (index, item) in items.iter().enumerate() {
             let path = format!("meta.phases[{index}]");
             let Some(properties) = item.properties() else {
-                return Err(self.error(item, format!("{path} must be an object `{{ title, detail?, model? }}`")));
+                return Err(self.error(
+                    item,
+                    format!("{path} must be an object `{{ title, detail?, model? }}`"),
+                ));
             };
             self.only_known_keys(properties, &["title", "detail", "model"], &path)?;
             let title = self.required_text(item, properties, "title", &path)?;
-            if let Some(earlier) = checked.iter().position(|phase| phase.title == title) {
+            if let Some(&earlier) = index_by_title.get(&title) {
                 let title_value = field(properties, "title").unwrap_or(item);
                 return Err(self.error(
                     title_value,
@@ -470,7 +501,9 @@ impl MetaChecker<'_> {
                 Some(detail) => Some(
                     detail
                         .as_str()
-                        .ok_or_else(|| self.error(detail, format!("{path}.detail must be a string")))?
+                        .ok_or_else(|| {
+                            self.error(detail, format!("{path}.detail must be a string"))
+                        })?
                         .to_owned(),
                 ),
                 None => None,
@@ -478,6 +511,7 @@ impl MetaChecker<'_> {
             let model = field(properties, "model")
                 .map(|model| self.text(model, &format!("{path}.model")))
                 .transpose()?;
+            index_by_title.insert(title.clone(), index);
             checked.push(Phase {
                 title,
                 detail,
@@ -528,7 +562,13 @@ impl MetaChecker<'_> {
         };
         self.only_known_keys(
             properties,
-            &["command", "args", "env", "sessionMeta", "structuredOutputTool"],
+            &[
+                "command",
+                "args",
+                "env",
+                "sessionMeta",
+                "structuredOutputTool",
+            ],
             path,
         )?;
         self.required_text(backend, properties, "command", path)?;
@@ -536,7 +576,11 @@ impl MetaChecker<'_> {
             let LiteralValue::Array(items) = &args.value else {
                 return Err(self.error(args, format!("{path}.args must be an array of strings")));
             };
-            if let Some((index, item)) = items.iter().enumerate().find(|(_, item)| item.as_str().is_none()) {
+            if let Some((index, item)) = items
+                .iter()
+                .enumerate()
+                .find(|(_, item)| item.as_str().is_none())
+            {
                 return Err(self.error(item, format!("{path}.args[{index}] must be a string")));
             }
         }
@@ -544,20 +588,31 @@ impl MetaChecker<'_> {
             let Some(variables) = env.properties() else {
                 return Err(self.error(env, format!("{path}.env must be an object of strings")));
             };
-            if let Some(variable) = variables.iter().find(|variable| variable.value.as_str().is_none()) {
+            if let Some(variable) = variables
+                .iter()
+                .find(|variable| variable.value.as_str().is_none())
+            {
                 let variable_path = child_path(&format!("{path}.env"), &variable.key);
-                return Err(self.error(&variable.value, format!("{variable_path} must be a string")));
+                return Err(
+                    self.error(&variable.value, format!("{variable_path} must be a string"))
+                );
             }
         }
         if let Some(session_meta) = field(properties, "sessionMeta")
             && session_meta.properties().is_none()
         {
-            return Err(self.error(session_meta, format!("{path}.sessionMeta must be an object")));
+            return Err(self.error(
+                session_meta,
+                format!("{path}.sessionMeta must be an object"),
+            ));
         }
         if let Some(flag) = field(properties, "structuredOutputTool")
             && !matches!(flag.value, LiteralValue::Bool(_))
         {
-            return Err(self.error(flag, format!("{path}.structuredOutputTool must be true or false")));
+            return Err(self.error(
+                flag,
+                format!("{path}.structuredOutputTool must be true or false"),
+            ));
         }
         Ok(())
     }
@@ -566,7 +621,9 @@ impl MetaChecker<'_> {
 /// `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`
 fn is_valid_backend_name(name: &str) -> bool {
     let mut characters = name.chars();
-    characters.next().is_some_and(|first| first.is_ascii_alphanumeric())
+    characters
+        .next()
+        .is_some_and(|first| first.is_ascii_alphanumeric())
         && name.len() <= 64
         && characters.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
@@ -631,7 +688,9 @@ fn check_determinism(source: &str, body_start: usize) -> Result<(), ScriptError>
             return Err(ScriptError::at(
                 source,
                 offset,
-                format!("{what} is unavailable in workflow scripts (runs must replay deterministically)"),
+                format!(
+                    "{what} is unavailable in workflow scripts (runs must replay deterministically)"
+                ),
             ));
         }
         let import = match &source[token.start..token.end] {

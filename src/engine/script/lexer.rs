@@ -239,7 +239,10 @@ pub(super) fn tokenize(source: &str, start: usize) -> Vec<Token> {
                 scan_number(&mut cursor);
                 TokenKind::Number
             }
-            '.' if cursor.peek_second().is_some_and(|next| next.is_ascii_digit()) => {
+            '.' if cursor
+                .peek_second()
+                .is_some_and(|next| next.is_ascii_digit()) =>
+            {
                 scan_number(&mut cursor);
                 TokenKind::Number
             }
@@ -334,10 +337,8 @@ fn scan_regex(cursor: &mut Cursor<'_>) {
         }
         cursor.bump();
         match character {
-            '\\' => {
-                if cursor.peek().is_some_and(|next| !is_line_terminator(next)) {
-                    cursor.bump();
-                }
+            '\\' if cursor.peek().is_some_and(|next| !is_line_terminator(next)) => {
+                cursor.bump();
             }
             '[' => in_class = true,
             ']' => in_class = false,

@@ -3,6 +3,7 @@
 //! offset where it starts, so that a rule broken later (a blank `name`, a repeated phase
 //! title) can point at the offending spot.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use serde_json::{Map, Number, Value};
@@ -55,7 +56,9 @@ impl Literal {
             LiteralValue::Bool(value) => Value::Bool(*value),
             LiteralValue::Number(value) => Value::Number(value.clone()),
             LiteralValue::String(value) => Value::String(value.clone()),
-            LiteralValue::Array(items) => Value::Array(items.iter().map(Literal::to_json).collect()),
+            LiteralValue::Array(items) => {
+                Value::Array(items.iter().map(Literal::to_json).collect())
+            }
             LiteralValue::Object(properties) => {
                 let mut map = Map::with_capacity(properties.len());
                 for property in properties {
@@ -133,7 +136,10 @@ impl Parser<'_, '_> {
                 self.skip_trivia()?;
                 let starts_number = match self.cursor.peek() {
                     Some('0'..='9') => true,
-                    Some('.') => self.cursor.peek_second().is_some_and(|c| c.is_ascii_digit()),
+                    Some('.') => self
+                        .cursor
+                        .peek_second()
+                        .is_some_and(|c| c.is_ascii_digit()),
                     _ => false,
                 };
                 if !starts_number {
@@ -147,7 +153,11 @@ impl Parser<'_, '_> {
                 }
                 let magnitude = self.number()?;
                 number_value(
-                    if character == '-' { -magnitude } else { magnitude },
+                    if character == '-' {
+                        -magnitude
+                    } else {
+                        magnitude
+                    },
                     offset,
                 )?
             }
@@ -155,7 +165,11 @@ impl Parser<'_, '_> {
             '.' if self.cursor.starts_with("...") => {
                 return Err(not_literal(offset, "spread `...` is not allowed"));
             }
-            '.' if self.cursor.peek_second().is_some_and(|c| c.is_ascii_digit()) => {
+            '.' if self
+                .cursor
+                .peek_second()
+                .is_some_and(|c| c.is_ascii_digit()) =>
+            {
                 number_value(self.number()?, offset)?
             }
             '/' => return Err(not_literal(offset, "regular expressions are not allowed")),
@@ -181,6 +195,8 @@ impl Parser<'_, '_> {
     fn object(&mut self, path: &str, depth: usize) -> Result<LiteralValue, LiteralError> {
         self.cursor.bump();
         let mut properties: Vec<Property> = Vec::new();
+        // A set, not a scan of `properties`: a 1 MiB object can hold 100,000 keys.
+        let mut seen_keys: HashSet<String> = HashSet::new();
         loop {
             self.skip_trivia()?;
             if self.cursor.eat('}') {
@@ -198,7 +214,7 @@ impl Parser<'_, '_> {
                     offset: key_offset,
                 });
             }
-            if properties.iter().any(|property| property.key == key) {
+            if !seen_keys.insert(key.clone()) {
                 return Err(LiteralError {
                     message: format!("{path} has the key `{key}` more than once"),
                     offset: key_offset,
@@ -232,7 +248,12 @@ impl Parser<'_, '_> {
         match self.cursor.peek() {
             Some('"' | '\'') => self.string(),
             Some('0'..='9') => Ok(number_key(self.number()?)),
-            Some('.') if self.cursor.peek_second().is_some_and(|c| c.is_ascii_digit()) => {
+            Some('.')
+                if self
+                    .cursor
+                    .peek_second()
+                    .is_some_and(|c| c.is_ascii_digit()) =>
+            {
                 Ok(number_key(self.number()?))
             }
             Some('.') if self.cursor.starts_with("...") => {
@@ -284,7 +305,10 @@ impl Parser<'_, '_> {
             Some(',' | '}') => {
                 format!("shorthand property `{key}` is not allowed; write `{key}: <value>`")
             }
-            _ => format!("expected `:` after the key `{key}`, found {}", self.found_here()),
+            _ => format!(
+                "expected `:` after the key `{key}`, found {}",
+                self.found_here()
+            ),
         };
         not_literal(offset, reason)
     }
@@ -387,9 +411,9 @@ impl Parser<'_, '_> {
                 ));
             }
             'x' => {
-                let value = self
-                    .hex_digits(2)
-                    .ok_or_else(|| not_literal(offset, "`\\x` must be followed by two hex digits"))?;
+                let value = self.hex_digits(2).ok_or_else(|| {
+                    not_literal(offset, "`\\x` must be followed by two hex digits")
+                })?;
                 text.push(char::from_u32(value).unwrap_or('\u{fffd}'));
             }
             'u' => text.push(self.unicode_escape(offset)?),
@@ -417,7 +441,9 @@ impl Parser<'_, '_> {
                     None
                 };
                 match low {
-                    Some(low @ 0xDC00..=0xDFFF) => 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00),
+                    Some(low @ 0xDC00..=0xDFFF) => {
+                        0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                    }
                     _ => {
                         return Err(not_literal(
                             offset,
@@ -434,13 +460,17 @@ impl Parser<'_, '_> {
             }
             other => other,
         };
-        char::from_u32(code_point)
-            .ok_or_else(|| not_literal(offset, "invalid `\\u` escape"))
+        char::from_u32(code_point).ok_or_else(|| not_literal(offset, "invalid `\\u` escape"))
     }
 
     /// The value of `XXXX` or `{X...}` after `\u`.
     fn code_unit(&mut self, offset: usize) -> Result<u32, LiteralError> {
-        let invalid = || not_literal(offset, "`\\u` must be followed by four hex digits or `{...}`");
+        let invalid = || {
+            not_literal(
+                offset,
+                "`\\u` must be followed by four hex digits or `{...}`",
+            )
+        };
         if self.cursor.eat('{') {
             let mut value: u32 = 0;
             let mut digits = 0;
@@ -554,7 +584,10 @@ impl Parser<'_, '_> {
                 self.cursor.bump();
             } else if character == '_' {
                 let between_digits = !digits.is_empty()
-                    && self.cursor.peek_second().is_some_and(|next| next.is_digit(radix));
+                    && self
+                        .cursor
+                        .peek_second()
+                        .is_some_and(|next| next.is_digit(radix));
                 if !between_digits {
                     return Err(not_literal(
                         self.cursor.offset(),
@@ -575,7 +608,10 @@ fn number_value(value: f64, offset: usize) -> Result<LiteralValue, LiteralError>
     const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
     if value.fract() == 0.0 && value.abs() <= MAX_SAFE_INTEGER {
         // Exact: the value is an integer within the range f64 represents without gaps.
-        #[expect(clippy::cast_possible_truncation, reason = "checked to be a safe integer")]
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "checked to be a safe integer"
+        )]
         return Ok(LiteralValue::Number(Number::from(value as i64)));
     }
     Number::from_f64(value)
@@ -606,7 +642,10 @@ fn number_key(value: f64) -> String {
 
 /// `meta.phases` for key `phases` under `meta`; keys that are not plain names are quoted.
 pub(super) fn child_path(parent: &str, key: &str) -> String {
-    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+    let plain = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
         && key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
