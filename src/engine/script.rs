@@ -46,7 +46,8 @@ pub struct AnalyzedScript {
     pub meta: Value,
     /// The source with the `export const meta = ...;` statement replaced by spaces (newlines
     /// kept), so line and column numbers of the body are those of the original file. A `#!`
-    /// first line becomes a `//` comment, because the body is wrapped in a function.
+    /// first line becomes a `//` comment, because the body is wrapped in a function. The
+    /// wrapper that precedes the body on line 1 shifts QuickJS's line-1 columns by its length.
     pub body: String,
     pub name: String,
     pub description: String,

@@ -990,3 +990,44 @@ fn a_megabyte_of_tokens_is_scanned() {
     }
     ok(&source);
 }
+
+/// Runs the wrapped body in QuickJS and returns the stack of the error it throws.
+fn quickjs_error_location(body: &str) -> String {
+    let wrapped = format!("(function(){{{body}\n}})()");
+    let runtime = rquickjs::Runtime::new().expect("runtime");
+    let context = rquickjs::Context::full(&runtime).expect("context");
+    context.with(|context| {
+        let outcome: rquickjs::Result<()> = context.eval(wrapped);
+        assert!(outcome.is_err(), "the body should throw");
+        let exception = context.catch();
+        exception
+            .as_exception()
+            .and_then(rquickjs::Exception::stack)
+            .unwrap_or_default()
+    })
+}
+
+#[test]
+fn quickjs_reports_body_positions_of_the_original_file() {
+    let source = "// lead\r\nexport const meta = {\r\n  name: 'ünï 😀', description: `two\r\nlines`,\r\n}; const x = 1; throw new Error('here');\r\n";
+    let script = ok(source);
+    // QuickJS names the position of the `Error` constructor call in the stack.
+    let (line, column) = position_of(source, "Error(");
+    let stack = quickjs_error_location(&script.body);
+    assert!(
+        stack.contains(&format!(":{line}:{column}")),
+        "stack {stack:?} should name {line}:{column}"
+    );
+    let source = "export const meta = { name: 'é', description: 'd' }; let = ;\n";
+    let script = ok(source);
+    let stack = quickjs_error_location(&script.body);
+    // On the first line QuickJS counts the wrapper's `(function(){` too (12 characters):
+    // the engine has to subtract its wrapper's length from first-line columns.
+    let (line, column) = position_of(source, "= ;");
+    assert_eq!(line, 1);
+    assert!(
+        stack.contains(&format!(":1:{}", column + 12)),
+        "stack {stack:?} should name 1:{} (column {column} + 12)",
+        column + 12
+    );
+}
