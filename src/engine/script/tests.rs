@@ -52,8 +52,7 @@ fn rejects(source: &str, needle: &str) {
     );
 }
 
-/// The meta value of a script whose literal is `literal` (with name and description added
-/// when the literal is an object that lacks them is the caller's business).
+/// The meta value of a script whose meta literal is `literal`; the literal must be valid.
 fn meta_of(literal: &str) -> Value {
     ok(&format!("export const meta = {literal};\nreturn 1;\n")).meta
 }
