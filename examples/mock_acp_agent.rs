@@ -1,2 +1,1104 @@
-//! The scripted mock ACP agent used by the tests (acp.md section 5).
-fn main() {}
+//! The scripted mock ACP agent (acp.md section 5): the peer our ACP client's tests talk to.
+//!
+//! It speaks ACP v1 (newline-delimited JSON-RPC 2.0 on stdin/stdout) like a real coding agent
+//! would, but every turn is scripted by `@mock <verb> [args]` lines inside the prompt, so a
+//! test can ask for chunked replies, thoughts, tool calls, permission and file-system round
+//! trips, waits that only a `session/cancel` ends, JSON-RPC errors, usage limits and crashes,
+//! and get the same messages in the same order every time. Environment variables (`MOCK_ACP_*`,
+//! listed on [`Settings`]) reproduce the quirks of real adapters: auth-gated sessions, agents
+//! that ignore stdin EOF, agents that answer a cancel with `end_turn`.
+//!
+//! Only std and serde_json: the main thread reads stdin, every prompt turn runs on its own
+//! worker thread (so sessions run concurrently and a turn can wait while the reader keeps
+//! delivering cancels and client responses), and every write to stdout goes through one
+//! mutex so that lines never interleave.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{self, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const PROTOCOL_VERSION: u64 = 1;
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const INTERNAL_ERROR: i64 = -32603;
+const AUTH_REQUIRED: i64 = -32000;
+const RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// The only auth method the mock advertises and accepts.
+const AUTH_METHOD_ID: &str = "mock-login";
+
+/// Session modes as `(id, name)`; the first is where a new session starts.
+const MODES: [(&str, &str); 2] = [("default", "Default"), ("plan", "Plan")];
+/// Models as `(value, name)`; the first is where a new session starts.
+const MODELS: [(&str, &str); 2] = [("mock-fast", "Mock Fast"), ("mock-smart", "Mock Smart")];
+
+fn main() {
+    let settings = Settings::from_env();
+    record_pids(&settings);
+    let agent = Arc::new(Agent::new(settings));
+
+    let mut stdin = io::stdin().lock();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match stdin.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => agent.handle_line(&line),
+            Err(error) => {
+                eprintln!("mock-acp-agent: reading stdin failed: {error}");
+                break;
+            }
+        }
+    }
+
+    if agent.settings.exit_on_eof {
+        eprintln!("mock-acp-agent: stdin closed, exiting");
+        process::exit(0);
+    }
+    // Like codex-acp: stdin is gone, but the process lingers (turns in flight still finish)
+    // until someone signals it. This is what forces the client to escalate to a kill.
+    eprintln!("mock-acp-agent: stdin closed, staying alive (MOCK_ACP_EXIT_ON_EOF=0)");
+    loop {
+        thread::park();
+    }
+}
+
+/// Behaviour switches read once from the environment at start.
+struct Settings {
+    /// `MOCK_ACP_AUTH=required`: session/new, load and resume fail with -32000 until the client
+    /// calls `authenticate` with `mock-login`.
+    auth_required: bool,
+    /// `MOCK_ACP_LOG=path`: every inbound message is appended there as one JSON line, so tests
+    /// can assert what the client sent (or did not send).
+    log_path: Option<PathBuf>,
+    /// `MOCK_ACP_EXIT_ON_EOF=0` turns this off: the agent ignores stdin EOF, as codex does.
+    exit_on_eof: bool,
+    /// `MOCK_ACP_CANCEL_STOP`: the stop reason of a cancelled turn (opencode says `end_turn`).
+    cancel_stop: String,
+    /// `MOCK_ACP_INIT_DELAY_MS`: how long `initialize` takes, to exercise handshake deadlines.
+    init_delay: Duration,
+    /// `MOCK_ACP_CRASH_ON=<method>`: exit 3 without answering when that method arrives.
+    crash_on: Option<String>,
+    /// `MOCK_ACP_PID_FILE=path`: our pid (and the child's, see below) is appended there, so
+    /// tests can check that the processes are gone after the client shuts down.
+    pid_file: Option<PathBuf>,
+    /// `MOCK_ACP_SPAWN_CHILD=1`: start a `sleep 300` in our process group, like claude's
+    /// helpers, so tests can check that the whole group is killed, not only this process.
+    spawn_child: bool,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Settings {
+            auth_required: var("MOCK_ACP_AUTH").as_deref() == Some("required"),
+            log_path: var("MOCK_ACP_LOG").map(PathBuf::from),
+            exit_on_eof: var("MOCK_ACP_EXIT_ON_EOF").as_deref() != Some("0"),
+            cancel_stop: var("MOCK_ACP_CANCEL_STOP").unwrap_or_else(|| "cancelled".to_owned()),
+            init_delay: Duration::from_millis(
+                var("MOCK_ACP_INIT_DELAY_MS")
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(0),
+            ),
+            crash_on: var("MOCK_ACP_CRASH_ON"),
+            pid_file: var("MOCK_ACP_PID_FILE").map(PathBuf::from),
+            spawn_child: var("MOCK_ACP_SPAWN_CHILD").as_deref() == Some("1"),
+        }
+    }
+}
+
+/// The connection: settings, output, session table and the agent's own pending requests.
+struct Agent {
+    settings: Settings,
+    /// Every outbound line is written and flushed under this lock, so concurrent turns never
+    /// interleave partial lines.
+    output: Mutex<io::Stdout>,
+    log: Option<Mutex<File>>,
+    state: Mutex<State>,
+    /// Ids of the agent's own requests; they start at 0 like the SDK's, which is exactly the
+    /// case where they collide with the client's ids.
+    next_request_id: AtomicU64,
+    /// Turns waiting for the client's answer to a request we sent, by request id.
+    pending: Mutex<HashMap<u64, mpsc::Sender<Result<Value, RpcError>>>>,
+    /// Counter behind message, tool-call and session ids, so every run hands out the same ids.
+    next_serial: AtomicU64,
+}
+
+struct State {
+    initialized: bool,
+    authenticated: bool,
+    sessions: HashMap<String, Session>,
+}
+
+struct Session {
+    mode: String,
+    model: String,
+    /// Cancel tokens of the turns running on this session; `session/cancel` fires them all.
+    turns: Vec<Arc<CancelToken>>,
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug)]
+struct RpcError {
+    code: i64,
+    message: String,
+    data: Option<Value>,
+}
+
+/// Fired by `session/cancel` (or `session/close`); a turn checks it between steps and waits
+/// on it instead of sleeping, so a cancel interrupts a wait at once.
+#[derive(Default)]
+struct CancelToken {
+    cancelled: Mutex<bool>,
+    signal: Condvar,
+}
+
+/// How a turn ends: a `session/prompt` result or a JSON-RPC error.
+enum TurnEnd {
+    Stop(String),
+    Error(RpcError),
+}
+
+/// One `session/prompt` being played out on its worker thread.
+struct Turn<'a> {
+    agent: &'a Agent,
+    session_id: String,
+    cancel: Arc<CancelToken>,
+    /// The reply replacing the default echo, built by `reply`, `json` and the round-trip verbs.
+    reply: Option<String>,
+    chunks: usize,
+    stop_reason: String,
+    exit_after_reply: bool,
+    /// Bytes of text the agent streamed, for the deterministic usage numbers.
+    output_bytes: usize,
+}
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    fn with_data(mut self, data: Value) -> RpcError {
+        self.data = Some(data);
+        self
+    }
+
+    fn invalid_params(detail: impl Into<String>) -> RpcError {
+        RpcError::new(INVALID_PARAMS, format!("Invalid params: {}", detail.into()))
+    }
+
+    fn auth_required() -> RpcError {
+        RpcError::new(AUTH_REQUIRED, "Authentication required")
+    }
+
+    fn session_not_found(session_id: &str) -> RpcError {
+        RpcError::new(
+            RESOURCE_NOT_FOUND,
+            format!("Session not found: {session_id}"),
+        )
+        .with_data(json!({ "sessionId": session_id }))
+    }
+
+    fn to_json(&self) -> Value {
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if let Some(data) = &self.data {
+            error["data"] = data.clone();
+        }
+        error
+    }
+
+    fn from_json(error: &Value) -> RpcError {
+        RpcError {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            data: error.get("data").cloned(),
+        }
+    }
+}
+
+impl CancelToken {
+    fn cancel(&self) {
+        *lock(&self.cancelled) = true;
+        self.signal.notify_all();
+    }
+
+    fn is_cancelled(&self) -> bool {
+        *lock(&self.cancelled)
+    }
+
+    /// Waits until cancelled or, with a limit, until it runs out; true if cancelled.
+    fn wait(&self, limit: Option<Duration>) -> bool {
+        let deadline = limit.map(|limit| Instant::now() + limit);
+        let mut cancelled = lock(&self.cancelled);
+        while !*cancelled {
+            match deadline {
+                None => {
+                    cancelled = self
+                        .signal
+                        .wait(cancelled)
+                        .unwrap_or_else(|poison| poison.into_inner());
+                }
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return false;
+                    }
+                    cancelled = self
+                        .signal
+                        .wait_timeout(cancelled, deadline - now)
+                        .unwrap_or_else(|poison| poison.into_inner())
+                        .0;
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Agent {
+    fn new(settings: Settings) -> Agent {
+        let log = settings.log_path.as_deref().and_then(|path| {
+            match OpenOptions::new().create(true).append(true).open(path) {
+                Ok(file) => Some(Mutex::new(file)),
+                Err(error) => {
+                    eprintln!(
+                        "mock-acp-agent: opening log {} failed: {error}",
+                        path.display()
+                    );
+                    None
+                }
+            }
+        });
+        Agent {
+            settings,
+            output: Mutex::new(io::stdout()),
+            log,
+            state: Mutex::new(State {
+                initialized: false,
+                authenticated: false,
+                sessions: HashMap::new(),
+            }),
+            next_request_id: AtomicU64::new(0),
+            pending: Mutex::new(HashMap::new()),
+            next_serial: AtomicU64::new(1),
+        }
+    }
+
+    fn serial(&self) -> u64 {
+        self.next_serial.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Handles one inbound line: framing and JSON-RPC envelope checks, then routing.
+    fn handle_line(self: &Arc<Self>, raw: &[u8]) {
+        let Ok(text) = std::str::from_utf8(raw) else {
+            self.log_inbound(&Value::String(String::from_utf8_lossy(raw).into_owned()));
+            self.send_error(Value::Null, &RpcError::new(PARSE_ERROR, "Parse error"));
+            return;
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let message: Value = match serde_json::from_str(text) {
+            Ok(message) => message,
+            Err(error) => {
+                // Logged as a JSON string so the log stays one JSON value per line.
+                self.log_inbound(&Value::String(text.to_owned()));
+                let error =
+                    RpcError::new(PARSE_ERROR, "Parse error").with_data(json!(error.to_string()));
+                self.send_error(Value::Null, &error);
+                return;
+            }
+        };
+        self.log_inbound(&message);
+
+        let Value::Object(object) = &message else {
+            // ACP has no batches: an array is as invalid as a bare number.
+            let error = RpcError::new(INVALID_REQUEST, "Invalid request").with_data(json!(
+                "expected a single JSON-RPC object (batches are not supported)"
+            ));
+            self.send_error(Value::Null, &error);
+            return;
+        };
+        let id = object.get("id").cloned();
+        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            let error = RpcError::new(INVALID_REQUEST, "Invalid request")
+                .with_data(json!("jsonrpc must be \"2.0\""));
+            self.send_error(id.unwrap_or(Value::Null), &error);
+            return;
+        }
+        match (object.get("method"), id) {
+            (Some(Value::String(method)), id) => {
+                if self.settings.crash_on.as_deref() == Some(method.as_str()) {
+                    eprintln!("mock-acp-agent: crashing on {method} (MOCK_ACP_CRASH_ON)");
+                    process::exit(3);
+                }
+                let params = object.get("params").cloned().unwrap_or(Value::Null);
+                match id {
+                    Some(id) => self.handle_request(id, method, params),
+                    None => self.handle_notification(method, &params),
+                }
+            }
+            (None, Some(id)) if object.contains_key("result") || object.contains_key("error") => {
+                self.handle_response(&id, object.get("result"), object.get("error"));
+            }
+            (_, id) => {
+                let error = RpcError::new(INVALID_REQUEST, "Invalid request")
+                    .with_data(json!("neither a request, a notification nor a response"));
+                self.send_error(id.unwrap_or(Value::Null), &error);
+            }
+        }
+    }
+
+    fn handle_request(self: &Arc<Self>, id: Value, method: &str, params: Value) {
+        match self.dispatch(&id, method, &params) {
+            Ok(Some(result)) => self.send(&json!({ "jsonrpc": "2.0", "id": id, "result": result })),
+            // A prompt turn answers from its worker thread.
+            Ok(None) => {}
+            Err(error) => self.send_error(id, &error),
+        }
+    }
+
+    /// Answers a request, or returns `None` when a worker thread will answer it later.
+    fn dispatch(
+        self: &Arc<Self>,
+        id: &Value,
+        method: &str,
+        params: &Value,
+    ) -> Result<Option<Value>, RpcError> {
+        if method != "initialize" && !lock(&self.state).initialized {
+            // What SDK 2.4.0 agents do before the handshake.
+            return Err(RpcError::new(INVALID_REQUEST, "Invalid request")
+                .with_data(json!("the connection is not initialized")));
+        }
+        let result = match method {
+            "initialize" => self.initialize(params)?,
+            "authenticate" => self.authenticate(params)?,
+            "session/new" => self.new_session(params)?,
+            "session/load" => self.reopen_session(params, true)?,
+            "session/resume" => self.reopen_session(params, false)?,
+            "session/close" => self.close_session(params)?,
+            "session/set_mode" => self.set_mode(params)?,
+            "session/set_config_option" => self.set_config_option(params)?,
+            "session/set_model" => self.set_model(params)?,
+            "session/prompt" => {
+                self.start_turn(id.clone(), params)?;
+                return Ok(None);
+            }
+            _ => {
+                return Err(RpcError::new(METHOD_NOT_FOUND, "Method not found")
+                    .with_data(json!({ "method": method })));
+            }
+        };
+        Ok(Some(result))
+    }
+
+    fn handle_notification(&self, method: &str, params: &Value) {
+        if !lock(&self.state).initialized {
+            return;
+        }
+        if method == "session/cancel" {
+            let Some(session_id) = params.get("sessionId").and_then(Value::as_str) else {
+                eprintln!("mock-acp-agent: session/cancel without sessionId");
+                return;
+            };
+            if let Some(session) = lock(&self.state).sessions.get(session_id) {
+                for turn in &session.turns {
+                    turn.cancel();
+                }
+            }
+        }
+        // Everything else (`$/cancel_request`, `_`-prefixed extensions) is ignored, as the
+        // protocol asks of unknown notifications.
+    }
+
+    /// Routes the client's answer to one of our requests to the turn waiting for it.
+    fn handle_response(&self, id: &Value, result: Option<&Value>, error: Option<&Value>) {
+        let waiter = id.as_u64().and_then(|id| lock(&self.pending).remove(&id));
+        let Some(waiter) = waiter else {
+            eprintln!("mock-acp-agent: response to unknown request id {id}");
+            return;
+        };
+        let answer = match error {
+            Some(error) => Err(RpcError::from_json(error)),
+            None => Ok(result.cloned().unwrap_or(Value::Null)),
+        };
+        // The turn may be gone (the process is about to exit); nothing to do then.
+        let _ = waiter.send(answer);
+    }
+
+    fn initialize(&self, params: &Value) -> Result<Value, RpcError> {
+        if params
+            .get("protocolVersion")
+            .and_then(Value::as_u64)
+            .is_none()
+        {
+            return Err(RpcError::invalid_params(
+                "protocolVersion must be a non-negative integer",
+            ));
+        }
+        if !self.settings.init_delay.is_zero() {
+            thread::sleep(self.settings.init_delay);
+        }
+        lock(&self.state).initialized = true;
+        // Whatever version was asked for, answer 1, as the SDK's agents do: the client must
+        // check the returned version.
+        Ok(json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": { "image": true, "audio": false, "embeddedContext": true },
+                "mcpCapabilities": { "http": false, "sse": false },
+                "sessionCapabilities": { "resume": {}, "close": {} },
+            },
+            "authMethods": [{
+                "id": AUTH_METHOD_ID,
+                "name": "Mock login",
+                "description": "Accepted by the mock agent without credentials",
+            }],
+            "agentInfo": { "name": "mock-acp-agent", "version": "0.1.0" },
+        }))
+    }
+
+    fn authenticate(&self, params: &Value) -> Result<Value, RpcError> {
+        let method_id = str_param(params, "methodId")?;
+        if method_id != AUTH_METHOD_ID {
+            return Err(RpcError::invalid_params(format!(
+                "unknown auth method {method_id:?}"
+            )));
+        }
+        lock(&self.state).authenticated = true;
+        Ok(json!({}))
+    }
+
+    fn new_session(&self, params: &Value) -> Result<Value, RpcError> {
+        check_cwd(params)?;
+        check_mcp_servers(params, true)?;
+        let mut state = lock(&self.state);
+        self.check_auth(&state)?;
+        let session_id = format!("mock-session-{}", self.serial());
+        let session = Session {
+            mode: MODES[0].0.to_owned(),
+            model: MODELS[0].0.to_owned(),
+            turns: Vec::new(),
+        };
+        let result = json!({
+            "sessionId": session_id,
+            "modes": modes_json(&session),
+            "configOptions": config_options_json(&session),
+        });
+        state.sessions.insert(session_id, session);
+        Ok(result)
+    }
+
+    /// `session/load` (which would replay history; the mock has none to replay) and
+    /// `session/resume` of a session this process created.
+    fn reopen_session(&self, params: &Value, load: bool) -> Result<Value, RpcError> {
+        let session_id = str_param(params, "sessionId")?;
+        check_cwd(params)?;
+        check_mcp_servers(params, load)?;
+        let state = lock(&self.state);
+        self.check_auth(&state)?;
+        let session = state
+            .sessions
+            .get(session_id)
+            .ok_or_else(|| RpcError::session_not_found(session_id))?;
+        Ok(json!({
+            "modes": modes_json(session),
+            "configOptions": config_options_json(session),
+        }))
+    }
+
+    fn close_session(&self, params: &Value) -> Result<Value, RpcError> {
+        let session_id = str_param(params, "sessionId")?;
+        let session = lock(&self.state)
+            .sessions
+            .remove(session_id)
+            .ok_or_else(|| RpcError::session_not_found(session_id))?;
+        // A closed session's running turns end as cancelled.
+        for turn in &session.turns {
+            turn.cancel();
+        }
+        Ok(json!({}))
+    }
+
+    fn set_mode(&self, params: &Value) -> Result<Value, RpcError> {
+        let session_id = str_param(params, "sessionId")?;
+        let mode_id = str_param(params, "modeId")?;
+        self.with_session(session_id, |session| {
+            session.mode = pick(&MODES, mode_id, "mode")?;
+            Ok(())
+        })?;
+        // Notification first, then the response, as real agents order them.
+        self.send_update(
+            session_id,
+            json!({ "sessionUpdate": "current_mode_update", "currentModeId": mode_id }),
+        );
+        Ok(json!({}))
+    }
+
+    fn set_config_option(&self, params: &Value) -> Result<Value, RpcError> {
+        let session_id = str_param(params, "sessionId")?;
+        let config_id = str_param(params, "configId")?;
+        let value = str_param(params, "value")?;
+        self.with_session(session_id, |session| {
+            match config_id {
+                "mode" => session.mode = pick(&MODES, value, "mode")?,
+                "model" => session.model = pick(&MODELS, value, "model")?,
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "unknown config option {config_id:?}"
+                    )));
+                }
+            }
+            Ok(json!({ "configOptions": config_options_json(session) }))
+        })
+    }
+
+    /// The legacy way to pick a model, gone from the 2.4.0 schema but still accepted by
+    /// claude-agent-acp; kept so the client's fallback path has a peer.
+    fn set_model(&self, params: &Value) -> Result<Value, RpcError> {
+        let session_id = str_param(params, "sessionId")?;
+        let model_id = str_param(params, "modelId")?;
+        self.with_session(session_id, |session| {
+            session.model = pick(&MODELS, model_id, "model")?;
+            Ok(json!({}))
+        })
+    }
+
+    /// Registers the turn's cancel token before the worker starts, so a cancel that arrives
+    /// right behind the prompt still reaches it.
+    fn start_turn(self: &Arc<Self>, id: Value, params: &Value) -> Result<(), RpcError> {
+        let session_id = str_param(params, "sessionId")?.to_owned();
+        let Some(blocks) = params.get("prompt").and_then(Value::as_array) else {
+            return Err(RpcError::invalid_params(
+                "prompt must be an array of content blocks",
+            ));
+        };
+        let text = blocks
+            .iter()
+            .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|block| block.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let cancel = Arc::new(CancelToken::default());
+        self.with_session(&session_id, |session| {
+            session.turns.push(Arc::clone(&cancel));
+            Ok(())
+        })?;
+        let agent = Arc::clone(self);
+        thread::spawn(move || agent.run_turn(id, session_id, text, cancel));
+        Ok(())
+    }
+
+    fn run_turn(&self, id: Value, session_id: String, text: String, cancel: Arc<CancelToken>) {
+        let mut turn = Turn {
+            agent: self,
+            session_id: session_id.clone(),
+            cancel: Arc::clone(&cancel),
+            reply: None,
+            chunks: 1,
+            stop_reason: "end_turn".to_owned(),
+            exit_after_reply: false,
+            output_bytes: 0,
+        };
+        let end = turn.play(&text);
+        if let Some(session) = lock(&self.state).sessions.get_mut(&session_id) {
+            session.turns.retain(|token| !Arc::ptr_eq(token, &cancel));
+        }
+        match end {
+            TurnEnd::Stop(stop_reason) => {
+                let input = token_count(text.len());
+                let output = token_count(turn.output_bytes);
+                let result = json!({
+                    "stopReason": stop_reason,
+                    "usage": {
+                        "inputTokens": input,
+                        "outputTokens": output,
+                        "totalTokens": input + output,
+                    },
+                });
+                self.send(&json!({ "jsonrpc": "2.0", "id": id, "result": result }));
+            }
+            TurnEnd::Error(error) => self.send_error(id, &error),
+        }
+        if turn.exit_after_reply {
+            eprintln!("mock-acp-agent: exiting after the reply (@mock exit_after_reply)");
+            process::exit(0);
+        }
+    }
+
+    fn check_auth(&self, state: &State) -> Result<(), RpcError> {
+        if self.settings.auth_required && !state.authenticated {
+            return Err(RpcError::auth_required());
+        }
+        Ok(())
+    }
+
+    fn with_session<T>(
+        &self,
+        session_id: &str,
+        change: impl FnOnce(&mut Session) -> Result<T, RpcError>,
+    ) -> Result<T, RpcError> {
+        let mut state = lock(&self.state);
+        let session = state
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| RpcError::session_not_found(session_id))?;
+        change(session)
+    }
+
+    /// Sends a request to the client and blocks the calling turn until the answer arrives.
+    fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = mpsc::channel();
+        lock(&self.pending).insert(id, sender);
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        receiver
+            .recv()
+            .unwrap_or_else(|_| Err(RpcError::new(INTERNAL_ERROR, "connection closed")))
+    }
+
+    fn send_update(&self, session_id: &str, update: Value) {
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": { "sessionId": session_id, "update": update },
+        }));
+    }
+
+    fn send_error(&self, id: Value, error: &RpcError) {
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() }));
+    }
+
+    fn send(&self, message: &Value) {
+        let line = message.to_string();
+        let mut output = lock(&self.output);
+        // A client that stopped reading is not our problem to report beyond stderr; the
+        // process ends at stdin EOF anyway.
+        if let Err(error) = writeln!(output, "{line}").and_then(|()| output.flush()) {
+            eprintln!("mock-acp-agent: writing stdout failed: {error}");
+        }
+    }
+
+    fn log_inbound(&self, message: &Value) {
+        if let Some(log) = &self.log {
+            let mut file = lock(log);
+            if let Err(error) = writeln!(file, "{message}").and_then(|()| file.flush()) {
+                eprintln!("mock-acp-agent: writing the log failed: {error}");
+            }
+        }
+    }
+}
+
+impl Turn<'_> {
+    /// Runs the `@mock` directives in order, then streams the reply.
+    fn play(&mut self, text: &str) -> TurnEnd {
+        let mut user_lines = Vec::new();
+        let mut directives = Vec::new();
+        for line in text.lines() {
+            match parse_directive(line) {
+                Some(directive) => directives.push(directive),
+                None => user_lines.push(line),
+            }
+        }
+        let user_text = user_lines.join("\n").trim().to_owned();
+
+        for (verb, args) in directives {
+            if self.cancel.is_cancelled() {
+                return self.cancelled();
+            }
+            match self.directive(verb, args, &user_text) {
+                Ok(None) => {}
+                Ok(Some(end)) => return end,
+                Err(error) => return TurnEnd::Error(error),
+            }
+        }
+
+        let reply = self
+            .reply
+            .take()
+            .unwrap_or_else(|| format!("ECHO: {user_text}"));
+        let message_id = self.message_id();
+        for chunk in split_chunks(&reply, self.chunks) {
+            // Checked between chunks, so a cancel interrupts a stream.
+            if self.cancel.is_cancelled() {
+                return self.cancelled();
+            }
+            self.send_chunk("agent_message_chunk", &message_id, &chunk);
+        }
+        TurnEnd::Stop(self.stop_reason.clone())
+    }
+
+    /// Plays one directive; `Some` ends the turn there.
+    fn directive(
+        &mut self,
+        verb: &str,
+        args: &str,
+        user_text: &str,
+    ) -> Result<Option<TurnEnd>, RpcError> {
+        match verb {
+            "reply" => self.reply = Some(args.to_owned()),
+            "json" => {
+                serde_json::from_str::<Value>(args)
+                    .map_err(|error| RpcError::invalid_params(format!("@mock json: {error}")))?;
+                self.reply = Some(args.to_owned());
+            }
+            "chunks" => {
+                self.chunks = args
+                    .parse()
+                    .ok()
+                    .filter(|&count| count > 0)
+                    .ok_or_else(|| RpcError::invalid_params("@mock chunks needs N >= 1"))?;
+            }
+            "delay" => {
+                let ms = args
+                    .parse()
+                    .map_err(|_| RpcError::invalid_params("@mock delay needs milliseconds"))?;
+                if self.cancel.wait(Some(Duration::from_millis(ms))) {
+                    return Ok(Some(self.cancelled()));
+                }
+            }
+            "hang" => {
+                self.cancel.wait(None);
+                return Ok(Some(self.cancelled()));
+            }
+            "thought" => {
+                let message_id = self.message_id();
+                self.send_chunk("agent_thought_chunk", &message_id, args);
+            }
+            "tool" => {
+                let tool_call_id = format!("mock-tool-{}", self.agent.serial());
+                self.update(json!({
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": tool_call_id,
+                    "title": args,
+                    "kind": "other",
+                    "status": "in_progress",
+                }));
+                self.update(json!({
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": tool_call_id,
+                    "status": "completed",
+                    "content": [{ "type": "content", "content": { "type": "text", "text": "done" } }],
+                }));
+            }
+            "permission" => {
+                let outcome = self.ask_permission();
+                self.add_reply(format!("PERMISSION: {outcome}"));
+            }
+            "read" => {
+                let answer = self.agent.request(
+                    "fs/read_text_file",
+                    json!({ "sessionId": self.session_id, "path": args }),
+                );
+                self.add_reply(match answer {
+                    Ok(result) => result
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    Err(error) => format!("ERROR {}: {}", error.code, error.message),
+                });
+            }
+            "write" => {
+                let (path, content) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
+                let answer = self.agent.request(
+                    "fs/write_text_file",
+                    json!({ "sessionId": self.session_id, "path": path, "content": content }),
+                );
+                self.add_reply(match answer {
+                    Ok(_) => format!("WROTE: {path}"),
+                    Err(error) => format!("ERROR {}: {}", error.code, error.message),
+                });
+            }
+            "stop" if !args.is_empty() => self.stop_reason = args.to_owned(),
+            "error" => {
+                let (code, message) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
+                let code = code
+                    .parse()
+                    .map_err(|_| RpcError::invalid_params("@mock error needs CODE MSG"))?;
+                return Ok(Some(TurnEnd::Error(RpcError::new(code, message.trim()))));
+            }
+            "auth_required" => return Ok(Some(TurnEnd::Error(RpcError::auth_required()))),
+            "usage_limit" => {
+                // Shaped like codex's usage-limit failure: -32603 with a tell-tale message.
+                let error = RpcError::new(INTERNAL_ERROR, "You've hit your usage limit")
+                    .with_data(json!({ "kind": "usage_limit" }));
+                return Ok(Some(TurnEnd::Error(error)));
+            }
+            "crash" => {
+                let reply = self
+                    .reply
+                    .clone()
+                    .unwrap_or_else(|| format!("ECHO: {user_text}"));
+                let message_id = self.message_id();
+                self.send_chunk("agent_message_chunk", &message_id, &reply);
+                eprintln!("mock-acp-agent: crashing mid-turn (@mock crash)");
+                process::exit(2);
+            }
+            "stderr" => eprintln!("{args}"),
+            "usage_null" => {
+                // claude-agent-acp really sends `used: null`, which the schema does not allow.
+                self.update(json!({ "sessionUpdate": "usage_update", "used": null, "size": 1000 }));
+            }
+            "exit_after_reply" => self.exit_after_reply = true,
+            "echo_model" => {
+                let (model, mode) = self
+                    .agent
+                    .with_session(&self.session_id, |session| {
+                        Ok((session.model.clone(), session.mode.clone()))
+                    })
+                    .unwrap_or_else(|_| ("?".to_owned(), "?".to_owned()));
+                self.add_reply(format!("MODEL: {model} MODE: {mode}"));
+            }
+            _ => {
+                return Err(RpcError::invalid_params(format!(
+                    "unknown or malformed directive: @mock {verb} {args}"
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Announces a pending tool call and asks the client to allow it. Deliberately not
+    /// interrupted by a cancel: the client must answer `cancelled` itself, as ACP requires.
+    fn ask_permission(&mut self) -> String {
+        let tool_call_id = format!("mock-tool-{}", self.agent.serial());
+        self.update(json!({
+            "sessionUpdate": "tool_call",
+            "toolCallId": tool_call_id,
+            "title": "Mock edit",
+            "kind": "edit",
+            "status": "pending",
+        }));
+        let answer = self.agent.request(
+            "session/request_permission",
+            json!({
+                "sessionId": self.session_id,
+                "toolCall": { "toolCallId": tool_call_id, "title": "Mock edit", "kind": "edit", "status": "pending" },
+                "options": [
+                    { "optionId": "allow", "name": "Allow", "kind": "allow_once" },
+                    { "optionId": "reject", "name": "Reject", "kind": "reject_once" },
+                ],
+            }),
+        );
+        let outcome = match answer {
+            Ok(result) => {
+                let outcome = &result["outcome"];
+                match outcome["outcome"].as_str() {
+                    Some("selected") => outcome["optionId"].as_str().unwrap_or("?").to_owned(),
+                    Some("cancelled") => "cancelled".to_owned(),
+                    _ => format!("invalid answer {result}"),
+                }
+            }
+            Err(error) => format!("error {}: {}", error.code, error.message),
+        };
+        let status = if outcome == "allow" {
+            "completed"
+        } else {
+            "failed"
+        };
+        self.update(json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": tool_call_id,
+            "status": status,
+        }));
+        outcome
+    }
+
+    /// Round-trip verbs add a line to the reply; the first one replaces the echo.
+    fn add_reply(&mut self, line: String) {
+        match &mut self.reply {
+            Some(reply) => {
+                reply.push('\n');
+                reply.push_str(&line);
+            }
+            None => self.reply = Some(line),
+        }
+    }
+
+    fn cancelled(&self) -> TurnEnd {
+        TurnEnd::Stop(self.agent.settings.cancel_stop.clone())
+    }
+
+    /// A UUID-shaped id, deterministic per process run, as ACP's `messageId` expects.
+    fn message_id(&self) -> String {
+        format!("00000000-0000-4000-8000-{:012x}", self.agent.serial())
+    }
+
+    fn send_chunk(&mut self, kind: &str, message_id: &str, text: &str) {
+        self.output_bytes += text.len();
+        self.update(json!({
+            "sessionUpdate": kind,
+            "messageId": message_id,
+            "content": { "type": "text", "text": text },
+        }));
+    }
+
+    fn update(&self, update: Value) {
+        self.agent.send_update(&self.session_id, update);
+    }
+}
+
+/// `@mock verb args` → `(verb, args)`; anything else is user text.
+fn parse_directive(line: &str) -> Option<(&str, &str)> {
+    let rest = line.trim().strip_prefix("@mock")?;
+    if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let rest = rest.trim();
+    Some(match rest.split_once(char::is_whitespace) {
+        Some((verb, args)) => (verb, args.trim()),
+        None => (rest, ""),
+    })
+}
+
+/// Splits `text` into `count` pieces of near-equal length (fewer if it is shorter), on char
+/// boundaries.
+fn split_chunks(text: &str, count: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    let count = count.min(chars.len());
+    let size = chars.len().div_ceil(count);
+    chars
+        .chunks(size)
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
+/// Deterministic stand-in for a tokenizer: a token per 4 bytes, rounded up, at least 1.
+fn token_count(bytes: usize) -> usize {
+    bytes.div_ceil(4).max(1)
+}
+
+fn modes_json(session: &Session) -> Value {
+    json!({
+        "currentModeId": session.mode,
+        "availableModes": MODES
+            .iter()
+            .map(|(id, name)| json!({ "id": id, "name": name }))
+            .collect::<Vec<_>>(),
+    })
+}
+
+fn config_options_json(session: &Session) -> Value {
+    let select = |id: &str, name: &str, current: &str, choices: &[(&str, &str)]| {
+        json!({
+            "id": id,
+            "name": name,
+            "category": id,
+            "type": "select",
+            "currentValue": current,
+            "options": choices
+                .iter()
+                .map(|(value, name)| json!({ "value": value, "name": name }))
+                .collect::<Vec<_>>(),
+        })
+    };
+    json!([
+        select("mode", "Mode", &session.mode, &MODES),
+        select("model", "Model", &session.model, &MODELS),
+    ])
+}
+
+/// Validates `value` against a fixed list of choices.
+fn pick(choices: &[(&str, &str)], value: &str, what: &str) -> Result<String, RpcError> {
+    if choices.iter().any(|(id, _)| *id == value) {
+        Ok(value.to_owned())
+    } else {
+        Err(RpcError::invalid_params(format!(
+            "unknown {what} {value:?}"
+        )))
+    }
+}
+
+fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcError> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("{name} must be a string")))
+}
+
+fn check_cwd(params: &Value) -> Result<(), RpcError> {
+    let cwd = str_param(params, "cwd")?;
+    if !Path::new(cwd).is_absolute() {
+        return Err(RpcError::invalid_params(format!(
+            "cwd must be an absolute path, got {cwd:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// `mcpServers` is required by session/new and session/load, optional for session/resume.
+fn check_mcp_servers(params: &Value, required: bool) -> Result<(), RpcError> {
+    match params.get("mcpServers") {
+        Some(Value::Array(_)) => Ok(()),
+        None if !required => Ok(()),
+        _ => Err(RpcError::invalid_params("mcpServers must be an array")),
+    }
+}
+
+/// Appends our pid (and the optional child's) to `MOCK_ACP_PID_FILE`.
+fn record_pids(settings: &Settings) {
+    let mut pids = vec![process::id()];
+    if settings.spawn_child {
+        // Null stdio: the child must not hold our pipes open, or the client would never see
+        // EOF on our stdout after we die; only the process group ties it to us.
+        match Command::new("sleep")
+            .arg("300")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(mut child) => {
+                pids.push(child.id());
+                // Reaps it should it die before us.
+                thread::spawn(move || child.wait());
+            }
+            Err(error) => eprintln!("mock-acp-agent: spawning the child failed: {error}"),
+        }
+    }
+    let Some(path) = &settings.pid_file else {
+        return;
+    };
+    let text: String = pids.iter().map(|pid| format!("{pid}\n")).collect();
+    let written = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()));
+    if let Err(error) = written {
+        eprintln!(
+            "mock-acp-agent: writing pid file {} failed: {error}",
+            path.display()
+        );
+    }
+}
+
+/// Locks, ignoring poisoning: a panicked turn must not take the whole agent down with it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}

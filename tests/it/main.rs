@@ -1,1 +1,2 @@
-
+//! Integration tests, one module per area.
+mod mock_agent;
