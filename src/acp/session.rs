@@ -108,6 +108,10 @@ impl SessionHandler for SessionSink {
 
     async fn request_permission(&self, params: Value) -> Value {
         let cancelled = self.turn().cancelled.clone();
+        // After our session/cancel, ACP requires `cancelled` for every permission request.
+        if cancelled.is_cancelled() {
+            return json!({"outcome": {"outcome": "cancelled"}});
+        }
         let options = params
             .get("options")
             .and_then(Value::as_array)

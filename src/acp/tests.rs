@@ -368,3 +368,26 @@ async fn permission_for_an_unknown_session_is_cancelled() {
         json!({"outcome": {"outcome": "cancelled"}})
     );
 }
+
+#[test]
+fn config_reads_pool_size_and_init_timeout_and_names_bad_variables() {
+    use crate::acp::AcpConfig;
+    use crate::env::EnvSnapshot;
+    let config = AcpConfig::from_env(&EnvSnapshot::from_pairs([
+        ("AGENTPRISM_ACP_POOL_SIZE", "0"),
+        ("AGENTPRISM_ACP_INIT_TIMEOUT_MS", "1500"),
+    ]))
+    .expect("config");
+    assert_eq!(config.pool_size, 1, "clamped to at least 1");
+    assert_eq!(config.init_timeout, Duration::from_millis(1500));
+    let defaults = AcpConfig::from_env(&EnvSnapshot::default()).expect("defaults");
+    assert_eq!(
+        (defaults.pool_size, defaults.init_timeout),
+        (1, Duration::from_secs(60))
+    );
+    for variable in ["AGENTPRISM_ACP_POOL_SIZE", "AGENTPRISM_ACP_INIT_TIMEOUT_MS"] {
+        let error = AcpConfig::from_env(&EnvSnapshot::from_pairs([(variable, "lots")]))
+            .expect_err("bad number");
+        assert!(error.contains(variable), "{error}");
+    }
+}

@@ -765,3 +765,32 @@ sleep 300"#;
     assert_ne!(pids[1], pid);
     runner.shutdown(Duration::from_secs(2)).await;
 }
+
+#[tokio::test]
+async fn resume_reattaches_a_known_session_and_falls_back_to_a_new_one() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let first = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let reference = first.session_ref().expect("ref");
+    let mut spec = session_spec(&backend);
+    spec.resume_session = reference["sessionId"].as_str().map(str::to_owned);
+    let mut resumed = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    assert_eq!(resumed.session_ref(), Some(reference.clone()));
+    let output = prompt(&mut resumed, turn("back"), CancellationToken::new())
+        .await
+        .expect("resumed turn");
+    assert_eq!(output.text, "ECHO: back");
+
+    let mut spec = session_spec(&backend);
+    spec.resume_session = Some("forgotten-session".to_owned());
+    let fresh = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    let fresh_reference = fresh.session_ref().expect("ref");
+    assert_ne!(fresh_reference["sessionId"], json!("forgotten-session"));
+    assert_ne!(fresh_reference, reference);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
