@@ -1,3 +1,187 @@
-//! The Agent Client Protocol runner: backend processes, sessions and the pool.
+//! The Agent Client Protocol runner: the engine's [`AgentRunner`] over real agent processes.
+//!
+//! Reading order: [`registry`] decides which command a backend name runs; [`process`] spawns
+//! it in its own process group; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
+//! long-lived initialized processes per backend; a session opens, configures and prompts on
+//! one of them; `failure` maps ACP errors to the engine's failure kinds.
 
+pub mod connection;
+mod failure;
+mod pool;
+pub mod process;
 pub mod registry;
+mod session;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, BackendSpec,
+    PermissionOutcome, PermissionRequest, ProbeReport, SessionSpec,
+};
+use crate::env::{self, EnvSnapshot};
+
+pub use registry::BackendRegistry;
+
+/// How the runner treats backend processes.
+#[derive(Clone, Debug)]
+pub struct AcpConfig {
+    /// Long-lived processes per backend (at least 1); each multiplexes many sessions.
+    pub pool_size: usize,
+    /// Deadline for `initialize`, and for each session setup request, so a command that is
+    /// not an ACP agent fails instead of hanging.
+    pub init_timeout: Duration,
+    /// How long a cancelled or timed-out turn may take to end after `session/cancel` before
+    /// the process group is killed.
+    pub cancel_grace: Duration,
+    /// Per shutdown phase (after EOF, after SIGTERM), capped by the shutdown deadline.
+    pub shutdown_grace: Duration,
+    /// The environment every agent inherits (plus its backend's `env`).
+    pub base_env: EnvSnapshot,
+}
+
+impl AcpConfig {
+    /// Defaults: pool size 1, 60 s init timeout, 5 s cancel grace, 5 s shutdown grace.
+    pub fn new(base_env: EnvSnapshot) -> AcpConfig {
+        AcpConfig {
+            pool_size: 1,
+            init_timeout: Duration::from_millis(60_000),
+            cancel_grace: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(5),
+            base_env,
+        }
+    }
+
+    /// Reads `AGENTPRISM_ACP_POOL_SIZE` and `AGENTPRISM_ACP_INIT_TIMEOUT_MS`; `env` is also
+    /// the agents' base environment. Errors name the variable.
+    pub fn from_env(env: &EnvSnapshot) -> Result<AcpConfig, String> {
+        let mut config = AcpConfig::new(env.clone());
+        let pool_size = env.u64_or(env::ACP_POOL_SIZE, 1)?;
+        config.pool_size = usize::try_from(pool_size).unwrap_or(usize::MAX).max(1);
+        config.init_timeout = Duration::from_millis(env.u64_or(env::ACP_INIT_TIMEOUT_MS, 60_000)?);
+        Ok(config)
+    }
+}
+
+/// The ACP implementation of [`AgentRunner`]: one per process, shared by every run.
+pub struct AcpRunner {
+    pool: pool::Pool,
+}
+
+impl AcpRunner {
+    pub fn new(config: AcpConfig) -> AcpRunner {
+        AcpRunner {
+            pool: pool::Pool::new(config),
+        }
+    }
+
+    async fn open(
+        &self,
+        spec: &SessionSpec,
+        observer: Arc<dyn AgentObserver>,
+    ) -> Result<(session::AcpSession, session::SessionInfo), AgentFailure> {
+        let lease = self.pool.acquire(&spec.backend).await?;
+        let config = self.pool.config();
+        session::open(
+            lease,
+            spec,
+            observer,
+            config.init_timeout,
+            config.cancel_grace,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl AgentRunner for AcpRunner {
+    async fn open_session(
+        &self,
+        spec: SessionSpec,
+        observer: Arc<dyn AgentObserver>,
+    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
+        let (session, _) = self.open(&spec, observer).await?;
+        Ok(Box::new(session))
+    }
+
+    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, cwd: &Path) -> ProbeReport {
+        let spec = SessionSpec {
+            backend: backend.clone(),
+            model: model.map(str::to_owned),
+            mode: None,
+            config_options: Vec::new(),
+            cwd: cwd.to_path_buf(),
+            mcp_servers: json!([]),
+            meta: None,
+            resume_session: None,
+            run_id: String::new(),
+            call_index: 0,
+            label: "probe".to_owned(),
+        };
+        let mut report = ProbeReport {
+            backend: backend.id.clone(),
+            ..ProbeReport::default()
+        };
+        // The methods come from `initialize`, so they are worth reporting even when the
+        // session itself fails (the typical auth-required case).
+        let lease = match self.pool.acquire(backend).await {
+            Ok(lease) => lease,
+            Err(failure) => {
+                report.error = Some(failure.message);
+                return report;
+            }
+        };
+        report.auth_methods = lease.host().auth_methods.clone();
+        let config = self.pool.config();
+        let opened = session::open(
+            lease,
+            &spec,
+            Arc::new(IgnoringObserver),
+            config.init_timeout,
+            config.cancel_grace,
+        )
+        .await;
+        match opened {
+            Ok((session, info)) => {
+                report.probed = true;
+                report.modes = info.modes;
+                report.config_options = info.config_options;
+                report.current_model = info.current_model;
+                Box::new(session).close().await;
+            }
+            Err(failure) => report.error = Some(failure.message),
+        }
+        report
+    }
+
+    async fn shutdown(&self, deadline: Duration) {
+        self.pool.shutdown(deadline).await;
+    }
+}
+
+/// A probe prompts nothing, so it has nothing to show and nobody to ask.
+struct IgnoringObserver;
+
+#[async_trait]
+impl AgentObserver for IgnoringObserver {
+    fn update(&self, _update: AgentUpdate) {}
+
+    async fn request_permission(&self, _request: PermissionRequest) -> PermissionOutcome {
+        PermissionOutcome::Cancelled
+    }
+}
+
+/// Splits a session ref from [`AgentSession::session_ref`] into `(backendId, sessionId)`.
+pub fn session_ref_parts(reference: &Value) -> Option<(&str, &str)> {
+    Some((
+        reference.get("backendId")?.as_str()?,
+        reference.get("sessionId")?.as_str()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,2 +1,3 @@
 //! Integration tests, one module per area.
+mod acp;
 mod mock_agent;

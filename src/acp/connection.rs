@@ -1,0 +1,561 @@
+//! One ACP JSON-RPC connection: newline-delimited JSON over an async reader/writer pair, with
+//! a reader task that routes responses, agent requests and `session/update` notifications.
+//!
+//! We speak the wire protocol with this small hand-written client instead of the
+//! `agent-client-protocol` crate. That crate validates every notification against its schema
+//! and silently drops the ones that fail, and Claude's adapter sends `usage_update` with
+//! `used:null`, so real updates vanished without a trace. Its request handlers also run inside
+//! the connection's dispatch loop: a permission request that waits for a human would stall
+//! every other session multiplexed on the same agent process. Agents add variants faster than
+//! schema crates follow, so we want to parse leniently (unknown `sessionUpdate` tags, unknown
+//! auth method types, `_meta`, `_`-prefixed notifications) and decide ourselves what matters.
+//!
+//! Ids are per direction: the agent numbers its own requests (from 0) and they may collide
+//! with ours, so a message is a response only when it has an id and no `method`. Agent
+//! requests are answered from their own tasks so a slow one never blocks the reader. When the
+//! stream ends or breaks, every pending request fails with a message naming the backend, what
+//! happened to the process, and the method that was waiting.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::runner::AgentUpdate;
+
+/// JSON-RPC error codes the client produces or branches on.
+pub mod codes {
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// ACP `auth_required`.
+    pub const AUTH_REQUIRED: i64 = -32000;
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+}
+
+/// Why a request did not produce a result.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The agent answered with a JSON-RPC error.
+    #[error("{message} (code {code})")]
+    Remote {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
+    /// The connection ended before an answer arrived; the text names backend and method.
+    #[error("{0}")]
+    Closed(String),
+}
+
+/// Receives what the agent sends about one session. The reader calls `update` inline, in
+/// stream order, so by the time a `session/prompt` response is delivered every chunk that
+/// preceded it has been seen.
+#[async_trait]
+pub trait SessionHandler: Send + Sync {
+    fn update(&self, update: AgentUpdate);
+    /// Answers `session/request_permission`; returns the JSON-RPC result (`{outcome:…}`).
+    async fn request_permission(&self, params: Value) -> Value;
+}
+
+/// Produces the description of why the stream ended (for a process: its exit status), once.
+pub type CloseReason = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = String> + Send>> + Send>;
+
+/// A cheap-clone handle to one connection.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// Names the backend in every error that leaves this module.
+    backend: String,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    next_id: AtomicU64,
+    state: Mutex<State>,
+    sessions: Mutex<HashMap<String, Arc<dyn SessionHandler>>>,
+    /// Cancelled once the connection is closed and every pending request has failed.
+    closed: CancellationToken,
+    /// Asks the reader to stop (the writer broke); the reader then closes everything.
+    broken: CancellationToken,
+}
+
+struct State {
+    pending: HashMap<u64, Pending>,
+    /// Set when the stream ended: the reason, for requests made afterwards.
+    closed_reason: Option<String>,
+}
+
+struct Pending {
+    method: String,
+    reply: oneshot::Sender<Result<Value, RpcError>>,
+}
+
+enum Outgoing {
+    Line(String),
+    /// Close our side of the stream so the agent sees EOF.
+    Close,
+}
+
+/// Removes a pending entry when the waiting future is dropped (timeout, cancellation).
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            state.pending.remove(&self.id);
+        }
+    }
+}
+
+impl Connection {
+    /// Starts the reader and writer tasks on `tracker`. `close_reason` describes why the
+    /// stream ended (for an agent process, its exit status); without one the text says the
+    /// agent closed the connection.
+    pub fn start<R, W>(
+        backend: impl Into<String>,
+        reader: R,
+        writer: W,
+        close_reason: Option<CloseReason>,
+        tracker: &TaskTracker,
+    ) -> Connection
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            backend: backend.into(),
+            outgoing,
+            next_id: AtomicU64::new(1),
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                closed_reason: None,
+            }),
+            sessions: Mutex::new(HashMap::new()),
+            closed: CancellationToken::new(),
+            broken: CancellationToken::new(),
+        });
+        tracker.spawn(write_loop(shared.clone(), writer, outgoing_rx));
+        tracker.spawn(read_loop(
+            shared.clone(),
+            reader,
+            close_reason,
+            tracker.clone(),
+        ));
+        Connection { shared }
+    }
+
+    pub fn backend(&self) -> &str {
+        &self.shared.backend
+    }
+
+    /// Sends a request and waits for its response. Dropping the future forgets the request.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let shared = &*self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut state = lock(&shared.state);
+            if let Some(reason) = &state.closed_reason {
+                return Err(RpcError::Closed(closed_message(
+                    &shared.backend,
+                    reason,
+                    method,
+                )));
+            }
+            state.pending.insert(
+                id,
+                Pending {
+                    method: method.to_owned(),
+                    reply,
+                },
+            );
+        }
+        let _guard = PendingGuard { shared, id };
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if shared
+            .outgoing
+            .send(Outgoing::Line(line.to_string()))
+            .is_err()
+        {
+            return Err(self.closed_error(method));
+        }
+        match answer.await {
+            Ok(result) => result,
+            // The sender went away without an answer: the reader shut down.
+            Err(_) => Err(self.closed_error(method)),
+        }
+    }
+
+    /// Sends a notification (no answer expected).
+    pub fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
+        let line = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        self.shared
+            .outgoing
+            .send(Outgoing::Line(line.to_string()))
+            .map_err(|_| self.closed_error(method))
+    }
+
+    /// Routes `session/update` and permission requests for `session_id` to `handler`.
+    pub fn register_session(&self, session_id: &str, handler: Arc<dyn SessionHandler>) {
+        lock(&self.shared.sessions).insert(session_id.to_owned(), handler);
+    }
+
+    pub fn unregister_session(&self, session_id: &str) {
+        lock(&self.shared.sessions).remove(session_id);
+    }
+
+    /// Closes our end of the stream; a well-behaved agent exits on EOF.
+    pub fn close_input(&self) {
+        let _ = self.shared.outgoing.send(Outgoing::Close);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    /// Resolves once the stream has ended and pending requests have failed.
+    pub async fn closed(&self) {
+        self.shared.closed.cancelled().await
+    }
+
+    fn closed_error(&self, method: &str) -> RpcError {
+        let state = lock(&self.shared.state);
+        let reason = state
+            .closed_reason
+            .as_deref()
+            .unwrap_or("the connection to the agent closed");
+        RpcError::Closed(closed_message(&self.shared.backend, reason, method))
+    }
+}
+
+fn closed_message(backend: &str, reason: &str, method: &str) -> String {
+    format!("backend {backend}: {reason} while waiting for {method}")
+}
+
+/// A poisoned lock only means another task panicked mid-update; the maps stay usable.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn write_loop<W>(
+    shared: Arc<Shared>,
+    writer: W,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+) where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut writer = writer;
+    while let Some(message) = tokio::select! {
+        message = outgoing.recv() => message,
+        _ = shared.closed.cancelled() => None,
+    } {
+        match message {
+            Outgoing::Line(mut line) => {
+                line.push('\n');
+                let result = async {
+                    writer.write_all(line.as_bytes()).await?;
+                    writer.flush().await
+                }
+                .await;
+                if let Err(error) = result {
+                    tracing::debug!(backend = %shared.backend, %error, "writing to the agent failed");
+                    shared.broken.cancel();
+                    return;
+                }
+            }
+            Outgoing::Close => {
+                let _ = writer.shutdown().await;
+                return;
+            }
+        }
+    }
+}
+
+async fn read_loop<R>(
+    shared: Arc<Shared>,
+    reader: R,
+    close_reason: Option<CloseReason>,
+    tracker: TaskTracker,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    let mut reader = BufReader::new(reader);
+    let mut buffer = Vec::new();
+    let mut broken_by_writer = false;
+    loop {
+        buffer.clear();
+        let read = tokio::select! {
+            read = reader.read_until(b'\n', &mut buffer) => read,
+            _ = shared.broken.cancelled() => { broken_by_writer = true; break; }
+        };
+        match read {
+            Ok(0) => break,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buffer);
+                let line = line.trim();
+                if !line.is_empty() {
+                    dispatch(&shared, line, &tracker);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(backend = %shared.backend, %error, "reading from the agent failed");
+                break;
+            }
+        }
+    }
+    let mut reason = match close_reason {
+        Some(describe) => describe().await,
+        None => "the agent closed the connection".to_owned(),
+    };
+    if broken_by_writer {
+        reason = format!("{reason} (writing to it failed)");
+    }
+    let pending: Vec<Pending> = {
+        let mut state = lock(&shared.state);
+        state.closed_reason = Some(reason.clone());
+        state.pending.drain().map(|(_, pending)| pending).collect()
+    };
+    for entry in pending {
+        let message = closed_message(&shared.backend, &reason, &entry.method);
+        let _ = entry.reply.send(Err(RpcError::Closed(message)));
+    }
+    lock(&shared.sessions).clear();
+    shared.closed.cancel();
+}
+
+/// Routes one inbound message. Never blocks: requests are answered from spawned tasks.
+fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
+    let message: Value = match serde_json::from_str(line) {
+        Ok(message) => message,
+        Err(error) => {
+            tracing::debug!(backend = %shared.backend, %error, "ignoring a line that is not JSON");
+            return;
+        }
+    };
+    let Some(object) = message.as_object() else {
+        tracing::debug!(backend = %shared.backend, "ignoring a message that is not an object");
+        return;
+    };
+    let id = object.get("id").filter(|id| !id.is_null()).cloned();
+    match (object.get("method").and_then(Value::as_str), id) {
+        (Some(method), Some(id)) => {
+            let params = object.get("params").cloned().unwrap_or(Value::Null);
+            let shared = shared.clone();
+            let method = method.to_owned();
+            tracker.spawn(async move {
+                let answer = tokio::select! {
+                    answer = answer_request(&shared, &method, params) => answer,
+                    // The agent is gone; nobody is left to read an answer.
+                    _ = shared.closed.cancelled() => return,
+                };
+                let line = match answer {
+                    Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                    Err((code, message)) => json!({
+                        "jsonrpc": "2.0", "id": id,
+                        "error": {"code": code, "message": message},
+                    }),
+                };
+                let _ = shared.outgoing.send(Outgoing::Line(line.to_string()));
+            });
+        }
+        (Some(method), None) => {
+            if method == "session/update" {
+                let params = object.get("params").unwrap_or(&Value::Null);
+                let handler = params
+                    .get("sessionId")
+                    .and_then(Value::as_str)
+                    .and_then(|session| lock(&shared.sessions).get(session).cloned());
+                if let Some(handler) = handler {
+                    handler.update(parse_update(params.get("update").unwrap_or(&Value::Null)));
+                }
+            }
+            // `_`-prefixed extensions and anything else we do not know are ignored on purpose.
+        }
+        (None, Some(id)) => {
+            let Some(id) = response_id(&id) else {
+                tracing::debug!(backend = %shared.backend, %id, "ignoring a response with an id we never used");
+                return;
+            };
+            let entry = lock(&shared.state).pending.remove(&id);
+            let Some(entry) = entry else {
+                tracing::debug!(backend = %shared.backend, id, "ignoring a response nobody waits for");
+                return;
+            };
+            let result = match object.get("error") {
+                Some(error) if !error.is_null() => Err(RpcError::Remote {
+                    code: error
+                        .get("code")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(codes::INTERNAL_ERROR),
+                    message: error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                    data: error.get("data").cloned(),
+                }),
+                _ => Ok(object.get("result").cloned().unwrap_or(Value::Null)),
+            };
+            let _ = entry.reply.send(result);
+        }
+        (None, None) => {
+            tracing::debug!(backend = %shared.backend, "ignoring a message with neither id nor method");
+        }
+    }
+}
+
+/// Our ids are numbers; accept a peer that echoes them back as strings.
+fn response_id(id: &Value) -> Option<u64> {
+    id.as_u64()
+        .or_else(|| id.as_str().and_then(|text| text.parse().ok()))
+}
+
+async fn answer_request(
+    shared: &Shared,
+    method: &str,
+    params: Value,
+) -> Result<Value, (i64, String)> {
+    match method {
+        "session/request_permission" => {
+            let handler = params
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .and_then(|session| lock(&shared.sessions).get(session).cloned());
+            match handler {
+                Some(handler) => Ok(handler.request_permission(params).await),
+                // Nobody can answer for a session we do not know; refusing is the safe default.
+                None => Ok(json!({"outcome": {"outcome": "cancelled"}})),
+            }
+        }
+        "fs/read_text_file" => read_text_file(&params).await,
+        "fs/write_text_file" => write_text_file(&params).await,
+        _ => Err((
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )),
+    }
+}
+
+fn absolute_path(params: &Value) -> Result<&Path, (i64, String)> {
+    let path = params.get("path").and_then(Value::as_str).ok_or((
+        codes::INVALID_PARAMS,
+        "missing string field `path`".to_owned(),
+    ))?;
+    let path = Path::new(path);
+    if !path.is_absolute() {
+        return Err((
+            codes::INVALID_PARAMS,
+            format!("path must be absolute: {}", path.display()),
+        ));
+    }
+    Ok(path)
+}
+
+/// `fs/read_text_file {path, line?, limit?}`: `line` is 1-based, `limit` counts lines.
+async fn read_text_file(params: &Value) -> Result<Value, (i64, String)> {
+    let path = absolute_path(params)?;
+    let content = tokio::fs::read_to_string(path).await.map_err(|error| {
+        let code = if error.kind() == std::io::ErrorKind::NotFound {
+            codes::RESOURCE_NOT_FOUND
+        } else {
+            codes::INTERNAL_ERROR
+        };
+        (code, format!("cannot read {}: {error}", path.display()))
+    })?;
+    let line = params.get("line").and_then(Value::as_u64);
+    let limit = params.get("limit").and_then(Value::as_u64);
+    let content = if line.is_none() && limit.is_none() {
+        content
+    } else {
+        let skip = line.unwrap_or(1).saturating_sub(1) as usize;
+        let take = limit.map_or(usize::MAX, |limit| limit as usize);
+        content
+            .split_inclusive('\n')
+            .skip(skip)
+            .take(take)
+            .collect()
+    };
+    Ok(json!({"content": content}))
+}
+
+/// `fs/write_text_file {path, content}`: creates missing parent folders like an editor would.
+async fn write_text_file(params: &Value) -> Result<Value, (i64, String)> {
+    let path = absolute_path(params)?;
+    let content = params.get("content").and_then(Value::as_str).ok_or((
+        codes::INVALID_PARAMS,
+        "missing string field `content`".to_owned(),
+    ))?;
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent).await.map_err(|error| {
+            (
+                codes::INTERNAL_ERROR,
+                format!("cannot create {}: {error}", parent.display()),
+            )
+        })?;
+    }
+    tokio::fs::write(path, content).await.map_err(|error| {
+        (
+            codes::INTERNAL_ERROR,
+            format!("cannot write {}: {error}", path.display()),
+        )
+    })?;
+    Ok(Value::Null)
+}
+
+/// Turns a `session/update` `update` object into an [`AgentUpdate`], leniently: fields may be
+/// missing or null, and tags we do not know become `Other(tag)`.
+pub fn parse_update(update: &Value) -> AgentUpdate {
+    let text_of = |field: &str| {
+        update
+            .get(field)
+            .and_then(|content| content.get("text"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let string_of = |field: &str| update.get(field).and_then(Value::as_str).map(str::to_owned);
+    let tag = update
+        .get("sessionUpdate")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    match tag {
+        "agent_message_chunk" => match text_of("content") {
+            Some(text) => AgentUpdate::MessageChunk(text),
+            None => AgentUpdate::Other(tag.to_owned()),
+        },
+        "agent_thought_chunk" => match text_of("content") {
+            Some(text) => AgentUpdate::ThoughtChunk(text),
+            None => AgentUpdate::Other(tag.to_owned()),
+        },
+        "tool_call" | "tool_call_update" => AgentUpdate::ToolCall {
+            id: string_of("toolCallId").unwrap_or_default(),
+            title: string_of("title").unwrap_or_default(),
+            status: string_of("status"),
+        },
+        "usage_update" => AgentUpdate::ContextUsage {
+            used: update.get("used").and_then(Value::as_u64),
+            size: update.get("size").and_then(Value::as_u64),
+        },
+        "plan" => AgentUpdate::Plan(update.get("entries").cloned().unwrap_or(Value::Null)),
+        "current_mode_update" => match string_of("currentModeId") {
+            Some(mode) => AgentUpdate::ModeChanged(mode),
+            None => AgentUpdate::Other(tag.to_owned()),
+        },
+        other => AgentUpdate::Other(other.to_owned()),
+    }
+}

@@ -1,0 +1,297 @@
+//! The process pool: up to `pool_size` long-lived agent processes per backend, each
+//! initialized once and multiplexing many sessions. A session leases the least-loaded live
+//! process; a process that died (crash, kill after a cancel that did not land) is dropped from
+//! the pool, and the next open spawns a fresh one.
+//!
+//! The pool is a map of per-backend groups behind async mutexes rather than an actor: the only
+//! slow step under a group's lock is spawning and initializing a process, and holding the lock
+//! then is what we want (two concurrent opens must not both spawn the last free slot), while
+//! other backends stay unaffected.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use crate::acp::AcpConfig;
+use crate::acp::connection::{CloseReason, Connection, RpcError};
+use crate::acp::failure::{execution, rpc_failure, with_stderr};
+use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
+use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
+
+/// The ACP protocol version we speak.
+const PROTOCOL_VERSION: u64 = 1;
+
+/// One initialized agent process.
+pub(crate) struct AgentHost {
+    pub backend: BackendSpec,
+    pub connection: Connection,
+    pub process: AgentProcess,
+    /// `agentCapabilities` from `initialize`: decides resume/load/close support.
+    pub capabilities: Value,
+    /// `authMethods` from `initialize`, for auth contexts and probe reports.
+    pub auth_methods: Vec<Value>,
+    /// Open sessions, for least-loaded picking.
+    load: AtomicUsize,
+    /// Set when we killed it (a cancel that did not land); it must not take new sessions.
+    killed: AtomicBool,
+}
+
+impl AgentHost {
+    pub fn is_live(&self) -> bool {
+        !self.killed.load(Ordering::Relaxed)
+            && !self.connection.is_closed()
+            && !self.process.has_exited()
+    }
+
+    /// Kills the process group at once; every session on it fails.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+        self.process.signal_group(Signal::SIGKILL);
+    }
+
+    fn capability(&self, pointer: &str) -> bool {
+        self.capabilities
+            .pointer(pointer)
+            .is_some_and(|value| !value.is_null() && value != &Value::Bool(false))
+    }
+
+    pub fn supports_resume(&self) -> bool {
+        self.capability("/sessionCapabilities/resume")
+    }
+
+    pub fn supports_load(&self) -> bool {
+        self.capability("/loadSession")
+    }
+
+    pub fn supports_close(&self) -> bool {
+        self.capability("/sessionCapabilities/close")
+    }
+
+    /// Maps an error from `method` on this host to a failure, with auth methods and stderr.
+    pub fn failure(&self, method: &str, error: RpcError) -> AgentFailure {
+        rpc_failure(
+            &self.backend.id,
+            method,
+            error,
+            &self.auth_methods,
+            &self.process.stderr_tail(),
+        )
+    }
+}
+
+/// A session's claim on a host; releases its load slot on drop.
+pub(crate) struct Lease {
+    host: Arc<AgentHost>,
+}
+
+impl Lease {
+    pub fn host(&self) -> &Arc<AgentHost> {
+        &self.host
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.host.load.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+type Group = Arc<tokio::sync::Mutex<Vec<Arc<AgentHost>>>>;
+
+pub(crate) struct Pool {
+    config: AcpConfig,
+    /// Owns every reader, writer, stderr and waiter task of every process.
+    tracker: TaskTracker,
+    groups: Mutex<HashMap<String, Group>>,
+    shut_down: AtomicBool,
+}
+
+impl Pool {
+    pub fn new(config: AcpConfig) -> Pool {
+        Pool {
+            config,
+            tracker: TaskTracker::new(),
+            groups: Mutex::new(HashMap::new()),
+            shut_down: AtomicBool::new(false),
+        }
+    }
+
+    pub fn config(&self) -> &AcpConfig {
+        &self.config
+    }
+
+    /// Leases the least-loaded live process for `backend`, spawning one while the pool has
+    /// room and every live process is busy.
+    pub async fn acquire(&self, backend: &BackendSpec) -> Result<Lease, AgentFailure> {
+        if self.shut_down.load(Ordering::Relaxed) {
+            return Err(execution(format!(
+                "backend {}: the agent runner is shut down",
+                backend.id
+            )));
+        }
+        let group = {
+            let mut groups = lock(&self.groups);
+            groups.entry(pool_key(backend)).or_default().clone()
+        };
+        let mut hosts = group.lock().await;
+        // Dropping a dead host's last reference kills whatever is left of its group.
+        hosts.retain(|host| host.is_live());
+        let least = hosts
+            .iter()
+            .min_by_key(|host| host.load.load(Ordering::Relaxed))
+            .cloned();
+        let host = match least {
+            Some(host)
+                if host.load.load(Ordering::Relaxed) == 0
+                    || hosts.len() >= self.config.pool_size =>
+            {
+                host
+            }
+            _ => {
+                let host = Arc::new(start_host(backend, &self.config, &self.tracker).await?);
+                hosts.push(host.clone());
+                host
+            }
+        };
+        host.load.fetch_add(1, Ordering::Relaxed);
+        Ok(Lease { host })
+    }
+
+    /// EOF, then SIGTERM, then SIGKILL on every process group, all within `deadline`.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.shut_down.store(true, Ordering::Relaxed);
+        let end = Instant::now() + deadline;
+        let groups: Vec<Group> = lock(&self.groups).drain().map(|(_, group)| group).collect();
+        let mut hosts = Vec::new();
+        for group in groups {
+            hosts.append(&mut *group.lock().await);
+        }
+        // Leave time at the end for the final SIGKILL and the reapers.
+        let grace = self.config.shutdown_grace.min(deadline * 2 / 5);
+        let mut stopping = tokio::task::JoinSet::new();
+        for host in &hosts {
+            host.connection.close_input();
+            let host = host.clone();
+            stopping.spawn(async move { host.process.terminate(grace).await });
+        }
+        let _ =
+            tokio::time::timeout_at(end, async { while stopping.join_next().await.is_some() {} })
+                .await;
+        for host in &hosts {
+            host.process.signal_group(Signal::SIGKILL);
+        }
+        self.tracker.close();
+        let _ = tokio::time::timeout_at(end, self.tracker.wait()).await;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Backends with the same id but a different command line or env get separate processes.
+fn pool_key(backend: &BackendSpec) -> String {
+    let identity = json!([backend.command, backend.args, backend.env]);
+    let digest = crate::util::sha256_hex(identity.to_string().as_bytes());
+    format!("{}#{}", backend.id.to_ascii_lowercase(), &digest[..16])
+}
+
+/// Spawns `backend` and runs `initialize` under the init timeout.
+async fn start_host(
+    backend: &BackendSpec,
+    config: &AcpConfig,
+    tracker: &TaskTracker,
+) -> Result<AgentHost, AgentFailure> {
+    let mut process = spawn_agent(backend, &config.base_env, tracker).map_err(execution)?;
+    let Some((stdin, stdout)) = process.take_stdio() else {
+        return Err(execution(format!(
+            "backend {}: the agent's stdin/stdout were not piped",
+            backend.id
+        )));
+    };
+    let exit = process.exit_watch();
+    let close_reason: CloseReason = Box::new(move || {
+        Box::pin(async move {
+            // The pipe usually closes a moment before the leader is reaped.
+            match wait_exit(exit, Duration::from_secs(2)).await {
+                Some(status) => format!("agent process exited ({status})"),
+                None => "agent process closed its stdout".to_owned(),
+            }
+        })
+    });
+    let connection = Connection::start(&backend.id, stdout, stdin, Some(close_reason), tracker);
+    let params = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "clientCapabilities": {
+            "fs": {"readTextFile": true, "writeTextFile": true},
+            "terminal": false,
+        },
+        "clientInfo": {"name": "agentprism", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let answer = tokio::time::timeout(
+        config.init_timeout,
+        connection.request("initialize", params),
+    )
+    .await;
+    let result = match answer {
+        Err(_) => {
+            let message = format!(
+                "backend {} did not answer initialize within {} ms; is `{}` an ACP agent?",
+                backend.id,
+                config.init_timeout.as_millis(),
+                process.command_line()
+            );
+            return Err(execution(with_stderr(message, &process.stderr_tail())));
+        }
+        Ok(Err(error)) => {
+            return Err(rpc_failure(
+                &backend.id,
+                "initialize",
+                error,
+                &[],
+                &process.stderr_tail(),
+            ));
+        }
+        Ok(Ok(result)) => result,
+    };
+    let version = result.get("protocolVersion").and_then(Value::as_u64);
+    if version != Some(PROTOCOL_VERSION) {
+        return Err(AgentFailure::new(
+            FailureKind::Execution,
+            format!(
+                "backend {} answered initialize with protocol version {}, but agentprism speaks ACP version {PROTOCOL_VERSION}",
+                backend.id,
+                result
+                    .get("protocolVersion")
+                    .map_or_else(|| "none".to_owned(), Value::to_string)
+            ),
+        ));
+    }
+    let capabilities = result
+        .get("agentCapabilities")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let auth_methods = result
+        .get("authMethods")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    tracing::debug!(backend = %backend.id, pid = process.pid(), "agent initialized");
+    Ok(AgentHost {
+        backend: backend.clone(),
+        connection,
+        process,
+        capabilities,
+        auth_methods,
+        load: AtomicUsize::new(0),
+        killed: AtomicBool::new(false),
+    })
+}

@@ -1,0 +1,539 @@
+//! One ACP session on a pooled process: opening it (resume/load, then `session/new`), choosing
+//! model, mode and config options, and running prompt turns with their deadline and cancel.
+//!
+//! A turn that is cancelled or runs out of time gets `session/cancel` and a grace period; if
+//! the agent has not finished the turn by then, the whole process group is killed. That fails
+//! every other session multiplexed on the same process too, which we accept: an agent that
+//! ignores cancel is stuck, and the pool spawns a fresh process on the next open.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::acp::connection::{RpcError, SessionHandler};
+use crate::acp::failure::execution;
+use crate::acp::pool::{AgentHost, Lease};
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, PermissionOption,
+    PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
+};
+use crate::model::Usage;
+
+/// What the agent told us about a freshly opened session (for probes).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SessionInfo {
+    pub modes: Vec<Value>,
+    pub config_options: Vec<Value>,
+    pub current_model: Option<String>,
+}
+
+/// Routes a session's updates and permission requests to the engine's observer, and collects
+/// the message text of the current turn.
+pub(crate) struct SessionSink {
+    observer: Arc<dyn AgentObserver>,
+    run_id: String,
+    call_index: u32,
+    label: String,
+    /// Off while `session/load` replays history, which must not reach the run's events.
+    forward: AtomicBool,
+    turn: Mutex<TurnState>,
+}
+
+struct TurnState {
+    collecting: bool,
+    text: String,
+    /// Cancelled once we sent `session/cancel`: pending permissions are answered `cancelled`.
+    cancelled: CancellationToken,
+}
+
+impl SessionSink {
+    pub fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
+        SessionSink {
+            observer,
+            run_id: spec.run_id.clone(),
+            call_index: spec.call_index,
+            label: spec.label.clone(),
+            forward: AtomicBool::new(false),
+            turn: Mutex::new(TurnState {
+                collecting: false,
+                text: String::new(),
+                cancelled: CancellationToken::new(),
+            }),
+        }
+    }
+
+    fn turn(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.turn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn begin_turn(&self) -> CancellationToken {
+        let mut turn = self.turn();
+        turn.collecting = true;
+        turn.text.clear();
+        turn.cancelled = CancellationToken::new();
+        turn.cancelled.clone()
+    }
+
+    fn end_turn(&self) -> String {
+        let mut turn = self.turn();
+        turn.collecting = false;
+        std::mem::take(&mut turn.text)
+    }
+
+    pub fn start_forwarding(&self) {
+        self.forward.store(true, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl SessionHandler for SessionSink {
+    fn update(&self, update: AgentUpdate) {
+        if !self.forward.load(Ordering::Relaxed) {
+            return;
+        }
+        if let AgentUpdate::MessageChunk(text) = &update {
+            let mut turn = self.turn();
+            if turn.collecting {
+                turn.text.push_str(text);
+            }
+        }
+        self.observer.update(update);
+    }
+
+    async fn request_permission(&self, params: Value) -> Value {
+        let cancelled = self.turn().cancelled.clone();
+        // After our session/cancel, ACP requires `cancelled` for every permission request.
+        if cancelled.is_cancelled() {
+            return json!({"outcome": {"outcome": "cancelled"}});
+        }
+        let options = params
+            .get("options")
+            .and_then(Value::as_array)
+            .map(|options| {
+                options
+                    .iter()
+                    .filter_map(|option| {
+                        Some(PermissionOption {
+                            option_id: option.get("optionId")?.as_str()?.to_owned(),
+                            name: option
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            kind: option
+                                .get("kind")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let request = PermissionRequest {
+            run_id: self.run_id.clone(),
+            call_index: self.call_index,
+            label: self.label.clone(),
+            tool_call: params.get("toolCall").cloned().unwrap_or(Value::Null),
+            options,
+        };
+        let outcome = tokio::select! {
+            _ = cancelled.cancelled() => PermissionOutcome::Cancelled,
+            outcome = self.observer.request_permission(request) => outcome,
+        };
+        json!({ "outcome": outcome })
+    }
+}
+
+/// An open session; dropping it unregisters it and releases its slot on the process.
+pub(crate) struct AcpSession {
+    lease: Lease,
+    session_id: String,
+    sink: Arc<SessionSink>,
+    cancel_grace: Duration,
+}
+
+impl AcpSession {
+    fn host(&self) -> &Arc<AgentHost> {
+        self.lease.host()
+    }
+}
+
+impl Drop for AcpSession {
+    fn drop(&mut self) {
+        self.host().connection.unregister_session(&self.session_id);
+    }
+}
+
+/// Opens a session on the leased host and applies model, mode and config options. Setup
+/// requests are bounded by `setup_timeout` so an agent that hangs there cannot hang a run.
+pub(crate) async fn open(
+    lease: Lease,
+    spec: &SessionSpec,
+    observer: Arc<dyn AgentObserver>,
+    setup_timeout: Duration,
+    cancel_grace: Duration,
+) -> Result<(AcpSession, SessionInfo), AgentFailure> {
+    let host = lease.host().clone();
+    let backend = host.backend.id.clone();
+    let sink = Arc::new(SessionSink::new(observer, spec));
+    let call = |method: &'static str, params: Value| {
+        let host = host.clone();
+        async move {
+            match tokio::time::timeout(setup_timeout, host.connection.request(method, params)).await
+            {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(error)) => Err(host.failure(method, error)),
+                Err(_) => Err(execution(format!(
+                    "backend {} did not answer {method} within {} ms",
+                    host.backend.id,
+                    setup_timeout.as_millis()
+                ))),
+            }
+        }
+    };
+    let mcp_servers = if spec.mcp_servers.is_array() {
+        spec.mcp_servers.clone()
+    } else {
+        json!([])
+    };
+    let cwd = spec.cwd.to_string_lossy().into_owned();
+
+    let mut reattached = None;
+    if let Some(previous) = &spec.resume_session {
+        let method = if host.supports_resume() {
+            Some("session/resume")
+        } else if host.supports_load() {
+            Some("session/load")
+        } else {
+            None
+        };
+        match method {
+            Some(method) => {
+                // Registered first: `session/load` replays history before it answers.
+                host.connection.register_session(previous, sink.clone());
+                let params = json!({"sessionId": previous, "cwd": cwd, "mcpServers": mcp_servers});
+                match call(method, params).await {
+                    Ok(result) => reattached = Some((previous.clone(), result)),
+                    Err(failure) if !host.is_live() => return Err(failure),
+                    Err(failure) => {
+                        host.connection.unregister_session(previous);
+                        tracing::warn!(%backend, session = %previous, error = %failure, "could not reattach the session; opening a fresh one");
+                    }
+                }
+            }
+            None => {
+                tracing::warn!(%backend, session = %previous, "the agent cannot resume or load sessions; opening a fresh one");
+            }
+        }
+    }
+    let (session_id, result) = match reattached {
+        Some(found) => found,
+        None => {
+            let mut params = json!({"cwd": cwd, "mcpServers": mcp_servers});
+            if let Some(meta) = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref()) {
+                params["_meta"] = meta;
+            }
+            let result = call("session/new", params).await?;
+            let Some(session_id) = result.get("sessionId").and_then(Value::as_str) else {
+                return Err(execution(format!(
+                    "backend {backend}: session/new returned no sessionId"
+                )));
+            };
+            host.connection.register_session(session_id, sink.clone());
+            (session_id.to_owned(), result)
+        }
+    };
+    let session = AcpSession {
+        lease,
+        session_id: session_id.clone(),
+        sink: sink.clone(),
+        cancel_grace,
+    };
+
+    let mut info = SessionInfo {
+        modes: result
+            .pointer("/modes/availableModes")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        config_options: result
+            .get("configOptions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        current_model: None,
+    };
+    let legacy_models = result.get("models").filter(|models| models.is_object());
+    info.current_model = model_option(&info.config_options)
+        .and_then(|option| option.get("currentValue"))
+        .or_else(|| legacy_models.and_then(|models| models.get("currentModelId")))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+
+    let set_option = |config_id: String, value: Value| {
+        call(
+            "session/set_config_option",
+            json!({"sessionId": session_id, "configId": config_id, "value": value}),
+        )
+    };
+    if let Some(model) = &spec.model {
+        if let Some(config_id) = model_option(&info.config_options).and_then(option_id) {
+            let answer = set_option(config_id, json!(model)).await?;
+            refresh_options(&mut info, &answer);
+        } else if legacy_models.is_some() {
+            call(
+                "session/set_model",
+                json!({"sessionId": session_id, "modelId": model}),
+            )
+            .await?;
+        } else {
+            return Err(execution(format!(
+                "backend {backend} does not let clients choose a model (asked for {model:?})"
+            )));
+        }
+        info.current_model = Some(model.clone());
+    }
+    if let Some(mode) = &spec.mode {
+        if !info.modes.is_empty() || result.get("modes").is_some_and(Value::is_object) {
+            call(
+                "session/set_mode",
+                json!({"sessionId": session_id, "modeId": mode}),
+            )
+            .await?;
+        } else if let Some(config_id) =
+            option_by_category(&info.config_options, "mode").and_then(option_id)
+        {
+            let answer = set_option(config_id, json!(mode)).await?;
+            refresh_options(&mut info, &answer);
+        } else {
+            return Err(execution(format!(
+                "backend {backend} does not let clients choose a mode (asked for {mode:?})"
+            )));
+        }
+    }
+    for (config_id, value) in &spec.config_options {
+        let answer = set_option(config_id.clone(), value.clone()).await?;
+        refresh_options(&mut info, &answer);
+    }
+    sink.start_forwarding();
+    Ok((session, info))
+}
+
+fn option_by_category<'a>(options: &'a [Value], category: &str) -> Option<&'a Value> {
+    options
+        .iter()
+        .find(|option| option.get("category").and_then(Value::as_str) == Some(category))
+}
+
+fn model_option(options: &[Value]) -> Option<&Value> {
+    option_by_category(options, "model")
+}
+
+fn option_id(option: &Value) -> Option<String> {
+    option.get("id").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// `session/set_config_option` answers with every option's new state.
+fn refresh_options(info: &mut SessionInfo, answer: &Value) {
+    if let Some(options) = answer.get("configOptions").and_then(Value::as_array) {
+        info.config_options = options.clone();
+    }
+}
+
+/// The backend's `sessionMeta` with the call's `meta` over it (shallow, the call wins).
+fn merge_meta(backend: Option<&Value>, call: Option<&Value>) -> Option<Value> {
+    match (backend, call) {
+        (None, None) => None,
+        (Some(meta), None) | (None, Some(meta)) => Some(meta.clone()),
+        (Some(Value::Object(base)), Some(Value::Object(over))) => {
+            let mut merged: Map<String, Value> = base.clone();
+            for (key, value) in over {
+                merged.insert(key.clone(), value.clone());
+            }
+            Some(Value::Object(merged))
+        }
+        (Some(_), Some(call)) => Some(call.clone()),
+    }
+}
+
+#[async_trait]
+impl AgentSession for AcpSession {
+    async fn prompt(
+        &mut self,
+        turn: TurnRequest,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure> {
+        let host = self.host().clone();
+        let backend = host.backend.id.clone();
+        let mut params = json!({"sessionId": self.session_id, "prompt": turn.prompt});
+        if let Some(meta) = turn.meta {
+            params["_meta"] = meta;
+        }
+        let turn_cancelled = self.sink.begin_turn();
+        let request = host.connection.request("session/prompt", params);
+        tokio::pin!(request);
+        let interrupted = tokio::select! {
+            answer = &mut request => {
+                let text = self.sink.end_turn();
+                return finish_turn(&host, answer, text);
+            }
+            _ = cancel.cancelled() => FailureKind::Cancelled,
+            _ = tokio::time::sleep(turn.timeout) => FailureKind::Timeout,
+        };
+        // From here the turn counts as cancelled or timed out, whatever the agent answers.
+        turn_cancelled.cancel();
+        let _ = host
+            .connection
+            .notify("session/cancel", json!({"sessionId": self.session_id}));
+        let landed = tokio::time::timeout(self.cancel_grace, &mut request)
+            .await
+            .is_ok();
+        self.sink.end_turn();
+        if !landed {
+            tracing::warn!(%backend, session = %self.session_id, "the agent did not end the turn after session/cancel; killing its process group");
+            host.kill();
+        }
+        let what = match interrupted {
+            FailureKind::Timeout => format!("timed out after {} ms", turn.timeout.as_millis()),
+            _ => "was cancelled".to_owned(),
+        };
+        let aftermath = if landed {
+            "the agent stopped after session/cancel"
+        } else {
+            "the agent ignored session/cancel and its process was killed"
+        };
+        Err(AgentFailure::new(
+            interrupted,
+            format!("backend {backend}: the turn {what}; {aftermath}"),
+        ))
+    }
+
+    fn session_ref(&self) -> Option<Value> {
+        Some(json!({"backendId": self.host().backend.id, "sessionId": self.session_id}))
+    }
+
+    async fn close(self: Box<Self>) {
+        let host = self.host().clone();
+        if host.supports_close() && host.is_live() {
+            let request = host
+                .connection
+                .request("session/close", json!({"sessionId": self.session_id}));
+            // Best effort: a close that does not come back quickly is not worth waiting for.
+            let _ = tokio::time::timeout(Duration::from_secs(5), request).await;
+        }
+    }
+}
+
+#[expect(
+    clippy::result_large_err,
+    reason = "AgentFailure is the runner trait's error type; prompt returns it unboxed"
+)]
+fn finish_turn(
+    host: &AgentHost,
+    answer: Result<Value, RpcError>,
+    text: String,
+) -> Result<TurnOutput, AgentFailure> {
+    let backend = &host.backend.id;
+    let result = answer.map_err(|error| host.failure("session/prompt", error))?;
+    let stop = result
+        .get("stopReason")
+        .and_then(Value::as_str)
+        .unwrap_or("end_turn");
+    let failure = |kind, what: &str| -> Result<TurnOutput, AgentFailure> {
+        Err(AgentFailure::new(
+            kind,
+            format!("backend {backend}: {what} (stopReason {stop})"),
+        ))
+    };
+    let stop_reason = match stop {
+        "end_turn" => StopReason::EndTurn,
+        "refusal" => return failure(FailureKind::Refusal, "the agent refused the prompt"),
+        "max_tokens" | "max_turn_requests" => {
+            return failure(FailureKind::Truncated, "the agent stopped before finishing");
+        }
+        "cancelled" => return failure(FailureKind::Cancelled, "the agent cancelled the turn"),
+        other => StopReason::Other(other.to_owned()),
+    };
+    Ok(TurnOutput {
+        text,
+        stop_reason,
+        usage: parse_usage(result.get("usage")),
+    })
+}
+
+/// Reads the prompt result's `usage`, accepting the spellings adapters use; absent → zero.
+fn parse_usage(usage: Option<&Value>) -> Usage {
+    let Some(usage) = usage.filter(|usage| usage.is_object()) else {
+        return Usage::default();
+    };
+    let number = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|name| usage.get(*name).and_then(Value::as_u64))
+    };
+    let input = number(&[
+        "inputTokens",
+        "input_tokens",
+        "promptTokens",
+        "prompt_tokens",
+    ])
+    .unwrap_or(0);
+    let output = number(&[
+        "outputTokens",
+        "output_tokens",
+        "completionTokens",
+        "completion_tokens",
+    ])
+    .unwrap_or(0);
+    let total = number(&["totalTokens", "total_tokens"]).unwrap_or(input + output);
+    let cost_usd = ["costUsd", "cost_usd", "cost"]
+        .iter()
+        .find_map(|name| usage.get(*name))
+        .and_then(|cost| {
+            cost.as_f64()
+                .or_else(|| cost.get("amount").and_then(Value::as_f64))
+        });
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: total,
+        cost_usd,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_accepts_several_spellings() {
+        let usage = parse_usage(Some(&json!({"inputTokens": 3, "outputTokens": 4})));
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            (3, 4, 7)
+        );
+        let usage = parse_usage(Some(
+            &json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 9}),
+        ));
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            (1, 2, 9)
+        );
+        assert_eq!(parse_usage(None), Usage::default());
+        assert_eq!(parse_usage(Some(&json!(null))), Usage::default());
+    }
+
+    #[test]
+    fn meta_merges_shallowly_with_the_call_winning() {
+        let merged = merge_meta(Some(&json!({"a": 1, "b": 1})), Some(&json!({"b": 2})));
+        assert_eq!(merged, Some(json!({"a": 1, "b": 2})));
+        assert_eq!(merge_meta(None, None), None);
+    }
+}

@@ -1,0 +1,393 @@
+//! In-memory tests of the ACP connection over `tokio::io::duplex`, with a scripted fake agent
+//! written inline: id matching, lenient parsing, a dispatch loop that never blocks, EOF.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
+use tokio::sync::{Notify, oneshot};
+use tokio_util::task::TaskTracker;
+
+use super::connection::{CloseReason, Connection, RpcError, SessionHandler};
+use crate::engine::runner::AgentUpdate;
+
+const DEADLINE: Duration = Duration::from_secs(5);
+
+/// The agent's end of the pipe.
+struct FakeAgent {
+    lines: tokio::io::Lines<BufReader<ReadHalf<DuplexStream>>>,
+    writer: WriteHalf<DuplexStream>,
+}
+
+impl FakeAgent {
+    async fn receive(&mut self) -> Value {
+        let line = tokio::time::timeout(DEADLINE, self.lines.next_line())
+            .await
+            .expect("the client sent nothing in time")
+            .expect("read from client")
+            .expect("client closed the stream");
+        serde_json::from_str(&line).expect("client sent JSON")
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.send_raw(&message.to_string()).await;
+    }
+
+    async fn send_raw(&mut self, line: &str) {
+        self.writer
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("write to client");
+    }
+}
+
+fn connect(close_reason: Option<CloseReason>) -> (Connection, FakeAgent, TaskTracker) {
+    let (client, agent) = tokio::io::duplex(64 * 1024);
+    let (client_read, client_write) = tokio::io::split(client);
+    let (agent_read, agent_write) = tokio::io::split(agent);
+    let tracker = TaskTracker::new();
+    let connection = Connection::start("fake", client_read, client_write, close_reason, &tracker);
+    let agent = FakeAgent {
+        lines: BufReader::new(agent_read).lines(),
+        writer: agent_write,
+    };
+    (connection, agent, tracker)
+}
+
+async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, future)
+        .await
+        .expect("did not finish in time")
+}
+
+/// Records updates; permission requests wait until the test releases them.
+#[derive(Default)]
+struct Recorder {
+    updates: Mutex<Vec<AgentUpdate>>,
+    changed: Notify,
+    permission_gate: Mutex<Option<oneshot::Receiver<String>>>,
+}
+
+impl Recorder {
+    fn updates(&self) -> Vec<String> {
+        self.updates
+            .lock()
+            .expect("updates")
+            .iter()
+            .map(|update| format!("{update:?}"))
+            .collect()
+    }
+
+    async fn wait_for_updates(&self, count: usize) {
+        within(async {
+            loop {
+                let notified = self.changed.notified();
+                if self.updates.lock().expect("updates").len() >= count {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl SessionHandler for Recorder {
+    fn update(&self, update: AgentUpdate) {
+        self.updates.lock().expect("updates").push(update);
+        self.changed.notify_waiters();
+    }
+
+    async fn request_permission(&self, _params: Value) -> Value {
+        let gate = self.permission_gate.lock().expect("gate").take();
+        match gate {
+            Some(gate) => match gate.await {
+                Ok(option) => json!({"outcome": {"outcome": "selected", "optionId": option}}),
+                Err(_) => json!({"outcome": {"outcome": "cancelled"}}),
+            },
+            None => json!({"outcome": {"outcome": "cancelled"}}),
+        }
+    }
+}
+
+#[tokio::test]
+async fn responses_match_by_id_out_of_order_and_agent_ids_do_not_collide() {
+    let (connection, mut agent, _tracker) = connect(None);
+    let first = tokio::spawn({
+        let connection = connection.clone();
+        async move { connection.request("first", json!({})).await }
+    });
+    let one = agent.receive().await;
+    let second = tokio::spawn({
+        let connection = connection.clone();
+        async move { connection.request("second", json!({})).await }
+    });
+    let two = agent.receive().await;
+    assert_eq!(
+        (one["method"].as_str(), two["method"].as_str()),
+        (Some("first"), Some("second"))
+    );
+    // The agent's own request reuses our first id; it must be answered, not taken as a reply.
+    agent
+        .send(json!({"jsonrpc": "2.0", "id": one["id"], "method": "terminal/create", "params": {}}))
+        .await;
+    let answer = agent.receive().await;
+    assert_eq!(answer["id"], one["id"]);
+    assert_eq!(answer["error"]["code"], json!(-32601));
+    agent
+        .send(json!({"jsonrpc": "2.0", "id": two["id"], "result": {"n": 2}}))
+        .await;
+    agent
+        .send(json!({"jsonrpc": "2.0", "id": one["id"], "error": {"code": -32602, "message": "bad", "data": {"x": 1}}}))
+        .await;
+    let second = within(second).await.expect("join");
+    assert_eq!(second.expect("second result"), json!({"n": 2}));
+    match within(first).await.expect("join") {
+        Err(RpcError::Remote {
+            code,
+            message,
+            data,
+        }) => {
+            assert_eq!(
+                (code, message.as_str(), data),
+                (-32602, "bad", Some(json!({"x": 1})))
+            );
+        }
+        other => panic!("expected a remote error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn lenient_parsing_keeps_the_stream_alive() {
+    let (connection, mut agent, _tracker) = connect(None);
+    let recorder = Arc::new(Recorder::default());
+    connection.register_session("s1", recorder.clone());
+    let pending = tokio::spawn({
+        let connection = connection.clone();
+        async move {
+            connection
+                .request("session/prompt", json!({"sessionId": "s1"}))
+                .await
+        }
+    });
+    let request = agent.receive().await;
+    let update = |update: Value| json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": update}});
+    agent
+        .send(update(
+            json!({"sessionUpdate": "usage_update", "used": null, "size": 1000}),
+        ))
+        .await;
+    agent
+        .send(update(
+            json!({"sessionUpdate": "brand_new_variant", "whatever": [1, 2]}),
+        ))
+        .await;
+    agent.send(update(json!({"noTagAtAll": true}))).await;
+    agent.send_raw("this is not json").await;
+    agent.send_raw("[1, 2]").await;
+    agent
+        .send(json!({"jsonrpc": "2.0", "method": "_auth/status_update", "params": {"x": 1}}))
+        .await;
+    agent
+        .send(json!({"jsonrpc": "2.0", "method": "elicitation/complete", "params": {}}))
+        .await;
+    agent.send(update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}))).await;
+    agent
+        .send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "other", "update": {"sessionUpdate": "plan"}}}))
+        .await;
+    agent
+        .send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"stopReason": "end_turn"}}))
+        .await;
+    let result = within(pending).await.expect("join").expect("prompt result");
+    assert_eq!(result, json!({"stopReason": "end_turn"}));
+    // Updates are delivered inline before the response that follows them.
+    assert_eq!(
+        recorder.updates(),
+        vec![
+            "ContextUsage { used: None, size: Some(1000) }",
+            "Other(\"brand_new_variant\")",
+            "Other(\"unknown\")",
+            "MessageChunk(\"hi\")",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_permission_does_not_block_other_sessions() {
+    let (connection, mut agent, _tracker) = connect(None);
+    let asking = Arc::new(Recorder::default());
+    let (release, gate) = oneshot::channel();
+    *asking.permission_gate.lock().expect("gate") = Some(gate);
+    let streaming = Arc::new(Recorder::default());
+    connection.register_session("asking", asking.clone());
+    connection.register_session("streaming", streaming.clone());
+    let pending = tokio::spawn({
+        let connection = connection.clone();
+        async move {
+            connection
+                .request("session/prompt", json!({"sessionId": "streaming"}))
+                .await
+        }
+    });
+    let request = agent.receive().await;
+    agent
+        .send(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission", "params": {
+                "sessionId": "asking", "toolCall": {"toolCallId": "t"},
+                "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}],
+            }}),
+        )
+        .await;
+    for index in 0..3 {
+        agent
+            .send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "streaming",
+                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": format!("{index}")}}}}))
+            .await;
+    }
+    streaming.wait_for_updates(3).await;
+    agent
+        .send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"stopReason": "end_turn"}}))
+        .await;
+    within(pending)
+        .await
+        .expect("join")
+        .expect("the other session's prompt finished");
+    // Only now does the human answer.
+    release
+        .send("yes".to_owned())
+        .expect("permission still waiting");
+    let answer = agent.receive().await;
+    assert_eq!(answer["id"], json!(0));
+    assert_eq!(
+        answer["result"],
+        json!({"outcome": {"outcome": "selected", "optionId": "yes"}})
+    );
+}
+
+#[tokio::test]
+async fn eof_fails_pending_requests_with_a_clear_message() {
+    let reason: CloseReason =
+        Box::new(|| Box::pin(async { "agent process exited (exit status 3)".to_owned() }));
+    let (connection, mut agent, _tracker) = connect(Some(reason));
+    let pending = tokio::spawn({
+        let connection = connection.clone();
+        async move { connection.request("session/prompt", json!({})).await }
+    });
+    agent.receive().await;
+    drop(agent);
+    match within(pending).await.expect("join") {
+        Err(RpcError::Closed(message)) => assert_eq!(
+            message,
+            "backend fake: agent process exited (exit status 3) while waiting for session/prompt"
+        ),
+        other => panic!("expected a closed error, got {other:?}"),
+    }
+    within(connection.closed()).await;
+    // Later requests fail at once, with the same reason.
+    match within(connection.request("session/new", json!({}))).await {
+        Err(RpcError::Closed(message)) => {
+            assert!(
+                message.contains("exit status 3") && message.contains("session/new"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a closed error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn fs_requests_are_served_for_absolute_paths() {
+    let (_connection, mut agent, _tracker) = connect(None);
+    let folder = tempfile::tempdir().expect("temp dir");
+    let path = folder.path().join("sub/note.txt");
+    let path_text = path.display().to_string();
+    agent
+        .send(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "fs/write_text_file",
+            "params": {"sessionId": "s", "path": path_text, "content": "one\ntwo\nthree\n"}}),
+        )
+        .await;
+    let answer = agent.receive().await;
+    assert_eq!(
+        (answer["id"].clone(), answer["result"].clone()),
+        (json!(7), Value::Null),
+        "{answer}"
+    );
+    agent
+        .send(
+            json!({"jsonrpc": "2.0", "id": 8, "method": "fs/read_text_file",
+            "params": {"sessionId": "s", "path": path_text, "line": 2, "limit": 1}}),
+        )
+        .await;
+    let answer = agent.receive().await;
+    assert_eq!(answer["result"], json!({"content": "two\n"}));
+    agent
+        .send(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "fs/read_text_file",
+            "params": {"sessionId": "s", "path": "relative.txt"}}),
+        )
+        .await;
+    let answer = agent.receive().await;
+    assert_eq!(answer["error"]["code"], json!(-32602));
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("absolute")
+    );
+    agent
+        .send(json!({"jsonrpc": "2.0", "id": 10, "method": "fs/read_text_file",
+            "params": {"sessionId": "s", "path": folder.path().join("missing").display().to_string()}}))
+        .await;
+    let answer = agent.receive().await;
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("missing"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn permission_for_an_unknown_session_is_cancelled() {
+    let (_connection, mut agent, _tracker) = connect(None);
+    agent
+        .send(
+            json!({"jsonrpc": "2.0", "id": "p1", "method": "session/request_permission",
+            "params": {"sessionId": "nobody", "toolCall": {}, "options": []}}),
+        )
+        .await;
+    let answer = agent.receive().await;
+    assert_eq!(answer["id"], json!("p1"));
+    assert_eq!(
+        answer["result"],
+        json!({"outcome": {"outcome": "cancelled"}})
+    );
+}
+
+#[test]
+fn config_reads_pool_size_and_init_timeout_and_names_bad_variables() {
+    use crate::acp::AcpConfig;
+    use crate::env::EnvSnapshot;
+    let config = AcpConfig::from_env(&EnvSnapshot::from_pairs([
+        ("AGENTPRISM_ACP_POOL_SIZE", "0"),
+        ("AGENTPRISM_ACP_INIT_TIMEOUT_MS", "1500"),
+    ]))
+    .expect("config");
+    assert_eq!(config.pool_size, 1, "clamped to at least 1");
+    assert_eq!(config.init_timeout, Duration::from_millis(1500));
+    let defaults = AcpConfig::from_env(&EnvSnapshot::default()).expect("defaults");
+    assert_eq!(
+        (defaults.pool_size, defaults.init_timeout),
+        (1, Duration::from_secs(60))
+    );
+    for variable in ["AGENTPRISM_ACP_POOL_SIZE", "AGENTPRISM_ACP_INIT_TIMEOUT_MS"] {
+        let error = AcpConfig::from_env(&EnvSnapshot::from_pairs([(variable, "lots")]))
+            .expect_err("bad number");
+        assert!(error.contains(variable), "{error}");
+    }
+}

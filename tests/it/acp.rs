@@ -1,0 +1,796 @@
+//! The ACP runner against real processes: `AcpRunner` drives the scripted mock agent
+//! (`examples/mock_acp_agent.rs`) through sessions, turns, failures, the pool and shutdown.
+//!
+//! Every wait has a deadline, and tests wait for conditions (a pid file line, a process gone)
+//! rather than sleeping.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentprism::acp::{AcpConfig, AcpRunner};
+use agentprism::engine::runner::{
+    AgentObserver, AgentRunner, AgentSession, AgentUpdate, BackendOrigin, BackendSpec, FailureKind,
+    PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnRequest,
+};
+use agentprism::env::EnvSnapshot;
+use async_trait::async_trait;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Generous: two cores are shared by parallel tests; a healthy agent answers in milliseconds.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn mock_agent_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_agentprism"))
+        .parent()
+        .expect("the binary has a parent directory")
+        .join("examples/mock_acp_agent");
+    if !path.exists() {
+        panic!(
+            "{} does not exist: run `cargo build --examples`",
+            path.display()
+        );
+    }
+    path
+}
+
+fn mock_backend(id: &str, knobs: &[(&str, &str)]) -> BackendSpec {
+    BackendSpec {
+        id: id.to_owned(),
+        command: mock_agent_binary().display().to_string(),
+        args: Vec::new(),
+        env: knobs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+        session_meta: None,
+        origin: BackendOrigin::Host,
+    }
+}
+
+/// Only what the mock needs to find `sleep`; nothing inherited from the test's environment.
+fn base_env() -> EnvSnapshot {
+    EnvSnapshot::from_pairs([("PATH", std::env::var("PATH").unwrap_or_default())])
+}
+
+fn config() -> AcpConfig {
+    let mut config = AcpConfig::new(base_env());
+    config.init_timeout = Duration::from_secs(10);
+    config.cancel_grace = Duration::from_millis(200);
+    config.shutdown_grace = Duration::from_millis(500);
+    config
+}
+
+fn session_spec(backend: &BackendSpec) -> SessionSpec {
+    SessionSpec {
+        backend: backend.clone(),
+        model: None,
+        mode: None,
+        config_options: Vec::new(),
+        cwd: std::env::temp_dir(),
+        mcp_servers: json!([]),
+        meta: None,
+        resume_session: None,
+        run_id: "run-1".to_owned(),
+        call_index: 3,
+        label: "writer".to_owned(),
+    }
+}
+
+fn turn(text: &str) -> TurnRequest {
+    TurnRequest {
+        prompt: vec![json!({"type": "text", "text": text})],
+        meta: None,
+        timeout: DEADLINE,
+    }
+}
+
+/// Records updates and permission requests; answers permissions with `answer`, or never.
+#[derive(Default)]
+struct TestObserver {
+    updates: Mutex<Vec<AgentUpdate>>,
+    permissions: Mutex<Vec<PermissionRequest>>,
+    answer: Option<String>,
+}
+
+#[async_trait]
+impl AgentObserver for TestObserver {
+    fn update(&self, update: AgentUpdate) {
+        self.updates.lock().expect("updates").push(update);
+    }
+
+    async fn request_permission(&self, request: PermissionRequest) -> PermissionOutcome {
+        self.permissions.lock().expect("permissions").push(request);
+        match &self.answer {
+            Some(option_id) => PermissionOutcome::Selected {
+                option_id: option_id.clone(),
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+async fn open(
+    runner: &AcpRunner,
+    spec: SessionSpec,
+    observer: Arc<TestObserver>,
+) -> Box<dyn AgentSession> {
+    match tokio::time::timeout(DEADLINE, runner.open_session(spec, observer)).await {
+        Ok(Ok(session)) => session,
+        Ok(Err(failure)) => panic!("open_session failed: {failure:?}"),
+        Err(_) => panic!("open_session did not finish in time"),
+    }
+}
+
+async fn prompt(
+    session: &mut Box<dyn AgentSession>,
+    request: TurnRequest,
+    cancel: CancellationToken,
+) -> Result<agentprism::engine::runner::TurnOutput, agentprism::engine::runner::AgentFailure> {
+    tokio::time::timeout(DEADLINE, session.prompt(request, cancel))
+        .await
+        .expect("prompt did not finish in time")
+}
+
+/// Waits until the pid file has at least `count` lines.
+async fn wait_for_pids(path: &Path, count: usize) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        let pids: Vec<i32> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect();
+        if pids.len() >= count {
+            return pids;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "pid file {} has {pids:?}, wanted {count}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// True while `pid` runs; a zombie waiting for a slow reaper counts as gone.
+fn is_alive(pid: i32) -> bool {
+    if kill(Pid::from_raw(pid), None).is_err() {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+    !matches!(state, None | Some(Some('Z' | 'X')))
+}
+
+async fn wait_gone(pid: i32, limit: Duration) {
+    let start = Instant::now();
+    while is_alive(pid) {
+        assert!(
+            start.elapsed() < limit,
+            "process {pid} still alive after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn echo_round_trip() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let observer = Arc::new(TestObserver::default());
+    let mut session = open(&runner, session_spec(&backend), observer.clone()).await;
+    let output = prompt(&mut session, turn("hello there"), CancellationToken::new())
+        .await
+        .expect("echo turn");
+    assert_eq!(output.text, "ECHO: hello there");
+    assert_eq!(output.stop_reason, StopReason::EndTurn);
+    let chunks = observer.updates.lock().expect("updates").iter().any(
+        |update| matches!(update, AgentUpdate::MessageChunk(text) if text == "ECHO: hello there"),
+    );
+    assert!(chunks, "the observer saw the chunk");
+    let reference = session.session_ref().expect("session ref");
+    assert_eq!(reference["backendId"], json!("mock"));
+    assert!(
+        reference["sessionId"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
+    // Chunked replies are concatenated in order, and a second turn starts clean.
+    let output = prompt(
+        &mut session,
+        turn("@mock chunks 3\n@mock usage_null\nabc def"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("chunked turn");
+    assert_eq!(output.text, "ECHO: abc def");
+    session.close().await;
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn model_and_mode_are_chosen_through_config_options_and_probe_reports_them() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let mut spec = session_spec(&backend);
+    spec.model = Some("mock-smart".to_owned());
+    spec.mode = Some("plan".to_owned());
+    let mut session = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    let output = prompt(
+        &mut session,
+        turn("@mock echo_model"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("turn");
+    assert_eq!(output.text, "MODEL: mock-smart MODE: plan");
+
+    let mut spec = session_spec(&backend);
+    spec.model = Some("no-such-model".to_owned());
+    let failure = runner
+        .open_session(spec, Arc::new(TestObserver::default()))
+        .await
+        .err()
+        .expect("an unknown model fails");
+    assert_eq!(failure.kind, FailureKind::Execution);
+    assert!(
+        failure.message.contains("set_config_option"),
+        "{}",
+        failure.message
+    );
+
+    let report = runner
+        .probe(&backend, Some("mock-smart"), &std::env::temp_dir())
+        .await;
+    assert!(report.probed, "{report:?}");
+    assert_eq!(report.current_model.as_deref(), Some("mock-smart"));
+    assert_eq!(report.modes.len(), 2);
+    assert!(!report.config_options.is_empty());
+    assert_eq!(report.auth_methods.len(), 1);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn auth_required_carries_the_advertised_methods() {
+    let runner = AcpRunner::new(config());
+    let gated = mock_backend("gated", &[("MOCK_ACP_AUTH", "required")]);
+    let failure = runner
+        .open_session(session_spec(&gated), Arc::new(TestObserver::default()))
+        .await
+        .err()
+        .expect("auth required");
+    assert_eq!(failure.kind, FailureKind::AuthRequired);
+    assert_eq!(
+        failure.auth_context,
+        Some(
+            json!({"backendId": "gated", "methods": [{"id": "mock-login", "name": "Mock login"}]})
+        )
+    );
+    let report = runner.probe(&gated, None, &std::env::temp_dir()).await;
+    assert!(!report.probed);
+    assert!(
+        report
+            .error
+            .as_deref()
+            .is_some_and(|error| error.contains("authentication")),
+        "{report:?}"
+    );
+    assert_eq!(report.auth_methods.len(), 1);
+
+    // The same kind when it comes from a prompt.
+    let backend = mock_backend("mock", &[]);
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let failure = prompt(
+        &mut session,
+        turn("@mock auth_required"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("auth required");
+    assert_eq!(failure.kind, FailureKind::AuthRequired);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn usage_limit_and_plain_errors_map_to_their_kinds() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let failure = prompt(
+        &mut session,
+        turn("@mock usage_limit"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("usage limit");
+    assert_eq!(failure.kind, FailureKind::UsageLimit);
+    let failure = prompt(
+        &mut session,
+        turn("@mock error -32603 disk on fire"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("plain error");
+    assert_eq!(failure.kind, FailureKind::Execution);
+    assert!(
+        failure.message.contains("disk on fire"),
+        "{}",
+        failure.message
+    );
+    let failure = prompt(
+        &mut session,
+        turn("@mock stop refusal"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("refusal");
+    assert_eq!(failure.kind, FailureKind::Refusal);
+    let failure = prompt(
+        &mut session,
+        turn("@mock stop max_tokens"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("truncated");
+    assert_eq!(failure.kind, FailureKind::Truncated);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn a_crash_mid_prompt_fails_the_turn_and_the_next_open_spawns_a_fresh_process() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let pid_file = folder.path().join("pids");
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend(
+        "mock",
+        &[("MOCK_ACP_PID_FILE", &pid_file.display().to_string())],
+    );
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let first = wait_for_pids(&pid_file, 1).await;
+    let failure = prompt(
+        &mut session,
+        turn("@mock stderr last words\n@mock crash"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("crash");
+    assert_eq!(failure.kind, FailureKind::Execution);
+    for needle in [
+        "backend mock",
+        "exited",
+        "exit status 2",
+        "session/prompt",
+        "last words",
+    ] {
+        assert!(
+            failure.message.contains(needle),
+            "{:?} should mention {needle}",
+            failure.message
+        );
+    }
+    let mut fresh = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let pids = wait_for_pids(&pid_file, 2).await;
+    assert_ne!(pids[1], first[0]);
+    let output = prompt(&mut fresh, turn("again"), CancellationToken::new())
+        .await
+        .expect("fresh process answers");
+    assert_eq!(output.text, "ECHO: again");
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn a_hanging_prompt_times_out_and_is_cancelled_in_time() {
+    for cancel_stop in [None, Some("end_turn")] {
+        let runner = AcpRunner::new(config());
+        let knobs: Vec<(&str, &str)> = cancel_stop
+            .map(|stop| ("MOCK_ACP_CANCEL_STOP", stop))
+            .into_iter()
+            .collect();
+        let backend = mock_backend("mock", &knobs);
+        let mut session = open(
+            &runner,
+            session_spec(&backend),
+            Arc::new(TestObserver::default()),
+        )
+        .await;
+        let mut request = turn("@mock hang");
+        request.timeout = Duration::from_millis(300);
+        let start = Instant::now();
+        let failure = prompt(&mut session, request, CancellationToken::new())
+            .await
+            .expect_err("timeout");
+        assert_eq!(
+            failure.kind,
+            FailureKind::Timeout,
+            "{cancel_stop:?}: {failure:?}"
+        );
+        assert!(
+            failure.message.contains("stopped after session/cancel"),
+            "{}",
+            failure.message
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            start.elapsed()
+        );
+        // The cancel landed, so the process was kept and the session still works.
+        let output = prompt(&mut session, turn("still here"), CancellationToken::new())
+            .await
+            .expect("next turn");
+        assert_eq!(output.text, "ECHO: still here");
+
+        let cancel = CancellationToken::new();
+        let cancelling = cancel.clone();
+        let (failure, ()) = tokio::join!(
+            prompt(&mut session, turn("@mock hang"), cancel),
+            async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                cancelling.cancel();
+            }
+        );
+        assert_eq!(failure.expect_err("cancelled").kind, FailureKind::Cancelled);
+        runner.shutdown(Duration::from_secs(3)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_permission_request_reaches_the_observer_and_is_cancelled_with_the_turn() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let observer = Arc::new(TestObserver {
+        answer: Some("allow".to_owned()),
+        ..TestObserver::default()
+    });
+    let mut session = open(&runner, session_spec(&backend), observer.clone()).await;
+    let output = prompt(
+        &mut session,
+        turn("@mock permission"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("turn");
+    assert_eq!(output.text, "PERMISSION: allow");
+    {
+        let permissions = observer.permissions.lock().expect("permissions");
+        let request = permissions.first().expect("asked once");
+        assert_eq!(
+            (
+                request.run_id.as_str(),
+                request.call_index,
+                request.label.as_str()
+            ),
+            ("run-1", 3, "writer")
+        );
+        let kinds: Vec<&str> = request
+            .options
+            .iter()
+            .map(|option| option.kind.as_str())
+            .collect();
+        assert_eq!(kinds, ["allow_once", "reject_once"]);
+        assert_eq!(request.tool_call["title"], json!("Mock edit"));
+    }
+
+    // Nobody answers: the deadline cancels the turn and the pending permission with it.
+    let silent = Arc::new(TestObserver::default());
+    let mut session = open(&runner, session_spec(&backend), silent.clone()).await;
+    let mut request = turn("@mock permission");
+    request.timeout = Duration::from_millis(300);
+    let failure = prompt(&mut session, request, CancellationToken::new())
+        .await
+        .expect_err("timeout");
+    assert_eq!(failure.kind, FailureKind::Timeout);
+    assert!(
+        failure.message.contains("stopped after session/cancel"),
+        "{}",
+        failure.message
+    );
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn file_system_requests_round_trip() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let path = folder.path().join("note.txt");
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let output = prompt(
+        &mut session,
+        turn(&format!("@mock write {} hello file", path.display())),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("write turn");
+    assert_eq!(output.text, format!("WROTE: {}", path.display()));
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("written"),
+        "hello file"
+    );
+    let output = prompt(
+        &mut session,
+        turn(&format!("@mock read {}", path.display())),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("read turn");
+    assert_eq!(output.text, "hello file");
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn shutdown_kills_an_agent_that_ignores_eof_and_its_whole_group() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let pid_file = folder.path().join("pids");
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend(
+        "stubborn",
+        &[
+            ("MOCK_ACP_EXIT_ON_EOF", "0"),
+            ("MOCK_ACP_SPAWN_CHILD", "1"),
+            ("MOCK_ACP_PID_FILE", &pid_file.display().to_string()),
+        ],
+    );
+    let _session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let pids = wait_for_pids(&pid_file, 2).await;
+    assert!(pids.iter().all(|pid| is_alive(*pid)));
+    let deadline = Duration::from_millis(1500);
+    let start = Instant::now();
+    runner.shutdown(deadline).await;
+    assert!(
+        start.elapsed() < deadline + Duration::from_millis(500),
+        "shutdown took {:?}",
+        start.elapsed()
+    );
+    for pid in pids {
+        // The leader is reaped by the runner; the child by whoever reaps orphans.
+        wait_gone(pid, Duration::from_secs(5)).await;
+    }
+    let failure = runner
+        .open_session(session_spec(&backend), Arc::new(TestObserver::default()))
+        .await
+        .err()
+        .expect("a shut-down runner opens nothing");
+    assert!(failure.message.contains("shut down"), "{}", failure.message);
+}
+
+#[tokio::test]
+async fn a_missing_command_names_the_command_and_backend() {
+    let runner = AcpRunner::new(config());
+    let mut backend = mock_backend("custom", &[]);
+    backend.command = "/nonexistent/agentprism-no-such-agent".to_owned();
+    let failure = runner
+        .open_session(session_spec(&backend), Arc::new(TestObserver::default()))
+        .await
+        .err()
+        .expect("spawn fails");
+    assert_eq!(failure.kind, FailureKind::Execution);
+    assert!(
+        failure.message.contains("backend custom"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        failure
+            .message
+            .contains("/nonexistent/agentprism-no-such-agent"),
+        "{}",
+        failure.message
+    );
+    backend.id = "claude".to_owned();
+    backend.origin = BackendOrigin::Builtin;
+    let report = runner.probe(&backend, None, &std::env::temp_dir()).await;
+    assert!(!report.probed);
+    let error = report.error.expect("probe error");
+    assert!(
+        error.contains("AGENTPRISM_CLAUDE_ACP_CMD") && error.contains("not found"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_initialize_fails_with_the_init_timeout() {
+    let mut config = config();
+    config.init_timeout = Duration::from_millis(300);
+    let runner = AcpRunner::new(config);
+    let backend = mock_backend("sleepy", &[("MOCK_ACP_INIT_DELAY_MS", "5000")]);
+    let start = Instant::now();
+    let failure = runner
+        .open_session(session_spec(&backend), Arc::new(TestObserver::default()))
+        .await
+        .err()
+        .expect("init timeout");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(failure.kind, FailureKind::Execution);
+    assert!(
+        failure
+            .message
+            .contains("backend sleepy did not answer initialize within 300 ms; is `"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        failure.message.contains("an ACP agent?"),
+        "{}",
+        failure.message
+    );
+    runner.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn pool_size_two_spreads_concurrent_sessions_over_two_processes() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let pid_file = folder.path().join("pids");
+    let mut config = config();
+    config.pool_size = 2;
+    let runner = AcpRunner::new(config);
+    let backend = mock_backend(
+        "mock",
+        &[("MOCK_ACP_PID_FILE", &pid_file.display().to_string())],
+    );
+    let (first, second) = tokio::join!(
+        open(
+            &runner,
+            session_spec(&backend),
+            Arc::new(TestObserver::default())
+        ),
+        open(
+            &runner,
+            session_spec(&backend),
+            Arc::new(TestObserver::default())
+        ),
+    );
+    let _third = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let pids = wait_for_pids(&pid_file, 2).await;
+    assert_eq!(
+        pids.len(),
+        2,
+        "three sessions on at most two processes: {pids:?}"
+    );
+    let (mut first, mut second) = (first, second);
+    let (a, b) = tokio::join!(
+        prompt(
+            &mut first,
+            turn("@mock delay 100\none"),
+            CancellationToken::new()
+        ),
+        prompt(
+            &mut second,
+            turn("@mock delay 100\ntwo"),
+            CancellationToken::new()
+        ),
+    );
+    assert_eq!(a.expect("first").text, "ECHO: one");
+    assert_eq!(b.expect("second").text, "ECHO: two");
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn a_turn_whose_cancel_is_ignored_kills_the_process_group() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let pid_file = folder.path().join("pids");
+    // A minimal agent that answers initialize and session/new (our ids are 1 and 2 on a fresh
+    // connection), then reads and ignores everything, session/cancel included.
+    let script = r#"echo $$ >> "$PID_FILE"
+read -r line; echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1,"agentCapabilities":{},"authMethods":[]}}'
+read -r line; echo '{"jsonrpc":"2.0","id":2,"result":{"sessionId":"deaf"}}'
+while read -r line; do :; done
+sleep 300"#;
+    let backend = BackendSpec {
+        id: "deaf".to_owned(),
+        command: "sh".to_owned(),
+        args: vec!["-c".to_owned(), script.to_owned()],
+        env: BTreeMap::from([("PID_FILE".to_owned(), pid_file.display().to_string())]),
+        session_meta: None,
+        origin: BackendOrigin::Host,
+    };
+    let runner = AcpRunner::new(config());
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let pid = wait_for_pids(&pid_file, 1).await[0];
+    let mut request = turn("anything");
+    request.timeout = Duration::from_millis(200);
+    let start = Instant::now();
+    let failure = prompt(&mut session, request, CancellationToken::new())
+        .await
+        .expect_err("timeout");
+    assert_eq!(failure.kind, FailureKind::Timeout);
+    assert!(
+        failure.message.contains("ignored session/cancel"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    wait_gone(pid, Duration::from_secs(5)).await;
+    // The dead process left the pool: the next open starts another.
+    let _fresh = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let pids = wait_for_pids(&pid_file, 2).await;
+    assert_ne!(pids[1], pid);
+    runner.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn resume_reattaches_a_known_session_and_falls_back_to_a_new_one() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let first = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let reference = first.session_ref().expect("ref");
+    let mut spec = session_spec(&backend);
+    spec.resume_session = reference["sessionId"].as_str().map(str::to_owned);
+    let mut resumed = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    assert_eq!(resumed.session_ref(), Some(reference.clone()));
+    let output = prompt(&mut resumed, turn("back"), CancellationToken::new())
+        .await
+        .expect("resumed turn");
+    assert_eq!(output.text, "ECHO: back");
+
+    let mut spec = session_spec(&backend);
+    spec.resume_session = Some("forgotten-session".to_owned());
+    let fresh = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    let fresh_reference = fresh.session_ref().expect("ref");
+    assert_ne!(fresh_reference["sessionId"], json!("forgotten-session"));
+    assert_ne!(fresh_reference, reference);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
