@@ -24,6 +24,9 @@ pub const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";
 /// Memory cap of one script's JS heap, in MiB (default 64).
 pub const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
 
+/// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`).
+pub const LOG: &str = "AGENTPRISM_LOG";
+
 pub const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
 pub const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";
 pub const CODEX_ACP_CMD: &str = "AGENTPRISM_CODEX_ACP_CMD";
@@ -76,7 +79,9 @@ impl EnvSnapshot {
     /// `1`, `true`, `yes` or `on` (any case).
     pub fn flag(&self, key: &str) -> bool {
         matches!(
-            self.get(key).map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+            self.get(key)
+                .map(|v| v.trim().to_ascii_lowercase())
+                .as_deref(),
             Some("1" | "true" | "yes" | "on")
         )
     }
@@ -85,9 +90,10 @@ impl EnvSnapshot {
     pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, String> {
         match self.non_empty(key) {
             None => Ok(default),
-            Some(text) => text.trim().parse::<u64>().map_err(|_| {
-                format!("{key} must be a whole number, got {text:?}")
-            }),
+            Some(text) => text
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{key} must be a whole number, got {text:?}")),
         }
     }
 

@@ -3,15 +3,19 @@
 //!
 //! Modules in reading order:
 
+/// The ACP agent runner: processes, sessions, pool, backend registry.
+pub mod acp;
+/// The workflow engine: scripts, journal, replay, preparation.
+pub mod engine;
 /// Every environment variable, one documented constant each.
 pub mod env;
-/// Time, hashing and durable-write helpers.
-pub mod util;
+/// Diagnostics on stderr through tracing.
+pub mod logging;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
 /// The run store trait and its SQLite implementation.
 pub mod store;
-/// The workflow engine: scripts, journal, replay, preparation.
-pub mod engine;
-/// The ACP agent runner: processes, sessions, pool, backend registry.
-pub mod acp;
+/// Time, hashing and durable-write helpers.
+pub mod util;
+// The `agentprism` command line (enabled once the ACP runner lands).
+pub mod cli;

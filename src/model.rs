@@ -48,7 +48,9 @@ impl RunId {
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         };
         match text.split_once('-') {
-            Some((head, tail)) if valid_part(head) && valid_part(tail) => Ok(RunId(text.to_owned())),
+            Some((head, tail)) if valid_part(head) && valid_part(tail) => {
+                Ok(RunId(text.to_owned()))
+            }
             _ => Err(format!(
                 "runId {text:?} does not match ^[a-z0-9]+-[a-z0-9]+$"
             )),

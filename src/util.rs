@@ -38,9 +38,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// the path.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().ok_or_else(|| {
-        std::io::Error::other(format!("{} has no parent folder", path.display()))
-    })?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other(format!("{} has no parent folder", path.display())))?;
     std::fs::create_dir_all(dir).map_err(|e| annotate(e, "create folder", dir))?;
     let name = path
         .file_name()
@@ -58,7 +58,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
             .mode(mode)
             .open(&tmp)
             .map_err(|e| annotate(e, "create", &tmp))?;
-        file.write_all(bytes).map_err(|e| annotate(e, "write", &tmp))?;
+        file.write_all(bytes)
+            .map_err(|e| annotate(e, "write", &tmp))?;
         file.sync_all().map_err(|e| annotate(e, "sync", &tmp))?;
         std::fs::rename(&tmp, path).map_err(|e| annotate(e, "rename into place", path))?;
         if let Ok(folder) = std::fs::File::open(dir) {
@@ -74,10 +75,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 
 /// Adds what was being done and to which path to an I/O error.
 pub fn annotate(error: std::io::Error, doing: &str, path: &Path) -> std::io::Error {
-    std::io::Error::new(
-        error.kind(),
-        format!("{doing} {}: {error}", path.display()),
-    )
+    std::io::Error::new(error.kind(), format!("{doing} {}: {error}", path.display()))
 }
 
 /// Cuts `text` to at most `max` bytes at a char boundary.
@@ -90,4 +88,45 @@ pub fn truncate_utf8(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// A process's start time in clock ticks since boot (Linux `/proc/<pid>/stat` field 22), so
+/// a recycled pid is told apart from the process that held it. `None` if it does not exist.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: skip past the last ')'.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace();
+    // after_name starts at field 3 (state); field 22 is the 20th from here.
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Whether `pid` is alive and is still the process that started at `start_time`.
+pub fn process_is(pid: u32, start_time: u64) -> bool {
+    pid != 0 && process_start_time(pid) == Some(start_time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_identity() {
+        let pid = std::process::id();
+        let start = process_start_time(pid).expect("own start time");
+        assert!(process_is(pid, start));
+        assert!(!process_is(pid, start + 1));
+        assert!(!process_is(0, start));
+    }
+
+    #[test]
+    fn utf8_truncation_keeps_boundaries() {
+        assert_eq!(truncate_utf8("é", 1), "");
+        assert_eq!(truncate_utf8("aé", 2), "a");
+        assert_eq!(truncate_utf8("abc", 5), "abc");
+    }
 }

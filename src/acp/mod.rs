@@ -7,6 +7,7 @@
 
 pub mod connection;
 mod failure;
+pub mod lookup;
 mod pool;
 pub mod process;
 pub mod registry;

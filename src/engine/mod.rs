@@ -1,9 +1,32 @@
-//! The workflow engine: admission, execution, journal and replay, pause, stop and resume.
+//! The workflow engine: preparation, admission, execution, journal and replay, pause, stop
+//! and resume.
+//!
+//! Reading order: `script` (static checks) and `vm` (the QuickJS thread with the DSL
+//! prelude), `journal` (identity and replay) and `routing`, `driver` (one generation of a
+//! run), `prepare` (the checks before admission), `manager` (the front door used by the CLI
+//! and the MCP tool), `status`. The engine reaches the outside world only through the
+//! `runner` traits and the store.
 
+pub mod driver;
+pub mod events;
 pub mod glob;
+pub mod instant;
+pub mod journal;
+pub mod manager;
+pub mod permissions;
+pub mod prepare;
 pub mod preview;
 pub mod redact;
+pub mod routing;
 pub mod runner;
 pub mod schema;
 pub mod script;
+pub mod status;
 pub mod vm;
+
+pub use manager::{
+    Admission, Engine, EngineConfig, EngineError, EngineResult, LimitOverrides, ResumeRequest,
+    RunRequest,
+};
+pub use prepare::ScriptInput;
+pub use status::StatusQuery;

@@ -148,9 +148,16 @@ pub enum AgentUpdate {
     MessageChunk(String),
     ThoughtChunk(String),
     /// A tool call started or changed; `title` is what the agent shows for it.
-    ToolCall { id: String, title: String, status: Option<String> },
+    ToolCall {
+        id: String,
+        title: String,
+        status: Option<String>,
+    },
     /// `usage_update`: context used and size, cost when given. Fields may be absent.
-    ContextUsage { used: Option<u64>, size: Option<u64> },
+    ContextUsage {
+        used: Option<u64>,
+        size: Option<u64>,
+    },
     Plan(Value),
     ModeChanged(String),
     /// Anything else, by its `sessionUpdate` tag.
@@ -247,8 +254,12 @@ pub trait AgentRunner: Send + Sync + 'static {
 
     /// Opens a session without prompting: selects `model` if given and reports modes and
     /// config options. Failures are reported in the report, never raised.
-    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, cwd: &std::path::Path)
-    -> ProbeReport;
+    async fn probe(
+        &self,
+        backend: &BackendSpec,
+        model: Option<&str>,
+        cwd: &std::path::Path,
+    ) -> ProbeReport;
 
     /// Stops every backend process (EOF, then TERM, then KILL on each process group), within
     /// `deadline`.

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
 use rquickjs::promise::PromiseState;
+use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -72,8 +72,16 @@ pub enum VmEvent {
 /// The driver's answer to one call.
 #[derive(Debug)]
 pub enum VmReply {
-    Resolve { call_id: u64, value: Value },
-    Reject { call_id: u64, code: String, message: String, recoverable: bool },
+    Resolve {
+        call_id: u64,
+        value: Value,
+    },
+    Reject {
+        call_id: u64,
+        code: String,
+        message: String,
+        recoverable: bool,
+    },
 }
 
 /// A script that threw, was stopped, or returned something that is not JSON.
@@ -158,7 +166,11 @@ impl Drop for VmHandle {
 
 /// Starts the script on its own thread. Events arrive on `events` until `Finished` (or until
 /// the VM is halted, after which nothing more is sent).
-pub fn spawn(script: VmScript, limits: VmLimits, events: mpsc::UnboundedSender<VmEvent>) -> VmHandle {
+pub fn spawn(
+    script: VmScript,
+    limits: VmLimits,
+    events: mpsc::UnboundedSender<VmEvent>,
+) -> VmHandle {
     let (reply_tx, reply_rx) = std_mpsc::channel();
     let halt = Arc::new(AtomicBool::new(false));
     let thread_halt = halt.clone();
@@ -198,7 +210,8 @@ impl SliceClock {
 }
 
 type Unhandled = Rc<RefCell<Vec<(Persistent<rquickjs::Value<'static>>, ScriptFailure)>>>;
-type Resolvers = Rc<RefCell<HashMap<u64, (Persistent<Function<'static>>, Persistent<Function<'static>>)>>>;
+type Resolvers =
+    Rc<RefCell<HashMap<u64, (Persistent<Function<'static>>, Persistent<Function<'static>>)>>>;
 
 fn run(
     mut script: VmScript,
@@ -207,7 +220,9 @@ fn run(
     replies: std_mpsc::Receiver<VmReply>,
     halt: Arc<AtomicBool>,
 ) -> Result<Option<Value>, ScriptFailure> {
-    let runtime = Runtime::new().map_err(|e| ScriptFailure::script_error(format!("cannot start the script runtime: {e}")))?;
+    let runtime = Runtime::new().map_err(|e| {
+        ScriptFailure::script_error(format!("cannot start the script runtime: {e}"))
+    })?;
     runtime.set_memory_limit(limits.memory_limit);
     runtime.set_max_stack_size(4 << 20);
     let clock = Arc::new(SliceClock {
@@ -232,19 +247,24 @@ fn run(
         })));
     }
     let unhandled: Unhandled = Rc::default();
-    let context = Context::full(&runtime).map_err(|e| ScriptFailure::script_error(format!("cannot create the script context: {e}")))?;
+    let context = Context::full(&runtime).map_err(|e| {
+        ScriptFailure::script_error(format!("cannot create the script context: {e}"))
+    })?;
     let resolvers: Resolvers = Rc::default();
     let nested = script.nested.take();
 
     let main: Persistent<Promise<'static>> = context.with(|ctx| {
-        install_host(&ctx, events, &resolvers, nested).map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
+        install_host(&ctx, events, &resolvers, nested)
+            .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
         clock.begin();
         let started = start_script(&ctx, &script);
         clock.end();
         started.map_err(|e| vm_failure(&ctx, e, &clock, limits))
     })?;
 
-    let result = drive(&runtime, &context, &main, &resolvers, &unhandled, &clock, limits, &replies, &halt);
+    let result = drive(
+        &runtime, &context, &main, &resolvers, &unhandled, &clock, limits, &replies, &halt,
+    );
     // Release every JS value Rust still holds before the runtime is freed: QuickJS asserts
     // that no object outlives its runtime, and the resolvers' closures would keep cycles.
     runtime.set_host_promise_rejection_tracker(None);
@@ -253,7 +273,14 @@ fn run(
     drop(main);
     context.with(|ctx| {
         let globals = ctx.globals();
-        for name in ["__ap_call", "__ap_log", "__ap_phase", "__ap_nested", "agent", "checkpoint"] {
+        for name in [
+            "__ap_call",
+            "__ap_log",
+            "__ap_phase",
+            "__ap_nested",
+            "agent",
+            "checkpoint",
+        ] {
             let _ = globals.remove(name);
         }
     });
@@ -276,17 +303,23 @@ fn drive(
 ) -> Result<Option<Value>, ScriptFailure> {
     {
         let unhandled = unhandled.clone();
-        runtime.set_host_promise_rejection_tracker(Some(Box::new(move |ctx, promise, reason, is_handled| {
-            let mut list = unhandled.borrow_mut();
-            if is_handled {
-                list.retain(|(saved, _)| {
-                    saved.clone().restore(&ctx).map(|value| value != promise).unwrap_or(true)
-                });
-            } else {
-                let failure = failure_from_value(&ctx, reason);
-                list.push((Persistent::save(&ctx, promise), failure));
-            }
-        })));
+        runtime.set_host_promise_rejection_tracker(Some(Box::new(
+            move |ctx, promise, reason, is_handled| {
+                let mut list = unhandled.borrow_mut();
+                if is_handled {
+                    list.retain(|(saved, _)| {
+                        saved
+                            .clone()
+                            .restore(&ctx)
+                            .map(|value| value != promise)
+                            .unwrap_or(true)
+                    });
+                } else {
+                    let failure = failure_from_value(&ctx, reason);
+                    list.push((Persistent::save(&ctx, promise), failure));
+                }
+            },
+        )));
     }
 
     loop {
@@ -370,7 +403,10 @@ fn install_host<'js>(
     let next_id = Rc::new(RefCell::new(0u64));
     globals.set(
         "__ap_call",
-        Function::new(ctx.clone(), call_function(events.clone(), resolvers.clone(), next_id))?,
+        Function::new(
+            ctx.clone(),
+            call_function(events.clone(), resolvers.clone(), next_id),
+        )?,
     )?;
     {
         let events = events.clone();
@@ -393,17 +429,25 @@ fn install_host<'js>(
     let nested = Rc::new(RefCell::new(nested));
     globals.set(
         "__ap_nested",
-        Function::new(ctx.clone(), move |ctx: Ctx<'_>, name: String, _args: String| {
-            let mut resolver = nested.borrow_mut();
-            let outcome = match resolver.as_mut() {
-                Some(resolve) => resolve(&name),
-                None => Err("nested workflows are not available here".to_owned()),
-            };
-            match outcome {
-                Ok((scope, body)) => Ok(serde_json::json!({"scope": scope, "body": body}).to_string()),
-                Err(message) => Err(rquickjs::Exception::throw_message(&ctx, &format!("workflow({name:?}): {message}"))),
-            }
-        })?,
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx<'_>, name: String, _args: String| {
+                let mut resolver = nested.borrow_mut();
+                let outcome = match resolver.as_mut() {
+                    Some(resolve) => resolve(&name),
+                    None => Err("nested workflows are not available here".to_owned()),
+                };
+                match outcome {
+                    Ok((scope, body)) => {
+                        Ok(serde_json::json!({"scope": scope, "body": body}).to_string())
+                    }
+                    Err(message) => Err(rquickjs::Exception::throw_message(
+                        &ctx,
+                        &format!("workflow({name:?}): {message}"),
+                    )),
+                }
+            },
+        )?,
     )?;
     globals.set("__ap_filename", SCRIPT_FILENAME)?;
     ctx.eval_with_options::<(), _>(PRELUDE, eval_options("prelude.js"))?;
@@ -426,9 +470,16 @@ fn call_function(
         };
         resolvers.borrow_mut().insert(
             call_id,
-            (Persistent::save(&ctx, resolve), Persistent::save(&ctx, reject)),
+            (
+                Persistent::save(&ctx, resolve),
+                Persistent::save(&ctx, reject),
+            ),
         );
-        let _ = events.send(VmEvent::Call { call_id, kind, payload });
+        let _ = events.send(VmEvent::Call {
+            call_id,
+            kind,
+            payload,
+        });
         Ok(promise)
     }
 }
@@ -441,7 +492,10 @@ fn eval_options(filename: &str) -> rquickjs::context::EvalOptions {
     options
 }
 
-fn start_script<'js>(ctx: &Ctx<'js>, script: &VmScript) -> rquickjs::Result<Persistent<Promise<'static>>> {
+fn start_script<'js>(
+    ctx: &Ctx<'js>,
+    script: &VmScript,
+) -> rquickjs::Result<Persistent<Promise<'static>>> {
     let install: Function = ctx.globals().get("__ap_install")?;
     let wrapper_line = script.body.matches('\n').count() as u32 + 2;
     install.call::<_, ()>((
@@ -461,7 +515,12 @@ fn start_script<'js>(ctx: &Ctx<'js>, script: &VmScript) -> rquickjs::Result<Pers
 fn deliver<'js>(ctx: &Ctx<'js>, resolvers: &Resolvers, reply: VmReply) -> rquickjs::Result<()> {
     let (call_id, outcome) = match reply {
         VmReply::Resolve { call_id, value } => (call_id, Ok(value)),
-        VmReply::Reject { call_id, code, message, recoverable } => (call_id, Err((code, message, recoverable))),
+        VmReply::Reject {
+            call_id,
+            code,
+            message,
+            recoverable,
+        } => (call_id, Err((code, message, recoverable))),
     };
     let Some((resolve, reject)) = resolvers.borrow_mut().remove(&call_id) else {
         return Ok(());
@@ -506,7 +565,9 @@ fn finish_value<'js>(
             "the script's result must be strict JSON: {}",
             exception.message().unwrap_or_default()
         ))),
-        Err(other) => Err(ScriptFailure::script_error(format!("the script's result must be strict JSON: {other}"))),
+        Err(other) => Err(ScriptFailure::script_error(format!(
+            "the script's result must be strict JSON: {other}"
+        ))),
     }
 }
 
@@ -518,7 +579,12 @@ fn runaway(limits: VmLimits) -> ScriptFailure {
 }
 
 /// Turns an rquickjs error (usually a pending exception) into a failure.
-fn vm_failure<'js>(ctx: &Ctx<'js>, error: rquickjs::Error, clock: &SliceClock, limits: VmLimits) -> ScriptFailure {
+fn vm_failure<'js>(
+    ctx: &Ctx<'js>,
+    error: rquickjs::Error,
+    clock: &SliceClock,
+    limits: VmLimits,
+) -> ScriptFailure {
     if clock.tripped.load(Ordering::SeqCst) {
         return runaway(limits);
     }
@@ -568,11 +634,15 @@ fn failure_from_value<'js>(ctx: &Ctx<'js>, value: rquickjs::Value<'js>) -> Scrip
             .map(|(l, c)| (Some(l), Some(c)))
             .unwrap_or((line_number, column_number));
         let column = match (line, column) {
-            (Some(1), Some(column)) => Some(column.saturating_sub(WRAPPER_OPEN.len() as u32).max(1)),
+            (Some(1), Some(column)) => {
+                Some(column.saturating_sub(WRAPPER_OPEN.len() as u32).max(1))
+            }
             (_, column) => column,
         };
         return ScriptFailure {
-            code: code.filter(|c| !c.is_empty()).unwrap_or_else(|| "SCRIPT_ERROR".into()),
+            code: code
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| "SCRIPT_ERROR".into()),
             message,
             line,
             column,
@@ -597,7 +667,8 @@ fn script_position(stack: &str) -> Option<(u32, u32)> {
     let marker = format!("{SCRIPT_FILENAME}:");
     for line in stack.lines() {
         if let Some(at) = line.rfind(&marker) {
-            let rest = line[at + marker.len()..].trim_end_matches(|c: char| c == ')' || c.is_whitespace());
+            let rest =
+                line[at + marker.len()..].trim_end_matches(|c: char| c == ')' || c.is_whitespace());
             let mut parts = rest.split(':');
             let line_no = parts.next()?.parse().ok()?;
             let column = parts.next().and_then(|c| c.parse().ok()).unwrap_or(1);
@@ -612,23 +683,43 @@ mod tests {
     use super::*;
 
     /// Runs a script body, answering every agent call with `answer(payload)`.
-    fn run_script(body: &str, answer: impl Fn(&Value) -> Result<Value, (String, bool)>) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
+    fn run_script(
+        body: &str,
+        answer: impl Fn(&Value) -> Result<Value, (String, bool)>,
+    ) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let vm = spawn(
-            VmScript { body: body.into(), args: serde_json::json!({"n": 2}), cwd: "/tmp/project".into(), nested: None },
-            VmLimits { slice_limit: Duration::from_millis(300), memory_limit: 16 << 20 },
+            VmScript {
+                body: body.into(),
+                args: serde_json::json!({"n": 2}),
+                cwd: "/tmp/project".into(),
+                nested: None,
+            },
+            VmLimits {
+                slice_limit: Duration::from_millis(300),
+                memory_limit: 16 << 20,
+            },
             tx,
         );
         let mut calls = Vec::new();
         loop {
             match rx.blocking_recv().expect("vm ended without finishing") {
-                VmEvent::Call { call_id, kind, payload } => {
+                VmEvent::Call {
+                    call_id,
+                    kind,
+                    payload,
+                } => {
                     let mut recorded = payload.clone();
                     recorded["kind"] = Value::String(kind);
                     calls.push(recorded);
                     match answer(&payload) {
                         Ok(value) => vm.reply(VmReply::Resolve { call_id, value }),
-                        Err((code, recoverable)) => vm.reply(VmReply::Reject { call_id, code, message: "failed".into(), recoverable }),
+                        Err((code, recoverable)) => vm.reply(VmReply::Reject {
+                            call_id,
+                            code,
+                            message: "failed".into(),
+                            recoverable,
+                        }),
                     }
                 }
                 VmEvent::Finished(result) => return (result, calls),
@@ -638,20 +729,32 @@ mod tests {
     }
 
     fn echo(payload: &Value) -> Result<Value, (String, bool)> {
-        Ok(Value::String(format!("re: {}", payload["prompt"].as_str().unwrap_or(""))))
+        Ok(Value::String(format!(
+            "re: {}",
+            payload["prompt"].as_str().unwrap_or("")
+        )))
     }
 
     #[test]
     fn top_level_await_and_return() {
-        let (result, calls) = run_script("const a = await agent('hi'); return {a, n: args.n, cwd: process.cwd()};", echo);
-        assert_eq!(result.unwrap(), Some(serde_json::json!({"a": "re: hi", "n": 2, "cwd": "/tmp/project"})));
+        let (result, calls) = run_script(
+            "const a = await agent('hi'); return {a, n: args.n, cwd: process.cwd()};",
+            echo,
+        );
+        assert_eq!(
+            result.unwrap(),
+            Some(serde_json::json!({"a": "re: hi", "n": 2, "cwd": "/tmp/project"}))
+        );
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0]["path"], "1:16");
     }
 
     #[test]
     fn parallel_keeps_order_and_call_order() {
-        let (result, calls) = run_script("return await parallel([() => agent('a'), () => agent('b')]);", echo);
+        let (result, calls) = run_script(
+            "return await parallel([() => agent('a'), () => agent('b')]);",
+            echo,
+        );
         assert_eq!(result.unwrap(), Some(serde_json::json!(["re: a", "re: b"])));
         assert_eq!(calls[0]["prompt"], "a");
         assert_eq!(calls[1]["prompt"], "b");
@@ -661,17 +764,35 @@ mod tests {
     fn parallel_rejects_non_functions() {
         let (result, _) = run_script("return await parallel([agent('a')]);", echo);
         let failure = result.unwrap_err();
-        assert!(failure.message.contains("parallel(thunks) expects an array of functions"), "{failure:?}");
+        assert!(
+            failure
+                .message
+                .contains("parallel(thunks) expects an array of functions"),
+            "{failure:?}"
+        );
     }
 
     #[test]
     fn determinism_guard_catches_aliases() {
         let (result, _) = run_script("const f = Date; return f.now();", echo);
-        assert!(result.unwrap_err().message.contains("Date.now() is unavailable"));
+        assert!(
+            result
+                .unwrap_err()
+                .message
+                .contains("Date.now() is unavailable")
+        );
         let (result, _) = run_script("const m = Math; return m.random();", echo);
-        assert!(result.unwrap_err().message.contains("Math.random() is unavailable"));
+        assert!(
+            result
+                .unwrap_err()
+                .message
+                .contains("Math.random() is unavailable")
+        );
         let (result, _) = run_script("return new Date(0).toISOString();", echo);
-        assert_eq!(result.unwrap(), Some(Value::String("1970-01-01T00:00:00.000Z".into())));
+        assert_eq!(
+            result.unwrap(),
+            Some(Value::String("1970-01-01T00:00:00.000Z".into()))
+        );
         let (result, _) = run_script("return typeof eval;", echo);
         assert_eq!(result.unwrap(), Some(Value::String("undefined".into())));
     }
@@ -695,19 +816,30 @@ mod tests {
         assert_eq!(failure.message, "boom");
         assert_eq!(failure.line, Some(3));
         assert_eq!(failure.code, "SCRIPT_ERROR");
-        let (result, _) = run_script("await agent('x');", |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)));
+        let (result, _) = run_script("await agent('x');", |_| {
+            Err(("SCHEMA_NONCOMPLIANCE".into(), false))
+        });
         assert_eq!(result.unwrap_err().code, "SCHEMA_NONCOMPLIANCE");
     }
 
     #[test]
     fn caught_errors_do_not_fail() {
-        let (result, _) = run_script("try { await agent('x'); } catch (e) { return e.code; }", |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)));
-        assert_eq!(result.unwrap(), Some(Value::String("SCHEMA_NONCOMPLIANCE".into())));
+        let (result, _) = run_script(
+            "try { await agent('x'); } catch (e) { return e.code; }",
+            |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)),
+        );
+        assert_eq!(
+            result.unwrap(),
+            Some(Value::String("SCHEMA_NONCOMPLIANCE".into()))
+        );
     }
 
     #[test]
     fn unhandled_rejection_fails_the_script() {
-        let (result, _) = run_script("agent('x').then(() => { throw new Error('late'); }); await agent('y'); return 1;", echo);
+        let (result, _) = run_script(
+            "agent('x').then(() => { throw new Error('late'); }); await agent('y'); return 1;",
+            echo,
+        );
         let failure = result.unwrap_err();
         assert!(failure.message.contains("late"), "{failure:?}");
     }
@@ -722,9 +854,15 @@ mod tests {
 
     #[test]
     fn memory_is_capped() {
-        let (result, _) = run_script("const a = []; while (true) { a.push('x'.repeat(1 << 16) + a.length); }", echo);
+        let (result, _) = run_script(
+            "const a = []; while (true) { a.push('x'.repeat(1 << 16) + a.length); }",
+            echo,
+        );
         let failure = result.unwrap_err();
-        assert!(failure.message.to_lowercase().contains("memory"), "{failure:?}");
+        assert!(
+            failure.message.to_lowercase().contains("memory"),
+            "{failure:?}"
+        );
     }
 
     #[test]
@@ -750,7 +888,12 @@ mod tests {
     fn halting_stops_a_waiting_script() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let vm = spawn(
-            VmScript { body: "await agent('x');".into(), args: Value::Null, cwd: "/".into(), nested: None },
+            VmScript {
+                body: "await agent('x');".into(),
+                args: Value::Null,
+                cwd: "/".into(),
+                nested: None,
+            },
             VmLimits::default(),
             tx,
         );

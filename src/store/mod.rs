@@ -84,8 +84,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends one settled call (journal entry + call record), supersedes the rows it
     /// replaces and appends buffered events, in one durable transaction.
-    async fn append_call(&self, run_id: &RunId, write: CallWrite<'_>, fence: Fence<'_>)
-    -> StoreResult<()>;
+    async fn append_call(
+        &self,
+        run_id: &RunId,
+        write: CallWrite<'_>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()>;
 
     /// Appends several settled calls in one transaction (replays and interrupted rows).
     async fn append_calls(
@@ -161,8 +165,11 @@ pub trait Store: Send + Sync + 'static {
     async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()>;
 
     /// Runs, newest `started_at` first, optionally of one project, at most `limit`.
-    async fn list_runs(&self, project_dir: Option<&Path>, limit: u32)
-    -> StoreResult<Vec<RunSummary>>;
+    async fn list_runs(
+        &self,
+        project_dir: Option<&Path>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunSummary>>;
 
     /// Runs of a project whose status is pending or running.
     async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>>;
@@ -188,9 +195,14 @@ pub fn project_folder(root: &Path, project_dir: &Path) -> PathBuf {
         }
     }
     let slug: String = slug.chars().take(48).collect();
-    let slug = if slug.is_empty() { "project".to_owned() } else { slug };
+    let slug = if slug.is_empty() {
+        "project".to_owned()
+    } else {
+        slug
+    };
     let digest = crate::util::sha256_hex(project_dir.as_os_str().as_encoded_bytes());
-    root.join("projects").join(format!("{slug}-{}", &digest[..12]))
+    root.join("projects")
+        .join(format!("{slug}-{}", &digest[..12]))
 }
 
 /// Where an inline script's store copy lives.

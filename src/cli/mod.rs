@@ -1,0 +1,1065 @@
+//! The `agentprism` command line: argument types (clap) and the commands that drive the
+//! engine in the foreground (`validate`, `run`, `status`, `resume`, `runs`, `stop`, `setup`).
+//!
+//! Exit codes of `run`, `resume` and `setup`: 0 completed, 1 failed or stopped, 2 rejected
+//! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C
+//! (the run is left paused/interrupted and resumable).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::acp::lookup::Backends;
+use crate::acp::{AcpConfig, AcpRunner};
+use crate::engine::events::RunNotice;
+use crate::engine::runner::PermissionOutcome;
+use crate::engine::{
+    Engine, EngineConfig, EngineError, LimitOverrides, ResumeRequest, RunRequest, ScriptInput,
+    StatusQuery,
+};
+use crate::env::{self, EnvSnapshot};
+use crate::model::{RunId, RunStatus};
+use crate::store::SqliteStore;
+
+/// Exit code of a completed run.
+pub const EXIT_COMPLETED: u8 = 0;
+/// A failed or stopped run, or an operational error.
+pub const EXIT_FAILED: u8 = 1;
+/// Rejected before anything was persisted.
+pub const EXIT_REJECTED: u8 = 2;
+/// Paused, or waiting for a setup answer.
+pub const EXIT_PAUSED: u8 = 3;
+/// Interrupted by Ctrl-C.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentprism",
+    version,
+    about = "Durable multi-agent workflow runs for MCP hosts"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a workflow script without running agents (zero tokens).
+    Validate(ValidateArgs),
+    /// Run a workflow script in the foreground and print its result as JSON.
+    Run(RunArgs),
+    /// Show a run's status.
+    Status(StatusArgs),
+    /// Continue a paused, stopped or failed run under the same id.
+    Resume(ResumeArgs),
+    /// List runs, or delete one (`runs rm <runId>`).
+    Runs(RunsArgs),
+    /// Stop a run (or one agent call with --call).
+    Stop(StopArgs),
+    /// Answer a run's pending backend-approval setup, then execute it in the foreground.
+    Setup(SetupArgs),
+    /// Print a completed run's exact result JSON.
+    Result(ResultArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    /// The workflow script file.
+    pub script: PathBuf,
+    /// The project directory the run belongs to (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+    /// Script input as a JSON value.
+    #[arg(long, value_name = "JSON", conflicts_with = "args_file")]
+    pub args: Option<String>,
+    /// Script input read from a JSON file.
+    #[arg(long, value_name = "FILE")]
+    pub args_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Most agent calls the run may make (1..10000, default 1000).
+    #[arg(long)]
+    pub max_agents: Option<i64>,
+    /// Agent calls running at once (1..16, default 8).
+    #[arg(long)]
+    pub concurrency: Option<i64>,
+    /// Retries of a failed agent call (0..3, default 0).
+    #[arg(long)]
+    pub agent_retries: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ForegroundArgs {
+    /// How to answer agents' permission requests: ask (on a terminal), allow, or reject.
+    #[arg(long, value_name = "POLICY")]
+    pub permissions: Option<String>,
+    /// Print the final status document instead of only the result.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub script: ScriptArgs,
+    /// Skip the zero-token backend probes.
+    #[arg(long)]
+    pub no_probe: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub script: ScriptArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub foreground: ForegroundArgs,
+    /// Approve the script's own `meta.backends` without asking.
+    #[arg(long)]
+    pub approve_backends: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub run_id: String,
+    /// Latest calls to show (1..50).
+    #[arg(long, default_value_t = 20)]
+    pub last: usize,
+    /// Log lines to show (0..50).
+    #[arg(long, default_value_t = 20)]
+    pub logs: usize,
+    /// Only calls whose label matches this glob.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Print the whole status document as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    pub run_id: String,
+    /// A checkpoint answer `INDEX=VALUE`; VALUE is JSON (`true`, `"text"`) or plain text.
+    #[arg(long = "reply", value_name = "INDEX=VALUE")]
+    pub replies: Vec<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub foreground: ForegroundArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub action: Option<RunsAction>,
+    /// Only runs of this project (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+    /// Runs of every project.
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Delete a run record and its stored script copy (never a caller's own script file).
+    Rm { run_id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    pub run_id: String,
+    /// Cancel only this live agent call.
+    #[arg(long = "call")]
+    pub call_index: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    pub run_id: String,
+    /// Approve the declared backends.
+    #[arg(long, conflicts_with = "decline")]
+    pub approve: bool,
+    /// Decline them (the run is kept as aborted).
+    #[arg(long)]
+    pub decline: bool,
+    #[command(flatten)]
+    pub foreground: ForegroundArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultArgs {
+    pub run_id: String,
+}
+
+/// Runs the command line and maps the outcome to an exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("agentprism: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let code = runtime.block_on(async {
+        match dispatch(cli).await {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("agentprism: {error:#}");
+                EXIT_FAILED
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    ExitCode::from(code)
+}
+
+async fn dispatch(cli: Cli) -> Result<u8> {
+    let env = EnvSnapshot::capture();
+    match cli.command {
+        Command::Validate(args) => validate(&env, args).await,
+        Command::Run(args) => run_command(&env, args).await,
+        Command::Status(args) => status(&env, args).await,
+        Command::Resume(args) => resume(&env, args).await,
+        Command::Runs(args) => runs(&env, args).await,
+        Command::Stop(args) => stop(&env, args).await,
+        Command::Setup(args) => setup(&env, args).await,
+        Command::Result(args) => result(&env, args).await,
+    }
+}
+
+/// The persistence root: `AGENTPRISM_PERSISTENCE_ROOT` (absolute) or `~/.agentprism/workflows`.
+pub fn persistence_root(env: &EnvSnapshot) -> Result<PathBuf> {
+    if let Some(root) = env.non_empty(env::PERSISTENCE_ROOT) {
+        let root = PathBuf::from(root);
+        if !root.is_absolute() {
+            return Err(anyhow!(
+                "{} must be an absolute path, got {}",
+                env::PERSISTENCE_ROOT,
+                root.display()
+            ));
+        }
+        return Ok(root);
+    }
+    let home = env.home().ok_or_else(|| {
+        anyhow!(
+            "HOME is not set; set {} to choose where runs are stored",
+            env::PERSISTENCE_ROOT
+        )
+    })?;
+    Ok(Path::new(home).join(".agentprism").join("workflows"))
+}
+
+/// A problem with the user's input: exit code 2, nothing persisted.
+#[derive(Debug)]
+struct InputError(String);
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InputError {}
+
+fn input_error(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(InputError(message.into()))
+}
+
+/// Builds the engine from the environment.
+pub async fn build_engine(env: &EnvSnapshot, probe: bool) -> Result<Engine> {
+    let root = persistence_root(env)?;
+    let backends = Backends::from_env(env).map_err(input_error)?;
+    let acp_config = AcpConfig::from_env(env).map_err(input_error)?;
+    let store = SqliteStore::open(&root)
+        .with_context(|| format!("opening the run store under {}", root.display()))?;
+    let runner = Arc::new(AcpRunner::new(acp_config));
+    let config = engine_config(env, probe)?;
+    Ok(Engine::new(
+        Arc::new(store),
+        runner,
+        Arc::new(backends),
+        config,
+    ))
+}
+
+/// Engine settings from the environment.
+pub fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConfig> {
+    let mut config = EngineConfig {
+        allow_script_backends: env.flag(env::ALLOW_SCRIPT_BACKENDS),
+        home: env.home().map(PathBuf::from),
+        probe,
+        ..EngineConfig::default()
+    };
+    config.agent_timeout = Duration::from_millis(
+        env.u64_or(env::AGENT_TIMEOUT_MS, 30 * 60 * 1000)
+            .map_err(input_error)?
+            .max(1),
+    );
+    config.vm_limits.slice_limit = Duration::from_millis(
+        env.u64_or(env::SCRIPT_SLICE_MS, 10_000)
+            .map_err(input_error)?
+            .max(1),
+    );
+    config.vm_limits.memory_limit = (env
+        .u64_or(env::SCRIPT_MEMORY_MIB, 64)
+        .map_err(input_error)?
+        .max(1) as usize)
+        << 20;
+    Ok(config)
+}
+
+fn project_dir(given: Option<&Path>) -> Result<PathBuf> {
+    let dir = match given {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir().context("reading the current directory")?,
+    };
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        std::env::current_dir()?.join(dir)
+    };
+    std::fs::canonicalize(&dir)
+        .map_err(|e| input_error(format!("--project-dir {}: {e}", dir.display())))
+}
+
+fn parse_args(args: &ScriptArgs) -> Result<Value> {
+    let text = match (&args.args, &args.args_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map_err(|e| input_error(format!("--args-file {}: {e}", file.display())))?,
+        (None, None) => return Ok(Value::Object(Default::default())),
+    };
+    serde_json::from_str(&text).map_err(|e| input_error(format!("--args must be strict JSON: {e}")))
+}
+
+fn script_input(path: &Path) -> Result<ScriptInput> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    Ok(ScriptInput::Path(absolute))
+}
+
+fn parse_run_id(text: &str) -> Result<RunId> {
+    RunId::parse(text).map_err(input_error)
+}
+
+fn limits(args: &LimitArgs) -> LimitOverrides {
+    LimitOverrides {
+        max_agents: args.max_agents,
+        concurrency: args.concurrency,
+        agent_retries: args.agent_retries,
+    }
+}
+
+/// Maps engine errors to exit codes: rejections are input errors (2).
+fn engine_error(error: EngineError) -> anyhow::Error {
+    match error {
+        EngineError::Rejected(message) => input_error(message),
+        EngineError::UnknownRun(run_id) => {
+            input_error(format!("No workflow run found for runId \"{run_id}\""))
+        }
+        other => anyhow!(other),
+    }
+}
+
+/// Runs a command body, turning input errors into exit code 2.
+async fn guarded(body: impl std::future::Future<Output = Result<u8>>) -> Result<u8> {
+    match body.await {
+        Ok(code) => Ok(code),
+        Err(error) if error.downcast_ref::<InputError>().is_some() => {
+            eprintln!("agentprism: {error}");
+            Ok(EXIT_REJECTED)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+async fn validate(env: &EnvSnapshot, args: ValidateArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, !args.no_probe).await?;
+        let project = project_dir(args.script.project_dir.as_deref())?;
+        let script = script_input(&args.script.script)?;
+        let input = parse_args(&args.script)?;
+        let prepared = engine
+            .validate(&project, &script, input)
+            .await
+            .map_err(engine_error)?;
+        let report = json!({
+            "valid": true,
+            "name": prepared.analyzed.name,
+            "description": prepared.analyzed.description,
+            "dryRunCalls": prepared.dry_calls,
+            "warnings": prepared.warnings,
+            "probes": prepared.probes,
+            "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        engine.runner().shutdown(Duration::from_secs(5)).await;
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, true).await?;
+        let project = project_dir(args.script.project_dir.as_deref())?;
+        let script = script_input(&args.script.script)?;
+        let input = parse_args(&args.script)?;
+        let mut notices = engine.subscribe();
+        let admission = engine
+            .start(RunRequest {
+                project_dir: project,
+                script,
+                args: input,
+                limits: limits(&args.limits),
+            })
+            .await
+            .map_err(engine_error)?;
+        for warning in &admission.warnings {
+            eprintln!("warning: {warning}");
+        }
+        eprintln!("run {} admitted", admission.run_id);
+        if admission.status == RunStatus::Pending {
+            let setup_id = admission
+                .setup
+                .as_ref()
+                .and_then(|s| s.pointer("/request/id"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if !args.approve_backends {
+                let message = admission
+                    .setup
+                    .as_ref()
+                    .and_then(|s| s.pointer("/request/message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                eprintln!("{message}");
+                eprintln!(
+                    "The run waits for approval. Continue with:\n  agentprism setup {} --approve",
+                    admission.run_id
+                );
+                engine.runner().shutdown(Duration::from_secs(5)).await;
+                return Ok(EXIT_PAUSED);
+            }
+            engine
+                .setup_response(
+                    &admission.run_id,
+                    &setup_id,
+                    &json!({"action": "accept", "content": {"approve": true}}),
+                )
+                .await
+                .map_err(engine_error)?;
+        }
+        follow(&engine, &admission.run_id, &mut notices, &args.foreground).await
+    })
+    .await
+}
+
+async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, true).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let mut replies = Vec::new();
+        for reply in &args.replies {
+            let (index, value) = reply
+                .split_once('=')
+                .ok_or_else(|| input_error(format!("--reply {reply:?} must be INDEX=VALUE")))?;
+            let index: u32 = index.trim().parse().map_err(|_| {
+                input_error(format!("--reply {reply:?}: INDEX must be a call index"))
+            })?;
+            let value =
+                serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+            replies.push((index, value));
+        }
+        let mut notices = engine.subscribe();
+        let admission = engine
+            .resume(ResumeRequest {
+                run_id: Some(run_id.clone()),
+                checkpoint_replies: replies,
+                limits: limits(&args.limits),
+                operation_id: None,
+            })
+            .await
+            .map_err(engine_error)?;
+        if let Some(continuation) = &admission.continuation
+            && continuation.get("scriptRevised") == Some(&Value::Bool(true))
+        {
+            eprintln!("the script file changed: continuing with the revised script");
+        }
+        eprintln!("run {run_id} resumed");
+        follow(&engine, &run_id, &mut notices, &args.foreground).await
+    })
+    .await
+}
+
+async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
+    guarded(async {
+        if !args.approve && !args.decline {
+            return Err(input_error("say --approve or --decline"));
+        }
+        let engine = build_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let record = engine
+            .load_reconciled(&run_id)
+            .await
+            .map_err(engine_error)?;
+        let setup_id = record
+            .setup
+            .as_ref()
+            .and_then(|s| s.pointer("/request/id"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| input_error(format!("run {run_id} has no setup request")))?
+            .to_owned();
+        let response = if args.approve {
+            json!({"action": "accept", "content": {"approve": true}})
+        } else {
+            json!({"action": "decline"})
+        };
+        let mut notices = engine.subscribe();
+        let answer = engine
+            .setup_response(&run_id, &setup_id, &response)
+            .await
+            .map_err(engine_error)?;
+        if !args.approve {
+            eprintln!("declined; run {run_id} is kept as aborted");
+            return Ok(EXIT_FAILED);
+        }
+        if answer.get("status").and_then(Value::as_str) != Some("running") {
+            eprintln!("{answer}");
+            return Ok(EXIT_COMPLETED);
+        }
+        follow(&engine, &run_id, &mut notices, &args.foreground).await
+    })
+    .await
+}
+
+/// Follows a run executing in this process until it settles, showing progress on stderr and
+/// answering permission requests; then prints the result and maps the status to an exit code.
+async fn follow(
+    engine: &Engine,
+    run_id: &RunId,
+    notices: &mut tokio::sync::broadcast::Receiver<RunNotice>,
+    options: &ForegroundArgs,
+) -> Result<u8> {
+    let interactive = std::io::stderr().is_terminal();
+    let policy = match options.permissions.as_deref() {
+        Some("allow") => Policy::Allow,
+        Some("reject") => Policy::Reject,
+        Some("ask") => Policy::Ask,
+        None if std::io::stdin().is_terminal() => Policy::Ask,
+        None => Policy::Reject,
+        Some(other) => {
+            return Err(input_error(format!(
+                "--permissions must be ask, allow or reject, got {other:?}"
+            )));
+        }
+    };
+    let mut display = Progress::new(interactive);
+    let mut interrupted = false;
+    let wait = engine.wait(run_id);
+    tokio::pin!(wait);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut wait => break,
+            _ = &mut ctrl_c, if !interrupted => {
+                interrupted = true;
+                display.clear();
+                eprintln!("interrupted: pausing run {run_id} (resume it with `agentprism resume {run_id}`)");
+                engine.interrupt_all(Duration::from_secs(10)).await;
+            }
+            notice = notices.recv() => match notice {
+                Ok(RunNotice::Event { run_id: id, record }) if &id == run_id => display.event(&record.event),
+                Ok(RunNotice::Permission { run_id: id, permission_id, request }) if &id == run_id => {
+                    display.clear();
+                    let outcome = answer_permission(&policy, &request);
+                    if let Err(error) = engine.respond_permission(run_id, &permission_id, outcome).await {
+                        eprintln!("permission answer refused: {error}");
+                    }
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+    display.clear();
+    engine.runner().shutdown(Duration::from_secs(5)).await;
+    let status = engine
+        .status(run_id, &StatusQuery::default())
+        .await
+        .map_err(engine_error)?;
+    let state = status
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    if options.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    }
+    let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
+    let code = match state.as_str() {
+        "completed" => {
+            if !options.json {
+                match outcome.get("result") {
+                    Some(result) => println!("{}", serde_json::to_string_pretty(result)?),
+                    None => println!("null"),
+                }
+            }
+            EXIT_COMPLETED
+        }
+        "paused" => {
+            let reason = status
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("requested");
+            eprintln!("run {run_id} paused: {reason}");
+            if let Some(context) = outcome.get("checkpointContext") {
+                let index = context
+                    .get("callIndex")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                eprintln!(
+                    "checkpoint {index}: {}",
+                    context
+                        .get("prompt")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                );
+                let example = match context.get("kind").and_then(Value::as_str) {
+                    Some("input") => "'\"your answer\"'".to_owned(),
+                    Some("select") => format!(
+                        "'{}'",
+                        context
+                            .pointer("/choices/0")
+                            .cloned()
+                            .unwrap_or(Value::Null)
+                    ),
+                    _ => "true".to_owned(),
+                };
+                eprintln!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
+            } else {
+                if let Some(auth) = outcome.get("authContext") {
+                    eprintln!("the backend needs credentials: {auth}");
+                }
+                if let Some(hint) = outcome.get("resetHint") {
+                    eprintln!("usage limit; resets: {hint}");
+                }
+                eprintln!("continue with:\n  agentprism resume {run_id}");
+            }
+            if interrupted {
+                EXIT_INTERRUPTED
+            } else {
+                EXIT_PAUSED
+            }
+        }
+        "failed" => {
+            let message = outcome
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("the run failed");
+            let code = status
+                .get("errorCode")
+                .and_then(Value::as_str)
+                .unwrap_or("SCRIPT_ERROR");
+            eprintln!("run {run_id} failed: {code}: {message}");
+            EXIT_FAILED
+        }
+        other => {
+            eprintln!("run {run_id} ended {other}");
+            if interrupted {
+                EXIT_INTERRUPTED
+            } else {
+                EXIT_FAILED
+            }
+        }
+    };
+    Ok(code)
+}
+
+enum Policy {
+    Allow,
+    Reject,
+    Ask,
+}
+
+fn answer_permission(policy: &Policy, request: &Value) -> PermissionOutcome {
+    let options: Vec<(String, String, String)> = request
+        .get("options")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            Some((
+                o.get("optionId")?.as_str()?.to_owned(),
+                o.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                o.get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            ))
+        })
+        .collect();
+    let pick = |prefix: &str| {
+        options
+            .iter()
+            .find(|(_, _, kind)| kind.starts_with(prefix))
+            .map(|(id, _, _)| id.clone())
+    };
+    match policy {
+        Policy::Allow => pick("allow")
+            .map(|option_id| PermissionOutcome::Selected { option_id })
+            .unwrap_or(PermissionOutcome::Cancelled),
+        Policy::Reject => pick("reject")
+            .map(|option_id| PermissionOutcome::Selected { option_id })
+            .unwrap_or(PermissionOutcome::Cancelled),
+        Policy::Ask => {
+            let label = request
+                .get("label")
+                .and_then(Value::as_str)
+                .unwrap_or("agent");
+            let title = request
+                .pointer("/toolCall/title")
+                .and_then(Value::as_str)
+                .unwrap_or("a tool call");
+            eprintln!("{label} asks permission for: {title}");
+            for (position, (_, name, kind)) in options.iter().enumerate() {
+                eprintln!("  {}) {name} ({kind})", position + 1);
+            }
+            eprint!("choose 1-{} (anything else cancels): ", options.len());
+            let _ = std::io::stderr().flush();
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            match line.trim().parse::<usize>() {
+                Ok(choice) if choice >= 1 && choice <= options.len() => {
+                    PermissionOutcome::Selected {
+                        option_id: options[choice - 1].0.clone(),
+                    }
+                }
+                _ => PermissionOutcome::Cancelled,
+            }
+        }
+    }
+}
+
+/// The live progress display: a redrawn line on a terminal, plain lines otherwise.
+struct Progress {
+    interactive: bool,
+    phase: Option<String>,
+    running: u64,
+    done: u64,
+    failed: u64,
+    tokens: u64,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(interactive: bool) -> Progress {
+        Progress {
+            interactive,
+            phase: None,
+            running: 0,
+            done: 0,
+            failed: 0,
+            tokens: 0,
+            drawn: false,
+        }
+    }
+
+    fn event(&mut self, event: &Value) {
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let line = match kind {
+            "log" => event
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            "phase" => {
+                self.phase = event
+                    .get("title")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                self.phase.as_ref().map(|p| format!("phase: {p}"))
+            }
+            "agentStart" => {
+                self.running += 1;
+                let replay = event.get("replay") == Some(&Value::Bool(true));
+                Some(format!(
+                    "{} {}",
+                    if replay { "replayed" } else { "started" },
+                    event
+                        .get("label")
+                        .and_then(Value::as_str)
+                        .unwrap_or("agent")
+                ))
+            }
+            "agentEnd" => {
+                self.running = self.running.saturating_sub(1);
+                if let Some(code) = event.get("errorCode").and_then(Value::as_str) {
+                    self.failed += 1;
+                    Some(format!(
+                        "{} failed: {code}",
+                        event
+                            .get("label")
+                            .and_then(Value::as_str)
+                            .unwrap_or("agent")
+                    ))
+                } else {
+                    self.done += 1;
+                    Some(format!(
+                        "finished {}",
+                        event
+                            .get("label")
+                            .and_then(Value::as_str)
+                            .unwrap_or("agent")
+                    ))
+                }
+            }
+            "tokenUsage" => {
+                self.tokens = event
+                    .pointer("/usage/totalTokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(self.tokens);
+                None
+            }
+            "error" => event
+                .pointer("/errorRecord/message")
+                .and_then(Value::as_str)
+                .map(|m| format!("error: {m}")),
+            _ => None,
+        };
+        if self.interactive {
+            if kind == "log"
+                && let Some(line) = line
+            {
+                self.clear();
+                eprintln!("{line}");
+            }
+            self.draw();
+        } else if let Some(line) = line {
+            eprintln!("{line}");
+        }
+    }
+
+    fn draw(&mut self) {
+        let phase = self.phase.as_deref().unwrap_or("-");
+        eprint!(
+            "\r\x1b[2K[{phase}] running {} · done {} · failed {} · {} tokens",
+            self.running, self.done, self.failed, self.tokens
+        );
+        let _ = std::io::stderr().flush();
+        self.drawn = true;
+    }
+
+    fn clear(&mut self) {
+        if self.interactive && self.drawn {
+            eprint!("\r\x1b[2K");
+            let _ = std::io::stderr().flush();
+            self.drawn = false;
+        }
+    }
+}
+
+async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        if !(1..=50).contains(&args.last) {
+            return Err(input_error("--last must be 1 to 50"));
+        }
+        if args.logs > 50 {
+            return Err(input_error("--logs must be 0 to 50"));
+        }
+        if let Some(pattern) = &args.label {
+            crate::engine::glob::check_glob(pattern).map_err(input_error)?;
+        }
+        let query = StatusQuery {
+            last_n: args.last,
+            label_glob: args.label.clone(),
+            log_lines: args.logs,
+        };
+        let status = engine.status(&run_id, &query).await.map_err(engine_error)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+            return Ok(EXIT_COMPLETED);
+        }
+        let get = |key: &str| {
+            status
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("-")
+                .to_owned()
+        };
+        println!(
+            "run {}  {}  ({})",
+            get("runId"),
+            get("status"),
+            get("workflowName")
+        );
+        if let Some(reason) = status.get("reason").and_then(Value::as_str) {
+            println!("reason: {reason}");
+        }
+        if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
+            println!("phase: {phase}");
+        }
+        println!(
+            "tokens: {}",
+            status
+                .pointer("/tokenUsage/totalTokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        );
+        for call in status
+            .get("calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let state = call
+                .get("status")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| {
+                    call.get("errorCode")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "done".to_owned());
+            println!(
+                "  #{:<4} {:<40} {}",
+                call.get("index").and_then(Value::as_u64).unwrap_or(0),
+                call.get("label").and_then(Value::as_str).unwrap_or("-"),
+                state
+            );
+        }
+        for line in status
+            .pointer("/logTail/lines")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            println!("  | {}", line.as_str().unwrap_or_default());
+        }
+        if let Some(context) = status.pointer("/outcome/checkpointContext") {
+            println!(
+                "waiting on checkpoint {}: {}",
+                context.get("callIndex").unwrap_or(&Value::Null),
+                context
+                    .get("prompt")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            );
+        }
+        if let Some(error) = status
+            .pointer("/outcome/error/message")
+            .and_then(Value::as_str)
+        {
+            println!("error: {error}");
+        }
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, false).await?;
+        if let Some(RunsAction::Rm { run_id }) = &args.action {
+            let run_id = parse_run_id(run_id)?;
+            engine.delete(&run_id).await.map_err(engine_error)?;
+            eprintln!("deleted run {run_id}");
+            return Ok(EXIT_COMPLETED);
+        }
+        let project = if args.all {
+            None
+        } else {
+            Some(project_dir(args.project_dir.as_deref())?)
+        };
+        let list = engine
+            .list(project.as_deref(), args.limit)
+            .await
+            .map_err(engine_error)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&list)?);
+            return Ok(EXIT_COMPLETED);
+        }
+        for run in list {
+            println!(
+                "{:<24} {:<10} {:<24} {}",
+                run.run_id.as_str(),
+                run.status.as_str(),
+                crate::util::iso_time(run.started_at),
+                run.workflow_name
+            );
+        }
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let status = engine
+            .stop(&run_id, args.call_index, &StatusQuery::default())
+            .await
+            .map_err(engine_error)?;
+        if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
+            eprintln!(
+                "run {run_id} had already ended ({})",
+                status.get("status").and_then(Value::as_str).unwrap_or("-")
+            );
+        } else {
+            eprintln!(
+                "run {run_id}: {}",
+                status.get("status").and_then(Value::as_str).unwrap_or("-")
+            );
+        }
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let record = engine
+            .load_reconciled(&run_id)
+            .await
+            .map_err(engine_error)?;
+        let text = crate::engine::manager::exact_result(&record).map_err(engine_error)?;
+        println!("{text}");
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}

@@ -1,0 +1,114 @@
+//! An in-process agent runner that answers every prompt at once, without processes or
+//! tokens. For embedding hosts' tests, the engine's own tests and the overhead benchmark.
+//!
+//! A prompt gets `ECHO: <prompt text>`; a prompt asking for JSON (it carries the schema
+//! instructions) gets the schema's fabricated mock value, so structured calls validate.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, ProbeReport, SessionSpec,
+    StopReason, TurnOutput, TurnRequest,
+};
+use crate::model::Usage;
+
+/// Answers instantly; counts the prompts it served.
+#[derive(Default)]
+pub struct InstantRunner {
+    prompts: Arc<AtomicU64>,
+}
+
+impl InstantRunner {
+    pub fn new() -> Arc<InstantRunner> {
+        Arc::new(InstantRunner::default())
+    }
+
+    /// How many prompt turns it answered.
+    pub fn prompts(&self) -> u64 {
+        self.prompts.load(Ordering::Relaxed)
+    }
+}
+
+struct InstantSession {
+    prompts: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl AgentRunner for InstantRunner {
+    async fn open_session(
+        &self,
+        spec: SessionSpec,
+        _observer: Arc<dyn AgentObserver>,
+    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
+        let _ = spec;
+        Ok(Box::new(InstantSession {
+            prompts: self.prompts.clone(),
+        }))
+    }
+
+    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, _cwd: &Path) -> ProbeReport {
+        ProbeReport {
+            backend: backend.id.clone(),
+            probed: true,
+            current_model: model.map(str::to_owned),
+            ..ProbeReport::default()
+        }
+    }
+
+    async fn shutdown(&self, _deadline: Duration) {}
+}
+
+#[async_trait]
+impl AgentSession for InstantSession {
+    async fn prompt(
+        &mut self,
+        turn: TurnRequest,
+        _cancel: CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure> {
+        self.prompts.fetch_add(1, Ordering::Relaxed);
+        let text = turn
+            .prompt
+            .iter()
+            .filter_map(|block| block.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let reply = match schema_in(&text) {
+            Some(schema) => format!(
+                "```json\n{}\n```",
+                crate::engine::schema::fabricate(&schema)
+            ),
+            None => format!("ECHO: {text}"),
+        };
+        let tokens = (reply.len() as u64).div_ceil(4).max(1);
+        Ok(TurnOutput {
+            text: reply,
+            stop_reason: StopReason::EndTurn,
+            usage: Usage {
+                input_tokens: tokens,
+                output_tokens: tokens,
+                total_tokens: tokens * 2,
+                cost_usd: None,
+            },
+        })
+    }
+
+    fn session_ref(&self) -> Option<Value> {
+        Some(json!({"backendId": "instant", "sessionId": "instant"}))
+    }
+
+    async fn close(self: Box<Self>) {}
+}
+
+/// The schema inside the structured-output instructions, if the prompt has them.
+fn schema_in(text: &str) -> Option<Value> {
+    let start = text.find("```json\n")? + 8;
+    let end = start + text[start..].find("\n```")?;
+    serde_json::from_str(&text[start..end]).ok()
+}

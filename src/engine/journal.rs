@@ -1,0 +1,418 @@
+//! Call identity and replay (engine.md 2.1 and 2.4).
+//!
+//! Every call gets an identity hash (what it asks), an inputs hash (where and how it runs)
+//! and a path (the script frames it was called from). On resume, each call is matched
+//! against the run's replay pool, the recorded rows no later generation replaced: a match
+//! replays the recorded result with no agent call; anything else runs live. Matching is by
+//! identity, not index, because `pipeline` stages run in completion order.
+
+use serde_json::{Map, Value};
+
+use crate::model::{CallKind, CallOutcome, CallRecord};
+use crate::util::sha256_hex;
+
+/// The parts of an agent call that define what it asks.
+#[derive(Clone, Debug, Default)]
+pub struct AgentIdentity<'a> {
+    pub prompt: &'a str,
+    pub model: Option<&'a str>,
+    pub mode: Option<&'a str>,
+    /// Non-empty config options, in ascending id order.
+    pub config_options: &'a [(String, Value)],
+    pub tier: Option<&'a str>,
+    pub phase: Option<&'a str>,
+    pub agent_type: Option<&'a str>,
+    /// The agent definition's text digest, when `agentType` is set.
+    pub agent_definition: Option<&'a str>,
+    pub schema: Option<&'a Value>,
+}
+
+fn opt_str(value: Option<&str>) -> Value {
+    value.map_or(Value::Null, |text| Value::String(text.to_owned()))
+}
+
+/// `hash` = sha256 of `JSON.stringify({prompt, model, [mode], [configOptions], tier, phase,
+/// agentType, agentDef, schema})` in that key order; absent values are `null`, and `mode` and
+/// `configOptions` are left out when unset.
+pub fn agent_hash(identity: &AgentIdentity<'_>) -> String {
+    let mut map = Map::new();
+    map.insert("prompt".into(), Value::String(identity.prompt.to_owned()));
+    map.insert("model".into(), opt_str(identity.model));
+    if let Some(mode) = identity.mode {
+        map.insert("mode".into(), Value::String(mode.to_owned()));
+    }
+    if !identity.config_options.is_empty() {
+        let options: Map<String, Value> = identity.config_options.iter().cloned().collect();
+        map.insert("configOptions".into(), Value::Object(options));
+    }
+    map.insert("tier".into(), opt_str(identity.tier));
+    map.insert("phase".into(), opt_str(identity.phase));
+    map.insert("agentType".into(), opt_str(identity.agent_type));
+    map.insert("agentDef".into(), opt_str(identity.agent_definition));
+    map.insert(
+        "schema".into(),
+        identity.schema.cloned().unwrap_or(Value::Null),
+    );
+    sha256_hex(Value::Object(map).to_string().as_bytes())
+}
+
+/// `inputsHash` = sha256 of the key-sorted canonical JSON of the call's operational inputs
+/// (`cwd`, `isolation`, `keepSession`, `images`, `mcpServers`, `meta`, `promptMeta`, `label`,
+/// `backends`).
+pub fn inputs_hash(inputs: &Value) -> String {
+    sha256_hex(canonical_json(inputs).as_bytes())
+}
+
+/// Checkpoint `hash` = sha256 of `JSON.stringify({promptText, kind, choices})`.
+pub fn checkpoint_hash(prompt: &str, kind: &str, choices: Option<&Value>) -> String {
+    let mut map = Map::new();
+    map.insert("promptText".into(), Value::String(prompt.to_owned()));
+    map.insert("kind".into(), Value::String(kind.to_owned()));
+    map.insert("choices".into(), choices.cloned().unwrap_or(Value::Null));
+    sha256_hex(Value::Object(map).to_string().as_bytes())
+}
+
+/// JSON with every object's keys sorted, recursively, and no whitespace.
+pub fn canonical_json(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&map[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+/// Why a call ran live instead of replaying (kept in logs and tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveReason {
+    NotRecorded,
+    AmbiguousIdentity,
+    AmbiguousContent,
+    InputsChanged,
+    CandidateConsumed,
+    /// The only match is a null/error row, or blank schema-less text.
+    Blocked,
+}
+
+/// The pool's answer for one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayDecision {
+    /// Replay pool row `row`; `match_kind` is `path-hash` or `unique-hash`.
+    Replay {
+        row: usize,
+        match_kind: &'static str,
+    },
+    Live(LiveReason),
+}
+
+/// The rows a resume may replay, with their consumption state.
+#[derive(Debug, Default)]
+pub struct ReplayPool {
+    rows: Vec<CallRecord>,
+    consumed: Vec<bool>,
+    /// For a script revision: only rows at or after this position (in recorded order) are
+    /// eligible, so calls the revision moved earlier run live (engine.md Decision 4).
+    ordered_cursor: Option<usize>,
+}
+
+impl ReplayPool {
+    /// A pool over `rows` (ordered by generation, then index). `ordered` is set for revisions.
+    pub fn new(rows: Vec<CallRecord>, ordered: bool) -> ReplayPool {
+        let consumed = vec![false; rows.len()];
+        ReplayPool {
+            rows,
+            consumed,
+            ordered_cursor: ordered.then_some(0),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn rows(&self) -> &[CallRecord] {
+        &self.rows
+    }
+
+    pub fn row(&self, row: usize) -> &CallRecord {
+        &self.rows[row]
+    }
+
+    fn eligible(&self, row: usize) -> bool {
+        self.ordered_cursor.is_none_or(|cursor| row >= cursor)
+    }
+
+    fn blocks(record: &CallRecord) -> bool {
+        match record.outcome {
+            CallOutcome::Result => match &record.result {
+                Some(Value::String(text)) => text.trim().is_empty(),
+                Some(_) => false,
+                None => true,
+            },
+            CallOutcome::Null | CallOutcome::Error => true,
+        }
+    }
+
+    /// Decides whether a call replays, by the rules of engine.md 2.4.
+    pub fn decide(
+        &self,
+        kind: CallKind,
+        path: Option<&str>,
+        hash: &str,
+        inputs_hash: Option<&str>,
+    ) -> ReplayDecision {
+        if let Some(path) = path {
+            let exact: Vec<usize> = (0..self.rows.len())
+                .filter(|&i| self.eligible(i))
+                .filter(|&i| {
+                    let row = &self.rows[i];
+                    row.kind == kind && row.hash == hash && row.path.as_deref() == Some(path)
+                })
+                .collect();
+            match exact.as_slice() {
+                [] => {}
+                [only] => {
+                    let row = &self.rows[*only];
+                    if Self::blocks(row) {
+                        return ReplayDecision::Live(LiveReason::Blocked);
+                    }
+                    if row.inputs_hash.as_deref() != inputs_hash {
+                        return ReplayDecision::Live(LiveReason::InputsChanged);
+                    }
+                    if self.consumed[*only] {
+                        return ReplayDecision::Live(LiveReason::CandidateConsumed);
+                    }
+                    return ReplayDecision::Replay {
+                        row: *only,
+                        match_kind: "path-hash",
+                    };
+                }
+                _ => return ReplayDecision::Live(LiveReason::AmbiguousIdentity),
+            }
+        }
+        let same: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| self.eligible(i))
+            .filter(|&i| {
+                let row = &self.rows[i];
+                row.kind == kind && row.hash == hash && row.inputs_hash.as_deref() == inputs_hash
+            })
+            .collect();
+        match same.as_slice() {
+            [] => ReplayDecision::Live(LiveReason::NotRecorded),
+            [only] => {
+                if Self::blocks(&self.rows[*only]) {
+                    ReplayDecision::Live(LiveReason::Blocked)
+                } else if self.consumed[*only] {
+                    ReplayDecision::Live(LiveReason::CandidateConsumed)
+                } else {
+                    ReplayDecision::Replay {
+                        row: *only,
+                        match_kind: "unique-hash",
+                    }
+                }
+            }
+            _ => ReplayDecision::Live(LiveReason::AmbiguousContent),
+        }
+    }
+
+    /// Marks a row replayed; with ordering, later calls may only match rows after it.
+    pub fn consume(&mut self, row: usize) {
+        self.consumed[row] = true;
+        if let Some(cursor) = self.ordered_cursor.as_mut() {
+            *cursor = (*cursor).max(row + 1);
+        }
+    }
+
+    /// Rows of the same identity a live call re-executes: they stop being candidates.
+    pub fn superseded_by_live(
+        &self,
+        kind: CallKind,
+        path: Option<&str>,
+        hash: &str,
+    ) -> Vec<(u32, u32)> {
+        self.rows
+            .iter()
+            .filter(|row| {
+                row.kind == kind
+                    && row.hash == hash
+                    && (path.is_none() || row.path.as_deref() == path)
+                    && Self::blocks(row)
+            })
+            .map(|row| (row.generation, row.index))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CallOrigin, Usage};
+
+    fn row(index: u32, path: &str, hash: &str, outcome: CallOutcome) -> CallRecord {
+        CallRecord {
+            generation: 1,
+            index,
+            kind: CallKind::Agent,
+            hash: hash.into(),
+            path: Some(path.into()),
+            inputs_hash: Some("in".into()),
+            label: None,
+            phase: None,
+            outcome,
+            origin: CallOrigin::Runner,
+            result: (outcome == CallOutcome::Result).then(|| Value::String(format!("r{index}"))),
+            error: None,
+            aborted: false,
+            attempts: 1,
+            usage: Usage::default(),
+            model_requested: None,
+            model_resolved: None,
+            backend_id: None,
+            resolved_cwd: None,
+            replay: None,
+            session: None,
+            settlement_ordinal: u64::from(index),
+            superseded_by: None,
+        }
+    }
+
+    #[test]
+    fn hashes_follow_the_documented_key_order() {
+        let identity = AgentIdentity {
+            prompt: "hi",
+            model: Some("codex"),
+            ..AgentIdentity::default()
+        };
+        let expected = sha256_hex(
+            br#"{"prompt":"hi","model":"codex","tier":null,"phase":null,"agentType":null,"agentDef":null,"schema":null}"#,
+        );
+        assert_eq!(agent_hash(&identity), expected);
+        let with_mode = AgentIdentity {
+            mode: Some("plan"),
+            ..identity.clone()
+        };
+        assert_ne!(agent_hash(&with_mode), expected);
+        assert_eq!(
+            checkpoint_hash("ok?", "confirm", None),
+            sha256_hex(br#"{"promptText":"ok?","kind":"confirm","choices":null}"#)
+        );
+        assert_eq!(
+            canonical_json(&serde_json::json!({"b": 1, "a": {"d": 2, "c": 3}})),
+            r#"{"a":{"c":3,"d":2},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn exact_path_hash_replays_once() {
+        let mut pool = ReplayPool::new(vec![row(0, "1:1", "h", CallOutcome::Result)], false);
+        let decision = pool.decide(CallKind::Agent, Some("1:1"), "h", Some("in"));
+        assert_eq!(
+            decision,
+            ReplayDecision::Replay {
+                row: 0,
+                match_kind: "path-hash"
+            }
+        );
+        pool.consume(0);
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("1:1"), "h", Some("in")),
+            ReplayDecision::Live(LiveReason::CandidateConsumed)
+        );
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("1:1"), "h", Some("other")),
+            ReplayDecision::Live(LiveReason::InputsChanged)
+        );
+    }
+
+    #[test]
+    fn null_rows_block_and_spoil_uniqueness() {
+        // Same prompt in two thunks: one completed, one null (engine.md scenario 14).
+        let pool = ReplayPool::new(
+            vec![
+                row(0, "2:5", "h", CallOutcome::Result),
+                row(1, "3:5", "h", CallOutcome::Null),
+            ],
+            false,
+        );
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("2:5"), "h", Some("in")),
+            ReplayDecision::Replay {
+                row: 0,
+                match_kind: "path-hash"
+            }
+        );
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("3:5"), "h", Some("in")),
+            ReplayDecision::Live(LiveReason::Blocked)
+        );
+        // Moved to a new line: two rows share the content, so it is ambiguous.
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("9:9"), "h", Some("in")),
+            ReplayDecision::Live(LiveReason::AmbiguousContent)
+        );
+    }
+
+    #[test]
+    fn unique_hash_replays_moved_calls() {
+        let pool = ReplayPool::new(vec![row(0, "1:1", "h", CallOutcome::Result)], false);
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("5:1"), "h", Some("in")),
+            ReplayDecision::Replay {
+                row: 0,
+                match_kind: "unique-hash"
+            }
+        );
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("5:1"), "x", Some("in")),
+            ReplayDecision::Live(LiveReason::NotRecorded)
+        );
+    }
+
+    #[test]
+    fn blank_text_never_replays() {
+        let mut blank = row(0, "1:1", "h", CallOutcome::Result);
+        blank.result = Some(Value::String("  ".into()));
+        let pool = ReplayPool::new(vec![blank], false);
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("1:1"), "h", Some("in")),
+            ReplayDecision::Live(LiveReason::Blocked)
+        );
+    }
+
+    #[test]
+    fn revisions_replay_in_order_only() {
+        // Recorded A B C; the revision calls B, A, C: A moved earlier than B runs live.
+        let mut pool = ReplayPool::new(
+            vec![
+                row(0, "1:1", "a", CallOutcome::Result),
+                row(1, "2:1", "b", CallOutcome::Result),
+                row(2, "3:1", "c", CallOutcome::Result),
+            ],
+            true,
+        );
+        let ReplayDecision::Replay { row: b, .. } =
+            pool.decide(CallKind::Agent, Some("7:1"), "b", Some("in"))
+        else {
+            panic!("b should replay");
+        };
+        pool.consume(b);
+        assert_eq!(
+            pool.decide(CallKind::Agent, Some("8:1"), "a", Some("in")),
+            ReplayDecision::Live(LiveReason::NotRecorded)
+        );
+        assert!(matches!(
+            pool.decide(CallKind::Agent, Some("9:1"), "c", Some("in")),
+            ReplayDecision::Replay { row: 2, .. }
+        ));
+    }
+}

@@ -1,0 +1,1448 @@
+//! The engine's front door: admission, execution, resume, status, stop, pause, setup and
+//! permission answers, result paging and deletion, for every project of one process.
+//!
+//! The CLI and the MCP tool both call these methods, so a run behaves the same whichever
+//! front end started it. Each executing run has a lease in the store naming this process;
+//! a run whose owner died is reconciled to `paused/interrupted` on the next look.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio_util::task::TaskTracker;
+
+use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
+use crate::engine::events::{EventLog, RunNotice};
+use crate::engine::journal::ReplayPool;
+use crate::engine::permissions::{PendingPermission, PermissionBroker, PermissionError};
+use crate::engine::prepare::{self, PrepareInput, Prepared, Rejection, ScriptInput};
+use crate::engine::routing::{BackendLookup, RoutingSnapshot};
+use crate::engine::runner::{AgentRunner, PermissionOutcome};
+use crate::engine::script;
+use crate::engine::status::{self, StatusQuery};
+use crate::engine::vm::{NestedResolver, VmLimits};
+use crate::model::{
+    CheckpointAnswer, Lease, Limits, OperationReceipt, PauseReason, RunId, RunRecord, RunStatus,
+    RunSummary, ScriptRevision, ScriptSource,
+};
+use crate::store::{self, Fence, ScriptChange, Store, StoreError};
+use crate::util::{now_ms, sha256_hex};
+
+/// Runs preparing, awaiting setup or executing at once in one project.
+pub const MAX_ACTIVE_RUNS: usize = 4;
+/// How long `pause` waits for executing agents before answering.
+pub const PAUSE_WAIT: Duration = Duration::from_secs(2);
+/// How long `stop` waits for the owner to settle the run.
+pub const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Settings of an engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Per-attempt ceiling of an agent turn.
+    pub agent_timeout: Duration,
+    pub vm_limits: VmLimits,
+    /// `AGENTPRISM_ALLOW_SCRIPT_BACKENDS`: approve `meta.backends` without a setup answer.
+    pub allow_script_backends: bool,
+    /// The user's home, for agent definitions in `~/.agentprism/agents`.
+    pub home: Option<PathBuf>,
+    /// Probe routed backends during preparation.
+    pub probe: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            agent_timeout: Duration::from_secs(30 * 60),
+            vm_limits: VmLimits::default(),
+            allow_script_backends: false,
+            home: None,
+            probe: true,
+        }
+    }
+}
+
+/// Failures of engine operations. `Rejected` is a tool error with nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Rejected(String),
+    #[error("No workflow run found for runId \"{0}\"")]
+    UnknownRun(RunId),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::UnknownRun(run_id) => EngineError::UnknownRun(run_id),
+            other => EngineError::Store(other),
+        }
+    }
+}
+
+impl From<Rejection> for EngineError {
+    fn from(rejection: Rejection) -> Self {
+        EngineError::Rejected(rejection.message)
+    }
+}
+
+pub type EngineResult<T> = Result<T, EngineError>;
+
+/// Caller overrides of the run limits (clamped).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LimitOverrides {
+    pub max_agents: Option<i64>,
+    pub concurrency: Option<i64>,
+    pub agent_retries: Option<i64>,
+}
+
+/// A request to start a run.
+#[derive(Clone, Debug)]
+pub struct RunRequest {
+    pub project_dir: PathBuf,
+    pub script: ScriptInput,
+    pub args: Value,
+    pub limits: LimitOverrides,
+}
+
+/// A request to continue a run under the same id.
+#[derive(Clone, Debug, Default)]
+pub struct ResumeRequest {
+    pub run_id: Option<RunId>,
+    /// Checkpoint answers by call index.
+    pub checkpoint_replies: Vec<(u32, Value)>,
+    pub limits: LimitOverrides,
+    /// The caller's idempotency key; a repeated key returns the first answer.
+    pub operation_id: Option<String>,
+}
+
+/// The acknowledgement of an admitted run or resume.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub script_source: ScriptSource,
+    pub script_file: PathBuf,
+    pub limits: Limits,
+    pub setup: Option<Value>,
+    pub warnings: Vec<String>,
+    /// Resume only: `{scriptRevised, generation, operationId}`.
+    pub continuation: Option<Value>,
+}
+
+/// This process as a lease holder.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub owner_id: String,
+    pub pid: u32,
+    pub proc_start: u64,
+}
+
+impl Owner {
+    pub fn current() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            owner_id: uuid::Uuid::new_v4().to_string(),
+            pid,
+            proc_start: crate::util::process_start_time(pid).unwrap_or(0),
+        }
+    }
+
+    fn lease(&self) -> Lease {
+        Lease {
+            owner_id: self.owner_id.clone(),
+            pid: self.pid,
+            proc_start: self.proc_start,
+            token: uuid::Uuid::new_v4().to_string(),
+            acquired_at: now_ms(),
+        }
+    }
+}
+
+struct LiveRun {
+    generation: u32,
+    control: mpsc::UnboundedSender<Control>,
+    view: Arc<Mutex<LiveView>>,
+    project_dir: PathBuf,
+    settled: watch::Receiver<bool>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    runner: Arc<dyn AgentRunner>,
+    backends: Arc<dyn BackendLookup>,
+    config: EngineConfig,
+    broker: PermissionBroker,
+    notices: broadcast::Sender<RunNotice>,
+    owner: Owner,
+    live: Mutex<HashMap<RunId, LiveRun>>,
+    /// Runs being prepared per project (they hold capacity before admission).
+    preparing: Mutex<HashMap<PathBuf, usize>>,
+    tracker: TaskTracker,
+}
+
+/// The engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+/// Holds a preparation's capacity slot until dropped.
+struct Slot {
+    engine: Engine,
+    project_dir: PathBuf,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut preparing) = self.engine.inner.preparing.lock()
+            && let Some(count) = preparing.get_mut(&self.project_dir)
+        {
+            *count = count.saturating_sub(1);
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn Store>,
+        runner: Arc<dyn AgentRunner>,
+        backends: Arc<dyn BackendLookup>,
+        config: EngineConfig,
+    ) -> Engine {
+        let (notices, _) = broadcast::channel(4096);
+        Engine {
+            inner: Arc::new(Inner {
+                store,
+                runner,
+                backends,
+                config,
+                broker: PermissionBroker::new(Some(notices.clone())),
+                notices,
+                owner: Owner::current(),
+                live: Mutex::default(),
+                preparing: Mutex::default(),
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    pub fn backends(&self) -> &Arc<dyn BackendLookup> {
+        &self.inner.backends
+    }
+
+    pub fn runner(&self) -> &Arc<dyn AgentRunner> {
+        &self.inner.runner
+    }
+
+    /// Live notices: events, permission requests, settlements.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
+        self.inner.notices.subscribe()
+    }
+
+    pub fn owner(&self) -> &Owner {
+        &self.inner.owner
+    }
+
+    fn nested_resolver(&self, project_dir: &Path, run_id: &RunId) -> NestedResolver {
+        let folder = project_dir.join(".agentprism").join("workflows");
+        let prefix = run_id.to_string();
+        let mut counter = 0u32;
+        Box::new(move |name: &str| {
+            let text = if name.contains("export const meta") {
+                name.to_owned()
+            } else {
+                if name.contains('/') || name.contains("..") || name.is_empty() {
+                    return Err("a saved workflow name must be a plain name".into());
+                }
+                let path = folder.join(format!("{name}.js"));
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("no saved workflow {} ({e})", path.display()))?
+            };
+            let analyzed = script::analyze(text.as_bytes()).map_err(|e| e.message)?;
+            counter += 1;
+            Ok((format!("{prefix}-nested{counter}"), analyzed.body))
+        })
+    }
+
+    fn reserve(&self, project_dir: &Path, active: usize) -> EngineResult<Slot> {
+        let mut preparing = self
+            .inner
+            .preparing
+            .lock()
+            .map_err(|_| EngineError::Rejected("engine state poisoned".into()))?;
+        let count = preparing.entry(project_dir.to_path_buf()).or_insert(0);
+        if active + *count >= MAX_ACTIVE_RUNS {
+            return Err(EngineError::Rejected(format!(
+                "project {} already has {MAX_ACTIVE_RUNS} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
+                project_dir.display()
+            )));
+        }
+        *count += 1;
+        Ok(Slot {
+            engine: self.clone(),
+            project_dir: project_dir.to_path_buf(),
+        })
+    }
+
+    async fn active_count(&self, project_dir: &Path) -> EngineResult<usize> {
+        let ids = self.inner.store.active_runs(project_dir).await?;
+        let mut count = 0;
+        for run_id in ids {
+            let record = self.load_reconciled(&run_id).await?;
+            if record.status.is_active() {
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+
+    /// Preparation only (the CLI's `validate`): nothing is persisted.
+    pub async fn validate(
+        &self,
+        project_dir: &Path,
+        script: &ScriptInput,
+        args: Value,
+    ) -> EngineResult<Prepared> {
+        check_project_dir(project_dir)?;
+        let bytes = prepare::read_script(script)?;
+        let run_id = RunId::parse("validate-0").expect("valid id");
+        Ok(prepare::prepare(PrepareInput {
+            bytes,
+            args,
+            project_dir,
+            persistence_root: self.inner.store.root(),
+            home: self.inner.config.home.as_deref(),
+            backends: self.inner.backends.clone(),
+            runner: self.inner.runner.clone(),
+            existing_routing: None,
+            vm_limits: self.inner.config.vm_limits,
+            probe: self.inner.config.probe,
+            nested: Some(self.nested_resolver(project_dir, &run_id)),
+        })
+        .await?)
+    }
+
+    /// Prepares and admits a run; execution continues in the background.
+    pub async fn start(&self, request: RunRequest) -> EngineResult<Admission> {
+        check_project_dir(&request.project_dir)?;
+        let limits = Limits::default().with_overrides(
+            request.limits.max_agents,
+            request.limits.concurrency,
+            request.limits.agent_retries,
+        );
+        let active = self.active_count(&request.project_dir).await?;
+        let slot = self.reserve(&request.project_dir, active)?;
+        let bytes = prepare::read_script(&request.script)?;
+        let run_id = RunId::generate();
+        let prepared = prepare::prepare(PrepareInput {
+            bytes,
+            args: request.args.clone(),
+            project_dir: &request.project_dir,
+            persistence_root: self.inner.store.root(),
+            home: self.inner.config.home.as_deref(),
+            backends: self.inner.backends.clone(),
+            runner: self.inner.runner.clone(),
+            existing_routing: None,
+            vm_limits: self.inner.config.vm_limits,
+            probe: self.inner.config.probe,
+            nested: Some(self.nested_resolver(&request.project_dir, &run_id)),
+        })
+        .await?;
+
+        let (script_source, script_file) = match &request.script {
+            ScriptInput::Inline(_) => {
+                let path =
+                    store::script_copy_path(self.inner.store.root(), &request.project_dir, &run_id);
+                crate::util::write_atomic(&path, prepared.text.as_bytes(), 0o600).map_err(|e| {
+                    EngineError::Rejected(format!("cannot write the run's script copy: {e}"))
+                })?;
+                (ScriptSource::Inline, path)
+            }
+            ScriptInput::Path(path) => (ScriptSource::Path, path.clone()),
+        };
+        let needs_setup =
+            !prepared.declared_backends.is_empty() && !self.inner.config.allow_script_backends;
+        let mut routing = prepared.routing.clone();
+        if !needs_setup {
+            routing
+                .script_backends
+                .extend(prepared.declared_backends.clone());
+            routing.seal();
+        }
+        let setup = needs_setup.then(|| backend_approval_setup(&prepared));
+        let now = now_ms();
+        let record = RunRecord {
+            run_id: run_id.clone(),
+            project_dir: request.project_dir.clone(),
+            workflow_name: prepared.analyzed.name.clone(),
+            status: if needs_setup {
+                RunStatus::Pending
+            } else {
+                RunStatus::Running
+            },
+            pause_reason: None,
+            error_code: None,
+            error_message: None,
+            script: prepared.text.clone(),
+            script_file: script_file.clone(),
+            script_source,
+            script_revisions: Vec::new(),
+            meta: prepared.analyzed.meta.clone(),
+            args: prepared.args.clone(),
+            cwd: request.project_dir.clone(),
+            limits,
+            phases: prepared.analyzed.phases.clone(),
+            current_phase: prepared.analyzed.phases.first().map(|p| p.title.clone()),
+            result: None,
+            started_at: now,
+            updated_at: now,
+            token_usage: Default::default(),
+            stream_id: uuid::Uuid::new_v4().simple().to_string(),
+            generation: 1,
+            setup: setup.clone(),
+            auth_context: None,
+            checkpoint_context: None,
+            reset_hint: None,
+            routing: serde_json::to_value(&routing).unwrap_or(Value::Null),
+        };
+        let lease = self.inner.owner.lease();
+        if let Err(error) = self.inner.store.create_run(&record, &lease).await {
+            if script_source == ScriptSource::Inline {
+                let _ = std::fs::remove_file(&script_file);
+            }
+            return Err(error.into());
+        }
+        if needs_setup {
+            self.inner
+                .store
+                .release_lease(&run_id, &lease.token)
+                .await?;
+        } else {
+            self.spawn_execution(record, lease, None, Vec::new());
+        }
+        drop(slot);
+        Ok(Admission {
+            run_id,
+            status: if needs_setup {
+                RunStatus::Pending
+            } else {
+                RunStatus::Running
+            },
+            script_source,
+            script_file,
+            limits,
+            setup,
+            warnings: prepared.warnings,
+            continuation: None,
+        })
+    }
+
+    /// Starts (or restarts) execution of `record`'s current generation under `lease`.
+    fn spawn_execution(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        pool: Option<ReplayPool>,
+        answers: Vec<CheckpointAnswer>,
+    ) {
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (settled_tx, settled_rx) = watch::channel(false);
+        let view = Arc::new(Mutex::new(LiveView {
+            current_phase: record.current_phase.clone(),
+            usage: record.token_usage,
+            ..LiveView::default()
+        }));
+        if let Ok(mut live) = self.inner.live.lock() {
+            live.insert(
+                record.run_id.clone(),
+                LiveRun {
+                    generation: record.generation,
+                    control: control_tx,
+                    view: view.clone(),
+                    project_dir: record.project_dir.clone(),
+                    settled: settled_rx,
+                },
+            );
+        }
+        let engine = self.clone();
+        self.inner.tracker.spawn(async move {
+            engine
+                .execute(record, lease, pool, answers, view, control_rx)
+                .await;
+            let _ = settled_tx.send(true);
+        });
+    }
+
+    async fn execute(
+        &self,
+        mut record: RunRecord,
+        lease: Lease,
+        pool: Option<ReplayPool>,
+        answers: Vec<CheckpointAnswer>,
+        view: Arc<Mutex<LiveView>>,
+        control: mpsc::UnboundedReceiver<Control>,
+    ) {
+        let store = self.inner.store.clone();
+        let run_id = record.run_id.clone();
+        let routing: RoutingSnapshot =
+            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+        let prepared_state = async {
+            let pool = match pool {
+                Some(pool) => pool,
+                None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
+            };
+            let last_seq = store.last_event_seq(&run_id).await?;
+            let calls = store.calls(&run_id).await?;
+            let next_settlement = calls
+                .iter()
+                .map(|c| c.settlement_ordinal + 1)
+                .max()
+                .unwrap_or(0);
+            Ok::<_, StoreError>((pool, last_seq, next_settlement))
+        }
+        .await;
+        let (pool, last_seq, next_settlement) = match prepared_state {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::error!(run = %run_id, "cannot start execution: {error}");
+                record.status = RunStatus::Paused;
+                record.pause_reason = Some(PauseReason::Interrupted);
+                record.error_message = Some(format!("could not start: {error}"));
+                let _ = store
+                    .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+                    .await;
+                let _ = store.release_lease(&run_id, &lease.token).await;
+                self.finish_live(&run_id, record.generation, record.status);
+                return;
+            }
+        };
+        let analyzed_body = match script::analyze(record.script.as_bytes()) {
+            Ok(analyzed) => analyzed.body,
+            Err(error) => {
+                record.status = RunStatus::Failed;
+                record.error_code = Some("SCRIPT_VALIDATION_ERROR".into());
+                record.error_message = Some(error.message);
+                record.updated_at = now_ms();
+                let _ = store
+                    .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+                    .await;
+                let _ = store.release_lease(&run_id, &lease.token).await;
+                self.finish_live(&run_id, record.generation, record.status);
+                return;
+            }
+        };
+        let setup = DriverSetup {
+            run_id: run_id.clone(),
+            generation: record.generation,
+            body: analyzed_body,
+            args: record.args.clone(),
+            cwd: record.cwd.clone(),
+            phases: record.phases.clone(),
+            meta_model: record
+                .meta
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            limits: record.limits,
+            routing,
+            backends: self.inner.backends.clone(),
+            runner: self.inner.runner.clone(),
+            persistence: Persistence::Store {
+                store: store.clone(),
+                lease_token: lease.token.clone(),
+            },
+            pool,
+            answers,
+            last_event_seq: last_seq,
+            next_settlement,
+            agent_timeout: self.inner.config.agent_timeout,
+            vm_limits: self.inner.config.vm_limits,
+            broker: self.inner.broker.clone(),
+            notices: Some(self.inner.notices.clone()),
+            usage: record.token_usage,
+            current_phase: record.current_phase.clone(),
+            nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
+            live: view,
+        };
+        let outcome = driver::run(setup, control).await;
+        record.status = outcome.status;
+        record.pause_reason = outcome.pause_reason;
+        record.error_code = outcome.error_code.clone();
+        record.error_message = outcome.error_message.clone();
+        record.result = outcome.result.clone();
+        record.auth_context = outcome.auth_context.clone();
+        record.reset_hint = outcome.reset_hint.clone();
+        record.checkpoint_context = outcome.checkpoint_context.clone();
+        record.token_usage = outcome.usage;
+        record.current_phase = outcome
+            .current_phase
+            .clone()
+            .or(record.current_phase.clone());
+        record.updated_at = now_ms();
+        if let Some(error) = &outcome.store_error {
+            record.error_message = Some(format!("run store write failed: {error}"));
+        }
+        if let Err(error) = store
+            .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+            .await
+        {
+            tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
+        }
+        let _ = store.release_lease(&run_id, &lease.token).await;
+        self.finish_live(&run_id, record.generation, record.status);
+    }
+
+    fn finish_live(&self, run_id: &RunId, generation: u32, status: RunStatus) {
+        if let Ok(mut live) = self.inner.live.lock()
+            && live
+                .get(run_id)
+                .is_some_and(|entry| entry.generation == generation)
+        {
+            live.remove(run_id);
+        }
+        let _ = self.inner.notices.send(RunNotice::Settled {
+            run_id: run_id.clone(),
+            status: status.as_str().to_owned(),
+        });
+    }
+
+    /// Waits until `run_id` is no longer executing in this process.
+    pub async fn wait(&self, run_id: &RunId) {
+        let receiver = self
+            .inner
+            .live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(run_id).map(|l| l.settled.clone()));
+        if let Some(mut receiver) = receiver {
+            let _ = receiver.wait_for(|settled| *settled).await;
+        }
+    }
+
+    /// Whether this process executes `run_id` now.
+    pub fn is_live(&self, run_id: &RunId) -> bool {
+        self.inner
+            .live
+            .lock()
+            .map(|live| live.contains_key(run_id))
+            .unwrap_or(false)
+    }
+
+    fn send_control(&self, run_id: &RunId, control: Control) -> bool {
+        self.inner
+            .live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(run_id).map(|l| l.control.send(control).is_ok()))
+            .unwrap_or(false)
+    }
+
+    /// Loads a run, turning a pending/running run whose owner died into `paused/interrupted`.
+    pub async fn load_reconciled(&self, run_id: &RunId) -> EngineResult<RunRecord> {
+        let record = self.inner.store.load_run(run_id).await?;
+        if record.status != RunStatus::Running || self.is_live(run_id) {
+            return Ok(record);
+        }
+        let lease = self.inner.store.lease(run_id).await?;
+        if let Some(lease) = &lease
+            && crate::util::process_is(lease.pid, lease.proc_start)
+            && lease.owner_id != self.inner.owner.owner_id
+        {
+            return Ok(record);
+        }
+        // The owner is gone: take the lease, record the interruption, let go again.
+        let ours = self.inner.owner.lease();
+        if !self
+            .inner
+            .store
+            .acquire_lease(run_id, lease.as_ref().map(|l| l.token.as_str()), &ours)
+            .await?
+        {
+            return Ok(self.inner.store.load_run(run_id).await?);
+        }
+        let mut record = self.inner.store.load_run(run_id).await?;
+        if record.status == RunStatus::Running {
+            record.status = RunStatus::Paused;
+            record.pause_reason = Some(PauseReason::Interrupted);
+            record.updated_at = now_ms();
+            let calls = self.inner.store.calls(run_id).await?;
+            let mut usage = crate::model::Usage::default();
+            for call in &calls {
+                usage.add(&call.usage);
+            }
+            record.token_usage = usage;
+            let last = self.inner.store.last_event_seq(run_id).await?;
+            let mut events = EventLog::new(run_id.clone(), last, None);
+            events.push("paused", "root", json!({"reason": "interrupted"}));
+            self.inner
+                .store
+                .append_events(run_id, &events.take(), Fence(&ours.token))
+                .await?;
+            self.inner
+                .store
+                .update_run(&record, ScriptChange::Unchanged, Fence(&ours.token))
+                .await?;
+        }
+        self.inner.store.release_lease(run_id, &ours.token).await?;
+        Ok(record)
+    }
+
+    /// Continues a paused, aborted or failed run under the same id.
+    pub async fn resume(&self, request: ResumeRequest) -> EngineResult<Admission> {
+        let run_id = request
+            .run_id
+            .clone()
+            .ok_or_else(|| EngineError::Rejected("runId is required".into()))?;
+        if let Some(operation_id) = &request.operation_id
+            && let Some(receipt) = self.inner.store.receipt(&run_id, operation_id).await?
+        {
+            let digest = resume_digest(&request);
+            if receipt.input_digest != digest {
+                return Err(EngineError::Rejected(format!(
+                    "operation {operation_id} was already used with different inputs"
+                )));
+            }
+            return admission_from_receipt(&receipt.response)
+                .ok_or_else(|| EngineError::Rejected("stored receipt is unreadable".into()));
+        }
+        let mut record = self.load_reconciled(&run_id).await?;
+        match record.status {
+            RunStatus::Completed => {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} is completed; a completed run cannot be resumed (start a new run)"
+                )));
+            }
+            RunStatus::Pending => {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} is waiting for a setup answer; answer it with setup-response"
+                )));
+            }
+            RunStatus::Running => {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} is running; pause or stop it before resuming"
+                )));
+            }
+            RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed => {}
+        }
+        // Checkpoint answers: validated against the waiting checkpoint, first writer wins.
+        let mut answers_written = Vec::new();
+        for (index, answer) in &request.checkpoint_replies {
+            let context = record
+                .checkpoint_context
+                .clone()
+                .filter(|c| c.get("callIndex").and_then(Value::as_u64) == Some(u64::from(*index)));
+            let existing = self.inner.store.checkpoint_answers(&run_id).await?;
+            if let Some(previous) = existing.iter().find(|a| a.call_index == *index) {
+                if &previous.answer != answer {
+                    return Err(EngineError::Rejected(format!(
+                        "checkpoint {index} was already answered with {}; a different answer cannot replace it",
+                        previous.answer
+                    )));
+                }
+                continue;
+            }
+            let Some(context) = context else {
+                return Err(EngineError::Rejected(format!(
+                    "checkpoint {index} is not waiting for an answer{}",
+                    record
+                        .checkpoint_context
+                        .as_ref()
+                        .and_then(|c| c.get("callIndex"))
+                        .map(|i| format!(" (the run waits on checkpoint {i})"))
+                        .unwrap_or_default()
+                )));
+            };
+            validate_checkpoint_answer(&context, *index, answer)?;
+            answers_written.push(CheckpointAnswer {
+                call_index: *index,
+                hash: context
+                    .get("hash")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                answer: answer.clone(),
+                answered_at: now_ms(),
+            });
+        }
+        // A changed script file is a revision, validated like a new run.
+        let mut revised = false;
+        let current_text = std::fs::read(&record.script_file).ok();
+        let routing: RoutingSnapshot =
+            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+        if let Some(bytes) = current_text
+            && bytes != record.script.as_bytes()
+        {
+            let prepared = prepare::prepare(PrepareInput {
+                bytes,
+                args: record.args.clone(),
+                project_dir: &record.project_dir,
+                persistence_root: self.inner.store.root(),
+                home: self.inner.config.home.as_deref(),
+                backends: self.inner.backends.clone(),
+                runner: self.inner.runner.clone(),
+                existing_routing: Some(&routing),
+                vm_limits: self.inner.config.vm_limits,
+                probe: self.inner.config.probe,
+                nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
+            })
+            .await
+            .map_err(|r| {
+                EngineError::Rejected(format!(
+                    "the revised script {} was not accepted: {}",
+                    record.script_file.display(),
+                    r.message
+                ))
+            })?;
+            record.script = prepared.text;
+            record.meta = prepared.analyzed.meta.clone();
+            record.workflow_name = prepared.analyzed.name.clone();
+            record.phases = prepared.analyzed.phases.clone();
+            revised = true;
+        }
+        let active = self.active_count(&record.project_dir).await?;
+        let slot = self.reserve(&record.project_dir, active)?;
+        for answer in &answers_written {
+            let stored = self
+                .inner
+                .store
+                .put_checkpoint_answer(&run_id, answer)
+                .await?;
+            if stored.answer != answer.answer {
+                return Err(EngineError::Rejected(format!(
+                    "checkpoint {} was already answered differently",
+                    answer.call_index
+                )));
+            }
+        }
+        let lease = self.inner.owner.lease();
+        let previous = self.inner.store.lease(&run_id).await?;
+        if let Some(previous) = &previous
+            && crate::util::process_is(previous.pid, previous.proc_start)
+            && previous.owner_id != self.inner.owner.owner_id
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is held by process {}",
+                previous.pid
+            )));
+        }
+        if !self
+            .inner
+            .store
+            .acquire_lease(&run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
+            .await?
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} was taken by another process while resuming"
+            )));
+        }
+        record.generation += 1;
+        record.limits = record.limits.with_overrides(
+            request.limits.max_agents,
+            request.limits.concurrency,
+            request.limits.agent_retries,
+        );
+        if revised {
+            record.script_revisions.push(ScriptRevision {
+                generation: record.generation,
+                accepted_at: now_ms(),
+                sha256: sha256_hex(record.script.as_bytes()),
+            });
+        }
+        record.status = RunStatus::Running;
+        record.pause_reason = None;
+        record.error_code = None;
+        record.error_message = None;
+        record.auth_context = None;
+        record.checkpoint_context = None;
+        record.reset_hint = None;
+        record.result = None;
+        record.updated_at = now_ms();
+        let operation_id = request
+            .operation_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let admission = Admission {
+            run_id: run_id.clone(),
+            status: RunStatus::Running,
+            script_source: record.script_source,
+            script_file: record.script_file.clone(),
+            limits: record.limits,
+            setup: None,
+            warnings: Vec::new(),
+            continuation: Some(
+                json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id}),
+            ),
+        };
+        let receipt = OperationReceipt {
+            operation_id: operation_id.clone(),
+            generation: record.generation,
+            input_digest: resume_digest(&request),
+            response: admission_to_receipt(&admission),
+            created_at: now_ms(),
+        };
+        let write = async {
+            self.inner.store.put_receipt(&run_id, &receipt).await?;
+            self.inner
+                .store
+                .update_run(
+                    &record,
+                    if revised {
+                        ScriptChange::Changed
+                    } else {
+                        ScriptChange::Unchanged
+                    },
+                    Fence(&lease.token),
+                )
+                .await
+        };
+        if let Err(error) = write.await {
+            let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
+            return Err(error.into());
+        }
+        let pool = ReplayPool::new(self.inner.store.replay_pool(&run_id).await?, revised);
+        let answers = self.inner.store.checkpoint_answers(&run_id).await?;
+        self.spawn_execution(record, lease, Some(pool), answers);
+        drop(slot);
+        Ok(admission)
+    }
+
+    /// Answers a pending backend-approval setup.
+    pub async fn setup_response(
+        &self,
+        run_id: &RunId,
+        setup_id: &str,
+        response: &Value,
+    ) -> EngineResult<Value> {
+        let mut record = self.load_reconciled(run_id).await?;
+        let Some(setup) = record.setup.clone() else {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} has no setup request"
+            )));
+        };
+        let request_id = setup
+            .pointer("/request/id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if request_id != setup_id {
+            return Err(EngineError::Rejected(format!(
+                "setupId {setup_id} does not match the run's setup request"
+            )));
+        }
+        let action = response
+            .get("action")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let approve = match action {
+            "accept" => {
+                let content = response.get("content").cloned().unwrap_or(Value::Null);
+                let schema = setup
+                    .pointer("/request/requestedSchema")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                crate::engine::schema::validate(&schema, &content).map_err(|e| {
+                    EngineError::Rejected(format!(
+                        "setup-response content does not match the requested schema: {e}"
+                    ))
+                })?;
+                content
+                    .get("approve")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            }
+            "decline" | "cancel" => false,
+            other => {
+                return Err(EngineError::Rejected(format!(
+                    "setup-response action must be accept, decline or cancel, got {other:?}"
+                )));
+            }
+        };
+        if let Some(answered) = setup.get("answer") {
+            if answered == response {
+                return Ok(
+                    json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": record.status, "accepted": approve}),
+                );
+            }
+            return Err(EngineError::Rejected(format!(
+                "setup {setup_id} was already answered with {answered}; a different answer cannot replace it"
+            )));
+        }
+        if record.status != RunStatus::Pending {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is not waiting for setup"
+            )));
+        }
+        let lease = self.inner.owner.lease();
+        let previous = self.inner.store.lease(run_id).await?;
+        if !self
+            .inner
+            .store
+            .acquire_lease(run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
+            .await?
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is being changed by another process"
+            )));
+        }
+        let mut answered = setup.clone();
+        answered["answer"] = response.clone();
+        answered["state"] = Value::String(if approve {
+            "approved".into()
+        } else {
+            "declined".into()
+        });
+        record.setup = Some(answered);
+        record.updated_at = now_ms();
+        if approve {
+            let analyzed = script::analyze(record.script.as_bytes())
+                .map_err(|e| EngineError::Rejected(e.message))?;
+            let mut routing: RoutingSnapshot =
+                serde_json::from_value(record.routing.clone()).unwrap_or_default();
+            routing
+                .script_backends
+                .extend(prepare::declared_backends(&analyzed));
+            routing.seal();
+            record.routing = serde_json::to_value(&routing).unwrap_or(Value::Null);
+            record.status = RunStatus::Running;
+            self.inner
+                .store
+                .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+                .await?;
+            let status = record.status;
+            self.spawn_execution(record, lease, None, Vec::new());
+            Ok(
+                json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": status, "accepted": true}),
+            )
+        } else {
+            record.status = RunStatus::Aborted;
+            let last = self.inner.store.last_event_seq(run_id).await?;
+            let mut events = EventLog::new(run_id.clone(), last, Some(self.inner.notices.clone()));
+            events.push("stopped", "root", json!({"reason": "setup declined"}));
+            self.inner
+                .store
+                .append_events(run_id, &events.take(), Fence(&lease.token))
+                .await?;
+            self.inner
+                .store
+                .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+                .await?;
+            self.inner.store.release_lease(run_id, &lease.token).await?;
+            Ok(
+                json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": "aborted", "accepted": false}),
+            )
+        }
+    }
+
+    /// The bounded status view (engine.md 6.4).
+    pub async fn status(&self, run_id: &RunId, query: &StatusQuery) -> EngineResult<Value> {
+        let record = self.load_reconciled(run_id).await?;
+        let view = self
+            .inner
+            .live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(run_id).map(|l| l.view.clone()));
+        let live_view = view.and_then(|v| v.lock().ok().map(|v| v.clone()));
+        let permissions = self.inner.broker.pending(run_id.as_str());
+        Ok(status::build(
+            self.inner.store.as_ref(),
+            &record,
+            live_view.as_ref(),
+            &permissions,
+            query,
+        )
+        .await?)
+    }
+
+    /// Stops a whole run (`call_index: None`) or cancels one live agent call.
+    pub async fn stop(
+        &self,
+        run_id: &RunId,
+        call_index: Option<u32>,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        let record = self.load_reconciled(run_id).await?;
+        if let Some(index) = call_index {
+            let (reply_tx, reply_rx) = oneshot::channel();
+            let sent = self.send_control(
+                run_id,
+                Control::CancelCall {
+                    index,
+                    reply: reply_tx,
+                },
+            );
+            let cancelled = sent && reply_rx.await.unwrap_or(false);
+            if !cancelled {
+                let live_calls: Vec<String> = self
+                    .inner
+                    .live
+                    .lock()
+                    .ok()
+                    .and_then(|live| {
+                        live.get(run_id).and_then(|l| {
+                            l.view.lock().ok().map(|v| {
+                                v.calls
+                                    .iter()
+                                    .map(|(i, c)| format!("{i}:{}", c.label))
+                                    .collect()
+                            })
+                        })
+                    })
+                    .unwrap_or_default();
+                return Err(EngineError::Rejected(format!(
+                    "callIndex {index} is not a live agent call of run {run_id}; live calls: {}",
+                    if live_calls.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        live_calls.join(", ")
+                    }
+                )));
+            }
+            let mut status = self.status(run_id, query).await?;
+            status["cancelled"] = json!({"callIndex": index});
+            return Ok(status);
+        }
+        if record.status.is_terminal() {
+            let mut status = self.status(run_id, query).await?;
+            status["stopped"] = Value::Bool(false);
+            status["alreadyTerminal"] = Value::Bool(true);
+            return Ok(status);
+        }
+        if self.send_control(run_id, Control::Stop) {
+            let settled = tokio::time::timeout(STOP_WAIT, self.wait(run_id))
+                .await
+                .is_ok();
+            let mut status = self.status(run_id, query).await?;
+            status["stopped"] = Value::Bool(settled);
+            if !settled {
+                status["control"] =
+                    json!({"state": "pending", "operationId": uuid::Uuid::new_v4().to_string()});
+            }
+            return Ok(status);
+        }
+        if record.status == RunStatus::Running {
+            let lease = self.inner.store.lease(run_id).await?;
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is executing in process {}; stop it there (stop forwarding between processes arrives with the daemon)",
+                lease
+                    .map(|l| l.pid.to_string())
+                    .unwrap_or_else(|| "unknown".into())
+            )));
+        }
+        // Paused or pending: a cold stop under a fresh lease.
+        let lease = self.inner.owner.lease();
+        let previous = self.inner.store.lease(run_id).await?;
+        if !self
+            .inner
+            .store
+            .acquire_lease(run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
+            .await?
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is being changed by another process"
+            )));
+        }
+        let mut record = self.inner.store.load_run(run_id).await?;
+        record.status = RunStatus::Aborted;
+        record.pause_reason = None;
+        record.updated_at = now_ms();
+        let last = self.inner.store.last_event_seq(run_id).await?;
+        let mut events = EventLog::new(run_id.clone(), last, Some(self.inner.notices.clone()));
+        events.push("stopped", "root", json!({}));
+        self.inner
+            .store
+            .append_events(run_id, &events.take(), Fence(&lease.token))
+            .await?;
+        self.inner
+            .store
+            .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+            .await?;
+        self.inner.store.release_lease(run_id, &lease.token).await?;
+        let mut status = self.status(run_id, query).await?;
+        status["stopped"] = Value::Bool(true);
+        Ok(status)
+    }
+
+    /// Pauses a live run: running calls finish and journal, nothing new starts.
+    pub async fn pause(&self, run_id: &RunId, query: &StatusQuery) -> EngineResult<Value> {
+        let record = self.load_reconciled(run_id).await?;
+        if !self.send_control(run_id, Control::Pause(PauseReason::Requested)) {
+            if record.status == RunStatus::Running {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} is executing in another process; pause it there"
+                )));
+            }
+            let mut status = self.status(run_id, query).await?;
+            status["pauseRequested"] = Value::Bool(false);
+            status["paused"] = Value::Bool(record.status == RunStatus::Paused);
+            return Ok(status);
+        }
+        let paused = tokio::time::timeout(PAUSE_WAIT, self.wait(run_id))
+            .await
+            .is_ok();
+        let mut status = self.status(run_id, query).await?;
+        status["pauseRequested"] = Value::Bool(true);
+        status["paused"] = Value::Bool(paused);
+        Ok(status)
+    }
+
+    /// Interrupts every live run of this process (Ctrl-C, shutdown): they settle
+    /// `paused/interrupted`, resumable.
+    pub async fn interrupt_all(&self, deadline: Duration) {
+        let ids: Vec<RunId> = self
+            .inner
+            .live
+            .lock()
+            .map(|live| live.keys().cloned().collect())
+            .unwrap_or_default();
+        for run_id in &ids {
+            self.send_control(run_id, Control::Pause(PauseReason::Interrupted));
+        }
+        let all = async {
+            for run_id in &ids {
+                self.wait(run_id).await;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, all).await;
+    }
+
+    /// Answers a live permission request.
+    pub async fn respond_permission(
+        &self,
+        run_id: &RunId,
+        permission_id: &str,
+        outcome: PermissionOutcome,
+    ) -> EngineResult<Value> {
+        self.inner.store.load_run(run_id).await?;
+        self.inner
+            .broker
+            .answer(run_id.as_str(), permission_id, outcome.clone())
+            .map_err(|e| match e {
+                PermissionError::Unknown(_) | PermissionError::UnknownOption { .. } => {
+                    EngineError::Rejected(e.to_string())
+                }
+            })?;
+        Ok(
+            json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "accepted": true}),
+        )
+    }
+
+    pub fn pending_permissions(&self, run_id: &RunId) -> Vec<PendingPermission> {
+        self.inner.broker.pending(run_id.as_str())
+    }
+
+    /// One page of the exact result JSON (engine.md 6.6).
+    pub async fn result_page(
+        &self,
+        run_id: &RunId,
+        offset: usize,
+        max_bytes: usize,
+    ) -> EngineResult<Value> {
+        let record = self.load_reconciled(run_id).await?;
+        let text = exact_result(&record)?;
+        let bytes = text.as_bytes();
+        if offset > bytes.len() {
+            return Err(EngineError::Rejected(format!(
+                "offset {offset} is past the end of the result ({} bytes)",
+                bytes.len()
+            )));
+        }
+        if offset < bytes.len() && !text.is_char_boundary(offset) {
+            return Err(EngineError::Rejected(format!(
+                "offset {offset} is inside a UTF-8 code point; continue at a previous endOffset"
+            )));
+        }
+        let mut end = (offset + max_bytes).min(bytes.len());
+        while end > offset && !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Ok(json!({
+            "action": "result",
+            "runId": run_id,
+            "status": "completed",
+            "resultUri": format!("workflow://runs/{run_id}/result"),
+            "eventsUri": format!("workflow://runs/{run_id}/events"),
+            "mimeType": "application/json",
+            "encoding": "utf-8",
+            "totalBytes": bytes.len(),
+            "offset": offset,
+            "endOffset": end,
+            "hasMore": end < bytes.len(),
+            "chunk": &text[offset..end],
+        }))
+    }
+
+    /// Deletes a run that is not executing, with its store copy of the script.
+    pub async fn delete(&self, run_id: &RunId) -> EngineResult<()> {
+        let record = self.load_reconciled(run_id).await?;
+        if record.status == RunStatus::Running || self.is_live(run_id) {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is running; stop it before deleting it"
+            )));
+        }
+        self.inner.store.delete_run(run_id).await?;
+        if record.script_source == ScriptSource::Inline {
+            let expected =
+                store::script_copy_path(self.inner.store.root(), &record.project_dir, run_id);
+            if record.script_file == expected {
+                let _ = std::fs::remove_file(&expected);
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn list(
+        &self,
+        project_dir: Option<&Path>,
+        limit: u32,
+    ) -> EngineResult<Vec<RunSummary>> {
+        Ok(self.inner.store.list_runs(project_dir, limit).await?)
+    }
+
+    /// Interrupts live runs and stops the agent processes.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.interrupt_all(deadline).await;
+        self.inner.tracker.close();
+        let _ = tokio::time::timeout(deadline, self.inner.tracker.wait()).await;
+        self.inner.runner.shutdown(deadline).await;
+    }
+}
+
+fn check_project_dir(project_dir: &Path) -> EngineResult<()> {
+    if !project_dir.is_absolute() {
+        return Err(EngineError::Rejected(format!(
+            "projectDir must be an absolute path, got {}",
+            project_dir.display()
+        )));
+    }
+    if !project_dir.is_dir() {
+        return Err(EngineError::Rejected(format!(
+            "projectDir {} is not an existing directory",
+            project_dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The exact `JSON.stringify(result)` of a completed run.
+pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
+    if record.status != RunStatus::Completed {
+        return Err(EngineError::Rejected(format!(
+            "run {} has no result: it is {}{}",
+            record.run_id,
+            record.status.as_str(),
+            if record.status.is_terminal() {
+                ""
+            } else {
+                " (read it again once it completes)"
+            }
+        )));
+    }
+    match &record.result {
+        Some(value) => Ok(value.to_string()),
+        None => Err(EngineError::Rejected(format!(
+            "run {} completed without a value",
+            record.run_id
+        ))),
+    }
+}
+
+fn backend_approval_setup(prepared: &Prepared) -> Value {
+    let commands: Vec<String> = prepared
+        .declared_backends
+        .values()
+        .map(|b| {
+            format!("{}: {} {}", b.id, b.command, b.args.join(" "))
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    json!({
+        "state": "input-required",
+        "request": {
+            "id": uuid::Uuid::new_v4().to_string(),
+            "kind": "backend-approval",
+            "title": "Approve the script's agent backends",
+            "message": format!("The script declares backends that run these commands: {}. Approve to let the run start them.", commands.join("; ")),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"approve": {"type": "boolean"}},
+                "required": ["approve"],
+                "additionalProperties": false
+            }
+        }
+    })
+}
+
+fn validate_checkpoint_answer(context: &Value, index: u32, answer: &Value) -> EngineResult<()> {
+    let kind = context
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("confirm");
+    let valid = match kind {
+        "confirm" => answer.is_boolean(),
+        "input" => answer.is_string(),
+        "select" => context
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(|choices| choices.contains(answer)),
+        _ => false,
+    };
+    if valid {
+        return Ok(());
+    }
+    let expected = match kind {
+        "confirm" => "true or false".to_owned(),
+        "input" => "a string".to_owned(),
+        _ => format!(
+            "one of {}",
+            context.get("choices").cloned().unwrap_or(Value::Null)
+        ),
+    };
+    Err(EngineError::Rejected(format!(
+        "checkpoint {index} is a {kind} checkpoint: its answer must be {expected}, got {answer}"
+    )))
+}
+
+fn resume_digest(request: &ResumeRequest) -> String {
+    let body = json!({
+        "runId": request.run_id,
+        "checkpointReplies": request.checkpoint_replies.iter().map(|(i, v)| json!([i, v])).collect::<Vec<_>>(),
+        "maxAgents": request.limits.max_agents,
+        "concurrency": request.limits.concurrency,
+        "agentRetries": request.limits.agent_retries,
+    });
+    sha256_hex(crate::engine::journal::canonical_json(&body).as_bytes())
+}
+
+fn admission_to_receipt(admission: &Admission) -> Value {
+    json!({
+        "runId": admission.run_id,
+        "status": admission.status,
+        "scriptSource": admission.script_source,
+        "scriptFile": admission.script_file,
+        "limits": admission.limits,
+        "continuation": admission.continuation,
+    })
+}
+
+fn admission_from_receipt(value: &Value) -> Option<Admission> {
+    Some(Admission {
+        run_id: RunId::parse(value.get("runId")?.as_str()?).ok()?,
+        status: serde_json::from_value(value.get("status")?.clone()).ok()?,
+        script_source: serde_json::from_value(value.get("scriptSource")?.clone()).ok()?,
+        script_file: PathBuf::from(value.get("scriptFile")?.as_str()?),
+        limits: serde_json::from_value(value.get("limits")?.clone()).ok()?,
+        setup: None,
+        warnings: Vec::new(),
+        continuation: value.get("continuation").cloned(),
+    })
+}

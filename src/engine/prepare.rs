@@ -1,0 +1,480 @@
+//! Preparation (engine.md 3): everything a script must pass before a run is admitted.
+//!
+//! Structure and meta (static), `args` against `meta.inputSchema`, the mocked dry run (the
+//! real engine with fabricated agent answers, nothing persisted), the routing check (every
+//! call the dry run reached needs a route; no fallback), and zero-token probes of each
+//! routed `{backend, model}`. Nothing is written anywhere until the caller admits the run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::engine::driver::{self, DriverSetup, Outcome, Persistence};
+use crate::engine::journal::ReplayPool;
+use crate::engine::permissions::PermissionBroker;
+use crate::engine::routing::{BackendLookup, RoutingSnapshot};
+use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport};
+use crate::engine::schema;
+use crate::engine::script::{self, AnalyzedScript, MAX_SCRIPT_BYTES};
+use crate::engine::vm::VmLimits;
+use crate::model::{CallKind, Limits, RunId, RunStatus, Usage};
+
+/// How long the dry run may take.
+pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
+/// How long all probes together may take.
+pub const PROBE_LIMIT: Duration = Duration::from_secs(60);
+/// How many routing catalog entries an error lists.
+const CATALOG_LIMIT: usize = 24;
+
+/// Where a script comes from.
+#[derive(Clone, Debug)]
+pub enum ScriptInput {
+    Inline(String),
+    /// An absolute path to a regular file.
+    Path(PathBuf),
+}
+
+/// A preparation failure: a tool error with no run behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(message: impl Into<String>) -> Rejection {
+        Rejection {
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A script that passed preparation.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub text: String,
+    pub analyzed: AnalyzedScript,
+    pub args: Value,
+    /// Declared `meta.backends`, parsed (empty when none).
+    pub declared_backends: BTreeMap<String, BackendSpec>,
+    pub routing: RoutingSnapshot,
+    pub warnings: Vec<String>,
+    pub probes: Vec<ProbeReport>,
+    /// Calls the dry run made.
+    pub dry_calls: usize,
+}
+
+/// Reads a script's bytes: inline text, or an absolute path to a regular file of at most 1 MiB.
+pub fn read_script(input: &ScriptInput) -> Result<Vec<u8>, Rejection> {
+    match input {
+        ScriptInput::Inline(text) => Ok(text.clone().into_bytes()),
+        ScriptInput::Path(path) => {
+            if !path.is_absolute() {
+                return Err(Rejection::new(format!(
+                    "scriptPath must be an absolute path, got {}",
+                    path.display()
+                )));
+            }
+            let metadata = std::fs::metadata(path).map_err(|e| {
+                Rejection::new(format!("cannot read scriptPath {}: {e}", path.display()))
+            })?;
+            if !metadata.is_file() {
+                return Err(Rejection::new(format!(
+                    "scriptPath {} is not a regular file",
+                    path.display()
+                )));
+            }
+            if metadata.len() > MAX_SCRIPT_BYTES as u64 {
+                return Err(Rejection::new(format!(
+                    "script {} is {} bytes; the limit is {MAX_SCRIPT_BYTES} bytes (1 MiB)",
+                    path.display(),
+                    metadata.len()
+                )));
+            }
+            std::fs::read(path).map_err(|e| {
+                Rejection::new(format!("cannot read scriptPath {}: {e}", path.display()))
+            })
+        }
+    }
+}
+
+/// Parses `meta.backends` into backend specs (already shape-checked by the analyzer).
+pub fn declared_backends(analyzed: &AnalyzedScript) -> BTreeMap<String, BackendSpec> {
+    let mut out = BTreeMap::new();
+    let Some(Value::Object(map)) = &analyzed.backends else {
+        return out;
+    };
+    for (name, entry) in map {
+        let text_list = |key: &str| -> Vec<String> {
+            entry
+                .get(key)
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let env = entry
+            .get("env")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.insert(
+            name.clone(),
+            BackendSpec {
+                id: name.clone(),
+                command: entry
+                    .get("command")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                args: text_list("args"),
+                env,
+                session_meta: entry.get("sessionMeta").cloned(),
+                origin: BackendOrigin::Script,
+            },
+        );
+    }
+    out
+}
+
+/// The inputs of one preparation.
+pub struct PrepareInput<'a> {
+    pub bytes: Vec<u8>,
+    pub args: Value,
+    pub project_dir: &'a Path,
+    pub persistence_root: &'a Path,
+    pub home: Option<&'a Path>,
+    pub backends: Arc<dyn BackendLookup>,
+    pub runner: Arc<dyn AgentRunner>,
+    /// For a revision: the run's captured routing (no new capture, no new backends).
+    pub existing_routing: Option<&'a RoutingSnapshot>,
+    pub vm_limits: VmLimits,
+    pub probe: bool,
+    /// Resolves nested `workflow(name)` during the dry run.
+    pub nested: Option<crate::engine::vm::NestedResolver>,
+}
+
+/// Runs every check of preparation.
+pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
+    let analyzed = script::analyze(&input.bytes).map_err(|error| {
+        let position = match (error.line, error.column) {
+            (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
+            (Some(line), None) => format!(" (line {line})"),
+            _ => String::new(),
+        };
+        Rejection::new(format!(
+            "SCRIPT_VALIDATION_ERROR: {}{position}",
+            error.message
+        ))
+    })?;
+    let text = String::from_utf8(input.bytes)
+        .map_err(|_| Rejection::new("the script is not valid UTF-8"))?;
+    if let Some(input_schema) = &analyzed.input_schema {
+        schema::check_schema(input_schema).map_err(|e| {
+            Rejection::new(format!("meta.inputSchema is not a valid JSON Schema: {e}"))
+        })?;
+        schema::validate(input_schema, &input.args)
+            .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))?;
+    }
+    let declared = declared_backends(&analyzed);
+    let mut routing = match input.existing_routing {
+        Some(existing) => {
+            let widened: Vec<&String> = declared
+                .keys()
+                .filter(|name| {
+                    !existing.script_backends.contains_key(*name)
+                        && input.backends.backend(name).is_none()
+                })
+                .collect();
+            if !widened.is_empty() && existing.script_backends.len() < declared.len() {
+                return Err(Rejection::new(format!(
+                    "the revised script declares backends the run never approved: {}",
+                    widened
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            existing.clone()
+        }
+        None => RoutingSnapshot::capture(input.persistence_root, input.project_dir, input.home)
+            .map_err(Rejection::new)?,
+    };
+    // The dry run treats declared backends as approved.
+    let mut dry_routing = routing.clone();
+    for (name, spec) in &declared {
+        dry_routing
+            .script_backends
+            .entry(name.clone())
+            .or_insert_with(|| spec.clone());
+    }
+    let outcome = dry_run(
+        &analyzed,
+        &input.args,
+        input.project_dir,
+        dry_routing,
+        input.backends.clone(),
+        input.runner.clone(),
+        input.vm_limits,
+        input.nested,
+    )
+    .await?;
+    if outcome.status != RunStatus::Completed {
+        let reason = outcome
+            .error_message
+            .clone()
+            .unwrap_or_else(|| match outcome.pause_reason {
+                Some(reason) => format!("the dry run paused ({})", reason.as_str()),
+                None => format!("the dry run ended {}", outcome.status.as_str()),
+            });
+        let code = outcome
+            .error_code
+            .clone()
+            .unwrap_or_else(|| "SCRIPT_ERROR".into());
+        return Err(Rejection::new(format!(
+            "the mocked dry run failed: {code}: {reason}"
+        )));
+    }
+    let missing: Vec<String> = outcome
+        .dry_calls
+        .iter()
+        .filter(|call| call.kind == CallKind::Agent)
+        .filter_map(|call| {
+            call.route
+                .as_ref()
+                .err()
+                .map(|reason| format!("{}@{} ({reason})", call.label, call.index))
+        })
+        .collect();
+    if !missing.is_empty() {
+        let mut names = input.backends.names();
+        names.extend(declared.keys().cloned());
+        names.truncate(CATALOG_LIMIT);
+        return Err(Rejection::new(format!(
+            "missing routing: {} need a model. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
+            missing.join(", "),
+            names.join(", ")
+        )));
+    }
+    let mut warnings = Vec::new();
+    let agent_calls = outcome
+        .dry_calls
+        .iter()
+        .filter(|c| c.kind == CallKind::Agent)
+        .count();
+    if outcome.dry_calls.is_empty() {
+        warnings.push("the dry run made no agent or checkpoint calls".to_owned());
+    }
+    let declared_phases: BTreeSet<&str> =
+        analyzed.phases.iter().map(|p| p.title.as_str()).collect();
+    if !declared_phases.is_empty() {
+        for entered in &outcome.phases_entered {
+            if !declared_phases.contains(entered.as_str()) {
+                warnings.push(format!("phase {entered:?} is not declared in meta.phases"));
+            }
+        }
+        for declared_phase in &declared_phases {
+            let used = outcome.phases_entered.iter().any(|p| p == declared_phase)
+                || outcome
+                    .dry_calls
+                    .iter()
+                    .any(|c| c.phase.as_deref() == Some(*declared_phase));
+            if !used {
+                warnings.push(format!(
+                    "declared phase {declared_phase:?} was not used by the dry run"
+                ));
+            }
+        }
+    }
+    for key in &analyzed.unknown_meta_keys {
+        warnings.push(format!(
+            "meta.{key} is not a known meta key; it is kept but unused"
+        ));
+    }
+    let mut probes = Vec::new();
+    let needs_approval = !declared.is_empty();
+    if input.probe && agent_calls > 0 {
+        let mut targets: BTreeMap<(String, Option<String>), (BackendSpec, Vec<usize>)> =
+            BTreeMap::new();
+        for (position, call) in outcome.dry_calls.iter().enumerate() {
+            if let Ok(route) = &call.route {
+                if route.backend.origin == BackendOrigin::Script && needs_approval {
+                    continue;
+                }
+                targets
+                    .entry((route.backend.id.clone(), route.model.clone()))
+                    .or_insert_with(|| (route.backend.clone(), Vec::new()))
+                    .1
+                    .push(position);
+            }
+        }
+        let probe_all = async {
+            let mut reports = Vec::new();
+            for ((_, model), (backend, calls)) in &targets {
+                let report = input
+                    .runner
+                    .probe(backend, model.as_deref(), input.project_dir)
+                    .await;
+                reports.push((report, calls.clone()));
+            }
+            reports
+        };
+        let reports = tokio::time::timeout(PROBE_LIMIT, probe_all)
+            .await
+            .unwrap_or_default();
+        for (report, calls) in reports {
+            if !report.probed {
+                warnings.push(format!(
+                    "probe of backend {} failed ({}); the run will try it live",
+                    report.backend,
+                    report.error.clone().unwrap_or_default()
+                ));
+            } else {
+                for position in calls {
+                    let call = &outcome.dry_calls[position];
+                    check_call_against_probe(call, &report)?;
+                }
+            }
+            probes.push(report);
+        }
+    }
+    if let Some(existing) = input.existing_routing {
+        routing = existing.clone();
+    }
+    Ok(Prepared {
+        text,
+        analyzed,
+        args: input.args,
+        declared_backends: declared,
+        routing,
+        warnings,
+        probes,
+        dry_calls: outcome.dry_calls.len(),
+    })
+}
+
+fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Result<(), Rejection> {
+    if let Some(mode) = &call.mode {
+        let advertised: Vec<&str> = report
+            .modes
+            .iter()
+            .filter_map(|m| m.get("id").and_then(Value::as_str))
+            .collect();
+        if !advertised.is_empty() && !advertised.contains(&mode.as_str()) {
+            return Err(Rejection::new(format!(
+                "{}@{}: backend {} has no mode {mode:?}; it offers: {}",
+                call.label,
+                call.index,
+                report.backend,
+                advertised.join(", ")
+            )));
+        }
+    }
+    for (id, value) in &call.config_options {
+        let Some(option) = report
+            .config_options
+            .iter()
+            .find(|o| o.get("id").and_then(Value::as_str) == Some(id))
+        else {
+            return Err(Rejection::new(format!(
+                "{}@{}: backend {} has no config option {id:?}",
+                call.label, call.index, report.backend
+            )));
+        };
+        if let (Some(wanted), Some(options)) = (
+            value.as_str(),
+            option.get("options").and_then(Value::as_array),
+        ) {
+            let values: Vec<&str> = options
+                .iter()
+                .flat_map(|o| match o.get("options").and_then(Value::as_array) {
+                    Some(group) => group
+                        .iter()
+                        .filter_map(|g| g.get("value").and_then(Value::as_str))
+                        .collect::<Vec<_>>(),
+                    None => o.get("value").and_then(Value::as_str).into_iter().collect(),
+                })
+                .collect();
+            if !values.is_empty() && !values.contains(&wanted) {
+                return Err(Rejection::new(format!(
+                    "{}@{}: config option {id:?} of backend {} has no value {wanted:?}",
+                    call.label, call.index, report.backend
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn dry_run(
+    analyzed: &AnalyzedScript,
+    args: &Value,
+    project_dir: &Path,
+    routing: RoutingSnapshot,
+    backends: Arc<dyn BackendLookup>,
+    runner: Arc<dyn AgentRunner>,
+    vm_limits: VmLimits,
+    nested: Option<crate::engine::vm::NestedResolver>,
+) -> Result<Outcome, Rejection> {
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let setup = DriverSetup {
+        run_id: RunId::parse("dryrun-0").expect("valid id"),
+        generation: 1,
+        body: analyzed.body.clone(),
+        args: args.clone(),
+        cwd: project_dir.to_path_buf(),
+        phases: analyzed.phases.clone(),
+        meta_model: analyzed.model.clone(),
+        limits: Limits {
+            max_agents: 10_000,
+            concurrency: 16,
+            agent_retries: 0,
+        },
+        routing,
+        backends,
+        runner,
+        persistence: Persistence::DryRun,
+        pool: ReplayPool::default(),
+        answers: Vec::new(),
+        last_event_seq: 0,
+        next_settlement: 0,
+        agent_timeout: Duration::from_secs(30),
+        vm_limits,
+        broker: PermissionBroker::new(None),
+        notices: None,
+        usage: Usage::default(),
+        current_phase: analyzed.phases.first().map(|p| p.title.clone()),
+        nested,
+        live: Arc::default(),
+    };
+    let run = driver::run(setup, control_rx);
+    tokio::pin!(run);
+    tokio::select! {
+        outcome = &mut run => Ok(outcome),
+        _ = tokio::time::sleep(DRY_RUN_LIMIT) => {
+            let _ = control_tx.send(driver::Control::Stop);
+            let _ = run.await;
+            Err(Rejection::new(format!("the mocked dry run did not finish within {} s", DRY_RUN_LIMIT.as_secs())))
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! Model routing (engine.md 4): which backend and which model string an `agent()` call uses.
+//!
+//! The effective spec is the first of: the call's `model`, its agent definition's `model`, its
+//! tier (from `model-tiers.json`), the current phase's `model`, and `meta.model`. No fallback
+//! fills a missing route: such a call is rejected at preparation, or fails live with
+//! `ROUTING_REQUIRED` if only an unreached branch had it. Tiers, agent definitions and
+//! approved script backends are captured at admission in a [`RoutingSnapshot`], which every
+//! resume reuses, so a run's routing never drifts with files on disk.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::engine::runner::BackendSpec;
+use crate::model::Phase;
+use crate::util::sha256_hex;
+
+/// Limits on what admission reads from disk.
+const MAX_AGENT_DEFINITIONS: usize = 256;
+const MAX_DEFINITION_BYTES: u64 = 256 * 1024;
+
+/// Looks backends up by routing name. Implemented by the ACP backend registry.
+pub trait BackendLookup: Send + Sync {
+    /// ASCII case-insensitive lookup.
+    fn backend(&self, name: &str) -> Option<BackendSpec>;
+    /// `AGENTPRISM_DEFAULT_BACKEND` when it names a known backend.
+    fn default_backend(&self) -> Option<String>;
+    /// Every routable name, for error messages and catalogs.
+    fn names(&self) -> Vec<String>;
+}
+
+/// A named agent definition (`.agentprism/agents/<name>.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentDefinition {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
+    /// The body: a role prompt put before the call's prompt.
+    pub role_prompt: String,
+    /// sha256 of the file, part of the call's identity.
+    pub digest: String,
+}
+
+/// Routing inputs captured at admission.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingSnapshot {
+    #[serde(default)]
+    pub tiers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentDefinition>,
+    /// Approved `meta.backends` (empty until approved).
+    #[serde(default)]
+    pub script_backends: BTreeMap<String, BackendSpec>,
+    /// sha256 over the canonical JSON of the three fields above.
+    #[serde(default)]
+    pub integrity: String,
+}
+
+impl RoutingSnapshot {
+    /// Reads tiers from `<root>/model-tiers.json` and agent definitions from
+    /// `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins).
+    pub fn capture(
+        root: &Path,
+        project_dir: &Path,
+        home: Option<&Path>,
+    ) -> Result<RoutingSnapshot, String> {
+        let mut snapshot = RoutingSnapshot::default();
+        let tiers_path = root.join("model-tiers.json");
+        match std::fs::read_to_string(&tiers_path) {
+            Ok(text) => {
+                let parsed: Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
+                let tiers = parsed
+                    .get("tiers")
+                    .and_then(Value::as_object)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: expected {{\"tiers\": {{\"<name>\": \"<model spec>\"}}}}",
+                            tiers_path.display()
+                        )
+                    })?;
+                for (name, spec) in tiers {
+                    let spec = spec
+                        .as_str()
+                        .filter(|s| !s.trim().is_empty())
+                        .ok_or_else(|| {
+                            format!(
+                                "{}: tiers.{name} must be a non-empty model spec string",
+                                tiers_path.display()
+                            )
+                        })?;
+                    snapshot.tiers.insert(name.clone(), spec.to_owned());
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(format!("cannot read {}: {error}", tiers_path.display())),
+        }
+        let mut folders = vec![project_dir.join(".agentprism").join("agents")];
+        if let Some(home) = home {
+            folders.push(home.join(".agentprism").join("agents"));
+        }
+        for folder in folders {
+            let Ok(entries) = std::fs::read_dir(&folder) else {
+                continue;
+            };
+            let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            paths.sort();
+            for path in paths {
+                if path.extension().and_then(|e| e.to_str()) != Some("md") {
+                    continue;
+                }
+                let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned)
+                else {
+                    continue;
+                };
+                if snapshot.agents.contains_key(&name) {
+                    continue;
+                }
+                if snapshot.agents.len() >= MAX_AGENT_DEFINITIONS {
+                    return Err(format!(
+                        "{}: more than {MAX_AGENT_DEFINITIONS} agent definitions",
+                        folder.display()
+                    ));
+                }
+                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                if size > MAX_DEFINITION_BYTES {
+                    return Err(format!(
+                        "{}: agent definition larger than {MAX_DEFINITION_BYTES} bytes",
+                        path.display()
+                    ));
+                }
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("cannot read agent definition {}: {e}", path.display()))?;
+                let definition = parse_agent_definition(&text)
+                    .map_err(|e| format!("agent definition {}: {e}", path.display()))?;
+                snapshot.agents.insert(name, definition);
+            }
+        }
+        snapshot.seal();
+        Ok(snapshot)
+    }
+
+    /// Recomputes the integrity hash after a change.
+    pub fn seal(&mut self) {
+        let body = serde_json::json!({
+            "tiers": self.tiers,
+            "agents": self.agents,
+            "scriptBackends": self.script_backends,
+        });
+        self.integrity = sha256_hex(crate::engine::journal::canonical_json(&body).as_bytes());
+    }
+
+    /// Whether the stored snapshot is intact.
+    pub fn verify(&self) -> bool {
+        let mut copy = self.clone();
+        copy.seal();
+        copy.integrity == self.integrity
+    }
+}
+
+/// Parses `---\nkey: value\n---\nbody`. Frontmatter keys: model, tools, disallowedTools
+/// (comma-separated or `[a, b]`), isolation.
+pub fn parse_agent_definition(text: &str) -> Result<AgentDefinition, String> {
+    let digest = sha256_hex(text.as_bytes());
+    let mut definition = AgentDefinition {
+        model: None,
+        tools: Vec::new(),
+        disallowed_tools: Vec::new(),
+        isolation: None,
+        role_prompt: text.trim().to_owned(),
+        digest,
+    };
+    let trimmed = text.trim_start_matches('\u{feff}');
+    let Some(rest) = trimmed.strip_prefix("---") else {
+        return Ok(definition);
+    };
+    let Some(end) = rest.find("\n---") else {
+        return Err("frontmatter starts with --- but has no closing ---".into());
+    };
+    let front = &rest[..end];
+    let body = rest[end + 4..].trim_start_matches(['-']).trim();
+    definition.role_prompt = body.to_owned();
+    let list = |value: &str| -> Vec<String> {
+        value
+            .trim()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .split(',')
+            .map(|item| item.trim().trim_matches(['"', '\'']).to_owned())
+            .filter(|item| !item.is_empty())
+            .collect()
+    };
+    for line in front.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            return Err(format!("frontmatter line {line:?} is not `key: value`"));
+        };
+        let value = value.trim().trim_matches(['"', '\'']);
+        match key.trim() {
+            "model" if !value.is_empty() => definition.model = Some(value.to_owned()),
+            "tools" => definition.tools = list(value),
+            "disallowedTools" => definition.disallowed_tools = list(value),
+            "isolation" if !value.is_empty() => definition.isolation = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+    Ok(definition)
+}
+
+/// Where a call's route came from, for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRequest<'a> {
+    pub model: Option<&'a str>,
+    pub agent_type: Option<&'a str>,
+    pub tier: Option<&'a str>,
+    pub phase: Option<&'a str>,
+    pub meta_model: Option<&'a str>,
+}
+
+/// A resolved route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The effective model spec (part of the call's identity).
+    pub spec: String,
+    pub backend: BackendSpec,
+    /// Sent as the model config value; `None` keeps the backend's default.
+    pub model: Option<String>,
+}
+
+/// Resolves a call's route. `Err` is a missing route, with the reason.
+pub fn resolve(
+    request: &RouteRequest<'_>,
+    phases: &[Phase],
+    snapshot: &RoutingSnapshot,
+    backends: &dyn BackendLookup,
+) -> Result<Route, String> {
+    let definition = match request.agent_type {
+        Some(name) => Some(snapshot.agents.get(name).ok_or_else(|| {
+            format!("agentType {name:?} has no definition in .agentprism/agents/{name}.md (project or home)")
+        })?),
+        None => None,
+    };
+    let tier_spec = match request.tier {
+        Some(tier) => Some(
+            snapshot
+                .tiers
+                .get(tier)
+                .map(String::as_str)
+                .ok_or_else(|| format!("tier {tier:?} is not configured in model-tiers.json"))?,
+        ),
+        None => None,
+    };
+    let phase_model = request
+        .phase
+        .and_then(|title| phases.iter().find(|phase| phase.title == title))
+        .and_then(|phase| phase.model.as_deref());
+    let spec = request
+        .model
+        .or(definition.and_then(|d| d.model.as_deref()))
+        .or(tier_spec)
+        .or(phase_model)
+        .or(request.meta_model)
+        .map(str::trim)
+        .filter(|spec| !spec.is_empty())
+        .ok_or_else(|| {
+            "no model: set agent(p, {model}), a tier, a phase model, or meta.model".to_owned()
+        })?;
+    route_spec(spec, snapshot, backends)
+}
+
+/// Maps a model spec to its backend (engine.md 4's table). Script backends count as
+/// registered, but host and built-in names win.
+pub fn route_spec(
+    spec: &str,
+    snapshot: &RoutingSnapshot,
+    backends: &dyn BackendLookup,
+) -> Result<Route, String> {
+    let lookup = |name: &str| {
+        backends.backend(name).or_else(|| {
+            snapshot
+                .script_backends
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(name))
+                .map(|(_, spec)| spec.clone())
+        })
+    };
+    if let Some(backend) = lookup(spec) {
+        return Ok(Route {
+            spec: spec.to_owned(),
+            backend,
+            model: None,
+        });
+    }
+    if let Some((head, rest)) = spec.split_once('/')
+        && let Some(backend) = lookup(head)
+    {
+        if rest.is_empty() {
+            return Err(format!(
+                "model spec {spec:?} names backend {head:?} with an empty model"
+            ));
+        }
+        return Ok(Route {
+            spec: spec.to_owned(),
+            backend,
+            model: Some(rest.to_owned()),
+        });
+    }
+    let fallback = backends
+        .default_backend()
+        .unwrap_or_else(|| "claude".to_owned());
+    let backend = lookup(&fallback).ok_or_else(|| {
+        format!("model spec {spec:?} names no backend and the default backend {fallback:?} is not available")
+    })?;
+    Ok(Route {
+        spec: spec.to_owned(),
+        backend,
+        model: Some(spec.to_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::runner::BackendOrigin;
+
+    struct Fixed(Vec<&'static str>);
+
+    impl BackendLookup for Fixed {
+        fn backend(&self, name: &str) -> Option<BackendSpec> {
+            self.0
+                .iter()
+                .find(|n| n.eq_ignore_ascii_case(name))
+                .map(|n| BackendSpec {
+                    id: (*n).to_owned(),
+                    command: format!("{n}-acp"),
+                    args: vec![],
+                    env: BTreeMap::new(),
+                    session_meta: None,
+                    origin: BackendOrigin::Builtin,
+                })
+        }
+        fn default_backend(&self) -> Option<String> {
+            None
+        }
+        fn names(&self) -> Vec<String> {
+            self.0.iter().map(|n| n.to_string()).collect()
+        }
+    }
+
+    #[test]
+    fn table_of_engine_md_4() {
+        let backends = Fixed(vec!["claude", "codex", "pi"]);
+        let snapshot = RoutingSnapshot::default();
+        let route = route_spec("codex", &snapshot, &backends).unwrap();
+        assert_eq!((route.backend.id.as_str(), route.model), ("codex", None));
+        let route = route_spec("pi/openrouter/v/m", &snapshot, &backends).unwrap();
+        assert_eq!(
+            (route.backend.id.as_str(), route.model.as_deref()),
+            ("pi", Some("openrouter/v/m"))
+        );
+        let route = route_spec("PI/x", &snapshot, &backends).unwrap();
+        assert_eq!(route.backend.id, "pi");
+        let route = route_spec("sonnet", &snapshot, &backends).unwrap();
+        assert_eq!(
+            (route.backend.id.as_str(), route.model.as_deref()),
+            ("claude", Some("sonnet"))
+        );
+    }
+
+    #[test]
+    fn precedence_and_missing_routes() {
+        let backends = Fixed(vec!["claude", "codex"]);
+        let mut snapshot = RoutingSnapshot::default();
+        snapshot.tiers.insert("small".into(), "codex/mini".into());
+        let phases = vec![Phase {
+            title: "Review".into(),
+            detail: None,
+            model: Some("claude".into()),
+        }];
+        let base = RouteRequest {
+            model: None,
+            agent_type: None,
+            tier: None,
+            phase: Some("Review"),
+            meta_model: Some("codex"),
+        };
+        assert_eq!(
+            resolve(&base, &phases, &snapshot, &backends).unwrap().spec,
+            "claude"
+        );
+        let tiered = RouteRequest {
+            tier: Some("small"),
+            ..base.clone()
+        };
+        assert_eq!(
+            resolve(&tiered, &phases, &snapshot, &backends)
+                .unwrap()
+                .spec,
+            "codex/mini"
+        );
+        let explicit = RouteRequest {
+            model: Some("codex"),
+            ..tiered.clone()
+        };
+        assert_eq!(
+            resolve(&explicit, &phases, &snapshot, &backends)
+                .unwrap()
+                .spec,
+            "codex"
+        );
+        let unknown_tier = RouteRequest {
+            tier: Some("huge"),
+            ..base.clone()
+        };
+        assert!(
+            resolve(&unknown_tier, &phases, &snapshot, &backends)
+                .unwrap_err()
+                .contains("tier \"huge\"")
+        );
+        let nothing = RouteRequest {
+            model: None,
+            agent_type: None,
+            tier: None,
+            phase: None,
+            meta_model: None,
+        };
+        assert!(
+            resolve(&nothing, &phases, &snapshot, &backends)
+                .unwrap_err()
+                .contains("no model")
+        );
+    }
+
+    #[test]
+    fn agent_definitions_parse() {
+        let definition = parse_agent_definition(
+            "---\nmodel: codex\ntools: [Read, Grep]\n---\nYou review code.\n",
+        )
+        .unwrap();
+        assert_eq!(definition.model.as_deref(), Some("codex"));
+        assert_eq!(definition.tools, vec!["Read", "Grep"]);
+        assert_eq!(definition.role_prompt, "You review code.");
+        assert!(parse_agent_definition("---\nmodel: x\n").is_err());
+    }
+}

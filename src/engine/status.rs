@@ -1,0 +1,312 @@
+//! The bounded status view of a run (engine.md 6.4), shared by `status`, `stop` and `pause`.
+//!
+//! Everything but `outcome` fits in 24,576 JSON bytes: when it would not, the oldest calls
+//! go first, then log lines, then phases. Previews are redacted and capped; prompts, args,
+//! hashes, session ids and the script never appear.
+
+use serde_json::{Value, json};
+
+use crate::engine::driver::LiveView;
+use crate::engine::glob;
+use crate::engine::permissions::PendingPermission;
+use crate::engine::preview;
+use crate::engine::redact;
+use crate::model::{CallKind, CallOrigin, CallOutcome, RunRecord, RunStatus};
+use crate::store::{Store, StoreResult};
+
+/// Cap of the status projection without `outcome`.
+pub const MAX_STRUCTURED_BYTES: usize = 24_576;
+/// Cap of the status text shown to a model.
+pub const MAX_TEXT_BYTES: usize = 8_192;
+const MAX_PHASES: usize = 64;
+
+/// Inspection bounds (validated by the caller).
+#[derive(Clone, Debug)]
+pub struct StatusQuery {
+    /// Latest calls shown, 1..=50.
+    pub last_n: usize,
+    pub label_glob: Option<String>,
+    /// Log lines shown, 0..=50.
+    pub log_lines: usize,
+}
+
+impl Default for StatusQuery {
+    fn default() -> Self {
+        StatusQuery {
+            last_n: 20,
+            label_glob: None,
+            log_lines: 20,
+        }
+    }
+}
+
+pub fn script_uri(record: &RunRecord) -> String {
+    format!("file://{}", record.script_file.display())
+}
+
+/// Builds the status document.
+pub async fn build(
+    store: &dyn Store,
+    record: &RunRecord,
+    live: Option<&LiveView>,
+    permissions: &[PendingPermission],
+    query: &StatusQuery,
+) -> StoreResult<Value> {
+    let run_id = record.run_id.as_str();
+    let calls = store.latest_calls(&record.run_id).await?;
+    let (log_lines, total_logs) = store
+        .log_tail(&record.run_id, query.log_lines as u32)
+        .await?;
+
+    // Settled calls of the latest generation, plus live ones, ascending by index.
+    let mut rows: Vec<(u32, Value, Option<String>)> = Vec::new();
+    for call in calls
+        .iter()
+        .filter(|c| c.generation == record.generation || live.is_none())
+    {
+        if call.kind == CallKind::Checkpoint {
+            continue;
+        }
+        let shown = call.result.as_ref().map(preview::preview);
+        let mut entry = json!({
+            "index": call.index,
+            "kind": call.kind,
+            "label": call.label,
+            "phase": call.phase,
+            "model": call.model_requested,
+            "backendId": call.backend_id,
+            "resultPreview": shown.as_ref().map(|p| p.preview.clone()),
+            "resultRedacted": shown.as_ref().is_some_and(|p| p.redacted),
+            "resultTruncated": shown.as_ref().is_some_and(|p| p.truncated),
+        });
+        if let Some(error) = &call.error {
+            entry["errorCode"] = Value::String(error.code.clone());
+        }
+        if call.origin == CallOrigin::JournalReplay {
+            entry["replayed"] = Value::Bool(true);
+        }
+        if call.outcome == CallOutcome::Null && entry["resultPreview"].is_null() {
+            entry["resultPreview"] = Value::Null;
+        }
+        rows.push((call.index, entry, call.label.clone()));
+    }
+    if let Some(live) = live {
+        for (index, call) in &live.calls {
+            rows.push((
+                *index,
+                json!({
+                    "index": index,
+                    "kind": "agent",
+                    "label": call.label,
+                    "phase": call.phase,
+                    "model": call.model,
+                    "backendId": call.backend_id,
+                    "timeoutMs": call.timeout_ms,
+                    "status": call.state,
+                    "resultPreview": null,
+                    "resultRedacted": false,
+                    "resultTruncated": false,
+                }),
+                Some(call.label.clone()),
+            ));
+        }
+    }
+    rows.sort_by_key(|(index, _, _)| *index);
+    let total_calls = rows.len();
+    let matched: Vec<Value> = rows
+        .into_iter()
+        .filter(|(_, _, label)| match &query.label_glob {
+            Some(pattern) => label
+                .as_deref()
+                .is_some_and(|label| glob::glob_match(pattern, label)),
+            None => true,
+        })
+        .map(|(_, entry, _)| entry)
+        .collect();
+    let matched_count = matched.len();
+    let mut shown_calls: Vec<Value> = matched.into_iter().rev().take(query.last_n).collect();
+    shown_calls.reverse();
+
+    let mut redacted_lines = 0;
+    let mut truncated_lines = 0;
+    let mut lines: Vec<String> = log_lines
+        .into_iter()
+        .map(|line| {
+            let (clean, redacted) = redact::redact_text(&line);
+            let (capped, cut) = preview::cap_text(&clean, preview::TEXT_CAP);
+            redacted_lines += usize::from(redacted);
+            truncated_lines += usize::from(cut);
+            capped
+        })
+        .collect();
+
+    let mut phases: Vec<Value> = record
+        .phases
+        .iter()
+        .take(MAX_PHASES)
+        .map(|p| json!(p))
+        .collect();
+    let phases_total = record.phases.len();
+    let current_phase = live
+        .and_then(|l| l.current_phase.clone())
+        .or_else(|| record.current_phase.clone());
+    let usage = live.map(|l| l.usage).unwrap_or(record.token_usage);
+
+    let mut document = json!({
+        "runId": run_id,
+        "status": record.status,
+        "workflowName": record.workflow_name,
+        "limits": record.limits.to_json(),
+        "scriptUri": script_uri(record),
+        "scriptPath": record.script_file,
+        "eventsUri": format!("workflow://runs/{run_id}/events"),
+        "generation": record.generation,
+        "startedAt": crate::util::iso_time(record.started_at),
+        "updatedAt": crate::util::iso_time(record.updated_at),
+        "tokenUsage": usage,
+    });
+    if let Some(phase) = &current_phase {
+        document["currentPhase"] = Value::String(phase.clone());
+    }
+    if let Some(reason) = record.pause_reason {
+        document["reason"] = Value::String(reason.as_str().to_owned());
+    }
+    if let Some(code) = &record.error_code {
+        document["errorCode"] = Value::String(code.clone());
+    }
+    if record.status == RunStatus::Completed && record.result.is_some() {
+        document["resultUri"] = Value::String(format!("workflow://runs/{run_id}/result"));
+    }
+    if let Some(setup) = &record.setup
+        && record.status == RunStatus::Pending
+    {
+        document["setup"] = setup.clone();
+    }
+    if !record.script_revisions.is_empty() {
+        document["scriptRevisions"] = json!(record.script_revisions);
+    }
+    if let Some(activity) = live.and_then(|l| l.latest_activity.clone()) {
+        document["latestActivity"] = activity;
+    }
+    if !permissions.is_empty() {
+        document["pendingPermissions"] =
+            Value::Array(permissions.iter().map(PendingPermission::to_json).collect());
+    }
+    document["filter"] =
+        json!({"lastN": query.last_n, "logLines": query.log_lines, "labelGlob": query.label_glob});
+
+    // Fit the cap: oldest calls first, then logs, then phases.
+    let mut dropped_calls = 0;
+    let mut dropped_logs = 0;
+    let mut dropped_phases = 0;
+    loop {
+        let mut candidate = document.clone();
+        fill(
+            &mut candidate,
+            &shown_calls,
+            &lines,
+            &phases,
+            total_logs as usize,
+            redacted_lines,
+            truncated_lines,
+        );
+        candidate["truncation"] = json!({
+            "maxStructuredBytes": MAX_STRUCTURED_BYTES,
+            "byteCapApplied": dropped_calls + dropped_logs + dropped_phases > 0,
+            "phases": {"total": phases_total, "returned": phases.len(), "shortened": dropped_phases > 0 || phases_total > MAX_PHASES},
+            "logs": {"total": total_logs, "returned": lines.len(), "shortened": dropped_logs > 0, "redacted": redacted_lines},
+            "calls": {"total": total_calls, "matched": matched_count, "returned": shown_calls.len(), "shortenedResults": 0, "redactedResults": 0},
+        });
+        let size = candidate.to_string().len();
+        if size <= MAX_STRUCTURED_BYTES {
+            document = candidate;
+            break;
+        }
+        if !shown_calls.is_empty() {
+            shown_calls.remove(0);
+            dropped_calls += 1;
+        } else if !lines.is_empty() {
+            lines.remove(0);
+            dropped_logs += 1;
+        } else if !phases.is_empty() {
+            phases.remove(0);
+            dropped_phases += 1;
+        } else {
+            document = candidate;
+            break;
+        }
+    }
+
+    if record.status == RunStatus::Paused || record.status.is_terminal() {
+        document["outcome"] = outcome(store, record).await?;
+    }
+    Ok(document)
+}
+
+fn fill(
+    document: &mut Value,
+    calls: &[Value],
+    lines: &[String],
+    phases: &[Value],
+    total_logs: usize,
+    redacted_lines: usize,
+    truncated_lines: usize,
+) {
+    document["calls"] = Value::Array(calls.to_vec());
+    document["phases"] = Value::Array(phases.to_vec());
+    document["logTail"] = json!({
+        "lines": lines,
+        "totalLines": total_logs,
+        "omittedLines": total_logs.saturating_sub(lines.len()),
+        "truncatedLines": truncated_lines,
+        "redactedLines": redacted_lines,
+    });
+}
+
+/// `outcome` of a paused or terminal run: the exact result and logs on completion; redacted
+/// log tail and contexts otherwise.
+async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<Value> {
+    let mut outcome = json!({});
+    let calls = store.calls(&record.run_id).await?;
+    let checkpoints: Vec<Value> = calls
+        .iter()
+        .filter(|c| c.kind == CallKind::Checkpoint && c.outcome == CallOutcome::Result && c.superseded_by.is_none())
+        .map(|c| {
+            json!({
+                "callIndex": c.index,
+                "source": match c.origin { CallOrigin::JournalReplay => "journal", CallOrigin::Confirm => "injected", _ => "headless" },
+            })
+        })
+        .collect();
+    if record.status == RunStatus::Completed {
+        if let Some(result) = &record.result {
+            outcome["result"] = result.clone();
+        }
+        let (logs, _) = store.log_tail(&record.run_id, u32::MAX).await?;
+        outcome["logs"] = json!(logs);
+    } else {
+        let (logs, _) = store.log_tail(&record.run_id, 20).await?;
+        let tail: Vec<String> = logs
+            .iter()
+            .map(|l| preview::cap_text(&redact::redact_text(l).0, preview::TEXT_CAP).0)
+            .collect();
+        outcome["logTail"] = json!(tail);
+    }
+    if let Some(context) = &record.auth_context {
+        outcome["authContext"] = context.clone();
+    }
+    if let Some(context) = &record.checkpoint_context {
+        outcome["checkpointContext"] = context.clone();
+    }
+    if let Some(hint) = &record.reset_hint {
+        outcome["resetHint"] = Value::String(hint.clone());
+    }
+    if let Some(message) = &record.error_message {
+        outcome["error"] =
+            json!({"code": record.error_code, "message": redact::redact_text(message).0});
+    }
+    if !checkpoints.is_empty() {
+        outcome["checkpointsTaken"] = Value::Array(checkpoints);
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,345 @@
+//! The engine through its library API, with the in-process instant runner and the real
+//! SQLite store: admission, execution, journal, replay, checkpoints, stop and resume.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentprism::engine::instant::InstantRunner;
+use agentprism::engine::routing::BackendLookup;
+use agentprism::engine::runner::{BackendOrigin, BackendSpec};
+use agentprism::engine::{
+    Engine, EngineConfig, EngineError, ResumeRequest, RunRequest, ScriptInput, StatusQuery,
+};
+use agentprism::model::{CallOrigin, RunId, RunStatus};
+use agentprism::store::{SqliteStore, Store};
+use serde_json::{Value, json};
+
+/// Backends that exist by name only (the instant runner never spawns them).
+pub struct NamedBackends(pub Vec<&'static str>);
+
+impl BackendLookup for NamedBackends {
+    fn backend(&self, name: &str) -> Option<BackendSpec> {
+        self.0
+            .iter()
+            .find(|n| n.eq_ignore_ascii_case(name))
+            .map(|n| BackendSpec {
+                id: (*n).to_owned(),
+                command: format!("{n}-acp"),
+                args: vec![],
+                env: BTreeMap::new(),
+                session_meta: None,
+                origin: BackendOrigin::Builtin,
+            })
+    }
+    fn default_backend(&self) -> Option<String> {
+        None
+    }
+    fn names(&self) -> Vec<String> {
+        self.0.iter().map(|n| n.to_string()).collect()
+    }
+}
+
+pub struct Harness {
+    pub _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub project: PathBuf,
+    pub engine: Engine,
+    pub runner: Arc<InstantRunner>,
+    pub store: Arc<SqliteStore>,
+}
+
+pub fn harness() -> Harness {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("state");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+    let store = Arc::new(SqliteStore::open(&root).expect("store"));
+    let runner = InstantRunner::new();
+    let engine = Engine::new(
+        store.clone(),
+        runner.clone(),
+        Arc::new(NamedBackends(vec!["claude", "codex", "pi"])),
+        EngineConfig {
+            home: Some(dir.path().to_path_buf()),
+            ..EngineConfig::default()
+        },
+    );
+    Harness {
+        _dir: dir,
+        root,
+        project,
+        engine,
+        runner,
+        store,
+    }
+}
+
+impl Harness {
+    pub async fn start(&self, script: &str) -> Result<RunId, EngineError> {
+        let admission = self
+            .engine
+            .start(RunRequest {
+                project_dir: self.project.clone(),
+                script: ScriptInput::Inline(script.to_owned()),
+                args: json!({}),
+                limits: Default::default(),
+            })
+            .await?;
+        Ok(admission.run_id)
+    }
+
+    pub async fn run_to_end(&self, script: &str) -> (RunId, Value) {
+        let run_id = self.start(script).await.expect("admitted");
+        self.engine.wait(&run_id).await;
+        let status = self
+            .engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .expect("status");
+        (run_id, status)
+    }
+
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("projects")
+    }
+}
+
+fn count_files(dir: &Path) -> usize {
+    walk(dir).len()
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_run_completes_with_its_result_and_script_copy() {
+    let h = harness();
+    let (run_id, status) = h
+        .run_to_end("export const meta = { name: 'hi', description: 'd' };\nconst r = await agent('hi', {model: 'codex'});\nreturn {r};")
+        .await;
+    assert_eq!(status["status"], "completed", "{status:#}");
+    assert_eq!(status["outcome"]["result"], json!({"r": "ECHO: hi"}));
+    let script_path = status["scriptPath"].as_str().unwrap();
+    assert!(script_path.ends_with(&format!("{run_id}.script.js")));
+    assert!(Path::new(script_path).exists());
+    let page = h.engine.result_page(&run_id, 0, 16384).await.unwrap();
+    assert_eq!(page["chunk"], json!({"r": "ECHO: hi"}).to_string());
+}
+
+#[tokio::test]
+async fn bad_scripts_are_rejected_and_nothing_is_persisted() {
+    let h = harness();
+    for script in [
+        "const x = 1;",
+        "export const meta = { name: 'x', description: 'd' };\nreturn Date.now();",
+        "export const meta = { name: 'x', description: 'd' };\nconst f = Date; f.now();",
+        "export const meta = { name: 'x', description: 'd' };\nawait agent('x');",
+        "export const meta = { name: 'x', description: 'd', model: 'codex' };\nawait agent('x', {configOptions: {model: 'y'}});",
+        "export const meta = { name: 'x', description: 'd', model: 'codex' };\nawait parallel([agent('a')]);",
+        "export const meta = { name: 'x', description: 'd', model: 'codex' };\nagent('a').then(() => { throw new Error('late'); }); await agent('b');",
+    ] {
+        let error = h.start(script).await.expect_err(script);
+        assert!(
+            matches!(error, EngineError::Rejected(_)),
+            "{script}: {error:?}"
+        );
+    }
+    assert_eq!(count_files(&h.runs_dir()), 0);
+    assert!(h.engine.list(None, 50).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn missing_routing_lists_the_call() {
+    let h = harness();
+    let error = h
+        .start("export const meta = { name: 'x', description: 'd' };\nawait agent('x');")
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("agent 0@0"), "{message}");
+    assert!(message.contains("codex"), "{message}");
+}
+
+#[tokio::test]
+async fn checkpoints_pause_until_answered() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'codex' };\nconst a = await agent('one');\nconst ok = await checkpoint('continue?');\nreturn {a, ok};";
+    let (run_id, status) = h.run_to_end(script).await;
+    assert_eq!(status["status"], "paused");
+    assert_eq!(status["reason"], "checkpoint_required");
+    assert_eq!(status["outcome"]["checkpointContext"]["callIndex"], 1);
+    let error = h
+        .engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            checkpoint_replies: vec![(1, json!("yes"))],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("true or false"), "{error}");
+    let prompts_before = h.runner.prompts();
+    h.engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            checkpoint_replies: vec![(1, json!(true))],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.engine.wait(&run_id).await;
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "completed", "{status:#}");
+    assert_eq!(
+        status["outcome"]["result"],
+        json!({"a": "ECHO: one", "ok": true})
+    );
+    assert_eq!(
+        h.runner.prompts(),
+        prompts_before,
+        "call 0 must replay, not prompt again"
+    );
+    assert_eq!(
+        status["outcome"]["checkpointsTaken"][0]["source"],
+        "injected"
+    );
+}
+
+#[tokio::test]
+async fn revised_script_replays_unchanged_calls() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'codex' };\nconst a = await agent('zero');\nconst b = await agent('one');\nconst ok = await checkpoint('go?');\nconst c = await agent('two');\nreturn [a, b, c];";
+    let (run_id, status) = h.run_to_end(script).await;
+    assert_eq!(status["reason"], "checkpoint_required");
+    h.engine
+        .stop(&run_id, None, &StatusQuery::default())
+        .await
+        .unwrap();
+    let file = PathBuf::from(status["scriptPath"].as_str().unwrap());
+    std::fs::write(&file, script.replace("agent('two')", "agent('TWO edited')")).unwrap();
+    let before = h.runner.prompts();
+    let admission = h
+        .engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            checkpoint_replies: vec![],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        admission.continuation.as_ref().unwrap()["scriptRevised"],
+        true
+    );
+    h.engine.wait(&run_id).await;
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    // The checkpoint was never answered, so the run pauses again on it.
+    assert_eq!(status["reason"], "checkpoint_required", "{status:#}");
+    let calls = h.store.latest_calls(&run_id).await.unwrap();
+    let origins: Vec<CallOrigin> = calls.iter().map(|c| c.origin).collect();
+    assert_eq!(
+        origins,
+        vec![CallOrigin::JournalReplay, CallOrigin::JournalReplay]
+    );
+    assert_eq!(h.runner.prompts(), before);
+    h.engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            checkpoint_replies: vec![(2, json!(true))],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.engine.wait(&run_id).await;
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        status["outcome"]["result"],
+        json!(["ECHO: zero", "ECHO: one", "ECHO: TWO edited"])
+    );
+    assert_eq!(
+        h.runner.prompts(),
+        before + 1,
+        "only the edited call runs live"
+    );
+}
+
+#[tokio::test]
+async fn stopping_a_completed_run_is_a_no_op_and_results_page_by_code_point() {
+    let h = harness();
+    let (run_id, _) = h
+        .run_to_end("export const meta = { name: 'x', description: 'd' };\nreturn 'é…';")
+        .await;
+    let stopped = h
+        .engine
+        .stop(&run_id, None, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(stopped["alreadyTerminal"], true);
+    assert_eq!(stopped["stopped"], false);
+    let total = json!("é…").to_string();
+    let mut offset = 0;
+    let mut joined = String::new();
+    loop {
+        let page = h.engine.result_page(&run_id, offset, 4).await.unwrap();
+        joined.push_str(page["chunk"].as_str().unwrap());
+        offset = page["endOffset"].as_u64().unwrap() as usize;
+        if page["hasMore"] == false {
+            break;
+        }
+    }
+    assert_eq!(joined, total);
+    assert!(
+        h.engine.result_page(&run_id, 2, 4).await.is_err(),
+        "offset inside é"
+    );
+}
+
+#[tokio::test]
+async fn limits_are_clamped_and_project_capacity_is_four() {
+    let h = harness();
+    let admission = h
+        .engine
+        .start(RunRequest {
+            project_dir: h.project.clone(),
+            script: ScriptInput::Inline(
+                "export const meta = { name: 'x', description: 'd' };\nawait checkpoint('wait');"
+                    .into(),
+            ),
+            args: json!({}),
+            limits: agentprism::engine::LimitOverrides {
+                max_agents: None,
+                concurrency: Some(99),
+                agent_retries: Some(9),
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(admission.limits.concurrency, 16);
+    assert_eq!(admission.limits.agent_retries, 3);
+    let _ = RunStatus::Paused;
+}
