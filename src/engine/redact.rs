@@ -1,1 +1,917 @@
 //! Credential redaction for everything a run shows (events, status previews, logs).
+//!
+//! Secrets are replaced by [`REDACTED`]. The scanner is hand written (no regex engine) as a few
+//! left-to-right passes, each linear in the input, applied in this order:
+//!
+//! 1. PEM private key blocks, `-----BEGIN … PRIVATE KEY-----` to the matching `-----END …-----`
+//!    (an unterminated block is redacted to the end of the text).
+//! 2. `Bearer <token>` and `Basic <base64>` with a case-insensitive scheme; the scheme word stays.
+//!    To keep prose such as "a Bearer token" or "Basic usage" intact, a bearer token must look
+//!    like one (a digit, one of `._~+/=`, mixed case, or 20+ characters) and a basic credential
+//!    must decode to printable `user:password`.
+//! 3. JWTs: three base64url segments separated by dots, the first starting `eyJ`.
+//! 4. URL userinfo with a password: `scheme://user:pass@host` becomes `scheme://[REDACTED]@host`.
+//!    A bare user (`ssh://git@host`) is kept; a token used as the user is caught by pass 5.
+//! 5. Words made of `[A-Za-z0-9_-]`: known token prefixes (`ghp_`, `sk-`, `AKIA`, … followed by
+//!    16+ token characters with a digit or an uppercase letter) and opaque tokens of 32+
+//!    characters containing both a letter and a digit. Kept on purpose: UUIDs (8-4-4-4-12 hex,
+//!    they are ids), lowercase hex of exactly 40 or 64 characters (git and sha256 digests the UI
+//!    must show), and dashed or underscored slugs whose every piece is shorter than 16
+//!    characters (file names, branch names, snake_case identifiers). Base64 with `+` or `/` is
+//!    split into several words by this pass and may survive it.
+//! 6. Key/value pairs whose key names a secret (see [`is_secret_key`]): `key=value`,
+//!    `key: value`, `"key":"value"`, `key='value'`. Only the value is replaced. `authorization`
+//!    and `cookie` values run to the end of the line (or a quote), as in HTTP headers; other
+//!    unquoted values end at whitespace or punctuation. `null`, `true`, `false`, `{`, `[` values
+//!    and comparisons (`==`, `=>`, `::`) are left alone.
+//!
+//! Redaction is idempotent: `[REDACTED]` itself never matches a pass, so redacting twice gives
+//! the same text as redacting once.
+
+use serde_json::{Map, Value};
+
+/// The text that replaces a secret.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Redacts credentials in free text; the flag says whether anything was replaced.
+pub fn redact_text(text: &str) -> (String, bool) {
+    let mut changed = false;
+    let mut current = std::borrow::Cow::Borrowed(text);
+    for pass in [
+        redact_pem as fn(&str) -> Option<String>,
+        redact_auth_schemes,
+        redact_jwts,
+        redact_url_userinfo,
+        redact_words,
+        redact_key_values,
+    ] {
+        if let Some(next) = pass(&current) {
+            changed = true;
+            current = std::borrow::Cow::Owned(next);
+        }
+    }
+    (current.into_owned(), changed)
+}
+
+/// Redacts every string (object keys included) in a JSON value, and replaces wholesale the value
+/// of any object member whose key names a secret. `null`, booleans and empty strings under such
+/// keys carry nothing to hide and are kept.
+pub fn redact_value(value: &Value) -> (Value, bool) {
+    let mut changed = false;
+    let redacted = redact_value_inner(value, &mut changed);
+    (redacted, changed)
+}
+
+/// Whether an object key or `key=value` key names a secret.
+///
+/// The key is lowercased and stripped of `_` and `-` (so `api_key`, `api-key` and `apiKey` are
+/// alike), then searched for password, passwd, passphrase, secret, apikey, credential,
+/// authorization, cookie, privatekey or token. A `token` immediately followed by `s`, `count`,
+/// `usage`, `budget` or `limit` is a token count (`inputTokens`, `max_tokens`, `tokenUsage`),
+/// not a credential, and does not count.
+pub fn is_secret_key(key: &str) -> bool {
+    const WORDS: [&str; 9] = [
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "apikey",
+        "credential",
+        "authorization",
+        "cookie",
+        "privatekey",
+    ];
+    const COUNTING: [&str; 5] = ["s", "count", "usage", "budget", "limit"];
+    let normalized: String = key
+        .chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect();
+    if WORDS.iter().any(|word| normalized.contains(word)) {
+        return true;
+    }
+    normalized.match_indices("token").any(|(at, word)| {
+        let rest = &normalized[at + word.len()..];
+        !COUNTING.iter().any(|suffix| rest.starts_with(suffix))
+    })
+}
+
+fn redact_value_inner(value: &Value, changed: &mut bool) -> Value {
+    match value {
+        Value::String(text) => {
+            let (text, did) = redact_text(text);
+            *changed |= did;
+            Value::String(text)
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| redact_value_inner(item, changed))
+                .collect(),
+        ),
+        Value::Object(members) => {
+            let mut out = Map::with_capacity(members.len());
+            for (key, member) in members {
+                let (key_text, key_changed) = redact_text(key);
+                *changed |= key_changed;
+                let member = if is_secret_key(key) && carries_secret(member) {
+                    *changed = true;
+                    Value::String(REDACTED.to_owned())
+                } else {
+                    redact_value_inner(member, changed)
+                };
+                out.insert(key_text, member);
+            }
+            Value::Object(out)
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+    }
+}
+
+fn carries_secret(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(_) => false,
+        Value::String(text) => !text.is_empty() && text != REDACTED,
+        Value::Number(_) | Value::Array(_) | Value::Object(_) => true,
+    }
+}
+
+/// Accumulates the output of one pass, copying untouched input lazily.
+struct Rewriter<'a> {
+    input: &'a str,
+    out: String,
+    copied_to: usize,
+    changed: bool,
+}
+
+impl<'a> Rewriter<'a> {
+    fn new(input: &'a str) -> Self {
+        Rewriter {
+            input,
+            out: String::new(),
+            copied_to: 0,
+            changed: false,
+        }
+    }
+
+    /// Replaces `input[start..end]` by [`REDACTED`]; ranges must come in increasing order.
+    fn redact(&mut self, start: usize, end: usize) {
+        if !self.changed {
+            self.out.reserve(self.input.len());
+        }
+        self.out.push_str(&self.input[self.copied_to..start]);
+        self.out.push_str(REDACTED);
+        self.copied_to = end;
+        self.changed = true;
+    }
+
+    fn finish(mut self) -> Option<String> {
+        if !self.changed {
+            return None;
+        }
+        self.out.push_str(&self.input[self.copied_to..]);
+        Some(self.out)
+    }
+}
+
+fn is_word_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'
+}
+
+fn starts_with_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.len() >= needle.len() && haystack[..needle.len()].eq_ignore_ascii_case(needle)
+}
+
+/// Pass 1: PEM private key blocks.
+fn redact_pem(text: &str) -> Option<String> {
+    const BEGIN: &str = "-----BEGIN ";
+    let mut rewriter = Rewriter::new(text);
+    let mut from = 0;
+    while let Some(found) = text[from..].find(BEGIN) {
+        let start = from + found;
+        let label_start = start + BEGIN.len();
+        // The label ends at the next `-----` on the same line; labels are short, and a bounded
+        // window keeps a text full of `-----BEGIN ` without a label linear.
+        let mut window_end = (label_start + 64).min(text.len());
+        while !text.is_char_boundary(window_end) {
+            window_end -= 1;
+        }
+        let window = &text[label_start..window_end];
+        let window = window.split('\n').next().unwrap_or_default();
+        let Some(label_len) = window.find("-----") else {
+            from = label_start;
+            continue;
+        };
+        if !text[label_start..label_start + label_len].ends_with("PRIVATE KEY") {
+            from = label_start;
+            continue;
+        }
+        let body_start = label_start + label_len + 5;
+        let end = match text[body_start..].find("-----END ") {
+            Some(at) => {
+                let end_label = body_start + at + "-----END ".len();
+                match text[end_label..].find("-----") {
+                    Some(close) => end_label + close + 5,
+                    None => text.len(),
+                }
+            }
+            None => text.len(),
+        };
+        rewriter.redact(start, end);
+        from = end;
+    }
+    rewriter.finish()
+}
+
+/// Pass 2: `Bearer <token>` and `Basic <credentials>`.
+fn redact_auth_schemes(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut rewriter = Rewriter::new(text);
+    let mut index = 0;
+    while index < bytes.len() {
+        let at_word_start = index == 0 || !bytes[index - 1].is_ascii_alphanumeric();
+        let scheme = if !at_word_start {
+            None
+        } else if starts_with_ignore_case(&bytes[index..], b"bearer") {
+            Some((6, true))
+        } else if starts_with_ignore_case(&bytes[index..], b"basic") {
+            Some((5, false))
+        } else {
+            None
+        };
+        let Some((scheme_len, bearer)) = scheme else {
+            index += 1;
+            continue;
+        };
+        let mut token_start = index + scheme_len;
+        while token_start < bytes.len()
+            && (bytes[token_start] == b' ' || bytes[token_start] == b'\t')
+        {
+            token_start += 1;
+        }
+        if token_start == index + scheme_len {
+            index += scheme_len;
+            continue;
+        }
+        let token_end = if bearer {
+            scan_bearer_token(bytes, token_start)
+        } else {
+            scan_basic_credentials(bytes, token_start)
+        };
+        if let Some(token_end) = token_end {
+            rewriter.redact(token_start, token_end);
+            index = token_end;
+        } else {
+            index = token_start;
+        }
+    }
+    rewriter.finish()
+}
+
+/// The end of a plausible bearer token starting at `start`, if there is one.
+fn scan_bearer_token(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut end = start;
+    while end < bytes.len()
+        && (bytes[end].is_ascii_alphanumeric() || b"-._~+/".contains(&bytes[end]))
+    {
+        end += 1;
+    }
+    while end < bytes.len() && bytes[end] == b'=' {
+        end += 1;
+    }
+    // A sentence may end right after the token.
+    while end > start && bytes[end - 1] == b'.' {
+        end -= 1;
+    }
+    let token = &bytes[start..end];
+    if token.is_empty() {
+        return None;
+    }
+    let has_digit_or_symbol = token
+        .iter()
+        .any(|b| b.is_ascii_digit() || b"._~+/=".contains(b));
+    let inner_upper = token[1..].iter().any(u8::is_ascii_uppercase);
+    let has_lower = token.iter().any(u8::is_ascii_lowercase);
+    let looks_secret = has_digit_or_symbol || (inner_upper && has_lower) || token.len() >= 20;
+    looks_secret.then_some(end)
+}
+
+/// The end of base64 `user:password` credentials starting at `start`, if they decode as such.
+fn scan_basic_credentials(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut end = start;
+    while end < bytes.len()
+        && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'+' || bytes[end] == b'/')
+    {
+        end += 1;
+    }
+    let data_end = end;
+    while end < bytes.len() && bytes[end] == b'=' {
+        end += 1;
+    }
+    let decoded = decode_base64(&bytes[start..data_end])?;
+    let printable = decoded.iter().all(|b| (0x20..0x7f).contains(b));
+    (printable && decoded.contains(&b':')).then_some(end)
+}
+
+/// Standard base64 without padding; `None` for an impossible length.
+fn decode_base64(data: &[u8]) -> Option<Vec<u8>> {
+    fn sextet(byte: u8) -> u32 {
+        match byte {
+            b'A'..=b'Z' => u32::from(byte - b'A'),
+            b'a'..=b'z' => u32::from(byte - b'a') + 26,
+            b'0'..=b'9' => u32::from(byte - b'0') + 52,
+            b'+' => 62,
+            _ => 63,
+        }
+    }
+    if data.len() < 4 || data.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(data.len() * 3 / 4);
+    for chunk in data.chunks(4) {
+        let mut accumulator = 0u32;
+        for (position, byte) in chunk.iter().enumerate() {
+            accumulator |= sextet(*byte) << (18 - 6 * position);
+        }
+        let produced = chunk.len() - 1;
+        for position in 0..produced {
+            out.push((accumulator >> (16 - 8 * position)) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// Pass 3: JSON Web Tokens.
+fn redact_jwts(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut rewriter = Rewriter::new(text);
+    let mut from = 0;
+    while let Some(found) = text[from..].find("eyJ") {
+        let start = from + found;
+        if start > 0 && (is_word_byte(bytes[start - 1]) || bytes[start - 1] == b'.') {
+            from = start + 3;
+            continue;
+        }
+        let segment_end = |begin: usize| {
+            let mut end = begin;
+            while end < bytes.len() && is_word_byte(bytes[end]) {
+                end += 1;
+            }
+            end
+        };
+        let first_end = segment_end(start);
+        let is_jwt_shape = first_end - start >= 10
+            && bytes.get(first_end) == Some(&b'.')
+            && segment_end(first_end + 1) > first_end + 1
+            && bytes.get(segment_end(first_end + 1)) == Some(&b'.');
+        if !is_jwt_shape {
+            from = first_end.max(start + 3);
+            continue;
+        }
+        let second_end = segment_end(first_end + 1);
+        let end = segment_end(second_end + 1);
+        rewriter.redact(start, end);
+        from = end;
+    }
+    rewriter.finish()
+}
+
+/// Pass 4: `scheme://user:password@host`.
+fn redact_url_userinfo(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut rewriter = Rewriter::new(text);
+    let mut from = 0;
+    while let Some(found) = text[from..].find("://") {
+        let separator = from + found;
+        let userinfo_start = separator + 3;
+        from = userinfo_start;
+        let has_scheme = separator > 0 && bytes[separator - 1].is_ascii_alphanumeric();
+        if !has_scheme {
+            continue;
+        }
+        let mut end = userinfo_start;
+        while end < bytes.len()
+            && !bytes[end].is_ascii_whitespace()
+            && !b"/?#@\"'<>`[]".contains(&bytes[end])
+        {
+            end += 1;
+        }
+        if end < bytes.len() && bytes[end] == b'@' && text[userinfo_start..end].contains(':') {
+            rewriter.redact(userinfo_start, end);
+            from = end;
+        }
+    }
+    rewriter.finish()
+}
+
+/// Pass 5: known token prefixes and opaque tokens, word by word.
+fn redact_words(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut rewriter = Rewriter::new(text);
+    let mut index = 0;
+    while index < bytes.len() {
+        if !is_word_byte(bytes[index]) {
+            index += 1;
+            continue;
+        }
+        let start = index;
+        while index < bytes.len() && is_word_byte(bytes[index]) {
+            index += 1;
+        }
+        let word = &text[start..index];
+        if has_known_prefix(word) || is_opaque_token(word) {
+            rewriter.redact(start, index);
+        }
+    }
+    rewriter.finish()
+}
+
+fn has_known_prefix(word: &str) -> bool {
+    const PREFIXES: [&str; 14] = [
+        "ghp_",
+        "gho_",
+        "ghu_",
+        "ghs_",
+        "github_pat_",
+        "sk-ant-",
+        "sk-",
+        "xoxb-",
+        "xoxp-",
+        "AKIA",
+        "ASIA",
+        "AIza",
+        "glpat-",
+        "npm_",
+    ];
+    PREFIXES.iter().any(|prefix| {
+        word.strip_prefix(prefix).is_some_and(|rest| {
+            rest.len() >= 16
+                && rest
+                    .bytes()
+                    .any(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+        })
+    })
+}
+
+fn is_opaque_token(word: &str) -> bool {
+    if word.len() < 32 {
+        return false;
+    }
+    let bytes = word.as_bytes();
+    let has_letter = bytes.iter().any(u8::is_ascii_alphabetic);
+    let has_digit = bytes.iter().any(u8::is_ascii_digit);
+    if !has_letter || !has_digit || is_uuid(word) || is_lower_hex_digest(word) {
+        return false;
+    }
+    let longest_piece = word
+        .split(['-', '_'])
+        .map(str::len)
+        .max()
+        .unwrap_or_default();
+    longest_piece >= 16
+}
+
+fn is_uuid(word: &str) -> bool {
+    let bytes = word.as_bytes();
+    bytes.len() == 36
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(position, byte)| match position {
+                8 | 13 | 18 | 23 => *byte == b'-',
+                _ => byte.is_ascii_hexdigit(),
+            })
+}
+
+fn is_lower_hex_digest(word: &str) -> bool {
+    (word.len() == 40 || word.len() == 64)
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Pass 6: `key=value`, `key: value` and quoted variants with a secret-naming key.
+fn redact_key_values(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut rewriter = Rewriter::new(text);
+    let mut index = 0;
+    while index < bytes.len() {
+        let separator = bytes[index];
+        if separator != b'=' && separator != b':' {
+            index += 1;
+            continue;
+        }
+        let next = bytes.get(index + 1).copied();
+        let previous = index.checked_sub(1).map(|at| bytes[at]);
+        let is_operator = match separator {
+            b'=' => matches!(next, Some(b'=' | b'>' | b'~')),
+            _ => next == Some(b':') || previous == Some(b':'),
+        };
+        let key = if is_operator {
+            None
+        } else {
+            key_before(bytes, index)
+        };
+        let Some(key) = key.filter(|key| is_secret_key(&text[key.clone()])) else {
+            index += 1;
+            continue;
+        };
+        let whole_line = {
+            let key = text[key].to_ascii_lowercase();
+            key.contains("authorization") || key.contains("cookie")
+        };
+        match value_after(bytes, index + 1, whole_line) {
+            Some((start, end)) => {
+                rewriter.redact(start, end);
+                index = end;
+            }
+            None => index += 1,
+        }
+    }
+    rewriter.finish()
+}
+
+/// The key that ends just before the separator at `separator`: optional spaces, an optional
+/// closing quote (plain or backslash-escaped), then a run of key characters.
+fn key_before(bytes: &[u8], separator: usize) -> Option<std::ops::Range<usize>> {
+    let mut end = separator;
+    while end > 0 && (bytes[end - 1] == b' ' || bytes[end - 1] == b'\t') {
+        end -= 1;
+    }
+    if end > 0 && (bytes[end - 1] == b'"' || bytes[end - 1] == b'\'') {
+        end -= 1;
+        if end > 0 && bytes[end - 1] == b'\\' {
+            end -= 1;
+        }
+    }
+    let mut start = end;
+    while start > 0 && (is_word_byte(bytes[start - 1]) || bytes[start - 1] == b'.') {
+        start -= 1;
+    }
+    (start < end).then_some(start..end)
+}
+
+/// The byte range of the value that starts after the separator, if it is one worth redacting.
+fn value_after(bytes: &[u8], after_separator: usize, whole_line: bool) -> Option<(usize, usize)> {
+    let mut start = after_separator;
+    while start < bytes.len() && (bytes[start] == b' ' || bytes[start] == b'\t') {
+        start += 1;
+    }
+    let rest = &bytes[start..];
+    if rest.starts_with(REDACTED.as_bytes()) {
+        return None;
+    }
+    let line_end = |from: usize| {
+        let mut end = from;
+        while end < bytes.len() && bytes[end] != b'\n' && bytes[end] != b'\r' {
+            end += 1;
+        }
+        end
+    };
+    // Quoted values: `"…"`, `'…'` or a backslash-escaped `\"…\"` inside serialized JSON.
+    let quote = match rest {
+        [b'\\', b'"', ..] => Some(&b"\\\""[..]),
+        [b'"', ..] => Some(&b"\""[..]),
+        [b'\'', ..] => Some(&b"'"[..]),
+        _ => None,
+    };
+    if let Some(quote) = quote {
+        let content_start = start + quote.len();
+        let mut end = content_start;
+        loop {
+            if end >= bytes.len() || bytes[end] == b'\n' {
+                // Unterminated: hide the rest of the line.
+                let end = line_end(content_start);
+                let content = &bytes[content_start..end];
+                let worth = !content.is_empty() && content != REDACTED.as_bytes();
+                return worth.then_some((content_start, end));
+            }
+            if bytes[end..].starts_with(quote) {
+                break;
+            }
+            if quote.len() == 1 && bytes[end] == b'\\' {
+                end += 2;
+                continue;
+            }
+            end += 1;
+        }
+        let end = end.min(bytes.len());
+        let content = &bytes[content_start..end];
+        if content.is_empty() || content == REDACTED.as_bytes() {
+            return None;
+        }
+        return Some((content_start, end));
+    }
+    let end = if whole_line {
+        let mut end = start;
+        while end < bytes.len() && !b"\n\r\"'`".contains(&bytes[end]) {
+            end += 1;
+        }
+        while end > start && (bytes[end - 1] == b' ' || bytes[end - 1] == b'\t') {
+            end -= 1;
+        }
+        end
+    } else {
+        let mut end = start;
+        while end < bytes.len()
+            && !bytes[end].is_ascii_whitespace()
+            && !b",;&\"'`<>(){}[]".contains(&bytes[end])
+        {
+            end += 1;
+        }
+        end
+    };
+    let value = &bytes[start..end];
+    let harmless = value.is_empty()
+        || matches!(value, b"null" | b"true" | b"false" | b"None")
+        || (!whole_line && matches!(bytes.get(start), Some(b'{' | b'[')));
+    (!harmless).then_some((start, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn redacted(text: &str) -> String {
+        let (out, changed) = redact_text(text);
+        assert!(changed, "expected a redaction in {text:?}, got {out:?}");
+        assert_eq!(redact_text(&out), (out.clone(), false), "not idempotent");
+        out
+    }
+
+    fn kept(text: &str) {
+        assert_eq!(redact_text(text), (text.to_owned(), false));
+    }
+
+    #[test]
+    fn ordinary_prose_survives() {
+        kept("");
+        kept("The review agent finished phase 2 of 3 in 41 seconds.");
+        kept("See /home/user/projects/agentprism/src/engine/redact.rs:42 for details.");
+        kept("Use a Bearer token or Basic authentication; basic usage is documented.");
+        kept("The bearer of this letter. Bearer tokens expire.");
+        kept("password reset flow; the token is valid; secret sauce");
+        kept("max_tokens: 1000, inputTokens=750, tokenUsage: 3, token_count=2");
+        kept("https://example.com/path?page=2#top and ssh://git@github.com/org/repo.git");
+        kept("branch feature-redaction-of-secrets-in-event-logs-2024 is ready");
+        kept("test_redacts_bearer_tokens_in_authorization_headers_2 passed");
+        kept("if token == expected { return token::Token::new(); }");
+        kept("sk-learn-compatible-models-for-everyone and AKIA alone");
+        kept("call 12345678901234567890123456789012345 has a long number");
+        kept("{\"password\": null, \"token\": true, \"secret\": \"\"}");
+        kept("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----");
+    }
+
+    #[test]
+    fn uuids_and_digests_are_kept() {
+        kept("run 123e4567-e89b-12d3-a456-426614174000 started");
+        kept("commit 3b211e5c0a9f1d2e4b6c8a0f1e3d5c7b9a1f2e4d");
+        kept("sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
+        // Uppercase hex is not a digest spelling we show, and 32 hex chars is a common key size.
+        assert_eq!(
+            redacted("key 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"),
+            "key [REDACTED]"
+        );
+        assert_eq!(
+            redacted("id 0123456789abcdef0123456789abcdef"),
+            "id [REDACTED]"
+        );
+    }
+
+    #[test]
+    fn pem_private_keys() {
+        let text = "before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK\n-----END RSA PRIVATE KEY-----\nafter";
+        assert_eq!(redacted(text), "before\n[REDACTED]\nafter");
+        let text = "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----";
+        assert_eq!(redacted(text), "[REDACTED]");
+        let text = "x -----BEGIN OPENSSH PRIVATE KEY-----\nabc def";
+        assert_eq!(redacted(text), "x [REDACTED]");
+    }
+
+    #[test]
+    fn bearer_and_basic() {
+        assert_eq!(
+            redacted("curl -H 'X: Bearer abc123.def' url"),
+            "curl -H 'X: Bearer [REDACTED]' url"
+        );
+        assert_eq!(redacted("bearer AbCdEfGh"), "bearer [REDACTED]");
+        assert_eq!(redacted("BEARER tok_1."), "BEARER [REDACTED].");
+        // base64("user:pass")
+        assert_eq!(redacted("Basic dXNlcjpwYXNz"), "Basic [REDACTED]");
+        assert_eq!(redacted("basic dXNlcjpwYXNzd29yZA=="), "basic [REDACTED]");
+        // Not user:password once decoded.
+        kept("Basic aGVsbG8gd29ybGQ=");
+    }
+
+    #[test]
+    fn authorization_header_hides_whole_value() {
+        assert_eq!(
+            redacted("Authorization: Bearer abc123\nnext line"),
+            "Authorization: [REDACTED]\nnext line"
+        );
+        assert_eq!(
+            redacted("curl -H \"Authorization: Token xyz\" https://api"),
+            "curl -H \"Authorization: [REDACTED]\" https://api"
+        );
+        assert_eq!(
+            redacted("Cookie: sid=abc; theme=dark"),
+            "Cookie: [REDACTED]"
+        );
+    }
+
+    #[test]
+    fn url_userinfo() {
+        assert_eq!(
+            redacted("clone https://user:hunter2@example.com/repo.git now"),
+            "clone https://[REDACTED]@example.com/repo.git now"
+        );
+        assert_eq!(
+            redacted("postgres://app:s3cr%40t@db:5432/app"),
+            "postgres://[REDACTED]@db:5432/app"
+        );
+        kept("https://example.com/a@b");
+    }
+
+    #[test]
+    fn jwts() {
+        let jwt =
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+        assert_eq!(
+            redacted(&format!("token {jwt} end")),
+            "token [REDACTED] end"
+        );
+        kept("eyJust a word. eyJhbGciOi. without segments");
+    }
+
+    #[test]
+    fn key_values() {
+        assert_eq!(
+            redacted("password=hunter2 next"),
+            "password=[REDACTED] next"
+        );
+        assert_eq!(
+            redacted("DB_PASSWORD = hunter2"),
+            "DB_PASSWORD = [REDACTED]"
+        );
+        assert_eq!(redacted("api_key: abc"), "api_key: [REDACTED]");
+        assert_eq!(redacted("x-api-key: abc"), "x-api-key: [REDACTED]");
+        assert_eq!(redacted("apiKey=abc&page=2"), "apiKey=[REDACTED]&page=2");
+        assert_eq!(
+            redacted("{\"client_secret\":\"abc\",\"n\":1}"),
+            "{\"client_secret\":\"[REDACTED]\",\"n\":1}"
+        );
+        assert_eq!(
+            redacted("{\"access_token\": \"a \\\"quoted\\\" b\"}"),
+            "{\"access_token\": \"[REDACTED]\"}"
+        );
+        assert_eq!(redacted("passwd: 'x y'"), "passwd: '[REDACTED]'");
+        assert_eq!(
+            redacted("{\\\"privateKey\\\":\\\"abc\\\"}"),
+            "{\\\"privateKey\\\":\\\"[REDACTED]\\\"}"
+        );
+        assert_eq!(redacted("credentials=42"), "credentials=[REDACTED]");
+        assert_eq!(redacted("AUTH_TOKEN=xyz"), "AUTH_TOKEN=[REDACTED]");
+        assert_eq!(redacted("passphrase: \"open"), "passphrase: \"[REDACTED]");
+        assert_eq!(
+            redacted("https://api.example.com/cb?token=abc&x=1"),
+            "https://api.example.com/cb?token=[REDACTED]&x=1"
+        );
+    }
+
+    #[test]
+    fn known_prefixes() {
+        for token in [
+            "ghp_ABCDEFGHIJ0123456789abcdefghij012345",
+            "gho_16charsAAAA00000",
+            "ghu_abcdefgh12345678",
+            "ghs_abcdefgh12345678",
+            "github_pat_11ABCDEFG0123456789_abcdef",
+            "sk-proj-abcdefgh12345678",
+            "sk-ant-api03-abcdefgh12345678",
+            "xoxb-1234567890-abcdefghij",
+            "xoxp-1234567890-abcdefghij",
+            "AKIAIOSFODNN7EXAMPLE",
+            "ASIAIOSFODNN7EXAMPLE",
+            "AIzaSyA1234567890abcdefghijklmnopqrstu",
+            "glpat-abcdefgh12345678XY",
+            "npm_abcdefgh12345678abcd",
+        ] {
+            assert_eq!(
+                redacted(&format!("key {token}.")),
+                "key [REDACTED].",
+                "{token}"
+            );
+        }
+        // A prefix inside a longer word, or too short a tail, is not a token.
+        kept("mask-abcdefgh12345678 and ghp_short1");
+    }
+
+    #[test]
+    fn opaque_tokens() {
+        assert_eq!(
+            redacted("value a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6 done"),
+            "value [REDACTED] done"
+        );
+        assert_eq!(
+            redacted("sk_live_4eC39HqLyjWDarjtT1zdp7dcXYZ"),
+            "[REDACTED]"
+        );
+        // 31 characters is below the threshold.
+        kept("a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p");
+        // Letters only or digits only are words and numbers.
+        kept("abcdefghijklmnopqrstuvwxyzabcdefghij");
+    }
+
+    #[test]
+    fn redact_value_walks_strings_and_secret_keys() {
+        let value = json!({
+            "message": "password=hunter2",
+            "apiKey": 12345,
+            "Authorization": {"scheme": "Bearer"},
+            "nested": [{"client_secret": "abc"}, "Bearer abc123xyz"],
+            "inputTokens": 750,
+            "tokenUsage": {"input": 1},
+            "password": null,
+            "hasToken": true,
+            "count": 3
+        });
+        let (out, changed) = redact_value(&value);
+        assert!(changed);
+        assert_eq!(
+            out,
+            json!({
+                "message": "password=[REDACTED]",
+                "apiKey": "[REDACTED]",
+                "Authorization": "[REDACTED]",
+                "nested": [{"client_secret": "[REDACTED]"}, "Bearer [REDACTED]"],
+                "inputTokens": 750,
+                "tokenUsage": {"input": 1},
+                "password": null,
+                "hasToken": true,
+                "count": 3
+            })
+        );
+        assert_eq!(redact_value(&out), (out.clone(), false));
+        let plain = json!({"a": [1, "two", {"b": null}]});
+        assert_eq!(redact_value(&plain), (plain.clone(), false));
+    }
+
+    #[test]
+    fn secret_key_names() {
+        for key in [
+            "password",
+            "Passwd",
+            "api_key",
+            "API-KEY",
+            "apiKey",
+            "x-api-key",
+            "token",
+            "accessToken",
+            "refresh_token",
+            "tokenId",
+            "client_secret",
+            "credentials",
+            "Authorization",
+            "Set-Cookie",
+            "private_key",
+            "privateKey",
+        ] {
+            assert!(is_secret_key(key), "{key}");
+        }
+        for key in [
+            "tokens",
+            "inputTokens",
+            "max_tokens",
+            "tokenUsage",
+            "token_count",
+            "tokenBudget",
+            "label",
+            "name",
+            "key",
+            "path",
+        ] {
+            assert!(!is_secret_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn large_input_is_linear() {
+        // Patterns that would make a naive scanner revisit input: many separators, many
+        // scheme words, many `://` and `eyJ` starts, and one huge word.
+        let mut text = String::new();
+        while text.len() < 1 << 20 {
+            text.push_str("token:= Bearer basic eyJ :// -----BEGIN x a=b password ");
+        }
+        let (out, _) = redact_text(&text);
+        assert!(!out.is_empty());
+        let huge_word = "a1".repeat(1 << 19);
+        assert_eq!(redact_text(&huge_word), (REDACTED.to_owned(), true));
+        let colons = ":".repeat(1 << 20);
+        assert_eq!(redact_text(&colons), (colons.clone(), false));
+        let quotes = "secret=\"".repeat(1 << 17);
+        let (out, changed) = redact_text(&quotes);
+        assert!(changed);
+        assert_eq!(redact_text(&out), (out.clone(), false));
+    }
+}
