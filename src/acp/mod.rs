@@ -136,6 +136,7 @@ impl AgentRunner for AcpRunner {
                 return report;
             }
         };
+        report.started = true;
         report.auth_methods = lease.host().auth_methods.clone();
         let config = self.pool.config();
         let opened = session::open(

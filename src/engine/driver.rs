@@ -1214,6 +1214,14 @@ impl Driver {
         let Some(call) = self.in_flight.remove(&index) else {
             return;
         };
+        // A call cancelled because the whole run is halting (stop, interrupt) did not end
+        // on its own: it is an interrupted row that a resume re-runs, not a cancelled call.
+        let result = match result {
+            TaskResult::Null { code, .. } if self.halt.is_some() && code == "AGENT_CANCELLED" => {
+                TaskResult::Interrupted
+            }
+            other => other,
+        };
         self.setup
             .live
             .lock()

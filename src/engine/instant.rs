@@ -56,6 +56,7 @@ impl AgentRunner for InstantRunner {
     async fn probe(&self, backend: &BackendSpec, model: Option<&str>, _cwd: &Path) -> ProbeReport {
         ProbeReport {
             backend: backend.id.clone(),
+            started: true,
             probed: true,
             current_model: model.map(str::to_owned),
             ..ProbeReport::default()

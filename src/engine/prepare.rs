@@ -342,6 +342,16 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             .await
             .unwrap_or_default();
         for (report, calls) in reports {
+            if !report.started {
+                return Err(Rejection::new(format!(
+                    "backend {} could not be used: {}",
+                    report.backend,
+                    report
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "it did not start".into())
+                )));
+            }
             if !report.probed {
                 warnings.push(format!(
                     "probe of backend {} failed ({}); the run will try it live",

@@ -317,9 +317,18 @@ pub fn route_spec(
             model: Some(rest.to_owned()),
         });
     }
-    let fallback = backends
-        .default_backend()
-        .unwrap_or_else(|| "claude".to_owned());
+    let configured_default = backends.default_backend();
+    if let Some((head, _)) = spec.split_once('/')
+        && configured_default.is_none()
+    {
+        let mut names = backends.names();
+        names.extend(snapshot.script_backends.keys().cloned());
+        return Err(format!(
+            "model spec {spec:?} names backend {head:?}, which is not registered (registered: {}); use \"<backend>/<model>\" with one of them, or set AGENTPRISM_DEFAULT_BACKEND to send such specs verbatim to a backend",
+            names.join(", ")
+        ));
+    }
+    let fallback = configured_default.unwrap_or_else(|| "claude".to_owned());
     let backend = lookup(&fallback).ok_or_else(|| {
         format!("model spec {spec:?} names no backend and the default backend {fallback:?} is not available")
     })?;
@@ -376,6 +385,11 @@ mod tests {
         assert_eq!(
             (route.backend.id.as_str(), route.model.as_deref()),
             ("claude", Some("sonnet"))
+        );
+        let error = route_spec("nosuch/model", &snapshot, &backends).unwrap_err();
+        assert!(
+            error.contains("\"nosuch\", which is not registered"),
+            "{error}"
         );
     }
 

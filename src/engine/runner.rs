@@ -226,6 +226,10 @@ pub trait AgentSession: Send {
 #[serde(rename_all = "camelCase")]
 pub struct ProbeReport {
     pub backend: String,
+    /// The backend process started and completed `initialize`: it is an ACP agent.
+    #[serde(default)]
+    pub started: bool,
+    /// A session opened (and the model, if any, was accepted).
     pub probed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
