@@ -343,3 +343,140 @@ async fn limits_are_clamped_and_project_capacity_is_four() {
     assert_eq!(admission.limits.agent_retries, 3);
     let _ = RunStatus::Paused;
 }
+
+#[tokio::test]
+async fn helpers_are_plain_agent_calls() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'codex' };\n\
+        const v = await verify('the sky is blue', {reviewers: 3});\n\
+        const best = await judgePanel(['a', 'b'], {judges: 2, rubric: 'short'});\n\
+        const found = await loopUntilDry({round: async (i) => i < 2 ? ['item' + i] : [], consecutiveEmpty: 1});\n\
+        const check = await completenessCheck({goal: 1}, found);\n\
+        const r = await retry(async (i) => i, {attempts: 3, until: (v) => v === 2});\n\
+        const g = await gate(async (feedback, i) => i, (v) => ({ok: v === 1, feedback: 'more'}));\n\
+        const p = await pipeline([1, 2], async (x) => x * 10, async (x, original, i) => x + original + i);\n\
+        return {v: [v.total, typeof v.real], judges: best.judgments.length, found, complete: typeof check.complete, r, g: [g.ok, g.attempts], p};";
+    let (_, status) = h.run_to_end(script).await;
+    assert_eq!(status["status"], "completed", "{status:#}");
+    assert_eq!(
+        status["outcome"]["result"],
+        json!({"v": [3, "boolean"], "judges": 2, "found": ["item0", "item1"], "complete": "boolean", "r": 2, "g": [true, 2], "p": [11, 23]})
+    );
+    // 3 verify + 4 judges + 1 completeness critic.
+    assert_eq!(h.runner.prompts(), 8);
+}
+
+#[tokio::test]
+async fn nested_workflows_run_a_saved_script_by_name() {
+    let h = harness();
+    let folder = h.project.join(".agentprism/workflows");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("child.js"),
+        "export const meta = { name: 'child', description: 'd', model: 'codex' };\nreturn (await agent('child ' + args.x)) + '!';",
+    )
+    .unwrap();
+    let (_, status) = h
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nreturn await workflow('child', {x: 5});")
+        .await;
+    assert_eq!(status["outcome"]["result"], json!("ECHO: child 5!"), "{status:#}");
+    let error = h
+        .start("export const meta = { name: 'x', description: 'd', model: 'codex' };\nreturn await workflow('missing');")
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("no saved workflow"), "{error}");
+}
+
+#[tokio::test]
+async fn agent_limit_is_enforced_at_its_edge() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'codex' };\n\
+        let n = 0;\n\
+        try { for (;;) { await agent('p' + n); n++; } } catch (e) { return {n, code: e.code}; }";
+    let admission = h
+        .engine
+        .start(RunRequest {
+            project_dir: h.project.clone(),
+            script: ScriptInput::Inline(script.into()),
+            args: json!({}),
+            limits: agentprism::engine::LimitOverrides { max_agents: Some(3), ..Default::default() },
+        })
+        .await
+        .unwrap();
+    h.engine.wait(&admission.run_id).await;
+    let status = h.engine.status(&admission.run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["outcome"]["result"], json!({"n": 3, "code": "AGENT_LIMIT_EXCEEDED"}));
+}
+
+#[tokio::test]
+async fn label_glob_and_last_n_pick_the_latest_matching_calls() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'codex' };\n\
+        for (let i = 0; i < 4; i++) { await agent('r' + i, {label: 'review:' + i}); await agent('w' + i, {label: 'write:' + i}); }";
+    let (run_id, _) = h.run_to_end(script).await;
+    let query = StatusQuery { last_n: 2, label_glob: Some("review:*".into()), log_lines: 0 };
+    let status = h.engine.status(&run_id, &query).await.unwrap();
+    let labels: Vec<&str> = status["calls"].as_array().unwrap().iter().map(|c| c["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, vec!["review:2", "review:3"]);
+    assert_eq!(status["truncation"]["calls"]["matched"], 4);
+}
+
+#[tokio::test]
+async fn secrets_are_redacted_in_status_and_events_but_exact_in_the_result() {
+    let h = harness();
+    let (run_id, status) = h
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nconst t = await agent('Bearer abc.def.ghi');\nlog('token ' + t);\nreturn t;")
+        .await;
+    let text = status.to_string();
+    assert!(!text.contains("abc.def.ghi") || status["outcome"]["result"].as_str().unwrap().contains("abc.def.ghi"));
+    assert!(!status["calls"].to_string().contains("abc.def.ghi"), "{status:#}");
+    assert!(!status["logTail"].to_string().contains("abc.def.ghi"), "{status:#}");
+    let events = h.store.events(&run_id, 0, 1000).await.unwrap();
+    assert!(events.iter().all(|e| !e.event.to_string().contains("abc.def.ghi")), "an event leaked the token");
+    assert!(events.iter().any(|e| e.redacted));
+    let page = h.engine.result_page(&run_id, 0, 16384).await.unwrap();
+    assert_eq!(page["chunk"], json!("ECHO: Bearer abc.def.ghi").to_string());
+}
+
+#[tokio::test]
+async fn script_backends_wait_for_approval() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent', args: ['--acp'] } } };\nreturn await agent('x');";
+    let admission = h
+        .engine
+        .start(RunRequest { project_dir: h.project.clone(), script: ScriptInput::Inline(script.into()), args: json!({}), limits: Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(admission.status, RunStatus::Pending);
+    let setup = admission.setup.clone().unwrap();
+    assert_eq!(setup["request"]["kind"], "backend-approval");
+    let setup_id = setup["request"]["id"].as_str().unwrap().to_owned();
+    let decline = json!({"action": "decline"});
+    let answer = h.engine.setup_response(&admission.run_id, &setup_id, &decline).await.unwrap();
+    assert_eq!(answer["status"], "aborted");
+    let again = h.engine.setup_response(&admission.run_id, &setup_id, &decline).await.unwrap();
+    assert_eq!(again["accepted"], false, "the same answer again is idempotent");
+    let accept = json!({"action": "accept", "content": {"approve": true}});
+    assert!(h.engine.setup_response(&admission.run_id, &setup_id, &accept).await.is_err(), "a conflicting answer is refused");
+    assert_eq!(h.runner.prompts(), 0);
+}
+
+#[tokio::test]
+async fn approved_script_backends_run() {
+    let h = harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent' } } };\nreturn await agent('x');";
+    let admission = h
+        .engine
+        .start(RunRequest { project_dir: h.project.clone(), script: ScriptInput::Inline(script.into()), args: json!({}), limits: Default::default() })
+        .await
+        .unwrap();
+    let setup_id = admission.setup.unwrap()["request"]["id"].as_str().unwrap().to_owned();
+    let bad = json!({"action": "accept", "content": {"approve": "yes"}});
+    assert!(h.engine.setup_response(&admission.run_id, &setup_id, &bad).await.is_err(), "content must match the schema");
+    let accept = json!({"action": "accept", "content": {"approve": true}});
+    h.engine.setup_response(&admission.run_id, &setup_id, &accept).await.unwrap();
+    h.engine.wait(&admission.run_id).await;
+    let status = h.engine.status(&admission.run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["outcome"]["result"], json!("ECHO: x"), "{status:#}");
+    assert_eq!(status["calls"][0]["backendId"], "mine");
+}
