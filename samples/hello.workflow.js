@@ -15,7 +15,5 @@ const [first, second] = await parallel([
 log('answers:', first, second);
 
 phase('Combine');
-const summary = await agent(`Combine these into one short line: ${first} / ${second}`, {
-  schema: { type: 'object', properties: { line: { type: 'string' } }, required: ['line'] },
-});
+const summary = await agent(`Combine these into one short line: ${first} / ${second}`);
 return { first, second, summary };

@@ -614,7 +614,8 @@ impl Driver {
                     .await;
                     return;
                 }
-                ReplayDecision::Live(_) => {
+                ReplayDecision::Live(reason) => {
+                    tracing::debug!(run = %self.setup.run_id, index, ?reason, "call runs live");
                     supersedes =
                         self.setup
                             .pool

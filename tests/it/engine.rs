@@ -480,3 +480,166 @@ async fn approved_script_backends_run() {
     assert_eq!(status["outcome"]["result"], json!("ECHO: x"), "{status:#}");
     assert_eq!(status["calls"][0]["backendId"], "mine");
 }
+
+/// An engine whose backend `mock` is the scripted mock agent subprocess.
+fn mock_harness() -> Harness {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("state");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+    let mock = crate::support::context::mock_agent_binary();
+    let env = agentprism::env::EnvSnapshot::from_pairs([
+        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".to_owned(), dir.path().display().to_string()),
+        ("AGENTPRISM_BACKENDS".to_owned(), json!({"mock": {"command": mock}}).to_string()),
+    ]);
+    let store = Arc::new(SqliteStore::open(&root).expect("store"));
+    let mut acp = agentprism::acp::AcpConfig::from_env(&env).expect("acp config");
+    acp.cancel_grace = std::time::Duration::from_millis(300);
+    let runner = Arc::new(agentprism::acp::AcpRunner::new(acp));
+    let backends = agentprism::acp::lookup::Backends::from_env(&env).expect("backends");
+    let engine = Engine::new(
+        store.clone(),
+        runner,
+        Arc::new(backends),
+        EngineConfig { home: Some(dir.path().to_path_buf()), probe: false, ..EngineConfig::default() },
+    );
+    Harness { _dir: dir, root, project, engine, runner: InstantRunner::new(), store }
+}
+
+async fn wait_running(h: &Harness, run_id: &RunId, count: usize) -> Value {
+    wait_status(h, run_id, |status| {
+        status["calls"].as_array().map(|c| c.iter().filter(|c| c["status"] == "running").count()).unwrap_or(0) >= count
+    })
+    .await
+}
+
+async fn wait_status(h: &Harness, run_id: &RunId, predicate: impl Fn(&Value) -> bool) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let status = h.engine.status(run_id, &StatusQuery::default()).await.unwrap();
+        if predicate(&status) {
+            return status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "status never matched: {status:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn pause_lets_running_calls_finish_and_interrupts_queued_ones() {
+    let h = mock_harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'mock' };\n\
+        return await parallel([0, 1, 2, 3, 4].map((i) => () => agent('p' + i + '\\n@mock delay 400')));";
+    let admission = h
+        .engine
+        .start(RunRequest {
+            project_dir: h.project.clone(),
+            script: ScriptInput::Inline(script.into()),
+            args: json!({}),
+            limits: agentprism::engine::LimitOverrides { concurrency: Some(2), ..Default::default() },
+        })
+        .await
+        .unwrap();
+    let run_id = admission.run_id;
+    let count = |status: &Value, state: &str| status["calls"].as_array().map(|c| c.iter().filter(|c| c["status"] == state).count()).unwrap_or(0);
+    // Concurrency 2: two calls run, three wait for a slot.
+    wait_status(&h, &run_id, |status| count(status, "running") == 2 && count(status, "queued") == 3).await;
+    let paused = h.engine.pause(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(paused["pauseRequested"], true);
+    h.engine.wait(&run_id).await;
+    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("requested")), "{status:#}");
+    let calls = h.store.latest_calls(&run_id).await.unwrap();
+    let journaled = calls.iter().filter(|c| c.outcome == agentprism::model::CallOutcome::Result).count();
+    let interrupted = calls.iter().filter(|c| c.aborted && c.origin == CallOrigin::Engine).count();
+    assert_eq!((journaled, interrupted), (2, 3), "{calls:#?}");
+    // Resume replays the two finished calls and runs the three interrupted ones.
+    h.engine.resume(ResumeRequest { run_id: Some(run_id.clone()), ..Default::default() }).await.unwrap();
+    h.engine.wait(&run_id).await;
+    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["status"], "completed", "{status:#}");
+    let calls = h.store.latest_calls(&run_id).await.unwrap();
+    assert_eq!(calls.iter().filter(|c| c.origin == CallOrigin::JournalReplay).count(), 2);
+    h.engine.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn stopping_one_call_returns_null_and_the_run_goes_on() {
+    let h = mock_harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'mock' };\n\
+        return await parallel([() => agent('stuck\\n@mock hang'), () => agent('fine\\n@mock delay 300')]);";
+    let run_id = h.start(script).await.unwrap();
+    let status = wait_running(&h, &run_id, 2).await;
+    let stuck = status["calls"].as_array().unwrap().iter().find(|c| c["index"] == 0).unwrap().clone();
+    assert_eq!(stuck["status"], "running");
+    let not_live = h.engine.stop(&run_id, Some(7), &StatusQuery::default()).await.unwrap_err();
+    assert!(not_live.to_string().contains("0:agent 0"), "{not_live}");
+    h.engine.stop(&run_id, Some(0), &StatusQuery::default()).await.unwrap();
+    h.engine.wait(&run_id).await;
+    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["status"], "completed", "{status:#}");
+    assert_eq!(status["outcome"]["result"], json!([null, "ECHO: fine"]));
+    assert_eq!(status["calls"][0]["errorCode"], "AGENT_CANCELLED");
+    h.engine.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn stopping_a_running_run_aborts_it_and_resume_replays_the_prefix() {
+    let h = mock_harness();
+    let script = "export const meta = { name: 'x', description: 'd', model: 'mock' };\n\
+        const a = await agent('first');\nconst b = await agent('second\\n@mock hang');\nreturn [a, b];";
+    let run_id = h.start(script).await.unwrap();
+    wait_status(&h, &run_id, |status| status["calls"].as_array().is_some_and(|c| c.iter().any(|c| c["index"] == 1 && c["status"] == "running"))).await;
+    let stopped = h.engine.stop(&run_id, None, &StatusQuery::default()).await.unwrap();
+    assert_eq!(stopped["stopped"], true, "{stopped:#}");
+    assert_eq!(stopped["status"], "aborted");
+    let events = h.store.events(&run_id, 0, 1000).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event["type"] == "stopped").count(), 1);
+    // The stored script is edited so the resumed call finishes: a revision.
+    let file = PathBuf::from(stopped["scriptPath"].as_str().unwrap());
+    std::fs::write(&file, script.replace("\\n@mock hang", "")).unwrap();
+    h.engine.resume(ResumeRequest { run_id: Some(run_id.clone()), ..Default::default() }).await.unwrap();
+    h.engine.wait(&run_id).await;
+    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["outcome"]["result"], json!(["ECHO: first", "ECHO: second"]), "{status:#}");
+    assert_eq!(status["calls"][0]["replayed"], true, "{status:#}");
+    h.engine.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn auth_and_usage_limits_pause_the_run() {
+    let h = mock_harness();
+    let (run_id, status) = h.run_to_end("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock auth_required');").await;
+    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("auth_required")), "{status:#}");
+    assert_eq!(status["outcome"]["authContext"]["backendId"], "mock");
+    assert_eq!(status["outcome"]["authContext"]["methods"][0]["id"], "mock-login");
+    let _ = run_id;
+    let (_, status) = h.run_to_end("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock usage_limit');").await;
+    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("usage_limit")), "{status:#}");
+    h.engine.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn permission_requests_wait_for_an_answer() {
+    let h = mock_harness();
+    let mut notices = h.engine.subscribe();
+    let run_id = h.start("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock permission');").await.unwrap();
+    let (permission_id, request) = loop {
+        match notices.recv().await.unwrap() {
+            agentprism::engine::events::RunNotice::Permission { run_id: id, permission_id, request } if id == run_id => break (permission_id, request),
+            _ => {}
+        }
+    };
+    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["pendingPermissions"][0]["permissionId"], permission_id.as_str());
+    let option = request["options"][0]["optionId"].as_str().unwrap().to_owned();
+    let wrong = agentprism::engine::runner::PermissionOutcome::Selected { option_id: "nope".into() };
+    assert!(h.engine.respond_permission(&run_id, &permission_id, wrong).await.is_err());
+    let right = agentprism::engine::runner::PermissionOutcome::Selected { option_id: option };
+    h.engine.respond_permission(&run_id, &permission_id, right).await.unwrap();
+    h.engine.wait(&run_id).await;
+    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    assert_eq!(status["outcome"]["result"], json!("PERMISSION: allow"), "{status:#}");
+    h.engine.shutdown(std::time::Duration::from_secs(5)).await;
+}
