@@ -1,25 +1,1031 @@
-//! TEMPORARY stand-in until the schema module lands (replaced at merge).
-use serde_json::Value;
+//! JSON Schema for structured agent output: validation, mock values for the dry run, and
+//! lenient extraction of a JSON value from agent text.
+//!
+//! An `agent()` call with a `schema` asks the agent for one JSON value ([`output_instructions`]),
+//! pulls it out of whatever the agent wrote ([`extract_json`]), checks it ([`validate`]) and, on
+//! failure, asks again ([`repair_instructions`]). The mocked dry run (engine.md 3) does not call
+//! agents; it uses [`fabricate`] instead. Validation uses the `jsonschema` crate with remote
+//! references disabled (its default features are off), so a schema can only refer to itself.
+
+use serde_json::{Map, Value};
+
+use super::preview::cap_text;
+
+/// Bound on a validation message, in bytes.
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// Validation errors listed by name in a message; the rest are counted.
+const LISTED_ERRORS: usize = 3;
+
+/// Bound on one listed error, in bytes, so one huge instance cannot crowd out the others.
+const MAX_ONE_ERROR_BYTES: usize = 300;
+
+/// Errors counted beyond the listed ones before giving up counting.
+const COUNTED_ERRORS: usize = 100;
+
+/// Nesting beyond which fabricated objects keep only required properties and arrays only their
+/// `minItems`, so recursive schemas (trees, linked lists) end.
+const SHALLOW_DEPTH: usize = 8;
+
+/// Nesting at which fabrication gives up with `null`; a guard against reference cycles that no
+/// finite value satisfies.
+const MAX_DEPTH: usize = 32;
+
+/// Checks that `schema` is a usable JSON Schema: an object that its declared draft (2020-12 by
+/// default) accepts, with resolvable references.
 pub fn check_schema(schema: &Value) -> Result<(), String> {
-    if schema.is_object() {
-        Ok(())
+    if !schema.is_object() {
+        return Err(format!(
+            "a JSON Schema must be an object, got {}",
+            type_name(schema)
+        ));
+    }
+    jsonschema::validator_for(schema)
+        .map(drop)
+        .map_err(|error| schema_error(&error))
+}
+
+/// Validates `value` against `schema`. The message lists the first few errors, each with the
+/// JSON pointer of the offending part of the value, and is at most [`MAX_ERROR_BYTES`] long.
+pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
+    let validator = jsonschema::validator_for(schema).map_err(|error| schema_error(&error))?;
+    let mut errors = validator.iter_errors(value);
+    let listed: Vec<String> = errors
+        .by_ref()
+        .take(LISTED_ERRORS)
+        .map(|error| {
+            let path = error.instance_path().as_str();
+            let path = if path.is_empty() { "/" } else { path };
+            cap_text(&format!("at {path}: {error}"), MAX_ONE_ERROR_BYTES).0
+        })
+        .collect();
+    if listed.is_empty() {
+        return Ok(());
+    }
+    let more = errors.take(COUNTED_ERRORS).count();
+    let mut message = listed.join("; ");
+    match more {
+        0 => {}
+        COUNTED_ERRORS => message.push_str(&format!("; and {COUNTED_ERRORS}+ more errors")),
+        1 => message.push_str("; and 1 more error"),
+        more => message.push_str(&format!("; and {more} more errors")),
+    }
+    Err(cap_text(&message, MAX_ERROR_BYTES).0)
+}
+
+/// The dry run's stand-in for an agent's structured answer (engine.md 3).
+///
+/// Precedence: `const`, then the first `enum` member, then `default`, then by type. Before that,
+/// local `$ref`s (`#`, `#/$defs/…`, `#/definitions/…`) are followed, `allOf` members are merged
+/// in, and the first `anyOf`/`oneOf` branch (skipping a `{"type":"null"}` branch when another
+/// exists) is merged in; merging keeps the first value of a keyword, unions `required`, and
+/// combines two schemas for the same property with `allOf`. By type (the first of a type array,
+/// skipping `"null"` when there is another; with no type, inferred from object, array, number
+/// or string keywords, else a string):
+/// - object: every property in `properties`, plus `"mock-<key>"` (or a value for
+///   `additionalProperties`) for a `required` key without a property schema;
+/// - array: `clamp(minItems, 1, 3)` items (at most `maxItems`) from `prefixItems`/`items`, made
+///   distinct when `uniqueItems` is set;
+/// - string: `"mock-<field>"`, where field is the property the string sits under (`value` at the
+///   top), padded to `minLength` and cut to `maxLength`;
+/// - integer / number: `minimum`, else `exclusiveMinimum + 1`, else 1, lowered to `maximum`;
+/// - boolean: `true`; null: `null`.
+///
+/// Recursive schemas end: past a nesting of 8, objects keep only required properties and
+/// arrays only `minItems` items; past 32 the value is `null`.
+pub fn fabricate(schema: &Value) -> Value {
+    Fabricator { root: schema }.value(schema, "value", 0)
+}
+
+/// Pulls one JSON value out of an agent's answer.
+///
+/// In order of preference: the last fenced code block (```` ```json ```` or a bare ```` ``` ````)
+/// whose content parses; the whole trimmed text; the last top-level JSON object or array
+/// embedded in the text. The embedded search walks the text left to right, tries to parse a
+/// value at each `{` or `[` (the JSON parser respects strings and escapes), and on success jumps
+/// past the value, so nested values are never taken for top-level ones.
+pub fn extract_json(text: &str) -> Option<Value> {
+    for block in fenced_blocks(text).into_iter().rev() {
+        if let Ok(value) = serde_json::from_str(block.trim()) {
+            return Some(value);
+        }
+    }
+    if let Ok(value) = serde_json::from_str(text.trim()) {
+        return Some(value);
+    }
+    last_embedded_value(text)
+}
+
+/// The text appended to a prompt that asks for structured output.
+pub fn output_instructions(schema: &Value) -> String {
+    format!(
+        "Answer with exactly one JSON value that matches this JSON Schema:\n\n\
+         ```json\n{}\n```\n\n\
+         Put the JSON value in a single fenced ```json code block. Nothing else is required; \
+         text outside the block is ignored.",
+        pretty(schema)
+    )
+}
+
+/// The re-prompt sent after an answer failed validation.
+pub fn repair_instructions(error: &str, schema: &Value) -> String {
+    format!(
+        "Your previous answer did not match the required JSON schema: {error}.\n\n\
+         Reply again with only one JSON value matching this JSON Schema, in a single fenced \
+         ```json code block:\n\n```json\n{}\n```",
+        pretty(schema)
+    )
+}
+
+fn pretty(schema: &Value) -> String {
+    serde_json::to_string_pretty(schema).unwrap_or_else(|_| schema.to_string())
+}
+
+fn schema_error(error: &jsonschema::ValidationError<'_>) -> String {
+    let path = error.instance_path().as_str();
+    let message = if path.is_empty() {
+        format!("invalid JSON Schema: {error}")
     } else {
-        Err("not an object".into())
+        format!("invalid JSON Schema at {path}: {error}")
+    };
+    cap_text(&message, MAX_ERROR_BYTES).0
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
-pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    let validator = jsonschema::validator_for(schema).map_err(|e| e.to_string())?;
-    validator.validate(value).map_err(|e| e.to_string())
+
+/// Fabricates values for one root schema, which local references resolve against.
+struct Fabricator<'a> {
+    root: &'a Value,
 }
-pub fn fabricate(_schema: &Value) -> Value {
-    Value::Null
+
+impl Fabricator<'_> {
+    fn value(&self, schema: &Value, field: &str, depth: usize) -> Value {
+        if depth > MAX_DEPTH {
+            return Value::Null;
+        }
+        let flat = self.flatten(schema, depth);
+        if let Some(constant) = flat.get("const") {
+            return constant.clone();
+        }
+        if let Some(first) = flat
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|members| members.first())
+        {
+            return first.clone();
+        }
+        if let Some(default) = flat.get("default") {
+            return default.clone();
+        }
+        match schema_type(&flat) {
+            "object" => self.object(&flat, depth),
+            "array" => self.array(&flat, field, depth),
+            "integer" => integer(&flat),
+            "number" => number(&flat),
+            "boolean" => Value::Bool(true),
+            "null" => Value::Null,
+            _ => string(&flat, field),
+        }
+    }
+
+    /// The schema's own keywords merged with its reference, `allOf` members and chosen
+    /// `anyOf`/`oneOf` branch.
+    fn flatten(&self, schema: &Value, depth: usize) -> Map<String, Value> {
+        let Value::Object(keywords) = schema else {
+            return Map::new();
+        };
+        let mut flat: Map<String, Value> = keywords
+            .iter()
+            .filter(|(key, _)| !matches!(key.as_str(), "$ref" | "allOf" | "anyOf" | "oneOf"))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        if depth > MAX_DEPTH {
+            return flat;
+        }
+        if let Some(target) = keywords
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|reference| self.resolve(reference))
+        {
+            merge(&mut flat, self.flatten(target, depth + 1));
+        }
+        if let Some(members) = keywords.get("allOf").and_then(Value::as_array) {
+            for member in members {
+                merge(&mut flat, self.flatten(member, depth + 1));
+            }
+        }
+        let branches = keywords
+            .get("anyOf")
+            .or_else(|| keywords.get("oneOf"))
+            .and_then(Value::as_array);
+        if let Some(branch) = branches.and_then(|branches| choose_branch(branches)) {
+            merge(&mut flat, self.flatten(branch, depth + 1));
+        }
+        flat
+    }
+
+    fn resolve(&self, reference: &str) -> Option<&Value> {
+        let pointer = reference.strip_prefix('#')?;
+        self.root.pointer(pointer)
+    }
+
+    fn object(&self, flat: &Map<String, Value>, depth: usize) -> Value {
+        let shallow = depth >= SHALLOW_DEPTH;
+        let required: Vec<&str> = flat
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|keys| keys.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut out = Map::new();
+        if let Some(properties) = flat.get("properties").and_then(Value::as_object) {
+            for (key, property) in properties {
+                if shallow && !required.contains(&key.as_str()) {
+                    continue;
+                }
+                out.insert(key.clone(), self.value(property, key, depth + 1));
+            }
+        }
+        for key in required {
+            if out.contains_key(key) {
+                continue;
+            }
+            let value = match flat.get("additionalProperties") {
+                Some(extra @ Value::Object(_)) => self.value(extra, key, depth + 1),
+                _ => Value::String(format!("mock-{key}")),
+            };
+            out.insert(key.to_owned(), value);
+        }
+        Value::Object(out)
+    }
+
+    fn array(&self, flat: &Map<String, Value>, field: &str, depth: usize) -> Value {
+        let min_items = flat
+            .get("minItems")
+            .and_then(Value::as_u64)
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let max_items = flat
+            .get("maxItems")
+            .and_then(Value::as_u64)
+            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let count = if depth >= SHALLOW_DEPTH {
+            min_items.min(3)
+        } else {
+            min_items.clamp(1, 3)
+        }
+        .min(max_items);
+        // 2020-12 `prefixItems` + `items`, or the older tuple form `items: [...]` +
+        // `additionalItems`.
+        let (prefix, rest) = match (flat.get("prefixItems"), flat.get("items")) {
+            (Some(Value::Array(prefix)), rest) => (prefix.as_slice(), rest),
+            (_, Some(Value::Array(prefix))) => (prefix.as_slice(), flat.get("additionalItems")),
+            (_, rest) => (&[][..], rest),
+        };
+        let any = Value::Object(Map::new());
+        let unique = flat.get("uniqueItems") == Some(&Value::Bool(true));
+        let items = (0..count)
+            .map(|index| {
+                let schema = prefix.get(index).or(rest).unwrap_or(&any);
+                let item = self.value(schema, field, depth + 1);
+                if unique { distinct(item, index) } else { item }
+            })
+            .collect();
+        Value::Array(items)
+    }
 }
-pub fn extract_json(text: &str) -> Option<Value> {
-    serde_json::from_str(text.trim()).ok()
+
+/// Merges flattened keywords: the first value of a keyword wins, `required` lists are united,
+/// and two schemas for one property are combined with `allOf`.
+fn merge(into: &mut Map<String, Value>, from: Map<String, Value>) {
+    for (key, value) in from {
+        match (key.as_str(), into.get_mut(&key), value) {
+            (_, None, value) => {
+                into.insert(key, value);
+            }
+            ("properties", Some(Value::Object(existing)), Value::Object(added)) => {
+                for (name, schema) in added {
+                    match existing.get_mut(&name) {
+                        Some(first) => {
+                            let combined = serde_json::json!({ "allOf": [first.take(), schema] });
+                            *first = combined;
+                        }
+                        None => {
+                            existing.insert(name, schema);
+                        }
+                    }
+                }
+            }
+            ("required", Some(Value::Array(existing)), Value::Array(added)) => {
+                for name in added {
+                    if !existing.contains(&name) {
+                        existing.push(name);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
-pub fn output_instructions(schema: &Value) -> String {
-    format!("Answer with JSON matching {schema}")
+
+/// The `anyOf`/`oneOf` branch to fabricate from: the first one that is not only `null`.
+fn choose_branch(branches: &[Value]) -> Option<&Value> {
+    let is_null_only = |branch: &Value| {
+        branch.get("type").and_then(Value::as_str) == Some("null")
+            || branch.get("const") == Some(&Value::Null)
+    };
+    branches
+        .iter()
+        .find(|branch| !is_null_only(branch))
+        .or_else(|| branches.first())
 }
-pub fn repair_instructions(error: &str, schema: &Value) -> String {
-    format!("{error}; answer with JSON matching {schema}")
+
+fn schema_type(flat: &Map<String, Value>) -> &str {
+    match flat.get("type") {
+        Some(Value::String(name)) => return name,
+        Some(Value::Array(names)) => {
+            let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+            if let Some(name) = names.iter().find(|name| **name != "null").or(names.first()) {
+                return name;
+            }
+        }
+        _ => {}
+    }
+    let has = |keywords: &[&str]| keywords.iter().any(|keyword| flat.contains_key(*keyword));
+    if has(&[
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "minProperties",
+        "maxProperties",
+    ]) {
+        "object"
+    } else if has(&[
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "contains",
+    ]) {
+        "array"
+    } else if has(&[
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+    ]) {
+        "number"
+    } else {
+        "string"
+    }
+}
+
+fn string(flat: &Map<String, Value>, field: &str) -> Value {
+    let mut text = format!("mock-{field}");
+    let length = text.chars().count();
+    if let Some(min) = flat.get("minLength").and_then(Value::as_u64) {
+        let missing = usize::try_from(min)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(length);
+        text.extend(std::iter::repeat_n('x', missing.min(4096)));
+    }
+    if let Some(max) = flat.get("maxLength").and_then(Value::as_u64) {
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        text = text.chars().take(max).collect();
+    }
+    Value::String(text)
+}
+
+/// The lower bound a fabricated number starts from, and the upper bound it must respect.
+fn bounds(flat: &Map<String, Value>, step: f64) -> (f64, Option<f64>) {
+    let minimum = flat.get("minimum").and_then(Value::as_f64);
+    let low = match (minimum, flat.get("exclusiveMinimum")) {
+        // Draft 4 spells an exclusive bound as a flag next to `minimum`.
+        (Some(minimum), Some(Value::Bool(true))) => minimum + step,
+        (Some(minimum), _) => minimum,
+        (None, Some(exclusive)) => exclusive.as_f64().map_or(1.0, |bound| bound + step),
+        (None, None) => 1.0,
+    };
+    let maximum = flat.get("maximum").and_then(Value::as_f64);
+    let high = match (maximum, flat.get("exclusiveMaximum")) {
+        (Some(maximum), Some(Value::Bool(true))) => Some(maximum - step),
+        (Some(maximum), _) => Some(maximum),
+        (None, Some(exclusive)) => exclusive.as_f64().map(|bound| bound - step),
+        (None, None) => None,
+    };
+    (low, high)
+}
+
+fn integer(flat: &Map<String, Value>) -> Value {
+    let (low, high) = bounds(flat, 1.0);
+    let mut value = low.ceil();
+    if let Some(high) = high {
+        value = value.min(high.floor());
+    }
+    if value.abs() < 9.0e15 {
+        Value::from(value as i64)
+    } else {
+        Value::from(value)
+    }
+}
+
+fn number(flat: &Map<String, Value>) -> Value {
+    let (low, high) = bounds(flat, 1.0);
+    let value = high.map_or(low, |high| low.min(high));
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        Value::from(value as i64)
+    } else {
+        Value::from(value)
+    }
+}
+
+/// Makes the `index`-th item of a `uniqueItems` array differ from the earlier ones.
+fn distinct(item: Value, index: usize) -> Value {
+    if index == 0 {
+        return item;
+    }
+    match item {
+        Value::String(text) => Value::String(format!("{text}-{}", index + 1)),
+        Value::Number(number) => match number.as_i64() {
+            Some(integer) => Value::from(integer + index as i64),
+            None => Value::from(number.as_f64().unwrap_or_default() + index as f64),
+        },
+        other => other,
+    }
+}
+
+/// The contents of fenced code blocks (```` ``` ```` fences of three or more backticks), in
+/// order; an unclosed fence runs to the end of the text.
+fn fenced_blocks(text: &str) -> Vec<&str> {
+    let mut blocks = Vec::new();
+    // Content start and fence length of the open block.
+    let mut open: Option<(usize, usize)> = None;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let line_start = offset;
+        offset += line.len();
+        let trimmed = line.trim();
+        let ticks = trimmed.bytes().take_while(|byte| *byte == b'`').count();
+        match open {
+            None if ticks >= 3 && !trimmed[ticks..].contains('`') => {
+                open = Some((offset, ticks));
+            }
+            Some((start, fence)) if ticks >= fence && ticks == trimmed.len() => {
+                blocks.push(&text[start..line_start]);
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some((start, _)) = open {
+        blocks.push(&text[start.min(text.len())..]);
+    }
+    blocks
+}
+
+/// The last top-level JSON object or array embedded in `text`, found in one linear pass.
+///
+/// A small recognizer walks the JSON grammar from each `{` or `[`. On success it records the
+/// value and resumes after it. On failure the containers still open are garbage, since their
+/// content would fail the same way from any start, but the last container completed inside them
+/// is a whole value and is kept as a candidate; scanning resumes at the failing byte. Brackets
+/// inside strings are never starts.
+fn last_embedded_value(text: &str) -> Option<Value> {
+    let bytes = text.as_bytes();
+    let mut last = None;
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] != b'{' && bytes[index] != b'[' {
+            index += 1;
+            continue;
+        }
+        match scan_container(bytes, index) {
+            Ok(end) => {
+                last = Some(index..end);
+                index = end;
+            }
+            Err(failure) => {
+                if let Some(inner) = failure.last_inner {
+                    last = Some(inner);
+                }
+                index = failure.at.max(index + 1);
+            }
+        }
+    }
+    last.and_then(|span| serde_json::from_str(&text[span]).ok())
+}
+
+/// Where a [`scan_container`] attempt failed, and the last nested container it completed.
+struct ScanFailure {
+    at: usize,
+    last_inner: Option<std::ops::Range<usize>>,
+}
+
+/// What the recognizer expects next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Value,
+    ValueOrClose,
+    KeyOrClose,
+    Key,
+    Colon,
+    CommaOrClose,
+}
+
+/// Recognizes the JSON container starting at `start`; returns the end of it.
+fn scan_container(bytes: &[u8], start: usize) -> Result<usize, ScanFailure> {
+    let mut open: Vec<(u8, usize)> = Vec::new();
+    let mut last_inner = None;
+    let mut expect = Expect::Value;
+    let mut index = start;
+    let fail =
+        |at: usize, last_inner: Option<std::ops::Range<usize>>| ScanFailure { at, last_inner };
+    loop {
+        while index < bytes.len() && matches!(bytes[index], b' ' | b'\t' | b'\n' | b'\r') {
+            index += 1;
+        }
+        let Some(&byte) = bytes.get(index) else {
+            return Err(fail(bytes.len(), last_inner));
+        };
+        let closes = match (expect, byte) {
+            (Expect::ValueOrClose, b']') | (Expect::KeyOrClose, b'}') => true,
+            (Expect::CommaOrClose, b']' | b'}') => {
+                let expected = if open.last().map(|(kind, _)| *kind) == Some(b'{') {
+                    b'}'
+                } else {
+                    b']'
+                };
+                if byte != expected {
+                    return Err(fail(index, last_inner));
+                }
+                true
+            }
+            _ => false,
+        };
+        if closes {
+            let (_, opened_at) = open.pop().unwrap_or((byte, start));
+            index += 1;
+            if open.is_empty() {
+                return Ok(index);
+            }
+            last_inner = Some(opened_at..index);
+            expect = Expect::CommaOrClose;
+            continue;
+        }
+        let scanned = match (expect, byte) {
+            (Expect::Value | Expect::ValueOrClose, b'{') => {
+                open.push((byte, index));
+                expect = Expect::KeyOrClose;
+                Some(index + 1)
+            }
+            (Expect::Value | Expect::ValueOrClose, b'[') => {
+                open.push((byte, index));
+                expect = Expect::ValueOrClose;
+                Some(index + 1)
+            }
+            (Expect::Value | Expect::ValueOrClose, _) => {
+                expect = Expect::CommaOrClose;
+                scan_scalar(bytes, index)
+            }
+            (Expect::KeyOrClose | Expect::Key, b'"') => {
+                expect = Expect::Colon;
+                scan_string(bytes, index)
+            }
+            (Expect::Colon, b':') => {
+                expect = Expect::Value;
+                Some(index + 1)
+            }
+            (Expect::CommaOrClose, b',') => {
+                let in_object = open.last().map(|(kind, _)| *kind) == Some(b'{');
+                expect = if in_object {
+                    Expect::Key
+                } else {
+                    Expect::Value
+                };
+                Some(index + 1)
+            }
+            _ => None,
+        };
+        match scanned {
+            Some(next) => index = next,
+            None => return Err(fail(index, last_inner)),
+        }
+    }
+}
+
+/// The end of the string, number or literal at `start`, if it is well formed.
+fn scan_scalar(bytes: &[u8], start: usize) -> Option<usize> {
+    let rest = &bytes[start..];
+    match rest.first()? {
+        b'"' => scan_string(bytes, start),
+        b'-' | b'0'..=b'9' => scan_number(bytes, start),
+        _ => ["true", "false", "null"]
+            .iter()
+            .find(|literal| rest.starts_with(literal.as_bytes()))
+            .map(|literal| start + literal.len()),
+    }
+}
+
+fn scan_string(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut index = start + 1;
+    loop {
+        match *bytes.get(index)? {
+            b'"' => return Some(index + 1),
+            b'\\' => match *bytes.get(index + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => index += 2,
+                b'u' => {
+                    let hex = bytes.get(index + 2..index + 6)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return None;
+                    }
+                    index += 6;
+                }
+                _ => return None,
+            },
+            0..0x20 => return None,
+            _ => index += 1,
+        }
+    }
+}
+
+fn scan_number(bytes: &[u8], start: usize) -> Option<usize> {
+    let digits = |from: usize| {
+        let mut end = from;
+        while end < bytes.len() && bytes[end].is_ascii_digit() {
+            end += 1;
+        }
+        end
+    };
+    let mut index = start;
+    if bytes.get(index) == Some(&b'-') {
+        index += 1;
+    }
+    match bytes.get(index)? {
+        b'0' => index += 1,
+        b'1'..=b'9' => index = digits(index),
+        _ => return None,
+    }
+    if bytes.get(index) == Some(&b'.') {
+        let end = digits(index + 1);
+        if end == index + 1 {
+            return None;
+        }
+        index = end;
+    }
+    if matches!(bytes.get(index), Some(b'e' | b'E')) {
+        index += 1;
+        if matches!(bytes.get(index), Some(b'+' | b'-')) {
+            index += 1;
+        }
+        let end = digits(index);
+        if end == index {
+            return None;
+        }
+        index = end;
+    }
+    Some(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn assert_fabricates(schema: Value, expected: Value) {
+        check_schema(&schema).unwrap();
+        let value = fabricate(&schema);
+        assert_eq!(value, expected);
+        if let Err(error) = validate(&schema, &value) {
+            panic!("fabricated {value} does not validate: {error}");
+        }
+    }
+
+    #[test]
+    fn check_schema_accepts_ordinary_schemas() {
+        check_schema(&json!({})).unwrap();
+        check_schema(&json!({"type": "object", "properties": {"a": {"type": "string"}}})).unwrap();
+        check_schema(&json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"n": {"type": "integer"}},
+            "items": {"$ref": "#/definitions/n"}
+        }))
+        .unwrap();
+    }
+
+    #[test]
+    fn check_schema_says_what_is_wrong() {
+        assert!(
+            check_schema(&json!("string"))
+                .unwrap_err()
+                .contains("a string")
+        );
+        assert!(
+            check_schema(&json!(true))
+                .unwrap_err()
+                .contains("must be an object")
+        );
+        let error = check_schema(&json!({"type": "strnig"})).unwrap_err();
+        assert!(error.starts_with("invalid JSON Schema"), "{error}");
+        let error = check_schema(&json!({"properties": {"a": {"minLength": -1}}})).unwrap_err();
+        assert!(error.contains("/properties/a/minLength"), "{error}");
+        let error = check_schema(&json!({"$ref": "#/$defs/missing"})).unwrap_err();
+        assert!(error.starts_with("invalid JSON Schema"), "{error}");
+        // An unknown meta-schema is an error, not a panic or a fetch.
+        assert!(check_schema(&json!({"$schema": "https://example.com/custom"})).is_err());
+        // Remote references are never fetched.
+        assert!(check_schema(&json!({"$ref": "https://example.com/schema.json"})).is_err());
+    }
+
+    #[test]
+    fn validate_lists_errors_with_paths() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "count": {"type": "integer", "minimum": 0},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["name"]
+        });
+        validate(&schema, &json!({"name": "x", "count": 2, "tags": ["a"]})).unwrap();
+        let error = validate(&schema, &json!({"count": -1, "tags": [1, 2]})).unwrap_err();
+        assert!(error.contains("at /count:"), "{error}");
+        assert!(error.contains("at /tags/0:"), "{error}");
+        assert!(error.contains("more error"), "{error}");
+        let error = validate(&schema, &json!([])).unwrap_err();
+        assert!(error.starts_with("at /:"), "{error}");
+        assert!(validate(&json!({"type": 5}), &json!(1)).is_err());
+    }
+
+    #[test]
+    fn validate_messages_are_bounded() {
+        let schema = json!({"type": "array", "items": {"type": "integer"}});
+        let huge = json!(vec!["x".repeat(10_000); 500]);
+        let error = validate(&schema, &huge).unwrap_err();
+        assert!(error.len() <= MAX_ERROR_BYTES, "{}", error.len());
+        assert!(error.contains("100+ more errors"), "{error}");
+    }
+
+    #[test]
+    fn fabricate_precedence() {
+        assert_fabricates(json!({"const": 7, "enum": [1, 7], "default": 7}), json!(7));
+        assert_fabricates(json!({"enum": ["b", "a"], "default": "a"}), json!("b"));
+        assert_fabricates(json!({"type": "string", "default": "d"}), json!("d"));
+        assert_fabricates(
+            json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}),
+            json!(1),
+        );
+        assert_fabricates(
+            json!({"oneOf": [{"type": "null"}, {"type": "boolean"}]}),
+            json!(true),
+        );
+        assert_fabricates(json!({"anyOf": [{"type": "null"}]}), json!(null));
+    }
+
+    #[test]
+    fn fabricate_by_type() {
+        assert_fabricates(json!({"type": "string"}), json!("mock-value"));
+        assert_fabricates(json!({"type": "boolean"}), json!(true));
+        assert_fabricates(json!({"type": "null"}), json!(null));
+        assert_fabricates(json!({"type": "integer"}), json!(1));
+        assert_fabricates(json!({"type": "integer", "minimum": 5}), json!(5));
+        assert_fabricates(json!({"type": "integer", "exclusiveMinimum": 5}), json!(6));
+        assert_fabricates(json!({"type": "integer", "maximum": 0}), json!(0));
+        assert_fabricates(json!({"type": "number", "minimum": 0.5}), json!(0.5));
+        assert_fabricates(json!({"type": ["null", "string"]}), json!("mock-value"));
+        assert_fabricates(json!({"type": ["null"]}), json!(null));
+        assert_fabricates(
+            json!({"type": "string", "minLength": 12}),
+            json!("mock-valuexx"),
+        );
+        assert_fabricates(json!({"type": "string", "maxLength": 4}), json!("mock"));
+        assert_fabricates(json!({}), json!("mock-value"));
+    }
+
+    #[test]
+    fn fabricate_objects() {
+        assert_fabricates(
+            json!({
+                "type": "object",
+                "properties": {
+                    "summary": {"type": "string"},
+                    "score": {"type": "number", "minimum": 0, "maximum": 10},
+                    "verdict": {"enum": ["approve", "reject"]},
+                    "files": {"type": "array", "items": {"type": "string"}}
+                },
+                "required": ["summary", "extra"]
+            }),
+            json!({
+                "summary": "mock-summary",
+                "score": 0,
+                "verdict": "approve",
+                "files": ["mock-files"],
+                "extra": "mock-extra"
+            }),
+        );
+        // No type: inferred from `properties`.
+        assert_fabricates(
+            json!({"properties": {"a": {"type": "boolean"}}, "additionalProperties": false}),
+            json!({"a": true}),
+        );
+        assert_fabricates(
+            json!({"required": ["n"], "additionalProperties": {"type": "integer"}}),
+            json!({"n": 1}),
+        );
+    }
+
+    #[test]
+    fn fabricate_arrays() {
+        assert_fabricates(json!({"type": "array"}), json!(["mock-value"]));
+        assert_fabricates(
+            json!({"type": "array", "items": {"type": "integer"}, "minItems": 2}),
+            json!([1, 1]),
+        );
+        assert_fabricates(
+            json!({"type": "array", "items": {"type": "integer"}, "minItems": 0}),
+            json!([1]),
+        );
+        assert_fabricates(
+            json!({"type": "array", "items": {"type": "string"}, "maxItems": 0}),
+            json!([]),
+        );
+        assert_fabricates(
+            json!({"items": {"type": "string"}, "minItems": 3, "uniqueItems": true}),
+            json!(["mock-value", "mock-value-2", "mock-value-3"]),
+        );
+        assert_fabricates(
+            json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                   "minItems": 2}),
+            json!([1, "mock-value"]),
+        );
+        // The spec caps mock arrays at three items.
+        assert_eq!(
+            fabricate(&json!({"type": "array", "minItems": 10})),
+            json!(["mock-value", "mock-value", "mock-value"])
+        );
+    }
+
+    #[test]
+    fn fabricate_follows_refs_and_combinators() {
+        assert_fabricates(
+            json!({
+                "$defs": {"finding": {"type": "object", "properties": {
+                    "file": {"type": "string"}, "line": {"type": "integer", "minimum": 1}
+                }, "required": ["file", "line"]}},
+                "type": "object",
+                "properties": {"findings": {"type": "array", "items": {"$ref": "#/$defs/finding"}}}
+            }),
+            json!({"findings": [{"file": "mock-file", "line": 1}]}),
+        );
+        assert_fabricates(
+            json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "definitions": {"level": {"enum": ["low", "high"]}},
+                "properties": {"level": {"$ref": "#/definitions/level"}}
+            }),
+            json!({"level": "low"}),
+        );
+        assert_fabricates(
+            json!({"allOf": [
+                {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                {"properties": {"b": {"type": "integer"}, "a": {"maxLength": 3}},
+                 "required": ["b"]}
+            ]}),
+            json!({"a": "moc", "b": 1}),
+        );
+        assert_fabricates(
+            json!({"type": "object", "properties": {"kind": {"type": "string"}},
+                   "anyOf": [{"required": ["x"]}, {"required": ["y"]}]}),
+            json!({"kind": "mock-kind", "x": "mock-x"}),
+        );
+        assert_fabricates(
+            json!({"anyOf": [{"type": "string", "const": "fixed"}, {"type": "null"}]}),
+            json!("fixed"),
+        );
+    }
+
+    #[test]
+    fn fabricate_ends_on_recursive_schemas() {
+        let tree = json!({
+            "$defs": {"node": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+            }, "required": ["name"]}},
+            "$ref": "#/$defs/node"
+        });
+        let value = fabricate(&tree);
+        validate(&tree, &value).unwrap();
+        assert_eq!(value["name"], json!("mock-name"));
+
+        let cycle = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                           "$ref": "#/$defs/a"});
+        assert_eq!(fabricate(&cycle), json!("mock-value"));
+        // A dangling reference contributes nothing.
+        assert_eq!(
+            fabricate(&json!({"$ref": "#/nowhere"})),
+            json!("mock-value")
+        );
+    }
+
+    #[test]
+    fn extract_prefers_the_last_parsing_fence() {
+        let text = "Here you go:\n```json\n{\"a\": 1}\n```\nand fixed:\n```json\n{\"a\": 2}\n```\nWarning: done";
+        assert_eq!(extract_json(text), Some(json!({"a": 2})));
+        let text = "```\n[1, 2]\n```\n```json\nnot json\n```";
+        assert_eq!(extract_json(text), Some(json!([1, 2])));
+        let text = "````json\n{\"fence\": \"```\"}\n````";
+        assert_eq!(extract_json(text), Some(json!({"fence": "```"})));
+        let text = "Result:\n```json\n{\"unclosed\": true}\n";
+        assert_eq!(extract_json(text), Some(json!({"unclosed": true})));
+    }
+
+    #[test]
+    fn extract_whole_text() {
+        assert_eq!(extract_json("  {\"a\": [1]}\n"), Some(json!({"a": [1]})));
+        assert_eq!(
+            extract_json("\"just a string\""),
+            Some(json!("just a string"))
+        );
+        assert_eq!(extract_json("42"), Some(json!(42)));
+    }
+
+    #[test]
+    fn extract_embedded_values() {
+        let text = "Sure! {\"verdict\": \"ok\", \"notes\": \"use {braces} and \\\"quotes\\\"\"}\nWarning: something happened";
+        assert_eq!(
+            extract_json(text),
+            Some(json!({"verdict": "ok", "notes": "use {braces} and \"quotes\""}))
+        );
+        let text = "draft: {\"v\": 1} final: {\"v\": 2} Warning: {not json";
+        assert_eq!(extract_json(text), Some(json!({"v": 2})));
+        let text = "The list is [1, 2, {\"x\": [3]}] (done).";
+        assert_eq!(extract_json(text), Some(json!([1, 2, {"x": [3]}])));
+        let text = "Note: a { stray brace, then {\"real\": true} and chatter";
+        assert_eq!(extract_json(text), Some(json!({"real": true})));
+        assert_eq!(extract_json("no json here"), None);
+        assert_eq!(extract_json(""), None);
+        assert_eq!(extract_json("{unbalanced"), None);
+        // An unclosed outer object still yields the last whole value inside it.
+        let text = "{\"x\": 1, \"y\": {\"real\": [1, -2.5e3, null, \"\\u00e9\"]} chatter";
+        assert_eq!(
+            extract_json(text),
+            Some(json!({"real": [1, -2500.0, null, "é"]}))
+        );
+        // Brackets inside strings are not starts; a later value wins.
+        let text = "[\"{\\\"a\\\": 1}\", 2] then [3]";
+        assert_eq!(extract_json(text), Some(json!([3])));
+        let text = "{\"a\": 1] {\"b\": 2}";
+        assert_eq!(extract_json(text), Some(json!({"b": 2})));
+    }
+
+    #[test]
+    fn extract_is_cheap_on_hostile_text() {
+        let text = "[".repeat(1 << 20);
+        assert_eq!(extract_json(&text), None);
+        let text = "{\"a\":".repeat(1 << 17);
+        assert_eq!(extract_json(&text), None);
+        let text = "[1,".repeat(1 << 18);
+        assert_eq!(extract_json(&text), None);
+        let text = format!("{}{{\"ok\": 1}}", "{\"s\": \"x\", ".repeat(1 << 16));
+        assert_eq!(extract_json(&text), Some(json!({"ok": 1})));
+    }
+
+    #[test]
+    fn fabricated_values_extract_and_validate_round_trip() {
+        let schema = json!({"type": "object", "properties": {
+            "summary": {"type": "string"}, "ok": {"type": "boolean"}}, "required": ["summary"]});
+        let answer = format!(
+            "Done.\n```json\n{}\n```\nWarning: telemetry off",
+            serde_json::to_string_pretty(&fabricate(&schema)).unwrap()
+        );
+        let value = extract_json(&answer).unwrap();
+        validate(&schema, &value).unwrap();
+    }
+
+    #[test]
+    fn instructions_embed_the_schema() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        let text = output_instructions(&schema);
+        assert!(
+            text.contains("```json\n{\n  \"type\": \"object\""),
+            "{text}"
+        );
+        assert!(text.contains("one JSON value"));
+        let text = repair_instructions("at /a: 1 is not of type \"string\"", &schema);
+        assert!(text.starts_with(
+            "Your previous answer did not match the required JSON schema: at /a: 1 is not"
+        ));
+        assert!(text.contains("Reply again with only"));
+        assert!(text.contains("\"properties\""));
+    }
 }
