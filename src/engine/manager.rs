@@ -167,7 +167,6 @@ struct LiveRun {
     generation: u32,
     control: mpsc::UnboundedSender<Control>,
     view: Arc<Mutex<LiveView>>,
-    project_dir: PathBuf,
     settled: watch::Receiver<bool>,
 }
 
@@ -468,7 +467,6 @@ impl Engine {
                     generation: record.generation,
                     control: control_tx,
                     view: view.clone(),
-                    project_dir: record.project_dir.clone(),
                     settled: settled_rx,
                 },
             );

@@ -105,7 +105,9 @@ fn bad_input_is_rejected_with_exit_2_and_no_run_record() {
     );
     let unknown_backend = ctx.write("unknown.js", "export const meta = { name: 'x', description: 'd', model: 'nosuch/model' };\nreturn await agent('x');\n");
     let plain = ctx.write("plain.js", &format!("{HEADER}return await agent('x');\n"));
-    let cases: Vec<(Vec<String>, &str, Option<(&str, &str)>)> = vec![
+    // (arguments, expected message, one extra environment variable)
+    type Case<'a> = (Vec<String>, &'a str, Option<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
         (
             vec!["run".into(), big.display().to_string()],
             "the limit is 1048576 bytes",

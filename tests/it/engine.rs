@@ -379,7 +379,11 @@ async fn nested_workflows_run_a_saved_script_by_name() {
     let (_, status) = h
         .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nreturn await workflow('child', {x: 5});")
         .await;
-    assert_eq!(status["outcome"]["result"], json!("ECHO: child 5!"), "{status:#}");
+    assert_eq!(
+        status["outcome"]["result"],
+        json!("ECHO: child 5!"),
+        "{status:#}"
+    );
     let error = h
         .start("export const meta = { name: 'x', description: 'd', model: 'codex' };\nreturn await workflow('missing');")
         .await
@@ -399,13 +403,23 @@ async fn agent_limit_is_enforced_at_its_edge() {
             project_dir: h.project.clone(),
             script: ScriptInput::Inline(script.into()),
             args: json!({}),
-            limits: agentprism::engine::LimitOverrides { max_agents: Some(3), ..Default::default() },
+            limits: agentprism::engine::LimitOverrides {
+                max_agents: Some(3),
+                ..Default::default()
+            },
         })
         .await
         .unwrap();
     h.engine.wait(&admission.run_id).await;
-    let status = h.engine.status(&admission.run_id, &StatusQuery::default()).await.unwrap();
-    assert_eq!(status["outcome"]["result"], json!({"n": 3, "code": "AGENT_LIMIT_EXCEEDED"}));
+    let status = h
+        .engine
+        .status(&admission.run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        status["outcome"]["result"],
+        json!({"n": 3, "code": "AGENT_LIMIT_EXCEEDED"})
+    );
 }
 
 #[tokio::test]
@@ -414,9 +428,18 @@ async fn label_glob_and_last_n_pick_the_latest_matching_calls() {
     let script = "export const meta = { name: 'x', description: 'd', model: 'codex' };\n\
         for (let i = 0; i < 4; i++) { await agent('r' + i, {label: 'review:' + i}); await agent('w' + i, {label: 'write:' + i}); }";
     let (run_id, _) = h.run_to_end(script).await;
-    let query = StatusQuery { last_n: 2, label_glob: Some("review:*".into()), log_lines: 0 };
+    let query = StatusQuery {
+        last_n: 2,
+        label_glob: Some("review:*".into()),
+        log_lines: 0,
+    };
     let status = h.engine.status(&run_id, &query).await.unwrap();
-    let labels: Vec<&str> = status["calls"].as_array().unwrap().iter().map(|c| c["label"].as_str().unwrap()).collect();
+    let labels: Vec<&str> = status["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
     assert_eq!(labels, vec!["review:2", "review:3"]);
     assert_eq!(status["truncation"]["calls"]["matched"], 4);
 }
@@ -428,11 +451,28 @@ async fn secrets_are_redacted_in_status_and_events_but_exact_in_the_result() {
         .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nconst t = await agent('Bearer abc.def.ghi');\nlog('token ' + t);\nreturn t;")
         .await;
     let text = status.to_string();
-    assert!(!text.contains("abc.def.ghi") || status["outcome"]["result"].as_str().unwrap().contains("abc.def.ghi"));
-    assert!(!status["calls"].to_string().contains("abc.def.ghi"), "{status:#}");
-    assert!(!status["logTail"].to_string().contains("abc.def.ghi"), "{status:#}");
+    assert!(
+        !text.contains("abc.def.ghi")
+            || status["outcome"]["result"]
+                .as_str()
+                .unwrap()
+                .contains("abc.def.ghi")
+    );
+    assert!(
+        !status["calls"].to_string().contains("abc.def.ghi"),
+        "{status:#}"
+    );
+    assert!(
+        !status["logTail"].to_string().contains("abc.def.ghi"),
+        "{status:#}"
+    );
     let events = h.store.events(&run_id, 0, 1000).await.unwrap();
-    assert!(events.iter().all(|e| !e.event.to_string().contains("abc.def.ghi")), "an event leaked the token");
+    assert!(
+        events
+            .iter()
+            .all(|e| !e.event.to_string().contains("abc.def.ghi")),
+        "an event leaked the token"
+    );
     assert!(events.iter().any(|e| e.redacted));
     let page = h.engine.result_page(&run_id, 0, 16384).await.unwrap();
     assert_eq!(page["chunk"], json!("ECHO: Bearer abc.def.ghi").to_string());
@@ -444,7 +484,12 @@ async fn script_backends_wait_for_approval() {
     let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent', args: ['--acp'] } } };\nreturn await agent('x');";
     let admission = h
         .engine
-        .start(RunRequest { project_dir: h.project.clone(), script: ScriptInput::Inline(script.into()), args: json!({}), limits: Default::default() })
+        .start(RunRequest {
+            project_dir: h.project.clone(),
+            script: ScriptInput::Inline(script.into()),
+            args: json!({}),
+            limits: Default::default(),
+        })
         .await
         .unwrap();
     assert_eq!(admission.status, RunStatus::Pending);
@@ -452,12 +497,29 @@ async fn script_backends_wait_for_approval() {
     assert_eq!(setup["request"]["kind"], "backend-approval");
     let setup_id = setup["request"]["id"].as_str().unwrap().to_owned();
     let decline = json!({"action": "decline"});
-    let answer = h.engine.setup_response(&admission.run_id, &setup_id, &decline).await.unwrap();
+    let answer = h
+        .engine
+        .setup_response(&admission.run_id, &setup_id, &decline)
+        .await
+        .unwrap();
     assert_eq!(answer["status"], "aborted");
-    let again = h.engine.setup_response(&admission.run_id, &setup_id, &decline).await.unwrap();
-    assert_eq!(again["accepted"], false, "the same answer again is idempotent");
+    let again = h
+        .engine
+        .setup_response(&admission.run_id, &setup_id, &decline)
+        .await
+        .unwrap();
+    assert_eq!(
+        again["accepted"], false,
+        "the same answer again is idempotent"
+    );
     let accept = json!({"action": "accept", "content": {"approve": true}});
-    assert!(h.engine.setup_response(&admission.run_id, &setup_id, &accept).await.is_err(), "a conflicting answer is refused");
+    assert!(
+        h.engine
+            .setup_response(&admission.run_id, &setup_id, &accept)
+            .await
+            .is_err(),
+        "a conflicting answer is refused"
+    );
     assert_eq!(h.runner.prompts(), 0);
 }
 
@@ -467,16 +529,37 @@ async fn approved_script_backends_run() {
     let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent' } } };\nreturn await agent('x');";
     let admission = h
         .engine
-        .start(RunRequest { project_dir: h.project.clone(), script: ScriptInput::Inline(script.into()), args: json!({}), limits: Default::default() })
+        .start(RunRequest {
+            project_dir: h.project.clone(),
+            script: ScriptInput::Inline(script.into()),
+            args: json!({}),
+            limits: Default::default(),
+        })
         .await
         .unwrap();
-    let setup_id = admission.setup.unwrap()["request"]["id"].as_str().unwrap().to_owned();
+    let setup_id = admission.setup.unwrap()["request"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let bad = json!({"action": "accept", "content": {"approve": "yes"}});
-    assert!(h.engine.setup_response(&admission.run_id, &setup_id, &bad).await.is_err(), "content must match the schema");
+    assert!(
+        h.engine
+            .setup_response(&admission.run_id, &setup_id, &bad)
+            .await
+            .is_err(),
+        "content must match the schema"
+    );
     let accept = json!({"action": "accept", "content": {"approve": true}});
-    h.engine.setup_response(&admission.run_id, &setup_id, &accept).await.unwrap();
+    h.engine
+        .setup_response(&admission.run_id, &setup_id, &accept)
+        .await
+        .unwrap();
     h.engine.wait(&admission.run_id).await;
-    let status = h.engine.status(&admission.run_id, &StatusQuery::default()).await.unwrap();
+    let status = h
+        .engine
+        .status(&admission.run_id, &StatusQuery::default())
+        .await
+        .unwrap();
     assert_eq!(status["outcome"]["result"], json!("ECHO: x"), "{status:#}");
     assert_eq!(status["calls"][0]["backendId"], "mine");
 }
@@ -491,7 +574,10 @@ fn mock_harness() -> Harness {
     let env = agentprism::env::EnvSnapshot::from_pairs([
         ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
         ("HOME".to_owned(), dir.path().display().to_string()),
-        ("AGENTPRISM_BACKENDS".to_owned(), json!({"mock": {"command": mock}}).to_string()),
+        (
+            "AGENTPRISM_BACKENDS".to_owned(),
+            json!({"mock": {"command": mock}}).to_string(),
+        ),
     ]);
     let store = Arc::new(SqliteStore::open(&root).expect("store"));
     let mut acp = agentprism::acp::AcpConfig::from_env(&env).expect("acp config");
@@ -502,14 +588,29 @@ fn mock_harness() -> Harness {
         store.clone(),
         runner,
         Arc::new(backends),
-        EngineConfig { home: Some(dir.path().to_path_buf()), probe: false, ..EngineConfig::default() },
+        EngineConfig {
+            home: Some(dir.path().to_path_buf()),
+            probe: false,
+            ..EngineConfig::default()
+        },
     );
-    Harness { _dir: dir, root, project, engine, runner: InstantRunner::new(), store }
+    Harness {
+        _dir: dir,
+        root,
+        project,
+        engine,
+        runner: InstantRunner::new(),
+        store,
+    }
 }
 
 async fn wait_running(h: &Harness, run_id: &RunId, count: usize) -> Value {
     wait_status(h, run_id, |status| {
-        status["calls"].as_array().map(|c| c.iter().filter(|c| c["status"] == "running").count()).unwrap_or(0) >= count
+        status["calls"]
+            .as_array()
+            .map(|c| c.iter().filter(|c| c["status"] == "running").count())
+            .unwrap_or(0)
+            >= count
     })
     .await
 }
@@ -517,11 +618,18 @@ async fn wait_running(h: &Harness, run_id: &RunId, count: usize) -> Value {
 async fn wait_status(h: &Harness, run_id: &RunId, predicate: impl Fn(&Value) -> bool) -> Value {
     let started = std::time::Instant::now();
     loop {
-        let status = h.engine.status(run_id, &StatusQuery::default()).await.unwrap();
+        let status = h
+            .engine
+            .status(run_id, &StatusQuery::default())
+            .await
+            .unwrap();
         if predicate(&status) {
             return status;
         }
-        assert!(started.elapsed() < std::time::Duration::from_secs(30), "status never matched: {status:#}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "status never matched: {status:#}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
@@ -537,30 +645,75 @@ async fn pause_lets_running_calls_finish_and_interrupts_queued_ones() {
             project_dir: h.project.clone(),
             script: ScriptInput::Inline(script.into()),
             args: json!({}),
-            limits: agentprism::engine::LimitOverrides { concurrency: Some(2), ..Default::default() },
+            limits: agentprism::engine::LimitOverrides {
+                concurrency: Some(2),
+                ..Default::default()
+            },
         })
         .await
         .unwrap();
     let run_id = admission.run_id;
-    let count = |status: &Value, state: &str| status["calls"].as_array().map(|c| c.iter().filter(|c| c["status"] == state).count()).unwrap_or(0);
+    let count = |status: &Value, state: &str| {
+        status["calls"]
+            .as_array()
+            .map(|c| c.iter().filter(|c| c["status"] == state).count())
+            .unwrap_or(0)
+    };
     // Concurrency 2: two calls run, three wait for a slot.
-    wait_status(&h, &run_id, |status| count(status, "running") == 2 && count(status, "queued") == 3).await;
-    let paused = h.engine.pause(&run_id, &StatusQuery::default()).await.unwrap();
+    wait_status(&h, &run_id, |status| {
+        count(status, "running") == 2 && count(status, "queued") == 3
+    })
+    .await;
+    let paused = h
+        .engine
+        .pause(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
     assert_eq!(paused["pauseRequested"], true);
     h.engine.wait(&run_id).await;
-    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
-    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("requested")), "{status:#}");
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (status["status"].as_str(), status["reason"].as_str()),
+        (Some("paused"), Some("requested")),
+        "{status:#}"
+    );
     let calls = h.store.latest_calls(&run_id).await.unwrap();
-    let journaled = calls.iter().filter(|c| c.outcome == agentprism::model::CallOutcome::Result).count();
-    let interrupted = calls.iter().filter(|c| c.aborted && c.origin == CallOrigin::Engine).count();
+    let journaled = calls
+        .iter()
+        .filter(|c| c.outcome == agentprism::model::CallOutcome::Result)
+        .count();
+    let interrupted = calls
+        .iter()
+        .filter(|c| c.aborted && c.origin == CallOrigin::Engine)
+        .count();
     assert_eq!((journaled, interrupted), (2, 3), "{calls:#?}");
     // Resume replays the two finished calls and runs the three interrupted ones.
-    h.engine.resume(ResumeRequest { run_id: Some(run_id.clone()), ..Default::default() }).await.unwrap();
+    h.engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     h.engine.wait(&run_id).await;
-    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
     assert_eq!(status["status"], "completed", "{status:#}");
     let calls = h.store.latest_calls(&run_id).await.unwrap();
-    assert_eq!(calls.iter().filter(|c| c.origin == CallOrigin::JournalReplay).count(), 2);
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.origin == CallOrigin::JournalReplay)
+            .count(),
+        2
+    );
     h.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
@@ -571,13 +724,30 @@ async fn stopping_one_call_returns_null_and_the_run_goes_on() {
         return await parallel([() => agent('stuck\\n@mock hang'), () => agent('fine\\n@mock delay 300')]);";
     let run_id = h.start(script).await.unwrap();
     let status = wait_running(&h, &run_id, 2).await;
-    let stuck = status["calls"].as_array().unwrap().iter().find(|c| c["index"] == 0).unwrap().clone();
+    let stuck = status["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["index"] == 0)
+        .unwrap()
+        .clone();
     assert_eq!(stuck["status"], "running");
-    let not_live = h.engine.stop(&run_id, Some(7), &StatusQuery::default()).await.unwrap_err();
+    let not_live = h
+        .engine
+        .stop(&run_id, Some(7), &StatusQuery::default())
+        .await
+        .unwrap_err();
     assert!(not_live.to_string().contains("0:agent 0"), "{not_live}");
-    h.engine.stop(&run_id, Some(0), &StatusQuery::default()).await.unwrap();
+    h.engine
+        .stop(&run_id, Some(0), &StatusQuery::default())
+        .await
+        .unwrap();
     h.engine.wait(&run_id).await;
-    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
     assert_eq!(status["status"], "completed", "{status:#}");
     assert_eq!(status["outcome"]["result"], json!([null, "ECHO: fine"]));
     assert_eq!(status["calls"][0]["errorCode"], "AGENT_CANCELLED");
@@ -590,19 +760,49 @@ async fn stopping_a_running_run_aborts_it_and_resume_replays_the_prefix() {
     let script = "export const meta = { name: 'x', description: 'd', model: 'mock' };\n\
         const a = await agent('first');\nconst b = await agent('second\\n@mock hang');\nreturn [a, b];";
     let run_id = h.start(script).await.unwrap();
-    wait_status(&h, &run_id, |status| status["calls"].as_array().is_some_and(|c| c.iter().any(|c| c["index"] == 1 && c["status"] == "running"))).await;
-    let stopped = h.engine.stop(&run_id, None, &StatusQuery::default()).await.unwrap();
+    wait_status(&h, &run_id, |status| {
+        status["calls"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["index"] == 1 && c["status"] == "running")
+        })
+    })
+    .await;
+    let stopped = h
+        .engine
+        .stop(&run_id, None, &StatusQuery::default())
+        .await
+        .unwrap();
     assert_eq!(stopped["stopped"], true, "{stopped:#}");
     assert_eq!(stopped["status"], "aborted");
     let events = h.store.events(&run_id, 0, 1000).await.unwrap();
-    assert_eq!(events.iter().filter(|e| e.event["type"] == "stopped").count(), 1);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.event["type"] == "stopped")
+            .count(),
+        1
+    );
     // The stored script is edited so the resumed call finishes: a revision.
     let file = PathBuf::from(stopped["scriptPath"].as_str().unwrap());
     std::fs::write(&file, script.replace("\\n@mock hang", "")).unwrap();
-    h.engine.resume(ResumeRequest { run_id: Some(run_id.clone()), ..Default::default() }).await.unwrap();
+    h.engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     h.engine.wait(&run_id).await;
-    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
-    assert_eq!(status["outcome"]["result"], json!(["ECHO: first", "ECHO: second"]), "{status:#}");
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        status["outcome"]["result"],
+        json!(["ECHO: first", "ECHO: second"]),
+        "{status:#}"
+    );
     assert_eq!(status["calls"][0]["replayed"], true, "{status:#}");
     h.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }
@@ -611,12 +811,23 @@ async fn stopping_a_running_run_aborts_it_and_resume_replays_the_prefix() {
 async fn auth_and_usage_limits_pause_the_run() {
     let h = mock_harness();
     let (run_id, status) = h.run_to_end("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock auth_required');").await;
-    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("auth_required")), "{status:#}");
+    assert_eq!(
+        (status["status"].as_str(), status["reason"].as_str()),
+        (Some("paused"), Some("auth_required")),
+        "{status:#}"
+    );
     assert_eq!(status["outcome"]["authContext"]["backendId"], "mock");
-    assert_eq!(status["outcome"]["authContext"]["methods"][0]["id"], "mock-login");
+    assert_eq!(
+        status["outcome"]["authContext"]["methods"][0]["id"],
+        "mock-login"
+    );
     let _ = run_id;
     let (_, status) = h.run_to_end("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock usage_limit');").await;
-    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("usage_limit")), "{status:#}");
+    assert_eq!(
+        (status["status"].as_str(), status["reason"].as_str()),
+        (Some("paused"), Some("usage_limit")),
+        "{status:#}"
+    );
     h.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
@@ -627,19 +838,51 @@ async fn permission_requests_wait_for_an_answer() {
     let run_id = h.start("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock permission');").await.unwrap();
     let (permission_id, request) = loop {
         match notices.recv().await.unwrap() {
-            agentprism::engine::events::RunNotice::Permission { run_id: id, permission_id, request } if id == run_id => break (permission_id, request),
+            agentprism::engine::events::RunNotice::Permission {
+                run_id: id,
+                permission_id,
+                request,
+            } if id == run_id => break (permission_id, request),
             _ => {}
         }
     };
-    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
-    assert_eq!(status["pendingPermissions"][0]["permissionId"], permission_id.as_str());
-    let option = request["options"][0]["optionId"].as_str().unwrap().to_owned();
-    let wrong = agentprism::engine::runner::PermissionOutcome::Selected { option_id: "nope".into() };
-    assert!(h.engine.respond_permission(&run_id, &permission_id, wrong).await.is_err());
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        status["pendingPermissions"][0]["permissionId"],
+        permission_id.as_str()
+    );
+    let option = request["options"][0]["optionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let wrong = agentprism::engine::runner::PermissionOutcome::Selected {
+        option_id: "nope".into(),
+    };
+    assert!(
+        h.engine
+            .respond_permission(&run_id, &permission_id, wrong)
+            .await
+            .is_err()
+    );
     let right = agentprism::engine::runner::PermissionOutcome::Selected { option_id: option };
-    h.engine.respond_permission(&run_id, &permission_id, right).await.unwrap();
+    h.engine
+        .respond_permission(&run_id, &permission_id, right)
+        .await
+        .unwrap();
     h.engine.wait(&run_id).await;
-    let status = h.engine.status(&run_id, &StatusQuery::default()).await.unwrap();
-    assert_eq!(status["outcome"]["result"], json!("PERMISSION: allow"), "{status:#}");
+    let status = h
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        status["outcome"]["result"],
+        json!("PERMISSION: allow"),
+        "{status:#}"
+    );
     h.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }

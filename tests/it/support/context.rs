@@ -167,22 +167,6 @@ impl TestContext {
         assert_eq!(finished.code(), 0, "status failed: {}", finished.stderr);
         finished.json()
     }
-
-    /// Polls `status` until `predicate` holds.
-    pub fn wait_status(&self, run_id: &str, predicate: impl Fn(&Value) -> bool) -> Value {
-        let started = Instant::now();
-        loop {
-            let status = self.status(run_id);
-            if predicate(&status) {
-                return status;
-            }
-            assert!(
-                started.elapsed() < DEADLINE,
-                "status never matched; last: {status:#}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
 }
 
 /// A background `agentprism`; its process group is killed if it is dropped unfinished.
