@@ -1,4 +1,6 @@
 //! Integration tests, one module per area.
 mod acp;
 mod engine;
+mod interop;
 mod mock_agent;
+mod support;
