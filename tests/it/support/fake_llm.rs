@@ -44,6 +44,8 @@ pub struct RecordedRequest {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The status the fake answered with.
+    pub status: u16,
 }
 
 /// What the server tasks share with the handle.
@@ -164,7 +166,10 @@ async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
             .header("connection")
             .is_some_and(|value| value.eq_ignore_ascii_case("close"));
         let response = respond(&state, &request);
-        lock(&state.requests).push(request);
+        lock(&state.requests).push(RecordedRequest {
+            status: response.status,
+            ..request
+        });
         if write_response(&mut stream, response, close).await.is_err() || close {
             return;
         }
@@ -235,6 +240,8 @@ async fn read_request(
         path,
         headers,
         body,
+        // Filled in once the request has been answered.
+        status: 0,
     }))
 }
 
@@ -275,10 +282,11 @@ async fn write_response(
         response.content_type,
         response.body.len()
     );
-    if response.status == 429 {
-        // Tells the Anthropic SDK not to wait long before its own retries, so a test of the
-        // failure path is not slowed by back-off.
-        head.push_str("retry-after: 0\r\n");
+    if response.status != 200 {
+        // Claude Code retries a 429 ten times with back-off unless told not to; the test of the
+        // failure path wants the failure, not a minute of retries. `retry-after: 0` covers a
+        // client that ignores `x-should-retry`.
+        head.push_str("x-should-retry: false\r\nretry-after: 0\r\n");
     }
     head.push_str(if close {
         "connection: close\r\n\r\n"
@@ -498,6 +506,6 @@ fn requested_status(prompt: &str) -> Option<u16> {
 
 /// Whether the prompt carries structured-output instructions: the engine's schema text names
 /// JSON (and the finished schema module fences the schema as ```json).
-fn asks_for_json(prompt: &str) -> bool {
+pub fn asks_for_json(prompt: &str) -> bool {
     prompt.contains("```json") || prompt.contains("JSON")
 }
