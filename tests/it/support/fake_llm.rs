@@ -4,8 +4,10 @@
 //!
 //! Every answer is derived from the last user text of the request, so a test steers the fake
 //! through its prompt alone: the reply is `MOCK-REPLY: <text>`; a prompt that asks for JSON
-//! gets the configured JSON value as the whole reply; `MOCK_STATUS=<code>` makes the request
-//! fail with that HTTP status and an Anthropic-shaped error body (429 is a `rate_limit_error`).
+//! (see [`asks_for_json`]; plain prompts should not say "JSON") gets the configured JSON value
+//! as the whole reply; `MOCK_STATUS=<code>` makes the request fail with that HTTP status and
+//! an Anthropic-shaped error body (429 is a `rate_limit_error`), marked as not worth retrying
+//! so the adapter reports it at once.
 //! Requests are recorded for assertions, and paths the fake does not know are logged to stderr
 //! and answered 404, so a new adapter version that calls something else shows up in test output
 //! instead of hanging.
