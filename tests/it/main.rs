@@ -2,5 +2,6 @@
 mod acp;
 mod cli;
 mod engine;
+mod interop;
 mod mock_agent;
 mod support;
