@@ -234,6 +234,8 @@ struct InFlight {
 
 #[derive(Default)]
 struct Progress {
+    /// The transcript so far, as upserted entries (assistant text, thoughts, tool calls).
+    transcript: Vec<TranscriptEntry>,
     turn_count: u32,
     observed: u64,
     coalesced: u64,
@@ -242,6 +244,73 @@ struct Progress {
     last_emit: Option<Instant>,
     dirty: bool,
     start_seq: u64,
+}
+
+/// One `agentTranscript` entry; `revision` grows with each change.
+struct TranscriptEntry {
+    role: &'static str,
+    kind: &'static str,
+    text: String,
+    tool_id: Option<String>,
+    tool_name: Option<String>,
+    revision: u32,
+    dirty: bool,
+}
+
+/// Entries beyond this many are not reported (the progress events still are).
+const MAX_TRANSCRIPT_ENTRIES: usize = 1000;
+
+impl Progress {
+    /// Folds one update into the transcript: chunks extend the current entry of their kind,
+    /// tool calls are keyed by their id.
+    fn record(&mut self, update: &AgentUpdate) {
+        let (role, kind, text, tool) = match update {
+            AgentUpdate::MessageChunk(text) => ("assistant", "text", text.as_str(), None),
+            AgentUpdate::ThoughtChunk(text) => ("assistant", "thought", text.as_str(), None),
+            AgentUpdate::ToolCall { id, title, .. } => {
+                ("tool", "tool_call", title.as_str(), Some(id.as_str()))
+            }
+            _ => return,
+        };
+        let existing = match tool {
+            Some(id) => self
+                .transcript
+                .iter()
+                .position(|e| e.tool_id.as_deref() == Some(id)),
+            None => self
+                .transcript
+                .last()
+                .and_then(|last| (last.kind == kind).then_some(self.transcript.len() - 1)),
+        };
+        match existing {
+            Some(position) => {
+                let entry = &mut self.transcript[position];
+                if tool.is_some() {
+                    entry.text = text.to_owned();
+                    entry.tool_name = Some(text.to_owned());
+                } else {
+                    entry.text.push_str(text);
+                    if entry.text.len() > 2048 {
+                        entry.text = tail_utf8(&entry.text, 512).to_owned();
+                    }
+                }
+                entry.revision += 1;
+                entry.dirty = true;
+            }
+            None if self.transcript.len() < MAX_TRANSCRIPT_ENTRIES => {
+                self.transcript.push(TranscriptEntry {
+                    role,
+                    kind,
+                    text: text.to_owned(),
+                    tool_id: tool.map(str::to_owned),
+                    tool_name: tool.map(|_| text.to_owned()),
+                    revision: 1,
+                    dirty: true,
+                })
+            }
+            None => {}
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -1140,6 +1209,7 @@ impl Driver {
                 };
                 let progress = &mut call.progress;
                 progress.observed += 1;
+                progress.record(&update);
                 match &update {
                     AgentUpdate::MessageChunk(text) => {
                         progress.latest_text.push_str(text);
@@ -1196,6 +1266,28 @@ impl Driver {
         } else if let Some(tool) = &progress.last_tool {
             fields["lastToolName"] = Value::String(tool.clone());
         }
+        let start_seq = progress.start_seq;
+        let mut upserts = Vec::new();
+        for (entry_index, entry) in progress
+            .transcript
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, e)| e.dirty)
+        {
+            entry.dirty = false;
+            let mut shown = json!({"role": entry.role, "kind": entry.kind, "text": tail_utf8(&entry.text, 512)});
+            if let Some(name) = &entry.tool_name {
+                shown["toolName"] = Value::String(name.clone());
+            }
+            upserts.push(json!({
+                "callIndex": index,
+                "executionStartSeq": start_seq,
+                "entryIndex": entry_index,
+                "revision": entry.revision,
+                "operation": "upsert",
+                "entry": shown,
+            }));
+        }
         let scope = call.scope.clone();
         let activity = json!({"callIndex": index, "label": call.label, "latestText": fields.get("latestText"), "lastToolName": fields.get("lastToolName")});
         self.setup
@@ -1204,6 +1296,9 @@ impl Driver {
             .map(|mut live| live.latest_activity = Some(activity))
             .ok();
         self.events.push("agentProgress", &scope, fields);
+        for upsert in upserts {
+            self.events.push("agentTranscript", &scope, upsert);
+        }
     }
 
     async fn on_done(&mut self, index: u32, result: TaskResult) {

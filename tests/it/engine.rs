@@ -886,3 +886,50 @@ async fn permission_requests_wait_for_an_answer() {
     );
     h.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn progress_and_transcript_events_describe_a_running_call() {
+    let h = mock_harness();
+    let (run_id, status) = h
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('hi\\n@mock thought pondering\\n@mock tool Read file\\n@mock chunks 3');")
+        .await;
+    assert_eq!(status["status"], "completed", "{status:#}");
+    let events: Vec<Value> = h
+        .store
+        .events(&run_id, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let start = kinds.iter().position(|k| *k == "agentStart").unwrap();
+    let progress = kinds
+        .iter()
+        .position(|k| *k == "agentProgress")
+        .expect("a progress event");
+    let end = kinds.iter().position(|k| *k == "agentEnd").unwrap();
+    assert!(start < progress && progress < end, "{kinds:?}");
+    let transcript: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "agentTranscript")
+        .collect();
+    let entry_kinds: Vec<&str> = transcript
+        .iter()
+        .map(|e| e["entry"]["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        entry_kinds.contains(&"thought")
+            && entry_kinds.contains(&"tool_call")
+            && entry_kinds.contains(&"text"),
+        "{transcript:#?}"
+    );
+    // The newest revision of the text entry holds the whole reply.
+    let text = transcript
+        .iter()
+        .filter(|e| e["entry"]["kind"] == "text")
+        .max_by_key(|e| e["revision"].as_u64())
+        .unwrap();
+    assert_eq!(text["entry"]["text"], "ECHO: hi");
+    h.engine.shutdown(std::time::Duration::from_secs(5)).await;
+}
