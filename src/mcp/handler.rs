@@ -1,0 +1,286 @@
+//! The boundary between the MCP core (JSON-RPC, protocol eras, sessions, transports) and what
+//! a server offers (tools, resources, prompts, extension methods).
+//!
+//! The core owns the wire: it parses and validates messages, negotiates the era, keeps legacy
+//! sessions and their subscriptions, adds `resultType`/`ttlMs`/`cacheScope` where the modern era
+//! needs them, and routes notifications to the right streams. A [`McpHandler`] only answers
+//! requests with MCP result objects and publishes server-side changes on a [`NotificationHub`].
+//! The workflow server, `agentprism serve <dir>` and the conformance fixture are handlers.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// JSON-RPC error codes used across the MCP layer.
+pub mod codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// 2025 era: resource not found.
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// 2026-07-28: a header does not match the body.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// 2026-07-28: a needed client capability was not declared.
+    pub const MISSING_CAPABILITY: i64 = -32021;
+    /// 2026-07-28: unsupported protocol version.
+    pub const UNSUPPORTED_VERSION: i64 = -32022;
+}
+
+/// A JSON-RPC error a handler returns; the core sends it with the request's id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl McpError {
+    pub fn new(code: i64, message: impl Into<String>) -> McpError {
+        McpError { code, message: message.into(), data: None }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> McpError {
+        McpError::new(codes::INVALID_PARAMS, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> McpError {
+        McpError::new(codes::INTERNAL_ERROR, message)
+    }
+
+    pub fn method_not_found(method: &str) -> McpError {
+        McpError::new(codes::METHOD_NOT_FOUND, format!("method not found: {method}"))
+    }
+
+    pub fn with_data(mut self, data: Value) -> McpError {
+        self.data = Some(data);
+        self
+    }
+}
+
+impl std::fmt::Display for McpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+pub type McpResult<T> = Result<T, McpError>;
+
+/// The protocol era a request arrived in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Era {
+    /// The initialize handshake (2025-11-25, 2025-06-18, 2025-03-26): sessions, server-to-client
+    /// requests allowed, GET stream.
+    Legacy { version: String },
+    /// 2026-07-28: every request carries its version and client capabilities in `_meta`.
+    Modern { version: String },
+}
+
+impl Era {
+    pub fn version(&self) -> &str {
+        match self {
+            Era::Legacy { version } | Era::Modern { version } => version,
+        }
+    }
+
+    pub fn is_modern(&self) -> bool {
+        matches!(self, Era::Modern { .. })
+    }
+}
+
+/// Who is asking, and how to talk back while the request runs.
+#[derive(Clone, Debug)]
+pub struct RequestContext {
+    pub era: Era,
+    /// The legacy session (`Mcp-Session-Id`, or the one stdio session); `None` when stateless.
+    pub session_id: Option<String>,
+    /// The JSON-RPC id of the request.
+    pub request_id: Value,
+    /// The method, e.g. `tools/call`.
+    pub method: String,
+    /// Declared client capabilities (from initialize, or the request's `_meta`).
+    pub client_capabilities: Value,
+    pub client_info: Option<Value>,
+    /// `params._meta.progressToken`, if the client asked for progress.
+    pub progress_token: Option<Value>,
+    /// Fires on `notifications/cancelled` for this request, a closed stateless response
+    /// stream, or server shutdown.
+    pub cancel: CancellationToken,
+    /// Notifications related to this request (progress, logging), sent on its response stream.
+    pub notifier: RequestNotifier,
+}
+
+impl RequestContext {
+    /// Sends `notifications/progress` if the client gave a progress token.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        if let Some(token) = &self.progress_token {
+            let mut params = serde_json::json!({"progressToken": token, "progress": progress});
+            if let Some(total) = total {
+                params["total"] = total.into();
+            }
+            if let Some(message) = message {
+                params["message"] = message.into();
+            }
+            self.notifier.notify("notifications/progress", params);
+        }
+    }
+
+    /// Whether the client declared a capability path such as `["elicitation"]` or
+    /// `["extensions", "io.modelcontextprotocol/ui"]`.
+    pub fn client_has(&self, path: &[&str]) -> bool {
+        let mut cursor = &self.client_capabilities;
+        for key in path {
+            match cursor.get(key) {
+                Some(next) => cursor = next,
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A notification the core sends on the request's own stream (or stdout on stdio).
+#[derive(Clone, Debug)]
+pub struct Notification {
+    pub method: String,
+    pub params: Value,
+}
+
+/// Sends notifications tied to one request. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RequestNotifier {
+    sender: Option<mpsc::UnboundedSender<Notification>>,
+}
+
+impl RequestNotifier {
+    pub fn new(sender: mpsc::UnboundedSender<Notification>) -> RequestNotifier {
+        RequestNotifier { sender: Some(sender) }
+    }
+
+    /// A notifier that drops everything (tests, in-process calls).
+    pub fn discard() -> RequestNotifier {
+        RequestNotifier { sender: None }
+    }
+
+    pub fn notify(&self, method: &str, params: Value) {
+        if let Some(sender) = &self.sender {
+            let _ = sender.send(Notification { method: method.to_owned(), params });
+        }
+    }
+}
+
+/// Server-side changes the core fans out to interested sessions and listen streams.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerEvent {
+    /// `notifications/resources/updated` for subscribers of `uri`.
+    ResourceUpdated { uri: String },
+    ResourcesListChanged,
+    ToolsListChanged,
+    PromptsListChanged,
+    /// A resource went away: the core drops its subscriptions.
+    ResourceDeleted { uri: String },
+    /// A notification only for one legacy session (e.g. a host-specific channel).
+    ToSession { session_id: String, method: String, params: Value },
+}
+
+/// The broadcast channel handlers publish [`ServerEvent`]s on. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct NotificationHub {
+    sender: broadcast::Sender<ServerEvent>,
+}
+
+impl Default for NotificationHub {
+    fn default() -> Self {
+        NotificationHub::new()
+    }
+}
+
+impl NotificationHub {
+    pub fn new() -> NotificationHub {
+        let (sender, _) = broadcast::channel(1024);
+        NotificationHub { sender }
+    }
+
+    pub fn publish(&self, event: ServerEvent) {
+        let _ = self.sender.send(event);
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {
+        self.sender.subscribe()
+    }
+}
+
+/// `serverInfo` / `_meta["io.modelcontextprotocol/serverInfo"]`.
+#[derive(Clone, Debug)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+    pub title: Option<String>,
+}
+
+/// What an MCP server offers. Results are MCP result objects (`{tools:[..]}`,
+/// `{content:[..], structuredContent?, isError?}`, `{contents:[..]}`...) without
+/// `resultType`/`ttlMs`/`cacheScope`, which the core adds for the modern era.
+#[async_trait]
+pub trait McpHandler: Send + Sync + 'static {
+    fn server_info(&self) -> ServerInfo;
+
+    /// Optional `instructions` for initialize/discover.
+    fn instructions(&self) -> Option<String> {
+        None
+    }
+
+    /// The `capabilities` object (tools, resources, prompts, logging, completions,
+    /// extensions). The core answers methods of undeclared capabilities with -32601.
+    fn capabilities(&self) -> Value;
+
+    /// The hub this handler publishes on.
+    fn hub(&self) -> &NotificationHub;
+
+    async fn list_tools(&self, ctx: &RequestContext, cursor: Option<&str>) -> McpResult<Value>;
+
+    /// `tools/call`. Unknown tools and malformed arguments are JSON-RPC errors; failures of the
+    /// tool itself are results with `isError: true`.
+    async fn call_tool(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value>;
+
+    async fn list_resources(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        Ok(serde_json::json!({"resources": []}))
+    }
+
+    async fn list_resource_templates(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        Ok(serde_json::json!({"resourceTemplates": []}))
+    }
+
+    /// `resources/read`. A missing resource: legacy -32002, modern -32602 with `data.uri`
+    /// (the core maps [`codes::RESOURCE_NOT_FOUND`] for the modern era).
+    async fn read_resource(&self, ctx: &RequestContext, uri: &str) -> McpResult<Value>;
+
+    /// Checks that `uri` may be subscribed; the core keeps the subscription itself.
+    async fn check_subscribe(&self, _ctx: &RequestContext, uri: &str) -> McpResult<()> {
+        Err(McpError::invalid_params(format!("{uri} cannot be subscribed")))
+    }
+
+    async fn list_prompts(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        Ok(serde_json::json!({"prompts": []}))
+    }
+
+    async fn get_prompt(&self, _ctx: &RequestContext, name: &str, _arguments: Value) -> McpResult<Value> {
+        Err(McpError::invalid_params(format!("unknown prompt {name}")))
+    }
+
+    /// `completion/complete`.
+    async fn complete(&self, _ctx: &RequestContext, _params: Value) -> McpResult<Value> {
+        Ok(serde_json::json!({"completion": {"values": [], "hasMore": false}}))
+    }
+
+    /// Any other method (`skills/list`, `skills/get`, `resources/directory/read`, `run/*`).
+    /// `None` means "not mine": the core answers -32601.
+    async fn custom(&self, _ctx: &RequestContext, _method: &str, _params: Value) -> Option<McpResult<Value>> {
+        None
+    }
+
+    /// A legacy session ended (DELETE, eviction, stdio EOF): drop per-session state.
+    async fn session_closed(&self, _session_id: &str) {}
+}

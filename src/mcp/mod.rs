@@ -1,0 +1,9 @@
+//! MCP: JSON-RPC and the Model Context Protocol in both eras (the 2025 initialize handshake
+//! with sessions, and the stateless 2026-07-28 form), shared by every transport.
+
+pub mod handler;
+
+pub use handler::{
+    Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext, RequestNotifier, ServerEvent,
+    ServerInfo,
+};
