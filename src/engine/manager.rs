@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
@@ -332,6 +333,18 @@ impl Engine {
 
     /// Prepares and admits a run; execution continues in the background.
     pub async fn start(&self, request: RunRequest) -> EngineResult<Admission> {
+        self.start_cancellable(request, &CancellationToken::new())
+            .await
+    }
+
+    /// Like [`Engine::start`], but `cancel` abandons preparation (releasing its capacity) as
+    /// long as the run is not admitted yet. Once admission begins it completes: callers must
+    /// keep awaiting the future rather than dropping it.
+    pub async fn start_cancellable(
+        &self,
+        request: RunRequest,
+        cancel: &CancellationToken,
+    ) -> EngineResult<Admission> {
         check_project_dir(&request.project_dir)?;
         let limits = Limits::default().with_overrides(
             request.limits.max_agents,
@@ -342,7 +355,7 @@ impl Engine {
         let slot = self.reserve(&request.project_dir, active)?;
         let bytes = prepare::read_script(&request.script)?;
         let run_id = RunId::generate();
-        let prepared = prepare::prepare(PrepareInput {
+        let preparation = prepare::prepare(PrepareInput {
             bytes,
             args: request.args.clone(),
             project_dir: &request.project_dir,
@@ -354,8 +367,13 @@ impl Engine {
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
             nested: Some(self.nested_resolver(&request.project_dir, &run_id)),
-        })
-        .await?;
+        });
+        let prepared = tokio::select! {
+            prepared = preparation => prepared?,
+            _ = cancel.cancelled() => {
+                return Err(EngineError::Rejected("the request was cancelled before the run was admitted; nothing was stored".into()));
+            }
+        };
 
         let (script_source, script_file) = match &request.script {
             ScriptInput::Inline(_) => {

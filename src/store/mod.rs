@@ -174,6 +174,9 @@ pub trait Store: Send + Sync + 'static {
     /// Runs of a project whose status is pending or running.
     async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>>;
 
+    /// Runs whose recorded script file is `script_file`, newest first.
+    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>>;
+
     /// Deletes the run and everything stored with it (calls, events, answers, receipts).
     async fn delete_run(&self, run_id: &RunId) -> StoreResult<()>;
 }

@@ -34,7 +34,10 @@ pub const DATABASE_FILE: &str = "store.db";
 
 /// Schema migrations in the order they apply; after migration `n` (1-based) the database's
 /// `user_version` is `n`. Append new files, never edit an applied one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/sqlite/0001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/sqlite/0001_initial.sql"),
+    include_str!("migrations/sqlite/0002_runs_by_script.sql"),
+];
 
 /// How long a statement waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -598,6 +601,23 @@ impl Store for SqliteStore {
             )
             .context(doing)?;
         let mut rows = statement.query([project_text]).context(doing)?;
+        let mut run_ids = Vec::new();
+        while let Some(row) = rows.next().context(doing)? {
+            run_ids.push(stored_run_id(row)?);
+        }
+        Ok(run_ids)
+    }
+
+    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
+        let doing = || format!("find the runs of script {}", script_file.display());
+        let Ok(path_text) = path_text(script_file, "script file") else {
+            return Ok(Vec::new());
+        };
+        let connection = self.connection();
+        let mut statement = connection
+            .prepare_cached("SELECT run_id FROM runs WHERE script_file = ?1 ORDER BY started_at DESC, run_id DESC")
+            .context(doing)?;
+        let mut rows = statement.query([path_text]).context(doing)?;
         let mut run_ids = Vec::new();
         while let Some(row) = rows.next().context(doing)? {
             run_ids.push(stored_run_id(row)?);
@@ -2318,6 +2338,39 @@ mod tests {
         assert_eq!(
             first.log_tail(&record.run_id, 5).await.expect("log"),
             (vec!["from second".to_owned()], 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn runs_are_found_by_their_script_file() {
+        let folder = tempfile::tempdir().expect("temporary folder");
+        let store = SqliteStore::open(folder.path()).expect("open store");
+        let shared = PathBuf::from("/work/flows/shared.js");
+        let first = RunRecord {
+            script_file: shared.clone(),
+            ..run_record("a-aaaaaa", PROJECT, 1)
+        };
+        let second = RunRecord {
+            script_file: shared.clone(),
+            ..run_record("b-bbbbbb", PROJECT, 2)
+        };
+        let other = run_record("c-cccccc", PROJECT, 3);
+        for run in [&first, &second, &other] {
+            store
+                .create_run(run, &lease("token"))
+                .await
+                .expect("create");
+        }
+        assert_eq!(
+            store.runs_with_script(&shared).await.expect("lookup"),
+            vec![run_id("b-bbbbbb"), run_id("a-aaaaaa")]
+        );
+        assert!(
+            store
+                .runs_with_script(Path::new("/nowhere.js"))
+                .await
+                .expect("lookup")
+                .is_empty()
         );
     }
 }
