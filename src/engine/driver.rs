@@ -521,24 +521,12 @@ impl Driver {
     }
 
     async fn on_agent_call(&mut self, call_id: u64, payload: Value) {
-        let scope = payload
-            .get("scope")
-            .and_then(Value::as_str)
-            .unwrap_or("root")
-            .to_owned();
-        let prompt = payload
-            .get("prompt")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let path = payload
-            .get("path")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let options = payload
-            .get("options")
-            .cloned()
-            .unwrap_or(Value::Object(Default::default()));
+        let CallPayload {
+            scope,
+            prompt,
+            path,
+            options,
+        } = CallPayload::parse(&payload);
         if self.agent_count >= self.setup.limits.max_agents {
             self.reject(
                 call_id,
@@ -944,21 +932,12 @@ impl Driver {
     }
 
     async fn on_checkpoint(&mut self, call_id: u64, payload: Value) {
-        let scope = payload
-            .get("scope")
-            .and_then(Value::as_str)
-            .unwrap_or("root")
-            .to_owned();
-        let prompt = payload
-            .get("prompt")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let path = payload
-            .get("path")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let options = payload.get("options").cloned().unwrap_or(Value::Null);
+        let CallPayload {
+            scope,
+            prompt,
+            path,
+            options,
+        } = CallPayload::parse(&payload);
         let kind = options
             .get("kind")
             .and_then(Value::as_str)
@@ -1677,6 +1656,29 @@ impl Driver {
         outcome.store_error = self.store_error.take();
         self.tracker.wait().await;
         outcome
+    }
+}
+
+/// What the prelude sends with `agent()` and `checkpoint()`: `{scope, prompt, options, path}`.
+struct CallPayload {
+    scope: String,
+    prompt: String,
+    path: Option<String>,
+    options: Value,
+}
+
+impl CallPayload {
+    fn parse(payload: &Value) -> CallPayload {
+        let text = |key: &str| payload.get(key).and_then(Value::as_str);
+        CallPayload {
+            scope: text("scope").unwrap_or("root").to_owned(),
+            prompt: text("prompt").unwrap_or_default().to_owned(),
+            path: text("path").map(str::to_owned),
+            options: payload
+                .get("options")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        }
     }
 }
 

@@ -696,20 +696,40 @@ impl Engine {
                 usage.add(&call.usage);
             }
             record.token_usage = usage;
-            let last = self.inner.store.last_event_seq(run_id).await?;
-            let mut events = EventLog::new(run_id.clone(), last, None);
-            events.push("paused", "root", json!({"reason": "interrupted"}));
-            self.inner
-                .store
-                .append_events(run_id, &events.take(), Fence(&ours.token))
-                .await?;
-            self.inner
-                .store
-                .update_run(&record, ScriptChange::Unchanged, Fence(&ours.token))
-                .await?;
+            self.record_cold(
+                &record,
+                "paused",
+                json!({"reason": "interrupted"}),
+                &ours.token,
+            )
+            .await?;
         }
         self.inner.store.release_lease(run_id, &ours.token).await?;
         Ok(record)
+    }
+
+    /// Settles a run that no execution holds: one event on its stream, then the run row,
+    /// both fenced by the lease the caller took for the change.
+    async fn record_cold(
+        &self,
+        record: &RunRecord,
+        event: &str,
+        fields: Value,
+        lease_token: &str,
+    ) -> EngineResult<()> {
+        let run_id = &record.run_id;
+        let last = self.inner.store.last_event_seq(run_id).await?;
+        let mut events = EventLog::new(run_id.clone(), last, Some(self.inner.notices.clone()));
+        events.push(event, "root", fields);
+        self.inner
+            .store
+            .append_events(run_id, &events.take(), Fence(lease_token))
+            .await?;
+        self.inner
+            .store
+            .update_run(record, ScriptChange::Unchanged, Fence(lease_token))
+            .await?;
+        Ok(())
     }
 
     /// Continues a paused, aborted or failed run under the same id.
@@ -1039,17 +1059,13 @@ impl Engine {
             )
         } else {
             record.status = RunStatus::Aborted;
-            let last = self.inner.store.last_event_seq(run_id).await?;
-            let mut events = EventLog::new(run_id.clone(), last, Some(self.inner.notices.clone()));
-            events.push("stopped", "root", json!({"reason": "setup declined"}));
-            self.inner
-                .store
-                .append_events(run_id, &events.take(), Fence(&lease.token))
-                .await?;
-            self.inner
-                .store
-                .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
-                .await?;
+            self.record_cold(
+                &record,
+                "stopped",
+                json!({"reason": "setup declined"}),
+                &lease.token,
+            )
+            .await?;
             self.inner.store.release_lease(run_id, &lease.token).await?;
             Ok(
                 json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": "aborted", "accepted": false}),
@@ -1170,16 +1186,7 @@ impl Engine {
         record.status = RunStatus::Aborted;
         record.pause_reason = None;
         record.updated_at = now_ms();
-        let last = self.inner.store.last_event_seq(run_id).await?;
-        let mut events = EventLog::new(run_id.clone(), last, Some(self.inner.notices.clone()));
-        events.push("stopped", "root", json!({}));
-        self.inner
-            .store
-            .append_events(run_id, &events.take(), Fence(&lease.token))
-            .await?;
-        self.inner
-            .store
-            .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+        self.record_cold(&record, "stopped", json!({}), &lease.token)
             .await?;
         self.inner.store.release_lease(run_id, &lease.token).await?;
         let mut status = self.status(run_id, query).await?;
