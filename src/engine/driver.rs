@@ -329,6 +329,8 @@ enum Halt {
 struct Driver {
     setup: DriverSetup,
     vm: Option<vm::VmHandle>,
+    /// A VM told to stop, joined (off the async threads) when the generation ends.
+    halted_vm: Option<vm::VmHandle>,
     events: EventLog,
     semaphore: Arc<Semaphore>,
     gate_closed: Arc<AtomicBool>,
@@ -379,6 +381,7 @@ impl Driver {
             used_answers,
             store_error: None,
             vm: Some(vm),
+            halted_vm: None,
             setup,
         }
     }
@@ -1517,10 +1520,9 @@ impl Driver {
         }
         self.gate_closed.store(true, Ordering::SeqCst);
         if let Some(vm) = self.vm.take() {
+            // The VM thread exits at its next interrupt check or wait; `finish` joins it.
             vm.halt();
-            // The VM thread exits at its next check; dropping the handle joins it off the
-            // async thread.
-            std::thread::spawn(move || drop(vm));
+            self.halted_vm = Some(vm);
         }
         // A requested pause lets running calls finish and journal; an interrupted one (the
         // owner is going away) cancels them like a stop does.
@@ -1655,6 +1657,9 @@ impl Driver {
         outcome.next_settlement = self.setup.next_settlement;
         outcome.store_error = self.store_error.take();
         self.tracker.wait().await;
+        if let Some(vm) = self.halted_vm.take() {
+            let _ = tokio::task::spawn_blocking(move || drop(vm)).await;
+        }
         outcome
     }
 }
