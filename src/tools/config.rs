@@ -90,12 +90,12 @@ impl WorkflowServer {
         tokio::pin!(deadline);
         while !probes.is_empty() {
             tokio::select! {
-                joined = probes.join_next() => match joined {
-                    Some(Ok((slot, report))) => {
+                joined = probes.join_next() => {
+                    // A panicked probe leaves its slot empty; it is reported as unfinished.
+                    if let Some(Ok((slot, report))) = joined {
                         entries[slot] = Some(harness_entry(&report, targets[slot].model.as_deref(), filter.as_ref()));
                     }
-                    Some(Err(_)) | None => {}
-                },
+                }
                 _ = &mut deadline => break,
             }
         }
