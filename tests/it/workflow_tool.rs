@@ -1132,3 +1132,29 @@ async fn the_prompt_points_at_the_skill_and_config() {
         .unwrap();
     assert_eq!(templates["resourceTemplates"].as_array().unwrap().len(), 3);
 }
+
+/// The skill's example scripts prepare cleanly against the engine they document.
+#[tokio::test]
+async fn the_skill_examples_pass_preparation() {
+    let s = setup();
+    let sources = [
+        include_str!("../../docs/authoring/SKILL.md"),
+        include_str!("../../docs/authoring/references/examples.md"),
+    ];
+    let mut checked = 0;
+    for source in sources {
+        for block in source.split("```js\n").skip(1) {
+            let script = block.split("\n```").next().unwrap();
+            s.h.engine
+                .validate(
+                    &s.h.project,
+                    &agentprism::engine::ScriptInput::Inline(script.to_owned()),
+                    json!({}),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{script}\n=> {e}"));
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 5);
+}
