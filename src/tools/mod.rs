@@ -77,25 +77,26 @@ impl Default for WorkflowServerOptions {
 /// The MCP face of an [`Engine`]: build one with [`WorkflowServer::new`] and hand it to a
 /// transport from the MCP core.
 ///
-/// ```ignore
-/// // `ignore`: the serving functions come from the MCP core (`agentprism::transport`),
-/// // which lands separately; everything else here is the real API.
+/// ```no_run
 /// use std::sync::Arc;
 /// use agentprism::engine::{Engine, EngineConfig, instant::InstantRunner};
-/// use agentprism::acp::lookup::Backends;
+/// use agentprism::mcp::McpHandler;
 /// use agentprism::store::SqliteStore;
 /// use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 ///
 /// # async fn serve() -> anyhow::Result<()> {
+/// let env = agentprism::env::EnvSnapshot::capture();
 /// let store = Arc::new(SqliteStore::open(std::path::Path::new("/tmp/agentprism-state"))?);
-/// let backends = Arc::new(Backends::from_env(&agentprism::env::EnvSnapshot::capture())?);
+/// let backends = agentprism::acp::lookup::Backends::from_env(&env).map_err(anyhow::Error::msg)?;
 /// // Any `AgentRunner` works: the ACP runner in production, the instant runner in tests.
-/// let engine = Engine::new(store, InstantRunner::new(), backends, EngineConfig::default());
+/// let engine = Engine::new(store, InstantRunner::new(), Arc::new(backends), EngineConfig::default());
 /// let server = WorkflowServer::new(engine, WorkflowServerOptions::default());
-/// agentprism::transport::stdio::serve(server.clone(), tokio::io::stdin(), tokio::io::stdout()).await?;
+/// assert_eq!(server.server_info().name, "agentprism");
+/// // Hand `server.clone()` to a transport of the MCP core (`agentprism::transport`, stdio or
+/// // HTTP), or to your own: every MCP method is a method of `McpHandler`.
 /// server.shutdown().await;
 /// # Ok(()) }
-/// ```
+/// /// ```
 pub struct WorkflowServer {
     engine: Engine,
     options: WorkflowServerOptions,
