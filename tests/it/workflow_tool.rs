@@ -1158,3 +1158,82 @@ async fn the_skill_examples_pass_preparation() {
     }
     assert_eq!(checked, 5);
 }
+
+/// Live permission requests show in status and are answered through the tool; a live call
+/// can be cancelled by index (scenario 15's tool side).
+#[tokio::test]
+async fn permissions_and_single_call_stops_go_through_the_tool() {
+    let h = crate::engine::mock_harness();
+    let server = WorkflowServer::new(h.engine.clone(), WorkflowServerOptions::default());
+    let s = Setup { h, server };
+    let ack = s
+        .run("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock permission');")
+        .await;
+    let run_id = ack["structuredContent"]["runId"]
+        .as_str()
+        .expect("admitted")
+        .to_owned();
+    let pending = loop {
+        let status = s.status(&run_id).await;
+        if let Some(pending) = status["structuredContent"]["pendingPermissions"].get(0) {
+            assert!(
+                text_of(&status).contains("permissions-response"),
+                "{status:#}"
+            );
+            break pending.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let permission_id = pending["permissionId"].as_str().unwrap();
+    let wrong = s
+        .call(json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "response": {"outcome": {"outcome": "selected", "optionId": "nope"}}}))
+        .await;
+    assert!(is_error(&wrong), "{wrong:#}");
+    let option = pending["options"][0]["optionId"].as_str().unwrap();
+    let right = s
+        .call(json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "response": {"outcome": {"outcome": "selected", "optionId": option}}}))
+        .await;
+    assert_eq!(right["structuredContent"]["accepted"], true, "{right:#}");
+    s.h.engine.wait(&parse_id(&run_id)).await;
+    assert_eq!(
+        s.status(&run_id).await["structuredContent"]["outcome"]["result"],
+        "PERMISSION: allow"
+    );
+
+    let ack = s
+        .run("export const meta = { name: 'x', description: 'd', model: 'mock' };\nconst [a, b] = await parallel([() => agent('a\\n@mock delay 5000'), () => agent('b')]);\nreturn {a, b};")
+        .await;
+    let run_id = ack["structuredContent"]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    loop {
+        let status = s.status(&run_id).await;
+        let running = status["structuredContent"]["calls"]
+            .as_array()
+            .is_some_and(|calls| {
+                calls
+                    .iter()
+                    .any(|c| c["index"] == 0 && c["status"] == "running")
+            });
+        if running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancel = s
+        .call(json!({"action": "stop", "runId": run_id, "callIndex": 0}))
+        .await;
+    assert_eq!(
+        cancel["structuredContent"]["cancelled"]["callIndex"], 0,
+        "{cancel:#}"
+    );
+    s.h.engine.wait(&parse_id(&run_id)).await;
+    let done = s.status(&run_id).await;
+    assert_eq!(done["structuredContent"]["status"], "completed", "{done:#}");
+    assert_eq!(
+        done["structuredContent"]["outcome"]["result"]["a"],
+        Value::Null
+    );
+    s.h.engine.shutdown(Duration::from_secs(5)).await;
+}
