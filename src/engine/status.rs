@@ -41,7 +41,22 @@ impl Default for StatusQuery {
 }
 
 pub fn script_uri(record: &RunRecord) -> String {
-    format!("file://{}", record.script_file.display())
+    file_uri(&record.script_file)
+}
+
+/// The `file://` URI of an absolute path, percent-encoding every byte outside the RFC 3986
+/// unreserved set and `/`, so paths with spaces or `#` still make valid URIs that MCP
+/// clients round-trip byte for byte.
+pub fn file_uri(path: &std::path::Path) -> String {
+    let mut uri = String::from("file://");
+    for &byte in path.as_os_str().as_encoded_bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'/' | b'-' | b'.' | b'_' | b'~') {
+            uri.push(byte as char);
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri
 }
 
 /// Builds the status document.

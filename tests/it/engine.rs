@@ -565,7 +565,7 @@ async fn approved_script_backends_run() {
 }
 
 /// An engine whose backend `mock` is the scripted mock agent subprocess.
-fn mock_harness() -> Harness {
+pub fn mock_harness() -> Harness {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("state");
     let project = dir.path().join("project");

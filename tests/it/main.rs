@@ -5,3 +5,4 @@ mod engine;
 mod interop;
 mod mock_agent;
 mod support;
+mod workflow_tool;

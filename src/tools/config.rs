@@ -1,0 +1,463 @@
+//! `action:"config"`: live discovery of the backends a script can route to, by zero-token
+//! probes (a session opened, nothing prompted), so an author pins only models, modes and
+//! options that exist here.
+//!
+//! Catalogs stay bounded: a select option with more than [`MAX_CHOICES`] choices is replaced
+//! by a summary grouped by provider prefix, and `modelFilter` narrows model lists so a large
+//! aggregator catalog can be browsed a group at a time. `modelFilter` is a case-insensitive
+//! substring in which `*` matches any run of characters, or `/pattern/` with a small regular
+//! expression subset (`.`, `*`, `^`, `$`, `\` escapes): enough to browse catalogs without a
+//! regex engine in the binary.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::engine::runner::ProbeReport;
+use crate::mcp::handler::McpResult;
+
+use super::{OBSERVATION_CEILING, WorkflowServer, workflow::ConfigInput, workflow::tool_error};
+
+/// A select with more choices than this is summarised instead of listed.
+const MAX_CHOICES: usize = 24;
+
+/// One probe to make: a backend, optionally with an exact model.
+struct Target {
+    backend: String,
+    model: Option<String>,
+}
+
+impl WorkflowServer {
+    pub(super) async fn config(&self, input: ConfigInput) -> McpResult<Value> {
+        if !input.project_dir.is_dir() {
+            return Ok(tool_error(format!(
+                "projectDir {} is not an existing directory",
+                input.project_dir.display()
+            )));
+        }
+        let lookup = self.engine.backends();
+        let mut targets = Vec::new();
+        match (&input.harnesses, &input.model_specs) {
+            (None, None) => targets.extend(lookup.names().into_iter().map(|backend| Target {
+                backend,
+                model: None,
+            })),
+            (harnesses, specs) => {
+                for backend in harnesses.iter().flatten() {
+                    targets.push(Target {
+                        backend: backend.clone(),
+                        model: None,
+                    });
+                }
+                for spec in specs.iter().flatten() {
+                    let (backend, model) = spec.split_once('/').unwrap_or((spec, ""));
+                    targets.push(Target {
+                        backend: backend.to_owned(),
+                        model: Some(model.to_owned()),
+                    });
+                }
+            }
+        }
+        let filter = input.model_filter.as_deref().map(Filter::new);
+        let known = lookup.names();
+
+        // Probe concurrently; the set aborts unfinished probes when dropped at the deadline.
+        let mut probes = JoinSet::new();
+        let mut entries: Vec<Option<Value>> = vec![None; targets.len()];
+        for (slot, target) in targets.iter().enumerate() {
+            let Some(spec) = lookup.backend(&target.backend) else {
+                entries[slot] = Some(json!({
+                    "backend": target.backend,
+                    "model": target.model,
+                    "probed": false,
+                    "error": format!("unknown backend {:?}; registered backends: {}", target.backend, known.join(", ")),
+                    "modes": [],
+                    "configOptions": [],
+                }));
+                continue;
+            };
+            let runner = self.engine.runner().clone();
+            let model = target.model.clone();
+            let cwd: PathBuf = input.project_dir.clone();
+            probes.spawn(async move {
+                let report = runner.probe(&spec, model.as_deref(), &cwd).await;
+                (slot, report)
+            });
+        }
+        let deadline = tokio::time::sleep(OBSERVATION_CEILING);
+        tokio::pin!(deadline);
+        while !probes.is_empty() {
+            tokio::select! {
+                joined = probes.join_next() => {
+                    // A panicked probe leaves its slot empty; it is reported as unfinished.
+                    if let Some(Ok((slot, report))) = joined {
+                        entries[slot] = Some(harness_entry(&report, targets[slot].model.as_deref(), filter.as_ref()));
+                    }
+                }
+                _ = &mut deadline => break,
+            }
+        }
+        let harnesses: Vec<Value> = entries
+            .into_iter()
+            .zip(&targets)
+            .map(|(entry, target)| {
+                entry.unwrap_or_else(|| {
+                    json!({
+                        "backend": target.backend,
+                        "model": target.model,
+                        "probed": false,
+                        "error": format!("the probe did not finish within {} s", OBSERVATION_CEILING.as_secs()),
+                        "modes": [],
+                        "configOptions": [],
+                    })
+                })
+            })
+            .collect();
+        let summary = authoring_summary(&harnesses);
+        let text = summary_text(&harnesses);
+        let document = json!({
+            "action": "config",
+            "projectDir": input.project_dir,
+            "harnesses": harnesses,
+            "authoringSummary": summary,
+        });
+        Ok(json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": document,
+        }))
+    }
+}
+
+fn harness_entry(report: &ProbeReport, model: Option<&str>, filter: Option<&Filter>) -> Value {
+    let mut entry = json!({
+        "backend": report.backend,
+        "probed": report.probed,
+        "started": report.started,
+        "modes": report.modes,
+        "configOptions": report.config_options.iter().map(|option| shape_option(option, filter)).collect::<Vec<_>>(),
+    });
+    if let Some(model) = model {
+        entry["model"] = Value::String(model.to_owned());
+    }
+    if let Some(error) = &report.error {
+        entry["error"] = Value::String(crate::engine::redact::redact_text(error).0);
+    }
+    if let Some(current) = &report.current_model {
+        entry["currentModel"] = Value::String(current.clone());
+    }
+    if !report.auth_methods.is_empty() {
+        entry["authMethods"] = json!(report.auth_methods);
+    }
+    entry
+}
+
+/// Whether an ACP config option chooses the model.
+fn is_model_option(option: &Value) -> bool {
+    option["category"] == "model" || option["id"] == "model"
+}
+
+/// Flattens ACP select choices: plain `[{value,name}]` or grouped `[{group,name,options}]`.
+fn choices(option: &Value) -> Vec<(Option<String>, Value)> {
+    let mut out = Vec::new();
+    for item in option["options"].as_array().into_iter().flatten() {
+        match item["options"].as_array() {
+            Some(inner) => {
+                let group = item["name"]
+                    .as_str()
+                    .or_else(|| item["group"].as_str())
+                    .map(str::to_owned);
+                out.extend(inner.iter().map(|choice| (group.clone(), choice.clone())));
+            }
+            None => out.push((None, item.clone())),
+        }
+    }
+    out
+}
+
+fn choice_text(choice: &Value) -> String {
+    let value = choice["value"].as_str().unwrap_or_default();
+    let name = choice["name"].as_str().unwrap_or_default();
+    format!("{value} {name}")
+}
+
+/// The provider-style prefix of a choice (`openrouter/x/y` → `openrouter`).
+fn group_of(group: &Option<String>, choice: &Value) -> String {
+    if let Some(group) = group {
+        return group.clone();
+    }
+    let value = choice["value"].as_str().unwrap_or_default();
+    match value.split_once('/') {
+        Some((prefix, _)) => prefix.to_owned(),
+        None => "(direct)".to_owned(),
+    }
+}
+
+/// Applies the model filter and the choice cap to one config option.
+fn shape_option(option: &Value, filter: Option<&Filter>) -> Value {
+    if option["options"].as_array().is_none() {
+        return option.clone();
+    }
+    let mut all = choices(option);
+    let mut shaped = option.clone();
+    if let (Some(filter), true) = (filter, is_model_option(option)) {
+        all.retain(|(_, choice)| filter.matches(&choice_text(choice)));
+        shaped["filtered"] = json!({"modelFilter": filter.source, "matched": all.len()});
+    }
+    if all.len() > MAX_CHOICES {
+        let mut groups: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+        for (group, choice) in &all {
+            let entry = groups.entry(group_of(group, choice)).or_default();
+            entry.0 += 1;
+            if entry.1.len() < 3
+                && let Some(value) = choice["value"].as_str()
+            {
+                entry.1.push(value.to_owned());
+            }
+        }
+        if let Some(map) = shaped.as_object_mut() {
+            map.remove("options");
+        }
+        shaped["truncated"] = Value::Bool(true);
+        shaped["choiceSummary"] = json!({
+            "total": all.len(),
+            "groups": groups.into_iter().map(|(name, (count, sample))| json!({"name": name, "count": count, "sample": sample})).collect::<Vec<_>>(),
+        });
+    } else {
+        shaped["options"] = Value::Array(all.into_iter().map(|(_, choice)| choice).collect());
+    }
+    shaped
+}
+
+/// The compact view an author needs: per backend, how to route to it and what to pin.
+fn authoring_summary(harnesses: &[Value]) -> Value {
+    let backends: Vec<Value> = harnesses
+        .iter()
+        .map(|entry| {
+            let backend = entry["backend"].as_str().unwrap_or_default();
+            let mut summary = json!({
+                "backend": backend,
+                "probed": entry["probed"],
+                "route": backend,
+            });
+            if let Some(model) = entry["model"].as_str() {
+                summary["route"] = Value::String(format!("{backend}/{model}"));
+            }
+            if let Some(current) = entry["currentModel"].as_str() {
+                summary["currentModel"] = Value::String(current.to_owned());
+            }
+            if let Some(error) = entry["error"].as_str() {
+                summary["error"] = Value::String(error.to_owned());
+            }
+            let modes: Vec<&str> = entry["modes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|mode| mode["id"].as_str())
+                .collect();
+            summary["modes"] = json!(modes);
+            if let Some(option) = entry["configOptions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|option| is_model_option(option))
+            {
+                if let Some(options) = option["options"].as_array() {
+                    let models: Vec<&str> =
+                        options.iter().filter_map(|c| c["value"].as_str()).collect();
+                    summary["models"] = json!(models);
+                } else if let Some(groups) = option.pointer("/choiceSummary/groups") {
+                    summary["modelGroups"] = groups.clone();
+                    summary["modelsTruncated"] = Value::Bool(true);
+                }
+            }
+            summary
+        })
+        .collect();
+    json!({
+        "backends": backends,
+        "howToRoute": "Set model on agent(), a phase, or meta.model: \"<backend>\" keeps that backend's default model, \"<backend>/<model>\" picks one of its models verbatim. Mode and configOptions values must be ones listed here. Narrow large catalogs with modelFilter; probe exact routes with modelSpecs.",
+    })
+}
+
+fn summary_text(harnesses: &[Value]) -> String {
+    let mut lines =
+        vec!["Backends (route with model:\"<backend>\" or \"<backend>/<model>\"):".to_owned()];
+    for entry in harnesses {
+        let backend = entry["backend"].as_str().unwrap_or_default();
+        let state = if entry["probed"] == true {
+            format!(
+                "ready{}",
+                entry["currentModel"]
+                    .as_str()
+                    .map(|m| format!(", default model {m}"))
+                    .unwrap_or_default()
+            )
+        } else {
+            format!(
+                "not usable: {}",
+                entry["error"].as_str().unwrap_or("probe failed")
+            )
+        };
+        let modes: Vec<&str> = entry["modes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|mode| mode["id"].as_str())
+            .collect();
+        let mut line = format!("- {backend}: {state}");
+        if !modes.is_empty() {
+            line.push_str(&format!("; modes {}", modes.join(", ")));
+        }
+        lines.push(line);
+    }
+    lines.push(
+        "The structured content lists models, modes and config options per backend.".to_owned(),
+    );
+    lines.join("\n")
+}
+
+/// The `modelFilter` matcher.
+struct Filter {
+    source: String,
+    kind: FilterKind,
+}
+
+enum FilterKind {
+    /// Lowercased; `*` matches any run.
+    Glob(Vec<char>),
+    /// The `/pattern/` subset, lowercased.
+    Pattern(Vec<char>),
+}
+
+impl Filter {
+    fn new(source: &str) -> Filter {
+        let lowered = source.to_lowercase();
+        let kind = match lowered
+            .strip_prefix('/')
+            .and_then(|inner| inner.strip_suffix('/'))
+        {
+            Some(inner) if !inner.is_empty() => FilterKind::Pattern(inner.chars().collect()),
+            _ => FilterKind::Glob(lowered.chars().collect()),
+        };
+        Filter {
+            source: source.to_owned(),
+            kind,
+        }
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        let text: Vec<char> = text.to_lowercase().chars().collect();
+        match &self.kind {
+            FilterKind::Glob(pattern) => glob_anywhere(pattern, &text),
+            FilterKind::Pattern(pattern) => regex_search(pattern, &text),
+        }
+    }
+}
+
+/// Substring search where `*` matches any run of characters.
+fn glob_anywhere(pattern: &[char], text: &[char]) -> bool {
+    fn here(pattern: &[char], text: &[char]) -> bool {
+        match pattern.split_first() {
+            None => true,
+            Some(('*', rest)) => (0..=text.len()).any(|skip| here(rest, &text[skip..])),
+            Some((c, rest)) => text.first() == Some(c) && here(rest, &text[1..]),
+        }
+    }
+    (0..=text.len()).any(|start| here(pattern, &text[start..]))
+}
+
+/// Unanchored search with `.`, `*` (after an atom), `^`, `$` and `\` escapes.
+fn regex_search(pattern: &[char], text: &[char]) -> bool {
+    if let Some(rest) = pattern.strip_prefix(&['^']) {
+        return regex_here(rest, text);
+    }
+    (0..=text.len()).any(|start| regex_here(pattern, &text[start..]))
+}
+
+fn regex_here(pattern: &[char], text: &[char]) -> bool {
+    if pattern.is_empty() {
+        return true;
+    }
+    if pattern == ['$'] {
+        return text.is_empty();
+    }
+    // One atom: an escaped character, `.`, or a literal.
+    let (atom, width) = match pattern {
+        ['\\', escaped, ..] => (Some(*escaped), 2),
+        ['.', ..] => (None, 1),
+        [literal, ..] => (Some(*literal), 1),
+        [] => unreachable!(),
+    };
+    let atom_matches = |c: &char| atom.is_none_or(|a| a == *c);
+    let rest = &pattern[width..];
+    if rest.first() == Some(&'*') {
+        let after = &rest[1..];
+        let mut index = 0;
+        loop {
+            if regex_here(after, &text[index..]) {
+                return true;
+            }
+            if index < text.len() && atom_matches(&text[index]) {
+                index += 1;
+            } else {
+                return false;
+            }
+        }
+    }
+    match text.split_first() {
+        Some((c, tail)) if atom_matches(c) => regex_here(rest, tail),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_filters_match_as_documented() {
+        let substring = Filter::new("GPT");
+        assert!(substring.matches("openai/gpt-5 GPT-5"));
+        assert!(!substring.matches("claude-sonnet"));
+        let glob = Filter::new("openrouter/*free");
+        assert!(glob.matches("openrouter/meta/llama:free"));
+        assert!(!glob.matches("openai/gpt-5"));
+        let pattern = Filter::new("/^openrouter\\/.*mini$/");
+        assert!(pattern.matches("openrouter/openai/gpt-5-mini"));
+        assert!(!pattern.matches("x openrouter/openai/gpt-5-mini"));
+        assert!(!pattern.matches("openrouter/openai/gpt-5-mini-high"));
+        assert!(Filter::new("/g.t/").matches("gpt"));
+    }
+
+    #[test]
+    fn large_selects_become_summaries() {
+        let options: Vec<Value> = (0..40)
+            .map(|i| json!({"value": format!("{}/m{i}", if i % 2 == 0 { "openrouter" } else { "direct" }), "name": format!("M{i}")}))
+            .collect();
+        let option = json!({"id": "model", "category": "model", "type": "select", "currentValue": "x", "options": options});
+        let shaped = shape_option(&option, None);
+        assert_eq!(shaped["truncated"], true);
+        assert_eq!(shaped["choiceSummary"]["total"], 40);
+        assert!(shaped.get("options").is_none());
+        let filtered = shape_option(&option, Some(&Filter::new("openrouter/m1")));
+        assert!(filtered.get("truncated").is_none(), "{filtered}");
+        let values: Vec<&str> = filtered["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["value"].as_str())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                "openrouter/m10",
+                "openrouter/m12",
+                "openrouter/m14",
+                "openrouter/m16",
+                "openrouter/m18"
+            ]
+        );
+    }
+}

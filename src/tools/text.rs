@@ -1,0 +1,243 @@
+//! The human- and model-readable text of tool results. The structured document is the
+//! contract; the text is a short summary of it that tells the reader what to do next, capped
+//! at 8,192 bytes for status (engine.md 6.4). The raw `outcome` never goes into text: it is
+//! uncapped and may be large.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use crate::engine::status::MAX_TEXT_BYTES;
+
+/// Longest single line we quote from a preview, log or label.
+const LINE_CAP: usize = 240;
+
+pub(super) fn acknowledgement(ack: &Value) -> String {
+    let run_id = ack["runId"].as_str().unwrap_or_default();
+    let mut out = String::new();
+    let verb = if ack["action"] == "resume" {
+        "Resumed"
+    } else {
+        "Accepted"
+    };
+    let _ = write!(
+        out,
+        "{verb} workflow run {run_id} (status {}).",
+        ack["status"].as_str().unwrap_or("unknown")
+    );
+    if let Some(continuation) = ack.get("continuation") {
+        let _ = write!(
+            out,
+            " Generation {}{}.",
+            continuation["generation"],
+            if continuation["scriptRevised"] == true {
+                ", running the revised script"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(request) = ack.pointer("/setup/request") {
+        let _ = write!(
+            out,
+            "\nSetup needed: {} {} Answer with action \"setup-response\", runId \"{run_id}\", setupId \"{}\", response {{action:\"accept\",content:{{approve:true}}}} or {{action:\"decline\"}}.",
+            request["title"].as_str().unwrap_or_default(),
+            cap(request["message"].as_str().unwrap_or_default()),
+            request["id"].as_str().unwrap_or_default()
+        );
+    }
+    if let Some(warnings) = ack["warnings"].as_array() {
+        for warning in warnings {
+            let _ = write!(
+                out,
+                "\nWarning: {}",
+                cap(warning.as_str().unwrap_or_default())
+            );
+        }
+    }
+    let _ = write!(
+        out,
+        "\nFollow it with action \"status\" (runId \"{run_id}\") or the events resource {}; the script file is {}.",
+        ack["eventsUri"].as_str().unwrap_or_default(),
+        ack["scriptPath"].as_str().unwrap_or_default()
+    );
+    out
+}
+
+pub(super) fn stop_headline(status: &Value, call_index: Option<u32>) -> String {
+    let run_id = status["runId"].as_str().unwrap_or_default();
+    if let Some(index) = call_index {
+        return format!(
+            "Cancelled call {index} of run {run_id}; its slot resolves to null (AGENT_CANCELLED) and the run goes on."
+        );
+    }
+    if status["alreadyTerminal"] == true {
+        return format!("Run {run_id} was already finished; nothing to stop.");
+    }
+    if status["stopped"] == true {
+        return format!("Stopped run {run_id}; it can be resumed with action \"resume\".");
+    }
+    match status
+        .pointer("/control/operationId")
+        .and_then(Value::as_str)
+    {
+        Some(operation) => format!(
+            "Stop of run {run_id} requested; the run has not settled yet (operation {operation}). Check status again."
+        ),
+        None => format!("Stop of run {run_id} requested."),
+    }
+}
+
+pub(super) fn pause_headline(status: &Value) -> String {
+    let run_id = status["runId"].as_str().unwrap_or_default();
+    match (status["pauseRequested"] == true, status["paused"] == true) {
+        (_, true) => format!("Run {run_id} is paused; continue it with action \"resume\"."),
+        (true, false) => format!(
+            "Pause of run {run_id} requested; agents already running finish first. Check status again."
+        ),
+        (false, false) => {
+            format!("Run {run_id} is not executing here, so there was nothing to pause.")
+        }
+    }
+}
+
+/// The status summary.
+pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
+    let mut out = String::new();
+    if let Some(headline) = headline {
+        out.push_str(headline);
+        out.push('\n');
+    }
+    let run_id = status["runId"].as_str().unwrap_or_default();
+    let _ = write!(
+        out,
+        "Run {run_id} ({}): {}",
+        cap(status["workflowName"].as_str().unwrap_or_default()),
+        status["status"].as_str().unwrap_or("unknown")
+    );
+    if let Some(reason) = status["reason"].as_str() {
+        let _ = write!(out, " ({reason})");
+    }
+    if let Some(code) = status["errorCode"].as_str() {
+        let _ = write!(out, ", error {code}");
+    }
+    out.push('\n');
+    if let Some(phase) = status["currentPhase"].as_str() {
+        let _ = writeln!(out, "Phase: {}", cap(phase));
+    }
+    if let Some(message) = status
+        .pointer("/outcome/error/message")
+        .and_then(Value::as_str)
+    {
+        let _ = writeln!(out, "Error: {}", cap(message));
+    }
+    if let Some(context) = status.pointer("/outcome/checkpointContext") {
+        let _ = writeln!(
+            out,
+            "Checkpoint {} ({}) waits for an answer: action \"resume\" with checkpointReplies {{\"{}\": <answer>}}.",
+            context["callIndex"],
+            context["kind"].as_str().unwrap_or("confirm"),
+            context["callIndex"]
+        );
+    }
+    if let Some(context) = status.pointer("/outcome/authContext") {
+        let _ = writeln!(
+            out,
+            "Backend {} needs credentials; configure them, then action \"resume\".",
+            context["backendId"].as_str().unwrap_or("unknown")
+        );
+    }
+    if let Some(request) = status.pointer("/setup/request") {
+        let _ = writeln!(
+            out,
+            "Setup waits: {} Answer with action \"setup-response\", setupId \"{}\".",
+            cap(request["message"].as_str().unwrap_or_default()),
+            request["id"].as_str().unwrap_or_default()
+        );
+    }
+    if let Some(permissions) = status["pendingPermissions"].as_array() {
+        for permission in permissions {
+            let options: Vec<&str> = permission["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o["optionId"].as_str())
+                .collect();
+            let _ = writeln!(
+                out,
+                "Permission {} (call {} {}) waits: options {}. Answer with action \"permissions-response\".",
+                permission["permissionId"].as_str().unwrap_or_default(),
+                permission["callIndex"],
+                cap(permission["label"].as_str().unwrap_or_default()),
+                options.join(", ")
+            );
+        }
+    }
+    if let Some(calls) = status["calls"].as_array() {
+        let total = &status["truncation"]["calls"]["total"];
+        let _ = writeln!(out, "Calls ({} shown of {}):", calls.len(), total);
+        for call in calls {
+            let state = call["status"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| call["errorCode"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| {
+                    if call["replayed"] == true {
+                        "replayed".to_owned()
+                    } else {
+                        "done".to_owned()
+                    }
+                });
+            let preview = match &call["resultPreview"] {
+                Value::Null => String::new(),
+                Value::String(text) => format!(": {}", cap(text)),
+                other => format!(": {}", cap(&other.to_string())),
+            };
+            let _ = writeln!(
+                out,
+                "  #{} {} [{state}]{preview}",
+                call["index"],
+                cap(call["label"].as_str().unwrap_or_default())
+            );
+        }
+    }
+    if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
+        && !lines.is_empty()
+    {
+        let _ = writeln!(out, "Log (last {}):", lines.len());
+        for line in lines {
+            let _ = writeln!(out, "  {}", cap(line.as_str().unwrap_or_default()));
+        }
+    }
+    if let Some(uri) = status["resultUri"].as_str() {
+        let _ = writeln!(
+            out,
+            "Result: read {uri}, or page it with action \"result\"."
+        );
+    }
+    if let Some(uri) = status["eventsUri"].as_str() {
+        let _ = write!(out, "Events: {uri}");
+    }
+    fit(out)
+}
+
+/// Cuts a quoted string to one bounded line.
+fn cap(text: &str) -> String {
+    let line = text.replace(['\n', '\r'], " ");
+    if line.len() <= LINE_CAP {
+        return line;
+    }
+    format!("{}…", crate::util::truncate_utf8(&line, LINE_CAP))
+}
+
+/// Keeps the text within [`MAX_TEXT_BYTES`], cutting whole lines from the end.
+fn fit(text: String) -> String {
+    if text.len() <= MAX_TEXT_BYTES {
+        return text;
+    }
+    let marker = "\n… (shortened; the structured content has the whole status)";
+    let budget = MAX_TEXT_BYTES - marker.len();
+    let cut = crate::util::truncate_utf8(&text, budget);
+    let cut = cut.rfind('\n').map(|at| &cut[..at]).unwrap_or(cut);
+    format!("{cut}{marker}")
+}

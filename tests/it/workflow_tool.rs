@@ -1,0 +1,1239 @@
+//! The workflow MCP server driven through its `McpHandler` methods, without a transport:
+//! the tool's validation and actions, run resources, subscriptions, the prompt and the
+//! skill (engine.md 9 scenarios that concern the tool surface).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentprism::mcp::handler::{
+    Era, McpError, McpHandler, RequestContext, RequestNotifier, ServerEvent, codes,
+};
+use agentprism::tools::{SKILL_URI, WorkflowServer, WorkflowServerOptions};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Harness, harness};
+
+struct Setup {
+    h: Harness,
+    server: Arc<WorkflowServer>,
+}
+
+fn setup() -> Setup {
+    let h = harness();
+    let server = WorkflowServer::new(h.engine.clone(), WorkflowServerOptions::default());
+    Setup { h, server }
+}
+
+fn context(session: Option<&str>, id: Value) -> RequestContext {
+    RequestContext {
+        era: Era::Legacy {
+            version: "2025-11-25".into(),
+        },
+        session_id: session.map(str::to_owned),
+        request_id: id,
+        method: "tools/call".into(),
+        client_capabilities: json!({}),
+        client_info: None,
+        progress_token: None,
+        cancel: CancellationToken::new(),
+        notifier: RequestNotifier::discard(),
+    }
+}
+
+/// Every call gets a fresh request id unless a test needs a repeat.
+fn fresh() -> RequestContext {
+    context(Some("session-1"), json!(uuid::Uuid::new_v4().to_string()))
+}
+
+impl Setup {
+    async fn call(&self, arguments: Value) -> Value {
+        self.server
+            .call_tool(&fresh(), "workflow", arguments.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{arguments}: {e}"))
+    }
+
+    async fn call_err(&self, arguments: Value) -> McpError {
+        self.server
+            .call_tool(&fresh(), "workflow", arguments.clone())
+            .await
+            .expect_err(&arguments.to_string())
+    }
+
+    async fn run(&self, script: &str) -> Value {
+        self.call(json!({"action": "run", "projectDir": self.h.project, "script": script}))
+            .await
+    }
+
+    /// Runs `script` to its end and returns the run id.
+    async fn run_to_end(&self, script: &str) -> String {
+        let ack = self.run(script).await;
+        assert_eq!(ack["isError"], Value::Null, "{ack:#}");
+        let run_id = ack["structuredContent"]["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        self.h.engine.wait(&parse_id(&run_id)).await;
+        run_id
+    }
+
+    async fn status(&self, run_id: &str) -> Value {
+        self.call(json!({"action": "status", "runId": run_id}))
+            .await
+    }
+
+    async fn read(&self, uri: &str) -> Result<Value, McpError> {
+        self.server.read_resource(&fresh(), uri).await
+    }
+
+    async fn read_json(&self, uri: &str) -> Value {
+        let read = self
+            .read(uri)
+            .await
+            .unwrap_or_else(|e| panic!("{uri}: {e}"));
+        serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap()
+    }
+}
+
+fn parse_id(run_id: &str) -> agentprism::model::RunId {
+    agentprism::model::RunId::parse(run_id).unwrap()
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn is_error(result: &Value) -> bool {
+    result["isError"] == true
+}
+
+const HI: &str = "export const meta = { name: 'hi', description: 'd' };\nreturn await agent('hi', {model: 'codex'});";
+
+#[tokio::test]
+async fn the_tool_list_has_one_flat_strict_tool() {
+    let s = setup();
+    let list = s.server.list_tools(&fresh(), None).await.unwrap();
+    let tools = list["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    let schema = &tools[0]["inputSchema"];
+    assert_eq!(tools[0]["name"], "workflow");
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["additionalProperties"], false);
+    assert_eq!(schema["required"], json!(["action"]));
+    for combinator in ["oneOf", "anyOf", "allOf", "not", "if"] {
+        assert!(schema.get(combinator).is_none(), "{combinator}");
+    }
+    assert_eq!(
+        schema["properties"]["action"]["enum"]
+            .as_array()
+            .unwrap()
+            .len(),
+        9
+    );
+    // Every field an action accepts is a property.
+    for (_, fields) in agentprism::tools::ACTIONS {
+        for field in *fields {
+            assert!(schema["properties"].get(*field).is_some(), "{field}");
+        }
+    }
+    let capabilities = s.server.capabilities();
+    assert_eq!(
+        capabilities["resources"],
+        json!({"subscribe": true, "listChanged": true})
+    );
+    assert_eq!(
+        capabilities["extensions"]["io.modelcontextprotocol/skills"],
+        json!({"directoryRead": true})
+    );
+}
+
+/// Scenario 1: ack, store row and script copy, completion, exact result.
+#[tokio::test]
+async fn a_run_is_acknowledged_and_its_result_paged() {
+    let s = setup();
+    let ack = s.run(HI).await;
+    let document = &ack["structuredContent"];
+    assert_eq!(document["accepted"], true, "{ack:#}");
+    assert_eq!(document["action"], "run");
+    assert_eq!(document["scriptSource"], "inline");
+    let run_id = document["runId"].as_str().unwrap();
+    assert!(agentprism::model::RunId::parse(run_id).is_ok());
+    let script_path = document["scriptPath"].as_str().unwrap();
+    assert!(script_path.ends_with(&format!("{run_id}.script.js")));
+    assert!(std::path::Path::new(script_path).exists());
+    assert_eq!(document["scriptUri"], format!("file://{script_path}"));
+    assert_eq!(
+        document["eventsUri"],
+        format!("workflow://runs/{run_id}/events")
+    );
+    assert_eq!(
+        document["limits"],
+        json!({"maxAgents": 1000, "tokenBudget": null, "concurrency": 8, "agentRetries": 0, "agentTimeoutMs": null})
+    );
+    assert!(document.get("result").is_none());
+    let links: Vec<&Value> = ack["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "resource_link")
+        .collect();
+    assert_eq!(links.len(), 2, "{ack:#}");
+    assert_eq!(links[0]["uri"], document["scriptUri"]);
+    assert_eq!(links[0]["mimeType"], "text/javascript");
+    assert_eq!(links[1]["uri"], document["eventsUri"]);
+    assert!(
+        links.iter().all(|l| l["name"].is_string()
+            && l["title"].is_string()
+            && l["description"].is_string())
+    );
+
+    s.h.engine.wait(&parse_id(run_id)).await;
+    let status = s.status(run_id).await;
+    assert!(!is_error(&status));
+    assert_eq!(status["structuredContent"]["status"], "completed");
+    assert!(text_of(&status).len() <= 8192);
+    assert!(
+        status["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["uri"] == format!("workflow://runs/{run_id}/result")),
+        "{status:#}"
+    );
+    let page = s.call(json!({"action": "result", "runId": run_id})).await;
+    assert_eq!(
+        page["structuredContent"]["chunk"],
+        json!("ECHO: hi").to_string()
+    );
+    assert_eq!(page["structuredContent"]["hasMore"], false);
+    let resource = s
+        .read(&format!("workflow://runs/{run_id}/result"))
+        .await
+        .unwrap();
+    assert_eq!(
+        resource["contents"][0]["text"],
+        json!("ECHO: hi").to_string()
+    );
+    assert_eq!(resource["contents"][0]["mimeType"], "application/json");
+}
+
+/// Scenarios 2 and 4: preparation failures are tool errors and store nothing.
+#[tokio::test]
+async fn preparation_failures_are_tool_errors_with_nothing_stored() {
+    let s = setup();
+    let bad = s.run("const x = 1;").await;
+    assert!(is_error(&bad), "{bad:#}");
+    assert!(bad.get("structuredContent").is_none());
+    let unrouted = s
+        .run("export const meta = { name: 'x', description: 'd' };\nawait agent('x');")
+        .await;
+    assert!(is_error(&unrouted));
+    assert!(text_of(&unrouted).contains("agent 0@0"), "{unrouted:#}");
+    assert!(s.h.engine.list(None, 50).await.unwrap().is_empty());
+    assert!(!s.h.runs_dir().exists() || walk_count(&s.h.runs_dir()) == 0);
+}
+
+fn walk_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    if e.path().is_dir() {
+                        walk_count(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+const NEEDS_SETUP: &str = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'mine-acp' } } };\nreturn await agent('hi');";
+
+/// Scenario 9: a fifth active run in a project is refused; another project is not full.
+#[tokio::test]
+async fn a_fifth_active_run_is_refused_but_another_project_is_accepted() {
+    let s = setup();
+    for _ in 0..4 {
+        let ack = s.run(NEEDS_SETUP).await;
+        assert_eq!(ack["structuredContent"]["status"], "pending", "{ack:#}");
+    }
+    let fifth = s.run(NEEDS_SETUP).await;
+    assert!(is_error(&fifth), "{fifth:#}");
+    assert!(text_of(&fifth).contains("4 active runs"), "{fifth:#}");
+    let other = s.h.project.parent().unwrap().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let accepted = s
+        .call(json!({"action": "run", "projectDir": other, "script": NEEDS_SETUP}))
+        .await;
+    assert_eq!(
+        accepted["structuredContent"]["accepted"], true,
+        "{accepted:#}"
+    );
+}
+
+/// Scenario 10: limits are clamped and echoed.
+#[tokio::test]
+async fn limits_are_clamped_and_echoed() {
+    let s = setup();
+    let ack = s
+        .call(json!({"action": "run", "projectDir": s.h.project, "script": HI, "concurrency": 99, "agentRetries": 9}))
+        .await;
+    let limits = &ack["structuredContent"]["limits"];
+    assert_eq!(
+        (
+            limits["concurrency"].as_u64(),
+            limits["agentRetries"].as_u64()
+        ),
+        (Some(16), Some(3))
+    );
+}
+
+/// Scenario 11 and the rest of the validation table: -32602 naming action, field and the
+/// accepted fields.
+#[tokio::test]
+async fn invalid_input_is_rejected_with_the_accepted_fields() {
+    let s = setup();
+    let both = s
+        .call_err(json!({"action": "run", "projectDir": s.h.project, "script": HI, "scriptPath": "/tmp/x.js"}))
+        .await;
+    assert_eq!(both.code, codes::INVALID_PARAMS);
+    assert!(both.message.contains("\"run\""), "{both}");
+    assert!(both.message.contains("scriptPath"), "{both}");
+    assert!(
+        both.message
+            .contains("accepts: action, projectDir, script, scriptPath, args"),
+        "{both}"
+    );
+
+    let foreign = s
+        .call_err(json!({"action": "status", "runId": "abc-def", "args": {}}))
+        .await;
+    assert_eq!(foreign.code, codes::INVALID_PARAMS);
+    assert!(foreign.message.contains("\"args\""), "{foreign}");
+    assert!(
+        foreign
+            .message
+            .contains("accepts: action, runId, lastN, labelGlob, logLines"),
+        "{foreign}"
+    );
+    assert_eq!(foreign.data.as_ref().unwrap()["field"], "args");
+
+    let cases = [
+        json!({}),
+        json!({"action": "launch"}),
+        json!({"action": 3}),
+        json!({"action": "status"}),
+        json!({"action": "status", "runId": "Not-Valid"}),
+        json!({"action": "status", "runId": format!("a-{}", "b".repeat(200))}),
+        json!({"action": "status", "runId": "abc-def", "lastN": 0}),
+        json!({"action": "status", "runId": "abc-def", "lastN": 51}),
+        json!({"action": "status", "runId": "abc-def", "logLines": 51}),
+        json!({"action": "status", "runId": "abc-def", "logLines": "5"}),
+        json!({"action": "status", "runId": "abc-def", "labelGlob": ""}),
+        json!({"action": "status", "runId": "abc-def", "labelGlob": "é".repeat(129)}),
+        json!({"action": "status", "runId": "abc-def", "bogus": 1}),
+        json!({"action": "result", "runId": "abc-def", "maxBytes": 3}),
+        json!({"action": "result", "runId": "abc-def", "maxBytes": 16385}),
+        json!({"action": "result", "runId": "abc-def", "offset": -1}),
+        json!({"action": "run", "projectDir": "relative/dir", "script": HI}),
+        json!({"action": "run", "projectDir": s.h.project}),
+        json!({"action": "run", "projectDir": s.h.project, "scriptPath": "relative.js"}),
+        json!({"action": "run", "script": HI}),
+        json!({"action": "config"}),
+        json!({"action": "config", "projectDir": s.h.project, "modelSpecs": ["codex"]}),
+        json!({"action": "config", "projectDir": s.h.project, "harnesses": []}),
+        json!({"action": "stop", "runId": "abc-def", "callIndex": 1, "forceOwner": true}),
+        json!({"action": "stop", "runId": "abc-def", "forceOwner": "yes"}),
+        json!({"action": "resume", "runId": "abc-def", "checkpointReplies": {"01": true}}),
+        json!({"action": "resume", "runId": "abc-def", "checkpointReplies": []}),
+        json!({"action": "setup-response", "runId": "abc-def", "setupId": "s", "response": {"action": "accept"}}),
+        json!({"action": "setup-response", "runId": "abc-def", "setupId": "s", "response": {"action": "decline", "content": {}}}),
+        json!({"action": "setup-response", "runId": "abc-def", "response": {"action": "decline"}}),
+        json!({"action": "permissions-response", "runId": "abc-def", "permissionId": "p", "response": {"outcome": {"outcome": "selected"}}}),
+        json!({"action": "permissions-response", "runId": "abc-def", "permissionId": "p", "response": {"outcome": {"outcome": "cancelled"}, "_meta": {}}}),
+        json!({"action": "permissions-response", "runId": "abc-def", "permissionId": "p", "response": {"outcome": {"outcome": "selected", "optionId": "a", "_meta": {}}}}),
+        json!({"action": "pause", "runId": "abc-def", "offset": 1}),
+    ];
+    for case in cases {
+        let error = s.call_err(case.clone()).await;
+        assert_eq!(error.code, codes::INVALID_PARAMS, "{case}: {error}");
+        assert!(error.message.starts_with("workflow"), "{case}: {error}");
+    }
+    let unknown_tool = s.server.call_tool(&fresh(), "other", json!({})).await;
+    assert_eq!(unknown_tool.unwrap_err().code, codes::INVALID_PARAMS);
+}
+
+/// Decision 7: an unknown run id is the same tool error for every action.
+#[tokio::test]
+async fn unknown_runs_are_tool_errors_with_one_text() {
+    let s = setup();
+    for arguments in [
+        json!({"action": "status", "runId": "zzz-yyy"}),
+        json!({"action": "result", "runId": "zzz-yyy"}),
+        json!({"action": "stop", "runId": "zzz-yyy"}),
+        json!({"action": "pause", "runId": "zzz-yyy"}),
+        json!({"action": "resume", "runId": "zzz-yyy"}),
+    ] {
+        let result = s.call(arguments.clone()).await;
+        assert!(is_error(&result), "{arguments}");
+        assert!(
+            text_of(&result).starts_with("No workflow run found for runId \"zzz-yyy\""),
+            "{arguments}: {result}"
+        );
+    }
+}
+
+/// Scenario 12: checkpoints pause; a wrong-kind answer is a tool error; the right one
+/// continues and is recorded as injected.
+#[tokio::test]
+async fn checkpoints_are_answered_through_resume() {
+    let s = setup();
+    let run_id = s
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nconst a = await agent('one');\nconst ok = await checkpoint('continue?');\nreturn {a, ok};")
+        .await;
+    let status = s.status(&run_id).await;
+    let document = &status["structuredContent"];
+    assert_eq!(
+        (document["status"].as_str(), document["reason"].as_str()),
+        (Some("paused"), Some("checkpoint_required"))
+    );
+    let index = document["outcome"]["checkpointContext"]["callIndex"]
+        .as_u64()
+        .unwrap();
+    assert!(text_of(&status).contains("checkpointReplies"), "{status:#}");
+    let wrong = s
+        .call(json!({"action": "resume", "runId": run_id, "checkpointReplies": {index.to_string(): "yes"}}))
+        .await;
+    assert!(is_error(&wrong), "{wrong:#}");
+    let resumed = s
+        .call(json!({"action": "resume", "runId": run_id, "checkpointReplies": {index.to_string(): true}}))
+        .await;
+    let ack = &resumed["structuredContent"];
+    assert_eq!(
+        (ack["accepted"].as_bool(), ack["action"].as_str()),
+        (Some(true), Some("resume")),
+        "{resumed:#}"
+    );
+    assert_eq!(ack["continuation"]["scriptRevised"], false);
+    assert!(
+        ack["continuation"]["operationId"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp-")
+    );
+    s.h.engine.wait(&parse_id(&run_id)).await;
+    let done = s.status(&run_id).await;
+    assert_eq!(done["structuredContent"]["status"], "completed", "{done:#}");
+    assert_eq!(
+        done["structuredContent"]["outcome"]["checkpointsTaken"][0]["source"],
+        "injected"
+    );
+}
+
+/// Scenario 16 (the tool side): stopping a finished run is a no-op; a paused run stops cold
+/// and resumes.
+#[tokio::test]
+async fn stop_answers_already_terminal_or_stops() {
+    let s = setup();
+    let finished = s.run_to_end(HI).await;
+    let stop = s.call(json!({"action": "stop", "runId": finished})).await;
+    assert!(!is_error(&stop));
+    assert_eq!(stop["structuredContent"]["stopped"], false);
+    assert_eq!(stop["structuredContent"]["alreadyTerminal"], true);
+
+    let paused = s
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nawait agent('a');\nawait checkpoint('go?');\nreturn 1;")
+        .await;
+    let stop = s.call(json!({"action": "stop", "runId": paused})).await;
+    assert_eq!(stop["structuredContent"]["stopped"], true, "{stop:#}");
+    assert_eq!(stop["structuredContent"]["status"], "aborted");
+    let events = s
+        .read_json(&format!("workflow://runs/{paused}/events"))
+        .await;
+    assert!(
+        events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event"]["type"] == "stopped")
+    );
+    let resumed = s
+        .call(json!({"action": "resume", "runId": paused, "checkpointReplies": {"1": true}}))
+        .await;
+    assert_eq!(
+        resumed["structuredContent"]["accepted"], true,
+        "{resumed:#}"
+    );
+    let cancel = s
+        .call(json!({"action": "stop", "runId": finished, "callIndex": 0}))
+        .await;
+    assert!(is_error(&cancel), "{cancel:#}");
+    let pause = s.call(json!({"action": "pause", "runId": finished})).await;
+    assert_eq!(
+        pause["structuredContent"]["pauseRequested"], false,
+        "{pause:#}"
+    );
+}
+
+/// Scenario 19: backend approval through setup-response; decline is final and idempotent.
+#[tokio::test]
+async fn setup_is_answered_once() {
+    let s = setup();
+    let ack = s.run(NEEDS_SETUP).await;
+    let document = &ack["structuredContent"];
+    assert_eq!(document["status"], "pending");
+    assert_eq!(document["setup"]["request"]["kind"], "backend-approval");
+    assert!(text_of(&ack).contains("setup-response"));
+    let run_id = document["runId"].as_str().unwrap();
+    let setup_id = document["setup"]["request"]["id"].as_str().unwrap();
+    let decline = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "response": {"action": "decline"}});
+    let first = s.call(decline.clone()).await;
+    assert_eq!(first["structuredContent"]["status"], "aborted", "{first:#}");
+    let again = s.call(decline).await;
+    assert_eq!(again["structuredContent"], first["structuredContent"]);
+    let accept = s
+        .call(json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "response": {"action": "accept", "content": {"approve": true}}}))
+        .await;
+    assert!(is_error(&accept), "{accept:#}");
+    assert_eq!(
+        s.status(run_id).await["structuredContent"]["status"],
+        "aborted"
+    );
+}
+
+/// Scenario 20: pages never split a code point and concatenate to the resource text.
+#[tokio::test]
+async fn result_pages_keep_code_points_whole() {
+    let s = setup();
+    let run_id = s
+        .run_to_end("export const meta = { name: 'x', description: 'd' };\nreturn 'é…ü漢字';")
+        .await;
+    let whole = s
+        .read(&format!("workflow://runs/{run_id}/result"))
+        .await
+        .unwrap();
+    let whole = whole["contents"][0]["text"].as_str().unwrap().to_owned();
+    let mut offset = 0;
+    let mut joined = String::new();
+    loop {
+        let page = s
+            .call(json!({"action": "result", "runId": run_id, "offset": offset, "maxBytes": 4}))
+            .await;
+        let page = &page["structuredContent"];
+        joined.push_str(page["chunk"].as_str().unwrap());
+        offset = page["endOffset"].as_u64().unwrap();
+        if page["hasMore"] == false {
+            break;
+        }
+    }
+    assert_eq!(joined, whole);
+    let inside = s
+        .call(json!({"action": "result", "runId": run_id, "offset": 2, "maxBytes": 4}))
+        .await;
+    assert!(is_error(&inside), "{inside:#}");
+    let past = s
+        .call(json!({"action": "result", "runId": run_id, "offset": 10_000}))
+        .await;
+    assert!(is_error(&past));
+}
+
+/// Scenario 21: no result before completion; reading a failed run is a success.
+#[tokio::test]
+async fn results_wait_for_completion_and_failed_runs_read_fine() {
+    let s = setup();
+    let pending = s.run(NEEDS_SETUP).await;
+    let run_id = pending["structuredContent"]["runId"].as_str().unwrap();
+    let result = s.call(json!({"action": "result", "runId": run_id})).await;
+    assert!(is_error(&result));
+    let resource = s
+        .read(&format!("workflow://runs/{run_id}/result"))
+        .await
+        .unwrap_err();
+    assert_eq!(resource.code, codes::RESOURCE_NOT_FOUND);
+
+    // The dry run's fabricated answer passes; the live echo makes the script throw.
+    let failed = s
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nconst r = await agent('hi');\nif (r.startsWith('ECHO')) throw new Error('boom');\nreturn r;")
+        .await;
+    let status = s.status(&failed).await;
+    assert!(!is_error(&status), "{status:#}");
+    assert_eq!(status["structuredContent"]["status"], "failed");
+    assert!(text_of(&status).contains("failed"));
+}
+
+/// Scenario 22: the canonical events read is the newest 100; paging needs the stream id.
+#[tokio::test]
+async fn events_are_read_as_a_tail_and_paged_by_cursor() {
+    let s = setup();
+    let baseline = s
+        .run_to_end("export const meta = { name: 'x', description: 'd' };\nreturn 1;")
+        .await;
+    let base = s
+        .read_json(&format!("workflow://runs/{baseline}/events"))
+        .await["endCursor"]
+        .as_u64()
+        .unwrap();
+    let logs = 250 - base;
+    let run_id = s
+        .run_to_end(&format!("export const meta = {{ name: 'x', description: 'd' }};\nfor (let i = 0; i < {logs}; i++) log('line ' + i);\nreturn 1;"))
+        .await;
+    let uri = format!("workflow://runs/{run_id}/events");
+    let tail = s.read_json(&uri).await;
+    assert_eq!(tail["schemaVersion"], 1);
+    assert_eq!(tail["events"].as_array().unwrap().len(), 100);
+    assert_eq!(
+        (
+            tail["after"].as_u64(),
+            tail["cursor"].as_u64(),
+            tail["endCursor"].as_u64()
+        ),
+        (Some(150), Some(250), Some(250))
+    );
+    assert_eq!(tail["hasMore"], false);
+    assert_eq!(tail["finalized"], true);
+    assert_eq!(tail["workflowName"], "x");
+    let stream = tail["streamId"].as_str().unwrap();
+    assert_eq!(stream.len(), 32);
+    let page = s
+        .read_json(&format!("{uri}?after=0&limit=40&streamId={stream}"))
+        .await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 40);
+    assert_eq!(
+        (page["cursor"].as_u64(), page["hasMore"].as_bool()),
+        (Some(40), Some(true))
+    );
+    assert_eq!(page["events"][0]["seq"], 1);
+    let wrong = s
+        .read(&format!("{uri}?after=0&streamId={}", "0".repeat(32)))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code, codes::INVALID_PARAMS);
+    let ahead = s
+        .read(&format!("{uri}?after=251&streamId={stream}"))
+        .await
+        .unwrap_err();
+    assert_eq!(ahead.code, codes::INVALID_PARAMS);
+    let repeated = s
+        .read(&format!("{uri}?after=1&after=2&streamId={stream}"))
+        .await
+        .unwrap_err();
+    assert_eq!(repeated.code, codes::INVALID_PARAMS);
+    let missing = s.read("workflow://runs/zzz-yyy/events").await.unwrap_err();
+    assert_eq!(missing.code, codes::RESOURCE_NOT_FOUND);
+    assert!(missing.message.contains("No workflow run found"));
+    let malformed = s.read("workflow://runs/zzz/events").await.unwrap_err();
+    assert_eq!(malformed.code, codes::INVALID_PARAMS);
+}
+
+/// Scenario 23: credentials are redacted in status and events, exact in the result.
+#[tokio::test]
+async fn credentials_are_redacted_except_in_the_exact_result() {
+    let s = setup();
+    let secret = "Bearer abcdefghijkl.mnopqrstuvwx";
+    let run_id = s
+        .run_to_end(&format!("export const meta = {{ name: 'x', description: 'd', model: 'codex' }};\nconst r = await agent('{secret}');\nlog(r);\nreturn r;"))
+        .await;
+    let status = s.status(&run_id).await;
+    assert!(!text_of(&status).contains("abcdefghijkl"), "{status:#}");
+    let mut shown = status["structuredContent"].clone();
+    shown.as_object_mut().unwrap().remove("outcome");
+    assert!(!shown.to_string().contains("abcdefghijkl"), "{shown:#}");
+    let events = s
+        .read(&format!("workflow://runs/{run_id}/events"))
+        .await
+        .unwrap();
+    assert!(!events.to_string().contains("abcdefghijkl"));
+    let result = s
+        .read(&format!("workflow://runs/{run_id}/result"))
+        .await
+        .unwrap();
+    assert!(
+        result["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(secret)
+    );
+}
+
+/// Scenario 24: listings show the 50 newest runs; older runs stay readable by URI.
+#[tokio::test]
+async fn listings_are_bounded_but_direct_reads_are_not() {
+    let s = setup();
+    let mut ids = Vec::new();
+    for _ in 0..60 {
+        ids.push(
+            s.run_to_end("export const meta = { name: 'x', description: 'd' };\nreturn 1;")
+                .await,
+        );
+        // started_at has millisecond resolution; keep the order unambiguous.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let list = s.server.list_resources(&fresh(), None).await.unwrap();
+    let resources = list["resources"].as_array().unwrap();
+    let events: Vec<&str> = resources
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .filter(|uri| uri.ends_with("/events"))
+        .collect();
+    assert_eq!(events.len(), 50);
+    let results = resources
+        .iter()
+        .filter(|r| r["uri"].as_str().unwrap().ends_with("/result"))
+        .count();
+    assert_eq!(results, 50);
+    let scripts = resources
+        .iter()
+        .filter(|r| r["mimeType"] == "text/javascript")
+        .count();
+    assert_eq!(scripts, 50);
+    let oldest = &ids[0];
+    assert!(!events.contains(&format!("workflow://runs/{oldest}/events").as_str()));
+    let read = s
+        .read_json(&format!("workflow://runs/{oldest}/events"))
+        .await;
+    assert_eq!(read["runId"], oldest.as_str());
+    let completion = s
+        .server
+        .complete(&fresh(), json!({"ref": {"type": "ref/resource", "uri": "workflow://runs/{id}/result"}, "argument": {"name": "id", "value": ""}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        completion["completion"]["values"].as_array().unwrap().len(),
+        50
+    );
+    let newest = ids.last().unwrap();
+    let prefixed = s
+        .server
+        .complete(&fresh(), json!({"ref": {"type": "ref/resource", "uri": "workflow://runs/{id}/events"}, "argument": {"name": "id", "value": newest}}))
+        .await
+        .unwrap();
+    assert_eq!(prefixed["completion"]["values"], json!([newest]));
+}
+
+/// Scenario 25: labelGlob then lastN, ascending.
+#[tokio::test]
+async fn status_filters_calls_by_label_glob() {
+    let s = setup();
+    let run_id = s
+        .run_to_end("export const meta = { name: 'x', description: 'd', model: 'codex' };\nfor (const n of [1, 2, 3]) { await agent('r' + n, {label: 'review:' + n}); await agent('w' + n, {label: 'write:' + n}); }\nreturn 1;")
+        .await;
+    let status = s
+        .call(json!({"action": "status", "runId": run_id, "labelGlob": "review:*", "lastN": 2}))
+        .await;
+    let labels: Vec<&str> = status["structuredContent"]["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["review:2", "review:3"]);
+}
+
+/// Only files a run recorded are script resources; they read their current text.
+#[tokio::test]
+async fn script_resources_are_only_recorded_files() {
+    let s = setup();
+    let ack = s.run(HI).await;
+    let document = &ack["structuredContent"];
+    let uri = document["scriptUri"].as_str().unwrap();
+    let read = s.read(uri).await.unwrap();
+    assert_eq!(read["contents"][0]["mimeType"], "text/javascript");
+    assert_eq!(read["contents"][0]["text"], HI);
+    let path = document["scriptPath"].as_str().unwrap();
+    std::fs::write(path, "// edited\n").unwrap();
+    assert_eq!(
+        s.read(uri).await.unwrap()["contents"][0]["text"],
+        "// edited\n"
+    );
+
+    let stranger = s.h.project.join("stranger.js");
+    std::fs::write(&stranger, "secret").unwrap();
+    let error = s
+        .read(&format!("file://{}", stranger.display()))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, codes::RESOURCE_NOT_FOUND);
+    let error = s.read("file:///etc/passwd").await.unwrap_err();
+    assert_eq!(error.code, codes::RESOURCE_NOT_FOUND);
+
+    // A scriptPath run records the caller's own file.
+    let own = s.h.project.join("own.js");
+    std::fs::write(&own, HI).unwrap();
+    let ack = s
+        .call(json!({"action": "run", "projectDir": s.h.project, "scriptPath": own}))
+        .await;
+    assert_eq!(ack["structuredContent"]["scriptSource"], "path", "{ack:#}");
+    assert_eq!(
+        ack["structuredContent"]["scriptPath"],
+        own.display().to_string()
+    );
+    let read = s.read(&format!("file://{}", own.display())).await.unwrap();
+    assert_eq!(read["contents"][0]["text"], HI);
+}
+
+/// Decision 6: the same request id in the same session returns the first answer.
+#[tokio::test]
+async fn exact_retries_return_the_first_answer() {
+    let s = setup();
+    let arguments = json!({"action": "run", "projectDir": s.h.project, "script": HI});
+    let first = s
+        .server
+        .call_tool(&context(Some("a"), json!(7)), "workflow", arguments.clone())
+        .await
+        .unwrap();
+    let again = s
+        .server
+        .call_tool(&context(Some("a"), json!(7)), "workflow", arguments.clone())
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    assert_eq!(s.h.engine.list(None, 50).await.unwrap().len(), 1);
+    // A new id, or the same id in another session, is a new request.
+    let other = s
+        .server
+        .call_tool(&context(Some("b"), json!(7)), "workflow", arguments.clone())
+        .await
+        .unwrap();
+    assert_ne!(
+        other["structuredContent"]["runId"],
+        first["structuredContent"]["runId"]
+    );
+    // Stateless: same id and same input digest is a retry; other input is not.
+    let stateless = s
+        .server
+        .call_tool(&context(None, json!("x")), "workflow", arguments.clone())
+        .await
+        .unwrap();
+    let stateless_again = s
+        .server
+        .call_tool(&context(None, json!("x")), "workflow", arguments.clone())
+        .await
+        .unwrap();
+    assert_eq!(stateless, stateless_again);
+    let mut changed = arguments.clone();
+    changed["concurrency"] = json!(2);
+    let different = s
+        .server
+        .call_tool(&context(None, json!("x")), "workflow", changed)
+        .await
+        .unwrap();
+    assert_ne!(
+        different["structuredContent"]["runId"],
+        stateless["structuredContent"]["runId"]
+    );
+    assert_eq!(s.h.engine.list(None, 50).await.unwrap().len(), 4);
+    // Retries take no slot even when the project is full.
+    for id in 100..104 {
+        let ack = s
+            .server
+            .call_tool(
+                &context(Some("a"), json!(id)),
+                "workflow",
+                json!({"action": "run", "projectDir": s.h.project, "script": NEEDS_SETUP}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ack["structuredContent"]["status"], "pending");
+    }
+    let retry = s
+        .server
+        .call_tool(
+            &context(Some("a"), json!(103)),
+            "workflow",
+            json!({"action": "run", "projectDir": s.h.project, "script": NEEDS_SETUP}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(retry["structuredContent"]["accepted"], true, "{retry:#}");
+}
+
+/// Progress notifications during preparation, and cancellation before admission.
+#[tokio::test]
+async fn preparation_reports_progress_and_honours_cancellation() {
+    let s = setup();
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut ctx = fresh();
+    ctx.progress_token = Some(json!("tok"));
+    ctx.notifier = RequestNotifier::new(sender);
+    let ack = s
+        .server
+        .call_tool(
+            &ctx,
+            "workflow",
+            json!({"action": "run", "projectDir": s.h.project, "script": HI}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ack["structuredContent"]["accepted"], true);
+    let mut messages = Vec::new();
+    while let Ok(notification) = receiver.try_recv() {
+        assert_eq!(notification.method, "notifications/progress");
+        assert_eq!(notification.params["progressToken"], "tok");
+        messages.push(
+            notification.params["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert!(messages[0].starts_with("preparing"), "{messages:?}");
+    assert_eq!(messages.last().unwrap(), "admitted");
+
+    let cancelled = fresh();
+    cancelled.cancel.cancel();
+    let before = s.h.engine.list(None, 50).await.unwrap().len();
+    let result = s
+        .server
+        .call_tool(
+            &cancelled,
+            "workflow",
+            json!({"action": "run", "projectDir": s.h.project, "script": HI}),
+        )
+        .await
+        .unwrap();
+    assert!(is_error(&result), "{result:#}");
+    assert_eq!(s.h.engine.list(None, 50).await.unwrap().len(), before);
+}
+
+/// Appended events become coalesced `resources/updated` hints; admission and a result
+/// becoming available change the list.
+#[tokio::test]
+async fn event_appends_notify_subscribers_coalesced() {
+    let s = setup();
+    let mut hub = s.server.hub().subscribe();
+    let run_id = s
+        .run_to_end("export const meta = { name: 'x', description: 'd' };\nfor (let i = 0; i < 300; i++) log('line ' + i);\nreturn 1;")
+        .await;
+    let uri = format!("workflow://runs/{run_id}/events");
+    s.server
+        .check_subscribe(&fresh(), &uri)
+        .await
+        .expect("canonical events URI is subscribable");
+    let mut updates = 0;
+    let mut list_changes = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1000);
+    while let Ok(Ok(event)) = tokio::time::timeout_at(deadline, hub.recv()).await {
+        match event {
+            ServerEvent::ResourceUpdated { uri: updated } if updated == uri => updates += 1,
+            ServerEvent::ResourcesListChanged => list_changes += 1,
+            _ => {}
+        }
+    }
+    let appended = s.read_json(&uri).await["endCursor"].as_u64().unwrap();
+    assert!(appended > 300);
+    assert!(
+        (1..=10).contains(&updates),
+        "{updates} notifications for {appended} events"
+    );
+    eprintln!("coalesced: {updates} notifications for {appended} events");
+    // Admission, then the completed result.
+    assert!(list_changes >= 2, "{list_changes}");
+
+    let query = s
+        .server
+        .check_subscribe(
+            &fresh(),
+            &format!("{uri}?after=0&streamId={}", "a".repeat(32)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(query.code, codes::INVALID_PARAMS);
+    let unknown = s
+        .server
+        .check_subscribe(&fresh(), "workflow://runs/zzz-yyy/events")
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code, codes::RESOURCE_NOT_FOUND);
+
+    s.server.delete_run(&parse_id(&run_id)).await.unwrap();
+    let mut deleted = false;
+    while let Ok(Ok(event)) = tokio::time::timeout(Duration::from_millis(200), hub.recv()).await {
+        deleted |= event == ServerEvent::ResourceDeleted { uri: uri.clone() };
+    }
+    assert!(deleted);
+    assert_eq!(
+        s.read(&uri).await.unwrap_err().code,
+        codes::RESOURCE_NOT_FOUND
+    );
+    s.server.shutdown().await;
+}
+
+/// `config` probes registered backends concurrently and reports unknown ones in place.
+#[tokio::test]
+async fn config_probes_backends() {
+    let s = setup();
+    let all = s
+        .call(json!({"action": "config", "projectDir": s.h.project}))
+        .await;
+    let harnesses = all["structuredContent"]["harnesses"].as_array().unwrap();
+    let names: Vec<&str> = harnesses
+        .iter()
+        .filter_map(|h| h["backend"].as_str())
+        .collect();
+    assert_eq!(names, ["claude", "codex", "pi"]);
+    assert!(harnesses.iter().all(|h| h["probed"] == true));
+    assert!(all["structuredContent"]["authoringSummary"]["backends"].is_array());
+    let some = s
+        .call(json!({"action": "config", "projectDir": s.h.project, "harnesses": ["codex", "nope"], "modelSpecs": ["pi/openrouter/x"]}))
+        .await;
+    let harnesses = some["structuredContent"]["harnesses"].as_array().unwrap();
+    assert_eq!(harnesses.len(), 3);
+    assert_eq!(harnesses[1]["probed"], false);
+    assert!(
+        harnesses[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown backend")
+    );
+    assert_eq!(harnesses[2]["currentModel"], "openrouter/x");
+    let missing_dir = s
+        .call(json!({"action": "config", "projectDir": "/definitely/not/here"}))
+        .await;
+    assert!(is_error(&missing_dir));
+}
+
+/// The skill: list entry, digests over the served bytes, get, directory reads.
+#[tokio::test]
+async fn the_skill_is_served_with_matching_digests() {
+    use sha2::Digest;
+    let s = setup();
+    let list = s
+        .server
+        .custom(&fresh(), "skills/list", json!({}))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(list["ttlMs"].as_u64().is_some());
+    assert_eq!(list["cacheScope"], "public");
+    let entry = &list["skills"][0];
+    assert_eq!(entry["uri"], SKILL_URI);
+    assert_eq!(
+        entry["frontmatter"]["name"],
+        "agentprism-workflow-authoring"
+    );
+    let files = entry["resources"].as_array().unwrap();
+    assert!(files.iter().any(|f| f["uri"] == SKILL_URI));
+    for file in files {
+        let uri = file["uri"].as_str().unwrap();
+        assert!(uri.starts_with("skill://agentprism-workflow-authoring/"));
+        let read = s.read(uri).await.unwrap();
+        let text = read["contents"][0]["text"].as_str().unwrap();
+        assert_eq!(file["size"].as_u64().unwrap() as usize, text.len(), "{uri}");
+        let digest = agentprism::util::hex(&sha2::Sha256::digest(text.as_bytes()));
+        assert_eq!(file["digest"], format!("sha256:{digest}"), "{uri}");
+        assert_eq!(read["contents"][0]["mimeType"], "text/markdown");
+        let meta = read["contents"][0]["_meta"].as_object().unwrap();
+        assert!(
+            meta.keys()
+                .all(|k| k.starts_with("io.modelcontextprotocol.skills/"))
+        );
+    }
+    let got = s
+        .server
+        .custom(&fresh(), "skills/get", json!({"uri": SKILL_URI}))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&got["skill"], entry);
+    let unknown = s
+        .server
+        .custom(
+            &fresh(),
+            "skills/get",
+            json!({"uri": "skill://other/SKILL.md"}),
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(unknown.code, codes::INVALID_PARAMS);
+
+    let root = s
+        .server
+        .custom(
+            &fresh(),
+            "resources/directory/read",
+            json!({"uri": "skill://agentprism-workflow-authoring"}),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let children = root["resources"].as_array().unwrap();
+    assert!(children.iter().any(|c| c["uri"] == SKILL_URI));
+    let references = children
+        .iter()
+        .find(|c| c["mimeType"] == "inode/directory")
+        .unwrap();
+    let inner = s
+        .server
+        .custom(
+            &fresh(),
+            "resources/directory/read",
+            json!({"uri": references["uri"]}),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(inner["resources"].as_array().unwrap().len() >= 3);
+    let not_directory = s
+        .server
+        .custom(
+            &fresh(),
+            "resources/directory/read",
+            json!({"uri": SKILL_URI}),
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(not_directory.code, codes::INVALID_PARAMS);
+    assert!(
+        s.server
+            .custom(&fresh(), "run/other", json!({}))
+            .await
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_prompt_points_at_the_skill_and_config() {
+    let s = setup();
+    let prompts = s.server.list_prompts(&fresh(), None).await.unwrap();
+    assert_eq!(prompts["prompts"][0]["name"], "author-workflow");
+    let prompt = s
+        .server
+        .get_prompt(
+            &fresh(),
+            "author-workflow",
+            json!({"task": "review the repo"}),
+        )
+        .await
+        .unwrap();
+    let text = prompt["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("review the repo"));
+    assert!(text.contains(SKILL_URI));
+    assert!(text.contains("\"config\""));
+    assert!(text.len() < 2000, "compact: {}", text.len());
+    let bad = s
+        .server
+        .get_prompt(&fresh(), "author-workflow", json!({"other": 1}))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code, codes::INVALID_PARAMS);
+    let templates = s
+        .server
+        .list_resource_templates(&fresh(), None)
+        .await
+        .unwrap();
+    assert_eq!(templates["resourceTemplates"].as_array().unwrap().len(), 3);
+}
+
+/// The skill's example scripts prepare cleanly against the engine they document.
+#[tokio::test]
+async fn the_skill_examples_pass_preparation() {
+    let s = setup();
+    let sources = [
+        include_str!("../../docs/authoring/SKILL.md"),
+        include_str!("../../docs/authoring/references/examples.md"),
+    ];
+    let mut checked = 0;
+    for source in sources {
+        for block in source.split("```js\n").skip(1) {
+            let script = block.split("\n```").next().unwrap();
+            s.h.engine
+                .validate(
+                    &s.h.project,
+                    &agentprism::engine::ScriptInput::Inline(script.to_owned()),
+                    json!({}),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{script}\n=> {e}"));
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 5);
+}
+
+/// Live permission requests show in status and are answered through the tool; a live call
+/// can be cancelled by index (scenario 15's tool side).
+#[tokio::test]
+async fn permissions_and_single_call_stops_go_through_the_tool() {
+    let h = crate::engine::mock_harness();
+    let server = WorkflowServer::new(h.engine.clone(), WorkflowServerOptions::default());
+    let s = Setup { h, server };
+    let ack = s
+        .run("export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn await agent('x\\n@mock permission');")
+        .await;
+    let run_id = ack["structuredContent"]["runId"]
+        .as_str()
+        .expect("admitted")
+        .to_owned();
+    let pending = loop {
+        let status = s.status(&run_id).await;
+        if let Some(pending) = status["structuredContent"]["pendingPermissions"].get(0) {
+            assert!(
+                text_of(&status).contains("permissions-response"),
+                "{status:#}"
+            );
+            break pending.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let permission_id = pending["permissionId"].as_str().unwrap();
+    let wrong = s
+        .call(json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "response": {"outcome": {"outcome": "selected", "optionId": "nope"}}}))
+        .await;
+    assert!(is_error(&wrong), "{wrong:#}");
+    let option = pending["options"][0]["optionId"].as_str().unwrap();
+    let right = s
+        .call(json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "response": {"outcome": {"outcome": "selected", "optionId": option}}}))
+        .await;
+    assert_eq!(right["structuredContent"]["accepted"], true, "{right:#}");
+    s.h.engine.wait(&parse_id(&run_id)).await;
+    assert_eq!(
+        s.status(&run_id).await["structuredContent"]["outcome"]["result"],
+        "PERMISSION: allow"
+    );
+
+    let ack = s
+        .run("export const meta = { name: 'x', description: 'd', model: 'mock' };\nconst [a, b] = await parallel([() => agent('a\\n@mock delay 5000'), () => agent('b')]);\nreturn {a, b};")
+        .await;
+    let run_id = ack["structuredContent"]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    loop {
+        let status = s.status(&run_id).await;
+        let running = status["structuredContent"]["calls"]
+            .as_array()
+            .is_some_and(|calls| {
+                calls
+                    .iter()
+                    .any(|c| c["index"] == 0 && c["status"] == "running")
+            });
+        if running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancel = s
+        .call(json!({"action": "stop", "runId": run_id, "callIndex": 0}))
+        .await;
+    assert_eq!(
+        cancel["structuredContent"]["cancelled"]["callIndex"], 0,
+        "{cancel:#}"
+    );
+    s.h.engine.wait(&parse_id(&run_id)).await;
+    let done = s.status(&run_id).await;
+    assert_eq!(done["structuredContent"]["status"], "completed", "{done:#}");
+    assert_eq!(
+        done["structuredContent"]["outcome"]["result"]["a"],
+        Value::Null
+    );
+    s.h.engine.shutdown(Duration::from_secs(5)).await;
+}
