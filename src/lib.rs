@@ -11,6 +11,8 @@ pub mod engine;
 pub mod env;
 /// Diagnostics on stderr through tracing.
 pub mod logging;
+/// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
+pub mod discovery;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
 /// The run store trait and its SQLite implementation.
