@@ -228,7 +228,7 @@ fn healthz_message(instance_id: &str, nonce: &str) -> String {
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |b: u8| (b as char).to_digit(16).map(|d| d as u8);

@@ -139,7 +139,7 @@ impl ProcessScan {
         }
         let (exe, _) = strip_deleted(exe);
         named_agentprism(&exe)
-            || self.binaries.iter().any(|binary| *binary == exe)
+            || self.binaries.contains(&exe)
             || cmdline
                 .first()
                 .is_some_and(|argv0| named_agentprism(Path::new(argv0)))
