@@ -3,10 +3,11 @@
 //! (atomic writes, compare-and-swap under a kernel lock), the env fingerprint that splits
 //! daemons into families, the per-family spawn lock, process identity (pid + start time +
 //! boot id) and the process table that `daemon status` reconciles records against. Pure
-//! filesystem and process code: the `/healthz` probe that completes identity lives with the
-//! HTTP transport and uses [`key::verify_healthz_proof`].
+//! filesystem and process code: the HTTP transport sends the `/healthz` probe that completes
+//! identity and checks the answer with [`healthz::verify_identity`].
 
 pub mod fingerprint;
+pub mod healthz;
 pub mod key;
 pub mod liveness;
 pub mod paths;
