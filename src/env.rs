@@ -24,8 +24,27 @@ pub const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";
 /// Memory cap of one script's JS heap, in MiB (default 64).
 pub const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
 
-/// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`).
+/// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`). Not part of
+/// the daemon family fingerprint: it changes what is logged, never what runs.
 pub const LOG: &str = "AGENTPRISM_LOG";
+
+/// TCP port the daemon binds on 127.0.0.1 (default 29888; `0` picks an ephemeral port).
+pub const DAEMON_PORT: &str = "AGENTPRISM_DAEMON_PORT";
+/// How long the daemon stays up with no sessions, executions or requests, in ms (default
+/// 900000 = 15 min; `0` disables idle exit). Not part of the family fingerprint.
+pub const DAEMON_IDLE_TTL_MS: &str = "AGENTPRISM_DAEMON_IDLE_TTL_MS";
+/// How long a session with no open connection is kept before eviction, in ms (default 300000
+/// = 5 min). Not part of the family fingerprint.
+pub const SESSION_TTL_MS: &str = "AGENTPRISM_SESSION_TTL_MS";
+/// Upper bound of one REPL workspace drain during shutdown or supersession, in ms. Not part
+/// of the family fingerprint.
+pub const REPL_DRAIN_BOUND_MS: &str = "AGENTPRISM_REPL_DRAIN_BOUND_MS";
+/// Extra `Origin` values the daemon accepts besides loopback http origins, comma-separated
+/// exact matches.
+pub const DAEMON_ALLOWED_ORIGINS: &str = "AGENTPRISM_DAEMON_ALLOWED_ORIGINS";
+/// Path of the `agentprism` binary the shim spawns as the daemon (default: the one next to
+/// the shim, then `PATH`). Also recognised by `daemon status` as a daemon binary.
+pub const DAEMON_BIN: &str = "AGENTPRISM_DAEMON_BIN";
 
 pub const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
 pub const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";

@@ -3,23 +3,25 @@
 //!
 //! Modules in reading order:
 
-/// The ACP agent runner: processes, sessions, pool, backend registry.
-pub mod acp;
-/// The workflow engine: scripts, journal, replay, preparation.
-pub mod engine;
 /// Every environment variable, one documented constant each.
 pub mod env;
 /// Diagnostics on stderr through tracing.
 pub mod logging;
-/// MCP: JSON-RPC, protocol eras and the handler boundary, shared by every transport.
-pub mod mcp;
+/// Time, hashing and durable-write helpers.
+pub mod util;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
 /// The run store trait and its SQLite implementation.
 pub mod store;
+/// The workflow engine: scripts, journal, replay, preparation, execution.
+pub mod engine;
+/// The ACP agent runner: processes, sessions, pool, backend registry.
+pub mod acp;
+/// MCP: JSON-RPC, protocol eras and the handler boundary, shared by every transport.
+pub mod mcp;
 /// The workflow MCP server: the `workflow` tool, run resources, prompt and skill.
 pub mod tools;
-/// Time, hashing and durable-write helpers.
-pub mod util;
-// The `agentprism` command line (enabled once the ACP runner lands).
+/// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
+pub mod discovery;
+/// The `agentprism` command line.
 pub mod cli;

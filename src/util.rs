@@ -34,8 +34,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new content: a
-/// temporary file in the same folder, fsync, rename, then fsync of the folder. Errors name
-/// the path.
+/// temporary file `.<name>.<pid>.<random>.tmp` in the same folder, created with
+/// `O_CREAT|O_EXCL|O_CLOEXEC` (std opens with `O_CLOEXEC`; `create_new` is `O_EXCL`) and
+/// `mode` at open, fsync, rename, then fsync of the folder. Readers skip names starting with
+/// `.`, so a tmp left by a crash is never read. Errors name the path.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path
@@ -58,6 +60,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
             .mode(mode)
             .open(&tmp)
             .map_err(|e| annotate(e, "create", &tmp))?;
+        // The umask may have narrowed `mode` at open; set it exactly so a reader that checks
+        // the mode (the run-control key) sees what was asked for.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .map_err(|e| annotate(e, "set mode of", &tmp))?;
         file.write_all(bytes)
             .map_err(|e| annotate(e, "write", &tmp))?;
         file.sync_all().map_err(|e| annotate(e, "sync", &tmp))?;

@@ -39,7 +39,11 @@ pub struct McpError {
 
 impl McpError {
     pub fn new(code: i64, message: impl Into<String>) -> McpError {
-        McpError { code, message: message.into(), data: None }
+        McpError {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     pub fn invalid_params(message: impl Into<String>) -> McpError {
@@ -51,7 +55,10 @@ impl McpError {
     }
 
     pub fn method_not_found(method: &str) -> McpError {
-        McpError::new(codes::METHOD_NOT_FOUND, format!("method not found: {method}"))
+        McpError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )
     }
 
     pub fn with_data(mut self, data: Value) -> McpError {
@@ -156,7 +163,9 @@ pub struct RequestNotifier {
 
 impl RequestNotifier {
     pub fn new(sender: mpsc::UnboundedSender<Notification>) -> RequestNotifier {
-        RequestNotifier { sender: Some(sender) }
+        RequestNotifier {
+            sender: Some(sender),
+        }
     }
 
     /// A notifier that drops everything (tests, in-process calls).
@@ -166,7 +175,10 @@ impl RequestNotifier {
 
     pub fn notify(&self, method: &str, params: Value) {
         if let Some(sender) = &self.sender {
-            let _ = sender.send(Notification { method: method.to_owned(), params });
+            let _ = sender.send(Notification {
+                method: method.to_owned(),
+                params,
+            });
         }
     }
 }
@@ -175,14 +187,22 @@ impl RequestNotifier {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServerEvent {
     /// `notifications/resources/updated` for subscribers of `uri`.
-    ResourceUpdated { uri: String },
+    ResourceUpdated {
+        uri: String,
+    },
     ResourcesListChanged,
     ToolsListChanged,
     PromptsListChanged,
     /// A resource went away: the core drops its subscriptions.
-    ResourceDeleted { uri: String },
+    ResourceDeleted {
+        uri: String,
+    },
     /// A notification only for one legacy session (e.g. a host-specific channel).
-    ToSession { session_id: String, method: String, params: Value },
+    ToSession {
+        session_id: String,
+        method: String,
+        params: Value,
+    },
 }
 
 /// The broadcast channel handlers publish [`ServerEvent`]s on. Cheap to clone.
@@ -243,13 +263,26 @@ pub trait McpHandler: Send + Sync + 'static {
 
     /// `tools/call`. Unknown tools and malformed arguments are JSON-RPC errors; failures of the
     /// tool itself are results with `isError: true`.
-    async fn call_tool(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value>;
+    async fn call_tool(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: Value,
+    ) -> McpResult<Value>;
 
-    async fn list_resources(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+    async fn list_resources(
+        &self,
+        _ctx: &RequestContext,
+        _cursor: Option<&str>,
+    ) -> McpResult<Value> {
         Ok(serde_json::json!({"resources": []}))
     }
 
-    async fn list_resource_templates(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+    async fn list_resource_templates(
+        &self,
+        _ctx: &RequestContext,
+        _cursor: Option<&str>,
+    ) -> McpResult<Value> {
         Ok(serde_json::json!({"resourceTemplates": []}))
     }
 
@@ -259,14 +292,21 @@ pub trait McpHandler: Send + Sync + 'static {
 
     /// Checks that `uri` may be subscribed; the core keeps the subscription itself.
     async fn check_subscribe(&self, _ctx: &RequestContext, uri: &str) -> McpResult<()> {
-        Err(McpError::invalid_params(format!("{uri} cannot be subscribed")))
+        Err(McpError::invalid_params(format!(
+            "{uri} cannot be subscribed"
+        )))
     }
 
     async fn list_prompts(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
         Ok(serde_json::json!({"prompts": []}))
     }
 
-    async fn get_prompt(&self, _ctx: &RequestContext, name: &str, _arguments: Value) -> McpResult<Value> {
+    async fn get_prompt(
+        &self,
+        _ctx: &RequestContext,
+        name: &str,
+        _arguments: Value,
+    ) -> McpResult<Value> {
         Err(McpError::invalid_params(format!("unknown prompt {name}")))
     }
 
@@ -277,7 +317,12 @@ pub trait McpHandler: Send + Sync + 'static {
 
     /// Any other method (`skills/list`, `skills/get`, `resources/directory/read`, `run/*`).
     /// `None` means "not mine": the core answers -32601.
-    async fn custom(&self, _ctx: &RequestContext, _method: &str, _params: Value) -> Option<McpResult<Value>> {
+    async fn custom(
+        &self,
+        _ctx: &RequestContext,
+        _method: &str,
+        _params: Value,
+    ) -> Option<McpResult<Value>> {
         None
     }
 

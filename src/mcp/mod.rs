@@ -4,6 +4,6 @@
 pub mod handler;
 
 pub use handler::{
-    Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext, RequestNotifier, ServerEvent,
-    ServerInfo,
+    Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext,
+    RequestNotifier, ServerEvent, ServerInfo,
 };
