@@ -11,10 +11,14 @@ pub mod engine;
 pub mod env;
 /// Diagnostics on stderr through tracing.
 pub mod logging;
+/// MCP: JSON-RPC, both protocol eras, dispatch to a handler, sessions.
+pub mod mcp;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
 /// The run store trait and its SQLite implementation.
 pub mod store;
+/// MCP transports: Streamable HTTP (hyper) and stdio.
+pub mod transport;
 /// Time, hashing and durable-write helpers.
 pub mod util;
 // The `agentprism` command line (enabled once the ACP runner lands).
