@@ -44,6 +44,8 @@ pub struct Session {
     /// Fires when the session ends (DELETE, eviction, shutdown) so its streams close.
     pub closed: CancellationToken,
     streams: Mutex<StreamLogs>,
+    /// Streams opened by GET, which go on live after a replay.
+    standalone: Mutex<HashSet<u64>>,
     /// Woken whenever any stream of this session gets an event or finishes.
     stream_changed: Notify,
 }
@@ -97,6 +99,7 @@ impl Session {
             }),
             closed: CancellationToken::new(),
             streams: Mutex::new(StreamLogs::default()),
+            standalone: Mutex::new(HashSet::new()),
             stream_changed: Notify::new(),
         }
     }
@@ -153,6 +156,20 @@ impl Session {
         let stream = logs.next_stream;
         logs.streams.insert(stream, StreamLog::default());
         stream
+    }
+
+    pub fn mark_standalone(&self, stream: u64) {
+        self.standalone
+            .lock()
+            .expect("standalone lock")
+            .insert(stream);
+    }
+
+    pub fn is_standalone(&self, stream: u64) -> bool {
+        self.standalone
+            .lock()
+            .expect("standalone lock")
+            .contains(&stream)
     }
 
     /// Records an event on a stream and returns its event id (`<stream>-<sequence>`).

@@ -5,4 +5,5 @@
 pub mod http;
 pub mod stdio;
 
+pub use http::{HttpOptions, serve};
 pub use stdio::serve_stdio;
