@@ -62,22 +62,26 @@ impl Message {
 }
 
 /// Parses one JSON-RPC message from raw bytes.
-pub fn parse(bytes: &[u8]) -> Result<Message, Rejected> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|error| Rejected {
-        id: Value::Null,
-        error: McpError::new(codes::PARSE_ERROR, format!("parse error: {error}")),
+pub fn parse(bytes: &[u8]) -> Result<Message, Box<Rejected>> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|error| {
+        Box::new(Rejected {
+            id: Value::Null,
+            error: McpError::new(codes::PARSE_ERROR, format!("parse error: {error}")),
+        })
     })?;
     from_value(value)
 }
 
 /// Classifies an already-parsed JSON value.
-pub fn from_value(value: Value) -> Result<Message, Rejected> {
-    let invalid = |id: Value, message: &str| Rejected {
-        id,
-        error: McpError::new(
-            codes::INVALID_REQUEST,
-            format!("invalid request: {message}"),
-        ),
+pub fn from_value(value: Value) -> Result<Message, Box<Rejected>> {
+    let invalid = |id: Value, message: &str| {
+        Box::new(Rejected {
+            id,
+            error: McpError::new(
+                codes::INVALID_REQUEST,
+                format!("invalid request: {message}"),
+            ),
+        })
     };
     let mut object = match value {
         Value::Object(object) => object,
@@ -102,10 +106,10 @@ pub fn from_value(value: Value) -> Result<Message, Rejected> {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(params @ Value::Object(_)) => params,
             Some(_) => {
-                return Err(Rejected {
+                return Err(Box::new(Rejected {
                     id: echo_id,
                     error: McpError::invalid_params("params must be an object"),
-                });
+                }));
             }
         };
         return Ok(match id {

@@ -127,6 +127,15 @@ impl Body for HttpBody {
     fn is_end_stream(&self) -> bool {
         matches!(self, HttpBody::Full(None))
     }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            HttpBody::Full(bytes) => hyper::body::SizeHint::with_exact(
+                bytes.as_ref().map_or(0, |bytes| bytes.len() as u64),
+            ),
+            HttpBody::Stream(_) => hyper::body::SizeHint::default(),
+        }
+    }
 }
 
 /// Serves MCP on an already-bound listener until `shutdown` resolves, then closes streams and
@@ -298,8 +307,10 @@ impl State {
                     &jsonrpc::error_response(&request.id, &error),
                 );
             }
-        } else if !matches!(&message, Message::Request(request) if request.method == "initialize") {
-            if let Some(session_id) = header(headers, "mcp-session-id") {
+        } else if !matches!(&message, Message::Request(request) if request.method == "initialize")
+            && let Some(session_id) = header(headers, "mcp-session-id")
+        {
+            {
                 let Some(found) = self.server.session(session_id) else {
                     let id = match &message {
                         Message::Request(request) => request.id.clone(),
@@ -345,14 +356,10 @@ impl State {
             let outcome = server.handle(message, context).await;
             let _ = done_sender.send(outcome);
         });
-        // JSON unless a notification comes before the answer.
-        let first_note = tokio::select! {
-            biased;
-            outcome = &mut done => return answered(outcome),
-            note = notes.recv() => match note {
-                Some(note) => note,
-                None => return answered((&mut done).await),
-            },
+        // JSON unless a notification comes before the answer. The handler's side of `notes`
+        // closes before `done` is sent, so no notification is ever skipped.
+        let Some(first_note) = notes.recv().await else {
+            return answered(done.await);
         };
         if let Some(guard) = cancel_on_drop {
             guard.disarm();
@@ -754,7 +761,7 @@ fn status_only(status: StatusCode) -> HttpResponse {
 /// Decodes standard base64 (with padding); `None` for anything malformed.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let value = |byte: u8| -> Option<u32> {

@@ -3,5 +3,8 @@ mod acp;
 mod cli;
 mod engine;
 mod interop;
+mod mcp_core;
+mod mcp_http;
+mod mcp_stdio;
 mod mock_agent;
 mod support;
