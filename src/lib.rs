@@ -17,8 +17,10 @@ pub mod store;
 pub mod engine;
 /// The ACP agent runner: processes, sessions, pool, backend registry.
 pub mod acp;
-/// MCP: JSON-RPC, protocol eras and the handler boundary, shared by every transport.
+/// MCP: JSON-RPC, protocol eras, sessions and the handler boundary, shared by every transport.
 pub mod mcp;
+/// Streamable HTTP (hyper) and stdio transports for the MCP core.
+pub mod transport;
 /// The workflow MCP server: the `workflow` tool, run resources, prompt and skill.
 pub mod tools;
 /// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.

@@ -1,0 +1,181 @@
+//! MCP over stdio: one JSON-RPC message per line in each direction, nothing but protocol on
+//! the output.
+//!
+//! Requests run concurrently and their responses are written as they finish; notifications
+//! (progress, logging, `resources/updated` for the connection's session, list changes) are
+//! interleaved as whole lines. Both eras share the connection: `initialize` creates the one
+//! stdio session, and requests carrying a protocol version in `_meta` are served statelessly
+//! beside it, so a `server/discover` probe before `initialize` gets a real answer. End of
+//! input cancels whatever is still running and returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::mcp::jsonrpc::{self, Message};
+use crate::mcp::server::{McpServer, SessionEvents, TransportContext, TransportKind};
+
+/// The largest line accepted, the same cap as an HTTP body.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+/// How long requests cancelled at end of input get to finish.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Serves one stdio connection until end of input (or server shutdown).
+pub async fn serve_stdio(
+    server: Arc<McpServer>,
+    input: impl AsyncRead + Unpin,
+    output: impl AsyncWrite + Unpin,
+) -> anyhow::Result<()> {
+    let mut reader = BufReader::new(input);
+    let mut output = output;
+    let connection_id = uuid::Uuid::new_v4().simple().to_string();
+    let connection_cancel = server.shutdown_token().child_token();
+    let (outgoing, mut outgoing_receiver) = mpsc::unbounded_channel::<Value>();
+    let mut requests: JoinSet<()> = JoinSet::new();
+    let mut session_id: Option<String> = None;
+    let mut session_events: Option<SessionEvents> = None;
+    let mut line = Vec::new();
+    let shutdown = server.shutdown_token();
+
+    loop {
+        tokio::select! {
+            // `read_until` keeps partial input in `line` if another branch wins, so the line
+            // is only cleared once it has been taken.
+            read = reader.read_until(b'\n', &mut line) => {
+                let read = read.context("reading a message from stdin")?;
+                if read == 0 && line.is_empty() {
+                    break;
+                }
+                let taken = std::mem::take(&mut line);
+                let text = trim_line(&taken);
+                if text.is_empty() {
+                    continue;
+                }
+                if taken.len() > MAX_LINE_BYTES {
+                    let error = crate::mcp::McpError::new(crate::mcp::handler::codes::INVALID_REQUEST, "message too large");
+                    let _ = outgoing.send(jsonrpc::error_response(&Value::Null, &error));
+                    continue;
+                }
+                let message = match jsonrpc::parse(text) {
+                    Ok(message) => message,
+                    Err(rejected) => {
+                        let _ = outgoing.send(rejected.to_response());
+                        continue;
+                    }
+                };
+                let context = TransportContext {
+                    transport: TransportKind::Stdio,
+                    session_id: session_id.clone(),
+                    connection_id: connection_id.clone(),
+                    notifications: Some(outgoing.clone()),
+                    cancel: connection_cancel.clone(),
+                };
+                match &message {
+                    // Handled in order, because later messages depend on the state they set.
+                    Message::Request(request) if request.method == "initialize" => {
+                        let outcome = server.handle(message, context).await;
+                        if let Some(new_session) = outcome.new_session {
+                            if let Some(old) = session_id.replace(new_session.clone()) {
+                                server.evict_session(&old).await;
+                            }
+                            session_events = server.session_events(&new_session);
+                        }
+                        if let Some(response) = outcome.response {
+                            let _ = outgoing.send(response);
+                        }
+                    }
+                    Message::Request(_) => {
+                        let server = server.clone();
+                        let outgoing = outgoing.clone();
+                        requests.spawn(async move {
+                            if let Some(response) = server.handle(message, context).await.response {
+                                let _ = outgoing.send(response);
+                            }
+                        });
+                    }
+                    Message::Notification(_) | Message::Response(_) => {
+                        server.handle(message, context).await;
+                    }
+                }
+            }
+            Some(message) = outgoing_receiver.recv() => {
+                write_line(&mut output, &message).await?;
+            }
+            Some(event) = next_event(&mut session_events), if session_events.is_some() => {
+                match event {
+                    Some(message) => write_line(&mut output, &message).await?,
+                    None => session_events = None,
+                }
+            }
+            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+            () = shutdown.cancelled() => break,
+        }
+    }
+
+    connection_cancel.cancel();
+    let drain = async {
+        loop {
+            tokio::select! {
+                Some(message) = outgoing_receiver.recv() => write_line(&mut output, &message).await?,
+                joined = requests.join_next() => {
+                    if joined.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        while let Ok(message) = outgoing_receiver.try_recv() {
+            write_line(&mut output, &message).await?;
+        }
+        anyhow::Ok(())
+    };
+    let drained = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
+    requests.abort_all();
+    if let Some(id) = session_id {
+        server.evict_session(&id).await;
+    }
+    match drained {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(
+                "stdio requests did not finish within {DRAIN_DEADLINE:?} of end of input"
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn next_event(events: &mut Option<SessionEvents>) -> Option<Option<Value>> {
+    match events {
+        Some(events) => Some(events.next().await),
+        None => None,
+    }
+}
+
+fn trim_line(line: &[u8]) -> &[u8] {
+    let mut end = line.len();
+    while end > 0 && matches!(line[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    let start = line[..end]
+        .iter()
+        .position(|byte| !byte.is_ascii_whitespace())
+        .unwrap_or(end);
+    &line[start..end]
+}
+
+async fn write_line(output: &mut (impl AsyncWrite + Unpin), message: &Value) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec(message).context("encoding a message for stdout")?;
+    bytes.push(b'\n');
+    output
+        .write_all(&bytes)
+        .await
+        .context("writing a message to stdout")?;
+    output.flush().await.context("flushing stdout")?;
+    Ok(())
+}
