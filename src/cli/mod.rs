@@ -67,6 +67,24 @@ pub enum Command {
     Setup(SetupArgs),
     /// Print a completed run's exact result JSON.
     Result(ResultArgs),
+    /// Serve the `workflow` MCP server over stdio or loopback HTTP.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Speak MCP on stdin/stdout (what a host launches; the default).
+    #[arg(long, conflicts_with = "http")]
+    pub stdio: bool,
+    /// Serve Streamable HTTP on 127.0.0.1; prints the URL on stdout once listening.
+    #[arg(long)]
+    pub http: bool,
+    /// The HTTP port (0 picks a free one).
+    #[arg(long, default_value_t = 0, requires = "http")]
+    pub port: u16,
+    /// The project `run` and `config` use when a request leaves out `projectDir`.
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -242,6 +260,7 @@ async fn dispatch(cli: Cli) -> Result<u8> {
         Command::Stop(args) => stop(&env, args).await,
         Command::Setup(args) => setup(&env, args).await,
         Command::Result(args) => result(&env, args).await,
+        Command::Serve(args) => serve(&env, args).await,
     }
 }
 
@@ -1062,4 +1081,76 @@ async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// Serves the workflow MCP server until stdin closes (stdio) or a signal (HTTP).
+async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
+    guarded(async {
+        let engine = build_engine(env, true).await?;
+        let default_project_dir = match &args.project_dir {
+            Some(dir) => Some(project_dir(Some(dir))?),
+            None => None,
+        };
+        let options = crate::tools::WorkflowServerOptions {
+            default_project_dir,
+            ..crate::tools::WorkflowServerOptions::default()
+        };
+        let handler = crate::tools::WorkflowServer::new(engine.clone(), options);
+        let server = Arc::new(crate::mcp::server::McpServer::new(
+            handler.clone(),
+            crate::mcp::server::ServerOptions::default(),
+        ));
+        if args.http {
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+                .await
+                .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;
+            let address = listener.local_addr()?;
+            println!("http://{address}/mcp");
+            let mut http_options = crate::transport::http::HttpOptions::default();
+            http_options.allowed_origins = env
+                .get(env::DAEMON_ALLOWED_ORIGINS)
+                .map(|list| {
+                    list.split(',')
+                        .map(|o| o.trim().to_owned())
+                        .filter(|o| !o.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+            crate::transport::http::serve(
+                listener,
+                server.clone(),
+                http_options,
+                shutdown_signal(),
+            )
+            .await?;
+        } else {
+            crate::transport::stdio::serve_stdio(
+                server.clone(),
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+            )
+            .await?;
+        }
+        server.shutdown();
+        handler.shutdown().await;
+        engine.shutdown(Duration::from_secs(5)).await;
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
 }

@@ -10,5 +10,7 @@ pub use handler::{
     Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext,
     RequestNotifier, ServerEvent, ServerInfo,
 };
-pub use server::{CacheScope, McpServer, Outcome, ServerOptions, SessionEvents, TransportContext, TransportKind};
+pub use server::{
+    CacheScope, McpServer, Outcome, ServerOptions, SessionEvents, TransportContext, TransportKind,
+};
 pub use session::{Session, SessionActivity};
