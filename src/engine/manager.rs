@@ -186,6 +186,39 @@ struct Inner {
 }
 
 /// The engine. Cheap to clone.
+///
+/// Running a workflow in-process, without MCP (here with the instant runner, which answers
+/// every prompt at once; the ACP runner drives real agents):
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentprism::engine::{Engine, EngineConfig, RunRequest, ScriptInput, StatusQuery};
+/// use agentprism::engine::instant::InstantRunner;
+/// use agentprism::env::EnvSnapshot;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// let state = tempfile::tempdir()?;
+/// let store = Arc::new(agentprism::store::SqliteStore::open(state.path())?);
+/// let env = EnvSnapshot::from_pairs([("AGENTPRISM_BACKENDS", r#"{"mine": {"command": "my-acp-agent"}}"#)]);
+/// let backends = agentprism::acp::lookup::Backends::from_env(&env).map_err(anyhow::Error::msg)?;
+/// let config = EngineConfig { probe: false, ..EngineConfig::default() };
+/// let engine = Engine::new(store, InstantRunner::new(), Arc::new(backends), config);
+/// let script = "export const meta = { name: 'hi', description: 'one agent', model: 'mine' };\n\
+///               return await agent('say hi');";
+/// let admission = engine
+///     .start(RunRequest {
+///         project_dir: state.path().to_path_buf(),
+///         script: ScriptInput::Inline(script.into()),
+///         args: serde_json::json!({}),
+///         limits: Default::default(),
+///     })
+///     .await?;
+/// engine.wait(&admission.run_id).await;
+/// let status = engine.status(&admission.run_id, &StatusQuery::default()).await?;
+/// assert_eq!(status["outcome"]["result"], "ECHO: say hi");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,

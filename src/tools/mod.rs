@@ -80,7 +80,7 @@ impl Default for WorkflowServerOptions {
 /// ```no_run
 /// use std::sync::Arc;
 /// use agentprism::engine::{Engine, EngineConfig, instant::InstantRunner};
-/// use agentprism::mcp::McpHandler;
+/// use agentprism::mcp::server::{McpServer, ServerOptions};
 /// use agentprism::store::SqliteStore;
 /// use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 ///
@@ -90,13 +90,14 @@ impl Default for WorkflowServerOptions {
 /// let backends = agentprism::acp::lookup::Backends::from_env(&env).map_err(anyhow::Error::msg)?;
 /// // Any `AgentRunner` works: the ACP runner in production, the instant runner in tests.
 /// let engine = Engine::new(store, InstantRunner::new(), Arc::new(backends), EngineConfig::default());
-/// let server = WorkflowServer::new(engine, WorkflowServerOptions::default());
-/// assert_eq!(server.server_info().name, "agentprism");
-/// // Hand `server.clone()` to a transport of the MCP core (`agentprism::transport`, stdio or
-/// // HTTP), or to your own: every MCP method is a method of `McpHandler`.
-/// server.shutdown().await;
+/// let handler = WorkflowServer::new(engine, WorkflowServerOptions::default());
+/// let server = Arc::new(McpServer::new(handler.clone(), ServerOptions::default()));
+/// // Serve it on stdio; `agentprism::transport::http::serve` takes a bound listener instead,
+/// // and any other transport can call `McpServer::handle` itself.
+/// agentprism::transport::stdio::serve_stdio(server, tokio::io::stdin(), tokio::io::stdout()).await?;
+/// handler.shutdown().await;
 /// # Ok(()) }
-/// /// ```
+/// ```
 pub struct WorkflowServer {
     engine: Engine,
     options: WorkflowServerOptions,
