@@ -1,10 +1,11 @@
 """Drives one whole workflow through agentprism with the official Python MCP SDK (`mcp` 2.x).
 
-    python_client.py --era legacy|modern --http URL
-    python_client.py --era legacy|modern --stdio AGENTPRISM_BINARY
+    python_client.py --era legacy|modern|auto --http URL
+    python_client.py --era legacy|modern|auto --stdio AGENTPRISM_BINARY
 
 `legacy` connects with the 2025-11-25 initialize handshake (`mode="legacy"`); `modern` pins the
-stateless 2026-07-28 era (`mode="2026-07-28"`, per-request `_meta`, no session). Over stdio the
+stateless 2026-07-28 era (`mode="2026-07-28"`, per-request `_meta`, no session); `auto` is the
+SDK's default, which probes `server/discover` first and must settle on 2026-07-28 here. Over stdio the
 SDK launches `agentprism serve --stdio` itself, with this process's environment (the caller
 sets HOME, AGENTPRISM_PERSISTENCE_ROOT and AGENTPRISM_BACKENDS).
 
@@ -125,7 +126,7 @@ class Updates:
 
 
 async def drive(client: Client, era: str, updates: Updates, report: Report, project: str) -> None:
-    expected_version = MODERN_VERSION if era == "modern" else LEGACY_VERSION
+    expected_version = LEGACY_VERSION if era == "legacy" else MODERN_VERSION
     report.check(
         "negotiated-version",
         client.protocol_version == expected_version,
@@ -146,7 +147,7 @@ async def drive(client: Client, era: str, updates: Updates, report: Report, proj
     )
 
     async with AsyncExitStack() as stack:
-        if era == "modern":
+        if era != "legacy":
             subscription = await stack.enter_async_context(client.listen(resource_subscriptions=[events_uri]))
             honored = list(subscription.honored.resource_subscriptions or [])
             report.check("subscriptions/listen", events_uri in honored, f"honored filter {honored}")
@@ -237,7 +238,7 @@ async def drive(client: Client, era: str, updates: Updates, report: Report, proj
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--era", choices=["legacy", "modern"], required=True)
+    parser.add_argument("--era", choices=["legacy", "modern", "auto"], required=True)
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--http", metavar="URL")
     target.add_argument("--stdio", metavar="AGENTPRISM_BINARY")
@@ -260,7 +261,7 @@ async def main() -> int:
         )
     client = Client(
         server,
-        mode=MODERN_VERSION if options.era == "modern" else "legacy",
+        mode={"legacy": "legacy", "modern": MODERN_VERSION, "auto": "auto"}[options.era],
         message_handler=updates.legacy_handler,
         read_timeout_seconds=STEP_DEADLINE,
         # A cached tools/list or resources/read would hide what the server answers now.

@@ -1,7 +1,9 @@
 //! Real SDK clients drive a whole workflow through `agentprism serve`: the official Python MCP
 //! SDK (`mcp` 2.x from PyPI) runs `tests/e2e/python_client.py` once per protocol era (the
 //! 2025-11-25 initialize handshake and stateless 2026-07-28) and per transport (Streamable
-//! HTTP against a server this test starts, stdio against a server the SDK launches itself).
+//! HTTP against a server this test starts, stdio against a server the SDK launches itself),
+//! and once more per transport in the SDK's default `auto` mode, which probes
+//! `server/discover` before choosing an era and must settle on 2026-07-28.
 //! The script lists tools, runs a two-call workflow, watches it through `status` and a
 //! subscription to its events resource, and reads the result through the tool and the result
 //! resource; see its docstring for the steps.
@@ -51,12 +53,24 @@ fn python_sdk_modern_era_over_stdio() {
     drive(Era::Modern, Transport::Stdio);
 }
 
+#[test]
+fn python_sdk_default_auto_mode_over_http() {
+    drive(Era::Auto, Transport::Http);
+}
+
+#[test]
+fn python_sdk_default_auto_mode_over_stdio() {
+    drive(Era::Auto, Transport::Stdio);
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Era {
     /// 2025-11-25 through `initialize` and a session.
     Legacy,
     /// Stateless 2026-07-28, per-request `_meta`.
     Modern,
+    /// The SDK's default: `server/discover` first (on stdio, in the same server process).
+    Auto,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +87,7 @@ fn drive(era: Era, transport: Transport) {
     let era_flag = match era {
         Era::Legacy => "legacy",
         Era::Modern => "modern",
+        Era::Auto => "auto",
     };
 
     let server = match transport {
