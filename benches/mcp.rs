@@ -29,7 +29,13 @@ impl Client {
         let stream = TcpStream::connect(address).await.expect("connect");
         stream.set_nodelay(true).expect("nodelay");
         let (read, write) = stream.into_split();
-        let mut client = Client { reader: BufReader::new(read), writer: write, address: address.to_owned(), session: None, next_id: 1 };
+        let mut client = Client {
+            reader: BufReader::new(read),
+            writer: write,
+            address: address.to_owned(),
+            session: None,
+            next_id: 1,
+        };
         let init = client
             .request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}))
             .await;
@@ -46,11 +52,19 @@ impl Client {
             body.len()
         );
         if let Some(session) = &self.session {
-            head.push_str(&format!("Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"));
+            head.push_str(&format!(
+                "Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+            ));
         }
         head.push_str("\r\n");
-        self.writer.write_all(head.as_bytes()).await.expect("write head");
-        self.writer.write_all(body.as_bytes()).await.expect("write body");
+        self.writer
+            .write_all(head.as_bytes())
+            .await
+            .expect("write head");
+        self.writer
+            .write_all(body.as_bytes())
+            .await
+            .expect("write body");
         let mut headers = Vec::new();
         let mut line = String::new();
         self.reader.read_line(&mut line).await.expect("status line");
@@ -65,8 +79,13 @@ impl Client {
                 headers.push((key.trim().to_ascii_lowercase(), value.trim().to_owned()));
             }
         }
-        let length = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
-        let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+        let length = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok());
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
         let mut body = Vec::new();
         if let Some(length) = length {
             body.resize(length, 0);
@@ -90,7 +109,9 @@ impl Client {
     async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        let (headers, body) = self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        let (headers, body) = self
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
         if let Some((_, session)) = headers.iter().find(|(k, _)| k == "mcp-session-id") {
             self.session = Some(session.clone());
         }
@@ -99,13 +120,19 @@ impl Client {
         let json_text = if text.starts_with('{') {
             text.to_string()
         } else {
-            text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|l| l.starts_with('{')).last().unwrap_or("{}").to_owned()
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .rfind(|l| l.starts_with('{'))
+                .unwrap_or("{}")
+                .to_owned()
         };
         serde_json::from_str(&json_text).unwrap_or(Value::Null)
     }
 
     async fn notify(&mut self, method: &str) {
-        self.send(&json!({"jsonrpc": "2.0", "method": method})).await;
+        self.send(&json!({"jsonrpc": "2.0", "method": method}))
+            .await;
     }
 }
 
@@ -118,7 +145,12 @@ fn micros(d: Duration) -> String {
 }
 
 /// Runs `clients` concurrent clients, each timing `SAMPLES_PER_CLIENT` calls of `method`.
-async fn measure(address: &str, clients: usize, method: &'static str, params: Value) -> Vec<Duration> {
+async fn measure(
+    address: &str,
+    clients: usize,
+    method: &'static str,
+    params: Value,
+) -> Vec<Duration> {
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let address = address.to_owned();
@@ -150,7 +182,10 @@ fn release_binary(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = root.join("target/release").join(name);
     if !path.exists() {
-        eprintln!("{} is missing: run `cargo build --release --bins --examples` first", path.display());
+        eprintln!(
+            "{} is missing: run `cargo build --release --bins --examples` first",
+            path.display()
+        );
         std::process::exit(2);
     }
     path
@@ -178,15 +213,26 @@ async fn main() {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", dir.path())
         .env("AGENTPRISM_PERSISTENCE_ROOT", dir.path().join("state"))
-        .env("AGENTPRISM_BACKENDS", json!({"mock": {"command": mock}}).to_string())
+        .env(
+            "AGENTPRISM_BACKENDS",
+            json!({"mock": {"command": mock}}).to_string(),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("start agentprism serve");
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("stdout")), &mut line).expect("url");
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("url");
     let _server = Server(child);
-    let address = line.trim().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let address = line
+        .trim()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
     println!("server: {agentprism:?} at {address}");
 
     // 0-agent run admission, one client, sequential.
@@ -200,12 +246,25 @@ async fn main() {
             .request("tools/call", json!({"name": "workflow", "arguments": {"action": "run", "projectDir": project, "script": script}}))
             .await;
         admissions.push(started.elapsed());
-        run_id = answer.pointer("/result/structuredContent/runId").and_then(Value::as_str).unwrap_or_default().to_owned();
+        run_id = answer
+            .pointer("/result/structuredContent/runId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         assert!(!run_id.is_empty(), "run failed: {answer}");
         // Let it finish so the project never holds more than four active runs.
         for _ in 0..200 {
-            let status = client.request("tools/call", json!({"name": "workflow", "arguments": {"action": "status", "runId": run_id}})).await;
-            if status.pointer("/result/structuredContent/status").and_then(Value::as_str) == Some("completed") {
+            let status = client
+                .request(
+                    "tools/call",
+                    json!({"name": "workflow", "arguments": {"action": "status", "runId": run_id}}),
+                )
+                .await;
+            if status
+                .pointer("/result/structuredContent/status")
+                .and_then(Value::as_str)
+                == Some("completed")
+            {
                 break;
             }
         }
@@ -227,7 +286,13 @@ async fn main() {
             micros(percentile(&samples, 0.5)),
             micros(percentile(&samples, 0.99))
         );
-        let samples = measure(&address, clients, "tools/call", json!({"name": "workflow", "arguments": {"action": "status", "runId": run_id}})).await;
+        let samples = measure(
+            &address,
+            clients,
+            "tools/call",
+            json!({"name": "workflow", "arguments": {"action": "status", "runId": run_id}}),
+        )
+        .await;
         println!(
             "status lookup ({clients} client{}, n={}): p50 {} p99 {}   goal p50 < 0.1 ms, p99 < 1 ms; earlier implementation 0.55 / 4.2 ms",
             if clients == 1 { "" } else { "s" },

@@ -1106,16 +1106,18 @@ async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
                 .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;
             let address = listener.local_addr()?;
             println!("http://{address}/mcp");
-            let mut http_options = crate::transport::http::HttpOptions::default();
-            http_options.allowed_origins = env
-                .get(env::DAEMON_ALLOWED_ORIGINS)
-                .map(|list| {
-                    list.split(',')
-                        .map(|o| o.trim().to_owned())
-                        .filter(|o| !o.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let http_options = crate::transport::http::HttpOptions {
+                allowed_origins: env
+                    .get(env::DAEMON_ALLOWED_ORIGINS)
+                    .map(|list| {
+                        list.split(',')
+                            .map(|o| o.trim().to_owned())
+                            .filter(|o| !o.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                ..Default::default()
+            };
             crate::transport::http::serve(
                 listener,
                 server.clone(),

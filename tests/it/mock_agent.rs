@@ -31,6 +31,8 @@ struct MockAgent {
     /// Messages read while waiting for something else, handed out before new ones.
     backlog: VecDeque<Value>,
     stderr: Arc<Mutex<String>>,
+    /// Joined once the process has exited, so `stderr()` then holds everything it wrote.
+    stderr_reader: Option<thread::JoinHandle<()>>,
     next_id: u64,
 }
 
@@ -98,7 +100,7 @@ impl MockAgent {
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut stderr_pipe = child.stderr.take().expect("piped stderr");
         let stderr_sink = Arc::clone(&stderr);
-        thread::spawn(move || {
+        let stderr_reader = thread::spawn(move || {
             let mut buffer = [0u8; 4096];
             while let Ok(read @ 1..) = stderr_pipe.read(&mut buffer) {
                 let text = String::from_utf8_lossy(&buffer[..read]);
@@ -112,6 +114,7 @@ impl MockAgent {
             lines,
             backlog: VecDeque::new(),
             stderr,
+            stderr_reader: Some(stderr_reader),
             next_id: 1,
         }
     }
@@ -228,6 +231,10 @@ impl MockAgent {
         let deadline = Instant::now() + DEADLINE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // The pipe closes with the process; wait for the reader to drain it.
+                if let Some(reader) = self.stderr_reader.take() {
+                    let _ = reader.join();
+                }
                 return status;
             }
             assert!(
