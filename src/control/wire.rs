@@ -317,17 +317,17 @@ mod tests {
         assert!(request.mac_is_valid(&key()));
         let other_key = RunControlKey::from_bytes([1; 32]);
         assert!(!request.mac_is_valid(&other_key));
-        let tampered: Vec<Box<dyn Fn(&mut Request)>> = vec![
-            Box::new(|r| r.kind = "shutdown".into()),
-            Box::new(|r| r.to = "someone-else".into()),
-            Box::new(|r| r.from.instance_id = "impostor".into()),
-            Box::new(|r| r.ts += 1),
-            Box::new(|r| r.nonce = "AAECAwQFBgcICQoLDA0OEA".into()),
-            Box::new(|r| r.op = "other-op".into()),
-            Box::new(|r| r.body = r#"{"action":"stop","runId":"run-2"}"#.into()),
-            Box::new(|r| r.body.push(' ')),
-            Box::new(|r| r.mac.truncate(62)),
-            Box::new(|r| r.mac = "zz".repeat(32)),
+        let tampered: &[fn(&mut Request)] = &[
+            |r| r.kind = "shutdown".into(),
+            |r| r.to = "someone-else".into(),
+            |r| r.from.instance_id = "impostor".into(),
+            |r| r.ts += 1,
+            |r| r.nonce = "AAECAwQFBgcICQoLDA0OEA".into(),
+            |r| r.op = "other-op".into(),
+            |r| r.body = r#"{"action":"stop","runId":"run-2"}"#.into(),
+            |r| r.body.push(' '),
+            |r| r.mac.truncate(62),
+            |r| r.mac = "zz".repeat(32),
         ];
         for tamper in tampered {
             let mut copy = request.clone();
