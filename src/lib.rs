@@ -25,5 +25,7 @@ pub mod transport;
 pub mod tools;
 /// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
 pub mod discovery;
+/// The signed Unix-socket control plane between daemons: messages, server, client.
+pub mod control;
 /// The `agentprism` command line.
 pub mod cli;
