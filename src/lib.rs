@@ -25,5 +25,7 @@ pub mod transport;
 pub mod tools;
 /// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
 pub mod discovery;
+/// The per-user daemon: lifecycle, idle exit, `/healthz`, self-spawn and readiness.
+pub mod daemon;
 /// The `agentprism` command line.
 pub mod cli;
