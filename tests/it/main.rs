@@ -1,6 +1,7 @@
 //! Integration tests, one module per area.
 mod acp;
 mod cli;
+mod daemon;
 mod discovery;
 mod engine;
 mod interop;
