@@ -210,16 +210,16 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
     let (evict_sender, mut evictions) = mpsc::unbounded_channel::<String>();
-    let mut http_options = crate::transport::http::HttpOptions {
+    let http_options = crate::transport::http::HttpOptions {
         allowed_origins: settings.allowed_origins.clone(),
+        shutdown_deadline: DRAIN_DEADLINE,
+        intercept: Some(health::routes(
+            health.clone(),
+            settings.test_hooks,
+            evict_sender,
+        )),
         ..Default::default()
     };
-    http_options.shutdown_deadline = DRAIN_DEADLINE;
-    http_options.intercept = Some(health::routes(
-        health.clone(),
-        settings.test_hooks,
-        evict_sender,
-    ));
     let mut http = tasks.spawn(crate::transport::http::serve(
         listener,
         server.clone(),
@@ -387,7 +387,7 @@ fn already_running(record: &DaemonRecord) {
 enum Bound {
     Listener(TcpListener),
     /// Our own healthy current daemon of this family holds the port and the pointer.
-    AlreadyRunning(DaemonRecord),
+    AlreadyRunning(Box<DaemonRecord>),
 }
 
 /// Binds 127.0.0.1:`port` with SO_REUSEADDR (never SO_REUSEPORT: two listeners would split
@@ -412,7 +412,7 @@ async fn bind_daemon_port(
             .await
             .qualifies()
     {
-        return Ok(Bound::AlreadyRunning(current));
+        return Ok(Bound::AlreadyRunning(Box::new(current)));
     }
     let holder = describe_port_holder(paths, fingerprint, port);
     let listener = bind_loopback(0).context("binding 127.0.0.1 on an ephemeral port")?;

@@ -546,7 +546,25 @@ fn a_foreign_listener_on_the_port_moves_the_daemon_to_an_ephemeral_port() {
 #[test]
 fn start_twice_makes_one_daemon_and_stop_ends_it() {
     let world = World::new();
+    // A descriptor the starter leaks (not close-on-exec), like a host's jobserver pipe.
+    let leaked = std::fs::File::create(world.ctx.path("leaked-marker")).unwrap();
+    let leaked_fd = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    nix::fcntl::fcntl(
+        &leaked,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
     let first = world.start();
+    drop(leaked);
+    let inherited: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", first.pid))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .collect();
+    assert!(
+        !inherited.contains(&world.ctx.path("leaked-marker")),
+        "the daemon inherited fd {leaked_fd}: {inherited:?}"
+    );
     let again = world.run(&["daemon", "start"]);
     assert_eq!(again.code(), 0, "{}", again.stderr);
     assert!(again.stderr.contains("already running"), "{}", again.stderr);
