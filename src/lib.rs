@@ -27,5 +27,7 @@ pub mod tools;
 pub mod discovery;
 /// The signed Unix-socket control plane between daemons: messages, server, client.
 pub mod control;
+/// The per-user daemon: lifecycle, idle exit, `/healthz`, self-spawn and readiness.
+pub mod daemon;
 /// The `agentprism` command line.
 pub mod cli;

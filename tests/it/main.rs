@@ -2,6 +2,7 @@
 mod acp;
 mod cli;
 mod control;
+mod daemon;
 mod discovery;
 mod engine;
 mod interop;

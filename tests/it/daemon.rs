@@ -1,0 +1,879 @@
+//! The per-user daemon end to end, without the shim: the real `agentprism daemon …`
+//! commands against a private persistence root per test (daemon.md section 3, scenarios 2, 5,
+//! 6, 8, 13, 22, 23, 24 and the `daemon start|stop|status|url` contract). Every daemon a test
+//! starts is killed when the test ends, found by its persistence root in `/proc`, so a failed
+//! assertion never leaves one behind. Waits poll with deadlines; nothing sleeps to
+//! synchronise.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agentprism::discovery::healthz::{Challenge, IdentityMismatch, verify_identity};
+use agentprism::discovery::record::{read_own_record, write_record};
+use agentprism::discovery::{DaemonRecord, RunControlKey, fingerprint_of};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::support::context::{DEADLINE, Finished, TestContext, process_gone};
+
+const HEADER: &str =
+    "export const meta = { name: 'test', description: 'a test workflow', model: 'mock' };\n";
+
+/// A test context whose daemons bind ephemeral ports, plus a guard that kills every daemon
+/// serving its persistence root when dropped.
+struct World {
+    ctx: TestContext,
+}
+
+impl World {
+    fn new() -> World {
+        World::with(|ctx| ctx)
+    }
+
+    fn with(adjust: impl FnOnce(TestContext) -> TestContext) -> World {
+        let ctx = TestContext::new().set("AGENTPRISM_DAEMON_PORT", "0");
+        World { ctx: adjust(ctx) }
+    }
+
+    fn fingerprint(&self) -> String {
+        family_of(&self.ctx.env)
+    }
+
+    fn pointer_path(&self, fingerprint: &str) -> PathBuf {
+        self.ctx.state().join(format!("daemons/{fingerprint}.json"))
+    }
+
+    fn pointer(&self) -> Option<DaemonRecord> {
+        read_own_record(&self.pointer_path(&self.fingerprint()))
+    }
+
+    fn instances(&self) -> Vec<PathBuf> {
+        let dir = self.ctx.state().join("daemons/instances");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+
+    /// Runs `agentprism` with this world's env plus `extra`.
+    fn run_with(&self, extra: &[(&str, &str)], args: &[&str]) -> Finished {
+        let mut command = self.ctx.command(args);
+        command.envs(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn agentprism");
+        finish(child)
+    }
+
+    fn run(&self, args: &[&str]) -> Finished {
+        self.run_with(&[], args)
+    }
+
+    /// `daemon start`, which must succeed; returns the pointer's record.
+    fn start(&self) -> DaemonRecord {
+        let started = self.run(&["daemon", "start"]);
+        assert_eq!(
+            started.code(),
+            0,
+            "daemon start failed:\n{}",
+            started.stderr
+        );
+        let record = self.pointer().expect("a pointer after daemon start");
+        assert_eq!(started.stdout.trim(), record.url);
+        record
+    }
+
+    fn key(&self) -> RunControlKey {
+        RunControlKey::load(&self.ctx.state().join("daemons/run-control-key.json")).expect("key")
+    }
+
+    /// Every live daemon process serving this world's root.
+    fn daemon_pids(&self) -> Vec<i32> {
+        daemons_serving(&self.ctx.state())
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for pid in self.daemon_pids() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+fn family_of(env: &BTreeMap<String, String>) -> String {
+    fingerprint_of(
+        env.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    )
+}
+
+/// Pids of `agentprism daemon run` processes started with `AGENTPRISM_PERSISTENCE_ROOT=root`.
+fn daemons_serving(root: &Path) -> Vec<i32> {
+    let needle = format!("AGENTPRISM_PERSISTENCE_ROOT={}\0", root.display());
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let is_daemon = cmdline
+            .windows(b"daemon\0run\0".len())
+            .any(|w| w == b"daemon\0run\0");
+        let serves = environ
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes());
+        if is_daemon && serves && !process_gone(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn finish(mut child: std::process::Child) -> Finished {
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "command did not finish; stderr:\n{}",
+                err.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Finished {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing after `deadline`.
+fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A minimal HTTP/1.1 exchange with `Connection: close`.
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON body, or the JSON-RPC response inside an SSE body.
+    fn json(&self) -> Value {
+        let text = String::from_utf8_lossy(&self.body);
+        if self
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/event-stream"))
+        {
+            return text
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .find(|message| message.get("id").is_some())
+                .unwrap_or_else(|| panic!("no response in the stream:\n{text}"));
+        }
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+}
+
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read the answer");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("a status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") {
+        let size_text = String::from_utf8_lossy(&bytes[..end]);
+        let size =
+            usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = end + 2;
+        out.extend_from_slice(&bytes[start..start + size]);
+        bytes = &bytes[start + size + 2..];
+    }
+    out
+}
+
+fn healthz(port: u16, nonce: &str) -> Reply {
+    http(port, "GET", &format!("/healthz?challenge={nonce}"), &[], "")
+}
+
+fn mcp_post(port: u16, session: Option<&str>, message: &Value) -> Reply {
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+        headers.push(("MCP-Protocol-Version", "2025-11-25"));
+    }
+    http(port, "POST", "/mcp", &headers, &message.to_string())
+}
+
+/// A legacy session: initialize + initialized; returns its id.
+fn open_session(port: u16) -> String {
+    let reply = mcp_post(
+        port,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "daemon-test", "version": "1"}}}),
+    );
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let session = reply
+        .header("mcp-session-id")
+        .expect("session id")
+        .to_owned();
+    let ack = mcp_post(
+        port,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(ack.status, 202);
+    session
+}
+
+/// Waits for a foreground daemon started with `ctx.spawn` to publish its pointer.
+fn wait_ready(world: &World) -> DaemonRecord {
+    wait_for("the daemon's pointer", DEADLINE, || {
+        world
+            .pointer()
+            .filter(|record| healthz(record.port, "x").status == 200)
+    })
+}
+
+#[test]
+fn a_foreground_daemon_proves_its_identity_and_cleans_up_on_sigterm() {
+    let world = World::new();
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    assert_eq!(record.pid, daemon.pid());
+    assert_eq!(record.env_fingerprint, world.fingerprint());
+    assert!(
+        world
+            .instances()
+            .iter()
+            .any(|p| p.ends_with(format!("{}.json", daemon.pid())))
+    );
+
+    let challenge = Challenge::new(record.port);
+    let reply = healthz(record.port, &challenge.nonce);
+    assert_eq!(reply.status, 200);
+    let body = reply.json();
+    verify_identity(&record, &body, &world.key(), &challenge.nonce).expect("a valid proof");
+    for field in [
+        "version",
+        "port",
+        "startedAt",
+        "state",
+        "lameDuck",
+        "sessions",
+        "activeRuns",
+        "inflightRequests",
+        "replDrains",
+        "controlProtocol",
+        "projects",
+    ] {
+        assert!(body.get(field).is_some(), "healthz lacks {field}: {body}");
+    }
+    assert_eq!(body["state"], "current");
+    // Another key, or an answer to another challenge, does not pass.
+    assert_eq!(
+        verify_identity(
+            &record,
+            &body,
+            &RunControlKey::from_bytes([7; 32]),
+            &challenge.nonce
+        ),
+        Err(IdentityMismatch::Proof)
+    );
+    assert_eq!(
+        verify_identity(&record, &body, &world.key(), "another-nonce"),
+        Err(IdentityMismatch::Proof)
+    );
+    // Test-only routes are off without AGENTPRISM_TEST_HOOKS.
+    assert_eq!(
+        http(record.port, "POST", "/debug/evict?session=x", &[], "").status,
+        404
+    );
+    // A non-loopback Origin is refused.
+    assert_eq!(
+        http(
+            record.port,
+            "GET",
+            "/healthz",
+            &[("Origin", "https://evil.example")],
+            ""
+        )
+        .status,
+        403
+    );
+
+    daemon.signal(Signal::SIGTERM);
+    let finished = daemon.finish(DEADLINE);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("exiting: received SIGTERM"),
+        "{}",
+        finished.stderr
+    );
+    assert!(world.pointer().is_none());
+    assert!(world.instances().is_empty());
+}
+
+/// Scenario 5: with a 500 ms idle TTL and a fast tick the daemon exits 0 on its own.
+#[test]
+fn an_idle_daemon_exits_and_removes_its_pointer_and_record() {
+    let world = World::with(|ctx| {
+        ctx.set("AGENTPRISM_DAEMON_IDLE_TTL_MS", "500")
+            .set("AGENTPRISM_DAEMON_TICK_MS", "50")
+    });
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    wait_ready(&world);
+    let ready_at = Instant::now();
+    let finished = daemon.finish(DEADLINE);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(
+        ready_at.elapsed() >= Duration::from_millis(450),
+        "exited before its TTL"
+    );
+    assert!(
+        finished.stderr.contains("idle for 500ms"),
+        "{}",
+        finished.stderr
+    );
+    assert!(world.pointer().is_none());
+    assert!(!world.pointer_path(&world.fingerprint()).exists());
+    assert!(world.instances().is_empty());
+}
+
+/// Scenario 6 and the seed's promise: a run started over HTTP keeps executing after its
+/// client is gone, keeps the daemon from idling out, and completes.
+#[test]
+fn an_executing_run_outlives_its_client_and_keeps_the_daemon_alive() {
+    let world = World::with(|ctx| {
+        ctx.set("AGENTPRISM_DAEMON_IDLE_TTL_MS", "300")
+            .set("AGENTPRISM_DAEMON_TICK_MS", "50")
+    });
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    let session = open_session(record.port);
+    let script =
+        format!("{HEADER}const a = await agent('slow\\n@mock delay 2000');\nreturn {{a}};\n");
+    let reply = mcp_post(
+        record.port,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "workflow",
+            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
+    );
+    assert_eq!(reply.status, 200);
+    let answer = reply.json();
+    let run_id = answer["result"]["structuredContent"]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no runId: {answer}"))
+        .to_owned();
+    // The client goes away: its session ends; only the run keeps the daemon busy.
+    let deleted = http(
+        record.port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("Mcp-Session-Id", &session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        "",
+    );
+    assert!(deleted.status < 300, "DELETE answered {}", deleted.status);
+    let health = healthz(record.port, "n").json();
+    assert_eq!(health["sessions"], 0);
+    assert_eq!(health["activeRuns"], 1, "{health}");
+
+    // The daemon only exits once the run is over, so the run must have completed.
+    let finished = daemon.finish(DEADLINE);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    let status = world.ctx.status(&run_id);
+    assert_eq!(status["status"], "completed", "{status:#}");
+    assert!(world.pointer().is_none());
+}
+
+/// Scenario 6, second half: TTL 0 disables idle exit (observed over many ticks).
+#[test]
+fn an_idle_ttl_of_zero_never_exits() {
+    let world = World::with(|ctx| {
+        ctx.set("AGENTPRISM_DAEMON_IDLE_TTL_MS", "0")
+            .set("AGENTPRISM_DAEMON_TICK_MS", "10")
+    });
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    let observed = Instant::now();
+    // 100+ ticks: an idle exit would have happened many times over.
+    while observed.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(healthz(record.port, "n").status, 200);
+        assert!(!process_gone(daemon.pid() as i32));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Scenario 8: a foreign listener on the configured port sends the daemon to an ephemeral
+/// one, and the pointer says which.
+#[test]
+fn a_foreign_listener_on_the_port_moves_the_daemon_to_an_ephemeral_port() {
+    let foreign = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = foreign.local_addr().unwrap().port();
+    let world = World::with(|ctx| ctx.set("AGENTPRISM_DAEMON_PORT", taken.to_string()));
+    let record = world.start();
+    assert_ne!(record.port, taken);
+    assert_eq!(healthz(record.port, "n").status, 200);
+    let log = std::fs::read_to_string(world.ctx.state().join("logs/daemon.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "port {taken} is held by a process that is not an agentprism daemon"
+        )),
+        "{log}"
+    );
+    // `daemon start` again adopts it rather than fighting over the port.
+    assert_eq!(world.start().instance_id, record.instance_id);
+    drop(foreign);
+}
+
+/// `daemon start` twice makes one daemon; `status`, `url`, `stop` and `logs` agree.
+#[test]
+fn start_twice_makes_one_daemon_and_stop_ends_it() {
+    let world = World::new();
+    // A descriptor the starter leaks (not close-on-exec), like a host's jobserver pipe.
+    let leaked = std::fs::File::create(world.ctx.path("leaked-marker")).unwrap();
+    let leaked_fd = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    nix::fcntl::fcntl(
+        &leaked,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let first = world.start();
+    drop(leaked);
+    let inherited: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", first.pid))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .collect();
+    assert!(
+        !inherited.contains(&world.ctx.path("leaked-marker")),
+        "the daemon inherited fd {leaked_fd}: {inherited:?}"
+    );
+    let again = world.run(&["daemon", "start"]);
+    assert_eq!(again.code(), 0, "{}", again.stderr);
+    assert!(again.stderr.contains("already running"), "{}", again.stderr);
+    assert_eq!(again.stdout.trim(), first.url);
+    assert_eq!(world.daemon_pids(), vec![first.pid as i32]);
+    assert_eq!(world.instances().len(), 1);
+
+    // Self-spawned: its own session, cwd $HOME, stdin /dev/null, output in the log.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", first.pid)).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        fields[3],
+        first.pid.to_string(),
+        "session id = pid after setsid"
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/cwd", first.pid)).unwrap(),
+        world.ctx.path("home")
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/fd/0", first.pid)).unwrap(),
+        Path::new("/dev/null")
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/fd/2", first.pid)).unwrap(),
+        world.ctx.state().join("logs/daemon.log")
+    );
+
+    let status = world.run(&["daemon", "status", "--json"]);
+    assert_eq!(status.code(), 0, "{}", status.stderr);
+    let document = status.json();
+    assert_eq!(document["running"], true);
+    let daemons = document["daemons"].as_array().unwrap();
+    assert_eq!(daemons.len(), 1, "{document:#}");
+    assert_eq!(daemons[0]["role"], "current");
+    assert_eq!(daemons[0]["pid"], first.pid);
+    assert_eq!(daemons[0]["url"], first.url.as_str());
+    assert_eq!(daemons[0]["sessions"], 0);
+    assert_eq!(daemons[0]["activeRuns"], 0);
+
+    let url = world.run(&["daemon", "url"]);
+    assert_eq!(url.code(), 0, "{}", url.stderr);
+    assert!(url.stdout.contains(&format!(
+        "claude mcp add --transport http agentprism-workflows {}",
+        first.url
+    )));
+    assert!(url.stdout.contains(&format!(
+        "[mcp_servers.agentprism-workflows]\nurl = \"{}\"",
+        first.url
+    )));
+    assert!(url.stdout.contains("\"command\": \"agentprism-workflow\""));
+
+    let stop = world.run(&["daemon", "stop"]);
+    assert_eq!(stop.code(), 0, "{}", stop.stderr);
+    assert!(process_gone(first.pid as i32));
+    assert!(world.pointer().is_none());
+    assert!(world.instances().is_empty());
+    let stopped = world.run(&["daemon", "status"]);
+    assert_ne!(stopped.code(), 0);
+    assert!(
+        stopped.stdout.contains("no daemon is running"),
+        "{}",
+        stopped.stdout
+    );
+    let logs = world.run(&["daemon", "logs"]);
+    assert!(logs.stdout.contains("listening on"), "{}", logs.stdout);
+    assert!(
+        logs.stdout.contains("exiting: received SIGTERM"),
+        "{}",
+        logs.stdout
+    );
+    // Nothing to stop is not an error.
+    assert_eq!(world.run(&["daemon", "stop"]).code(), 0);
+}
+
+/// Cold `daemon start`s racing each other make one daemon (the spawn lock and re-probe).
+#[test]
+fn concurrent_starts_make_one_daemon() {
+    let world = World::new();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            world
+                .ctx
+                .command(&["daemon", "start"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let urls: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let finished = finish(child);
+            assert_eq!(finished.code(), 0, "{}", finished.stderr);
+            finished.stdout.trim().to_owned()
+        })
+        .collect();
+    assert!(urls.iter().all(|url| *url == urls[0]), "{urls:?}");
+    assert_eq!(world.daemon_pids().len(), 1);
+    assert_eq!(world.instances().len(), 1);
+}
+
+/// Scenario 13: a different `AGENTPRISM_BACKENDS` is another family with its own daemon and
+/// pointer; a different idle TTL is the same family.
+#[test]
+fn env_families_split_on_backends_but_not_on_idle_ttl() {
+    let world = World::new();
+    let first = world.start();
+    let other_backends = json!({"other": {"command": "/bin/false"}}).to_string();
+    let second = world.run_with(
+        &[("AGENTPRISM_BACKENDS", &other_backends)],
+        &["daemon", "start"],
+    );
+    assert_eq!(second.code(), 0, "{}", second.stderr);
+    assert_ne!(second.stdout.trim(), first.url);
+    let mut other_env = world.ctx.env.clone();
+    other_env.insert("AGENTPRISM_BACKENDS".into(), other_backends.clone());
+    let other_family = family_of(&other_env);
+    assert_ne!(other_family, first.env_fingerprint);
+    let other = read_own_record(&world.pointer_path(&other_family)).expect("second pointer");
+    assert_eq!(other.url, second.stdout.trim());
+    assert_eq!(world.daemon_pids().len(), 2);
+
+    let ttl_only = world.run_with(
+        &[("AGENTPRISM_DAEMON_IDLE_TTL_MS", "1234")],
+        &["daemon", "start"],
+    );
+    assert_eq!(ttl_only.code(), 0, "{}", ttl_only.stderr);
+    assert_eq!(ttl_only.stdout.trim(), first.url);
+    assert_eq!(world.daemon_pids().len(), 2);
+
+    // `status` from the first family sees the second as another family.
+    let status = world.run(&["daemon", "status", "--json"]).json();
+    let roles: Vec<&str> = status["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["role"].as_str().unwrap())
+        .collect();
+    assert!(
+        roles.contains(&"current") && roles.contains(&"other family"),
+        "{status:#}"
+    );
+    // `stop` ends only this family's daemon.
+    assert_eq!(world.run(&["daemon", "stop"]).code(), 0);
+    assert!(process_gone(first.pid as i32));
+    assert!(!process_gone(other.pid as i32));
+}
+
+/// Scenario 22: a record naming a live process that is not the daemon (start time differs,
+/// or written during another boot) is pruned, and the process is never signalled.
+#[test]
+fn stale_records_are_pruned_and_their_pids_never_signalled() {
+    let world = World::new();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id();
+    let template = DaemonRecord::for_this_process(
+        "0.1.0",
+        "00000000-0000-4000-8000-000000000001",
+        1,
+        &world.fingerprint(),
+        "",
+    );
+    let instances = world.ctx.state().join("daemons/instances");
+    std::fs::create_dir_all(&instances).unwrap();
+    let reused = DaemonRecord {
+        pid,
+        proc_start: 1,
+        ..template.clone()
+    };
+    write_record(&instances.join(format!("{pid}.json")), &reused).unwrap();
+    let other_boot = DaemonRecord {
+        pid: std::process::id(),
+        instance_id: "00000000-0000-4000-8000-000000000002".into(),
+        boot_id: Some("not-this-boot".into()),
+        ..template
+    };
+    write_record(
+        &instances.join(format!("{}.json", std::process::id())),
+        &other_boot,
+    )
+    .unwrap();
+
+    let status = world.run(&["daemon", "status", "--json"]);
+    assert_ne!(status.code(), 0, "no current daemon: {}", status.stdout);
+    let document = status.json();
+    let pruned = document["pruned"].as_array().unwrap();
+    assert_eq!(pruned.len(), 2, "{document:#}");
+    assert!(world.instances().is_empty());
+    assert!(
+        document["daemons"].as_array().unwrap().is_empty(),
+        "{document:#}"
+    );
+    // `stop --all` finds nothing to stop either; the sleeper lives on.
+    assert_eq!(world.run(&["daemon", "stop", "--all"]).code(), 0);
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "the unrelated process was signalled"
+    );
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+/// Scenario 23: a live daemon whose records were deleted is listed as untracked, and
+/// `stop --all` stops it.
+#[test]
+fn a_daemon_without_records_is_untracked_and_stop_all_stops_it() {
+    let world = World::new();
+    let record = world.start();
+    std::fs::remove_file(world.pointer_path(&record.env_fingerprint)).unwrap();
+    for file in world.instances() {
+        std::fs::remove_file(file).unwrap();
+    }
+    let status = world.run(&["daemon", "status", "--json"]);
+    assert_ne!(status.code(), 0);
+    let document = status.json();
+    let daemons = document["daemons"].as_array().unwrap();
+    assert_eq!(daemons.len(), 1, "{document:#}");
+    assert_eq!(daemons[0]["role"], "untracked");
+    assert_eq!(daemons[0]["pid"], record.pid);
+    assert_eq!(daemons[0]["instanceId"], record.instance_id.as_str());
+
+    let stop = world.run(&["daemon", "stop", "--all"]);
+    assert_eq!(stop.code(), 0, "{}", stop.stderr);
+    assert!(process_gone(record.pid as i32));
+}
+
+/// Scenario 24: a stopped (SIGSTOP) daemon is alive but silent: `daemon start` does not
+/// spawn a second daemon over the store and fails with a hint after its bound; after
+/// SIGCONT the same daemon is adopted.
+#[test]
+fn a_stopped_daemon_is_never_replaced() {
+    let world = World::new();
+    let record = world.start();
+    let pid = Pid::from_raw(record.pid as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let started = Instant::now();
+    let blocked = world.run(&["daemon", "start"]);
+    let took = started.elapsed();
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert_ne!(blocked.code(), 0);
+    assert!(
+        blocked.stderr.contains("did not answer /healthz"),
+        "{}",
+        blocked.stderr
+    );
+    assert!(
+        blocked.stderr.contains("agentprism daemon status"),
+        "{}",
+        blocked.stderr
+    );
+    assert!(took >= Duration::from_secs(9), "gave up after {took:?}");
+    assert_eq!(world.daemon_pids(), vec![record.pid as i32]);
+    assert_eq!(world.instances().len(), 1);
+    assert_eq!(world.start().instance_id, record.instance_id);
+}
+
+/// Dead-client eviction: a session with no connection is evicted after the session TTL, and
+/// the test hook evicts on demand; either way the client gets 404 and re-initializes.
+#[test]
+fn sessions_of_dead_clients_are_evicted() {
+    let world = World::with(|ctx| {
+        ctx.set("AGENTPRISM_SESSION_TTL_MS", "200")
+            .set("AGENTPRISM_DAEMON_TICK_MS", "50")
+            .set("AGENTPRISM_TEST_HOOKS", "1")
+    });
+    let _daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    let session = open_session(record.port);
+    assert_eq!(healthz(record.port, "n").json()["sessions"], 1);
+    wait_for("the session TTL eviction", DEADLINE, || {
+        (healthz(record.port, "n").json()["sessions"] == 0).then_some(())
+    });
+    let gone = mcp_post(
+        record.port,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    assert_eq!(gone.status, 404);
+
+    // The hook evicts at once, well inside the TTL of a fresh session.
+    let world_hook = World::with(|ctx| ctx.set("AGENTPRISM_TEST_HOOKS", "1"));
+    let _daemon = world_hook.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world_hook);
+    let session = open_session(record.port);
+    let evict = http(
+        record.port,
+        "POST",
+        &format!("/debug/evict?session={session}"),
+        &[],
+        "",
+    );
+    assert_eq!(evict.status, 202);
+    wait_for("the hook eviction", DEADLINE, || {
+        let reply = mcp_post(
+            record.port,
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+        );
+        (reply.status == 404).then_some(())
+    });
+}
