@@ -27,5 +27,7 @@ pub mod tools;
 pub mod discovery;
 /// The signed Unix-socket control plane between daemons: messages, server, client.
 pub mod control;
+/// Running under systemd or launchd: sd-notify, unit files, the LaunchAgent, install.
+pub mod service;
 /// The `agentprism` command line.
 pub mod cli;
