@@ -356,6 +356,41 @@ pub fn read_managed(paths: &InstallPaths) -> Option<ManagedRecord> {
     (record.version == MANAGED_RECORD_VERSION).then_some(record)
 }
 
+/// Asks the manager in `record` for a daemon of `version` (the shim's managed start): systemd
+/// starts `agentprism@<version>.service` and returns once it is ready; launchd kickstarts the
+/// job. On an error the shim self-spawns, as if nothing were installed.
+pub fn start_managed(record: &ManagedRecord, paths: &InstallPaths, version: &str) -> Result<()> {
+    let tools = Tools::new(paths.tool_path.clone());
+    let mut report = InstallReport::default();
+    match Manager::parse(&record.manager) {
+        Some(Manager::Systemd) => {
+            let systemctl = tools.require("systemctl", SYSTEMCTL_HINT)?;
+            tools.run(
+                &systemctl,
+                &systemd::start_generation_args(version),
+                &[],
+                &mut report,
+            )?;
+        }
+        Some(Manager::Launchd) => {
+            let launchctl = tools.require("launchctl", LAUNCHCTL_HINT)?;
+            tools.run(
+                &launchctl,
+                &launchd::kickstart_args(paths.uid),
+                &[],
+                &mut report,
+            )?;
+        }
+        None => {
+            return Err(ServiceError::Refused(format!(
+                "managed.json names an unknown manager {:?}",
+                record.manager
+            )));
+        }
+    }
+    Ok(())
+}
+
 const SYSTEMCTL_HINT: &str = "there is no systemd user manager here; the daemon keeps being \
     self-spawned by the shim, which needs no install";
 const LAUNCHCTL_HINT: &str = "launchd is only on macOS; elsewhere use the systemd install";
@@ -757,6 +792,23 @@ mod tests {
         std::fs::create_dir_all(local.parent().unwrap()).unwrap();
         std::fs::write(&local, b"").unwrap();
         assert_eq!(stable_binary(&home, &real, &search).unwrap(), local);
+    }
+
+    #[test]
+    fn managed_start_asks_for_the_shims_generation() {
+        let fixture = Fixture::new();
+        fixture.fake("systemctl", &[("*0.3.0*", 1)]);
+        install(Manager::Systemd, &fixture.paths, &env()).unwrap();
+        let record = read_managed(&fixture.paths).unwrap();
+        start_managed(&record, &fixture.paths, "0.2.0+build").unwrap();
+        assert_eq!(
+            fixture.calls().last().unwrap(),
+            "systemctl --user start agentprism@0.2.0.service"
+        );
+        assert!(matches!(
+            start_managed(&record, &fixture.paths, "0.3.0"),
+            Err(ServiceError::CommandFailed { .. })
+        ));
     }
 
     #[test]

@@ -71,6 +71,32 @@ pub struct ListenFds {
     pub names: Vec<String>,
 }
 
+impl ListenFds {
+    /// Socket activation meant for this process. Independent of `--managed`:
+    /// `systemd-socket-activate` (scenario 26) passes fds without being our manager.
+    pub fn from_process() -> Option<ListenFds> {
+        ListenFds::from_vars(std::process::id(), |name| std::env::var_os(name))
+    }
+
+    /// The same from explicit variables: `LISTEN_PID` must name `pid`, `LISTEN_FDS` be > 0.
+    pub fn from_vars(pid: u32, var: impl Fn(&str) -> Option<OsString>) -> Option<ListenFds> {
+        let for_us = var(env::LISTEN_PID)
+            .and_then(|value| value.to_str()?.trim().parse::<u32>().ok())
+            .is_some_and(|named| named == pid);
+        if !for_us {
+            return None;
+        }
+        let count = var(env::LISTEN_FDS)
+            .and_then(|value| value.to_str()?.trim().parse::<u32>().ok())
+            .filter(|count| *count > 0)?;
+        let names = var(env::LISTEN_FDNAMES)
+            .and_then(|value| value.into_string().ok())
+            .map(|names| names.split(':').map(str::to_string).collect())
+            .unwrap_or_default();
+        Some(ListenFds { count, names })
+    }
+}
+
 /// Where notifications go, and the unbound socket they are sent from. The socket is created
 /// at construction so a later send cannot fail for lack of descriptors at a bad moment.
 #[derive(Debug)]
@@ -133,20 +159,7 @@ impl Notifier {
             .and_then(|value| value.to_str()?.trim().parse::<u64>().ok())
             .filter(|usec| *usec > 0)
             .map(Duration::from_micros);
-        let listen = if ours(env::LISTEN_PID) {
-            var(env::LISTEN_FDS)
-                .and_then(|value| value.to_str()?.trim().parse::<u32>().ok())
-                .filter(|count| *count > 0)
-                .map(|count| ListenFds {
-                    count,
-                    names: var(env::LISTEN_FDNAMES)
-                        .and_then(|value| value.into_string().ok())
-                        .map(|names| names.split(':').map(str::to_string).collect())
-                        .unwrap_or_default(),
-                })
-        } else {
-            None
-        };
+        let listen = ListenFds::from_vars(pid, &var);
         Ok(Notifier {
             channel,
             watchdog_period,
