@@ -52,6 +52,24 @@ pub const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
 /// outside tests: the routes are unauthenticated.
 pub const TEST_HOOKS: &str = "AGENTPRISM_TEST_HOOKS";
 
+/// Set by systemd to the pid it started; a daemon trusts the variables below only when this
+/// names itself, so a host that leaks them into its children cannot make us talk to its
+/// manager.
+pub const SYSTEMD_EXEC_PID: &str = "SYSTEMD_EXEC_PID";
+/// The service manager's notification socket (sd_notify): a path, or `@name` for the
+/// abstract namespace. Never passed on to children.
+pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
+/// Watchdog period in microseconds that systemd expects `WATCHDOG=1` within.
+pub const WATCHDOG_USEC: &str = "WATCHDOG_USEC";
+/// The pid the watchdog period is meant for; another pid ignores `WATCHDOG_USEC`.
+pub const WATCHDOG_PID: &str = "WATCHDOG_PID";
+/// Socket activation: how many listening fds start at fd 3.
+pub const LISTEN_FDS: &str = "LISTEN_FDS";
+/// Socket activation: the pid the fds are meant for.
+pub const LISTEN_PID: &str = "LISTEN_PID";
+/// Socket activation: colon-separated names of the passed fds.
+pub const LISTEN_FDNAMES: &str = "LISTEN_FDNAMES";
+
 pub const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
 pub const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";
 pub const CODEX_ACP_CMD: &str = "AGENTPRISM_CODEX_ACP_CMD";

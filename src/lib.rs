@@ -29,5 +29,7 @@ pub mod discovery;
 pub mod control;
 /// The per-user daemon: lifecycle, idle exit, `/healthz`, self-spawn and readiness.
 pub mod daemon;
+/// Running under systemd or launchd: sd-notify, unit files, the LaunchAgent, install.
+pub mod service;
 /// The `agentprism` command line.
 pub mod cli;

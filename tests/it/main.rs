@@ -11,5 +11,6 @@ mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
 mod sdk_clients;
+mod service;
 mod support;
 mod workflow_tool;
