@@ -25,5 +25,7 @@ pub mod transport;
 pub mod tools;
 /// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
 pub mod discovery;
+/// The `agentprism-workflow` stdio shim: find or start the daemon, proxy stdio to it.
+pub mod shim;
 /// The `agentprism` command line.
 pub mod cli;
