@@ -45,6 +45,12 @@ pub const DAEMON_ALLOWED_ORIGINS: &str = "AGENTPRISM_DAEMON_ALLOWED_ORIGINS";
 /// Path of the `agentprism` binary the shim spawns as the daemon (default: the one next to
 /// the shim, then `PATH`). Also recognised by `daemon status` as a daemon binary.
 pub const DAEMON_BIN: &str = "AGENTPRISM_DAEMON_BIN";
+/// How often the daemon checks idleness and evicts dead-client sessions, in ms (default
+/// 60000). Tests shorten it. Part of the family fingerprint (it only ever differs in tests).
+pub const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
+/// `1` turns on test-only daemon routes (`POST /debug/evict?session=<id>`). Never set it
+/// outside tests: the routes are unauthenticated.
+pub const TEST_HOOKS: &str = "AGENTPRISM_TEST_HOOKS";
 
 pub const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
 pub const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";

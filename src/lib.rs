@@ -25,6 +25,8 @@ pub mod transport;
 pub mod tools;
 /// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
 pub mod discovery;
+/// The per-user daemon: lifecycle, idle exit, `/healthz`, self-spawn and readiness.
+pub mod daemon;
 /// The `agentprism-workflow` stdio shim: find or start the daemon, proxy stdio to it.
 pub mod shim;
 /// The `agentprism` command line.

@@ -5,6 +5,8 @@
 //! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C
 //! (the run is left paused/interrupted and resumable).
 
+pub mod daemon;
+
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,6 +71,8 @@ pub enum Command {
     Result(ResultArgs),
     /// Serve the `workflow` MCP server over stdio or loopback HTTP.
     Serve(ServeArgs),
+    /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
+    Daemon(daemon::DaemonArgs),
 }
 
 #[derive(Debug, Args)]
@@ -261,6 +265,7 @@ async fn dispatch(cli: Cli) -> Result<u8> {
         Command::Setup(args) => setup(&env, args).await,
         Command::Result(args) => result(&env, args).await,
         Command::Serve(args) => serve(&env, args).await,
+        Command::Daemon(args) => daemon::daemon(&env, args).await,
     }
 }
 

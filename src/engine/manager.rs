@@ -644,6 +644,19 @@ impl Engine {
         }
     }
 
+    /// Runs this process owns right now: executing generations plus preparations holding a
+    /// capacity slot. The daemon counts them as work that keeps it from idling out.
+    pub fn active_executions(&self) -> usize {
+        let live = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
+        let preparing: usize = self
+            .inner
+            .preparing
+            .lock()
+            .map(|preparing| preparing.values().sum())
+            .unwrap_or(0);
+        live + preparing
+    }
+
     /// Whether this process executes `run_id` now.
     pub fn is_live(&self, run_id: &RunId) -> bool {
         self.inner

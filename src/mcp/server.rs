@@ -264,6 +264,12 @@ impl McpServer {
         self.sessions.lock().expect("sessions lock").len()
     }
 
+    /// Requests being handled right now, with or without a session (the daemon's idle
+    /// check counts them).
+    pub fn inflight_count(&self) -> usize {
+        self.inflight.lock().expect("inflight lock").len()
+    }
+
     /// Every session's activity, for the daemon's idle reaper.
     pub fn session_activity(&self) -> Vec<(String, SessionActivity)> {
         let sessions = self.sessions.lock().expect("sessions lock");

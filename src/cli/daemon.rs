@@ -1,0 +1,599 @@
+//! `agentprism daemon run|start|stop|status|url|logs`: the per-user daemon from the command
+//! line. `run` is the daemon itself (foreground); `start` ensures one is running for this
+//! shell's env family; `status` and `stop --all` reconcile the records under `R/daemons/`
+//! with the process table, so a daemon that lost its record is still listed and stoppable,
+//! and a record whose pid was reused is pruned, never signalled (daemon.md 1.11).
+
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Subcommand};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use crate::daemon::probe::Probe;
+use crate::daemon::spawn::{EnsureOptions, daemon_binary, ensure_daemon};
+use crate::daemon::{RunOptions, configured_port, probe_family};
+use crate::discovery::liveness::proc_stat;
+use crate::discovery::pointer::read_pointer;
+use crate::discovery::process_table::{PruneReason, SignalTarget, prune, signal_target};
+use crate::discovery::record::read_instance_records;
+use crate::discovery::{
+    Entry, Paths, ProcessScan, Role, RunControlKey, current_fingerprint, fingerprint_of,
+    process_alive_as, reconcile,
+};
+use crate::env::{self, EnvSnapshot};
+
+/// How long `stop` waits for signalled daemons to exit.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(7);
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    #[command(subcommand)]
+    pub command: DaemonCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// Run the daemon in the foreground (what `start` and the stdio shim spawn).
+    Run(DaemonRunArgs),
+    /// Start this environment's daemon unless it is running; prints its MCP URL.
+    Start,
+    /// Stop this environment's daemon (`--all`: every agentprism daemon of this user and
+    /// persistence root).
+    Stop {
+        #[arg(long)]
+        all: bool,
+    },
+    /// List daemons (current, draining, other family, untracked, unresponsive); exit 0 iff
+    /// this environment's daemon is running.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print ready-to-paste registrations of the daemon's MCP endpoint for MCP hosts.
+    Url,
+    /// Print the daemon log (`-f` follows it).
+    Logs {
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonRunArgs {
+    /// The port to bind on 127.0.0.1 (default `AGENTPRISM_DAEMON_PORT` or 29888; 0 picks a
+    /// free one).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// This daemon's instance id (a spawner passes one to recognise it).
+    #[arg(long, value_name = "UUID")]
+    pub instance_id: Option<String>,
+    /// Take over the family pointer from a live daemon of a strictly lower version.
+    #[arg(long)]
+    pub supersede: bool,
+    /// Write diagnostics to this file, rotated by size, instead of stderr (self-spawn).
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub log_file: Option<PathBuf>,
+}
+
+/// Runs one `daemon` subcommand.
+pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs) -> Result<u8> {
+    match args.command {
+        DaemonCommand::Run(run) => {
+            if let Some(id) = &run.instance_id {
+                uuid::Uuid::parse_str(id)
+                    .map_err(|e| anyhow!("--instance-id must be a UUID: {e}"))?;
+            }
+            crate::daemon::run(
+                env,
+                RunOptions {
+                    port: run.port,
+                    instance_id: run.instance_id,
+                    supersede: run.supersede,
+                    log_file: run.log_file,
+                },
+            )
+            .await
+        }
+        DaemonCommand::Start => start(env).await,
+        DaemonCommand::Stop { all } => stop(env, all).await,
+        DaemonCommand::Status { json } => status(env, json).await,
+        DaemonCommand::Url => url(env).await,
+        DaemonCommand::Logs { follow } => logs(env, follow).await,
+    }
+}
+
+async fn start(env: &EnvSnapshot) -> Result<u8> {
+    let paths = Paths::from_env(env)?;
+    let fingerprint = current_fingerprint();
+    let options = EnsureOptions::new(daemon_binary(env));
+    let ready = ensure_daemon(&paths, &fingerprint, &options).await?;
+    eprintln!(
+        "agentprism daemon pid {} {} (log: {})",
+        ready.record.pid,
+        if ready.spawned.is_some() {
+            "started"
+        } else {
+            "already running"
+        },
+        paths.daemon_log().display()
+    );
+    println!("{}", ready.record.url);
+    Ok(0)
+}
+
+/// One line of `daemon status`.
+#[derive(Debug)]
+struct Listed {
+    role: &'static str,
+    pid: Option<u32>,
+    entry: Entry,
+    health: Option<Value>,
+    /// Why the daemon is listed under its role, when that needs saying.
+    note: Option<String>,
+}
+
+/// The reconciled view of this user's daemons under one persistence root.
+struct Survey {
+    paths: Paths,
+    fingerprint: String,
+    listed: Vec<Listed>,
+    pruned: Vec<(PathBuf, String)>,
+}
+
+async fn survey(env: &EnvSnapshot) -> Result<Survey> {
+    let paths = Paths::from_env(env)?;
+    let fingerprint = current_fingerprint();
+    let key = RunControlKey::load(&paths.run_control_key()).ok();
+    let records = read_instance_records(&paths)?;
+    let mut scan = ProcessScan::new();
+    if let Ok(exe) = std::env::current_exe() {
+        scan = scan.with_binary(exe);
+    }
+    if let Some(binary) = env.non_empty(env::DAEMON_BIN) {
+        scan = scan.with_binary(binary);
+    }
+    let processes: Vec<_> = scan
+        .scan()?
+        .into_iter()
+        .filter(|process| serves_root(process.pid, paths.root()))
+        .collect();
+    let entries = reconcile(&records, &processes, process_alive_as);
+    let removed = prune(&entries)?;
+    let pointer = read_pointer(&paths, &fingerprint);
+    let mut listed = Vec::new();
+    let mut pruned = Vec::new();
+    for entry in entries {
+        match &entry.role {
+            Role::Pruned(reason) => {
+                if let Some(file) = &entry.record
+                    && removed.contains(&file.path)
+                {
+                    pruned.push((file.path.clone(), prune_reason(reason)));
+                }
+            }
+            Role::Tracked => {
+                let record = entry
+                    .own_record()
+                    .cloned()
+                    .expect("tracked entries have a record");
+                let probe = crate::daemon::probe::probe(
+                    &record,
+                    key.as_ref(),
+                    crate::discovery::healthz::HEALTHZ_TIMEOUT,
+                )
+                .await;
+                let named = pointer
+                    .as_ref()
+                    .is_some_and(|current| current.same_instance(&record));
+                let (role, health, note) = match probe {
+                    Probe::Identified(health) => {
+                        let role = if record.env_fingerprint != fingerprint {
+                            "other family"
+                        } else if named && crate::daemon::probe::body_qualifies(&health) {
+                            "current"
+                        } else {
+                            "draining"
+                        };
+                        (role, Some(health), None)
+                    }
+                    Probe::Unresponsive => {
+                        ("unresponsive", None, Some("no /healthz answer".into()))
+                    }
+                    Probe::Refused(why) | Probe::Mismatch(why) => ("unresponsive", None, Some(why)),
+                };
+                listed.push(Listed {
+                    role,
+                    pid: Some(record.pid),
+                    entry,
+                    health,
+                    note,
+                });
+            }
+            Role::Untracked => listed.push(Listed {
+                role: "untracked",
+                pid: entry.process.as_ref().map(|p| p.pid),
+                entry,
+                health: None,
+                note: Some("no record; listed from the process table".into()),
+            }),
+            Role::Foreign => listed.push(Listed {
+                role: "foreign",
+                pid: entry.process.as_ref().map(|p| p.pid),
+                entry,
+                health: None,
+                note: Some(
+                    "a record of another implementation; never signalled without --all".into(),
+                ),
+            }),
+            Role::Malformed { reason } => {
+                let note = Some(format!("unreadable record: {reason}"));
+                listed.push(Listed {
+                    role: "malformed",
+                    pid: None,
+                    entry,
+                    health: None,
+                    note,
+                })
+            }
+        }
+    }
+    Ok(Survey {
+        paths,
+        fingerprint,
+        listed,
+        pruned,
+    })
+}
+
+/// Whether process `pid` serves the persistence root `root`, judged by the environment it
+/// started with. An unreadable environment counts as ours: better listed than hidden.
+fn serves_root(pid: u32, root: &Path) -> bool {
+    let Some(env) = process_environment(pid) else {
+        return true;
+    };
+    Paths::from_env(&env).is_ok_and(|paths| paths.root() == root)
+}
+
+fn process_environment(pid: u32) -> Option<EnvSnapshot> {
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(EnvSnapshot::from_pairs(
+        bytes.split(|&b| b == 0).filter_map(|pair| {
+            let text = std::str::from_utf8(pair).ok()?;
+            let (key, value) = text.split_once('=')?;
+            Some((key.to_owned(), value.to_owned()))
+        }),
+    ))
+}
+
+/// The env family of a process without a record, from the environment it started with.
+fn process_family(pid: u32) -> Option<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    use std::os::unix::ffi::OsStrExt;
+    Some(fingerprint_of(bytes.split(|&b| b == 0).filter_map(
+        |pair| {
+            let at = pair.iter().position(|&b| b == b'=')?;
+            Some((
+                std::ffi::OsStr::from_bytes(&pair[..at]).to_owned(),
+                std::ffi::OsStr::from_bytes(&pair[at + 1..]).to_owned(),
+            ))
+        },
+    )))
+}
+
+fn prune_reason(reason: &PruneReason) -> String {
+    match reason {
+        PruneReason::Dead(dead) => format!("{}", crate::discovery::Liveness::Dead(dead.clone())),
+        PruneReason::Reused(reused) => {
+            format!("{}", crate::discovery::Liveness::Reused(reused.clone()))
+        }
+        PruneReason::InstanceMismatch { process } => {
+            format!("the process on the pid was started as instance {process}")
+        }
+    }
+}
+
+async fn status(env: &EnvSnapshot, as_json: bool) -> Result<u8> {
+    let survey = survey(env).await?;
+    let has_current = survey.listed.iter().any(|l| l.role == "current");
+    if as_json {
+        let daemons: Vec<Value> = survey.listed.iter().map(listed_json).collect();
+        let pruned: Vec<Value> = survey
+            .pruned
+            .iter()
+            .map(|(path, reason)| json!({"path": path, "reason": reason}))
+            .collect();
+        let document = json!({
+            "family": survey.fingerprint,
+            "root": survey.paths.root(),
+            "running": has_current,
+            "daemons": daemons,
+            "pruned": pruned,
+            "log": survey.paths.daemon_log(),
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    } else {
+        println!(
+            "env family {} under {}",
+            survey.fingerprint,
+            survey.paths.root().display()
+        );
+        if survey.listed.is_empty() {
+            println!("no daemon is running (`agentprism daemon start` starts one)");
+        }
+        for listed in &survey.listed {
+            println!("{}", listed_line(listed));
+        }
+        for (path, reason) in &survey.pruned {
+            println!("pruned stale record {} ({reason})", path.display());
+        }
+        println!("log: {}", survey.paths.daemon_log().display());
+    }
+    Ok(if has_current { 0 } else { 3 })
+}
+
+fn listed_json(listed: &Listed) -> Value {
+    let record = listed.entry.own_record();
+    let health = listed.health.as_ref();
+    let from_health = |key: &str| {
+        health
+            .and_then(|h| h.get(key))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "role": listed.role,
+        "pid": listed.pid,
+        "instanceId": record.map(|r| r.instance_id.clone())
+            .or_else(|| listed.entry.process.as_ref().and_then(|p| p.instance_id.clone())),
+        "version": record.map(|r| r.version.clone()),
+        "url": record.map(|r| r.url.clone()),
+        "port": record.map(|r| r.port),
+        "envFingerprint": record.map(|r| r.env_fingerprint.clone()),
+        "startedAt": record.map(|r| r.started_at),
+        "uptimeMs": from_health("uptimeMs"),
+        "sessions": from_health("sessions"),
+        "activeRuns": from_health("activeRuns"),
+        "inflightRequests": from_health("inflightRequests"),
+        "state": from_health("state"),
+        "lameDuck": from_health("lameDuck"),
+        "record": listed.entry.record.as_ref().map(|f| f.path.clone()),
+        "cmdline": listed.entry.process.as_ref().map(|p| p.cmdline.clone()),
+        "note": listed.note,
+    })
+}
+
+fn listed_line(listed: &Listed) -> String {
+    let mut line = format!("{:<13}", listed.role);
+    if let Some(pid) = listed.pid {
+        line.push_str(&format!(" pid {pid}"));
+    }
+    if let Some(record) = listed.entry.own_record() {
+        line.push_str(&format!(
+            "  {}  v{}  instance {}",
+            record.url,
+            record.version,
+            &record.instance_id[..record.instance_id.len().min(8)]
+        ));
+        if listed.role == "other family" {
+            line.push_str(&format!("  family {}", record.env_fingerprint));
+        }
+    }
+    if let Some(health) = &listed.health {
+        let number = |key: &str| health.get(key).and_then(Value::as_u64).unwrap_or(0);
+        line.push_str(&format!(
+            "  up {}  sessions {}  runs {}",
+            humantime::format_duration(Duration::from_secs(number("uptimeMs") / 1000)),
+            number("sessions"),
+            number("activeRuns")
+        ));
+    }
+    if let Some(process) = &listed.entry.process
+        && listed.entry.own_record().is_none()
+    {
+        line.push_str(&format!("  {}", process.cmdline.join(" ")));
+    }
+    if let Some(record) = &listed.entry.record
+        && listed.entry.own_record().is_none()
+    {
+        line.push_str(&format!("  record {}", record.path.display()));
+    }
+    if let Some(note) = &listed.note {
+        line.push_str(&format!("  ({note})"));
+    }
+    line
+}
+
+async fn stop(env: &EnvSnapshot, all: bool) -> Result<u8> {
+    let survey = survey(env).await?;
+    let mut targets: Vec<(SignalTarget, String)> = Vec::new();
+    for listed in &survey.listed {
+        let Some(target) = listed.entry.signal_target() else {
+            continue;
+        };
+        let family = match listed.entry.own_record() {
+            Some(record) => Some(record.env_fingerprint.clone()),
+            None => process_family(target.pid),
+        };
+        let ours =
+            listed.role != "foreign" && family.as_deref() == Some(survey.fingerprint.as_str());
+        if all || ours {
+            targets.push((target, listed.role.to_owned()));
+        }
+    }
+    if targets.is_empty() {
+        eprintln!(
+            "no {}daemon is running",
+            if all { "" } else { "agentprism " }
+        );
+        return Ok(0);
+    }
+    let mut signalled = Vec::new();
+    for (target, role) in targets {
+        match signal_target(target, Signal::SIGTERM) {
+            Ok(_) => {
+                eprintln!("stopping {role} daemon pid {}", target.pid);
+                signalled.push(target);
+            }
+            Err(error) => eprintln!("agentprism: {error}"),
+        }
+    }
+    let started = Instant::now();
+    loop {
+        let alive: Vec<u32> = signalled
+            .iter()
+            .filter(|target| still_running(target))
+            .map(|target| target.pid)
+            .collect();
+        if alive.is_empty() {
+            eprintln!("stopped");
+            return Ok(0);
+        }
+        if started.elapsed() >= STOP_DEADLINE {
+            eprintln!(
+                "agentprism: still running after {STOP_DEADLINE:?}: pid {}",
+                alive
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return Ok(1);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn still_running(target: &SignalTarget) -> bool {
+    proc_stat(target.pid).is_some_and(|stat| !stat.zombie && stat.start_time == target.start_time)
+}
+
+async fn url(env: &EnvSnapshot) -> Result<u8> {
+    let paths = Paths::from_env(env)?;
+    let fingerprint = current_fingerprint();
+    let key = RunControlKey::load(&paths.run_control_key()).ok();
+    let url = match probe_family(&paths, &fingerprint, key.as_ref()).await {
+        Some((record, probe)) if probe.qualifies() => record.url,
+        _ => {
+            let port = configured_port(env)?;
+            if port == 0 {
+                return Err(anyhow!(
+                    "no daemon is running for this environment and {} is 0 (ephemeral), so its \
+                     URL is not known yet: run `agentprism daemon start` first",
+                    env::DAEMON_PORT
+                ));
+            }
+            eprintln!(
+                "agentprism: no daemon is running for this environment; run `agentprism daemon \
+                 start` before an HTTP host connects (if port {port} is taken it will pick \
+                 another: check `agentprism daemon status`)"
+            );
+            crate::discovery::record::mcp_url(port)
+        }
+    };
+    print!("{}", registration_snippets(&url));
+    Ok(0)
+}
+
+/// Registration snippets for `daemon url`.
+pub fn registration_snippets(url: &str) -> String {
+    format!(
+        "# Claude Code\n\
+         claude mcp add --transport http agentprism-workflows {url}\n\
+         \n\
+         # Codex (~/.codex/config.toml)\n\
+         [mcp_servers.agentprism-workflows]\n\
+         url = \"{url}\"\n\
+         \n\
+         # Any MCP host, through the stdio shim (starts the daemon on demand)\n\
+         {{\n  \"mcpServers\": {{\n    \"agentprism-workflow\": {{\n      \"command\": \"agentprism-workflow\",\n      \"args\": []\n    }}\n  }}\n}}\n"
+    )
+}
+
+async fn logs(env: &EnvSnapshot, follow: bool) -> Result<u8> {
+    let paths = Paths::from_env(env)?;
+    let log = paths.daemon_log();
+    let mut stdout = std::io::stdout().lock();
+    let mut file = match std::fs::File::open(&log) {
+        Ok(file) => Some(file),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && follow => None,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("agentprism: no daemon log yet at {}", log.display());
+            return Ok(0);
+        }
+        Err(error) => return Err(error).with_context(|| format!("opening {}", log.display())),
+    };
+    let mut copy = |file: &mut std::fs::File| -> Result<()> {
+        let mut buffer = Vec::new();
+        file.read_to_end(&mut buffer)
+            .with_context(|| format!("reading {}", log.display()))?;
+        stdout.write_all(&buffer)?;
+        stdout.flush()?;
+        Ok(())
+    };
+    if let Some(file) = &mut file {
+        copy(file)?;
+    }
+    if !follow {
+        return Ok(0);
+    }
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            _ = &mut interrupted => return Ok(0),
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        // A rotation replaces the file: follow the new one from its start.
+        let current = std::fs::metadata(&log).ok();
+        let rotated = match (&file, &current) {
+            (Some(open), Some(now)) => open
+                .metadata()
+                .map(|m| m.ino() != now.ino())
+                .unwrap_or(true),
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if rotated {
+            if let Some(open) = &mut file {
+                copy(open)?;
+            }
+            file = std::fs::File::open(&log).ok();
+        } else if let (Some(open), Some(now)) = (&mut file, &current)
+            && now.len() < open.stream_position().unwrap_or(0)
+        {
+            open.rewind()?;
+        }
+        if let Some(open) = &mut file {
+            copy(open)?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_name_the_url_for_every_host() {
+        let text = registration_snippets("http://127.0.0.1:4242/mcp");
+        assert!(text.contains(
+            "claude mcp add --transport http agentprism-workflows http://127.0.0.1:4242/mcp"
+        ));
+        assert!(
+            text.contains(
+                "[mcp_servers.agentprism-workflows]\nurl = \"http://127.0.0.1:4242/mcp\""
+            )
+        );
+        let json_start = text.find('{').unwrap();
+        let shim: Value = serde_json::from_str(&text[json_start..]).unwrap();
+        assert_eq!(
+            shim["mcpServers"]["agentprism-workflow"]["command"],
+            "agentprism-workflow"
+        );
+    }
+}

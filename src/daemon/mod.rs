@@ -1,0 +1,504 @@
+//! The per-user workflow daemon (`agentprism daemon run`): one process per env family that
+//! serves the workflow MCP server on loopback HTTP, so runs outlive the hosts and shims that
+//! started them (daemon.md 1.1–1.6).
+//!
+//! Life of a daemon: read the environment once (its fingerprint names the family), bind
+//! 127.0.0.1 on the configured port (falling back to an ephemeral one when the port is held),
+//! build one engine for every project, serve `/mcp` and `/healthz`, publish its instance
+//! record, and claim the family pointer by compare-and-swap. If a healthy daemon of the family
+//! already holds the pointer it exits 0 ("already running"). Then its main loop waits on one
+//! [`Event`] at a time: a tick (idle check, dead-client session eviction), a signal, a test
+//! hook, or the HTTP server ending. On the way out it clears the pointer if it still names
+//! this instance, stops taking requests, interrupts live runs within a bounded drain (they
+//! stay resumable as `paused/interrupted`) and removes its record.
+//!
+//! [`spawn`] starts a daemon in the background and waits until it is ready; `daemon start` and
+//! the stdio shim both go through it. [`probe`] is the `/healthz` client.
+
+pub mod health;
+pub mod probe;
+pub mod spawn;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::discovery::pointer::read_pointer;
+use crate::discovery::record::{read_instance_records, write_own_record};
+use crate::discovery::{
+    Claim, DaemonRecord, Paths, RecordRead, RunControlKey, claim_pointer, clear_pointer_if_mine,
+    current_fingerprint, process_alive_as, remove_own_record,
+};
+use crate::env::{self, EnvSnapshot};
+use crate::logging::notice;
+use health::{Health, Phase};
+use probe::Probe;
+
+/// The port a daemon binds unless `--port` or `AGENTPRISM_DAEMON_PORT` says otherwise.
+pub const DEFAULT_PORT: u16 = 29888;
+/// Default interval of the idle check and session eviction.
+pub const DEFAULT_TICK: Duration = Duration::from_secs(60);
+/// Default idle lifetime: 15 minutes with no sessions, executions or requests.
+pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(15 * 60);
+/// Default lifetime of a session with no open connection.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(5 * 60);
+/// How long shutdown waits for live runs to reach `paused/interrupted`, and for HTTP
+/// connections to close.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+/// The log is rotated at this size.
+pub const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// Rotated logs kept besides the current one.
+pub const LOG_KEEP: usize = 3;
+/// This build's version, as records and `/healthz` report it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What `daemon run` was asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `--port`; overrides `AGENTPRISM_DAEMON_PORT`.
+    pub port: Option<u16>,
+    /// `--instance-id`, passed by a spawner so it can recognise its daemon.
+    pub instance_id: Option<String>,
+    /// `--supersede`: may replace a live daemon of a strictly lower version in the pointer.
+    pub supersede: bool,
+    /// `--log-file`: diagnostics go there (rotated) instead of stderr; set by self-spawn.
+    pub log_file: Option<PathBuf>,
+}
+
+/// Settings resolved from flags and the environment, once at start.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub port: u16,
+    pub tick: Duration,
+    /// `None`: never exit for idleness.
+    pub idle_ttl: Option<Duration>,
+    pub session_ttl: Duration,
+    pub test_hooks: bool,
+    pub allowed_origins: Vec<String>,
+}
+
+impl Settings {
+    pub fn from_env(env: &EnvSnapshot, port_flag: Option<u16>) -> Result<Settings> {
+        let millis = |key: &str, default: Duration| -> Result<Duration> {
+            let value = env
+                .u64_or(key, default.as_millis() as u64)
+                .map_err(anyhow::Error::msg)?;
+            Ok(Duration::from_millis(value))
+        };
+        let port = match port_flag {
+            Some(port) => port,
+            None => configured_port(env)?,
+        };
+        let idle_ttl = millis(env::DAEMON_IDLE_TTL_MS, DEFAULT_IDLE_TTL)?;
+        Ok(Settings {
+            port,
+            tick: millis(env::DAEMON_TICK_MS, DEFAULT_TICK)?.max(Duration::from_millis(1)),
+            idle_ttl: (!idle_ttl.is_zero()).then_some(idle_ttl),
+            session_ttl: millis(env::SESSION_TTL_MS, DEFAULT_SESSION_TTL)?,
+            test_hooks: env.flag(env::TEST_HOOKS),
+            allowed_origins: env
+                .get(env::DAEMON_ALLOWED_ORIGINS)
+                .map(|list| {
+                    list.split(',')
+                        .map(|origin| origin.trim().to_owned())
+                        .filter(|origin| !origin.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// `AGENTPRISM_DAEMON_PORT`, else [`DEFAULT_PORT`].
+pub fn configured_port(env: &EnvSnapshot) -> Result<u16> {
+    let port = env
+        .u64_or(env::DAEMON_PORT, u64::from(DEFAULT_PORT))
+        .map_err(anyhow::Error::msg)?;
+    u16::try_from(port)
+        .map_err(|_| anyhow!("{} must be a port number, got {port}", env::DAEMON_PORT))
+}
+
+/// Every reason the daemon's main loop wakes up.
+#[derive(Debug)]
+enum Event {
+    /// Time to check idleness and evict sessions of dead clients.
+    Tick,
+    /// SIGTERM or SIGINT: exit now.
+    Signal(&'static str),
+    /// The test hook asked to evict this session.
+    Evict(String),
+    /// The HTTP server stopped on its own (it should not).
+    ServerStopped(String),
+}
+
+/// Why the daemon is exiting, for its last log line.
+#[derive(Debug)]
+enum ExitReason {
+    Signal(&'static str),
+    Idle(Duration),
+    ServerStopped(String),
+}
+
+impl std::fmt::Display for ExitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitReason::Signal(name) => write!(f, "received {name}"),
+            ExitReason::Idle(ttl) => write!(f, "idle for {ttl:?}"),
+            ExitReason::ServerStopped(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Runs the daemon in the foreground until a signal, idleness or a fatal error; returns the
+/// exit code (0 also for "already running").
+pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
+    if let Some(log) = &options.log_file {
+        crate::logging::log_to_file(log, LOG_MAX_BYTES, LOG_KEEP, true)
+            .with_context(|| format!("opening the daemon log {}", log.display()))?;
+    }
+    let settings = Settings::from_env(env, options.port)?;
+    let paths = Paths::from_env(env)?;
+    paths.ensure_dirs()?;
+    // The live environment, with non-UTF-8 values, as shims compute it.
+    let fingerprint = current_fingerprint();
+    let instance_id = options
+        .instance_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let key = match RunControlKey::load_or_create(&paths) {
+        Ok(key) => Some(key),
+        Err(error) => {
+            notice(format_args!(
+                "run-control key unusable, /healthz answers without proof and control is off: {error}"
+            ));
+            None
+        }
+    };
+
+    let listener = match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await?
+    {
+        Bound::Listener(listener) => listener,
+        Bound::AlreadyRunning(record) => {
+            already_running(&record);
+            return Ok(0);
+        }
+    };
+    let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
+
+    let engine = crate::cli::build_engine(env, true).await?;
+    let handler = crate::tools::WorkflowServer::new(engine.clone(), Default::default());
+    let server = Arc::new(crate::mcp::server::McpServer::new(
+        handler.clone(),
+        crate::mcp::server::ServerOptions::default(),
+    ));
+    let record =
+        DaemonRecord::for_this_process(VERSION, &instance_id, address.port(), &fingerprint, "");
+    let health = Arc::new(Health::new(
+        record.clone(),
+        key,
+        server.clone(),
+        engine.clone(),
+    ));
+
+    let shutdown = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let (evict_sender, mut evictions) = mpsc::unbounded_channel::<String>();
+    let mut http_options = crate::transport::http::HttpOptions {
+        allowed_origins: settings.allowed_origins.clone(),
+        ..Default::default()
+    };
+    http_options.shutdown_deadline = DRAIN_DEADLINE;
+    http_options.intercept = Some(health::routes(
+        health.clone(),
+        settings.test_hooks,
+        evict_sender,
+    ));
+    let mut http = tasks.spawn(crate::transport::http::serve(
+        listener,
+        server.clone(),
+        http_options,
+        shutdown.clone().cancelled_owned(),
+    ));
+
+    write_own_record(&paths, &record)?;
+    let claim = {
+        let (paths, record) = (paths.clone(), record.clone());
+        tokio::task::spawn_blocking(move || {
+            claim_pointer(&paths, &record, options.supersede, |existing| {
+                process_alive_as(existing).is_alive()
+            })
+        })
+        .await
+        .context("claiming the family pointer")??
+    };
+    if let Claim::AlreadyRunning(current) = claim {
+        already_running(&current);
+        health.set_phase(Phase::Exiting);
+        shutdown.cancel();
+        server.shutdown();
+        finish(&tasks, &paths, &record).await;
+        handler.shutdown().await;
+        engine.shutdown(DRAIN_DEADLINE).await;
+        return Ok(0);
+    }
+    health.set_phase(Phase::Current);
+    notice(format_args!(
+        "daemon {VERSION} pid {} instance {instance_id} family {fingerprint} listening on {} (idle ttl {}, tick {:?})",
+        record.pid,
+        record.url,
+        settings
+            .idle_ttl
+            .map_or_else(|| "off".to_owned(), |ttl| format!("{ttl:?}")),
+        settings.tick,
+    ));
+    if options.log_file.is_none() {
+        println!("{}", record.url);
+    }
+
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("installing the SIGINT handler")?;
+    let mut tick = tokio::time::interval(settings.tick);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle_since: Option<Instant> = None;
+
+    let reason = loop {
+        let event = tokio::select! {
+            _ = tick.tick() => Event::Tick,
+            _ = terminate.recv() => Event::Signal("SIGTERM"),
+            _ = interrupt.recv() => Event::Signal("SIGINT"),
+            Some(session) = evictions.recv() => Event::Evict(session),
+            ended = &mut http => Event::ServerStopped(match ended {
+                Ok(Ok(())) => "the HTTP server stopped".to_owned(),
+                Ok(Err(error)) => format!("the HTTP server failed: {error:#}"),
+                Err(error) => format!("the HTTP server task failed: {error}"),
+            }),
+        };
+        match event {
+            Event::Tick => {
+                evict_dead_sessions(&server, settings.session_ttl).await;
+                let busy = server.session_count() > 0
+                    || engine.active_executions() > 0
+                    || server.inflight_count() > 0;
+                if busy {
+                    idle_since = None;
+                    continue;
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if let Some(ttl) = settings.idle_ttl
+                    && since.elapsed() >= ttl
+                {
+                    break ExitReason::Idle(ttl);
+                }
+            }
+            Event::Signal(name) => break ExitReason::Signal(name),
+            Event::Evict(session) => {
+                let evicted = server.evict_session(&session).await;
+                notice(format_args!(
+                    "test hook: evict session {session}: {evicted}"
+                ));
+            }
+            Event::ServerStopped(why) => break ExitReason::ServerStopped(why),
+        }
+    };
+
+    notice(format_args!("daemon pid {} exiting: {reason}", record.pid));
+    health.set_phase(Phase::Exiting);
+    // New shims must stop finding us before we stop answering.
+    clear_own_pointer(&paths, &record).await;
+    shutdown.cancel();
+    server.shutdown();
+    handler.shutdown().await;
+    engine.shutdown(DRAIN_DEADLINE).await;
+    finish(&tasks, &paths, &record).await;
+    notice(format_args!("daemon pid {} exited", record.pid));
+    Ok(match reason {
+        ExitReason::ServerStopped(_) => 1,
+        ExitReason::Signal(_) | ExitReason::Idle(_) => 0,
+    })
+}
+
+/// Waits (bounded) for the HTTP server, then removes this daemon's record and pointer.
+async fn finish(tasks: &TaskTracker, paths: &Paths, record: &DaemonRecord) {
+    tasks.close();
+    if tokio::time::timeout(DRAIN_DEADLINE * 2, tasks.wait())
+        .await
+        .is_err()
+    {
+        notice("the HTTP server did not stop within its deadline");
+    }
+    clear_own_pointer(paths, record).await;
+    if let Err(error) = remove_own_record(paths, record.pid, &record.instance_id) {
+        notice(format_args!("removing the instance record: {error}"));
+    }
+}
+
+async fn clear_own_pointer(paths: &Paths, record: &DaemonRecord) {
+    let (paths, record) = (paths.clone(), record.clone());
+    let cleared = tokio::task::spawn_blocking(move || {
+        clear_pointer_if_mine(
+            &paths,
+            &record.env_fingerprint,
+            record.pid,
+            &record.instance_id,
+        )
+    })
+    .await;
+    match cleared {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => notice(format_args!("clearing the family pointer: {error}")),
+        Err(error) => notice(format_args!("clearing the family pointer: {error}")),
+    }
+}
+
+/// Ends sessions whose clients are gone: no open connection, no request in flight, and no
+/// activity for `ttl`. Their runs go on; a returning client re-initializes on the 404.
+async fn evict_dead_sessions(server: &crate::mcp::McpServer, ttl: Duration) {
+    for (id, activity) in server.session_activity() {
+        if activity.open_connections == 0
+            && activity.inflight_requests == 0
+            && activity.last_activity.elapsed() > ttl
+            && server.evict_session(&id).await
+        {
+            notice(format_args!(
+                "evicted session {id}: no connection for {ttl:?}"
+            ));
+        }
+    }
+}
+
+fn already_running(record: &DaemonRecord) {
+    notice(format_args!(
+        "already running: daemon pid {} serves this env family at {}",
+        record.pid, record.url
+    ));
+    println!("{}", record.url);
+}
+
+/// The outcome of binding the daemon's port.
+enum Bound {
+    Listener(TcpListener),
+    /// Our own healthy current daemon of this family holds the port and the pointer.
+    AlreadyRunning(DaemonRecord),
+}
+
+/// Binds 127.0.0.1:`port` with SO_REUSEADDR (never SO_REUSEPORT: two listeners would split
+/// sessions). A held port means either our family's healthy daemon (exit 0) or someone we
+/// must not disturb (a foreign process, another family, our draining predecessor): then an
+/// ephemeral port, with the holder logged.
+async fn bind_daemon_port(
+    paths: &Paths,
+    fingerprint: &str,
+    port: u16,
+    key: Option<&RunControlKey>,
+) -> Result<Bound> {
+    match bind_loopback(port) {
+        Ok(listener) => return Ok(Bound::Listener(listener)),
+        Err(error) if port != 0 && error.kind() == std::io::ErrorKind::AddrInUse => {}
+        Err(error) => return Err(anyhow!(error).context(format!("binding 127.0.0.1:{port}"))),
+    }
+    if let Some(current) = read_pointer(paths, fingerprint)
+        && current.port == port
+        && process_alive_as(&current).is_alive()
+        && probe::probe(&current, key, crate::discovery::healthz::HEALTHZ_TIMEOUT)
+            .await
+            .qualifies()
+    {
+        return Ok(Bound::AlreadyRunning(current));
+    }
+    let holder = describe_port_holder(paths, fingerprint, port);
+    let listener = bind_loopback(0).context("binding 127.0.0.1 on an ephemeral port")?;
+    notice(format_args!(
+        "port {port} is held by {holder}; listening on ephemeral port {} instead",
+        listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    ));
+    Ok(Bound::Listener(listener))
+}
+
+fn bind_loopback(port: u16) -> std::io::Result<TcpListener> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    socket.listen(1024)
+}
+
+/// Names who holds `port` as well as the records tell.
+fn describe_port_holder(paths: &Paths, fingerprint: &str, port: u16) -> String {
+    let records = read_instance_records(paths).unwrap_or_default();
+    for file in records {
+        if let RecordRead::Ours(record) = file.read
+            && record.port == port
+            && process_alive_as(&record).is_alive()
+        {
+            return if record.env_fingerprint == fingerprint {
+                format!(
+                    "this family's daemon pid {} (draining or unresponsive)",
+                    record.pid
+                )
+            } else {
+                format!(
+                    "agentprism daemon pid {} of another env family ({})",
+                    record.pid, record.env_fingerprint
+                )
+            };
+        }
+    }
+    "a process that is not an agentprism daemon of this user".to_owned()
+}
+
+/// Probes the family's current daemon through its pointer: `Some` with the record and the
+/// probe result when the pointer names a live process.
+pub async fn probe_family(
+    paths: &Paths,
+    fingerprint: &str,
+    key: Option<&RunControlKey>,
+) -> Option<(DaemonRecord, Probe)> {
+    let record = read_pointer(paths, fingerprint)?;
+    if !process_alive_as(&record).is_alive() {
+        return None;
+    }
+    let probe = probe::probe(&record, key, crate::discovery::healthz::HEALTHZ_TIMEOUT).await;
+    Some((record, probe))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_from_env() {
+        let env = EnvSnapshot::from_pairs([
+            (env::DAEMON_IDLE_TTL_MS, "0"),
+            (env::DAEMON_TICK_MS, "25"),
+            (env::DAEMON_PORT, "0"),
+            (
+                env::DAEMON_ALLOWED_ORIGINS,
+                "https://a.example, ,https://b.example",
+            ),
+        ]);
+        let settings = Settings::from_env(&env, None).unwrap();
+        assert_eq!(settings.port, 0);
+        assert_eq!(settings.idle_ttl, None);
+        assert_eq!(settings.tick, Duration::from_millis(25));
+        assert_eq!(settings.session_ttl, DEFAULT_SESSION_TTL);
+        assert!(!settings.test_hooks);
+        assert_eq!(
+            settings.allowed_origins,
+            ["https://a.example", "https://b.example"]
+        );
+        let defaults = Settings::from_env(&EnvSnapshot::default(), Some(7)).unwrap();
+        assert_eq!(defaults.port, 7);
+        assert_eq!(defaults.idle_ttl, Some(DEFAULT_IDLE_TTL));
+        assert_eq!(defaults.tick, DEFAULT_TICK);
+        let bad = EnvSnapshot::from_pairs([(env::DAEMON_PORT, "70000")]);
+        assert!(Settings::from_env(&bad, None).is_err());
+    }
+}
