@@ -6,8 +6,6 @@
 //! replayed). hyper already does the server side, so its client adds little code and gives
 //! Content-Length, chunked bodies and streamed SSE for free.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -165,35 +163,4 @@ pub async fn send(
             Err(exchange(error.to_string()))
         }
     }
-}
-
-/// A GET whose whole answer must arrive within `timeout` (the `/healthz` probe): the status
-/// and the body, or `None` on any failure or timeout.
-pub async fn get_within(port: u16, path: &str, timeout: Duration) -> GetOutcome {
-    let exchange = async {
-        let response = send(port, Method::GET, path, &[], None).await?;
-        let status = response.status;
-        let body = response.bytes().await?;
-        Ok::<_, SendError>((status, body))
-    };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(Ok((status, body))) => GetOutcome::Answered { status, body },
-        Ok(Err(error)) if error.never_delivered() => GetOutcome::Refused(error),
-        Ok(Err(error)) => GetOutcome::Broken(error),
-        Err(_) => GetOutcome::TimedOut,
-    }
-}
-
-/// What a bounded GET found.
-#[derive(Debug)]
-pub enum GetOutcome {
-    Answered {
-        status: u16,
-        body: Bytes,
-    },
-    /// Nobody listens on the port.
-    Refused(SendError),
-    /// The connection broke mid-exchange.
-    Broken(SendError),
-    TimedOut,
 }

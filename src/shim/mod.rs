@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::discovery::{Paths, current_fingerprint};
 use crate::env::EnvSnapshot;
-use ensure::{Ensurer, sibling_binary};
+use ensure::Ensurer;
 use frames::{Line, MAX_FRAME_BYTES, codes};
 use proxy::{Event, Exit, Output, Proxy};
 
@@ -115,13 +115,7 @@ fn fail(message: &str) -> ExitCode {
 /// Replaces this process with the sibling `agentprism` (or `AGENTPRISM_DAEMON_BIN`).
 fn exec_agentprism(args: Vec<OsString>) -> ExitCode {
     use std::os::unix::process::CommandExt;
-    let binary = std::env::var_os(crate::env::DAEMON_BIN)
-        .filter(|value| !value.is_empty())
-        .map(std::path::PathBuf::from)
-        .or_else(|| sibling_binary("agentprism"));
-    let Some(binary) = binary else {
-        return fail(&ensure::EnsureError::NoBinary.to_string());
-    };
+    let binary = crate::daemon::spawn::daemon_binary(&EnvSnapshot::capture());
     let error = std::process::Command::new(&binary).args(args).exec();
     fail(&format!("running {}: {error}", binary.display()))
 }
@@ -133,7 +127,7 @@ fn proxy_stdio() -> anyhow::Result<Exit> {
     watch_parent();
     let env = EnvSnapshot::capture();
     let paths = Paths::from_env(&env)?;
-    let ensurer = Arc::new(Ensurer::new(paths, current_fingerprint(), VERSION));
+    let ensurer = Arc::new(Ensurer::new(paths, current_fingerprint(), VERSION, &env));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
