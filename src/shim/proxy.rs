@@ -226,6 +226,8 @@ pub struct Proxy {
     session_stream: Option<CancellationToken>,
     /// Set at stdin EOF: answers are awaited until then.
     draining_until: Option<Instant>,
+    /// `AGENTPRISM_LOG` is set: say more on stderr (each session and daemon).
+    verbose: bool,
 }
 
 impl Proxy {
@@ -256,6 +258,17 @@ impl Proxy {
             replays: 0,
             session_stream: None,
             draining_until: None,
+            verbose: std::env::var_os(crate::env::LOG).is_some_and(|value| !value.is_empty()),
+        }
+    }
+
+    /// Says on stderr which session on which daemon the shim now uses (verbose only).
+    fn log_session(&self) {
+        if let (true, Some(session), Some(daemon)) = (self.verbose, &self.session, &self.daemon) {
+            eprintln!(
+                "agentprism-workflow: session {session} on daemon pid {} port {}",
+                daemon.pid, daemon.port
+            );
         }
     }
 
@@ -350,6 +363,7 @@ impl Proxy {
                 if recovery.protocol_version.is_some() {
                     self.protocol_version = recovery.protocol_version;
                 }
+                self.log_session();
                 if self.initialized && self.session.is_some() {
                     self.open_session_stream();
                 }
@@ -473,6 +487,7 @@ impl Proxy {
                 if frame.is("initialize") && !flight.modern && session.is_some() {
                     self.session = session;
                     self.protocol_version = protocol_version;
+                    self.log_session();
                 }
                 if frame.is("notifications/initialized") && self.session.is_some() {
                     self.initialized = true;

@@ -8,5 +8,6 @@ mod mcp_core;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
+mod shim;
 mod support;
 mod workflow_tool;
