@@ -168,7 +168,7 @@ fn read_stdin(events: mpsc::UnboundedSender<Event>, output: Output) {
                 seq += 1;
                 match line {
                     Line::Text(bytes) => match frames::inspect(seq, bytes) {
-                        Ok(frame) => events.send(Event::Frame(frame)).is_ok(),
+                        Ok(frame) => events.send(Event::Frame(Box::new(frame))).is_ok(),
                         Err(answer) => {
                             output.write_value(&answer);
                             true

@@ -49,8 +49,8 @@ const PARENT_CHECK: Duration = Duration::from_secs(1);
 /// Every reason the proxy wakes up.
 #[derive(Debug)]
 pub enum Event {
-    /// A frame from stdin.
-    Frame(Frame),
+    /// A frame from stdin (boxed: frames are the largest variant by far).
+    Frame(Box<Frame>),
     StdinClosed,
     /// The first search for a daemon ended.
     Ready(Result<Daemon, String>),
@@ -319,7 +319,7 @@ impl Proxy {
                 if let Some(cancelled) = &frame.cancels {
                     self.cancel_stateless(cancelled);
                 }
-                self.queue.insert(frame.seq, frame);
+                self.queue.insert(frame.seq, *frame);
                 self.pump();
             }
             Event::StdinClosed => {
@@ -344,11 +344,10 @@ impl Proxy {
                 }
             }
             Event::StreamFailed { generation, reason } => {
-                if generation == self.generation {
-                    if let Some(exit) = self.recover(format!("the session stream failed: {reason}"))
-                    {
-                        return Some(exit);
-                    }
+                if generation == self.generation
+                    && let Some(exit) = self.recover(format!("the session stream failed: {reason}"))
+                {
+                    return Some(exit);
                 }
             }
             Event::Recovered(Ok(recovery)) => {

@@ -446,7 +446,7 @@ fn a_killed_spawn_lock_holder_does_not_block_the_next_shim() {
         drop(shim);
         kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
         eventually("the first daemon to die", || process_gone(pid));
-        let lock = std::fs::read_dir(&daemons)
+        std::fs::read_dir(&daemons)
             .unwrap()
             .filter_map(Result::ok)
             .find_map(|e| {
@@ -455,8 +455,7 @@ fn a_killed_spawn_lock_holder_does_not_block_the_next_shim() {
                     .strip_suffix(".spawn.lock")
                     .map(str::to_owned)
             })
-            .expect("a spawn lock file");
-        lock
+            .expect("a spawn lock file")
     };
     let lock_path = daemons.join(format!("{fingerprint}.spawn.lock"));
     let mut holder = Command::new("flock")
