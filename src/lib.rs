@@ -31,5 +31,7 @@ pub mod control;
 pub mod daemon;
 /// Running under systemd or launchd: sd-notify, unit files, the LaunchAgent, install.
 pub mod service;
+/// The `agentprism-workflow` stdio shim: find or start the daemon, proxy stdio to it.
+pub mod shim;
 /// The `agentprism` command line.
 pub mod cli;

@@ -12,5 +12,6 @@ mod mcp_stdio;
 mod mock_agent;
 mod sdk_clients;
 mod service;
+mod shim;
 mod support;
 mod workflow_tool;

@@ -1,0 +1,238 @@
+//! `agentprism-workflow`, the stdio shim a host launches (daemon.md 1.7): it finds or starts
+//! the daemon of its env family and proxies newline-delimited JSON-RPC between its stdio and
+//! the daemon's Streamable HTTP. It links no engine, store or ACP code: only discovery, the
+//! env names and this module, so it starts in milliseconds and stays a few MiB. Killing it
+//! never touches a run; it never signals the daemon.
+//!
+//! `--in-process` and `daemon <args…>` replace the process with the sibling `agentprism`.
+
+pub mod ensure;
+pub mod frames;
+pub mod http;
+pub mod proxy;
+pub mod sse;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::discovery::{Paths, current_fingerprint};
+use crate::env::EnvSnapshot;
+use ensure::Ensurer;
+use frames::{Line, MAX_FRAME_BYTES, codes};
+use proxy::{Event, Exit, Output, Proxy};
+
+/// The shim's version, the package version shared with `agentprism --version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Args {
+    /// Proxy stdio to the daemon (no arguments).
+    Proxy,
+    /// `--in-process`: exec `agentprism serve --stdio --project-dir <cwd>`.
+    InProcess,
+    /// `daemon <args…>`: exec `agentprism daemon <args…>`.
+    Daemon(Vec<OsString>),
+    Version,
+    Help,
+}
+
+const USAGE: &str = "\
+agentprism-workflow: the MCP stdio entry of agentprism (launched by MCP hosts)
+
+usage:
+  agentprism-workflow                  stdio shim to the shared per-user daemon (default)
+  agentprism-workflow --in-process     a private single-process stdio server
+  agentprism-workflow daemon <start|stop|status|url|run|logs> [args…]
+  agentprism-workflow --version
+";
+
+impl Args {
+    /// Parses the arguments after the program name.
+    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
+        let mut args = args.into_iter();
+        let Some(first) = args.next() else {
+            return Ok(Args::Proxy);
+        };
+        let parsed = match first.to_str() {
+            Some("daemon") => return Ok(Args::Daemon(args.collect())),
+            Some("--in-process") => Args::InProcess,
+            Some("--version" | "-V") => Args::Version,
+            Some("--help" | "-h" | "help") => Args::Help,
+            _ => return Err(format!("unknown argument {first:?}\n\n{USAGE}")),
+        };
+        match args.next() {
+            None => Ok(parsed),
+            Some(extra) => Err(format!("unexpected argument {extra:?}\n\n{USAGE}")),
+        }
+    }
+}
+
+/// Runs what `args` asks for and maps the outcome to the exit code.
+pub fn run(args: Args) -> ExitCode {
+    match args {
+        Args::Version => {
+            println!("agentprism-workflow {VERSION}");
+            ExitCode::SUCCESS
+        }
+        Args::Help => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Args::InProcess => {
+            let project = match std::env::current_dir() {
+                Ok(dir) => dir,
+                Err(error) => return fail(&format!("reading the current folder: {error}")),
+            };
+            let mut args: Vec<OsString> = ["serve", "--stdio", "--project-dir"]
+                .map(OsString::from)
+                .into();
+            args.push(project.into_os_string());
+            exec_agentprism(args)
+        }
+        Args::Daemon(rest) => {
+            let mut args = vec![OsString::from("daemon")];
+            args.extend(rest);
+            exec_agentprism(args)
+        }
+        Args::Proxy => match proxy_stdio() {
+            Ok(Exit::Done) => ExitCode::SUCCESS,
+            Ok(Exit::Failed(message)) => fail(&message),
+            Err(error) => fail(&format!("{error:#}")),
+        },
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "agentprism-workflow: {message}");
+    ExitCode::FAILURE
+}
+
+/// Replaces this process with the sibling `agentprism` (or `AGENTPRISM_DAEMON_BIN`).
+fn exec_agentprism(args: Vec<OsString>) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let binary = crate::daemon::spawn::daemon_binary(&EnvSnapshot::capture());
+    let error = std::process::Command::new(&binary).args(args).exec();
+    fail(&format!("running {}: {error}", binary.display()))
+}
+
+/// The proxy on a single-threaded runtime: the shim does little work per message, and one
+/// thread keeps its memory and start-up small. Stdin and stdout have a thread each, so a
+/// host that stops reading never blocks the event loop.
+fn proxy_stdio() -> anyhow::Result<Exit> {
+    watch_parent();
+    let env = EnvSnapshot::capture();
+    let paths = Paths::from_env(&env)?;
+    let ensurer = Arc::new(Ensurer::new(paths, current_fingerprint(), VERSION, &env));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let exit = runtime.block_on(async {
+        let (events, receiver) = mpsc::unbounded_channel();
+        let output = Output::start(std::io::stdout(), events.clone());
+        read_stdin(events.clone(), output.clone());
+        let proxy = Proxy::new(ensurer, output.clone(), events);
+        let exit = proxy.run(receiver, stop_signal()).await;
+        output.flush(std::time::Duration::from_millis(500));
+        exit
+    });
+    // Blocking reads of stdin must not hold the process open.
+    runtime.shutdown_background();
+    Ok(exit)
+}
+
+/// Asks the kernel for SIGTERM when the parent dies; the proxy also compares the parent
+/// pid every second, which covers a parent that died before this call.
+fn watch_parent() {
+    if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "agentprism-workflow: cannot watch the parent process: {error}"
+        );
+    }
+}
+
+/// Reads stdin on its own thread, inspecting each frame there.
+fn read_stdin(events: mpsc::UnboundedSender<Event>, output: Output) {
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let stdin = std::io::stdin();
+            let reader = std::io::BufReader::with_capacity(64 * 1024, stdin.lock());
+            let mut seq = 0u64;
+            let result = frames::read_lines(reader, MAX_FRAME_BYTES, |line| {
+                seq += 1;
+                match line {
+                    Line::Text(bytes) => match frames::inspect(seq, bytes) {
+                        Ok(frame) => events.send(Event::Frame(Box::new(frame))).is_ok(),
+                        Err(answer) => {
+                            output.write_value(&answer);
+                            true
+                        }
+                    },
+                    Line::TooLong(length) => {
+                        output.write_value(&frames::error_response(
+                            &serde_json::Value::Null,
+                            codes::INVALID_REQUEST,
+                            &format!(
+                                "frame of {length} bytes exceeds the {} MiB limit",
+                                MAX_FRAME_BYTES >> 20
+                            ),
+                        ));
+                        true
+                    }
+                }
+            });
+            if let Err(error) = result {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "agentprism-workflow: reading stdin: {error}"
+                );
+            }
+            let _ = events.send(Event::StdinClosed);
+        })
+        .expect("spawn the stdin reader");
+}
+
+/// Resolves with the name of the first of SIGTERM, SIGINT or SIGHUP.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = hup.recv() => "SIGHUP",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        Args::parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse(&[]), Ok(Args::Proxy));
+        assert_eq!(parse(&["--in-process"]), Ok(Args::InProcess));
+        assert_eq!(parse(&["--version"]), Ok(Args::Version));
+        assert_eq!(
+            parse(&["daemon", "status", "--json"]),
+            Ok(Args::Daemon(vec!["status".into(), "--json".into()]))
+        );
+        assert!(parse(&["--bogus"]).is_err());
+        assert!(parse(&["--version", "x"]).is_err());
+    }
+}

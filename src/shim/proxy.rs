@@ -1,0 +1,969 @@
+//! The proxy between the host's stdio and the daemon's Streamable HTTP (daemon.md 1.7).
+//!
+//! One task owns all state and wakes up for one closed [`Event`] at a time. Frames are
+//! POSTed in client order: a notification or `initialize` holds back the next frame until
+//! the daemon has taken it (its 202, or the session id), so `tools/list` cannot overtake
+//! `notifications/initialized`; requests then run concurrently and each streams its own
+//! answer to stdout. After `initialized` a GET stream carries the session's notifications and
+//! resumes with `Last-Event-ID` when the daemon ends it gracefully.
+//!
+//! Recovery: a POST that the daemon certainly did not process (refused connection, 404 for
+//! a gone session, 503) is queued again; one that may have reached a daemon that then broke
+//! is answered with -32603 and never replayed. Either starts one recovery per generation:
+//! find or start the daemon again, replay the cached `initialize` under a shim-owned id with
+//! its reply swallowed, `initialized`, the remembered subscriptions, then the queue. Stateless
+//! 2026-07-28 requests carry no session; their `subscriptions/listen` streams are reopened.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Method;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ensure::{Daemon, Ensurer};
+use super::frames::{self, Frame, Kind, codes};
+use super::http;
+use super::sse;
+
+/// More recoveries than this within [`RECOVERY_WINDOW`] end the shim.
+pub const MAX_RECOVERIES: usize = 6;
+pub const RECOVERY_WINDOW: Duration = Duration::from_secs(60);
+/// How long DELETE of the session may take at exit.
+pub const DELETE_DEADLINE: Duration = Duration::from_secs(1);
+/// After stdin EOF, how long answers to already-sent requests are still awaited (so
+/// `printf … | agentprism-workflow` works) before the shim ends its session.
+pub const EOF_DRAIN: Duration = Duration::from_millis(500);
+/// What a host gets for a request that may have reached a daemon that was then lost.
+pub const LOST_MESSAGE: &str =
+    "session lost; the request may have completed; inspect before retrying";
+/// The MCP endpoint path.
+const MCP_PATH: &str = "/mcp";
+/// How often the parent pid is compared with the one at start.
+const PARENT_CHECK: Duration = Duration::from_secs(1);
+
+/// Every reason the proxy wakes up.
+#[derive(Debug)]
+pub enum Event {
+    /// A frame from stdin (boxed: frames are the largest variant by far).
+    Frame(Box<Frame>),
+    StdinClosed,
+    /// The first search for a daemon ended.
+    Ready(Result<Daemon, String>),
+    /// A POST ended.
+    Posted {
+        seq: u64,
+        generation: u64,
+        result: Posted,
+    },
+    /// The session's GET stream failed and cannot be resumed.
+    StreamFailed {
+        generation: u64,
+        reason: String,
+    },
+    /// A recovery ended.
+    Recovered(Result<Recovery, String>),
+    StdoutClosed,
+}
+
+/// How one POST ended.
+#[derive(Debug)]
+pub enum Posted {
+    /// The daemon answered; the answer was written (or swallowed). For `initialize`, the
+    /// session id and negotiated protocol version.
+    Answered {
+        session: Option<String>,
+        protocol_version: Option<String>,
+    },
+    /// The daemon did not process it (refused, 404 session gone, 503): replay it.
+    Retry(String),
+    /// Broken after the daemon may have received it: never replayed.
+    Lost(String),
+    /// The host cancelled this stateless request; its stream was closed.
+    Cancelled,
+}
+
+/// What a successful recovery established.
+#[derive(Debug)]
+pub struct Recovery {
+    daemon: Daemon,
+    session: Option<String>,
+    protocol_version: Option<String>,
+}
+
+/// Lines for stdout, written by one thread so messages never interleave.
+#[derive(Clone)]
+pub struct Output {
+    sender: mpsc::UnboundedSender<OutputItem>,
+}
+
+pub enum OutputItem {
+    Line(Vec<u8>),
+    /// Answered once every earlier line is written.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+impl Output {
+    /// Starts the stdout writer thread; `closed` hears when stdout is gone (EPIPE).
+    pub fn start(
+        mut writer: impl std::io::Write + Send + 'static,
+        closed: mpsc::UnboundedSender<Event>,
+    ) -> Output {
+        let (sender, mut receiver) = mpsc::unbounded_channel::<OutputItem>();
+        std::thread::Builder::new()
+            .name("stdout".into())
+            .spawn(move || {
+                let mut broken = false;
+                while let Some(item) = receiver.blocking_recv() {
+                    match item {
+                        OutputItem::Line(mut line) if !broken => {
+                            line.push(b'\n');
+                            if writer
+                                .write_all(&line)
+                                .and_then(|()| writer.flush())
+                                .is_err()
+                            {
+                                broken = true;
+                                let _ = closed.send(Event::StdoutClosed);
+                            }
+                        }
+                        OutputItem::Line(_) => {}
+                        OutputItem::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            })
+            .expect("spawn the stdout writer");
+        Output { sender }
+    }
+
+    /// Writes one message as one line; a message with raw newlines is re-serialised compactly.
+    pub fn write(&self, message: &[u8]) {
+        let line = if message.contains(&b'\n') {
+            match serde_json::from_slice::<Value>(message) {
+                Ok(value) => value.to_string().into_bytes(),
+                Err(_) => message
+                    .iter()
+                    .map(|&b| if b == b'\n' { b' ' } else { b })
+                    .collect(),
+            }
+        } else {
+            message.to_vec()
+        };
+        let _ = self.sender.send(OutputItem::Line(line));
+    }
+
+    pub fn write_value(&self, message: &Value) {
+        let _ = self
+            .sender
+            .send(OutputItem::Line(message.to_string().into_bytes()));
+    }
+
+    /// Waits (bounded) until every line written so far has reached stdout.
+    pub fn flush(&self, deadline: Duration) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.sender.send(OutputItem::Flush(done)).is_ok() {
+            let _ = wait.recv_timeout(deadline);
+        }
+    }
+}
+
+/// How the proxy ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Host gone, signal, broken stdout: the session was ended.
+    Done,
+    /// Cannot go on; the message says why.
+    Failed(String),
+}
+
+/// A POST in flight.
+struct InFlight {
+    frame: Frame,
+    /// Closes a stateless request's stream when the host cancels it.
+    cancel: CancellationToken,
+    /// Whether the frame went with a session (legacy) or statelessly.
+    modern: bool,
+}
+
+/// The proxy's state, owned by its one task.
+pub struct Proxy {
+    ensurer: Arc<Ensurer>,
+    output: Output,
+    events: mpsc::UnboundedSender<Event>,
+    tasks: TaskTracker,
+    /// The daemon of the current generation; `None` until the first ensure ends.
+    daemon: Option<Daemon>,
+    /// Bumped by every recovery; results of older generations never trigger another.
+    generation: u64,
+    session: Option<String>,
+    protocol_version: Option<String>,
+    /// The host's `initialize`, replayed after a session is lost.
+    initialize: Option<Frame>,
+    /// The host's `notifications/initialized` was accepted: hold the GET stream.
+    initialized: bool,
+    /// Whether any stateless request was seen (a modern client never initializes).
+    seen_modern: bool,
+    /// Subscribed resources and the frame that subscribed each.
+    subscriptions: BTreeMap<String, Frame>,
+    /// Open `subscriptions/listen` streams by request id.
+    listens: BTreeMap<String, Frame>,
+    /// Frames waiting to be sent, in client order.
+    queue: BTreeMap<u64, Frame>,
+    /// The frame that must be taken before the next is sent.
+    blocked_on: Option<u64>,
+    in_flight: HashMap<u64, InFlight>,
+    recovering: bool,
+    recoveries: VecDeque<Instant>,
+    /// Numbers the shim's own replayed requests.
+    replays: u64,
+    /// Stops the session's GET stream.
+    session_stream: Option<CancellationToken>,
+    /// Set at stdin EOF: answers are awaited until then.
+    draining_until: Option<Instant>,
+    /// `AGENTPRISM_LOG` is set: say more on stderr (each session and daemon).
+    verbose: bool,
+}
+
+impl Proxy {
+    pub fn new(
+        ensurer: Arc<Ensurer>,
+        output: Output,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> Proxy {
+        Proxy {
+            ensurer,
+            output,
+            events,
+            tasks: TaskTracker::new(),
+            daemon: None,
+            generation: 0,
+            session: None,
+            protocol_version: None,
+            initialize: None,
+            initialized: false,
+            seen_modern: false,
+            subscriptions: BTreeMap::new(),
+            listens: BTreeMap::new(),
+            queue: BTreeMap::new(),
+            blocked_on: None,
+            in_flight: HashMap::new(),
+            recovering: false,
+            recoveries: VecDeque::new(),
+            replays: 0,
+            session_stream: None,
+            draining_until: None,
+            verbose: std::env::var_os(crate::env::LOG).is_some_and(|value| !value.is_empty()),
+        }
+    }
+
+    /// Says on stderr which session on which daemon the shim now uses (verbose only).
+    fn log_session(&self) {
+        if let (true, Some(session), Some(daemon)) = (self.verbose, &self.session, &self.daemon) {
+            eprintln!(
+                "agentprism-workflow: session {session} on daemon pid {} port {}",
+                daemon.pid, daemon.port
+            );
+        }
+    }
+
+    /// Runs until the host goes away or the shim gives up. `stop` resolves on a signal.
+    pub async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        stop: impl std::future::Future<Output = &'static str>,
+    ) -> Exit {
+        {
+            let ensurer = self.ensurer.clone();
+            let sender = self.events.clone();
+            self.tasks.spawn(async move {
+                let found = ensurer.ensure().await.map_err(|e| e.to_string());
+                let _ = sender.send(Event::Ready(found));
+            });
+        }
+        let parent = nix::unistd::getppid();
+        let mut parent_check = tokio::time::interval(PARENT_CHECK);
+        tokio::pin!(stop);
+        let exit = loop {
+            let drain_deadline = self.draining_until;
+            let event = tokio::select! {
+                Some(event) = events.recv() => event,
+                reason = &mut stop => break self.finish(reason).await,
+                _ = parent_check.tick() => {
+                    if nix::unistd::getppid() != parent {
+                        break self.finish("the parent process exited").await;
+                    }
+                    continue;
+                }
+                () = sleep_until(drain_deadline) => break self.finish("stdin closed").await,
+            };
+            if let Some(exit) = self.handle(event).await {
+                break exit;
+            }
+        };
+        self.tasks.close();
+        exit
+    }
+
+    async fn handle(&mut self, event: Event) -> Option<Exit> {
+        match event {
+            Event::Frame(frame) => {
+                if frame.modern.is_some() {
+                    self.seen_modern = true;
+                }
+                if let Some(cancelled) = &frame.cancels {
+                    self.cancel_stateless(cancelled);
+                }
+                self.queue.insert(frame.seq, *frame);
+                self.pump();
+            }
+            Event::StdinClosed => {
+                if self.awaiting_answers() {
+                    self.draining_until = Some(Instant::now() + EOF_DRAIN);
+                } else {
+                    return Some(self.finish("stdin closed").await);
+                }
+            }
+            Event::Ready(Ok(daemon)) => {
+                self.daemon = Some(daemon);
+                self.pump();
+            }
+            Event::Ready(Err(error)) => return Some(Exit::Failed(error)),
+            Event::Posted {
+                seq,
+                generation,
+                result,
+            } => {
+                if let Some(exit) = self.posted(seq, generation, result) {
+                    return Some(exit);
+                }
+            }
+            Event::StreamFailed { generation, reason } => {
+                if generation == self.generation
+                    && let Some(exit) = self.recover(format!("the session stream failed: {reason}"))
+                {
+                    return Some(exit);
+                }
+            }
+            Event::Recovered(Ok(recovery)) => {
+                eprintln!(
+                    "agentprism-workflow: recovered on daemon pid {} (port {})",
+                    recovery.daemon.pid, recovery.daemon.port
+                );
+                self.generation += 1;
+                self.recovering = false;
+                self.daemon = Some(recovery.daemon);
+                self.session = recovery.session;
+                if recovery.protocol_version.is_some() {
+                    self.protocol_version = recovery.protocol_version;
+                }
+                self.log_session();
+                if self.initialized && self.session.is_some() {
+                    self.open_session_stream();
+                }
+                self.pump();
+            }
+            Event::Recovered(Err(reason)) => {
+                self.recovering = false;
+                if let Some(exit) = self.recover(reason) {
+                    return Some(exit);
+                }
+            }
+            Event::StdoutClosed => return Some(self.finish("stdout closed").await),
+        }
+        if self.draining_until.is_some() && !self.awaiting_answers() {
+            return Some(self.finish("stdin closed").await);
+        }
+        None
+    }
+
+    /// Whether requests the host sent are still unanswered.
+    fn awaiting_answers(&self) -> bool {
+        self.queue.values().any(Frame::is_request)
+            || self
+                .in_flight
+                .values()
+                .any(|flight| flight.frame.is_request() && !flight.frame.is("subscriptions/listen"))
+    }
+
+    /// Sends queued frames in order while nothing holds them back.
+    fn pump(&mut self) {
+        while self.daemon.is_some() && !self.recovering && self.blocked_on.is_none() {
+            let Some((_, frame)) = self.queue.pop_first() else {
+                return;
+            };
+            self.dispatch(frame);
+        }
+    }
+
+    fn dispatch(&mut self, frame: Frame) {
+        let modern = frame.modern.is_some();
+        let is_initialize = frame.is("initialize") && !modern;
+        if is_initialize {
+            self.initialize = Some(frame.clone());
+        }
+        if frame.kind == Kind::Notification || is_initialize {
+            self.blocked_on = Some(frame.seq);
+        }
+        if let Some(uri) = &frame.uri {
+            if frame.is("resources/subscribe") {
+                self.subscriptions.insert(uri.clone(), frame.clone());
+            } else {
+                self.subscriptions.remove(uri);
+            }
+        }
+        if frame.is("subscriptions/listen")
+            && let Some(id) = &frame.id
+        {
+            self.listens.insert(id.to_string(), frame.clone());
+        }
+        let plan = self.plan(false);
+        let cancel = CancellationToken::new();
+        self.in_flight.insert(
+            frame.seq,
+            InFlight {
+                frame: frame.clone(),
+                cancel: cancel.clone(),
+                modern,
+            },
+        );
+        let output = self.output.clone();
+        let events = self.events.clone();
+        let generation = self.generation;
+        self.tasks.spawn(async move {
+            let result = tokio::select! {
+                result = post(&plan, &frame, &output) => result,
+                () = cancel.cancelled() => Posted::Cancelled,
+            };
+            let _ = events.send(Event::Posted {
+                seq: frame.seq,
+                generation,
+                result,
+            });
+        });
+    }
+
+    /// Closes the stream of a stateless request the host cancelled (closing is how the 2026
+    /// era cancels); the cancellation itself is still forwarded.
+    fn cancel_stateless(&mut self, cancelled: &Value) {
+        let key = cancelled.to_string();
+        self.listens.remove(&key);
+        for flight in self.in_flight.values() {
+            if flight.modern && flight.frame.id.as_ref() == Some(cancelled) {
+                flight.cancel.cancel();
+            }
+        }
+        self.queue
+            .retain(|_, frame| !(frame.modern.is_some() && frame.id.as_ref() == Some(cancelled)));
+    }
+
+    fn plan(&self, swallow: bool) -> PostPlan {
+        PostPlan {
+            port: self.daemon.as_ref().map_or(0, |daemon| daemon.port),
+            session: self.session.clone(),
+            protocol_version: self.protocol_version.clone(),
+            swallow,
+        }
+    }
+
+    fn posted(&mut self, seq: u64, generation: u64, result: Posted) -> Option<Exit> {
+        let flight = self.in_flight.remove(&seq)?;
+        if self.blocked_on == Some(seq) {
+            self.blocked_on = None;
+        }
+        let frame = flight.frame;
+        let mut lost = None;
+        match result {
+            Posted::Answered {
+                session,
+                protocol_version,
+            } => {
+                if frame.is("initialize") && !flight.modern && session.is_some() {
+                    self.session = session;
+                    self.protocol_version = protocol_version;
+                    self.log_session();
+                }
+                if frame.is("notifications/initialized") && self.session.is_some() {
+                    self.initialized = true;
+                    self.open_session_stream();
+                }
+                if let Some(id) = &frame.id
+                    && frame.is("subscriptions/listen")
+                {
+                    self.listens.remove(&id.to_string());
+                }
+            }
+            Posted::Retry(reason) => {
+                self.queue.insert(seq, frame);
+                lost = Some(reason);
+            }
+            Posted::Lost(reason) => {
+                let listening = frame
+                    .id
+                    .as_ref()
+                    .is_some_and(|id| self.listens.contains_key(&id.to_string()));
+                if listening {
+                    // A listen stream only delivers notifications: reopen it.
+                    self.queue.insert(seq, frame);
+                } else if let (Kind::Request, Some(id)) = (frame.kind, &frame.id) {
+                    self.output.write_value(&frames::error_response(
+                        id,
+                        codes::INTERNAL_ERROR,
+                        LOST_MESSAGE,
+                    ));
+                }
+                lost = Some(reason);
+            }
+            Posted::Cancelled => {}
+        }
+        if let Some(reason) = lost
+            && generation == self.generation
+            && let Some(exit) = self.recover(reason)
+        {
+            return Some(exit);
+        }
+        self.pump();
+        None
+    }
+
+    /// Starts a recovery unless one is running, or gives up (daemon.md 1.7 bounds).
+    fn recover(&mut self, reason: String) -> Option<Exit> {
+        if self.recovering {
+            return None;
+        }
+        if self.initialize.is_none() && !self.seen_modern {
+            return Some(Exit::Failed(format!(
+                "lost the daemon before the host's initialize: {reason}"
+            )));
+        }
+        let now = Instant::now();
+        while self
+            .recoveries
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > RECOVERY_WINDOW)
+        {
+            self.recoveries.pop_front();
+        }
+        if self.recoveries.len() >= MAX_RECOVERIES {
+            return Some(Exit::Failed(format!(
+                "giving up after {MAX_RECOVERIES} recoveries within {RECOVERY_WINDOW:?}; last: \
+                 {reason}"
+            )));
+        }
+        self.recoveries.push_back(now);
+        eprintln!("agentprism-workflow: recovering: {reason}");
+        self.recovering = true;
+        // Retire the generation: its session and stream are gone.
+        if let Some(stream) = self.session_stream.take() {
+            stream.cancel();
+        }
+        let legacy = self.session.is_some() || self.initialize_answered();
+        self.session = None;
+        let reinit = if legacy {
+            self.initialize.clone()
+        } else {
+            None
+        };
+        let subscriptions: Vec<Frame> = self.subscriptions.values().cloned().collect();
+        let initialized = self.initialized;
+        self.replays += 1;
+        let replay = self.replays;
+        let ensurer = self.ensurer.clone();
+        let events = self.events.clone();
+        let output = self.output.clone();
+        let protocol_version = self.protocol_version.clone();
+        self.tasks.spawn(async move {
+            let result = reestablish(
+                &ensurer,
+                reinit,
+                initialized,
+                &subscriptions,
+                replay,
+                protocol_version,
+                &output,
+            )
+            .await;
+            let _ = events.send(Event::Recovered(result));
+        });
+        None
+    }
+
+    /// Whether the host's initialize was answered (the shim had a session at some point).
+    fn initialize_answered(&self) -> bool {
+        self.initialize.is_some()
+            && !self
+                .in_flight
+                .values()
+                .any(|flight| flight.frame.is("initialize"))
+            && !self.queue.values().any(|frame| frame.is("initialize"))
+    }
+
+    fn open_session_stream(&mut self) {
+        if let Some(stream) = self.session_stream.take() {
+            stream.cancel();
+        }
+        let (Some(session), Some(daemon)) = (self.session.clone(), self.daemon.as_ref()) else {
+            return;
+        };
+        let token = CancellationToken::new();
+        self.session_stream = Some(token.clone());
+        let stream = SessionStream {
+            port: daemon.port,
+            session,
+            protocol_version: self.protocol_version.clone(),
+            generation: self.generation,
+        };
+        let output = self.output.clone();
+        let events = self.events.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                failure = stream.run(&output) => {
+                    if let Some(reason) = failure {
+                        let _ = events.send(Event::StreamFailed {
+                            generation: stream.generation,
+                            reason,
+                        });
+                    }
+                }
+                () = token.cancelled() => {}
+            }
+        });
+    }
+
+    /// Ends the session (bounded) and stops. Never signals the daemon.
+    async fn finish(&mut self, reason: &str) -> Exit {
+        if let Some(stream) = self.session_stream.take() {
+            stream.cancel();
+        }
+        for flight in self.in_flight.values() {
+            flight.cancel.cancel();
+        }
+        if let (Some(session), Some(daemon)) = (&self.session, &self.daemon) {
+            let headers = [("mcp-session-id", session.as_str())];
+            let delete = http::send(daemon.port, Method::DELETE, MCP_PATH, &headers, None);
+            let _ = tokio::time::timeout(DELETE_DEADLINE, delete).await;
+        }
+        if reason != "stdin closed" {
+            eprintln!("agentprism-workflow: exiting: {reason}");
+        }
+        Exit::Done
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where and how one frame is POSTed.
+struct PostPlan {
+    port: u16,
+    session: Option<String>,
+    protocol_version: Option<String>,
+    /// The shim's own replay: the answer is not written to stdout.
+    swallow: bool,
+}
+
+/// POSTs one frame and streams its answer to stdout.
+async fn post(plan: &PostPlan, frame: &Frame, output: &Output) -> Posted {
+    let mut headers: Vec<(&str, String)> = vec![
+        ("accept", "application/json, text/event-stream".into()),
+        ("content-type", "application/json".into()),
+    ];
+    let with_session = match &frame.modern {
+        Some(modern) => {
+            headers.push((
+                "mcp-protocol-version",
+                frames::header_value(&modern.version),
+            ));
+            headers.push(("mcp-method", frames::header_value(&modern.method)));
+            if let Some(name) = &modern.name {
+                headers.push(("mcp-name", frames::header_value(name)));
+            }
+            false
+        }
+        None if frame.is("initialize") => false,
+        None => {
+            if let Some(session) = &plan.session {
+                headers.push(("mcp-session-id", session.clone()));
+            }
+            if let Some(version) = &plan.protocol_version {
+                headers.push(("mcp-protocol-version", version.clone()));
+            }
+            plan.session.is_some()
+        }
+    };
+    let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut response = match http::send(
+        plan.port,
+        Method::POST,
+        MCP_PATH,
+        &borrowed,
+        Some(frame.body.clone()),
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(error) if error.never_delivered() => return Posted::Retry(error.to_string()),
+        Err(error) => return Posted::Lost(error.to_string()),
+    };
+    match response.status {
+        404 if with_session => {
+            return Posted::Retry("the daemon no longer knows the session".into());
+        }
+        503 => return Posted::Retry("the daemon is not taking new work (503)".into()),
+        _ => {}
+    }
+    let session = response.header("mcp-session-id").map(str::to_owned);
+    let status = response.status;
+    let mut answer: Option<Value> = None;
+    let wants_answer = frame.is("initialize");
+    if response.is_event_stream() {
+        let mut parser = sse::Parser::new();
+        let mut answered = false;
+        while let Some(chunk) = response.chunk().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(error) => return Posted::Lost(error.to_string()),
+            };
+            for event in parser.feed(&chunk) {
+                if event.data.is_empty() {
+                    continue;
+                }
+                let is_answer = is_answer_to(event.data.as_bytes(), frame.id.as_ref());
+                if is_answer {
+                    answered = true;
+                    if wants_answer {
+                        answer = serde_json::from_str(&event.data).ok();
+                    }
+                }
+                if !plan.swallow {
+                    output.write(event.data.as_bytes());
+                }
+            }
+        }
+        if frame.is_request() && !answered {
+            return Posted::Lost("the answer stream ended without an answer".into());
+        }
+    } else {
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(error) => return Posted::Lost(error.to_string()),
+        };
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            let message = answer_for(frame, status, &body);
+            if wants_answer {
+                answer = serde_json::from_slice(&message).ok();
+            }
+            if !plan.swallow && (frame.is_request() || (200..300).contains(&status)) {
+                output.write(&message);
+            }
+        } else if frame.is_request() {
+            let message = frames::error_response(
+                frame.id.as_ref().unwrap_or(&Value::Null),
+                codes::INTERNAL_ERROR,
+                &format!("the daemon answered HTTP {status} without a body"),
+            );
+            if !plan.swallow {
+                output.write_value(&message);
+            }
+        }
+    }
+    let protocol_version = answer
+        .as_ref()
+        .and_then(|answer| answer.pointer("/result/protocolVersion"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Posted::Answered {
+        session,
+        protocol_version,
+    }
+}
+
+/// Whether an SSE `data` is the response to request `id`.
+fn is_answer_to(data: &[u8], id: Option<&Value>) -> bool {
+    let Some(id) = id else {
+        return false;
+    };
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Probe>(data)
+        .is_ok_and(|probe| probe.method.is_none() && probe.id.as_ref() == Some(id))
+}
+
+/// The message to write for a JSON answer: as is, unless the daemon's HTTP error does not
+/// name the request (`id: null`, plain text), in which case it is rewritten for its id.
+fn answer_for(frame: &Frame, status: u16, body: &Bytes) -> Vec<u8> {
+    let Some(id) = frame.id.as_ref().filter(|_| frame.is_request()) else {
+        return body.to_vec();
+    };
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(object)) if object.get("id") == Some(id) => body.to_vec(),
+        Ok(Value::Object(mut object)) if object.contains_key("error") => {
+            object.insert("id".into(), id.clone());
+            Value::Object(object).to_string().into_bytes()
+        }
+        _ => frames::error_response(
+            id,
+            codes::INTERNAL_ERROR,
+            &format!(
+                "the daemon answered HTTP {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ),
+        )
+        .to_string()
+        .into_bytes(),
+    }
+}
+
+/// Finds or starts the daemon and rebuilds the session: the host's initialize under a shim
+/// id (answer swallowed), `initialized`, then each remembered subscription.
+async fn reestablish(
+    ensurer: &Ensurer,
+    initialize: Option<Frame>,
+    initialized: bool,
+    subscriptions: &[Frame],
+    replay: u64,
+    protocol_version: Option<String>,
+    output: &Output,
+) -> Result<Recovery, String> {
+    let daemon = ensurer.ensure().await.map_err(|e| e.to_string())?;
+    let Some(initialize) = initialize else {
+        return Ok(Recovery {
+            daemon,
+            session: None,
+            protocol_version: None,
+        });
+    };
+    let mut plan = PostPlan {
+        port: daemon.port,
+        session: None,
+        protocol_version,
+        swallow: true,
+    };
+    let reinit = with_id(
+        &initialize,
+        Value::from(format!("__shim_reinit_{replay}__")),
+    )?;
+    let (session, version) = match post(&plan, &reinit, output).await {
+        Posted::Answered {
+            session: Some(session),
+            protocol_version,
+        } => (session, protocol_version),
+        Posted::Answered { session: None, .. } => {
+            return Err("the daemon answered the replayed initialize without a session".into());
+        }
+        Posted::Retry(reason) | Posted::Lost(reason) => {
+            return Err(format!("replaying initialize failed: {reason}"));
+        }
+        Posted::Cancelled => return Err("replaying initialize was cancelled".into()),
+    };
+    plan.session = Some(session.clone());
+    if version.is_some() {
+        plan.protocol_version = version.clone();
+    }
+    if initialized {
+        let notification = frames::inspect(
+            0,
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec(),
+        )
+        .expect("a valid notification");
+        match post(&plan, &notification, output).await {
+            Posted::Answered { .. } => {}
+            Posted::Retry(reason) | Posted::Lost(reason) => {
+                return Err(format!("replaying initialized failed: {reason}"));
+            }
+            Posted::Cancelled => return Err("replaying initialized was cancelled".into()),
+        }
+    }
+    for (index, subscribe) in subscriptions.iter().enumerate() {
+        let frame = with_id(
+            subscribe,
+            Value::from(format!("__shim_resubscribe_{replay}_{index}__")),
+        )?;
+        if let Posted::Retry(reason) | Posted::Lost(reason) = post(&plan, &frame, output).await {
+            return Err(format!("replaying a subscription failed: {reason}"));
+        }
+    }
+    Ok(Recovery {
+        daemon,
+        session: Some(session),
+        protocol_version: version,
+    })
+}
+
+/// A copy of `frame` with another request id.
+fn with_id(frame: &Frame, id: Value) -> Result<Frame, String> {
+    let mut value: Value = serde_json::from_slice(&frame.body).map_err(|e| e.to_string())?;
+    value["id"] = id;
+    frames::inspect(frame.seq, value.to_string().into_bytes()).map_err(|error| error.to_string())
+}
+
+/// The GET stream of one session in one generation.
+struct SessionStream {
+    port: u16,
+    session: String,
+    protocol_version: Option<String>,
+    generation: u64,
+}
+
+impl SessionStream {
+    /// Streams session notifications to stdout, resuming after graceful ends; returns why it
+    /// failed, or `None` when the daemon offers no stream.
+    async fn run(&self, output: &Output) -> Option<String> {
+        let mut last_event_id: Option<String> = None;
+        let mut retry = Duration::from_millis(1000);
+        loop {
+            let mut headers = vec![
+                ("accept", "text/event-stream"),
+                ("mcp-session-id", self.session.as_str()),
+            ];
+            if let Some(version) = &self.protocol_version {
+                headers.push(("mcp-protocol-version", version));
+            }
+            if let Some(id) = &last_event_id {
+                headers.push(("last-event-id", id));
+            }
+            let mut response =
+                match http::send(self.port, Method::GET, MCP_PATH, &headers, None).await {
+                    Ok(response) => response,
+                    Err(error) => return Some(error.to_string()),
+                };
+            match response.status {
+                200 => {}
+                405 => return None,
+                status => return Some(format!("GET answered {status}")),
+            }
+            let mut parser = sse::Parser::new();
+            while let Some(chunk) = response.chunk().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(error) => return Some(error.to_string()),
+                };
+                for event in parser.feed(&chunk) {
+                    if let Some(id) = event.id {
+                        last_event_id = Some(id);
+                    }
+                    if let Some(ms) = event.retry {
+                        retry = Duration::from_millis(ms.min(10_000));
+                    }
+                    if !event.data.is_empty() {
+                        output.write(event.data.as_bytes());
+                    }
+                }
+            }
+            // The daemon ended the stream (it may be stopping): resume after `retry`.
+            tokio::time::sleep(retry).await;
+        }
+    }
+}
