@@ -35,6 +35,9 @@ pub const READY_DEADLINE: Duration = Duration::from_secs(10);
 pub const UNRESPONSIVE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often readiness and an unresponsive daemon are re-probed.
 const POLL: Duration = Duration::from_millis(50);
+/// The readiness poll right after spawning, for the first `FAST_POLL_WINDOW`.
+const FAST_POLL: Duration = Duration::from_millis(5);
+const FAST_POLL_WINDOW: Duration = Duration::from_millis(500);
 /// How often an unresponsive daemon is re-probed (each probe itself waits up to 2 s).
 const UNRESPONSIVE_POLL: Duration = Duration::from_millis(500);
 
@@ -266,7 +269,10 @@ pub async fn ensure_daemon(
                 log,
             });
         }
-        tokio::time::sleep(POLL).await;
+        // A daemon is usually ready within tens of milliseconds: look often at first, then
+        // back off so a slow start does not spin.
+        let pause = if started.elapsed() < FAST_POLL_WINDOW { FAST_POLL } else { POLL };
+        tokio::time::sleep(pause).await;
     };
     drop(lock);
     result
