@@ -271,7 +271,11 @@ pub async fn ensure_daemon(
         }
         // A daemon is usually ready within tens of milliseconds: look often at first, then
         // back off so a slow start does not spin.
-        let pause = if started.elapsed() < FAST_POLL_WINDOW { FAST_POLL } else { POLL };
+        let pause = if started.elapsed() < FAST_POLL_WINDOW {
+            FAST_POLL
+        } else {
+            POLL
+        };
         tokio::time::sleep(pause).await;
     };
     drop(lock);
