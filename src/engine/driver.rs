@@ -798,12 +798,9 @@ impl Driver {
     ) -> Option<String> {
         self.setup
             .pool
-            .rows()
-            .iter()
+            .rows_with_hash(hash)
             .filter(|row| {
-                row.hash == hash
-                    && row.path.as_deref() == path
-                    && row.inputs_hash.as_deref() == Some(inputs_hash)
+                row.path.as_deref() == path && row.inputs_hash.as_deref() == Some(inputs_hash)
             })
             .filter(|row| {
                 matches!(

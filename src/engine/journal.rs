@@ -6,6 +6,9 @@
 //! replays the recorded result with no agent call; anything else runs live. Matching is by
 //! identity, not index, because `pipeline` stages run in completion order.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
 use serde_json::{Map, Value};
 
 use crate::model::{CallKind, CallOutcome, CallRecord};
@@ -116,6 +119,10 @@ pub enum ReplayDecision {
 }
 
 /// The rows a resume may replay, with their consumption state.
+///
+/// Rows are indexed once by the identities `decide` matches on, so each decision looks at the
+/// few rows that share the call's identity instead of scanning the whole pool: a resume of a
+/// 10,000-call journal is linear, not quadratic.
 #[derive(Debug, Default)]
 pub struct ReplayPool {
     rows: Vec<CallRecord>,
@@ -123,16 +130,51 @@ pub struct ReplayPool {
     /// For a script revision: only rows at or after this position (in recorded order) are
     /// eligible, so calls the revision moved earlier run live (engine.md Decision 4).
     ordered_cursor: Option<usize>,
+    /// Row positions, ascending, by a digest of `(kind, hash, path)` (rows with a path only).
+    by_path: HashMap<u64, Vec<usize>>,
+    /// Row positions, ascending, by a digest of `(kind, hash, inputs_hash)`.
+    by_inputs: HashMap<u64, Vec<usize>>,
+    /// Row positions, ascending, by a digest of `hash` alone.
+    by_hash: HashMap<u64, Vec<usize>>,
+}
+
+/// A bucket key. Different identities may share a digest, so every lookup still compares
+/// the rows it finds with the call; the digest only narrows the search.
+fn digest(parts: &[Option<&str>]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl ReplayPool {
     /// A pool over `rows` (ordered by generation, then index). `ordered` is set for revisions.
     pub fn new(rows: Vec<CallRecord>, ordered: bool) -> ReplayPool {
         let consumed = vec![false; rows.len()];
+        let mut by_path: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut by_inputs: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut by_hash: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (position, row) in rows.iter().enumerate() {
+            let kind = Some(row.kind.as_str());
+            let hash = Some(row.hash.as_str());
+            if let Some(path) = row.path.as_deref() {
+                by_path
+                    .entry(digest(&[kind, hash, Some(path)]))
+                    .or_default()
+                    .push(position);
+            }
+            by_inputs
+                .entry(digest(&[kind, hash, row.inputs_hash.as_deref()]))
+                .or_default()
+                .push(position);
+            by_hash.entry(digest(&[hash])).or_default().push(position);
+        }
         ReplayPool {
             rows,
             consumed,
             ordered_cursor: ordered.then_some(0),
+            by_path,
+            by_inputs,
+            by_hash,
         }
     }
 
@@ -148,8 +190,34 @@ impl ReplayPool {
         &self.rows[row]
     }
 
-    fn eligible(&self, row: usize) -> bool {
-        self.ordered_cursor.is_none_or(|cursor| row >= cursor)
+    /// The rows whose `hash` is `hash`, in pool order.
+    pub fn rows_with_hash<'a>(&'a self, hash: &'a str) -> impl Iterator<Item = &'a CallRecord> {
+        self.by_hash
+            .get(&digest(&[Some(hash)]))
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|&position| &self.rows[position])
+            .filter(move |row| row.hash == hash)
+    }
+
+    /// The eligible positions of a bucket that satisfy `matches`: none, one, or more than one
+    /// (then the first two), which is all `decide` needs to know.
+    fn eligible_matches(
+        &self,
+        bucket: Option<&Vec<usize>>,
+        matches: impl Fn(&CallRecord) -> bool,
+    ) -> Vec<usize> {
+        let bucket = bucket.map_or(&[][..], Vec::as_slice);
+        // Buckets ascend, so the eligible positions are a suffix.
+        let first = self.ordered_cursor.map_or(0, |cursor| {
+            bucket.partition_point(|&position| position < cursor)
+        });
+        bucket[first..]
+            .iter()
+            .copied()
+            .filter(|&position| matches(&self.rows[position]))
+            .take(2)
+            .collect()
     }
 
     fn blocks(record: &CallRecord) -> bool {
@@ -171,14 +239,13 @@ impl ReplayPool {
         hash: &str,
         inputs_hash: Option<&str>,
     ) -> ReplayDecision {
+        let kind_name = Some(kind.as_str());
         if let Some(path) = path {
-            let exact: Vec<usize> = (0..self.rows.len())
-                .filter(|&i| self.eligible(i))
-                .filter(|&i| {
-                    let row = &self.rows[i];
-                    row.kind == kind && row.hash == hash && row.path.as_deref() == Some(path)
-                })
-                .collect();
+            let exact = self.eligible_matches(
+                self.by_path
+                    .get(&digest(&[kind_name, Some(hash), Some(path)])),
+                |row| row.kind == kind && row.hash == hash && row.path.as_deref() == Some(path),
+            );
             match exact.as_slice() {
                 [] => {}
                 [only] => {
@@ -200,13 +267,11 @@ impl ReplayPool {
                 _ => return ReplayDecision::Live(LiveReason::AmbiguousIdentity),
             }
         }
-        let same: Vec<usize> = (0..self.rows.len())
-            .filter(|&i| self.eligible(i))
-            .filter(|&i| {
-                let row = &self.rows[i];
-                row.kind == kind && row.hash == hash && row.inputs_hash.as_deref() == inputs_hash
-            })
-            .collect();
+        let same = self.eligible_matches(
+            self.by_inputs
+                .get(&digest(&[kind_name, Some(hash), inputs_hash])),
+            |row| row.kind == kind && row.hash == hash && row.inputs_hash.as_deref() == inputs_hash,
+        );
         match same.as_slice() {
             [] => ReplayDecision::Live(LiveReason::NotRecorded),
             [only] => {
@@ -240,11 +305,9 @@ impl ReplayPool {
         path: Option<&str>,
         hash: &str,
     ) -> Vec<(u32, u32)> {
-        self.rows
-            .iter()
+        self.rows_with_hash(hash)
             .filter(|row| {
                 row.kind == kind
-                    && row.hash == hash
                     && (path.is_none() || row.path.as_deref() == path)
                     && Self::blocks(row)
             })
@@ -414,5 +477,174 @@ mod tests {
             pool.decide(CallKind::Agent, Some("9:1"), "c", Some("in")),
             ReplayDecision::Replay { row: 2, .. }
         ));
+    }
+
+    /// The matching rules as a plain scan of every row, the way they read in engine.md 2.4;
+    /// the indexed pool must decide exactly as this does.
+    fn decide_by_scan(
+        pool: &ReplayPool,
+        cursor: Option<usize>,
+        kind: CallKind,
+        path: Option<&str>,
+        hash: &str,
+        inputs_hash: Option<&str>,
+    ) -> ReplayDecision {
+        let eligible = |i: usize| cursor.is_none_or(|cursor| i >= cursor);
+        let rows = pool.rows();
+        if let Some(path) = path {
+            let exact: Vec<usize> = (0..rows.len())
+                .filter(|&i| eligible(i))
+                .filter(|&i| {
+                    rows[i].kind == kind
+                        && rows[i].hash == hash
+                        && rows[i].path.as_deref() == Some(path)
+                })
+                .collect();
+            match exact.as_slice() {
+                [] => {}
+                [only] => {
+                    let row = &rows[*only];
+                    return if ReplayPool::blocks(row) {
+                        ReplayDecision::Live(LiveReason::Blocked)
+                    } else if row.inputs_hash.as_deref() != inputs_hash {
+                        ReplayDecision::Live(LiveReason::InputsChanged)
+                    } else if pool.consumed[*only] {
+                        ReplayDecision::Live(LiveReason::CandidateConsumed)
+                    } else {
+                        ReplayDecision::Replay {
+                            row: *only,
+                            match_kind: "path-hash",
+                        }
+                    };
+                }
+                _ => return ReplayDecision::Live(LiveReason::AmbiguousIdentity),
+            }
+        }
+        let same: Vec<usize> = (0..rows.len())
+            .filter(|&i| eligible(i))
+            .filter(|&i| {
+                rows[i].kind == kind
+                    && rows[i].hash == hash
+                    && rows[i].inputs_hash.as_deref() == inputs_hash
+            })
+            .collect();
+        match same.as_slice() {
+            [] => ReplayDecision::Live(LiveReason::NotRecorded),
+            [only] if ReplayPool::blocks(&rows[*only]) => ReplayDecision::Live(LiveReason::Blocked),
+            [only] if pool.consumed[*only] => ReplayDecision::Live(LiveReason::CandidateConsumed),
+            [only] => ReplayDecision::Replay {
+                row: *only,
+                match_kind: "unique-hash",
+            },
+            _ => ReplayDecision::Live(LiveReason::AmbiguousContent),
+        }
+    }
+
+    #[test]
+    fn indexed_decisions_equal_a_full_scan_over_thousands_of_rows() {
+        // A small deterministic generator, so that identities collide often: repeated
+        // prompts, moved lines, changed inputs, null and blank rows, both kinds.
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |bound: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % bound
+        };
+        let outcomes = [
+            CallOutcome::Result,
+            CallOutcome::Result,
+            CallOutcome::Null,
+            CallOutcome::Error,
+        ];
+        let mut rows = Vec::new();
+        for index in 0..2_000 {
+            let mut record = row(
+                index,
+                &format!("{}:1", next(400)),
+                &format!("h{}", next(1_500)),
+                outcomes[next(4) as usize],
+            );
+            record.inputs_hash = (next(5) != 0).then(|| format!("in{}", next(2)));
+            if next(10) == 0 {
+                record.path = None;
+            }
+            if next(20) == 0 {
+                record.kind = CallKind::Checkpoint;
+            }
+            if next(30) == 0 {
+                record.result = Some(Value::String(" ".into()));
+            }
+            rows.push(record);
+        }
+        for ordered in [false, true] {
+            let mut pool = ReplayPool::new(rows.clone(), ordered);
+            let mut replayed = 0;
+            for step in 0..3_000 {
+                // Mostly a recorded call, sometimes moved or with changed inputs, sometimes new;
+                // a revision calls them roughly in recorded order, or nothing would replay.
+                let position = if ordered {
+                    (step * 2 / 3 + next(4) as usize).min(rows.len() - 1)
+                } else {
+                    next(rows.len() as u64) as usize
+                };
+                let source = &rows[position];
+                let (mut kind, mut path, mut hash, mut inputs) = (
+                    source.kind,
+                    source.path.clone(),
+                    source.hash.clone(),
+                    source.inputs_hash.clone(),
+                );
+                if next(5) == 0 {
+                    path = (next(10) != 0).then(|| format!("{}:1", next(420)));
+                }
+                if next(10) == 0 {
+                    inputs = (next(5) != 0).then(|| format!("in{}", next(2)));
+                }
+                if next(8) == 0 {
+                    hash = format!("h{}", next(1_600));
+                    kind = if next(20) == 0 {
+                        CallKind::Checkpoint
+                    } else {
+                        CallKind::Agent
+                    };
+                }
+                let expected = decide_by_scan(
+                    &pool,
+                    pool.ordered_cursor,
+                    kind,
+                    path.as_deref(),
+                    &hash,
+                    inputs.as_deref(),
+                );
+                let decided = pool.decide(kind, path.as_deref(), &hash, inputs.as_deref());
+                assert_eq!(decided, expected, "{kind:?} {path:?} {hash} {inputs:?}");
+                let scanned: Vec<(u32, u32)> = pool
+                    .rows()
+                    .iter()
+                    .filter(|row| {
+                        row.kind == kind
+                            && row.hash == hash
+                            && (path.is_none() || row.path == path)
+                            && ReplayPool::blocks(row)
+                    })
+                    .map(|row| (row.generation, row.index))
+                    .collect();
+                assert_eq!(
+                    pool.superseded_by_live(kind, path.as_deref(), &hash),
+                    scanned
+                );
+                if let ReplayDecision::Replay { row, .. } = decided {
+                    pool.consume(row);
+                    replayed += 1;
+                }
+            }
+            // A revision's cursor soon passes most rows (hashes repeat across the pool), so
+            // only the unordered pool must replay often; both must decide as the scan does.
+            assert!(
+                ordered || replayed > 300,
+                "the generator should exercise replays, got {replayed}"
+            );
+        }
     }
 }

@@ -87,12 +87,20 @@ pub fn is_secret_key(key: &str) -> bool {
         .filter(|c| *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
         .collect();
-    if WORDS.iter().any(|word| normalized.contains(word)) {
-        return true;
-    }
-    normalized.match_indices("token").any(|(at, word)| {
-        let rest = &normalized[at + word.len()..];
-        !COUNTING.iter().any(|suffix| rest.starts_with(suffix))
+    // Keys are short, so trying each word at each position is cheaper than building a
+    // substring searcher per word, which `str::contains` does on every call; this runs for
+    // every key of every event.
+    let bytes = normalized.as_bytes();
+    (0..bytes.len()).any(|at| {
+        let rest = &bytes[at..];
+        if WORDS.iter().any(|word| rest.starts_with(word.as_bytes())) {
+            return true;
+        }
+        rest.strip_prefix(b"token".as_slice()).is_some_and(|after| {
+            !COUNTING
+                .iter()
+                .any(|suffix| after.starts_with(suffix.as_bytes()))
+        })
     })
 }
 
