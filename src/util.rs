@@ -39,6 +39,17 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// `mode` at open, fsync, rename, then fsync of the folder. Readers skip names starting with
 /// `.`, so a tmp left by a crash is never read. Errors name the path.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_replacing(path, bytes, mode, true)
+}
+
+/// Like [`write_atomic`] without the two fsyncs: a process crash still leaves the old or the
+/// new content (rename is atomic), but a power loss may leave neither. For files whose
+/// content is also stored durably elsewhere (a run's script copy: the store keeps the text).
+pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_replacing(path, bytes, mode, false)
+}
+
+fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
@@ -66,9 +77,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
             .map_err(|e| annotate(e, "set mode of", &tmp))?;
         file.write_all(bytes)
             .map_err(|e| annotate(e, "write", &tmp))?;
-        file.sync_all().map_err(|e| annotate(e, "sync", &tmp))?;
+        if sync {
+            file.sync_all().map_err(|e| annotate(e, "sync", &tmp))?;
+        }
         std::fs::rename(&tmp, path).map_err(|e| annotate(e, "rename into place", path))?;
-        if let Ok(folder) = std::fs::File::open(dir) {
+        if sync && let Ok(folder) = std::fs::File::open(dir) {
             let _ = folder.sync_all();
         }
         Ok(())

@@ -412,9 +412,11 @@ impl Engine {
             ScriptInput::Inline(_) => {
                 let path =
                     store::script_copy_path(self.inner.store.root(), &request.project_dir, &run_id);
-                crate::util::write_atomic(&path, prepared.text.as_bytes(), 0o600).map_err(|e| {
-                    EngineError::Rejected(format!("cannot write the run's script copy: {e}"))
-                })?;
+                // The run row keeps the text durably; the copy is what `file://` serves and what
+                // a resume reads back for revisions, so it needs no fsync of its own.
+                crate::util::write_replace(&path, prepared.text.as_bytes(), 0o600).map_err(
+                    |e| EngineError::Rejected(format!("cannot write the run's script copy: {e}")),
+                )?;
                 (ScriptSource::Inline, path)
             }
             ScriptInput::Path(path) => (ScriptSource::Path, path.clone()),
