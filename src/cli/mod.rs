@@ -230,6 +230,14 @@ pub struct ResultArgs {
 
 /// Runs the command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    // Before the runtime starts any thread: the sd-notify variables are read once, here.
+    let early = match daemon::Early::capture(&cli.command) {
+        Ok(early) => early,
+        Err(error) => {
+            eprintln!("agentprism: {error:#}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -241,7 +249,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        match dispatch(cli).await {
+        match dispatch(cli, early).await {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("agentprism: {error:#}");
@@ -253,7 +261,7 @@ pub fn run(cli: Cli) -> ExitCode {
     ExitCode::from(code)
 }
 
-async fn dispatch(cli: Cli) -> Result<u8> {
+async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
     let env = EnvSnapshot::capture();
     match cli.command {
         Command::Validate(args) => validate(&env, args).await,
@@ -265,7 +273,7 @@ async fn dispatch(cli: Cli) -> Result<u8> {
         Command::Setup(args) => setup(&env, args).await,
         Command::Result(args) => result(&env, args).await,
         Command::Serve(args) => serve(&env, args).await,
-        Command::Daemon(args) => daemon::daemon(&env, args).await,
+        Command::Daemon(args) => daemon::daemon(&env, args, early).await,
     }
 }
 
