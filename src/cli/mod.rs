@@ -73,6 +73,20 @@ pub enum Command {
     Serve(ServeArgs),
     /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
     Daemon(daemon::DaemonArgs),
+    /// Print a shell completion script (bash, zsh or fish); the packages ship its output.
+    #[command(hide = true)]
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+}
+
+/// The shells `completions` writes scripts for: the ones the packages ship.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Args)]
@@ -274,7 +288,25 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Result(args) => result(&env, args).await,
         Command::Serve(args) => serve(&env, args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
+        Command::Completions { shell } => completions(shell),
     }
+}
+
+/// `completions <shell>`: the script goes to stdout. It is generated into memory first, so a
+/// closed stdout is an error, not a panic inside the generator.
+fn completions(shell: CompletionShell) -> Result<u8> {
+    use clap::CommandFactory;
+    let shell = match shell {
+        CompletionShell::Bash => clap_complete::Shell::Bash,
+        CompletionShell::Zsh => clap_complete::Shell::Zsh,
+        CompletionShell::Fish => clap_complete::Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "agentprism", &mut script);
+    std::io::stdout()
+        .write_all(&script)
+        .context("writing the completion script")?;
+    Ok(EXIT_COMPLETED)
 }
 
 /// The persistence root: `AGENTPRISM_PERSISTENCE_ROOT` (absolute) or `~/.agentprism/workflows`.
