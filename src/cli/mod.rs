@@ -1093,6 +1093,11 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
     guarded(async {
         let engine = build_engine(env, false).await?;
         let run_id = parse_run_id(&args.run_id)?;
+        if args.call_index.is_none()
+            && let Some(code) = forward_stop(env, &engine, &run_id).await?
+        {
+            return Ok(code);
+        }
         let status = engine
             .stop(&run_id, args.call_index, &StatusQuery::default())
             .await
@@ -1111,6 +1116,56 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// Stops a run that another live daemon executes by asking that daemon over its control
+/// socket (daemon.md 1.10 step 5). `None` when the run is not executing elsewhere, or its
+/// owner has no control plane we can use: the local stop then answers as before.
+async fn forward_stop(env: &EnvSnapshot, engine: &Engine, run_id: &RunId) -> Result<Option<u8>> {
+    let record = engine.load_reconciled(run_id).await.map_err(engine_error)?;
+    if record.status != RunStatus::Running || engine.is_live(run_id) {
+        return Ok(None);
+    }
+    let Some(lease) = engine
+        .store()
+        .lease(run_id)
+        .await
+        .map_err(EngineError::from)
+        .map_err(engine_error)?
+    else {
+        return Ok(None);
+    };
+    let paths = crate::discovery::Paths::from_env(env)?;
+    let Some(owner) = crate::daemon::control::lease_holder(&paths, &lease) else {
+        return Ok(None);
+    };
+    let key = crate::discovery::RunControlKey::load(&paths.run_control_key())
+        .context("loading the run-control key to reach the run's daemon")?;
+    // One operation id for this request; a retry of the same stop would reuse it.
+    let op = uuid::Uuid::new_v4().to_string();
+    let answer = crate::daemon::control::forward_stop(&key, &owner, run_id, &op)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if let Some(control) = answer.get("control") {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"control": control}))?
+        );
+        eprintln!(
+            "run {run_id}: stop pending (operation {op}): daemon pid {} did not answer",
+            owner.pid
+        );
+        return Ok(Some(EXIT_FAILED));
+    }
+    let status = answer
+        .pointer("/status/status")
+        .and_then(Value::as_str)
+        .unwrap_or("stopping");
+    eprintln!(
+        "run {run_id}: {status} (stopped by daemon pid {})",
+        owner.pid
+    );
+    Ok(Some(EXIT_COMPLETED))
 }
 
 async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {

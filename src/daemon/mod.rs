@@ -15,6 +15,7 @@
 //! [`spawn`] starts a daemon in the background and waits until it is ready; `daemon start` and
 //! the stdio shim both go through it. [`probe`] is the `/healthz` client.
 
+pub mod control;
 pub mod health;
 pub mod probe;
 pub mod spawn;
@@ -144,12 +145,15 @@ enum Event {
     ServerStopped(String),
     /// Time to prove to systemd's watchdog that we still answer `/healthz`.
     Watchdog,
+    /// A verified `shutdown` on the control socket, from the named sender.
+    ControlShutdown(String),
 }
 
 /// Why the daemon is exiting, for its last log line.
 #[derive(Debug)]
 enum ExitReason {
     Signal(&'static str),
+    ControlShutdown(String),
     Idle(Duration),
     ServerStopped(String),
 }
@@ -158,6 +162,7 @@ impl std::fmt::Display for ExitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExitReason::Signal(name) => write!(f, "received {name}"),
+            ExitReason::ControlShutdown(from) => write!(f, "shutdown requested by {from}"),
             ExitReason::Idle(ttl) => write!(f, "idle for {ttl:?}"),
             ExitReason::ServerStopped(why) => f.write_str(why),
         }
@@ -206,8 +211,44 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         handler.clone(),
         crate::mcp::server::ServerOptions::default(),
     ));
-    let record =
-        DaemonRecord::for_this_process(VERSION, &instance_id, address.port(), &fingerprint, "");
+    // The control socket exists before the record names it. Without a usable key there is
+    // no control plane at all: never an unsigned one.
+    let control = match &key {
+        Some(key) => {
+            let identity = crate::control::Identity {
+                instance_id: instance_id.clone(),
+                pid: std::process::id(),
+                version: VERSION.to_owned(),
+            };
+            let runtime_dir = crate::control::socket::runtime_dir_from(env);
+            match crate::control::ControlServer::bind(
+                &paths,
+                runtime_dir.as_deref(),
+                identity,
+                key.clone(),
+            ) {
+                Ok(server) => Some(server),
+                Err(error) => {
+                    notice(format_args!(
+                        "control socket unavailable, control is off: {error}"
+                    ));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let control_url = control
+        .as_ref()
+        .map(crate::control::ControlServer::control_url)
+        .unwrap_or_default();
+    let record = DaemonRecord::for_this_process(
+        VERSION,
+        &instance_id,
+        address.port(),
+        &fingerprint,
+        &control_url,
+    );
     let health = Arc::new(Health::new(
         record.clone(),
         key,
@@ -234,6 +275,16 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         http_options,
         shutdown.clone().cancelled_owned(),
     ));
+
+    let (control_shutdown, mut control_shutdowns) = mpsc::unbounded_channel::<String>();
+    if let Some(control) = control {
+        let handler = Arc::new(control::DaemonControl {
+            health: health.clone(),
+            engine: engine.clone(),
+            shutdown: control_shutdown,
+        });
+        tasks.spawn(control.serve(handler, shutdown.clone()));
+    }
 
     write_own_record(&paths, &record)?;
     let claim = {
@@ -298,6 +349,7 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
             _ = interrupt.recv() => Event::Signal("SIGINT"),
             Some(session) = evictions.recv() => Event::Evict(session),
             _ = next_tick(watchdog.as_mut()) => Event::Watchdog,
+            Some(from) = control_shutdowns.recv() => Event::ControlShutdown(from),
             ended = &mut http => Event::ServerStopped(match ended {
                 Ok(Ok(())) => "the HTTP server stopped".to_owned(),
                 Ok(Err(error)) => format!("the HTTP server failed: {error:#}"),
@@ -329,6 +381,7 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
                 ));
             }
             Event::ServerStopped(why) => break ExitReason::ServerStopped(why),
+            Event::ControlShutdown(from) => break ExitReason::ControlShutdown(from),
             Event::Watchdog => {
                 // The same check a shim makes: our own listener, our own key. The deadline
                 // is one interval, so a stalled answer cannot delay the next ping too.
@@ -357,7 +410,7 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
     notice(format_args!("daemon pid {} exited", record.pid));
     Ok(match reason {
         ExitReason::ServerStopped(_) => 1,
-        ExitReason::Signal(_) | ExitReason::Idle(_) => 0,
+        ExitReason::Signal(_) | ExitReason::ControlShutdown(_) | ExitReason::Idle(_) => 0,
     })
 }
 

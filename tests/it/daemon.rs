@@ -1055,3 +1055,107 @@ fn a_daemon_of_another_version_than_its_unit_exits_3() {
             .contains("expected systemd or launchd")
     );
 }
+
+/// A daemon's control socket (daemon.md 1.9): its record names it, it answers `identify` to
+/// a client signing with the user's key and refuses forged and unsigned frames; the CLI's
+/// `stop` of a run the daemon executes is forwarded there (1.10 step 5); `run-control` for
+/// a run it does not execute is `NOT_OWNER`; a signed `shutdown` ends the daemon.
+#[test]
+fn the_control_socket_identifies_stops_forwarded_runs_and_shuts_down() {
+    use agentprism::control::{ControlClient, ControlClientError, ControlError, Identity};
+
+    let world = World::new();
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    assert_eq!(record.control_protocol, 1);
+    let socket = agentprism::control::socket_path_from_url(&record.control_url)
+        .unwrap_or_else(|| panic!("no control socket in {record:?}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let identity = Identity {
+        instance_id: uuid::Uuid::new_v4().to_string(),
+        pid: std::process::id(),
+        version: "test".into(),
+    };
+    let client = ControlClient::new(world.key(), identity.clone());
+    let call = |client: &ControlClient, kind: &str, body: Value| {
+        runtime.block_on(client.call(
+            &socket,
+            &record.instance_id,
+            kind,
+            &uuid::Uuid::new_v4().to_string(),
+            &body,
+        ))
+    };
+
+    let identified = call(&client, "identify", json!({})).expect("identify");
+    assert_eq!(identified["instanceId"], record.instance_id.as_str());
+    assert_eq!(identified["pid"], record.pid);
+    assert_eq!(identified["state"], "current");
+
+    let forged = ControlClient::new(RunControlKey::from_bytes([9; 32]), identity);
+    assert!(matches!(
+        call(&forged, "identify", json!({})),
+        Err(ControlClientError::Refused { .. })
+    ));
+    let unsigned = br#"{"v":1,"kind":"shutdown","to":"x","body":"{}"}"#;
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    stream
+        .write_all(&(unsigned.len() as u32).to_be_bytes())
+        .unwrap();
+    stream.write_all(unsigned).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let refusal: Value = serde_json::from_slice(&answer[4..]).unwrap();
+    assert_eq!(refusal, json!({"ok": false, "code": "UNAUTHENTICATED"}));
+
+    // A run executing in the daemon, stopped from a separate CLI process.
+    let session = open_session(record.port);
+    let script =
+        format!("{HEADER}const a = await agent('slow\\n@mock delay 30000');\nreturn {{a}};\n");
+    let reply = mcp_post(
+        record.port,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "workflow",
+            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
+    );
+    let answer = reply.json();
+    let run_id = answer["result"]["structuredContent"]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no runId: {answer}"))
+        .to_owned();
+    assert_eq!(world.ctx.status(&run_id)["status"], "running");
+    let stopped = world.run(&["stop", &run_id]);
+    assert_eq!(stopped.code(), 0, "{}", stopped.stderr);
+    assert!(
+        stopped
+            .stderr
+            .contains(&format!("stopped by daemon pid {}", record.pid)),
+        "{}",
+        stopped.stderr
+    );
+    assert_eq!(world.ctx.status(&run_id)["status"], "aborted");
+    match call(
+        &client,
+        "run-control",
+        json!({"action": "stop", "runId": run_id}),
+    ) {
+        Err(ControlClientError::Rejected(ControlError::NotOwner(_))) => {}
+        other => panic!("expected NOT_OWNER, got {other:?}"),
+    }
+
+    call(&client, "shutdown", json!({})).expect("shutdown");
+    let finished = daemon.finish(DEADLINE);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("exiting: shutdown requested by"),
+        "{}",
+        finished.stderr
+    );
+    assert!(!socket.exists(), "the socket outlived its daemon");
+    assert!(world.pointer().is_none());
+}
