@@ -99,7 +99,13 @@ pub fn spawn_agent(
                 .iter()
                 .filter(|(name, _)| !is_private_variable(name)),
         )
-        .envs(&backend.env)
+        .envs(&backend.env);
+    // Again after the backend's own `env`, which could name them too: an agent holding our
+    // NOTIFY_SOCKET could tell systemd we are ready or stopping.
+    for name in crate::service::notify::CHILD_ENV_REMOVALS {
+        command.env_remove(name);
+    }
+    command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,10 +3,13 @@
 //! shell's env family; `status` and `stop --all` reconcile the records under `R/daemons/`
 //! with the process table, so a daemon that lost its record is still listed and stoppable,
 //! and a record whose pid was reused is pruned, never signalled (daemon.md 1.11).
+//! `install` and `uninstall` hand the daemon to the platform's service manager
+//! (`docs/service.md`).
 
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
@@ -26,6 +29,7 @@ use crate::discovery::{
     process_alive_as, reconcile,
 };
 use crate::env::{self, EnvSnapshot};
+use crate::service::{self, Manager, Notifier};
 
 /// How long `stop` waits for signalled daemons to exit.
 pub const STOP_DEADLINE: Duration = Duration::from_secs(7);
@@ -61,6 +65,11 @@ pub enum DaemonCommand {
         #[arg(short = 'f', long)]
         follow: bool,
     },
+    /// Run the daemon as a user service: a systemd user unit (Linux) or a LaunchAgent
+    /// (macOS), started now and at every login.
+    Install,
+    /// Remove what `install` wrote and stop the managed daemons.
+    Uninstall,
 }
 
 #[derive(Debug, Args)]
@@ -78,15 +87,64 @@ pub struct DaemonRunArgs {
     /// Write diagnostics to this file, rotated by size, instead of stderr (self-spawn).
     #[arg(long, value_name = "PATH", hide = true)]
     pub log_file: Option<PathBuf>,
+    /// The service manager that started this daemon (`systemd` or `launchd`); set by the
+    /// unit files and the LaunchAgent.
+    #[arg(long, value_name = "MANAGER", value_parser = parse_manager)]
+    pub managed: Option<Manager>,
+    /// Exit 3 unless this binary's version is V (the systemd instance name, `%i`).
+    #[arg(long, value_name = "V")]
+    pub expect_version: Option<String>,
+}
+
+fn parse_manager(text: &str) -> Result<Manager, String> {
+    Manager::parse(text).ok_or_else(|| format!("expected systemd or launchd, got {text:?}"))
+}
+
+/// What must be read before the async runtime starts any thread: the sd-notify channel of
+/// `daemon run --managed=systemd` (daemon.md 2, "Read ... once, before threads").
+#[derive(Debug)]
+pub struct Early {
+    notifier: Arc<Notifier>,
+}
+
+impl Early {
+    /// Reads the service manager's variables for `daemon run`; a silent notifier otherwise.
+    pub fn capture(command: &super::Command) -> Result<Early> {
+        let managed = match command {
+            super::Command::Daemon(DaemonArgs {
+                command: DaemonCommand::Run(run),
+            }) => run.managed,
+            _ => None,
+        };
+        let notifier = match managed {
+            Some(manager) => Notifier::from_process(manager == Manager::Systemd)
+                .context("opening the sd-notify socket")?,
+            None => Notifier::disabled(),
+        };
+        Ok(Early {
+            notifier: Arc::new(notifier),
+        })
+    }
 }
 
 /// Runs one `daemon` subcommand.
-pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs) -> Result<u8> {
+pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result<u8> {
     match args.command {
         DaemonCommand::Run(run) => {
             if let Some(id) = &run.instance_id {
                 uuid::Uuid::parse_str(id)
                     .map_err(|e| anyhow!("--instance-id must be a UUID: {e}"))?;
+            }
+            if let Some(expected) = &run.expect_version
+                && !service::systemd::version_matches_instance(crate::daemon::VERSION, expected)
+            {
+                eprintln!(
+                    "agentprism: this binary is version {}, not {expected}; exiting with {} so \
+                     the service manager does not restart it",
+                    crate::daemon::VERSION,
+                    service::systemd::EXIT_WRONG_VERSION
+                );
+                return Ok(service::systemd::EXIT_WRONG_VERSION);
             }
             crate::daemon::run(
                 env,
@@ -95,16 +153,62 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs) -> Result<u8> {
                     instance_id: run.instance_id,
                     supersede: run.supersede,
                     log_file: run.log_file,
+                    managed: run.managed,
+                    notifier: early.notifier,
                 },
             )
             .await
         }
+        DaemonCommand::Install => install(env, true),
+        DaemonCommand::Uninstall => install(env, false),
         DaemonCommand::Start => start(env).await,
         DaemonCommand::Stop { all } => stop(env, all).await,
         DaemonCommand::Status { json } => status(env, json).await,
         DaemonCommand::Url => url(env).await,
         DaemonCommand::Logs { follow } => logs(env, follow).await,
     }
+}
+
+/// `daemon install` (`installing`) or `daemon uninstall`: prints what was done; any refusal
+/// or failed manager command exits 1 with its output.
+fn install(env: &EnvSnapshot, installing: bool) -> Result<u8> {
+    let exe = std::env::current_exe().context("finding the running agentprism binary")?;
+    let paths = service::InstallPaths::from_env(env, &exe)?;
+    let manager = Manager::native();
+    let report = if installing {
+        service::install::install(manager, &paths, env)
+    } else {
+        service::install::uninstall(manager, &paths)
+    };
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!(
+                "agentprism: daemon {} failed: {error}",
+                if installing { "install" } else { "uninstall" }
+            );
+            return Ok(1);
+        }
+    };
+    for file in &report.files_written {
+        println!("wrote   {}", file.display());
+    }
+    for file in &report.files_removed {
+        println!("removed {}", file.display());
+    }
+    for command in &report.commands {
+        println!("ran     {command}");
+    }
+    if !report.environment.is_empty() {
+        println!("captured environment: {}", report.environment.join(", "));
+    }
+    if let Some(fingerprint) = &report.fingerprint {
+        println!(
+            "env family {fingerprint} now uses the {} service",
+            manager.as_str()
+        );
+    }
+    Ok(0)
 }
 
 async fn start(env: &EnvSnapshot) -> Result<u8> {

@@ -73,6 +73,20 @@ pub enum Command {
     Serve(ServeArgs),
     /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
     Daemon(daemon::DaemonArgs),
+    /// Print a shell completion script (bash, zsh or fish); the packages ship its output.
+    #[command(hide = true)]
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+}
+
+/// The shells `completions` writes scripts for: the ones the packages ship.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Args)]
@@ -230,6 +244,14 @@ pub struct ResultArgs {
 
 /// Runs the command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    // Before the runtime starts any thread: the sd-notify variables are read once, here.
+    let early = match daemon::Early::capture(&cli.command) {
+        Ok(early) => early,
+        Err(error) => {
+            eprintln!("agentprism: {error:#}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -241,7 +263,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        match dispatch(cli).await {
+        match dispatch(cli, early).await {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("agentprism: {error:#}");
@@ -253,7 +275,7 @@ pub fn run(cli: Cli) -> ExitCode {
     ExitCode::from(code)
 }
 
-async fn dispatch(cli: Cli) -> Result<u8> {
+async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
     let env = EnvSnapshot::capture();
     match cli.command {
         Command::Validate(args) => validate(&env, args).await,
@@ -265,8 +287,26 @@ async fn dispatch(cli: Cli) -> Result<u8> {
         Command::Setup(args) => setup(&env, args).await,
         Command::Result(args) => result(&env, args).await,
         Command::Serve(args) => serve(&env, args).await,
-        Command::Daemon(args) => daemon::daemon(&env, args).await,
+        Command::Daemon(args) => daemon::daemon(&env, args, early).await,
+        Command::Completions { shell } => completions(shell),
     }
+}
+
+/// `completions <shell>`: the script goes to stdout. It is generated into memory first, so a
+/// closed stdout is an error, not a panic inside the generator.
+fn completions(shell: CompletionShell) -> Result<u8> {
+    use clap::CommandFactory;
+    let shell = match shell {
+        CompletionShell::Bash => clap_complete::Shell::Bash,
+        CompletionShell::Zsh => clap_complete::Shell::Zsh,
+        CompletionShell::Fish => clap_complete::Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "agentprism", &mut script);
+    std::io::stdout()
+        .write_all(&script)
+        .context("writing the completion script")?;
+    Ok(EXIT_COMPLETED)
 }
 
 /// The persistence root: `AGENTPRISM_PERSISTENCE_ROOT` (absolute) or `~/.agentprism/workflows`.
@@ -1053,6 +1093,11 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
     guarded(async {
         let engine = build_engine(env, false).await?;
         let run_id = parse_run_id(&args.run_id)?;
+        if args.call_index.is_none()
+            && let Some(code) = forward_stop(env, &engine, &run_id).await?
+        {
+            return Ok(code);
+        }
         let status = engine
             .stop(&run_id, args.call_index, &StatusQuery::default())
             .await
@@ -1071,6 +1116,56 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// Stops a run that another live daemon executes by asking that daemon over its control
+/// socket (daemon.md 1.10 step 5). `None` when the run is not executing elsewhere, or its
+/// owner has no control plane we can use: the local stop then answers as before.
+async fn forward_stop(env: &EnvSnapshot, engine: &Engine, run_id: &RunId) -> Result<Option<u8>> {
+    let record = engine.load_reconciled(run_id).await.map_err(engine_error)?;
+    if record.status != RunStatus::Running || engine.is_live(run_id) {
+        return Ok(None);
+    }
+    let Some(lease) = engine
+        .store()
+        .lease(run_id)
+        .await
+        .map_err(EngineError::from)
+        .map_err(engine_error)?
+    else {
+        return Ok(None);
+    };
+    let paths = crate::discovery::Paths::from_env(env)?;
+    let Some(owner) = crate::daemon::control::lease_holder(&paths, &lease) else {
+        return Ok(None);
+    };
+    let key = crate::discovery::RunControlKey::load(&paths.run_control_key())
+        .context("loading the run-control key to reach the run's daemon")?;
+    // One operation id for this request; a retry of the same stop would reuse it.
+    let op = uuid::Uuid::new_v4().to_string();
+    let answer = crate::daemon::control::forward_stop(&key, &owner, run_id, &op)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if let Some(control) = answer.get("control") {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"control": control}))?
+        );
+        eprintln!(
+            "run {run_id}: stop pending (operation {op}): daemon pid {} did not answer",
+            owner.pid
+        );
+        return Ok(Some(EXIT_FAILED));
+    }
+    let status = answer
+        .pointer("/status/status")
+        .and_then(Value::as_str)
+        .unwrap_or("stopping");
+    eprintln!(
+        "run {run_id}: {status} (stopped by daemon pid {})",
+        owner.pid
+    );
+    Ok(Some(EXIT_COMPLETED))
 }
 
 async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {

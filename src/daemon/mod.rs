@@ -15,6 +15,7 @@
 //! [`spawn`] starts a daemon in the background and waits until it is ready; `daemon start` and
 //! the stdio shim both go through it. [`probe`] is the `/healthz` client.
 
+pub mod control;
 pub mod health;
 pub mod probe;
 pub mod spawn;
@@ -38,6 +39,7 @@ use crate::discovery::{
 };
 use crate::env::{self, EnvSnapshot};
 use crate::logging::notice;
+use crate::service::{Manager, Notifier};
 use health::{Health, Phase};
 use probe::Probe;
 
@@ -70,6 +72,11 @@ pub struct RunOptions {
     pub supersede: bool,
     /// `--log-file`: diagnostics go there (rotated) instead of stderr; set by self-spawn.
     pub log_file: Option<PathBuf>,
+    /// `--managed`: the service manager that started us, if any.
+    pub managed: Option<Manager>,
+    /// The sd-notify channel, read before any thread started; silent unless systemd manages
+    /// us.
+    pub notifier: Arc<Notifier>,
 }
 
 /// Settings resolved from flags and the environment, once at start.
@@ -136,12 +143,17 @@ enum Event {
     Evict(String),
     /// The HTTP server stopped on its own (it should not).
     ServerStopped(String),
+    /// Time to prove to systemd's watchdog that we still answer `/healthz`.
+    Watchdog,
+    /// A verified `shutdown` on the control socket, from the named sender.
+    ControlShutdown(String),
 }
 
 /// Why the daemon is exiting, for its last log line.
 #[derive(Debug)]
 enum ExitReason {
     Signal(&'static str),
+    ControlShutdown(String),
     Idle(Duration),
     ServerStopped(String),
 }
@@ -150,6 +162,7 @@ impl std::fmt::Display for ExitReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExitReason::Signal(name) => write!(f, "received {name}"),
+            ExitReason::ControlShutdown(from) => write!(f, "shutdown requested by {from}"),
             ExitReason::Idle(ttl) => write!(f, "idle for {ttl:?}"),
             ExitReason::ServerStopped(why) => f.write_str(why),
         }
@@ -186,7 +199,7 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
     {
         Bound::Listener(listener) => listener,
         Bound::AlreadyRunning(record) => {
-            already_running(&record);
+            already_running(&record, &options.notifier);
             return Ok(0);
         }
     };
@@ -198,8 +211,44 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         handler.clone(),
         crate::mcp::server::ServerOptions::default(),
     ));
-    let record =
-        DaemonRecord::for_this_process(VERSION, &instance_id, address.port(), &fingerprint, "");
+    // The control socket exists before the record names it. Without a usable key there is
+    // no control plane at all: never an unsigned one.
+    let control = match &key {
+        Some(key) => {
+            let identity = crate::control::Identity {
+                instance_id: instance_id.clone(),
+                pid: std::process::id(),
+                version: VERSION.to_owned(),
+            };
+            let runtime_dir = crate::control::socket::runtime_dir_from(env);
+            match crate::control::ControlServer::bind(
+                &paths,
+                runtime_dir.as_deref(),
+                identity,
+                key.clone(),
+            ) {
+                Ok(server) => Some(server),
+                Err(error) => {
+                    notice(format_args!(
+                        "control socket unavailable, control is off: {error}"
+                    ));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let control_url = control
+        .as_ref()
+        .map(crate::control::ControlServer::control_url)
+        .unwrap_or_default();
+    let record = DaemonRecord::for_this_process(
+        VERSION,
+        &instance_id,
+        address.port(),
+        &fingerprint,
+        &control_url,
+    );
     let health = Arc::new(Health::new(
         record.clone(),
         key,
@@ -227,6 +276,16 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         shutdown.clone().cancelled_owned(),
     ));
 
+    let (control_shutdown, mut control_shutdowns) = mpsc::unbounded_channel::<String>();
+    if let Some(control) = control {
+        let handler = Arc::new(control::DaemonControl {
+            health: health.clone(),
+            engine: engine.clone(),
+            shutdown: control_shutdown,
+        });
+        tasks.spawn(control.serve(handler, shutdown.clone()));
+    }
+
     write_own_record(&paths, &record)?;
     let claim = {
         let (paths, record) = (paths.clone(), record.clone());
@@ -239,7 +298,7 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         .context("claiming the family pointer")??
     };
     if let Claim::AlreadyRunning(current) = claim {
-        already_running(&current);
+        already_running(&current, &options.notifier);
         health.set_phase(Phase::Exiting);
         shutdown.cancel();
         server.shutdown();
@@ -249,6 +308,13 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         return Ok(0);
     }
     health.set_phase(Phase::Current);
+    // Discovery names us now, so a shim waiting on `systemctl start` finds us at once.
+    notify(
+        "READY=1",
+        options
+            .notifier
+            .ready_with_status(&format!("current: 127.0.0.1:{}", address.port())),
+    );
     notice(format_args!(
         "daemon {VERSION} pid {} instance {instance_id} family {fingerprint} listening on {} (idle ttl {}, tick {:?})",
         record.pid,
@@ -269,6 +335,12 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
     let mut tick = tokio::time::interval(settings.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle_since: Option<Instant> = None;
+    let watchdog_interval = options.notifier.watchdog_interval();
+    let mut watchdog = watchdog_interval.map(|period| {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    });
 
     let reason = loop {
         let event = tokio::select! {
@@ -276,6 +348,8 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
             _ = terminate.recv() => Event::Signal("SIGTERM"),
             _ = interrupt.recv() => Event::Signal("SIGINT"),
             Some(session) = evictions.recv() => Event::Evict(session),
+            _ = next_tick(watchdog.as_mut()) => Event::Watchdog,
+            Some(from) = control_shutdowns.recv() => Event::ControlShutdown(from),
             ended = &mut http => Event::ServerStopped(match ended {
                 Ok(Ok(())) => "the HTTP server stopped".to_owned(),
                 Ok(Err(error)) => format!("the HTTP server failed: {error:#}"),
@@ -307,8 +381,22 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
                 ));
             }
             Event::ServerStopped(why) => break ExitReason::ServerStopped(why),
+            Event::ControlShutdown(from) => break ExitReason::ControlShutdown(from),
+            Event::Watchdog => {
+                // The same check a shim makes: our own listener, our own key. The deadline
+                // is one interval, so a stalled answer cannot delay the next ping too.
+                let deadline = watchdog_interval.unwrap_or(DRAIN_DEADLINE);
+                match probe::probe(&record, health.key.as_ref(), deadline).await {
+                    Probe::Identified(_) => notify("WATCHDOG=1", options.notifier.watchdog()),
+                    other => notice(format_args!(
+                        "watchdog: our own /healthz failed ({other:?}); not pinging systemd"
+                    )),
+                }
+            }
         }
     };
+    // Final: systemd starts its stop timer. Never sent when merely turning lame duck.
+    notify("STOPPING=1", options.notifier.stopping());
 
     notice(format_args!("daemon pid {} exiting: {reason}", record.pid));
     health.set_phase(Phase::Exiting);
@@ -322,7 +410,7 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
     notice(format_args!("daemon pid {} exited", record.pid));
     Ok(match reason {
         ExitReason::ServerStopped(_) => 1,
-        ExitReason::Signal(_) | ExitReason::Idle(_) => 0,
+        ExitReason::Signal(_) | ExitReason::ControlShutdown(_) | ExitReason::Idle(_) => 0,
     })
 }
 
@@ -375,12 +463,39 @@ async fn evict_dead_sessions(server: &crate::mcp::McpServer, ttl: Duration) {
     }
 }
 
-fn already_running(record: &DaemonRecord) {
+/// Exit 0 because `record`'s daemon serves the family. A managed start still reports ready,
+/// so `systemctl start` returns successfully and the shim finds that daemon.
+fn already_running(record: &DaemonRecord, notifier: &Notifier) {
     notice(format_args!(
         "already running: daemon pid {} serves this env family at {}",
         record.pid, record.url
     ));
+    notify(
+        "READY=1",
+        notifier.ready_with_status(&format!(
+            "already running: pid {} at 127.0.0.1:{}",
+            record.pid, record.port
+        )),
+    );
     println!("{}", record.url);
+}
+
+/// Logs a notification that could not be sent; the daemon goes on (systemd will judge us by
+/// the missing message).
+fn notify(what: &str, sent: std::io::Result<()>) {
+    if let Err(error) = sent {
+        notice(format_args!("sd-notify {what}: {error}"));
+    }
+}
+
+/// The next tick of an optional interval; never, without one.
+async fn next_tick(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// The outcome of binding the daemon's port.

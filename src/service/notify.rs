@@ -112,6 +112,13 @@ enum Target {
     Abstract(Vec<u8>),
 }
 
+impl Default for Notifier {
+    /// [`Notifier::disabled`].
+    fn default() -> Notifier {
+        Notifier::disabled()
+    }
+}
+
 impl Notifier {
     /// A notifier that sends nothing: self-spawned and launchd daemons, tests.
     pub fn disabled() -> Notifier {

@@ -420,3 +420,26 @@ fn ctrl_c_leaves_the_run_paused_and_resumable_with_exit_130() {
         "{status:#}"
     );
 }
+
+/// The packages ship `agentprism completions <shell>`; it is hidden from `--help`.
+#[test]
+fn completions_are_printed_for_the_packaged_shells_only() {
+    let ctx = TestContext::new();
+    for (shell, marker) in [
+        ("bash", "_agentprism()"),
+        ("zsh", "#compdef agentprism"),
+        ("fish", "complete -c agentprism"),
+    ] {
+        let finished = ctx.run(&["completions", shell]);
+        assert_eq!(finished.code(), 0, "{shell}: {}", finished.stderr);
+        assert!(
+            finished.stdout.contains(marker),
+            "{shell}: {}",
+            finished.stdout
+        );
+        assert!(finished.stdout.contains("daemon"), "{shell}");
+    }
+    assert_eq!(ctx.run(&["completions", "powershell"]).code(), 2);
+    let help = ctx.run(&["--help"]);
+    assert!(!help.stdout.contains("completions"), "{}", help.stdout);
+}

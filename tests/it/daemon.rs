@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -876,4 +877,285 @@ fn sessions_of_dead_clients_are_evicted() {
         );
         (reply.status == 404).then_some(())
     });
+}
+
+/// The harness end of `NOTIFY_SOCKET`: a datagram socket in the test's temporary folder.
+struct NotifyHarness {
+    path: PathBuf,
+    socket: std::os::unix::net::UnixDatagram,
+}
+
+impl NotifyHarness {
+    fn new(world: &World, name: &str) -> NotifyHarness {
+        let path = world.ctx.path(name);
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("bind notify socket");
+        NotifyHarness { path, socket }
+    }
+
+    /// The next datagram, waiting at most `deadline` (a blocking receive, not a sleep).
+    fn next(&self, deadline: Duration) -> Option<String> {
+        self.socket.set_read_timeout(Some(deadline)).unwrap();
+        let mut buffer = [0u8; 4096];
+        match self.socket.recv(&mut buffer) {
+            Ok(n) => Some(String::from_utf8_lossy(&buffer[..n]).into_owned()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                None
+            }
+            Err(e) => panic!("recv on the notify socket: {e}"),
+        }
+    }
+
+    /// Everything already queued: a datagram is queued by the time its `send` returns, so
+    /// after the sender exited this is all it ever sent.
+    fn queued(&self) -> Vec<String> {
+        self.socket.set_nonblocking(true).unwrap();
+        let mut messages = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while let Ok(n) = self.socket.recv(&mut buffer) {
+            messages.push(String::from_utf8_lossy(&buffer[..n]).into_owned());
+        }
+        self.socket.set_nonblocking(false).unwrap();
+        messages
+    }
+}
+
+/// `agentprism daemon run --managed=systemd <extra>` as systemd would start it: through a
+/// shell that sets `SYSTEMD_EXEC_PID` to its own pid and then execs the daemon on that pid.
+fn spawn_managed(
+    world: &World,
+    harness: &NotifyHarness,
+    watchdog_usec: Option<u64>,
+    extra: &[&str],
+) -> std::process::Child {
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("export SYSTEMD_EXEC_PID=$$; exec \"$0\" daemon run --managed=systemd \"$@\"")
+        .arg(crate::support::context::agentprism_binary())
+        .args(extra)
+        .env_clear()
+        .envs(&world.ctx.env)
+        .env("NOTIFY_SOCKET", &harness.path)
+        .current_dir(world.ctx.project())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(world.ctx.path("managed-daemon.log")).unwrap());
+    if let Some(usec) = watchdog_usec {
+        command.env("WATCHDOG_USEC", usec.to_string());
+    }
+    command.spawn().expect("spawn the managed daemon")
+}
+
+fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    wait_for("the daemon to exit", DEADLINE, || child.try_wait().unwrap())
+}
+
+/// Scenario 25: READY only once the pointer names the daemon, WATCHDOG pings at half the
+/// period, STOPPING on SIGTERM; a managed daemon that finds one running still reports ready;
+/// and a self-spawned daemon whose environment leaked a `NOTIFY_SOCKET` sends nothing.
+#[test]
+fn a_systemd_managed_daemon_notifies_ready_watchdog_and_stopping() {
+    const WATCHDOG_USEC: u64 = 400_000;
+    let world = World::new();
+    let harness = NotifyHarness::new(&world, "notify.sock");
+    let mut daemon = spawn_managed(&world, &harness, Some(WATCHDOG_USEC), &[]);
+    let pid = daemon.id();
+
+    let ready = harness
+        .next(DEADLINE)
+        .expect("READY=1 from the managed daemon");
+    // The pointer already names the daemon when READY arrives.
+    let record = world.pointer().expect("a pointer before READY=1");
+    assert_eq!(record.pid, pid);
+    assert_eq!(
+        ready,
+        format!("READY=1\nSTATUS=current: 127.0.0.1:{}\n", record.port)
+    );
+
+    let period = Duration::from_micros(WATCHDOG_USEC);
+    let mut last = Instant::now();
+    for _ in 0..4 {
+        let ping = harness
+            .next(period)
+            .expect("a WATCHDOG=1 within WATCHDOG_USEC");
+        assert_eq!(ping, "WATCHDOG=1\n");
+        assert!(
+            last.elapsed() < period,
+            "pings {:?} apart, WATCHDOG_USEC/2 is {:?}",
+            last.elapsed(),
+            period / 2
+        );
+        last = Instant::now();
+    }
+
+    // A second managed start of the same family finds this daemon and still says READY, so
+    // `systemctl start` succeeds; then it exits 0.
+    let second_harness = NotifyHarness::new(&world, "notify-2.sock");
+    let mut second = spawn_managed(&world, &second_harness, None, &[]);
+    assert!(wait_exit(&mut second).success());
+    assert_eq!(
+        second_harness.queued(),
+        [format!(
+            "READY=1\nSTATUS=already running: pid {pid} at 127.0.0.1:{}\n",
+            record.port
+        )]
+    );
+
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
+    assert!(wait_exit(&mut daemon).success());
+    let after: Vec<String> = harness
+        .queued()
+        .into_iter()
+        .filter(|message| message != "WATCHDOG=1\n")
+        .collect();
+    assert_eq!(after, ["STOPPING=1\n"]);
+    assert!(world.pointer().is_none());
+
+    // Self-spawned through `daemon start` from a shell whose environment leaked the
+    // variables: the daemon is not managed and must stay silent.
+    let leaked = NotifyHarness::new(&world, "leaked.sock");
+    let started = world.run_with(
+        &[
+            ("NOTIFY_SOCKET", leaked.path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "400000"),
+        ],
+        &["daemon", "start"],
+    );
+    assert_eq!(started.code(), 0, "{}", started.stderr);
+    let spawned = world.pointer().expect("a self-spawned daemon");
+    let stopped = world.run(&["daemon", "stop"]);
+    assert_eq!(stopped.code(), 0, "{}", stopped.stderr);
+    assert!(process_gone(spawned.pid as i32));
+    assert!(leaked.queued().is_empty());
+}
+
+/// A unit instance whose binary is another version exits 3, which the unit's
+/// `RestartPreventExitStatus=3` keeps from restarting.
+#[test]
+fn a_daemon_of_another_version_than_its_unit_exits_3() {
+    let world = World::new();
+    let finished = world.run(&[
+        "daemon",
+        "run",
+        "--managed=systemd",
+        "--expect-version=0.0.0-other",
+    ]);
+    assert_eq!(finished.code(), 3, "{}", finished.stderr);
+    assert!(world.pointer().is_none());
+    assert!(
+        world
+            .run(&["daemon", "run", "--managed=upstart"])
+            .stderr
+            .contains("expected systemd or launchd")
+    );
+}
+
+/// A daemon's control socket (daemon.md 1.9): its record names it, it answers `identify` to
+/// a client signing with the user's key and refuses forged and unsigned frames; the CLI's
+/// `stop` of a run the daemon executes is forwarded there (1.10 step 5); `run-control` for
+/// a run it does not execute is `NOT_OWNER`; a signed `shutdown` ends the daemon.
+#[test]
+fn the_control_socket_identifies_stops_forwarded_runs_and_shuts_down() {
+    use agentprism::control::{ControlClient, ControlClientError, ControlError, Identity};
+
+    let world = World::new();
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    assert_eq!(record.control_protocol, 1);
+    let socket = agentprism::control::socket_path_from_url(&record.control_url)
+        .unwrap_or_else(|| panic!("no control socket in {record:?}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let identity = Identity {
+        instance_id: uuid::Uuid::new_v4().to_string(),
+        pid: std::process::id(),
+        version: "test".into(),
+    };
+    let client = ControlClient::new(world.key(), identity.clone());
+    let call = |client: &ControlClient, kind: &str, body: Value| {
+        runtime.block_on(client.call(
+            &socket,
+            &record.instance_id,
+            kind,
+            &uuid::Uuid::new_v4().to_string(),
+            &body,
+        ))
+    };
+
+    let identified = call(&client, "identify", json!({})).expect("identify");
+    assert_eq!(identified["instanceId"], record.instance_id.as_str());
+    assert_eq!(identified["pid"], record.pid);
+    assert_eq!(identified["state"], "current");
+
+    let forged = ControlClient::new(RunControlKey::from_bytes([9; 32]), identity);
+    assert!(matches!(
+        call(&forged, "identify", json!({})),
+        Err(ControlClientError::Refused { .. })
+    ));
+    let unsigned = br#"{"v":1,"kind":"shutdown","to":"x","body":"{}"}"#;
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    stream
+        .write_all(&(unsigned.len() as u32).to_be_bytes())
+        .unwrap();
+    stream.write_all(unsigned).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let refusal: Value = serde_json::from_slice(&answer[4..]).unwrap();
+    assert_eq!(refusal, json!({"ok": false, "code": "UNAUTHENTICATED"}));
+
+    // A run executing in the daemon, stopped from a separate CLI process.
+    let session = open_session(record.port);
+    let script =
+        format!("{HEADER}const a = await agent('slow\\n@mock delay 30000');\nreturn {{a}};\n");
+    let reply = mcp_post(
+        record.port,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "workflow",
+            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
+    );
+    let answer = reply.json();
+    let run_id = answer["result"]["structuredContent"]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no runId: {answer}"))
+        .to_owned();
+    assert_eq!(world.ctx.status(&run_id)["status"], "running");
+    let stopped = world.run(&["stop", &run_id]);
+    assert_eq!(stopped.code(), 0, "{}", stopped.stderr);
+    assert!(
+        stopped
+            .stderr
+            .contains(&format!("stopped by daemon pid {}", record.pid)),
+        "{}",
+        stopped.stderr
+    );
+    assert_eq!(world.ctx.status(&run_id)["status"], "aborted");
+    match call(
+        &client,
+        "run-control",
+        json!({"action": "stop", "runId": run_id}),
+    ) {
+        Err(ControlClientError::Rejected(ControlError::NotOwner(_))) => {}
+        other => panic!("expected NOT_OWNER, got {other:?}"),
+    }
+
+    call(&client, "shutdown", json!({})).expect("shutdown");
+    let finished = daemon.finish(DEADLINE);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("exiting: shutdown requested by"),
+        "{}",
+        finished.stderr
+    );
+    assert!(!socket.exists(), "the socket outlived its daemon");
+    assert!(world.pointer().is_none());
 }
