@@ -100,6 +100,23 @@ impl Harness {
         (run_id, status)
     }
 
+    /// Admits `script` with these limits; panics if preparation rejects it.
+    pub async fn admit(
+        &self,
+        script: &str,
+        limits: agentprism::engine::LimitOverrides,
+    ) -> agentprism::engine::Admission {
+        self.engine
+            .start(RunRequest {
+                project_dir: self.project.clone(),
+                script: ScriptInput::Inline(script.to_owned()),
+                args: json!({}),
+                limits,
+            })
+            .await
+            .expect("admitted")
+    }
+
     pub fn runs_dir(&self) -> PathBuf {
         self.root.join("projects")
     }
@@ -398,18 +415,14 @@ async fn agent_limit_is_enforced_at_its_edge() {
         let n = 0;\n\
         try { for (;;) { await agent('p' + n); n++; } } catch (e) { return {n, code: e.code}; }";
     let admission = h
-        .engine
-        .start(RunRequest {
-            project_dir: h.project.clone(),
-            script: ScriptInput::Inline(script.into()),
-            args: json!({}),
-            limits: agentprism::engine::LimitOverrides {
+        .admit(
+            script,
+            agentprism::engine::LimitOverrides {
                 max_agents: Some(3),
                 ..Default::default()
             },
-        })
-        .await
-        .unwrap();
+        )
+        .await;
     h.engine.wait(&admission.run_id).await;
     let status = h
         .engine
@@ -482,16 +495,7 @@ async fn secrets_are_redacted_in_status_and_events_but_exact_in_the_result() {
 async fn script_backends_wait_for_approval() {
     let h = harness();
     let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent', args: ['--acp'] } } };\nreturn await agent('x');";
-    let admission = h
-        .engine
-        .start(RunRequest {
-            project_dir: h.project.clone(),
-            script: ScriptInput::Inline(script.into()),
-            args: json!({}),
-            limits: Default::default(),
-        })
-        .await
-        .unwrap();
+    let admission = h.admit(script, Default::default()).await;
     assert_eq!(admission.status, RunStatus::Pending);
     let setup = admission.setup.clone().unwrap();
     assert_eq!(setup["request"]["kind"], "backend-approval");
@@ -527,16 +531,7 @@ async fn script_backends_wait_for_approval() {
 async fn approved_script_backends_run() {
     let h = harness();
     let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent' } } };\nreturn await agent('x');";
-    let admission = h
-        .engine
-        .start(RunRequest {
-            project_dir: h.project.clone(),
-            script: ScriptInput::Inline(script.into()),
-            args: json!({}),
-            limits: Default::default(),
-        })
-        .await
-        .unwrap();
+    let admission = h.admit(script, Default::default()).await;
     let setup_id = admission.setup.unwrap()["request"]["id"]
         .as_str()
         .unwrap()
@@ -640,18 +635,14 @@ async fn pause_lets_running_calls_finish_and_interrupts_queued_ones() {
     let script = "export const meta = { name: 'x', description: 'd', model: 'mock' };\n\
         return await parallel([0, 1, 2, 3, 4].map((i) => () => agent('p' + i + '\\n@mock delay 400')));";
     let admission = h
-        .engine
-        .start(RunRequest {
-            project_dir: h.project.clone(),
-            script: ScriptInput::Inline(script.into()),
-            args: json!({}),
-            limits: agentprism::engine::LimitOverrides {
+        .admit(
+            script,
+            agentprism::engine::LimitOverrides {
                 concurrency: Some(2),
                 ..Default::default()
             },
-        })
-        .await
-        .unwrap();
+        )
+        .await;
     let run_id = admission.run_id;
     let count = |status: &Value, state: &str| {
         status["calls"]

@@ -185,39 +185,45 @@ impl Running {
     }
 
     pub fn finish(mut self, deadline: Duration) -> Finished {
-        let mut child = self.child.take().expect("running");
-        let mut stdout = child.stdout.take().expect("stdout");
-        let mut stderr = child.stderr.take().expect("stderr");
-        let out = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stdout.read_to_string(&mut text);
-            text
-        });
-        let err = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break status;
-            }
-            if started.elapsed() > deadline {
-                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
-                let _ = child.wait();
-                panic!(
-                    "agentprism did not finish within {deadline:?}; stderr:\n{}",
-                    err.join().unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        Finished {
-            status,
-            stdout: out.join().unwrap_or_default(),
-            stderr: err.join().unwrap_or_default(),
+        finish_child(self.child.take().expect("running"), deadline)
+    }
+}
+
+/// Waits for `child` within `deadline`, collecting its stdout and stderr; kills its process
+/// group and fails the test if it does not finish.
+pub fn finish_child(mut child: Child, deadline: Duration) -> Finished {
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
+        if started.elapsed() > deadline {
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "command did not finish within {deadline:?}; stderr:\n{}",
+                err.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Finished {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
     }
 }
 
