@@ -162,7 +162,12 @@ impl Shim {
     }
 
     fn start_with(context: &TestContext, extra: &[(&str, &str)]) -> Shim {
+        Shim::launch(context, extra, &[])
+    }
+
+    fn launch(context: &TestContext, extra: &[(&str, &str)], args: &[&str]) -> Shim {
         let mut child = Command::new(shim_binary())
+            .args(args)
             .env_clear()
             .envs(&context.env)
             .envs(extra.iter().copied())
@@ -715,4 +720,31 @@ fn the_shim_and_agentprism_report_one_version() {
     };
     assert_eq!(version(&shim.stdout), version(&main.stdout));
     assert_eq!(version(&shim.stdout), env!("CARGO_PKG_VERSION"));
+}
+
+/// `--in-process` runs a private single-process server (`agentprism serve --stdio`) instead of
+/// the daemon: the workflow tool answers, runs complete, and no daemon record appears.
+#[test]
+fn in_process_mode_serves_without_a_daemon() {
+    let world = World::new();
+    let mut shim = Shim::launch(&world.context, &[], &["--in-process"]);
+    let init = shim.request(1, "initialize", initialize_params());
+    assert_eq!(init["result"]["serverInfo"]["name"], "agentprism", "{init}");
+    shim.write(&format!(
+        "{}\n",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    ));
+    let script = "export const meta = { name: 'x', description: 'd', model: 'mock' };\nreturn (await agent('hi')) && 'done';";
+    // No projectDir: the in-process server belongs to the project it was started in.
+    let ack = shim.call_workflow(2, json!({"action": "run", "script": script}));
+    let run_id = run_id_of(&ack);
+    wait_completed(&mut shim, &run_id);
+    assert!(
+        !world.daemons_dir().join("instances").exists()
+            || std::fs::read_dir(world.daemons_dir().join("instances"))
+                .map(|d| d.count())
+                .unwrap_or(0)
+                == 0,
+        "--in-process must not start a daemon"
+    );
 }
