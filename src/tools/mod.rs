@@ -204,7 +204,11 @@ impl McpHandler for WorkflowServer {
     }
 
     async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
-        Ok(json!({"tools": [workflow::tool_definition()]}))
+        // The list never changes while the process runs: build it once.
+        static TOOLS: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+        Ok(TOOLS
+            .get_or_init(|| json!({"tools": [workflow::tool_definition()]}))
+            .clone())
     }
 
     async fn call_tool(
