@@ -10,7 +10,6 @@
 //! builds of `agentprism` (which `cargo bench` builds) and of the mock agent example (which it
 //! does not), and says how to build what is missing.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -19,8 +18,8 @@ use std::time::{Duration, Instant};
 use agentprism::acp::lookup::Backends;
 use agentprism::acp::{AcpConfig, AcpRunner};
 use agentprism::engine::instant::InstantRunner;
-use agentprism::engine::routing::BackendLookup;
-use agentprism::engine::runner::{AgentRunner, BackendOrigin, BackendSpec};
+use agentprism::engine::routing::NamedBackends;
+use agentprism::engine::runner::AgentRunner;
 use agentprism::engine::{
     Engine, EngineConfig, LimitOverrides, ResumeRequest, RunRequest, ScriptInput, StatusQuery,
 };
@@ -413,7 +412,7 @@ impl InstantBench {
         let engine = Engine::new(
             Arc::new(store),
             runner.clone() as Arc<dyn AgentRunner>,
-            Arc::new(NamedBackend("mock")),
+            Arc::new(NamedBackends::new(["mock"])),
             EngineConfig {
                 home: Some(dir.path().to_path_buf()),
                 probe: false,
@@ -431,30 +430,6 @@ impl InstantBench {
     /// Sequential scripts: concurrency does not matter, so the default stands.
     async fn start(&self, script: &str) -> Result<RunId> {
         start(&self.engine, &self.project, script, 1).await
-    }
-}
-
-/// One backend that exists by name only; the instant runner never spawns it.
-struct NamedBackend(&'static str);
-
-impl BackendLookup for NamedBackend {
-    fn backend(&self, name: &str) -> Option<BackendSpec> {
-        name.eq_ignore_ascii_case(self.0).then(|| BackendSpec {
-            id: self.0.to_owned(),
-            command: format!("{}-acp", self.0),
-            args: Vec::new(),
-            env: BTreeMap::new(),
-            session_meta: None,
-            origin: BackendOrigin::Builtin,
-        })
-    }
-
-    fn default_backend(&self) -> Option<String> {
-        None
-    }
-
-    fn names(&self) -> Vec<String> {
-        vec![self.0.to_owned()]
     }
 }
 

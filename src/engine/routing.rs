@@ -339,38 +339,46 @@ pub fn route_spec(
     })
 }
 
+/// Backends that exist by name only, with no default: for tests, benchmarks and embedding
+/// hosts whose runner does not spawn commands (e.g. the instant runner).
+#[derive(Clone, Debug, Default)]
+pub struct NamedBackends(Vec<String>);
+
+impl NamedBackends {
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> NamedBackends {
+        NamedBackends(names.into_iter().map(str::to_owned).collect())
+    }
+}
+
+impl BackendLookup for NamedBackends {
+    fn backend(&self, name: &str) -> Option<BackendSpec> {
+        let id = self.0.iter().find(|n| n.eq_ignore_ascii_case(name))?;
+        Some(BackendSpec {
+            id: id.clone(),
+            command: format!("{id}-acp"),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            session_meta: None,
+            origin: crate::engine::runner::BackendOrigin::Builtin,
+        })
+    }
+
+    fn default_backend(&self) -> Option<String> {
+        None
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::runner::BackendOrigin;
-
-    struct Fixed(Vec<&'static str>);
-
-    impl BackendLookup for Fixed {
-        fn backend(&self, name: &str) -> Option<BackendSpec> {
-            self.0
-                .iter()
-                .find(|n| n.eq_ignore_ascii_case(name))
-                .map(|n| BackendSpec {
-                    id: (*n).to_owned(),
-                    command: format!("{n}-acp"),
-                    args: vec![],
-                    env: BTreeMap::new(),
-                    session_meta: None,
-                    origin: BackendOrigin::Builtin,
-                })
-        }
-        fn default_backend(&self) -> Option<String> {
-            None
-        }
-        fn names(&self) -> Vec<String> {
-            self.0.iter().map(|n| n.to_string()).collect()
-        }
-    }
 
     #[test]
     fn table_of_engine_md_4() {
-        let backends = Fixed(vec!["claude", "codex", "pi"]);
+        let backends = NamedBackends::new(["claude", "codex", "pi"]);
         let snapshot = RoutingSnapshot::default();
         let route = route_spec("codex", &snapshot, &backends).unwrap();
         assert_eq!((route.backend.id.as_str(), route.model), ("codex", None));
@@ -395,7 +403,7 @@ mod tests {
 
     #[test]
     fn precedence_and_missing_routes() {
-        let backends = Fixed(vec!["claude", "codex"]);
+        let backends = NamedBackends::new(["claude", "codex"]);
         let mut snapshot = RoutingSnapshot::default();
         snapshot.tiers.insert("small".into(), "codex/mini".into());
         let phases = vec![Phase {

@@ -1,13 +1,10 @@
 //! The engine through its library API, with the in-process instant runner and the real
 //! SQLite store: admission, execution, journal, replay, checkpoints, stop and resume.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentprism::engine::instant::InstantRunner;
-use agentprism::engine::routing::BackendLookup;
-use agentprism::engine::runner::{BackendOrigin, BackendSpec};
 use agentprism::engine::{
     Engine, EngineConfig, EngineError, ResumeRequest, RunRequest, ScriptInput, StatusQuery,
 };
@@ -15,30 +12,7 @@ use agentprism::model::{CallOrigin, RunId, RunStatus};
 use agentprism::store::{SqliteStore, Store};
 use serde_json::{Value, json};
 
-/// Backends that exist by name only (the instant runner never spawns them).
-pub struct NamedBackends(pub Vec<&'static str>);
-
-impl BackendLookup for NamedBackends {
-    fn backend(&self, name: &str) -> Option<BackendSpec> {
-        self.0
-            .iter()
-            .find(|n| n.eq_ignore_ascii_case(name))
-            .map(|n| BackendSpec {
-                id: (*n).to_owned(),
-                command: format!("{n}-acp"),
-                args: vec![],
-                env: BTreeMap::new(),
-                session_meta: None,
-                origin: BackendOrigin::Builtin,
-            })
-    }
-    fn default_backend(&self) -> Option<String> {
-        None
-    }
-    fn names(&self) -> Vec<String> {
-        self.0.iter().map(|n| n.to_string()).collect()
-    }
-}
+pub use agentprism::engine::routing::NamedBackends;
 
 pub struct Harness {
     pub _dir: tempfile::TempDir,
@@ -59,7 +33,7 @@ pub fn harness() -> Harness {
     let engine = Engine::new(
         store.clone(),
         runner.clone(),
-        Arc::new(NamedBackends(vec!["claude", "codex", "pi"])),
+        Arc::new(NamedBackends::new(["claude", "codex", "pi"])),
         EngineConfig {
             home: Some(dir.path().to_path_buf()),
             ..EngineConfig::default()
@@ -98,6 +72,24 @@ impl Harness {
             .await
             .expect("status");
         (run_id, status)
+    }
+
+    /// Resumes `run_id` with these checkpoint answers, waits for it to settle, and returns
+    /// its status.
+    pub async fn resume_to_end(&self, run_id: &RunId, replies: Vec<(u32, Value)>) -> Value {
+        self.engine
+            .resume(ResumeRequest {
+                run_id: Some(run_id.clone()),
+                checkpoint_replies: replies,
+                ..Default::default()
+            })
+            .await
+            .expect("resumed");
+        self.engine.wait(run_id).await;
+        self.engine
+            .status(run_id, &StatusQuery::default())
+            .await
+            .expect("status")
     }
 
     /// Admits `script` with these limits; panics if preparation rejects it.
@@ -209,20 +201,7 @@ async fn checkpoints_pause_until_answered() {
         .unwrap_err();
     assert!(error.to_string().contains("true or false"), "{error}");
     let prompts_before = h.runner.prompts();
-    h.engine
-        .resume(ResumeRequest {
-            run_id: Some(run_id.clone()),
-            checkpoint_replies: vec![(1, json!(true))],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = h.resume_to_end(&run_id, vec![(1, json!(true))]).await;
     assert_eq!(status["status"], "completed", "{status:#}");
     assert_eq!(
         status["outcome"]["result"],
@@ -280,20 +259,7 @@ async fn revised_script_replays_unchanged_calls() {
         vec![CallOrigin::JournalReplay, CallOrigin::JournalReplay]
     );
     assert_eq!(h.runner.prompts(), before);
-    h.engine
-        .resume(ResumeRequest {
-            run_id: Some(run_id.clone()),
-            checkpoint_replies: vec![(2, json!(true))],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = h.resume_to_end(&run_id, vec![(2, json!(true))]).await;
     assert_eq!(
         status["outcome"]["result"],
         json!(["ECHO: zero", "ECHO: one", "ECHO: TWO edited"])
@@ -683,19 +649,7 @@ async fn pause_lets_running_calls_finish_and_interrupts_queued_ones() {
         .count();
     assert_eq!((journaled, interrupted), (2, 3), "{calls:#?}");
     // Resume replays the two finished calls and runs the three interrupted ones.
-    h.engine
-        .resume(ResumeRequest {
-            run_id: Some(run_id.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = h.resume_to_end(&run_id, vec![]).await;
     assert_eq!(status["status"], "completed", "{status:#}");
     let calls = h.store.latest_calls(&run_id).await.unwrap();
     assert_eq!(
@@ -776,19 +730,7 @@ async fn stopping_a_running_run_aborts_it_and_resume_replays_the_prefix() {
     // The stored script is edited so the resumed call finishes: a revision.
     let file = PathBuf::from(stopped["scriptPath"].as_str().unwrap());
     std::fs::write(&file, script.replace("\\n@mock hang", "")).unwrap();
-    h.engine
-        .resume(ResumeRequest {
-            run_id: Some(run_id.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = h.resume_to_end(&run_id, vec![]).await;
     assert_eq!(
         status["outcome"]["result"],
         json!(["ECHO: first", "ECHO: second"]),
