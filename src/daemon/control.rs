@@ -1,5 +1,5 @@
 //! What this daemon answers on its control socket (daemon.md 1.9): `identify`, `shutdown`
-//! and `run-control {action:"stop"}` for runs it executes. The listener in
+//! and `run-control` for runs it executes (served by [`super::run_control`]). The listener in
 //! [`crate::control`] has verified every request (peer uid, mac, clock, nonce, addressee)
 //! before [`DaemonControl::handle`] sees it. `announce-successor`, `drain-status` and the
 //! other run-control actions are not served yet: they answer `INVALID_OPERATION`.
@@ -9,7 +9,6 @@
 //! pending when the owner cannot be reached (step 8).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -18,12 +17,8 @@ use super::health::Health;
 use crate::control::{ControlClient, ControlError, ControlHandler, Identity, Peer, kinds};
 use crate::discovery::record::read_instance_records;
 use crate::discovery::{DaemonRecord, Paths, RecordRead, RunControlKey, process_alive_as};
-use crate::engine::{Engine, EngineError, StatusQuery};
+use crate::engine::Engine;
 use crate::model::{Lease, RunId};
-
-/// How long a `run-control stop` waits for the run to settle before answering: inside the
-/// 5 s exchange deadline, so the caller gets an answer rather than a timeout.
-pub const STOP_ANSWER_WAIT: Duration = Duration::from_secs(3);
 
 /// The daemon's [`ControlHandler`].
 pub struct DaemonControl {
@@ -66,50 +61,12 @@ impl ControlHandler for DaemonControl {
                     .map_err(|_| ControlError::Internal("already shutting down".into()))?;
                 Ok(json!({"outcome": "shutting-down"}))
             }
-            kinds::RUN_CONTROL => self.run_control(&body).await,
+            kinds::RUN_CONTROL => {
+                super::run_control::serve(&self.engine, &self.health, &body).await
+            }
             other => Err(ControlError::InvalidOperation(format!(
                 "kind {other:?} is not served by this daemon yet"
             ))),
-        }
-    }
-}
-
-impl DaemonControl {
-    async fn run_control(&self, body: &Value) -> Result<Value, ControlError> {
-        let action = body.get("action").and_then(Value::as_str).unwrap_or("");
-        if action != "stop" {
-            return Err(ControlError::InvalidOperation(format!(
-                "run-control action {action:?} is not served by this daemon yet"
-            )));
-        }
-        let run_id = body
-            .get("runId")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ControlError::InvalidOperation("runId is required".into()))
-            .and_then(|text| RunId::parse(text).map_err(ControlError::InvalidOperation))?;
-        if !self.engine.is_live(&run_id) {
-            return match self.engine.store().load_run(&run_id).await {
-                Ok(_) => Err(ControlError::NotOwner(format!(
-                    "run {run_id} is not executing in daemon pid {}",
-                    self.health.record.pid
-                ))),
-                Err(crate::store::StoreError::UnknownRun(_)) => {
-                    Err(ControlError::UnknownRun(run_id.to_string()))
-                }
-                Err(error) => Err(ControlError::Internal(error.to_string())),
-            };
-        }
-        let query = StatusQuery::default();
-        let stop = self.engine.stop(&run_id, None, &query);
-        match tokio::time::timeout(STOP_ANSWER_WAIT, stop).await {
-            Ok(Ok(status)) => Ok(json!({"outcome": "stopped", "status": status})),
-            Ok(Err(EngineError::UnknownRun(run_id))) => {
-                Err(ControlError::UnknownRun(run_id.to_string()))
-            }
-            Ok(Err(EngineError::Rejected(message))) => Err(ControlError::InvalidOperation(message)),
-            Ok(Err(error)) => Err(ControlError::Internal(error.to_string())),
-            // The stop was delivered to the run; it settles after we answer.
-            Err(_) => Ok(json!({"outcome": "stopping"})),
         }
     }
 }

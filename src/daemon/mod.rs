@@ -18,6 +18,7 @@
 pub mod control;
 pub mod health;
 pub mod probe;
+pub mod run_control;
 pub mod spawn;
 
 use std::net::SocketAddr;
