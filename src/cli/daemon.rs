@@ -155,6 +155,7 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result
                     log_file: run.log_file,
                     managed: run.managed,
                     notifier: early.notifier,
+                    activated: None,
                 },
             )
             .await

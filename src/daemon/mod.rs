@@ -63,7 +63,7 @@ pub const LOG_KEEP: usize = 3;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What `daemon run` was asked to do.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct RunOptions {
     /// `--port`; overrides `AGENTPRISM_DAEMON_PORT`.
     pub port: Option<u16>,
@@ -78,6 +78,9 @@ pub struct RunOptions {
     /// The sd-notify channel, read before any thread started; silent unless systemd manages
     /// us.
     pub notifier: Arc<Notifier>,
+    /// A listening socket passed by socket activation (`LISTEN_FDS`), served instead of
+    /// binding a port.
+    pub activated: Option<std::net::TcpListener>,
 }
 
 /// Settings resolved from flags and the environment, once at start.
@@ -172,7 +175,7 @@ impl std::fmt::Display for ExitReason {
 
 /// Runs the daemon in the foreground until a signal, idleness or a fatal error; returns the
 /// exit code (0 also for "already running").
-pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
+pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     if let Some(log) = &options.log_file {
         crate::logging::log_to_file(log, LOG_MAX_BYTES, LOG_KEEP, true)
             .with_context(|| format!("opening the daemon log {}", log.display()))?;
@@ -196,12 +199,22 @@ pub async fn run(env: &EnvSnapshot, options: RunOptions) -> Result<u8> {
         }
     };
 
-    let listener = match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await?
-    {
-        Bound::Listener(listener) => listener,
-        Bound::AlreadyRunning(record) => {
-            already_running(&record, &options.notifier);
-            return Ok(0);
+    let activated = options.activated.take();
+    let listener = match activated {
+        Some(listener) => {
+            listener
+                .set_nonblocking(true)
+                .context("preparing the activated socket")?;
+            TcpListener::from_std(listener).context("serving the activated socket")?
+        }
+        None => {
+            match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await? {
+                Bound::Listener(listener) => listener,
+                Bound::AlreadyRunning(record) => {
+                    already_running(&record, &options.notifier);
+                    return Ok(0);
+                }
+            }
         }
     };
     let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
