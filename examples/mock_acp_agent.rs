@@ -3,7 +3,7 @@
 //! It speaks ACP v1 (newline-delimited JSON-RPC 2.0 on stdin/stdout) like a real coding agent
 //! would, but every turn is scripted by `@mock <verb> [args]` lines inside the prompt, so a
 //! test can ask for chunked replies, thoughts, tool calls, permission and file-system round
-//! trips, waits that only a `session/cancel` ends, JSON-RPC errors, usage limits and crashes,
+//! trips, waits that only a `session/cancel` (or a file appearing) ends, JSON-RPC errors, usage limits and crashes,
 //! and get the same messages in the same order every time. Environment variables (`MOCK_ACP_*`,
 //! listed on [`Settings`]) reproduce the quirks of real adapters: auth-gated sessions, agents
 //! that ignore stdin EOF, agents that answer a cancel with `end_turn`.
@@ -781,6 +781,16 @@ impl Turn<'_> {
             "hang" => {
                 self.cancel.wait(None);
                 return Ok(Some(self.cancelled()));
+            }
+            // Holds the turn until a test creates the file (or cancels the turn), so a test
+            // decides exactly when a call ends.
+            "wait_file" => {
+                let path = PathBuf::from(args.trim());
+                while !path.exists() {
+                    if self.cancel.wait(Some(Duration::from_millis(10))) {
+                        return Ok(Some(self.cancelled()));
+                    }
+                }
             }
             "thought" => {
                 let message_id = self.message_id();

@@ -51,6 +51,11 @@ pub const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
 /// `1` turns on test-only daemon routes (`POST /debug/evict?session=<id>`). Never set it
 /// outside tests: the routes are unauthenticated.
 pub const TEST_HOOKS: &str = "AGENTPRISM_TEST_HOOKS";
+/// Test-only: the version this process claims (records, `/healthz`, the shim's succession
+/// decisions), so tests and benchmarks can run an older and a newer daemon from one build.
+/// Honoured only by debug builds and builds with the `version-override` feature; a release
+/// build ignores it. Left out of the family fingerprint: versions differ within a family.
+pub const TEST_VERSION: &str = "AGENTPRISM_TEST_VERSION";
 
 /// Set by systemd to the pid it started; a daemon trusts the variables below only when this
 /// names itself, so a host that leaks them into its children cannot make us talk to its

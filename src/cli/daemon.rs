@@ -136,12 +136,12 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result
                     .map_err(|e| anyhow!("--instance-id must be a UUID: {e}"))?;
             }
             if let Some(expected) = &run.expect_version
-                && !service::systemd::version_matches_instance(crate::daemon::VERSION, expected)
+                && !service::systemd::version_matches_instance(crate::daemon::version(), expected)
             {
                 eprintln!(
                     "agentprism: this binary is version {}, not {expected}; exiting with {} so \
                      the service manager does not restart it",
-                    crate::daemon::VERSION,
+                    crate::daemon::version(),
                     service::systemd::EXIT_WRONG_VERSION
                 );
                 return Ok(service::systemd::EXIT_WRONG_VERSION);

@@ -1,8 +1,8 @@
 //! What this daemon answers on its control socket (daemon.md 1.9): `identify`, `shutdown`
 //! and `run-control` for runs it executes (served by [`super::run_control`]). The listener in
 //! [`crate::control`] has verified every request (peer uid, mac, clock, nonce, addressee)
-//! before [`DaemonControl::handle`] sees it. `announce-successor`, `drain-status` and the
-//! other run-control actions are not served yet: they answer `INVALID_OPERATION`.
+//! before [`DaemonControl::handle`] sees it. `announce-successor` is checked and carried out by
+//! [`super::succession`]; `drain-status` reports what a lame duck still waits for.
 //!
 //! [`forward_stop`] is the calling side: a process that finds a run executing in another
 //! live daemon asks that daemon to stop it (daemon.md 1.10 step 5), or reports the stop as
@@ -26,6 +26,7 @@ pub struct DaemonControl {
     pub engine: Engine,
     /// A verified `shutdown` is passed to the main loop, which exits as on SIGTERM.
     pub shutdown: mpsc::UnboundedSender<String>,
+    pub succession: super::succession::Succession,
 }
 
 #[async_trait::async_trait]
@@ -47,10 +48,12 @@ impl ControlHandler for DaemonControl {
                     "port": record.port,
                     "envFingerprint": record.env_fingerprint,
                     "state": self.health.phase().as_str(),
-                    "lameDuck": false,
+                    "lameDuck": self.health.is_lame_duck(),
                     "activeRuns": self.engine.active_executions(),
                 }))
             }
+            kinds::ANNOUNCE_SUCCESSOR => self.succession.accept(from, &body),
+            kinds::DRAIN_STATUS => Ok(self.health.drain_status()),
             kinds::SHUTDOWN => {
                 let who = format!(
                     "instance {} (pid {}, op {op})",
@@ -65,7 +68,7 @@ impl ControlHandler for DaemonControl {
                 super::run_control::serve(&self.engine, &self.health, &body).await
             }
             other => Err(ControlError::InvalidOperation(format!(
-                "kind {other:?} is not served by this daemon yet"
+                "unknown kind {other:?}"
             ))),
         }
     }
@@ -103,7 +106,7 @@ pub async fn forward_stop(
     let from = Identity {
         instance_id: uuid::Uuid::new_v4().to_string(),
         pid: std::process::id(),
-        version: super::VERSION.to_owned(),
+        version: super::version().to_owned(),
     };
     let client = ControlClient::new(key.clone(), from);
     let body = json!({"action": "stop", "runId": run_id.as_str()});

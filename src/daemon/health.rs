@@ -28,8 +28,10 @@ pub enum Phase {
     Starting = 0,
     /// The family's current daemon.
     Current = 1,
+    /// Superseded: serves what it has, takes no new sessions, exits once drained. One-way.
+    LameDuck = 2,
     /// Shutting down: takes no new work.
-    Exiting = 2,
+    Exiting = 3,
 }
 
 impl Phase {
@@ -37,6 +39,7 @@ impl Phase {
         match self {
             Phase::Starting => "starting",
             Phase::Current => "current",
+            Phase::LameDuck => "lame-duck",
             Phase::Exiting => "exiting",
         }
     }
@@ -50,6 +53,19 @@ pub struct Health {
     pub server: Arc<McpServer>,
     pub engine: Engine,
     phase: AtomicU8,
+    /// Set once, when the daemon turns lame duck.
+    drain: std::sync::OnceLock<Drain>,
+    /// Unacknowledged stop intents this daemon owns (kept by the main loop).
+    pub unacked_intents: std::sync::atomic::AtomicUsize,
+}
+
+/// When and for whom a lame duck stepped aside.
+#[derive(Clone, Debug)]
+pub struct Drain {
+    /// Unix ms.
+    pub since: i64,
+    /// The successor's instance id.
+    pub successor: String,
 }
 
 impl Health {
@@ -65,19 +81,75 @@ impl Health {
             server,
             engine,
             phase: AtomicU8::new(Phase::Starting as u8),
+            drain: std::sync::OnceLock::new(),
+            unacked_intents: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
     pub fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Relaxed) {
+        match self.phase.load(Ordering::Acquire) {
             0 => Phase::Starting,
             1 => Phase::Current,
+            2 => Phase::LameDuck,
             _ => Phase::Exiting,
         }
     }
 
+    /// Moves the phase forward; never back (a lame duck never becomes current again).
     pub fn set_phase(&self, phase: Phase) {
-        self.phase.store(phase as u8, Ordering::Relaxed);
+        self.phase.fetch_max(phase as u8, Ordering::AcqRel);
+    }
+
+    /// Turns this daemon lame duck for `successor`. `false` if it already was one (or is
+    /// exiting): the first successor named stays on record.
+    pub fn become_lame_duck(&self, successor: &str) -> bool {
+        let moved = self
+            .phase
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |phase| {
+                (phase < Phase::LameDuck as u8).then_some(Phase::LameDuck as u8)
+            })
+            .is_ok();
+        if moved {
+            let _ = self.drain.set(Drain {
+                since: crate::util::now_ms(),
+                successor: successor.to_owned(),
+            });
+        }
+        moved
+    }
+
+    /// Whether this daemon has stepped aside (lame duck, or exiting after it).
+    pub fn is_lame_duck(&self) -> bool {
+        self.drain.get().is_some()
+    }
+
+    pub fn drain(&self) -> Option<&Drain> {
+        self.drain.get()
+    }
+
+    /// What is left before a lame duck may exit, as `/healthz`, `drain-status` and `daemon
+    /// status` show it.
+    pub fn drain_status(&self) -> Value {
+        let drain = self.drain.get();
+        json!({
+            "lameDuck": drain.is_some(),
+            "since": drain.map(|d| crate::util::iso_time(d.since)),
+            "successor": drain.map(|d| d.successor.clone()),
+            "sessions": self.server.session_count(),
+            "inflightRequests": self.server.inflight_count(),
+            "activeRuns": self.engine.active_executions(),
+            "ownedRuns": self.engine.live_run_ids().iter().map(|id| id.as_str().to_owned()).collect::<Vec<_>>(),
+            "unackedIntents": self.unacked_intents.load(Ordering::Relaxed),
+            "replDrains": 0,
+        })
+    }
+
+    /// Whether nothing keeps this daemon alive: no session, request, execution or intent.
+    pub fn drained(&self) -> bool {
+        self.server.session_count() == 0
+            && self.server.inflight_count() == 0
+            && self.engine.active_executions() == 0
+            && self.unacked_intents.load(Ordering::Relaxed) == 0
     }
 
     /// The `/healthz` body; `proof` answers `challenge` when one was given.
@@ -102,20 +174,37 @@ impl Health {
             "startedAt": record.started_at,
             "uptimeMs": crate::util::now_ms().saturating_sub(record.started_at),
             "state": self.phase().as_str(),
-            "lameDuck": false,
+            "lameDuck": self.is_lame_duck(),
+            "supersededBy": self.drain.get().map(|d| d.successor.clone()),
             "sessions": self.server.session_count(),
             "activeRuns": self.engine.active_executions(),
             "inflightRequests": self.server.inflight_count(),
             "replDrains": 0,
             "controlProtocol": CONTROL_PROTOCOL,
-            "controlAvailable": self.key.is_some(),
+            "controlAvailable": self.key.is_some() && !record.control_url.is_empty(),
             "projects": [],
         })
     }
 }
 
-/// The intercept serving `/healthz`, and `/debug/evict` when `test_hooks` is on (eviction
-/// requests go to the daemon's main loop through `evictions`).
+/// The header every answer of a lame duck carries, so a shim moves new work to the successor.
+pub const LAME_DUCK_HEADER: &str = "agentprism-lame-duck";
+
+/// Marks every answer of a lame duck with [`LAME_DUCK_HEADER`].
+pub fn decorate(health: Arc<Health>) -> crate::transport::http::Decorate {
+    Arc::new(move |headers: &mut hyper::HeaderMap| {
+        if health.is_lame_duck() {
+            headers.insert(
+                LAME_DUCK_HEADER,
+                hyper::header::HeaderValue::from_static("1"),
+            );
+        }
+    })
+}
+
+/// The intercept serving `/healthz`, the lame duck's 503 to new sessions and stateless
+/// requests, and `/debug/evict` when `test_hooks` is on (eviction requests go to the
+/// daemon's main loop through `evictions`).
 pub fn routes(
     health: Arc<Health>,
     test_hooks: bool,
@@ -132,6 +221,31 @@ pub fn routes(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &json!({"error": "use GET"}),
             )),
+            // A POST without a session is an `initialize` or a stateless request: new work,
+            // which belongs to the successor. Sessions this daemon still has stay served.
+            (&Method::POST, crate::transport::http::MCP_PATH)
+                if health.is_lame_duck() && !parts.headers.contains_key("mcp-session-id") =>
+            {
+                let mut response = json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({
+                        "jsonrpc": "2.0",
+                        "id": null,
+                        "error": {
+                            "code": -32000,
+                            "message": "this agentprism daemon has been superseded and takes no new \
+                                        sessions; find the current one through discovery (the \
+                                        agentprism-workflow shim does this by itself)",
+                            "data": {"supersededBy": health.drain().map(|d| d.successor.clone())},
+                        }
+                    }),
+                );
+                response.headers_mut().insert(
+                    hyper::header::RETRY_AFTER,
+                    hyper::header::HeaderValue::from_static("0"),
+                );
+                Some(response)
+            }
             (&Method::POST, "/debug/evict") if test_hooks => {
                 let Some(session) = query_value(query, "session") else {
                     return Some(json_response(

@@ -20,6 +20,7 @@ pub mod health;
 pub mod probe;
 pub mod run_control;
 pub mod spawn;
+pub mod succession;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,11 +28,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
+use serde_json::Value;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::discovery::pointer::Replaced;
 use crate::discovery::pointer::read_pointer;
 use crate::discovery::record::{read_instance_records, write_own_record};
 use crate::discovery::{
@@ -55,12 +58,34 @@ pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(5 * 60);
 /// How long shutdown waits for live runs to reach `paused/interrupted`, and for HTTP
 /// connections to close.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+/// How often a current daemon checks that the family pointer still names it (daemon.md 1.8:
+/// ≤2 s); shorter when the tick is.
+pub const POINTER_POLL: Duration = Duration::from_secs(2);
+/// How often a lame duck closes idle sessions and checks whether it may exit.
+pub const DRAIN_SWEEP: Duration = Duration::from_millis(100);
 /// The log is rotated at this size.
 pub const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
 /// Rotated logs kept besides the current one.
 pub const LOG_KEEP: usize = 3;
-/// This build's version, as records and `/healthz` report it.
+/// This build's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The version this process acts as in discovery and succession: [`VERSION`], unless a test
+/// build was given `AGENTPRISM_TEST_VERSION` (debug builds and the `version-override` feature
+/// only; a release build never reads it).
+pub fn version() -> &'static str {
+    static EFFECTIVE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    EFFECTIVE.get_or_init(|| {
+        if cfg!(any(debug_assertions, feature = "version-override"))
+            && let Some(version) = std::env::var(env::TEST_VERSION)
+                .ok()
+                .filter(|version| !version.trim().is_empty())
+        {
+            return version.trim().to_owned();
+        }
+        VERSION.to_owned()
+    })
+}
 
 /// What `daemon run` was asked to do.
 #[derive(Debug, Default)]
@@ -151,6 +176,12 @@ enum Event {
     Watchdog,
     /// A verified `shutdown` on the control socket, from the named sender.
     ControlShutdown(String),
+    /// A successor took over (announced, or found in the pointer): turn lame duck.
+    Superseded(String),
+    /// Time to look whether the family pointer names another live daemon.
+    PointerCheck,
+    /// A lame duck's sweep: close idle sessions, exit once nothing is left.
+    Drain,
 }
 
 /// Why the daemon is exiting, for its last log line.
@@ -159,6 +190,8 @@ enum ExitReason {
     Signal(&'static str),
     ControlShutdown(String),
     Idle(Duration),
+    /// A lame duck with nothing left to serve.
+    Drained,
     ServerStopped(String),
 }
 
@@ -168,6 +201,7 @@ impl std::fmt::Display for ExitReason {
             ExitReason::Signal(name) => write!(f, "received {name}"),
             ExitReason::ControlShutdown(from) => write!(f, "shutdown requested by {from}"),
             ExitReason::Idle(ttl) => write!(f, "idle for {ttl:?}"),
+            ExitReason::Drained => f.write_str("superseded and drained"),
             ExitReason::ServerStopped(why) => f.write_str(why),
         }
     }
@@ -180,7 +214,13 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         crate::logging::log_to_file(log, LOG_MAX_BYTES, LOG_KEEP, true)
             .with_context(|| format!("opening the daemon log {}", log.display()))?;
     }
-    let settings = Settings::from_env(env, options.port)?;
+    // A successor never competes for the configured port its predecessor holds: an explicit
+    // `--port`, else an ephemeral one (daemon.md 1.5).
+    let port_flag = match (options.port, options.supersede) {
+        (None, true) => Some(0),
+        (port, _) => port,
+    };
+    let settings = Settings::from_env(env, port_flag)?;
     let paths = Paths::from_env(env)?;
     paths.ensure_dirs()?;
     // The live environment, with non-UTF-8 values, as shims compute it.
@@ -207,15 +247,13 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 .context("preparing the activated socket")?;
             TcpListener::from_std(listener).context("serving the activated socket")?
         }
-        None => {
-            match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await? {
-                Bound::Listener(listener) => listener,
-                Bound::AlreadyRunning(record) => {
-                    already_running(&record, &options.notifier);
-                    return Ok(0);
-                }
+        None => match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await? {
+            Bound::Listener(listener) => listener,
+            Bound::AlreadyRunning(record) => {
+                already_running(&record, &options.notifier);
+                return Ok(0);
             }
-        }
+        },
     };
     let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
 
@@ -232,7 +270,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             let identity = crate::control::Identity {
                 instance_id: instance_id.clone(),
                 pid: std::process::id(),
-                version: VERSION.to_owned(),
+                version: version().to_owned(),
             };
             let runtime_dir = crate::control::socket::runtime_dir_from(env);
             match crate::control::ControlServer::bind(
@@ -257,7 +295,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         .map(crate::control::ControlServer::control_url)
         .unwrap_or_default();
     let record = DaemonRecord::for_this_process(
-        VERSION,
+        version(),
         &instance_id,
         address.port(),
         &fingerprint,
@@ -273,6 +311,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
     let (evict_sender, mut evictions) = mpsc::unbounded_channel::<String>();
+    let (superseded_sender, mut supersessions) = mpsc::unbounded_channel::<String>();
     let http_options = crate::transport::http::HttpOptions {
         allowed_origins: settings.allowed_origins.clone(),
         shutdown_deadline: DRAIN_DEADLINE,
@@ -281,6 +320,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             settings.test_hooks,
             evict_sender,
         )),
+        decorate: Some(health::decorate(health.clone())),
         ..Default::default()
     };
     let mut http = tasks.spawn(crate::transport::http::serve(
@@ -296,6 +336,11 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             health: health.clone(),
             engine: engine.clone(),
             shutdown: control_shutdown,
+            succession: succession::Succession {
+                paths: paths.clone(),
+                health: health.clone(),
+                superseded: superseded_sender.clone(),
+            },
         });
         tasks.spawn(control.serve(handler, shutdown.clone()));
     }
@@ -306,6 +351,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         tokio::task::spawn_blocking(move || {
             claim_pointer(&paths, &record, options.supersede, |existing| {
                 process_alive_as(existing).is_alive()
+                    && !succession::is_superseded(&paths, existing)
             })
         })
         .await
@@ -322,6 +368,12 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         return Ok(0);
     }
     health.set_phase(Phase::Current);
+    if let Claim::Claimed {
+        replaced: Replaced::Superseded(predecessor),
+    } = &claim
+    {
+        announce_to(&health, predecessor);
+    }
     // Discovery names us now, so a shim waiting on `systemctl start` finds us at once.
     notify(
         "READY=1",
@@ -330,7 +382,8 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             .ready_with_status(&format!("current: 127.0.0.1:{}", address.port())),
     );
     notice(format_args!(
-        "daemon {VERSION} pid {} instance {instance_id} family {fingerprint} listening on {} (idle ttl {}, tick {:?})",
+        "daemon {} pid {} instance {instance_id} family {fingerprint} listening on {} (idle ttl {}, tick {:?})",
+        record.version,
         record.pid,
         record.url,
         settings
@@ -349,6 +402,11 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     let mut tick = tokio::time::interval(settings.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle_since: Option<Instant> = None;
+    let mut pointer_check = tokio::time::interval(settings.tick.min(POINTER_POLL));
+    pointer_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Runs only while lame duck.
+    let mut drain: Option<tokio::time::Interval> = None;
+    let mut reported_runs: Option<usize> = None;
     let watchdog_interval = options.notifier.watchdog_interval();
     let mut watchdog = watchdog_interval.map(|period| {
         let mut interval = tokio::time::interval(period);
@@ -364,6 +422,9 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             Some(session) = evictions.recv() => Event::Evict(session),
             _ = next_tick(watchdog.as_mut()) => Event::Watchdog,
             Some(from) = control_shutdowns.recv() => Event::ControlShutdown(from),
+            Some(successor) = supersessions.recv() => Event::Superseded(successor),
+            _ = pointer_check.tick(), if !health.is_lame_duck() => Event::PointerCheck,
+            _ = next_tick(drain.as_mut()) => Event::Drain,
             ended = &mut http => Event::ServerStopped(match ended {
                 Ok(Ok(())) => "the HTTP server stopped".to_owned(),
                 Ok(Err(error)) => format!("the HTTP server failed: {error:#}"),
@@ -373,9 +434,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         match event {
             Event::Tick => {
                 evict_dead_sessions(&server, settings.session_ttl).await;
-                let busy = server.session_count() > 0
-                    || engine.active_executions() > 0
-                    || server.inflight_count() > 0;
+                let busy = !health.drained();
                 if busy {
                     idle_since = None;
                     continue;
@@ -396,6 +455,40 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             }
             Event::ServerStopped(why) => break ExitReason::ServerStopped(why),
             Event::ControlShutdown(from) => break ExitReason::ControlShutdown(from),
+            Event::PointerCheck => {
+                if let Some(successor) =
+                    succession::pointer_names_another(&paths, &record, health.key.as_ref()).await
+                    && health.become_lame_duck(&successor.instance_id)
+                {
+                    let _ = superseded_sender.send(successor.instance_id);
+                }
+            }
+            Event::Superseded(successor) => {
+                // The one-way door: on record before anything else.
+                succession::record_superseded(&paths, &record, &successor);
+                notice(format_args!(
+                    "superseded by instance {successor}: lame duck, draining {} runs and {} sessions",
+                    engine.active_executions(),
+                    server.session_count()
+                ));
+                let mut interval = tokio::time::interval(DRAIN_SWEEP);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                drain = Some(interval);
+            }
+            Event::Drain => {
+                close_idle_sessions(&server).await;
+                let runs = engine.active_executions();
+                if reported_runs != Some(runs) {
+                    reported_runs = Some(runs);
+                    notify(
+                        "STATUS",
+                        options.notifier.status(&format!("lame duck: {runs} runs")),
+                    );
+                }
+                if health.drained() {
+                    break ExitReason::Drained;
+                }
+            }
             Event::Watchdog => {
                 // The same check a shim makes: our own listener, our own key. The deadline
                 // is one interval, so a stalled answer cannot delay the next ping too.
@@ -424,7 +517,10 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     notice(format_args!("daemon pid {} exited", record.pid));
     Ok(match reason {
         ExitReason::ServerStopped(_) => 1,
-        ExitReason::Signal(_) | ExitReason::ControlShutdown(_) | ExitReason::Idle(_) => 0,
+        ExitReason::Signal(_)
+        | ExitReason::ControlShutdown(_)
+        | ExitReason::Idle(_)
+        | ExitReason::Drained => 0,
     })
 }
 
@@ -459,6 +555,42 @@ async fn clear_own_pointer(paths: &Paths, record: &DaemonRecord) {
         Ok(Err(error)) => notice(format_args!("clearing the family pointer: {error}")),
         Err(error) => notice(format_args!("clearing the family pointer: {error}")),
     }
+}
+
+/// A lame duck hands its idle sessions over: each one with no request in flight is closed, so
+/// its client's next request gets 404 and re-initializes with the successor. Sessions busy
+/// with a request stay until it ends (requests are bounded by their own ceilings).
+async fn close_idle_sessions(server: &crate::mcp::McpServer) {
+    for (id, activity) in server.session_activity() {
+        if activity.inflight_requests == 0 && server.evict_session(&id).await {
+            notice(format_args!("lame duck: handed session {id} over"));
+        }
+    }
+}
+
+/// Tells the predecessor we superseded that we took over, in the background; it notices the
+/// pointer within [`POINTER_POLL`] if the message does not arrive.
+fn announce_to(health: &Arc<Health>, predecessor: &DaemonRecord) {
+    let Some(key) = health.key.clone() else {
+        return;
+    };
+    let (own, predecessor) = (health.record.clone(), predecessor.clone());
+    tokio::spawn(async move {
+        match succession::announce(&key, &own, &predecessor).await {
+            Ok(answer) => notice(format_args!(
+                "superseded daemon pid {} (version {}); it still runs {}",
+                predecessor.pid,
+                predecessor.version,
+                answer
+                    .get("ownedRuns")
+                    .map_or_else(|| "[]".into(), Value::to_string)
+            )),
+            Err(error) => notice(format_args!(
+                "superseded daemon pid {} (version {}), but could not tell it: {error}",
+                predecessor.pid, predecessor.version
+            )),
+        }
+    });
 }
 
 /// Ends sessions whose clients are gone: no open connection, no request in flight, and no

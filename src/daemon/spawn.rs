@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::probe::Probe;
 use super::probe_family;
 use crate::discovery::spawn_lock::SpawnLock;
-use crate::discovery::{DaemonRecord, DiscoveryError, Paths, RunControlKey};
+use crate::discovery::{DaemonRecord, DiscoveryError, Paths, RunControlKey, compare_versions};
 use crate::env::{self, EnvSnapshot};
 
 /// How long a spawner waits for its daemon to become ready.
@@ -214,16 +214,102 @@ pub async fn ensure_daemon(
         port: options.port,
         ..SpawnArgs::new()
     };
+    let result = spawn_and_wait(
+        paths,
+        fingerprint,
+        key.as_ref(),
+        options,
+        &spawn_args,
+        |_| true,
+    )
+    .await;
+    drop(lock);
+    result
+}
+
+/// Starts a successor for an older daemon that speaks our control protocol (daemon.md 1.8):
+/// under the spawn lock, re-probe (another shim may have done it: a qualifying daemon of
+/// `min_version` or newer is adopted), else spawn `daemon run --supersede` and wait until the
+/// pointer names a qualifying daemon at least that new.
+pub async fn ensure_successor(
+    paths: &Paths,
+    fingerprint: &str,
+    options: &EnsureOptions,
+    min_version: &str,
+) -> Result<Ready, EnsureError> {
+    let key = RunControlKey::load_or_create(paths).ok();
+    let new_enough = |health: &Value| {
+        health
+            .get("version")
+            .and_then(Value::as_str)
+            .is_some_and(|version| compare_versions(version, min_version).is_ge())
+    };
+    let lock = {
+        let (owned_paths, owned_fingerprint, deadline) =
+            (paths.clone(), fingerprint.to_owned(), options.lock_deadline);
+        tokio::task::spawn_blocking(move || {
+            SpawnLock::acquire(&owned_paths, &owned_fingerprint, deadline)
+        })
+        .await
+        .map_err(|e| {
+            DiscoveryError::io(
+                "wait for",
+                paths.spawn_lock(fingerprint),
+                std::io::Error::other(e.to_string()),
+            )
+        })??
+    };
+    if let Some((record, Probe::Identified(health))) =
+        probe_family(paths, fingerprint, key.as_ref()).await
+        && super::probe::body_qualifies(&health)
+        && new_enough(&health)
+    {
+        drop(lock);
+        return Ok(Ready {
+            record,
+            health,
+            spawned: None,
+        });
+    }
+    let spawn_args = SpawnArgs {
+        port: options.port,
+        supersede: true,
+        ..SpawnArgs::new()
+    };
+    let result = spawn_and_wait(
+        paths,
+        fingerprint,
+        key.as_ref(),
+        options,
+        &spawn_args,
+        new_enough,
+    )
+    .await;
+    drop(lock);
+    result
+}
+
+/// Spawns a daemon with `spawn_args` and waits (≤ `ready_deadline`) until the family pointer
+/// names a qualifying daemon whose `/healthz` body passes `accept`.
+async fn spawn_and_wait(
+    paths: &Paths,
+    fingerprint: &str,
+    key: Option<&RunControlKey>,
+    options: &EnsureOptions,
+    spawn_args: &SpawnArgs,
+    accept: impl Fn(&Value) -> bool,
+) -> Result<Ready, EnsureError> {
     paths.ensure_dirs()?;
     let log = paths.daemon_log();
     let mut child = spawn_daemon(&options.binary, &spawn_args.to_args(&log), paths)?;
     let pid = child.id().unwrap_or(0);
     let started = Instant::now();
     let binary = options.binary.display().to_string();
-    let result = loop {
-        if let Some((record, probe)) = probe_family(paths, fingerprint, key.as_ref()).await
+    loop {
+        if let Some((record, probe)) = probe_family(paths, fingerprint, key).await
             && let Probe::Identified(health) = &probe
             && probe.qualifies()
+            && accept(health)
         {
             break Ok(Ready {
                 record,
@@ -236,8 +322,9 @@ pub async fn ensure_daemon(
                 // Exit 0 is "already running": another spawner's daemon won the pointer.
                 if status.success()
                     && let Some((record, Probe::Identified(health))) =
-                        probe_family(paths, fingerprint, key.as_ref()).await
+                        probe_family(paths, fingerprint, key).await
                     && super::probe::body_qualifies(&health)
+                    && accept(&health)
                 {
                     break Ok(Ready {
                         record,
@@ -277,9 +364,7 @@ pub async fn ensure_daemon(
             POLL
         };
         tokio::time::sleep(pause).await;
-    };
-    drop(lock);
-    result
+    }
 }
 
 /// Probes the family pointer; a live daemon that does not answer is re-probed until

@@ -692,6 +692,15 @@ impl Engine {
         live + preparing
     }
 
+    /// The runs this process executes now.
+    pub fn live_run_ids(&self) -> Vec<RunId> {
+        self.inner
+            .live
+            .lock()
+            .map(|live| live.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether this process executes `run_id` now.
     pub fn is_live(&self, run_id: &RunId) -> bool {
         self.inner

@@ -127,7 +127,12 @@ fn proxy_stdio() -> anyhow::Result<Exit> {
     watch_parent();
     let env = EnvSnapshot::capture();
     let paths = Paths::from_env(&env)?;
-    let ensurer = Arc::new(Ensurer::new(paths, current_fingerprint(), VERSION, &env));
+    let ensurer = Arc::new(Ensurer::new(
+        paths,
+        current_fingerprint(),
+        crate::daemon::version(),
+        &env,
+    ));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

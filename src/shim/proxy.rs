@@ -25,10 +25,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::ensure::{Daemon, Ensurer};
+use super::ensure::{BOOTSTRAP_CAP, BOOTSTRAP_POLL, Daemon, Ensurer};
 use super::frames::{self, Frame, Kind, codes};
 use super::http;
 use super::sse;
+use crate::daemon::health::LAME_DUCK_HEADER;
+use crate::daemon::probe::Probe;
 
 /// More recoveries than this within [`RECOVERY_WINDOW`] end the shim.
 pub const MAX_RECOVERIES: usize = 6;
@@ -67,6 +69,11 @@ pub enum Event {
     },
     /// A recovery ended.
     Recovered(Result<Recovery, String>),
+    /// The older daemon adopted under the bootstrap exception is idle (or gone): move on.
+    BootstrapOver {
+        generation: u64,
+        reason: String,
+    },
     StdoutClosed,
 }
 
@@ -78,6 +85,8 @@ pub enum Posted {
     Answered {
         session: Option<String>,
         protocol_version: Option<String>,
+        /// The answer carried `Agentprism-Lame-Duck: 1`: the daemon was superseded.
+        lame_duck: bool,
     },
     /// The daemon did not process it (refused, 404 session gone, 503): replay it.
     Retry(String),
@@ -330,8 +339,16 @@ impl Proxy {
                 }
             }
             Event::Ready(Ok(daemon)) => {
+                self.watch_bootstrap(&daemon);
                 self.daemon = Some(daemon);
                 self.pump();
+            }
+            Event::BootstrapOver { generation, reason } => {
+                if generation == self.generation
+                    && let Some(exit) = self.recover(reason)
+                {
+                    return Some(exit);
+                }
             }
             Event::Ready(Err(error)) => return Some(Exit::Failed(error)),
             Event::Posted {
@@ -357,6 +374,7 @@ impl Proxy {
                 );
                 self.generation += 1;
                 self.recovering = false;
+                self.watch_bootstrap(&recovery.daemon);
                 self.daemon = Some(recovery.daemon);
                 self.session = recovery.session;
                 if recovery.protocol_version.is_some() {
@@ -482,7 +500,13 @@ impl Proxy {
             Posted::Answered {
                 session,
                 protocol_version,
+                lame_duck,
             } => {
+                if lame_duck {
+                    // Superseded: new frames go to a session on the successor; requests still
+                    // in flight here finish on their own transport.
+                    lost = Some("the daemon was superseded (lame duck)".to_owned());
+                }
                 if frame.is("initialize") && !flight.modern && session.is_some() {
                     self.session = session;
                     self.protocol_version = protocol_version;
@@ -591,6 +615,43 @@ impl Proxy {
             let _ = events.send(Event::Recovered(result));
         });
         None
+    }
+
+    /// Under the bootstrap exception, watches the older daemon (every [`BOOTSTRAP_POLL`]) and
+    /// reports when it has no runs and no requests left, or is gone, or the cap is reached.
+    fn watch_bootstrap(&self, daemon: &Daemon) {
+        let Some(record) = daemon.bootstrap.clone() else {
+            return;
+        };
+        // The recovery that installs this daemon bumps the generation first.
+        let generation = self.generation;
+        let events = self.events.clone();
+        let key =
+            crate::discovery::RunControlKey::load(&self.ensurer.paths().run_control_key()).ok();
+        self.tasks.spawn(async move {
+            let started = Instant::now();
+            let reason = loop {
+                tokio::time::sleep(BOOTSTRAP_POLL).await;
+                if started.elapsed() >= BOOTSTRAP_CAP {
+                    break format!(
+                        "daemon pid {} is still busy after {BOOTSTRAP_CAP:?}",
+                        record.pid
+                    );
+                }
+                match crate::daemon::probe::probe(&record, key.as_ref(), BOOTSTRAP_POLL * 2).await {
+                    Probe::Identified(health) => {
+                        let count =
+                            |field: &str| health.get(field).and_then(Value::as_u64).unwrap_or(0);
+                        if count("activeRuns") == 0 && count("inflightRequests") == 0 {
+                            break format!("older daemon pid {} is idle", record.pid);
+                        }
+                    }
+                    Probe::Unresponsive => {}
+                    other => break format!("older daemon pid {} is gone ({other:?})", record.pid),
+                }
+            };
+            let _ = events.send(Event::BootstrapOver { generation, reason });
+        });
     }
 
     /// Whether the host's initialize was answered (the shim had a session at some point).
@@ -722,6 +783,7 @@ async fn post(plan: &PostPlan, frame: &Frame, output: &Output) -> Posted {
         _ => {}
     }
     let session = response.header("mcp-session-id").map(str::to_owned);
+    let lame_duck = response.header(LAME_DUCK_HEADER) == Some("1");
     let status = response.status;
     let mut answer: Option<Value> = None;
     let wants_answer = frame.is("initialize");
@@ -784,6 +846,7 @@ async fn post(plan: &PostPlan, frame: &Frame, output: &Output) -> Posted {
     Posted::Answered {
         session,
         protocol_version,
+        lame_duck,
     }
 }
 
@@ -859,6 +922,7 @@ async fn reestablish(
         Posted::Answered {
             session: Some(session),
             protocol_version,
+            ..
         } => (session, protocol_version),
         Posted::Answered { session: None, .. } => {
             return Err("the daemon answered the replayed initialize without a session".into());
@@ -940,6 +1004,9 @@ impl SessionStream {
                     Err(error) => return Some(error.to_string()),
                 };
             match response.status {
+                200 if response.header(LAME_DUCK_HEADER) == Some("1") => {
+                    return Some("the daemon was superseded (lame duck)".into());
+                }
                 200 => {}
                 405 => return None,
                 status => return Some(format!("GET answered {status}")),

@@ -51,6 +51,9 @@ pub const MCP_PATH: &str = "/mcp";
 /// The daemon uses it for `/healthz` and for lame-duck 503s.
 pub type Intercept = Arc<dyn Fn(&Parts) -> Option<Response<HttpBody>> + Send + Sync>;
 
+/// Adds headers to every `/mcp` response (the daemon marks a lame duck's answers with it).
+pub type Decorate = Arc<dyn Fn(&mut HeaderMap) + Send + Sync>;
+
 #[derive(Clone)]
 pub struct HttpOptions {
     /// Origins accepted besides loopback ones, matched exactly
@@ -64,6 +67,7 @@ pub struct HttpOptions {
     /// How long graceful shutdown waits for open connections.
     pub shutdown_deadline: Duration,
     pub intercept: Option<Intercept>,
+    pub decorate: Option<Decorate>,
 }
 
 impl Default for HttpOptions {
@@ -75,6 +79,7 @@ impl Default for HttpOptions {
             retry_ms: 1000,
             shutdown_deadline: Duration::from_secs(5),
             intercept: None,
+            decorate: None,
         }
     }
 }
@@ -87,6 +92,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("keep_alive", &self.keep_alive)
             .field("retry_ms", &self.retry_ms)
             .field("intercept", &self.intercept.is_some())
+            .field("decorate", &self.decorate.is_some())
             .finish()
     }
 }
@@ -216,6 +222,15 @@ type HttpResponse = Response<HttpBody>;
 
 impl State {
     async fn route(self: Arc<Self>, request: Request<Incoming>) -> HttpResponse {
+        let decorate = self.options.decorate.clone();
+        let mut response = self.route_undecorated(request).await;
+        if let Some(decorate) = decorate {
+            decorate(response.headers_mut());
+        }
+        response
+    }
+
+    async fn route_undecorated(self: Arc<Self>, request: Request<Incoming>) -> HttpResponse {
         let (parts, body) = request.into_parts();
         if let Err(reason) = self.check_host_and_origin(&parts.headers) {
             return plain(StatusCode::FORBIDDEN, reason);

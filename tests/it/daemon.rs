@@ -158,7 +158,11 @@ fn finish(child: std::process::Child) -> Finished {
 }
 
 /// Polls `check` until it returns `Some`, failing after `deadline`.
-fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(
+    what: &str,
+    deadline: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = check() {
@@ -170,14 +174,14 @@ fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option
 }
 
 /// A minimal HTTP/1.1 exchange with `Connection: close`.
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -185,7 +189,7 @@ impl Reply {
     }
 
     /// The JSON body, or the JSON-RPC response inside an SSE body.
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         let text = String::from_utf8_lossy(&self.body);
         if self
             .header("content-type")
@@ -202,7 +206,13 @@ impl Reply {
     }
 }
 
-fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -264,11 +274,11 @@ fn dechunk(mut bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-fn healthz(port: u16, nonce: &str) -> Reply {
+pub(crate) fn healthz(port: u16, nonce: &str) -> Reply {
     http(port, "GET", &format!("/healthz?challenge={nonce}"), &[], "")
 }
 
-fn mcp_post(port: u16, session: Option<&str>, message: &Value) -> Reply {
+pub(crate) fn mcp_post(port: u16, session: Option<&str>, message: &Value) -> Reply {
     let mut headers = vec![
         ("Content-Type", "application/json"),
         ("Accept", "application/json, text/event-stream"),
@@ -281,7 +291,7 @@ fn mcp_post(port: u16, session: Option<&str>, message: &Value) -> Reply {
 }
 
 /// A legacy session: initialize + initialized; returns its id.
-fn open_session(port: u16) -> String {
+pub(crate) fn open_session(port: u16) -> String {
     let reply = mcp_post(
         port,
         None,

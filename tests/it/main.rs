@@ -13,5 +13,6 @@ mod mock_agent;
 mod sdk_clients;
 mod service;
 mod shim;
+mod succession;
 mod support;
 mod workflow_tool;

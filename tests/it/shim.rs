@@ -38,30 +38,30 @@ fn test_daemon_binary() -> PathBuf {
 }
 
 /// A test's world with daemons on ephemeral ports; kills every daemon it recorded on drop.
-struct World {
-    context: TestContext,
+pub(crate) struct World {
+    pub(crate) context: TestContext,
 }
 
 impl World {
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         World::with(|context| context)
     }
 
-    fn with(adjust: impl FnOnce(TestContext) -> TestContext) -> World {
+    pub(crate) fn with(adjust: impl FnOnce(TestContext) -> TestContext) -> World {
         let context = adjust(TestContext::new().set("AGENTPRISM_DAEMON_PORT", "0"));
         World { context }
     }
 
-    fn shim(&self) -> Shim {
+    pub(crate) fn shim(&self) -> Shim {
         Shim::start(&self.context)
     }
 
-    fn daemons_dir(&self) -> PathBuf {
+    pub(crate) fn daemons_dir(&self) -> PathBuf {
         self.context.state().join("daemons")
     }
 
     /// The family pointer (there is one family per test).
-    fn pointer(&self) -> Option<Value> {
+    pub(crate) fn pointer(&self) -> Option<Value> {
         let entries = std::fs::read_dir(self.daemons_dir()).ok()?;
         entries
             .filter_map(Result::ok)
@@ -73,14 +73,14 @@ impl World {
             .find_map(|path| serde_json::from_slice(&std::fs::read(path).ok()?).ok())
     }
 
-    fn pointer_pid(&self) -> i32 {
+    pub(crate) fn pointer_pid(&self) -> i32 {
         self.pointer().expect("a family pointer")["pid"]
             .as_i64()
             .expect("pid") as i32
     }
 
     /// Pids named by instance records and the pointer.
-    fn daemon_pids(&self) -> Vec<i32> {
+    pub(crate) fn daemon_pids(&self) -> Vec<i32> {
         let mut pids: Vec<i32> = std::fs::read_dir(self.daemons_dir().join("instances"))
             .map(|entries| {
                 entries
@@ -105,7 +105,7 @@ impl World {
     }
 
     /// `agentprism daemon`-looking processes whose environment names this test's state.
-    fn daemon_processes(&self) -> Vec<i32> {
+    pub(crate) fn daemon_processes(&self) -> Vec<i32> {
         let marker = format!(
             "AGENTPRISM_PERSISTENCE_ROOT={}",
             self.context.state().display()
@@ -127,7 +127,7 @@ impl World {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
         .any(|window| window == needle)
@@ -149,7 +149,7 @@ impl Drop for World {
 }
 
 /// One running shim with its stdout as a stream of JSON messages.
-struct Shim {
+pub(crate) struct Shim {
     child: Child,
     stdin: Option<ChildStdin>,
     messages: Receiver<Value>,
@@ -157,15 +157,15 @@ struct Shim {
 }
 
 impl Shim {
-    fn start(context: &TestContext) -> Shim {
+    pub(crate) fn start(context: &TestContext) -> Shim {
         Shim::start_with(context, &[])
     }
 
-    fn start_with(context: &TestContext, extra: &[(&str, &str)]) -> Shim {
+    pub(crate) fn start_with(context: &TestContext, extra: &[(&str, &str)]) -> Shim {
         Shim::launch(context, extra, &[])
     }
 
-    fn launch(context: &TestContext, extra: &[(&str, &str)], args: &[&str]) -> Shim {
+    pub(crate) fn launch(context: &TestContext, extra: &[(&str, &str)], args: &[&str]) -> Shim {
         let mut child = Command::new(shim_binary())
             .args(args)
             .env_clear()
@@ -213,30 +213,30 @@ impl Shim {
         }
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
-    fn write(&mut self, text: &str) {
+    pub(crate) fn write(&mut self, text: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(text.as_bytes()).expect("write to the shim");
         stdin.flush().expect("flush");
     }
 
-    fn send(&mut self, message: Value) {
+    pub(crate) fn send(&mut self, message: Value) {
         self.write(&format!("{message}\n"));
     }
 
-    fn close_stdin(&mut self) {
+    pub(crate) fn close_stdin(&mut self) {
         self.stdin = None;
     }
 
     /// The next message matching `wanted`, skipping others.
-    fn receive(&self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn receive(&self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
         let started = Instant::now();
         loop {
             let left = DEADLINE.saturating_sub(started.elapsed());
@@ -256,26 +256,26 @@ impl Shim {
         }
     }
 
-    fn response(&self, id: &Value) -> Value {
+    pub(crate) fn response(&self, id: &Value) -> Value {
         self.receive(&format!("the response to {id}"), |m| {
             m.get("id") == Some(id) && m.get("method").is_none()
         })
     }
 
-    fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         self.response(&json!(id))
     }
 
     /// `initialize` and `initialized`, as a host does.
-    fn initialize(&mut self) -> Value {
+    pub(crate) fn initialize(&mut self) -> Value {
         let answer = self.request(0, "initialize", initialize_params());
         assert!(answer.get("result").is_some(), "{answer}");
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         answer
     }
 
-    fn call_workflow(&mut self, id: i64, arguments: Value) -> Value {
+    pub(crate) fn call_workflow(&mut self, id: i64, arguments: Value) -> Value {
         let answer = self.request(
             id,
             "tools/call",
@@ -285,7 +285,7 @@ impl Shim {
         answer["result"].clone()
     }
 
-    fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -306,19 +306,19 @@ impl Drop for Shim {
     }
 }
 
-fn initialize_params() -> Value {
+pub(crate) fn initialize_params() -> Value {
     json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "shim-test", "version": "1"}})
 }
 
 /// A workflow whose one agent call takes `ms` milliseconds.
-fn slow_script(ms: u64) -> String {
+pub(crate) fn slow_script(ms: u64) -> String {
     format!(
         "export const meta = {{ name: 'slow', description: 'd', model: 'mock' }};\nconst a = \
          await agent('hi\\n@mock delay {ms}');\nreturn {{ done: true }};\n"
     )
 }
 
-fn run_id_of(ack: &Value) -> String {
+pub(crate) fn run_id_of(ack: &Value) -> String {
     ack["structuredContent"]["runId"]
         .as_str()
         .unwrap_or_else(|| panic!("no runId in {ack:#}"))
@@ -326,7 +326,7 @@ fn run_id_of(ack: &Value) -> String {
 }
 
 /// Polls `check` until it holds.
-fn eventually(what: &str, check: impl Fn() -> bool) {
+pub(crate) fn eventually(what: &str, check: impl Fn() -> bool) {
     let started = Instant::now();
     while !check() {
         assert!(
