@@ -4,15 +4,14 @@
 //! Run with `cargo bench --bench daemon` (release build). Everything happens under a temp
 //! HOME with `AGENTPRISM_DAEMON_PORT=0`; every daemon started is killed at the end.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::{Read, Write};
+use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-const SHIM: &str = env!("CARGO_BIN_EXE_agentprism-workflow");
+mod support;
+
+use support::{World, initialize_params, ms, percentile, report, rss_kib, settle};
 
 fn main() {
     let temp = tempfile::tempdir().expect("temp dir");
@@ -120,138 +119,6 @@ fn main() {
     }
 }
 
-struct World {
-    env: Vec<(String, String)>,
-    state: PathBuf,
-    project: PathBuf,
-}
-
-impl World {
-    fn new(base: &Path, name: &str) -> World {
-        let root = base.join(name);
-        let (home, state, project) = (root.join("home"), root.join("state"), root.join("project"));
-        for dir in [&home, &state, &project] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        let env = vec![
-            ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-            ("HOME".into(), home.display().to_string()),
-            (
-                "AGENTPRISM_PERSISTENCE_ROOT".into(),
-                state.display().to_string(),
-            ),
-            ("AGENTPRISM_DAEMON_PORT".into(), "0".into()),
-            ("AGENTPRISM_LOG".into(), "info".into()),
-        ];
-        World {
-            env,
-            state,
-            project,
-        }
-    }
-
-    fn shim(&self) -> Shim {
-        let mut child = Command::new(SHIM)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.project)
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the shim");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Shim {
-            child,
-            stdin,
-            stdout,
-            session: None,
-        }
-    }
-
-    fn pointer(&self) -> Value {
-        let dir = self.state.join("daemons");
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "json")
-                && !path.ends_with("run-control-key.json")
-            {
-                return serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-            }
-        }
-        panic!("no pointer under {}", dir.display());
-    }
-
-    fn pointer_pid(&self) -> i32 {
-        self.pointer()["pid"].as_i64().unwrap() as i32
-    }
-}
-
-struct Shim {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<std::process::ChildStdout>,
-    session: Option<String>,
-}
-
-impl Shim {
-    fn send(&mut self, message: Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .and_then(|()| stdin.flush())
-            .unwrap();
-    }
-
-    fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.stdout.read_line(&mut line).unwrap() == 0 {
-                let mut stderr = String::new();
-                let _ = self
-                    .child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut stderr);
-                panic!("the shim closed stdout: {stderr}");
-            }
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == json!(id) && message.get("method").is_none() {
-                return message;
-            }
-        }
-    }
-
-    fn initialize(&mut self) {
-        self.request(0, "initialize", initialize_params());
-        // The verbose shim names its session on stderr; the direct client reuses it.
-        let mut stderr = BufReader::new(self.child.stderr.take().unwrap());
-        let mut line = String::new();
-        while stderr.read_line(&mut line).unwrap() > 0 {
-            if let Some(rest) = line.trim().strip_prefix("agentprism-workflow: session ") {
-                self.session = rest.split_whitespace().next().map(str::to_owned);
-                break;
-            }
-            line.clear();
-        }
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    }
-
-    fn close(mut self) {
-        self.stdin = None;
-        let _ = self.child.wait();
-    }
-}
-
-fn initialize_params() -> Value {
-    json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}})
-}
-
 /// One `ping` POST over a fresh connection, as the shim makes it; the answer is read up to
 /// its Content-Length, not to the server's close, so the figure is the exchange itself.
 fn direct_ping(port: u16, session: Option<&str>, id: i64) {
@@ -293,38 +160,4 @@ fn direct_ping(port: u16, session: Option<&str>, id: i64) {
             }
         }
     }
-}
-
-fn settle() {
-    // Lets allocator arenas and lazily freed buffers settle before RSS is read.
-    std::thread::sleep(Duration::from_millis(500));
-}
-
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap()
-}
-
-fn percentile(samples: &mut [Duration], p: usize) -> Duration {
-    samples.sort();
-    samples[(samples.len() * p / 100).min(samples.len() - 1)]
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-fn report(what: &str, samples: &mut [Duration]) {
-    let p50 = percentile(samples, 50);
-    println!(
-        "{what}: min {:.1} ms, p50 {:.1} ms, max {:.1} ms ({} runs)",
-        ms(samples[0]),
-        ms(p50),
-        ms(*samples.last().unwrap()),
-        samples.len()
-    );
 }

@@ -39,7 +39,7 @@ use crate::discovery::pointer::read_pointer;
 use crate::discovery::record::{read_instance_records, write_own_record};
 use crate::discovery::{
     Claim, DaemonRecord, Paths, RecordRead, RunControlKey, claim_pointer, clear_pointer_if_mine,
-    current_fingerprint, process_alive_as, remove_own_record,
+    compare_versions, current_fingerprint, process_alive_as, remove_own_record,
 };
 use crate::env::{self, EnvSnapshot};
 use crate::logging::notice;
@@ -214,13 +214,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         crate::logging::log_to_file(log, LOG_MAX_BYTES, LOG_KEEP, true)
             .with_context(|| format!("opening the daemon log {}", log.display()))?;
     }
-    // A successor never competes for the configured port its predecessor holds: an explicit
-    // `--port`, else an ephemeral one (daemon.md 1.5).
-    let port_flag = match (options.port, options.supersede) {
-        (None, true) => Some(0),
-        (port, _) => port,
-    };
-    let settings = Settings::from_env(env, port_flag)?;
+    let settings = Settings::from_env(env, options.port)?;
     let paths = Paths::from_env(env)?;
     paths.ensure_dirs()?;
     // The live environment, with non-UTF-8 values, as shims compute it.
@@ -247,7 +241,15 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 .context("preparing the activated socket")?;
             TcpListener::from_std(listener).context("serving the activated socket")?
         }
-        None => match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await? {
+        None => match bind_daemon_port(
+            &paths,
+            &fingerprint,
+            settings.port,
+            key.as_ref(),
+            options.supersede.then(version),
+        )
+        .await?
+        {
             Bound::Listener(listener) => listener,
             Bound::AlreadyRunning(record) => {
                 already_running(&record, &options.notifier);
@@ -653,13 +655,15 @@ enum Bound {
 
 /// Binds 127.0.0.1:`port` with SO_REUSEADDR (never SO_REUSEPORT: two listeners would split
 /// sessions). A held port means either our family's healthy daemon (exit 0) or someone we
-/// must not disturb (a foreign process, another family, our draining predecessor): then an
-/// ephemeral port, with the holder logged.
+/// must not disturb (a foreign process, another family, our draining predecessor, or the
+/// older daemon a successor started with `--supersede` replaces; `superseding` is then our
+/// version): then an ephemeral port, with the holder logged.
 async fn bind_daemon_port(
     paths: &Paths,
     fingerprint: &str,
     port: u16,
     key: Option<&RunControlKey>,
+    superseding: Option<&str>,
 ) -> Result<Bound> {
     match bind_loopback(port) {
         Ok(listener) => return Ok(Bound::Listener(listener)),
@@ -672,6 +676,7 @@ async fn bind_daemon_port(
         && probe::probe(&current, key, crate::discovery::healthz::HEALTHZ_TIMEOUT)
             .await
             .qualifies()
+        && !superseding.is_some_and(|ours| compare_versions(&current.version, ours).is_lt())
     {
         return Ok(Bound::AlreadyRunning(Box::new(current)));
     }

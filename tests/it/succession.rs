@@ -457,3 +457,31 @@ fn an_old_daemon_with_sessions_only_is_superseded_at_once() {
     assert_eq!(current.version, V2);
     assert_ne!(current.pid, old.record.pid);
 }
+
+/// Daemon.md 1.5: the successor finds the configured port held by its predecessor and takes
+/// an ephemeral one; it does not mistake the older daemon for "already running".
+#[test]
+fn a_successor_moves_off_the_port_its_predecessor_holds() {
+    let port = {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let world = World::with(|context| context.set("AGENTPRISM_DAEMON_PORT", port.to_string()));
+    let mut old_shim = shim_of(&world, V1);
+    old_shim.initialize();
+    let v1 = pointer(&world).expect("a pointer");
+    assert_eq!(v1.port, port);
+
+    let mut new_shim = shim_of(&world, V2);
+    new_shim.initialize();
+    let v2 = pointer(&world).expect("a pointer");
+    assert_eq!(v2.version, V2);
+    assert_ne!(v2.port, port);
+    // With nothing to drain, the superseded v1 hands its session over and exits.
+    wait_for("v1 to drain and exit", DEADLINE, || {
+        process_gone(v1.pid as i32).then_some(())
+    });
+    let answer = old_shim.request(1, "tools/list", json!({}));
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert_eq!(pointer(&world).expect("a pointer").pid, v2.pid);
+}
