@@ -149,6 +149,53 @@ pub struct EnsureOptions {
     pub lock_deadline: Duration,
     pub ready_deadline: Duration,
     pub unresponsive_deadline: Duration,
+    /// Set when `daemon install` put this family under a service manager: a cold start
+    /// (or a successor) is asked of the manager first, then self-spawned if that fails.
+    pub managed: Option<ManagedStart>,
+}
+
+/// Starting a daemon through the service manager `daemon install` set up (daemon.md 2).
+#[derive(Clone, Debug)]
+pub struct ManagedStart {
+    pub record: crate::service::install::ManagedRecord,
+    pub paths: crate::service::install::InstallPaths,
+    /// The version to start (`agentprism@<version>.service`).
+    pub version: String,
+}
+
+impl ManagedStart {
+    /// The managed setup for a shim of `fingerprint` and `version`, if `managed.json` exists
+    /// and was written for this env family.
+    pub fn for_family(env: &EnvSnapshot, fingerprint: &str, version: &str) -> Option<ManagedStart> {
+        let home = PathBuf::from(env.home()?);
+        let paths = crate::service::install::InstallPaths {
+            binary: PathBuf::new(),
+            log: Paths::from_env(env).ok()?.daemon_log(),
+            uid: nix::unistd::getuid().as_raw(),
+            tool_path: OsString::from(env.path().unwrap_or(crate::service::launchd::DEFAULT_PATH)),
+            home,
+        };
+        let record = crate::service::install::read_managed(&paths)?;
+        (record.fingerprint == fingerprint).then(|| ManagedStart {
+            paths: crate::service::install::InstallPaths {
+                binary: record.binary.clone(),
+                ..paths
+            },
+            record,
+            version: version.to_owned(),
+        })
+    }
+
+    /// Asks the manager; `Err` says why it did not (the caller self-spawns instead).
+    async fn start(&self) -> Result<(), String> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::service::install::start_managed(&this.record, &this.paths, &this.version)
+        })
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| error.to_string())
+    }
 }
 
 impl EnsureOptions {
@@ -160,6 +207,7 @@ impl EnsureOptions {
             lock_deadline: crate::discovery::spawn_lock::DEFAULT_DEADLINE,
             ready_deadline: READY_DEADLINE,
             unresponsive_deadline: UNRESPONSIVE_DEADLINE,
+            managed: None,
         }
     }
 }
@@ -300,6 +348,27 @@ async fn spawn_and_wait(
     accept: impl Fn(&Value) -> bool,
 ) -> Result<Ready, EnsureError> {
     paths.ensure_dirs()?;
+    if let Some(managed) = &options.managed {
+        match managed.start().await {
+            Ok(()) => {
+                // The manager returns once the daemon sent READY, which follows its pointer
+                // CAS; the wait covers managers that return earlier (launchd's kickstart).
+                if let Some(ready) =
+                    wait_for_pointer(paths, fingerprint, key, options.ready_deadline, &accept).await
+                {
+                    return Ok(ready);
+                }
+                eprintln!(
+                    "agentprism: the {} daemon did not become ready; starting one directly",
+                    managed.record.manager
+                );
+            }
+            Err(error) => eprintln!(
+                "agentprism: could not start the daemon through {}: {error}; starting one directly",
+                managed.record.manager
+            ),
+        }
+    }
     let log = paths.daemon_log();
     let mut child = spawn_daemon(&options.binary, &spawn_args.to_args(&log), paths)?;
     let pid = child.id().unwrap_or(0);
@@ -364,6 +433,34 @@ async fn spawn_and_wait(
             POLL
         };
         tokio::time::sleep(pause).await;
+    }
+}
+
+/// Waits (≤ `deadline`) for the pointer to name a qualifying daemon that `accept`s.
+async fn wait_for_pointer(
+    paths: &Paths,
+    fingerprint: &str,
+    key: Option<&RunControlKey>,
+    deadline: Duration,
+    accept: impl Fn(&Value) -> bool,
+) -> Option<Ready> {
+    let started = Instant::now();
+    loop {
+        if let Some((record, Probe::Identified(health))) =
+            probe_family(paths, fingerprint, key).await
+            && super::probe::body_qualifies(&health)
+            && accept(&health)
+        {
+            return Some(Ready {
+                record,
+                health,
+                spawned: None,
+            });
+        }
+        if started.elapsed() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(FAST_POLL).await;
     }
 }
 

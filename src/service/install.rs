@@ -615,7 +615,7 @@ mod tests {
         let unit_dir = paths.systemd_user_dir();
         let entry = std::fs::read_to_string(unit_dir.join("agentprism.service")).unwrap();
         assert!(entry.contains(&format!(
-            "ExecStart={} daemon run --managed=systemd\n",
+            "ExecStart={} daemon run --managed=systemd --supersede\n",
             paths.binary.display()
         )));
         assert!(entry.contains(&format!(

@@ -203,7 +203,7 @@ mod tests {
         let entry = &units[0].contents;
         assert_eq!(
             setting(entry, "ExecStart"),
-            ["\"/home/a b/bin/agent%%prism\" daemon run --managed=systemd"]
+            ["\"/home/a b/bin/agent%%prism\" daemon run --managed=systemd --supersede"]
         );
         assert_eq!(
             setting(entry, "EnvironmentFile"),

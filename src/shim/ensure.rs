@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::daemon::spawn::{
-    EnsureError, EnsureOptions, Ready, daemon_binary, ensure_daemon, ensure_successor,
+    EnsureError, EnsureOptions, ManagedStart, Ready, daemon_binary, ensure_daemon, ensure_successor,
 };
 use crate::discovery::record::CONTROL_PROTOCOL;
 use crate::discovery::{DaemonRecord, Paths, RunControlKey, compare_versions};
@@ -57,11 +57,15 @@ pub struct Ensurer {
 
 impl Ensurer {
     pub fn new(paths: Paths, fingerprint: String, version: &str, env: &EnvSnapshot) -> Ensurer {
+        let options = EnsureOptions {
+            managed: ManagedStart::for_family(env, &fingerprint, version),
+            ..EnsureOptions::new(daemon_binary(env))
+        };
         Ensurer {
             paths,
             fingerprint,
             version: version.to_owned(),
-            options: EnsureOptions::new(daemon_binary(env)),
+            options,
             deferred_since: Mutex::new(None),
         }
     }

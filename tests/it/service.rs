@@ -300,7 +300,7 @@ fn the_deb_is_reproducible_and_has_its_control_fields() {
         .unwrap();
     let unit = String::from_utf8(unit.stdout).unwrap();
     assert!(
-        unit.contains("\nExecStart=/usr/bin/agentprism daemon run --managed=systemd\n"),
+        unit.contains("\nExecStart=/usr/bin/agentprism daemon run --managed=systemd --supersede\n"),
         "{unit}"
     );
 }

@@ -485,3 +485,121 @@ fn a_successor_moves_off_the_port_its_predecessor_holds() {
     assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(pointer(&world).expect("a pointer").pid, v2.pid);
 }
+
+/// Installs a fake `systemctl` first on the world's PATH and a `managed.json` for the world's
+/// family, as `daemon install` would. The fake logs its arguments; with `works`, a `start
+/// agentprism@<V>.service` starts the daemon the way the template unit does, else it fails.
+fn managed_world(works: bool) -> (World, PathBuf) {
+    let world = World::with(|context| {
+        let path = format!(
+            "{}:{}",
+            context.path("fakebin").display(),
+            context.env["PATH"]
+        );
+        context.set("PATH", path)
+    });
+    let bin = world.context.path("fakebin");
+    std::fs::create_dir_all(&bin).expect("fake bin dir");
+    let log = world.context.path("systemctl.log");
+    let start = if works {
+        format!(
+            "case \"$3\" in agentprism@*.service)\n  v=${{3#agentprism@}}; v=${{v%.service}}\n  \
+             AGENTPRISM_TEST_VERSION=\"$v\" setsid {} daemon run --managed=systemd --supersede \
+             --expect-version=\"$v\" </dev/null >>{} 2>&1 &\nesac\nexit 0\n",
+            crate::support::context::agentprism_binary().display(),
+            world.context.path("managed-daemon.log").display()
+        )
+    } else {
+        "echo 'Failed to connect to bus: No medium found' >&2\nexit 1\n".to_owned()
+    };
+    let script = bin.join("systemctl");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$*\" >> {}\n{start}", log.display()),
+    )
+    .expect("write the fake systemctl");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let fingerprint = agentprism::discovery::fingerprint_of(
+        world.context.env.iter().map(|(k, v)| (k.into(), v.into())),
+    );
+    let config = Path::new(&world.context.env["HOME"]).join(".config/agentprism");
+    std::fs::create_dir_all(&config).expect("config dir");
+    std::fs::write(
+        config.join("managed.json"),
+        json!({"version": 1, "manager": "systemd", "unit": "agentprism@.service",
+               "fingerprint": fingerprint,
+               "binary": crate::support::context::agentprism_binary()})
+        .to_string(),
+    )
+    .expect("write managed.json");
+    (world, log)
+}
+
+fn cmdline(pid: u32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
+}
+
+/// Daemon.md 2: in a family `daemon install` put under systemd, shims ask systemd for each
+/// generation (`agentprism@<version>.service`), so successors are supervised too.
+#[test]
+fn a_managed_family_starts_each_generation_through_systemd() {
+    let (world, log) = managed_world(true);
+    let mut old_shim = shim_of(&world, V1);
+    old_shim.initialize();
+    let v1 = pointer(&world).expect("a pointer");
+    assert!(
+        cmdline(v1.pid).contains("--managed=systemd"),
+        "{}",
+        cmdline(v1.pid)
+    );
+
+    let mut new_shim = shim_of(&world, V2);
+    new_shim.initialize();
+    let v2 = pointer(&world).expect("a pointer");
+    assert_eq!(v2.version, V2);
+    assert!(
+        cmdline(v2.pid).contains("--expect-version=2.0.0"),
+        "{}",
+        cmdline(v2.pid)
+    );
+    let calls = std::fs::read_to_string(&log).expect("systemctl was called");
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        [
+            "--user start agentprism@1.0.0.service",
+            "--user start agentprism@2.0.0.service"
+        ]
+    );
+    wait_for("v1 to drain and exit", DEADLINE, || {
+        process_gone(v1.pid as i32).then_some(())
+    });
+}
+
+/// Without a working user manager the shim starts the daemon itself, as if nothing were
+/// installed.
+#[test]
+fn a_failing_manager_falls_back_to_self_spawn() {
+    let (world, log) = managed_world(false);
+    let mut shim = shim_of(&world, V1);
+    shim.initialize();
+    let daemon = pointer(&world).expect("a pointer");
+    assert!(
+        cmdline(daemon.pid).contains("--instance-id"),
+        "{}",
+        cmdline(daemon.pid)
+    );
+    assert!(!cmdline(daemon.pid).contains("--managed"));
+    assert!(
+        std::fs::read_to_string(&log)
+            .expect("called")
+            .contains("start agentprism@1.0.0")
+    );
+    assert!(
+        shim.stderr()
+            .contains("could not start the daemon through systemd"),
+        "{}",
+        shim.stderr()
+    );
+}
