@@ -100,29 +100,40 @@ fn parse_manager(text: &str) -> Result<Manager, String> {
     Manager::parse(text).ok_or_else(|| format!("expected systemd or launchd, got {text:?}"))
 }
 
-/// What must be read before the async runtime starts any thread: the sd-notify channel of
-/// `daemon run --managed=systemd` (daemon.md 2, "Read ... once, before threads").
+/// What must be read before the async runtime starts any thread (daemon.md 2, "Read ... once,
+/// before threads"): the sd-notify channel of `daemon run --managed=systemd`, and a listening
+/// socket passed by socket activation to `daemon run`.
 #[derive(Debug)]
 pub struct Early {
     notifier: Arc<Notifier>,
+    /// fd 3 when `LISTEN_PID` names us (scenario 26). Independent of `--managed`:
+    /// `systemd-socket-activate` passes a socket without being our service manager.
+    activated: Option<std::net::TcpListener>,
 }
 
 impl Early {
-    /// Reads the service manager's variables for `daemon run`; a silent notifier otherwise.
+    /// Reads the service manager's variables for `daemon run`; a silent notifier and no
+    /// socket otherwise (other commands never take fd 3, whatever the environment says).
     pub fn capture(command: &super::Command) -> Result<Early> {
-        let managed = match command {
-            super::Command::Daemon(DaemonArgs {
-                command: DaemonCommand::Run(run),
-            }) => run.managed,
-            _ => None,
+        let super::Command::Daemon(DaemonArgs {
+            command: DaemonCommand::Run(run),
+        }) = command
+        else {
+            return Ok(Early {
+                notifier: Arc::new(Notifier::disabled()),
+                activated: None,
+            });
         };
-        let notifier = match managed {
+        let notifier = match run.managed {
             Some(manager) => Notifier::from_process(manager == Manager::Systemd)
                 .context("opening the sd-notify socket")?,
             None => Notifier::disabled(),
         };
+        let activated = service::activation::from_process()
+            .context("refusing the socket passed by socket activation")?;
         Ok(Early {
             notifier: Arc::new(notifier),
+            activated,
         })
     }
 }
@@ -155,7 +166,7 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result
                     log_file: run.log_file,
                     managed: run.managed,
                     notifier: early.notifier,
-                    activated: None,
+                    activated: early.activated,
                 },
             )
             .await
