@@ -10,6 +10,7 @@ mod mcp_core;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
+mod notify;
 mod sdk_clients;
 mod service;
 mod shim;
