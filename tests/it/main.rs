@@ -2,6 +2,7 @@
 mod acp;
 mod cli;
 mod control;
+mod control_daemon;
 mod daemon;
 mod discovery;
 mod engine;
