@@ -259,12 +259,48 @@ struct Survey {
     fingerprint: String,
     listed: Vec<Listed>,
     pruned: Vec<(PathBuf, String)>,
+    key: KeyState,
+}
+
+/// What the run-control key file allows (daemon.md 1.1: a doubtful key fails closed).
+#[derive(Debug)]
+enum KeyState {
+    Usable,
+    /// No key yet: the next daemon creates it.
+    Absent,
+    /// The file exists but cannot be trusted: daemons run with control off, `/healthz`
+    /// carries no proof, and there is no supersession until it is replaced.
+    Unusable(String),
+}
+
+impl KeyState {
+    fn of(loaded: &Result<RunControlKey, crate::discovery::KeyError>) -> KeyState {
+        match loaded {
+            Ok(_) => KeyState::Usable,
+            Err(crate::discovery::KeyError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                KeyState::Absent
+            }
+            Err(error) => KeyState::Unusable(error.to_string()),
+        }
+    }
+
+    fn json(&self, path: &Path) -> Value {
+        match self {
+            KeyState::Usable => json!({"key": path, "usable": true, "error": null}),
+            KeyState::Absent => json!({"key": path, "usable": null, "error": null}),
+            KeyState::Unusable(error) => json!({"key": path, "usable": false, "error": error}),
+        }
+    }
 }
 
 async fn survey(env: &EnvSnapshot) -> Result<Survey> {
     let paths = Paths::from_env(env)?;
     let fingerprint = current_fingerprint();
-    let key = RunControlKey::load(&paths.run_control_key()).ok();
+    let loaded = RunControlKey::load(&paths.run_control_key());
+    let key_state = KeyState::of(&loaded);
+    let key = loaded.ok();
     let records = read_instance_records(&paths)?;
     let mut scan = ProcessScan::new();
     if let Ok(exe) = std::env::current_exe() {
@@ -363,6 +399,7 @@ async fn survey(env: &EnvSnapshot) -> Result<Survey> {
         fingerprint,
         listed,
         pruned,
+        key: key_state,
     })
 }
 
@@ -430,6 +467,7 @@ async fn status(env: &EnvSnapshot, as_json: bool) -> Result<u8> {
             "daemons": daemons,
             "pruned": pruned,
             "log": survey.paths.daemon_log(),
+            "control": survey.key.json(&survey.paths.run_control_key()),
         });
         println!("{}", serde_json::to_string_pretty(&document)?);
     } else {
@@ -446,6 +484,14 @@ async fn status(env: &EnvSnapshot, as_json: bool) -> Result<u8> {
         }
         for (path, reason) in &survey.pruned {
             println!("pruned stale record {} ({reason})", path.display());
+        }
+        if let KeyState::Unusable(error) = &survey.key {
+            println!(
+                "control off: {error}; daemons run without a control socket, /healthz \
+                 carries no proof and no daemon can supersede another (to recover: `agentprism \
+                 daemon stop --all`, remove {}, start again)",
+                survey.paths.run_control_key().display()
+            );
         }
         println!("log: {}", survey.paths.daemon_log().display());
     }
@@ -477,6 +523,8 @@ fn listed_json(listed: &Listed) -> Value {
         "inflightRequests": from_health("inflightRequests"),
         "state": from_health("state"),
         "lameDuck": from_health("lameDuck"),
+        "controlUrl": record.map(|r| r.control_url.clone()),
+        "controlAvailable": from_health("controlAvailable"),
         "record": listed.entry.record.as_ref().map(|f| f.path.clone()),
         "cmdline": listed.entry.process.as_ref().map(|p| p.cmdline.clone()),
         "note": listed.note,
@@ -507,6 +555,13 @@ fn listed_line(listed: &Listed) -> String {
             number("sessions"),
             number("activeRuns")
         ));
+    }
+    if listed
+        .entry
+        .own_record()
+        .is_some_and(|record| record.control_url.is_empty())
+    {
+        line.push_str("  control off");
     }
     if let Some(process) = &listed.entry.process
         && listed.entry.own_record().is_none()

@@ -1,7 +1,8 @@
-//! Scenario 20 against a real daemon (daemon.md 1.9): while the daemon executes a run, its
-//! control socket refuses a bad mac, a request 31 s old, a replayed nonce, a request
-//! addressed to another instance and a peer of another uid, each with nothing but
-//! `{ok:false,code:"UNAUTHENTICATED"}`; the run goes on and completes normally afterwards.
+//! Scenarios 20 and 21 against a real daemon (daemon.md 1.1, 1.9). Scenario 20: while the
+//! daemon executes a run, its control socket refuses a bad mac, a request 31 s old, a
+//! replayed nonce, a request addressed to another instance and a peer of another uid, each
+//! with nothing but `{ok:false,code:"UNAUTHENTICATED"}`; the run goes on and completes
+//! normally afterwards. Scenario 21: a corrupt run-control key leaves control off, visibly.
 //!
 //! The run is held open deterministically, not by a delay: its mock agent asks for a
 //! permission (`@mock permission`) and waits until the test answers it over MCP. The forged
@@ -317,4 +318,85 @@ print("answer:" + answer.hex())
         key,
         record,
     );
+}
+
+/// Scenario 21 (the daemon's half; "no supersession" is tested with succession): a corrupt
+/// run-control key, whether bad JSON, a readable mode or the wrong length, fails closed. The
+/// daemon still serves, but with control off (no socket, empty `controlUrl`), `/healthz`
+/// without a proof, and `daemon status`, plain and `--json`, says control is off and why.
+#[test]
+fn a_corrupt_run_control_key_turns_control_off_and_status_says_why() {
+    let valid = RunControlKey::from_bytes([5; 32]).to_json();
+    let short = json!({"version": 1, "key": "AAAAAAAAAAAAAAAAAAAAAA=="}).to_string();
+    let cases: [(&str, &str, u32, &str); 3] = [
+        ("bad JSON", "{\"version\": 1, \"key\": ", 0o600, "not JSON"),
+        ("mode 0644", &valid, 0o644, "mode 644, expected 600"),
+        (
+            "wrong length",
+            &short,
+            0o600,
+            "key is 16 bytes, expected 32",
+        ),
+    ];
+    for (case, text, mode, reason) in cases {
+        let world = World::new();
+        let daemons = world.ctx.state().join("daemons");
+        std::fs::create_dir_all(&daemons).unwrap();
+        std::fs::set_permissions(&daemons, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let key_file = daemons.join("run-control-key.json");
+        std::fs::write(&key_file, text).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(mode)).unwrap();
+
+        let daemon = world.ctx.spawn(&["daemon", "run"]);
+        let record = wait_ready(&world);
+        assert_eq!(record.control_url, "", "{case}: {record:?}");
+        let sockets: Vec<_> = std::fs::read_dir(daemons.join("ctl"))
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(sockets.is_empty(), "{case}: control sockets {sockets:?}");
+        let health = crate::daemon::healthz(record.port, "a-challenge").json();
+        assert_eq!(health["proof"], Value::Null, "{case}: {health}");
+        assert_eq!(health["controlAvailable"], false, "{case}: {health}");
+        // The daemon neither repaired nor replaced the file.
+        assert_eq!(std::fs::read_to_string(&key_file).unwrap(), text, "{case}");
+
+        let status = world.run(&["daemon", "status", "--json"]);
+        assert_eq!(status.code(), 0, "{case}: {}", status.stderr);
+        let document = status.json();
+        assert_eq!(document["control"]["usable"], false, "{case}: {document:#}");
+        let error = document["control"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(reason), "{case}: {error}");
+        let listed = &document["daemons"][0];
+        assert_eq!(listed["role"], "current", "{case}: {document:#}");
+        assert_eq!(listed["controlUrl"], "", "{case}");
+        assert_eq!(listed["controlAvailable"], false, "{case}");
+
+        let text_status = world.run(&["daemon", "status"]);
+        assert_eq!(text_status.code(), 0, "{case}: {}", text_status.stderr);
+        assert!(
+            text_status.stdout.contains("control off: run-control key"),
+            "{case}: {}",
+            text_status.stdout
+        );
+        assert!(
+            text_status.stdout.contains(reason),
+            "{case}: {}",
+            text_status.stdout
+        );
+        let line = text_status
+            .stdout
+            .lines()
+            .find(|line| line.starts_with("current"))
+            .unwrap_or_else(|| panic!("{case}: no current daemon in {}", text_status.stdout));
+        assert!(line.ends_with("control off"), "{case}: {line}");
+
+        daemon.signal(Signal::SIGTERM);
+        let finished = daemon.finish(DEADLINE);
+        assert_eq!(finished.code(), 0, "{case}: {}", finished.stderr);
+        assert!(
+            finished.stderr.contains("run-control key unusable"),
+            "{case}: {}",
+            finished.stderr
+        );
+    }
 }
