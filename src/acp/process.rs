@@ -276,3 +276,58 @@ impl Drop for AgentProcess {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::engine::runner::BackendOrigin;
+
+    /// An agent never sees the service manager's variables, whether they come from the
+    /// daemon's own environment or from the backend's `env`; everything else passes.
+    #[tokio::test]
+    async fn agents_never_inherit_service_manager_variables() {
+        let mut private: Vec<&str> = crate::service::notify::CHILD_ENV_REMOVALS.to_vec();
+        // Names the prefixes cover beyond the known list.
+        private.push("LISTEN_SOMETHING_NEW");
+        private.push("WATCHDOG_OTHER");
+        let base = EnvSnapshot::from_pairs(
+            private
+                .iter()
+                .map(|name| (*name, "leaked"))
+                .chain([("PATH", "/usr/bin:/bin"), ("AGENTPRISM_KEPT", "base")]),
+        );
+        let backend = BackendSpec {
+            id: "env-dump".into(),
+            command: "sh".into(),
+            args: vec!["-c".into(), "env".into()],
+            env: [
+                ("NOTIFY_SOCKET".to_owned(), "/run/from-backend".to_owned()),
+                ("LISTEN_FDS".to_owned(), "1".to_owned()),
+                ("BACKEND_KEPT".to_owned(), "backend".to_owned()),
+            ]
+            .into(),
+            session_meta: None,
+            origin: BackendOrigin::Host,
+        };
+        let tracker = TaskTracker::new();
+        let mut agent = spawn_agent(&backend, &base, &tracker).expect("spawn sh");
+        let (_stdin, mut stdout) = agent.take_stdio().unwrap();
+        let mut text = String::new();
+        tokio::time::timeout(Duration::from_secs(30), stdout.read_to_string(&mut text))
+            .await
+            .expect("sh printed its environment")
+            .unwrap();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+            .collect();
+        for name in &private {
+            assert!(!names.contains(name), "{name} reached the agent:\n{text}");
+        }
+        assert!(text.lines().any(|l| l == "AGENTPRISM_KEPT=base"), "{text}");
+        assert!(text.lines().any(|l| l == "BACKEND_KEPT=backend"), "{text}");
+        agent.terminate(Duration::from_secs(1)).await;
+    }
+}

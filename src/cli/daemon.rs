@@ -100,29 +100,40 @@ fn parse_manager(text: &str) -> Result<Manager, String> {
     Manager::parse(text).ok_or_else(|| format!("expected systemd or launchd, got {text:?}"))
 }
 
-/// What must be read before the async runtime starts any thread: the sd-notify channel of
-/// `daemon run --managed=systemd` (daemon.md 2, "Read ... once, before threads").
+/// What must be read before the async runtime starts any thread (daemon.md 2, "Read ... once,
+/// before threads"): the sd-notify channel of `daemon run --managed=systemd`, and a listening
+/// socket passed by socket activation to `daemon run`.
 #[derive(Debug)]
 pub struct Early {
     notifier: Arc<Notifier>,
+    /// fd 3 when `LISTEN_PID` names us (scenario 26). Independent of `--managed`:
+    /// `systemd-socket-activate` passes a socket without being our service manager.
+    activated: Option<std::net::TcpListener>,
 }
 
 impl Early {
-    /// Reads the service manager's variables for `daemon run`; a silent notifier otherwise.
+    /// Reads the service manager's variables for `daemon run`; a silent notifier and no
+    /// socket otherwise (other commands never take fd 3, whatever the environment says).
     pub fn capture(command: &super::Command) -> Result<Early> {
-        let managed = match command {
-            super::Command::Daemon(DaemonArgs {
-                command: DaemonCommand::Run(run),
-            }) => run.managed,
-            _ => None,
+        let super::Command::Daemon(DaemonArgs {
+            command: DaemonCommand::Run(run),
+        }) = command
+        else {
+            return Ok(Early {
+                notifier: Arc::new(Notifier::disabled()),
+                activated: None,
+            });
         };
-        let notifier = match managed {
+        let notifier = match run.managed {
             Some(manager) => Notifier::from_process(manager == Manager::Systemd)
                 .context("opening the sd-notify socket")?,
             None => Notifier::disabled(),
         };
+        let activated = service::activation::from_process()
+            .context("refusing the socket passed by socket activation")?;
         Ok(Early {
             notifier: Arc::new(notifier),
+            activated,
         })
     }
 }
@@ -155,7 +166,7 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result
                     log_file: run.log_file,
                     managed: run.managed,
                     notifier: early.notifier,
-                    activated: None,
+                    activated: early.activated,
                 },
             )
             .await
@@ -248,12 +259,48 @@ struct Survey {
     fingerprint: String,
     listed: Vec<Listed>,
     pruned: Vec<(PathBuf, String)>,
+    key: KeyState,
+}
+
+/// What the run-control key file allows (daemon.md 1.1: a doubtful key fails closed).
+#[derive(Debug)]
+enum KeyState {
+    Usable,
+    /// No key yet: the next daemon creates it.
+    Absent,
+    /// The file exists but cannot be trusted: daemons run with control off, `/healthz`
+    /// carries no proof, and there is no supersession until it is replaced.
+    Unusable(String),
+}
+
+impl KeyState {
+    fn of(loaded: &Result<RunControlKey, crate::discovery::KeyError>) -> KeyState {
+        match loaded {
+            Ok(_) => KeyState::Usable,
+            Err(crate::discovery::KeyError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                KeyState::Absent
+            }
+            Err(error) => KeyState::Unusable(error.to_string()),
+        }
+    }
+
+    fn json(&self, path: &Path) -> Value {
+        match self {
+            KeyState::Usable => json!({"key": path, "usable": true, "error": null}),
+            KeyState::Absent => json!({"key": path, "usable": null, "error": null}),
+            KeyState::Unusable(error) => json!({"key": path, "usable": false, "error": error}),
+        }
+    }
 }
 
 async fn survey(env: &EnvSnapshot) -> Result<Survey> {
     let paths = Paths::from_env(env)?;
     let fingerprint = current_fingerprint();
-    let key = RunControlKey::load(&paths.run_control_key()).ok();
+    let loaded = RunControlKey::load(&paths.run_control_key());
+    let key_state = KeyState::of(&loaded);
+    let key = loaded.ok();
     let records = read_instance_records(&paths)?;
     let mut scan = ProcessScan::new();
     if let Ok(exe) = std::env::current_exe() {
@@ -352,6 +399,7 @@ async fn survey(env: &EnvSnapshot) -> Result<Survey> {
         fingerprint,
         listed,
         pruned,
+        key: key_state,
     })
 }
 
@@ -419,6 +467,7 @@ async fn status(env: &EnvSnapshot, as_json: bool) -> Result<u8> {
             "daemons": daemons,
             "pruned": pruned,
             "log": survey.paths.daemon_log(),
+            "control": survey.key.json(&survey.paths.run_control_key()),
         });
         println!("{}", serde_json::to_string_pretty(&document)?);
     } else {
@@ -435,6 +484,14 @@ async fn status(env: &EnvSnapshot, as_json: bool) -> Result<u8> {
         }
         for (path, reason) in &survey.pruned {
             println!("pruned stale record {} ({reason})", path.display());
+        }
+        if let KeyState::Unusable(error) = &survey.key {
+            println!(
+                "control off: {error}; daemons run without a control socket, /healthz \
+                 carries no proof and no daemon can supersede another (to recover: `agentprism \
+                 daemon stop --all`, remove {}, start again)",
+                survey.paths.run_control_key().display()
+            );
         }
         println!("log: {}", survey.paths.daemon_log().display());
     }
@@ -466,6 +523,8 @@ fn listed_json(listed: &Listed) -> Value {
         "inflightRequests": from_health("inflightRequests"),
         "state": from_health("state"),
         "lameDuck": from_health("lameDuck"),
+        "controlUrl": record.map(|r| r.control_url.clone()),
+        "controlAvailable": from_health("controlAvailable"),
         "record": listed.entry.record.as_ref().map(|f| f.path.clone()),
         "cmdline": listed.entry.process.as_ref().map(|p| p.cmdline.clone()),
         "note": listed.note,
@@ -496,6 +555,13 @@ fn listed_line(listed: &Listed) -> String {
             number("sessions"),
             number("activeRuns")
         ));
+    }
+    if listed
+        .entry
+        .own_record()
+        .is_some_and(|record| record.control_url.is_empty())
+    {
+        line.push_str("  control off");
     }
     if let Some(process) = &listed.entry.process
         && listed.entry.own_record().is_none()

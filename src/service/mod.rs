@@ -1,10 +1,11 @@
 //! Running the daemon under a service manager (daemon.md 2): the sd-notify channel to systemd,
-//! the systemd unit files and the LaunchAgent plist, and `agentprism daemon install` /
+//! socket activation (a listener passed as fd 3), the systemd unit files and the LaunchAgent plist, and `agentprism daemon install` /
 //! `uninstall`, which write them and hand them to `systemctl --user` or `launchctl`.
 //! Self-spawn stays the default; everything here is opt-in and only changes who starts and
 //! restarts the daemon, never how it runs. The daemon and the CLI call into this module; it
 //! calls neither of them.
 
+pub mod activation;
 pub mod install;
 pub mod launchd;
 pub mod notify;

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -23,26 +22,26 @@ use serde_json::{Value, json};
 
 use crate::support::context::{DEADLINE, Finished, TestContext, process_gone};
 
-const HEADER: &str =
+pub(crate) const HEADER: &str =
     "export const meta = { name: 'test', description: 'a test workflow', model: 'mock' };\n";
 
 /// A test context whose daemons bind ephemeral ports, plus a guard that kills every daemon
 /// serving its persistence root when dropped.
-struct World {
-    ctx: TestContext,
+pub(crate) struct World {
+    pub(crate) ctx: TestContext,
 }
 
 impl World {
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         World::with(|ctx| ctx)
     }
 
-    fn with(adjust: impl FnOnce(TestContext) -> TestContext) -> World {
+    pub(crate) fn with(adjust: impl FnOnce(TestContext) -> TestContext) -> World {
         let ctx = TestContext::new().set("AGENTPRISM_DAEMON_PORT", "0");
         World { ctx: adjust(ctx) }
     }
 
-    fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         family_of(&self.ctx.env)
     }
 
@@ -50,11 +49,11 @@ impl World {
         self.ctx.state().join(format!("daemons/{fingerprint}.json"))
     }
 
-    fn pointer(&self) -> Option<DaemonRecord> {
+    pub(crate) fn pointer(&self) -> Option<DaemonRecord> {
         read_own_record(&self.pointer_path(&self.fingerprint()))
     }
 
-    fn instances(&self) -> Vec<PathBuf> {
+    pub(crate) fn instances(&self) -> Vec<PathBuf> {
         let dir = self.ctx.state().join("daemons/instances");
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map(|entries| {
@@ -70,7 +69,7 @@ impl World {
     }
 
     /// Runs `agentprism` with this world's env plus `extra`.
-    fn run_with(&self, extra: &[(&str, &str)], args: &[&str]) -> Finished {
+    pub(crate) fn run_with(&self, extra: &[(&str, &str)], args: &[&str]) -> Finished {
         let mut command = self.ctx.command(args);
         command.envs(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let child = command
@@ -82,12 +81,12 @@ impl World {
         finish(child)
     }
 
-    fn run(&self, args: &[&str]) -> Finished {
+    pub(crate) fn run(&self, args: &[&str]) -> Finished {
         self.run_with(&[], args)
     }
 
     /// `daemon start`, which must succeed; returns the pointer's record.
-    fn start(&self) -> DaemonRecord {
+    pub(crate) fn start(&self) -> DaemonRecord {
         let started = self.run(&["daemon", "start"]);
         assert_eq!(
             started.code(),
@@ -100,12 +99,12 @@ impl World {
         record
     }
 
-    fn key(&self) -> RunControlKey {
+    pub(crate) fn key(&self) -> RunControlKey {
         RunControlKey::load(&self.ctx.state().join("daemons/run-control-key.json")).expect("key")
     }
 
     /// Every live daemon process serving this world's root.
-    fn daemon_pids(&self) -> Vec<i32> {
+    pub(crate) fn daemon_pids(&self) -> Vec<i32> {
         daemons_serving(&self.ctx.state())
     }
 }
@@ -127,7 +126,7 @@ fn family_of(env: &BTreeMap<String, String>) -> String {
 }
 
 /// Pids of `agentprism daemon run` processes started with `AGENTPRISM_PERSISTENCE_ROOT=root`.
-fn daemons_serving(root: &Path) -> Vec<i32> {
+pub(crate) fn daemons_serving(root: &Path) -> Vec<i32> {
     let needle = format!("AGENTPRISM_PERSISTENCE_ROOT={}\0", root.display());
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -153,7 +152,7 @@ fn daemons_serving(root: &Path) -> Vec<i32> {
     pids
 }
 
-fn finish(child: std::process::Child) -> Finished {
+pub(crate) fn finish(child: std::process::Child) -> Finished {
     crate::support::context::finish_child(child, DEADLINE)
 }
 
@@ -319,7 +318,7 @@ pub(crate) fn open_session(port: u16) -> String {
 }
 
 /// Waits for a foreground daemon started with `ctx.spawn` to publish its pointer.
-fn wait_ready(world: &World) -> DaemonRecord {
+pub(crate) fn wait_ready(world: &World) -> DaemonRecord {
     wait_for("the daemon's pointer", DEADLINE, || {
         world
             .pointer()
@@ -856,162 +855,6 @@ fn sessions_of_dead_clients_are_evicted() {
         );
         (reply.status == 404).then_some(())
     });
-}
-
-/// The harness end of `NOTIFY_SOCKET`: a datagram socket in the test's temporary folder.
-struct NotifyHarness {
-    path: PathBuf,
-    socket: std::os::unix::net::UnixDatagram,
-}
-
-impl NotifyHarness {
-    fn new(world: &World, name: &str) -> NotifyHarness {
-        let path = world.ctx.path(name);
-        let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("bind notify socket");
-        NotifyHarness { path, socket }
-    }
-
-    /// The next datagram, waiting at most `deadline` (a blocking receive, not a sleep).
-    fn next(&self, deadline: Duration) -> Option<String> {
-        self.socket.set_read_timeout(Some(deadline)).unwrap();
-        let mut buffer = [0u8; 4096];
-        match self.socket.recv(&mut buffer) {
-            Ok(n) => Some(String::from_utf8_lossy(&buffer[..n]).into_owned()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                None
-            }
-            Err(e) => panic!("recv on the notify socket: {e}"),
-        }
-    }
-
-    /// Everything already queued: a datagram is queued by the time its `send` returns, so
-    /// after the sender exited this is all it ever sent.
-    fn queued(&self) -> Vec<String> {
-        self.socket.set_nonblocking(true).unwrap();
-        let mut messages = Vec::new();
-        let mut buffer = [0u8; 4096];
-        while let Ok(n) = self.socket.recv(&mut buffer) {
-            messages.push(String::from_utf8_lossy(&buffer[..n]).into_owned());
-        }
-        self.socket.set_nonblocking(false).unwrap();
-        messages
-    }
-}
-
-/// `agentprism daemon run --managed=systemd <extra>` as systemd would start it: through a
-/// shell that sets `SYSTEMD_EXEC_PID` to its own pid and then execs the daemon on that pid.
-fn spawn_managed(
-    world: &World,
-    harness: &NotifyHarness,
-    watchdog_usec: Option<u64>,
-    extra: &[&str],
-) -> std::process::Child {
-    let mut command = std::process::Command::new("sh");
-    command
-        .arg("-c")
-        .arg("export SYSTEMD_EXEC_PID=$$; exec \"$0\" daemon run --managed=systemd \"$@\"")
-        .arg(crate::support::context::agentprism_binary())
-        .args(extra)
-        .env_clear()
-        .envs(&world.ctx.env)
-        .env("NOTIFY_SOCKET", &harness.path)
-        .current_dir(world.ctx.project())
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(world.ctx.path("managed-daemon.log")).unwrap());
-    if let Some(usec) = watchdog_usec {
-        command.env("WATCHDOG_USEC", usec.to_string());
-    }
-    command.spawn().expect("spawn the managed daemon")
-}
-
-fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
-    wait_for("the daemon to exit", DEADLINE, || child.try_wait().unwrap())
-}
-
-/// Scenario 25: READY only once the pointer names the daemon, WATCHDOG pings at half the
-/// period, STOPPING on SIGTERM; a managed daemon that finds one running still reports ready;
-/// and a self-spawned daemon whose environment leaked a `NOTIFY_SOCKET` sends nothing.
-#[test]
-fn a_systemd_managed_daemon_notifies_ready_watchdog_and_stopping() {
-    const WATCHDOG_USEC: u64 = 400_000;
-    let world = World::new();
-    let harness = NotifyHarness::new(&world, "notify.sock");
-    let mut daemon = spawn_managed(&world, &harness, Some(WATCHDOG_USEC), &[]);
-    let pid = daemon.id();
-
-    let ready = harness
-        .next(DEADLINE)
-        .expect("READY=1 from the managed daemon");
-    // The pointer already names the daemon when READY arrives.
-    let record = world.pointer().expect("a pointer before READY=1");
-    assert_eq!(record.pid, pid);
-    assert_eq!(
-        ready,
-        format!("READY=1\nSTATUS=current: 127.0.0.1:{}\n", record.port)
-    );
-
-    let period = Duration::from_micros(WATCHDOG_USEC);
-    let mut last = Instant::now();
-    for _ in 0..4 {
-        let ping = harness
-            .next(period)
-            .expect("a WATCHDOG=1 within WATCHDOG_USEC");
-        assert_eq!(ping, "WATCHDOG=1\n");
-        assert!(
-            last.elapsed() < period,
-            "pings {:?} apart, WATCHDOG_USEC/2 is {:?}",
-            last.elapsed(),
-            period / 2
-        );
-        last = Instant::now();
-    }
-
-    // A second managed start of the same family finds this daemon and still says READY, so
-    // `systemctl start` succeeds; then it exits 0.
-    let second_harness = NotifyHarness::new(&world, "notify-2.sock");
-    let mut second = spawn_managed(&world, &second_harness, None, &[]);
-    assert!(wait_exit(&mut second).success());
-    assert_eq!(
-        second_harness.queued(),
-        [format!(
-            "READY=1\nSTATUS=already running: pid {pid} at 127.0.0.1:{}\n",
-            record.port
-        )]
-    );
-
-    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
-    assert!(wait_exit(&mut daemon).success());
-    let after: Vec<String> = harness
-        .queued()
-        .into_iter()
-        .filter(|message| message != "WATCHDOG=1\n")
-        .collect();
-    assert_eq!(after, ["STOPPING=1\n"]);
-    assert!(world.pointer().is_none());
-
-    // Self-spawned through `daemon start` from a shell whose environment leaked the
-    // variables: the daemon is not managed and must stay silent.
-    let leaked = NotifyHarness::new(&world, "leaked.sock");
-    let started = world.run_with(
-        &[
-            ("NOTIFY_SOCKET", leaked.path.to_str().unwrap()),
-            ("WATCHDOG_USEC", "400000"),
-        ],
-        &["daemon", "start"],
-    );
-    assert_eq!(started.code(), 0, "{}", started.stderr);
-    let spawned = world.pointer().expect("a self-spawned daemon");
-    let stopped = world.run(&["daemon", "stop"]);
-    assert_eq!(stopped.code(), 0, "{}", stopped.stderr);
-    assert!(process_gone(spawned.pid as i32));
-    assert!(leaked.queued().is_empty());
 }
 
 /// A unit instance whose binary is another version exits 3, which the unit's

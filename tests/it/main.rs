@@ -2,6 +2,7 @@
 mod acp;
 mod cli;
 mod control;
+mod control_daemon;
 mod daemon;
 mod discovery;
 mod engine;
@@ -10,6 +11,7 @@ mod mcp_core;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
+mod notify;
 mod sdk_clients;
 mod service;
 mod shim;
