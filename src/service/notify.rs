@@ -57,44 +57,6 @@ pub struct Notifier {
     channel: Option<Channel>,
     /// `WATCHDOG_USEC`, if it was meant for us.
     watchdog_period: Option<Duration>,
-    /// Socket activation, noted for `daemon run` to pick up (scenario 26); the fds
-    /// themselves are not touched here.
-    listen: Option<ListenFds>,
-}
-
-/// Socket-activation variables as systemd (or `systemd-socket-activate`) passed them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListenFds {
-    /// How many fds, starting at fd 3.
-    pub count: u32,
-    /// `LISTEN_FDNAMES`, split on `:`; empty when unset.
-    pub names: Vec<String>,
-}
-
-impl ListenFds {
-    /// Socket activation meant for this process. Independent of `--managed`:
-    /// `systemd-socket-activate` (scenario 26) passes fds without being our manager.
-    pub fn from_process() -> Option<ListenFds> {
-        ListenFds::from_vars(std::process::id(), |name| std::env::var_os(name))
-    }
-
-    /// The same from explicit variables: `LISTEN_PID` must name `pid`, `LISTEN_FDS` be > 0.
-    pub fn from_vars(pid: u32, var: impl Fn(&str) -> Option<OsString>) -> Option<ListenFds> {
-        let for_us = var(env::LISTEN_PID)
-            .and_then(|value| value.to_str()?.trim().parse::<u32>().ok())
-            .is_some_and(|named| named == pid);
-        if !for_us {
-            return None;
-        }
-        let count = var(env::LISTEN_FDS)
-            .and_then(|value| value.to_str()?.trim().parse::<u32>().ok())
-            .filter(|count| *count > 0)?;
-        let names = var(env::LISTEN_FDNAMES)
-            .and_then(|value| value.into_string().ok())
-            .map(|names| names.split(':').map(str::to_string).collect())
-            .unwrap_or_default();
-        Some(ListenFds { count, names })
-    }
 }
 
 /// Where notifications go, and the unbound socket they are sent from. The socket is created
@@ -125,7 +87,6 @@ impl Notifier {
         Notifier {
             channel: None,
             watchdog_period: None,
-            listen: None,
         }
     }
 
@@ -166,11 +127,9 @@ impl Notifier {
             .and_then(|value| value.to_str()?.trim().parse::<u64>().ok())
             .filter(|usec| *usec > 0)
             .map(Duration::from_micros);
-        let listen = ListenFds::from_vars(pid, &var);
         Ok(Notifier {
             channel,
             watchdog_period,
-            listen,
         })
     }
 
@@ -184,11 +143,6 @@ impl Notifier {
     pub fn watchdog_interval(&self) -> Option<Duration> {
         self.channel.as_ref()?;
         self.watchdog_period.map(|period| period / 2)
-    }
-
-    /// Socket activation passed to us, if any.
-    pub fn listen_fds(&self) -> Option<&ListenFds> {
-        self.listen.as_ref()
     }
 
     /// `READY=1`: send once the pointer CAS has made us the family's current daemon, so a
@@ -401,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn watchdog_and_listen_fds_meant_for_another_pid_are_ignored() {
+    fn a_watchdog_meant_for_another_pid_is_ignored() {
         let temp = tempfile::tempdir().unwrap();
         let path = temp.path().join("notify");
         let _harness = UnixDatagram::bind(&path).unwrap();
@@ -413,32 +367,17 @@ mod tests {
                 ("NOTIFY_SOCKET", path.to_str().unwrap()),
                 ("WATCHDOG_USEC", "3000000"),
                 ("WATCHDOG_PID", "1"),
-                ("LISTEN_FDS", "1"),
-                ("LISTEN_PID", "1"),
             ]),
         )
         .unwrap();
         assert_eq!(notifier.watchdog_interval(), None);
-        assert_eq!(notifier.listen_fds(), None);
 
         let notifier = Notifier::from_vars(
             true,
             PID,
-            vars(&[
-                ("SYSTEMD_EXEC_PID", &PID.to_string()),
-                ("LISTEN_FDS", "2"),
-                ("LISTEN_PID", &PID.to_string()),
-                ("LISTEN_FDNAMES", "http:control"),
-            ]),
+            vars(&[("SYSTEMD_EXEC_PID", &PID.to_string())]),
         )
         .unwrap();
-        assert_eq!(
-            notifier.listen_fds(),
-            Some(&ListenFds {
-                count: 2,
-                names: vec!["http".into(), "control".into()]
-            })
-        );
         // No NOTIFY_SOCKET: nothing to send to, and no watchdog without a channel.
         assert!(!notifier.is_active());
         notifier.ready().unwrap();
