@@ -207,19 +207,17 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 .context("preparing the activated socket")?;
             TcpListener::from_std(listener).context("serving the activated socket")?
         }
-        None => {
-            match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await? {
-                Bound::Listener(listener) => listener,
-                Bound::AlreadyRunning(record) => {
-                    already_running(&record, &options.notifier);
-                    return Ok(0);
-                }
+        None => match bind_daemon_port(&paths, &fingerprint, settings.port, key.as_ref()).await? {
+            Bound::Listener(listener) => listener,
+            Bound::AlreadyRunning(record) => {
+                already_running(&record, &options.notifier);
+                return Ok(0);
             }
-        }
+        },
     };
     let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
 
-    let engine = crate::cli::build_engine(env, true).await?;
+    let engine = crate::cli::build_engine_as(env, true, Some(instance_id.clone())).await?;
     let handler = crate::tools::WorkflowServer::new(engine.clone(), Default::default());
     let server = Arc::new(crate::mcp::server::McpServer::new(
         handler.clone(),
@@ -322,6 +320,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         return Ok(0);
     }
     health.set_phase(Phase::Current);
+    engine.complete_stop_intents().await;
     // Discovery names us now, so a shim waiting on `systemctl start` finds us at once.
     notify(
         "READY=1",
@@ -373,6 +372,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         match event {
             Event::Tick => {
                 evict_dead_sessions(&server, settings.session_ttl).await;
+                let _unacked_owned_intents = engine.complete_stop_intents().await;
                 let busy = server.session_count() > 0
                     || engine.active_executions() > 0
                     || server.inflight_count() > 0;

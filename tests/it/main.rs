@@ -10,6 +10,7 @@ mod mcp_core;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
+mod run_control;
 mod sdk_clients;
 mod service;
 mod shim;
