@@ -39,6 +39,8 @@ pub const EXIT_REJECTED: u8 = 2;
 pub const EXIT_PAUSED: u8 = 3;
 /// Interrupted by Ctrl-C.
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// How often a foreground run looks for stop requests made by other processes.
+const FOREGROUND_INTENT_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -663,9 +665,16 @@ async fn follow(
     tokio::pin!(wait);
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    // This process has no control socket: a stop asked for elsewhere reaches it as a durable
+    // intent, which it looks for here (daemon.md 1.10 step 8).
+    let mut intents = tokio::time::interval(FOREGROUND_INTENT_POLL);
+    intents.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = &mut wait => break,
+            _ = intents.tick() => {
+                engine.complete_stop_intents().await;
+            }
             _ = &mut ctrl_c, if !interrupted => {
                 interrupted = true;
                 display.clear();
@@ -688,6 +697,8 @@ async fn follow(
         }
     }
     display.clear();
+    // Acknowledges a stop intent this run has just carried out.
+    engine.complete_stop_intents().await;
     engine.runner().shutdown(Duration::from_secs(5)).await;
     let status = engine
         .status(run_id, &StatusQuery::default())

@@ -602,3 +602,72 @@ fn force_owner_ends_a_superseded_owner_and_stops_the_run() {
     assert_eq!(acks.len(), 1, "{acks:?}");
     assert_eq!(acks[0]["op"], pending.json()["control"]["operationId"]);
 }
+
+/// A foreground `agentprism run` has no control socket: a stop from another process is
+/// pending (the owner speaks no control protocol), and the foreground process carries out
+/// the recorded intent itself.
+#[test]
+fn a_foreground_run_picks_up_a_pending_stop() {
+    let world = World::new();
+    let script = world.ctx.write("slow.js", &slow_script());
+    let script = script.to_string_lossy().into_owned();
+    let mut command = world
+        .ctx
+        .command(&["run", &script, "--permissions", "reject"]);
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn agentprism run");
+    let foreground = Process { child: Some(child) };
+    let run_id = wait_for("the foreground run", || {
+        let listed = world.run(&["runs", "--all", "--json"]);
+        listed.json().as_array()?.first().and_then(|run| {
+            (run["status"] == "running").then(|| run["runId"].as_str().unwrap().to_owned())
+        })
+    });
+
+    let pending = world.run(&["stop", &run_id]);
+    assert_eq!(pending.code(), 1, "{}", pending.stderr);
+    let control = pending.json()["control"].clone();
+    assert_eq!(control["state"], "pending", "{control}");
+    assert_eq!(control["owner"]["pid"], foreground.pid());
+    assert_eq!(control["owner"]["controlProtocol"], 0);
+
+    let exit = foreground.wait();
+    assert_eq!(exit.code(), Some(1), "a stopped run exits 1");
+    assert_eq!(world.status(&run_id)["status"], "aborted");
+    assert_eq!(world.stopped_events(&run_id), 1);
+    let acks = wait_for("the foreground's ack", || {
+        Some(world.acks(&run_id)).filter(|acks| !acks.is_empty())
+    });
+    assert_eq!(acks[0]["op"], control["operationId"]);
+}
+
+/// The MCP `workflow` tool of another daemon routes stop the same way: `forceOwner` is
+/// refused for a current owner, a plain stop settles in the owner.
+#[test]
+fn a_stop_through_another_daemons_workflow_tool_is_forwarded() {
+    let world = World::new();
+    let owner = world.daemon(&[]);
+    let other = world.daemon(&[("AGENTPRISM_AGENT_TIMEOUT_MS", "1800001")]);
+    let run_id = owner.start_run(&world, &slow_script());
+
+    let forced = other.tool(json!({"action": "stop", "runId": run_id, "forceOwner": true}));
+    assert!(
+        forced["error"]
+            .as_str()
+            .is_some_and(|text| text.contains("not superseded")),
+        "{forced}"
+    );
+    assert_eq!(world.status(&run_id)["status"], "running");
+
+    let stopped = other.tool(json!({"action": "stop", "runId": run_id}));
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    assert_eq!(stopped["status"], "aborted", "{stopped}");
+    assert_eq!(stopped["control"]["state"], "settled", "{stopped}");
+    assert_eq!(stopped["control"]["owner"]["pid"], owner.record.pid);
+    assert_eq!(world.stopped_events(&run_id), 1);
+    assert_eq!(world.acks(&run_id).len(), 1);
+}
