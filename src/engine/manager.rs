@@ -1507,22 +1507,19 @@ impl Engine {
             status["alreadyTerminal"] = Value::Bool(true);
             return Ok(status);
         }
-        let previous = self.inner.store.lease(run_id).await?;
-        if record.status == RunStatus::Running
-            && let Some(previous) = &previous
-            && previous.owner_id != self.inner.owner.owner_id
-            && crate::discovery::liveness::identity_liveness(
-                previous.pid,
-                previous.proc_start,
-                None,
-            )
-            .is_alive()
-        {
+        // Never take a lease a live process holds: it is executing the run, or changing it.
+        if let Some(holder) = self.foreign_owner(run_id).await? {
             return Err(EngineError::Rejected(format!(
-                "run {run_id} is executing in process {}",
-                previous.pid
+                "run {run_id} is {} in process {}; stop it again once that process lets go",
+                if record.status == RunStatus::Running {
+                    "executing"
+                } else {
+                    "being changed"
+                },
+                holder.pid
             )));
         }
+        let previous = self.inner.store.lease(run_id).await?;
         let lease = self.inner.owner.lease();
         if !self
             .inner
@@ -1856,6 +1853,8 @@ impl Engine {
             )));
         }
         self.inner.store.delete_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let _ = std::fs::remove_dir_all(intents::run_folder(&runs, run_id));
         if record.script_source == ScriptSource::Inline {
             let expected =
                 store::script_copy_path(self.inner.store.root(), &record.project_dir, run_id);
