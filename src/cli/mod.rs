@@ -39,6 +39,8 @@ pub const EXIT_REJECTED: u8 = 2;
 pub const EXIT_PAUSED: u8 = 3;
 /// Interrupted by Ctrl-C.
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// How often a foreground run looks for stop requests made by other processes.
+const FOREGROUND_INTENT_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -222,6 +224,10 @@ pub struct StopArgs {
     /// Cancel only this live agent call.
     #[arg(long = "call")]
     pub call_index: Option<u32>,
+    /// Also end the run's owner if it is a superseded daemon that still holds the run
+    /// (SIGTERM, then SIGKILL); whole-run stops only.
+    #[arg(long, conflicts_with = "call_index")]
+    pub force_owner: bool,
 }
 
 #[derive(Debug, Args)]
@@ -347,21 +353,34 @@ fn input_error(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(InputError(message.into()))
 }
 
-/// Builds the engine from the environment.
+/// Builds the engine from the environment, under a fresh lease owner id.
 pub async fn build_engine(env: &EnvSnapshot, probe: bool) -> Result<Engine> {
+    build_engine_as(env, probe, None).await
+}
+
+/// Builds the engine from the environment. `owner_id` names its leases (a daemon passes its
+/// `instanceId`, daemon.md 1.10 step 3); `None` picks a fresh one. The engine reaches runs
+/// held by other processes through their daemons' control sockets.
+pub async fn build_engine_as(
+    env: &EnvSnapshot,
+    probe: bool,
+    owner_id: Option<String>,
+) -> Result<Engine> {
     let root = persistence_root(env)?;
     let backends = Backends::from_env(env).map_err(input_error)?;
     let acp_config = AcpConfig::from_env(env).map_err(input_error)?;
     let store = SqliteStore::open(&root)
         .with_context(|| format!("opening the run store under {}", root.display()))?;
     let runner = Arc::new(AcpRunner::new(acp_config));
-    let config = engine_config(env, probe)?;
-    Ok(Engine::new(
-        Arc::new(store),
-        runner,
-        Arc::new(backends),
-        config,
-    ))
+    let mut config = engine_config(env, probe)?;
+    config.owner_id = owner_id;
+    let engine = Engine::new(Arc::new(store), runner, Arc::new(backends), config);
+    let paths = crate::discovery::Paths::new(root);
+    engine.set_owner_route(Arc::new(crate::daemon::control::LeaseRoute::new(
+        paths,
+        &engine.owner().owner_id,
+    )));
+    Ok(engine)
 }
 
 /// Engine settings from the environment.
@@ -646,9 +665,16 @@ async fn follow(
     tokio::pin!(wait);
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    // This process has no control socket: a stop asked for elsewhere reaches it as a durable
+    // intent, which it looks for here (daemon.md 1.10 step 8).
+    let mut intents = tokio::time::interval(FOREGROUND_INTENT_POLL);
+    intents.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = &mut wait => break,
+            _ = intents.tick() => {
+                engine.complete_stop_intents().await;
+            }
             _ = &mut ctrl_c, if !interrupted => {
                 interrupted = true;
                 display.clear();
@@ -671,6 +697,8 @@ async fn follow(
         }
     }
     display.clear();
+    // Acknowledges a stop intent this run has just carried out.
+    engine.complete_stop_intents().await;
     engine.runner().shutdown(Duration::from_secs(5)).await;
     let status = engine
         .status(run_id, &StatusQuery::default())
@@ -1093,79 +1121,44 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
     guarded(async {
         let engine = build_engine(env, false).await?;
         let run_id = parse_run_id(&args.run_id)?;
-        if args.call_index.is_none()
-            && let Some(code) = forward_stop(env, &engine, &run_id).await?
-        {
-            return Ok(code);
-        }
         let status = engine
-            .stop(&run_id, args.call_index, &StatusQuery::default())
+            .stop_with(
+                &run_id,
+                args.call_index,
+                args.force_owner,
+                &StatusQuery::default(),
+            )
             .await
             .map_err(engine_error)?;
-        if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
-            eprintln!(
-                "run {run_id} had already ended ({})",
-                status.get("status").and_then(Value::as_str).unwrap_or("-")
+        let state = status.get("status").and_then(Value::as_str).unwrap_or("-");
+        let control = status.get("control");
+        if let Some(control) = control.filter(|c| c["state"] == "pending") {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({"control": control}))?
             );
+            eprintln!(
+                "run {run_id}: stop pending (operation {}): {}; the owner carries it out when it can, and `agentprism stop {run_id}` again reuses the operation",
+                control["operationId"].as_str().unwrap_or("-"),
+                control["reason"].as_str().unwrap_or("the owner did not answer"),
+            );
+            return Ok(EXIT_FAILED);
+        }
+        if let Some(cancelled) = status.get("cancelled") {
+            eprintln!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
+        } else if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
+            eprintln!("run {run_id} had already ended ({state})");
+        } else if let Some(pid) = control
+            .filter(|c| c.get("cold").is_none())
+            .and_then(|c| c.pointer("/owner/pid"))
+        {
+            eprintln!("run {run_id}: {state} (stopped by daemon pid {pid})");
         } else {
-            eprintln!(
-                "run {run_id}: {}",
-                status.get("status").and_then(Value::as_str).unwrap_or("-")
-            );
+            eprintln!("run {run_id}: {state}");
         }
         Ok(EXIT_COMPLETED)
     })
     .await
-}
-
-/// Stops a run that another live daemon executes by asking that daemon over its control
-/// socket (daemon.md 1.10 step 5). `None` when the run is not executing elsewhere, or its
-/// owner has no control plane we can use: the local stop then answers as before.
-async fn forward_stop(env: &EnvSnapshot, engine: &Engine, run_id: &RunId) -> Result<Option<u8>> {
-    let record = engine.load_reconciled(run_id).await.map_err(engine_error)?;
-    if record.status != RunStatus::Running || engine.is_live(run_id) {
-        return Ok(None);
-    }
-    let Some(lease) = engine
-        .store()
-        .lease(run_id)
-        .await
-        .map_err(EngineError::from)
-        .map_err(engine_error)?
-    else {
-        return Ok(None);
-    };
-    let paths = crate::discovery::Paths::from_env(env)?;
-    let Some(owner) = crate::daemon::control::lease_holder(&paths, &lease) else {
-        return Ok(None);
-    };
-    let key = crate::discovery::RunControlKey::load(&paths.run_control_key())
-        .context("loading the run-control key to reach the run's daemon")?;
-    // One operation id for this request; a retry of the same stop would reuse it.
-    let op = uuid::Uuid::new_v4().to_string();
-    let answer = crate::daemon::control::forward_stop(&key, &owner, run_id, &op)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    if let Some(control) = answer.get("control") {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"control": control}))?
-        );
-        eprintln!(
-            "run {run_id}: stop pending (operation {op}): daemon pid {} did not answer",
-            owner.pid
-        );
-        return Ok(Some(EXIT_FAILED));
-    }
-    let status = answer
-        .pointer("/status/status")
-        .and_then(Value::as_str)
-        .unwrap_or("stopping");
-    eprintln!(
-        "run {run_id}: {status} (stopped by daemon pid {})",
-        owner.pid
-    );
-    Ok(Some(EXIT_COMPLETED))
 }
 
 async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {

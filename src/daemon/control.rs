@@ -4,21 +4,30 @@
 //! before [`DaemonControl::handle`] sees it. `announce-successor` is checked and carried out by
 //! [`super::succession`]; `drain-status` reports what a lame duck still waits for.
 //!
-//! [`forward_stop`] is the calling side: a process that finds a run executing in another
-//! live daemon asks that daemon to stop it (daemon.md 1.10 step 5), or reports the stop as
-//! pending when the owner cannot be reached (step 8).
+//! [`LeaseRoute`] is the calling side (daemon.md 1.10): the engine of any agentprism process
+//! uses it to reach the live daemon holding a run's lease, and to end a superseded owner for
+//! `forceOwner`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::health::Health;
-use crate::control::{ControlClient, ControlError, ControlHandler, Identity, Peer, kinds};
+use crate::control::{
+    ControlClient, ControlClientError, ControlError, ControlHandler, Identity, Peer, kinds,
+};
+use crate::discovery::liveness::identity_liveness;
+use crate::discovery::process_table::{SignalTarget, Signalled, signal_target};
 use crate::discovery::record::read_instance_records;
-use crate::discovery::{DaemonRecord, Paths, RecordRead, RunControlKey, process_alive_as};
+use crate::discovery::{
+    DaemonRecord, DaemonState, Paths, RecordRead, RunControlKey, process_alive_as,
+};
 use crate::engine::Engine;
-use crate::model::{Lease, RunId};
+use crate::engine::manager::{OwnerRoute, Unforwarded};
+use crate::model::Lease;
 
 /// The daemon's [`ControlHandler`].
 pub struct DaemonControl {
@@ -65,7 +74,7 @@ impl ControlHandler for DaemonControl {
                 Ok(json!({"outcome": "shutting-down"}))
             }
             kinds::RUN_CONTROL => {
-                super::run_control::serve(&self.engine, &self.health, &body).await
+                super::run_control::serve(&self.engine, &self.health, op, &body).await
             }
             other => Err(ControlError::InvalidOperation(format!(
                 "unknown kind {other:?}"
@@ -74,8 +83,9 @@ impl ControlHandler for DaemonControl {
     }
 }
 
-/// The live daemon holding `lease`, if its instance record is found and names a control
-/// socket: pid and process start time must both match (a recycled pid is a stranger).
+/// The daemon record of the process holding `lease`, if one is live: pid and process start
+/// time must match (a recycled pid is a stranger) and, for a daemon owner, its `instanceId`
+/// must be the lease's `ownerId` (daemon.md 1.10 step 3).
 pub fn lease_holder(paths: &Paths, lease: &Lease) -> Option<DaemonRecord> {
     read_instance_records(paths)
         .ok()?
@@ -87,52 +97,156 @@ pub fn lease_holder(paths: &Paths, lease: &Lease) -> Option<DaemonRecord> {
         .find(|record| {
             record.pid == lease.pid
                 && record.proc_start == lease.proc_start
-                && !record.control_url.is_empty()
+                && record.instance_id == lease.owner_id
                 && process_alive_as(record).is_alive()
         })
 }
 
-/// Asks `owner` over its control socket to stop `run_id`, as operation `op`. `Ok` carries
-/// the owner's answer; a `pending` control document when the owner could not be reached.
-/// A refusal (`NOT_OWNER`, `UNKNOWN_RUN`, a bad key) is an error.
-pub async fn forward_stop(
-    key: &RunControlKey,
-    owner: &DaemonRecord,
-    run_id: &RunId,
-    op: &str,
-) -> Result<Value, String> {
-    let socket = crate::control::socket_path_from_url(&owner.control_url)
-        .ok_or_else(|| format!("daemon pid {} has no usable controlUrl", owner.pid))?;
-    let from = Identity {
-        instance_id: uuid::Uuid::new_v4().to_string(),
-        pid: std::process::id(),
-        version: super::version().to_owned(),
-    };
-    let client = ControlClient::new(key.clone(), from);
-    let body = json!({"action": "stop", "runId": run_id.as_str()});
-    match client
-        .call(&socket, &owner.instance_id, kinds::RUN_CONTROL, op, &body)
-        .await
-    {
-        Ok(answer) => Ok(answer),
-        Err(error) if error.is_unreachable() => Ok(json!({
-            "control": {
-                "state": "pending",
-                "operationId": op,
-                "requestedAt": crate::util::iso_time(crate::util::now_ms()),
-                "owner": {
-                    "pid": owner.pid,
-                    "instanceId": owner.instance_id,
-                    "version": owner.version,
-                    "lameDuck": false,
-                    "controlProtocol": owner.control_protocol,
-                },
-                "reason": error.to_string(),
+/// `control.owner` of a pending answer: who holds the lease, as far as we know.
+pub fn owner_document(lease: &Lease, record: Option<&DaemonRecord>) -> Value {
+    match record {
+        Some(record) => json!({
+            "pid": record.pid,
+            "instanceId": record.instance_id,
+            "version": record.version,
+            "lameDuck": record.state == DaemonState::Superseded,
+            "controlProtocol": record.control_protocol,
+        }),
+        None => crate::engine::manager::lease_owner(lease),
+    }
+}
+
+/// How an engine reaches the other processes holding its runs' leases: their daemon
+/// records under the persistence root, the run-control key, and the signed control socket.
+/// Installed by [`crate::cli::build_engine`] in every process, so the CLI, the MCP tool and
+/// the daemon's own intent scanning route control the same way.
+pub struct LeaseRoute {
+    paths: Paths,
+    /// Who we sign as: the engine's lease owner id and this process.
+    from: Identity,
+}
+
+/// How long `forceOwner` waits for a superseded owner to exit after SIGTERM, then SIGKILL.
+pub const FORCE_TERM_WAIT: Duration = Duration::from_secs(5);
+pub const FORCE_KILL_WAIT: Duration = Duration::from_secs(2);
+
+impl LeaseRoute {
+    pub fn new(paths: Paths, owner_id: &str) -> LeaseRoute {
+        LeaseRoute {
+            paths,
+            from: Identity {
+                instance_id: owner_id.to_owned(),
+                pid: std::process::id(),
+                version: super::version().to_owned(),
+            },
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl OwnerRoute for LeaseRoute {
+    async fn forward(&self, lease: &Lease, op: &str, body: &Value) -> Result<Value, Unforwarded> {
+        if !identity_liveness(lease.pid, lease.proc_start, None).is_alive() {
+            return Err(Unforwarded::NoLiveOwner);
+        }
+        let paths = self.paths.clone();
+        let looked_up = lease.clone();
+        let record = tokio::task::spawn_blocking(move || lease_holder(&paths, &looked_up))
+            .await
+            .ok()
+            .flatten();
+        let owner = owner_document(lease, record.as_ref());
+        let unreachable = |reason: String| Unforwarded::Unreachable {
+            owner: owner.clone(),
+            reason,
+        };
+        let Some(record) = record else {
+            return Err(unreachable(format!(
+                "process {} holds the run but is no daemon with a control socket (no instance record names owner {})",
+                lease.pid, lease.owner_id
+            )));
+        };
+        if record.control_protocol < 1 {
+            return Err(unreachable(format!(
+                "daemon pid {} speaks no control protocol",
+                record.pid
+            )));
+        }
+        let Some(socket) = crate::control::socket_path_from_url(&record.control_url) else {
+            return Err(unreachable(format!(
+                "daemon pid {} has no usable controlUrl",
+                record.pid
+            )));
+        };
+        let key = RunControlKey::load(&self.paths.run_control_key())
+            .map_err(|error| unreachable(format!("the run-control key is unusable: {error}")))?;
+        let client = ControlClient::new(key, self.from.clone());
+        match client
+            .call(&socket, &record.instance_id, kinds::RUN_CONTROL, op, body)
+            .await
+        {
+            Ok(mut answer) => {
+                if answer.get("owner").is_none() {
+                    answer["owner"] = owner;
+                }
+                Ok(answer)
             }
-        })),
-        Err(error) => Err(format!(
-            "daemon pid {} refused to stop run {run_id}: {error}",
-            owner.pid
-        )),
+            Err(ControlClientError::Rejected(error)) => Err(Unforwarded::Refused {
+                code: error.code().to_owned(),
+                message: error.message().to_owned(),
+            }),
+            Err(error) => Err(unreachable(error.to_string())),
+        }
+    }
+
+    async fn terminate_superseded_owner(&self, lease: &Lease) -> Result<(), String> {
+        if lease.owner_id == self.from.instance_id || lease.pid == std::process::id() {
+            return Err("the run's owner is this process".into());
+        }
+        let paths = self.paths.clone();
+        let looked_up = lease.clone();
+        let record = tokio::task::spawn_blocking(move || lease_holder(&paths, &looked_up))
+            .await
+            .ok()
+            .flatten()
+            .ok_or_else(|| {
+                format!(
+                    "process {} holding the run is not a live daemon whose record names instance {}",
+                    lease.pid, lease.owner_id
+                )
+            })?;
+        if record.state != DaemonState::Superseded {
+            return Err(format!(
+                "daemon pid {} (instance {}) is not superseded; only a superseded owner may be ended",
+                record.pid, record.instance_id
+            ));
+        }
+        let target = SignalTarget {
+            pid: lease.pid,
+            start_time: lease.proc_start,
+        };
+        let gone = || !identity_liveness(lease.pid, lease.proc_start, None).is_alive();
+        for (signal, wait) in [
+            (Signal::SIGTERM, FORCE_TERM_WAIT),
+            (Signal::SIGKILL, FORCE_KILL_WAIT),
+        ] {
+            match signal_target(target, signal) {
+                Ok(Signalled::AlreadyGone) => return Ok(()),
+                Ok(_) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+            let deadline = tokio::time::Instant::now() + wait;
+            while tokio::time::Instant::now() < deadline {
+                if gone() {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if gone() {
+            Ok(())
+        } else {
+            Err(format!("daemon pid {} survived SIGKILL", lease.pid))
+        }
     }
 }

@@ -259,7 +259,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     };
     let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
 
-    let engine = crate::cli::build_engine(env, true).await?;
+    let engine = crate::cli::build_engine_as(env, true, Some(instance_id.clone())).await?;
     let handler = crate::tools::WorkflowServer::new(engine.clone(), Default::default());
     let server = Arc::new(crate::mcp::server::McpServer::new(
         handler.clone(),
@@ -376,6 +376,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     {
         announce_to(&health, predecessor);
     }
+    engine.complete_stop_intents().await;
     // Discovery names us now, so a shim waiting on `systemctl start` finds us at once.
     notify(
         "READY=1",
@@ -436,6 +437,12 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         match event {
             Event::Tick => {
                 evict_dead_sessions(&server, settings.session_ttl).await;
+                // Stop intents for runs we own are carried out here as well as when they
+                // arrive; the count keeps a lame duck alive until they are acknowledged.
+                let unacked = engine.complete_stop_intents().await;
+                health
+                    .unacked_intents
+                    .store(unacked, std::sync::atomic::Ordering::Relaxed);
                 let busy = !health.drained();
                 if busy {
                     idle_since = None;

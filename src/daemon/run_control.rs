@@ -1,5 +1,10 @@
 //! The server side of `run-control` (daemon.md 1.9, 1.10): what this daemon does when another
 //! agentprism process asks it, over the verified control socket, to act on a run it executes.
+//!
+//! Every action needs this daemon to be the run's live owner; otherwise the answer is
+//! `NOT_OWNER` (the run exists) or `UNKNOWN_RUN`, and the caller decides what to do (a
+//! whole-run stop falls back to a cold stop, everything else is an error for its user).
+//! Answers are `{outcome, ...}`; the control layer adds `ok:true`.
 
 use std::time::Duration;
 
@@ -7,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::health::Health;
 use crate::control::ControlError;
+use crate::engine::runner::PermissionOutcome;
 use crate::engine::{Engine, EngineError, StatusQuery};
 use crate::model::RunId;
 
@@ -14,20 +20,42 @@ use crate::model::RunId;
 /// 5 s exchange deadline, so the caller gets an answer rather than a timeout.
 pub const STOP_ANSWER_WAIT: Duration = Duration::from_secs(3);
 
-/// Answers one verified `run-control` request.
-pub async fn serve(engine: &Engine, health: &Health, body: &Value) -> Result<Value, ControlError> {
-    let action = body.get("action").and_then(Value::as_str).unwrap_or("");
-    if action != "stop" {
-        return Err(ControlError::InvalidOperation(format!(
-            "run-control action {action:?} is not served by this daemon yet"
-        )));
-    }
+/// The actions of protocol 1.
+pub const ACTIONS: [&str; 6] = [
+    "stop",
+    "cancel-agent",
+    "pause",
+    "list-permissions",
+    "respond-permission",
+    "setup-response",
+];
+
+/// Answers one verified `run-control` request carrying operation id `op`.
+pub async fn serve(
+    engine: &Engine,
+    health: &Health,
+    op: &str,
+    body: &Value,
+) -> Result<Value, ControlError> {
+    let action = match body.get("action") {
+        Some(Value::String(action)) if ACTIONS.contains(&action.as_str()) => action.as_str(),
+        Some(other) => {
+            return Err(ControlError::InvalidOperation(format!(
+                "action must be one of {}, got {other}",
+                ACTIONS.join(", ")
+            )));
+        }
+        None => return Err(invalid("action is required")),
+    };
     let run_id = body
         .get("runId")
         .and_then(Value::as_str)
-        .ok_or_else(|| ControlError::InvalidOperation("runId is required".into()))
-        .and_then(|text| RunId::parse(text).map_err(ControlError::InvalidOperation))?;
-    if !engine.is_live(&run_id) {
+        .ok_or_else(|| invalid("runId is required"))
+        .and_then(|text| {
+            RunId::parse(text).map_err(|e| ControlError::InvalidOperation(format!("runId: {e}")))
+        })?;
+    // Setup answers go to whoever holds the lease; the run need not be executing.
+    if action != "setup-response" && !engine.is_live(&run_id) {
         return match engine.store().load_run(&run_id).await {
             Ok(_) => Err(ControlError::NotOwner(format!(
                 "run {run_id} is not executing in daemon pid {}",
@@ -40,15 +68,89 @@ pub async fn serve(engine: &Engine, health: &Health, body: &Value) -> Result<Val
         };
     }
     let query = StatusQuery::default();
-    let stop = engine.stop(&run_id, None, &query);
-    match tokio::time::timeout(STOP_ANSWER_WAIT, stop).await {
-        Ok(Ok(status)) => Ok(json!({"outcome": "stopped", "status": status})),
-        Ok(Err(EngineError::UnknownRun(run_id))) => {
-            Err(ControlError::UnknownRun(run_id.to_string()))
+    match action {
+        "stop" => engine
+            .stop_requested(&run_id, op, STOP_ANSWER_WAIT)
+            .await
+            .map_err(control_error),
+        "cancel-agent" => {
+            let index = body
+                .get("callIndex")
+                .and_then(Value::as_u64)
+                .and_then(|index| u32::try_from(index).ok())
+                .ok_or_else(|| invalid("callIndex must be a non-negative integer"))?;
+            let status = engine
+                .stop(&run_id, Some(index), &query)
+                .await
+                .map_err(control_error)?;
+            Ok(
+                json!({"outcome": "cancelled", "cancelled": status["cancelled"], "status": status["status"]}),
+            )
         }
-        Ok(Err(EngineError::Rejected(message))) => Err(ControlError::InvalidOperation(message)),
-        Ok(Err(error)) => Err(ControlError::Internal(error.to_string())),
-        // The stop was delivered to the run; it settles after we answer.
-        Err(_) => Ok(json!({"outcome": "stopping"})),
+        "pause" => {
+            let status = engine.pause(&run_id, &query).await.map_err(control_error)?;
+            Ok(json!({
+                "outcome": if status["paused"] == true { "paused" } else { "pausing" },
+                "paused": status["paused"],
+                "status": status["status"],
+            }))
+        }
+        "list-permissions" => {
+            let permissions: Vec<Value> = engine
+                .pending_permissions(&run_id)
+                .iter()
+                .map(|pending| pending.to_json())
+                .collect();
+            Ok(json!({"outcome": "listed", "permissions": permissions}))
+        }
+        "respond-permission" => {
+            let permission_id = required_string(body, "permissionId")?;
+            let outcome: PermissionOutcome = body
+                .pointer("/response/outcome")
+                .cloned()
+                .ok_or_else(|| invalid("response.outcome is required"))
+                .and_then(|value| {
+                    serde_json::from_value(value).map_err(|e| {
+                        ControlError::InvalidOperation(format!("response.outcome: {e}"))
+                    })
+                })?;
+            let answer = engine
+                .respond_permission(&run_id, permission_id, outcome)
+                .await
+                .map_err(control_error)?;
+            Ok(json!({"outcome": "answered", "answer": answer}))
+        }
+        "setup-response" => {
+            let setup_id = required_string(body, "setupId")?;
+            let response = body
+                .get("response")
+                .filter(|value| value.is_object())
+                .ok_or_else(|| invalid("response must be an object"))?;
+            let answer = engine
+                .setup_response(&run_id, setup_id, response)
+                .await
+                .map_err(control_error)?;
+            Ok(json!({"outcome": "answered", "answer": answer}))
+        }
+        _ => unreachable!("every action in ACTIONS is matched"),
+    }
+}
+
+fn invalid(message: &str) -> ControlError {
+    ControlError::InvalidOperation(message.to_owned())
+}
+
+fn required_string<'a>(body: &'a Value, field: &str) -> Result<&'a str, ControlError> {
+    body.get(field)
+        .and_then(Value::as_str)
+        .filter(|text| !text.is_empty())
+        .ok_or_else(|| ControlError::InvalidOperation(format!("{field} is required")))
+}
+
+fn control_error(error: EngineError) -> ControlError {
+    match error {
+        EngineError::UnknownRun(run_id) => ControlError::UnknownRun(run_id.to_string()),
+        EngineError::Rejected(message) => ControlError::InvalidOperation(message),
+        EngineError::Store(error) => ControlError::Internal(error.to_string()),
     }
 }

@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
 use crate::engine::events::{EventLog, RunNotice};
+use crate::engine::intents;
 use crate::engine::journal::ReplayPool;
 use crate::engine::permissions::{PendingPermission, PermissionBroker, PermissionError};
 use crate::engine::prepare::{self, PrepareInput, Prepared, Rejection, ScriptInput};
@@ -38,6 +39,8 @@ pub const MAX_ACTIVE_RUNS: usize = 4;
 pub const PAUSE_WAIT: Duration = Duration::from_secs(2);
 /// How long `stop` waits for the owner to settle the run.
 pub const STOP_WAIT: Duration = Duration::from_secs(10);
+/// How long `status` waits for another process to list a run's pending permissions.
+pub const REMOTE_STATUS_WAIT: Duration = Duration::from_secs(1);
 
 /// Settings of an engine.
 #[derive(Clone, Debug)]
@@ -51,6 +54,10 @@ pub struct EngineConfig {
     pub home: Option<PathBuf>,
     /// Probe routed backends during preparation.
     pub probe: bool,
+    /// The `ownerId` of this engine's leases. A daemon passes its `instanceId`, so a lease
+    /// names the daemon whose control socket can act on the run (daemon.md 1.10 step 3);
+    /// `None` (other processes) picks a fresh uuid.
+    pub owner_id: Option<String>,
 }
 
 impl Default for EngineConfig {
@@ -61,6 +68,7 @@ impl Default for EngineConfig {
             allow_script_backends: false,
             home: None,
             probe: true,
+            owner_id: None,
         }
     }
 }
@@ -135,6 +143,32 @@ pub struct Admission {
     pub continuation: Option<Value>,
 }
 
+/// How the engine reaches the process holding a run's lease when that is not this one
+/// (daemon.md 1.10). The daemon layer implements it with the signed control socket; an
+/// engine without one answers as if every other owner were unreachable.
+#[async_trait::async_trait]
+pub trait OwnerRoute: Send + Sync {
+    /// Sends run-control `body` as operation `op` to the live holder of `lease` and returns
+    /// its answer without `ok`.
+    async fn forward(&self, lease: &Lease, op: &str, body: &Value) -> Result<Value, Unforwarded>;
+
+    /// Ends the holder of `lease` for `forceOwner`: only a superseded daemon that still
+    /// holds the lease and is not this process; SIGTERM, then SIGKILL. `Ok` once it is gone.
+    async fn terminate_superseded_owner(&self, lease: &Lease) -> Result<(), String>;
+}
+
+/// Why a forwarded request got no answer from the owner.
+#[derive(Clone, Debug)]
+pub enum Unforwarded {
+    /// The lease's process is gone (or is another process now).
+    NoLiveOwner,
+    /// The owner lives but could not be asked: no control socket, not answering, another
+    /// key, or no control protocol at all. `owner` is the `control.owner` document.
+    Unreachable { owner: Value, reason: String },
+    /// The owner answered with a refusal: its wire code and message.
+    Refused { code: String, message: String },
+}
+
 /// This process as a lease holder.
 #[derive(Clone, Debug)]
 pub struct Owner {
@@ -144,10 +178,16 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// This process under a fresh owner id.
     pub fn current() -> Owner {
+        Owner::with_id(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// This process under `owner_id` (a daemon's `instanceId`).
+    pub fn with_id(owner_id: String) -> Owner {
         let pid = std::process::id();
         Owner {
-            owner_id: uuid::Uuid::new_v4().to_string(),
+            owner_id,
             pid,
             proc_start: crate::util::process_start_time(pid).unwrap_or(0),
         }
@@ -183,6 +223,8 @@ struct Inner {
     /// Runs being prepared per project (they hold capacity before admission).
     preparing: Mutex<HashMap<PathBuf, usize>>,
     tracker: TaskTracker,
+    /// How to reach other lease holders; set once by the front end that builds the engine.
+    route: std::sync::OnceLock<Arc<dyn OwnerRoute>>,
 }
 
 /// The engine. Cheap to clone.
@@ -253,13 +295,17 @@ impl Engine {
                 store,
                 runner,
                 backends,
-                config,
                 broker: PermissionBroker::new(Some(notices.clone())),
                 notices,
-                owner: Owner::current(),
+                owner: match &config.owner_id {
+                    Some(owner_id) => Owner::with_id(owner_id.clone()),
+                    None => Owner::current(),
+                },
+                config,
                 live: Mutex::default(),
                 preparing: Mutex::default(),
                 tracker: TaskTracker::new(),
+                route: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -283,6 +329,11 @@ impl Engine {
 
     pub fn owner(&self) -> &Owner {
         &self.inner.owner
+    }
+
+    /// Installs how this engine reaches other lease holders. The first call wins.
+    pub fn set_owner_route(&self, route: Arc<dyn OwnerRoute>) {
+        let _ = self.inner.route.set(route);
     }
 
     fn nested_resolver(&self, project_dir: &Path, run_id: &RunId) -> NestedResolver {
@@ -937,6 +988,12 @@ impl Engine {
                 "run {run_id} was taken by another process while resuming"
             )));
         }
+        // A stop asked for before this resume must not end the new generation.
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        for intent in intents::unacked(&runs, &run_id) {
+            let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
+            self.acknowledge(&runs, &run_id, &intent.op, &retired);
+        }
         record.generation += 1;
         record.limits = record.limits.with_overrides(
             request.limits.max_agents,
@@ -1073,6 +1130,12 @@ impl Engine {
                 "run {run_id} is not waiting for setup"
             )));
         }
+        if let Some(owner) = self.foreign_owner(run_id).await? {
+            // A predecessor still holds the lease: the answer is its to carry out.
+            let body = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "response": response});
+            let answer = self.forward_live(run_id, &owner, &body).await?;
+            return Ok(answer.get("answer").cloned().unwrap_or(answer));
+        }
         let lease = self.inner.owner.lease();
         let previous = self.inner.store.lease(run_id).await?;
         if !self
@@ -1141,14 +1204,41 @@ impl Engine {
             .and_then(|live| live.get(run_id).map(|l| l.view.clone()));
         let live_view = view.and_then(|v| v.lock().ok().map(|v| v.clone()));
         let permissions = self.inner.broker.pending(run_id.as_str());
-        Ok(status::build(
+        let mut document = status::build(
             self.inner.store.as_ref(),
             &record,
             live_view.as_ref(),
             &permissions,
             query,
         )
-        .await?)
+        .await?;
+        if record.status == RunStatus::Running && live_view.is_none() {
+            let remote = self.remote_permissions(run_id).await?;
+            if !remote.is_empty() {
+                document["pendingPermissions"] = Value::Array(remote);
+            }
+        }
+        Ok(document)
+    }
+
+    /// The pending permission requests of a run another live process executes, asked of
+    /// that process (`list-permissions`); empty when it cannot say within a second.
+    async fn remote_permissions(&self, run_id: &RunId) -> EngineResult<Vec<Value>> {
+        let Some(lease) = self.foreign_owner(run_id).await? else {
+            return Ok(Vec::new());
+        };
+        let body = json!({"action": "list-permissions", "runId": run_id});
+        let op = uuid::Uuid::new_v4().to_string();
+        let asked =
+            tokio::time::timeout(REMOTE_STATUS_WAIT, self.forward(&lease, &op, &body)).await;
+        Ok(match asked {
+            Ok(Ok(answer)) => answer
+                .get("permissions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        })
     }
 
     /// Stops a whole run (`call_index: None`) or cancels one live agent call.
@@ -1158,46 +1248,31 @@ impl Engine {
         call_index: Option<u32>,
         query: &StatusQuery,
     ) -> EngineResult<Value> {
+        self.stop_with(run_id, call_index, false, query).await
+    }
+
+    /// [`Engine::stop`] that may also end a superseded daemon still holding the run's lease
+    /// (`force_owner`, whole-run stops only; daemon.md 1.10 step 9).
+    ///
+    /// A run executing in another live process is stopped there: the stop is recorded as a
+    /// durable intent and forwarded to the lease holder. When the holder cannot be reached
+    /// the answer carries `control: {state:"pending", operationId, requestedAt, owner}` and
+    /// the intent stays for the owner to carry out; a retry reuses its operation id.
+    pub async fn stop_with(
+        &self,
+        run_id: &RunId,
+        call_index: Option<u32>,
+        force_owner: bool,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        if force_owner && call_index.is_some() {
+            return Err(EngineError::Rejected(
+                "forceOwner cannot be combined with callIndex: callIndex cancels one live call, forceOwner stops the whole run".into(),
+            ));
+        }
         let record = self.load_reconciled(run_id).await?;
         if let Some(index) = call_index {
-            let (reply_tx, reply_rx) = oneshot::channel();
-            let sent = self.send_control(
-                run_id,
-                Control::CancelCall {
-                    index,
-                    reply: reply_tx,
-                },
-            );
-            let cancelled = sent && reply_rx.await.unwrap_or(false);
-            if !cancelled {
-                let live_calls: Vec<String> = self
-                    .inner
-                    .live
-                    .lock()
-                    .ok()
-                    .and_then(|live| {
-                        live.get(run_id).and_then(|l| {
-                            l.view.lock().ok().map(|v| {
-                                v.calls
-                                    .iter()
-                                    .map(|(i, c)| format!("{i}:{}", c.label))
-                                    .collect()
-                            })
-                        })
-                    })
-                    .unwrap_or_default();
-                return Err(EngineError::Rejected(format!(
-                    "callIndex {index} is not a live agent call of run {run_id}; live calls: {}",
-                    if live_calls.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        live_calls.join(", ")
-                    }
-                )));
-            }
-            let mut status = self.status(run_id, query).await?;
-            status["cancelled"] = json!({"callIndex": index});
-            return Ok(status);
+            return self.cancel_agent(run_id, index, query).await;
         }
         if record.status.is_terminal() {
             let mut status = self.status(run_id, query).await?;
@@ -1217,18 +1292,244 @@ impl Engine {
             }
             return Ok(status);
         }
-        if record.status == RunStatus::Running {
-            let lease = self.inner.store.lease(run_id).await?;
+        if record.status == RunStatus::Running
+            && let Some(lease) = self.foreign_owner(run_id).await?
+        {
+            return self.stop_remote(&record, &lease, force_owner, query).await;
+        }
+        self.stop_cold(run_id, query).await
+    }
+
+    /// Cancels one live agent call, here or in the process executing the run.
+    async fn cancel_agent(
+        &self,
+        run_id: &RunId,
+        index: u32,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        if !self.is_live(run_id) {
+            let Some(lease) = self.foreign_owner(run_id).await? else {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} has no live owner process, so callIndex {index} is not a live agent call; cancelling an agent needs the process executing the run (resume the run, or stop it whole)"
+                )));
+            };
+            let body = json!({"action": "cancel-agent", "runId": run_id, "callIndex": index});
+            let answer = self.forward_live(run_id, &lease, &body).await?;
+            let mut status = self.status(run_id, query).await?;
+            status["cancelled"] = answer
+                .get("cancelled")
+                .cloned()
+                .unwrap_or_else(|| json!({"callIndex": index}));
+            return Ok(status);
+        }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let sent = self.send_control(
+            run_id,
+            Control::CancelCall {
+                index,
+                reply: reply_tx,
+            },
+        );
+        let cancelled = sent && reply_rx.await.unwrap_or(false);
+        if !cancelled {
+            let live_calls: Vec<String> = self
+                .inner
+                .live
+                .lock()
+                .ok()
+                .and_then(|live| {
+                    live.get(run_id).and_then(|l| {
+                        l.view.lock().ok().map(|v| {
+                            v.calls
+                                .iter()
+                                .map(|(i, c)| format!("{i}:{}", c.label))
+                                .collect()
+                        })
+                    })
+                })
+                .unwrap_or_default();
             return Err(EngineError::Rejected(format!(
-                "run {run_id} is executing in process {}; stop it there (stop forwarding between processes arrives with the daemon)",
-                lease
-                    .map(|l| l.pid.to_string())
-                    .unwrap_or_else(|| "unknown".into())
+                "callIndex {index} is not a live agent call of run {run_id}; live calls: {}",
+                if live_calls.is_empty() {
+                    "none".to_owned()
+                } else {
+                    live_calls.join(", ")
+                }
             )));
         }
-        // Paused or pending: a cold stop under a fresh lease.
-        let lease = self.inner.owner.lease();
+        let mut status = self.status(run_id, query).await?;
+        status["cancelled"] = json!({"callIndex": index});
+        Ok(status)
+    }
+
+    /// A whole-run stop of a run another live process holds (daemon.md 1.10 steps 2-9).
+    async fn stop_remote(
+        &self,
+        record: &RunRecord,
+        lease: &Lease,
+        force_owner: bool,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        let run_id = &record.run_id;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let intent = intents::request(&runs, run_id, intents::STOP).map_err(|error| {
+            EngineError::Rejected(format!(
+                "cannot record the stop request for run {run_id}: {error}"
+            ))
+        })?;
+        if force_owner {
+            let route = self.inner.route.get().ok_or_else(|| {
+                EngineError::Rejected(
+                    "forceOwner: this process cannot verify or end other owners".into(),
+                )
+            })?;
+            route
+                .terminate_superseded_owner(lease)
+                .await
+                .map_err(|reason| EngineError::Rejected(format!("forceOwner refused: {reason}")))?;
+            return self
+                .stop_cold_acknowledged(run_id, &runs, &intent, query)
+                .await;
+        }
+        let body = json!({"action": "stop", "runId": run_id});
+        let forwarded = self.forward(lease, &intent.op, &body).await;
+        let owner = match &forwarded {
+            Err(Unforwarded::NoLiveOwner) => {
+                return self
+                    .stop_cold_acknowledged(run_id, &runs, &intent, query)
+                    .await;
+            }
+            Err(Unforwarded::Unreachable { owner, reason }) => {
+                return self
+                    .stop_pending(run_id, &intent, owner.clone(), reason, query)
+                    .await;
+            }
+            Err(Unforwarded::Refused { code, message }) if code == "UNKNOWN_RUN" => {
+                return Err(EngineError::Rejected(format!(
+                    "the owner of run {run_id} (pid {}) does not know it: {message}",
+                    lease.pid
+                )));
+            }
+            Err(Unforwarded::Refused { .. }) => lease_owner(lease),
+            Ok(answer) => answer
+                .get("owner")
+                .cloned()
+                .unwrap_or_else(|| lease_owner(lease)),
+        };
+        // Step 6: whatever the owner said, the store decides.
+        let current = self.load_reconciled(run_id).await?;
+        if current.status.is_terminal() {
+            let answer = forwarded.as_ref().ok();
+            let already = answer
+                .and_then(|a| a.get("alreadyTerminal"))
+                .and_then(Value::as_bool)
+                .unwrap_or(current.status != RunStatus::Aborted);
+            let settled = json!({
+                "state": "settled",
+                "operationId": intent.op,
+                "stopped": !already,
+                "alreadyTerminal": already,
+                "owner": owner,
+            });
+            self.acknowledge(&runs, run_id, &intent.op, &settled);
+            let mut status = self.status(run_id, query).await?;
+            status["stopped"] = Value::Bool(!already);
+            status["alreadyTerminal"] = Value::Bool(already);
+            status["control"] = settled;
+            return Ok(status);
+        }
+        match forwarded {
+            Ok(_) => {
+                self.stop_pending(
+                    run_id,
+                    &intent,
+                    owner,
+                    "the owner is still stopping the run",
+                    query,
+                )
+                .await
+            }
+            Err(Unforwarded::Refused { message, .. }) => {
+                if current.status != RunStatus::Running {
+                    // The owner let go between our look and its answer: stop it here.
+                    return self
+                        .stop_cold_acknowledged(run_id, &runs, &intent, query)
+                        .await;
+                }
+                Err(EngineError::Rejected(format!(
+                    "the owner of run {run_id} (pid {}) refused the stop: {message}",
+                    lease.pid
+                )))
+            }
+            Err(_) => unreachable!("handled above"),
+        }
+    }
+
+    async fn stop_pending(
+        &self,
+        run_id: &RunId,
+        intent: &intents::Intent,
+        owner: Value,
+        reason: &str,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        let mut status = self.status(run_id, query).await?;
+        status["stopped"] = Value::Bool(false);
+        status["control"] = json!({
+            "state": "pending",
+            "operationId": intent.op,
+            "requestedAt": crate::util::iso_time(intent.requested_at),
+            "owner": owner,
+            "reason": reason,
+        });
+        Ok(status)
+    }
+
+    /// Step 7: nobody executes the run any more; stop it here and acknowledge the intent.
+    async fn stop_cold_acknowledged(
+        &self,
+        run_id: &RunId,
+        runs: &Path,
+        intent: &intents::Intent,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        let mut status = self.stop_cold(run_id, query).await?;
+        let already = status["alreadyTerminal"] == true;
+        let settled = json!({
+            "state": "settled",
+            "operationId": intent.op,
+            "stopped": !already,
+            "alreadyTerminal": already,
+            "cold": true,
+        });
+        self.acknowledge(runs, run_id, &intent.op, &settled);
+        status["control"] = settled;
+        Ok(status)
+    }
+
+    /// Stops a run no process executes: a cold stop under a fresh lease.
+    async fn stop_cold(&self, run_id: &RunId, query: &StatusQuery) -> EngineResult<Value> {
+        let record = self.load_reconciled(run_id).await?;
+        if record.status.is_terminal() {
+            let mut status = self.status(run_id, query).await?;
+            status["stopped"] = Value::Bool(false);
+            status["alreadyTerminal"] = Value::Bool(true);
+            return Ok(status);
+        }
+        // Never take a lease a live process holds: it is executing the run, or changing it.
+        if let Some(holder) = self.foreign_owner(run_id).await? {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is {} in process {}; stop it again once that process lets go",
+                if record.status == RunStatus::Running {
+                    "executing"
+                } else {
+                    "being changed"
+                },
+                holder.pid
+            )));
+        }
         let previous = self.inner.store.lease(run_id).await?;
+        let lease = self.inner.owner.lease();
         if !self
             .inner
             .store
@@ -1248,7 +1549,117 @@ impl Engine {
         self.inner.store.release_lease(run_id, &lease.token).await?;
         let mut status = self.status(run_id, query).await?;
         status["stopped"] = Value::Bool(true);
+        status["alreadyTerminal"] = Value::Bool(false);
         Ok(status)
+    }
+
+    fn acknowledge(&self, runs: &Path, run_id: &RunId, op: &str, outcome: &Value) {
+        if let Err(error) = intents::acknowledge(runs, run_id, op, outcome) {
+            tracing::warn!(run = %run_id, "cannot acknowledge stop intent {op}: {error}");
+        }
+    }
+
+    /// The owner's half of a forwarded whole-run stop (daemon.md 1.10 step 5): re-reads the
+    /// intent `op`, stops the run this engine executes, waits up to `wait` for the aborted
+    /// state and its one `stopped` event to be stored, and acknowledges the intent.
+    /// `{outcome:"stopping"}` when the run has not settled within `wait`: the intent stays
+    /// and [`Engine::complete_stop_intents`] acknowledges it later.
+    pub async fn stop_requested(
+        &self,
+        run_id: &RunId,
+        op: &str,
+        wait: Duration,
+    ) -> EngineResult<Value> {
+        let record = self.inner.store.load_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let intent = intents::read(&runs, run_id, op);
+        let owner = self.owner_summary();
+        if record.status.is_terminal() {
+            let settled = json!({"state": "settled", "operationId": op, "stopped": false, "alreadyTerminal": true, "owner": owner});
+            if intent.is_some() {
+                self.acknowledge(&runs, run_id, op, &settled);
+            }
+            return Ok(
+                json!({"outcome": "settled", "stopped": false, "alreadyTerminal": true, "status": record.status, "owner": owner}),
+            );
+        }
+        if !self.send_control(run_id, Control::Stop) {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is not executing in this process"
+            )));
+        }
+        if tokio::time::timeout(wait, self.wait(run_id)).await.is_err() {
+            return Ok(json!({"outcome": "stopping", "operationId": op, "owner": owner}));
+        }
+        let record = self.inner.store.load_run(run_id).await?;
+        let stopped = record.status == RunStatus::Aborted;
+        let settled = json!({"state": "settled", "operationId": op, "stopped": stopped, "alreadyTerminal": !stopped, "owner": owner});
+        if intent.is_some() {
+            self.acknowledge(&runs, run_id, op, &settled);
+        }
+        Ok(
+            json!({"outcome": "settled", "stopped": stopped, "alreadyTerminal": !stopped, "status": record.status, "owner": owner}),
+        )
+    }
+
+    /// Carries out unacknowledged stop intents (daemon.md 1.10 step 8, "owners scan intents
+    /// every tick and at start"): a run this engine executes is told to stop, a settled run's
+    /// intent is acknowledged, a run nobody executes is stopped cold and acknowledged; runs
+    /// another live process holds are left to it. Returns how many intents name runs this
+    /// engine executes: work that keeps a daemon from exiting.
+    pub async fn complete_stop_intents(&self) -> usize {
+        let root = self.inner.store.root().to_path_buf();
+        let found = tokio::task::spawn_blocking(move || intents::scan(&root))
+            .await
+            .unwrap_or_default();
+        let mut owned = 0;
+        for (runs, intent) in found {
+            if intent.action != intents::STOP {
+                continue;
+            }
+            let run_id = &intent.run_id;
+            let record = match self.inner.store.load_run(run_id).await {
+                Ok(record) => record,
+                Err(StoreError::UnknownRun(_)) => {
+                    let gone = json!({"state": "settled", "operationId": intent.op, "stopped": false, "unknownRun": true});
+                    self.acknowledge(&runs, run_id, &intent.op, &gone);
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
+                    continue;
+                }
+            };
+            if record.status.is_terminal() {
+                let stopped = record.status == RunStatus::Aborted;
+                let settled = json!({"state": "settled", "operationId": intent.op, "stopped": stopped, "alreadyTerminal": !stopped, "owner": self.owner_summary()});
+                self.acknowledge(&runs, run_id, &intent.op, &settled);
+                continue;
+            }
+            if self.send_control(run_id, Control::Stop) {
+                owned += 1;
+                continue;
+            }
+            match self.foreign_owner(run_id).await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
+                    continue;
+                }
+            }
+            match self.stop_cold(run_id, &StatusQuery::default()).await {
+                Ok(status) => {
+                    let already = status["alreadyTerminal"] == true;
+                    let settled = json!({"state": "settled", "operationId": intent.op, "stopped": !already, "alreadyTerminal": already, "cold": true});
+                    self.acknowledge(&runs, run_id, &intent.op, &settled);
+                }
+                Err(error) => {
+                    tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
+                }
+            }
+        }
+        owned
     }
 
     /// Pauses a live run: running calls finish and journal, nothing new starts.
@@ -1256,9 +1667,20 @@ impl Engine {
         let record = self.load_reconciled(run_id).await?;
         if !self.send_control(run_id, Control::Pause(PauseReason::Requested)) {
             if record.status == RunStatus::Running {
-                return Err(EngineError::Rejected(format!(
-                    "run {run_id} is executing in another process; pause it there"
-                )));
+                let Some(lease) = self.foreign_owner(run_id).await? else {
+                    return Err(EngineError::Rejected(format!(
+                        "run {run_id} has no live owner process to pause it"
+                    )));
+                };
+                let body = json!({"action": "pause", "runId": run_id});
+                let answer = self.forward_live(run_id, &lease, &body).await?;
+                let mut status = self.status(run_id, query).await?;
+                status["pauseRequested"] = Value::Bool(true);
+                status["paused"] = Value::Bool(
+                    answer.get("paused") == Some(&Value::Bool(true))
+                        || status["status"] == "paused",
+                );
+                return Ok(status);
             }
             let mut status = self.status(run_id, query).await?;
             status["pauseRequested"] = Value::Bool(false);
@@ -1294,7 +1716,7 @@ impl Engine {
         let _ = tokio::time::timeout(deadline, all).await;
     }
 
-    /// Answers a live permission request.
+    /// Answers a live permission request, here or in the process executing the run.
     pub async fn respond_permission(
         &self,
         run_id: &RunId,
@@ -1302,6 +1724,20 @@ impl Engine {
         outcome: PermissionOutcome,
     ) -> EngineResult<Value> {
         self.inner.store.load_run(run_id).await?;
+        if !self.is_live(run_id)
+            && let Some(lease) = self.foreign_owner(run_id).await?
+        {
+            let body = json!({
+                "action": "respond-permission",
+                "runId": run_id,
+                "permissionId": permission_id,
+                "response": {"outcome": outcome},
+            });
+            self.forward_live(run_id, &lease, &body).await?;
+            return Ok(
+                json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "accepted": true}),
+            );
+        }
         self.inner
             .broker
             .answer(run_id.as_str(), permission_id, outcome.clone())
@@ -1317,6 +1753,63 @@ impl Engine {
 
     pub fn pending_permissions(&self, run_id: &RunId) -> Vec<PendingPermission> {
         self.inner.broker.pending(run_id.as_str())
+    }
+
+    /// The lease of `run_id` when a live process other than this one holds it.
+    async fn foreign_owner(&self, run_id: &RunId) -> EngineResult<Option<Lease>> {
+        let lease = self.inner.store.lease(run_id).await?;
+        Ok(lease.filter(|lease| {
+            lease.owner_id != self.inner.owner.owner_id
+                && crate::discovery::liveness::identity_liveness(lease.pid, lease.proc_start, None)
+                    .is_alive()
+        }))
+    }
+
+    async fn forward(&self, lease: &Lease, op: &str, body: &Value) -> Result<Value, Unforwarded> {
+        match self.inner.route.get() {
+            Some(route) => route.forward(lease, op, body).await,
+            None => Err(Unforwarded::Unreachable {
+                owner: lease_owner(lease),
+                reason: "this process has no control route to other processes".into(),
+            }),
+        }
+    }
+
+    /// Forwards an action that only a live owner can carry out (cancel-agent, pause,
+    /// permissions, setup): every failure is an error, nothing is done in its place.
+    async fn forward_live(
+        &self,
+        run_id: &RunId,
+        lease: &Lease,
+        body: &Value,
+    ) -> EngineResult<Value> {
+        let action = body.get("action").and_then(Value::as_str).unwrap_or("");
+        let op = uuid::Uuid::new_v4().to_string();
+        match self.forward(lease, &op, body).await {
+            Ok(answer) => Ok(answer),
+            Err(Unforwarded::NoLiveOwner) => Err(EngineError::Rejected(format!(
+                "run {run_id} has no live owner process (pid {} has ended); {action} needs the process executing the run",
+                lease.pid
+            ))),
+            Err(Unforwarded::Unreachable { reason, .. }) => Err(EngineError::Rejected(format!(
+                "run {run_id} is executing in process {}, which cannot be reached for {action}: {reason}",
+                lease.pid
+            ))),
+            Err(Unforwarded::Refused { code, message }) => {
+                if code == "UNKNOWN_RUN" {
+                    return Err(EngineError::UnknownRun(run_id.clone()));
+                }
+                Err(EngineError::Rejected(format!(
+                    "process {} executing run {run_id} refused {action}: {message}",
+                    lease.pid
+                )))
+            }
+        }
+    }
+
+    /// `control.owner` describing this engine's process.
+    fn owner_summary(&self) -> Value {
+        json!({"pid": self.inner.owner.pid, "instanceId": self.inner.owner.owner_id})
     }
 
     /// One page of the exact result JSON (engine.md 6.6).
@@ -1369,6 +1862,8 @@ impl Engine {
             )));
         }
         self.inner.store.delete_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let _ = std::fs::remove_dir_all(intents::run_folder(&runs, run_id));
         if record.script_source == ScriptSource::Inline {
             let expected =
                 store::script_copy_path(self.inner.store.root(), &record.project_dir, run_id);
@@ -1394,6 +1889,17 @@ impl Engine {
         let _ = tokio::time::timeout(deadline, self.inner.tracker.wait()).await;
         self.inner.runner.shutdown(deadline).await;
     }
+}
+
+/// `control.owner` for a lease holder known only by its lease.
+pub fn lease_owner(lease: &Lease) -> Value {
+    json!({
+        "pid": lease.pid,
+        "instanceId": lease.owner_id,
+        "version": Value::Null,
+        "lameDuck": false,
+        "controlProtocol": 0,
+    })
 }
 
 fn check_project_dir(project_dir: &Path) -> EngineResult<()> {

@@ -10,6 +10,7 @@
 pub mod driver;
 pub mod events;
 pub mod glob;
+pub mod intents;
 pub mod instant;
 pub mod journal;
 pub mod manager;

@@ -372,12 +372,9 @@ mod tests {
         .unwrap();
         assert_eq!(notifier.watchdog_interval(), None);
 
-        let notifier = Notifier::from_vars(
-            true,
-            PID,
-            vars(&[("SYSTEMD_EXEC_PID", &PID.to_string())]),
-        )
-        .unwrap();
+        let notifier =
+            Notifier::from_vars(true, PID, vars(&[("SYSTEMD_EXEC_PID", &PID.to_string())]))
+                .unwrap();
         // No NOTIFY_SOCKET: nothing to send to, and no watchdog without a channel.
         assert!(!notifier.is_active());
         notifier.ready().unwrap();

@@ -77,10 +77,17 @@ pub(super) fn stop_headline(status: &Value, call_index: Option<u32>) -> String {
     if status["stopped"] == true {
         return format!("Stopped run {run_id}; it can be resumed with action \"resume\".");
     }
-    match status
+    let operation = status
         .pointer("/control/operationId")
-        .and_then(Value::as_str)
+        .and_then(Value::as_str);
+    if status.pointer("/control/state") == Some(&Value::from("pending"))
+        && let (Some(operation), Some(pid)) = (operation, status.pointer("/control/owner/pid"))
     {
+        return format!(
+            "Stop of run {run_id} is pending (operation {operation}): the server process {pid} executing it did not answer. The request is recorded and carried out when that process next checks; stop again to retry with the same operation, or pass forceOwner if that process is superseded."
+        );
+    }
+    match operation {
         Some(operation) => format!(
             "Stop of run {run_id} requested; the run has not settled yet (operation {operation}). Check status again."
         ),

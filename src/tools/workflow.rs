@@ -113,6 +113,8 @@ pub(super) enum Action {
     Stop {
         run_id: RunId,
         call_index: Option<u32>,
+        /// Also end a superseded daemon still holding the run.
+        force_owner: bool,
         query: StatusQuery,
     },
     Pause {
@@ -176,7 +178,7 @@ pub(super) fn tool_definition() -> Value {
                 "offset": {"type": "integer", "minimum": 0, "description": "result: byte offset into the result JSON (default 0); continue at the previous endOffset."},
                 "maxBytes": {"type": "integer", "minimum": MAX_BYTES.0, "maximum": MAX_BYTES.1, "description": format!("result: page size in bytes (default {}).", MAX_BYTES.2)},
                 "callIndex": {"type": "integer", "minimum": 0, "description": "stop: cancel only this live agent call (its slot becomes null); not with forceOwner."},
-                "forceOwner": {"type": "boolean", "description": "stop: permit stopping a run owned by a superseded server process; not with callIndex."}
+                "forceOwner": {"type": "boolean", "description": "stop: if the run's owner is a superseded server process that cannot stop it, end that process (it may be running other runs) and stop the run here; not with callIndex."}
             }
         },
         "annotations": {
@@ -311,18 +313,18 @@ pub(super) fn parse(arguments: &Value, default_project: Option<&Path>) -> McpRes
         },
         "stop" => {
             let call_index = input.integer("callIndex", 0, i64::from(u32::MAX))?;
-            // forceOwner only widens whose lease a whole-run stop may break; until the daemon
-            // hands runs between processes the engine refuses a foreign live owner either way,
-            // so the flag is validated and otherwise has no effect yet.
-            match fields.get("forceOwner") {
-                None | Some(Value::Bool(_)) => {}
+            // forceOwner widens whose lease a whole-run stop may break: a superseded daemon
+            // still holding the run is ended first (the engine verifies it is superseded).
+            let force_owner = match fields.get("forceOwner") {
+                None => false,
+                Some(Value::Bool(force)) => *force,
                 Some(other) => {
                     return Err(input.error(
                         "forceOwner",
                         format!("must be a boolean, got {}", kind_of(other)),
                     ));
                 }
-            }
+            };
             if call_index.is_some() && fields.contains_key("forceOwner") {
                 return Err(input.error(
                     "forceOwner",
@@ -332,6 +334,7 @@ pub(super) fn parse(arguments: &Value, default_project: Option<&Path>) -> McpRes
             Action::Stop {
                 run_id: input.run_id()?,
                 call_index: call_index.map(|index| index as u32),
+                force_owner,
                 query: input.status_query()?,
             }
         }
@@ -746,8 +749,13 @@ impl WorkflowServer {
             Action::Stop {
                 run_id,
                 call_index,
+                force_owner,
                 query,
-            } => match self.engine.stop(&run_id, call_index, &query).await {
+            } => match self
+                .engine
+                .stop_with(&run_id, call_index, force_owner, &query)
+                .await
+            {
                 Ok(status) => {
                     let headline = text::stop_headline(&status, call_index);
                     Ok(status_result(Some(headline), status))

@@ -12,6 +12,7 @@ mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
 mod notify;
+mod run_control;
 mod sdk_clients;
 mod service;
 mod shim;
