@@ -510,3 +510,54 @@ fn a_socket_activated_daemon_refuses_a_socket_that_is_not_loopback_tcp() {
 fn read_log(world: &World, name: &str) -> String {
     std::fs::read_to_string(world.ctx.path(&format!("{name}.log"))).unwrap_or_default()
 }
+
+/// Scenario 25, the lame-duck half: a managed daemon that is superseded reports its drain on
+/// `STATUS=` and sends no `STOPPING=1` while it drains (systemd would start its stop timer);
+/// `STOPPING=1` comes only when it really exits, 0, once its run is done.
+#[test]
+fn a_superseded_managed_daemon_reports_its_drain_and_stops_only_at_exit() {
+    let world = World::with(|ctx| ctx.set("AGENTPRISM_TEST_VERSION", "1.0.0"));
+    let harness = NotifyHarness::new(&world, "notify.sock");
+    let mut old = spawn_managed(&world, &harness, None, &[]);
+    let ready = harness.next(DEADLINE).expect("READY=1");
+    assert!(ready.starts_with("READY=1\n"), "{ready}");
+    let v1 = world.pointer().expect("a pointer");
+
+    let release = world.ctx.path("release");
+    let session = open_session(v1.port);
+    let script = format!(
+        "{HEADER}const a = await agent('hold\\n@mock wait_file {}');\nreturn {{a}};\n",
+        release.display()
+    );
+    let started = mcp_post(
+        v1.port,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "workflow",
+            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
+    );
+    assert_eq!(started.status, 200);
+
+    let mut successor = world.ctx.command(&["daemon", "run", "--supersede"]);
+    successor
+        .env("AGENTPRISM_TEST_VERSION", "2.0.0")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut successor = successor.spawn().expect("spawn the successor");
+    let drain = harness.next(DEADLINE).expect("a STATUS while draining");
+    assert_eq!(drain, "STATUS=lame duck: 1 runs\n");
+    assert_ne!(world.pointer().expect("a pointer").pid, v1.pid);
+    assert!(harness.queued().is_empty(), "nothing else while draining");
+
+    std::fs::write(&release, "go").expect("release the run");
+    let status = wait_exit(&mut old);
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        harness.queued(),
+        ["STATUS=lame duck: 0 runs\n", "STOPPING=1\n"]
+    );
+    let _ = killpg(Pid::from_raw(successor.id() as i32), Signal::SIGKILL);
+    let _ = successor.wait();
+}

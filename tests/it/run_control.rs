@@ -124,40 +124,14 @@ impl World {
         self.ctx.status(run_id)
     }
 
-    fn store(&self) -> SqliteStore {
-        SqliteStore::open(&self.ctx.state()).expect("open the store")
-    }
-
     /// How many `stopped` events the run's stream holds.
     fn stopped_events(&self, run_id: &str) -> usize {
-        let store = self.store();
-        let run_id = RunId::parse(run_id).unwrap();
-        let events = runtime()
-            .block_on(store.events(&run_id, 0, 100_000))
-            .expect("read events");
-        events
-            .iter()
-            .filter(|e| e.event["type"] == "stopped")
-            .count()
+        stopped_events(&self.ctx.state(), run_id)
     }
 
     /// The stop acknowledgements written for the run.
     fn acks(&self, run_id: &str) -> Vec<Value> {
-        let mut found = Vec::new();
-        for project in std::fs::read_dir(self.ctx.state().join("projects"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let folder = project.path().join("runs/.control").join(run_id);
-            for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-                if entry.file_name().to_string_lossy().ends_with(".ack.json") {
-                    let text = std::fs::read(entry.path()).unwrap();
-                    found.push(serde_json::from_slice(&text).unwrap());
-                }
-            }
-        }
-        found
+        acks(&self.ctx.state(), run_id)
     }
 
     fn wait_status(&self, run_id: &str, wanted: &str) -> Value {
@@ -352,6 +326,38 @@ fn call_tool(port: u16, session: &str, arguments: Value) -> Value {
         return json!({"error": result["content"][0]["text"]});
     }
     result["structuredContent"].clone()
+}
+
+/// How many `stopped` events the stream of `run_id` in the store under `state` holds.
+pub(crate) fn stopped_events(state: &Path, run_id: &str) -> usize {
+    let store = SqliteStore::open(state).expect("open the store");
+    let run_id = RunId::parse(run_id).unwrap();
+    let events = runtime()
+        .block_on(store.events(&run_id, 0, 100_000))
+        .expect("read events");
+    events
+        .iter()
+        .filter(|e| e.event["type"] == "stopped")
+        .count()
+}
+
+/// The stop acknowledgements written for `run_id` under the persistence root `state`.
+pub(crate) fn acks(state: &Path, run_id: &str) -> Vec<Value> {
+    let mut found = Vec::new();
+    for project in std::fs::read_dir(state.join("projects"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let folder = project.path().join("runs/.control").join(run_id);
+        for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".ack.json") {
+                let text = std::fs::read(entry.path()).unwrap();
+                found.push(serde_json::from_slice(&text).unwrap());
+            }
+        }
+    }
+    found
 }
 
 fn slow_script() -> String {

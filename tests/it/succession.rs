@@ -603,3 +603,67 @@ fn a_failing_manager_falls_back_to_self_spawn() {
         shim.stderr()
     );
 }
+
+/// Scenario 18: a run still executing on the lame duck is stopped through the successor: the
+/// successor forwards the stop to the run's owner, which settles it with one `stopped` event
+/// and an acknowledgement, and then exits, drained.
+#[test]
+fn a_run_on_the_lame_duck_is_stopped_through_the_successor() {
+    let world = World::new();
+    let release = world.context.path("never");
+    let mut old_shim = shim_of(&world, V1);
+    old_shim.initialize();
+    let run_id = start_held_run(&world, &mut old_shim, &release);
+    let v1 = pointer(&world).expect("a pointer");
+    drop(old_shim);
+
+    let mut new_shim = shim_of(&world, V2);
+    new_shim.initialize();
+    wait_for("v1 to turn lame duck", DEADLINE, || {
+        (healthz(v1.port, "n").json()["lameDuck"] == true).then_some(())
+    });
+    let stopped = new_shim.call_workflow(2, json!({"action": "stop", "runId": run_id}));
+    let content = &stopped["structuredContent"];
+    assert_eq!(content["control"]["state"], "settled", "{stopped:#}");
+    assert_eq!(content["status"], "aborted", "{stopped:#}");
+    assert_eq!(run_status(&world, &run_id)["status"], "aborted");
+    let state = world.context.state();
+    assert_eq!(crate::run_control::stopped_events(&state, &run_id), 1);
+    assert_eq!(crate::run_control::acks(&state, &run_id).len(), 1);
+    wait_for("the drained lame duck to exit", DEADLINE, || {
+        process_gone(v1.pid as i32).then_some(())
+    });
+}
+
+/// `forceOwner` ends a superseded owner that still holds the run, then stops the run cold.
+#[test]
+fn force_owner_ends_a_lame_duck_holding_the_run() {
+    let world = World::new();
+    let release = world.context.path("never");
+    let mut old_shim = shim_of(&world, V1);
+    old_shim.initialize();
+    let run_id = start_held_run(&world, &mut old_shim, &release);
+    let v1 = pointer(&world).expect("a pointer");
+    drop(old_shim);
+    let mut new_shim = shim_of(&world, V2);
+    new_shim.initialize();
+    wait_for("v1's record to say superseded", DEADLINE, || {
+        instance_record(&world, v1.pid).filter(|record| record.state == DaemonState::Superseded)
+    });
+    let answer = new_shim.request(
+        2,
+        "tools/call",
+        json!({"name": "workflow", "arguments": {"action": "stop", "runId": run_id,
+               "forceOwner": true}}),
+    );
+    assert!(answer["result"].is_object(), "{answer}");
+    assert!(
+        process_gone(v1.pid as i32),
+        "the superseded owner was ended"
+    );
+    assert_eq!(run_status(&world, &run_id)["status"], "aborted");
+    assert_eq!(
+        crate::run_control::stopped_events(&world.context.state(), &run_id),
+        1
+    );
+}
