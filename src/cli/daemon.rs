@@ -523,6 +523,7 @@ fn listed_json(listed: &Listed) -> Value {
         "inflightRequests": from_health("inflightRequests"),
         "state": from_health("state"),
         "lameDuck": from_health("lameDuck"),
+        "drain": from_health("drain"),
         "controlUrl": record.map(|r| r.control_url.clone()),
         "controlAvailable": from_health("controlAvailable"),
         "record": listed.entry.record.as_ref().map(|f| f.path.clone()),
@@ -562,6 +563,22 @@ fn listed_line(listed: &Listed) -> String {
         .is_some_and(|record| record.control_url.is_empty())
     {
         line.push_str("  control off");
+    }
+    if let Some(drain) = listed.health.as_ref().and_then(|h| h.get("drain"))
+        && drain.is_object()
+    {
+        // What a lame duck still waits for (daemon.md Decision 5: every wait is visible).
+        let number = |key: &str| drain.get(key).and_then(Value::as_u64).unwrap_or(0);
+        line.push_str(&format!(
+            "  lame duck since {} for {}: {} in-flight requests, {} unacked stop intents",
+            drain.get("since").and_then(Value::as_str).unwrap_or("-"),
+            drain
+                .get("successor")
+                .and_then(Value::as_str)
+                .map_or("-", |id| &id[..id.len().min(8)]),
+            number("inflightRequests"),
+            number("unackedIntents"),
+        ));
     }
     if let Some(process) = &listed.entry.process
         && listed.entry.own_record().is_none()

@@ -176,6 +176,7 @@ impl Health {
             "state": self.phase().as_str(),
             "lameDuck": self.is_lame_duck(),
             "supersededBy": self.drain.get().map(|d| d.successor.clone()),
+            "drain": if self.is_lame_duck() { self.drain_status() } else { Value::Null },
             "sessions": self.server.session_count(),
             "activeRuns": self.engine.active_executions(),
             "inflightRequests": self.server.inflight_count(),

@@ -157,6 +157,17 @@ fn a_newer_shim_supersedes_and_the_lame_duck_drains() {
         "{}",
         old_shim.stderr()
     );
+    // `daemon status` shows v1 draining, since when, for whom and what it still runs.
+    let status = world.context.run(&["daemon", "status", "--json"]);
+    let listed = status.json();
+    let draining = listed["daemons"]
+        .as_array()
+        .and_then(|daemons| daemons.iter().find(|d| d["pid"] == v1.pid))
+        .unwrap_or_else(|| panic!("v1 not listed: {listed:#}"));
+    assert_eq!(draining["role"], "draining", "{draining:#}");
+    assert_eq!(draining["drain"]["successor"], v2.instance_id.as_str());
+    assert_eq!(draining["drain"]["ownedRuns"], json!([run_id]));
+    assert!(draining["drain"]["since"].is_string());
     // The run is still v1's.
     assert_eq!(run_status(&world, &run_id)["status"], "running");
     assert_eq!(healthz(v1.port, "n").json()["activeRuns"], 1);
