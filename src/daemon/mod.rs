@@ -487,6 +487,18 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             Event::Drain => {
                 close_idle_sessions(&server).await;
                 let runs = engine.active_executions();
+                if runs == 0
+                    && health
+                        .unacked_intents
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        > 0
+                {
+                    // The count is refreshed on ticks; do not wait a whole tick for it.
+                    let unacked = engine.complete_stop_intents().await;
+                    health
+                        .unacked_intents
+                        .store(unacked, std::sync::atomic::Ordering::Relaxed);
+                }
                 if reported_runs != Some(runs) {
                     reported_runs = Some(runs);
                     notify(
