@@ -238,21 +238,7 @@ pub async fn ensure_daemon(
     if let Some(ready) = find_ready(paths, fingerprint, key.as_ref(), options).await? {
         return Ok(ready);
     }
-    let lock = {
-        let (owned_paths, owned_fingerprint, deadline) =
-            (paths.clone(), fingerprint.to_owned(), options.lock_deadline);
-        tokio::task::spawn_blocking(move || {
-            SpawnLock::acquire(&owned_paths, &owned_fingerprint, deadline)
-        })
-        .await
-        .map_err(|e| {
-            DiscoveryError::io(
-                "wait for",
-                paths.spawn_lock(fingerprint),
-                std::io::Error::other(e.to_string()),
-            )
-        })??
-    };
+    let lock = take_spawn_lock(paths, fingerprint, options).await?;
     // The previous holder of the lock may have started a daemon meanwhile.
     if let Some(ready) = find_ready(paths, fingerprint, key.as_ref(), options).await? {
         drop(lock);
@@ -275,6 +261,28 @@ pub async fn ensure_daemon(
     result
 }
 
+/// Takes the family's spawn lock (waiting up to `options.lock_deadline`) off the runtime.
+async fn take_spawn_lock(
+    paths: &Paths,
+    fingerprint: &str,
+    options: &EnsureOptions,
+) -> Result<SpawnLock, EnsureError> {
+    let (owned_paths, owned_fingerprint, deadline) =
+        (paths.clone(), fingerprint.to_owned(), options.lock_deadline);
+    let acquired = tokio::task::spawn_blocking(move || {
+        SpawnLock::acquire(&owned_paths, &owned_fingerprint, deadline)
+    })
+    .await
+    .map_err(|e| {
+        DiscoveryError::io(
+            "wait for",
+            paths.spawn_lock(fingerprint),
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    Ok(acquired?)
+}
+
 /// Starts a successor for an older daemon that speaks our control protocol (daemon.md 1.8):
 /// under the spawn lock, re-probe (another shim may have done it: a qualifying daemon of
 /// `min_version` or newer is adopted), else spawn `daemon run --supersede` and wait until the
@@ -292,21 +300,7 @@ pub async fn ensure_successor(
             .and_then(Value::as_str)
             .is_some_and(|version| compare_versions(version, min_version).is_ge())
     };
-    let lock = {
-        let (owned_paths, owned_fingerprint, deadline) =
-            (paths.clone(), fingerprint.to_owned(), options.lock_deadline);
-        tokio::task::spawn_blocking(move || {
-            SpawnLock::acquire(&owned_paths, &owned_fingerprint, deadline)
-        })
-        .await
-        .map_err(|e| {
-            DiscoveryError::io(
-                "wait for",
-                paths.spawn_lock(fingerprint),
-                std::io::Error::other(e.to_string()),
-            )
-        })??
-    };
+    let lock = take_spawn_lock(paths, fingerprint, options).await?;
     if let Some((record, Probe::Identified(health))) =
         probe_family(paths, fingerprint, key.as_ref()).await
         && super::probe::body_qualifies(&health)

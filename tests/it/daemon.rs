@@ -212,10 +212,22 @@ pub(crate) fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Reply {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    try_http(port, method, path, headers, body)
+        .unwrap_or_else(|| panic!("no HTTP answer from 127.0.0.1:{port}{path}"))
+}
+
+/// [`http`], with `None` when nothing answers (connection refused, cut short).
+pub(crate) fn try_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<Reply> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+        .ok()?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
@@ -224,21 +236,14 @@ pub(crate) fn http(
         "Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     ));
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body.as_bytes()).unwrap();
+    stream.write_all(head.as_bytes()).ok()?;
+    stream.write_all(body.as_bytes()).ok()?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read the answer");
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a response head");
+    stream.read_to_end(&mut raw).ok()?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .expect("a status");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
@@ -250,11 +255,11 @@ pub(crate) fn http(
     {
         body = dechunk(&body);
     }
-    Reply {
+    Some(Reply {
         status,
         headers,
         body,
-    }
+    })
 }
 
 fn dechunk(mut bytes: &[u8]) -> Vec<u8> {

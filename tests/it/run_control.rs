@@ -6,8 +6,6 @@
 //! ports; every process it starts is killed when it ends. Waits poll a condition with a
 //! deadline; nothing sleeps to synchronise.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -19,6 +17,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+use crate::daemon::{open_session, try_http};
 use crate::support::context::{DEADLINE, Finished, TestContext, pids_in};
 
 const HEADER: &str =
@@ -195,122 +194,25 @@ fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// An HTTP answer: status, lowercased header names with values, body.
-type Reply = (u16, Vec<(String, String)>, Vec<u8>);
-
-/// A minimal HTTP/1.1 exchange with `Connection: close`.
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Option<Reply> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(DEADLINE)).ok()?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    ));
-    stream.write_all(head.as_bytes()).ok()?;
-    stream.write_all(body.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).ok()?;
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
-    {
-        body = dechunk(&body);
-    }
-    Some((status, headers, body))
-}
-
 fn http_status(port: u16, path: &str) -> u16 {
-    http(port, "GET", path, &[], "").map_or(0, |(status, _, _)| status)
-}
-
-fn dechunk(mut bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") {
-        let size_text = String::from_utf8_lossy(&bytes[..end]);
-        let size =
-            usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = end + 2;
-        out.extend_from_slice(&bytes[start..start + size]);
-        bytes = &bytes[start + size + 2..];
-    }
-    out
+    try_http(port, "GET", path, &[], "").map_or(0, |reply| reply.status)
 }
 
 /// POSTs one JSON-RPC message; returns the session header and the JSON answer (if any).
 fn mcp_post(port: u16, session: Option<&str>, message: &Value) -> (Option<String>, Value) {
-    let mut headers = vec![
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-    ];
-    if let Some(session) = session {
-        headers.push(("Mcp-Session-Id", session));
-        headers.push(("MCP-Protocol-Version", "2025-11-25"));
-    }
-    let (status, headers, body) =
-        http(port, "POST", "/mcp", &headers, &message.to_string()).expect("an HTTP answer");
+    let reply = crate::daemon::mcp_post(port, session, message);
     assert!(
-        status == 200 || status == 202,
-        "HTTP {status}: {}",
-        String::from_utf8_lossy(&body)
+        reply.status == 200 || reply.status == 202,
+        "HTTP {}: {}",
+        reply.status,
+        String::from_utf8_lossy(&reply.body)
     );
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    };
-    let text = String::from_utf8_lossy(&body).into_owned();
-    let answer = if text.trim().is_empty() {
+    let answer = if reply.body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
-    } else if header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        text.lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-            .find(|message| message.get("id").is_some())
-            .unwrap_or_else(|| panic!("no response in the stream:\n{text}"))
     } else {
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+        reply.json()
     };
-    (header("mcp-session-id"), answer)
-}
-
-fn open_session(port: u16) -> String {
-    let (session, _) = mcp_post(
-        port,
-        None,
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "run-control-test", "version": "1"}}}),
-    );
-    let session = session.expect("a session id");
-    mcp_post(
-        port,
-        Some(&session),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
-    session
+    (reply.header("mcp-session-id").map(str::to_owned), answer)
 }
 
 /// `tools/call workflow` with `arguments`; the structured answer, or the error text.

@@ -615,11 +615,9 @@ fn a_failing_manager_falls_back_to_self_spawn() {
     );
 }
 
-/// Scenario 18: a run still executing on the lame duck is stopped through the successor: the
-/// successor forwards the stop to the run's owner, which settles it with one `stopped` event
-/// and an acknowledgement, and then exits, drained.
-#[test]
-fn a_run_on_the_lame_duck_is_stopped_through_the_successor() {
+/// A v1 daemon executing a run that never ends on its own, superseded (its record says so)
+/// by a v2 daemon, with a v2 shim connected to it.
+fn run_held_by_a_lame_duck() -> (World, String, DaemonRecord, Shim) {
     let world = World::new();
     let release = world.context.path("never");
     let mut old_shim = shim_of(&world, V1);
@@ -627,12 +625,20 @@ fn a_run_on_the_lame_duck_is_stopped_through_the_successor() {
     let run_id = start_held_run(&world, &mut old_shim, &release);
     let v1 = pointer(&world).expect("a pointer");
     drop(old_shim);
-
     let mut new_shim = shim_of(&world, V2);
     new_shim.initialize();
-    wait_for("v1 to turn lame duck", DEADLINE, || {
-        (healthz(v1.port, "n").json()["lameDuck"] == true).then_some(())
+    wait_for("v1's record to say superseded", DEADLINE, || {
+        instance_record(&world, v1.pid).filter(|record| record.state == DaemonState::Superseded)
     });
+    (world, run_id, v1, new_shim)
+}
+
+/// Scenario 18: a run still executing on the lame duck is stopped through the successor: the
+/// successor forwards the stop to the run's owner, which settles it with one `stopped` event
+/// and an acknowledgement, and then exits, drained.
+#[test]
+fn a_run_on_the_lame_duck_is_stopped_through_the_successor() {
+    let (world, run_id, v1, mut new_shim) = run_held_by_a_lame_duck();
     let stopped = new_shim.call_workflow(2, json!({"action": "stop", "runId": run_id}));
     let content = &stopped["structuredContent"];
     assert_eq!(content["control"]["state"], "settled", "{stopped:#}");
@@ -649,18 +655,7 @@ fn a_run_on_the_lame_duck_is_stopped_through_the_successor() {
 /// `forceOwner` ends a superseded owner that still holds the run, then stops the run cold.
 #[test]
 fn force_owner_ends_a_lame_duck_holding_the_run() {
-    let world = World::new();
-    let release = world.context.path("never");
-    let mut old_shim = shim_of(&world, V1);
-    old_shim.initialize();
-    let run_id = start_held_run(&world, &mut old_shim, &release);
-    let v1 = pointer(&world).expect("a pointer");
-    drop(old_shim);
-    let mut new_shim = shim_of(&world, V2);
-    new_shim.initialize();
-    wait_for("v1's record to say superseded", DEADLINE, || {
-        instance_record(&world, v1.pid).filter(|record| record.state == DaemonState::Superseded)
-    });
+    let (world, run_id, v1, mut new_shim) = run_held_by_a_lame_duck();
     let answer = new_shim.request(
         2,
         "tools/call",
