@@ -16,7 +16,6 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -686,17 +685,7 @@ async fn a_peer_of_another_uid_is_refused() {
         .env(CHILD_FRAME_VAR, agentprism::util::hex(&bytes))
         .current_dir("/")
         .stdin(std::process::Stdio::null());
-    // SAFETY: between fork and exec the closure only makes the three raw syscalls, which are
-    // async-signal-safe; it allocates nothing and takes no locks.
-    unsafe {
-        child.pre_exec(|| {
-            let gid = nix::unistd::Gid::from_raw(NOBODY);
-            nix::unistd::setgroups(&[gid])?;
-            nix::unistd::setgid(gid)?;
-            nix::unistd::setuid(nix::unistd::Uid::from_raw(NOBODY))?;
-            Ok(())
-        });
-    }
+    crate::support::context::run_as(&mut child, NOBODY);
     let output = tokio::task::spawn_blocking(move || child.output())
         .await
         .unwrap()

@@ -18,7 +18,6 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use agentprism::control::wire::{Request, Response, frame, new_nonce, refusal_body};
@@ -283,17 +282,7 @@ print("answer:" + answer.hex())
         .arg(agentprism::util::hex(&bytes))
         .current_dir("/")
         .stdin(std::process::Stdio::null());
-    // SAFETY: between fork and exec the closure makes three raw syscalls, which are
-    // async-signal-safe; it allocates nothing and takes no locks.
-    unsafe {
-        child.pre_exec(|| {
-            let gid = nix::unistd::Gid::from_raw(NOBODY);
-            nix::unistd::setgroups(&[gid])?;
-            nix::unistd::setgid(gid)?;
-            nix::unistd::setuid(nix::unistd::Uid::from_raw(NOBODY))?;
-            Ok(())
-        });
-    }
+    crate::support::context::run_as(&mut child, NOBODY);
     let output = child.output().expect("run python3 as nobody");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(

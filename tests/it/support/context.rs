@@ -268,3 +268,20 @@ pub fn pids_in(path: &Path) -> Vec<i32> {
         .filter_map(|l| l.trim().parse().ok())
         .collect()
 }
+
+/// Makes `command` run as `uid` (group `uid` too, no supplementary groups): for tests of
+/// what another user's process may do. Needs root.
+pub fn run_as(command: &mut Command, uid: u32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure makes three raw syscalls, which are
+    // async-signal-safe; it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || {
+            let gid = nix::unistd::Gid::from_raw(uid);
+            nix::unistd::setgroups(&[gid])?;
+            nix::unistd::setgid(gid)?;
+            nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
+            Ok(())
+        });
+    }
+}
