@@ -92,6 +92,51 @@ fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io:
     result
 }
 
+/// Publishes `bytes` at `path` without ever replacing it: written in full (mode exactly
+/// `mode`, synced) to a temporary file beside it, then `link(2)`ed into place. Returns `false`
+/// when `path` already existed: the first writer wins, and no reader ever sees a half-written
+/// file. Errors name the path.
+pub fn publish_once(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other(format!("{} has no parent folder", path.display())))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(|e| annotate(e, "create", &tmp))?;
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .map_err(|e| annotate(e, "set mode of", &tmp))?;
+        file.write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| annotate(e, "write", &tmp))?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => {
+                if let Ok(folder) = std::fs::File::open(dir) {
+                    let _ = folder.sync_all();
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(annotate(e, "publish", path)),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
 /// Adds what was being done and to which path to an I/O error.
 pub fn annotate(error: std::io::Error, doing: &str, path: &Path) -> std::io::Error {
     std::io::Error::new(error.kind(), format!("{doing} {}: {error}", path.display()))

@@ -5,8 +5,8 @@
 //! about the file (bad JSON, version, length, mode other than 0600, another owner, a symlink)
 //! is a [`KeyError`]: the caller turns control off rather than trust it.
 
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -72,37 +72,9 @@ impl RunControlKey {
         let key = RunControlKey {
             bytes: random_bytes()?,
         };
-        let dir = paths.daemons_dir();
-        let tmp = dir.join(format!(
-            ".run-control-key.json.{}.{}.tmp",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        let published = (|| {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(FILE_MODE)
-                .open(&tmp)
-                .map_err(|e| io("create", &tmp, e))?;
-            file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))
-                .map_err(|e| io("set mode of", &tmp, e))?;
-            file.write_all(key.to_json().as_bytes())
-                .and_then(|()| file.sync_all())
-                .map_err(|e| io("write", &tmp, e))?;
-            match std::fs::hard_link(&tmp, &path) {
-                Ok(()) => {
-                    if let Ok(folder) = std::fs::File::open(&dir) {
-                        let _ = folder.sync_all();
-                    }
-                    Ok(true)
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-                Err(e) => Err(io("publish", &path, e)),
-            }
-        })();
-        let _ = std::fs::remove_file(&tmp);
-        if published? {
+        let published = crate::util::publish_once(&path, key.to_json().as_bytes(), FILE_MODE)
+            .map_err(|e| io("publish", &path, e))?;
+        if published {
             Ok(key)
         } else {
             RunControlKey::load(&path)
@@ -265,6 +237,8 @@ fn insecure(path: &Path, reason: &str) -> KeyError {
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Barrier};
+
+    use std::os::unix::fs::PermissionsExt;
 
     use super::*;
 

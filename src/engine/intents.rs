@@ -9,8 +9,7 @@
 //! A retry of the same stop reuses an existing unacknowledged intent, so every attempt
 //! carries the same operation id and the owner can tell a repeat from a new request.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -73,7 +72,7 @@ pub fn request(runs_dir: &Path, run_id: &RunId, action: &str) -> std::io::Result
     create_private_dirs(&folder)?;
     let bytes = serde_json::to_vec_pretty(&intent).expect("an intent serialises");
     let path = folder.join(format!("{}{REQUEST_SUFFIX}", intent.op));
-    publish(&folder, &path, &bytes)?;
+    publish(&path, &bytes)?;
     Ok(intent)
 }
 
@@ -126,7 +125,7 @@ pub fn acknowledge(
     }
     let path = folder.join(format!("{op}{ACK_SUFFIX}"));
     let bytes = serde_json::to_vec_pretty(&document).expect("an ack serialises");
-    publish(&folder, &path, &bytes)?;
+    publish(&path, &bytes)?;
     Ok(ack(runs_dir, run_id, op).unwrap_or(document))
 }
 
@@ -191,46 +190,12 @@ fn create_private_dirs(folder: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(folder)
-        .map_err(|e| annotate(e, "create folder", folder))
+        .map_err(|e| crate::util::annotate(e, "create folder", folder))
 }
 
-/// Writes `bytes` to a temporary file in `folder` and links it to `path`. An existing `path`
-/// is left alone (the first writer wins); that is not an error.
-fn publish(folder: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = folder.join(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| annotate(e, "create", &tmp))?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| annotate(e, "set mode of", &tmp))?;
-        file.write_all(bytes)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| annotate(e, "write", &tmp))?;
-        match std::fs::hard_link(&tmp, path) {
-            Ok(()) => {
-                if let Ok(dir) = std::fs::File::open(folder) {
-                    let _ = dir.sync_all();
-                }
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(annotate(e, "publish", path)),
-        }
-    })();
-    let _ = std::fs::remove_file(&tmp);
-    result
-}
-
-fn annotate(error: std::io::Error, doing: &str, path: &Path) -> std::io::Error {
-    std::io::Error::new(error.kind(), format!("{doing} {}: {error}", path.display()))
+/// Links `bytes` into place at `path` unless it exists (the first writer wins).
+fn publish(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    crate::util::publish_once(path, bytes, 0o600).map(|_| ())
 }
 
 #[cfg(test)]
