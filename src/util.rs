@@ -49,12 +49,20 @@ pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
     write_replacing(path, bytes, mode, false)
 }
 
-fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
+/// Writes `bytes` to a fresh temporary file beside `path` with exactly `mode` (the umask may
+/// have narrowed it at open; a reader that checks the mode, such as the run-control key's,
+/// sees what was asked for), synced if `sync`. Returns the temporary file's path; on error it
+/// is already removed.
+fn write_temporary(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    sync: bool,
+) -> std::io::Result<std::path::PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other(format!("{} has no parent folder", path.display())))?;
-    std::fs::create_dir_all(dir).map_err(|e| annotate(e, "create folder", dir))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -64,15 +72,13 @@ fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io:
         std::process::id(),
         uuid::Uuid::new_v4().simple()
     ));
-    let result = (|| {
+    let written = (|| {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
             .open(&tmp)
             .map_err(|e| annotate(e, "create", &tmp))?;
-        // The umask may have narrowed `mode` at open; set it exactly so a reader that checks
-        // the mode (the run-control key) sees what was asked for.
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
             .map_err(|e| annotate(e, "set mode of", &tmp))?;
         file.write_all(bytes)
@@ -80,14 +86,28 @@ fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io:
         if sync {
             file.sync_all().map_err(|e| annotate(e, "sync", &tmp))?;
         }
-        std::fs::rename(&tmp, path).map_err(|e| annotate(e, "rename into place", path))?;
-        if sync && let Ok(folder) = std::fs::File::open(dir) {
-            let _ = folder.sync_all();
-        }
         Ok(())
     })();
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(error) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(error)
+        }
+    }
+}
+
+fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other(format!("{} has no parent folder", path.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| annotate(e, "create folder", dir))?;
+    let tmp = write_temporary(path, bytes, mode, sync)?;
+    let result = std::fs::rename(&tmp, path).map_err(|e| annotate(e, "rename into place", path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
+    } else if sync && let Ok(folder) = std::fs::File::open(dir) {
+        let _ = folder.sync_all();
     }
     result
 }
@@ -97,44 +117,19 @@ fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io:
 /// when `path` already existed: the first writer wins, and no reader ever sees a half-written
 /// file. Errors name the path.
 pub fn publish_once(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other(format!("{} has no parent folder", path.display())))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .map_err(|e| annotate(e, "create", &tmp))?;
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-            .map_err(|e| annotate(e, "set mode of", &tmp))?;
-        file.write_all(bytes)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| annotate(e, "write", &tmp))?;
-        match std::fs::hard_link(&tmp, path) {
-            Ok(()) => {
-                if let Ok(folder) = std::fs::File::open(dir) {
-                    let _ = folder.sync_all();
-                }
-                Ok(true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(annotate(e, "publish", path)),
-        }
-    })();
+    let tmp = write_temporary(path, bytes, mode, true)?;
+    let linked = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
-    result
+    match linked {
+        Ok(()) => {
+            if let Some(folder) = path.parent().and_then(|dir| std::fs::File::open(dir).ok()) {
+                let _ = folder.sync_all();
+            }
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(annotate(e, "publish", path)),
+    }
 }
 
 /// Adds what was being done and to which path to an I/O error.
