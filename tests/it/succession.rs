@@ -444,7 +444,7 @@ fn the_bootstrap_exception_defers_only_while_the_old_daemon_works() {
     });
     let moved_after = idle_at.elapsed();
     assert!(
-        moved_after < Duration::from_secs(4),
+        moved_after < Duration::from_secs(5),
         "the shim moved {moved_after:?} after the old daemon became idle"
     );
     assert_ne!(v2.pid, old.record.pid);
