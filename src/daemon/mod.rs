@@ -409,6 +409,9 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     pointer_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Runs only while lame duck.
     let mut drain: Option<tokio::time::Interval> = None;
+    // A lame duck also checks at once when a run settles, so its exit does not wait for the
+    // next sweep.
+    let mut notices = engine.subscribe();
     let mut reported_runs: Option<usize> = None;
     let watchdog_interval = options.notifier.watchdog_interval();
     let mut watchdog = watchdog_interval.map(|period| {
@@ -428,6 +431,11 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             Some(successor) = supersessions.recv() => Event::Superseded(successor),
             _ = pointer_check.tick(), if !health.is_lame_duck() => Event::PointerCheck,
             _ = next_tick(drain.as_mut()) => Event::Drain,
+            notice = notices.recv(), if drain.is_some() => match notice {
+                // Lagged: some notices were missed, one of them may have been a settle.
+                Ok(crate::engine::events::RunNotice::Settled { .. }) | Err(_) => Event::Drain,
+                Ok(_) => continue,
+            },
             ended = &mut http => Event::ServerStopped(match ended {
                 Ok(Ok(())) => "the HTTP server stopped".to_owned(),
                 Ok(Err(error)) => format!("the HTTP server failed: {error:#}"),
