@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -41,6 +41,7 @@ use crate::discovery::{
     Claim, DaemonRecord, Paths, RecordRead, RunControlKey, claim_pointer, clear_pointer_if_mine,
     compare_versions, current_fingerprint, process_alive_as, remove_own_record,
 };
+use crate::engine::events::RunNotice;
 use crate::env::{self, EnvSnapshot};
 use crate::logging::notice;
 use crate::service::{Manager, Notifier};
@@ -410,8 +411,8 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     // Runs only while lame duck.
     let mut drain: Option<tokio::time::Interval> = None;
     // A lame duck also checks at once when a run settles, so its exit does not wait for the
-    // next sweep.
-    let mut notices = engine.subscribe();
+    // next sweep; it subscribes when it turns lame duck.
+    let mut notices: Option<broadcast::Receiver<RunNotice>> = None;
     let mut reported_runs: Option<usize> = None;
     let watchdog_interval = options.notifier.watchdog_interval();
     let mut watchdog = watchdog_interval.map(|period| {
@@ -431,9 +432,9 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             Some(successor) = supersessions.recv() => Event::Superseded(successor),
             _ = pointer_check.tick(), if !health.is_lame_duck() => Event::PointerCheck,
             _ = next_tick(drain.as_mut()) => Event::Drain,
-            notice = notices.recv(), if drain.is_some() => match notice {
+            notice = next_notice(notices.as_mut()) => match notice {
                 // Lagged: some notices were missed, one of them may have been a settle.
-                Ok(crate::engine::events::RunNotice::Settled { .. }) | Err(_) => Event::Drain,
+                Ok(RunNotice::Settled { .. }) | Err(_) => Event::Drain,
                 Ok(_) => continue,
             },
             ended = &mut http => Event::ServerStopped(match ended {
@@ -491,6 +492,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 let mut interval = tokio::time::interval(DRAIN_SWEEP);
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 drain = Some(interval);
+                notices = Some(engine.subscribe());
             }
             Event::Drain => {
                 close_idle_sessions(&server).await;
@@ -660,6 +662,16 @@ fn already_running(record: &DaemonRecord, notifier: &Notifier) {
 fn notify(what: &str, sent: std::io::Result<()>) {
     if let Err(error) = sent {
         notice(format_args!("sd-notify {what}: {error}"));
+    }
+}
+
+/// The next run notice of an optional subscription; never, without one.
+async fn next_notice(
+    receiver: Option<&mut broadcast::Receiver<RunNotice>>,
+) -> Result<RunNotice, broadcast::error::RecvError> {
+    match receiver {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
     }
 }
 
