@@ -99,7 +99,7 @@ impl Ensurer {
             return Ok(daemon_of(ready, None));
         }
         if speaks_control(&ready) {
-            return self.supersede(&ready).await;
+            return self.supersede(ready).await;
         }
         // The bootstrap exception: it cannot be told to step aside while it works.
         let busy =
@@ -118,22 +118,37 @@ impl Ensurer {
             let record = Box::new(ready.record.clone());
             return Ok(daemon_of(ready, Some(record)));
         }
-        self.supersede(&ready).await
+        self.supersede(ready).await
     }
 
-    /// Starts (or finds) a daemon of at least our version over `older`.
-    async fn supersede(&self, older: &Ready) -> Result<Daemon, EnsureError> {
+    /// Starts (or finds) a daemon of at least our version over `older`. If none comes up (the
+    /// `agentprism` binary beside the shim is older than the shim, say, so its daemon cannot
+    /// supersede), the older daemon goes on serving: a working old daemon beats no daemon.
+    async fn supersede(&self, older: Ready) -> Result<Daemon, EnsureError> {
         self.end_deferral();
-        let successor =
-            ensure_successor(&self.paths, &self.fingerprint, &self.options, &self.version).await?;
-        eprintln!(
-            "agentprism-workflow: daemon pid {} (version {}) superseded daemon pid {} (version {})",
-            successor.record.pid,
-            reported_version(&successor),
-            older.record.pid,
-            reported_version(older)
-        );
-        Ok(daemon_of(successor, None))
+        match ensure_successor(&self.paths, &self.fingerprint, &self.options, &self.version).await {
+            Ok(successor) => {
+                eprintln!(
+                    "agentprism-workflow: daemon pid {} (version {}) superseded daemon pid {} \
+                     (version {})",
+                    successor.record.pid,
+                    reported_version(&successor),
+                    older.record.pid,
+                    reported_version(&older)
+                );
+                Ok(daemon_of(successor, None))
+            }
+            Err(error) => {
+                eprintln!(
+                    "agentprism-workflow: could not start a daemon of version {} to supersede \
+                     daemon pid {} (version {}); using that one. {error}",
+                    self.version,
+                    older.record.pid,
+                    reported_version(&older)
+                );
+                Ok(daemon_of(older, None))
+            }
+        }
     }
 
     fn end_deferral(&self) {

@@ -673,3 +673,45 @@ fn force_owner_ends_a_lame_duck_holding_the_run() {
         1
     );
 }
+
+/// Version drift (daemon.md pitfall 1): a shim newer than the `agentprism` binary it starts
+/// cannot get a successor (the daemon it spawns is no newer than the running one and exits
+/// "already running"); it keeps the running daemon rather than failing.
+#[test]
+fn a_shim_newer_than_its_daemon_binary_keeps_the_running_daemon() {
+    let world = World::with(|context| {
+        let wrapper = context.path("old-agentprism");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nAGENTPRISM_TEST_VERSION={V1} exec {} \"$@\"\n",
+                crate::support::context::agentprism_binary().display()
+            ),
+        )
+        .expect("write the wrapper");
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let wrapper = wrapper.display().to_string();
+        context.set("AGENTPRISM_DAEMON_BIN", wrapper)
+    });
+    let mut old_shim = shim_of(&world, V1);
+    old_shim.initialize();
+    let v1 = pointer(&world).expect("a pointer");
+
+    let mut new_shim = shim_of(&world, V2);
+    new_shim.initialize();
+    let answer = new_shim.request(1, "tools/list", json!({}));
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert_eq!(pointer(&world).expect("a pointer").pid, v1.pid);
+    assert_eq!(healthz(v1.port, "n").json()["lameDuck"], false);
+    assert!(
+        new_shim
+            .stderr()
+            .contains("could not start a daemon of version 2.0.0"),
+        "{}",
+        new_shim.stderr()
+    );
+}
