@@ -549,7 +549,12 @@ fn an_evicted_session_recovers_once_and_keeps_its_subscription() {
         &format!("/debug/evict?session={session}"),
     );
     assert!(evicted.starts_with("HTTP/1.1 2"), "{evicted}");
-    // The next request meets the 404 and is replayed on a new session.
+    // The hook only queues the eviction for the daemon's main loop: wait until it is done.
+    let ping = json!({"jsonrpc": "2.0", "id": "probe", "method": "ping"});
+    eventually("the daemon to forget the session", || {
+        crate::daemon::mcp_post(port_of(&pointer), Some(&session), &ping).status == 404
+    });
+    // The next request (or the session's GET stream) meets the 404; the shim recovers once.
     let answer = shim.request(3, "ping", json!({}));
     assert!(answer["result"].is_object(), "{answer}");
     assert_eq!(
