@@ -235,6 +235,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
     };
 
     let activated = options.activated.take();
+    let socket_activated = activated.is_some();
     let listener = match activated {
         Some(listener) => {
             listener
@@ -297,7 +298,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         .as_ref()
         .map(crate::control::ControlServer::control_url)
         .unwrap_or_default();
-    let record = DaemonRecord::for_this_process(
+    let mut record = DaemonRecord::for_this_process(
         version(),
         &instance_id,
         address.port(),
@@ -326,6 +327,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         decorate: Some(health::decorate(health.clone())),
         ..Default::default()
     };
+    let second_listener_options = http_options.clone();
     let mut http = tasks.spawn(crate::transport::http::serve(
         listener,
         server.clone(),
@@ -479,6 +481,21 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                     && health.become_lame_duck(&successor.instance_id)
                 {
                     let _ = superseded_sender.send(successor.instance_id);
+                } else if !socket_activated
+                    && settings.port != 0
+                    && record.port != settings.port
+                    && let Ok(listener) = bind_loopback(settings.port)
+                {
+                    // The configured port is free again (a drained predecessor exited): serve
+                    // there too and publish it, so hosts configured with the usual URL find us.
+                    // The first port stays served for the connections that use it.
+                    tasks.spawn(serve_more(
+                        listener,
+                        server.clone(),
+                        second_listener_options.clone(),
+                        shutdown.clone(),
+                    ));
+                    record = publish_port(&paths, &record, settings.port).await;
                 }
             }
             Event::Superseded(successor) => {
@@ -586,6 +603,57 @@ async fn clear_own_pointer(paths: &Paths, record: &DaemonRecord) {
         Ok(Err(error)) => notice(format_args!("clearing the family pointer: {error}")),
         Err(error) => notice(format_args!("clearing the family pointer: {error}")),
     }
+}
+
+/// Serves `/mcp` on one more listener; its failure is logged, not fatal (the first listener
+/// is the daemon's lifeline).
+async fn serve_more(
+    listener: TcpListener,
+    server: Arc<crate::mcp::McpServer>,
+    options: crate::transport::http::HttpOptions,
+    shutdown: CancellationToken,
+) {
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    notice(format_args!(
+        "now also serving on the configured port {port}"
+    ));
+    if let Err(error) =
+        crate::transport::http::serve(listener, server, options, shutdown.cancelled_owned()).await
+    {
+        notice(format_args!(
+            "the listener on port {port} failed: {error:#}"
+        ));
+    }
+}
+
+/// Rewrites this daemon's record, and the family pointer if it names us, with `port`.
+/// Returns the record as published.
+async fn publish_port(paths: &Paths, record: &DaemonRecord, port: u16) -> DaemonRecord {
+    let mut moved = record.clone();
+    moved.port = port;
+    moved.url = crate::discovery::record::mcp_url(port);
+    if let Err(error) = write_own_record(paths, &moved) {
+        notice(format_args!("recording port {port}: {error}"));
+        return record.clone();
+    }
+    let (owned_paths, owned) = (paths.clone(), moved.clone());
+    let claimed = tokio::task::spawn_blocking(move || {
+        claim_pointer(&owned_paths, &owned, false, |existing| {
+            process_alive_as(existing).is_alive()
+                && !succession::is_superseded(&owned_paths, existing)
+        })
+    })
+    .await;
+    match claimed {
+        Ok(Ok(Claim::Claimed { .. })) => {}
+        Ok(Ok(Claim::AlreadyRunning(other))) => notice(format_args!(
+            "port {port}: the pointer names daemon pid {}, left alone",
+            other.pid
+        )),
+        Ok(Err(error)) => notice(format_args!("port {port}: updating the pointer: {error}")),
+        Err(error) => notice(format_args!("port {port}: updating the pointer: {error}")),
+    }
+    moved
 }
 
 /// A lame duck hands its idle sessions over: each one with no request in flight is closed, so

@@ -715,3 +715,58 @@ fn a_shim_newer_than_its_daemon_binary_keeps_the_running_daemon() {
         new_shim.stderr()
     );
 }
+
+/// Hosts configured with the daemon's URL rather than the shim: once the lame duck that held
+/// the configured port has exited, the successor serves that port too and publishes it.
+#[test]
+fn the_successor_takes_the_configured_port_back_after_the_drain() {
+    let port = {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let world = World::with(|context| {
+        context
+            .set("AGENTPRISM_DAEMON_PORT", port.to_string())
+            .set("AGENTPRISM_DAEMON_TICK_MS", "50")
+    });
+    let release = world.context.path("release");
+    let mut old_shim = shim_of(&world, V1);
+    old_shim.initialize();
+    let run_id = start_held_run(&world, &mut old_shim, &release);
+    let v1 = pointer(&world).expect("a pointer");
+    assert_eq!(v1.port, port);
+    drop(old_shim);
+
+    let mut new_shim = shim_of(&world, V2);
+    new_shim.initialize();
+    let v2 = pointer(&world).expect("a pointer");
+    assert_ne!(v2.port, port);
+    assert_eq!(
+        healthz(port, "n").json()["pid"],
+        v1.pid,
+        "v1 still holds the port"
+    );
+
+    std::fs::write(&release, "go").expect("release the run");
+    wait_for("v1 to exit", DEADLINE, || {
+        process_gone(v1.pid as i32).then_some(())
+    });
+    let moved = wait_for("the pointer to name the configured port", DEADLINE, || {
+        pointer(&world).filter(|record| record.port == port)
+    });
+    assert_eq!(moved.pid, v2.pid);
+    assert_eq!(moved.url, format!("http://127.0.0.1:{port}/mcp"));
+    assert_eq!(healthz(port, "n").json()["pid"], v2.pid);
+    assert_eq!(
+        healthz(v2.port, "n").json()["pid"],
+        v2.pid,
+        "the first port stays"
+    );
+    assert_eq!(
+        instance_record(&world, v2.pid).expect("v2's record").port,
+        port
+    );
+    let answer = new_shim.request(5, "tools/list", json!({}));
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert_eq!(run_status(&world, &run_id)["status"], "completed");
+}
