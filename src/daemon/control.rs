@@ -36,6 +36,9 @@ pub struct DaemonControl {
     /// A verified `shutdown` is passed to the main loop, which exits as on SIGTERM.
     pub shutdown: mpsc::UnboundedSender<String>,
     pub succession: super::succession::Succession,
+    /// Where run-control work runs: the engine's runtime, not the front one that serves the
+    /// socket (a setup answer can start an execution, which must live with the others).
+    pub engine_runtime: tokio::runtime::Handle,
 }
 
 #[async_trait::async_trait]
@@ -74,7 +77,12 @@ impl ControlHandler for DaemonControl {
                 Ok(json!({"outcome": "shutting-down"}))
             }
             kinds::RUN_CONTROL => {
-                super::run_control::serve(&self.engine, &self.health, op, &body).await
+                let (engine, health, op) =
+                    (self.engine.clone(), self.health.clone(), op.to_owned());
+                self.engine_runtime
+                    .spawn(async move { super::run_control::serve(&engine, &health, &op, &body).await })
+                    .await
+                    .map_err(|error| ControlError::Internal(error.to_string()))?
             }
             other => Err(ControlError::InvalidOperation(format!(
                 "unknown kind {other:?}"

@@ -234,6 +234,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         }
     };
 
+    let front = Front::start()?;
     let activated = options.activated.take();
     let socket_activated = activated.is_some();
     let listener = match activated {
@@ -260,6 +261,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         },
     };
     let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
+    let listener = front.adopt(listener)?;
 
     let engine = crate::cli::build_engine_as(env, true, Some(instance_id.clone())).await?;
     let handler = crate::tools::WorkflowServer::new(engine.clone(), Default::default());
@@ -277,6 +279,8 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 version: version().to_owned(),
             };
             let runtime_dir = crate::control::socket::runtime_dir_from(env);
+            // Bound inside the front runtime, which then serves it.
+            let _front = front.handle().enter();
             match crate::control::ControlServer::bind(
                 &paths,
                 runtime_dir.as_deref(),
@@ -325,15 +329,18 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             evict_sender,
         )),
         decorate: Some(health::decorate(health.clone())),
+        dispatch: Some(tokio::runtime::Handle::current()),
         ..Default::default()
     };
     let second_listener_options = http_options.clone();
-    let mut http = tasks.spawn(crate::transport::http::serve(
-        listener,
-        server.clone(),
-        http_options,
-        shutdown.clone().cancelled_owned(),
-    ));
+    let mut http = front
+        .handle()
+        .spawn(tasks.track_future(crate::transport::http::serve(
+            listener,
+            server.clone(),
+            http_options,
+            shutdown.clone().cancelled_owned(),
+        )));
 
     let (control_shutdown, mut control_shutdowns) = mpsc::unbounded_channel::<String>();
     if let Some(control) = control {
@@ -346,8 +353,11 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 health: health.clone(),
                 superseded: superseded_sender.clone(),
             },
+            engine_runtime: tokio::runtime::Handle::current(),
         });
-        tasks.spawn(control.serve(handler, shutdown.clone()));
+        front
+            .handle()
+            .spawn(tasks.track_future(control.serve(handler, shutdown.clone())));
     }
 
     write_own_record(&paths, &record)?;
@@ -485,16 +495,17 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                     && settings.port != 0
                     && record.port != settings.port
                     && let Ok(listener) = bind_loopback(settings.port)
+                    && let Ok(listener) = front.adopt(listener)
                 {
                     // The configured port is free again (a drained predecessor exited): serve
                     // there too and publish it, so hosts configured with the usual URL find us.
                     // The first port stays served for the connections that use it.
-                    tasks.spawn(serve_more(
+                    front.handle().spawn(tasks.track_future(serve_more(
                         listener,
                         server.clone(),
                         second_listener_options.clone(),
                         shutdown.clone(),
-                    ));
+                    )));
                     record = publish_port(&paths, &record, settings.port).await;
                 }
             }
@@ -602,6 +613,49 @@ async fn clear_own_pointer(paths: &Paths, record: &DaemonRecord) {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => notice(format_args!("clearing the family pointer: {error}")),
         Err(error) => notice(format_args!("clearing the family pointer: {error}")),
+    }
+}
+
+/// The daemon's front runtime: one worker thread of its own that accepts HTTP connections,
+/// answers `/healthz` and serves the control socket, while MCP requests and runs go to the
+/// main runtime (`HttpOptions::dispatch`). However busy the engine gets, the daemon still
+/// proves it is alive, which is what keeps shims from calling it unresponsive (daemon.md 1.4,
+/// pitfall 8).
+struct Front(Option<tokio::runtime::Runtime>);
+
+impl Front {
+    fn start() -> Result<Front> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("agentprism-front")
+            .enable_all()
+            .build()
+            .context("starting the daemon's front runtime")?;
+        Ok(Front(Some(runtime)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("the front runtime lives until drop")
+            .handle()
+    }
+
+    /// Moves a listener bound on the main runtime over to the front runtime's reactor.
+    fn adopt(&self, listener: TcpListener) -> Result<TcpListener> {
+        let listener = listener.into_std().context("detaching the listener")?;
+        let _front = self.handle().enter();
+        TcpListener::from_std(listener).context("moving the listener to the front runtime")
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        // Dropped from async code: shut down without blocking. Its tasks have ended by then
+        // (the daemon waits for them), or the daemon is exiting anyway.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 

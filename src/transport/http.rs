@@ -68,6 +68,10 @@ pub struct HttpOptions {
     pub shutdown_deadline: Duration,
     pub intercept: Option<Intercept>,
     pub decorate: Option<Decorate>,
+    /// The runtime that runs MCP requests, when it is not the one serving the connections:
+    /// the daemon accepts connections and answers `/healthz` on a small runtime of its own,
+    /// so a busy engine runtime cannot starve its health check (daemon.md 1.4).
+    pub dispatch: Option<tokio::runtime::Handle>,
 }
 
 impl Default for HttpOptions {
@@ -80,6 +84,7 @@ impl Default for HttpOptions {
             shutdown_deadline: Duration::from_secs(5),
             intercept: None,
             decorate: None,
+            dispatch: None,
         }
     }
 }
@@ -93,6 +98,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("retry_ms", &self.retry_ms)
             .field("intercept", &self.intercept.is_some())
             .field("decorate", &self.decorate.is_some())
+            .field("dispatch", &self.dispatch.is_some())
             .finish()
     }
 }
@@ -222,24 +228,44 @@ type HttpResponse = Response<HttpBody>;
 
 impl State {
     async fn route(self: Arc<Self>, request: Request<Incoming>) -> HttpResponse {
-        let decorate = self.options.decorate.clone();
-        let mut response = self.route_undecorated(request).await;
-        if let Some(decorate) = decorate {
+        let (parts, body) = request.into_parts();
+        let mut response = match self.answer_at_the_door(&parts) {
+            Some(response) => response,
+            None => match self.options.dispatch.clone() {
+                Some(runtime) => runtime
+                    .spawn(self.clone().route_mcp(parts, body))
+                    .await
+                    .unwrap_or_else(|error| {
+                        plain(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            if error.is_cancelled() {
+                                "the server is shutting down"
+                            } else {
+                                "the request handler failed"
+                            },
+                        )
+                    }),
+                None => self.clone().route_mcp(parts, body).await,
+            },
+        };
+        if let Some(decorate) = &self.options.decorate {
             decorate(response.headers_mut());
         }
         response
     }
 
-    async fn route_undecorated(self: Arc<Self>, request: Request<Incoming>) -> HttpResponse {
-        let (parts, body) = request.into_parts();
+    /// What is answered without MCP work: Host/Origin refusals and the intercept's routes.
+    fn answer_at_the_door(&self, parts: &Parts) -> Option<HttpResponse> {
         if let Err(reason) = self.check_host_and_origin(&parts.headers) {
-            return plain(StatusCode::FORBIDDEN, reason);
+            return Some(plain(StatusCode::FORBIDDEN, reason));
         }
-        if let Some(intercept) = &self.options.intercept
-            && let Some(response) = intercept(&parts)
-        {
-            return response;
-        }
+        self.options
+            .intercept
+            .as_ref()
+            .and_then(|intercept| intercept(parts))
+    }
+
+    async fn route_mcp(self: Arc<Self>, parts: Parts, body: Incoming) -> HttpResponse {
         if parts.uri.path() != MCP_PATH {
             return plain(StatusCode::NOT_FOUND, "not found");
         }
