@@ -223,6 +223,15 @@ struct State {
     stopping: CancellationToken,
 }
 
+/// Aborts a task when dropped (a no-op once it has finished).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The response to a POST before it is turned into HTTP.
 type HttpResponse = Response<HttpBody>;
 
@@ -232,10 +241,13 @@ impl State {
         let mut response = match self.answer_at_the_door(&parts) {
             Some(response) => response,
             None => match self.options.dispatch.clone() {
-                Some(runtime) => runtime
-                    .spawn(self.clone().route_mcp(parts, body))
-                    .await
-                    .unwrap_or_else(|error| {
+                Some(runtime) => {
+                    let task = runtime.spawn(self.clone().route_mcp(parts, body));
+                    // A client that goes away drops this future; the request's future on the
+                    // other runtime goes with it, exactly as if it ran here (a stateless
+                    // request is cancelled that way; a legacy one runs on in its own task).
+                    let _abort = AbortOnDrop(task.abort_handle());
+                    task.await.unwrap_or_else(|error| {
                         plain(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             if error.is_cancelled() {
@@ -244,7 +256,8 @@ impl State {
                                 "the request handler failed"
                             },
                         )
-                    }),
+                    })
+                }
                 None => self.clone().route_mcp(parts, body).await,
             },
         };
