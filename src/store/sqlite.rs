@@ -889,41 +889,59 @@ fn create_private_file(path: &Path) -> StoreResult<()> {
 
 fn configure(connection: &Connection, path: &Path) -> StoreResult<()> {
     let doing = || format!("configure database {}", path.display());
-    // Set first, so that the pragmas below already wait for a concurrent opener.
-    connection.busy_timeout(BUSY_TIMEOUT).context(doing)?;
-    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-    // Before WAL mode: once a database is in WAL mode (or has any table) its page size is
-    // fixed, and for such a database this is a no-op.
-    connection
-        .pragma_update(None, "page_size", PAGE_SIZE)
-        .context(doing)?;
-    let journal_mode: String = connection
-        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .context(doing)?;
+    // Two processes opening a new database at once race to switch it to WAL, and SQLite
+    // answers that race with SQLITE_BUSY at once instead of calling the busy handler. So
+    // the settings are applied again after a short pause, within the usual busy timeout.
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(2);
+    let journal_mode = loop {
+        match apply_settings(connection) {
+            Err(error) if is_busy(&error) && started.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => break other.context(doing)?,
+        }
+    };
     if !journal_mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Io(format!(
             "{}: the journal mode stayed {journal_mode:?} instead of WAL",
             doing()
         )));
     }
-    connection
-        .pragma_update(None, "synchronous", "NORMAL")
-        .context(doing)?;
-    connection
-        .pragma_update(None, "foreign_keys", "ON")
-        .context(doing)?;
+    Ok(())
+}
+
+/// The connection's settings; every one of them can be applied again. Returns the journal
+/// mode SQLite reports after asking for WAL.
+fn apply_settings(connection: &Connection) -> rusqlite::Result<String> {
+    // Set first, so that the pragmas below already wait for a concurrent opener.
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    // Before WAL mode: once a database is in WAL mode (or has any table) its page size is
+    // fixed, and for such a database this is a no-op.
+    connection.pragma_update(None, "page_size", PAGE_SIZE)?;
+    let journal_mode: String =
+        connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
     // A short-lived process (`agentprism run`, `status`) would otherwise checkpoint the WAL
     // into the database and delete it when it closes, and the next one recreate it: four
     // fsyncs per process. Committed transactions are in the WAL either way, and the next
     // opener reads them from there, so this keeps every commit across a crash; the WAL is
     // still checkpointed by the automatic checkpoint once it grows past 1,000 pages.
-    connection
-        .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-        .context(doing)?;
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     let mut persist = 1;
-    connection
-        .file_control(Some(MAIN_DB), FileControl::PersistWal(&mut persist))
-        .context(doing)
+    connection.file_control(Some(MAIN_DB), FileControl::PersistWal(&mut persist))?;
+    Ok(journal_mode)
+}
+
+/// Whether SQLite refused for a lock another connection holds.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Applies the migrations the database lacks, all in one transaction, so a crash leaves the
@@ -1336,6 +1354,32 @@ mod tests {
     use crate::model::{Limits, Phase, ScriptRevision, Usage};
 
     const PROJECT: &str = "/home/dev/shop";
+
+    /// Several openers of a database that does not exist yet race to create it and switch it
+    /// to WAL; every one of them must get a working store (SQLite answers the WAL switch
+    /// with SQLITE_BUSY without waiting, which once failed `agentprism run` started beside
+    /// `agentprism runs`).
+    #[test]
+    fn openers_racing_to_create_the_store_all_succeed() {
+        const OPENERS: usize = 8;
+        for _ in 0..25 {
+            let dir = tempfile::tempdir().unwrap();
+            let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+            let openers: Vec<_> = (0..OPENERS)
+                .map(|_| {
+                    let (root, start) = (dir.path().to_path_buf(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        SqliteStore::open(&root).map(|store| store.database_path())
+                    })
+                })
+                .collect();
+            for opener in openers {
+                let opened = opener.join().expect("opener thread");
+                assert!(opened.is_ok(), "{opened:?}");
+            }
+        }
+    }
     const OTHER_PROJECT: &str = "/home/dev/blog";
 
     fn run_id(text: &str) -> RunId {

@@ -522,14 +522,21 @@ fn a_foreground_run_picks_up_a_pending_stop() {
     let mut command = world
         .ctx
         .command(&["run", &script, "--permissions", "reject"]);
+    let log = world.ctx.path("foreground.log");
     let child = command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("foreground log"))
         .spawn()
         .expect("spawn agentprism run");
-    let foreground = Process { child: Some(child) };
+    let mut foreground = Process { child: Some(child) };
     let run_id = wait_for("the foreground run", || {
+        if let Some(status) = foreground.child.as_mut().and_then(|c| c.try_wait().ok()?) {
+            panic!(
+                "`agentprism run` ended ({status}) before its run was seen running:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
         let listed = world.run(&["runs", "--all", "--json"]);
         listed.json().as_array()?.first().and_then(|run| {
             (run["status"] == "running").then(|| run["runId"].as_str().unwrap().to_owned())
