@@ -238,27 +238,33 @@ pub async fn ensure_daemon(
     if let Some(ready) = find_ready(paths, fingerprint, key.as_ref(), options).await? {
         return Ok(ready);
     }
-    let lock = take_spawn_lock(paths, fingerprint, options).await?;
-    // The previous holder of the lock may have started a daemon meanwhile.
-    if let Some(ready) = find_ready(paths, fingerprint, key.as_ref(), options).await? {
-        drop(lock);
+    start_under_lock(paths, fingerprint, options, key.as_ref(), false, |_| true).await
+}
+
+/// The cold-start and successor paths alike: take the spawn lock; probe again (the previous
+/// holder may have done the job meanwhile: a qualifying daemon that `accept`s is used); else
+/// spawn `daemon run [--supersede]` and wait for a qualifying pointer that `accept`s. The lock
+/// is released on return.
+async fn start_under_lock(
+    paths: &Paths,
+    fingerprint: &str,
+    options: &EnsureOptions,
+    key: Option<&RunControlKey>,
+    supersede: bool,
+    accept: impl Fn(&Value) -> bool,
+) -> Result<Ready, EnsureError> {
+    let _lock = take_spawn_lock(paths, fingerprint, options).await?;
+    if let Some(ready) = find_ready(paths, fingerprint, key, options).await?
+        && accept(&ready.health)
+    {
         return Ok(ready);
     }
     let spawn_args = SpawnArgs {
         port: options.port,
+        supersede,
         ..SpawnArgs::new()
     };
-    let result = spawn_and_wait(
-        paths,
-        fingerprint,
-        key.as_ref(),
-        options,
-        &spawn_args,
-        |_| true,
-    )
-    .await;
-    drop(lock);
-    result
+    spawn_and_wait(paths, fingerprint, key, options, &spawn_args, accept).await
 }
 
 /// Takes the family's spawn lock (waiting up to `options.lock_deadline`) off the runtime.
@@ -300,35 +306,7 @@ pub async fn ensure_successor(
             .and_then(Value::as_str)
             .is_some_and(|version| compare_versions(version, min_version).is_ge())
     };
-    let lock = take_spawn_lock(paths, fingerprint, options).await?;
-    if let Some((record, Probe::Identified(health))) =
-        probe_family(paths, fingerprint, key.as_ref()).await
-        && super::probe::body_qualifies(&health)
-        && new_enough(&health)
-    {
-        drop(lock);
-        return Ok(Ready {
-            record,
-            health,
-            spawned: None,
-        });
-    }
-    let spawn_args = SpawnArgs {
-        port: options.port,
-        supersede: true,
-        ..SpawnArgs::new()
-    };
-    let result = spawn_and_wait(
-        paths,
-        fingerprint,
-        key.as_ref(),
-        options,
-        &spawn_args,
-        new_enough,
-    )
-    .await;
-    drop(lock);
-    result
+    start_under_lock(paths, fingerprint, options, key.as_ref(), true, new_enough).await
 }
 
 /// Spawns a daemon with `spawn_args` and waits (≤ `ready_deadline`) until the family pointer
