@@ -181,7 +181,6 @@ fn is_loopback(ip: IpAddr) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::net::UdpSocket;
     use std::os::fd::AsFd;
 
@@ -189,13 +188,7 @@ mod tests {
 
     const PID: u32 = 4242;
 
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
-        let map: HashMap<String, OsString> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), OsString::from(v)))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use crate::service::vars;
 
     fn owned(fd: impl AsFd) -> OwnedFd {
         fd.as_fd().try_clone_to_owned().unwrap()

@@ -86,3 +86,13 @@ impl ServiceError {
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// A variable lookup over `pairs`, standing in for the process environment in tests.
+#[cfg(test)]
+pub(crate) fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + use<> {
+    let map: std::collections::HashMap<String, std::ffi::OsString> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), std::ffi::OsString::from(v)))
+        .collect();
+    move |name| map.get(name).cloned()
+}

@@ -227,19 +227,12 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
 
     const PID: u32 = 4242;
 
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
-        let map: HashMap<String, OsString> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), OsString::from(v)))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use crate::service::vars;
 
     /// Everything queued on the harness socket, without waiting: a Unix datagram is in the
     /// receiver's queue by the time `send_to` returns.

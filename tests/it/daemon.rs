@@ -322,6 +322,34 @@ pub(crate) fn open_session(port: u16) -> String {
     session
 }
 
+/// Starts `script` in `project` through the `workflow` tool of the daemon on `port`, in
+/// `session`; returns the run id.
+pub(crate) fn start_run_over_http(
+    port: u16,
+    session: &str,
+    project: &Path,
+    script: &str,
+) -> String {
+    let reply = mcp_post(
+        port,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "workflow",
+            "arguments": {"action": "run", "projectDir": project, "script": script}}}),
+    );
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let answer = reply.json();
+    answer["result"]["structuredContent"]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no runId: {answer}"))
+        .to_owned()
+}
+
 /// Waits for a foreground daemon started with `ctx.spawn` to publish its pointer.
 pub(crate) fn wait_ready(world: &World) -> DaemonRecord {
     wait_for("the daemon's pointer", DEADLINE, || {
@@ -449,19 +477,7 @@ fn an_executing_run_outlives_its_client_and_keeps_the_daemon_alive() {
     let session = open_session(record.port);
     let script =
         format!("{HEADER}const a = await agent('slow\\n@mock delay 2000');\nreturn {{a}};\n");
-    let reply = mcp_post(
-        record.port,
-        Some(&session),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "workflow",
-            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
-    );
-    assert_eq!(reply.status, 200);
-    let answer = reply.json();
-    let run_id = answer["result"]["structuredContent"]["runId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no runId: {answer}"))
-        .to_owned();
+    let run_id = start_run_over_http(record.port, &session, &world.ctx.project(), &script);
     // The client goes away: its session ends; only the run keeps the daemon busy.
     let deleted = http(
         record.port,
@@ -943,18 +959,7 @@ fn the_control_socket_identifies_stops_forwarded_runs_and_shuts_down() {
     let session = open_session(record.port);
     let script =
         format!("{HEADER}const a = await agent('slow\\n@mock delay 30000');\nreturn {{a}};\n");
-    let reply = mcp_post(
-        record.port,
-        Some(&session),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "workflow",
-            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
-    );
-    let answer = reply.json();
-    let run_id = answer["result"]["structuredContent"]["runId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no runId: {answer}"))
-        .to_owned();
+    let run_id = start_run_over_http(record.port, &session, &world.ctx.project(), &script);
     assert_eq!(world.ctx.status(&run_id)["status"], "running");
     let stopped = world.run(&["stop", &run_id]);
     assert_eq!(stopped.code(), 0, "{}", stopped.stderr);

@@ -16,7 +16,9 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use crate::daemon::{HEADER, World, healthz, mcp_post, open_session, wait_for};
+use crate::daemon::{
+    HEADER, World, healthz, mcp_post, open_session, start_run_over_http, wait_for,
+};
 use crate::support::context::{DEADLINE, mock_agent_binary, process_gone};
 
 /// The harness end of `NOTIFY_SOCKET`: a datagram socket in the test's temporary folder.
@@ -432,18 +434,7 @@ fn a_socket_activated_daemon_serves_the_passed_listener() {
     // MCP on the passed port, and a run whose agent records its environment.
     let session = open_session(port);
     let script = format!("{HEADER}const a = await agent('hello');\nreturn {{a}};\n");
-    let reply = mcp_post(
-        port,
-        Some(&session),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "workflow",
-            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
-    );
-    let answer = reply.json();
-    let run_id = answer["result"]["structuredContent"]["runId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no runId: {answer}"))
-        .to_owned();
+    let run_id = start_run_over_http(port, &session, &world.ctx.project(), &script);
     let done = wait_for("the run to finish", DEADLINE, || {
         let status = world.ctx.status(&run_id);
         (status["status"] != "running").then_some(status)
@@ -529,14 +520,7 @@ fn a_superseded_managed_daemon_reports_its_drain_and_stops_only_at_exit() {
         "{HEADER}const a = await agent('hold\\n@mock wait_file {}');\nreturn {{a}};\n",
         release.display()
     );
-    let started = mcp_post(
-        v1.port,
-        Some(&session),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "workflow",
-            "arguments": {"action": "run", "projectDir": world.ctx.project(), "script": script}}}),
-    );
-    assert_eq!(started.status, 200);
+    start_run_over_http(v1.port, &session, &world.ctx.project(), &script);
 
     let mut successor = world.ctx.command(&["daemon", "run", "--supersede"]);
     successor

@@ -213,21 +213,10 @@ fn a_newer_shim_supersedes_and_the_lame_duck_drains() {
 /// finishes its run, and the next shim starts a fresh daemon.
 #[test]
 fn a_successor_killed_during_the_drain_leaves_the_predecessor_finishing() {
-    let world = World::new();
+    let (world, run_id, v1, new_shim) = run_held_by_a_lame_duck();
     let release = world.context.path("release");
-    let mut old_shim = shim_of(&world, V1);
-    old_shim.initialize();
-    let run_id = start_held_run(&world, &mut old_shim, &release);
-    let v1 = pointer(&world).expect("a pointer");
-    drop(old_shim);
-
-    let mut new_shim = shim_of(&world, V2);
-    new_shim.initialize();
     let v2 = pointer(&world).expect("a pointer");
     assert_eq!(v2.version, V2);
-    wait_for("v1 to turn lame duck", DEADLINE, || {
-        (healthz(v1.port, "n").json()["lameDuck"] == true).then_some(())
-    });
     drop(new_shim);
     kill(Pid::from_raw(v2.pid as i32), Signal::SIGKILL).expect("SIGKILL v2");
     wait_for("v2 to die", DEADLINE, || {
@@ -615,11 +604,11 @@ fn a_failing_manager_falls_back_to_self_spawn() {
     );
 }
 
-/// A v1 daemon executing a run that never ends on its own, superseded (its record says so)
-/// by a v2 daemon, with a v2 shim connected to it.
+/// A v1 daemon executing a run held until the world's `release` file exists, superseded
+/// (its record says so) by a v2 daemon, with a v2 shim connected to it.
 fn run_held_by_a_lame_duck() -> (World, String, DaemonRecord, Shim) {
     let world = World::new();
-    let release = world.context.path("never");
+    let release = world.context.path("release");
     let mut old_shim = shim_of(&world, V1);
     old_shim.initialize();
     let run_id = start_held_run(&world, &mut old_shim, &release);
