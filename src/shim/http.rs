@@ -7,7 +7,7 @@
 //! Content-Length, chunked bodies and streamed SSE for free.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
@@ -116,37 +116,20 @@ pub async fn send(
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
-    let response = match body {
-        Some(body) => {
-            let request = builder
-                .header(hyper::header::CONTENT_LENGTH, body.len())
-                .body(Full::new(body))
-                .map_err(|e| exchange(e.to_string()))?;
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(|e| exchange(e.to_string()))?;
-            let connection = tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            let result = sender.send_request(request).await;
-            (result, connection)
-        }
-        None => {
-            let request = builder
-                .body(Empty::<Bytes>::new())
-                .map_err(|e| exchange(e.to_string()))?;
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(|e| exchange(e.to_string()))?;
-            let connection = tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            let result = sender.send_request(request).await;
-            (result, connection)
-        }
-    };
+    let request = match body {
+        Some(body) => builder
+            .header(hyper::header::CONTENT_LENGTH, body.len())
+            .body(Full::new(body)),
+        None => builder.body(Full::new(Bytes::new())),
+    }
+    .map_err(|e| exchange(e.to_string()))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| exchange(e.to_string()))?;
+    let connection = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let response = (sender.send_request(request).await, connection);
     match response {
         (Ok(response), connection) => {
             let (parts, body) = response.into_parts();
