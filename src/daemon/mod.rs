@@ -365,8 +365,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         let (paths, record) = (paths.clone(), record.clone());
         tokio::task::spawn_blocking(move || {
             claim_pointer(&paths, &record, options.supersede, |existing| {
-                process_alive_as(existing).is_alive()
-                    && !succession::is_superseded(&paths, existing)
+                succession::holds_pointer(&paths, existing)
             })
         })
         .await
@@ -693,8 +692,7 @@ async fn publish_port(paths: &Paths, record: &DaemonRecord, port: u16) -> Daemon
     let (owned_paths, owned) = (paths.clone(), moved.clone());
     let claimed = tokio::task::spawn_blocking(move || {
         claim_pointer(&owned_paths, &owned, false, |existing| {
-            process_alive_as(existing).is_alive()
-                && !succession::is_superseded(&owned_paths, existing)
+            succession::holds_pointer(&owned_paths, existing)
         })
     })
     .await;

@@ -138,6 +138,12 @@ pub fn record_superseded(paths: &Paths, own: &DaemonRecord, successor: &str) {
     }
 }
 
+/// Whether the daemon a pointer names still holds it: alive as recorded and not superseded.
+/// The liveness test every pointer claim of a daemon uses.
+pub fn holds_pointer(paths: &Paths, record: &DaemonRecord) -> bool {
+    process_alive_as(record).is_alive() && !is_superseded(paths, record)
+}
+
 /// Whether `record`'s daemon has stepped aside: its own instance record says `superseded`.
 /// A pointer naming such a daemon may be replaced like a dead one.
 pub fn is_superseded(paths: &Paths, record: &DaemonRecord) -> bool {
