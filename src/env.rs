@@ -42,15 +42,27 @@ pub const REPL_DRAIN_BOUND_MS: &str = "AGENTPRISM_REPL_DRAIN_BOUND_MS";
 /// Extra `Origin` values the daemon accepts besides loopback http origins, comma-separated
 /// exact matches.
 pub const DAEMON_ALLOWED_ORIGINS: &str = "AGENTPRISM_DAEMON_ALLOWED_ORIGINS";
+/// `1` lets *any* local user reach the daemon's (and `agentprism serve --http`'s) endpoint,
+/// as the seed's unauthenticated loopback server did. Dangerous on a shared machine: another
+/// user could start runs whose agents run as you. Default: only this user gets in.
+pub const DAEMON_ALLOW_OTHER_USERS: &str = "AGENTPRISM_DAEMON_ALLOW_OTHER_USERS";
 /// Path of the `agentprism` binary the shim spawns as the daemon (default: the one next to
 /// the shim, then `PATH`). Also recognised by `daemon status` as a daemon binary.
 pub const DAEMON_BIN: &str = "AGENTPRISM_DAEMON_BIN";
 /// How often the daemon checks idleness and evicts dead-client sessions, in ms (default
 /// 60000). Tests shorten it. Part of the family fingerprint (it only ever differs in tests).
 pub const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
-/// `1` turns on test-only daemon routes (`POST /debug/evict?session=<id>`). Never set it
-/// outside tests: the routes are unauthenticated.
+/// `1` turns on test-only daemon routes (`POST /debug/evict?session=<id>`). Honoured only by
+/// debug builds and builds with the `test-hooks` feature; a release build ignores it.
 pub const TEST_HOOKS: &str = "AGENTPRISM_TEST_HOOKS";
+/// Test-only: `1` makes listeners act as if the kernel could not name a connection's user,
+/// so the bearer-token fallback can be tested on Linux. Honoured only where
+/// [`TEST_HOOKS`] is.
+pub const TEST_NO_PEER_LOOKUP: &str = "AGENTPRISM_TEST_NO_PEER_LOOKUP";
+
+/// Whether this build honours the test-only variables ([`TEST_HOOKS`],
+/// [`TEST_NO_PEER_LOOKUP`]): debug builds and the `test-hooks` feature only.
+pub const TEST_HOOKS_BUILT_IN: bool = cfg!(any(debug_assertions, feature = "test-hooks"));
 /// Test-only: the version this process claims (records, `/healthz`, the shim's succession
 /// decisions), so tests and benchmarks can run an older and a newer daemon from one build.
 /// Honoured only by debug builds and builds with the `version-override` feature; a release

@@ -225,6 +225,7 @@ fn install(env: &EnvSnapshot, installing: bool) -> Result<u8> {
 
 async fn start(env: &EnvSnapshot) -> Result<u8> {
     let paths = Paths::from_env(env)?;
+    crate::daemon::remember_token(env, &paths);
     let fingerprint = current_fingerprint();
     let options = EnsureOptions::new(daemon_binary(env));
     let ready = ensure_daemon(&paths, &fingerprint, &options).await?;
@@ -297,6 +298,7 @@ impl KeyState {
 
 async fn survey(env: &EnvSnapshot) -> Result<Survey> {
     let paths = Paths::from_env(env)?;
+    crate::daemon::remember_token(env, &paths);
     let fingerprint = current_fingerprint();
     let loaded = RunControlKey::load(&paths.run_control_key());
     let key_state = KeyState::of(&loaded);
@@ -662,6 +664,7 @@ fn still_running(target: &SignalTarget) -> bool {
 
 async fn url(env: &EnvSnapshot) -> Result<u8> {
     let paths = Paths::from_env(env)?;
+    crate::daemon::remember_token(env, &paths);
     let fingerprint = current_fingerprint();
     let key = RunControlKey::load(&paths.run_control_key()).ok();
     let url = match probe_family(&paths, &fingerprint, key.as_ref()).await {
@@ -683,19 +686,37 @@ async fn url(env: &EnvSnapshot) -> Result<u8> {
             crate::discovery::record::mcp_url(port)
         }
     };
-    print!("{}", registration_snippets(&url));
+    if let Some(token) = crate::discovery::token::sent() {
+        eprintln!(
+            "agentprism: this system cannot tell which user opened a connection, so HTTP hosts \
+             must send the bearer token below; keep these snippets private"
+        );
+        print!("{}", registration_snippets(&url, Some(token)));
+    } else {
+        print!("{}", registration_snippets(&url, None));
+    }
     Ok(0)
 }
 
-/// Registration snippets for `daemon url`.
-pub fn registration_snippets(url: &str) -> String {
+/// Registration snippets for `daemon url`. `token` is the bearer token, given only where the
+/// daemon requires it (no kernel lookup of a connection's user): the HTTP snippets then carry
+/// it as a header.
+pub fn registration_snippets(url: &str, token: Option<&str>) -> String {
+    let (claude_header, codex_header) = match token {
+        Some(token) => (
+            format!(" --header \"Authorization: Bearer {token}\""),
+            format!("http_headers = {{ \"Authorization\" = \"Bearer {token}\" }}\n"),
+        ),
+        None => (String::new(), String::new()),
+    };
     format!(
         "# Claude Code\n\
-         claude mcp add --transport http agentprism-workflows {url}\n\
+         claude mcp add --transport http agentprism-workflow {url}{claude_header}\n\
          \n\
          # Codex (~/.codex/config.toml)\n\
-         [mcp_servers.agentprism-workflows]\n\
+         [mcp_servers.agentprism-workflow]\n\
          url = \"{url}\"\n\
+         {codex_header}\
          \n\
          # Any MCP host, through the stdio shim (starts the daemon on demand)\n\
          {{\n  \"mcpServers\": {{\n    \"agentprism-workflow\": {{\n      \"command\": \"agentprism-workflow\",\n      \"args\": []\n    }}\n  }}\n}}\n"
@@ -767,16 +788,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn snippets_name_the_url_for_every_host() {
-        let text = registration_snippets("http://127.0.0.1:4242/mcp");
+    fn snippets_carry_the_token_where_it_is_needed() {
+        let text = registration_snippets("http://127.0.0.1:4242/mcp", Some("tok_en"));
         assert!(text.contains(
-            "claude mcp add --transport http agentprism-workflows http://127.0.0.1:4242/mcp"
+            "claude mcp add --transport http agentprism-workflow http://127.0.0.1:4242/mcp \
+             --header \"Authorization: Bearer tok_en\"\n"
         ));
-        assert!(
-            text.contains(
-                "[mcp_servers.agentprism-workflows]\nurl = \"http://127.0.0.1:4242/mcp\""
-            )
-        );
+        assert!(text.contains(
+            "url = \"http://127.0.0.1:4242/mcp\"\nhttp_headers = { \"Authorization\" = \"Bearer tok_en\" }\n"
+        ));
+    }
+
+    #[test]
+    fn snippets_name_the_url_for_every_host() {
+        let text = registration_snippets("http://127.0.0.1:4242/mcp", None);
+        assert!(text.contains(
+            "claude mcp add --transport http agentprism-workflow http://127.0.0.1:4242/mcp\n"
+        ));
+        assert!(text.contains(
+            "[mcp_servers.agentprism-workflow]\nurl = \"http://127.0.0.1:4242/mcp\"\n\n"
+        ));
+        assert!(!text.contains("Authorization"));
         let json_start = text.find('{').unwrap();
         let shim: Value = serde_json::from_str(&text[json_start..]).unwrap();
         assert_eq!(

@@ -1209,6 +1209,7 @@ async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
                             .collect()
                     })
                     .unwrap_or_default(),
+                access: crate::daemon::http_access(env, &crate::discovery::Paths::from_env(env)?),
                 ..Default::default()
             };
             crate::transport::http::serve(

@@ -1,6 +1,8 @@
 //! The daemon's own HTTP routes beside `/mcp`, served through the transport's
 //! [`Intercept`] hook: `GET /healthz?challenge=<nonce>` (daemon.md 1.4) and, only with
-//! `AGENTPRISM_TEST_HOOKS=1`, `POST /debug/evict?session=<id>`.
+//! `AGENTPRISM_TEST_HOOKS=1` in a debug or `test-hooks` build, `POST /debug/evict?session=<id>`.
+//! Only the daemon's own user reaches these: the transport answers anyone else's `/healthz`
+//! with the implementation name alone (`transport/peer.rs`).
 //!
 //! `/healthz` is answered inline from counters and an HMAC: it takes no lock that engine or
 //! request work holds for long and awaits nothing, so a busy daemon still proves it is alive

@@ -139,7 +139,7 @@ impl Settings {
             tick: millis(env::DAEMON_TICK_MS, DEFAULT_TICK)?.max(Duration::from_millis(1)),
             idle_ttl: (!idle_ttl.is_zero()).then_some(idle_ttl),
             session_ttl: millis(env::SESSION_TTL_MS, DEFAULT_SESSION_TTL)?,
-            test_hooks: env.flag(env::TEST_HOOKS),
+            test_hooks: env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_HOOKS),
             allowed_origins: env
                 .get(env::DAEMON_ALLOWED_ORIGINS)
                 .map(|list| {
@@ -151,6 +151,49 @@ impl Settings {
                 .unwrap_or_default(),
         })
     }
+}
+
+/// Whom a listener serving the `workflow` tool lets in: this user only (the kernel names
+/// each connection's user; where it cannot, the bearer token of `R/daemons/http-token.json`
+/// is required), unless `AGENTPRISM_DAEMON_ALLOW_OTHER_USERS` opens it to everyone.
+pub fn http_access(env: &EnvSnapshot, paths: &Paths) -> crate::transport::peer::Access {
+    use crate::transport::peer::Access;
+    if env.flag(env::DAEMON_ALLOW_OTHER_USERS) {
+        notice(format_args!(
+            "{} is set: every local user can reach this endpoint and run commands as you",
+            env::DAEMON_ALLOW_OTHER_USERS
+        ));
+        return Access::Open;
+    }
+    let lookup = !(env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP));
+    remember_token(env, paths);
+    let token = match crate::discovery::token::load_or_create(paths) {
+        Ok(token) => Some(token),
+        Err(error) => {
+            notice(format_args!(
+                "the HTTP bearer token is unusable, so only connections the kernel names as \
+                 ours get in: {error}"
+            ));
+            None
+        }
+    };
+    let mut access = Access::owner(token);
+    if let Access::Owner { lookup: field, .. } = &mut access {
+        *field = lookup;
+    }
+    access
+}
+
+/// Whether this process's requests to a daemon must carry the bearer token: where the kernel
+/// cannot name a loopback connection's user (or a test pretends so).
+pub fn peer_lookup_needs_token(env: &EnvSnapshot) -> bool {
+    (env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP))
+        || !crate::transport::peer::lookup_available()
+}
+
+/// Decides once whether this process sends the bearer token to daemons (shims, the CLI).
+pub fn remember_token(env: &EnvSnapshot, paths: &Paths) {
+    crate::discovery::token::remember(paths, peer_lookup_needs_token(env));
 }
 
 /// `AGENTPRISM_DAEMON_PORT`, else [`DEFAULT_PORT`].
@@ -329,6 +372,8 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
             evict_sender,
         )),
         decorate: Some(health::decorate(health.clone())),
+        access: http_access(env, &paths),
+        implementation: crate::discovery::record::IMPLEMENTATION,
         dispatch: Some(tokio::runtime::Handle::current()),
         ..Default::default()
     };

@@ -101,8 +101,11 @@ pub async fn get(port: u16, path: &str, deadline: Duration) -> Result<(u16, Vec<
         let mut stream = TcpStream::connect(("127.0.0.1", port))
             .await
             .map_err(GetError::Connect)?;
+        let authorization = crate::discovery::token::sent()
+            .map(|token| format!("Authorization: Bearer {token}\r\n"))
+            .unwrap_or_default();
         let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n{authorization}Connection: close\r\n\r\n"
         );
         stream
             .write_all(request.as_bytes())

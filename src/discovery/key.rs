@@ -59,7 +59,12 @@ impl RunControlKey {
     /// Reads the key, creating it first if there is none. The creator writes a complete tmp
     /// file and links it into place; a creator that loses the race reads the winner's key.
     pub fn load_or_create(paths: &Paths) -> Result<RunControlKey, KeyError> {
-        let path = paths.run_control_key();
+        RunControlKey::load_or_create_at(paths, paths.run_control_key())
+    }
+
+    /// [`RunControlKey::load_or_create`] for another secret of the same format (the HTTP
+    /// bearer token).
+    pub fn load_or_create_at(paths: &Paths, path: PathBuf) -> Result<RunControlKey, KeyError> {
         match RunControlKey::load(&path) {
             Err(KeyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
             other => return other,
@@ -149,6 +154,11 @@ impl RunControlKey {
                 .to_string();
         text.push('\n');
         text
+    }
+
+    /// The secret as an HTTP bearer token: base64url, unpadded.
+    pub fn to_bearer(&self) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.bytes)
     }
 
     /// HMAC-SHA256 of `message`.

@@ -15,6 +15,7 @@ pub mod pointer;
 pub mod process_table;
 pub mod record;
 pub mod spawn_lock;
+pub mod token;
 pub mod version;
 
 use std::path::PathBuf;

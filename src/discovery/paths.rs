@@ -77,6 +77,11 @@ impl Paths {
         self.daemons_dir().join("run-control-key.json")
     }
 
+    /// `R/daemons/http-token.json`: the HTTP bearer token, in the run-control key's format.
+    pub fn http_token(&self) -> PathBuf {
+        self.daemons_dir().join("http-token.json")
+    }
+
     /// `R/logs/`.
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")

@@ -116,6 +116,9 @@ pub async fn send(
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
+    if let Some(token) = crate::discovery::token::sent() {
+        builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
     let request = match body {
         Some(body) => builder
             .header(hyper::header::CONTENT_LENGTH, body.len())

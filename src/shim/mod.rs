@@ -127,6 +127,7 @@ fn proxy_stdio() -> anyhow::Result<Exit> {
     watch_parent();
     let env = EnvSnapshot::capture();
     let paths = Paths::from_env(&env)?;
+    crate::daemon::remember_token(&env, &paths);
     let ensurer = Arc::new(Ensurer::new(
         paths,
         current_fingerprint(),

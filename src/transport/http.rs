@@ -1,8 +1,11 @@
 //! MCP Streamable HTTP on hyper: one `/mcp` endpoint for both protocol eras.
 //!
-//! Every request first passes Host and Origin validation (403), then the daemon's
-//! [`HttpOptions::intercept`] hook (health checks, lame-duck answers), then MCP routing.
-//! A POST carries one JSON-RPC message of at most 1 MiB (413 beyond). Requests answer with
+//! Every connection is first checked against [`HttpOptions::access`] (`peer.rs`: only the
+//! owner's user, by the kernel's word or by bearer token) and watched for the time limits
+//! (`connection.rs`: head 10 s, body 30 s, idle 60 s; at most 512 open). Every request then
+//! passes Host and Origin validation (403), the daemon's [`HttpOptions::intercept`] hook
+//! (health checks, lame-duck answers), then MCP routing. A POST carries one JSON-RPC message
+//! of at most [`MAX_BODY_BYTES`] (413 beyond). Requests answer with
 //! plain JSON unless they emit a notification before finishing: then the response becomes an
 //! SSE stream (priming event with `retry:`, the notifications, the response), which is how
 //! progress, logging and `subscriptions/listen` reach the client. Choosing lazily keeps
@@ -30,8 +33,8 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -41,9 +44,17 @@ use crate::mcp::server::{
     LEGACY_VERSIONS, META_PROTOCOL_VERSION, McpServer, Outcome, TransportContext, TransportKind,
 };
 use crate::mcp::session::{Replay, Session, parse_event_id};
+use crate::transport::connection::{self, Activity, Limits, Stretch, Tracked, WatchedIo};
+use crate::transport::peer::{self, Access, Caller};
 
-/// The request body cap.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The request body cap: room for a script of 1 MiB (the engine's limit, checked on the
+/// decoded text) however JSON escapes it (`\u0001` is six bytes for one), plus 64 KiB for the
+/// rest of the envelope.
+pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024 + 64 * 1024;
+/// Connections open at once; the next is closed at once.
+pub const MAX_CONNECTIONS: usize = 512;
+/// Connections of other users being answered at once (one request each).
+const MAX_FOREIGN_CONNECTIONS: usize = 32;
 /// The MCP endpoint path.
 pub const MCP_PATH: &str = "/mcp";
 
@@ -68,6 +79,12 @@ pub struct HttpOptions {
     pub shutdown_deadline: Duration,
     pub intercept: Option<Intercept>,
     pub decorate: Option<Decorate>,
+    /// Whom the listener lets in (default: this process's user only).
+    pub access: Access,
+    /// The name `/healthz` gives to callers who may not come in.
+    pub implementation: &'static str,
+    pub limits: Limits,
+    pub max_connections: usize,
     /// The runtime that runs MCP requests, when it is not the one serving the connections:
     /// the daemon accepts connections and answers `/healthz` on a small runtime of its own,
     /// so a busy engine runtime cannot starve its health check (daemon.md 1.4).
@@ -84,6 +101,10 @@ impl Default for HttpOptions {
             shutdown_deadline: Duration::from_secs(5),
             intercept: None,
             decorate: None,
+            access: Access::owner(None),
+            implementation: "agentprism-rs",
+            limits: Limits::default(),
+            max_connections: MAX_CONNECTIONS,
             dispatch: None,
         }
     }
@@ -98,6 +119,9 @@ impl std::fmt::Debug for HttpOptions {
             .field("retry_ms", &self.retry_ms)
             .field("intercept", &self.intercept.is_some())
             .field("decorate", &self.decorate.is_some())
+            .field("access", &self.access)
+            .field("limits", &self.limits)
+            .field("max_connections", &self.max_connections)
             .field("dispatch", &self.dispatch.is_some())
             .finish()
     }
@@ -152,6 +176,11 @@ impl Body for HttpBody {
 
 /// Serves MCP on an already-bound listener until `shutdown` resolves, then closes streams and
 /// waits (bounded) for connections and request tasks.
+///
+/// Each accepted connection is first classified ([`peer::classify`]): the owner's
+/// connections take one of [`HttpOptions::max_connections`] slots; another user's are served
+/// one request at most (`/healthz` with the implementation name, 403 for anything else) from
+/// a small pool of their own, so they never crowd the owner out.
 pub async fn serve(
     listener: TcpListener,
     server: Arc<McpServer>,
@@ -159,6 +188,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
+    let owner_slots = Arc::new(Semaphore::new(options.max_connections));
+    let foreign_slots = Arc::new(Semaphore::new(MAX_FOREIGN_CONNECTIONS));
     let state = Arc::new(State {
         server,
         options,
@@ -166,10 +197,9 @@ pub async fn serve(
         tasks: TaskTracker::new(),
         stopping: CancellationToken::new(),
     });
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -180,35 +210,38 @@ pub async fn serve(
                 }
             },
         };
-        let state_for_connection = state.clone();
-        let service = service_fn(move |request| {
-            let state = state_for_connection.clone();
-            async move { Ok::<_, Infallible>(state.route(request).await) }
-        });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        state.tasks.spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!("MCP connection ended with an error: {error}");
-            }
+        let state = state.clone();
+        let slots = (owner_slots.clone(), foreign_slots.clone());
+        state.tasks.clone().spawn(async move {
+            let local = stream.local_addr().unwrap_or(local);
+            let caller = peer::classify(&state.options.access, local, peer);
+            let slots = match caller {
+                Caller::Foreign(uid) => {
+                    tracing::warn!(
+                        "refused a connection from {peer}: {} (only this daemon's user may \
+                         connect)",
+                        uid.map_or("no such live socket".to_owned(), |uid| format!("uid {uid}"))
+                    );
+                    slots.1
+                }
+                Caller::Trusted | Caller::NeedsToken => slots.0,
+            };
+            let Ok(_slot) = slots.try_acquire_owned() else {
+                tracing::warn!("closed a connection from {peer}: too many open connections");
+                return;
+            };
+            state.connection(stream, caller).await;
         });
     }
     drop(listener);
     state.stopping.cancel();
-    let deadline = state.options.shutdown_deadline;
-    if tokio::time::timeout(deadline, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("MCP connections still open {deadline:?} after shutdown");
-    }
     state.tasks.close();
+    let deadline = state.options.shutdown_deadline;
     if tokio::time::timeout(deadline, state.tasks.wait())
         .await
         .is_err()
     {
-        tracing::warn!("MCP request tasks still running {deadline:?} after shutdown");
+        tracing::warn!("MCP connections or request tasks still open {deadline:?} after shutdown");
     }
     Ok(())
 }
@@ -236,8 +269,57 @@ impl Drop for AbortOnDrop {
 type HttpResponse = Response<HttpBody>;
 
 impl State {
-    async fn route(self: Arc<Self>, request: Request<Incoming>) -> HttpResponse {
+    /// Serves one connection until it ends, overstays a limit, or the server stops.
+    async fn connection(self: Arc<Self>, stream: TcpStream, caller: Caller) {
+        let activity = Activity::new();
+        let service = {
+            let state = self.clone();
+            let activity = activity.clone();
+            service_fn(move |request| {
+                let state = state.clone();
+                let busy = activity.busy();
+                async move {
+                    let response = state.route(request, caller).await;
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, busy)))
+                }
+            })
+        };
+        let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
+        let connection = hyper::server::conn::http1::Builder::new()
+            .header_read_timeout(None)
+            // Another user gets one answer and the door.
+            .keep_alive(!matches!(caller, Caller::Foreign(_)))
+            .serve_connection(io, service);
+        tokio::pin!(connection);
+        let limits = self.options.limits;
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                ended = connection.as_mut() => {
+                    if let Err(error) = ended {
+                        tracing::debug!("MCP connection ended with an error: {error}");
+                    }
+                    return;
+                }
+                stretch = connection::expired(&activity, &limits) => {
+                    if stretch == Stretch::ReadingHead {
+                        tracing::debug!("closed a connection whose request head took over {:?}", limits.header);
+                    }
+                    return;
+                }
+                () = self.stopping.cancelled(), if !stopping => {
+                    stopping = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+
+    async fn route(self: Arc<Self>, request: Request<Incoming>, caller: Caller) -> HttpResponse {
         let (parts, body) = request.into_parts();
+        if let Some(refusal) = self.refuse(&parts, caller) {
+            return refusal;
+        }
         let mut response = match self.answer_at_the_door(&parts) {
             Some(response) => response,
             None => match self.options.dispatch.clone() {
@@ -265,6 +347,49 @@ impl State {
             decorate(response.headers_mut());
         }
         response
+    }
+
+    /// The answer to a caller who may not come in: `/healthz` names the implementation and
+    /// nothing else; every other request is refused before anything of it is read.
+    fn refuse(&self, parts: &Parts, caller: Caller) -> Option<HttpResponse> {
+        let status = match caller {
+            Caller::Trusted => return None,
+            Caller::NeedsToken => {
+                let authorization = parts.headers.get(hyper::header::AUTHORIZATION);
+                if peer::bearer_matches(
+                    &self.options.access,
+                    authorization.map(HeaderValue::as_bytes),
+                ) {
+                    return None;
+                }
+                StatusCode::UNAUTHORIZED
+            }
+            Caller::Foreign(_) => StatusCode::FORBIDDEN,
+        };
+        if parts.method == Method::GET && parts.uri.path() == "/healthz" {
+            return Some(json_response(
+                StatusCode::OK,
+                &json!({"implementation": self.options.implementation}),
+            ));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            tracing::warn!(
+                "refused {} {}: no valid bearer token (this system cannot name a connection's \
+                 user, so the token is required)",
+                parts.method,
+                parts.uri.path()
+            );
+            let mut response = plain(status, "this server needs its user's bearer token");
+            response.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+            return Some(response);
+        }
+        Some(plain(
+            status,
+            "this server accepts connections from its own user only",
+        ))
     }
 
     /// What is answered without MCP work: Host/Origin refusals and the intercept's routes.
@@ -320,20 +445,32 @@ impl State {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<u64>().ok());
         if declared.is_some_and(|length| length > limit as u64) {
-            return plain(StatusCode::PAYLOAD_TOO_LARGE, "request body over 1 MiB");
+            return too_large(limit);
         }
-        let bytes = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                return plain(StatusCode::PAYLOAD_TOO_LARGE, "request body over 1 MiB");
-            }
-            Err(error) => {
-                return plain(
-                    StatusCode::BAD_REQUEST,
-                    &format!("reading the body failed: {error}"),
-                );
-            }
-        };
+        let body_limit = self.options.limits.body;
+        let bytes =
+            match tokio::time::timeout(body_limit, Limited::new(body, limit).collect()).await {
+                Ok(Ok(collected)) => collected.to_bytes(),
+                Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
+                    return too_large(limit);
+                }
+                Ok(Err(error)) => {
+                    return plain(
+                        StatusCode::BAD_REQUEST,
+                        &format!("reading the body failed: {error}"),
+                    );
+                }
+                Err(_elapsed) => {
+                    let mut response = plain(
+                        StatusCode::REQUEST_TIMEOUT,
+                        &format!("the request body took over {body_limit:?}"),
+                    );
+                    response
+                        .headers_mut()
+                        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                    return response;
+                }
+            };
         let message = match jsonrpc::parse(&bytes) {
             Ok(message) => message,
             Err(rejected) => {
@@ -799,6 +936,13 @@ fn sse_response(body: mpsc::Receiver<Bytes>) -> HttpResponse {
     );
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+fn too_large(limit: usize) -> HttpResponse {
+    plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("the request body is over the limit of {limit} bytes"),
+    )
 }
 
 fn plain(status: StatusCode, text: &str) -> HttpResponse {

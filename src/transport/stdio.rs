@@ -21,7 +21,7 @@ use crate::mcp::jsonrpc::{self, Message};
 use crate::mcp::server::{McpServer, SessionEvents, TransportContext, TransportKind};
 
 /// The largest line accepted, the same cap as an HTTP body.
-pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+pub const MAX_LINE_BYTES: usize = crate::transport::http::MAX_BODY_BYTES;
 /// How long requests cancelled at end of input get to finish.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 

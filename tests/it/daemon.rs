@@ -613,11 +613,11 @@ fn start_twice_makes_one_daemon_and_stop_ends_it() {
     let url = world.run(&["daemon", "url"]);
     assert_eq!(url.code(), 0, "{}", url.stderr);
     assert!(url.stdout.contains(&format!(
-        "claude mcp add --transport http agentprism-workflows {}",
+        "claude mcp add --transport http agentprism-workflow {}",
         first.url
     )));
     assert!(url.stdout.contains(&format!(
-        "[mcp_servers.agentprism-workflows]\nurl = \"{}\"",
+        "[mcp_servers.agentprism-workflow]\nurl = \"{}\"",
         first.url
     )));
     assert!(url.stdout.contains("\"command\": \"agentprism-workflow\""));

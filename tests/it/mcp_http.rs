@@ -407,9 +407,32 @@ async fn host_and_origin_are_validated() {
 }
 
 #[tokio::test]
-async fn bodies_over_one_mebibyte_are_refused() {
+async fn bodies_over_the_cap_are_refused_and_a_body_at_the_cap_is_read() {
     let server = TestServer::start(HttpOptions::default()).await;
-    let too_big = (1024 * 1024 + 1).to_string();
+    let cap = agentprism::transport::http::MAX_BODY_BYTES;
+    // Exactly at the cap: read and answered (a tools/list padded with white space).
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": modern_meta()}})
+    .to_string();
+    let padded = format!("{list}{}", " ".repeat(cap - list.len()));
+    assert_eq!(padded.len(), cap);
+    let reply = server
+        .request(
+            "POST",
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("Mcp-Method", "tools/list"),
+                ("MCP-Protocol-Version", "2026-07-28"),
+            ],
+            &padded,
+        )
+        .await;
+    assert_eq!(
+        reply.status, 200,
+        "a body of exactly {cap} bytes is within the cap"
+    );
+    let too_big = (cap + 1).to_string();
     let reply = server
         .request(
             "POST",
@@ -430,7 +453,7 @@ async fn bodies_over_one_mebibyte_are_refused() {
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     let chunk = vec![b' '; 64 * 1024];
-    for _ in 0..17 {
+    for _ in 0..=cap / chunk.len() {
         if stream
             .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
             .await
@@ -581,7 +604,7 @@ async fn stateless_requests_check_headers_against_the_body() {
         .post(
             &[
                 ("MCP-Protocol-Version", "2026-07-28"),
-                ("Mcp-Method", "ping"),
+                ("Mcp-Method", "tools/list"),
             ],
             &removed,
         )

@@ -1,0 +1,293 @@
+//! One HTTP/1.1 connection under a watchdog: the time limits hyper alone cannot express.
+//!
+//! A connection is in one of three stretches, which [`Activity`] tracks:
+//! - *idle*: no request open and no bytes since the last answer ended (or since it opened);
+//!   it is closed after [`Limits::idle`];
+//! - *reading a head*: bytes arrived while idle, and hyper has not yet handed us a request;
+//!   it is closed after [`Limits::header`] (a client that sends a header byte every few
+//!   seconds is cut off however slowly it trickles);
+//! - *busy*: a request is being served, or its response (an SSE stream included) is still
+//!   being written; no limit here, the body read has its own ([`Limits::body`], enforced
+//!   where the body is collected).
+//!
+//! hyper's own `header_read_timeout` starts whenever it waits for a head, so it would also
+//! close idle keep-alive connections after the header limit; we turn it off and watch here.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// The time limits of one connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// From a request's first byte to its complete head.
+    pub header: Duration,
+    /// From a complete head to the complete body.
+    pub body: Duration,
+    /// An open connection with nothing to do.
+    pub idle: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header: Duration::from_secs(10),
+            body: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a connection is doing, shared by its reader, its requests and its watchdog.
+#[derive(Debug)]
+pub struct Activity {
+    /// Requests whose response is not yet fully written.
+    busy: AtomicUsize,
+    /// Bytes arrived while idle: a head is being read.
+    reading: AtomicBool,
+    /// When the current idle or reading stretch began.
+    since: Mutex<Instant>,
+    changed: tokio::sync::Notify,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            busy: AtomicUsize::new(0),
+            reading: AtomicBool::new(false),
+            since: Mutex::new(Instant::now()),
+            changed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Marks a request open until the returned guard drops (with its response body).
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        self.reading.store(false, Ordering::SeqCst);
+        self.changed.notify_one();
+        Busy(self.clone())
+    }
+
+    /// When the connection is due to be closed, `None` while it is busy.
+    fn deadline(&self, limits: &Limits) -> Option<(Instant, Stretch)> {
+        if self.busy.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let since = *self.since.lock().unwrap_or_else(|e| e.into_inner());
+        Some(if self.reading.load(Ordering::SeqCst) {
+            (since + limits.header, Stretch::ReadingHead)
+        } else {
+            (since + limits.idle, Stretch::Idle)
+        })
+    }
+
+    fn saw_bytes(&self) {
+        if self.busy.load(Ordering::SeqCst) == 0 && !self.reading.swap(true, Ordering::SeqCst) {
+            *self.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// Which limit ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stretch {
+    Idle,
+    ReadingHead,
+}
+
+/// A request in progress; dropping it may start the idle clock.
+#[derive(Debug)]
+pub struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+            *self.0.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            self.0.changed.notify_one();
+        }
+    }
+}
+
+/// Waits until the connection overstays a limit, and says which. Never returns while busy.
+pub async fn expired(activity: &Activity, limits: &Limits) -> Stretch {
+    loop {
+        // Registered before the state is read, so a change in between is not missed
+        // (`notify_one` also keeps a permit for a watcher that is not yet waiting).
+        let changed = activity.changed.notified();
+        match activity.deadline(limits) {
+            None => changed.await,
+            Some((deadline, stretch)) => {
+                tokio::select! {
+                    () = changed => {}
+                    () = tokio::time::sleep_until(deadline) => {
+                        // Re-read: the stretch may have ended just as the timer fired.
+                        if activity.deadline(limits).is_some_and(|(due, now)| {
+                            now == stretch && due <= Instant::now()
+                        }) {
+                            return stretch;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The socket, reporting each read to the connection's [`Activity`].
+pub struct WatchedIo<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> WatchedIo<T> {
+    pub fn new(inner: T, activity: Arc<Activity>) -> WatchedIo<T> {
+        WatchedIo { inner, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WatchedIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.saw_bytes();
+        }
+        result
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WatchedIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A response body that keeps its request [`Busy`] until hyper has written all of it.
+pub struct Tracked<B> {
+    body: B,
+    _busy: Busy,
+}
+
+impl<B> Tracked<B> {
+    pub fn new(body: B, busy: Busy) -> Tracked<B> {
+        Tracked { body, _busy: busy }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            header: Duration::from_secs(10),
+            body: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_connections_expire_after_the_idle_limit() {
+        let activity = Activity::new();
+        let started = Instant::now();
+        assert_eq!(expired(&activity, &limits()).await, Stretch::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_started_head_gets_the_header_limit() {
+        let activity = Activity::new();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        activity.saw_bytes();
+        let started = Instant::now();
+        // More bytes do not extend it: a trickle is cut off as surely as silence.
+        let trickle = {
+            let activity = activity.clone();
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    activity.saw_bytes();
+                }
+            })
+        };
+        assert_eq!(expired(&activity, &limits()).await, Stretch::ReadingHead);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        trickle.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_never_expires_and_idles_from_its_end() {
+        let activity = Activity::new();
+        let busy = activity.busy();
+        let watcher = {
+            let activity = activity.clone();
+            tokio::spawn(async move { expired(&activity, &limits()).await })
+        };
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(
+            !watcher.is_finished(),
+            "a stream open for an hour is not idle"
+        );
+        let ended = Instant::now();
+        drop(busy);
+        assert_eq!(watcher.await.unwrap(), Stretch::Idle);
+        assert_eq!(ended.elapsed(), Duration::from_secs(60));
+    }
+}
