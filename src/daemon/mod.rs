@@ -165,21 +165,25 @@ pub fn http_access(env: &EnvSnapshot, paths: &Paths) -> crate::transport::peer::
         ));
         return Access::Open;
     }
-    let lookup = !(env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP));
-    remember_token(env, paths);
-    let token = match crate::discovery::token::load_or_create(paths) {
-        Ok(token) => Some(token),
-        Err(error) => {
+    let forced = env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP);
+    let needs_token = peer_lookup_needs_token(env);
+    crate::discovery::token::remember(paths, needs_token);
+    // The token exists only where it is asked for; a lookup that fails for one connection
+    // on a system where it works is then a refusal (no token to fall back on).
+    let token = match needs_token.then(|| crate::discovery::token::load_or_create(paths)) {
+        None => None,
+        Some(Ok(token)) => Some(token),
+        Some(Err(error)) => {
             notice(format_args!(
-                "the HTTP bearer token is unusable, so only connections the kernel names as \
-                 ours get in: {error}"
+                "the HTTP bearer token is unusable and this system cannot name a connection's \
+                 user, so no request gets in: {error}"
             ));
             None
         }
     };
     let mut access = Access::owner(token);
-    if let Access::Owner { lookup: field, .. } = &mut access {
-        *field = lookup;
+    if let Access::Owner { lookup, .. } = &mut access {
+        *lookup = !forced;
     }
     access
 }

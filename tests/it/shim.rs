@@ -69,6 +69,7 @@ impl World {
             .filter(|path| {
                 path.extension().is_some_and(|ext| ext == "json")
                     && !path.ends_with("run-control-key.json")
+                    && !path.ends_with("http-token.json")
             })
             .find_map(|path| serde_json::from_slice(&std::fs::read(path).ok()?).ok())
     }
