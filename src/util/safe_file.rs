@@ -591,6 +591,52 @@ mod tests {
         assert!(error.is_not_found(), "{error:?}");
     }
 
+    /// The invariant in ARCHITECTURE.md: the engine and the tools read no file except through
+    /// this module. `intents.rs` reads the engine's own intent files in the store (written
+    /// by `util::publish_once`, never named by a caller).
+    #[test]
+    fn the_engine_and_the_tools_read_files_only_through_this_module() {
+        const OWN_FILES: &[&str] = &["src/engine/intents.rs"];
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut offenders = Vec::new();
+        let mut folders = vec![root.join("src/engine"), root.join("src/tools")];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                    continue;
+                }
+                let relative = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                if OWN_FILES.contains(&relative.as_str()) || relative.ends_with("/tests.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Only the code before the unit tests counts.
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                for needle in [
+                    "fs::read(",
+                    "fs::read_to_string(",
+                    "File::open(",
+                    "OpenOptions",
+                    "tokio::fs::",
+                ] {
+                    if code.contains(needle) {
+                        offenders.push(format!("{relative}: {needle}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "read through util::safe_file: {offenders:?}"
+        );
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn reads_of_fifos_do_not_hold_the_runtime() {
         let dir = folder();
