@@ -374,6 +374,25 @@ fn a_token_file_as_script_path_is_refused_without_showing_the_token() {
             "{message}"
         );
     }
+    // The daemon's own environment and the system's password hashes, directly and through a
+    // link named like a script.
+    let environ_linked = d.project().join("environ.js");
+    std::os::unix::fs::symlink("/proc/self/environ", &environ_linked).unwrap();
+    for path in [
+        Path::new("/proc/self/environ"),
+        &environ_linked,
+        Path::new("/etc/shadow"),
+    ] {
+        let message = d.refused_run(path);
+        assert_shows_nothing(&message);
+        for leak in ["PATH=", "HOME=", "AGENTPRISM_", "root:"] {
+            assert!(!message.contains(leak), "{message}");
+        }
+        assert!(
+            message.contains("is not a workflow script") || message.contains("cannot be read"),
+            "{message}"
+        );
+    }
     // A file named like a script may be quoted, briefly and redacted.
     let message = d.refused_run(&named_js);
     assert_shows_nothing(&message);
