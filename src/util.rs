@@ -1,4 +1,7 @@
-//! Small helpers shared across modules: time, hashing, hex, durable file writes.
+//! Small helpers shared across modules: time, hashing, hex, durable file writes, and
+//! ([`safe_file`]) the one way to read a file a caller named.
+
+pub mod safe_file;
 
 use std::io::Write;
 use std::path::Path;

@@ -467,16 +467,31 @@ fn absolute_path(params: &Value) -> Result<&Path, (i64, String)> {
     Ok(path)
 }
 
-/// `fs/read_text_file {path, line?, limit?}`: `line` is 1-based, `limit` counts lines.
+/// Largest file an agent may read through `fs/read_text_file`.
+const MAX_AGENT_READ_BYTES: u64 = 16 << 20;
+
+/// `fs/read_text_file {path, line?, limit?}`: `line` is 1-based, `limit` counts lines. Read
+/// through `util::safe_file` (links resolved, regular files only, bounded, off the async
+/// workers), so an agent asking for a FIFO or `/dev/zero` gets an error, not a stuck thread
+/// or an exhausted heap.
 async fn read_text_file(params: &Value) -> Result<Value, (i64, String)> {
+    use crate::util::safe_file::{self, Links};
     let path = absolute_path(params)?;
-    let content = tokio::fs::read_to_string(path).await.map_err(|error| {
-        let code = if error.kind() == std::io::ErrorKind::NotFound {
-            codes::RESOURCE_NOT_FOUND
-        } else {
-            codes::INTERNAL_ERROR
-        };
-        (code, format!("cannot read {}: {error}", path.display()))
+    let contents = safe_file::read(path, MAX_AGENT_READ_BYTES, Links::ResolveFirst)
+        .await
+        .map_err(|error| {
+            let code = if error.is_not_found() {
+                codes::RESOURCE_NOT_FOUND
+            } else {
+                codes::INTERNAL_ERROR
+            };
+            (code, error.to_string())
+        })?;
+    let content = String::from_utf8(contents.bytes).map_err(|_| {
+        (
+            codes::INTERNAL_ERROR,
+            format!("{} is not UTF-8 text", path.display()),
+        )
     })?;
     let line = params.get("line").and_then(Value::as_u64);
     let limit = params.get("limit").and_then(Value::as_u64);

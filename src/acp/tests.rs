@@ -350,6 +350,21 @@ async fn fs_requests_are_served_for_absolute_paths() {
             .contains("missing"),
         "{answer}"
     );
+    // A device is refused before a byte is read (reading /dev/zero would never end).
+    agent
+        .send(
+            json!({"jsonrpc": "2.0", "id": 11, "method": "fs/read_text_file",
+            "params": {"sessionId": "s", "path": "/dev/zero"}}),
+        )
+        .await;
+    let answer = agent.receive().await;
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/dev/zero is a character device"),
+        "{answer}"
+    );
 }
 
 #[tokio::test]

@@ -348,8 +348,7 @@ impl Engine {
                     return Err("a saved workflow name must be a plain name".into());
                 }
                 let path = folder.join(format!("{name}.js"));
-                std::fs::read_to_string(&path)
-                    .map_err(|e| format!("no saved workflow {} ({e})", path.display()))?
+                prepare::read_nested(&path)?
             };
             let analyzed = script::analyze(text.as_bytes()).map_err(|e| e.message)?;
             counter += 1;
@@ -397,7 +396,7 @@ impl Engine {
         args: Value,
     ) -> EngineResult<Prepared> {
         check_project_dir(project_dir)?;
-        let bytes = prepare::read_script(script)?;
+        let bytes = prepare::read_script(script).await?.bytes;
         let run_id = RunId::parse("validate-0").expect("valid id");
         Ok(prepare::prepare(PrepareInput {
             bytes,
@@ -437,7 +436,7 @@ impl Engine {
         );
         let active = self.active_count(&request.project_dir).await?;
         let slot = self.reserve(&request.project_dir, active)?;
-        let bytes = prepare::read_script(&request.script)?;
+        let prepare::ScriptBytes { bytes, file } = prepare::read_script(&request.script).await?;
         let run_id = RunId::generate();
         let preparation = prepare::prepare(PrepareInput {
             bytes,
@@ -468,9 +467,13 @@ impl Engine {
                 crate::util::write_replace(&path, prepared.text.as_bytes(), 0o600).map_err(
                     |e| EngineError::Rejected(format!("cannot write the run's script copy: {e}")),
                 )?;
+                // Recorded resolved, like a scriptPath (the root may sit behind a link, such
+                // as /home -> /var/home), because later reads refuse links.
+                let path = std::fs::canonicalize(&path).unwrap_or(path);
                 (ScriptSource::Inline, path)
             }
-            ScriptInput::Path(path) => (ScriptSource::Path, path.clone()),
+            // The resolved path: later reads refuse a symlink swapped in after admission.
+            ScriptInput::Path(path) => (ScriptSource::Path, file.unwrap_or_else(|| path.clone())),
         };
         let needs_setup =
             !prepared.declared_backends.is_empty() && !self.inner.config.allow_script_backends;
@@ -919,7 +922,9 @@ impl Engine {
         }
         // A changed script file is a revision, validated like a new run.
         let mut revised = false;
-        let current_text = std::fs::read(&record.script_file).ok();
+        let current_text = prepare::reread_script(&record.script_file)
+            .await
+            .map_err(|r| EngineError::Rejected(format!("cannot resume run {run_id}: {r}")))?;
         let routing: RoutingSnapshot =
             serde_json::from_value(record.routing.clone()).unwrap_or_default();
         if let Some(bytes) = current_text
@@ -1867,7 +1872,9 @@ impl Engine {
         if record.script_source == ScriptSource::Inline {
             let expected =
                 store::script_copy_path(self.inner.store.root(), &record.project_dir, run_id);
-            if record.script_file == expected {
+            if record.script_file == expected
+                || std::fs::canonicalize(&expected).is_ok_and(|real| real == record.script_file)
+            {
                 let _ = std::fs::remove_file(&expected);
             }
         }

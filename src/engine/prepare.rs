@@ -22,6 +22,7 @@ use crate::engine::schema;
 use crate::engine::script::{self, AnalyzedScript, MAX_SCRIPT_BYTES};
 use crate::engine::vm::VmLimits;
 use crate::model::{CallKind, Limits, RunId, RunStatus, Usage};
+use crate::util::safe_file::{self, Links};
 
 /// How long the dry run may take.
 pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
@@ -73,10 +74,26 @@ pub struct Prepared {
     pub dry_calls: usize,
 }
 
-/// Reads a script's bytes: inline text, or an absolute path to a regular file of at most 1 MiB.
-pub fn read_script(input: &ScriptInput) -> Result<Vec<u8>, Rejection> {
+/// A script's bytes as read for admission.
+#[derive(Debug)]
+pub struct ScriptBytes {
+    pub bytes: Vec<u8>,
+    /// For a `scriptPath`: the file's resolved path, which the run records, so every later
+    /// read of it ([`reread_script`], `resources/read`) opens exactly this path and refuses a
+    /// symbolic link swapped in after admission.
+    pub file: Option<PathBuf>,
+}
+
+/// Reads a script: inline text, or an absolute path to a regular file of at most 1 MiB, read
+/// through [`safe_file`] (links resolved once, no FIFO, device or folder, size bounded, off
+/// the async workers). A file that is not named like a JavaScript file is refused without a
+/// word of its contents if it is not a workflow script.
+pub async fn read_script(input: &ScriptInput) -> Result<ScriptBytes, Rejection> {
     match input {
-        ScriptInput::Inline(text) => Ok(text.clone().into_bytes()),
+        ScriptInput::Inline(text) => Ok(ScriptBytes {
+            bytes: text.clone().into_bytes(),
+            file: None,
+        }),
         ScriptInput::Path(path) => {
             if !path.is_absolute() {
                 return Err(Rejection::new(format!(
@@ -84,27 +101,86 @@ pub fn read_script(input: &ScriptInput) -> Result<Vec<u8>, Rejection> {
                     path.display()
                 )));
             }
-            let metadata = std::fs::metadata(path).map_err(|e| {
-                Rejection::new(format!("cannot read scriptPath {}: {e}", path.display()))
-            })?;
-            if !metadata.is_file() {
-                return Err(Rejection::new(format!(
-                    "scriptPath {} is not a regular file",
-                    path.display()
-                )));
-            }
-            if metadata.len() > MAX_SCRIPT_BYTES as u64 {
-                return Err(Rejection::new(format!(
-                    "script {} is {} bytes; the limit is {MAX_SCRIPT_BYTES} bytes (1 MiB)",
-                    path.display(),
-                    metadata.len()
-                )));
-            }
-            std::fs::read(path).map_err(|e| {
-                Rejection::new(format!("cannot read scriptPath {}: {e}", path.display()))
+            let contents = safe_file::read(path, MAX_SCRIPT_BYTES as u64, Links::ResolveFirst)
+                .await
+                .map_err(|error| Rejection::new(format!("scriptPath {error}")))?;
+            check_named_script(path, &contents.path, &contents.bytes)?;
+            Ok(ScriptBytes {
+                bytes: contents.bytes,
+                file: Some(contents.path),
             })
         }
     }
+}
+
+/// Reads a run's recorded script file again (a resume looks for a revision). The path was
+/// resolved at admission, so a symbolic link in it now is refused, like a FIFO, a device or an
+/// oversize file. `None` when the file is gone: the run goes on with its stored text.
+pub async fn reread_script(path: &Path) -> Result<Option<Vec<u8>>, Rejection> {
+    match safe_file::read(path, MAX_SCRIPT_BYTES as u64, Links::Refuse).await {
+        Ok(contents) => {
+            check_named_script(path, &contents.path, &contents.bytes)?;
+            Ok(Some(contents.bytes))
+        }
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(Rejection::new(format!("the script file {error}"))),
+    }
+}
+
+/// Reads a saved workflow for a nested `workflow(name)` call. It runs on the calling script's
+/// VM thread (a thread of its own, never an async worker), so it reads right there.
+pub fn read_nested(path: &Path) -> Result<String, String> {
+    let contents = safe_file::read_blocking(path, MAX_SCRIPT_BYTES as u64, Links::ResolveFirst)
+        .map_err(|error| {
+            if error.is_not_found() {
+                format!("no saved workflow {}", path.display())
+            } else {
+                format!("the saved workflow {error}")
+            }
+        })?;
+    check_named_script(path, &contents.path, &contents.bytes).map_err(|r| r.message)?;
+    String::from_utf8(contents.bytes)
+        .map_err(|_| format!("the saved workflow {} is not valid UTF-8", path.display()))
+}
+
+/// Whether `name` is named like a JavaScript file (`.js`, `.mjs`, `.cjs`).
+pub fn named_like_javascript(name: &Path) -> bool {
+    name.extension()
+        .and_then(|extension| extension.to_str())
+        .is_some_and(|extension| matches!(extension, "js" | "mjs" | "cjs"))
+}
+
+/// Error messages may quote a short, redacted token of a script, never of another file: a
+/// file whose resolved name is not a JavaScript name (`/etc/shadow`, `/proc/<pid>/environ`, a
+/// token file) must pass the static checks here, and if it does not, the error gives only the
+/// position and what a script must look like.
+fn check_named_script(given: &Path, resolved: &Path, bytes: &[u8]) -> Result<(), Rejection> {
+    if named_like_javascript(resolved) {
+        return Ok(());
+    }
+    let Err(error) = script::analyze(bytes) else {
+        return Ok(());
+    };
+    let shown = if given == resolved {
+        given.display().to_string()
+    } else {
+        format!(
+            "{} (which resolves to {})",
+            given.display(),
+            resolved.display()
+        )
+    };
+    let position = match (error.line, error.column) {
+        (Some(line), Some(column)) => {
+            format!(" (the first problem is at line {line}, column {column})")
+        }
+        _ => String::new(),
+    };
+    Err(Rejection::new(format!(
+        "SCRIPT_VALIDATION_ERROR: {shown} is not a workflow script{position}: a script is UTF-8 \
+         text that starts with `export const meta = {{ ... }}`. Its name does not end in .js, .mjs \
+         or .cjs, so nothing of its contents is quoted"
+    )))
 }
 
 /// Parses `meta.backends` into backend specs (already shape-checked by the analyzer).
@@ -216,8 +292,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             }
             existing.clone()
         }
-        None => RoutingSnapshot::capture(input.persistence_root, input.project_dir, input.home)
-            .map_err(Rejection::new)?,
+        None => capture_routing(input.persistence_root, input.project_dir, input.home).await?,
     };
     // The dry run treats declared backends as approved.
     let mut dry_routing = routing.clone();
@@ -250,6 +325,8 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             .error_code
             .clone()
             .unwrap_or_else(|| "SCRIPT_ERROR".into());
+        // QuickJS messages may quote the source; whatever they quote is redacted.
+        let (reason, _) = crate::engine::redact::redact_text(&reason);
         return Err(Rejection::new(format!(
             "the mocked dry run failed: {code}: {reason}"
         )));
@@ -380,6 +457,33 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         probes,
         dry_calls: outcome.dry_calls.len(),
     })
+}
+
+/// [`RoutingSnapshot::capture`] on the blocking pool, under the file-read deadline: its
+/// reads of tiers and agent definitions never hold an async worker.
+async fn capture_routing(
+    root: &Path,
+    project_dir: &Path,
+    home: Option<&Path>,
+) -> Result<RoutingSnapshot, Rejection> {
+    let (root, project_dir, home) = (
+        root.to_path_buf(),
+        project_dir.to_path_buf(),
+        home.map(Path::to_path_buf),
+    );
+    let capture = tokio::task::spawn_blocking(move || {
+        RoutingSnapshot::capture(&root, &project_dir, home.as_deref())
+    });
+    match tokio::time::timeout(safe_file::READ_DEADLINE, capture).await {
+        Ok(Ok(captured)) => captured.map_err(Rejection::new),
+        Ok(Err(error)) => Err(Rejection::new(format!(
+            "reading tiers and agent definitions failed: {error}"
+        ))),
+        Err(_) => Err(Rejection::new(format!(
+            "tiers and agent definitions were not read within {} s",
+            safe_file::READ_DEADLINE.as_secs()
+        ))),
+    }
 }
 
 fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Result<(), Rejection> {

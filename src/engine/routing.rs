@@ -15,11 +15,13 @@ use serde_json::Value;
 
 use crate::engine::runner::BackendSpec;
 use crate::model::Phase;
+use crate::util::safe_file::{self, Links};
 use crate::util::sha256_hex;
 
 /// Limits on what admission reads from disk.
 const MAX_AGENT_DEFINITIONS: usize = 256;
 const MAX_DEFINITION_BYTES: u64 = 256 * 1024;
+const MAX_TIERS_BYTES: u64 = 256 * 1024;
 
 /// Looks backends up by routing name. Implemented by the ACP backend registry.
 pub trait BackendLookup: Send + Sync {
@@ -67,7 +69,10 @@ pub struct RoutingSnapshot {
 
 impl RoutingSnapshot {
     /// Reads tiers from `<root>/model-tiers.json` and agent definitions from
-    /// `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins).
+    /// `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins). Each file is
+    /// read through [`safe_file`] (links resolved, regular files only, size bounded), and
+    /// errors name the file and a line, never its text. Blocking: call it off the async
+    /// workers.
     pub fn capture(
         root: &Path,
         project_dir: &Path,
@@ -75,9 +80,9 @@ impl RoutingSnapshot {
     ) -> Result<RoutingSnapshot, String> {
         let mut snapshot = RoutingSnapshot::default();
         let tiers_path = root.join("model-tiers.json");
-        match std::fs::read_to_string(&tiers_path) {
-            Ok(text) => {
-                let parsed: Value = serde_json::from_str(&text)
+        match safe_file::read_blocking(&tiers_path, MAX_TIERS_BYTES, Links::ResolveFirst) {
+            Ok(contents) => {
+                let parsed: Value = serde_json::from_slice(&contents.bytes)
                     .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
                 let tiers = parsed
                     .get("tiers")
@@ -93,6 +98,10 @@ impl RoutingSnapshot {
                         .as_str()
                         .filter(|s| !s.trim().is_empty())
                         .ok_or_else(|| {
+                            // The name is the file's text: shown short and redacted.
+                            let (name, _) = crate::engine::redact::redact_text(
+                                crate::util::truncate_utf8(name, 40),
+                            );
                             format!(
                                 "{}: tiers.{name} must be a non-empty model spec string",
                                 tiers_path.display()
@@ -101,8 +110,8 @@ impl RoutingSnapshot {
                     snapshot.tiers.insert(name.clone(), spec.to_owned());
                 }
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(format!("cannot read {}: {error}", tiers_path.display())),
+            Err(error) if error.is_not_found() => {}
+            Err(error) => return Err(format!("the tiers file {error}")),
         }
         let mut folders = vec![project_dir.join(".agentprism").join("agents")];
         if let Some(home) = home {
@@ -131,15 +140,12 @@ impl RoutingSnapshot {
                         folder.display()
                     ));
                 }
-                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                if size > MAX_DEFINITION_BYTES {
-                    return Err(format!(
-                        "{}: agent definition larger than {MAX_DEFINITION_BYTES} bytes",
-                        path.display()
-                    ));
-                }
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("cannot read agent definition {}: {e}", path.display()))?;
+                let contents =
+                    safe_file::read_blocking(&path, MAX_DEFINITION_BYTES, Links::ResolveFirst)
+                        .map_err(|error| format!("agent definition {error}"))?;
+                let text = String::from_utf8(contents.bytes).map_err(|_| {
+                    format!("agent definition {} is not UTF-8 text", path.display())
+                })?;
                 let definition = parse_agent_definition(&text)
                     .map_err(|e| format!("agent definition {}: {e}", path.display()))?;
                 snapshot.agents.insert(name, definition);
@@ -199,13 +205,17 @@ pub fn parse_agent_definition(text: &str) -> Result<AgentDefinition, String> {
             .filter(|item| !item.is_empty())
             .collect()
     };
-    for line in front.lines() {
+    for (number, line) in front.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let Some((key, value)) = line.split_once(':') else {
-            return Err(format!("frontmatter line {line:?} is not `key: value`"));
+            // The file's 1st line is the opening `---`; no text of it is quoted.
+            return Err(format!(
+                "frontmatter line {} is not `key: value`",
+                number + 1
+            ));
         };
         let value = value.trim().trim_matches(['"', '\'']);
         match key.trim() {

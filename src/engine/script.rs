@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::model::Phase;
 
 use lexer::{Cursor, Token, TokenKind};
-use literal::{Literal, LiteralValue, Property, child_path, describe_token};
+use literal::{Literal, LiteralValue, Property, child_path, describe_token, quote};
 
 /// Largest accepted script, in bytes.
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
@@ -63,7 +63,18 @@ pub struct AnalyzedScript {
 
 /// Runs every static check on `source`, in order: size, encoding, the meta statement, the
 /// meta rules, the determinism guard. The first failure is returned.
+///
+/// An error quotes at most a few short tokens of the source (40 characters each), never a
+/// byte that is not UTF-8, and its whole message passes through credential redaction, so a
+/// token file given as a script is refused without showing the token.
 pub fn analyze(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
+    analyze_source(source).map_err(|mut error| {
+        error.message = crate::engine::redact::redact_text(&error.message).0;
+        error
+    })
+}
+
+fn analyze_source(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
     check_size(source)?;
     let text = decode(source)?;
     if text
@@ -157,10 +168,10 @@ fn decode(source: &[u8]) -> Result<&str, ScriptError> {
         let valid = std::str::from_utf8(&source[..offset]).unwrap_or_default();
         let (line, column) = line_and_column(valid, offset);
         ScriptError {
+            // The byte itself is not shown: the file may not be a script at all.
             message: format!(
-                "the script is not valid UTF-8: byte 0x{:02X} at byte offset {offset} \
-                 (line {line}, column {column}) does not belong to a UTF-8 character",
-                source[offset]
+                "the script is not valid UTF-8: the byte at byte offset {offset} \
+                 (line {line}, column {column}) does not belong to a UTF-8 character"
             ),
             line: Some(line),
             column: Some(column),
@@ -247,8 +258,7 @@ fn quote_statement(source: &str, start: usize, mismatch: usize) -> String {
         end = cursor.offset();
     }
     let words: Vec<&str> = source[start..end].split_whitespace().collect();
-    let quoted: String = words.join(" ").chars().take(60).collect();
-    format!("`{quoted}`")
+    quote(&words.join(" "))
 }
 
 /// Checks that the statement ends after the literal and returns where the blanking stops:

@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
+use crate::engine::script::MAX_SCRIPT_BYTES;
 use crate::engine::status::file_uri;
 use crate::mcp::handler::{McpError, McpResult, codes};
 use crate::model::{EventRecord, RunId, RunRecord, RunStatus};
+use crate::util::safe_file::{self, Links};
 
 use super::{WorkflowServer, skills, workflow::unknown_run};
 
@@ -311,15 +313,20 @@ impl WorkflowServer {
                 format!("{} is not the script of any workflow run", path.display()),
             ));
         }
-        // The file's current text: an edit made after admission shows at once.
-        let bytes = std::fs::read(path).map_err(|error| {
+        // The file's current text: an edit made after admission shows at once. The path was
+        // resolved at admission, so a link swapped in since is refused, never followed; so are
+        // FIFOs, devices and oversize files, and the read runs off the async workers.
+        let contents = safe_file::read(path, MAX_SCRIPT_BYTES as u64, Links::Refuse)
+            .await
+            .map_err(|error| not_found(uri, format!("the script file {error}")))?;
+        let text = String::from_utf8(contents.bytes).map_err(|_| {
             not_found(
                 uri,
-                format!("cannot read the script file {}: {error}", path.display()),
+                format!(
+                    "the script file {} is not UTF-8 text, so it is not shown",
+                    path.display()
+                ),
             )
-        })?;
-        let text = String::from_utf8(bytes).map_err(|_| {
-            McpError::internal(format!("the script file {} is not UTF-8", path.display()))
         })?;
         Ok(json!({"contents": [{"uri": uri, "mimeType": "text/javascript", "text": text}]}))
     }

@@ -110,7 +110,7 @@ fn bad_input_is_rejected_with_exit_2_and_no_run_record() {
     let cases: Vec<Case> = vec![
         (
             vec!["run".into(), big.display().to_string()],
-            "the limit is 1048576 bytes",
+            "over the limit of 1048576 bytes",
             None,
         ),
         (

@@ -210,13 +210,13 @@ impl Parser<'_, '_> {
             }
             if FORBIDDEN_KEYS.contains(&key.as_str()) {
                 return Err(LiteralError {
-                    message: format!("{path} may not have the key `{key}`"),
+                    message: format!("{path} may not have the key {}", quote(&key)),
                     offset: key_offset,
                 });
             }
             if !seen_keys.insert(key.clone()) {
                 return Err(LiteralError {
-                    message: format!("{path} has the key `{key}` more than once"),
+                    message: format!("{path} has the key {} more than once", quote(&key)),
                     offset: key_offset,
                 });
             }
@@ -300,6 +300,7 @@ impl Parser<'_, '_> {
 
     fn missing_colon(&self, key: &str) -> LiteralError {
         let offset = self.cursor.offset();
+        let key = shorten(key);
         let reason = match self.cursor.peek() {
             Some('(') => format!("methods are not allowed (`{key}(`)"),
             Some(',' | '}') => {
@@ -649,10 +650,11 @@ pub(super) fn child_path(parent: &str, key: &str) -> String {
         && key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    let key = shorten(key);
     if plain {
         format!("{parent}.{key}")
     } else {
-        format!("{parent}[{}]", Value::String(key.to_owned()))
+        format!("{parent}[{}]", Value::String(key))
     }
 }
 
@@ -663,7 +665,8 @@ fn describe_word(word: &str) -> String {
         "NaN" | "Infinity" => format!("found `{word}`, which JSON cannot represent"),
         "function" | "async" | "class" => format!("found `{word}`; functions are not allowed"),
         _ => format!(
-            "found `{word}`; only objects, arrays, strings, numbers, true, false and null are allowed"
+            "found {}; only objects, arrays, strings, numbers, true, false and null are allowed",
+            quote(word)
         ),
     }
 }
@@ -683,6 +686,28 @@ pub(super) fn describe_token(rest: &str) -> String {
     } else {
         first.len_utf8()
     };
-    let token: String = rest[..length].chars().take(40).collect();
-    format!("`{token}`")
+    quote(&rest[..length])
+}
+
+/// Longest piece of script text an error message quotes, in characters.
+pub(super) const MAX_QUOTE_CHARS: usize = 40;
+
+/// `text` (script source) as an error message may show it, in backticks: see [`shorten`].
+pub(super) fn quote(text: &str) -> String {
+    format!("`{}`", shorten(text))
+}
+
+/// `text` (script source) as an error message may show it: credentials redacted first (so a
+/// `ghp_…` token is caught whole), then cut to [`MAX_QUOTE_CHARS`] characters, `…` marking a
+/// cut. A file that is not a script is never quoted at all (`prepare::read_script`).
+pub(super) fn shorten(text: &str) -> String {
+    // Redaction looks at whole words; a few hundred characters hold any token it knows.
+    let scanned = crate::util::truncate_utf8(text, 512);
+    let (redacted, _) = crate::engine::redact::redact_text(scanned);
+    let mut chars = redacted.chars();
+    let mut out: String = chars.by_ref().take(MAX_QUOTE_CHARS).collect();
+    if chars.next().is_some() || scanned.len() < text.len() {
+        out.push('…');
+    }
+    out
 }

@@ -113,7 +113,7 @@ fn reports_the_first_invalid_utf8_byte() {
     let error = analyze(&source).unwrap_err();
     assert_eq!(
         error.message,
-        "the script is not valid UTF-8: byte 0xFF at byte offset 33 (line 2, column 12) \
+        "the script is not valid UTF-8: the byte at byte offset 33 (line 2, column 12) \
          does not belong to a UTF-8 character"
     );
     assert_eq!((error.line, error.column), (Some(2), Some(12)));
@@ -127,7 +127,7 @@ fn counts_invalid_utf8_columns_in_characters() {
     assert!(
         error
             .message
-            .contains("byte 0xC3 at byte offset 6 (line 1, column 3)")
+            .contains("the byte at byte offset 6 (line 1, column 3)")
     );
 }
 
@@ -1028,5 +1028,59 @@ fn quickjs_reports_body_positions_of_the_original_file() {
         stack.contains(&format!(":1:{}", column + 12)),
         "stack {stack:?} should name 1:{} (column {column} + 12)",
         column + 12
+    );
+}
+
+// ---- what errors may quote ----
+
+/// A GitHub token as a secret file might hold it: `ghp_` and 36 characters.
+const TOKEN: &str = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8";
+
+#[test]
+fn a_token_as_the_first_word_is_never_quoted() {
+    for source in [
+        format!("{TOKEN}\n"),
+        format!("{TOKEN}:x:19000:0:99999:7:::\n"),
+        format!("export const {TOKEN} = 1;\n"),
+        format!("export const meta = {{ name: 'n', description: 'd', x: {TOKEN} }};\n"),
+        format!("export const meta = {{ name: 'n', description: 'd', {TOKEN} }};\n"),
+        format!("export const meta = {{ name: 'n', description: 'd', {TOKEN}: undefined }};\n"),
+        format!("export const meta = {{ name: 'n', description: 'd' }} {TOKEN};\n"),
+    ] {
+        let message = err(&source).message;
+        assert!(!message.contains("ghp_"), "{message}");
+        assert!(!message.contains(&TOKEN[8..]), "{message}");
+    }
+}
+
+#[test]
+fn quotations_are_short() {
+    let long = "a".repeat(5000);
+    for source in [
+        format!("{long}\n"),
+        format!("export const meta = {{ name: 'n', description: 'd', x: {long} }};\n"),
+        format!("export const meta = {{ name: 'n', description: 'd', {long}: undefined }};\n"),
+        format!("export const meta = {{ name: 'n', description: 'd', {long}(){{}} }};\n"),
+    ] {
+        let message = err(&source).message;
+        assert!(message.len() < 300, "{} bytes: {message}", message.len());
+        assert!(!message.contains(&"a".repeat(41)), "{message}");
+    }
+}
+
+#[test]
+fn a_long_quotation_is_marked_as_cut() {
+    let long = "a".repeat(5000);
+    rejects(
+        &format!("{long}\n"),
+        &format!("found `{}…`", "a".repeat(40)),
+    );
+}
+
+#[test]
+fn a_short_quotation_is_kept_whole() {
+    rejects(
+        "export const meta = { name: 'n', description: 'd', x: foo };",
+        "found `foo`;",
     );
 }
