@@ -908,6 +908,13 @@ mod tests {
                 "undefined"
             ]))
         );
+        // Atomics.wait would read a clock and block the thread outside the interrupt handler.
+        let (result, _) = run_script(
+            "const a = new Int32Array(new SharedArrayBuffer(4));\n\
+             try { Atomics.wait(a, 0, 0, 1e9); return 'blocked'; } catch (e) { return 'refused'; }",
+            echo,
+        );
+        assert_eq!(result.unwrap(), Some(Value::String("refused".into())));
     }
 
     #[test]
