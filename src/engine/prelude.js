@@ -24,6 +24,7 @@
   const isArray = Array.isArray;
   const getPrototypeOf = Object.getPrototypeOf;
   const keys = Object.keys;
+  const assign = Object.assign;
   const ObjectPrototype = Object.prototype;
   const apply = Reflect.apply;
   const RealSet = Set;
@@ -89,6 +90,17 @@
     Object.defineProperty(global, name, { value: clocks[name], writable: false, configurable: false, enumerable: false });
   }
   delete global.eval;
+
+  // QuickJS-ng calls Error.prepareStackTrace with a CallSite per frame whose getFunction()
+  // returns the frame's function even in strict code, which would hand a script the
+  // prelude's closures (makeError, strictJson, callPath). It is fixed to undefined, so
+  // stacks keep their default text and no script callback ever sees a frame.
+  Object.defineProperty(global.Error, "prepareStackTrace", {
+    value: undefined,
+    writable: false,
+    configurable: false,
+    enumerable: false,
+  });
 
   // --- errors the host rejects with carry a code and a recoverable flag ---
   function makeError(code, message, recoverable) {
@@ -184,7 +196,7 @@
   // Builds the DSL for one scope: the root script, or one nested workflow() invocation.
   function makeDsl(scope, args, cwd) {
     const call = (kind, payload) =>
-      hostCall(kind, stringify(Object.assign({ scope }, payload))).then(parse);
+      hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
 
     function agent(prompt, options) {
       if (typeof prompt !== "string")

@@ -951,6 +951,17 @@ mod tests {
             result.unwrap(),
             Some(serde_json::json!(["SCHEMA_NONCOMPLIANCE", false]))
         );
+        // Stack-trace callbacks would see every frame's function (QuickJS-ng's
+        // CallSite.getFunction), the prelude's own closures included.
+        let (result, _) = run_script(
+            "const seen = [];\n\
+             try { Error.prepareStackTrace = (e, sites) => { for (const s of sites) seen.push(s.getFunction()); return ''; }; } catch (e) {}\n\
+             try { await agent('x'); } catch (e) {}\n\
+             try { agent(1); } catch (e) {}\n\
+             return [typeof Error.prepareStackTrace, seen.filter((f) => typeof f === 'function').map((f) => f.name)];",
+            |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)),
+        );
+        assert_eq!(result.unwrap(), Some(serde_json::json!(["undefined", []])));
         // The DSL itself is read-only.
         let (result, _) = run_script(
             "try { globalThis.agent = async () => 'forged'; } catch (e) {}\n\

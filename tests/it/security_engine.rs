@@ -321,8 +321,9 @@ fn refusal_or_failure(daemon: &Daemon, project: &Path, script: &str) -> String {
     status.to_string()
 }
 
-/// Finding 5, helpers: a script sees no `__ap_*` global, and setting one (or replacing the
-/// built-ins they use) neither forges a result nor a host error.
+/// Finding 5, helpers: a script sees no `__ap_*` global, cannot fish the helpers out of stack
+/// frames, and setting one (or replacing the built-ins they use) neither forges a result nor
+/// a host error.
 #[test]
 fn the_prelude_helpers_are_out_of_reach() {
     let daemon = Daemon::start(|ctx| ctx);
@@ -333,10 +334,13 @@ fn the_prelude_helpers_are_out_of_reach() {
         "{HEADER}const names = Reflect.ownKeys(globalThis).map(String).filter((n) => n.includes('__'));\n\
          const seen = ['__ap_strictJson', '__ap_makeError', '__ap_install', '__ap_call'].map((n) => typeof globalThis[n]);\n\
          globalThis.__ap_makeError = () => ({{ code: 'FORGED', recoverable: true }});\n\
+         const frames = [];\n\
+         try {{ Error.prepareStackTrace = (e, sites) => {{ for (const s of sites) frames.push(s.getFunction()); return ''; }}; }} catch (e) {{}}\n\
          await agent('one');\n\
          let code = null;\n\
          try {{ await agent('two'); }} catch (e) {{ code = e.code; }}\n\
-         return {{ names, seen, code }};\n"
+         const leaked = frames.filter((f) => typeof f === 'function').map((f) => f.name);\n\
+         return {{ names, seen, code, leaked }};\n"
     );
     let ack = daemon
         .call(json!({"action": "run", "projectDir": project, "script": probe, "maxAgents": 1}));
@@ -351,7 +355,7 @@ fn the_prelude_helpers_are_out_of_reach() {
         .unwrap_or_else(|| panic!("result: {result:#}"));
     assert_eq!(
         value,
-        json!({"names": [], "seen": ["undefined", "undefined", "undefined", "undefined"], "code": "AGENT_LIMIT_EXCEEDED"})
+        json!({"names": [], "seen": ["undefined", "undefined", "undefined", "undefined"], "code": "AGENT_LIMIT_EXCEEDED", "leaked": []})
     );
 
     // Overriding the result check's name and the built-ins it uses does not get a function
