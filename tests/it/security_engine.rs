@@ -100,6 +100,11 @@ impl Daemon {
     fn prompts(&self) -> Vec<Value> {
         agent_prompts(&self.world.ctx.path("agents.log"))
     }
+
+    /// Every message any agent received: none means no agent process was even started.
+    fn agent_messages(&self) -> String {
+        std::fs::read_to_string(self.world.ctx.path("agents.log")).unwrap_or_default()
+    }
 }
 
 fn agent_prompts(log: &Path) -> Vec<Value> {
@@ -209,6 +214,7 @@ fn a_declined_approval_over_mcp_is_final_and_shows_what_it_would_run() {
 
     assert_refused_as_declined(&daemon, &run_id);
     assert_eq!(daemon.prompts(), Vec::<Value>::new());
+    assert_eq!(daemon.agent_messages(), "", "an agent was started");
 }
 
 /// Finding 4 with the CLI: `run` prints the command line it asks about, `setup --decline`
@@ -260,6 +266,7 @@ fn a_declined_or_cancelled_approval_from_the_cli_is_final() {
     assert_refused_as_declined(&daemon, &stopped_id);
 
     assert_eq!(daemon.prompts(), Vec::<Value>::new());
+    assert_eq!(daemon.agent_messages(), "", "an agent was started");
 }
 
 /// Finding 5, clocks: `performance.now()` and `performance.timeOrigin` are refused before
