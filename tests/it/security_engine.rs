@@ -263,6 +263,10 @@ fn a_declined_or_cancelled_approval_from_the_cli_is_final() {
         stopped["structuredContent"]["status"], "aborted",
         "{stopped:#}"
     );
+    assert!(
+        text_of(&stopped).contains("cannot be resumed"),
+        "{stopped:#}"
+    );
     assert_refused_as_declined(&daemon, &stopped_id);
 
     assert_eq!(daemon.prompts(), Vec::<Value>::new());
