@@ -169,3 +169,8 @@ impl EnvSnapshot {
         self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 }
+
+/// Runs the daemon prepares or executes at once across all projects (default
+/// `max(2, MemTotal / (4 × AGENTPRISM_SCRIPT_MEMORY_MIB))`; at least 1). Runs waiting for a
+/// setup answer do not count. The next run beyond it is refused.
+pub const DAEMON_MAX_RUNS: &str = "AGENTPRISM_DAEMON_MAX_RUNS";

@@ -406,6 +406,13 @@ pub fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConfig> {
         .map_err(input_error)?
         .max(1) as usize)
         << 20;
+    config.max_runs = match env.non_empty(env::DAEMON_MAX_RUNS) {
+        Some(_) => env
+            .u64_or(env::DAEMON_MAX_RUNS, 0)
+            .map_err(input_error)?
+            .clamp(1, usize::MAX as u64) as usize,
+        None => crate::engine::manager::default_max_runs(config.vm_limits.memory_limit),
+    };
     Ok(config)
 }
 
@@ -626,7 +633,9 @@ async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         if !args.approve {
-            eprintln!("declined; run {run_id} is kept as aborted");
+            eprintln!(
+                "declined; run {run_id} is aborted (setup_declined) and cannot be resumed: a declined approval is final"
+            );
             return Ok(EXIT_FAILED);
         }
         if answer.get("status").and_then(Value::as_str) != Some("running") {

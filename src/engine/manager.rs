@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::engine::approval;
 use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::intents;
@@ -58,6 +59,9 @@ pub struct EngineConfig {
     /// names the daemon whose control socket can act on the run (daemon.md 1.10 step 3);
     /// `None` (other processes) picks a fresh uuid.
     pub owner_id: Option<String>,
+    /// `AGENTPRISM_DAEMON_MAX_RUNS`: runs this engine prepares or executes at once, across
+    /// every project. Runs waiting for a setup answer hold no VM and do not count.
+    pub max_runs: usize,
 }
 
 impl Default for EngineConfig {
@@ -69,8 +73,40 @@ impl Default for EngineConfig {
             home: None,
             probe: true,
             owner_id: None,
+            max_runs: default_max_runs(VmLimits::default().memory_limit),
         }
     }
+}
+
+/// The default of [`EngineConfig::max_runs`]: `max(2, MemTotal / (4 × heap cap))`, so the
+/// script heaps of every admitted run together stay under a quarter of the machine's
+/// memory. Where `/proc/meminfo` cannot be read (macOS), 8 GiB is assumed.
+pub fn default_max_runs(memory_limit: usize) -> usize {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| mem_total_bytes(&text))
+        .unwrap_or(8 << 30);
+    max_runs_for(total, memory_limit as u64)
+}
+
+fn max_runs_for(mem_total: u64, memory_limit: u64) -> usize {
+    let per_run = memory_limit.max(1).saturating_mul(4);
+    usize::try_from(mem_total / per_run)
+        .unwrap_or(usize::MAX)
+        .max(2)
+}
+
+/// `MemTotal:  16318480 kB` in bytes.
+fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line["MemTotal:".len()..].split_whitespace();
+    let amount: u64 = words.next()?.parse().ok()?;
+    let unit = match words.next() {
+        Some("kB") | Some("KB") | Some("kb") => 1024,
+        None => 1,
+        Some(_) => return None,
+    };
+    amount.checked_mul(unit)
 }
 
 /// Failures of engine operations. `Rejected` is a tool error with nothing changed.
@@ -356,20 +392,36 @@ impl Engine {
         })
     }
 
-    fn reserve(&self, project_dir: &Path, active: usize) -> EngineResult<Slot> {
+    /// Takes a capacity slot for a run about to be prepared or executed: within the
+    /// project's [`MAX_ACTIVE_RUNS`] (`active` counts the project's runs in the store; `None`
+    /// skips that check for a run the project already counts) and within
+    /// [`EngineConfig::max_runs`] across all projects. Both are checked and the slot taken
+    /// under one lock, so two concurrent requests cannot both take the last one.
+    fn reserve(&self, project_dir: &Path, active: Option<usize>) -> EngineResult<Slot> {
         let mut preparing = self
             .inner
             .preparing
             .lock()
             .map_err(|_| EngineError::Rejected("engine state poisoned".into()))?;
-        let count = preparing.entry(project_dir.to_path_buf()).or_insert(0);
-        if active + *count >= MAX_ACTIVE_RUNS {
+        let in_project = preparing.get(project_dir).copied().unwrap_or(0);
+        if let Some(active) = active
+            && active + in_project >= MAX_ACTIVE_RUNS
+        {
             return Err(EngineError::Rejected(format!(
                 "project {} already has {MAX_ACTIVE_RUNS} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
                 project_dir.display()
             )));
         }
-        *count += 1;
+        let executing = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
+        let owned = executing + preparing.values().sum::<usize>();
+        let cap = self.inner.config.max_runs;
+        if owned >= cap {
+            return Err(EngineError::Rejected(format!(
+                "agentprism is already preparing or executing {owned} runs across all projects, its limit ({} = {cap}); wait for one to finish, pause or stop one (runs waiting for a setup answer do not count)",
+                crate::env::DAEMON_MAX_RUNS
+            )));
+        }
+        *preparing.entry(project_dir.to_path_buf()).or_insert(0) += 1;
         Ok(Slot {
             engine: self.clone(),
             project_dir: project_dir.to_path_buf(),
@@ -435,7 +487,7 @@ impl Engine {
             request.limits.agent_retries,
         );
         let active = self.active_count(&request.project_dir).await?;
-        let slot = self.reserve(&request.project_dir, active)?;
+        let slot = self.reserve(&request.project_dir, Some(active))?;
         let prepare::ScriptBytes { bytes, file } = prepare::read_script(&request.script).await?;
         let run_id = RunId::generate();
         let preparation = prepare::prepare(PrepareInput {
@@ -484,7 +536,8 @@ impl Engine {
                 .extend(prepared.declared_backends.clone());
             routing.seal();
         }
-        let setup = needs_setup.then(|| backend_approval_setup(&prepared));
+        let setup =
+            needs_setup.then(|| approval::backend_approval_setup(&prepared.declared_backends));
         let now = now_ms();
         let record = RunRecord {
             run_id: run_id.clone(),
@@ -878,6 +931,14 @@ impl Engine {
                     "run {run_id} is running; pause or stop it before resuming"
                 )));
             }
+            // The one aborted run that stays aborted (docs/api.md, "setup_declined"): its
+            // user said no to the commands it would run.
+            RunStatus::Aborted if !approval::setup_approved(&record) => {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} cannot be resumed: it was aborted because its backend approval was declined or cancelled (reason \"{}\"), and that is final; start a new run to be asked again",
+                    approval::SETUP_DECLINED
+                )));
+            }
             RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed => {}
         }
         // Checkpoint answers: validated against the waiting checkpoint, first writer wins.
@@ -958,7 +1019,7 @@ impl Engine {
             revised = true;
         }
         let active = self.active_count(&record.project_dir).await?;
-        let slot = self.reserve(&record.project_dir, active)?;
+        let slot = self.reserve(&record.project_dir, Some(active))?;
         for answer in &answers_written {
             let stored = self
                 .inner
@@ -1122,9 +1183,11 @@ impl Engine {
         };
         if let Some(answered) = setup.get("answer") {
             if answered == response {
-                return Ok(
-                    json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": record.status, "accepted": approve}),
-                );
+                let mut answer = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": record.status, "accepted": approve});
+                if !approve {
+                    answer["reason"] = json!(approval::SETUP_DECLINED);
+                }
+                return Ok(answer);
             }
             return Err(EngineError::Rejected(format!(
                 "setup {setup_id} was already answered with {answered}; a different answer cannot replace it"
@@ -1141,6 +1204,13 @@ impl Engine {
             let answer = self.forward_live(run_id, &owner, &body).await?;
             return Ok(answer.get("answer").cloned().unwrap_or(answer));
         }
+        // An approved run starts executing: it needs room under the cap across projects (it
+        // already counts in its project). Refused, the setup stays unanswered.
+        let slot = if approve {
+            Some(self.reserve(&record.project_dir, None)?)
+        } else {
+            None
+        };
         let lease = self.inner.owner.lease();
         let previous = self.inner.store.lease(run_id).await?;
         if !self
@@ -1179,6 +1249,7 @@ impl Engine {
                 .await?;
             let status = record.status;
             self.spawn_execution(record, lease, None, Vec::new());
+            drop(slot);
             Ok(
                 json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": status, "accepted": true}),
             )
@@ -1187,13 +1258,13 @@ impl Engine {
             self.record_cold(
                 &record,
                 "stopped",
-                json!({"reason": "setup declined"}),
+                json!({"reason": approval::SETUP_DECLINED}),
                 &lease.token,
             )
             .await?;
             self.inner.store.release_lease(run_id, &lease.token).await?;
             Ok(
-                json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": "aborted", "accepted": false}),
+                json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": "aborted", "accepted": false, "reason": approval::SETUP_DECLINED}),
             )
         }
     }
@@ -1546,10 +1617,19 @@ impl Engine {
             )));
         }
         let mut record = self.inner.store.load_run(run_id).await?;
+        // Stopping a run that waits for its backend approval cancels the approval, and a
+        // cancelled approval is final like a declined one.
+        let cancelled_setup =
+            record.status == RunStatus::Pending && approval::cancel_pending_setup(&mut record);
         record.status = RunStatus::Aborted;
         record.pause_reason = None;
         record.updated_at = now_ms();
-        self.record_cold(&record, "stopped", json!({}), &lease.token)
+        let fields = if cancelled_setup {
+            json!({"reason": approval::SETUP_DECLINED})
+        } else {
+            json!({})
+        };
+        self.record_cold(&record, "stopped", fields, &lease.token)
             .await?;
         self.inner.store.release_lease(run_id, &lease.token).await?;
         let mut status = self.status(run_id, query).await?;
@@ -1948,33 +2028,6 @@ pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
     }
 }
 
-fn backend_approval_setup(prepared: &Prepared) -> Value {
-    let commands: Vec<String> = prepared
-        .declared_backends
-        .values()
-        .map(|b| {
-            format!("{}: {} {}", b.id, b.command, b.args.join(" "))
-                .trim_end()
-                .to_owned()
-        })
-        .collect();
-    json!({
-        "state": "input-required",
-        "request": {
-            "id": uuid::Uuid::new_v4().to_string(),
-            "kind": "backend-approval",
-            "title": "Approve the script's agent backends",
-            "message": format!("The script declares backends that run these commands: {}. Approve to let the run start them.", commands.join("; ")),
-            "requestedSchema": {
-                "type": "object",
-                "properties": {"approve": {"type": "boolean"}},
-                "required": ["approve"],
-                "additionalProperties": false
-            }
-        }
-    })
-}
-
 fn validate_checkpoint_answer(context: &Value, index: u32, answer: &Value) -> EngineResult<()> {
     let kind = context
         .get("kind")
@@ -2038,4 +2091,25 @@ fn admission_from_receipt(value: &Value) -> Option<Admission> {
         warnings: Vec::new(),
         continuation: value.get("continuation").cloned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_cap_is_a_quarter_of_memory_in_script_heaps() {
+        let meminfo = "MemTotal:       16318480 kB\nMemFree:         1234 kB\n";
+        let total = mem_total_bytes(meminfo).unwrap();
+        assert_eq!(total, 16318480 * 1024);
+        // 15.56 GiB / (4 × 64 MiB) = 62.2
+        assert_eq!(max_runs_for(total, 64 << 20), 62);
+        assert_eq!(max_runs_for(total, 48 << 20), 83);
+        // Never below 2, however small the machine or large the heap.
+        assert_eq!(max_runs_for(512 << 20, 64 << 20), 2);
+        assert_eq!(max_runs_for(total, 8 << 30), 2);
+        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
+        assert!(default_max_runs(64 << 20) >= 2);
+    }
 }

@@ -7,6 +7,7 @@
 //! and the MCP tool), `status`. The engine reaches the outside world only through the
 //! `runner` traits and the store.
 
+pub mod approval;
 pub mod driver;
 pub mod events;
 pub mod glob;

@@ -1,27 +1,36 @@
 // The workflow DSL, installed in every script realm before the script body runs.
 //
-// The host provides three functions, removed from the global object here so scripts cannot
-// reach them: __ap_call(kind, json) returns a promise of a JSON text (the driver answers it),
-// __ap_log(level, text) and __ap_phase(title). Everything else a script can use is defined
-// below on top of agent() and checkpoint(); helpers are plain agent() calls, so they are
-// journaled and replayed like any other call.
-(function (global) {
+// This file evaluates to one function, which the host calls once with the global object and
+// a `host` record that never touches the global: host.call(kind, json) returns a promise of
+// a JSON text (the driver answers it), host.log(level, text), host.phase(scope, title),
+// host.nested(name, argsJson) and host.filename. It returns the helpers only the host uses
+// (`install`, `makeError`, `strictJson`); the host keeps them, so no script can read,
+// replace or call them, and nothing named `__ap_*` is ever a global. Everything a script can
+// use is defined below on top of agent() and checkpoint(); helpers are plain agent() calls,
+// so they are journaled and replayed like any other call.
+(function (global, host) {
   "use strict";
-  const hostCall = global.__ap_call;
-  const hostLog = global.__ap_log;
-  const hostPhase = global.__ap_phase;
-  const hostNested = global.__ap_nested;
-  const scriptFile = global.__ap_filename;
-  delete global.__ap_call;
-  delete global.__ap_log;
-  delete global.__ap_phase;
-  delete global.__ap_nested;
-  delete global.__ap_filename;
+  const hostCall = host.call;
+  const hostLog = host.log;
+  const hostPhase = host.phase;
+  const hostNested = host.nested;
+  const scriptFile = host.filename;
 
   const RealDate = global.Date;
   const RealFunction = global.Function;
   const stringify = JSON.stringify;
   const parse = JSON.parse;
+  const isFinite = Number.isFinite;
+  const isArray = Array.isArray;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const keys = Object.keys;
+  const assign = Object.assign;
+  const ObjectPrototype = Object.prototype;
+  const apply = Reflect.apply;
+  const RealSet = Set;
+  const setHas = Set.prototype.has;
+  const setAdd = Set.prototype.add;
+  const setDelete = Set.prototype.delete;
 
   // --- determinism guard (engine.md 1.3): aliases of Date/Math.random are caught here ---
   const unavailable = (what) => {
@@ -51,7 +60,47 @@
   Math.random = function random() {
     throw unavailable("Math.random()");
   };
+  // Every other clock is refused the same way: QuickJS-ng's `performance` (the host deletes
+  // the real one before this runs, so `now` and `timeOrigin` here are the only ones), and
+  // WeakRef/FinalizationRegistry, whose behaviour depends on when the collector runs.
+  const performance = {};
+  Object.defineProperty(performance, "now", {
+    value: function now() {
+      throw unavailable("performance.now()");
+    },
+    enumerable: true,
+  });
+  Object.defineProperty(performance, "timeOrigin", {
+    get: function timeOrigin() {
+      throw unavailable("performance.timeOrigin");
+    },
+    enumerable: true,
+  });
+  Object.freeze(performance);
+  const refused = (name) =>
+    function () {
+      throw unavailable(name);
+    };
+  const clocks = {
+    performance,
+    WeakRef: refused("WeakRef"),
+    FinalizationRegistry: refused("FinalizationRegistry"),
+  };
+  for (const name of Object.keys(clocks)) {
+    Object.defineProperty(global, name, { value: clocks[name], writable: false, configurable: false, enumerable: false });
+  }
   delete global.eval;
+
+  // QuickJS-ng calls Error.prepareStackTrace with a CallSite per frame whose getFunction()
+  // returns the frame's function even in strict code, which would hand a script the
+  // prelude's closures (makeError, strictJson, callPath). It is fixed to undefined, so
+  // stacks keep their default text and no script callback ever sees a frame.
+  Object.defineProperty(global.Error, "prepareStackTrace", {
+    value: undefined,
+    writable: false,
+    configurable: false,
+    enumerable: false,
+  });
 
   // --- errors the host rejects with carry a code and a recoverable flag ---
   function makeError(code, message, recoverable) {
@@ -60,7 +109,6 @@
     error.recoverable = recoverable;
     return error;
   }
-  global.__ap_makeError = makeError;
 
   // Synchronous script frames as line:col, innermost first, joined by "<"; absent beyond 64.
   // The wrapper's invocation frame (its closing line) is not part of the script.
@@ -90,16 +138,18 @@
 
   // A result must be strict JSON: no functions, undefined inside containers, non-finite
   // numbers, cycles, or exotic objects. Returns the JSON text, or undefined for undefined.
+  // It uses only built-ins captured above, so a script that replaces `Object.keys` or
+  // `Array.isArray` cannot talk it into accepting something else.
   function strictJson(value) {
     if (value === undefined) return undefined;
-    const seen = new Set();
+    const seen = new RealSet();
     const check = (item, where) => {
       switch (typeof item) {
         case "string":
         case "boolean":
           return;
         case "number":
-          if (!Number.isFinite(item)) throw new TypeError(where + " is " + item + ", which is not JSON");
+          if (!isFinite(item)) throw new TypeError(where + " is " + item + ", which is not JSON");
           return;
         case "object":
           break;
@@ -107,29 +157,30 @@
           throw new TypeError(where + " is a " + typeof item + ", which is not JSON");
       }
       if (item === null) return;
-      if (seen.has(item)) throw new TypeError(where + " is a circular reference");
-      seen.add(item);
-      if (Array.isArray(item)) {
+      if (apply(setHas, seen, [item])) throw new TypeError(where + " is a circular reference");
+      apply(setAdd, seen, [item]);
+      if (isArray(item)) {
         for (let i = 0; i < item.length; i++) {
           if (!(i in item) || item[i] === undefined)
             throw new TypeError(where + "[" + i + "] is undefined, which is not JSON");
           check(item[i], where + "[" + i + "]");
         }
       } else {
-        const proto = Object.getPrototypeOf(item);
-        if (proto !== Object.prototype && proto !== null)
+        const proto = getPrototypeOf(item);
+        if (proto !== ObjectPrototype && proto !== null)
           throw new TypeError(where + " is not a plain object (" + ((item.constructor && item.constructor.name) || "unknown") + ")");
-        for (const key of Object.keys(item)) {
+        const names = keys(item);
+        for (let i = 0; i < names.length; i++) {
+          const key = names[i];
           if (item[key] === undefined) continue;
           check(item[key], where + "." + key);
         }
       }
-      seen.delete(item);
+      apply(setDelete, seen, [item]);
     };
     check(value, "the result");
     return stringify(value);
   }
-  global.__ap_strictJson = strictJson;
 
   const text = (value) => {
     if (typeof value === "string") return value;
@@ -145,7 +196,7 @@
   // Builds the DSL for one scope: the root script, or one nested workflow() invocation.
   function makeDsl(scope, args, cwd) {
     const call = (kind, payload) =>
-      hostCall(kind, stringify(Object.assign({ scope }, payload))).then(parse);
+      hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
 
     function agent(prompt, options) {
       if (typeof prompt !== "string")
@@ -376,13 +427,18 @@
     };
   }
 
-  global.__ap_install = function install(argsJson, cwd, lastLine, openColumns) {
+  // Defines the root scope's DSL as read-only globals. Called once, before the script body.
+  let installed = false;
+  function install(argsJson, cwd, lastLine, openColumns) {
+    if (installed) throw new Error("the DSL is already installed");
+    installed = true;
     wrapperLine = lastLine;
     wrapperColumns = openColumns;
     const dsl = makeDsl("root", parse(argsJson), cwd);
     for (const name of Object.keys(dsl)) {
       Object.defineProperty(global, name, { value: dsl[name], writable: false, configurable: false, enumerable: false });
     }
-    delete global.__ap_install;
-  };
-})(globalThis);
+  }
+
+  return Object.freeze({ install, makeError, strictJson });
+});

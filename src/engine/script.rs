@@ -1,7 +1,8 @@
 //! Static checks of a workflow script before anything runs: size, encoding, the leading
 //! `export const meta = <literal>` statement evaluated without running the body, and the
 //! determinism guard's static half (direct `Date.now()`, `Math.random()`, `Date()`,
-//! `new Date()`, plus `require`/`import`, since nothing is importable).
+//! `new Date()`, `performance.now()`, `performance.timeOrigin`, plus `require`/`import`,
+//! since nothing is importable).
 //!
 //! The literal is read by a small parser of our own ([`literal`]) rather than by QuickJS, so
 //! a hostile script cannot run code while we only want its name. The body the engine runs is
@@ -693,6 +694,12 @@ fn check_determinism(source: &str, body_start: usize) -> Result<(), ScriptError>
             "Date" if calls_member(next, "now") => Some((token.start, "`Date.now()`")),
             "Date" if is_punctuator(next, "(") => Some((token.start, "`Date()` (without `new`)")),
             "Math" if calls_member(next, "random") => Some((token.start, "`Math.random()`")),
+            "performance" if calls_member(next, "now") => {
+                Some((token.start, "`performance.now()`"))
+            }
+            "performance" if is_member_dot(next) && is_identifier(next + 1, "timeOrigin") => {
+                Some((token.start, "`performance.timeOrigin`"))
+            }
             _ => None,
         };
         if let Some((offset, what)) = finding {

@@ -185,6 +185,9 @@ pub async fn build(
     }
     if let Some(reason) = record.pause_reason {
         document["reason"] = Value::String(reason.as_str().to_owned());
+    } else if record.status == RunStatus::Aborted && crate::engine::approval::setup_declined(record)
+    {
+        document["reason"] = Value::String(crate::engine::approval::SETUP_DECLINED.to_owned());
     }
     if let Some(code) = &record.error_code {
         document["errorCode"] = Value::String(code.clone());

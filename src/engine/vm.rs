@@ -5,9 +5,16 @@
 //! promise the script awaits settles when the driver answers with a [`VmReply`]. Between
 //! answers the thread blocks on its reply channel, so an awaiting script costs no CPU.
 //!
-//! Runaway scripts are stopped by QuickJS's interrupt handler: a synchronous stretch of
-//! script code (one evaluation or one job) may run for at most `slice_limit`, and the heap
-//! is capped at `memory_limit`. Halting from outside (stop, pause) uses the same handler.
+//! Runaway scripts are stopped by QuickJS's interrupt handler. A *slice* is everything the
+//! thread does between two host waits: it starts when the thread starts the script or wakes
+//! with a reply, and ends only when it blocks on the reply channel again, so the evaluation,
+//! every job it queues (a `while (true) await null` loop included) and the result check all
+//! count against one `slice_limit`. The heap is capped at `memory_limit`. Halting from
+//! outside (stop, pause) uses the same handler.
+//!
+//! The prelude's own helpers (`install`, `makeError`, `strictJson`) are handed to Rust when
+//! the prelude is evaluated and kept here as [`Helpers`]; they are never globals, so a
+//! script can neither see nor replace them.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -191,7 +198,8 @@ pub fn spawn(
     }
 }
 
-/// The interrupt handler's view of time: when the current synchronous slice started.
+/// The interrupt handler's view of time: when the current slice (the stretch since the
+/// thread last woke from a host wait) started.
 struct SliceClock {
     origin: Instant,
     /// Milliseconds since `origin` at which the current slice started, plus one; 0 = idle.
@@ -207,6 +215,16 @@ impl SliceClock {
     fn end(&self) {
         self.started.store(0, Ordering::SeqCst);
     }
+}
+
+/// The prelude's host-only helpers, held by Rust instead of the global object.
+struct Helpers {
+    /// Defines the root scope's DSL globals; called once before the script body.
+    install: Persistent<Function<'static>>,
+    /// `(code, message, recoverable)` to the Error a rejected call's promise carries.
+    make_error: Persistent<Function<'static>>,
+    /// The script's result to its strict JSON text (or undefined).
+    strict_json: Persistent<Function<'static>>,
 }
 
 type Unhandled = Rc<RefCell<Vec<(Persistent<rquickjs::Value<'static>>, ScriptFailure)>>>;
@@ -253,17 +271,28 @@ fn run(
     let resolvers: Resolvers = Rc::default();
     let nested = script.nested.take();
 
-    let main: Persistent<Promise<'static>> = context.with(|ctx| {
-        install_host(&ctx, events, &resolvers, nested)
+    let started = context.with(|ctx| {
+        let helpers = install_host(&ctx, events, &resolvers, nested)
             .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
+        // The first slice: from here until the thread first waits for the driver.
         clock.begin();
-        let started = start_script(&ctx, &script);
-        clock.end();
-        started.map_err(|e| vm_failure(&ctx, e, &clock, limits))
-    })?;
+        let main = start_script(&ctx, &helpers, &script)
+            .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
+        Ok::<_, ScriptFailure>((helpers, main))
+    });
+    let (helpers, main) = match started {
+        Ok(started) => started,
+        Err(failure) => {
+            resolvers.borrow_mut().clear();
+            drop(context);
+            runtime.run_gc();
+            return Err(failure);
+        }
+    };
 
     let result = drive(
-        &runtime, &context, &main, &resolvers, &unhandled, &clock, limits, &replies, &halt,
+        &runtime, &context, &main, &helpers, &resolvers, &unhandled, &clock, limits, &replies,
+        &halt,
     );
     // Release every JS value Rust still holds before the runtime is freed: QuickJS asserts
     // that no object outlives its runtime, and the resolvers' closures would keep cycles.
@@ -271,16 +300,10 @@ fn run(
     resolvers.borrow_mut().clear();
     unhandled.borrow_mut().clear();
     drop(main);
+    drop(helpers);
     context.with(|ctx| {
         let globals = ctx.globals();
-        for name in [
-            "__ap_call",
-            "__ap_log",
-            "__ap_phase",
-            "__ap_nested",
-            "agent",
-            "checkpoint",
-        ] {
+        for name in ["agent", "checkpoint"] {
             let _ = globals.remove(name);
         }
     });
@@ -294,6 +317,7 @@ fn drive(
     runtime: &Runtime,
     context: &Context,
     main: &Persistent<Promise<'static>>,
+    helpers: &Helpers,
     resolvers: &Resolvers,
     unhandled: &Unhandled,
     clock: &SliceClock,
@@ -323,14 +347,14 @@ fn drive(
     }
 
     loop {
-        // Run every queued job (promise continuations) as one slice each.
+        // Run every queued job (promise continuations). They all belong to the slice that
+        // began when the thread last woke: a job that only queues the next one (`await null`
+        // in a loop) never gets a fresh deadline.
         loop {
             if halt.load(Ordering::SeqCst) {
                 return Err(ScriptFailure::script_error("halted"));
             }
-            clock.begin();
             let step = runtime.execute_pending_job();
-            clock.end();
             match step {
                 Ok(true) => continue,
                 Ok(false) => break,
@@ -354,13 +378,18 @@ fn drive(
             let promise = main.clone().restore(&ctx).ok()?;
             match promise.state() {
                 PromiseState::Pending => None,
-                PromiseState::Resolved => Some(finish_value(&ctx, &promise, clock, limits)),
+                PromiseState::Resolved => {
+                    Some(finish_value(&ctx, &promise, helpers, clock, limits))
+                }
                 PromiseState::Rejected => {
                     let reason = match promise.result::<rquickjs::Value>() {
                         Some(Err(rquickjs::Error::Exception)) => ctx.catch(),
                         Some(Ok(value)) => value,
                         _ => ctx.catch(),
                     };
+                    if clock.tripped.load(Ordering::SeqCst) {
+                        return Some(Err(runaway(limits)));
+                    }
                     Some(Err(failure_from_value(&ctx, reason)))
                 }
             }
@@ -379,30 +408,39 @@ fn drive(
                 "the script is waiting for a promise that can never settle (no agent or checkpoint call is pending)",
             ));
         }
+        // The only host wait: the slice ends while the thread blocks, and a new one begins
+        // when it wakes.
+        clock.end();
         let reply = match replies.recv() {
             Ok(reply) => reply,
             Err(_) => return Err(ScriptFailure::script_error("halted")),
         };
+        clock.begin();
         if halt.load(Ordering::SeqCst) {
             return Err(ScriptFailure::script_error("halted"));
         }
-        let delivered = context.with(|ctx| deliver(&ctx, resolvers, reply));
+        let delivered = context.with(|ctx| deliver(&ctx, helpers, resolvers, reply));
         if let Err(error) = delivered {
             return Err(context.with(|ctx| vm_failure(&ctx, error, clock, limits)));
         }
     }
 }
 
+/// Evaluates the prelude with the host functions and returns the helpers it hands back.
+/// The host functions live only in a record passed to the prelude, never on the global.
 fn install_host<'js>(
     ctx: &Ctx<'js>,
     events: &mpsc::UnboundedSender<VmEvent>,
     resolvers: &Resolvers,
     nested: Option<NestedResolver>,
-) -> rquickjs::Result<()> {
-    let globals = ctx.globals();
+) -> rquickjs::Result<Helpers> {
+    // QuickJS-ng's `performance` reads the monotonic clock; the prelude puts a refusing stub
+    // in its place, and nothing else refers to the real object.
+    ctx.globals().remove("performance")?;
+    let host = rquickjs::Object::new(ctx.clone())?;
     let next_id = Rc::new(RefCell::new(0u64));
-    globals.set(
-        "__ap_call",
+    host.set(
+        "call",
         Function::new(
             ctx.clone(),
             call_function(events.clone(), resolvers.clone(), next_id),
@@ -410,8 +448,8 @@ fn install_host<'js>(
     )?;
     {
         let events = events.clone();
-        globals.set(
-            "__ap_log",
+        host.set(
+            "log",
             Function::new(ctx.clone(), move |level: String, message: String| {
                 let _ = events.send(VmEvent::Log { level, message });
             })?,
@@ -419,16 +457,16 @@ fn install_host<'js>(
     }
     {
         let events = events.clone();
-        globals.set(
-            "__ap_phase",
+        host.set(
+            "phase",
             Function::new(ctx.clone(), move |scope: String, title: String| {
                 let _ = events.send(VmEvent::Phase { scope, title });
             })?,
         )?;
     }
     let nested = Rc::new(RefCell::new(nested));
-    globals.set(
-        "__ap_nested",
+    host.set(
+        "nested",
         Function::new(
             ctx.clone(),
             move |ctx: Ctx<'_>, name: String, _args: String| {
@@ -449,12 +487,21 @@ fn install_host<'js>(
             },
         )?,
     )?;
-    globals.set("__ap_filename", SCRIPT_FILENAME)?;
-    ctx.eval_with_options::<(), _>(PRELUDE, eval_options("prelude.js"))?;
-    Ok(())
+    host.set("filename", SCRIPT_FILENAME)?;
+    let prelude: Function = ctx.eval_with_options(PRELUDE, eval_options("prelude.js"))?;
+    let helpers: rquickjs::Object = prelude.call((ctx.globals(), host))?;
+    let helper = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
+        let function: Function = helpers.get(name)?;
+        Ok(Persistent::save(ctx, function))
+    };
+    Ok(Helpers {
+        install: helper("install")?,
+        make_error: helper("makeError")?,
+        strict_json: helper("strictJson")?,
+    })
 }
 
-/// The host side of `__ap_call`: registers the promise's resolvers and tells the driver.
+/// The host side of `host.call`: registers the promise's resolvers and tells the driver.
 fn call_function(
     events: mpsc::UnboundedSender<VmEvent>,
     resolvers: Resolvers,
@@ -494,9 +541,10 @@ fn eval_options(filename: &str) -> rquickjs::context::EvalOptions {
 
 fn start_script<'js>(
     ctx: &Ctx<'js>,
+    helpers: &Helpers,
     script: &VmScript,
 ) -> rquickjs::Result<Persistent<Promise<'static>>> {
-    let install: Function = ctx.globals().get("__ap_install")?;
+    let install = helpers.install.clone().restore(ctx)?;
     let wrapper_line = script.body.matches('\n').count() as u32 + 2;
     install.call::<_, ()>((
         script.args.to_string(),
@@ -512,7 +560,12 @@ fn start_script<'js>(
     Ok(Persistent::save(ctx, promise))
 }
 
-fn deliver<'js>(ctx: &Ctx<'js>, resolvers: &Resolvers, reply: VmReply) -> rquickjs::Result<()> {
+fn deliver<'js>(
+    ctx: &Ctx<'js>,
+    helpers: &Helpers,
+    resolvers: &Resolvers,
+    reply: VmReply,
+) -> rquickjs::Result<()> {
     let (call_id, outcome) = match reply {
         VmReply::Resolve { call_id, value } => (call_id, Ok(value)),
         VmReply::Reject {
@@ -531,7 +584,7 @@ fn deliver<'js>(ctx: &Ctx<'js>, resolvers: &Resolvers, reply: VmReply) -> rquick
             resolve.call::<_, ()>((value.to_string(),))
         }
         Err((code, message, recoverable)) => {
-            let make: Function = ctx.globals().get("__ap_makeError")?;
+            let make = helpers.make_error.clone().restore(ctx)?;
             let error: rquickjs::Value = make.call((code, message, recoverable))?;
             let reject = reject.restore(ctx)?;
             reject.call::<_, ()>((error,))
@@ -542,6 +595,7 @@ fn deliver<'js>(ctx: &Ctx<'js>, resolvers: &Resolvers, reply: VmReply) -> rquick
 fn finish_value<'js>(
     ctx: &Ctx<'js>,
     promise: &Promise<'js>,
+    helpers: &Helpers,
     clock: &SliceClock,
     limits: VmLimits,
 ) -> Result<Option<Value>, ScriptFailure> {
@@ -549,13 +603,16 @@ fn finish_value<'js>(
         Some(Ok(value)) => value,
         _ => return Err(failure_from_value(ctx, ctx.catch())),
     };
-    let strict: Function = ctx
-        .globals()
-        .get("__ap_strictJson")
+    let strict = helpers
+        .strict_json
+        .clone()
+        .restore(ctx)
         .map_err(|e| vm_failure(ctx, e, clock, limits))?;
-    clock.begin();
+    // Still the current slice: a result whose getters loop is a runaway like any other.
     let text = strict.call::<_, Option<String>>((value,)).catch(ctx);
-    clock.end();
+    if clock.tripped.load(Ordering::SeqCst) {
+        return Err(runaway(limits));
+    }
     match text {
         Ok(None) => Ok(None),
         Ok(Some(text)) => serde_json::from_str(&text)
@@ -795,6 +852,165 @@ mod tests {
         );
         let (result, _) = run_script("return typeof eval;", echo);
         assert_eq!(result.unwrap(), Some(Value::String("undefined".into())));
+    }
+
+    #[test]
+    fn every_clock_is_refused_like_date_now() {
+        for (script, what) in [
+            ("return performance.now();", "performance.now()"),
+            (
+                "const p = performance; return p.now();",
+                "performance.now()",
+            ),
+            ("return performance.timeOrigin;", "performance.timeOrigin"),
+            (
+                "const o = globalThis['perf' + 'ormance']; return o.timeOrigin;",
+                "performance.timeOrigin",
+            ),
+            (
+                "return Reflect.get(performance, 'now').call();",
+                "performance.now()",
+            ),
+            ("return new WeakRef({});", "WeakRef"),
+            (
+                "return new FinalizationRegistry(() => {});",
+                "FinalizationRegistry",
+            ),
+            (
+                "const D = new Date(0).constructor; return D.now();",
+                "Date.now()",
+            ),
+            ("return Reflect.construct(Date, []);", "new Date()"),
+        ] {
+            let (result, _) = run_script(script, echo);
+            let failure = result.expect_err(script);
+            assert!(
+                failure.message.contains(&format!("{what} is unavailable")),
+                "{script}: {failure:?}"
+            );
+        }
+        // The stub cannot be swapped for a clock, and nothing else in the realm reads time
+        // or randomness.
+        let (result, _) = run_script(
+            "try { globalThis.performance = {now: () => 1}; } catch (e) {}\n\
+             return [typeof crypto, typeof queueMicrotask === 'function' ? 'q' : '-',\n\
+                     Object.isFrozen(performance), typeof setTimeout, typeof os, typeof std];",
+            echo,
+        );
+        assert_eq!(
+            result.unwrap(),
+            Some(serde_json::json!([
+                "undefined",
+                "q",
+                true,
+                "undefined",
+                "undefined",
+                "undefined"
+            ]))
+        );
+        // Atomics.wait would read a clock and block the thread outside the interrupt handler.
+        let (result, _) = run_script(
+            "const a = new Int32Array(new SharedArrayBuffer(4));\n\
+             try { Atomics.wait(a, 0, 0, 1e9); return 'blocked'; } catch (e) { return 'refused'; }",
+            echo,
+        );
+        assert_eq!(result.unwrap(), Some(Value::String("refused".into())));
+    }
+
+    #[test]
+    fn prelude_helpers_are_unreachable() {
+        let (result, _) = run_script(
+            "return Reflect.ownKeys(globalThis).filter((k) => typeof k === 'string' && k.startsWith('__'));",
+            echo,
+        );
+        assert_eq!(result.unwrap(), Some(serde_json::json!([])));
+        let (result, _) = run_script(
+            "return ['__ap_strictJson', '__ap_makeError', '__ap_install', '__ap_call', '__ap_log', '__ap_phase', '__ap_nested', '__ap_filename']\n\
+               .map((name) => typeof globalThis[name]);",
+            echo,
+        );
+        assert_eq!(
+            result.unwrap(),
+            Some(serde_json::json!(vec!["undefined"; 8]))
+        );
+        // Replacing a helper's name on the global changes nothing the host does: a function
+        // result is still refused, and a rejected call still carries the host's code.
+        let (result, _) = run_script(
+            "globalThis.__ap_strictJson = () => '\"forged\"';\n\
+             Object.keys = () => []; Array.isArray = () => false;\n\
+             return {f: () => 1};",
+            echo,
+        );
+        assert!(result.unwrap_err().message.contains("strict JSON"));
+        let (result, _) = run_script(
+            "globalThis.__ap_makeError = () => ({code: 'FORGED', recoverable: true});\n\
+             try { await agent('x'); } catch (e) { return [e.code, e.recoverable]; }",
+            |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)),
+        );
+        assert_eq!(
+            result.unwrap(),
+            Some(serde_json::json!(["SCHEMA_NONCOMPLIANCE", false]))
+        );
+        // Stack-trace callbacks would see every frame's function (QuickJS-ng's
+        // CallSite.getFunction), the prelude's own closures included.
+        let (result, _) = run_script(
+            "const seen = [];\n\
+             try { Error.prepareStackTrace = (e, sites) => { for (const s of sites) seen.push(s.getFunction()); return ''; }; } catch (e) {}\n\
+             try { await agent('x'); } catch (e) {}\n\
+             try { agent(1); } catch (e) {}\n\
+             return [typeof Error.prepareStackTrace, seen.filter((f) => typeof f === 'function').map((f) => f.name)];",
+            |_| Err(("SCHEMA_NONCOMPLIANCE".into(), false)),
+        );
+        assert_eq!(result.unwrap(), Some(serde_json::json!(["undefined", []])));
+        // The DSL itself is read-only.
+        let (result, _) = run_script(
+            "try { globalThis.agent = async () => 'forged'; } catch (e) {}\n\
+             return await agent('x');",
+            echo,
+        );
+        assert_eq!(result.unwrap(), Some(Value::String("re: x".into())));
+    }
+
+    #[test]
+    fn a_microtask_loop_after_a_call_is_a_runaway() {
+        let started = Instant::now();
+        let (result, calls) =
+            run_script("const r = await agent('x'); while (true) await null;", echo);
+        let failure = result.unwrap_err();
+        assert_eq!(failure.code, "SCRIPT_ERROR");
+        assert!(failure.message.contains("runaway"), "{failure:?}");
+        assert_eq!(calls.len(), 1);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        // A chain of promises that each queue the next is one slice too, without any call.
+        let (result, _) = run_script(
+            "const spin = () => { Promise.resolve().then(spin); }; spin(); await new Promise(() => {});",
+            echo,
+        );
+        let failure = result.unwrap_err();
+        assert!(failure.message.contains("runaway"), "{failure:?}");
+    }
+
+    #[test]
+    fn host_waits_are_not_part_of_a_slice() {
+        // Agents that take most of a slice each: the run spends longer than one slice in
+        // total, but only waiting, so it is no runaway.
+        let slow = |payload: &Value| {
+            std::thread::sleep(Duration::from_millis(200));
+            echo(payload)
+        };
+        let (result, calls) = run_script(
+            "let out = [];\nfor (let i = 0; i < 3; i++) { out.push(await agent('x' + i)); await null; }\nreturn out;",
+            slow,
+        );
+        assert_eq!(
+            result.unwrap(),
+            Some(serde_json::json!(["re: x0", "re: x1", "re: x2"]))
+        );
+        assert_eq!(calls.len(), 3);
     }
 
     #[test]

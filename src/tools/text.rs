@@ -74,6 +74,11 @@ pub(super) fn stop_headline(status: &Value, call_index: Option<u32>) -> String {
     if status["alreadyTerminal"] == true {
         return format!("Run {run_id} was already finished; nothing to stop.");
     }
+    if status["stopped"] == true && status["reason"] == "setup_declined" {
+        return format!(
+            "Stopped run {run_id} while it waited for backend approval; the approval is cancelled (setup_declined), so the run cannot be resumed."
+        );
+    }
     if status["stopped"] == true {
         return format!("Stopped run {run_id}; it can be resumed with action \"resume\".");
     }

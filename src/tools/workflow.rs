@@ -683,13 +683,18 @@ impl WorkflowServer {
             {
                 Ok(answer) => Ok(structured(
                     format!(
-                        "Setup {setup_id} of run {run_id} answered: {}; the run is {}.",
+                        "Setup {setup_id} of run {run_id} answered: {}; the run is {}.{}",
                         if answer["accepted"] == true {
                             "approved"
                         } else {
                             "not approved"
                         },
-                        answer["status"].as_str().unwrap_or("unknown")
+                        answer["status"].as_str().unwrap_or("unknown"),
+                        if answer["accepted"] == true {
+                            ""
+                        } else {
+                            " A declined approval is final: the run cannot be resumed."
+                        }
                     ),
                     answer,
                     Vec::new(),

@@ -34,12 +34,12 @@ fn hostile_script() -> String {
         .to_owned()
 }
 
+/// One raw request: method, path, headers, body.
+type RawRequest<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, String);
+
 /// Sends each request from `python3` running as `nobody`; returns `(status, body)` per request
 /// (status 0: the connection was closed without an answer).
-fn as_nobody(
-    port: u16,
-    requests: &[(&str, &str, Vec<(&str, &str)>, String)],
-) -> Vec<(u16, String)> {
+fn as_nobody(port: u16, requests: &[RawRequest<'_>]) -> Vec<(u16, String)> {
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test starts a process as another user and needs root (CI runs as root)"

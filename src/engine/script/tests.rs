@@ -823,6 +823,19 @@ fn flags_direct_nondeterministic_calls() {
             28,
         ),
         ("if (a) {\n  log(1);\n}\nDate.now()", "`Date.now()`", 5, 1),
+        ("const t = performance.now();", "`performance.now()`", 2, 11),
+        (
+            "const t = performance?.now?.();",
+            "`performance.now()`",
+            2,
+            11,
+        ),
+        (
+            "const t = performance.timeOrigin;",
+            "`performance.timeOrigin`",
+            2,
+            11,
+        ),
     ];
     for &(body, what, line, column) in cases {
         let source = with_body(body);
@@ -845,6 +858,7 @@ fn allows_deterministic_date_uses_and_lookalikes() {
         "const p = Date.parse('2020-01-01');",
         "const n = foo.Date.now();",
         "const n = foo.Math.random();",
+        "const n = foo.performance.now();",
         "const n = foo?.Date();",
         "const o = { Date: 1, now: 2 };",
         "const f = Date.now;",
