@@ -244,7 +244,8 @@ pub async fn spawn_agent(
     // The child is moved into its waiter so it is reaped as soon as it exits; kill_on_drop
     // still covers a runtime that shuts down first. The group dies with its leader: whatever
     // is left of it gets SIGKILL at once (an idle pooled agent may sit in the pool for a long
-    // time before anyone drops it), while its id cannot have been reused yet.
+    // time before anyone drops it). A group with members left keeps its id from reuse; an
+    // empty one answers ESRCH, unless its id came back within these microseconds.
     tracker.spawn(async move {
         let description = match child.wait().await {
             Ok(status) => describe_status(status),

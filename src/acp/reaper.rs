@@ -89,7 +89,7 @@ pub fn run(owner_pid: u32, command: &[OsString]) -> ! {
     // The agent must not hold our end: the owner's end then sees EOF only when we are gone.
     let _ = fcntl(owner, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
 
-    let (wake_read, wake_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
+    let (wake_read, wake_write) = match wake_pipe() {
         Ok(pair) => pair,
         Err(error) => fail(
             EXIT_MISUSE,
@@ -182,6 +182,17 @@ pub fn run(owner_pid: u32, command: &[OsString]) -> ! {
             while matches!(nix::unistd::read(&wake_read, &mut buffer), Ok(n) if n > 0) {}
         }
     }
+}
+
+/// A non-blocking, close-on-exec pipe (`pipe2` does not exist on macOS; nothing else runs
+/// in this process yet, so setting the flags afterwards races with nothing).
+fn wake_pipe() -> nix::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    let (read, write) = nix::unistd::pipe()?;
+    for fd in [&read, &write] {
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    }
+    Ok((read, write))
 }
 
 fn agent_pid(agent: &Child) -> Pid {
