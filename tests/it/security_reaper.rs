@@ -264,6 +264,36 @@ fn a_sigkilled_foreground_run_leaves_no_agent_process() {
     for role in [Role::Reaper, Role::Agent, Role::AgentChild] {
         assert!(roles.contains(&role), "no {role:?} in {agents:?}");
     }
+    // The ACP pipes go straight to the agent: the reaper keeps no copy of stdin or stdout,
+    // and the agent holds no end of the reaper's owner socket.
+    for (pid, role) in &agents {
+        let target = |fd: u32| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .map(|path| path.display().to_string())
+                .unwrap_or_default()
+        };
+        match role {
+            Role::Reaper => {
+                assert_eq!(target(0), "/dev/null");
+                assert_eq!(target(1), "/dev/null");
+                assert!(target(3).starts_with("socket:"), "{}", target(3));
+            }
+            Role::Agent => {
+                assert!(target(0).starts_with("pipe:"), "{}", target(0));
+                assert!(target(1).starts_with("pipe:"), "{}", target(1));
+                let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .filter(|fd| {
+                        std::fs::read_link(fd.path())
+                            .is_ok_and(|path| path.display().to_string().starts_with("socket:"))
+                    })
+                    .count();
+                assert_eq!(sockets, 0, "the agent holds a socket");
+            }
+            Role::AgentChild => {}
+        }
+    }
     running.signal(Signal::SIGKILL);
     let killed = running.finish(DEADLINE);
     assert!(killed.status.code().is_none(), "killed by a signal");
@@ -296,20 +326,38 @@ fn a_sigkilled_daemon_leaves_no_agent_process() {
     wait_gone(&pids_in(&context.path("pids")));
 }
 
+/// Who starts after the owner died.
+#[derive(Clone, Copy, Debug)]
+enum NextOwner {
+    ForegroundRun,
+    Daemon,
+}
+
 /// A reaper that cannot act (stopped here) leaves a live group whose record names a dead
-/// owner. The next owner to start kills that
-/// group after checking its identity, and removes the record. Records whose leader is not the
-/// recorded process (another start time, or not a reaper) are removed without any signal.
+/// owner. The next foreground run kills that group after checking its identity, and removes
+/// the record. Records whose leader is not the recorded process (another start time, or not
+/// a reaper) are removed without any signal.
 #[test]
-fn the_next_owner_kills_a_dead_owners_group_and_never_a_mismatched_one() {
-    let context = stubborn(TestContext::new());
+fn the_next_run_kills_a_dead_owners_group_and_never_a_mismatched_one() {
+    next_owner_sweeps(NextOwner::ForegroundRun);
+}
+
+/// The same when the next owner is a daemon, started by a shim.
+#[test]
+fn the_next_daemon_kills_a_dead_owners_group_and_never_a_mismatched_one() {
+    next_owner_sweeps(NextOwner::Daemon);
+}
+
+fn next_owner_sweeps(next_owner: NextOwner) {
+    let world = World::with(stubborn);
+    let context = &world.context;
     let script = context.write(
         "wf.js",
         &format!("{HEADER}return await agent('wait\\n@mock hang');\n"),
     );
     let running = context.spawn(&["run", script.to_str().unwrap()]);
-    wait_prompts(&context, 1);
-    let files = records(&context);
+    wait_prompts(context, 1);
+    let files = records(context);
     assert_eq!(files.len(), 1, "one group, one record: {files:?}");
     let record: Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
     let pgid = record["pgid"].as_i64().expect("pgid") as i32;
@@ -386,10 +434,20 @@ fn the_next_owner_kills_a_dead_owners_group_and_never_a_mismatched_one() {
         decoy_records.push(path);
     }
 
-    // The next owner: any foreground run.
-    let quick = context.write("quick.js", &format!("{HEADER}return 1;\n"));
-    let next = context.run(&["run", quick.to_str().unwrap()]);
-    assert_eq!(next.code(), 0, "{}", next.stderr);
+    // The next owner sweeps before it does anything else.
+    let _shim = match next_owner {
+        NextOwner::ForegroundRun => {
+            let quick = context.write("quick.js", &format!("{HEADER}return 1;\n"));
+            let next = context.run(&["run", quick.to_str().unwrap()]);
+            assert_eq!(next.code(), 0, "{}", next.stderr);
+            None
+        }
+        NextOwner::Daemon => {
+            let mut shim = world.shim();
+            shim.initialize();
+            Some(shim)
+        }
+    };
     wait_gone(&orphans);
     let _ = anchor.wait();
     assert!(!files[0].exists(), "the orphan's record is removed");
