@@ -1,15 +1,18 @@
 //! The Agent Client Protocol runner: the engine's [`AgentRunner`] over real agent processes.
 //!
 //! Reading order: [`registry`] decides which command a backend name runs; [`process`] spawns
-//! it in its own process group; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
+//! it in its own process group, led by a [`reaper`] that ends the group with its owner, and
+//! [`groups`] records each group so the next owner can end what a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
 //! long-lived initialized processes per backend; a session opens, configures and prompts on
 //! one of them; `failure` maps ACP errors to the engine's failure kinds.
 
 pub mod connection;
 mod failure;
+pub mod groups;
 pub mod lookup;
 mod pool;
 pub mod process;
+pub mod reaper;
 pub mod registry;
 mod session;
 
@@ -43,6 +46,8 @@ pub struct AcpConfig {
     pub shutdown_grace: Duration,
     /// The environment every agent inherits (plus its backend's `env`).
     pub base_env: EnvSnapshot,
+    /// Reaper and group records; the default has neither (see [`process::Supervision`]).
+    pub supervision: process::Supervision,
 }
 
 impl AcpConfig {
@@ -54,6 +59,7 @@ impl AcpConfig {
             cancel_grace: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
             base_env,
+            supervision: process::Supervision::default(),
         }
     }
 

@@ -210,7 +210,9 @@ async fn start_host(
     config: &AcpConfig,
     tracker: &TaskTracker,
 ) -> Result<AgentHost, AgentFailure> {
-    let mut process = spawn_agent(backend, &config.base_env, tracker).map_err(execution)?;
+    let mut process = spawn_agent(backend, &config.base_env, &config.supervision, tracker)
+        .await
+        .map_err(execution)?;
     let Some((stdin, stdout)) = process.take_stdio() else {
         return Err(execution(format!(
             "backend {}: the agent's stdin/stdout were not piped",

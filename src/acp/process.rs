@@ -3,23 +3,75 @@
 //! adapters ignore stdin EOF (codex, claude once a session exists) and leave children behind
 //! (claude); killing only the leader would leak them. [`spawn_agent`] is the one place that
 //! starts an agent, so tests and reviewers can see exactly what a child inherits.
+//!
+//! Drop runs only while the owner lives. So that no agent survives an owner that dies
+//! without unwinding (SIGKILL included), the group's leader is, when [`Supervision`] names
+//! one, a reaper ([`crate::acp::reaper`]: the agentprism binary re-executed) that forks the
+//! agent with the inherited pipes and ends the group when the owner dies. Two things tell it:
+//! a death signal armed against the thread that spawned it, which is why every spawn goes
+//! through one spawner thread that lives as long as the process, and EOF on a socket whose
+//! other end only this [`AgentProcess`] holds. Each group is also recorded on disk
+//! ([`crate::acp::groups`]) so the next owner can end what a reaper could not. Without a
+//! reaper (library embedders and unit tests, whose binary is not agentprism) the agent leads
+//! its own group and gets only a death signal of its own, which does not reach its children.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncBufReadExt;
-use tokio::process::{ChildStdin, ChildStdout, Command};
-use tokio::sync::watch;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::{oneshot, watch};
 use tokio_util::task::TaskTracker;
 
+use crate::acp::groups::{self, GroupRecord};
+use crate::acp::reaper;
 use crate::acp::registry::override_variable;
 use crate::engine::runner::BackendSpec;
 use crate::env::EnvSnapshot;
+
+/// How agents are tied to the process that owns them (see the module documentation).
+#[derive(Clone, Debug, Default)]
+pub struct Supervision {
+    /// The agentprism binary to run as each group's leader (`agentprism agent-reaper`);
+    /// `None` makes the agent itself the leader.
+    pub reaper: Option<PathBuf>,
+    /// The folder of per-group records (`R/agent-groups`); `None` keeps none.
+    pub records: Option<PathBuf>,
+}
+
+impl Supervision {
+    /// What every agentprism process that runs agents uses: this very binary as the reaper
+    /// (resolved once; see [`own_binary`]) and records under `persistence_root`.
+    pub fn for_owner(persistence_root: &Path) -> std::io::Result<Supervision> {
+        Ok(Supervision {
+            reaper: Some(own_binary()?),
+            records: Some(persistence_root.join(groups::FOLDER)),
+        })
+    }
+}
+
+/// The running agentprism binary, as a path a child can exec. On Linux that is
+/// `/proc/self/exe`, which the forked child resolves to the same file even after a package
+/// upgrade replaced or removed it on disk (so reaper and owner are always one version);
+/// elsewhere `current_exe()`.
+pub fn own_binary() -> std::io::Result<PathBuf> {
+    let magic = Path::new("/proc/self/exe");
+    if cfg!(target_os = "linux") && magic.exists() {
+        return Ok(magic.to_path_buf());
+    }
+    std::env::current_exe()
+}
+
+/// How long a reaper may take to say whether the agent started.
+const REAPER_REPORT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How much of an agent's stderr we keep for error messages.
 const STDERR_TAIL_BYTES: usize = 8 * 1024;
@@ -29,16 +81,24 @@ pub struct AgentProcess {
     backend: String,
     /// The command line as shown in error messages.
     command_line: String,
-    /// The leader's pid, which is also the process group id (`process_group(0)`).
+    /// The leader's pid, which is also the process group id (`process_group(0)`): the
+    /// reaper's, or the agent's when there is no reaper.
     pid: u32,
+    /// The agent's own pid under a reaper.
+    agent_pid: Option<u32>,
+    /// Our end of the reaper's socket pair: closing it (drop) makes the reaper end the group.
+    owner_end: Option<OwnedFd>,
+    /// The group's record on disk, removed on drop.
+    record: Option<PathBuf>,
     stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
     stderr: Arc<StderrTail>,
     /// `Some(description)` once the leader has been reaped.
     exit: watch::Receiver<Option<String>>,
-    /// Set once `terminate` has swept the group, so drop does not signal a process group id
-    /// that the system may since have handed to someone else.
-    swept: AtomicBool,
+    /// Set once the group has been swept (by `terminate`, or right after the leader was
+    /// reaped), so drop does not signal a process group id that the system may since have
+    /// handed to someone else.
+    swept: Arc<AtomicBool>,
 }
 
 /// The last few KiB an agent wrote to stderr; shared with the task that drains the pipe.
@@ -79,20 +139,48 @@ fn is_private_variable(name: &str) -> bool {
     name == "NOTIFY_SOCKET" || name.starts_with("LISTEN_") || name.starts_with("WATCHDOG_")
 }
 
-/// Starts `backend` with `base_env` plus the backend's own `env`, in a new process group,
-/// stdin/stdout piped for ACP and stderr drained into a bounded tail (and the debug log).
-pub fn spawn_agent(
+/// Starts `backend` with `base_env` plus the backend's own `env`, in a new process group led
+/// by a reaper when `supervision` names one, stdin/stdout piped for ACP (straight to the
+/// agent) and stderr drained into a bounded tail (and the debug log).
+pub async fn spawn_agent(
     backend: &BackendSpec,
     base_env: &EnvSnapshot,
+    supervision: &Supervision,
     tracker: &TaskTracker,
 ) -> Result<AgentProcess, String> {
     let command_line = std::iter::once(backend.command.as_str())
         .chain(backend.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ");
-    let mut command = Command::new(&backend.command);
+    let owner_pid = std::process::id();
+    let (mut command, owner_end) = match &supervision.reaper {
+        Some(program) => {
+            let (owner_end, reaper_end) = UnixStream::pair().map_err(|error| {
+                format!(
+                    "backend {}: cannot create the reaper's socket: {error}",
+                    backend.id
+                )
+            })?;
+            let mut command = Command::new(program);
+            command
+                .arg0("agentprism")
+                .arg(reaper::SUBCOMMAND)
+                .arg("--owner")
+                .arg(owner_pid.to_string())
+                .arg("--")
+                .arg(&backend.command)
+                .args(&backend.args);
+            place_owner_socket(&mut command, OwnedFd::from(reaper_end));
+            (command, Some(owner_end))
+        }
+        None => {
+            let mut command = Command::new(&backend.command);
+            command.args(&backend.args);
+            arm_own_death_signal(&mut command, owner_pid);
+            (command, None)
+        }
+    };
     command
-        .args(&backend.args)
         .env_clear()
         .envs(
             base_env
@@ -111,22 +199,20 @@ pub fn spawn_agent(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|error| {
-        let hint = override_variable(&backend.id)
-            .map(|variable| format!(" (set {variable} to choose another command)"))
-            .unwrap_or_default();
-        if error.kind() == std::io::ErrorKind::NotFound {
-            format!(
-                "backend {}: command `{}` not found{hint}",
-                backend.id, backend.command
+    let records = supervision
+        .records
+        .clone()
+        .filter(|_| supervision.reaper.is_some());
+    let (mut child, record) = spawn_on_spawner(command, records, &backend.id)
+        .await
+        .map_err(|error| {
+            start_error(
+                backend,
+                &command_line,
+                error.kind() == std::io::ErrorKind::NotFound,
+                &error.to_string(),
             )
-        } else {
-            format!(
-                "backend {}: cannot start `{command_line}`: {error}{hint}",
-                backend.id
-            )
-        }
-    })?;
+        })?;
     let pid = child
         .id()
         .ok_or_else(|| format!("backend {}: `{command_line}` exited at once", backend.id))?;
@@ -153,26 +239,268 @@ pub fn spawn_agent(
         });
     }
     let (exit_tx, exit) = watch::channel(None);
+    let swept = Arc::new(AtomicBool::new(false));
+    let waiter_swept = swept.clone();
     // The child is moved into its waiter so it is reaped as soon as it exits; kill_on_drop
-    // still covers a runtime that shuts down first.
+    // still covers a runtime that shuts down first. The group dies with its leader: whatever
+    // is left of it gets SIGKILL at once (an idle pooled agent may sit in the pool for a long
+    // time before anyone drops it). A group with members left keeps its id from reuse; an
+    // empty one answers ESRCH, unless its id came back within these microseconds.
     tracker.spawn(async move {
         let description = match child.wait().await {
             Ok(status) => describe_status(status),
             Err(error) => format!("could not be waited for ({error})"),
         };
+        if let Ok(pgid) = i32::try_from(pid) {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        waiter_swept.store(true, Ordering::Relaxed);
         let _ = exit_tx.send(Some(description));
     });
-    tracing::debug!(backend = %backend.id, pid, command = %command_line, "spawned agent");
-    Ok(AgentProcess {
+    let mut process = AgentProcess {
         backend: backend.id.clone(),
         command_line,
         pid,
+        agent_pid: None,
+        owner_end: None,
+        record,
         stdin,
         stdout,
         stderr,
         exit,
-        swept: AtomicBool::new(false),
+        swept,
+    };
+    if let Some(owner_end) = owner_end {
+        // On an error `process` is dropped here, which kills whatever the reaper started.
+        let (agent_pid, owner_end) = read_reaper_report(owner_end).await.map_err(|report| {
+            let tail = process.stderr_tail();
+            match report {
+                ReaperReport::NotFound(text) => {
+                    start_error(backend, &process.command_line, true, &text)
+                }
+                ReaperReport::Failed(text) => {
+                    let message = start_error(backend, &process.command_line, false, &text);
+                    if tail.is_empty() {
+                        message
+                    } else {
+                        format!("{message}; stderr: {tail}")
+                    }
+                }
+            }
+        })?;
+        process.agent_pid = Some(agent_pid);
+        process.owner_end = Some(owner_end);
+    }
+    tracing::debug!(backend = %backend.id, pid, agent_pid = ?process.agent_pid, command = %process.command_line, "spawned agent");
+    Ok(process)
+}
+
+/// The message of a spawn that failed, with the override hint where the backend has one.
+fn start_error(backend: &BackendSpec, command_line: &str, not_found: bool, error: &str) -> String {
+    let hint = override_variable(&backend.id)
+        .map(|variable| format!(" (set {variable} to choose another command)"))
+        .unwrap_or_default();
+    if not_found {
+        format!(
+            "backend {}: command `{}` not found{hint}",
+            backend.id, backend.command
+        )
+    } else {
+        format!(
+            "backend {}: cannot start `{command_line}`: {error}{hint}",
+            backend.id
+        )
+    }
+}
+
+/// Puts the reaper's end of the socket pair at [`reaper::OWNER_FD`] in the child, without
+/// close-on-exec; our copy closes when the command is dropped after the spawn.
+fn place_owner_socket(command: &mut Command, reaper_end: OwnedFd) {
+    // SAFETY: between fork and exec the closure makes one raw syscall (dup2, or fcntl when
+    // the fd already has the right number), both async-signal-safe; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            let raw = reaper_end.as_raw_fd();
+            let done = if raw == reaper::OWNER_FD {
+                nix::libc::fcntl(raw, nix::libc::F_SETFD, 0)
+            } else {
+                nix::libc::dup2(raw, reaper::OWNER_FD)
+            };
+            if done < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Without a reaper, the agent at least dies with the spawner thread (Linux); its children
+/// do not.
+#[cfg_attr(
+    not(any(target_os = "linux", target_os = "android")),
+    expect(unused_variables, reason = "no death signal outside Linux")
+)]
+fn arm_own_death_signal(command: &mut Command, owner_pid: u32) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: between fork and exec the closure makes two raw syscalls (prctl, getppid),
+    // both async-signal-safe; it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if i64::from(nix::unistd::getppid().as_raw()) != i64::from(owner_pid) {
+                return Err(std::io::Error::other("the owner is gone"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Why a reaper did not start its agent.
+enum ReaperReport {
+    NotFound(String),
+    Failed(String),
+}
+
+/// Reads the reaper's one status line (`ok <pid>` or `error <kind> <message>`) and hands
+/// back the agent's pid and our end of the socket, which from now on only has to stay open.
+async fn read_reaper_report(owner_end: UnixStream) -> Result<(u32, OwnedFd), ReaperReport> {
+    let failed = |text: String| ReaperReport::Failed(text);
+    owner_end
+        .set_nonblocking(true)
+        .map_err(|e| failed(format!("reaper socket: {e}")))?;
+    let mut stream = tokio::net::UnixStream::from_std(owner_end)
+        .map_err(|e| failed(format!("reaper socket: {e}")))?;
+    let mut line = Vec::new();
+    let read = tokio::time::timeout(REAPER_REPORT_DEADLINE, async {
+        let mut buffer = [0u8; 512];
+        while !line.contains(&b'\n') && line.len() < 4096 {
+            match stream.read(&mut buffer).await {
+                Ok(0) => return Err("the agent reaper exited before starting the agent".to_owned()),
+                Ok(n) => line.extend_from_slice(&buffer[..n]),
+                Err(error) => return Err(format!("reading the agent reaper's report: {error}")),
+            }
+        }
+        Ok(())
     })
+    .await;
+    match read {
+        Err(_) => {
+            return Err(failed(format!(
+                "the agent reaper did not report within {} s",
+                REAPER_REPORT_DEADLINE.as_secs()
+            )));
+        }
+        Ok(Err(text)) => return Err(failed(text)),
+        Ok(Ok(())) => {}
+    }
+    let text = String::from_utf8_lossy(&line);
+    let text = text.lines().next().unwrap_or_default().to_owned();
+    if let Some(pid) = text.strip_prefix("ok ") {
+        let pid = pid
+            .trim()
+            .parse()
+            .map_err(|_| failed(format!("the agent reaper reported {text:?}")))?;
+        let std_stream = stream
+            .into_std()
+            .map_err(|e| failed(format!("reaper socket: {e}")))?;
+        return Ok((pid, OwnedFd::from(std_stream)));
+    }
+    if let Some(message) = text.strip_prefix("error not-found ") {
+        return Err(ReaperReport::NotFound(message.to_owned()));
+    }
+    let message = text.strip_prefix("error other ").unwrap_or(&text);
+    Err(failed(message.to_owned()))
+}
+
+/// One spawn request for the spawner thread.
+struct SpawnJob {
+    command: Command,
+    /// The runtime the child's pipes and waiter belong to.
+    runtime: tokio::runtime::Handle,
+    /// `(folder, backend id)` when the group is to be recorded.
+    record: Option<(PathBuf, String)>,
+    reply: oneshot::Sender<std::io::Result<(Child, Option<PathBuf>)>>,
+}
+
+/// Spawns `command` on the spawner thread and records its group when `records` is given.
+/// Every child of this process is forked by that one thread, which never exits, so a death
+/// signal armed in a child fires when the process dies, not when some worker thread does.
+async fn spawn_on_spawner(
+    command: Command,
+    records: Option<PathBuf>,
+    backend: &str,
+) -> std::io::Result<(Child, Option<PathBuf>)> {
+    let (reply, answer) = oneshot::channel();
+    let job = SpawnJob {
+        command,
+        runtime: tokio::runtime::Handle::current(),
+        record: records.map(|folder| (folder, backend.to_owned())),
+        reply,
+    };
+    spawner()?
+        .send(job)
+        .map_err(|_| std::io::Error::other("the agent spawner thread is gone"))?;
+    answer
+        .await
+        .map_err(|_| std::io::Error::other("the agent spawner thread dropped the request"))?
+}
+
+fn spawner() -> std::io::Result<&'static mpsc::Sender<SpawnJob>> {
+    static SPAWNER: OnceLock<Result<mpsc::Sender<SpawnJob>, String>> = OnceLock::new();
+    SPAWNER
+        .get_or_init(|| {
+            let (sender, jobs) = mpsc::channel::<SpawnJob>();
+            std::thread::Builder::new()
+                .name("agentprism-spawner".into())
+                .spawn(move || {
+                    // The sender lives in a static, so this loop (and the thread) ends only
+                    // with the process.
+                    for job in jobs {
+                        run_spawn_job(job);
+                    }
+                })
+                .map(|_| sender)
+                .map_err(|error| format!("cannot start the agent spawner thread: {error}"))
+        })
+        .as_ref()
+        .map_err(|error| std::io::Error::other(error.clone()))
+}
+
+fn run_spawn_job(job: SpawnJob) {
+    let SpawnJob {
+        mut command,
+        runtime,
+        record,
+        reply,
+    } = job;
+    let spawned = {
+        let _context = runtime.enter();
+        command.spawn()
+    };
+    // Closes our copy of the reaper's end of the socket pair (held by the pre_exec closure).
+    drop(command);
+    let result = spawned.map(|child| {
+        let path = record.and_then(|(folder, backend)| {
+            let record = GroupRecord::for_leader(child.id()?, &backend)?;
+            groups::write(&folder, &record)
+                .inspect_err(|error| {
+                    tracing::warn!(%error, folder = %folder.display(), "cannot record an agent process group");
+                })
+                .ok()
+        });
+        (child, path)
+    });
+    if let Err(Ok((child, path))) = reply.send(result) {
+        // The caller gave up: end what we started.
+        if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _context = runtime.enter();
+        drop(child);
+        if let Some(path) = path {
+            groups::remove(&path);
+        }
+    }
 }
 
 fn describe_status(status: std::process::ExitStatus) -> String {
@@ -193,8 +521,14 @@ impl AgentProcess {
         Some((self.stdin.take()?, self.stdout.take()?))
     }
 
+    /// The group leader's pid (the process group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The agent's own pid when a reaper leads the group.
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.agent_pid
     }
 
     pub fn command_line(&self) -> &str {
@@ -223,8 +557,12 @@ impl AgentProcess {
         wait_exit(self.exit.clone(), limit).await.is_some()
     }
 
-    /// Signals the whole process group. A group that is already gone is not an error.
+    /// Signals the whole process group. A group that is already gone is not an error; one
+    /// that was swept is never signalled again (its id may belong to someone else by now).
     pub fn signal_group(&self, signal: Signal) {
+        if self.swept.load(Ordering::Relaxed) {
+            return;
+        }
         let Ok(pgid) = i32::try_from(self.pid) else {
             return;
         };
@@ -238,8 +576,8 @@ impl AgentProcess {
 
     /// Orderly stop after the caller closed stdin: wait for the leader, then SIGTERM the
     /// group, wait, then SIGKILL it. The group is swept with SIGKILL even when the leader left
-    /// on its own, because agents leave children behind. Bounded by `2 * grace` plus a short
-    /// wait for the reaper.
+    /// on its own, because agents leave children behind (the waiter does that as soon as it
+    /// reaps the leader). Bounded by `2 * grace` plus a short wait for the reaper.
     pub async fn terminate(&self, grace: Duration) {
         if !self.wait_exit(grace).await {
             self.signal_group(Signal::SIGTERM);
@@ -270,9 +608,13 @@ pub async fn wait_exit(
 
 impl Drop for AgentProcess {
     fn drop(&mut self) {
-        // Even if the leader already exited, its children may still hold the group.
-        if !self.swept.load(Ordering::Relaxed) {
-            self.signal_group(Signal::SIGKILL);
+        // Even if the leader already exited, its children may still hold the group (unless
+        // the waiter swept it, which `signal_group` knows).
+        self.signal_group(Signal::SIGKILL);
+        // A reaper still running ends the group on this EOF too.
+        self.owner_end.take();
+        if let Some(path) = self.record.take() {
+            groups::remove(&path);
         }
     }
 }
@@ -312,7 +654,9 @@ mod tests {
             origin: BackendOrigin::Host,
         };
         let tracker = TaskTracker::new();
-        let mut agent = spawn_agent(&backend, &base, &tracker).expect("spawn sh");
+        let mut agent = spawn_agent(&backend, &base, &Supervision::default(), &tracker)
+            .await
+            .expect("spawn sh");
         let (_stdin, mut stdout) = agent.take_stdio().unwrap();
         let mut text = String::new();
         tokio::time::timeout(Duration::from_secs(30), stdout.read_to_string(&mut text))

@@ -81,6 +81,20 @@ pub enum Command {
         #[arg(value_enum)]
         shell: CompletionShell,
     },
+    /// Internal: leads one agent's process group and ends it with its owner
+    /// (`src/acp/reaper.rs`); started by agentprism itself, never by hand.
+    #[command(name = "agent-reaper", hide = true)]
+    AgentReaper(ReaperArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReaperArgs {
+    /// The pid of the process that owns the agent.
+    #[arg(long)]
+    pub owner: u32,
+    /// The agent's command and arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// The shells `completions` writes scripts for: the ones the packages ship.
@@ -250,6 +264,10 @@ pub struct ResultArgs {
 
 /// Runs the command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    // A reaper must not start a runtime, threads or anything else: it only forks its agent.
+    if let Command::AgentReaper(args) = &cli.command {
+        crate::acp::reaper::run(args.owner, &args.command);
+    }
     // Before the runtime starts any thread: the sd-notify variables are read once, here.
     let early = match daemon::Early::capture(&cli.command) {
         Ok(early) => early,
@@ -295,6 +313,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Serve(args) => serve(&env, args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
         Command::Completions { shell } => completions(shell),
+        Command::AgentReaper(_) => unreachable!("handled before the runtime starts"),
     }
 }
 
@@ -368,9 +387,14 @@ pub async fn build_engine_as(
 ) -> Result<Engine> {
     let root = persistence_root(env)?;
     let backends = Backends::from_env(env).map_err(input_error)?;
-    let acp_config = AcpConfig::from_env(env).map_err(input_error)?;
+    let mut acp_config = AcpConfig::from_env(env).map_err(input_error)?;
     let store = SqliteStore::open(&root)
         .with_context(|| format!("opening the run store under {}", root.display()))?;
+    acp_config.supervision = crate::acp::process::Supervision::for_owner(&root)
+        .context("finding the agentprism binary to run as the agent reaper")?;
+    // Groups whose owners died without their reaper acting (docs/security.md).
+    let groups = root.join(crate::acp::groups::FOLDER);
+    let _ = tokio::task::spawn_blocking(move || crate::acp::groups::sweep(&groups)).await;
     let runner = Arc::new(AcpRunner::new(acp_config));
     let mut config = engine_config(env, probe)?;
     config.owner_id = owner_id;

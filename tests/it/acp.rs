@@ -57,8 +57,10 @@ fn base_env() -> EnvSnapshot {
     EnvSnapshot::from_pairs([("PATH", std::env::var("PATH").unwrap_or_default())])
 }
 
+/// Agents run under the reaper of the real binary, as in every agentprism process.
 fn config() -> AcpConfig {
     let mut config = AcpConfig::new(base_env());
+    config.supervision.reaper = Some(PathBuf::from(env!("CARGO_BIN_EXE_agentprism")));
     config.init_timeout = Duration::from_secs(10);
     config.cancel_grace = Duration::from_millis(200);
     config.shutdown_grace = Duration::from_millis(500);
