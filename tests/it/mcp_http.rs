@@ -604,7 +604,7 @@ async fn stateless_requests_check_headers_against_the_body() {
         .post(
             &[
                 ("MCP-Protocol-Version", "2026-07-28"),
-                ("Mcp-Method", "tools/list"),
+                ("Mcp-Method", "ping"),
             ],
             &removed,
         )
