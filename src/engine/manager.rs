@@ -82,10 +82,15 @@ impl Default for EngineConfig {
 /// script heaps of every admitted run together stay under a quarter of the machine's
 /// memory. Where `/proc/meminfo` cannot be read (macOS), 8 GiB is assumed.
 pub fn default_max_runs(memory_limit: usize) -> usize {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| mem_total_bytes(&text))
-        .unwrap_or(8 << 30);
+    use crate::util::safe_file::{Links, read_blocking};
+    let total = read_blocking(
+        std::path::Path::new("/proc/meminfo"),
+        64 * 1024,
+        Links::Refuse,
+    )
+    .ok()
+    .and_then(|contents| mem_total_bytes(&String::from_utf8_lossy(&contents.bytes)))
+    .unwrap_or(8 << 30);
     max_runs_for(total, memory_limit as u64)
 }
 

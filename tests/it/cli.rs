@@ -6,25 +6,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-use crate::support::context::{TestContext, pids_in, wait_gone};
+use crate::support::context::{TestContext, pids_in, prompts_in_log, wait_gone};
 
 const HEADER: &str =
     "export const meta = { name: 'test', description: 'a test workflow', model: 'mock' };\n";
-
-fn prompts_in_log(ctx: &TestContext, log: &str) -> Vec<String> {
-    std::fs::read_to_string(ctx.path(log))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|message| message["method"] == "session/prompt")
-        .map(|message| {
-            message["params"]["prompt"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
-}
 
 fn count_runs(ctx: &TestContext) -> usize {
     let finished = ctx.run(&["runs", "--all", "--json"]);

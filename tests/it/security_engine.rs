@@ -117,10 +117,7 @@ fn agent_prompts(log: &Path) -> Vec<Value> {
 }
 
 fn text_of(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    crate::support::context::first_text(result)
 }
 
 fn run_id_of(result: &Value) -> String {

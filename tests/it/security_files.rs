@@ -136,10 +136,7 @@ fn read_over(port: u16, session: &str, uri: &str) -> Result<String, String> {
 }
 
 fn error_text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    crate::support::context::first_text(result)
 }
 
 fn script(body: &str) -> String {

@@ -50,18 +50,7 @@ fn stubborn(context: TestContext) -> TestContext {
 
 /// The prompts the mock agents of this context were sent, in order.
 fn prompts(context: &TestContext) -> Vec<String> {
-    std::fs::read_to_string(context.path("agent.log"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|message| message["method"] == "session/prompt")
-        .map(|message| {
-            message["params"]["prompt"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
+    crate::support::context::prompts_in_log(context, "agent.log")
 }
 
 fn wait_prompts(context: &TestContext, count: usize) {

@@ -285,3 +285,27 @@ pub fn run_as(command: &mut Command, uid: u32) {
         });
     }
 }
+
+/// The prompts the mock agents of `ctx` logged to `log` (their `MOCK_ACP_LOG`), in order.
+pub fn prompts_in_log(ctx: &TestContext, log: &str) -> Vec<String> {
+    std::fs::read_to_string(ctx.path(log))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|message| message["method"] == "session/prompt")
+        .map(|message| {
+            message["params"]["prompt"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The first text block of a tool result.
+pub fn first_text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
