@@ -508,3 +508,56 @@ fn a_one_mebibyte_script_is_sent_inline_over_http_and_stdio() {
         "over stdio too: {ack}"
     );
 }
+
+#[test]
+fn agentprism_serve_over_http_admits_only_its_user_too() {
+    let world = World::new();
+    let mut serve = world
+        .ctx
+        .command(&["serve", "--http"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn agentprism serve --http");
+    let stdout_pipe = serve.stdout.take().unwrap();
+    let _group = KillGroup(serve);
+    let mut stdout = std::io::BufReader::new(stdout_pipe);
+    let mut url = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut url).unwrap();
+    let port: u16 = url
+        .trim()
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap_or_else(|_| panic!("a URL on stdout, got {url:?}"));
+    let results = as_nobody(
+        port,
+        &[
+            ("POST", "/mcp", json_headers(), initialize_body()),
+            ("GET", "/healthz", vec![], String::new()),
+        ],
+    );
+    assert_eq!(results[0].0, 403, "{results:?}");
+    assert_eq!(results[1].0, 200, "{results:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&results[1].1).unwrap(),
+        json!({"implementation": "agentprism-rs"})
+    );
+    // Its own user is served.
+    open_session(port);
+}
+
+/// Kills a child's process group and reaps the child when the test is done with it, however
+/// it ends.
+struct KillGroup(std::process::Child);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.0.wait();
+    }
+}
