@@ -5,7 +5,28 @@
 //! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C
 //! (the run is left paused/interrupted and resumable).
 
+/// `println!` that never panics on a closed stdout (`cli/output.rs`).
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::cli::output::stdout(format_args!($($arg)*), true) };
+}
+
+/// `print!` that never panics on a closed stdout.
+macro_rules! say_partial {
+    ($($arg:tt)*) => { $crate::cli::output::stdout(format_args!($($arg)*), false) };
+}
+
+/// `eprintln!` that never panics on a closed stderr.
+macro_rules! note {
+    ($($arg:tt)*) => { $crate::cli::output::stderr(format_args!($($arg)*), true) };
+}
+
+/// `eprint!` that never panics on a closed stderr.
+macro_rules! note_partial {
+    ($($arg:tt)*) => { $crate::cli::output::stderr(format_args!($($arg)*), false) };
+}
+
 pub mod daemon;
+pub mod output;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -272,7 +293,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let early = match daemon::Early::capture(&cli.command) {
         Ok(early) => early,
         Err(error) => {
-            eprintln!("agentprism: {error:#}");
+            note!("agentprism: {error:#}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -282,7 +303,7 @@ pub fn run(cli: Cli) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("agentprism: cannot start the async runtime: {error}");
+            note!("agentprism: cannot start the async runtime: {error}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -290,7 +311,7 @@ pub fn run(cli: Cli) -> ExitCode {
         match dispatch(cli, early).await {
             Ok(code) => code,
             Err(error) => {
-                eprintln!("agentprism: {error:#}");
+                note!("agentprism: {error:#}");
                 EXIT_FAILED
             }
         }
@@ -318,7 +339,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
 }
 
 /// `completions <shell>`: the script goes to stdout. It is generated into memory first, so a
-/// closed stdout is an error, not a panic inside the generator.
+/// closed stdout cannot panic inside the generator.
 fn completions(shell: CompletionShell) -> Result<u8> {
     use clap::CommandFactory;
     let shell = match shell {
@@ -328,9 +349,7 @@ fn completions(shell: CompletionShell) -> Result<u8> {
     };
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "agentprism", &mut script);
-    std::io::stdout()
-        .write_all(&script)
-        .context("writing the completion script")?;
+    say_partial!("{}", String::from_utf8_lossy(&script));
     Ok(EXIT_COMPLETED)
 }
 
@@ -420,6 +439,14 @@ pub fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConfig> {
             .map_err(input_error)?
             .max(1),
     );
+    config.probe_limit = Duration::from_millis(
+        env.u64_or(
+            env::PROBE_TIMEOUT_MS,
+            crate::engine::prepare::PROBE_LIMIT.as_millis() as u64,
+        )
+        .map_err(input_error)?
+        .max(1),
+    );
     config.vm_limits.slice_limit = Duration::from_millis(
         env.u64_or(env::SCRIPT_SLICE_MS, 10_000)
             .map_err(input_error)?
@@ -501,7 +528,7 @@ async fn guarded(body: impl std::future::Future<Output = Result<u8>>) -> Result<
     match body.await {
         Ok(code) => Ok(code),
         Err(error) if error.downcast_ref::<InputError>().is_some() => {
-            eprintln!("agentprism: {error}");
+            note!("agentprism: {error}");
             Ok(EXIT_REJECTED)
         }
         Err(error) => Err(error),
@@ -527,7 +554,7 @@ async fn validate(env: &EnvSnapshot, args: ValidateArgs) -> Result<u8> {
             "probes": prepared.probes,
             "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&report)?);
         engine.runner().shutdown(Duration::from_secs(5)).await;
         Ok(EXIT_COMPLETED)
     })
@@ -551,9 +578,9 @@ async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         for warning in &admission.warnings {
-            eprintln!("warning: {warning}");
+            note!("warning: {warning}");
         }
-        eprintln!("run {} admitted", admission.run_id);
+        note!("run {} admitted", admission.run_id);
         if admission.status == RunStatus::Pending {
             let setup_id = admission
                 .setup
@@ -569,8 +596,8 @@ async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> {
                     .and_then(|s| s.pointer("/request/message"))
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                eprintln!("{message}");
-                eprintln!(
+                note!("{message}");
+                note!(
                     "The run waits for approval. Continue with:\n  agentprism setup {} --approve",
                     admission.run_id
                 );
@@ -620,9 +647,9 @@ async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
         if let Some(continuation) = &admission.continuation
             && continuation.get("scriptRevised") == Some(&Value::Bool(true))
         {
-            eprintln!("the script file changed: continuing with the revised script");
+            note!("the script file changed: continuing with the revised script");
         }
-        eprintln!("run {run_id} resumed");
+        note!("run {run_id} resumed");
         follow(&engine, &run_id, &mut notices, &args.foreground).await
     })
     .await
@@ -657,13 +684,13 @@ async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         if !args.approve {
-            eprintln!(
+            note!(
                 "declined; run {run_id} is aborted (setup_declined) and cannot be resumed: a declined approval is final"
             );
             return Ok(EXIT_FAILED);
         }
         if answer.get("status").and_then(Value::as_str) != Some("running") {
-            eprintln!("{answer}");
+            note!("{answer}");
             return Ok(EXIT_COMPLETED);
         }
         follow(&engine, &run_id, &mut notices, &args.foreground).await
@@ -711,7 +738,7 @@ async fn follow(
             _ = &mut ctrl_c, if !interrupted => {
                 interrupted = true;
                 display.clear();
-                eprintln!("interrupted: pausing run {run_id} (resume it with `agentprism resume {run_id}`)");
+                note!("interrupted: pausing run {run_id} (resume it with `agentprism resume {run_id}`)");
                 engine.interrupt_all(Duration::from_secs(10)).await;
             }
             notice = notices.recv() => match notice {
@@ -720,7 +747,7 @@ async fn follow(
                     display.clear();
                     let outcome = answer_permission(&policy, &request);
                     if let Err(error) = engine.respond_permission(run_id, &permission_id, outcome).await {
-                        eprintln!("permission answer refused: {error}");
+                        note!("permission answer refused: {error}");
                     }
                 }
                 Ok(_) => {}
@@ -743,15 +770,15 @@ async fn follow(
         .unwrap_or("unknown")
         .to_owned();
     if options.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        say!("{}", serde_json::to_string_pretty(&status)?);
     }
     let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
     let code = match state.as_str() {
         "completed" => {
             if !options.json {
                 match outcome.get("result") {
-                    Some(result) => println!("{}", serde_json::to_string_pretty(result)?),
-                    None => println!("null"),
+                    Some(result) => say!("{}", serde_json::to_string_pretty(result)?),
+                    None => say!("null"),
                 }
             }
             EXIT_COMPLETED
@@ -761,13 +788,13 @@ async fn follow(
                 .get("reason")
                 .and_then(Value::as_str)
                 .unwrap_or("requested");
-            eprintln!("run {run_id} paused: {reason}");
+            note!("run {run_id} paused: {reason}");
             if let Some(context) = outcome.get("checkpointContext") {
                 let index = context
                     .get("callIndex")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
-                eprintln!(
+                note!(
                     "checkpoint {index}: {}",
                     context
                         .get("prompt")
@@ -785,15 +812,15 @@ async fn follow(
                     ),
                     _ => "true".to_owned(),
                 };
-                eprintln!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
+                note!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
             } else {
                 if let Some(auth) = outcome.get("authContext") {
-                    eprintln!("the backend needs credentials: {auth}");
+                    note!("the backend needs credentials: {auth}");
                 }
                 if let Some(hint) = outcome.get("resetHint") {
-                    eprintln!("usage limit; resets: {hint}");
+                    note!("usage limit; resets: {hint}");
                 }
-                eprintln!("continue with:\n  agentprism resume {run_id}");
+                note!("continue with:\n  agentprism resume {run_id}");
             }
             if interrupted {
                 EXIT_INTERRUPTED
@@ -810,11 +837,11 @@ async fn follow(
                 .get("errorCode")
                 .and_then(Value::as_str)
                 .unwrap_or("SCRIPT_ERROR");
-            eprintln!("run {run_id} failed: {code}: {message}");
+            note!("run {run_id} failed: {code}: {message}");
             EXIT_FAILED
         }
         other => {
-            eprintln!("run {run_id} ended {other}");
+            note!("run {run_id} ended {other}");
             if interrupted {
                 EXIT_INTERRUPTED
             } else {
@@ -873,11 +900,11 @@ fn answer_permission(policy: &Policy, request: &Value) -> PermissionOutcome {
                 .pointer("/toolCall/title")
                 .and_then(Value::as_str)
                 .unwrap_or("a tool call");
-            eprintln!("{label} asks permission for: {title}");
+            note!("{label} asks permission for: {title}");
             for (position, (_, name, kind)) in options.iter().enumerate() {
-                eprintln!("  {}) {name} ({kind})", position + 1);
+                note!("  {}) {name} ({kind})", position + 1);
             }
-            eprint!("choose 1-{} (anything else cancels): ", options.len());
+            note_partial!("choose 1-{} (anything else cancels): ", options.len());
             let _ = std::io::stderr().flush();
             let mut line = String::new();
             let _ = std::io::stdin().read_line(&mut line);
@@ -986,19 +1013,22 @@ impl Progress {
                 && let Some(line) = line
             {
                 self.clear();
-                eprintln!("{line}");
+                note!("{line}");
             }
             self.draw();
         } else if let Some(line) = line {
-            eprintln!("{line}");
+            note!("{line}");
         }
     }
 
     fn draw(&mut self) {
         let phase = self.phase.as_deref().unwrap_or("-");
-        eprint!(
+        note_partial!(
             "\r\x1b[2K[{phase}] running {} · done {} · failed {} · {} tokens",
-            self.running, self.done, self.failed, self.tokens
+            self.running,
+            self.done,
+            self.failed,
+            self.tokens
         );
         let _ = std::io::stderr().flush();
         self.drawn = true;
@@ -1006,7 +1036,7 @@ impl Progress {
 
     fn clear(&mut self) {
         if self.interactive && self.drawn {
-            eprint!("\r\x1b[2K");
+            note_partial!("\r\x1b[2K");
             let _ = std::io::stderr().flush();
             self.drawn = false;
         }
@@ -1033,7 +1063,7 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
         };
         let status = engine.status(&run_id, &query).await.map_err(engine_error)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&status)?);
+            say!("{}", serde_json::to_string_pretty(&status)?);
             return Ok(EXIT_COMPLETED);
         }
         let get = |key: &str| {
@@ -1043,19 +1073,19 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
                 .unwrap_or("-")
                 .to_owned()
         };
-        println!(
+        say!(
             "run {}  {}  ({})",
             get("runId"),
             get("status"),
             get("workflowName")
         );
         if let Some(reason) = status.get("reason").and_then(Value::as_str) {
-            println!("reason: {reason}");
+            say!("reason: {reason}");
         }
         if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
-            println!("phase: {phase}");
+            say!("phase: {phase}");
         }
-        println!(
+        say!(
             "tokens: {}",
             status
                 .pointer("/tokenUsage/totalTokens")
@@ -1078,7 +1108,7 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
                         .map(str::to_owned)
                 })
                 .unwrap_or_else(|| "done".to_owned());
-            println!(
+            say!(
                 "  #{:<4} {:<40} {}",
                 call.get("index").and_then(Value::as_u64).unwrap_or(0),
                 call.get("label").and_then(Value::as_str).unwrap_or("-"),
@@ -1091,10 +1121,10 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             .into_iter()
             .flatten()
         {
-            println!("  | {}", line.as_str().unwrap_or_default());
+            say!("  | {}", line.as_str().unwrap_or_default());
         }
         if let Some(context) = status.pointer("/outcome/checkpointContext") {
-            println!(
+            say!(
                 "waiting on checkpoint {}: {}",
                 context.get("callIndex").unwrap_or(&Value::Null),
                 context
@@ -1107,7 +1137,7 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             .pointer("/outcome/error/message")
             .and_then(Value::as_str)
         {
-            println!("error: {error}");
+            say!("error: {error}");
         }
         Ok(EXIT_COMPLETED)
     })
@@ -1120,7 +1150,7 @@ async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
         if let Some(RunsAction::Rm { run_id }) = &args.action {
             let run_id = parse_run_id(run_id)?;
             engine.delete(&run_id).await.map_err(engine_error)?;
-            eprintln!("deleted run {run_id}");
+            note!("deleted run {run_id}");
             return Ok(EXIT_COMPLETED);
         }
         let project = if args.all {
@@ -1133,11 +1163,11 @@ async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            say!("{}", serde_json::to_string_pretty(&list)?);
             return Ok(EXIT_COMPLETED);
         }
         for run in list {
-            println!(
+            say!(
                 "{:<24} {:<10} {:<24} {}",
                 run.run_id.as_str(),
                 run.status.as_str(),
@@ -1166,11 +1196,11 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
         let state = status.get("status").and_then(Value::as_str).unwrap_or("-");
         let control = status.get("control");
         if let Some(control) = control.filter(|c| c["state"] == "pending") {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&json!({"control": control}))?
             );
-            eprintln!(
+            note!(
                 "run {run_id}: stop pending (operation {}): {}; the owner carries it out when it can, and `agentprism stop {run_id}` again reuses the operation",
                 control["operationId"].as_str().unwrap_or("-"),
                 control["reason"].as_str().unwrap_or("the owner did not answer"),
@@ -1178,16 +1208,16 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
             return Ok(EXIT_FAILED);
         }
         if let Some(cancelled) = status.get("cancelled") {
-            eprintln!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
+            note!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
         } else if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
-            eprintln!("run {run_id} had already ended ({state})");
+            note!("run {run_id} had already ended ({state})");
         } else if let Some(pid) = control
             .filter(|c| c.get("cold").is_none())
             .and_then(|c| c.pointer("/owner/pid"))
         {
-            eprintln!("run {run_id}: {state} (stopped by daemon pid {pid})");
+            note!("run {run_id}: {state} (stopped by daemon pid {pid})");
         } else {
-            eprintln!("run {run_id}: {state}");
+            note!("run {run_id}: {state}");
         }
         Ok(EXIT_COMPLETED)
     })
@@ -1203,7 +1233,7 @@ async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         let text = crate::engine::manager::exact_result(&record).map_err(engine_error)?;
-        println!("{text}");
+        say!("{text}");
         Ok(EXIT_COMPLETED)
     })
     .await
@@ -1231,7 +1261,7 @@ async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
                 .await
                 .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;
             let address = listener.local_addr()?;
-            println!("http://{address}/mcp");
+            say!("http://{address}/mcp");
             let http_options = crate::transport::http::HttpOptions {
                 allowed_origins: env
                     .get(env::DAEMON_ALLOWED_ORIGINS)

@@ -55,6 +55,9 @@ pub struct EngineConfig {
     pub home: Option<PathBuf>,
     /// Probe routed backends during preparation.
     pub probe: bool,
+    /// How long the probes of one preparation may take together (`AGENTPRISM_PROBE_TIMEOUT_MS`);
+    /// a probe unfinished by then rejects the run.
+    pub probe_limit: Duration,
     /// The `ownerId` of this engine's leases. A daemon passes its `instanceId`, so a lease
     /// names the daemon whose control socket can act on the run (daemon.md 1.10 step 3);
     /// `None` (other processes) picks a fresh uuid.
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             allow_script_backends: false,
             home: None,
             probe: true,
+            probe_limit: prepare::PROBE_LIMIT,
             owner_id: None,
             max_runs: default_max_runs(VmLimits::default().memory_limit),
         }
@@ -466,6 +470,7 @@ impl Engine {
             existing_routing: None,
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
+            probe_limit: self.inner.config.probe_limit,
             nested: Some(self.nested_resolver(project_dir, &run_id)),
         })
         .await?)
@@ -506,6 +511,7 @@ impl Engine {
             existing_routing: None,
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
+            probe_limit: self.inner.config.probe_limit,
             nested: Some(self.nested_resolver(&request.project_dir, &run_id)),
         });
         let prepared = tokio::select! {
@@ -1007,6 +1013,7 @@ impl Engine {
                 existing_routing: Some(&routing),
                 vm_limits: self.inner.config.vm_limits,
                 probe: self.inner.config.probe,
+                probe_limit: self.inner.config.probe_limit,
                 nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
             })
             .await

@@ -26,7 +26,7 @@ use crate::util::safe_file::{self, Links};
 
 /// How long the dry run may take.
 pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
-/// How long all probes together may take.
+/// How long all probes together may take by default (`AGENTPRISM_PROBE_TIMEOUT_MS`).
 pub const PROBE_LIMIT: Duration = Duration::from_secs(60);
 /// How many routing catalog entries an error lists.
 const CATALOG_LIMIT: usize = 24;
@@ -244,6 +244,8 @@ pub struct PrepareInput<'a> {
     pub existing_routing: Option<&'a RoutingSnapshot>,
     pub vm_limits: VmLimits,
     pub probe: bool,
+    /// How long all probes together may take ([`PROBE_LIMIT`] unless configured).
+    pub probe_limit: Duration,
     /// Resolves nested `workflow(name)` during the dry run.
     pub nested: Option<crate::engine::vm::NestedResolver>,
 }
@@ -404,20 +406,27 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
                     .push(position);
             }
         }
-        let probe_all = async {
-            let mut reports = Vec::new();
-            for ((_, model), (backend, calls)) in &targets {
-                let report = input
-                    .runner
-                    .probe(backend, model.as_deref(), input.project_dir)
-                    .await;
-                reports.push((report, calls.clone()));
+        // One deadline for every probe together. A probe still running at the deadline
+        // rejects the run: admitting it without the probe's answer would run its calls
+        // against a backend nobody has seen answer.
+        let deadline = tokio::time::Instant::now() + input.probe_limit;
+        let mut reports = Vec::new();
+        for ((_, model), (backend, calls)) in &targets {
+            let probe = input
+                .runner
+                .probe(backend, model.as_deref(), input.project_dir);
+            match tokio::time::timeout_at(deadline, probe).await {
+                Ok(report) => reports.push((report, calls.clone())),
+                Err(_) => {
+                    return Err(Rejection::new(format!(
+                        "the probe of backend {} did not finish within the probe limit of {} ({} sets it); nothing was stored",
+                        backend.id,
+                        describe_limit(input.probe_limit),
+                        crate::env::PROBE_TIMEOUT_MS,
+                    )));
+                }
             }
-            reports
-        };
-        let reports = tokio::time::timeout(PROBE_LIMIT, probe_all)
-            .await
-            .unwrap_or_default();
+        }
         for (report, calls) in reports {
             if !report.started {
                 return Err(Rejection::new(format!(
@@ -457,6 +466,15 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         probes,
         dry_calls: outcome.dry_calls.len(),
     })
+}
+
+/// `60 s`, or `1500 ms` for a limit that is not whole seconds.
+fn describe_limit(limit: Duration) -> String {
+    if limit.subsec_millis() == 0 && limit.as_secs() > 0 {
+        format!("{} s", limit.as_secs())
+    } else {
+        format!("{} ms", limit.as_millis())
+    }
 }
 
 /// [`RoutingSnapshot::capture`] on the blocking pool, under the file-read deadline: its

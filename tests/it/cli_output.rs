@@ -1,0 +1,114 @@
+//! What the command line prints, and that printing never ends it badly: a closed stdout,
+//! probe limits, failed calls' messages, signal hints, and user-facing wording (issue 10
+//! defects 11, 12 and 14).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::context::{DEADLINE, TestContext, finish_child};
+
+const HEADER: &str =
+    "export const meta = { name: 'test', description: 'a test workflow', model: 'mock' };\n";
+
+fn count_runs(ctx: &TestContext) -> usize {
+    let listed = ctx.run(&["runs", "--all", "--json"]);
+    assert_eq!(listed.code(), 0, "{}", listed.stderr);
+    listed.json().as_array().map(Vec::len).unwrap_or(0)
+}
+
+/// Runs `agentprism args` with stdout a pipe whose reader is already gone, so every write
+/// to it fails with EPIPE (`agentprism status <id> | head -0`).
+fn run_into_closed_pipe(ctx: &TestContext, args: &[&str]) -> crate::support::context::Finished {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let (err_reader, err_writer) = std::io::pipe().expect("pipe");
+    let mut child = ctx
+        .command(args)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(err_writer)
+        .spawn()
+        .expect("spawn agentprism");
+    // `finish_child` reads both streams; give it a stdout that is at EOF at once.
+    let (empty_reader, empty_writer) = std::io::pipe().expect("pipe");
+    drop(empty_writer);
+    child.stdout = Some(std::process::ChildStdout::from(std::os::fd::OwnedFd::from(
+        empty_reader,
+    )));
+    child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(
+        err_reader,
+    )));
+    finish_child(child, DEADLINE)
+}
+
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly() {
+    let ctx = TestContext::new();
+    let script = ctx.write(
+        "wf.js",
+        &format!("{HEADER}log('hello');\nreturn {{big: 'x'.repeat(100000)}};\n"),
+    );
+    let finished = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    let run_id = finished.run_id();
+    let script_path = script.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["status", &run_id], 0),
+        (vec!["status", &run_id, "--json"], 0),
+        (vec!["result", &run_id], 0),
+        (vec!["runs", "--all"], 0),
+        (vec!["runs", "--all", "--json"], 0),
+        (vec!["run", script_path], 0),
+        (vec!["validate", script_path, "--no-probe"], 0),
+        (vec!["completions", "bash"], 0),
+        (vec!["daemon", "status"], 3),
+    ];
+    for (args, expected) in cases {
+        let finished = run_into_closed_pipe(&ctx, &args);
+        assert_eq!(
+            finished.code(),
+            expected,
+            "{args:?} into a closed pipe; stderr:\n{}",
+            finished.stderr
+        );
+        assert!(
+            !finished.stderr.contains("panicked") && !finished.stderr.contains("Broken pipe"),
+            "{args:?} complained about the closed pipe:\n{}",
+            finished.stderr
+        );
+    }
+}
+
+/// A backend whose `session/new` outlasts the probe limit rejects the run (exit 2), naming
+/// the backend and the limit; nothing is stored.
+#[test]
+fn a_probe_slower_than_the_probe_limit_rejects_the_run() {
+    let ctx = TestContext::new()
+        .with_mock_backend(json!({"MOCK_ACP_SESSION_DELAY_MS": "5000"}))
+        .set("AGENTPRISM_PROBE_TIMEOUT_MS", "300");
+    let script = ctx.write("wf.js", &format!("{HEADER}return await agent('x');\n"));
+    let started = std::time::Instant::now();
+    let finished = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(finished.code(), 2, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("probe of backend mock")
+            && finished.stderr.contains("300 ms")
+            && finished.stderr.contains("AGENTPRISM_PROBE_TIMEOUT_MS"),
+        "{}",
+        finished.stderr
+    );
+    assert!(finished.stdout.is_empty(), "{}", finished.stdout);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the rejection must not wait for the slow probe"
+    );
+    assert_eq!(count_runs(&ctx), 0, "a rejected run leaves no record");
+    // A probe that answers within the limit admits the run as before.
+    let ctx = ctx
+        .with_mock_backend(json!({"MOCK_ACP_SESSION_DELAY_MS": "50"}))
+        .set("AGENTPRISM_PROBE_TIMEOUT_MS", "20000");
+    let finished = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+}
