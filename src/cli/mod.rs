@@ -2,8 +2,9 @@
 //! engine in the foreground (`validate`, `run`, `status`, `resume`, `runs`, `stop`, `setup`).
 //!
 //! Exit codes of `run`, `resume` and `setup`: 0 completed, 1 failed or stopped, 2 rejected
-//! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C
-//! (the run is left paused/interrupted and resumable).
+//! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C,
+//! 143 by SIGTERM, 129 by SIGHUP (the run is left paused/interrupted and resumable, and the
+//! resume command is printed).
 
 /// `println!` that never panics on a closed stdout (`cli/output.rs`).
 macro_rules! say {
@@ -58,8 +59,12 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_REJECTED: u8 = 2;
 /// Paused, or waiting for a setup answer.
 pub const EXIT_PAUSED: u8 = 3;
-/// Interrupted by Ctrl-C.
+/// Interrupted by Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// Interrupted by SIGTERM (128 + 15).
+pub const EXIT_TERMINATED: u8 = 143;
+/// Interrupted by SIGHUP (128 + 1).
+pub const EXIT_HANGUP: u8 = 129;
 /// How often a foreground run looks for stop requests made by other processes.
 const FOREGROUND_INTENT_POLL: Duration = Duration::from_secs(1);
 
@@ -515,12 +520,37 @@ fn limits(args: &LimitArgs) -> LimitOverrides {
 /// Maps engine errors to exit codes: rejections are input errors (2).
 fn engine_error(error: EngineError) -> anyhow::Error {
     match error {
-        EngineError::Rejected(message) => input_error(message),
+        EngineError::Rejected(message) => input_error(cli_wording(&message)),
         EngineError::UnknownRun(run_id) => {
             input_error(format!("No workflow run found for runId \"{run_id}\""))
         }
         other => anyhow!(other),
     }
+}
+
+/// Engine messages name the `workflow` tool's actions and fields, which mean nothing on the
+/// command line: they become the commands and flags that do the same.
+fn cli_wording(message: &str) -> String {
+    let mut text = message.to_owned();
+    if text.contains("answer it with setup-response") {
+        let run_id = text
+            .strip_prefix("run ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or("<runId>")
+            .to_owned();
+        text = text.replace(
+            "answer it with setup-response",
+            &format!("answer it with `agentprism setup {run_id} --approve` (or --decline)"),
+        );
+    }
+    for (tool, cli) in [
+        ("callIndex ", "--call "),
+        ("forceOwner", "--force-owner"),
+        ("checkpointReplies", "--reply INDEX=VALUE"),
+    ] {
+        text = text.replace(tool, cli);
+    }
+    text
 }
 
 /// Runs a command body, turning input errors into exit code 2.
@@ -720,11 +750,12 @@ async fn follow(
         }
     };
     let mut display = Progress::new(interactive);
-    let mut interrupted = false;
+    // The signal that interrupted the run: Ctrl-C, SIGTERM and SIGHUP all pause it the same
+    // way, and the exit code is 128 + its number.
+    let mut interrupted: Option<(&str, u8)> = None;
     let wait = engine.wait(run_id);
     tokio::pin!(wait);
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let mut signals = Interruptions::new()?;
     // This process has no control socket: a stop asked for elsewhere reaches it as a durable
     // intent, which it looks for here (daemon.md 1.10 step 8).
     let mut intents = tokio::time::interval(FOREGROUND_INTENT_POLL);
@@ -735,10 +766,10 @@ async fn follow(
             _ = intents.tick() => {
                 engine.complete_stop_intents().await;
             }
-            _ = &mut ctrl_c, if !interrupted => {
-                interrupted = true;
+            signal = signals.next(), if interrupted.is_none() => {
+                interrupted = Some(signal);
                 display.clear();
-                note!("interrupted: pausing run {run_id} (resume it with `agentprism resume {run_id}`)");
+                note!("interrupted by {}: pausing run {run_id} (resume it with `agentprism resume {run_id}`)", signal.0);
                 engine.interrupt_all(Duration::from_secs(10)).await;
             }
             notice = notices.recv() => match notice {
@@ -772,6 +803,7 @@ async fn follow(
     if options.json {
         say!("{}", serde_json::to_string_pretty(&status)?);
     }
+    report_failed_calls(engine, run_id).await;
     let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
     let code = match state.as_str() {
         "completed" => {
@@ -822,10 +854,9 @@ async fn follow(
                 }
                 note!("continue with:\n  agentprism resume {run_id}");
             }
-            if interrupted {
-                EXIT_INTERRUPTED
-            } else {
-                EXIT_PAUSED
+            match interrupted {
+                Some((_, code)) => code,
+                None => EXIT_PAUSED,
             }
         }
         "failed" => {
@@ -842,14 +873,49 @@ async fn follow(
         }
         other => {
             note!("run {run_id} ended {other}");
-            if interrupted {
-                EXIT_INTERRUPTED
-            } else {
-                EXIT_FAILED
+            match interrupted {
+                Some((_, code)) => code,
+                None => EXIT_FAILED,
             }
         }
     };
     Ok(code)
+}
+
+/// How many failed calls [`report_failed_calls`] lists one by one.
+const FAILED_CALLS_LISTED: usize = 10;
+
+/// "N of M agent calls failed" on stderr, with the first failures' codes and messages, when
+/// any agent call of the run's latest journal failed.
+async fn report_failed_calls(engine: &Engine, run_id: &RunId) {
+    let Ok(calls) = engine.store().latest_calls(run_id).await else {
+        return;
+    };
+    let agents: Vec<_> = calls
+        .iter()
+        .filter(|call| call.kind == crate::model::CallKind::Agent)
+        .collect();
+    let failed: Vec<_> = agents.iter().filter(|call| call.error.is_some()).collect();
+    if failed.is_empty() {
+        return;
+    }
+    note!("{} of {} agent calls failed:", failed.len(), agents.len());
+    for call in failed.iter().take(FAILED_CALLS_LISTED) {
+        let error = call.error.as_ref().expect("filtered on error");
+        note!(
+            "  #{} {}: {}: {}",
+            call.index,
+            call.label.as_deref().unwrap_or("agent"),
+            error.code,
+            crate::engine::status::error_message(&error.message)
+        );
+    }
+    if failed.len() > FAILED_CALLS_LISTED {
+        note!(
+            "  … and {} more (`agentprism status {run_id} --json` lists them)",
+            failed.len() - FAILED_CALLS_LISTED
+        );
+    }
 }
 
 enum Policy {
@@ -978,11 +1044,16 @@ impl Progress {
                 if let Some(code) = event.get("errorCode").and_then(Value::as_str) {
                     self.failed += 1;
                     Some(format!(
-                        "{} failed: {code}",
+                        "{} failed: {code}{}",
                         event
                             .get("label")
                             .and_then(Value::as_str)
-                            .unwrap_or("agent")
+                            .unwrap_or("agent"),
+                        event
+                            .get("errorMessage")
+                            .and_then(Value::as_str)
+                            .map(|message| format!(": {message}"))
+                            .unwrap_or_default()
                     ))
                 } else {
                     self.done += 1;
@@ -1103,9 +1174,11 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .or_else(|| {
-                    call.get("errorCode")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
+                    let code = call.get("errorCode").and_then(Value::as_str)?;
+                    Some(match call.get("errorMessage").and_then(Value::as_str) {
+                        Some(message) => format!("{code}: {message}"),
+                        None => code.to_owned(),
+                    })
                 })
                 .unwrap_or_else(|| "done".to_owned());
             say!(
@@ -1139,6 +1212,7 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
         {
             say!("error: {error}");
         }
+        report_failed_calls(&engine, &run_id).await;
         Ok(EXIT_COMPLETED)
     })
     .await
@@ -1296,6 +1370,37 @@ async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// The signals that interrupt a foreground run: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the
+/// terminal closing). Each pauses the run so that it can be resumed.
+struct Interruptions {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Interruptions {
+    fn new() -> Result<Interruptions> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind).with_context(|| format!("listening for {name}"))
+        };
+        Ok(Interruptions {
+            interrupt: listen(SignalKind::interrupt(), "SIGINT")?,
+            terminate: listen(SignalKind::terminate(), "SIGTERM")?,
+            hangup: listen(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+
+    /// The next signal's name and the exit code it gives.
+    async fn next(&mut self) -> (&'static str, u8) {
+        tokio::select! {
+            _ = self.interrupt.recv() => ("Ctrl-C", EXIT_INTERRUPTED),
+            _ = self.terminate.recv() => ("SIGTERM", EXIT_TERMINATED),
+            _ = self.hangup.recv() => ("SIGHUP", EXIT_HANGUP),
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

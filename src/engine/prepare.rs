@@ -252,8 +252,11 @@ pub struct PrepareInput<'a> {
 
 /// Runs every check of preparation.
 pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
+    check_no_nul(&input.bytes)?;
     let analyzed = script::analyze(&input.bytes).map_err(|error| {
+        // Static errors with a column already end with "at line L, column C": say it once.
         let position = match (error.line, error.column) {
+            (Some(_), Some(_)) if error.message.contains(" at line ") => String::new(),
             (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
             (Some(line), None) => format!(" (line {line})"),
             _ => String::new(),
@@ -466,6 +469,27 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         probes,
         dry_calls: outcome.dry_calls.len(),
     })
+}
+
+/// A NUL character in the script text: JavaScript allows it, but the script engine takes
+/// its source as a C string, and its own error names neither the character nor where it is.
+fn check_no_nul(bytes: &[u8]) -> Result<(), Rejection> {
+    let Some(at) = bytes.iter().position(|&byte| byte == 0) else {
+        return Ok(());
+    };
+    let before = &bytes[..at];
+    let line = before.iter().filter(|&&byte| byte == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    Err(Rejection::new(format!(
+        "SCRIPT_VALIDATION_ERROR: the script contains a NUL character (U+0000) at line {line}, column {column}; write it as \"\\0\" inside a string literal"
+    )))
 }
 
 /// `60 s`, or `1500 ms` for a limit that is not whole seconds.

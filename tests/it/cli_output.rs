@@ -5,9 +5,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::support::context::{DEADLINE, TestContext, finish_child};
+use crate::support::context::{DEADLINE, TestContext, finish_child, prompts_in_log};
 
 const HEADER: &str =
     "export const meta = { name: 'test', description: 'a test workflow', model: 'mock' };\n";
@@ -111,4 +112,147 @@ fn a_probe_slower_than_the_probe_limit_rejects_the_run() {
         .set("AGENTPRISM_PROBE_TIMEOUT_MS", "20000");
     let finished = ctx.run(&["run", script.to_str().unwrap()]);
     assert_eq!(finished.code(), 0, "{}", finished.stderr);
+}
+
+/// A failed call's message is printed, not only its code, by run and status, and stderr
+/// says how many agent calls failed.
+#[test]
+fn failed_calls_are_reported_with_their_messages() {
+    let ctx = TestContext::new();
+    let script = ctx.write(
+        "wf.js",
+        &format!("{HEADER}const a = await agent('x\\n@mock error -32603 kaput');\nconst b = await agent('fine');\nreturn [a, b];\n"),
+    );
+    let finished = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    for needle in [
+        "failed: AGENT_EXECUTION_ERROR: backend mock: session/prompt failed: kaput",
+        "1 of 2 agent calls failed:",
+    ] {
+        assert!(
+            finished.stderr.contains(needle),
+            "{needle:?} in:\n{}",
+            finished.stderr
+        );
+    }
+    let run_id = finished.run_id();
+    let status = ctx.run(&["status", &run_id]);
+    assert_eq!(status.code(), 0, "{}", status.stderr);
+    assert!(
+        status
+            .stdout
+            .contains("AGENT_EXECUTION_ERROR: backend mock: session/prompt failed: kaput"),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        status.stderr.contains("1 of 2 agent calls failed:"),
+        "{}",
+        status.stderr
+    );
+    let document = ctx.status(&run_id);
+    assert!(
+        document["calls"][0]["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("kaput")),
+        "{document:#}"
+    );
+}
+
+/// SIGTERM and SIGHUP pause a foreground run like Ctrl-C, print how to resume it, and exit
+/// with 128 + the signal's number.
+#[test]
+fn sigterm_and_sighup_pause_the_run_and_print_the_resume_hint() {
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGHUP, 129)] {
+        let ctx = TestContext::new();
+        let log = ctx.path("agent.log");
+        let ctx = ctx.with_mock_backend(json!({"MOCK_ACP_LOG": log}));
+        let script = ctx.write(
+            "wf.js",
+            &format!("{HEADER}return await agent('slow\\n@mock hang');\n"),
+        );
+        let running = ctx.spawn(&["run", script.to_str().unwrap()]);
+        let started = std::time::Instant::now();
+        while prompts_in_log(&ctx, "agent.log").is_empty() {
+            assert!(started.elapsed() < DEADLINE, "the call never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        running.signal(signal);
+        let finished = running.finish(DEADLINE);
+        assert_eq!(finished.code(), code, "{signal}: {}", finished.stderr);
+        let run_id = finished.run_id();
+        assert!(
+            finished
+                .stderr
+                .contains(&format!("resume it with `agentprism resume {run_id}`")),
+            "{signal}: {}",
+            finished.stderr
+        );
+        let status = ctx.status(&run_id);
+        assert_eq!(
+            (status["status"].as_str(), status["reason"].as_str()),
+            (Some("paused"), Some("interrupted")),
+            "{signal}"
+        );
+    }
+}
+
+/// Messages a CLI user sees name CLI commands, give a position once, and never an internal
+/// name of the engine.
+#[test]
+fn cli_messages_use_cli_words_and_no_internal_names() {
+    let ctx = TestContext::new();
+    let cases = [
+        (
+            "new Date();\nreturn 1;\n",
+            "`new Date()` without arguments is unavailable in workflow scripts (runs must replay deterministically) at line 2, column 1\n",
+        ),
+        (
+            "const x = 'a\0b';\nreturn x;\n",
+            "the script contains a NUL character (U+0000) at line 2, column 13",
+        ),
+        (
+            "throw new Error(Date.name + ' ' + String(Date));\n",
+            "SCRIPT_ERROR: Date function Date()",
+        ),
+    ];
+    for (body, expected) in cases {
+        let script = ctx.write("wf.js", &format!("{HEADER}{body}"));
+        let finished = ctx.run(&["run", script.to_str().unwrap()]);
+        assert_eq!(finished.code(), 2, "{body:?}: {}", finished.stderr);
+        assert!(
+            finished.stderr.contains(expected),
+            "{body:?}: expected {expected:?} in:\n{}",
+            finished.stderr
+        );
+        for internal in ["SafeDate", "internal null bytes", "(line "] {
+            assert!(
+                !finished.stderr.contains(internal),
+                "{body:?}: {internal:?} in:\n{}",
+                finished.stderr
+            );
+        }
+    }
+    // A run waiting for backend approval is answered with the CLI's own command.
+    let script = ctx.write(
+        "setup.js",
+        "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'mine-acp' } } };\nreturn await agent('hi');\n",
+    );
+    let pending = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(pending.code(), 3, "{}", pending.stderr);
+    let run_id = pending.run_id();
+    let resumed = ctx.run(&["resume", &run_id]);
+    assert_eq!(resumed.code(), 2, "{}", resumed.stderr);
+    assert!(
+        resumed
+            .stderr
+            .contains(&format!("`agentprism setup {run_id} --approve`")),
+        "{}",
+        resumed.stderr
+    );
+    assert!(
+        !resumed.stderr.contains("setup-response"),
+        "{}",
+        resumed.stderr
+    );
 }
