@@ -256,3 +256,54 @@ fn cli_messages_use_cli_words_and_no_internal_names() {
         resumed.stderr
     );
 }
+
+/// `agentprism status` of a run a daemon executes shows the daemon's live calls, which only
+/// that process knows (they are not in the store until they settle).
+#[test]
+fn status_of_a_daemon_owned_run_shows_its_live_calls() {
+    let world = crate::shim::World::new();
+    let mut shim = world.shim();
+    shim.initialize();
+    let script = format!(
+        "{HEADER}const a = await agent('slow\\n@mock hang', {{label: 'waiter'}});\nreturn a;\n"
+    );
+    let ack = shim.call_workflow(
+        1,
+        json!({"action": "run", "projectDir": world.context.project(), "script": script}),
+    );
+    let run_id = crate::shim::run_id_of(&ack);
+    let started = std::time::Instant::now();
+    let document = loop {
+        let document = world.context.status(&run_id);
+        if document["calls"]
+            .as_array()
+            .is_some_and(|calls| !calls.is_empty())
+        {
+            break document;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no live call shown: {document:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(document["status"], "running", "{document:#}");
+    assert_eq!(document["calls"][0]["label"], "waiter", "{document:#}");
+    assert!(
+        matches!(
+            document["calls"][0]["status"].as_str(),
+            Some("running" | "queued")
+        ),
+        "{document:#}"
+    );
+    let text = world.context.run(&["status", &run_id]);
+    assert!(
+        text.stdout
+            .lines()
+            .any(|line| line.contains("waiter") && line.contains("running")),
+        "{}",
+        text.stdout
+    );
+    let stopped = world.context.run(&["stop", &run_id]);
+    assert_eq!(stopped.code(), 0, "{}", stopped.stderr);
+}
