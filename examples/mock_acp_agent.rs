@@ -88,6 +88,8 @@ struct Settings {
     cancel_stop: String,
     /// `MOCK_ACP_INIT_DELAY_MS`: how long `initialize` takes, to exercise handshake deadlines.
     init_delay: Duration,
+    /// `MOCK_ACP_SESSION_DELAY_MS`: how long `session/new` takes, to exercise probe limits.
+    session_delay: Duration,
     /// `MOCK_ACP_CRASH_ON=<method>`: exit 3 without answering when that method arrives.
     crash_on: Option<String>,
     /// `MOCK_ACP_PID_FILE=path`: our pid (and the child's, see below) is appended there, so
@@ -108,6 +110,11 @@ impl Settings {
             cancel_stop: var("MOCK_ACP_CANCEL_STOP").unwrap_or_else(|| "cancelled".to_owned()),
             init_delay: Duration::from_millis(
                 var("MOCK_ACP_INIT_DELAY_MS")
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(0),
+            ),
+            session_delay: Duration::from_millis(
+                var("MOCK_ACP_SESSION_DELAY_MS")
                     .and_then(|ms| ms.parse().ok())
                     .unwrap_or(0),
             ),
@@ -493,6 +500,9 @@ impl Agent {
     fn new_session(&self, params: &Value) -> Result<Value, RpcError> {
         check_cwd(params)?;
         check_mcp_servers(params, true)?;
+        if !self.settings.session_delay.is_zero() {
+            thread::sleep(self.settings.session_delay);
+        }
         let mut state = lock(&self.state);
         self.check_auth(&state)?;
         let session_id = format!("mock-session-{}", self.serial());
@@ -867,6 +877,18 @@ impl Turn<'_> {
                 process::exit(2);
             }
             "stderr" => eprintln!("{args}"),
+            // `@mock env NAME...`: replies with `{"NAME": value-or-null, ...}`, so a test can
+            // see exactly what an agent inherited.
+            "env" => {
+                let seen: serde_json::Map<String, Value> = args
+                    .split_whitespace()
+                    .map(|name| {
+                        let value = std::env::var(name).map_or(Value::Null, Value::String);
+                        (name.to_owned(), value)
+                    })
+                    .collect();
+                self.reply = Some(Value::Object(seen).to_string());
+            }
             "usage_null" => {
                 // claude-agent-acp really sends `used: null`, which the schema does not allow.
                 self.update(json!({ "sessionUpdate": "usage_update", "used": null, "size": 1000 }));

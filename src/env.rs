@@ -97,6 +97,35 @@ pub const OPENCODE_ACP_ARGS: &str = "AGENTPRISM_OPENCODE_ACP_ARGS";
 pub const PI_ACP_CMD: &str = "AGENTPRISM_PI_ACP_CMD";
 pub const PI_ACP_ARGS: &str = "AGENTPRISM_PI_ACP_ARGS";
 
+/// Variables a host sets to describe its own session, not the user's configuration: Claude
+/// Code exports them to every MCP server it launches (`CLAUDECODE=1` is its nesting guard).
+/// The first shim of a family fixes the daemon's environment, so passed on they would tell
+/// every agent, for the daemon's whole life, that it runs inside a host session that has
+/// long ended (and `claude` refuses to start nested). They never reach an agent
+/// (`acp::process::spawn_agent`) and never enter the env fingerprint. Exact names, not a
+/// `CLAUDE_CODE_` prefix: `CLAUDE_CODE_USE_BEDROCK`, `CLAUDE_CODE_OAUTH_TOKEN` and the other
+/// `CLAUDE_CODE_*` settings are the user's and pass through (docs/api.md "Environment").
+pub const HOST_SESSION_MARKERS: [&str; 9] = [
+    // The nesting guard and how the host was entered (`cli`, `sdk-ts`, ...).
+    "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT",
+    // The host session's identity, and its session-scoped access token.
+    "CLAUDE_CODE_SESSION_ID",
+    "CLAUDE_SESSION_ID",
+    "CLAUDE_CODE_SESSION_ACCESS_TOKEN",
+    // The host binary and the IDE connection of that session.
+    "CLAUDE_CODE_EXECPATH",
+    "CLAUDE_CODE_SSE_PORT",
+    // Set by the Agent SDK on the CLI it spawns: who embeds that host.
+    "CLAUDE_AGENT_SDK_VERSION",
+    "CLAUDE_AGENT_SDK_CLIENT_APP",
+];
+
+/// Whether `name` is one of the [`HOST_SESSION_MARKERS`].
+pub fn is_host_session_marker(name: &str) -> bool {
+    HOST_SESSION_MARKERS.contains(&name)
+}
+
 /// The process environment as read once at start. Values that are not UTF-8 are kept out
 /// of lookups (they can still be inherited by children).
 #[derive(Clone, Debug, Default)]
@@ -169,6 +198,10 @@ impl EnvSnapshot {
         self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 }
+
+/// How long the zero-token probes of one preparation may take together, in milliseconds
+/// (default 60000). A probe still unfinished then rejects the run, naming the backend.
+pub const PROBE_TIMEOUT_MS: &str = "AGENTPRISM_PROBE_TIMEOUT_MS";
 
 /// Runs the daemon prepares or executes at once across all projects (default
 /// `max(2, MemTotal / (4 × AGENTPRISM_SCRIPT_MEMORY_MIB))`; at least 1). Runs waiting for a

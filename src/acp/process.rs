@@ -134,9 +134,14 @@ impl StderrTail {
 }
 
 /// Variables a child must not inherit: they belong to our service manager (sd_notify, socket
-/// activation, watchdog), and an agent that used them would confuse it.
+/// activation, watchdog), and an agent that used them would confuse it; or they describe the
+/// session of the host that launched the first shim ([`crate::env::HOST_SESSION_MARKERS`]),
+/// which is not the agent's session and has usually ended.
 fn is_private_variable(name: &str) -> bool {
-    name == "NOTIFY_SOCKET" || name.starts_with("LISTEN_") || name.starts_with("WATCHDOG_")
+    name == "NOTIFY_SOCKET"
+        || name.starts_with("LISTEN_")
+        || name.starts_with("WATCHDOG_")
+        || crate::env::is_host_session_marker(name)
 }
 
 /// Starts `backend` with `base_env` plus the backend's own `env`, in a new process group led
@@ -627,19 +632,26 @@ mod tests {
     use crate::engine::runner::BackendOrigin;
 
     /// An agent never sees the service manager's variables, whether they come from the
-    /// daemon's own environment or from the backend's `env`; everything else passes.
+    /// daemon's own environment or from the backend's `env`, nor the host session markers of
+    /// the daemon's environment; everything else passes, the user's credentials and
+    /// `CLAUDE_CODE_*` settings included.
     #[tokio::test]
-    async fn agents_never_inherit_service_manager_variables() {
+    async fn agents_never_inherit_service_manager_variables_or_host_session_markers() {
         let mut private: Vec<&str> = crate::service::notify::CHILD_ENV_REMOVALS.to_vec();
         // Names the prefixes cover beyond the known list.
         private.push("LISTEN_SOMETHING_NEW");
         private.push("WATCHDOG_OTHER");
-        let base = EnvSnapshot::from_pairs(
-            private
-                .iter()
-                .map(|name| (*name, "leaked"))
-                .chain([("PATH", "/usr/bin:/bin"), ("AGENTPRISM_KEPT", "base")]),
-        );
+        private.extend(crate::env::HOST_SESSION_MARKERS);
+        let kept = [
+            ("PATH", "/usr/bin:/bin"),
+            ("AGENTPRISM_KEPT", "base"),
+            ("ANTHROPIC_API_KEY", "sk-user"),
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"),
+            ("CLAUDE_CODE_USE_BEDROCK", "1"),
+            ("CLAUDE_CODE_OAUTH_TOKEN", "user-token"),
+        ];
+        let base =
+            EnvSnapshot::from_pairs(private.iter().map(|name| (*name, "leaked")).chain(kept));
         let backend = BackendSpec {
             id: "env-dump".into(),
             command: "sh".into(),
@@ -670,7 +682,12 @@ mod tests {
         for name in &private {
             assert!(!names.contains(name), "{name} reached the agent:\n{text}");
         }
-        assert!(text.lines().any(|l| l == "AGENTPRISM_KEPT=base"), "{text}");
+        for (name, value) in kept {
+            assert!(
+                text.lines().any(|l| l == format!("{name}={value}")),
+                "{name} must pass:\n{text}"
+            );
+        }
         assert!(text.lines().any(|l| l == "BACKEND_KEPT=backend"), "{text}");
         agent.terminate(Duration::from_secs(1)).await;
     }

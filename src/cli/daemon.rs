@@ -149,7 +149,7 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result
             if let Some(expected) = &run.expect_version
                 && !service::systemd::version_matches_instance(crate::daemon::version(), expected)
             {
-                eprintln!(
+                note!(
                     "agentprism: this binary is version {}, not {expected}; exiting with {} so \
                      the service manager does not restart it",
                     crate::daemon::version(),
@@ -195,7 +195,7 @@ fn install(env: &EnvSnapshot, installing: bool) -> Result<u8> {
     let report = match report {
         Ok(report) => report,
         Err(error) => {
-            eprintln!(
+            note!(
                 "agentprism: daemon {} failed: {error}",
                 if installing { "install" } else { "uninstall" }
             );
@@ -203,19 +203,19 @@ fn install(env: &EnvSnapshot, installing: bool) -> Result<u8> {
         }
     };
     for file in &report.files_written {
-        println!("wrote   {}", file.display());
+        say!("wrote   {}", file.display());
     }
     for file in &report.files_removed {
-        println!("removed {}", file.display());
+        say!("removed {}", file.display());
     }
     for command in &report.commands {
-        println!("ran     {command}");
+        say!("ran     {command}");
     }
     if !report.environment.is_empty() {
-        println!("captured environment: {}", report.environment.join(", "));
+        say!("captured environment: {}", report.environment.join(", "));
     }
     if let Some(fingerprint) = &report.fingerprint {
-        println!(
+        say!(
             "env family {fingerprint} now uses the {} service",
             manager.as_str()
         );
@@ -229,7 +229,7 @@ async fn start(env: &EnvSnapshot) -> Result<u8> {
     let fingerprint = current_fingerprint();
     let options = EnsureOptions::new(daemon_binary(env));
     let ready = ensure_daemon(&paths, &fingerprint, &options).await?;
-    eprintln!(
+    note!(
         "agentprism daemon pid {} {} (log: {})",
         ready.record.pid,
         if ready.spawned.is_some() {
@@ -239,7 +239,7 @@ async fn start(env: &EnvSnapshot) -> Result<u8> {
         },
         paths.daemon_log().display()
     );
-    println!("{}", ready.record.url);
+    say!("{}", ready.record.url);
     Ok(0)
 }
 
@@ -471,31 +471,31 @@ async fn status(env: &EnvSnapshot, as_json: bool) -> Result<u8> {
             "log": survey.paths.daemon_log(),
             "control": survey.key.json(&survey.paths.run_control_key()),
         });
-        println!("{}", serde_json::to_string_pretty(&document)?);
+        say!("{}", serde_json::to_string_pretty(&document)?);
     } else {
-        println!(
+        say!(
             "env family {} under {}",
             survey.fingerprint,
             survey.paths.root().display()
         );
         if survey.listed.is_empty() {
-            println!("no daemon is running (`agentprism daemon start` starts one)");
+            say!("no daemon is running (`agentprism daemon start` starts one)");
         }
         for listed in &survey.listed {
-            println!("{}", listed_line(listed));
+            say!("{}", listed_line(listed));
         }
         for (path, reason) in &survey.pruned {
-            println!("pruned stale record {} ({reason})", path.display());
+            say!("pruned stale record {} ({reason})", path.display());
         }
         if let KeyState::Unusable(error) = &survey.key {
-            println!(
+            say!(
                 "control off: {error}; daemons run without a control socket, /healthz \
                  carries no proof and no daemon can supersede another (to recover: `agentprism \
                  daemon stop --all`, remove {}, start again)",
                 survey.paths.run_control_key().display()
             );
         }
-        println!("log: {}", survey.paths.daemon_log().display());
+        say!("log: {}", survey.paths.daemon_log().display());
     }
     Ok(if has_current { 0 } else { 3 })
 }
@@ -616,7 +616,7 @@ async fn stop(env: &EnvSnapshot, all: bool) -> Result<u8> {
         }
     }
     if targets.is_empty() {
-        eprintln!(
+        note!(
             "no {}daemon is running",
             if all { "" } else { "agentprism " }
         );
@@ -626,10 +626,10 @@ async fn stop(env: &EnvSnapshot, all: bool) -> Result<u8> {
     for (target, role) in targets {
         match signal_target(target, Signal::SIGTERM) {
             Ok(_) => {
-                eprintln!("stopping {role} daemon pid {}", target.pid);
+                note!("stopping {role} daemon pid {}", target.pid);
                 signalled.push(target);
             }
-            Err(error) => eprintln!("agentprism: {error}"),
+            Err(error) => note!("agentprism: {error}"),
         }
     }
     let started = Instant::now();
@@ -640,11 +640,11 @@ async fn stop(env: &EnvSnapshot, all: bool) -> Result<u8> {
             .map(|target| target.pid)
             .collect();
         if alive.is_empty() {
-            eprintln!("stopped");
+            note!("stopped");
             return Ok(0);
         }
         if started.elapsed() >= STOP_DEADLINE {
-            eprintln!(
+            note!(
                 "agentprism: still running after {STOP_DEADLINE:?}: pid {}",
                 alive
                     .iter()
@@ -678,7 +678,7 @@ async fn url(env: &EnvSnapshot) -> Result<u8> {
                     env::DAEMON_PORT
                 ));
             }
-            eprintln!(
+            note!(
                 "agentprism: no daemon is running for this environment; run `agentprism daemon \
                  start` before an HTTP host connects (if port {port} is taken it will pick \
                  another: check `agentprism daemon status`)"
@@ -687,13 +687,13 @@ async fn url(env: &EnvSnapshot) -> Result<u8> {
         }
     };
     if let Some(token) = crate::discovery::token::sent() {
-        eprintln!(
+        note!(
             "agentprism: this system cannot tell which user opened a connection, so HTTP hosts \
              must send the bearer token below; keep these snippets private"
         );
-        print!("{}", registration_snippets(&url, Some(token)));
+        say_partial!("{}", registration_snippets(&url, Some(token)));
     } else {
-        print!("{}", registration_snippets(&url, None));
+        say_partial!("{}", registration_snippets(&url, None));
     }
     Ok(0)
 }
@@ -731,7 +731,7 @@ async fn logs(env: &EnvSnapshot, follow: bool) -> Result<u8> {
         Ok(file) => Some(file),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && follow => None,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("agentprism: no daemon log yet at {}", log.display());
+            note!("agentprism: no daemon log yet at {}", log.display());
             return Ok(0);
         }
         Err(error) => return Err(error).with_context(|| format!("opening {}", log.display())),

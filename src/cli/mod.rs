@@ -2,10 +2,32 @@
 //! engine in the foreground (`validate`, `run`, `status`, `resume`, `runs`, `stop`, `setup`).
 //!
 //! Exit codes of `run`, `resume` and `setup`: 0 completed, 1 failed or stopped, 2 rejected
-//! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C
-//! (the run is left paused/interrupted and resumable).
+//! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C,
+//! 143 by SIGTERM, 129 by SIGHUP (the run is left paused/interrupted and resumable, and the
+//! resume command is printed).
+
+/// `println!` that never panics on a closed stdout (`cli/output.rs`).
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::cli::output::stdout(format_args!($($arg)*), true) };
+}
+
+/// `print!` that never panics on a closed stdout.
+macro_rules! say_partial {
+    ($($arg:tt)*) => { $crate::cli::output::stdout(format_args!($($arg)*), false) };
+}
+
+/// `eprintln!` that never panics on a closed stderr.
+macro_rules! note {
+    ($($arg:tt)*) => { $crate::cli::output::stderr(format_args!($($arg)*), true) };
+}
+
+/// `eprint!` that never panics on a closed stderr.
+macro_rules! note_partial {
+    ($($arg:tt)*) => { $crate::cli::output::stderr(format_args!($($arg)*), false) };
+}
 
 pub mod daemon;
+pub mod output;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -37,8 +59,12 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_REJECTED: u8 = 2;
 /// Paused, or waiting for a setup answer.
 pub const EXIT_PAUSED: u8 = 3;
-/// Interrupted by Ctrl-C.
+/// Interrupted by Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// Interrupted by SIGTERM (128 + 15).
+pub const EXIT_TERMINATED: u8 = 143;
+/// Interrupted by SIGHUP (128 + 1).
+pub const EXIT_HANGUP: u8 = 129;
 /// How often a foreground run looks for stop requests made by other processes.
 const FOREGROUND_INTENT_POLL: Duration = Duration::from_secs(1);
 
@@ -272,7 +298,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let early = match daemon::Early::capture(&cli.command) {
         Ok(early) => early,
         Err(error) => {
-            eprintln!("agentprism: {error:#}");
+            note!("agentprism: {error:#}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -282,7 +308,7 @@ pub fn run(cli: Cli) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("agentprism: cannot start the async runtime: {error}");
+            note!("agentprism: cannot start the async runtime: {error}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -290,7 +316,7 @@ pub fn run(cli: Cli) -> ExitCode {
         match dispatch(cli, early).await {
             Ok(code) => code,
             Err(error) => {
-                eprintln!("agentprism: {error:#}");
+                note!("agentprism: {error:#}");
                 EXIT_FAILED
             }
         }
@@ -318,7 +344,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
 }
 
 /// `completions <shell>`: the script goes to stdout. It is generated into memory first, so a
-/// closed stdout is an error, not a panic inside the generator.
+/// closed stdout cannot panic inside the generator.
 fn completions(shell: CompletionShell) -> Result<u8> {
     use clap::CommandFactory;
     let shell = match shell {
@@ -328,9 +354,7 @@ fn completions(shell: CompletionShell) -> Result<u8> {
     };
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "agentprism", &mut script);
-    std::io::stdout()
-        .write_all(&script)
-        .context("writing the completion script")?;
+    say_partial!("{}", String::from_utf8_lossy(&script));
     Ok(EXIT_COMPLETED)
 }
 
@@ -420,6 +444,14 @@ pub fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConfig> {
             .map_err(input_error)?
             .max(1),
     );
+    config.probe_limit = Duration::from_millis(
+        env.u64_or(
+            env::PROBE_TIMEOUT_MS,
+            crate::engine::prepare::PROBE_LIMIT.as_millis() as u64,
+        )
+        .map_err(input_error)?
+        .max(1),
+    );
     config.vm_limits.slice_limit = Duration::from_millis(
         env.u64_or(env::SCRIPT_SLICE_MS, 10_000)
             .map_err(input_error)?
@@ -488,7 +520,7 @@ fn limits(args: &LimitArgs) -> LimitOverrides {
 /// Maps engine errors to exit codes: rejections are input errors (2).
 fn engine_error(error: EngineError) -> anyhow::Error {
     match error {
-        EngineError::Rejected(message) => input_error(message),
+        EngineError::Rejected(message) => input_error(cli_wording(&message)),
         EngineError::UnknownRun(run_id) => {
             input_error(format!("No workflow run found for runId \"{run_id}\""))
         }
@@ -496,12 +528,37 @@ fn engine_error(error: EngineError) -> anyhow::Error {
     }
 }
 
+/// Engine messages name the `workflow` tool's actions and fields, which mean nothing on the
+/// command line: they become the commands and flags that do the same.
+fn cli_wording(message: &str) -> String {
+    let mut text = message.to_owned();
+    if text.contains("answer it with setup-response") {
+        let run_id = text
+            .strip_prefix("run ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or("<runId>")
+            .to_owned();
+        text = text.replace(
+            "answer it with setup-response",
+            &format!("answer it with `agentprism setup {run_id} --approve` (or --decline)"),
+        );
+    }
+    for (tool, cli) in [
+        ("callIndex ", "--call "),
+        ("forceOwner", "--force-owner"),
+        ("checkpointReplies", "--reply INDEX=VALUE"),
+    ] {
+        text = text.replace(tool, cli);
+    }
+    text
+}
+
 /// Runs a command body, turning input errors into exit code 2.
 async fn guarded(body: impl std::future::Future<Output = Result<u8>>) -> Result<u8> {
     match body.await {
         Ok(code) => Ok(code),
         Err(error) if error.downcast_ref::<InputError>().is_some() => {
-            eprintln!("agentprism: {error}");
+            note!("agentprism: {error}");
             Ok(EXIT_REJECTED)
         }
         Err(error) => Err(error),
@@ -527,7 +584,7 @@ async fn validate(env: &EnvSnapshot, args: ValidateArgs) -> Result<u8> {
             "probes": prepared.probes,
             "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&report)?);
         engine.runner().shutdown(Duration::from_secs(5)).await;
         Ok(EXIT_COMPLETED)
     })
@@ -551,9 +608,9 @@ async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         for warning in &admission.warnings {
-            eprintln!("warning: {warning}");
+            note!("warning: {warning}");
         }
-        eprintln!("run {} admitted", admission.run_id);
+        note!("run {} admitted", admission.run_id);
         if admission.status == RunStatus::Pending {
             let setup_id = admission
                 .setup
@@ -569,8 +626,8 @@ async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> {
                     .and_then(|s| s.pointer("/request/message"))
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                eprintln!("{message}");
-                eprintln!(
+                note!("{message}");
+                note!(
                     "The run waits for approval. Continue with:\n  agentprism setup {} --approve",
                     admission.run_id
                 );
@@ -620,9 +677,9 @@ async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
         if let Some(continuation) = &admission.continuation
             && continuation.get("scriptRevised") == Some(&Value::Bool(true))
         {
-            eprintln!("the script file changed: continuing with the revised script");
+            note!("the script file changed: continuing with the revised script");
         }
-        eprintln!("run {run_id} resumed");
+        note!("run {run_id} resumed");
         follow(&engine, &run_id, &mut notices, &args.foreground).await
     })
     .await
@@ -657,13 +714,13 @@ async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         if !args.approve {
-            eprintln!(
+            note!(
                 "declined; run {run_id} is aborted (setup_declined) and cannot be resumed: a declined approval is final"
             );
             return Ok(EXIT_FAILED);
         }
         if answer.get("status").and_then(Value::as_str) != Some("running") {
-            eprintln!("{answer}");
+            note!("{answer}");
             return Ok(EXIT_COMPLETED);
         }
         follow(&engine, &run_id, &mut notices, &args.foreground).await
@@ -693,11 +750,12 @@ async fn follow(
         }
     };
     let mut display = Progress::new(interactive);
-    let mut interrupted = false;
+    // The signal that interrupted the run: Ctrl-C, SIGTERM and SIGHUP all pause it the same
+    // way, and the exit code is 128 + its number.
+    let mut interrupted: Option<(&str, u8)> = None;
     let wait = engine.wait(run_id);
     tokio::pin!(wait);
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let mut signals = Interruptions::new()?;
     // This process has no control socket: a stop asked for elsewhere reaches it as a durable
     // intent, which it looks for here (daemon.md 1.10 step 8).
     let mut intents = tokio::time::interval(FOREGROUND_INTENT_POLL);
@@ -708,10 +766,10 @@ async fn follow(
             _ = intents.tick() => {
                 engine.complete_stop_intents().await;
             }
-            _ = &mut ctrl_c, if !interrupted => {
-                interrupted = true;
+            signal = signals.next(), if interrupted.is_none() => {
+                interrupted = Some(signal);
                 display.clear();
-                eprintln!("interrupted: pausing run {run_id} (resume it with `agentprism resume {run_id}`)");
+                note!("interrupted by {}: pausing run {run_id} (resume it with `agentprism resume {run_id}`)", signal.0);
                 engine.interrupt_all(Duration::from_secs(10)).await;
             }
             notice = notices.recv() => match notice {
@@ -720,7 +778,7 @@ async fn follow(
                     display.clear();
                     let outcome = answer_permission(&policy, &request);
                     if let Err(error) = engine.respond_permission(run_id, &permission_id, outcome).await {
-                        eprintln!("permission answer refused: {error}");
+                        note!("permission answer refused: {error}");
                     }
                 }
                 Ok(_) => {}
@@ -743,15 +801,16 @@ async fn follow(
         .unwrap_or("unknown")
         .to_owned();
     if options.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        say!("{}", serde_json::to_string_pretty(&status)?);
     }
+    report_failed_calls(engine, run_id).await;
     let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
     let code = match state.as_str() {
         "completed" => {
             if !options.json {
                 match outcome.get("result") {
-                    Some(result) => println!("{}", serde_json::to_string_pretty(result)?),
-                    None => println!("null"),
+                    Some(result) => say!("{}", serde_json::to_string_pretty(result)?),
+                    None => say!("null"),
                 }
             }
             EXIT_COMPLETED
@@ -761,13 +820,13 @@ async fn follow(
                 .get("reason")
                 .and_then(Value::as_str)
                 .unwrap_or("requested");
-            eprintln!("run {run_id} paused: {reason}");
+            note!("run {run_id} paused: {reason}");
             if let Some(context) = outcome.get("checkpointContext") {
                 let index = context
                     .get("callIndex")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
-                eprintln!(
+                note!(
                     "checkpoint {index}: {}",
                     context
                         .get("prompt")
@@ -785,20 +844,19 @@ async fn follow(
                     ),
                     _ => "true".to_owned(),
                 };
-                eprintln!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
+                note!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
             } else {
                 if let Some(auth) = outcome.get("authContext") {
-                    eprintln!("the backend needs credentials: {auth}");
+                    note!("the backend needs credentials: {auth}");
                 }
                 if let Some(hint) = outcome.get("resetHint") {
-                    eprintln!("usage limit; resets: {hint}");
+                    note!("usage limit; resets: {hint}");
                 }
-                eprintln!("continue with:\n  agentprism resume {run_id}");
+                note!("continue with:\n  agentprism resume {run_id}");
             }
-            if interrupted {
-                EXIT_INTERRUPTED
-            } else {
-                EXIT_PAUSED
+            match interrupted {
+                Some((_, code)) => code,
+                None => EXIT_PAUSED,
             }
         }
         "failed" => {
@@ -810,19 +868,54 @@ async fn follow(
                 .get("errorCode")
                 .and_then(Value::as_str)
                 .unwrap_or("SCRIPT_ERROR");
-            eprintln!("run {run_id} failed: {code}: {message}");
+            note!("run {run_id} failed: {code}: {message}");
             EXIT_FAILED
         }
         other => {
-            eprintln!("run {run_id} ended {other}");
-            if interrupted {
-                EXIT_INTERRUPTED
-            } else {
-                EXIT_FAILED
+            note!("run {run_id} ended {other}");
+            match interrupted {
+                Some((_, code)) => code,
+                None => EXIT_FAILED,
             }
         }
     };
     Ok(code)
+}
+
+/// How many failed calls [`report_failed_calls`] lists one by one.
+const FAILED_CALLS_LISTED: usize = 10;
+
+/// "N of M agent calls failed" on stderr, with the first failures' codes and messages, when
+/// any agent call of the run's latest journal failed.
+async fn report_failed_calls(engine: &Engine, run_id: &RunId) {
+    let Ok(calls) = engine.store().latest_calls(run_id).await else {
+        return;
+    };
+    let agents: Vec<_> = calls
+        .iter()
+        .filter(|call| call.kind == crate::model::CallKind::Agent)
+        .collect();
+    let failed: Vec<_> = agents.iter().filter(|call| call.error.is_some()).collect();
+    if failed.is_empty() {
+        return;
+    }
+    note!("{} of {} agent calls failed:", failed.len(), agents.len());
+    for call in failed.iter().take(FAILED_CALLS_LISTED) {
+        let error = call.error.as_ref().expect("filtered on error");
+        note!(
+            "  #{} {}: {}: {}",
+            call.index,
+            call.label.as_deref().unwrap_or("agent"),
+            error.code,
+            crate::engine::status::error_message(&error.message)
+        );
+    }
+    if failed.len() > FAILED_CALLS_LISTED {
+        note!(
+            "  … and {} more (`agentprism status {run_id} --json` lists them)",
+            failed.len() - FAILED_CALLS_LISTED
+        );
+    }
 }
 
 enum Policy {
@@ -873,11 +966,11 @@ fn answer_permission(policy: &Policy, request: &Value) -> PermissionOutcome {
                 .pointer("/toolCall/title")
                 .and_then(Value::as_str)
                 .unwrap_or("a tool call");
-            eprintln!("{label} asks permission for: {title}");
+            note!("{label} asks permission for: {title}");
             for (position, (_, name, kind)) in options.iter().enumerate() {
-                eprintln!("  {}) {name} ({kind})", position + 1);
+                note!("  {}) {name} ({kind})", position + 1);
             }
-            eprint!("choose 1-{} (anything else cancels): ", options.len());
+            note_partial!("choose 1-{} (anything else cancels): ", options.len());
             let _ = std::io::stderr().flush();
             let mut line = String::new();
             let _ = std::io::stdin().read_line(&mut line);
@@ -951,11 +1044,16 @@ impl Progress {
                 if let Some(code) = event.get("errorCode").and_then(Value::as_str) {
                     self.failed += 1;
                     Some(format!(
-                        "{} failed: {code}",
+                        "{} failed: {code}{}",
                         event
                             .get("label")
                             .and_then(Value::as_str)
-                            .unwrap_or("agent")
+                            .unwrap_or("agent"),
+                        event
+                            .get("errorMessage")
+                            .and_then(Value::as_str)
+                            .map(|message| format!(": {message}"))
+                            .unwrap_or_default()
                     ))
                 } else {
                     self.done += 1;
@@ -986,19 +1084,22 @@ impl Progress {
                 && let Some(line) = line
             {
                 self.clear();
-                eprintln!("{line}");
+                note!("{line}");
             }
             self.draw();
         } else if let Some(line) = line {
-            eprintln!("{line}");
+            note!("{line}");
         }
     }
 
     fn draw(&mut self) {
         let phase = self.phase.as_deref().unwrap_or("-");
-        eprint!(
+        note_partial!(
             "\r\x1b[2K[{phase}] running {} · done {} · failed {} · {} tokens",
-            self.running, self.done, self.failed, self.tokens
+            self.running,
+            self.done,
+            self.failed,
+            self.tokens
         );
         let _ = std::io::stderr().flush();
         self.drawn = true;
@@ -1006,7 +1107,7 @@ impl Progress {
 
     fn clear(&mut self) {
         if self.interactive && self.drawn {
-            eprint!("\r\x1b[2K");
+            note_partial!("\r\x1b[2K");
             let _ = std::io::stderr().flush();
             self.drawn = false;
         }
@@ -1033,7 +1134,7 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
         };
         let status = engine.status(&run_id, &query).await.map_err(engine_error)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&status)?);
+            say!("{}", serde_json::to_string_pretty(&status)?);
             return Ok(EXIT_COMPLETED);
         }
         let get = |key: &str| {
@@ -1043,19 +1144,19 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
                 .unwrap_or("-")
                 .to_owned()
         };
-        println!(
+        say!(
             "run {}  {}  ({})",
             get("runId"),
             get("status"),
             get("workflowName")
         );
         if let Some(reason) = status.get("reason").and_then(Value::as_str) {
-            println!("reason: {reason}");
+            say!("reason: {reason}");
         }
         if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
-            println!("phase: {phase}");
+            say!("phase: {phase}");
         }
-        println!(
+        say!(
             "tokens: {}",
             status
                 .pointer("/tokenUsage/totalTokens")
@@ -1073,12 +1174,14 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .or_else(|| {
-                    call.get("errorCode")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
+                    let code = call.get("errorCode").and_then(Value::as_str)?;
+                    Some(match call.get("errorMessage").and_then(Value::as_str) {
+                        Some(message) => format!("{code}: {message}"),
+                        None => code.to_owned(),
+                    })
                 })
                 .unwrap_or_else(|| "done".to_owned());
-            println!(
+            say!(
                 "  #{:<4} {:<40} {}",
                 call.get("index").and_then(Value::as_u64).unwrap_or(0),
                 call.get("label").and_then(Value::as_str).unwrap_or("-"),
@@ -1091,10 +1194,10 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             .into_iter()
             .flatten()
         {
-            println!("  | {}", line.as_str().unwrap_or_default());
+            say!("  | {}", line.as_str().unwrap_or_default());
         }
         if let Some(context) = status.pointer("/outcome/checkpointContext") {
-            println!(
+            say!(
                 "waiting on checkpoint {}: {}",
                 context.get("callIndex").unwrap_or(&Value::Null),
                 context
@@ -1107,8 +1210,9 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             .pointer("/outcome/error/message")
             .and_then(Value::as_str)
         {
-            println!("error: {error}");
+            say!("error: {error}");
         }
+        report_failed_calls(&engine, &run_id).await;
         Ok(EXIT_COMPLETED)
     })
     .await
@@ -1120,7 +1224,7 @@ async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
         if let Some(RunsAction::Rm { run_id }) = &args.action {
             let run_id = parse_run_id(run_id)?;
             engine.delete(&run_id).await.map_err(engine_error)?;
-            eprintln!("deleted run {run_id}");
+            note!("deleted run {run_id}");
             return Ok(EXIT_COMPLETED);
         }
         let project = if args.all {
@@ -1133,11 +1237,11 @@ async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            say!("{}", serde_json::to_string_pretty(&list)?);
             return Ok(EXIT_COMPLETED);
         }
         for run in list {
-            println!(
+            say!(
                 "{:<24} {:<10} {:<24} {}",
                 run.run_id.as_str(),
                 run.status.as_str(),
@@ -1166,11 +1270,11 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
         let state = status.get("status").and_then(Value::as_str).unwrap_or("-");
         let control = status.get("control");
         if let Some(control) = control.filter(|c| c["state"] == "pending") {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&json!({"control": control}))?
             );
-            eprintln!(
+            note!(
                 "run {run_id}: stop pending (operation {}): {}; the owner carries it out when it can, and `agentprism stop {run_id}` again reuses the operation",
                 control["operationId"].as_str().unwrap_or("-"),
                 control["reason"].as_str().unwrap_or("the owner did not answer"),
@@ -1178,16 +1282,16 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
             return Ok(EXIT_FAILED);
         }
         if let Some(cancelled) = status.get("cancelled") {
-            eprintln!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
+            note!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
         } else if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
-            eprintln!("run {run_id} had already ended ({state})");
+            note!("run {run_id} had already ended ({state})");
         } else if let Some(pid) = control
             .filter(|c| c.get("cold").is_none())
             .and_then(|c| c.pointer("/owner/pid"))
         {
-            eprintln!("run {run_id}: {state} (stopped by daemon pid {pid})");
+            note!("run {run_id}: {state} (stopped by daemon pid {pid})");
         } else {
-            eprintln!("run {run_id}: {state}");
+            note!("run {run_id}: {state}");
         }
         Ok(EXIT_COMPLETED)
     })
@@ -1203,7 +1307,7 @@ async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         let text = crate::engine::manager::exact_result(&record).map_err(engine_error)?;
-        println!("{text}");
+        say!("{text}");
         Ok(EXIT_COMPLETED)
     })
     .await
@@ -1231,7 +1335,7 @@ async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
                 .await
                 .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;
             let address = listener.local_addr()?;
-            println!("http://{address}/mcp");
+            say!("http://{address}/mcp");
             let http_options = crate::transport::http::HttpOptions {
                 allowed_origins: env
                     .get(env::DAEMON_ALLOWED_ORIGINS)
@@ -1266,6 +1370,37 @@ async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// The signals that interrupt a foreground run: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the
+/// terminal closing). Each pauses the run so that it can be resumed.
+struct Interruptions {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Interruptions {
+    fn new() -> Result<Interruptions> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind).with_context(|| format!("listening for {name}"))
+        };
+        Ok(Interruptions {
+            interrupt: listen(SignalKind::interrupt(), "SIGINT")?,
+            terminate: listen(SignalKind::terminate(), "SIGTERM")?,
+            hangup: listen(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+
+    /// The next signal's name and the exit code it gives.
+    async fn next(&mut self) -> (&'static str, u8) {
+        tokio::select! {
+            _ = self.interrupt.recv() => ("Ctrl-C", EXIT_INTERRUPTED),
+            _ = self.terminate.recv() => ("SIGTERM", EXIT_TERMINATED),
+            _ = self.hangup.recv() => ("SIGHUP", EXIT_HANGUP),
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -20,12 +20,14 @@ use crate::model::RunId;
 /// 5 s exchange deadline, so the caller gets an answer rather than a timeout.
 pub const STOP_ANSWER_WAIT: Duration = Duration::from_secs(3);
 
-/// The actions of protocol 1.
-pub const ACTIONS: [&str; 6] = [
+/// The actions of protocol 1. `live-status` came later: callers fall back to
+/// `list-permissions` when an owner refuses it.
+pub const ACTIONS: [&str; 7] = [
     "stop",
     "cancel-agent",
     "pause",
     "list-permissions",
+    "live-status",
     "respond-permission",
     "setup-response",
 ];
@@ -102,6 +104,16 @@ pub async fn serve(
                 .map(|pending| pending.to_json())
                 .collect();
             Ok(json!({"outcome": "listed", "permissions": permissions}))
+        }
+        "live-status" => {
+            let permissions: Vec<Value> = engine
+                .pending_permissions(&run_id)
+                .iter()
+                .map(|pending| pending.to_json())
+                .collect();
+            Ok(
+                json!({"outcome": "listed", "live": engine.live_status(&run_id), "permissions": permissions}),
+            )
         }
         "respond-permission" => {
             let permission_id = required_string(body, "permissionId")?;

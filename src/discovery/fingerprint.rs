@@ -65,12 +65,18 @@ pub fn fingerprint_of(pairs: impl IntoIterator<Item = (OsString, OsString)>) -> 
     hex
 }
 
-/// Whether a variable named `key` takes part in the fingerprint.
+/// Whether a variable named `key` takes part in the fingerprint. Host session markers
+/// ([`env::HOST_SESSION_MARKERS`]) never do: no prefix above matches them today, and the
+/// explicit check keeps it so if a prefix is ever added. Two host sessions of one user must
+/// share a daemon.
 pub fn is_relevant(key: &[u8]) -> bool {
     PREFIXES
         .iter()
         .any(|prefix| key.starts_with(prefix.as_bytes()))
         && !EXCLUDED.iter().any(|excluded| key == excluded.as_bytes())
+        && !env::HOST_SESSION_MARKERS
+            .iter()
+            .any(|marker| key == marker.as_bytes())
 }
 
 #[cfg(test)]
@@ -119,6 +125,26 @@ mod tests {
             "XAGENTPRISM_A",
         ] {
             assert_eq!(fp(&[(key, "v")]), base, "{key}");
+        }
+    }
+
+    /// What Claude Code exports to the shim about its own session never splits families,
+    /// and neither do credentials or the user's `CLAUDE_CODE_*` settings.
+    #[test]
+    fn host_session_markers_and_credentials_do_not_count() {
+        let base = fp(&[("AGENTPRISM_BACKENDS", "{}")]);
+        for key in env::HOST_SESSION_MARKERS.iter().copied().chain([
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_AUTH_TOKEN",
+            "CLAUDE_CODE_USE_BEDROCK",
+        ]) {
+            assert!(!is_relevant(key.as_bytes()), "{key}");
+            assert_eq!(
+                fp(&[("AGENTPRISM_BACKENDS", "{}"), (key, "session-1")]),
+                base,
+                "{key}"
+            );
         }
     }
 

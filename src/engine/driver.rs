@@ -1452,6 +1452,8 @@ impl Driver {
         });
         if let Some(error) = &record.error {
             end["errorCode"] = Value::String(error.code.clone());
+            end["errorMessage"] =
+                Value::String(crate::engine::status::error_message(&error.message));
         }
         self.events.push("agentEnd", &call.scope, end);
         if !record.usage.is_zero() {

@@ -55,6 +55,9 @@ pub struct EngineConfig {
     pub home: Option<PathBuf>,
     /// Probe routed backends during preparation.
     pub probe: bool,
+    /// How long the probes of one preparation may take together (`AGENTPRISM_PROBE_TIMEOUT_MS`);
+    /// a probe unfinished by then rejects the run.
+    pub probe_limit: Duration,
     /// The `ownerId` of this engine's leases. A daemon passes its `instanceId`, so a lease
     /// names the daemon whose control socket can act on the run (daemon.md 1.10 step 3);
     /// `None` (other processes) picks a fresh uuid.
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             allow_script_backends: false,
             home: None,
             probe: true,
+            probe_limit: prepare::PROBE_LIMIT,
             owner_id: None,
             max_runs: default_max_runs(VmLimits::default().memory_limit),
         }
@@ -466,6 +470,7 @@ impl Engine {
             existing_routing: None,
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
+            probe_limit: self.inner.config.probe_limit,
             nested: Some(self.nested_resolver(project_dir, &run_id)),
         })
         .await?)
@@ -506,6 +511,7 @@ impl Engine {
             existing_routing: None,
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
+            probe_limit: self.inner.config.probe_limit,
             nested: Some(self.nested_resolver(&request.project_dir, &run_id)),
         });
         let prepared = tokio::select! {
@@ -1007,6 +1013,7 @@ impl Engine {
                 existing_routing: Some(&routing),
                 vm_limits: self.inner.config.vm_limits,
                 probe: self.inner.config.probe,
+                probe_limit: self.inner.config.probe_limit,
                 nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
             })
             .await
@@ -1283,8 +1290,17 @@ impl Engine {
             .lock()
             .ok()
             .and_then(|live| live.get(run_id).map(|l| l.view.clone()));
-        let live_view = view.and_then(|v| v.lock().ok().map(|v| v.clone()));
+        let mut live_view = view.and_then(|v| v.lock().ok().map(|v| v.clone()));
         let permissions = self.inner.broker.pending(run_id.as_str());
+        // A run another live process executes: its live calls and pending permissions are
+        // that process's to tell (`live-status`; an owner that does not know it is asked for
+        // `list-permissions` only).
+        let mut remote_permissions = Vec::new();
+        if record.status == RunStatus::Running && live_view.is_none() {
+            let (remote_view, remote) = self.remote_live(run_id).await?;
+            live_view = remote_view;
+            remote_permissions = remote;
+        }
         let mut document = status::build(
             self.inner.store.as_ref(),
             &record,
@@ -1293,13 +1309,57 @@ impl Engine {
             query,
         )
         .await?;
-        if record.status == RunStatus::Running && live_view.is_none() {
-            let remote = self.remote_permissions(run_id).await?;
-            if !remote.is_empty() {
-                document["pendingPermissions"] = Value::Array(remote);
-            }
+        if !remote_permissions.is_empty() {
+            document["pendingPermissions"] = Value::Array(remote_permissions);
         }
         Ok(document)
+    }
+
+    /// The live calls (as `live-status` sends them) of a run this process executes.
+    pub fn live_status(&self, run_id: &RunId) -> Option<Value> {
+        let view = self
+            .inner
+            .live
+            .lock()
+            .ok()?
+            .get(run_id)
+            .map(|l| l.view.clone())?;
+        let view = view.lock().ok()?.clone();
+        let calls: Vec<Value> = view
+            .calls
+            .iter()
+            .map(|(index, call)| {
+                json!({"index": index, "label": call.label, "phase": call.phase, "model": call.model,
+                       "backendId": call.backend_id, "timeoutMs": call.timeout_ms, "status": call.state})
+            })
+            .collect();
+        Some(json!({"currentPhase": view.current_phase, "calls": calls}))
+    }
+
+    /// Asks the live foreign owner of `run_id` for its live calls and pending permissions,
+    /// within [`REMOTE_STATUS_WAIT`]; nothing when it cannot say.
+    async fn remote_live(&self, run_id: &RunId) -> EngineResult<(Option<LiveView>, Vec<Value>)> {
+        let Some(lease) = self.foreign_owner(run_id).await? else {
+            return Ok((None, Vec::new()));
+        };
+        let body = json!({"action": "live-status", "runId": run_id});
+        let op = uuid::Uuid::new_v4().to_string();
+        let asked =
+            tokio::time::timeout(REMOTE_STATUS_WAIT, self.forward(&lease, &op, &body)).await;
+        match asked {
+            Ok(Ok(answer)) => {
+                let permissions = answer
+                    .get("permissions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                Ok((answer.get("live").and_then(live_view_of), permissions))
+            }
+            Ok(Err(Unforwarded::Refused { .. })) => {
+                Ok((None, self.remote_permissions(run_id).await?))
+            }
+            _ => Ok((None, Vec::new())),
+        }
     }
 
     /// The pending permission requests of a run another live process executes, asked of
@@ -2031,6 +2091,43 @@ pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
             record.run_id
         ))),
     }
+}
+
+/// A [`LiveView`] from another process's `live-status` answer (what [`Engine::live_status`]
+/// sends); entries that do not parse are left out.
+fn live_view_of(live: &Value) -> Option<LiveView> {
+    let calls = live
+        .get("calls")?
+        .as_array()?
+        .iter()
+        .filter_map(|call| {
+            let index = u32::try_from(call.get("index")?.as_u64()?).ok()?;
+            let text = |key: &str| call.get(key).and_then(Value::as_str).map(str::to_owned);
+            let state = match call.get("status").and_then(Value::as_str) {
+                Some("queued") => "queued",
+                _ => "running",
+            };
+            Some((
+                index,
+                crate::engine::driver::LiveCall {
+                    label: text("label").unwrap_or_default(),
+                    phase: text("phase"),
+                    model: text("model"),
+                    backend_id: text("backendId"),
+                    state,
+                    timeout_ms: call.get("timeoutMs").and_then(Value::as_u64).unwrap_or(0),
+                },
+            ))
+        })
+        .collect();
+    Some(LiveView {
+        current_phase: live
+            .get("currentPhase")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        calls,
+        ..LiveView::default()
+    })
 }
 
 fn validate_checkpoint_answer(context: &Value, index: u32, answer: &Value) -> EngineResult<()> {

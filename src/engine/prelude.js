@@ -45,6 +45,16 @@
     if (values.length === 0) throw unavailable("new Date()");
     return Reflect.construct(RealDate, values, new.target);
   }
+  // Scripts see it as `Date`: its own name must never reach an error message.
+  Object.defineProperty(SafeDate, "name", { value: "Date", configurable: true });
+  const dateSource = RealDate.toString();
+  Object.defineProperty(SafeDate, "toString", {
+    value: function toString() {
+      return dateSource;
+    },
+    writable: true,
+    configurable: true,
+  });
   SafeDate.prototype = RealDate.prototype;
   SafeDate.UTC = RealDate.UTC;
   SafeDate.parse = RealDate.parse;

@@ -26,7 +26,7 @@ use crate::util::safe_file::{self, Links};
 
 /// How long the dry run may take.
 pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
-/// How long all probes together may take.
+/// How long all probes together may take by default (`AGENTPRISM_PROBE_TIMEOUT_MS`).
 pub const PROBE_LIMIT: Duration = Duration::from_secs(60);
 /// How many routing catalog entries an error lists.
 const CATALOG_LIMIT: usize = 24;
@@ -244,14 +244,19 @@ pub struct PrepareInput<'a> {
     pub existing_routing: Option<&'a RoutingSnapshot>,
     pub vm_limits: VmLimits,
     pub probe: bool,
+    /// How long all probes together may take ([`PROBE_LIMIT`] unless configured).
+    pub probe_limit: Duration,
     /// Resolves nested `workflow(name)` during the dry run.
     pub nested: Option<crate::engine::vm::NestedResolver>,
 }
 
 /// Runs every check of preparation.
 pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
+    check_no_nul(&input.bytes)?;
     let analyzed = script::analyze(&input.bytes).map_err(|error| {
+        // Static errors with a column already end with "at line L, column C": say it once.
         let position = match (error.line, error.column) {
+            (Some(_), Some(_)) if error.message.contains(" at line ") => String::new(),
             (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
             (Some(line), None) => format!(" (line {line})"),
             _ => String::new(),
@@ -404,20 +409,27 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
                     .push(position);
             }
         }
-        let probe_all = async {
-            let mut reports = Vec::new();
-            for ((_, model), (backend, calls)) in &targets {
-                let report = input
-                    .runner
-                    .probe(backend, model.as_deref(), input.project_dir)
-                    .await;
-                reports.push((report, calls.clone()));
+        // One deadline for every probe together. A probe still running at the deadline
+        // rejects the run: admitting it without the probe's answer would run its calls
+        // against a backend nobody has seen answer.
+        let deadline = tokio::time::Instant::now() + input.probe_limit;
+        let mut reports = Vec::new();
+        for ((_, model), (backend, calls)) in &targets {
+            let probe = input
+                .runner
+                .probe(backend, model.as_deref(), input.project_dir);
+            match tokio::time::timeout_at(deadline, probe).await {
+                Ok(report) => reports.push((report, calls.clone())),
+                Err(_) => {
+                    return Err(Rejection::new(format!(
+                        "the probe of backend {} did not finish within the probe limit of {} ({} sets it); nothing was stored",
+                        backend.id,
+                        describe_limit(input.probe_limit),
+                        crate::env::PROBE_TIMEOUT_MS,
+                    )));
+                }
             }
-            reports
-        };
-        let reports = tokio::time::timeout(PROBE_LIMIT, probe_all)
-            .await
-            .unwrap_or_default();
+        }
         for (report, calls) in reports {
             if !report.started {
                 return Err(Rejection::new(format!(
@@ -457,6 +469,36 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         probes,
         dry_calls: outcome.dry_calls.len(),
     })
+}
+
+/// A NUL character in the script text: JavaScript allows it, but the script engine takes
+/// its source as a C string, and its own error names neither the character nor where it is.
+fn check_no_nul(bytes: &[u8]) -> Result<(), Rejection> {
+    let Some(at) = bytes.iter().position(|&byte| byte == 0) else {
+        return Ok(());
+    };
+    let before = &bytes[..at];
+    let line = before.iter().filter(|&&byte| byte == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    Err(Rejection::new(format!(
+        "SCRIPT_VALIDATION_ERROR: the script contains a NUL character (U+0000) at line {line}, column {column}; write it as \"\\0\" inside a string literal"
+    )))
+}
+
+/// `60 s`, or `1500 ms` for a limit that is not whole seconds.
+fn describe_limit(limit: Duration) -> String {
+    if limit.subsec_millis() == 0 && limit.as_secs() > 0 {
+        format!("{} s", limit.as_secs())
+    } else {
+        format!("{} ms", limit.as_millis())
+    }
 }
 
 /// [`RoutingSnapshot::capture`] on the blocking pool, under the file-read deadline: its

@@ -96,6 +96,7 @@ pub async fn build(
         });
         if let Some(error) = &call.error {
             entry["errorCode"] = Value::String(error.code.clone());
+            entry["errorMessage"] = Value::String(error_message(&error.message));
         }
         if call.origin == CallOrigin::JournalReplay {
             entry["replayed"] = Value::Bool(true);
@@ -327,4 +328,18 @@ async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<Value> {
         outcome["checkpointsTaken"] = Value::Array(checkpoints);
     }
     Ok(outcome)
+}
+
+/// Longest failure message a status call entry or an `agentEnd` event carries.
+pub const ERROR_MESSAGE_CAP: usize = 240;
+
+/// A call's failure message as status and events show it: redacted, on one line, capped at
+/// [`ERROR_MESSAGE_CAP`] bytes.
+pub fn error_message(message: &str) -> String {
+    let (clean, _) = redact::redact_text(message);
+    let line = clean.replace(['\n', '\r'], " ");
+    if line.len() <= ERROR_MESSAGE_CAP {
+        return line;
+    }
+    format!("{}…", crate::util::truncate_utf8(&line, ERROR_MESSAGE_CAP))
 }

@@ -1,13 +1,23 @@
-//! The human- and model-readable text of tool results. The structured document is the
-//! contract; the text is a short summary of it that tells the reader what to do next, capped
-//! at 8,192 bytes for status (engine.md 6.4). The raw `outcome` never goes into text: it is
-//! uncapped and may be large.
+//! The human- and model-readable text of tool results, and the `next` field of their
+//! structured content. The structured document is the contract; the text is a short summary
+//! of it that tells the reader what to do next, capped at 8,192 bytes for status (engine.md
+//! 6.4). The raw `outcome` never goes into text: it is uncapped and may be large.
+//!
+//! Hosts show the model `structuredContent` rather than the text, so what the text advises
+//! is also in the document as `next`: the arguments of the one `workflow` call that moves the
+//! run on, ready to send, with a value in `<angle brackets>` where only the user or the model
+//! can choose it (a checkpoint answer, a permission option). `next` is `null` when nothing is
+//! left to do. Its shapes are listed in docs/api.md ("What to do next").
 
 use std::fmt::Write;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::engine::status::MAX_TEXT_BYTES;
+
+/// The page size `next` suggests for `result`: half the maximum, so that a page with its
+/// JSON escaping stays under the ~12 KB at which some hosts (Codex) cut tool output.
+const RESULT_PAGE_BYTES: usize = 8_192;
 
 /// Longest single line we quote from a preview, log or label.
 const LINE_CAP: usize = 240;
@@ -252,4 +262,124 @@ fn fit(text: String) -> String {
     let cut = crate::util::truncate_utf8(&text, budget);
     let cut = cut.rfind('\n').map(|at| &cut[..at]).unwrap_or(cut);
     format!("{cut}{marker}")
+}
+
+/// `next` of a status, stop or pause answer (and of a run/resume acknowledgement, whose
+/// fields it shares): what moves the run described by `document` on.
+pub(super) fn next_for_status(document: &Value) -> Value {
+    let Some(run_id) = document["runId"].as_str() else {
+        return Value::Null;
+    };
+    let status = document["status"].as_str().unwrap_or_default();
+    if let Some(request) = document.pointer("/setup/request") {
+        return json!({
+            "action": "setup-response",
+            "runId": run_id,
+            "setupId": request["id"],
+            "response": {"action": "accept", "content": {"approve": true}},
+        });
+    }
+    if let Some(permission) = document["pendingPermissions"]
+        .as_array()
+        .and_then(|list| list.first())
+    {
+        let options: Vec<&str> = permission["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|option| option["optionId"].as_str())
+            .collect();
+        return json!({
+            "action": "permissions-response",
+            "runId": run_id,
+            "permissionId": permission["permissionId"],
+            "response": {"outcome": {"outcome": "selected", "optionId": format!("<one of: {}>", options.join(", "))}},
+        });
+    }
+    match status {
+        "completed" if document.get("resultUri").is_some() => json!({
+            "action": "result",
+            "runId": run_id,
+            "offset": 0,
+            "maxBytes": RESULT_PAGE_BYTES,
+        }),
+        "completed" => Value::Null,
+        "aborted" if document["reason"] == "setup_declined" => Value::Null,
+        "paused" | "failed" | "aborted" => match document.pointer("/outcome/checkpointContext") {
+            Some(context) => {
+                let answer = match context["kind"].as_str() {
+                    Some("input") => "<the answer text>".to_owned(),
+                    Some("select") => format!(
+                        "<one of: {}>",
+                        context["choices"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|choice| match choice {
+                                Value::String(text) => text.clone(),
+                                other => other.to_string(),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    _ => "<true or false>".to_owned(),
+                };
+                let mut replies = serde_json::Map::new();
+                replies.insert(context["callIndex"].to_string(), Value::String(answer));
+                json!({"action": "resume", "runId": run_id, "checkpointReplies": replies})
+            }
+            None => json!({"action": "resume", "runId": run_id}),
+        },
+        _ => json!({"action": "status", "runId": run_id}),
+    }
+}
+
+/// `next` of a result page: the following page, or nothing after the last.
+pub(super) fn next_for_result(page: &Value, max_bytes: usize) -> Value {
+    if page["hasMore"] != true {
+        return Value::Null;
+    }
+    json!({
+        "action": "result",
+        "runId": page["runId"],
+        "offset": page["endOffset"],
+        "maxBytes": max_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A permission waiting for an answer comes before polling: the run cannot go on
+    /// without it, and the option ids the request advertised are the choice.
+    #[test]
+    fn a_pending_permission_is_the_next_call() {
+        let document = json!({
+            "runId": "ma-b", "status": "running",
+            "pendingPermissions": [{"permissionId": "p-1", "callIndex": 0,
+                "options": [{"optionId": "allow"}, {"optionId": "reject"}]}],
+        });
+        assert_eq!(
+            next_for_status(&document),
+            json!({"action": "permissions-response", "runId": "ma-b", "permissionId": "p-1",
+                   "response": {"outcome": {"outcome": "selected", "optionId": "<one of: allow, reject>"}}})
+        );
+        let running = json!({"runId": "ma-b", "status": "running"});
+        assert_eq!(
+            next_for_status(&running),
+            json!({"action": "status", "runId": "ma-b"})
+        );
+        let interrupted = json!({"runId": "ma-b", "status": "paused", "reason": "interrupted"});
+        assert_eq!(
+            next_for_status(&interrupted),
+            json!({"action": "resume", "runId": "ma-b"})
+        );
+        let input = json!({"runId": "ma-b", "status": "paused",
+            "outcome": {"checkpointContext": {"callIndex": 3, "kind": "input"}}});
+        assert_eq!(
+            next_for_status(&input),
+            json!({"action": "resume", "runId": "ma-b", "checkpointReplies": {"3": "<the answer text>"}})
+        );
+    }
 }

@@ -666,7 +666,18 @@ impl WorkflowServer {
         operation_id: Option<String>,
     ) -> McpResult<Value> {
         match action {
-            Action::Config(input) => observe(self.config(input)).await,
+            Action::Config(input) => {
+                let project_dir = input.project_dir.clone();
+                let mut answer = observe(self.config(input)).await?;
+                if let Some(document) = answer.get_mut("structuredContent") {
+                    document["next"] = json!({
+                        "action": "run",
+                        "projectDir": project_dir,
+                        "script": "<the workflow script text>",
+                    });
+                }
+                Ok(answer)
+            }
             Action::Run(request) => self.run(ctx, request).await,
             Action::Resume(mut request) => {
                 request.operation_id = operation_id;
@@ -681,7 +692,7 @@ impl WorkflowServer {
                 .setup_response(&run_id, &setup_id, &response)
                 .await
             {
-                Ok(answer) => Ok(structured(
+                Ok(mut answer) => Ok(structured(
                     format!(
                         "Setup {setup_id} of run {run_id} answered: {}; the run is {}.{}",
                         if answer["accepted"] == true {
@@ -696,7 +707,14 @@ impl WorkflowServer {
                             " A declined approval is final: the run cannot be resumed."
                         }
                     ),
-                    answer,
+                    {
+                        answer["next"] = if answer["accepted"] == true {
+                            json!({"action": "status", "runId": run_id})
+                        } else {
+                            Value::Null
+                        };
+                        answer
+                    },
                     Vec::new(),
                 )),
                 Err(error) => engine_failure(error),
@@ -717,11 +735,12 @@ impl WorkflowServer {
             } => {
                 observe(async {
                     match self.engine.result_page(&run_id, offset, max_bytes).await {
-                        Ok(page) => {
+                        Ok(mut page) => {
                             let links = vec![
                                 resources::result_link(&run_id),
                                 resources::events_link(&run_id),
                             ];
+                            page["next"] = text::next_for_result(&page, max_bytes);
                             Ok(structured(page.to_string(), page, links))
                         }
                         Err(error) => engine_failure(error),
@@ -738,7 +757,8 @@ impl WorkflowServer {
                 .respond_permission(&run_id, &permission_id, outcome)
                 .await
             {
-                Ok(answer) => {
+                Ok(mut answer) => {
+                    answer["next"] = json!({"action": "status", "runId": run_id});
                     let mut links = vec![resources::events_link(&run_id)];
                     if let Ok(record) = self.engine.store().load_run(&run_id).await {
                         links.insert(0, resources::script_link(&run_id, &record.script_file));
@@ -873,6 +893,7 @@ fn acknowledgement(action: &str, admission: &Admission) -> Value {
     if !admission.warnings.is_empty() {
         ack["warnings"] = json!(admission.warnings);
     }
+    ack["next"] = text::next_for_status(&ack);
     let summary = text::acknowledgement(&ack);
     let links = vec![
         resources::script_link(run_id, &admission.script_file),
@@ -883,7 +904,8 @@ fn acknowledgement(action: &str, admission: &Admission) -> Value {
 
 /// Status, stop and pause answers: the summary text, the status document, and links to the
 /// run's script, events and (when completed with a value) result.
-fn status_result(headline: Option<String>, status: Value) -> Value {
+fn status_result(headline: Option<String>, mut status: Value) -> Value {
+    status["next"] = text::next_for_status(&status);
     let summary = text::status(headline.as_deref(), &status);
     let mut links = Vec::new();
     if let Some(run_id) = status["runId"]

@@ -1,11 +1,13 @@
 //! Integration tests, one module per area.
 mod acp;
 mod cli;
+mod cli_output;
 mod control;
 mod control_daemon;
 mod daemon;
 mod discovery;
 mod engine;
+mod host_env;
 mod interop;
 mod mcp_core;
 mod mcp_http;
@@ -22,4 +24,5 @@ mod service;
 mod shim;
 mod succession;
 mod support;
+mod workflow_next;
 mod workflow_tool;
