@@ -6,6 +6,7 @@ mod control_daemon;
 mod daemon;
 mod discovery;
 mod engine;
+mod hosts;
 mod interop;
 mod mcp_core;
 mod mcp_http;
