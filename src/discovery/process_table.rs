@@ -418,7 +418,7 @@ fn named_agentprism(path: &Path) -> bool {
 
 /// Raw `pidfd_open`/`pidfd_send_signal` (nix 0.32 wraps neither).
 #[cfg(target_os = "linux")]
-mod pidfd {
+pub(crate) mod pidfd {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
     use nix::errno::Errno;
@@ -453,7 +453,7 @@ mod pidfd {
 }
 
 #[cfg(not(target_os = "linux"))]
-mod pidfd {
+pub(crate) mod pidfd {
     use nix::errno::Errno;
     use nix::sys::signal::Signal;
 

@@ -124,7 +124,7 @@ fn exec_agentprism(args: Vec<OsString>) -> ExitCode {
 /// thread keeps its memory and start-up small. Stdin and stdout have a thread each, so a
 /// host that stops reading never blocks the event loop.
 fn proxy_stdio() -> anyhow::Result<Exit> {
-    watch_parent();
+    let parent = ParentWatch::start();
     let env = EnvSnapshot::capture();
     let paths = Paths::from_env(&env)?;
     crate::daemon::remember_token(&env, &paths);
@@ -142,7 +142,7 @@ fn proxy_stdio() -> anyhow::Result<Exit> {
         let output = Output::start(std::io::stdout(), events.clone());
         read_stdin(events.clone(), output.clone());
         let proxy = Proxy::new(ensurer, output.clone(), events);
-        let exit = proxy.run(receiver, stop_signal()).await;
+        let exit = proxy.run(receiver, stop_reason(parent)).await;
         output.flush(std::time::Duration::from_millis(500));
         exit
     });
@@ -151,14 +151,95 @@ fn proxy_stdio() -> anyhow::Result<Exit> {
     Ok(exit)
 }
 
-/// Asks the kernel for SIGTERM when the parent dies; the proxy also compares the parent
-/// pid every second, which covers a parent that died before this call.
-fn watch_parent() {
-    if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "agentprism-workflow: cannot watch the parent process: {error}"
-        );
+/// The host process that started the shim. The shim lives exactly as long as that process
+/// and its stdin, and no longer.
+///
+/// Deliberately not `prctl(PR_SET_PDEATHSIG)`: it fires when the parent *thread* exits, and
+/// hosts spawn the shim from worker threads their runtime retires when idle (Codex after
+/// about 10 s), which would end a healthy shim between two tool calls. A pidfd of the parent
+/// process becomes readable only when the whole process is gone. Where there is no pidfd, the
+/// proxy's once-a-second `getppid()` comparison ends the shim instead.
+struct ParentWatch {
+    /// A pidfd of the parent process, known to refer to it (opened, then the parent pid
+    /// re-read: a parent that is still our parent cannot have had its pid recycled).
+    #[cfg(target_os = "linux")]
+    pidfd: Option<std::os::fd::OwnedFd>,
+    /// The parent died before the watch began.
+    orphaned: bool,
+}
+
+impl ParentWatch {
+    /// Starts watching the current parent; called first thing, before any thread exists.
+    fn start() -> ParentWatch {
+        let parent = nix::unistd::getppid();
+        #[cfg(target_os = "linux")]
+        {
+            use crate::discovery::process_table::pidfd;
+            let pidfd = match pidfd::open(parent.as_raw()) {
+                Ok(fd) => Some(fd),
+                Err(nix::errno::Errno::ESRCH) => None,
+                Err(error) => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "agentprism-workflow: no pidfd for the parent process ({error}); \
+                         checking it every second instead"
+                    );
+                    None
+                }
+            };
+            let orphaned = nix::unistd::getppid() != parent;
+            ParentWatch { pidfd, orphaned }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = parent;
+            ParentWatch { orphaned: false }
+        }
+    }
+
+    /// Resolves when the parent process is gone; never, if it cannot be watched this way.
+    async fn exited(self) -> &'static str {
+        const REASON: &str = "the parent process exited";
+        if self.orphaned {
+            return REASON;
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(pidfd) = self.pidfd {
+            // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which owns it until it is
+            // dropped: the descriptor stays open and the same for the registration's lifetime.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    pidfd,
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            match registered {
+                // A pidfd polls readable once its process has exited.
+                Ok(watched) => match watched.readable().await {
+                    Ok(_) => return REASON,
+                    Err(error) => report_unwatched(&error),
+                },
+                Err(error) => report_unwatched(&error.into()),
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn report_unwatched(error: &std::io::Error) {
+    let _ = writeln!(
+        std::io::stderr(),
+        "agentprism-workflow: cannot poll the parent's pidfd ({error}); checking it every \
+         second instead"
+    );
+}
+
+/// Resolves with the reason the shim should stop: a signal, or the end of its host process.
+async fn stop_reason(parent: ParentWatch) -> &'static str {
+    tokio::select! {
+        reason = stop_signal() => reason,
+        reason = parent.exited() => reason,
     }
 }
 

@@ -281,7 +281,8 @@ impl Proxy {
         }
     }
 
-    /// Runs until the host goes away or the shim gives up. `stop` resolves on a signal.
+    /// Runs until the host goes away or the shim gives up. `stop` resolves on a signal or when
+    /// the host process is gone.
     pub async fn run(
         mut self,
         mut events: mpsc::UnboundedReceiver<Event>,

@@ -8,6 +8,7 @@ mod daemon;
 mod discovery;
 mod engine;
 mod host_env;
+mod hosts;
 mod interop;
 mod mcp_core;
 mod mcp_http;

@@ -754,3 +754,90 @@ fn in_process_mode_serves_without_a_daemon() {
         "--in-process must not start a daemon"
     );
 }
+
+/// Issue 10, defect 1: a host that spawns the shim from a worker thread and then retires that
+/// thread (Codex does after about 10 s idle) keeps its shim. `PR_SET_PDEATHSIG` fired on the
+/// thread's exit and ended the shim, so the next call failed with "Transport closed".
+#[test]
+fn a_shim_outlives_the_thread_that_spawned_it() {
+    let world = World::new();
+    let mut shim = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut shim = world.shim();
+                shim.initialize();
+                shim
+            })
+            .join()
+            .expect("the spawning thread")
+    });
+    // The spawning thread has exited. The scenario is a call made a while later, past the
+    // proxy's once-a-second parent check too.
+    std::thread::sleep(Duration::from_millis(1500));
+    let answer = shim.request(1, "tools/list", json!({}));
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+    assert!(
+        shim.wait_exit(Duration::ZERO).is_none(),
+        "the shim exited; stderr:\n{}",
+        shim.stderr()
+    );
+}
+
+/// The other half of defect 1: the shim still ends with its host *process*, even while the
+/// host's stdin pipe stays open (here the test holds it, so EOF cannot be what ends it).
+#[test]
+fn a_shim_ends_when_its_parent_process_dies() {
+    let world = World::new();
+    // `sh` is the host: it starts the shim with the test's stdin pipe (through fd 3: dash
+    // gives a background job /dev/null even for an explicit `<&0`), prints its pid and waits.
+    let mut host = Command::new("sh")
+        .args(["-c", "exec 3<&0; \"$0\" <&3 3<&- & echo $!; wait"])
+        .arg(shim_binary())
+        .env_clear()
+        .envs(&world.context.env)
+        .current_dir(world.context.project())
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    let group = Pid::from_raw(host.id() as i32);
+    let _cleanup = GroupGuard(group);
+    let mut stdin = host.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(host.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("the shim's pid");
+    let shim: i32 = line.trim().parse().expect("a pid");
+    // The shim answers, so it is up and watching its parent.
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params()})
+    )
+    .expect("write to the shim");
+    line.clear();
+    stdout.read_line(&mut line).expect("the initialize answer");
+    assert!(line.contains("\"result\""), "{line}");
+
+    kill(group, Signal::SIGKILL).expect("kill the host");
+    let _ = host.wait();
+    let started = Instant::now();
+    while !process_gone(shim) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the shim outlived its parent process by 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stdin);
+}
+
+/// Kills a process group when dropped, so a failing test leaves no shim behind.
+struct GroupGuard(Pid);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let _ = killpg(self.0, Signal::SIGKILL);
+    }
+}

@@ -12,23 +12,18 @@
 //! and answered 404, so a new adapter version that calls something else shows up in test output
 //! instead of hanging.
 //!
-//! The HTTP/1.1 handling is deliberately minimal (request line, headers, `Content-Length`
-//! bodies, keep-alive): it only has to serve the adapter's HTTP client, and it avoids pulling
-//! an HTTP stack into the dev-dependencies. The server binds only 127.0.0.1 and stops when the
-//! [`FakeLlm`] is dropped.
+//! The HTTP/1.1 handling is the minimal server in `support::http1`. The server binds only
+//! 127.0.0.1 and stops when the [`FakeLlm`] is dropped.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-/// Longest request head (request line and headers) the fake accepts.
-const HEAD_LIMIT: usize = 64 * 1024;
-/// Longest request body the fake accepts; Claude Code sends ~100 KB of system prompt and tools.
-const BODY_LIMIT: usize = 32 * 1024 * 1024;
+pub use super::http1::RecordedRequest;
+use super::http1::{Handler, Response, accept_loop, json_response, lock};
 
 /// A running fake model server. Dropping it aborts the accept loop and every connection.
 pub struct FakeLlm {
@@ -38,30 +33,11 @@ pub struct FakeLlm {
     _tasks: JoinSet<()>,
 }
 
-/// One request as the fake received it.
-#[derive(Clone, Debug)]
-pub struct RecordedRequest {
-    pub method: String,
-    /// The request target without its query string (`/v1/messages`, not `?beta=true`).
-    pub path: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// The status the fake answered with.
-    pub status: u16,
-}
-
 /// What the server tasks share with the handle.
 struct State {
     /// The whole reply to a prompt that asks for JSON.
     json_reply: Value,
     requests: Mutex<Vec<RecordedRequest>>,
-}
-
-/// A response before it is written.
-struct Response {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
 }
 
 impl FakeLlm {
@@ -111,193 +87,22 @@ impl FakeLlm {
     }
 }
 
-impl RecordedRequest {
-    /// The body as JSON, if it is JSON.
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_slice(&self.body).ok()
+impl Handler for State {
+    async fn respond(&self, request: &RecordedRequest) -> Response {
+        respond(self, request)
     }
 
-    /// The first header with this name (any case).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
+    fn record(&self, request: RecordedRequest) {
+        lock(&self.requests).push(request);
     }
-}
 
-/// A poisoned lock only means another test thread panicked; the records are still good.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    // Connection tasks live in this set, so aborting the accept task drops them too.
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    connections.spawn(serve_connection(stream, state.clone()));
-                }
-                Err(error) => eprintln!("fake LLM: accept failed: {error}"),
-            },
-            // Reap finished connections so the set does not grow for the whole test.
-            Some(_) = connections.join_next() => {}
-        }
+    fn bad_request(&self, problem: &str) -> Response {
+        error_response(400, "invalid_request_error", problem)
     }
-}
 
-/// Serves requests on one connection until the client closes it or asks to.
-async fn serve_connection(mut stream: TcpStream, state: Arc<State>) {
-    let mut buffer = Vec::new();
-    loop {
-        let request = match read_request(&mut stream, &mut buffer).await {
-            Ok(Some(request)) => request,
-            Ok(None) => return,
-            Err(problem) => {
-                eprintln!("fake LLM: bad request: {problem}");
-                let response = error_response(400, "invalid_request_error", &problem);
-                let _ = write_response(&mut stream, response, true).await;
-                return;
-            }
-        };
-        let close = request
-            .header("connection")
-            .is_some_and(|value| value.eq_ignore_ascii_case("close"));
-        let response = respond(&state, &request);
-        lock(&state.requests).push(RecordedRequest {
-            status: response.status,
-            ..request
-        });
-        if write_response(&mut stream, response, close).await.is_err() || close {
-            return;
-        }
+    fn name(&self) -> &'static str {
+        "fake LLM"
     }
-}
-
-/// Reads one request; `Ok(None)` when the client closed the connection between requests.
-/// Bytes past the request stay in `buffer` for the next one (pipelining costs nothing here).
-async fn read_request(
-    stream: &mut TcpStream,
-    buffer: &mut Vec<u8>,
-) -> Result<Option<RecordedRequest>, String> {
-    let head_end = loop {
-        if let Some(position) = find(buffer, b"\r\n\r\n") {
-            break position;
-        }
-        if buffer.len() > HEAD_LIMIT {
-            return Err(format!("request head longer than {HEAD_LIMIT} bytes"));
-        }
-        if !read_more(stream, buffer).await? {
-            return if buffer.is_empty() {
-                Ok(None)
-            } else {
-                Err("connection closed inside a request head".to_owned())
-            };
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(format!("malformed request line {request_line:?}"));
-    };
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(key, value)| (key.trim().to_owned(), value.trim().to_owned()))
-        .collect();
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    };
-    if header("transfer-encoding").is_some() {
-        return Err("chunked request bodies are not supported by the fake".to_owned());
-    }
-    let length = match header("content-length") {
-        None => 0,
-        Some(text) => text
-            .parse::<usize>()
-            .map_err(|_| format!("bad content-length {text:?}"))?,
-    };
-    if length > BODY_LIMIT {
-        return Err(format!("request body of {length} bytes is over the limit"));
-    }
-    let body_start = head_end + 4;
-    while buffer.len() < body_start + length {
-        if !read_more(stream, buffer).await? {
-            return Err("connection closed inside a request body".to_owned());
-        }
-    }
-    let body = buffer[body_start..body_start + length].to_vec();
-    buffer.drain(..body_start + length);
-    let path = target.split('?').next().unwrap_or(target).to_owned();
-    Ok(Some(RecordedRequest {
-        method: method.to_owned(),
-        path,
-        headers,
-        body,
-        // Filled in once the request has been answered.
-        status: 0,
-    }))
-}
-
-/// Appends what the socket has; `false` at end of stream.
-async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<bool, String> {
-    let mut chunk = [0_u8; 16 * 1024];
-    let count = stream
-        .read(&mut chunk)
-        .await
-        .map_err(|error| format!("read failed: {error}"))?;
-    buffer.extend_from_slice(&chunk[..count]);
-    Ok(count > 0)
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
-async fn write_response(
-    stream: &mut TcpStream,
-    response: Response,
-    close: bool,
-) -> std::io::Result<()> {
-    let reason = match response.status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        529 => "Overloaded",
-        _ => "Error",
-    };
-    let mut head = format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\nrequest-id: req_fake\r\n",
-        response.status,
-        response.content_type,
-        response.body.len()
-    );
-    if response.status != 200 {
-        // Claude Code retries a 429 ten times with back-off unless told not to; the test of the
-        // failure path wants the failure, not a minute of retries. `retry-after: 0` covers a
-        // client that ignores `x-should-retry`.
-        head.push_str("x-should-retry: false\r\nretry-after: 0\r\n");
-    }
-    head.push_str(if close {
-        "connection: close\r\n\r\n"
-    } else {
-        "connection: keep-alive\r\n\r\n"
-    });
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(&response.body).await?;
-    stream.flush().await
 }
 
 /// Routes one request.
@@ -451,14 +256,6 @@ fn stream_events(model: &str, reply: &str, input_tokens: usize, output_tokens: u
             )
         })
         .collect()
-}
-
-fn json_response(status: u16, body: &Value) -> Response {
-    Response {
-        status,
-        content_type: "application/json",
-        body: body.to_string().into_bytes(),
-    }
 }
 
 fn error_response(status: u16, kind: &str, message: &str) -> Response {
