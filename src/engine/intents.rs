@@ -1,6 +1,7 @@
 //! Durable stop intents (daemon.md 1.10 step 2): a whole-run stop that has to travel to
 //! another process is first written down, so it survives the caller, the owner being briefly
-//! unreachable, and retries. An intent is `<runsDir>/.control/<runId>/<op>.request.json`; it
+//! unreachable, and retries. A cancel of one call for an owner without a control socket (a
+//! foreground run) travels the same way, as a [`CANCEL_AGENT`] intent. An intent is `<runsDir>/.control/<runId>/<op>.request.json`; it
 //! is done once `<op>.ack.json` exists beside it. Both files are published with a fully
 //! written temporary file and `link(2)`, so no reader ever sees half a file and the first
 //! acknowledgement wins. `runsDir` is the project's `runs` folder inside the persistence root
@@ -19,9 +20,12 @@ use crate::model::RunId;
 
 /// Format of intent and acknowledgement files.
 pub const INTENT_VERSION: u32 = 1;
-/// The only action recorded as an intent: the other run-control actions need a live owner
-/// and are never carried out later.
+/// A whole-run stop: carried out by the owner, or cold once no owner is left.
 pub const STOP: &str = "stop";
+/// A cancel of one live agent call (`callIndex`), for an owner without a control socket (a
+/// foreground `agentprism run`, which carries out intents every second). Only a live owner
+/// can carry it out; without one it is acknowledged as not done.
+pub const CANCEL_AGENT: &str = "cancel-agent";
 
 const REQUEST_SUFFIX: &str = ".request.json";
 const ACK_SUFFIX: &str = ".ack.json";
@@ -34,8 +38,11 @@ pub struct Intent {
     /// The operation id: the file's name and the control request's `op`.
     pub op: String,
     pub run_id: RunId,
-    /// [`STOP`].
+    /// [`STOP`] or [`CANCEL_AGENT`].
     pub action: String,
+    /// The call a [`CANCEL_AGENT`] intent cancels (absent for a stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_index: Option<u32>,
     /// Unix ms when the first attempt wrote it.
     pub requested_at: i64,
     /// pid of the process that wrote it, for diagnostics.
@@ -54,9 +61,20 @@ pub fn run_folder(runs_dir: &Path, run_id: &RunId) -> PathBuf {
 
 /// Returns the unacknowledged `action` intent of `run_id`, creating one if there is none.
 pub fn request(runs_dir: &Path, run_id: &RunId, action: &str) -> std::io::Result<Intent> {
+    request_for_call(runs_dir, run_id, action, None)
+}
+
+/// [`request`] for an action on one call (`call_index`): an unacknowledged intent is reused
+/// only for the same action on the same call.
+pub fn request_for_call(
+    runs_dir: &Path,
+    run_id: &RunId,
+    action: &str,
+    call_index: Option<u32>,
+) -> std::io::Result<Intent> {
     if let Some(existing) = unacked(runs_dir, run_id)
         .into_iter()
-        .find(|intent| intent.action == action)
+        .find(|intent| intent.action == action && intent.call_index == call_index)
     {
         return Ok(existing);
     }
@@ -65,6 +83,7 @@ pub fn request(runs_dir: &Path, run_id: &RunId, action: &str) -> std::io::Result
         op: uuid::Uuid::new_v4().to_string(),
         run_id: run_id.clone(),
         action: action.to_owned(),
+        call_index,
         requested_at: crate::util::now_ms(),
         requested_by: std::process::id(),
     };

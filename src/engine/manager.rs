@@ -42,6 +42,11 @@ pub const PAUSE_WAIT: Duration = Duration::from_secs(2);
 pub const STOP_WAIT: Duration = Duration::from_secs(10);
 /// How long `status` waits for another process to list a run's pending permissions.
 pub const REMOTE_STATUS_WAIT: Duration = Duration::from_secs(1);
+/// How long a cancel of one call waits for an owner without a control socket to answer its
+/// intent (a foreground run reads intents every second).
+pub const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// How often that wait looks for the acknowledgement.
+const INTENT_POLL: Duration = Duration::from_millis(50);
 
 /// Settings of an engine.
 #[derive(Clone, Debug)]
@@ -1455,7 +1460,23 @@ impl Engine {
                 )));
             };
             let body = json!({"action": "cancel-agent", "runId": run_id, "callIndex": index});
-            let answer = self.forward_live(run_id, &lease, &body).await?;
+            let op = uuid::Uuid::new_v4().to_string();
+            let answer = match self.forward(&lease, &op, &body).await {
+                Ok(answer) => answer,
+                // An owner with no control socket (a foreground `agentprism run`) reads
+                // intents every second: leave it one and wait for its answer.
+                Err(Unforwarded::Unreachable { .. }) => {
+                    return self.cancel_agent_by_intent(run_id, index, query).await;
+                }
+                Err(unforwarded) => {
+                    return Err(unforwarded_error(
+                        run_id,
+                        &lease,
+                        "cancel-agent",
+                        unforwarded,
+                    ));
+                }
+            };
             let mut status = self.status(run_id, query).await?;
             status["cancelled"] = answer
                 .get("cancelled")
@@ -1501,6 +1522,109 @@ impl Engine {
         let mut status = self.status(run_id, query).await?;
         status["cancelled"] = json!({"callIndex": index});
         Ok(status)
+    }
+
+    /// Cancels call `index` of a run whose owner has no control socket: records a
+    /// [`intents::CANCEL_AGENT`] intent and waits up to [`CANCEL_WAIT`] for the owner's
+    /// acknowledgement. Unacknowledged by then, the answer says `control.state:"pending"` and
+    /// the intent stays for the owner.
+    async fn cancel_agent_by_intent(
+        &self,
+        run_id: &RunId,
+        index: u32,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        let record = self.inner.store.load_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let intent = intents::request_for_call(&runs, run_id, intents::CANCEL_AGENT, Some(index))
+            .map_err(|error| {
+            EngineError::Rejected(format!(
+                "cannot record the cancel request for call {index} of run {run_id}: {error}"
+            ))
+        })?;
+        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+        let acked = loop {
+            let found = {
+                let (runs, run_id, op) = (runs.clone(), run_id.clone(), intent.op.clone());
+                tokio::task::spawn_blocking(move || intents::ack(&runs, &run_id, &op))
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            if found.is_some() || tokio::time::Instant::now() >= deadline {
+                break found;
+            }
+            tokio::time::sleep(INTENT_POLL).await;
+        };
+        let Some(ack) = acked else {
+            let mut status = self.status(run_id, query).await?;
+            status["control"] = json!({"state": "pending", "operationId": intent.op,
+                "requestedAt": intent.requested_at});
+            return Ok(status);
+        };
+        if ack.get("cancelled").and_then(Value::as_bool) != Some(true) {
+            let why = ack
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("the owner did not cancel it");
+            return Err(EngineError::Rejected(format!(
+                "call {index} of run {run_id} was not cancelled: {why}"
+            )));
+        }
+        let mut status = self.status(run_id, query).await?;
+        status["cancelled"] = json!({"callIndex": index});
+        Ok(status)
+    }
+
+    /// Carries out a [`intents::CANCEL_AGENT`] intent for a run this engine executes, or
+    /// acknowledges it as not done when nobody can (the run ended, or has no live owner).
+    async fn complete_cancel_intent(&self, runs: &Path, intent: &intents::Intent) {
+        let run_id = &intent.run_id;
+        let index = intent.call_index.unwrap_or(u32::MAX);
+        let not_done = |reason: &str| {
+            json!({"state": "settled", "operationId": intent.op,
+            "cancelled": false, "callIndex": index, "reason": reason})
+        };
+        if self.is_live(run_id) {
+            let (reply, answer) = oneshot::channel();
+            let sent = self.send_control(run_id, Control::CancelCall { index, reply });
+            let cancelled = sent && answer.await.unwrap_or(false);
+            let outcome = if cancelled {
+                json!({"state": "settled", "operationId": intent.op, "cancelled": true,
+                    "callIndex": index, "owner": self.owner_summary()})
+            } else {
+                not_done(&format!(
+                    "callIndex {index} is not a live agent call of run {run_id}"
+                ))
+            };
+            self.acknowledge(runs, run_id, &intent.op, &outcome);
+            return;
+        }
+        match self.inner.store.load_run(run_id).await {
+            Ok(record) if record.status.is_terminal() => {
+                self.acknowledge(runs, run_id, &intent.op, &not_done("the run has ended"));
+            }
+            Ok(_) => match self.foreign_owner(run_id).await {
+                // Another live process executes it: the intent is that owner's to carry out.
+                Ok(Some(_)) => {}
+                Ok(None) => self.acknowledge(
+                    runs,
+                    run_id,
+                    &intent.op,
+                    &not_done("the run has no live owner process"),
+                ),
+                Err(error) => tracing::warn!(run = %run_id, "cancel intent {}: {error}", intent.op),
+            },
+            Err(StoreError::UnknownRun(_)) => {
+                self.acknowledge(
+                    runs,
+                    run_id,
+                    &intent.op,
+                    &not_done("the run no longer exists"),
+                );
+            }
+            Err(error) => tracing::warn!(run = %run_id, "cancel intent {}: {error}", intent.op),
+        }
     }
 
     /// A whole-run stop of a run another live process holds (daemon.md 1.10 steps 2-9).
@@ -1764,6 +1888,10 @@ impl Engine {
             .unwrap_or_default();
         let mut owned = 0;
         for (runs, intent) in found {
+            if intent.action == intents::CANCEL_AGENT {
+                self.complete_cancel_intent(&runs, &intent).await;
+                continue;
+            }
             if intent.action != intents::STOP {
                 continue;
             }
@@ -1935,26 +2063,9 @@ impl Engine {
     ) -> EngineResult<Value> {
         let action = body.get("action").and_then(Value::as_str).unwrap_or("");
         let op = uuid::Uuid::new_v4().to_string();
-        match self.forward(lease, &op, body).await {
-            Ok(answer) => Ok(answer),
-            Err(Unforwarded::NoLiveOwner) => Err(EngineError::Rejected(format!(
-                "run {run_id} has no live owner process (pid {} has ended); {action} needs the process executing the run",
-                lease.pid
-            ))),
-            Err(Unforwarded::Unreachable { reason, .. }) => Err(EngineError::Rejected(format!(
-                "run {run_id} is executing in process {}, which cannot be reached for {action}: {reason}",
-                lease.pid
-            ))),
-            Err(Unforwarded::Refused { code, message }) => {
-                if code == "UNKNOWN_RUN" {
-                    return Err(EngineError::UnknownRun(run_id.clone()));
-                }
-                Err(EngineError::Rejected(format!(
-                    "process {} executing run {run_id} refused {action}: {message}",
-                    lease.pid
-                )))
-            }
-        }
+        self.forward(lease, &op, body)
+            .await
+            .map_err(|unforwarded| unforwarded_error(run_id, lease, action, unforwarded))
     }
 
     /// `control.owner` describing this engine's process.
@@ -2193,6 +2304,34 @@ fn admission_from_receipt(value: &Value) -> Option<Admission> {
         warnings: Vec::new(),
         continuation: value.get("continuation").cloned(),
     })
+}
+
+/// The error for an action only a live owner can carry out, when forwarding it failed.
+fn unforwarded_error(
+    run_id: &RunId,
+    lease: &Lease,
+    action: &str,
+    unforwarded: Unforwarded,
+) -> EngineError {
+    match unforwarded {
+        Unforwarded::NoLiveOwner => EngineError::Rejected(format!(
+            "run {run_id} has no live owner process (pid {} has ended); {action} needs the process executing the run",
+            lease.pid
+        )),
+        Unforwarded::Unreachable { reason, .. } => EngineError::Rejected(format!(
+            "run {run_id} is executing in process {}, which cannot be reached for {action}: {reason}",
+            lease.pid
+        )),
+        Unforwarded::Refused { code, message } => {
+            if code == "UNKNOWN_RUN" {
+                return EngineError::UnknownRun(run_id.clone());
+            }
+            EngineError::Rejected(format!(
+                "process {} executing run {run_id} refused {action}: {message}",
+                lease.pid
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -560,6 +560,64 @@ fn a_foreground_run_picks_up_a_pending_stop() {
     assert_eq!(acks[0]["op"], control["operationId"]);
 }
 
+/// `stop --call N` reaches a foreground run, which has no control socket, through a durable
+/// cancel intent that it carries out within a second; the sibling call goes on.
+#[test]
+fn a_foreground_run_cancels_one_call_through_an_intent() {
+    let world = World::new();
+    let script = world.ctx.write(
+        "two.js",
+        &format!(
+            "{HEADER}const [a, b] = await parallel([() => agent('slow\\n@mock delay 60000'), () => agent('quick')]);\nreturn {{a, b}};\n"
+        ),
+    );
+    let script = script.to_string_lossy().into_owned();
+    let log = world.ctx.path("foreground.log");
+    let child = world
+        .ctx
+        .command(&["run", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("foreground log"))
+        .spawn()
+        .expect("spawn agentprism run");
+    let foreground = Process { child: Some(child) };
+    let run_id = wait_for("the foreground run", || {
+        let listed = world.run(&["runs", "--all", "--json"]);
+        listed.json().as_array()?.first().and_then(|run| {
+            (run["status"] == "running").then(|| run["runId"].as_str().unwrap().to_owned())
+        })
+    });
+    // Call 0 is live once its prompt reached the agent; until then the owner answers that it
+    // is not a live call, and the cancel is asked again.
+    let cancelled = wait_for("call 0 cancelled", || {
+        let cancel = world.run(&["stop", &run_id, "--call", "0"]);
+        (cancel.code() == 0).then_some(cancel)
+    });
+    assert!(
+        cancelled.stderr.contains("cancelled call 0"),
+        "{}",
+        cancelled.stderr
+    );
+    let exit = foreground.wait();
+    assert_eq!(
+        exit.code(),
+        Some(0),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let done = world.status(&run_id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["outcome"]["result"]["a"], Value::Null, "{done}");
+    assert!(done["outcome"]["result"]["b"].is_string(), "{done}");
+    let acks = world.acks(&run_id);
+    assert!(
+        acks.iter()
+            .any(|ack| ack["cancelled"] == true && ack["callIndex"] == 0),
+        "{acks:?}"
+    );
+}
+
 /// The MCP `workflow` tool of another daemon routes stop the same way: `forceOwner` is
 /// refused for a current owner, a plain stop settles in the owner.
 #[test]
