@@ -8,6 +8,7 @@ mod discovery;
 mod engine;
 mod interop;
 mod mcp_core;
+mod mcp_defects;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
