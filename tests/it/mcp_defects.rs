@@ -351,3 +351,80 @@ async fn resource_links_go_only_to_sessions_that_know_them() {
         assert_eq!(kinds[0], "text", "{version}");
     }
 }
+
+/// Defect 6: with a daemon running, `agentprism runs rm` goes through it (the signed control
+/// socket), so its MCP sessions hear `resources/list_changed`.
+#[test]
+fn runs_rm_through_the_daemon_tells_its_sessions() {
+    use std::io::{Read, Write};
+
+    use crate::daemon::{
+        HEADER, World, mcp_post, open_session, start_run_over_http, wait_for, wait_ready,
+    };
+    use crate::support::context::DEADLINE;
+
+    let world = World::new();
+    let _daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    let port = record.port;
+    let session = open_session(port);
+
+    // The session's GET stream, read as raw bytes.
+    let mut get = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    get.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        get,
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\
+         Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut read_until = |count: usize| {
+        let mut buffer = [0u8; 4096];
+        while seen.matches("notifications/resources/list_changed").count() < count {
+            let n = get
+                .read(&mut buffer)
+                .unwrap_or_else(|e| panic!("waiting for list change {count}: {e}\n{seen}"));
+            assert!(n > 0, "the GET stream ended:\n{seen}");
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    };
+
+    // A run that pauses at a checkpoint: its admission is the only list change before rm.
+    let script = format!("{HEADER}await agent('hi');\nawait checkpoint('go on?');\nreturn 1;\n");
+    let run_id = start_run_over_http(port, &session, &world.ctx.project(), &script);
+    read_until(1);
+    let status = |run_id: &str| {
+        mcp_post(
+            port,
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+                "name": "workflow", "arguments": {"action": "status", "runId": run_id}}}),
+        )
+        .json()["result"]
+            .clone()
+    };
+    wait_for("the run to pause", DEADLINE, || {
+        (status(&run_id)["structuredContent"]["status"] == "paused").then_some(())
+    });
+
+    let removed = world.run(&["runs", "rm", &run_id]);
+    assert_eq!(removed.code(), 0, "{}", removed.stderr);
+    assert!(
+        removed.stderr.contains("through the daemon"),
+        "{}",
+        removed.stderr
+    );
+    read_until(2);
+    let gone = status(&run_id);
+    assert_eq!(gone["isError"], true, "{gone}");
+
+    // An unknown run is refused by the daemon with the usual text.
+    let again = world.run(&["runs", "rm", &run_id]);
+    assert_ne!(again.code(), 0);
+    assert!(
+        again.stderr.contains("No workflow run found"),
+        "{}",
+        again.stderr
+    );
+}
