@@ -1223,8 +1223,24 @@ async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
         let engine = build_engine(env, false).await?;
         if let Some(RunsAction::Rm { run_id }) = &args.action {
             let run_id = parse_run_id(run_id)?;
-            engine.delete(&run_id).await.map_err(engine_error)?;
-            note!("deleted run {run_id}");
+            // A running daemon deletes it, so that its MCP sessions hear of it.
+            let paths = crate::discovery::Paths::new(persistence_root(env)?);
+            let owner = engine.owner().owner_id.clone();
+            match crate::daemon::control::delete_through_daemon(&paths, &owner, &run_id).await {
+                crate::daemon::control::DaemonDelete::Deleted { pid } => {
+                    note!("deleted run {run_id} (through the daemon, pid {pid})");
+                }
+                crate::daemon::control::DaemonDelete::Refused(message) => {
+                    return Err(input_error(message));
+                }
+                crate::daemon::control::DaemonDelete::UnknownRun => {
+                    return Err(engine_error(EngineError::UnknownRun(run_id)));
+                }
+                crate::daemon::control::DaemonDelete::NoDaemon => {
+                    engine.delete(&run_id).await.map_err(engine_error)?;
+                    note!("deleted run {run_id}");
+                }
+            }
             return Ok(EXIT_COMPLETED);
         }
         let project = if args.all {

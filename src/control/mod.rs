@@ -51,6 +51,8 @@ pub mod kinds {
     pub const RUN_CONTROL: &str = "run-control";
     /// Exit, bound to this instance id (a signal could hit a reused pid).
     pub const SHUTDOWN: &str = "shutdown";
+    /// Delete a stored run (`agentprism runs rm`) so the daemon's MCP sessions hear of it.
+    pub const DELETE_RUN: &str = "delete-run";
 }
 
 /// Who sent a message: the `from` of requests and answers. Only `instanceId` is signed; pid

@@ -25,9 +25,9 @@ use crate::discovery::record::read_instance_records;
 use crate::discovery::{
     DaemonRecord, DaemonState, Paths, RecordRead, RunControlKey, process_alive_as,
 };
-use crate::engine::Engine;
 use crate::engine::manager::{OwnerRoute, Unforwarded};
-use crate::model::Lease;
+use crate::engine::{Engine, EngineError};
+use crate::model::{Lease, RunId};
 
 /// The daemon's [`ControlHandler`].
 pub struct DaemonControl {
@@ -39,6 +39,9 @@ pub struct DaemonControl {
     /// Where run-control work runs: the engine's runtime, not the front one that serves the
     /// socket (a setup answer can start an execution, which must live with the others).
     pub engine_runtime: tokio::runtime::Handle,
+    /// The MCP face of the engine: `delete-run` goes through it so that its sessions get
+    /// `resources/list_changed` and lose their subscriptions to the run.
+    pub workflow: Arc<crate::tools::WorkflowServer>,
 }
 
 #[async_trait::async_trait]
@@ -84,11 +87,122 @@ impl ControlHandler for DaemonControl {
                     .await
                     .map_err(|error| ControlError::Internal(error.to_string()))?
             }
+            kinds::DELETE_RUN => {
+                let run_id = body
+                    .get("runId")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ControlError::InvalidOperation("runId is required".into()))
+                    .and_then(|text| {
+                        RunId::parse(text)
+                            .map_err(|e| ControlError::InvalidOperation(format!("runId: {e}")))
+                    })?;
+                let workflow = self.workflow.clone();
+                self.engine_runtime
+                    .spawn(async move {
+                        match workflow.delete_run(&run_id).await {
+                            Ok(()) => Ok(json!({"outcome": "deleted", "runId": run_id})),
+                            Err(EngineError::UnknownRun(run_id)) => {
+                                Err(ControlError::UnknownRun(run_id.to_string()))
+                            }
+                            Err(EngineError::Rejected(message)) => {
+                                Err(ControlError::InvalidOperation(message))
+                            }
+                            Err(EngineError::Store(error)) => {
+                                Err(ControlError::Internal(error.to_string()))
+                            }
+                        }
+                    })
+                    .await
+                    .map_err(|error| ControlError::Internal(error.to_string()))?
+            }
             other => Err(ControlError::InvalidOperation(format!(
                 "unknown kind {other:?}"
             ))),
         }
     }
+}
+
+/// How `agentprism runs rm` went when it asked a daemon to delete the run.
+#[derive(Debug)]
+pub enum DaemonDelete {
+    /// A live daemon deleted it and told its sessions.
+    Deleted { pid: u32 },
+    /// No live daemon of this user could be asked: delete here.
+    NoDaemon,
+    /// The daemon knows no such run.
+    UnknownRun,
+    /// A daemon refused (unknown run, a running run); its message.
+    Refused(String),
+}
+
+/// Asks a live daemon of this user to delete `run_id` over the signed control socket, so
+/// the MCP sessions it serves hear of it (`resources/list_changed`). Current daemons are
+/// asked before superseded ones, the newest first; one that cannot be reached is skipped.
+pub async fn delete_through_daemon(paths: &Paths, owner_id: &str, run_id: &RunId) -> DaemonDelete {
+    let Ok(key) = RunControlKey::load(&paths.run_control_key()) else {
+        return DaemonDelete::NoDaemon;
+    };
+    let scanned = paths.clone();
+    let mut daemons: Vec<DaemonRecord> = tokio::task::spawn_blocking(move || {
+        read_instance_records(&scanned)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|file| match file.read {
+                RecordRead::Ours(record) => Some(record),
+                _ => None,
+            })
+            .filter(|record| record.control_protocol >= 1 && process_alive_as(record).is_alive())
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    daemons.sort_by_key(|record| {
+        (
+            record.state == DaemonState::Superseded,
+            std::cmp::Reverse(record.started_at),
+        )
+    });
+    let client = ControlClient::new(
+        key,
+        Identity {
+            instance_id: owner_id.to_owned(),
+            pid: std::process::id(),
+            version: super::version().to_owned(),
+        },
+    );
+    let op = uuid::Uuid::new_v4().to_string();
+    for record in daemons {
+        let Some(socket) = crate::control::socket_path_from_url(&record.control_url) else {
+            continue;
+        };
+        match client
+            .call(
+                &socket,
+                &record.instance_id,
+                kinds::DELETE_RUN,
+                &op,
+                &json!({"runId": run_id}),
+            )
+            .await
+        {
+            Ok(_) => return DaemonDelete::Deleted { pid: record.pid },
+            Err(ControlClientError::Rejected(error)) => {
+                // A daemon from before `delete-run` does not know the kind: try the next,
+                // or delete here.
+                if error.code() == crate::control::codes::INVALID_OPERATION
+                    && error.message().starts_with("unknown kind")
+                {
+                    continue;
+                }
+                if error.code() == crate::control::codes::UNKNOWN_RUN {
+                    return DaemonDelete::UnknownRun;
+                }
+                return DaemonDelete::Refused(error.message().to_owned());
+            }
+            Err(_) => continue,
+        }
+    }
+    DaemonDelete::NoDaemon
 }
 
 /// The daemon record of the process holding `lease`, if one is live: pid and process start

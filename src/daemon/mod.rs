@@ -403,6 +403,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
                 superseded: superseded_sender.clone(),
             },
             engine_runtime: tokio::runtime::Handle::current(),
+            workflow: handler.clone(),
         });
         front
             .handle()

@@ -927,8 +927,19 @@ impl Engine {
                     "operation {operation_id} was already used with different inputs"
                 )));
             }
-            return admission_from_receipt(&receipt.response)
-                .ok_or_else(|| EngineError::Rejected("stored receipt is unreadable".into()));
+            // A receipt answers only while the generation it started is the run's latest
+            // and still going (or done): once that generation was stopped, paused or failed,
+            // the same request resumes again (docs/api.md, "Exact retries").
+            let record = self.load_reconciled(&run_id).await?;
+            let stands = receipt.generation == record.generation
+                && !matches!(
+                    record.status,
+                    RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed
+                );
+            if stands {
+                return admission_from_receipt(&receipt.response)
+                    .ok_or_else(|| EngineError::Rejected("stored receipt is unreadable".into()));
+            }
         }
         let mut record = self.load_reconciled(&run_id).await?;
         match record.status {

@@ -112,6 +112,9 @@ pub struct RequestContext {
     pub client_info: Option<Value>,
     /// `params._meta.progressToken`, if the client asked for progress.
     pub progress_token: Option<Value>,
+    /// The request's `params._meta` (`Null` without one), for keys a handler defines
+    /// itself, such as the workflow server's idempotency key.
+    pub meta: Value,
     /// Fires on `notifications/cancelled` for this request, a closed stateless response
     /// stream, or server shutdown.
     pub cancel: CancellationToken,
@@ -261,8 +264,9 @@ pub trait McpHandler: Send + Sync + 'static {
 
     async fn list_tools(&self, ctx: &RequestContext, cursor: Option<&str>) -> McpResult<Value>;
 
-    /// `tools/call`. Unknown tools and malformed arguments are JSON-RPC errors; failures of the
-    /// tool itself are results with `isError: true`.
+    /// `tools/call`. An unknown tool is a JSON-RPC error; arguments the tool refuses and
+    /// failures of the tool itself are results with `isError: true` (MCP 2025-11-25), so
+    /// the model can correct itself.
     async fn call_tool(
         &self,
         ctx: &RequestContext,

@@ -209,7 +209,7 @@ pub struct McpServer {
     options: ServerOptions,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// In-flight requests by (scope, id key), for `notifications/cancelled`.
-    inflight: Mutex<HashMap<(String, String), CancellationToken>>,
+    inflight: Mutex<HashMap<(String, String), Inflight>>,
     /// Cancels every request and closes every session stream.
     shutdown: CancellationToken,
 }
@@ -342,8 +342,11 @@ impl McpServer {
             "notifications/cancelled" => {
                 if let Some(id) = params.get("requestId") {
                     let key = (cancel_scope(transport), jsonrpc::id_key(id));
-                    if let Some(token) = self.inflight.lock().expect("inflight lock").get(&key) {
-                        token.cancel();
+                    if let Some(inflight) = self.inflight.lock().expect("inflight lock").get(&key) {
+                        inflight
+                            .by_client
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        inflight.token.cancel();
                     }
                 }
             }
@@ -408,10 +411,14 @@ impl McpServer {
 
         let token = self.shutdown.child_token();
         let key = (cancel_scope(&transport), jsonrpc::id_key(&id));
-        self.inflight
-            .lock()
-            .expect("inflight lock")
-            .insert(key.clone(), token.clone());
+        let cancelled_by_client = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.inflight.lock().expect("inflight lock").insert(
+            key.clone(),
+            Inflight {
+                token: token.clone(),
+                by_client: cancelled_by_client.clone(),
+            },
+        );
         let (sender, mut receiver) = mpsc::unbounded_channel::<Notification>();
         let log_meta = request
             .params
@@ -430,6 +437,7 @@ impl McpServer {
                 .get("_meta")
                 .and_then(|meta| meta.get("progressToken"))
                 .cloned(),
+            meta: request.params.get("_meta").cloned().unwrap_or(Value::Null),
             cancel: token.clone(),
             notifier: RequestNotifier::new(sender),
         };
@@ -471,13 +479,20 @@ impl McpServer {
             forward(notification);
         }
         self.inflight.lock().expect("inflight lock").remove(&key);
+        // The client said it no longer wants an answer (`notifications/cancelled`): it gets
+        // none, whatever the handler made of the cancellation.
+        if cancelled_by_client.load(std::sync::atomic::Ordering::Relaxed) {
+            return Outcome::accepted();
+        }
 
         match result {
             Ok(result) => {
-                let result = if era.is_modern() {
-                    self.shape_modern(&request.method, result)
-                } else {
-                    result
+                let result = match &era {
+                    Era::Modern { .. } => self.shape_modern(&request.method, result),
+                    Era::Legacy { version } if request.method == "tools/call" => {
+                        without_links_before_2025_06_18(version, result)
+                    }
+                    Era::Legacy { .. } => result,
                 };
                 Outcome {
                     response: Some(jsonrpc::success_response(&id, result)),
@@ -719,21 +734,24 @@ impl McpServer {
         let tools = wants("toolsListChanged", "tools");
         let prompts = wants("promptsListChanged", "prompts");
         let resources = wants("resourcesListChanged", "resources");
-        let subscriptions: Vec<String> =
-            if capabilities.get("resources").is_some_and(|c| !c.is_null()) {
-                requested
-                    .get("resourceSubscriptions")
-                    .and_then(Value::as_array)
-                    .map(|uris| {
-                        uris.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
+        // Only URIs the handler would let a legacy session subscribe to are honoured; the
+        // acknowledgement leaves the others out, so the client sees at once which of its
+        // subscriptions will never fire (a query URI, an unknown run).
+        let mut subscriptions: Vec<String> = Vec::new();
+        if capabilities.get("resources").is_some_and(|c| !c.is_null()) {
+            let uris = requested
+                .get("resourceSubscriptions")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for uri in uris.iter().filter_map(Value::as_str) {
+                if !subscriptions.iter().any(|known| known == uri)
+                    && self.handler.check_subscribe(ctx, uri).await.is_ok()
+                {
+                    subscriptions.push(uri.to_owned());
+                }
+            }
+        }
         let mut honoured = Map::new();
         if tools {
             honoured.insert("toolsListChanged".into(), true.into());
@@ -793,6 +811,7 @@ impl McpServer {
                 | "resources/templates/list"
                 | "prompts/list"
                 | "resources/read"
+                | "resources/directory/read"
                 | "server/discover"
         );
         if cacheable {
@@ -858,6 +877,26 @@ impl SessionEvents {
             return Some(message);
         }
     }
+}
+
+/// One request being handled: its cancellation, and whether the client asked for it.
+struct Inflight {
+    token: CancellationToken,
+    /// Set by `notifications/cancelled`; such a request gets no response.
+    by_client: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// `resource_link` content blocks arrived with 2025-06-18; an older session's client may
+/// reject a result that has one, so its tool results keep only the other blocks.
+fn without_links_before_2025_06_18(version: &str, mut result: Value) -> Value {
+    // Versions are dates, so they order as strings.
+    if version >= "2025-06-18" {
+        return result;
+    }
+    if let Some(content) = result.get_mut("content").and_then(Value::as_array_mut) {
+        content.retain(|block| block.get("type").and_then(Value::as_str) != Some("resource_link"));
+    }
+    result
 }
 
 fn cancel_scope(transport: &TransportContext) -> String {

@@ -46,6 +46,9 @@ pub struct Session {
     streams: Mutex<StreamLogs>,
     /// Streams opened by GET, which go on live after a replay.
     standalone: Mutex<HashSet<u64>>,
+    /// The GET stream that records the session's notifications now, and what stops its
+    /// recorder when a newer GET stream takes over.
+    current_standalone: Mutex<Option<(u64, CancellationToken)>>,
     /// Woken whenever any stream of this session gets an event or finishes.
     stream_changed: Notify,
 }
@@ -100,6 +103,7 @@ impl Session {
             closed: CancellationToken::new(),
             streams: Mutex::new(StreamLogs::default()),
             standalone: Mutex::new(HashSet::new()),
+            current_standalone: Mutex::new(None),
             stream_changed: Notify::new(),
         }
     }
@@ -156,6 +160,26 @@ impl Session {
         let stream = logs.next_stream;
         logs.streams.insert(stream, StreamLog::default());
         stream
+    }
+
+    /// Opens the session's standalone (GET) stream, which logs the session's notifications
+    /// whether or not a client is connected to it, so a client that reconnects with
+    /// `Last-Event-ID` gets what it missed. A newer GET stream without `Last-Event-ID`
+    /// replaces it: the older one is finished, and the returned token of its recorder fires.
+    pub fn open_standalone_stream(&self) -> (u64, CancellationToken) {
+        let stream = self.open_stream();
+        self.mark_standalone(stream);
+        let recording = self.closed.child_token();
+        let previous = self
+            .current_standalone
+            .lock()
+            .expect("standalone lock")
+            .replace((stream, recording.clone()));
+        if let Some((old, old_recording)) = previous {
+            old_recording.cancel();
+            self.finish_stream(old);
+        }
+        (stream, recording)
     }
 
     pub fn mark_standalone(&self, stream: u64) {

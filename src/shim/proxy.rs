@@ -222,6 +222,9 @@ pub struct Proxy {
     subscriptions: BTreeMap<String, Frame>,
     /// Open `subscriptions/listen` streams by request id.
     listens: BTreeMap<String, Frame>,
+    /// Legacy requests the host cancelled (`notifications/cancelled`), by id: the daemon
+    /// sends no answer for them, so a stream that ends without one is no loss.
+    cancelled: std::collections::HashSet<String>,
     /// Frames waiting to be sent, in client order.
     queue: BTreeMap<u64, Frame>,
     /// The frame that must be taken before the next is sent.
@@ -259,6 +262,7 @@ impl Proxy {
             seen_modern: false,
             subscriptions: BTreeMap::new(),
             listens: BTreeMap::new(),
+            cancelled: std::collections::HashSet::new(),
             queue: BTreeMap::new(),
             blocked_on: None,
             in_flight: HashMap::new(),
@@ -327,6 +331,15 @@ impl Proxy {
                     self.seen_modern = true;
                 }
                 if let Some(cancelled) = &frame.cancels {
+                    let pending = self
+                        .in_flight
+                        .values()
+                        .map(|flight| &flight.frame)
+                        .chain(self.queue.values())
+                        .any(|waiting| waiting.id.as_ref() == Some(cancelled));
+                    if frame.modern.is_none() && pending {
+                        self.cancelled.insert(cancelled.to_string());
+                    }
                     self.cancel_stateless(cancelled);
                 }
                 self.queue.insert(frame.seq, *frame);
@@ -497,6 +510,16 @@ impl Proxy {
         }
         let frame = flight.frame;
         let mut lost = None;
+        let cancelled = frame
+            .id
+            .as_ref()
+            .is_some_and(|id| self.cancelled.remove(&id.to_string()));
+        // The daemon answers no request the host cancelled: its stream ending without an
+        // answer is what was asked for, not a lost daemon.
+        let result = match result {
+            Posted::Lost(_) if cancelled => Posted::Cancelled,
+            other => other,
+        };
         match result {
             Posted::Answered {
                 session,
@@ -828,6 +851,9 @@ async fn post(plan: &PostPlan, frame: &Frame, output: &Output) -> Posted {
             if !plan.swallow && (frame.is_request() || (200..300).contains(&status)) {
                 output.write(&message);
             }
+        } else if frame.is_request() && status == 202 {
+            // Accepted without an answer: the host cancelled the request.
+            return Posted::Cancelled;
         } else if frame.is_request() {
             let message = frames::error_response(
                 frame.id.as_ref().unwrap_or(&Value::Null),

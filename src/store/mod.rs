@@ -137,7 +137,9 @@ pub trait Store: Send + Sync + 'static {
 
     async fn checkpoint_answers(&self, run_id: &RunId) -> StoreResult<Vec<CheckpointAnswer>>;
 
-    /// Records an operation receipt unless one with that id exists; returns the one that stands.
+    /// Records an operation receipt unless one with that id exists for the same or a newer
+    /// generation (a receipt of an older generation is replaced: the operation resumed the
+    /// run again); returns the one that stands.
     async fn put_receipt(
         &self,
         run_id: &RunId,

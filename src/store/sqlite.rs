@@ -437,9 +437,13 @@ impl Store for SqliteStore {
         let run_key = run_key(&transaction, run_id)?;
         transaction
             .prepare_cached(
-                "INSERT OR IGNORE INTO receipts
+                "INSERT INTO receipts
                      (run_key, operation_id, generation, input_digest, created_at, response)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (run_key, operation_id) DO UPDATE SET
+                     generation = excluded.generation, input_digest = excluded.input_digest,
+                     created_at = excluded.created_at, response = excluded.response
+                 WHERE excluded.generation > receipts.generation",
             )
             .and_then(|mut statement| {
                 statement.execute(rusqlite::params![
@@ -2081,7 +2085,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn checkpoint_answers_and_receipts_are_first_writer_wins() {
+    async fn checkpoint_answers_and_receipts_are_first_writer_wins_per_generation() {
         let (_folder, store, record) = store_with_run().await;
         let id = &record.run_id;
         let first = CheckpointAnswer {
@@ -2130,20 +2134,30 @@ mod tests {
             created_at: 20,
         };
         let retry = OperationReceipt {
-            generation: 3,
             response: json!({ "status": "other" }),
             ..receipt.clone()
         };
         assert_eq!(store.receipt(id, "op-1").await.expect("none yet"), None);
         assert_eq!(store.put_receipt(id, &receipt).await.expect("put"), receipt);
+        // The same generation: the first writer wins.
         assert_eq!(
             store.put_receipt(id, &retry).await.expect("put again"),
             receipt
         );
         assert_eq!(
             store.receipt(id, "op-1").await.expect("read"),
-            Some(receipt)
+            Some(receipt.clone())
         );
+        // The same operation resumed the run again (its receipt had gone stale): the newer
+        // generation's receipt replaces it, and an older one never comes back.
+        let newer = OperationReceipt {
+            generation: 3,
+            response: json!({ "status": "running", "generation": 3 }),
+            created_at: 30,
+            ..receipt.clone()
+        };
+        assert_eq!(store.put_receipt(id, &newer).await.expect("newer"), newer);
+        assert_eq!(store.put_receipt(id, &receipt).await.expect("older"), newer);
     }
 
     #[tokio::test]

@@ -103,6 +103,8 @@ pub struct WorkflowServer {
     options: WorkflowServerOptions,
     hub: NotificationHub,
     receipts: Mutex<Receipts>,
+    /// Asks the notification bridge for a `resources/list_changed`, which it coalesces.
+    list_changes: tokio::sync::mpsc::UnboundedSender<()>,
     /// Stops the notification bridge and resume work handed off after a timeout.
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -112,11 +114,13 @@ impl WorkflowServer {
     /// Builds the server and starts its notification bridge. Must be called inside a Tokio
     /// runtime; call [`WorkflowServer::shutdown`] to stop the bridge.
     pub fn new(engine: Engine, options: WorkflowServerOptions) -> Arc<WorkflowServer> {
+        let (list_changes, list_requests) = tokio::sync::mpsc::unbounded_channel();
         let server = Arc::new(WorkflowServer {
             engine,
             options,
             hub: NotificationHub::new(),
             receipts: Mutex::new(Receipts::default()),
+            list_changes,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -127,8 +131,14 @@ impl WorkflowServer {
             hub: server.hub.clone(),
             shutdown: server.shutdown.clone(),
         };
-        server.tracker.spawn(bridge.run(notices));
+        server.tracker.spawn(bridge.run(notices, list_requests));
         server
+    }
+
+    /// The list of resources changed (a run was admitted): one coalesced
+    /// `resources/list_changed` goes out at the end of the window (see [`Bridge`]).
+    pub(super) fn list_changed(&self) {
+        let _ = self.list_changes.send(());
     }
 
     pub fn engine(&self) -> &Engine {
@@ -222,22 +232,41 @@ impl McpHandler for WorkflowServer {
                 "unknown tool {name:?}; this server has one tool, {TOOL_NAME:?}"
             )));
         }
-        let action = workflow::parse(&arguments, self.default_project())?;
+        let action = match workflow::parse(&arguments, self.default_project()) {
+            Ok(action) => action,
+            // Bad input is the model's to correct: a tool execution error, not a protocol one.
+            Err(error) => return Ok(workflow::invalid_input(error)),
+        };
         if !action.admits() {
             return self.dispatch(ctx, action, None).await;
         }
         // Run and resume: an exact retry answers from the receipt instead of admitting again.
-        let key = receipt_key(ctx, &arguments);
-        let cell = self.receipt_cell(&key);
-        let operation_id = format!("mcp-{}", &crate::util::sha256_hex(key.as_bytes())[..32]);
-        let answer = cell
+        let is_resume = matches!(action, workflow::Action::Resume(_));
+        let key = match receipt_key(ctx, &arguments, is_resume) {
+            Ok(Some(key)) => key,
+            // A stateless run without an idempotency key is always a new run.
+            Ok(None) => return self.dispatch(ctx, action, None).await,
+            Err(message) => return Ok(workflow::tool_error(message)),
+        };
+        let receipt = match self
+            .receipt(&key, ctx.session_id.is_none() && is_resume)
+            .await
+        {
+            Ok(receipt) => receipt,
+            Err(message) => return Ok(workflow::tool_error(message)),
+        };
+        let operation_id = format!("mcp-{}", &crate::util::sha256_hex(key.id.as_bytes())[..32]);
+        let answer = receipt
+            .answer
             .get_or_try_init(|| async {
                 let value = self
                     .dispatch(ctx, action, Some(operation_id))
                     .await
                     .map_err(Uncached::Error)?;
-                // A request cancelled before admission has no answer worth repeating.
-                if ctx.cancel.is_cancelled() && value["isError"] == true {
+                // A request cancelled before admission has no answer worth repeating; nor,
+                // without a session, has a refusal: the retry tries again.
+                let stateless = ctx.session_id.is_none();
+                if (ctx.cancel.is_cancelled() || stateless) && value["isError"] == true {
                     return Err(Uncached::Answer(value));
                 }
                 Ok(value)
@@ -314,49 +343,176 @@ enum Uncached {
 }
 
 impl WorkflowServer {
-    fn receipt_cell(&self, key: &str) -> Arc<OnceCell<Value>> {
-        let mut receipts = self.receipts.lock().unwrap_or_else(|e| e.into_inner());
-        receipts.cell(key)
+    /// The receipt for `key`, made when there is none. The same key with other arguments is
+    /// refused. For a stateless resume (`check_generation`) a receipt whose answer no longer
+    /// describes the run (a newer generation, or the generation it started was stopped or
+    /// paused since) is replaced by a fresh one, so the request resumes again.
+    async fn receipt(
+        &self,
+        key: &ReceiptKey,
+        check_generation: bool,
+    ) -> Result<Arc<Receipt>, String> {
+        let receipt = self.lock_receipts().get_or_insert(&key.id, &key.digest);
+        if receipt.digest != key.digest {
+            return Err(format!(
+                "{} was already used with different arguments; use a new key for a new request",
+                key.describe
+            ));
+        }
+        let stale = match receipt.answer.get() {
+            Some(answer) if check_generation => !self.resume_still_stands(answer).await,
+            _ => false,
+        };
+        if !stale {
+            return Ok(receipt);
+        }
+        let mut receipts = self.lock_receipts();
+        // Another retry may have replaced it meanwhile: share that one.
+        if let Some(current) = receipts.get(&key.id)
+            && !Arc::ptr_eq(&current, &receipt)
+        {
+            return Ok(current);
+        }
+        receipts.remove(&key.id);
+        Ok(receipts.insert(&key.id, &key.digest))
     }
-}
 
-/// Exact-retry identity (engine.md Decision 6): the session and JSON-RPC id, or for a
-/// stateless request the id and a digest of the arguments.
-fn receipt_key(ctx: &RequestContext, arguments: &Value) -> String {
-    let id = ctx.request_id.to_string();
-    match &ctx.session_id {
-        Some(session) => format!("s\u{0}{session}\u{0}{id}"),
-        None => {
-            let digest = crate::util::sha256_hex(
-                crate::engine::journal::canonical_json(arguments).as_bytes(),
-            );
-            format!("n\u{0}{id}\u{0}{digest}")
+    /// Whether a resume acknowledgement still describes the run: the generation it started
+    /// is the latest, and it has not been stopped, paused or failed since.
+    async fn resume_still_stands(&self, answer: &Value) -> bool {
+        let acknowledged = answer
+            .pointer("/structuredContent/continuation/generation")
+            .and_then(Value::as_u64);
+        let Some(run_id) = answer
+            .pointer("/structuredContent/runId")
+            .and_then(Value::as_str)
+            .and_then(|id| RunId::parse(id).ok())
+        else {
+            return false;
+        };
+        match self.engine.load_reconciled(&run_id).await {
+            Ok(record) => {
+                acknowledged == Some(u64::from(record.generation))
+                    && !matches!(
+                        record.status,
+                        RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed
+                    )
+            }
+            Err(_) => false,
         }
     }
+
+    fn lock_receipts(&self) -> std::sync::MutexGuard<'_, Receipts> {
+        self.receipts.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
-/// Bounded receipts of run/resume answers, one cell per request identity. A retry that
-/// arrives while the first request still prepares waits on the same cell.
+/// The `_meta` key that makes a stateless `run` retryable (docs/api.md, "Exact retries").
+pub const IDEMPOTENCY_KEY_META: &str = "agentprism/idempotencyKey";
+/// Longest idempotency key accepted, in bytes.
+const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
+
+/// What identifies one run/resume request for exact retries.
+struct ReceiptKey {
+    /// The receipt table's key; the engine's operation id is derived from it.
+    id: String,
+    /// Digest of the arguments: a receipt answers only the same arguments.
+    digest: String,
+    /// How the key is named in an error.
+    describe: String,
+}
+
+/// Exact-retry identity (docs/api.md). In a legacy session: the session and the JSON-RPC
+/// id, which is unique there. Stateless, where every client numbers its requests from 1:
+/// the client's `_meta["agentprism/idempotencyKey"]` with the arguments; without one a `run`
+/// has no identity (it always admits a new run) and a `resume` is known by its id and
+/// arguments, its receipt checked against the run before it answers.
+fn receipt_key(
+    ctx: &RequestContext,
+    arguments: &Value,
+    is_resume: bool,
+) -> Result<Option<ReceiptKey>, String> {
+    let id = ctx.request_id.to_string();
+    if let Some(session) = &ctx.session_id {
+        return Ok(Some(ReceiptKey {
+            id: format!("s\u{0}{session}\u{0}{id}"),
+            // A legacy retry is known by its id alone.
+            digest: String::new(),
+            describe: format!("request id {id}"),
+        }));
+    }
+    let digest =
+        crate::util::sha256_hex(crate::engine::journal::canonical_json(arguments).as_bytes());
+    let action = if is_resume { "resume" } else { "run" };
+    match ctx.meta.get(IDEMPOTENCY_KEY_META) {
+        None | Some(Value::Null) => {}
+        Some(Value::String(key)) if !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY_BYTES => {
+            return Ok(Some(ReceiptKey {
+                id: format!("k\u{0}{action}\u{0}{key}"),
+                digest,
+                describe: format!("_meta[\"{IDEMPOTENCY_KEY_META}\"] {key:?}"),
+            }));
+        }
+        Some(_) => {
+            return Err(format!(
+                "_meta[\"{IDEMPOTENCY_KEY_META}\"] must be a string of 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+            ));
+        }
+    }
+    if !is_resume {
+        return Ok(None);
+    }
+    Ok(Some(ReceiptKey {
+        id: format!("n\u{0}{id}\u{0}{digest}"),
+        digest,
+        describe: format!("request id {id}"),
+    }))
+}
+
+/// One request identity's answer. A retry that arrives while the first request still
+/// prepares waits on the same cell.
+struct Receipt {
+    digest: String,
+    answer: OnceCell<Value>,
+}
+
+/// Bounded receipts of run/resume answers, one per request identity; the oldest go first.
 #[derive(Default)]
 struct Receipts {
-    cells: HashMap<String, Arc<OnceCell<Value>>>,
+    cells: HashMap<String, Arc<Receipt>>,
     order: VecDeque<String>,
 }
 
 impl Receipts {
-    fn cell(&mut self, key: &str) -> Arc<OnceCell<Value>> {
-        if let Some(cell) = self.cells.get(key) {
-            return cell.clone();
+    fn get(&self, key: &str) -> Option<Arc<Receipt>> {
+        self.cells.get(key).cloned()
+    }
+
+    fn get_or_insert(&mut self, key: &str, digest: &str) -> Arc<Receipt> {
+        match self.get(key) {
+            Some(receipt) => receipt,
+            None => self.insert(key, digest),
         }
+    }
+
+    fn insert(&mut self, key: &str, digest: &str) -> Arc<Receipt> {
         while self.order.len() >= MAX_RECEIPTS {
             if let Some(oldest) = self.order.pop_front() {
                 self.cells.remove(&oldest);
             }
         }
-        let cell = Arc::new(OnceCell::new());
-        self.cells.insert(key.to_owned(), cell.clone());
+        let receipt = Arc::new(Receipt {
+            digest: digest.to_owned(),
+            answer: OnceCell::new(),
+        });
+        self.cells.insert(key.to_owned(), receipt.clone());
         self.order.push_back(key.to_owned());
-        cell
+        receipt
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.cells.remove(key);
+        self.order.retain(|known| known != key);
     }
 
     fn forget_session(&mut self, session_id: &str) {
@@ -371,6 +527,11 @@ impl Receipts {
 /// and a dirty run gets one trailing notification when its window ends. So a burst of a
 /// thousand events costs a subscriber a handful of re-reads, and the last hint always comes
 /// after the last append.
+///
+/// List changes (an admission, a result that became available) are trailing only: the first
+/// opens a window, and one `resources/list_changed` goes out when it ends, whatever else
+/// changed the list meanwhile. So a run admitted and completed within the window is one
+/// change, not two; deletions still notify at once ([`WorkflowServer::delete_run`]).
 struct Bridge {
     engine: Engine,
     hub: NotificationHub,
@@ -383,14 +544,30 @@ struct Window {
 }
 
 impl Bridge {
-    async fn run(self, mut notices: tokio::sync::broadcast::Receiver<RunNotice>) {
+    async fn run(
+        self,
+        mut notices: tokio::sync::broadcast::Receiver<RunNotice>,
+        mut list_requests: tokio::sync::mpsc::UnboundedReceiver<()>,
+    ) {
         let mut windows: HashMap<RunId, Window> = HashMap::new();
+        let mut list_window: Option<tokio::time::Instant> = None;
         loop {
             let next_end = windows.values().map(|w| w.ends).min();
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
+                Some(()) = list_requests.recv() => {
+                    list_window.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE_WINDOW);
+                }
+                _ = sleep_until(list_window), if list_window.is_some() => {
+                    list_window = None;
+                    self.hub.publish(ServerEvent::ResourcesListChanged);
+                }
                 notice = notices.recv() => match notice {
-                    Ok(notice) => self.notice(notice, &mut windows).await,
+                    Ok(notice) => {
+                        if self.notice(notice, &mut windows).await {
+                            list_window.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE_WINDOW);
+                        }
+                    }
                     // Missed notices: the trailing hints of open windows still go out, and
                     // readers catch up from their durable cursor.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -419,35 +596,40 @@ impl Bridge {
         }
     }
 
-    async fn notice(&self, notice: RunNotice, windows: &mut HashMap<RunId, Window>) {
+    /// Handles one notice; returns whether it changed the resource list.
+    async fn notice(&self, notice: RunNotice, windows: &mut HashMap<RunId, Window>) -> bool {
         match notice {
-            RunNotice::Event { run_id, .. } => match windows.get_mut(&run_id) {
-                Some(window) => window.dirty = true,
-                None => {
-                    self.updated(&run_id);
-                    windows.insert(
-                        run_id,
-                        Window {
-                            ends: tokio::time::Instant::now() + COALESCE_WINDOW,
-                            dirty: false,
-                        },
-                    );
+            RunNotice::Event { run_id, .. } => {
+                match windows.get_mut(&run_id) {
+                    Some(window) => window.dirty = true,
+                    None => {
+                        self.updated(&run_id);
+                        windows.insert(
+                            run_id,
+                            Window {
+                                ends: tokio::time::Instant::now() + COALESCE_WINDOW,
+                                dirty: false,
+                            },
+                        );
+                    }
                 }
-            },
+                false
+            }
             RunNotice::Settled { run_id, status } => {
                 // The settled record (and every event) is durable now: one last hint.
                 self.updated(&run_id);
                 if let Some(window) = windows.get_mut(&run_id) {
                     window.dirty = false;
                 }
-                if status == RunStatus::Completed.as_str()
-                    && let Ok(record) = self.engine.store().load_run(&run_id).await
-                    && record.result.is_some()
-                {
-                    self.hub.publish(ServerEvent::ResourcesListChanged);
-                }
+                status == RunStatus::Completed.as_str()
+                    && self
+                        .engine
+                        .store()
+                        .load_run(&run_id)
+                        .await
+                        .is_ok_and(|record| record.result.is_some())
             }
-            RunNotice::Permission { .. } => {}
+            RunNotice::Permission { .. } => false,
         }
     }
 

@@ -244,7 +244,9 @@ fn directory(params: &Value) -> McpResult<Value> {
     if children.is_empty() {
         return Err(not_directory());
     }
-    Ok(json!({"resources": children}))
+    // The same caching fields as skills/list: a 2026-07-28 client (the TypeScript SDK's
+    // SkillsClient) refuses a page without them.
+    Ok(json!({"resources": children, "ttlMs": TTL_MS, "cacheScope": "public"}))
 }
 
 #[cfg(test)]
@@ -256,5 +258,20 @@ mod tests {
         let front = frontmatter();
         assert_eq!(front["name"], SKILL_NAME);
         assert!(front["description"].as_str().is_some_and(|d| d.len() > 20));
+    }
+
+    /// Issue 10, defect 3: the TypeScript SDK's SkillsClient throws on a 2026-07-28
+    /// directory page without its caching fields.
+    #[test]
+    fn directory_pages_carry_the_caching_fields() {
+        for uri in [
+            format!("{SCHEME}{SKILL_NAME}"),
+            format!("{SCHEME}{SKILL_NAME}/references"),
+        ] {
+            let page = directory(&json!({ "uri": uri })).expect("a directory");
+            assert_eq!(page["ttlMs"], TTL_MS, "{page}");
+            assert_eq!(page["cacheScope"], "public", "{page}");
+            assert!(page["resources"].as_array().is_some_and(|r| !r.is_empty()));
+        }
     }
 }

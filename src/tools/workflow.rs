@@ -17,7 +17,7 @@ use crate::engine::runner::PermissionOutcome;
 use crate::engine::{
     Admission, EngineError, LimitOverrides, ResumeRequest, RunRequest, ScriptInput, StatusQuery,
 };
-use crate::mcp::handler::{McpError, McpResult, RequestContext, ServerEvent};
+use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::model::RunId;
 
 use super::{OBSERVATION_CEILING, PREPARATION_CEILING, WorkflowServer, resources, text};
@@ -191,7 +191,8 @@ pub(super) fn tool_definition() -> Value {
     })
 }
 
-/// Validates `arguments` into an [`Action`]; every violation is a -32602 error.
+/// Validates `arguments` into an [`Action`]; every violation is an error naming the field
+/// (the caller turns it into a tool execution error, [`invalid_input`]).
 pub(super) fn parse(arguments: &Value, default_project: Option<&Path>) -> McpResult<Action> {
     let empty = Map::new();
     let fields = match arguments {
@@ -212,20 +213,23 @@ pub(super) fn parse(arguments: &Value, default_project: Option<&Path>) -> McpRes
                 "workflow: field \"action\" must be a string, one of {}; got {}",
                 action_names.join(", "),
                 kind_of(other)
-            )));
+            ))
+            .with_data(json!({"action": null, "field": "action", "accepted": action_names})));
         }
         None => {
             return Err(McpError::invalid_params(format!(
                 "workflow: field \"action\" is required; one of {}",
                 action_names.join(", ")
-            )));
+            ))
+            .with_data(json!({"action": null, "field": "action", "accepted": action_names})));
         }
     };
     let Some((action, accepted)) = ACTIONS.iter().find(|(name, _)| *name == action) else {
         return Err(McpError::invalid_params(format!(
             "workflow: unknown action {action:?}; one of {}",
             action_names.join(", ")
-        )));
+        ))
+        .with_data(json!({"action": action, "field": "action", "accepted": action_names})));
     };
     let input = Input {
         action,
@@ -642,6 +646,20 @@ pub(super) fn tool_error(message: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": message.into()}], "isError": true})
 }
 
+/// Arguments [`parse`] refused, as a tool execution error (MCP 2025-11-25) so the model can
+/// correct the call: the same text, and `structuredContent.error` = `{action, field,
+/// accepted}` (for a problem with `action` itself, `accepted` lists the actions).
+pub(super) fn invalid_input(error: McpError) -> Value {
+    let detail = error
+        .data
+        .unwrap_or_else(|| json!({"action": null, "field": null, "accepted": []}));
+    json!({
+        "content": [{"type": "text", "text": error.message}],
+        "structuredContent": {"error": detail},
+        "isError": true,
+    })
+}
+
 /// Engine failures: rejections and unknown runs are tool errors; store failures (integrity,
 /// I/O) are JSON-RPC -32603.
 fn engine_failure(error: EngineError) -> McpResult<Value> {
@@ -820,9 +838,12 @@ impl WorkflowServer {
             }
         };
         match result {
+            // No "admitted" progress here: sent this close to the response it can arrive
+            // after it (a client drops a request's progress handler with its response, and
+            // the TypeScript SDK then reports an unknown progress token), so the response
+            // alone says the run was admitted.
             Ok(admission) => {
-                ctx.progress(1.0, Some(1.0), Some("admitted"));
-                self.hub.publish(ServerEvent::ResourcesListChanged);
+                self.list_changed();
                 Ok(acknowledgement("run", &admission))
             }
             Err(EngineError::Rejected(_)) if timed_out => Ok(tool_error(format!(

@@ -627,8 +627,35 @@ impl State {
         let keep_alive = self.options.keep_alive;
         let retry_ms = self.options.retry_ms;
         let stopping = self.stopping.clone();
-        let Some(mut events) = self.server.session_events(session_id) else {
-            return plain(StatusCode::NOT_FOUND, "session not found");
+        let (stream, cursor, priming) = match resume {
+            Some((stream, after)) => (stream, after, None),
+            None => {
+                // A new standalone stream: its recorder logs the session's notifications for
+                // as long as the stream is the session's current one, connected or not, and
+                // every GET on it (this one, and later ones with `Last-Event-ID`) reads the log.
+                let Some(mut events) = self.server.session_events(session_id) else {
+                    return plain(StatusCode::NOT_FOUND, "session not found");
+                };
+                let (stream, recording) = session.open_standalone_stream();
+                let priming = session.record_event(stream, String::new());
+                let recorder = session.clone();
+                self.tasks.spawn(async move {
+                    loop {
+                        tokio::select! {
+                            event = events.next() => match event {
+                                Some(message) => {
+                                    recorder.record_event(stream, message.to_string());
+                                }
+                                None => break,
+                            },
+                            () = recording.cancelled() => break,
+                        }
+                    }
+                    recorder.finish_stream(stream);
+                });
+                let cursor = parse_event_id(&priming).map_or(0, |(_, sequence)| sequence);
+                (stream, cursor, Some(priming))
+            }
         };
         let connection = session.connection();
         self.tasks.spawn(async move {
@@ -636,59 +663,52 @@ impl State {
             let mut pump = Pump {
                 body: body_sender,
                 session: Some(session.clone()),
-                stream: None,
+                stream: Some(stream),
                 local_sequence: 0,
                 client_gone: false,
             };
             let watch = pump.body.clone();
             let mut ticker = tokio::time::interval(keep_alive);
             ticker.reset();
-            if let Some((stream, after)) = resume {
-                // Replays one stream's later events; a standalone stream then goes on live.
-                let standalone = session.is_standalone(stream);
-                pump.stream = Some(stream);
-                pump.comment("resumed").await;
-                let mut cursor = Some(after);
-                loop {
-                    let changed = session.stream_change_listener();
-                    match session.replay(stream, cursor) {
-                        Replay::Events(replayed) => {
-                            for (id, data) in replayed {
-                                cursor = parse_event_id(&id).map(|(_, sequence)| sequence);
-                                pump.raw_event(&id, &data).await;
-                            }
-                            continue;
+            match &priming {
+                Some(id) => {
+                    pump.send(format!("id: {id}\nretry: {retry_ms}\ndata: \n\n"))
+                        .await;
+                }
+                None => pump.comment("resumed").await,
+            }
+            // Follows the stream's log from the cursor: replayed and live events alike come
+            // from it, until the stream finishes (a POST stream after its response, a GET
+            // stream when a newer one replaced it or the session ended).
+            let mut cursor = Some(cursor);
+            loop {
+                let changed = session.stream_change_listener();
+                match session.replay(stream, cursor) {
+                    Replay::Events(replayed) => {
+                        for (id, data) in replayed {
+                            cursor = parse_event_id(&id).map(|(_, sequence)| sequence);
+                            pump.raw_event(&id, &data).await;
                         }
-                        Replay::Finished | Replay::Unknown => {
-                            pump.retry(retry_ms).await;
+                        if pump.client_gone {
                             return;
                         }
-                        Replay::Pending if standalone => break,
-                        Replay::Pending => {}
+                        continue;
                     }
-                    tokio::select! {
-                        () = changed => {}
-                        _ = ticker.tick() => pump.comment("keep-alive").await,
-                        () = watch.closed() => return,
-                        () = stopping.cancelled() => { pump.retry(retry_ms).await; return; }
-                        () = session.closed.cancelled() => return,
+                    // An ended session's streams just close: reconnecting would find no
+                    // session.
+                    _ if session.closed.is_cancelled() => return,
+                    Replay::Finished | Replay::Unknown => {
+                        pump.retry(retry_ms).await;
+                        return;
                     }
+                    Replay::Pending => {}
                 }
-            } else {
-                let stream = session.open_stream();
-                session.mark_standalone(stream);
-                pump.stream = Some(stream);
-                pump.open(retry_ms).await;
-            }
-            loop {
                 tokio::select! {
-                    event = events.next() => match event {
-                        Some(message) => pump.event(&message).await,
-                        None => break,
-                    },
+                    () = changed => {}
                     _ = ticker.tick() => pump.comment("keep-alive").await,
-                    () = watch.closed() => break,
-                    () = stopping.cancelled() => { pump.retry(retry_ms).await; break; }
+                    () = watch.closed() => return,
+                    () = stopping.cancelled() => { pump.retry(retry_ms).await; return; }
+                    () = session.closed.cancelled() => return,
                 }
             }
         });

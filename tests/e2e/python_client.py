@@ -15,6 +15,11 @@ deterministic: the client subscribes to the run's events resource (legacy `resou
 modern `subscriptions/listen`) while the run is held, then answers, and the appends that follow
 must reach it as `notifications/resources/updated`.
 
+Two clients (`--clients`) drive at once, twice: first with the same script (so the same
+arguments, and JSON-RPC ids that start at the same number in each client: a server that took
+one client's `run` for a retry of the other's would hand both one run), then with a script per
+client. Over stdio each client launches its own server over the same run store.
+
 Every step prints PASS or FAIL; the last line is `N passed, M failed` and the exit code is 0
 only when nothing failed. Every wait has a deadline.
 """
@@ -44,10 +49,11 @@ LEGACY_VERSION = "2025-11-25"
 # Long enough for a loaded two-core machine; a healthy step takes milliseconds.
 STEP_DEADLINE = 30.0
 
-SCRIPT = """export const meta = { name: 'sdk-e2e', description: 'two calls driven by an SDK client', model: 'mock' };
-const first = await agent('first call\\n@mock reply FIRST');
+# `{tag}` makes the script unique per client, or the same for every client.
+SCRIPT = """export const meta = {{ name: 'sdk-e2e', description: 'two calls driven by an SDK client', model: 'mock' }};
+const first = await agent('first call\\n@mock reply FIRST-{tag}');
 const second = await agent('second call\\n@mock permission');
-return { first, second };
+return {{ first, second }};
 """
 
 
@@ -125,7 +131,7 @@ class Updates:
             self.saw(str(message.params.uri))
 
 
-async def drive(client: Client, era: str, updates: Updates, report: Report, project: str) -> None:
+async def drive(client: Client, era: str, updates: Updates, report: Report, project: str, tag: str) -> str:
     expected_version = LEGACY_VERSION if era == "legacy" else MODERN_VERSION
     report.check(
         "negotiated-version",
@@ -137,7 +143,8 @@ async def drive(client: Client, era: str, updates: Updates, report: Report, proj
     names = [tool.name for tool in tools.tools]
     report.check("tools/list", "workflow" in names, f"no workflow tool in {names}")
 
-    ack = structured(await client.call_tool("workflow", {"action": "run", "projectDir": project, "script": SCRIPT}))
+    script = SCRIPT.format(tag=tag)
+    ack = structured(await client.call_tool("workflow", {"action": "run", "projectDir": project, "script": script}))
     run_id = ack.get("runId")
     events_uri = ack.get("eventsUri")
     report.check(
@@ -218,7 +225,7 @@ async def drive(client: Client, era: str, updates: Updates, report: Report, proj
         f"events document {json.dumps(events)[:2000]}",
     )
 
-    expected = {"first": "FIRST", "second": "PERMISSION: allow"}
+    expected = {"first": f"FIRST-{tag}", "second": "PERMISSION: allow"}
     page = structured(await client.call_tool("workflow", {"action": "result", "runId": run_id}))
     chunk = page.get("chunk")
     report.check(
@@ -234,19 +241,11 @@ async def drive(client: Client, era: str, updates: Updates, report: Report, proj
     )
     resource = json.loads(resource_text(await client.read_resource(result_uri)))
     report.check("read result resource", resource == expected, f"result resource {resource!r}")
+    return run_id
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--era", choices=["legacy", "modern", "auto"], required=True)
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--http", metavar="URL")
-    target.add_argument("--stdio", metavar="AGENTPRISM_BINARY")
-    parser.add_argument("--project", default=os.getcwd(), help="the projectDir runs are started in")
-    options = parser.parse_args()
-
-    transport = "http" if options.http else "stdio"
-    report = Report(f"python/{options.era}/{transport}")
+async def one_client(options: argparse.Namespace, label: str, tag: str, report: Report) -> str | None:
+    """Connects one client, drives the workflow, closes; returns the run id (None on failure)."""
     updates = Updates()
     if options.http:
         server: Any = options.http
@@ -267,11 +266,12 @@ async def main() -> int:
         # A cached tools/list or resources/read would hide what the server answers now.
         cache=None,
     )
+    run_id = None
     try:
         with anyio.fail_after(4 * STEP_DEADLINE):
             async with client:
                 report.ok("connect")
-                await drive(client, options.era, updates, report, options.project)
+                run_id = await drive(client, options.era, updates, report, options.project, tag)
             report.ok("close")
     except BaseException as error:  # noqa: BLE001 - every failure must end in the summary line
         # Task groups wrap what their tasks raise; report the innermost causes.
@@ -282,8 +282,51 @@ async def main() -> int:
                     report.fail("step", str(cause))
             else:
                 report.fail("unexpected", f"{type(cause).__name__}: {cause!r}")
-    print(f"{report.passed} passed, {report.failed} failed", flush=True)
-    return 0 if report.failed == 0 else 1
+        return None
+    return run_id
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--era", choices=["legacy", "modern", "auto"], required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--http", metavar="URL")
+    target.add_argument("--stdio", metavar="AGENTPRISM_BINARY")
+    parser.add_argument("--project", default=os.getcwd(), help="the projectDir runs are started in")
+    parser.add_argument("--clients", type=int, default=2, help="clients driving at once")
+    options = parser.parse_args()
+
+    transport = "http" if options.http else "stdio"
+    reports: list[Report] = []
+    # Round one: every client runs the same script (same arguments, and each client's
+    # JSON-RPC ids start at the same number), so a server that took one client's request for
+    # a retry of another's would hand both the same run. Round two: a script per client.
+    for round_name in ("identical", "unique"):
+        run_ids: dict[str, str | None] = {}
+
+        async def client_task(index: int) -> None:
+            label = f"{round_name}-{index}"
+            report = Report(f"python/{options.era}/{transport}/{label}")
+            reports.append(report)
+            tag = "same" if round_name == "identical" else f"client{index}"
+            run_ids[label] = await one_client(options, label, tag, report)
+
+        async with anyio.create_task_group() as group:
+            for index in range(options.clients):
+                group.start_soon(client_task, index)
+        round_report = Report(f"python/{options.era}/{transport}/{round_name}")
+        reports.append(round_report)
+        started = [run_id for run_id in run_ids.values() if run_id is not None]
+        if len(started) == options.clients:
+            distinct = len(set(started)) == len(started)
+            if distinct:
+                round_report.ok("every client got its own run", ", ".join(started))
+            else:
+                round_report.fail("every client got its own run", f"run ids {started}")
+    passed = sum(report.passed for report in reports)
+    failed = sum(report.failed for report in reports)
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":

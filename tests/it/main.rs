@@ -11,6 +11,7 @@ mod host_env;
 mod hosts;
 mod interop;
 mod mcp_core;
+mod mcp_defects;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;

@@ -533,10 +533,17 @@ async fn concurrent_streams_and_cancellation_by_notification() {
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}});
         assert_eq!(server.post(&headers, &cancel).await.status, 202);
     }
-    for (stream, id) in [(&mut first, "a"), (&mut second, "b")] {
-        let (response, _) = stream.until_response().await;
-        assert_eq!(response["id"], id);
-        assert_eq!(response["result"]["content"][0]["text"], "cancelled");
+    // A cancelled request gets no response: each stream ends without one.
+    for stream in [&mut first, &mut second] {
+        while let Some(event) = stream.event().await {
+            if let Some(data) = event.data.as_deref().filter(|d| !d.is_empty()) {
+                let message: Value = serde_json::from_str(data).unwrap();
+                assert!(
+                    message.get("result").is_none() && message.get("error").is_none(),
+                    "a cancelled request was answered: {message}"
+                );
+            }
+        }
     }
     server.stop().await;
 }
@@ -713,5 +720,59 @@ async fn resource_subscription_updates_arrive_on_the_get_stream() {
         .request("GET", &[("Accept", "text/event-stream")], "")
         .await;
     assert_eq!(reply.status, 400);
+    server.stop().await;
+}
+
+/// Issue 10, defect 4: notifications sent while a session's GET stream is disconnected are
+/// logged, and a GET with `Last-Event-ID` gets them, then goes on live.
+#[tokio::test]
+async fn a_reconnected_get_stream_replays_what_it_missed() {
+    let server = TestServer::start(HttpOptions::default()).await;
+    let session = server.initialize().await;
+    let headers = legacy_headers(&session);
+    let mut get_headers = headers.clone();
+    get_headers.push(("Accept", "text/event-stream"));
+    let mut stream = server.request("GET", &get_headers, "").await;
+    assert_eq!(stream.status, 200);
+    let priming = stream.event().await.unwrap();
+    server.hub.publish(ServerEvent::ToolsListChanged);
+    let seen = stream.event().await.unwrap();
+    assert_eq!(seen.json()["method"], "notifications/tools/list_changed");
+    drop(stream);
+    // Wait until the server has noticed the disconnect, so nothing below can reach the old
+    // connection's task.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.server.session_activity()[0].1.open_connections > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the GET never closed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.hub.publish(ServerEvent::ResourcesListChanged);
+    server.hub.publish(ServerEvent::PromptsListChanged);
+
+    let resume_from = seen.id.clone().unwrap();
+    let mut resumed_headers = get_headers.clone();
+    resumed_headers.push(("Last-Event-ID", &resume_from));
+    let mut resumed = server.request("GET", &resumed_headers, "").await;
+    assert_eq!(resumed.status, 200);
+    let mut missed = Vec::new();
+    while missed.len() < 2 {
+        let event = resumed.event().await.expect("the resumed stream ended");
+        if event.data.as_deref().is_some_and(|d| !d.is_empty()) {
+            missed.push((event.id.clone().unwrap(), event.json()["method"].clone()));
+        }
+    }
+    assert_eq!(missed[0].1, "notifications/resources/list_changed");
+    assert_eq!(missed[1].1, "notifications/prompts/list_changed");
+    let stream_of = |id: &str| id.split_once('-').unwrap().0.to_owned();
+    let stream_id = stream_of(priming.id.as_deref().unwrap());
+    assert!(missed.iter().all(|(id, _)| stream_of(id) == stream_id));
+    // Then live on the same stream.
+    server.hub.publish(ServerEvent::ToolsListChanged);
+    let live = resumed.event().await.unwrap();
+    assert_eq!(live.json()["method"], "notifications/tools/list_changed");
+    assert_eq!(stream_of(live.id.as_deref().unwrap()), stream_id);
     server.stop().await;
 }

@@ -33,6 +33,7 @@ fn fresh() -> RequestContext {
         client_capabilities: json!({}),
         client_info: None,
         progress_token: None,
+        meta: serde_json::Value::Null,
         cancel: CancellationToken::new(),
         notifier: RequestNotifier::discard(),
     }
