@@ -2,9 +2,11 @@
 //! model, mode and config options, and running prompt turns with their deadline and cancel.
 //!
 //! A turn that is cancelled or runs out of time gets `session/cancel` and a grace period; if
-//! the agent has not finished the turn by then, the whole process group is killed. That fails
-//! every other session multiplexed on the same process too, which we accept: an agent that
-//! ignores cancel is stuck, and the pool spawns a fresh process on the next open.
+//! the agent has not finished the turn by then, the session is abandoned: it is unregistered,
+//! so whatever it sends later is discarded, and the call fails at once. The process group is
+//! killed only when no other session uses the process (pi ignores `session/cancel`, and its
+//! siblings must go on); otherwise the process is retired from the pool and ends when its
+//! last session lets go of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,6 +185,8 @@ pub(crate) async fn open(
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec));
+    // Held until the session is fully set up, on adapters that need one setup at a time.
+    let _setup = host.setup_guard().await;
     let call = |method: &'static str, params: Value| {
         let host = host.clone();
         async move {
@@ -396,18 +400,23 @@ impl AgentSession for AcpSession {
             .await
             .is_ok();
         self.sink.end_turn();
+        let mut aftermath = "the agent stopped after session/cancel";
         if !landed {
-            tracing::warn!(%backend, session = %self.session_id, "the agent did not end the turn after session/cancel; killing its process group");
-            host.kill();
+            // Late chunks and permission requests of this turn must reach nobody.
+            host.connection.unregister_session(&self.session_id);
+            if host.sessions() <= 1 {
+                tracing::warn!(%backend, session = %self.session_id, "the agent did not end the turn after session/cancel; killing its process group");
+                host.kill();
+                aftermath = "the agent ignored session/cancel and its process was killed";
+            } else {
+                tracing::warn!(%backend, session = %self.session_id, others = host.sessions() - 1, "the agent did not end the turn after session/cancel; abandoning the session and retiring the process once its other sessions end");
+                host.retire();
+                aftermath = "the agent ignored session/cancel; the session was abandoned and its late output is discarded";
+            }
         }
         let what = match interrupted {
             FailureKind::Timeout => format!("timed out after {} ms", turn.timeout.as_millis()),
             _ => "was cancelled".to_owned(),
-        };
-        let aftermath = if landed {
-            "the agent stopped after session/cancel"
-        } else {
-            "the agent ignored session/cancel and its process was killed"
         };
         Err(AgentFailure::new(
             interrupted,
