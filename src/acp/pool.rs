@@ -47,6 +47,10 @@ pub(crate) struct AgentHost {
     /// Held around session setup on adapters that cannot open sessions concurrently (see
     /// [`serial_setup`]); `None` elsewhere.
     setup_lock: Option<tokio::sync::Mutex<()>>,
+    /// pi's agent folder (`PI_CODING_AGENT_DIR`, else `~/.pi/agent`) when the agent is
+    /// pi-acp, which drops a provider's error and ends the turn empty: the error is then read
+    /// from pi's session file (see `session::pi_turn_error`).
+    pub pi_agent_dir: Option<std::path::PathBuf>,
 }
 
 impl AgentHost {
@@ -327,7 +331,25 @@ async fn start_host(
         killed: AtomicBool::new(false),
         retired: AtomicBool::new(false),
         setup_lock: serial.then(|| tokio::sync::Mutex::new(())),
+        pi_agent_dir: agent_name
+            .eq_ignore_ascii_case("pi-acp")
+            .then(|| pi_agent_dir(backend, config))
+            .flatten(),
     })
+}
+
+/// Where pi keeps its sessions for this backend's environment.
+fn pi_agent_dir(backend: &BackendSpec, config: &AcpConfig) -> Option<std::path::PathBuf> {
+    let variable = |name: &str| {
+        backend
+            .env
+            .get(name)
+            .map(String::as_str)
+            .or_else(|| config.base_env.non_empty(name))
+            .filter(|value| !value.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    variable("PI_CODING_AGENT_DIR").or_else(|| variable("HOME").map(|home| home.join(".pi/agent")))
 }
 
 /// Whether the agent (by the `agentInfo.name` it gave in `initialize`, so a command override

@@ -386,6 +386,16 @@ impl AgentSession for AcpSession {
         let interrupted = tokio::select! {
             answer = &mut request => {
                 let text = self.sink.end_turn();
+                if text.trim().is_empty()
+                    && answer.is_ok()
+                    && let Some(dir) = &host.pi_agent_dir
+                    && let Some(error) = pi_turn_error(dir, &self.session_id).await
+                {
+                    return Err(host.failure(
+                        "session/prompt",
+                        RpcError::Remote { code: -32603, message: error, data: None },
+                    ));
+                }
                 return finish_turn(&host, answer, text);
             }
             _ = cancel.cancelled() => FailureKind::Cancelled,
@@ -475,6 +485,51 @@ fn finish_turn(
         stop_reason,
         usage: parse_usage(result.get("usage")),
     })
+}
+
+/// The provider error of the last turn of pi session `session_id`, from pi's own session file
+/// (`<agent dir>/sessions/<cwd folder>/<time>_<session id>.jsonl`, whose last entry is the
+/// assistant message with `stopReason:"error"` and `errorMessage`). pi-acp 0.0.34 drops that
+/// message and answers `end_turn` with no text, so without this a 401 or a 429 on pi would be
+/// an empty answer. Only the file's last 64 KiB are read, off the async workers.
+async fn pi_turn_error(agent_dir: &std::path::Path, session_id: &str) -> Option<String> {
+    let sessions = agent_dir.join("sessions");
+    let suffix = format!("_{session_id}.jsonl");
+    let read = move || -> Option<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        for folder in std::fs::read_dir(&sessions).ok()?.flatten() {
+            let Ok(files) = std::fs::read_dir(folder.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                if !file.file_name().to_string_lossy().ends_with(&suffix) {
+                    continue;
+                }
+                let mut handle = std::fs::File::open(file.path()).ok()?;
+                let length = handle.metadata().ok()?.len();
+                handle
+                    .seek(SeekFrom::Start(length.saturating_sub(64 * 1024)))
+                    .ok()?;
+                let mut bytes = Vec::new();
+                handle.read_to_end(&mut bytes).ok()?;
+                let text = String::from_utf8_lossy(&bytes);
+                let last: Value = serde_json::from_str(text.lines().last()?).ok()?;
+                let message = last.get("message")?;
+                if message.get("stopReason").and_then(Value::as_str) != Some("error") {
+                    return None;
+                }
+                return message
+                    .get("errorMessage")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(read))
+        .await
+        .ok()?
+        .ok()?
 }
 
 /// Reads the prompt result's `usage`, accepting the spellings adapters use; absent → zero.

@@ -1,5 +1,6 @@
 //! Integration tests, one module per area.
 mod acp;
+mod adapters;
 mod cli;
 mod control;
 mod control_daemon;
