@@ -1,6 +1,7 @@
 //! Integration tests, one module per area.
 mod acp;
 mod adapters;
+mod admission;
 mod cli;
 mod control;
 mod control_daemon;
