@@ -550,6 +550,9 @@ pub fn parse_update(update: &Value) -> AgentUpdate {
         .unwrap_or("unknown");
     match tag {
         "agent_message_chunk" => match text_of("content") {
+            Some(text) if crate::acp::chatter::is_chatter(&text, update) => {
+                AgentUpdate::Notice(text)
+            }
             Some(text) => AgentUpdate::MessageChunk(text),
             None => AgentUpdate::Other(tag.to_owned()),
         },

@@ -1,6 +1,15 @@
 //! How ACP errors become [`AgentFailure`]s. ACP has one dedicated code the engine cares about
-//! (-32000, auth required); usage limits have none, so they are recognised from the words real
-//! adapters use (claude's "rate_limit_error", codex's `codex_error_info:"usage_limit_exceeded"`).
+//! (-32000, auth required), but real adapters report a provider's 401/403 in their own words
+//! as -32603, and usage limits have no code at all, so both are also recognised from the forms
+//! the four built-in adapters were seen to use (`docs/adapters.md` lists them):
+//!
+//! - auth: claude-agent-acp "Invalid API key · Fix external API key" / "Failed to
+//!   authenticate"; opencode "invalid x-api-key" (the provider's own message); codex-acp
+//!   "unexpected status 401 Unauthorized: …" in `data.message` after its reconnects.
+//! - usage limit: claude "API Error: Request rejected (429) …" with `errorKind:"rate_limit"`;
+//!   codex `codex_error_info:"usage_limit_exceeded"` "… Try again at 9:38 AM."; a 429 body's
+//!   `resets_in_seconds` or a `retry-after` quoted in the text.
+//!
 //! Messages are bounded because they end up in run events and journals.
 
 use serde_json::{Value, json};
@@ -45,7 +54,8 @@ pub(crate) fn rpc_failure(
         } => (code, message, data),
     };
     let message = head(&message, MESSAGE_LIMIT);
-    if code == codes::AUTH_REQUIRED {
+    let data_text = data.as_ref().map(Value::to_string).unwrap_or_default();
+    if code == codes::AUTH_REQUIRED || is_auth_failure(&message, &data_text) {
         let advertised = data
             .as_ref()
             .and_then(|data| data.get("authMethods"))
@@ -59,7 +69,6 @@ pub(crate) fn rpc_failure(
         failure.auth_context = Some(auth_context(backend, advertised));
         return failure;
     }
-    let data_text = data.as_ref().map(Value::to_string).unwrap_or_default();
     if is_usage_limit(&message, &data_text) {
         let mut failure = AgentFailure::new(
             FailureKind::UsageLimit,
@@ -93,7 +102,38 @@ pub(crate) fn auth_context(backend: &str, methods: &[Value]) -> Value {
     json!({"backendId": backend, "methods": methods})
 }
 
-fn is_usage_limit(message: &str, data: &str) -> bool {
+/// A provider's 401/403 in the words an adapter passes on. Only wordings that cannot describe
+/// anything but rejected credentials count: a bare "401" elsewhere in a message (a line
+/// number, a token count) must not pause a run.
+pub(crate) fn is_auth_failure(message: &str, data: &str) -> bool {
+    let text = format!("{message} {data}").to_ascii_lowercase();
+    [
+        "invalid api key",
+        "invalid x-api-key",
+        "invalid_api_key",
+        "incorrect api key",
+        "api key is invalid",
+        "fix external api key",
+        "failed to authenticate",
+        "authentication_error",
+        "authentication failed",
+        "401 unauthorized",
+        "status 401",
+        "(401)",
+        "401:",
+        "403 forbidden",
+        "status 403",
+        "(403)",
+        "403:",
+        "permission_error",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+/// Whether a failure text (an error, or the whole text of a turn that ended without an
+/// answer) says the provider's usage limit was hit.
+pub(crate) fn is_usage_limit(message: &str, data: &str) -> bool {
     let text = format!("{message} {data}").to_ascii_lowercase();
     [
         "usage limit",
@@ -106,10 +146,28 @@ fn is_usage_limit(message: &str, data: &str) -> bool {
     .any(|needle| text.contains(needle))
 }
 
-/// The provider's words about when the limit lifts: "try again at …" or "resets …", up to the
-/// end of that sentence.
-fn reset_hint(text: &str) -> Option<String> {
+/// When the limit lifts, if the provider said: a 429 body's `resets_in_seconds` (or
+/// `resets_at`, Unix seconds), a `retry-after` quoted in the text, else the provider's words
+/// ("try again at …", "resets …") up to the end of that sentence.
+pub(crate) fn reset_hint(text: &str) -> Option<String> {
     let lower = text.to_ascii_lowercase();
+    for key in [
+        "resets_in_seconds",
+        "retry-after",
+        "retry_after",
+        "retry after",
+    ] {
+        if let Some(seconds) = number_after(&lower, key) {
+            return Some(format!("resets in {}", spell_seconds(seconds)));
+        }
+    }
+    if let Some(at) = number_after(&lower, "resets_at") {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at);
+        return Some(format!(
+            "resets at {}",
+            humantime::format_rfc3339_seconds(at)
+        ));
+    }
     let start = ["try again at", "try again in", "resets"]
         .iter()
         .filter_map(|needle| lower.find(needle))
@@ -123,6 +181,23 @@ fn reset_hint(text: &str) -> Option<String> {
         .map_or(rest.len(), |(index, _)| index);
     let hint = head(rest[..end].trim().trim_end_matches('.'), 200);
     (!hint.is_empty()).then_some(hint)
+}
+
+/// The whole number that follows `key` (after quotes, colons, `=` and spaces), if any.
+fn number_after(text: &str, key: &str) -> Option<u64> {
+    let start = text.find(key)? + key.len();
+    let rest = text[start..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// `3600` → "3600 s (about 1 h)"; short waits stay in seconds.
+fn spell_seconds(seconds: u64) -> String {
+    match seconds {
+        0..=119 => format!("{seconds} s"),
+        120..=3599 => format!("{seconds} s (about {} min)", seconds.div_ceil(60)),
+        _ => format!("{seconds} s (about {} h)", seconds.div_ceil(3600)),
+    }
 }
 
 /// The first `limit` bytes of `text`, cut at a character boundary.
@@ -217,6 +292,139 @@ mod tests {
         );
         assert_eq!(failure.kind, FailureKind::UsageLimit);
         assert_eq!(failure.reset_hint, None);
+    }
+
+    /// Each built-in adapter's observed way of passing on a provider's 401/403 (acp.md §3 and
+    /// the adapter tests): all of them pause as auth_required with the advertised methods.
+    #[test]
+    fn every_adapters_credential_failure_is_auth_required() {
+        let init = [json!({"id": "login", "name": "Log in"})];
+        let cases = [
+            // claude-agent-acp 0.101: the 401 text, -32603.
+            (
+                "claude",
+                remote(
+                    -32603,
+                    "Internal error: Invalid API key · Fix external API key",
+                    None,
+                ),
+            ),
+            // claude-agent-acp 0.23 (the Claude Code CLI's own words).
+            (
+                "claude",
+                remote(
+                    -32603,
+                    "Failed to authenticate. API Error: 401 {\"type\":\"error\"}",
+                    None,
+                ),
+            ),
+            // opencode 1.18: the provider's message, -32603 with data.errorName.
+            (
+                "opencode",
+                remote(
+                    -32603,
+                    "Internal error: invalid x-api-key",
+                    Some(json!({"service": "session", "errorName": "APIError"})),
+                ),
+            ),
+            // codex-acp 0.16: after its reconnects, the status in data.message.
+            (
+                "codex",
+                remote(
+                    -32603,
+                    "Internal error",
+                    Some(json!({
+                        "message": "unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:1/v1/responses",
+                        "codex_error_info": "other"
+                    })),
+                ),
+            ),
+            (
+                "codex",
+                remote(
+                    -32603,
+                    "Internal error",
+                    Some(json!({"message": "unexpected status 403 Forbidden: no access"})),
+                ),
+            ),
+            // pi-acp: its own -32000 with data.authMethods, and pi's error text.
+            ("pi", remote(-32000, "Authentication required", None)),
+            (
+                "pi",
+                remote(-32603, "401: {\"type\":\"authentication_error\"}", None),
+            ),
+        ];
+        for (backend, error) in cases {
+            let shown = format!("{error:?}");
+            let failure = rpc_failure(backend, "session/prompt", error, &init, "");
+            assert_eq!(failure.kind, FailureKind::AuthRequired, "{shown}");
+            assert_eq!(
+                failure.auth_context,
+                Some(json!({"backendId": backend, "methods": [{"id": "login", "name": "Log in"}]})),
+                "{shown}"
+            );
+        }
+        // Numbers alone are not credentials.
+        let failure = rpc_failure(
+            "claude",
+            "session/prompt",
+            remote(-32603, "tool failed at line 401 of 403 lines", None),
+            &init,
+            "",
+        );
+        assert_eq!(failure.kind, FailureKind::Execution);
+    }
+
+    #[test]
+    fn reset_hints_come_from_bodies_headers_and_words() {
+        let failure = rpc_failure(
+            "codex",
+            "session/prompt",
+            remote(
+                -32603,
+                "Internal error",
+                Some(
+                    json!({"message": "You've hit your usage limit. Try again at 9:38 AM.", "codex_error_info": "usage_limit_exceeded"}),
+                ),
+            ),
+            &[],
+            "",
+        );
+        assert_eq!(failure.kind, FailureKind::UsageLimit);
+        assert_eq!(failure.reset_hint.as_deref(), Some("Try again at 9:38 AM"));
+        let failure = rpc_failure(
+            "opencode",
+            "session/prompt",
+            remote(
+                -32603,
+                "Internal error: 429 {\"error\":{\"type\":\"usage_limit_reached\",\"resets_in_seconds\":3600}}",
+                None,
+            ),
+            &[],
+            "",
+        );
+        assert_eq!(failure.kind, FailureKind::UsageLimit);
+        assert_eq!(
+            failure.reset_hint.as_deref(),
+            Some("resets in 3600 s (about 1 h)")
+        );
+        let failure = rpc_failure(
+            "claude",
+            "session/prompt",
+            remote(
+                -32603,
+                "API Error: Request rejected (429) · rate limit reached, retry after 90 seconds",
+                Some(json!({"errorKind": "rate_limit"})),
+            ),
+            &[],
+            "",
+        );
+        assert_eq!(failure.reset_hint.as_deref(), Some("resets in 90 s"));
+        assert_eq!(
+            reset_hint("resets_at: 0").as_deref(),
+            Some("resets at 1970-01-01T00:00:00Z")
+        );
+        assert_eq!(reset_hint("API Error: 429 rate_limit_error"), None);
     }
 
     #[test]

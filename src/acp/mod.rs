@@ -4,8 +4,10 @@
 //! it in its own process group, led by a [`reaper`] that ends the group with its owner, and
 //! [`groups`] records each group so the next owner can end what a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
 //! long-lived initialized processes per backend; a session opens, configures and prompts on
-//! one of them; `failure` maps ACP errors to the engine's failure kinds.
+//! one of them; `failure` maps ACP errors to the engine's failure kinds, and `chatter`
+//! keeps adapter warnings and retry notices out of answers.
 
+mod chatter;
 pub mod connection;
 mod failure;
 pub mod groups;
@@ -24,7 +26,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, BackendSpec,
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, BackendSpec, FailureKind,
     PermissionOutcome, PermissionRequest, ProbeReport, SessionSpec,
 };
 use crate::env::{self, EnvSnapshot};
@@ -161,7 +163,10 @@ impl AgentRunner for AcpRunner {
                 report.current_model = info.current_model;
                 Box::new(session).close().await;
             }
-            Err(failure) => report.error = Some(failure.message),
+            Err(failure) => {
+                report.auth_required = failure.kind == FailureKind::AuthRequired;
+                report.error = Some(failure.message);
+            }
         }
         report
     }

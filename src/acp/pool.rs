@@ -40,6 +40,17 @@ pub(crate) struct AgentHost {
     load: AtomicUsize,
     /// Set when we killed it (a cancel that did not land); it must not take new sessions.
     killed: AtomicBool,
+    /// Set when a session on it ignored `session/cancel` while others were still using it:
+    /// it takes no new sessions, and it goes away (its group killed on drop) once the last of
+    /// those sessions lets go of it.
+    retired: AtomicBool,
+    /// Held around session setup on adapters that cannot open sessions concurrently (see
+    /// [`serial_setup`]); `None` elsewhere.
+    setup_lock: Option<tokio::sync::Mutex<()>>,
+    /// pi's agent folder (`PI_CODING_AGENT_DIR`, else `~/.pi/agent`) when the agent is
+    /// pi-acp, which drops a provider's error and ends the turn empty: the error is then read
+    /// from pi's session file (see `session::pi_turn_error`).
+    pub pi_agent_dir: Option<std::path::PathBuf>,
 }
 
 impl AgentHost {
@@ -53,6 +64,24 @@ impl AgentHost {
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Relaxed);
         self.process.signal_group(Signal::SIGKILL);
+    }
+
+    /// Open sessions on this process (leases, including the caller's own).
+    pub fn sessions(&self) -> usize {
+        self.load.load(Ordering::Relaxed)
+    }
+
+    /// Takes the process out of the pool without killing it; see `retired`.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Serialises session setup where the adapter needs it; a no-op guard elsewhere.
+    pub async fn setup_guard(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.setup_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        }
     }
 
     fn capability(&self, pointer: &str) -> bool {
@@ -141,7 +170,7 @@ impl Pool {
         };
         let mut hosts = group.lock().await;
         // Dropping a dead host's last reference kills whatever is left of its group.
-        hosts.retain(|host| host.is_live());
+        hosts.retain(|host| host.is_live() && !host.retired.load(Ordering::Relaxed));
         let least = hosts
             .iter()
             .min_by_key(|host| host.load.load(Ordering::Relaxed))
@@ -286,7 +315,12 @@ async fn start_host(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    tracing::debug!(backend = %backend.id, pid = process.pid(), "agent initialized");
+    let agent_name = result
+        .pointer("/agentInfo/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let serial = serial_setup(agent_name);
+    tracing::debug!(backend = %backend.id, pid = process.pid(), agent = agent_name, serial, "agent initialized");
     Ok(AgentHost {
         backend: backend.clone(),
         connection,
@@ -295,5 +329,33 @@ async fn start_host(
         auth_methods,
         load: AtomicUsize::new(0),
         killed: AtomicBool::new(false),
+        retired: AtomicBool::new(false),
+        setup_lock: serial.then(|| tokio::sync::Mutex::new(())),
+        pi_agent_dir: agent_name
+            .eq_ignore_ascii_case("pi-acp")
+            .then(|| pi_agent_dir(backend, config))
+            .flatten(),
     })
+}
+
+/// Where pi keeps its sessions for this backend's environment.
+fn pi_agent_dir(backend: &BackendSpec, config: &AcpConfig) -> Option<std::path::PathBuf> {
+    let variable = |name: &str| {
+        backend
+            .env
+            .get(name)
+            .map(String::as_str)
+            .or_else(|| config.base_env.non_empty(name))
+            .filter(|value| !value.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    variable("PI_CODING_AGENT_DIR").or_else(|| variable("HOME").map(|home| home.join(".pi/agent")))
+}
+
+/// Whether the agent (by the `agentInfo.name` it gave in `initialize`, so a command override
+/// is recognised too) must open one session at a time. pi-acp 0.0.34 starts a `pi` process per
+/// `session/new` and dies (EPIPE) when several start at once; one at a time, each ~3 s, its
+/// sessions then prompt concurrently without trouble.
+fn serial_setup(agent_name: &str) -> bool {
+    agent_name.eq_ignore_ascii_case("pi-acp")
 }

@@ -14,6 +14,15 @@ use crate::env::{self, EnvSnapshot};
 /// The built-in backend names, in the order they are listed.
 pub const BUILTIN_NAMES: [&str; 4] = ["claude", "codex", "opencode", "pi"];
 
+/// The npm packages the built-ins run through `npx` when their adapter is not on `PATH`
+/// (README "Backends"; `scripts/install-test-deps` pins the same ones for the tests).
+pub const CLAUDE_PACKAGE: &str = "@agentclientprotocol/claude-agent-acp";
+pub const CODEX_PACKAGE: &str = "@zed-industries/codex-acp";
+pub const OPENCODE_PACKAGE: &str = "opencode-ai";
+pub const PI_ACP_PACKAGE: &str = "pi-acp";
+/// The `pi` CLI that pi-acp drives.
+pub const PI_PACKAGE: &str = "@earendil-works/pi-coding-agent";
+
 /// Every backend a run may route to, in registration order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BackendRegistry {
@@ -157,11 +166,7 @@ fn builtins(env: &EnvSnapshot) -> Vec<BackendSpec> {
             split_args(env, env::CLAUDE_ACP_ARGS),
         ),
         None if on_path(env, "claude-agent-acp") => builtin("claude", "claude-agent-acp", vec![]),
-        None => builtin(
-            "claude",
-            "npx",
-            npx("@agentclientprotocol/claude-agent-acp"),
-        ),
+        None => builtin("claude", "npx", npx(CLAUDE_PACKAGE)),
     };
     let codex = match (
         env.non_empty(env::CODEX_ACP_CMD),
@@ -174,7 +179,7 @@ fn builtins(env: &EnvSnapshot) -> Vec<BackendSpec> {
         ),
         (None, Some(bin)) => builtin("codex", bin.trim(), vec![]),
         (None, None) if on_path(env, "codex-acp") => builtin("codex", "codex-acp", vec![]),
-        (None, None) => builtin("codex", "npx", npx("@zed-industries/codex-acp")),
+        (None, None) => builtin("codex", "npx", npx(CODEX_PACKAGE)),
     };
     let opencode = match env.non_empty(env::OPENCODE_ACP_CMD) {
         // An override receives only the arguments given with it.
@@ -183,12 +188,30 @@ fn builtins(env: &EnvSnapshot) -> Vec<BackendSpec> {
             command.trim(),
             split_args(env, env::OPENCODE_ACP_ARGS),
         ),
-        None => builtin("opencode", "opencode", vec!["acp".to_owned()]),
+        None if on_path(env, "opencode") => builtin("opencode", "opencode", vec!["acp".to_owned()]),
+        // `opencode-ai` ships the native binary in per-platform npm packages.
+        None => {
+            let mut args = npx(OPENCODE_PACKAGE);
+            args.push("acp".to_owned());
+            builtin("opencode", "npx", args)
+        }
     };
     let pi = match env.non_empty(env::PI_ACP_CMD) {
         Some(command) => builtin("pi", command.trim(), split_args(env, env::PI_ACP_ARGS)),
         None if on_path(env, "pi-acp") => builtin("pi", "pi-acp", vec![]),
-        None => builtin("pi", "npx", npx("pi-acp")),
+        // pi-acp runs the `pi` CLI, which comes from a package of its own; npx puts both
+        // packages' bins on the adapter's PATH.
+        None => builtin(
+            "pi",
+            "npx",
+            [
+                "-y".to_owned(),
+                format!("--package={PI_ACP_PACKAGE}"),
+                format!("--package={PI_PACKAGE}"),
+                "pi-acp".to_owned(),
+            ]
+            .into(),
+        ),
     };
     vec![claude, codex, opencode, pi]
 }
@@ -323,18 +346,26 @@ mod tests {
         );
         assert_eq!(
             command_of(&registry, "opencode"),
-            ("opencode".into(), strings(&["acp"]))
+            ("npx".into(), strings(&["-y", "opencode-ai", "acp"]))
         );
         assert_eq!(
             command_of(&registry, "pi"),
-            ("npx".into(), strings(&["-y", "pi-acp"]))
+            (
+                "npx".into(),
+                strings(&[
+                    "-y",
+                    "--package=pi-acp",
+                    "--package=@earendil-works/pi-coding-agent",
+                    "pi-acp"
+                ])
+            )
         );
         assert!(registry.iter().all(|b| b.origin == BackendOrigin::Builtin));
     }
 
     #[test]
     fn builtins_prefer_adapters_on_path() {
-        let folder = fake_executables(&["claude-agent-acp", "codex-acp", "pi-acp"]);
+        let folder = fake_executables(&["claude-agent-acp", "codex-acp", "opencode", "pi-acp"]);
         let path = format!("/nonexistent:{}", folder.path().display());
         let registry = BackendRegistry::from_env(&env_with(&[("PATH", &path)])).expect("registry");
         assert_eq!(
@@ -342,6 +373,10 @@ mod tests {
             ("claude-agent-acp".into(), vec![])
         );
         assert_eq!(command_of(&registry, "codex"), ("codex-acp".into(), vec![]));
+        assert_eq!(
+            command_of(&registry, "opencode"),
+            ("opencode".into(), strings(&["acp"]))
+        );
         assert_eq!(command_of(&registry, "pi"), ("pi-acp".into(), vec![]));
     }
 

@@ -2,9 +2,11 @@
 //! model, mode and config options, and running prompt turns with their deadline and cancel.
 //!
 //! A turn that is cancelled or runs out of time gets `session/cancel` and a grace period; if
-//! the agent has not finished the turn by then, the whole process group is killed. That fails
-//! every other session multiplexed on the same process too, which we accept: an agent that
-//! ignores cancel is stuck, and the pool spawns a fresh process on the next open.
+//! the agent has not finished the turn by then, the session is abandoned: it is unregistered,
+//! so whatever it sends later is discarded, and the call fails at once. The process group is
+//! killed only when no other session uses the process (pi ignores `session/cancel`, and its
+//! siblings must go on); otherwise the process is retired from the pool and ends when its
+//! last session lets go of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,6 +185,8 @@ pub(crate) async fn open(
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec));
+    // Held until the session is fully set up, on adapters that need one setup at a time.
+    let _setup = host.setup_guard().await;
     let call = |method: &'static str, params: Value| {
         let host = host.clone();
         async move {
@@ -382,6 +386,16 @@ impl AgentSession for AcpSession {
         let interrupted = tokio::select! {
             answer = &mut request => {
                 let text = self.sink.end_turn();
+                if text.trim().is_empty()
+                    && answer.is_ok()
+                    && let Some(dir) = &host.pi_agent_dir
+                    && let Some(error) = pi_turn_error(dir, &self.session_id).await
+                {
+                    return Err(host.failure(
+                        "session/prompt",
+                        RpcError::Remote { code: -32603, message: error, data: None },
+                    ));
+                }
                 return finish_turn(&host, answer, text);
             }
             _ = cancel.cancelled() => FailureKind::Cancelled,
@@ -396,18 +410,23 @@ impl AgentSession for AcpSession {
             .await
             .is_ok();
         self.sink.end_turn();
+        let mut aftermath = "the agent stopped after session/cancel";
         if !landed {
-            tracing::warn!(%backend, session = %self.session_id, "the agent did not end the turn after session/cancel; killing its process group");
-            host.kill();
+            // Late chunks and permission requests of this turn must reach nobody.
+            host.connection.unregister_session(&self.session_id);
+            if host.sessions() <= 1 {
+                tracing::warn!(%backend, session = %self.session_id, "the agent did not end the turn after session/cancel; killing its process group");
+                host.kill();
+                aftermath = "the agent ignored session/cancel and its process was killed";
+            } else {
+                tracing::warn!(%backend, session = %self.session_id, others = host.sessions() - 1, "the agent did not end the turn after session/cancel; abandoning the session and retiring the process once its other sessions end");
+                host.retire();
+                aftermath = "the agent ignored session/cancel; the session was abandoned and its late output is discarded";
+            }
         }
         let what = match interrupted {
             FailureKind::Timeout => format!("timed out after {} ms", turn.timeout.as_millis()),
             _ => "was cancelled".to_owned(),
-        };
-        let aftermath = if landed {
-            "the agent stopped after session/cancel"
-        } else {
-            "the agent ignored session/cancel and its process was killed"
         };
         Err(AgentFailure::new(
             interrupted,
@@ -466,6 +485,51 @@ fn finish_turn(
         stop_reason,
         usage: parse_usage(result.get("usage")),
     })
+}
+
+/// The provider error of the last turn of pi session `session_id`, from pi's own session file
+/// (`<agent dir>/sessions/<cwd folder>/<time>_<session id>.jsonl`, whose last entry is the
+/// assistant message with `stopReason:"error"` and `errorMessage`). pi-acp 0.0.34 drops that
+/// message and answers `end_turn` with no text, so without this a 401 or a 429 on pi would be
+/// an empty answer. Only the file's last 64 KiB are read, off the async workers.
+async fn pi_turn_error(agent_dir: &std::path::Path, session_id: &str) -> Option<String> {
+    let sessions = agent_dir.join("sessions");
+    let suffix = format!("_{session_id}.jsonl");
+    let read = move || -> Option<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        for folder in std::fs::read_dir(&sessions).ok()?.flatten() {
+            let Ok(files) = std::fs::read_dir(folder.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                if !file.file_name().to_string_lossy().ends_with(&suffix) {
+                    continue;
+                }
+                let mut handle = std::fs::File::open(file.path()).ok()?;
+                let length = handle.metadata().ok()?.len();
+                handle
+                    .seek(SeekFrom::Start(length.saturating_sub(64 * 1024)))
+                    .ok()?;
+                let mut bytes = Vec::new();
+                handle.read_to_end(&mut bytes).ok()?;
+                let text = String::from_utf8_lossy(&bytes);
+                let last: Value = serde_json::from_str(text.lines().last()?).ok()?;
+                let message = last.get("message")?;
+                if message.get("stopReason").and_then(Value::as_str) != Some("error") {
+                    return None;
+                }
+                return message
+                    .get("errorMessage")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(read))
+        .await
+        .ok()?
+        .ok()?
 }
 
 /// Reads the prompt result's `usage`, accepting the spellings adapters use; absent → zero.

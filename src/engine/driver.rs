@@ -1186,6 +1186,14 @@ impl Driver {
                 let Some(call) = self.in_flight.get_mut(&index) else {
                     return;
                 };
+                if let AgentUpdate::Notice(message) = &update {
+                    // Adapter chatter (acp::chatter): an event of its own, never the answer.
+                    let fields =
+                        json!({"label": call.label, "callIndex": index, "message": message});
+                    let scope = call.scope.clone();
+                    self.events.push("agentNotice", &scope, fields);
+                    return;
+                }
                 let progress = &mut call.progress;
                 progress.observed += 1;
                 progress.record(&update);

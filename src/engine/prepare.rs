@@ -352,7 +352,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         names.extend(declared.keys().cloned());
         names.truncate(CATALOG_LIMIT);
         return Err(Rejection::new(format!(
-            "missing routing: {} need a model. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
+            "missing routing: {} have no route. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
             missing.join(", "),
             names.join(", ")
         )));
@@ -442,11 +442,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
                 )));
             }
             if !report.probed {
-                warnings.push(format!(
-                    "probe of backend {} failed ({}); the run will try it live",
-                    report.backend,
-                    report.error.clone().unwrap_or_default()
-                ));
+                warnings.push(failed_probe(&report)?);
             } else {
                 for position in calls {
                     let call = &outcome.dry_calls[position];
@@ -526,6 +522,28 @@ async fn capture_routing(
             safe_file::READ_DEADLINE.as_secs()
         ))),
     }
+}
+
+/// A probe that started the backend but could not open a session (engine.md 3.4, as
+/// `docs/engine.md` "Preparation" settles it): missing or expired credentials are only a
+/// warning, since the run pauses `auth_required` live and resumes once they are fixed; any
+/// other failure (a model the backend refuses, a broken adapter) would fail every call, so it
+/// rejects the run, naming the backend and the reason.
+fn failed_probe(report: &ProbeReport) -> Result<String, Rejection> {
+    let reason = report
+        .error
+        .clone()
+        .unwrap_or_else(|| "no session opened".into());
+    if report.auth_required {
+        return Ok(format!(
+            "backend {} needs credentials ({reason}); the run will pause auth_required if they are still missing when it gets there",
+            report.backend
+        ));
+    }
+    Err(Rejection::new(format!(
+        "probe of backend {} failed: {reason}",
+        report.backend
+    )))
 }
 
 fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Result<(), Rejection> {

@@ -327,18 +327,9 @@ pub fn route_spec(
             model: Some(rest.to_owned()),
         });
     }
-    let configured_default = backends.default_backend();
-    if let Some((head, _)) = spec.split_once('/')
-        && configured_default.is_none()
-    {
-        let mut names = backends.names();
-        names.extend(snapshot.script_backends.keys().cloned());
-        return Err(format!(
-            "model spec {spec:?} names backend {head:?}, which is not registered (registered: {}); use \"<backend>/<model>\" with one of them, or set AGENTPRISM_DEFAULT_BACKEND to send such specs verbatim to a backend",
-            names.join(", ")
-        ));
-    }
-    let fallback = configured_default.unwrap_or_else(|| "claude".to_owned());
+    let Some(fallback) = backends.default_backend() else {
+        return Err(unknown_backend(spec, snapshot, backends));
+    };
     let backend = lookup(&fallback).ok_or_else(|| {
         format!("model spec {spec:?} names no backend and the default backend {fallback:?} is not available")
     })?;
@@ -347,6 +338,22 @@ pub fn route_spec(
         backend,
         model: Some(spec.to_owned()),
     })
+}
+
+/// The routing error for a spec that names no registered backend while
+/// `AGENTPRISM_DEFAULT_BACKEND` is unset: without a default there is nobody to send it to
+/// verbatim, and a typo (`mokc`, `cluade/opus`) must not reach some provider as a model name.
+fn unknown_backend(spec: &str, snapshot: &RoutingSnapshot, backends: &dyn BackendLookup) -> String {
+    let mut names = backends.names();
+    names.extend(snapshot.script_backends.keys().cloned());
+    let named = match spec.split_once('/') {
+        Some((head, _)) => format!("names backend {head:?}, which is not registered"),
+        None => "is not a registered backend".to_owned(),
+    };
+    format!(
+        "model spec {spec:?} {named} (registered: {}); use a backend name or \"<backend>/<model>\" with one of them, or set AGENTPRISM_DEFAULT_BACKEND to send other specs verbatim to that backend",
+        names.join(", ")
+    )
 }
 
 /// Backends that exist by name only, with no default: for tests, benchmarks and embedding
@@ -399,16 +406,47 @@ mod tests {
         );
         let route = route_spec("PI/x", &snapshot, &backends).unwrap();
         assert_eq!(route.backend.id, "pi");
-        let route = route_spec("sonnet", &snapshot, &backends).unwrap();
-        assert_eq!(
-            (route.backend.id.as_str(), route.model.as_deref()),
-            ("claude", Some("sonnet"))
+        // With no AGENTPRISM_DEFAULT_BACKEND a spec naming no backend is a routing error
+        // that lists the backends, slash or not.
+        let error = route_spec("sonnet", &snapshot, &backends).unwrap_err();
+        assert!(
+            error.contains("\"sonnet\" is not a registered backend")
+                && error.contains("registered: claude, codex, pi"),
+            "{error}"
         );
         let error = route_spec("nosuch/model", &snapshot, &backends).unwrap_err();
         assert!(
             error.contains("\"nosuch\", which is not registered"),
             "{error}"
         );
+    }
+
+    /// A lookup with `AGENTPRISM_DEFAULT_BACKEND` set: other specs go to it verbatim.
+    struct WithDefault(NamedBackends, &'static str);
+
+    impl BackendLookup for WithDefault {
+        fn backend(&self, name: &str) -> Option<BackendSpec> {
+            self.0.backend(name)
+        }
+        fn default_backend(&self) -> Option<String> {
+            Some(self.1.to_owned())
+        }
+        fn names(&self) -> Vec<String> {
+            self.0.names()
+        }
+    }
+
+    #[test]
+    fn a_configured_default_takes_other_specs_verbatim() {
+        let backends = WithDefault(NamedBackends::new(["claude", "codex"]), "codex");
+        let snapshot = RoutingSnapshot::default();
+        let route = route_spec("sonnet", &snapshot, &backends).unwrap();
+        assert_eq!(
+            (route.backend.id.as_str(), route.model.as_deref()),
+            ("codex", Some("sonnet"))
+        );
+        let route = route_spec("vendor/model", &snapshot, &backends).unwrap();
+        assert_eq!(route.model.as_deref(), Some("vendor/model"));
     }
 
     #[test]

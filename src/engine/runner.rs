@@ -160,6 +160,9 @@ pub enum AgentUpdate {
     },
     Plan(Value),
     ModeChanged(String),
+    /// Text the adapter sent as a message chunk that is not the answer (a warning, a retry
+    /// notice): it goes to the run's events as `agentNotice`, never into the result.
+    Notice(String),
     /// Anything else, by its `sessionUpdate` tag.
     Other(String),
 }
@@ -233,6 +236,10 @@ pub struct ProbeReport {
     pub probed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The probe failed because the backend wants credentials (`AuthRequired`): only a
+    /// warning at preparation, where any other failure rejects the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auth_required: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_model: Option<String>,
     /// `[{id,name,description?}]` as the agent advertised them.

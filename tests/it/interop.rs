@@ -357,8 +357,8 @@ impl Outcome {
 
 /// Kills every process still carrying `home` when dropped, so a failed test does not leave a
 /// Node process running for the rest of the test binary (or the machine).
-struct Sweeper {
-    home: PathBuf,
+pub(crate) struct Sweeper {
+    pub(crate) home: PathBuf,
 }
 
 impl Drop for Sweeper {
@@ -371,7 +371,7 @@ impl Drop for Sweeper {
 
 /// Processes whose environment has `HOME=<home>`. The home is a fresh temp folder, so only
 /// processes started for this test match; zombies show an empty environment and do not.
-fn processes_with_home(home: &Path) -> Vec<i32> {
+pub(crate) fn processes_with_home(home: &Path) -> Vec<i32> {
     let wanted = format!("HOME={}", home.display()).into_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -386,7 +386,7 @@ fn processes_with_home(home: &Path) -> Vec<i32> {
         .collect()
 }
 
-fn command_line(pid: i32) -> String {
+pub(crate) fn command_line(pid: i32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
         .unwrap_or_default()

@@ -1,5 +1,7 @@
 //! Integration tests, one module per area.
 mod acp;
+mod adapters;
+mod admission;
 mod cli;
 mod cli_output;
 mod control;

@@ -4,10 +4,9 @@
 
 use std::sync::Arc;
 
-use agentprism::mcp::handler::{Era, McpHandler, RequestContext, RequestNotifier};
+use agentprism::mcp::handler::{McpHandler, RequestContext};
 use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Harness, harness};
 
@@ -23,20 +22,7 @@ fn setup() -> Setup {
 }
 
 fn fresh() -> RequestContext {
-    RequestContext {
-        era: Era::Legacy {
-            version: "2025-11-25".into(),
-        },
-        session_id: Some("session-1".into()),
-        request_id: json!(uuid::Uuid::new_v4().to_string()),
-        method: "tools/call".into(),
-        client_capabilities: json!({}),
-        client_info: None,
-        progress_token: None,
-        meta: serde_json::Value::Null,
-        cancel: CancellationToken::new(),
-        notifier: RequestNotifier::discard(),
-    }
+    crate::workflow_tool::context(Some("session-1"), json!(uuid::Uuid::new_v4().to_string()))
 }
 
 impl Setup {

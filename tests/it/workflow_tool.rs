@@ -25,7 +25,8 @@ fn setup() -> Setup {
     Setup { h, server }
 }
 
-fn context(session: Option<&str>, id: Value) -> RequestContext {
+/// A legacy-session request context for calling the tool handler directly.
+pub(crate) fn context(session: Option<&str>, id: Value) -> RequestContext {
     RequestContext {
         era: Era::Legacy {
             version: "2025-11-25".into(),

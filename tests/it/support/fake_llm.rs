@@ -1,6 +1,14 @@
-//! A loopback fake of the Anthropic Messages API, so a real ACP adapter (claude-agent-acp and
-//! the Claude Code CLI under it) can finish turns with no network and no key. Point the
-//! adapter at it with `ANTHROPIC_BASE_URL=http://<address>` and any `ANTHROPIC_API_KEY`.
+//! A loopback fake of the model APIs the four built-in adapters speak, so each can finish
+//! turns with no network and no key: the Anthropic Messages API (claude-agent-acp, with
+//! `ANTHROPIC_BASE_URL=http://<address>`), the OpenAI Responses API (codex-acp, a custom
+//! `model_providers` entry with `wire_api="responses"`) and OpenAI chat completions (opencode's
+//! `@ai-sdk/openai-compatible` provider and pi's `openai-completions` models), all streamed.
+//!
+//! Besides the prompt markers below, [`FakeLlm::fail_with`] makes every model request fail
+//! with one status until it is cleared, so a test can pause a run on a 401 and resume it once
+//! "the credentials are fixed"; `MOCK_DELAY=<ms>` in a prompt delays that reply (a slow call
+//! to stop). A 429 carries the reset time the way OpenAI does (`resets_in_seconds`,
+//! `resets_at`) and a `retry-after` header.
 //!
 //! Every answer is derived from the last user text of the request, so a test steers the fake
 //! through its prompt alone: the reply is `MOCK-REPLY: <text>`; a prompt that asks for JSON
@@ -12,8 +20,10 @@
 //! and answered 404, so a new adapter version that calls something else shows up in test output
 //! instead of hanging.
 //!
-//! The HTTP/1.1 handling is the minimal server in `support::http1`. The server binds only
-//! 127.0.0.1 and stops when the [`FakeLlm`] is dropped.
+//! The HTTP/1.1 handling is deliberately minimal (request line, headers, `Content-Length`
+//! bodies, keep-alive): it only has to serve the adapter's HTTP client, and it avoids pulling
+//! an HTTP stack into the dev-dependencies. The server binds only 127.0.0.1 and stops when the
+//! [`FakeLlm`] is dropped.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -37,6 +47,8 @@ pub struct FakeLlm {
 struct State {
     /// The whole reply to a prompt that asks for JSON.
     json_reply: Value,
+    /// When set, every model request fails with this status.
+    fail_status: Mutex<Option<u16>>,
     requests: Mutex<Vec<RecordedRequest>>,
 }
 
@@ -54,6 +66,7 @@ impl FakeLlm {
         let address = listener.local_addr().expect("fake LLM: local address");
         let state = Arc::new(State {
             json_reply,
+            fail_status: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
         });
         let mut tasks = JoinSet::new();
@@ -68,6 +81,26 @@ impl FakeLlm {
     /// `http://127.0.0.1:<port>`, the value for `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// Makes every model request fail with `status` (`None`: answer normally again).
+    pub fn fail_with(&self, status: Option<u16>) {
+        *lock(&self.state.fail_status) = status;
+    }
+
+    /// `http://127.0.0.1:<port>/v1`, the base URL of the OpenAI-style APIs.
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.address)
+    }
+
+    /// The last user text of every model request (any of the three APIs) so far.
+    pub fn all_prompts(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|request| request.method == "POST" && is_model_path(&request.path))
+            .filter_map(RecordedRequest::json)
+            .map(|body| last_user_text(&body))
+            .collect()
     }
 
     /// Every request so far, in arrival order.
@@ -89,6 +122,9 @@ impl FakeLlm {
 
 impl Handler for State {
     async fn respond(&self, request: &RecordedRequest) -> Response {
+        if let Some(delay) = requested_delay(request) {
+            tokio::time::sleep(delay).await;
+        }
         respond(self, request)
     }
 
@@ -115,6 +151,8 @@ fn respond(state: &State, request: &RecordedRequest) -> Response {
             body: Vec::new(),
         },
         ("POST", "/v1/messages") => messages(state, request),
+        ("POST", "/v1/responses") => openai(state, request, OpenAiApi::Responses),
+        ("POST", "/v1/chat/completions") => openai(state, request, OpenAiApi::ChatCompletions),
         ("POST", "/v1/messages/count_tokens") => {
             let text = request
                 .json()
@@ -154,7 +192,10 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
         return error_response(400, "invalid_request_error", "body is not JSON");
     };
     let prompt = last_user_text(&body);
-    if let Some(status) = requested_status(&prompt) {
+    if let Some(status) = requested_status(state, &prompt) {
+        if status == 429 {
+            return usage_limit_response();
+        }
         let kind = match status {
             401 => "authentication_error",
             429 => "rate_limit_error",
@@ -270,6 +311,7 @@ fn error_response(status: u16, kind: &str, message: &str) -> Response {
 fn last_user_text(body: &Value) -> String {
     let Some(message) = body
         .get("messages")
+        .or_else(|| body.get("input"))
         .and_then(Value::as_array)
         .and_then(|messages| {
             messages
@@ -285,7 +327,12 @@ fn last_user_text(body: &Value) -> String {
         Some(Value::Array(blocks)) => blocks
             .iter()
             .rev()
-            .find(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+            .find(|block| {
+                matches!(
+                    block.get("type").and_then(Value::as_str),
+                    Some("text" | "input_text")
+                )
+            })
             .and_then(|block| block.get("text").and_then(Value::as_str))
             .unwrap_or_default()
             .to_owned(),
@@ -293,8 +340,12 @@ fn last_user_text(body: &Value) -> String {
     }
 }
 
-/// `MOCK_STATUS=<three digits>` anywhere in the prompt.
-fn requested_status(prompt: &str) -> Option<u16> {
+/// `MOCK_STATUS=<three digits>` anywhere in the prompt, or the status set by
+/// [`FakeLlm::fail_with`].
+fn requested_status(state: &State, prompt: &str) -> Option<u16> {
+    if let Some(status) = *lock(&state.fail_status) {
+        return Some(status);
+    }
     let (_, rest) = prompt.split_once("MOCK_STATUS=")?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits
@@ -307,4 +358,147 @@ fn requested_status(prompt: &str) -> Option<u16> {
 /// JSON (and the finished schema module fences the schema as ```json).
 pub fn asks_for_json(prompt: &str) -> bool {
     prompt.contains("```json") || prompt.contains("JSON")
+}
+
+/// How long a 429 says the limit lasts, in its body and its `retry-after`.
+pub const RESET_SECONDS: u64 = super::http1::RATE_LIMIT_RESET_SECONDS;
+
+fn is_model_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/v1/messages" | "/v1/responses" | "/v1/chat/completions"
+    )
+}
+
+/// `MOCK_DELAY=<ms>` in a model request's prompt.
+fn requested_delay(request: &RecordedRequest) -> Option<std::time::Duration> {
+    if request.method != "POST" || !is_model_path(&request.path) {
+        return None;
+    }
+    let prompt = last_user_text(&request.json()?);
+    let (_, rest) = prompt.split_once("MOCK_DELAY=")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok().map(std::time::Duration::from_millis)
+}
+
+/// A usage-limit 429 as OpenAI sends it (the reset time in the body), which the Anthropic
+/// SDKs read too: `error.message` is what claude-agent-acp and opencode pass on.
+fn usage_limit_response() -> Response {
+    let resets_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|now| now.as_secs())
+        .unwrap_or_default()
+        + RESET_SECONDS;
+    json_response(
+        429,
+        &json!({
+            "type": "error",
+            "error": {
+                "type": "usage_limit_reached",
+                "message": format!("The usage limit has been reached (resets_in_seconds: {RESET_SECONDS})"),
+                "resets_in_seconds": RESET_SECONDS,
+                "resets_at": resets_at,
+            }
+        }),
+    )
+}
+
+#[derive(Clone, Copy)]
+enum OpenAiApi {
+    Responses,
+    ChatCompletions,
+}
+
+/// `POST /v1/responses` and `POST /v1/chat/completions`: the same rules as [`messages`], in
+/// OpenAI's shapes; always streamed (every adapter here asks for a stream).
+fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response {
+    let Some(body) = request.json() else {
+        return error_response(400, "invalid_request_error", "body is not JSON");
+    };
+    let prompt = last_user_text(&body);
+    if let Some(status) = requested_status(state, &prompt) {
+        if status == 429 {
+            return usage_limit_response();
+        }
+        return json_response(
+            status,
+            &json!({"error": {
+                "type": if status == 401 { "authentication_error" } else { "invalid_request_error" },
+                "code": if status == 401 { "invalid_api_key" } else { "fake_failure" },
+                "message": if status == 401 { "invalid x-api-key".to_owned() } else { format!("fake failure (MOCK_STATUS={status})") },
+            }}),
+        );
+    }
+    let reply = if asks_for_json(&prompt) {
+        state.json_reply.to_string()
+    } else {
+        format!("MOCK-REPLY: {prompt}")
+    };
+    let mut middle = reply.len() / 2;
+    while !reply.is_char_boundary(middle) {
+        middle += 1;
+    }
+    let (first, second) = reply.split_at(middle);
+    let body = match api {
+        OpenAiApi::Responses => {
+            let item = json!({"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": reply, "annotations": []}]});
+            let created = json!({"id": "resp_fake", "object": "response", "created_at": 0, "status": "in_progress", "model": "mock-model", "output": []});
+            let mut done = created.clone();
+            done["status"] = json!("completed");
+            done["output"] = json!([item]);
+            done["usage"] = json!({"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 10});
+            let mut added = item.clone();
+            added["status"] = json!("in_progress");
+            added["content"] = json!([]);
+            let mut events = vec![
+                json!({"type": "response.created", "response": created}),
+                json!({"type": "response.output_item.added", "output_index": 0, "item": added}),
+            ];
+            for text in [first, second].into_iter().filter(|text| !text.is_empty()) {
+                events.push(json!({"type": "response.output_text.delta", "item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": text}));
+            }
+            events.push(
+                json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+            );
+            events.push(json!({"type": "response.completed", "response": done}));
+            events
+                .iter()
+                .map(|event| {
+                    format!(
+                        "event: {}\ndata: {event}\n\n",
+                        event["type"].as_str().unwrap_or("")
+                    )
+                })
+                .collect::<String>()
+        }
+        OpenAiApi::ChatCompletions => {
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "chatcmpl_fake", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            };
+            let mut events = vec![chunk(
+                json!({"role": "assistant", "content": ""}),
+                Value::Null,
+            )];
+            for text in [first, second].into_iter().filter(|text| !text.is_empty()) {
+                events.push(chunk(json!({"content": text}), Value::Null));
+            }
+            events.push(chunk(json!({}), json!("stop")));
+            events.push(json!({"id": "chatcmpl_fake", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+                "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}));
+            let mut text: String = events
+                .iter()
+                .map(|event| format!("data: {event}\n\n"))
+                .collect();
+            text.push_str("data: [DONE]\n\n");
+            text
+        }
+    };
+    Response {
+        status: 200,
+        content_type: "text/event-stream",
+        body: body.into_bytes(),
+    }
 }

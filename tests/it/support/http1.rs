@@ -18,6 +18,9 @@ const HEAD_LIMIT: usize = 64 * 1024;
 /// Longest request body a fake accepts; Claude Code sends ~100 KB of system prompt and tools.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
+/// How long a fake's 429 says the limit lasts (`retry-after`, and the body of `fake_llm`'s).
+pub const RATE_LIMIT_RESET_SECONDS: u64 = 3600;
+
 /// One request as a fake received it.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
@@ -227,7 +230,15 @@ async fn write_response(
         // Claude Code retries a 429 ten times with back-off unless told not to; the test of the
         // failure path wants the failure, not a minute of retries. `retry-after: 0` covers a
         // client that ignores `x-should-retry`.
-        head.push_str("x-should-retry: false\r\nretry-after: 0\r\n");
+        // A 429 says when the limit resets, as providers do (adapters read it for `resetHint`).
+        let retry_after = if response.status == 429 {
+            RATE_LIMIT_RESET_SECONDS
+        } else {
+            0
+        };
+        head.push_str(&format!(
+            "x-should-retry: false\r\nretry-after: {retry_after}\r\n"
+        ));
     }
     head.push_str(if close {
         "connection: close\r\n\r\n"

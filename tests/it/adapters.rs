@@ -1,0 +1,480 @@
+//! The four built-in backends through their real ACP adapters — claude-agent-acp, codex-acp,
+//! opencode and pi-acp, the packages `acp::registry` launches, pinned and installed by
+//! `scripts/install-test-deps` — each run by the real `agentprism` binary against the
+//! loopback fake model server (`support::fake_llm`), offline, with a HOME of its own:
+//! single and structured calls whose results carry no adapter chatter, `parallel` of 4, a
+//! provider 401 that pauses `auth_required` and resumes once the fake accepts again, and a
+//! 429 that pauses `usage_limit` with a `resetHint`. How each adapter is pointed at the fake
+//! is in [`Backend::configure`]; what each one does is in `docs/adapters.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::interop::{Sweeper, command_line, processes_with_home};
+use crate::support::fake_llm::FakeLlm;
+
+/// Longest one `agentprism run`/`resume` may take: pi opens one session at a time (~3 s
+/// each) and opencode takes ~10 s to start, on two shared cores.
+const RUN_DEADLINE: Duration = Duration::from_secs(120);
+const STATUS_DEADLINE: Duration = Duration::from_secs(10);
+const EXIT_DEADLINE: Duration = Duration::from_secs(15);
+
+const OK_SCHEMA: &str =
+    "{ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }";
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Claude,
+    Codex,
+    Opencode,
+    Pi,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Claude => "claude",
+            Backend::Codex => "codex",
+            Backend::Opencode => "opencode",
+            Backend::Pi => "pi",
+        }
+    }
+}
+
+/// The manifest lines `scripts/install-test-deps` writes.
+struct Deps {
+    fields: Vec<(String, PathBuf)>,
+}
+
+impl Deps {
+    fn find() -> Deps {
+        let dir = std::env::var_os("AGENTPRISM_TEST_DEPS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
+        let manifest = dir.join("interop-deps.env");
+        let text = std::fs::read_to_string(&manifest).unwrap_or_else(|error| {
+            panic!(
+                "adapter test dependencies are missing ({}: {error}); run `scripts/install-test-deps`",
+                manifest.display()
+            )
+        });
+        let fields = text
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(key, value)| (key.to_owned(), PathBuf::from(value)))
+            .collect();
+        Deps { fields }
+    }
+
+    fn get(&self, name: &str) -> &Path {
+        let path = self
+            .fields
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, path)| path.as_path())
+            .unwrap_or_else(|| {
+                panic!("the test-deps manifest has no {name}; run `scripts/install-test-deps`")
+            });
+        assert!(
+            path.exists(),
+            "{} does not exist; run `scripts/install-test-deps`",
+            path.display()
+        );
+        assert!(
+            !path.to_string_lossy().contains(char::is_whitespace),
+            "{} contains whitespace (AGENTPRISM_*_ACP_ARGS are split on it)",
+            path.display()
+        );
+        path
+    }
+}
+
+struct Context {
+    backend: Backend,
+    fake: FakeLlm,
+    deps: Deps,
+    home: PathBuf,
+    root: PathBuf,
+    project: PathBuf,
+    _sweeper: Sweeper,
+    dir: tempfile::TempDir,
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn run_id(&self) -> String {
+        self.stderr
+            .lines()
+            .find_map(|line| {
+                Some(
+                    line.strip_prefix("run ")?
+                        .strip_suffix(" admitted")?
+                        .to_owned(),
+                )
+            })
+            .unwrap_or_else(|| panic!("no `run <id> admitted` line: {}", self.describe()))
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", self.describe()))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "exit code {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Context {
+    async fn new(backend: Backend) -> Context {
+        let deps = Deps::find();
+        let fake = FakeLlm::start().await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = dir.path().join("home");
+        let root = dir.path().join("state");
+        let project = dir.path().join("project");
+        for folder in [&home, &project] {
+            std::fs::create_dir_all(folder).expect("create test folders");
+        }
+        let context = Context {
+            backend,
+            fake,
+            deps,
+            _sweeper: Sweeper { home: home.clone() },
+            home,
+            root,
+            project,
+            dir,
+        };
+        context.write_config();
+        context
+    }
+
+    /// Files an adapter reads its provider from, in the test's HOME.
+    fn write_config(&self) {
+        let write = |path: PathBuf, text: String| {
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("config folder");
+            std::fs::write(&path, text).expect("write config");
+        };
+        match self.backend {
+            Backend::Codex => {
+                std::fs::create_dir_all(self.home.join(".codex")).expect("CODEX_HOME")
+            }
+            Backend::Opencode => write(
+                self.home.join("opencode.json"),
+                json!({
+                    "provider": {"mock": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "Mock",
+                        "options": {"baseURL": self.fake.openai_base_url(), "apiKey": "mock"},
+                        "models": {"mock-model": {"name": "Mock model"}}
+                    }},
+                    "model": "mock/mock-model",
+                    "autoupdate": false,
+                    "share": "disabled"
+                })
+                .to_string(),
+            ),
+            Backend::Pi => {
+                write(
+                    self.home.join(".pi/agent/models.json"),
+                    json!({"providers": {"mock": {
+                        "baseUrl": self.fake.openai_base_url(),
+                        "api": "openai-completions",
+                        "apiKey": "mock",
+                        "models": [{"id": "mock-model", "name": "Mock", "reasoning": false, "input": ["text"],
+                            "contextWindow": 128000, "maxTokens": 4096,
+                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}]
+                    }}})
+                    .to_string(),
+                );
+                write(
+                    self.home.join(".pi/agent/settings.json"),
+                    json!({"defaultProvider": "mock", "defaultModel": "mock-model"}).to_string(),
+                );
+            }
+            Backend::Claude => {}
+        }
+    }
+
+    /// The variables that point this backend's adapter at the fake.
+    fn configure(&self, command: &mut tokio::process::Command) {
+        let node = self.deps.get("node");
+        let node_dir = node.parent().expect("node folder").to_owned();
+        let mut path = format!("{}:/usr/bin:/bin", node_dir.display());
+        match self.backend {
+            Backend::Claude => {
+                command
+                    .env("AGENTPRISM_CLAUDE_ACP_CMD", node)
+                    .env(
+                        "AGENTPRISM_CLAUDE_ACP_ARGS",
+                        self.deps.get("claude_acp_entry"),
+                    )
+                    .env("ANTHROPIC_BASE_URL", self.fake.base_url())
+                    .env("ANTHROPIC_API_KEY", "mock")
+                    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+                    .env("DISABLE_AUTOUPDATER", "1")
+                    .env("DISABLE_TELEMETRY", "1")
+                    .env("DISABLE_ERROR_REPORTING", "1");
+            }
+            Backend::Codex => {
+                // No spaces anywhere: the args variable is split on whitespace. No retries of
+                // its own, so a 401 is reported in a second instead of after ~7 s.
+                let provider = format!(
+                    "model_providers.mock={{name=\"mock\",base_url=\"{}\",wire_api=\"responses\",env_key=\"MOCK_API_KEY\",request_max_retries=0,stream_max_retries=0}}",
+                    self.fake.openai_base_url()
+                );
+                command
+                    .env("AGENTPRISM_CODEX_ACP_CMD", self.deps.get("codex_acp_bin"))
+                    .env(
+                        "AGENTPRISM_CODEX_ACP_ARGS",
+                        format!("-c model_provider=\"mock\" -c model=\"mock-model\" -c {provider}"),
+                    )
+                    .env("CODEX_HOME", self.home.join(".codex"))
+                    .env("MOCK_API_KEY", "mock");
+            }
+            Backend::Opencode => {
+                command
+                    .env("AGENTPRISM_OPENCODE_ACP_CMD", self.deps.get("opencode_bin"))
+                    .env("AGENTPRISM_OPENCODE_ACP_ARGS", "acp")
+                    .env("OPENCODE_CONFIG", self.home.join("opencode.json"))
+                    .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+                    .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+                    .env("OPENCODE_DISABLE_MODELS_FETCH", "1");
+            }
+            Backend::Pi => {
+                path = format!("{}:{path}", self.deps.get("pi_bin_dir").display());
+                command
+                    .env("AGENTPRISM_PI_ACP_CMD", node)
+                    .env("AGENTPRISM_PI_ACP_ARGS", self.deps.get("pi_acp_entry"))
+                    .env("PI_OFFLINE", "1");
+            }
+        }
+        command.env("PATH", path);
+    }
+
+    async fn run_script(&self, script: &str) -> Outcome {
+        let path = self.dir.path().join("workflow.js");
+        std::fs::write(&path, script).expect("write script");
+        let project = self.project.display().to_string();
+        self.agentprism(&[
+            "run",
+            &path.display().to_string(),
+            "--project-dir",
+            &project,
+        ])
+        .await
+    }
+
+    async fn status(&self, run_id: &str) -> Value {
+        let outcome = self.agentprism(&["status", run_id, "--json"]).await;
+        assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
+        outcome.json()
+    }
+
+    async fn agentprism(&self, args: &[&str]) -> Outcome {
+        let deadline = if args[0] == "status" {
+            STATUS_DEADLINE
+        } else {
+            RUN_DEADLINE
+        };
+        let output = tempfile::tempdir_in(self.dir.path()).expect("output dir");
+        let stdout_path = output.path().join("stdout");
+        let stderr_path = output.path().join("stderr");
+        let create = |path: &Path| std::fs::File::create(path).expect("output file");
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentprism"));
+        command
+            .args(args)
+            .current_dir(&self.project)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("AGENTPRISM_PERSISTENCE_ROOT", &self.root)
+            .env("AGENTPRISM_AGENT_TIMEOUT_MS", "60000")
+            .env("AGENTPRISM_ACP_INIT_TIMEOUT_MS", "30000");
+        self.configure(&mut command);
+        command
+            .stdin(Stdio::null())
+            .stdout(create(&stdout_path))
+            .stderr(create(&stderr_path))
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("spawn agentprism");
+        let pid = child.id().expect("pid");
+        let code = match tokio::time::timeout(deadline, child.wait()).await {
+            Ok(status) => status.expect("wait").code(),
+            Err(_) => {
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                let _ = child.wait().await;
+                panic!(
+                    "agentprism {args:?} on {} did not finish within {deadline:?}; stderr:\n{}\nthe fake saw: {:#?}",
+                    self.backend.name(),
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+                    self.fake.all_prompts()
+                );
+            }
+        };
+        Outcome {
+            code,
+            stdout: std::fs::read_to_string(&stdout_path).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+        }
+    }
+
+    async fn assert_no_processes_left(&self) {
+        let deadline = Instant::now() + EXIT_DEADLINE;
+        loop {
+            let left = processes_with_home(&self.home);
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let described: Vec<String> = left
+                    .iter()
+                    .map(|pid| format!("{pid}: {}", command_line(*pid)))
+                    .collect();
+                panic!("agent processes outlived the run: {described:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn header(backend: Backend, name: &str) -> String {
+    format!(
+        "export const meta = {{ name: '{name}', description: 'adapter test', model: '{}' }};\n",
+        backend.name()
+    )
+}
+
+/// One call, a structured call and `parallel` of 4: every result is exactly the fake's
+/// answer, with no adapter warning, banner or retry notice in it.
+async fn calls_give_clean_answers(backend: Backend) {
+    let context = Context::new(backend).await;
+    let script = format!(
+        "{}const greeting = await agent('Say hello');\n\
+         const verdict = await agent('Report whether the adapter works.', {{ schema: {OK_SCHEMA} }});\n\
+         const many = await parallel([1, 2, 3, 4].map((n) => () => agent(`Parallel call ${{n}}`)));\n\
+         return {{ greeting, verdict, many }};\n",
+        header(backend, "calls")
+    );
+    let outcome = context.run_script(&script).await;
+    assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
+    let result = outcome.json();
+    assert_eq!(
+        result["greeting"],
+        "MOCK-REPLY: Say hello",
+        "{}",
+        outcome.describe()
+    );
+    assert_eq!(
+        result["verdict"],
+        json!({"ok": true}),
+        "{}",
+        outcome.describe()
+    );
+    let many: Vec<Value> = (1..=4)
+        .map(|n| json!(format!("MOCK-REPLY: Parallel call {n}")))
+        .collect();
+    assert_eq!(result["many"], json!(many), "{}", outcome.describe());
+    context.assert_no_processes_left().await;
+}
+
+/// A provider 401 pauses the run `auth_required` with an authContext naming the backend;
+/// once the fake accepts the key again, resume completes the same run.
+async fn a_401_pauses_and_resume_completes(backend: Backend) {
+    let context = Context::new(backend).await;
+    context.fake.fail_with(Some(401));
+    let script = format!(
+        "{}return await agent('Say hello');\n",
+        header(backend, "auth")
+    );
+    let outcome = context.run_script(&script).await;
+    assert_eq!(outcome.code, Some(3), "{}", outcome.describe());
+    let run_id = outcome.run_id();
+    let status = context.status(&run_id).await;
+    assert_eq!(status["status"], "paused", "{status:#}");
+    assert_eq!(status["reason"], "auth_required", "{status:#}");
+    assert_eq!(
+        status["outcome"]["authContext"]["backendId"],
+        backend.name(),
+        "{status:#}"
+    );
+    context.fake.fail_with(None);
+    let resumed = context.agentprism(&["resume", &run_id]).await;
+    assert_eq!(resumed.code, Some(0), "{}", resumed.describe());
+    assert_eq!(
+        resumed.json(),
+        json!("MOCK-REPLY: Say hello"),
+        "{}",
+        resumed.describe()
+    );
+    context.assert_no_processes_left().await;
+}
+
+/// A 429 that says when the limit resets pauses `usage_limit` with that `resetHint`.
+async fn a_429_pauses_with_its_reset_hint(backend: Backend) {
+    let context = Context::new(backend).await;
+    let script = format!(
+        "{}return await agent('Please answer. MOCK_STATUS=429');\n",
+        header(backend, "limit")
+    );
+    let outcome = context.run_script(&script).await;
+    assert_eq!(outcome.code, Some(3), "{}", outcome.describe());
+    let status = context.status(&outcome.run_id()).await;
+    assert_eq!(status["reason"], "usage_limit", "{status:#}");
+    let hint = status["outcome"]["resetHint"].as_str().unwrap_or_default();
+    assert!(!hint.is_empty(), "no resetHint: {status:#}");
+    assert!(
+        outcome.stderr.contains("usage limit; resets:"),
+        "{}",
+        outcome.describe()
+    );
+    context.assert_no_processes_left().await;
+}
+
+macro_rules! adapter_tests {
+    ($module:ident, $backend:expr $(, $extra:ident)*) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn calls_give_clean_answers() {
+                super::calls_give_clean_answers($backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_401_pauses_and_resume_completes() {
+                super::a_401_pauses_and_resume_completes($backend).await;
+            }
+
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $extra() {
+                    super::$extra($backend).await;
+                }
+            )*
+        }
+    };
+}
+
+adapter_tests!(claude, Backend::Claude, a_429_pauses_with_its_reset_hint);
+adapter_tests!(codex, Backend::Codex, a_429_pauses_with_its_reset_hint);
+// No 429 test for opencode: it retries a 429 itself, waiting out the `retry-after` (up to
+// 2^31 ms) five times, and reports nothing over ACP meanwhile, so the call ends only at its
+// time limit (docs/adapters.md). The recognition of its final error is unit-tested in
+// acp::failure.
+adapter_tests!(opencode, Backend::Opencode);
+adapter_tests!(pi, Backend::Pi, a_429_pauses_with_its_reset_hint);

@@ -1,0 +1,165 @@
+//! Admission refusals from routing and probes (issue 11): with `AGENTPRISM_DEFAULT_BACKEND`
+//! unset, a model spec that names no backend (`mokc`) is a routing error listing the
+//! backends, and a probe that fails for any reason but credentials rejects the run naming
+//! the backend and the reason; a credential failure only warns. Each through the CLI (exit 2,
+//! no run listed) and through the MCP `workflow` tool (a tool error, nothing in the store),
+//! with the scripted mock agent as the backend.
+
+use std::sync::Arc;
+
+use agentprism::acp::lookup::Backends;
+use agentprism::acp::{AcpConfig, AcpRunner};
+use agentprism::engine::{Engine, EngineConfig};
+use agentprism::env::EnvSnapshot;
+use agentprism::mcp::handler::McpHandler;
+use agentprism::store::{SqliteStore, Store};
+use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
+use serde_json::{Value, json};
+
+use crate::support::context::{TestContext, mock_agent_binary};
+
+fn script(model: &str) -> String {
+    format!(
+        "export const meta = {{ name: 'admission', description: 'admission test', model: '{model}' }};\nreturn await agent('hello');\n"
+    )
+}
+
+fn runs_listed(ctx: &TestContext) -> usize {
+    let listed = ctx.run(&["runs", "--all", "--json"]);
+    assert_eq!(listed.code(), 0, "{}", listed.stderr);
+    listed.json().as_array().map(Vec::len).unwrap_or(0)
+}
+
+#[test]
+fn cli_rejects_a_model_spec_that_names_no_backend() {
+    let ctx = TestContext::new().with_mock_backend(json!({}));
+    let path = ctx.write("wf.js", &script("mokc"));
+    let finished = ctx.run(&["run", path.to_str().unwrap()]);
+    assert_eq!(finished.code(), 2, "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("\"mokc\" is not a registered backend")
+            && finished
+                .stderr
+                .contains("claude, codex, opencode, pi, mock"),
+        "{}",
+        finished.stderr
+    );
+    assert_eq!(runs_listed(&ctx), 0);
+}
+
+#[test]
+fn cli_rejects_a_failed_probe_and_only_warns_on_credentials() {
+    let ctx = TestContext::new().with_mock_backend(json!({}));
+    // The mock agent refuses an unknown model in set_config_option (-32602).
+    let path = ctx.write("wf.js", &script("mock/no-such-model"));
+    let finished = ctx.run(&["run", path.to_str().unwrap()]);
+    assert_eq!(finished.code(), 2, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("probe of backend mock failed")
+            && finished.stderr.contains("no-such-model"),
+        "{}",
+        finished.stderr
+    );
+    assert_eq!(runs_listed(&ctx), 0);
+
+    let gated = TestContext::new().with_mock_backend(json!({"MOCK_ACP_AUTH": "required"}));
+    let path = gated.write("wf.js", &script("mock"));
+    let finished = gated.run(&["run", path.to_str().unwrap()]);
+    assert_eq!(
+        finished.code(),
+        3,
+        "admitted, then paused: {}",
+        finished.stderr
+    );
+    assert!(
+        finished.stderr.contains("needs credentials"),
+        "the warning: {}",
+        finished.stderr
+    );
+    assert_eq!(gated.status(&finished.run_id())["reason"], "auth_required");
+}
+
+/// The MCP tool over an engine with the real ACP runner and a `mock` backend.
+struct Tool {
+    _dir: tempfile::TempDir,
+    project: std::path::PathBuf,
+    store: Arc<SqliteStore>,
+    server: Arc<WorkflowServer>,
+    runner: Arc<AcpRunner>,
+}
+
+impl Tool {
+    fn new() -> Tool {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let project = dir.path().join("project");
+        std::fs::create_dir_all(&project).expect("project");
+        let store = Arc::new(SqliteStore::open(&dir.path().join("state")).expect("store"));
+        let backends = format!(
+            "{{\"mock\": {{\"command\": \"{}\"}}}}",
+            mock_agent_binary().display()
+        );
+        let env =
+            EnvSnapshot::from_pairs([("PATH", ""), ("AGENTPRISM_BACKENDS", backends.as_str())]);
+        let runner = Arc::new(AcpRunner::new(AcpConfig::new(env.clone())));
+        let engine = Engine::new(
+            store.clone(),
+            runner.clone(),
+            Arc::new(Backends::from_env(&env).expect("backends")),
+            EngineConfig {
+                home: Some(dir.path().to_path_buf()),
+                ..EngineConfig::default()
+            },
+        );
+        let server = WorkflowServer::new(engine, WorkflowServerOptions::default());
+        Tool {
+            _dir: dir,
+            project,
+            store,
+            server,
+            runner,
+        }
+    }
+
+    async fn run(&self, script: &str) -> Value {
+        let context =
+            crate::workflow_tool::context(Some("s"), json!(uuid::Uuid::new_v4().to_string()));
+        let arguments = json!({"action": "run", "projectDir": self.project, "script": script});
+        self.server
+            .call_tool(&context, "workflow", arguments)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    async fn assert_rejected(&self, script: &str, needles: &[&str]) {
+        let answer = self.run(script).await;
+        assert_eq!(answer["isError"], true, "{answer:#}");
+        let text = answer.to_string();
+        for needle in needles {
+            assert!(text.contains(needle), "{needle}: {answer:#}");
+        }
+        let runs = self.store.list_runs(None, 10).await.expect("list runs");
+        assert!(runs.is_empty(), "nothing is stored: {runs:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_rejects_an_unknown_backend_and_a_failed_probe() {
+    let tool = Tool::new();
+    tool.assert_rejected(
+        &script("mokc"),
+        &["mokc", "is not a registered backend", "mock"],
+    )
+    .await;
+    tool.assert_rejected(
+        &script("mock/no-such-model"),
+        &["probe of backend mock failed", "no-such-model"],
+    )
+    .await;
+    agentprism::engine::runner::AgentRunner::shutdown(
+        &*tool.runner,
+        std::time::Duration::from_secs(5),
+    )
+    .await;
+}
