@@ -487,7 +487,14 @@ impl State {
                 .map(str::to_owned),
             _ => None,
         };
-        let mut context = TransportContext::new(TransportKind::Http, "http");
+        // Every session-less exchange is a scope of its own: HTTP clients share no connection,
+        // and their ids restart at 1, so one client's `notifications/cancelled` must never
+        // reach another client's request (a stateless request is cancelled by closing its
+        // response stream instead).
+        let mut context = TransportContext::new(
+            TransportKind::Http,
+            format!("http:{}", uuid::Uuid::new_v4().simple()),
+        );
         let mut session = None;
         if let (Some(version), Message::Request(request)) = (&modern_version, &message) {
             if let Err(error) =

@@ -548,6 +548,56 @@ async fn concurrent_streams_and_cancellation_by_notification() {
     server.stop().await;
 }
 
+/// Two stateless clients both use id 1 (ids restart in every client): each request is its
+/// own scope, so both are in flight at once and a session-less `notifications/cancelled`
+/// for id 1 cancels neither; closing a request's response stream is what cancels it.
+#[tokio::test]
+async fn stateless_clients_with_the_same_id_never_cancel_each_other() {
+    let server = TestServer::start(HttpOptions::default()).await;
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "wait_for_cancel"),
+    ];
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "wait_for_cancel", "_meta": modern_meta()}});
+    let mut first = server.post(&headers, &call).await;
+    let mut second = server.post(&headers, &call).await;
+    for stream in [&mut first, &mut second] {
+        let _priming = stream.event().await.unwrap();
+        let _started = stream.event().await.unwrap();
+    }
+    assert_eq!(server.server.inflight_count(), 2, "both are in flight");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "_meta": modern_meta()}});
+    let notified = server
+        .post(
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "notifications/cancelled"),
+            ],
+            &cancel,
+        )
+        .await;
+    assert!(notified.status < 300, "{}", notified.status);
+    assert_eq!(
+        server.server.inflight_count(),
+        2,
+        "another client's cancel reached neither"
+    );
+    drop(first);
+    drop(second);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.server.inflight_count() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "closing the streams cancels them"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn stateless_requests_check_headers_against_the_body() {
     let server = TestServer::start(HttpOptions::default()).await;
