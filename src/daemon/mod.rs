@@ -457,7 +457,7 @@ pub async fn run(env: &EnvSnapshot, mut options: RunOptions) -> Result<u8> {
         settings.tick,
     ));
     if options.log_file.is_none() {
-        println!("{}", record.url);
+        crate::cli::output::stdout(format_args!("{}", record.url), true);
     }
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -824,7 +824,7 @@ fn already_running(record: &DaemonRecord, notifier: &Notifier) {
             record.pid, record.port
         )),
     );
-    println!("{}", record.url);
+    crate::cli::output::stdout(format_args!("{}", record.url), true);
 }
 
 /// Logs a notification that could not be sent; the daemon goes on (systemd will judge us by

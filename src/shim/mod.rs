@@ -76,11 +76,12 @@ impl Args {
 pub fn run(args: Args) -> ExitCode {
     match args {
         Args::Version => {
-            println!("agentprism-workflow {VERSION}");
+            // A closed stdout is no reason to panic (`agentprism-workflow --version | head -0`).
+            let _ = writeln!(std::io::stdout(), "agentprism-workflow {VERSION}");
             ExitCode::SUCCESS
         }
         Args::Help => {
-            print!("{USAGE}");
+            let _ = write!(std::io::stdout(), "{USAGE}");
             ExitCode::SUCCESS
         }
         Args::InProcess => {

@@ -82,6 +82,32 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     }
 }
 
+/// A foreground `daemon run` prints its URL to a closed stdout and still serves, then exits
+/// 0 on its idle timeout; `agentprism-workflow --version` into a closed pipe exits 0 too.
+#[test]
+fn a_foreground_daemon_and_the_shim_survive_a_closed_stdout() {
+    let ctx = TestContext::new()
+        .set("AGENTPRISM_DAEMON_PORT", "0")
+        .set("AGENTPRISM_DAEMON_IDLE_TTL_MS", "300")
+        .set("AGENTPRISM_DAEMON_TICK_MS", "50");
+    let finished = run_into_closed_pipe(&ctx, &["daemon", "run"]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("idle") && !finished.stderr.contains("panicked"),
+        "{}",
+        finished.stderr
+    );
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let shim = std::process::Command::new(env!("CARGO_BIN_EXE_agentprism-workflow"))
+        .arg("--version")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run the shim");
+    assert!(shim.status.success(), "{shim:?}");
+}
+
 /// A backend whose `session/new` outlasts the probe limit rejects the run (exit 2), naming
 /// the backend and the limit; nothing is stored.
 #[test]
