@@ -250,11 +250,12 @@ async function drive({ client, sdk, mode, seen, updates, report, project, tag })
         message => message.method === 'tools/call' && message.params?.arguments?.action === 'run'
     );
     const metaKeys = Object.keys(runRequest?.params?._meta ?? {});
-    report.check(
-        'run request carries no agentprism/ _meta key',
-        runRequest !== undefined && !metaKeys.some(key => key.startsWith(AGENTPRISM_META_PREFIX)),
-        () => `run request ${JSON.stringify(runRequest)}`
-    );
+    const step = 'run request carries no agentprism/ _meta key';
+    if (runRequest === undefined || metaKeys.some(key => key.startsWith(AGENTPRISM_META_PREFIX))) {
+        report.fail(step, `run request ${JSON.stringify(runRequest)}`);
+        throw new StepFailed(step);
+    }
+    report.ok(step, `id ${JSON.stringify(runRequest.id)}, _meta keys ${JSON.stringify(metaKeys)}`);
 
     let subscription;
     try {
