@@ -24,6 +24,7 @@ mod security_files;
 mod security_peer;
 mod security_reaper;
 mod sdk_clients;
+mod sdk_clients_ts;
 mod service;
 mod shim;
 mod succession;

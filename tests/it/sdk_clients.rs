@@ -17,6 +17,8 @@
 //! Every process carries the test's own HOME, so when a test ends a guard kills whatever still
 //! does (the SDK starts the stdio server in a session of its own, out of reach of a process
 //! group kill), and a passing test also checks that nothing was left behind.
+//! `sdk_clients_ts.rs` drives the TypeScript SDK clients with the same server, deadline and
+//! sweeper.
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
@@ -32,7 +34,7 @@ use crate::support::context::{TestContext, agentprism_binary, process_gone};
 
 /// Longest one client script may take. A healthy run takes about a second (most of it Python
 /// importing the SDK); the script's own steps give up after 30 s each.
-const CLIENT_DEADLINE: Duration = Duration::from_secs(150);
+pub(super) const CLIENT_DEADLINE: Duration = Duration::from_secs(150);
 /// Longest the HTTP server may take to print its URL, and to exit after SIGTERM.
 const SERVER_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -145,40 +147,50 @@ fn drive(era: Era, transport: Transport) {
 
 /// The venv's python, from the manifest `scripts/install-test-deps` writes last.
 fn python_from_manifest() -> PathBuf {
+    path_from_manifest(
+        "python",
+        "the Python MCP client (a venv with tests/e2e/requirements.txt)",
+    )
+}
+
+/// The path the manifest `scripts/install-test-deps` writes last gives for `key`; panics
+/// naming `what` and the install command when the manifest, the key or the path is missing.
+pub(super) fn path_from_manifest(key: &str, what: &str) -> PathBuf {
     let dir = std::env::var_os("AGENTPRISM_TEST_DEPS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
     let manifest = dir.join("interop-deps.env");
-    let missing = |what: String| -> ! {
+    let missing = |detail: String| -> ! {
         panic!(
-            "the Python MCP client is missing ({what}); run `scripts/install-test-deps` \
-             (it builds a venv with tests/e2e/requirements.txt in {})",
+            "{what} is missing ({detail}); run `scripts/install-test-deps` \
+             (it installs into {}, or $AGENTPRISM_TEST_DEPS)",
             dir.display()
         )
     };
     let text = std::fs::read_to_string(&manifest)
         .unwrap_or_else(|error| missing(format!("{}: {error}", manifest.display())));
-    let python = text
+    let prefix = format!("{key}=");
+    let path = text
         .lines()
-        .find_map(|line| line.strip_prefix("python="))
+        .find_map(|line| line.strip_prefix(&prefix))
         .map(PathBuf::from)
-        .unwrap_or_else(|| missing(format!("{} has no python", manifest.display())));
-    if !python.is_file() {
-        missing(format!("{} does not exist", python.display()));
+        .unwrap_or_else(|| missing(format!("{} has no {key}", manifest.display())));
+    if !path.exists() {
+        missing(format!("{} does not exist", path.display()));
     }
-    python
+    path
 }
 
 /// `agentprism serve --http --port 0` in its own process group, stopped with SIGTERM (and the
 /// group killed) when the test is done with it.
-struct HttpServer {
+pub(super) struct HttpServer {
     child: Option<Child>,
-    url: String,
+    pub(super) url: String,
     stderr: Option<std::thread::JoinHandle<String>>,
 }
 
 impl HttpServer {
-    fn start(context: &TestContext) -> HttpServer {
+    pub(super) fn start(context: &TestContext) -> HttpServer {
         let mut child = context
             .command(&["serve", "--http", "--port", "0"])
             .stdin(Stdio::null())
@@ -225,7 +237,7 @@ impl HttpServer {
 
     /// SIGTERM, then wait for a clean exit within the deadline (SIGKILL to the group past it);
     /// returns what the server wrote to stderr.
-    fn stop(mut self) -> String {
+    pub(super) fn stop(mut self) -> String {
         let Some(mut child) = self.child.take() else {
             return String::new();
         };
@@ -268,16 +280,16 @@ impl Drop for HttpServer {
     }
 }
 
-struct ClientOutcome {
-    exit_code: Option<i32>,
-    status: String,
-    stdout: String,
-    stderr: String,
+pub(super) struct ClientOutcome {
+    pub(super) exit_code: Option<i32>,
+    pub(super) status: String,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 /// Runs `command` in its own process group; past the deadline the group is killed and the
 /// outcome says so.
-fn run_with_deadline(mut command: Command, deadline: Duration) -> ClientOutcome {
+pub(super) fn run_with_deadline(mut command: Command, deadline: Duration) -> ClientOutcome {
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -315,8 +327,8 @@ fn run_with_deadline(mut command: Command, deadline: Duration) -> ClientOutcome 
 }
 
 /// Kills every process still carrying the test's HOME when the test ends, pass or fail.
-struct Sweeper {
-    home: PathBuf,
+pub(super) struct Sweeper {
+    pub(super) home: PathBuf,
 }
 
 impl Drop for Sweeper {
@@ -329,7 +341,7 @@ impl Drop for Sweeper {
 
 /// Gives the stdio server and the agents a moment to exit after their client is gone; returns
 /// whatever is still running past the deadline.
-fn wait_until_no_process_has_home(home: &Path) -> Vec<i32> {
+pub(super) fn wait_until_no_process_has_home(home: &Path) -> Vec<i32> {
     let started = Instant::now();
     loop {
         let left = processes_with_home(home);
