@@ -357,6 +357,24 @@ fn connections_to(port: u16) -> usize {
         .count()
 }
 
+/// Whether a daemon-side socket of `port` (local port `port`) holds unread bytes.
+fn bytes_waiting_at(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() > 4
+            && fields[3] == "01"
+            && fields[1]
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+            && fields[4]
+                .split_once(':')
+                .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+                .is_some_and(|rx| rx > 0)
+    })
+}
+
 fn port_of(pointer: &Value) -> u16 {
     pointer["port"].as_u64().expect("port") as u16
 }
@@ -516,7 +534,11 @@ fn a_killed_daemon_fails_the_call_in_flight_and_the_next_succeeds_on_a_new_one()
     // Freeze the daemon so the request is surely delivered, then kill it.
     kill(Pid::from_raw(first), Signal::SIGSTOP).unwrap();
     shim.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
-    eventually("the request's connection", || connections_to(port) == 2);
+    // The request's bytes wait in a daemon-side socket: it surely reached the daemon (a
+    // count of connections alone could be some other short-lived one).
+    eventually("the request's bytes at the daemon", || {
+        bytes_waiting_at(port)
+    });
     kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
     let lost = shim.response(&json!(7));
     assert_eq!(lost["error"]["code"], -32603, "{lost}");
