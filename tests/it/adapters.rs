@@ -445,6 +445,22 @@ impl Context {
         }
     }
 
+    /// Each model request the fake answered so far: status and prompt, for failure messages.
+    fn fake_log(&self) -> Vec<String> {
+        self.fake
+            .requests()
+            .iter()
+            .filter(|request| request.method == "POST")
+            .map(|request| {
+                let prompt = request
+                    .json()
+                    .map(|body| crate::support::fake_llm::last_user_text(&body))
+                    .unwrap_or_default();
+                format!("{} {} {prompt:?}", request.status, request.path)
+            })
+            .collect()
+    }
+
     async fn assert_no_processes_left(&self) {
         let deadline = Instant::now() + EXIT_DEADLINE;
         loop {
@@ -657,8 +673,9 @@ async fn stop_one_call_while_its_sibling_finishes(backend: Backend) {
             "quick": "MOCK-REPLY: Answer when let go. MOCK_HOLD",
             "after": "MOCK-REPLY: Go on after the stop",
         }),
-        "{}",
-        outcome.describe()
+        "{}\nthe fake answered: {:#?}",
+        outcome.describe(),
+        context.fake_log()
     );
     // pi alone ignores session/cancel; the engine then gives up only on that session.
     let abandoned = outcome.stderr.contains("abandoning the session");

@@ -384,7 +384,7 @@ fn error_response(status: u16, kind: &str, message: &str) -> Response {
 
 /// The last text block of the last user message: the prompt itself, after the reminders
 /// Claude Code puts in front of it.
-fn last_user_text(body: &Value) -> String {
+pub fn last_user_text(body: &Value) -> String {
     let Some(message) = body
         .get("messages")
         .or_else(|| body.get("input"))
