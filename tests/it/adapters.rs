@@ -3,8 +3,10 @@
 //! `scripts/install-test-deps` — each run by the real `agentprism` binary against the
 //! loopback fake model server (`support::fake_llm`), offline, with a HOME of its own:
 //! single and structured calls whose results carry no adapter chatter, `parallel` of 4, a
-//! provider 401 that pauses `auth_required` and resumes once the fake accepts again, and a
-//! 429 that pauses `usage_limit` with a `resetHint`. How each adapter is pointed at the fake
+//! provider 401 that pauses `auth_required` and resumes once the fake accepts again, a 429
+//! that pauses `usage_limit` with a `resetHint`, and `stop --call` of one call of a
+//! `parallel` while its sibling on the same agent process finishes (on pi, which ignores
+//! `session/cancel`, past the abandonment of the cancelled session). How each adapter is pointed at the fake
 //! is in [`Backend::configure`]; what each one does is in `docs/adapters.md`.
 
 use std::path::{Path, PathBuf};
@@ -27,7 +29,7 @@ const EXIT_DEADLINE: Duration = Duration::from_secs(15);
 const OK_SCHEMA: &str =
     "{ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }";
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
     Claude,
     Codex,
@@ -103,6 +105,103 @@ struct Context {
     project: PathBuf,
     _sweeper: Sweeper,
     dir: tempfile::TempDir,
+}
+
+/// An `agentprism` process a test started; dropped unfinished, its process group is killed.
+struct Running<'a> {
+    context: &'a Context,
+    args: Vec<String>,
+    deadline: Duration,
+    pid: u32,
+    child: Option<tokio::process::Child>,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+    /// Holds the two output files.
+    _output: tempfile::TempDir,
+}
+
+impl Running<'_> {
+    /// Waits for the process to exit, within its deadline.
+    async fn finish(mut self) -> Outcome {
+        let mut child = self.child.take().expect("a running child");
+        let code = match tokio::time::timeout(self.deadline, child.wait()).await {
+            Ok(status) => status.expect("wait").code(),
+            Err(_) => {
+                let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+                let _ = child.wait().await;
+                panic!(
+                    "agentprism {:?} on {} did not finish within {:?}; stderr:\n{}\nthe fake saw: {:#?}",
+                    self.args,
+                    self.context.backend.name(),
+                    self.deadline,
+                    self.stderr(),
+                    self.context.fake.all_prompts()
+                );
+            }
+        };
+        Outcome {
+            code,
+            stdout: std::fs::read_to_string(&self.stdout_path).unwrap_or_default(),
+            stderr: self.stderr(),
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The run id from the `run <id> admitted` line written so far.
+    fn run_id(&self) -> String {
+        Outcome {
+            code: None,
+            stdout: String::new(),
+            stderr: self.stderr(),
+        }
+        .run_id()
+    }
+
+    /// The processes this one started directly: the pooled agent processes.
+    fn children(&self) -> Vec<i32> {
+        children_of(self.pid as i32)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The processes whose parent is `parent`.
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            // `pid (comm) state ppid …`; the command may contain spaces, so split after `)`.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+/// Whether `pid` is running (a zombie has ended, whatever its parent does about it).
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        !matches!(state, Some('Z' | 'X'))
+    })
 }
 
 struct Outcome {
@@ -286,6 +385,12 @@ impl Context {
     }
 
     async fn agentprism(&self, args: &[&str]) -> Outcome {
+        self.start(args).finish().await
+    }
+
+    /// Starts `agentprism <args>` in its own process group, as the user would, with this
+    /// backend pointed at the fake.
+    fn start(&self, args: &[&str]) -> Running<'_> {
         let deadline = if args[0] == "status" {
             STATUS_DEADLINE
         } else {
@@ -311,26 +416,49 @@ impl Context {
             .stderr(create(&stderr_path))
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command.spawn().expect("spawn agentprism");
-        let pid = child.id().expect("pid");
-        let code = match tokio::time::timeout(deadline, child.wait()).await {
-            Ok(status) => status.expect("wait").code(),
-            Err(_) => {
-                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                let _ = child.wait().await;
-                panic!(
-                    "agentprism {args:?} on {} did not finish within {deadline:?}; stderr:\n{}\nthe fake saw: {:#?}",
-                    self.backend.name(),
-                    std::fs::read_to_string(&stderr_path).unwrap_or_default(),
-                    self.fake.all_prompts()
-                );
-            }
-        };
-        Outcome {
-            code,
-            stdout: std::fs::read_to_string(&stdout_path).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+        let child = command.spawn().expect("spawn agentprism");
+        Running {
+            context: self,
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            deadline,
+            pid: child.id().expect("pid"),
+            child: Some(child),
+            stdout_path,
+            stderr_path,
+            _output: output,
         }
+    }
+
+    /// Asks for the run's status until `settled` holds for it.
+    async fn until_status(&self, run_id: &str, settled: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + RUN_DEADLINE;
+        loop {
+            let status = self.status(run_id).await;
+            if settled(&status) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run_id} did not get there within {RUN_DEADLINE:?}: {status:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Each model request the fake answered so far: status and prompt, for failure messages.
+    fn fake_log(&self) -> Vec<String> {
+        self.fake
+            .requests()
+            .iter()
+            .filter(|request| request.method == "POST")
+            .map(|request| {
+                let prompt = request
+                    .json()
+                    .map(|body| crate::support::fake_llm::last_user_text(&body))
+                    .unwrap_or_default();
+                format!("{} {} {prompt:?}", request.status, request.path)
+            })
+            .collect()
     }
 
     async fn assert_no_processes_left(&self) {
@@ -341,11 +469,7 @@ impl Context {
                 return;
             }
             if Instant::now() >= deadline {
-                let described: Vec<String> = left
-                    .iter()
-                    .map(|pid| format!("{pid}: {}", command_line(*pid)))
-                    .collect();
-                panic!("agent processes outlived the run: {described:#?}");
+                panic!("agent processes outlived the run: {:#?}", described(&left));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -425,10 +549,18 @@ async fn a_401_pauses_and_resume_completes(backend: Backend) {
 }
 
 /// A 429 that says when the limit resets pauses `usage_limit` with that `resetHint`.
+///
+/// opencode retries a 429 five times by itself, waiting out the `retry-after` each time
+/// (nothing in its configuration turns that off), so its 429 says `retry-after: 0` while the
+/// body still says the limit resets in an hour: the hint must come from the body.
 async fn a_429_pauses_with_its_reset_hint(backend: Backend) {
     let context = Context::new(backend).await;
+    let retry_after = match backend {
+        Backend::Opencode => " MOCK_RETRY_AFTER=0",
+        _ => "",
+    };
     let script = format!(
-        "{}return await agent('Please answer. MOCK_STATUS=429');\n",
+        "{}return await agent('Please answer. MOCK_STATUS=429{retry_after}');\n",
         header(backend, "limit")
     );
     let outcome = context.run_script(&script).await;
@@ -437,12 +569,125 @@ async fn a_429_pauses_with_its_reset_hint(backend: Backend) {
     assert_eq!(status["reason"], "usage_limit", "{status:#}");
     let hint = status["outcome"]["resetHint"].as_str().unwrap_or_default();
     assert!(!hint.is_empty(), "no resetHint: {status:#}");
+    if backend == Backend::Opencode {
+        assert!(hint.contains("3600 s"), "{status:#}");
+        let limited = context
+            .fake
+            .requests()
+            .iter()
+            .filter(|request| request.status == 429)
+            .count();
+        assert!(
+            limited > 1,
+            "opencode did not retry the 429 ({limited} requests)"
+        );
+    }
     assert!(
         outcome.stderr.contains("usage limit; resets:"),
         "{}",
         outcome.describe()
     );
     context.assert_no_processes_left().await;
+}
+
+/// `parallel` of a slow call and a held one on the backend's one pooled process: `stop
+/// --call 0`, sent to the foreground `agentprism run` (a `cancel-agent` intent it carries out
+/// within a second), cancels the slow call while the fake still holds its sibling's reply.
+/// The sibling is let go only once call 0 has settled as `AGENT_CANCELLED`; for pi, which
+/// ignores `session/cancel`, that is after the engine abandoned the session, so the shared
+/// process must still be serving the sibling then. The sibling's answer arrives, the
+/// cancelled call is `null`, a call after the `parallel` is answered too (for pi by a fresh
+/// process: the shared one was retired), the run completes and no agent process is left.
+async fn stop_one_call_while_its_sibling_finishes(backend: Backend) {
+    let context = Context::new(backend).await;
+    let script = format!(
+        "{}const [slow, quick] = await parallel([\n\
+           () => agent('Take your time. MOCK_DELAY=60000'),\n\
+           () => agent('Answer when let go. MOCK_HOLD'),\n\
+         ]);\n\
+         const after = await agent('Go on after the stop');\n\
+         return {{ slow, quick, after }};\n",
+        header(backend, "stop")
+    );
+    let path = context.dir.path().join("workflow.js");
+    std::fs::write(&path, script).expect("write script");
+    let path = path.display().to_string();
+    let project = context.project.display().to_string();
+    let run = context.start(&["run", &path, "--project-dir", &project]);
+    if let Err(waiting) = context
+        .fake
+        .until_waiting(&["MOCK_DELAY", "MOCK_HOLD"], RUN_DEADLINE)
+        .await
+    {
+        panic!(
+            "both calls did not reach the fake; waiting: {waiting:?}; stderr:\n{}",
+            run.stderr()
+        );
+    }
+    let run_id = run.run_id();
+    // Both sessions run on the one pooled process.
+    let agents = run.children();
+    assert_eq!(agents.len(), 1, "{:?}", described(&agents));
+
+    let stopped = context.agentprism(&["stop", &run_id, "--call", "0"]).await;
+    assert_eq!(stopped.code, Some(0), "{}", stopped.describe());
+    assert!(
+        stopped.stderr.contains("cancelled call 0"),
+        "{}",
+        stopped.describe()
+    );
+    let status = context
+        .until_status(&run_id, |status| {
+            status["calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|call| call["index"] == 0 && call["errorCode"].is_string())
+        })
+        .await;
+    let cancelled = status["calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|call| call["index"] == 0)
+        .expect("call 0");
+    assert_eq!(cancelled["errorCode"], "AGENT_CANCELLED", "{status:#}");
+    // The sibling is still at the fake, on the same process.
+    assert!(
+        context
+            .fake
+            .until_waiting(&["MOCK_HOLD"], Duration::ZERO)
+            .await
+            .is_ok(),
+        "the held call gave up before it was let go"
+    );
+    assert!(is_alive(agents[0]), "the shared agent process was killed");
+
+    context.fake.release_held();
+    let outcome = run.finish().await;
+    assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
+    assert_eq!(
+        outcome.json(),
+        json!({
+            "slow": null,
+            "quick": "MOCK-REPLY: Answer when let go. MOCK_HOLD",
+            "after": "MOCK-REPLY: Go on after the stop",
+        }),
+        "{}\nthe fake answered: {:#?}",
+        outcome.describe(),
+        context.fake_log()
+    );
+    // pi alone ignores session/cancel; the engine then gives up only on that session.
+    let abandoned = outcome.stderr.contains("abandoning the session");
+    assert_eq!(abandoned, backend == Backend::Pi, "{}", outcome.describe());
+    assert_eq!(context.status(&run_id).await["status"], "completed");
+    context.assert_no_processes_left().await;
+}
+
+fn described(pids: &[i32]) -> Vec<String> {
+    pids.iter()
+        .map(|pid| format!("{pid}: {}", command_line(*pid)))
+        .collect()
 }
 
 macro_rules! adapter_tests {
@@ -460,6 +705,11 @@ macro_rules! adapter_tests {
                 super::a_401_pauses_and_resume_completes($backend).await;
             }
 
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn stop_one_call_while_its_sibling_finishes() {
+                super::stop_one_call_while_its_sibling_finishes($backend).await;
+            }
+
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $extra() {
@@ -472,9 +722,9 @@ macro_rules! adapter_tests {
 
 adapter_tests!(claude, Backend::Claude, a_429_pauses_with_its_reset_hint);
 adapter_tests!(codex, Backend::Codex, a_429_pauses_with_its_reset_hint);
-// No 429 test for opencode: it retries a 429 itself, waiting out the `retry-after` (up to
-// 2^31 ms) five times, and reports nothing over ACP meanwhile, so the call ends only at its
-// time limit (docs/adapters.md). The recognition of its final error is unit-tested in
-// acp::failure.
-adapter_tests!(opencode, Backend::Opencode);
+adapter_tests!(
+    opencode,
+    Backend::Opencode,
+    a_429_pauses_with_its_reset_hint
+);
 adapter_tests!(pi, Backend::Pi, a_429_pauses_with_its_reset_hint);

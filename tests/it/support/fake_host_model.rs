@@ -750,6 +750,7 @@ fn sse_response(events: &[Value]) -> Response {
         status: 200,
         content_type: "text/event-stream",
         body: body.into_bytes(),
+        retry_after: None,
     }
 }
 
@@ -758,6 +759,7 @@ fn text_response(status: u16, text: &str) -> Response {
         status,
         content_type: "text/plain",
         body: text.as_bytes().to_vec(),
+        retry_after: None,
     }
 }
 

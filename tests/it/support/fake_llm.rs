@@ -7,8 +7,12 @@
 //! Besides the prompt markers below, [`FakeLlm::fail_with`] makes every model request fail
 //! with one status until it is cleared, so a test can pause a run on a 401 and resume it once
 //! "the credentials are fixed"; `MOCK_DELAY=<ms>` in a prompt delays that reply (a slow call
-//! to stop). A 429 carries the reset time the way OpenAI does (`resets_in_seconds`,
-//! `resets_at`) and a `retry-after` header.
+//! to stop), and `MOCK_HOLD` holds it until [`FakeLlm::release_held`], so a test can keep a
+//! call busy for exactly as long as it needs to; [`FakeLlm::until_waiting`] tells when such
+//! requests have arrived. A 429 carries the reset time the way OpenAI does
+//! (`resets_in_seconds`, `resets_at`) and a `retry-after` header of the same length, unless
+//! the prompt says `MOCK_RETRY_AFTER=<seconds>` (opencode retries a 429 by itself, waiting out
+//! that header each time).
 //!
 //! Every answer is derived from the last user text of the request, so a test steers the fake
 //! through its prompt alone: the reply is `MOCK-REPLY: <text>`; a prompt that asks for JSON
@@ -30,6 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use super::http1::RecordedRequest;
@@ -50,6 +55,10 @@ struct State {
     /// When set, every model request fails with this status.
     fail_status: Mutex<Option<u16>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// The prompts of the model requests being delayed or held right now.
+    waiting: watch::Sender<Vec<String>>,
+    /// Once true, held requests are answered.
+    released: watch::Sender<bool>,
 }
 
 impl FakeLlm {
@@ -68,6 +77,8 @@ impl FakeLlm {
             json_reply,
             fail_status: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            waiting: watch::Sender::new(Vec::new()),
+            released: watch::Sender::new(false),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(accept_loop(listener, state.clone()));
@@ -86,6 +97,30 @@ impl FakeLlm {
     /// Makes every model request fail with `status` (`None`: answer normally again).
     pub fn fail_with(&self, status: Option<u16>) {
         *lock(&self.state.fail_status) = status;
+    }
+
+    /// Answers the requests held by `MOCK_HOLD`, and those still to come.
+    pub fn release_held(&self) {
+        self.state.released.send_replace(true);
+    }
+
+    /// Waits until, for each marker, a delayed or held request whose prompt contains it is
+    /// waiting for its answer; after `within`, the prompts waiting by then.
+    pub async fn until_waiting(
+        &self,
+        markers: &[&str],
+        within: std::time::Duration,
+    ) -> Result<(), Vec<String>> {
+        let mut waiting = self.state.waiting.subscribe();
+        let arrived = |prompts: &Vec<String>| {
+            markers
+                .iter()
+                .all(|marker| prompts.iter().any(|prompt| prompt.contains(marker)))
+        };
+        match tokio::time::timeout(within, waiting.wait_for(arrived)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(self.state.waiting.borrow().clone()),
+        }
     }
 
     /// `http://127.0.0.1:<port>/v1`, the base URL of the OpenAI-style APIs.
@@ -122,8 +157,23 @@ impl FakeLlm {
 
 impl Handler for State {
     async fn respond(&self, request: &RecordedRequest) -> Response {
-        if let Some(delay) = requested_delay(request) {
-            tokio::time::sleep(delay).await;
+        if let Some(prompt) = model_prompt(request) {
+            let delay = marked_number(&prompt, "MOCK_DELAY=");
+            let hold = prompt.contains("MOCK_HOLD");
+            if delay.is_some() || hold {
+                let _waiting = Waiting::enter(&self.waiting, prompt);
+                if let Some(delay) = delay {
+                    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                }
+                if hold {
+                    // The sender lives in `self`, so this ends only with a release.
+                    let _ = self
+                        .released
+                        .subscribe()
+                        .wait_for(|released| *released)
+                        .await;
+                }
+            }
         }
         respond(self, request)
     }
@@ -141,6 +191,30 @@ impl Handler for State {
     }
 }
 
+/// A prompt in [`State::waiting`] for as long as its request waits; the connection task may
+/// be dropped meanwhile (the adapter gave up), so the guard takes it out.
+struct Waiting<'a> {
+    waiting: &'a watch::Sender<Vec<String>>,
+    prompt: String,
+}
+
+impl<'a> Waiting<'a> {
+    fn enter(waiting: &'a watch::Sender<Vec<String>>, prompt: String) -> Waiting<'a> {
+        waiting.send_modify(|prompts| prompts.push(prompt.clone()));
+        Waiting { waiting, prompt }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.waiting.send_modify(|prompts| {
+            if let Some(position) = prompts.iter().position(|prompt| *prompt == self.prompt) {
+                prompts.remove(position);
+            }
+        });
+    }
+}
+
 /// Routes one request.
 fn respond(state: &State, request: &RecordedRequest) -> Response {
     match (request.method.as_str(), request.path.as_str()) {
@@ -149,6 +223,7 @@ fn respond(state: &State, request: &RecordedRequest) -> Response {
             status: 200,
             content_type: "text/plain",
             body: Vec::new(),
+            retry_after: None,
         },
         ("POST", "/v1/messages") => messages(state, request),
         ("POST", "/v1/responses") => openai(state, request, OpenAiApi::Responses),
@@ -194,7 +269,7 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
     let prompt = last_user_text(&body);
     if let Some(status) = requested_status(state, &prompt) {
         if status == 429 {
-            return usage_limit_response();
+            return usage_limit_response(&prompt);
         }
         let kind = match status {
             401 => "authentication_error",
@@ -226,6 +301,7 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
             status: 200,
             content_type: "text/event-stream",
             body: stream_events(&model, &reply, input_tokens, output_tokens).into_bytes(),
+            retry_after: None,
         }
     } else {
         json_response(
@@ -308,7 +384,7 @@ fn error_response(status: u16, kind: &str, message: &str) -> Response {
 
 /// The last text block of the last user message: the prompt itself, after the reminders
 /// Claude Code puts in front of it.
-fn last_user_text(body: &Value) -> String {
+pub fn last_user_text(body: &Value) -> String {
     let Some(message) = body
         .get("messages")
         .or_else(|| body.get("input"))
@@ -370,26 +446,31 @@ fn is_model_path(path: &str) -> bool {
     )
 }
 
-/// `MOCK_DELAY=<ms>` in a model request's prompt.
-fn requested_delay(request: &RecordedRequest) -> Option<std::time::Duration> {
+/// The prompt of a model request (any of the three APIs).
+fn model_prompt(request: &RecordedRequest) -> Option<String> {
     if request.method != "POST" || !is_model_path(&request.path) {
         return None;
     }
-    let prompt = last_user_text(&request.json()?);
-    let (_, rest) = prompt.split_once("MOCK_DELAY=")?;
+    Some(last_user_text(&request.json()?))
+}
+
+/// The whole number after `marker` (`MOCK_DELAY=`) in a prompt.
+fn marked_number(prompt: &str, marker: &str) -> Option<u64> {
+    let (_, rest) = prompt.split_once(marker)?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok().map(std::time::Duration::from_millis)
+    digits.parse().ok()
 }
 
 /// A usage-limit 429 as OpenAI sends it (the reset time in the body), which the Anthropic
-/// SDKs read too: `error.message` is what claude-agent-acp and opencode pass on.
-fn usage_limit_response() -> Response {
+/// SDKs read too: `error.message` is what claude-agent-acp and opencode pass on. Its
+/// `retry-after` says the same unless the prompt says `MOCK_RETRY_AFTER=<seconds>`.
+fn usage_limit_response(prompt: &str) -> Response {
     let resets_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|now| now.as_secs())
         .unwrap_or_default()
         + RESET_SECONDS;
-    json_response(
+    let mut response = json_response(
         429,
         &json!({
             "type": "error",
@@ -400,7 +481,9 @@ fn usage_limit_response() -> Response {
                 "resets_at": resets_at,
             }
         }),
-    )
+    );
+    response.retry_after = marked_number(prompt, "MOCK_RETRY_AFTER=");
+    response
 }
 
 #[derive(Clone, Copy)]
@@ -418,7 +501,7 @@ fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response 
     let prompt = last_user_text(&body);
     if let Some(status) = requested_status(state, &prompt) {
         if status == 429 {
-            return usage_limit_response();
+            return usage_limit_response(&prompt);
         }
         return json_response(
             status,
@@ -500,5 +583,6 @@ fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response 
         status: 200,
         content_type: "text/event-stream",
         body: body.into_bytes(),
+        retry_after: None,
     }
 }

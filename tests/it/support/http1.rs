@@ -38,6 +38,9 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
+    /// The `retry-after` of an error answer, in seconds; `None`: [`RATE_LIMIT_RESET_SECONDS`]
+    /// for a 429, else 0.
+    pub retry_after: Option<u64>,
 }
 
 /// What a fake does with the requests it receives.
@@ -231,11 +234,11 @@ async fn write_response(
         // failure path wants the failure, not a minute of retries. `retry-after: 0` covers a
         // client that ignores `x-should-retry`.
         // A 429 says when the limit resets, as providers do (adapters read it for `resetHint`).
-        let retry_after = if response.status == 429 {
+        let retry_after = response.retry_after.unwrap_or(if response.status == 429 {
             RATE_LIMIT_RESET_SECONDS
         } else {
             0
-        };
+        });
         head.push_str(&format!(
             "x-should-retry: false\r\nretry-after: {retry_after}\r\n"
         ));
@@ -255,5 +258,6 @@ pub fn json_response(status: u16, body: &Value) -> Response {
         status,
         content_type: "application/json",
         body: body.to_string().into_bytes(),
+        retry_after: None,
     }
 }
