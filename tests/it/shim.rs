@@ -357,6 +357,20 @@ fn connections_to(port: u16) -> usize {
         .count()
 }
 
+/// Whether every thread of `pid` is in the stopped state (`T`).
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('T'))
+        })
+    })
+}
+
 /// Whether a daemon-side socket of `port` (local port `port`) holds unread bytes.
 fn bytes_waiting_at(port: u16) -> bool {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
@@ -528,11 +542,18 @@ fn a_killed_daemon_fails_the_call_in_flight_and_the_next_succeeds_on_a_new_one()
     let world = World::new();
     let mut shim = world.shim();
     shim.initialize();
+    // One answered request first: the shim sends nothing after `initialized` until that is
+    // answered, so afterwards the one connection left is the session's GET stream, and the
+    // next request is the only thing the shim sends.
+    let warm = shim.request(6, "tools/list", json!({}));
+    assert!(warm["result"]["tools"].is_array(), "{warm}");
     let first = world.pointer_pid();
     let port = port_of(&world.pointer().unwrap());
     eventually("the GET stream", || connections_to(port) == 1);
-    // Freeze the daemon so the request is surely delivered, then kill it.
+    // Freeze the daemon so the request is surely delivered, then kill it. SIGSTOP takes
+    // effect thread by thread: until every thread is stopped the daemon could still answer.
     kill(Pid::from_raw(first), Signal::SIGSTOP).unwrap();
+    eventually("every daemon thread stopped", || all_threads_stopped(first));
     shim.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
     // The request's bytes wait in a daemon-side socket: it surely reached the daemon (a
     // count of connections alone could be some other short-lived one).
