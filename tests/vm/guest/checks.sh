@@ -50,7 +50,7 @@ agentprism_as_user() {
   traced "agentprism $* -> $code" "$began"
   return "$code"
 }
-# traced WHAT BEGAN: one trace line: start (uptime clock), duration, what.
+# traced WHAT BEGAN: one trace line: start ($EPOCHREALTIME), duration, what.
 traced() {
   awk -v what="$1" -v began="$2" -v now="$EPOCHREALTIME" \
     'BEGIN { printf "%.3f +%.3f s %s\n", began, now - began, what }' >>"$TRACE"
@@ -217,7 +217,7 @@ shim_calls() {
     failed=1
   fi
   wait "$pid" 2>/dev/null
-  traced "shim ${version:-built} $* -> $failed" "$began"
+  traced "shim (version ${version:-as built}): actions $(jq -rs 'map(.action) | join(", ")' <<<"$*") -> $failed" "$began"
   return "$failed"
 }
 # start_held_run VERSION FILE REPLY: starts a held run through the shim; prints its id.

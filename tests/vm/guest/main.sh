@@ -4,8 +4,8 @@
 # boot goes to out/journal.txt for diagnosis.
 set -u
 here=$(dirname "$0")
-echo "guest: kernel $(uname -r), $(systemctl --version | head -n 1)"
-systemd-analyze time 2>/dev/null | head -n 1 || true
+read -r uptime _ </proc/uptime
+echo "guest: kernel $(uname -r), $(systemctl --version | head -n 1), up ${uptime} s"
 debs=(/share/pkg/agentprism_*.deb)
 if ! dpkg -i "${debs[@]}"; then
   echo "guest: dpkg -i ${debs[*]} failed"
