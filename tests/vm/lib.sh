@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the systemd VM test's host scripts (tests/vm/). Sourced, not run.
 
 # vm_fail MESSAGE: says what is wrong on stderr and exits 1.

@@ -60,7 +60,7 @@ prop() { usys show -p "$2" --value "$1"; }
 
 # bus_path UNIT: the unit's D-Bus object path (every byte outside [A-Za-z0-9] as _xx).
 bus_path() {
-  local unit=$1 out= i char
+  local unit=$1 out='' i char
   for ((i = 0; i < ${#unit}; i++)); do
     char=${unit:i:1}
     if [[ $char == [A-Za-z0-9] ]]; then out+=$char; else out+=$(printf '_%02x' "'$char"); fi
