@@ -12,22 +12,11 @@ use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Harness, harness};
+use crate::workflow_tool::{Setup, setup};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 const PAUSES: &str = "export const meta = { name: 'p', description: 'd', model: 'codex' };\nawait agent('one');\nconst ok = await checkpoint('go on?');\nreturn ok;";
-
-struct Setup {
-    h: Harness,
-    server: Arc<WorkflowServer>,
-}
-
-fn setup() -> Setup {
-    let h = harness();
-    let server = WorkflowServer::new(h.engine.clone(), WorkflowServerOptions::default());
-    Setup { h, server }
-}
 
 /// A stateless (2026-07-28) request context with JSON-RPC id `id`.
 fn stateless(id: Value) -> RequestContext {

@@ -2,37 +2,11 @@
 //! not the text, so every answer names the one call that moves the run on. Driven through
 //! the workflow server's `McpHandler`, with the in-process instant runner.
 
-use std::sync::Arc;
-
-use agentprism::mcp::handler::{McpHandler, RequestContext};
-use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 use serde_json::{Value, json};
 
-use crate::engine::{Harness, harness};
-
-struct Setup {
-    h: Harness,
-    server: Arc<WorkflowServer>,
-}
-
-fn setup() -> Setup {
-    let h = harness();
-    let server = WorkflowServer::new(h.engine.clone(), WorkflowServerOptions::default());
-    Setup { h, server }
-}
-
-fn fresh() -> RequestContext {
-    crate::workflow_tool::context(Some("session-1"), json!(uuid::Uuid::new_v4().to_string()))
-}
+use crate::workflow_tool::{Setup, setup};
 
 impl Setup {
-    async fn call(&self, arguments: Value) -> Value {
-        self.server
-            .call_tool(&fresh(), "workflow", arguments.clone())
-            .await
-            .unwrap_or_else(|e| panic!("{arguments}: {e}"))
-    }
-
     /// `next` of calling `arguments`, with the whole answer for messages.
     async fn next_of(&self, arguments: Value) -> (Value, Value) {
         let answer = self.call(arguments).await;

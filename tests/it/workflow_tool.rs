@@ -14,12 +14,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Harness, harness};
 
-struct Setup {
-    h: Harness,
-    server: Arc<WorkflowServer>,
+/// An engine harness and the workflow tool server over it.
+pub(crate) struct Setup {
+    pub(crate) h: Harness,
+    pub(crate) server: Arc<WorkflowServer>,
 }
 
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let h = harness();
     let server = WorkflowServer::new(h.engine.clone(), WorkflowServerOptions::default());
     Setup { h, server }
@@ -44,12 +45,13 @@ pub(crate) fn context(session: Option<&str>, id: Value) -> RequestContext {
 }
 
 /// Every call gets a fresh request id unless a test needs a repeat.
-fn fresh() -> RequestContext {
+pub(crate) fn fresh() -> RequestContext {
     context(Some("session-1"), json!(uuid::Uuid::new_v4().to_string()))
 }
 
 impl Setup {
-    async fn call(&self, arguments: Value) -> Value {
+    /// One `workflow` call in a legacy session with a fresh request id.
+    pub(crate) async fn call(&self, arguments: Value) -> Value {
         self.server
             .call_tool(&fresh(), "workflow", arguments.clone())
             .await
