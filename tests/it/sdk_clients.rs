@@ -124,18 +124,10 @@ fn drive(era: Era, transport: Transport) {
         started.elapsed()
     );
     let server_log = server.map(HttpServer::stop).unwrap_or_default();
-    let describe = || {
-        format!(
-            "python client {era:?} over {transport:?}: {}\n--- client stdout\n{}\n--- client stderr\n{}\n--- http server stderr\n{}",
-            outcome.status, outcome.stdout, outcome.stderr, server_log
-        )
-    };
-    assert!(outcome.exit_code == Some(0), "{}", describe());
-    let summary = outcome.stdout.lines().last().unwrap_or_default();
-    assert!(
-        summary.ends_with("passed, 0 failed") && !summary.starts_with("0 passed"),
-        "unexpected summary line {summary:?}\n{}",
-        describe()
+    let describe = check_client(
+        &format!("python client {era:?} over {transport:?}"),
+        &outcome,
+        &server_log,
     );
     let leftovers = wait_until_no_process_has_home(&home);
     assert!(
@@ -143,6 +135,28 @@ fn drive(era: Era, transport: Transport) {
         "processes left behind: {leftovers:?}\n{}",
         describe()
     );
+}
+
+/// Asserts a client run exited 0 with a `N passed, 0 failed` summary (N > 0); returns the
+/// description (label, status, both streams, the HTTP server's stderr) for later failures.
+pub(super) fn check_client(
+    label: &str,
+    outcome: &ClientOutcome,
+    server_log: &str,
+) -> impl Fn() -> String + use<> {
+    let text = format!(
+        "{label}: {}\n--- client stdout\n{}\n--- client stderr\n{}\n--- http server stderr\n{}",
+        outcome.status, outcome.stdout, outcome.stderr, server_log
+    );
+    let describe = move || text.clone();
+    assert!(outcome.exit_code == Some(0), "{}", describe());
+    let summary = outcome.stdout.lines().last().unwrap_or_default();
+    assert!(
+        summary.ends_with("passed, 0 failed") && !summary.starts_with("0 passed"),
+        "unexpected summary line {summary:?}\n{}",
+        describe()
+    );
+    describe
 }
 
 /// The venv's python, from the manifest `scripts/install-test-deps` writes last.

@@ -137,18 +137,10 @@ fn drive(mode: Mode, transport: Transport) {
         started.elapsed()
     );
     let server_log = server.map(HttpServer::stop).unwrap_or_default();
-    let describe = || {
-        format!(
-            "ts client {mode:?} over {transport:?}: {}\n--- client stdout\n{}\n--- client stderr\n{}\n--- http server stderr\n{}",
-            outcome.status, outcome.stdout, outcome.stderr, server_log
-        )
-    };
-    assert!(outcome.exit_code == Some(0), "{}", describe());
-    let summary = outcome.stdout.lines().last().unwrap_or_default();
-    assert!(
-        summary.ends_with("passed, 0 failed") && !summary.starts_with("0 passed"),
-        "unexpected summary line {summary:?}\n{}",
-        describe()
+    let describe = super::sdk_clients::check_client(
+        &format!("ts client {mode:?} over {transport:?}"),
+        &outcome,
+        &server_log,
     );
 
     let runs: Vec<Value> = outcome
