@@ -17,14 +17,16 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::interop::{Sweeper, command_line, processes_with_home};
+use crate::interop::{Sweeper, command_line};
 use crate::support::fake_llm::FakeLlm;
+
+/// How long agent processes may take to go once a run has ended.
+const EXIT_DEADLINE: Duration = Duration::from_secs(15);
 
 /// Longest one `agentprism run`/`resume` may take: pi opens one session at a time (~3 s
 /// each) and opencode takes ~10 s to start, on two shared cores.
 const RUN_DEADLINE: Duration = Duration::from_secs(120);
 const STATUS_DEADLINE: Duration = Duration::from_secs(10);
-const EXIT_DEADLINE: Duration = Duration::from_secs(15);
 
 const OK_SCHEMA: &str =
     "{ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }";
@@ -462,17 +464,7 @@ impl Context {
     }
 
     async fn assert_no_processes_left(&self) {
-        let deadline = Instant::now() + EXIT_DEADLINE;
-        loop {
-            let left = processes_with_home(&self.home);
-            if left.is_empty() {
-                return;
-            }
-            if Instant::now() >= deadline {
-                panic!("agent processes outlived the run: {:#?}", described(&left));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        crate::interop::assert_no_process_with_home(&self.home, EXIT_DEADLINE).await;
     }
 }
 

@@ -320,21 +320,27 @@ impl InteropContext {
 
     /// Waits until no process carries this test's HOME any more.
     async fn assert_no_processes_left(&self) {
-        let deadline = Instant::now() + EXIT_DEADLINE;
-        loop {
-            let left = processes_with_home(&self.home);
-            if left.is_empty() {
-                return;
-            }
-            if Instant::now() >= deadline {
-                let described: Vec<String> = left
-                    .iter()
-                    .map(|pid| format!("{pid}: {}", command_line(*pid)))
-                    .collect();
-                panic!("agent processes outlived the run: {described:#?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_no_process_with_home(&self.home, EXIT_DEADLINE).await;
+    }
+}
+
+/// Waits up to `within` until no process carries `home` in its environment, or fails the
+/// test listing the processes that outlived the run.
+pub(crate) async fn assert_no_process_with_home(home: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = processes_with_home(home);
+        if left.is_empty() {
+            return;
         }
+        if Instant::now() >= deadline {
+            let described: Vec<String> = left
+                .iter()
+                .map(|pid| format!("{pid}: {}", command_line(*pid)))
+                .collect();
+            panic!("agent processes outlived the run: {described:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
