@@ -10,7 +10,6 @@ use agentprism::mcp::handler::{Era, McpHandler, RequestContext, RequestNotifier,
 use agentprism::mcp::{McpServer, ServerOptions, TransportContext, TransportKind};
 use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::workflow_tool::{Setup, setup};
 
@@ -20,20 +19,11 @@ const PAUSES: &str = "export const meta = { name: 'p', description: 'd', model: 
 
 /// A stateless (2026-07-28) request context with JSON-RPC id `id`.
 fn stateless(id: Value) -> RequestContext {
-    RequestContext {
-        era: Era::Modern {
-            version: "2026-07-28".into(),
-        },
-        session_id: None,
-        request_id: id,
-        method: "tools/call".into(),
-        client_capabilities: json!({}),
-        client_info: None,
-        progress_token: None,
-        meta: Value::Null,
-        cancel: CancellationToken::new(),
-        notifier: RequestNotifier::discard(),
-    }
+    let mut context = crate::workflow_tool::context(None, id);
+    context.era = Era::Modern {
+        version: "2026-07-28".into(),
+    };
+    context
 }
 
 fn run_id_of(result: &Value) -> agentprism::model::RunId {
@@ -49,6 +39,12 @@ impl Setup {
             .call_tool(ctx, "workflow", arguments.clone())
             .await
             .unwrap_or_else(|e| panic!("{arguments}: {e}"))
+    }
+
+    /// Starts the pausing script with a stateless request (id 1); its run id.
+    async fn stateless_run(&self) -> agentprism::model::RunId {
+        let arguments = json!({"action": "run", "projectDir": self.h.project, "script": PAUSES});
+        run_id_of(&self.tool(&stateless(json!(1)), arguments).await)
     }
 }
 /// Defect 2: stateless ids restart at 1 in every client, so id + arguments is no identity.
@@ -91,13 +87,7 @@ async fn stateless_runs_are_retries_only_by_idempotency_key() {
 #[tokio::test]
 async fn a_stateless_resume_receipt_goes_stale_once_its_generation_ends() {
     let s = setup();
-    let ack = s
-        .tool(
-            &stateless(json!(1)),
-            json!({"action": "run", "projectDir": s.h.project, "script": PAUSES}),
-        )
-        .await;
-    let run_id = run_id_of(&ack);
+    let run_id = s.stateless_run().await;
     s.h.engine.wait(&run_id).await;
     let resume = json!({"action": "resume", "runId": run_id.to_string()});
     let generation =
@@ -252,13 +242,7 @@ fn core(s: &Setup) -> Arc<McpServer> {
 #[tokio::test]
 async fn listen_acknowledges_only_subscribable_uris() {
     let s = setup();
-    let ack = s
-        .tool(
-            &stateless(json!(1)),
-            json!({"action": "run", "projectDir": s.h.project, "script": PAUSES}),
-        )
-        .await;
-    let run_id = run_id_of(&ack);
+    let run_id = s.stateless_run().await;
     let events = format!("workflow://runs/{run_id}/events");
     let query = format!("{events}?after=0&limit=5&streamId={}", "a".repeat(32));
     let unknown = "workflow://runs/zzz-yyy/events".to_owned();
