@@ -129,8 +129,8 @@ pub async fn expired(activity: &Activity, limits: &Limits) -> Stretch {
                     () = changed => {}
                     () = tokio::time::sleep_until(deadline) => {
                         // Re-read: the stretch may have ended just as the timer fired.
-                        if activity.deadline(limits).is_some_and(|(due, now)| {
-                            now == stretch && due <= Instant::now()
+                        if activity.deadline(limits).is_some_and(|(due, current)| {
+                            current == stretch && due <= Instant::now()
                         }) {
                             return stretch;
                         }

@@ -437,7 +437,9 @@ impl State {
         Ok(())
     }
 
-    async fn post(self: Arc<Self>, parts: Parts, body: Incoming) -> HttpResponse {
+    /// The whole body of a POST, within the size cap and the body time limit; the refusal
+    /// (413, 400, or 408 with `Connection: close`) otherwise.
+    async fn read_body(&self, parts: &Parts, body: Incoming) -> Result<Bytes, HttpResponse> {
         let limit = self.options.max_body_bytes;
         let declared = parts
             .headers
@@ -445,32 +447,36 @@ impl State {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<u64>().ok());
         if declared.is_some_and(|length| length > limit as u64) {
-            return too_large(limit);
+            return Err(too_large(limit));
         }
         let body_limit = self.options.limits.body;
-        let bytes =
-            match tokio::time::timeout(body_limit, Limited::new(body, limit).collect()).await {
-                Ok(Ok(collected)) => collected.to_bytes(),
-                Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
-                    return too_large(limit);
-                }
-                Ok(Err(error)) => {
-                    return plain(
-                        StatusCode::BAD_REQUEST,
-                        &format!("reading the body failed: {error}"),
-                    );
-                }
-                Err(_elapsed) => {
-                    let mut response = plain(
-                        StatusCode::REQUEST_TIMEOUT,
-                        &format!("the request body took over {body_limit:?}"),
-                    );
-                    response
-                        .headers_mut()
-                        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-                    return response;
-                }
-            };
+        match tokio::time::timeout(body_limit, Limited::new(body, limit).collect()).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
+                Err(too_large(limit))
+            }
+            Ok(Err(error)) => Err(plain(
+                StatusCode::BAD_REQUEST,
+                &format!("reading the body failed: {error}"),
+            )),
+            Err(_elapsed) => {
+                let mut response = plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!("the request body took over {body_limit:?}"),
+                );
+                response
+                    .headers_mut()
+                    .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                Err(response)
+            }
+        }
+    }
+
+    async fn post(self: Arc<Self>, parts: Parts, body: Incoming) -> HttpResponse {
+        let bytes = match self.read_body(&parts, body).await {
+            Ok(bytes) => bytes,
+            Err(refusal) => return refusal,
+        };
         let message = match jsonrpc::parse(&bytes) {
             Ok(message) => message,
             Err(rejected) => {
