@@ -167,25 +167,23 @@ pub fn http_access(env: &EnvSnapshot, paths: &Paths) -> crate::transport::peer::
     }
     let forced = env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP);
     let needs_token = peer_lookup_needs_token(env);
+    // The token exists only where it is asked for (this process creates it then, and sends
+    // it too); a lookup that fails for one connection on a system where it works is then a
+    // refusal, with no token to fall back on.
     crate::discovery::token::remember(paths, needs_token);
-    // The token exists only where it is asked for; a lookup that fails for one connection
-    // on a system where it works is then a refusal (no token to fall back on).
-    let token = match needs_token.then(|| crate::discovery::token::load_or_create(paths)) {
-        None => None,
-        Some(Ok(token)) => Some(token),
-        Some(Err(error)) => {
-            notice(format_args!(
-                "the HTTP bearer token is unusable and this system cannot name a connection's \
-                 user, so no request gets in: {error}"
-            ));
-            None
-        }
-    };
-    let mut access = Access::owner(token);
-    if let Access::Owner { lookup, .. } = &mut access {
-        *lookup = !forced;
+    let token = crate::discovery::token::sent().map(str::to_owned);
+    if needs_token && token.is_none() {
+        notice(format_args!(
+            "the HTTP bearer token {} is unusable and this system cannot name a connection's \
+             user, so no request gets in",
+            paths.http_token().display()
+        ));
     }
-    access
+    Access::Owner {
+        uid: nix::unistd::geteuid().as_raw(),
+        token: token.map(std::sync::Arc::from),
+        lookup: !forced,
+    }
 }
 
 /// Whether this process's requests to a daemon must carry the bearer token: where the kernel
