@@ -59,7 +59,7 @@ async fn run(instance_id: String) -> anyhow::Result<u8> {
         "unix:/nonexistent",
     );
 
-    let engine = agentprism::cli::build_engine(&env, false).await?;
+    let engine = agentprism::app::foreground_engine(&env, false).await?;
     let handler = agentprism::tools::WorkflowServer::new(engine.clone(), Default::default());
     let server = Arc::new(McpServer::new(handler.clone(), ServerOptions::default()));
 

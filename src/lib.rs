@@ -7,6 +7,8 @@
 pub mod env;
 /// Diagnostics on stderr through tracing.
 pub mod logging;
+/// Printing for the user that never panics on a closed stdout or stderr.
+pub mod output;
 /// Time, hashing and durable-write helpers.
 pub mod util;
 /// The durable run model shared by engine, store and front ends.
@@ -33,5 +35,7 @@ pub mod daemon;
 pub mod service;
 /// The `agentprism-workflow` stdio shim: find or start the daemon, proxy stdio to it.
 pub mod shim;
+/// The composition root: settings in; engine, store, runner, MCP server and HTTP options out.
+pub mod app;
 /// The `agentprism` command line.
 pub mod cli;

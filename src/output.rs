@@ -1,11 +1,11 @@
-//! Printing for the command line that never panics. `println!` panics when stdout is a pipe
-//! whose reader has gone (`agentprism status <id> | head -1`), and `eprintln!` likewise for
-//! stderr. Rust ignores SIGPIPE, so every write to a closed pipe is an `EPIPE` error: here a
-//! closed stdout or stderr silently drops the rest of the output and the command ends with
-//! the exit code it would have had. Resetting SIGPIPE instead would let a dead agent's stdin
-//! pipe kill a foreground run.
+//! Printing for the command line, and the URL a foreground daemon prints, that never panics.
+//! `println!` panics when stdout is a pipe whose reader has gone (`agentprism status <id> |
+//! head -1`), and `eprintln!` likewise for stderr. Rust ignores SIGPIPE, so every write to a
+//! closed pipe is an `EPIPE` error: here a closed stdout or stderr silently drops the rest of
+//! the output and the command ends with the exit code it would have had. Resetting SIGPIPE
+//! instead would let a dead agent's stdin pipe kill a foreground run.
 //!
-//! Use [`say!`](crate::cli) for stdout and `note!` for stderr (the macros are defined in
+//! In the CLI, use `say!` for stdout and `note!` for stderr (the macros are defined in
 //! `cli/mod.rs` so every CLI module sees them).
 
 use std::fmt;

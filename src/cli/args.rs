@@ -1,0 +1,228 @@
+//! The command line's clap types: every command, flag and help text of `agentprism` (the
+//! `daemon` subcommands are in `cli/daemon/`). Nothing here runs anything.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::daemon;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentprism",
+    version,
+    about = "Durable multi-agent workflow runs for MCP hosts"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a workflow script without running agents (zero tokens).
+    Validate(ValidateArgs),
+    /// Run a workflow script in the foreground and print its result as JSON.
+    Run(RunArgs),
+    /// Show a run's status.
+    Status(StatusArgs),
+    /// Continue a paused, stopped or failed run under the same id.
+    Resume(ResumeArgs),
+    /// List runs, or delete one (`runs rm <runId>`).
+    Runs(RunsArgs),
+    /// Stop a run (or one agent call with --call).
+    Stop(StopArgs),
+    /// Answer a run's pending backend-approval setup, then execute it in the foreground.
+    Setup(SetupArgs),
+    /// Print a completed run's exact result JSON.
+    Result(ResultArgs),
+    /// Serve the `workflow` MCP server over stdio or loopback HTTP.
+    Serve(ServeArgs),
+    /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
+    Daemon(daemon::DaemonArgs),
+    /// Print a shell completion script (bash, zsh or fish); the packages ship its output.
+    #[command(hide = true)]
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+    /// Internal: leads one agent's process group and ends it with its owner
+    /// (`src/acp/reaper.rs`); started by agentprism itself, never by hand.
+    #[command(name = "agent-reaper", hide = true)]
+    AgentReaper(ReaperArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReaperArgs {
+    /// The pid of the process that owns the agent.
+    #[arg(long)]
+    pub owner: u32,
+    /// The agent's command and arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// The shells `completions` writes scripts for: the ones the packages ship.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Speak MCP on stdin/stdout (what a host launches; the default).
+    #[arg(long, conflicts_with = "http")]
+    pub stdio: bool,
+    /// Serve Streamable HTTP on 127.0.0.1; prints the URL on stdout once listening.
+    #[arg(long)]
+    pub http: bool,
+    /// The HTTP port (0 picks a free one).
+    #[arg(long, default_value_t = 0, requires = "http")]
+    pub port: u16,
+    /// The project `run` and `config` use when a request leaves out `projectDir`.
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    /// The workflow script file.
+    pub script: PathBuf,
+    /// The project directory the run belongs to (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+    /// Script input as a JSON value.
+    #[arg(long, value_name = "JSON", conflicts_with = "args_file")]
+    pub args: Option<String>,
+    /// Script input read from a JSON file.
+    #[arg(long, value_name = "FILE")]
+    pub args_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Most agent calls the run may make (1..10000, default 1000).
+    #[arg(long)]
+    pub max_agents: Option<i64>,
+    /// Agent calls running at once (1..16, default 8).
+    #[arg(long)]
+    pub concurrency: Option<i64>,
+    /// Retries of a failed agent call (0..3, default 0).
+    #[arg(long)]
+    pub agent_retries: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ForegroundArgs {
+    /// How to answer agents' permission requests: ask (on a terminal), allow, or reject.
+    #[arg(long, value_name = "POLICY")]
+    pub permissions: Option<String>,
+    /// Print the final status document instead of only the result.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub script: ScriptArgs,
+    /// Skip the zero-token backend probes.
+    #[arg(long)]
+    pub no_probe: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub script: ScriptArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub foreground: ForegroundArgs,
+    /// Approve the script's own `meta.backends` without asking.
+    #[arg(long)]
+    pub approve_backends: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub run_id: String,
+    /// Latest calls to show (1..50).
+    #[arg(long, default_value_t = 20)]
+    pub last: usize,
+    /// Log lines to show (0..50).
+    #[arg(long, default_value_t = 20)]
+    pub logs: usize,
+    /// Only calls whose label matches this glob.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Print the whole status document as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    pub run_id: String,
+    /// A checkpoint answer `INDEX=VALUE`; VALUE is JSON (`true`, `"text"`) or plain text.
+    #[arg(long = "reply", value_name = "INDEX=VALUE")]
+    pub replies: Vec<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub foreground: ForegroundArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub action: Option<RunsAction>,
+    /// Only runs of this project (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+    /// Runs of every project.
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Delete a run record and its stored script copy (never a caller's own script file).
+    Rm { run_id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    pub run_id: String,
+    /// Cancel only this live agent call.
+    #[arg(long = "call")]
+    pub call_index: Option<u32>,
+    /// Also end the run's owner if it is a superseded daemon that still holds the run
+    /// (SIGTERM, then SIGKILL); whole-run stops only.
+    #[arg(long, conflicts_with = "call_index")]
+    pub force_owner: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    pub run_id: String,
+    /// Approve the declared backends.
+    #[arg(long, conflicts_with = "decline")]
+    pub approve: bool,
+    /// Decline them (the run is kept as aborted).
+    #[arg(long)]
+    pub decline: bool,
+    #[command(flatten)]
+    pub foreground: ForegroundArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultArgs {
+    pub run_id: String,
+}

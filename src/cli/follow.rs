@@ -1,0 +1,313 @@
+//! Following a run that executes in this process until it settles: progress on stderr,
+//! permission requests answered by policy or at the terminal, stop intents from other
+//! processes, and the signals that pause it (Ctrl-C, SIGTERM, SIGHUP); then the result or the
+//! reason on the terminal and the status as an exit code.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use super::args::ForegroundArgs;
+use super::input::{engine_error, input_error};
+use super::progress::Progress;
+use super::{
+    EXIT_COMPLETED, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PAUSED, EXIT_TERMINATED,
+};
+use crate::engine::events::RunNotice;
+use crate::engine::runner::PermissionOutcome;
+use crate::engine::{Engine, StatusQuery};
+use crate::model::RunId;
+
+/// How often a foreground run looks for stop requests made by other processes.
+const FOREGROUND_INTENT_POLL: Duration = Duration::from_secs(1);
+
+/// Follows a run executing in this process until it settles, showing progress on stderr and
+/// answering permission requests; then prints the result and maps the status to an exit code.
+pub(super) async fn follow(
+    engine: &Engine,
+    run_id: &RunId,
+    notices: &mut tokio::sync::broadcast::Receiver<RunNotice>,
+    options: &ForegroundArgs,
+) -> Result<u8> {
+    let interactive = std::io::stderr().is_terminal();
+    let policy = match options.permissions.as_deref() {
+        Some("allow") => Policy::Allow,
+        Some("reject") => Policy::Reject,
+        Some("ask") => Policy::Ask,
+        None if std::io::stdin().is_terminal() => Policy::Ask,
+        None => Policy::Reject,
+        Some(other) => {
+            return Err(input_error(format!(
+                "--permissions must be ask, allow or reject, got {other:?}"
+            )));
+        }
+    };
+    let mut display = Progress::new(interactive);
+    // The signal that interrupted the run: Ctrl-C, SIGTERM and SIGHUP all pause it the same
+    // way, and the exit code is 128 + its number.
+    let mut interrupted: Option<(&str, u8)> = None;
+    let wait = engine.wait(run_id);
+    tokio::pin!(wait);
+    let mut signals = Interruptions::new()?;
+    // This process has no control socket: a stop asked for elsewhere reaches it as a durable
+    // intent, which it looks for here (daemon.md 1.10 step 8).
+    let mut intents = tokio::time::interval(FOREGROUND_INTENT_POLL);
+    intents.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut wait => break,
+            _ = intents.tick() => {
+                engine.complete_stop_intents().await;
+            }
+            signal = signals.next(), if interrupted.is_none() => {
+                interrupted = Some(signal);
+                display.clear();
+                note!("interrupted by {}: pausing run {run_id} (resume it with `agentprism resume {run_id}`)", signal.0);
+                engine.interrupt_all(Duration::from_secs(10)).await;
+            }
+            notice = notices.recv() => match notice {
+                Ok(RunNotice::Event { run_id: id, record }) if &id == run_id => display.event(&record.event),
+                Ok(RunNotice::Permission { run_id: id, permission_id, request }) if &id == run_id => {
+                    display.clear();
+                    let outcome = answer_permission(&policy, &request);
+                    if let Err(error) = engine.respond_permission(run_id, &permission_id, outcome).await {
+                        note!("permission answer refused: {error}");
+                    }
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+    display.clear();
+    // Acknowledges a stop intent this run has just carried out.
+    engine.complete_stop_intents().await;
+    engine.runner().shutdown(Duration::from_secs(5)).await;
+    let status = engine
+        .status(run_id, &StatusQuery::default())
+        .await
+        .map_err(engine_error)?;
+    let state = status
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    if options.json {
+        say!("{}", serde_json::to_string_pretty(&status)?);
+    }
+    report_failed_calls(engine, run_id).await;
+    let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
+    let code = match state.as_str() {
+        "completed" => {
+            if !options.json {
+                match outcome.get("result") {
+                    Some(result) => say!("{}", serde_json::to_string_pretty(result)?),
+                    None => say!("null"),
+                }
+            }
+            EXIT_COMPLETED
+        }
+        "paused" => {
+            let reason = status
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("requested");
+            note!("run {run_id} paused: {reason}");
+            if let Some(context) = outcome.get("checkpointContext") {
+                let index = context
+                    .get("callIndex")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                note!(
+                    "checkpoint {index}: {}",
+                    context
+                        .get("prompt")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                );
+                let example = match context.get("kind").and_then(Value::as_str) {
+                    Some("input") => "'\"your answer\"'".to_owned(),
+                    Some("select") => format!(
+                        "'{}'",
+                        context
+                            .pointer("/choices/0")
+                            .cloned()
+                            .unwrap_or(Value::Null)
+                    ),
+                    _ => "true".to_owned(),
+                };
+                note!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
+            } else {
+                if let Some(auth) = outcome.get("authContext") {
+                    note!("the backend needs credentials: {auth}");
+                }
+                if let Some(hint) = outcome.get("resetHint") {
+                    note!("usage limit; resets: {hint}");
+                }
+                note!("continue with:\n  agentprism resume {run_id}");
+            }
+            match interrupted {
+                Some((_, code)) => code,
+                None => EXIT_PAUSED,
+            }
+        }
+        "failed" => {
+            let message = outcome
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("the run failed");
+            let code = status
+                .get("errorCode")
+                .and_then(Value::as_str)
+                .unwrap_or("SCRIPT_ERROR");
+            note!("run {run_id} failed: {code}: {message}");
+            EXIT_FAILED
+        }
+        other => {
+            note!("run {run_id} ended {other}");
+            match interrupted {
+                Some((_, code)) => code,
+                None => EXIT_FAILED,
+            }
+        }
+    };
+    Ok(code)
+}
+
+/// How many failed calls [`report_failed_calls`] lists one by one.
+const FAILED_CALLS_LISTED: usize = 10;
+
+/// "N of M agent calls failed" on stderr, with the first failures' codes and messages, when
+/// any agent call of the run's latest journal failed.
+pub(super) async fn report_failed_calls(engine: &Engine, run_id: &RunId) {
+    let Ok(calls) = engine.store().latest_calls(run_id).await else {
+        return;
+    };
+    let agents: Vec<_> = calls
+        .iter()
+        .filter(|call| call.kind == crate::model::CallKind::Agent)
+        .collect();
+    let failed: Vec<_> = agents.iter().filter(|call| call.error.is_some()).collect();
+    if failed.is_empty() {
+        return;
+    }
+    note!("{} of {} agent calls failed:", failed.len(), agents.len());
+    for call in failed.iter().take(FAILED_CALLS_LISTED) {
+        let error = call.error.as_ref().expect("filtered on error");
+        note!(
+            "  #{} {}: {}: {}",
+            call.index,
+            call.label.as_deref().unwrap_or("agent"),
+            error.code,
+            crate::engine::status::error_message(&error.message)
+        );
+    }
+    if failed.len() > FAILED_CALLS_LISTED {
+        note!(
+            "  … and {} more (`agentprism status {run_id} --json` lists them)",
+            failed.len() - FAILED_CALLS_LISTED
+        );
+    }
+}
+
+enum Policy {
+    Allow,
+    Reject,
+    Ask,
+}
+
+fn answer_permission(policy: &Policy, request: &Value) -> PermissionOutcome {
+    let options: Vec<(String, String, String)> = request
+        .get("options")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            Some((
+                o.get("optionId")?.as_str()?.to_owned(),
+                o.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                o.get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            ))
+        })
+        .collect();
+    let pick = |prefix: &str| {
+        options
+            .iter()
+            .find(|(_, _, kind)| kind.starts_with(prefix))
+            .map(|(id, _, _)| id.clone())
+    };
+    match policy {
+        Policy::Allow => pick("allow")
+            .map(|option_id| PermissionOutcome::Selected { option_id })
+            .unwrap_or(PermissionOutcome::Cancelled),
+        Policy::Reject => pick("reject")
+            .map(|option_id| PermissionOutcome::Selected { option_id })
+            .unwrap_or(PermissionOutcome::Cancelled),
+        Policy::Ask => {
+            let label = request
+                .get("label")
+                .and_then(Value::as_str)
+                .unwrap_or("agent");
+            let title = request
+                .pointer("/toolCall/title")
+                .and_then(Value::as_str)
+                .unwrap_or("a tool call");
+            note!("{label} asks permission for: {title}");
+            for (position, (_, name, kind)) in options.iter().enumerate() {
+                note!("  {}) {name} ({kind})", position + 1);
+            }
+            note_partial!("choose 1-{} (anything else cancels): ", options.len());
+            let _ = std::io::stderr().flush();
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            match line.trim().parse::<usize>() {
+                Ok(choice) if choice >= 1 && choice <= options.len() => {
+                    PermissionOutcome::Selected {
+                        option_id: options[choice - 1].0.clone(),
+                    }
+                }
+                _ => PermissionOutcome::Cancelled,
+            }
+        }
+    }
+}
+
+/// The signals that interrupt a foreground run: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the
+/// terminal closing). Each pauses the run so that it can be resumed.
+struct Interruptions {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Interruptions {
+    fn new() -> Result<Interruptions> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind).with_context(|| format!("listening for {name}"))
+        };
+        Ok(Interruptions {
+            interrupt: listen(SignalKind::interrupt(), "SIGINT")?,
+            terminate: listen(SignalKind::terminate(), "SIGTERM")?,
+            hangup: listen(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+
+    /// The next signal's name and the exit code it gives.
+    async fn next(&mut self) -> (&'static str, u8) {
+        tokio::select! {
+            _ = self.interrupt.recv() => ("Ctrl-C", EXIT_INTERRUPTED),
+            _ = self.terminate.recv() => ("SIGTERM", EXIT_TERMINATED),
+            _ = self.hangup.recv() => ("SIGHUP", EXIT_HANGUP),
+        }
+    }
+}

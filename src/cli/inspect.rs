@@ -1,0 +1,228 @@
+//! The commands that look at or act on stored runs without executing them: `status`, `runs`
+//! (list, `rm`), `stop` and `result`.
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use super::args::{ResultArgs, RunsAction, RunsArgs, StatusArgs, StopArgs};
+use super::follow::report_failed_calls;
+use super::input::{engine_error, guarded, input_error, parse_run_id, project_dir};
+use super::{EXIT_COMPLETED, EXIT_FAILED};
+use crate::app::foreground_engine;
+use crate::engine::{EngineError, StatusQuery};
+use crate::env::EnvSnapshot;
+
+pub(super) async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
+    guarded(async {
+        let engine = foreground_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        if !(1..=50).contains(&args.last) {
+            return Err(input_error("--last must be 1 to 50"));
+        }
+        if args.logs > 50 {
+            return Err(input_error("--logs must be 0 to 50"));
+        }
+        if let Some(pattern) = &args.label {
+            crate::engine::glob::check_glob(pattern).map_err(input_error)?;
+        }
+        let query = StatusQuery {
+            last_n: args.last,
+            label_glob: args.label.clone(),
+            log_lines: args.logs,
+        };
+        let status = engine.status(&run_id, &query).await.map_err(engine_error)?;
+        if args.json {
+            say!("{}", serde_json::to_string_pretty(&status)?);
+            return Ok(EXIT_COMPLETED);
+        }
+        let get = |key: &str| {
+            status
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("-")
+                .to_owned()
+        };
+        say!(
+            "run {}  {}  ({})",
+            get("runId"),
+            get("status"),
+            get("workflowName")
+        );
+        if let Some(reason) = status.get("reason").and_then(Value::as_str) {
+            say!("reason: {reason}");
+        }
+        if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
+            say!("phase: {phase}");
+        }
+        say!(
+            "tokens: {}",
+            status
+                .pointer("/tokenUsage/totalTokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        );
+        for call in status
+            .get("calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let state = call
+                .get("status")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| {
+                    let code = call.get("errorCode").and_then(Value::as_str)?;
+                    Some(match call.get("errorMessage").and_then(Value::as_str) {
+                        Some(message) => format!("{code}: {message}"),
+                        None => code.to_owned(),
+                    })
+                })
+                .unwrap_or_else(|| "done".to_owned());
+            say!(
+                "  #{:<4} {:<40} {}",
+                call.get("index").and_then(Value::as_u64).unwrap_or(0),
+                call.get("label").and_then(Value::as_str).unwrap_or("-"),
+                state
+            );
+        }
+        for line in status
+            .pointer("/logTail/lines")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            say!("  | {}", line.as_str().unwrap_or_default());
+        }
+        if let Some(context) = status.pointer("/outcome/checkpointContext") {
+            say!(
+                "waiting on checkpoint {}: {}",
+                context.get("callIndex").unwrap_or(&Value::Null),
+                context
+                    .get("prompt")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            );
+        }
+        if let Some(error) = status
+            .pointer("/outcome/error/message")
+            .and_then(Value::as_str)
+        {
+            say!("error: {error}");
+        }
+        report_failed_calls(&engine, &run_id).await;
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+pub(super) async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
+    guarded(async {
+        let engine = foreground_engine(env, false).await?;
+        if let Some(RunsAction::Rm { run_id }) = &args.action {
+            let run_id = parse_run_id(run_id)?;
+            // A running daemon deletes it, so that its MCP sessions hear of it.
+            let paths = crate::discovery::Paths::new(crate::app::persistence_root(env)?);
+            let owner = engine.owner().owner_id.clone();
+            match crate::daemon::control::delete_through_daemon(&paths, &owner, &run_id).await {
+                crate::daemon::control::DaemonDelete::Deleted { pid } => {
+                    note!("deleted run {run_id} (through the daemon, pid {pid})");
+                }
+                crate::daemon::control::DaemonDelete::Refused(message) => {
+                    return Err(input_error(message));
+                }
+                crate::daemon::control::DaemonDelete::UnknownRun => {
+                    return Err(engine_error(EngineError::UnknownRun(run_id)));
+                }
+                crate::daemon::control::DaemonDelete::NoDaemon => {
+                    engine.delete(&run_id).await.map_err(engine_error)?;
+                    note!("deleted run {run_id}");
+                }
+            }
+            return Ok(EXIT_COMPLETED);
+        }
+        let project = if args.all {
+            None
+        } else {
+            Some(project_dir(args.project_dir.as_deref())?)
+        };
+        let list = engine
+            .list(project.as_deref(), args.limit)
+            .await
+            .map_err(engine_error)?;
+        if args.json {
+            say!("{}", serde_json::to_string_pretty(&list)?);
+            return Ok(EXIT_COMPLETED);
+        }
+        for run in list {
+            say!(
+                "{:<24} {:<10} {:<24} {}",
+                run.run_id.as_str(),
+                run.status.as_str(),
+                crate::util::iso_time(run.started_at),
+                run.workflow_name
+            );
+        }
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+pub(super) async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
+    guarded(async {
+        let engine = foreground_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let status = engine
+            .stop_with(
+                &run_id,
+                args.call_index,
+                args.force_owner,
+                &StatusQuery::default(),
+            )
+            .await
+            .map_err(engine_error)?;
+        let state = status.get("status").and_then(Value::as_str).unwrap_or("-");
+        let control = status.get("control");
+        if let Some(control) = control.filter(|c| c["state"] == "pending") {
+            say!(
+                "{}",
+                serde_json::to_string_pretty(&json!({"control": control}))?
+            );
+            note!(
+                "run {run_id}: stop pending (operation {}): {}; the owner carries it out when it can, and `agentprism stop {run_id}` again reuses the operation",
+                control["operationId"].as_str().unwrap_or("-"),
+                control["reason"].as_str().unwrap_or("the owner did not answer"),
+            );
+            return Ok(EXIT_FAILED);
+        }
+        if let Some(cancelled) = status.get("cancelled") {
+            note!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
+        } else if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
+            note!("run {run_id} had already ended ({state})");
+        } else if let Some(pid) = control
+            .filter(|c| c.get("cold").is_none())
+            .and_then(|c| c.pointer("/owner/pid"))
+        {
+            note!("run {run_id}: {state} (stopped by daemon pid {pid})");
+        } else {
+            note!("run {run_id}: {state}");
+        }
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+pub(super) async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {
+    guarded(async {
+        let engine = foreground_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let record = engine
+            .load_reconciled(&run_id)
+            .await
+            .map_err(engine_error)?;
+        let text = crate::engine::manager::exact_result(&record).map_err(engine_error)?;
+        say!("{text}");
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
