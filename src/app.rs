@@ -1,9 +1,9 @@
 //! The composition root: the one place that knows which implementation each part of the
 //! house gets. Settings come in (read once from the environment, [`Settings::from_env`]); an
 //! engine with its store and agent runner, the MCP server over it ([`Services`]) and the
-//! options of the HTTP transport ([`http_options`]) come out. `agentprism daemon run` ([`daemon`]), `agentprism serve` ([`services`])
-//! and the CLI's foreground commands ([`engine`]) all build through here, so the wiring is
-//! written once.
+//! options of the HTTP transport ([`http_options`]) come out. `agentprism daemon run`
+//! ([`daemon`]), `agentprism serve` ([`services`]) and the CLI's foreground commands
+//! ([`foreground_engine`]) all build through here, so the wiring is written once.
 //!
 //! Dependencies point one way: `cli` → `app` → `daemon` and the parts. The daemon never
 //! builds an engine itself: [`daemon`] hands it an assembler that runs once the port is bound.

@@ -31,23 +31,29 @@ pub(super) async fn follow(
     notices: &mut tokio::sync::broadcast::Receiver<RunNotice>,
     options: &ForegroundArgs,
 ) -> Result<u8> {
-    let interactive = std::io::stderr().is_terminal();
-    let policy = match options.permissions.as_deref() {
-        Some("allow") => Policy::Allow,
-        Some("reject") => Policy::Reject,
-        Some("ask") => Policy::Ask,
-        None if std::io::stdin().is_terminal() => Policy::Ask,
-        None => Policy::Reject,
-        Some(other) => {
-            return Err(input_error(format!(
-                "--permissions must be ask, allow or reject, got {other:?}"
-            )));
-        }
-    };
-    let mut display = Progress::new(interactive);
-    // The signal that interrupted the run: Ctrl-C, SIGTERM and SIGHUP all pause it the same
-    // way, and the exit code is 128 + its number.
-    let mut interrupted: Option<(&str, u8)> = None;
+    let policy = Policy::from_flag(options.permissions.as_deref())?;
+    let interrupted = watch(engine, run_id, notices, &policy).await?;
+    // Acknowledges a stop intent this run has just carried out.
+    engine.complete_stop_intents().await;
+    engine.runner().shutdown(Duration::from_secs(5)).await;
+    settle(engine, run_id, interrupted, options).await
+}
+
+/// The signal that interrupted a run: its name and the exit code it gives (128 + its number).
+type Interrupted = Option<(&'static str, u8)>;
+
+/// Watches the run until it settles: its events on the progress display, its permission
+/// requests answered by `policy`, stop intents left by other processes, and the signals that
+/// pause it. Returns the signal that interrupted it, if one did.
+async fn watch(
+    engine: &Engine,
+    run_id: &RunId,
+    notices: &mut tokio::sync::broadcast::Receiver<RunNotice>,
+    policy: &Policy,
+) -> Result<Interrupted> {
+    let mut display = Progress::new(std::io::stderr().is_terminal());
+    // Ctrl-C, SIGTERM and SIGHUP all pause the run the same way.
+    let mut interrupted: Interrupted = None;
     let wait = engine.wait(run_id);
     tokio::pin!(wait);
     let mut signals = Interruptions::new()?;
@@ -71,7 +77,7 @@ pub(super) async fn follow(
                 Ok(RunNotice::Event { run_id: id, record }) if &id == run_id => display.event(&record.event),
                 Ok(RunNotice::Permission { run_id: id, permission_id, request }) if &id == run_id => {
                     display.clear();
-                    let outcome = answer_permission(&policy, &request);
+                    let outcome = answer_permission(policy, &request);
                     if let Err(error) = engine.respond_permission(run_id, &permission_id, outcome).await {
                         note!("permission answer refused: {error}");
                     }
@@ -83,9 +89,17 @@ pub(super) async fn follow(
         }
     }
     display.clear();
-    // Acknowledges a stop intent this run has just carried out.
-    engine.complete_stop_intents().await;
-    engine.runner().shutdown(Duration::from_secs(5)).await;
+    Ok(interrupted)
+}
+
+/// Prints how the run ended (the result on stdout, or the reason and the command that
+/// continues it on stderr) and maps its status to the exit code.
+async fn settle(
+    engine: &Engine,
+    run_id: &RunId,
+    interrupted: Interrupted,
+    options: &ForegroundArgs,
+) -> Result<u8> {
     let status = engine
         .status(run_id, &StatusQuery::default())
         .await
@@ -100,6 +114,7 @@ pub(super) async fn follow(
     }
     report_failed_calls(engine, run_id).await;
     let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
+    let interrupted_code = interrupted.map(|(_, code)| code);
     let code = match state.as_str() {
         "completed" => {
             if !options.json {
@@ -111,48 +126,8 @@ pub(super) async fn follow(
             EXIT_COMPLETED
         }
         "paused" => {
-            let reason = status
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or("requested");
-            note!("run {run_id} paused: {reason}");
-            if let Some(context) = outcome.get("checkpointContext") {
-                let index = context
-                    .get("callIndex")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                note!(
-                    "checkpoint {index}: {}",
-                    context
-                        .get("prompt")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                );
-                let example = match context.get("kind").and_then(Value::as_str) {
-                    Some("input") => "'\"your answer\"'".to_owned(),
-                    Some("select") => format!(
-                        "'{}'",
-                        context
-                            .pointer("/choices/0")
-                            .cloned()
-                            .unwrap_or(Value::Null)
-                    ),
-                    _ => "true".to_owned(),
-                };
-                note!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
-            } else {
-                if let Some(auth) = outcome.get("authContext") {
-                    note!("the backend needs credentials: {auth}");
-                }
-                if let Some(hint) = outcome.get("resetHint") {
-                    note!("usage limit; resets: {hint}");
-                }
-                note!("continue with:\n  agentprism resume {run_id}");
-            }
-            match interrupted {
-                Some((_, code)) => code,
-                None => EXIT_PAUSED,
-            }
+            report_paused(run_id, &status, &outcome);
+            interrupted_code.unwrap_or(EXIT_PAUSED)
         }
         "failed" => {
             let message = outcome
@@ -168,13 +143,53 @@ pub(super) async fn follow(
         }
         other => {
             note!("run {run_id} ended {other}");
-            match interrupted {
-                Some((_, code)) => code,
-                None => EXIT_FAILED,
-            }
+            interrupted_code.unwrap_or(EXIT_FAILED)
         }
     };
     Ok(code)
+}
+
+/// Why a run paused and the command that continues it: with a checkpoint answer when it waits
+/// on one, else after credentials or a usage-limit reset.
+fn report_paused(run_id: &RunId, status: &Value, outcome: &Value) {
+    let reason = status
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("requested");
+    note!("run {run_id} paused: {reason}");
+    let Some(context) = outcome.get("checkpointContext") else {
+        if let Some(auth) = outcome.get("authContext") {
+            note!("the backend needs credentials: {auth}");
+        }
+        if let Some(hint) = outcome.get("resetHint") {
+            note!("usage limit; resets: {hint}");
+        }
+        note!("continue with:\n  agentprism resume {run_id}");
+        return;
+    };
+    let index = context
+        .get("callIndex")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    note!(
+        "checkpoint {index}: {}",
+        context
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    let example = match context.get("kind").and_then(Value::as_str) {
+        Some("input") => "'\"your answer\"'".to_owned(),
+        Some("select") => format!(
+            "'{}'",
+            context
+                .pointer("/choices/0")
+                .cloned()
+                .unwrap_or(Value::Null)
+        ),
+        _ => "true".to_owned(),
+    };
+    note!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
 }
 
 /// How many failed calls [`report_failed_calls`] lists one by one.
@@ -213,10 +228,28 @@ pub(super) async fn report_failed_calls(engine: &Engine, run_id: &RunId) {
     }
 }
 
+/// How a foreground run answers its agents' permission requests (`--permissions`).
 enum Policy {
     Allow,
     Reject,
+    /// At the terminal, one question per request.
     Ask,
+}
+
+impl Policy {
+    /// `--permissions`; without it, ask on a terminal and reject otherwise.
+    fn from_flag(flag: Option<&str>) -> Result<Policy> {
+        match flag {
+            Some("allow") => Ok(Policy::Allow),
+            Some("reject") => Ok(Policy::Reject),
+            Some("ask") => Ok(Policy::Ask),
+            None if std::io::stdin().is_terminal() => Ok(Policy::Ask),
+            None => Ok(Policy::Reject),
+            Some(other) => Err(input_error(format!(
+                "--permissions must be ask, allow or reject, got {other:?}"
+            ))),
+        }
+    }
 }
 
 fn answer_permission(policy: &Policy, request: &Value) -> PermissionOutcome {

@@ -12,6 +12,7 @@ use crate::app::foreground_engine;
 use crate::engine::{EngineError, StatusQuery};
 use crate::env::EnvSnapshot;
 
+/// `status <runId>`: the bounded status document, as text or `--json`.
 pub(super) async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
     guarded(async {
         let engine = foreground_engine(env, false).await?;
@@ -35,85 +36,96 @@ pub(super) async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             say!("{}", serde_json::to_string_pretty(&status)?);
             return Ok(EXIT_COMPLETED);
         }
-        let get = |key: &str| {
-            status
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or("-")
-                .to_owned()
-        };
-        say!(
-            "run {}  {}  ({})",
-            get("runId"),
-            get("status"),
-            get("workflowName")
-        );
-        if let Some(reason) = status.get("reason").and_then(Value::as_str) {
-            say!("reason: {reason}");
-        }
-        if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
-            say!("phase: {phase}");
-        }
-        say!(
-            "tokens: {}",
-            status
-                .pointer("/tokenUsage/totalTokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-        );
-        for call in status
-            .get("calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let state = call
-                .get("status")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .or_else(|| {
-                    let code = call.get("errorCode").and_then(Value::as_str)?;
-                    Some(match call.get("errorMessage").and_then(Value::as_str) {
-                        Some(message) => format!("{code}: {message}"),
-                        None => code.to_owned(),
-                    })
-                })
-                .unwrap_or_else(|| "done".to_owned());
-            say!(
-                "  #{:<4} {:<40} {}",
-                call.get("index").and_then(Value::as_u64).unwrap_or(0),
-                call.get("label").and_then(Value::as_str).unwrap_or("-"),
-                state
-            );
-        }
-        for line in status
-            .pointer("/logTail/lines")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            say!("  | {}", line.as_str().unwrap_or_default());
-        }
-        if let Some(context) = status.pointer("/outcome/checkpointContext") {
-            say!(
-                "waiting on checkpoint {}: {}",
-                context.get("callIndex").unwrap_or(&Value::Null),
-                context
-                    .get("prompt")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            );
-        }
-        if let Some(error) = status
-            .pointer("/outcome/error/message")
-            .and_then(Value::as_str)
-        {
-            say!("error: {error}");
-        }
+        print_status(&status);
         report_failed_calls(&engine, &run_id).await;
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// The status document as text: the run, its reason and phase, tokens, the latest calls, the
+/// log tail, and what it waits on or failed with.
+fn print_status(status: &Value) {
+    let get = |key: &str| {
+        status
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_owned()
+    };
+    say!(
+        "run {}  {}  ({})",
+        get("runId"),
+        get("status"),
+        get("workflowName")
+    );
+    if let Some(reason) = status.get("reason").and_then(Value::as_str) {
+        say!("reason: {reason}");
+    }
+    if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
+        say!("phase: {phase}");
+    }
+    say!(
+        "tokens: {}",
+        status
+            .pointer("/tokenUsage/totalTokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    );
+    for call in status
+        .get("calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        say!("{}", call_line(call));
+    }
+    for line in status
+        .pointer("/logTail/lines")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        say!("  | {}", line.as_str().unwrap_or_default());
+    }
+    if let Some(context) = status.pointer("/outcome/checkpointContext") {
+        say!(
+            "waiting on checkpoint {}: {}",
+            context.get("callIndex").unwrap_or(&Value::Null),
+            context
+                .get("prompt")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        );
+    }
+    if let Some(error) = status
+        .pointer("/outcome/error/message")
+        .and_then(Value::as_str)
+    {
+        say!("error: {error}");
+    }
+}
+
+/// One call of `status`: index, label, and its state or error.
+fn call_line(call: &Value) -> String {
+    let state = call
+        .get("status")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            let code = call.get("errorCode").and_then(Value::as_str)?;
+            Some(match call.get("errorMessage").and_then(Value::as_str) {
+                Some(message) => format!("{code}: {message}"),
+                None => code.to_owned(),
+            })
+        })
+        .unwrap_or_else(|| "done".to_owned());
+    format!(
+        "  #{:<4} {:<40} {}",
+        call.get("index").and_then(Value::as_u64).unwrap_or(0),
+        call.get("label").and_then(Value::as_str).unwrap_or("-"),
+        state
+    )
 }
 
 pub(super) async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {

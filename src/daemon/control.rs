@@ -240,8 +240,8 @@ pub fn owner_document(lease: &Lease, record: Option<&DaemonRecord>) -> Value {
 
 /// How an engine reaches the other processes holding its runs' leases: their daemon
 /// records under the persistence root, the run-control key, and the signed control socket.
-/// Installed by the composition root (`crate::app::engine`) in every process, so the CLI, the MCP tool and
-/// the daemon's own intent scanning route control the same way.
+/// Installed by the composition root (`crate::app::engine`) in every process, so the CLI,
+/// the MCP tool and the daemon's own intent scanning route control the same way.
 pub struct LeaseRoute {
     paths: Paths,
     /// Who we sign as: the engine's lease owner id and this process.

@@ -39,16 +39,7 @@ pub async fn serve(
     op: &str,
     body: &Value,
 ) -> Result<Value, ControlError> {
-    let action = match body.get("action") {
-        Some(Value::String(action)) if ACTIONS.contains(&action.as_str()) => action.as_str(),
-        Some(other) => {
-            return Err(ControlError::InvalidOperation(format!(
-                "action must be one of {}, got {other}",
-                ACTIONS.join(", ")
-            )));
-        }
-        None => return Err(invalid("action is required")),
-    };
+    let action = action(body)?;
     let run_id = body
         .get("runId")
         .and_then(Value::as_str)
@@ -58,39 +49,19 @@ pub async fn serve(
         })?;
     // Setup answers go to whoever holds the lease; the run need not be executing.
     if action != "setup-response" && !engine.is_live(&run_id) {
-        return match engine.store().load_run(&run_id).await {
-            Ok(_) => Err(ControlError::NotOwner(format!(
-                "run {run_id} is not executing in daemon pid {}",
-                health.record.pid
-            ))),
-            Err(crate::store::StoreError::UnknownRun(_)) => {
-                Err(ControlError::UnknownRun(run_id.to_string()))
-            }
-            Err(error) => Err(ControlError::Internal(error.to_string())),
-        };
+        return Err(not_executing(engine, health, &run_id).await);
     }
-    let query = StatusQuery::default();
     match action {
         "stop" => engine
             .stop_requested(&run_id, op, STOP_ANSWER_WAIT)
             .await
             .map_err(control_error),
-        "cancel-agent" => {
-            let index = body
-                .get("callIndex")
-                .and_then(Value::as_u64)
-                .and_then(|index| u32::try_from(index).ok())
-                .ok_or_else(|| invalid("callIndex must be a non-negative integer"))?;
+        "cancel-agent" => cancel_agent(engine, &run_id, body).await,
+        "pause" => {
             let status = engine
-                .stop(&run_id, Some(index), &query)
+                .pause(&run_id, &StatusQuery::default())
                 .await
                 .map_err(control_error)?;
-            Ok(
-                json!({"outcome": "cancelled", "cancelled": status["cancelled"], "status": status["status"]}),
-            )
-        }
-        "pause" => {
-            let status = engine.pause(&run_id, &query).await.map_err(control_error)?;
             Ok(json!({
                 "outcome": if status["paused"] == true { "paused" } else { "pausing" },
                 "paused": status["paused"],
@@ -98,40 +69,14 @@ pub async fn serve(
             }))
         }
         "list-permissions" => {
-            let permissions: Vec<Value> = engine
-                .pending_permissions(&run_id)
-                .iter()
-                .map(|pending| pending.to_json())
-                .collect();
-            Ok(json!({"outcome": "listed", "permissions": permissions}))
+            Ok(json!({"outcome": "listed", "permissions": pending_permissions(engine, &run_id)}))
         }
-        "live-status" => {
-            let permissions: Vec<Value> = engine
-                .pending_permissions(&run_id)
-                .iter()
-                .map(|pending| pending.to_json())
-                .collect();
-            Ok(
-                json!({"outcome": "listed", "live": engine.live_status(&run_id), "permissions": permissions}),
-            )
-        }
-        "respond-permission" => {
-            let permission_id = required_string(body, "permissionId")?;
-            let outcome: PermissionOutcome = body
-                .pointer("/response/outcome")
-                .cloned()
-                .ok_or_else(|| invalid("response.outcome is required"))
-                .and_then(|value| {
-                    serde_json::from_value(value).map_err(|e| {
-                        ControlError::InvalidOperation(format!("response.outcome: {e}"))
-                    })
-                })?;
-            let answer = engine
-                .respond_permission(&run_id, permission_id, outcome)
-                .await
-                .map_err(control_error)?;
-            Ok(json!({"outcome": "answered", "answer": answer}))
-        }
+        "live-status" => Ok(json!({
+            "outcome": "listed",
+            "live": engine.live_status(&run_id),
+            "permissions": pending_permissions(engine, &run_id),
+        })),
+        "respond-permission" => respond_permission(engine, &run_id, body).await,
         "setup-response" => {
             let setup_id = required_string(body, "setupId")?;
             let response = body
@@ -146,6 +91,81 @@ pub async fn serve(
         }
         _ => unreachable!("every action in ACTIONS is matched"),
     }
+}
+
+/// The request's `action`, one of [`ACTIONS`].
+fn action(body: &Value) -> Result<&str, ControlError> {
+    match body.get("action") {
+        Some(Value::String(action)) if ACTIONS.contains(&action.as_str()) => Ok(action.as_str()),
+        Some(other) => Err(ControlError::InvalidOperation(format!(
+            "action must be one of {}, got {other}",
+            ACTIONS.join(", ")
+        ))),
+        None => Err(invalid("action is required")),
+    }
+}
+
+/// The refusal for a run this daemon does not execute: `NOT_OWNER` if the run exists,
+/// `UNKNOWN_RUN` if not.
+async fn not_executing(engine: &Engine, health: &Health, run_id: &RunId) -> ControlError {
+    match engine.store().load_run(run_id).await {
+        Ok(_) => ControlError::NotOwner(format!(
+            "run {run_id} is not executing in daemon pid {}",
+            health.record.pid
+        )),
+        Err(crate::store::StoreError::UnknownRun(_)) => {
+            ControlError::UnknownRun(run_id.to_string())
+        }
+        Err(error) => ControlError::Internal(error.to_string()),
+    }
+}
+
+async fn cancel_agent(
+    engine: &Engine,
+    run_id: &RunId,
+    body: &Value,
+) -> Result<Value, ControlError> {
+    let index = body
+        .get("callIndex")
+        .and_then(Value::as_u64)
+        .and_then(|index| u32::try_from(index).ok())
+        .ok_or_else(|| invalid("callIndex must be a non-negative integer"))?;
+    let status = engine
+        .stop(run_id, Some(index), &StatusQuery::default())
+        .await
+        .map_err(control_error)?;
+    Ok(
+        json!({"outcome": "cancelled", "cancelled": status["cancelled"], "status": status["status"]}),
+    )
+}
+
+async fn respond_permission(
+    engine: &Engine,
+    run_id: &RunId,
+    body: &Value,
+) -> Result<Value, ControlError> {
+    let permission_id = required_string(body, "permissionId")?;
+    let outcome: PermissionOutcome = body
+        .pointer("/response/outcome")
+        .cloned()
+        .ok_or_else(|| invalid("response.outcome is required"))
+        .and_then(|value| {
+            serde_json::from_value(value)
+                .map_err(|e| ControlError::InvalidOperation(format!("response.outcome: {e}")))
+        })?;
+    let answer = engine
+        .respond_permission(run_id, permission_id, outcome)
+        .await
+        .map_err(control_error)?;
+    Ok(json!({"outcome": "answered", "answer": answer}))
+}
+
+fn pending_permissions(engine: &Engine, run_id: &RunId) -> Vec<Value> {
+    engine
+        .pending_permissions(run_id)
+        .iter()
+        .map(|pending| pending.to_json())
+        .collect()
 }
 
 fn invalid(message: &str) -> ControlError {

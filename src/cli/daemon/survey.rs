@@ -13,8 +13,8 @@ use crate::discovery::pointer::read_pointer;
 use crate::discovery::process_table::{PruneReason, prune};
 use crate::discovery::record::read_instance_records;
 use crate::discovery::{
-    Entry, Paths, ProcessScan, Role, RunControlKey, current_fingerprint, fingerprint_of,
-    process_alive_as, reconcile,
+    DaemonRecord, Entry, Paths, ProcessScan, Role, RunControlKey, current_fingerprint,
+    fingerprint_of, process_alive_as, reconcile,
 };
 use crate::env::{self, EnvSnapshot};
 
@@ -71,6 +71,8 @@ impl KeyState {
     }
 }
 
+/// Reads the records, scans the process table, prunes what is stale and probes every tracked
+/// daemon.
 pub(super) async fn survey(env: &EnvSnapshot) -> Result<Survey> {
     let paths = Paths::from_env(env)?;
     crate::daemon::remember_token(env, &paths);
@@ -79,97 +81,57 @@ pub(super) async fn survey(env: &EnvSnapshot) -> Result<Survey> {
     let key_state = KeyState::of(&loaded);
     let key = loaded.ok();
     let records = read_instance_records(&paths)?;
-    let mut scan = ProcessScan::new();
-    if let Ok(exe) = std::env::current_exe() {
-        scan = scan.with_binary(exe);
-    }
-    if let Some(binary) = env.non_empty(env::DAEMON_BIN) {
-        scan = scan.with_binary(binary);
-    }
-    let processes: Vec<_> = scan
-        .scan()?
-        .into_iter()
-        .filter(|process| serves_root(process.pid, paths.root()))
-        .collect();
+    let processes = daemon_processes(env, &paths)?;
     let entries = reconcile(&records, &processes, process_alive_as);
     let removed = prune(&entries)?;
     let pointer = read_pointer(&paths, &fingerprint);
     let mut listed = Vec::new();
     let mut pruned = Vec::new();
     for entry in entries {
-        match &entry.role {
+        let (role, pid, health, note) = match &entry.role {
             Role::Pruned(reason) => {
                 if let Some(file) = &entry.record
                     && removed.contains(&file.path)
                 {
                     pruned.push((file.path.clone(), prune_reason(reason)));
                 }
+                continue;
             }
             Role::Tracked => {
-                let record = entry
-                    .own_record()
-                    .cloned()
-                    .expect("tracked entries have a record");
-                let probe = crate::daemon::probe::probe(
-                    &record,
-                    key.as_ref(),
-                    crate::discovery::healthz::HEALTHZ_TIMEOUT,
-                )
-                .await;
+                let record = entry.own_record().expect("tracked entries have a record");
                 let named = pointer
                     .as_ref()
-                    .is_some_and(|current| current.same_instance(&record));
-                let (role, health, note) = match probe {
-                    Probe::Identified(health) => {
-                        let role = if record.env_fingerprint != fingerprint {
-                            "other family"
-                        } else if named && crate::daemon::probe::body_qualifies(&health) {
-                            "current"
-                        } else {
-                            "draining"
-                        };
-                        (role, Some(health), None)
-                    }
-                    Probe::Unresponsive => {
-                        ("unresponsive", None, Some("no /healthz answer".into()))
-                    }
-                    Probe::Refused(why) | Probe::Mismatch(why) => ("unresponsive", None, Some(why)),
-                };
-                listed.push(Listed {
-                    role,
-                    pid: Some(record.pid),
-                    entry,
-                    health,
-                    note,
-                });
+                    .is_some_and(|current| current.same_instance(record));
+                let (role, health, note) =
+                    probe_tracked(record, key.as_ref(), named, &fingerprint).await;
+                (role, Some(record.pid), health, note)
             }
-            Role::Untracked => listed.push(Listed {
-                role: "untracked",
-                pid: entry.process.as_ref().map(|p| p.pid),
-                entry,
-                health: None,
-                note: Some("no record; listed from the process table".into()),
-            }),
-            Role::Foreign => listed.push(Listed {
-                role: "foreign",
-                pid: entry.process.as_ref().map(|p| p.pid),
-                entry,
-                health: None,
-                note: Some(
-                    "a record of another implementation; never signalled without --all".into(),
-                ),
-            }),
-            Role::Malformed { reason } => {
-                let note = Some(format!("unreadable record: {reason}"));
-                listed.push(Listed {
-                    role: "malformed",
-                    pid: None,
-                    entry,
-                    health: None,
-                    note,
-                })
-            }
-        }
+            Role::Untracked => (
+                "untracked",
+                entry.process.as_ref().map(|p| p.pid),
+                None,
+                Some("no record; listed from the process table".into()),
+            ),
+            Role::Foreign => (
+                "foreign",
+                entry.process.as_ref().map(|p| p.pid),
+                None,
+                Some("a record of another implementation; never signalled without --all".into()),
+            ),
+            Role::Malformed { reason } => (
+                "malformed",
+                None,
+                None,
+                Some(format!("unreadable record: {reason}")),
+            ),
+        };
+        listed.push(Listed {
+            role,
+            pid,
+            entry,
+            health,
+            note,
+        });
     }
     Ok(Survey {
         paths,
@@ -178,6 +140,52 @@ pub(super) async fn survey(env: &EnvSnapshot) -> Result<Survey> {
         pruned,
         key: key_state,
     })
+}
+
+/// agentprism daemon processes of this user (this binary, or `AGENTPRISM_DAEMON_BIN`) that
+/// serve `paths`' persistence root.
+fn daemon_processes(
+    env: &EnvSnapshot,
+    paths: &Paths,
+) -> Result<Vec<crate::discovery::process_table::DaemonProcess>> {
+    let mut scan = ProcessScan::new();
+    if let Ok(exe) = std::env::current_exe() {
+        scan = scan.with_binary(exe);
+    }
+    if let Some(binary) = env.non_empty(env::DAEMON_BIN) {
+        scan = scan.with_binary(binary);
+    }
+    Ok(scan
+        .scan()?
+        .into_iter()
+        .filter(|process| serves_root(process.pid, paths.root()))
+        .collect())
+}
+
+/// The role of a tracked daemon by its `/healthz` answer: current (named by the pointer and
+/// qualifying), draining, other family, or unresponsive; with the health body or the reason.
+async fn probe_tracked(
+    record: &DaemonRecord,
+    key: Option<&RunControlKey>,
+    named: bool,
+    fingerprint: &str,
+) -> (&'static str, Option<Value>, Option<String>) {
+    let probe =
+        crate::daemon::probe::probe(record, key, crate::discovery::healthz::HEALTHZ_TIMEOUT).await;
+    match probe {
+        Probe::Identified(health) => {
+            let role = if record.env_fingerprint != fingerprint {
+                "other family"
+            } else if named && crate::daemon::probe::body_qualifies(&health) {
+                "current"
+            } else {
+                "draining"
+            };
+            (role, Some(health), None)
+        }
+        Probe::Unresponsive => ("unresponsive", None, Some("no /healthz answer".into())),
+        Probe::Refused(why) | Probe::Mismatch(why) => ("unresponsive", None, Some(why)),
+    }
 }
 
 /// Whether process `pid` serves the persistence root `root`, judged by the environment it
