@@ -2,6 +2,7 @@
 mod acp;
 mod adapters;
 mod admission;
+mod architecture;
 mod cli;
 mod cli_output;
 mod control;
