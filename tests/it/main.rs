@@ -28,6 +28,7 @@ mod sdk_clients;
 mod sdk_clients_ts;
 mod service;
 mod shim;
+mod snapshots;
 mod succession;
 mod support;
 mod workflow_next;
