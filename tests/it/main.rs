@@ -2,6 +2,7 @@
 mod acp;
 mod adapters;
 mod admission;
+mod architecture;
 mod cli;
 mod cli_output;
 mod control;
@@ -27,6 +28,7 @@ mod sdk_clients;
 mod sdk_clients_ts;
 mod service;
 mod shim;
+mod snapshots;
 mod succession;
 mod support;
 mod workflow_next;
