@@ -17,7 +17,7 @@
 //! - **Caching.** A list whose content depends on the client is never the same for everyone,
 //!   so the core sends such a 2026-07-28 `tools/list` with `cacheScope: "private"`
 //!   ([`ToolRegistry::varies_by_client`]); legacy results carry no caching fields at all
-//!   (`docs/api.md`, "Tool listing").
+//!   (`docs/api.md`, "Tool listing and caching").
 //!
 //! The list keeps registration order, so every client that is offered the same tools gets
 //! them in the same order (2026-07-28 S6).
@@ -76,9 +76,11 @@ pub trait ToolHandler: Send + Sync + 'static {
 /// One tool to register: its `tools/list` definition, its listing rule, its visibility and
 /// its handler.
 pub struct Tool {
+    /// The `tools/list` entry as given.
     definition: Value,
     listing: Listing,
     visibility: Visibility,
+    /// Answers `tools/call` for it.
     handler: Arc<dyn ToolHandler>,
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::handler::{Era, McpError, codes};
+use super::context::{Era, McpError, codes};
 use super::session::Session;
 
 /// Legacy versions we negotiate in `initialize`, newest first.
@@ -125,6 +125,7 @@ pub fn session_not_found() -> McpError {
 /// Who is asking, as one request's dispatch needs it.
 #[derive(Clone)]
 pub struct Scope {
+    /// The era, and the version it was negotiated or stated in.
     pub era: Era,
     /// Declared client capabilities (from initialize, or the request's `_meta`).
     pub client_capabilities: Value,

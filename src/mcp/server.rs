@@ -131,7 +131,9 @@ impl Outcome {
 }
 
 pub struct McpServer {
+    /// What the server offers; the core answers everything else itself.
     handler: Arc<dyn McpHandler>,
+    /// Caching hints of modern results.
     options: ServerOptions,
     /// Legacy sessions by id: created by `initialize`, ended by DELETE, eviction or EOF.
     sessions: Mutex<HashMap<String, Arc<Session>>>,

@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use super::handler::{Era, McpError, codes};
+use super::context::{Era, McpError, codes};
 
 /// Whether a cached modern result may be shared between callers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -46,8 +46,11 @@ pub struct Recovery {
 
 /// Where and how one frame is POSTed.
 pub(super) struct PostPlan {
+    /// The daemon of the current generation.
     pub(super) port: u16,
+    /// The legacy session a non-initialize legacy frame goes with.
     pub(super) session: Option<String>,
+    /// The negotiated version, sent as `MCP-Protocol-Version` with the session.
     pub(super) protocol_version: Option<String>,
     /// The shim's own replay: the answer is not written to stdout.
     pub(super) swallow: bool,

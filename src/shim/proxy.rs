@@ -13,6 +13,10 @@
 //! find or start the daemon again, replay the cached `initialize` under a shim-owned id with
 //! its reply swallowed, `initialized`, the remembered subscriptions, then the queue. Stateless
 //! 2026-07-28 requests carry no session; their `subscriptions/listen` streams are reopened.
+//!
+//! This file is the actor; what its tasks do lives beside it: `post.rs` (one POST, its
+//! answer, the replay of a session), `stream.rs` (the session's GET stream), `output.rs`
+//! (stdout).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -96,15 +100,20 @@ struct InFlight {
 
 /// The proxy's state, owned by its one task.
 pub struct Proxy {
+    /// Finds or starts the daemon, at start and on every recovery.
     ensurer: Arc<Ensurer>,
     output: Output,
+    /// Where the proxy's own tasks (POSTs, streams, recoveries) report back.
     events: mpsc::UnboundedSender<Event>,
+    /// Those tasks, so none outlives the proxy.
     tasks: TaskTracker,
     /// The daemon of the current generation; `None` until the first ensure ends.
     daemon: Option<Daemon>,
     /// Bumped by every recovery; results of older generations never trigger another.
     generation: u64,
+    /// The legacy session on the current daemon, once `initialize` was answered.
     session: Option<String>,
+    /// The version that `initialize` negotiated, sent with every legacy frame.
     protocol_version: Option<String>,
     /// The host's `initialize`, replayed after a session is lost.
     initialize: Option<Frame>,
@@ -123,8 +132,11 @@ pub struct Proxy {
     queue: BTreeMap<u64, Frame>,
     /// The frame that must be taken before the next is sent.
     blocked_on: Option<u64>,
+    /// POSTs under way, by frame sequence number.
     in_flight: HashMap<u64, InFlight>,
+    /// A recovery is running: frames wait in the queue.
     recovering: bool,
+    /// When recent recoveries started, for the bound of [`MAX_RECOVERIES`] per window.
     recoveries: VecDeque<Instant>,
     /// Numbers the shim's own replayed requests.
     replays: u64,

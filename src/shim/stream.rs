@@ -14,7 +14,9 @@ use crate::daemon::health::LAME_DUCK_HEADER;
 pub(super) struct SessionStream {
     /// The daemon's port in this generation.
     pub(super) port: u16,
+    /// Whose notifications the stream carries.
     pub(super) session: String,
+    /// Sent as `MCP-Protocol-Version`.
     pub(super) protocol_version: Option<String>,
     /// The recovery generation, so a failure of an old stream starts no new recovery.
     pub(super) generation: u64,

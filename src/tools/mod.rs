@@ -93,6 +93,7 @@ impl Default for WorkflowServerOptions {
 /// # Ok(()) }
 /// ```
 pub struct WorkflowServer {
+    /// Every run, its resources and its notices come from here.
     engine: Engine,
     options: WorkflowServerOptions,
     /// Where resource changes are published for sessions and listen streams.

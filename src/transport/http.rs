@@ -78,6 +78,7 @@ pub struct HttpOptions {
     /// Origins accepted besides loopback ones, matched exactly
     /// (`AGENTPRISM_DAEMON_ALLOWED_ORIGINS`).
     pub allowed_origins: Vec<String>,
+    /// The POST body cap (413 beyond).
     pub max_body_bytes: usize,
     /// How often an idle SSE stream gets a `:` comment so proxies and clients keep it.
     pub keep_alive: Duration,
@@ -85,13 +86,17 @@ pub struct HttpOptions {
     pub retry_ms: u64,
     /// How long graceful shutdown waits for open connections.
     pub shutdown_deadline: Duration,
+    /// Routes answered before MCP routing (the daemon's `/healthz`, lame-duck 503s).
     pub intercept: Option<Intercept>,
+    /// Headers added to every answer (the daemon's lame-duck mark).
     pub decorate: Option<Decorate>,
     /// Whom the listener lets in (default: this process's user only).
     pub access: Access,
     /// The name `/healthz` gives to callers who may not come in.
     pub implementation: &'static str,
+    /// The connection watchdog's time limits.
     pub limits: Limits,
+    /// The owner's connections open at once; the next is closed at once.
     pub max_connections: usize,
     /// The runtime that runs MCP requests, when it is not the one serving the connections:
     /// the daemon accepts connections and answers `/healthz` on a small runtime of its own,
@@ -210,8 +215,10 @@ pub async fn serve(
 }
 
 struct State {
+    /// The MCP core every request is handed to.
     server: Arc<McpServer>,
     options: HttpOptions,
+    /// The bound port, which a `Host` header may name.
     port: u16,
     /// Connections, request handlers and SSE pumps.
     tasks: TaskTracker,
@@ -395,5 +402,92 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use serde_json::Value;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::mcp::handler::{McpHandler, McpResult, NotificationHub, RequestContext, ServerInfo};
+    use crate::mcp::server::ServerOptions;
+
+    struct Empty(NotificationHub);
+
+    #[async_trait]
+    impl McpHandler for Empty {
+        fn server_info(&self) -> ServerInfo {
+            ServerInfo {
+                name: "path-test".into(),
+                version: "1.0.0".into(),
+                title: None,
+            }
+        }
+
+        fn capabilities(&self) -> Value {
+            json!({})
+        }
+
+        fn hub(&self) -> &NotificationHub {
+            &self.0
+        }
+
+        async fn read_resource(&self, _ctx: &RequestContext, uri: &str) -> McpResult<Value> {
+            Err(crate::mcp::McpError::invalid_params(uri.to_owned()))
+        }
+    }
+
+    /// One HTTP/1.1 POST on a fresh connection; the status line of the answer.
+    async fn post_status(port: u16, path: &str, body: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_is_served_at_the_configured_path_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = Arc::new(McpServer::new(
+            Arc::new(Empty(NotificationHub::new())),
+            ServerOptions::default(),
+        ));
+        let options = HttpOptions {
+            path: "/folders/one/mcp".into(),
+            access: Access::Open,
+            ..HttpOptions::default()
+        };
+        assert_eq!(HttpOptions::default().path, MCP_PATH);
+        let stop = CancellationToken::new();
+        let serving = tokio::spawn(serve(
+            listener,
+            server,
+            options,
+            stop.clone().cancelled_owned(),
+        ));
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}}})
+        .to_string();
+        assert_eq!(
+            post_status(port, "/folders/one/mcp", &initialize).await,
+            "HTTP/1.1 200 OK"
+        );
+        assert_eq!(
+            post_status(port, MCP_PATH, &initialize).await,
+            "HTTP/1.1 404 Not Found"
+        );
+        stop.cancel();
+        serving.await.unwrap().unwrap();
     }
 }

@@ -100,8 +100,11 @@ fn record_standalone(state: &State, session: &Arc<Session>) -> (u64, String) {
 
 /// One GET connection following a stream's log.
 struct StreamReader {
+    /// Writes what the log holds to this connection.
     pump: Pump,
+    /// Whose log is followed; its end closes the stream.
     session: Arc<Session>,
+    /// Which of the session's streams.
     stream: u64,
 }
 

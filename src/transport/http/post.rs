@@ -32,6 +32,7 @@ use crate::mcp::session::Session;
 
 /// What the HTTP checks decided about a message before the core sees it.
 struct Admitted {
+    /// What `_meta` says, read once.
     era: RequestEra,
     /// The legacy session `Mcp-Session-Id` names, found and checked.
     session: Option<Arc<Session>>,
@@ -213,11 +214,15 @@ async fn answer(
 
 /// A request's SSE answer: its notifications as they come, then its response.
 struct AnswerStream {
+    /// Writes the stream; records it for replay in a legacy session.
     pump: Pump,
+    /// The request's notifications, as the core forwards them.
     notes: mpsc::UnboundedReceiver<Value>,
+    /// The core's outcome, once the request is answered.
     done: oneshot::Receiver<Outcome>,
     /// Cancels a stateless request when its client goes, and any request at server stop.
     stream_closed: CancellationToken,
+    /// A stateless request: a closed stream cancels it.
     modern: bool,
 }
 
