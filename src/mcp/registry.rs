@@ -96,10 +96,16 @@ impl Tool {
         }
     }
 
-    /// Lists the tool only to clients that declared the capability at `path`.
-    pub fn listed_when_client_has(mut self, path: &[&str]) -> Tool {
-        self.listing = Listing::WhenClientHas(path.iter().map(|key| (*key).to_owned()).collect());
+    pub fn listed(mut self, listing: Listing) -> Tool {
+        self.listing = listing;
         self
+    }
+
+    /// Lists the tool only to clients that declared the capability at `path`.
+    pub fn listed_when_client_has(self, path: &[&str]) -> Tool {
+        self.listed(Listing::WhenClientHas(
+            path.iter().map(|key| (*key).to_owned()).collect(),
+        ))
     }
 
     pub fn visible_to(mut self, visibility: Visibility) -> Tool {

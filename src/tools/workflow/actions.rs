@@ -3,7 +3,8 @@
 //! document, resource links, the `next` call).
 //!
 //! This is the only file of the tool that calls the engine; preparation and resume run under
-//! their ceilings here, observations under [`OBSERVATION_CEILING`](super::reply).
+//! their ceilings here, observations under
+//! [`OBSERVATION_CEILING`](super::reply::OBSERVATION_CEILING).
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
