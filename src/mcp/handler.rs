@@ -9,182 +9,12 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::broadcast;
 
-/// JSON-RPC error codes used across the MCP layer.
-pub mod codes {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL_ERROR: i64 = -32603;
-    /// 2025 era: resource not found.
-    pub const RESOURCE_NOT_FOUND: i64 = -32002;
-    /// 2026-07-28: a header does not match the body.
-    pub const HEADER_MISMATCH: i64 = -32020;
-    /// 2026-07-28: a needed client capability was not declared.
-    pub const MISSING_CAPABILITY: i64 = -32021;
-    /// 2026-07-28: unsupported protocol version.
-    pub const UNSUPPORTED_VERSION: i64 = -32022;
-}
-
-/// A JSON-RPC error a handler returns; the core sends it with the request's id.
-#[derive(Clone, Debug, PartialEq)]
-pub struct McpError {
-    pub code: i64,
-    pub message: String,
-    pub data: Option<Value>,
-}
-
-impl McpError {
-    pub fn new(code: i64, message: impl Into<String>) -> McpError {
-        McpError {
-            code,
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    pub fn invalid_params(message: impl Into<String>) -> McpError {
-        McpError::new(codes::INVALID_PARAMS, message)
-    }
-
-    pub fn internal(message: impl Into<String>) -> McpError {
-        McpError::new(codes::INTERNAL_ERROR, message)
-    }
-
-    pub fn method_not_found(method: &str) -> McpError {
-        McpError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("method not found: {method}"),
-        )
-    }
-
-    pub fn with_data(mut self, data: Value) -> McpError {
-        self.data = Some(data);
-        self
-    }
-}
-
-impl std::fmt::Display for McpError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message, self.code)
-    }
-}
-
-pub type McpResult<T> = Result<T, McpError>;
-
-/// The protocol era a request arrived in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Era {
-    /// The initialize handshake (2025-11-25, 2025-06-18, 2025-03-26): sessions, server-to-client
-    /// requests allowed, GET stream.
-    Legacy { version: String },
-    /// 2026-07-28: every request carries its version and client capabilities in `_meta`.
-    Modern { version: String },
-}
-
-impl Era {
-    pub fn version(&self) -> &str {
-        match self {
-            Era::Legacy { version } | Era::Modern { version } => version,
-        }
-    }
-
-    pub fn is_modern(&self) -> bool {
-        matches!(self, Era::Modern { .. })
-    }
-}
-
-/// Who is asking, and how to talk back while the request runs.
-#[derive(Clone, Debug)]
-pub struct RequestContext {
-    pub era: Era,
-    /// The legacy session (`Mcp-Session-Id`, or the one stdio session); `None` when stateless.
-    pub session_id: Option<String>,
-    /// The JSON-RPC id of the request.
-    pub request_id: Value,
-    /// The method, e.g. `tools/call`.
-    pub method: String,
-    /// Declared client capabilities (from initialize, or the request's `_meta`).
-    pub client_capabilities: Value,
-    pub client_info: Option<Value>,
-    /// `params._meta.progressToken`, if the client asked for progress.
-    pub progress_token: Option<Value>,
-    /// The request's `params._meta` (`Null` without one), for keys a handler defines
-    /// itself, such as the workflow server's idempotency key.
-    pub meta: Value,
-    /// Fires on `notifications/cancelled` for this request, a closed stateless response
-    /// stream, or server shutdown.
-    pub cancel: CancellationToken,
-    /// Notifications related to this request (progress, logging), sent on its response stream.
-    pub notifier: RequestNotifier,
-}
-
-impl RequestContext {
-    /// Sends `notifications/progress` if the client gave a progress token.
-    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        if let Some(token) = &self.progress_token {
-            let mut params = serde_json::json!({"progressToken": token, "progress": progress});
-            if let Some(total) = total {
-                params["total"] = total.into();
-            }
-            if let Some(message) = message {
-                params["message"] = message.into();
-            }
-            self.notifier.notify("notifications/progress", params);
-        }
-    }
-
-    /// Whether the client declared a capability path such as `["elicitation"]` or
-    /// `["extensions", "io.modelcontextprotocol/ui"]`.
-    pub fn client_has(&self, path: &[&str]) -> bool {
-        let mut cursor = &self.client_capabilities;
-        for key in path {
-            match cursor.get(key) {
-                Some(next) => cursor = next,
-                None => return false,
-            }
-        }
-        true
-    }
-}
-
-/// A notification the core sends on the request's own stream (or stdout on stdio).
-#[derive(Clone, Debug)]
-pub struct Notification {
-    pub method: String,
-    pub params: Value,
-}
-
-/// Sends notifications tied to one request. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct RequestNotifier {
-    sender: Option<mpsc::UnboundedSender<Notification>>,
-}
-
-impl RequestNotifier {
-    pub fn new(sender: mpsc::UnboundedSender<Notification>) -> RequestNotifier {
-        RequestNotifier {
-            sender: Some(sender),
-        }
-    }
-
-    /// A notifier that drops everything (tests, in-process calls).
-    pub fn discard() -> RequestNotifier {
-        RequestNotifier { sender: None }
-    }
-
-    pub fn notify(&self, method: &str, params: Value) {
-        if let Some(sender) = &self.sender {
-            let _ = sender.send(Notification {
-                method: method.to_owned(),
-                params,
-            });
-        }
-    }
-}
+pub use super::context::{
+    Era, McpError, McpResult, Notification, RequestContext, RequestNotifier, codes,
+};
+use super::registry::ToolRegistry;
 
 /// Server-side changes the core fans out to interested sessions and listen streams.
 #[derive(Clone, Debug, PartialEq)]
@@ -262,7 +92,20 @@ pub trait McpHandler: Send + Sync + 'static {
     /// The hub this handler publishes on.
     fn hub(&self) -> &NotificationHub;
 
-    async fn list_tools(&self, ctx: &RequestContext, cursor: Option<&str>) -> McpResult<Value>;
+    /// The tools this handler serves: when each is listed, to whom it is visible and which
+    /// [`ToolHandler`](super::registry::ToolHandler) answers it. The default `list_tools` and
+    /// `call_tool` answer from it, and the core marks a modern `tools/list` `cacheScope:
+    /// "private"` when [`ToolRegistry::varies_by_client`] says the list depends on who asks.
+    fn tools(&self) -> &ToolRegistry {
+        static NO_TOOLS: ToolRegistry = ToolRegistry::new();
+        &NO_TOOLS
+    }
+
+    /// `tools/list`. A handler that overrides this instead of registering its tools (a fixed
+    /// list, such as the conformance fixture's) must give every client the same list.
+    async fn list_tools(&self, ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        Ok(self.tools().list(ctx))
+    }
 
     /// `tools/call`. An unknown tool is a JSON-RPC error; arguments the tool refuses and
     /// failures of the tool itself are results with `isError: true` (MCP 2025-11-25), so
@@ -272,7 +115,9 @@ pub trait McpHandler: Send + Sync + 'static {
         ctx: &RequestContext,
         name: &str,
         arguments: Value,
-    ) -> McpResult<Value>;
+    ) -> McpResult<Value> {
+        self.tools().call(ctx, name, arguments).await
+    }
 
     async fn list_resources(
         &self,

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::handler::{McpError, codes};
+use super::context::{McpError, codes};
 
 /// One message received from a client.
 #[derive(Clone, Debug, PartialEq)]

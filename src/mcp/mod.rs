@@ -1,15 +1,29 @@
 //! MCP: JSON-RPC and the Model Context Protocol in both eras (the 2025 initialize handshake
 //! with sessions, and the stateless 2026-07-28 form), shared by every transport.
+//!
+//! Reading order: `jsonrpc` (one message), `context` (what a handler is told), `registry`
+//! (tools and their listing rules), `handler` (the boundary a server implements), `scope`
+//! (era and session, resolved once), `server` (running a request), `dispatch` (method
+//! routing), `shape` (era shaping), `events` (server-wide changes), `session` (legacy
+//! sessions and their stream logs). Nothing here knows the engine, the store or a socket.
 
+pub mod context;
+mod dispatch;
+mod events;
 pub mod handler;
 pub mod jsonrpc;
+pub mod registry;
+pub mod scope;
 pub mod server;
 pub mod session;
+mod shape;
 
 pub use handler::{
     Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext,
     RequestNotifier, ServerEvent, ServerInfo,
 };
+pub use registry::{Listing, RegistryError, Tool, ToolHandler, ToolRegistry, Visibility};
+pub use scope::{RequestEra, Resolution, Scope};
 pub use server::{
     CacheScope, McpServer, Outcome, ServerOptions, SessionEvents, TransportContext, TransportKind,
 };

@@ -9,41 +9,35 @@
 //! each of these as a workaround, and its API moves quickly; the protocol itself is small and
 //! specified, so owning it costs a few files and keeps every answer under our control.
 //!
-//! The core validates a message, decides its era (a request whose `params._meta` carries a
-//! protocol version is modern and stateless; `initialize` starts a legacy session), dispatches
-//! it to the [`McpHandler`], shapes the result for the era, and tells the transport which HTTP
-//! status fits. Notifications a request emits while it runs go to the transport's channel
-//! as they happen; server-wide changes reach sessions through [`SessionEvents`].
+//! A request's era and session are resolved once (`scope.rs`), by the transport or by
+//! [`McpServer::handle`]; this file then runs the request: it registers it for
+//! `notifications/cancelled`, builds the handler's [`RequestContext`], forwards the
+//! notifications the request emits to the transport's channel as they happen (filtered by log
+//! level), and turns the result into an [`Outcome`] with the HTTP status that fits. Method
+//! routing is `dispatch.rs`, era shaping `shape.rs`, server-wide changes `events.rs`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value, json};
-use tokio::sync::{broadcast, mpsc};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{
-    Era, McpError, McpHandler, McpResult, Notification, RequestContext, RequestNotifier,
-    ServerEvent, codes,
-};
+use super::dispatch;
+use super::handler::{Era, McpError, McpHandler, Notification, RequestContext, RequestNotifier};
 use super::jsonrpc::{self, Message, Request};
+use super::scope::{self, META_LOG_LEVEL, RequestEra, Resolution, Scope};
 use super::session::{Session, SessionActivity};
+use super::shape;
 
-/// Legacy versions we negotiate in `initialize`, newest first.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
-/// Versions accepted in a stateless request's `_meta`.
-pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
-/// What an `initialize` with an unknown version gets.
-pub const LATEST_LEGACY_VERSION: &str = "2025-11-25";
-/// What a legacy HTTP request without `MCP-Protocol-Version` is assumed to speak.
-pub const DEFAULT_LEGACY_VERSION: &str = "2025-03-26";
-
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+pub use super::events::SessionEvents;
+pub use super::scope::{
+    DEFAULT_LEGACY_VERSION, LATEST_LEGACY_VERSION, LEGACY_VERSIONS, META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO, META_PROTOCOL_VERSION, META_SERVER_INFO, META_SUBSCRIPTION_ID,
+    MODERN_VERSIONS, request_era, unsupported_version,
+};
+pub use super::shape::CacheScope;
 
 /// Methods the 2026-07-28 revision removed; stateless requests for them get 404/-32601.
 const MODERN_REMOVED: &[&str] = &[
@@ -59,7 +53,8 @@ const MODERN_REMOVED: &[&str] = &[
 pub struct ServerOptions {
     /// `ttlMs` on modern cacheable results (lists, templates, reads, discover).
     pub cache_ttl_ms: u64,
-    /// `cacheScope` on modern cacheable results.
+    /// `cacheScope` on modern cacheable results; a `tools/list` that depends on the client
+    /// is private whatever this says.
     pub cache_scope: CacheScope,
 }
 
@@ -68,21 +63,6 @@ impl Default for ServerOptions {
         ServerOptions {
             cache_ttl_ms: 0,
             cache_scope: CacheScope::Private,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheScope {
-    Public,
-    Private,
-}
-
-impl CacheScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheScope::Public => "public",
-            CacheScope::Private => "private",
         }
     }
 }
@@ -140,78 +120,34 @@ impl Outcome {
             new_session: None,
         }
     }
-}
 
-/// The era a request's `_meta` asks for, before any dispatch.
-#[derive(Clone, Debug, PartialEq)]
-pub enum RequestEra {
-    /// No protocol fields in `_meta`.
-    Unstated,
-    /// A valid stateless request.
-    Modern {
-        version: String,
-        client_capabilities: Value,
-        client_info: Option<Value>,
-    },
-    /// Protocol fields present but unusable; the error and the HTTP status to send.
-    Invalid { error: McpError, status: u16 },
-}
-
-/// Reads the per-request protocol fields of `params._meta`.
-pub fn request_era(params: &Value) -> RequestEra {
-    let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
-        return RequestEra::Unstated;
-    };
-    let version = meta.get(META_PROTOCOL_VERSION);
-    let capabilities = meta.get(META_CLIENT_CAPABILITIES);
-    if version.is_none() && capabilities.is_none() {
-        return RequestEra::Unstated;
+    fn error(id: &Value, error: &McpError, status: u16) -> Outcome {
+        Outcome {
+            response: Some(jsonrpc::error_response(id, error)),
+            status,
+            new_session: None,
+        }
     }
-    let Some(version) = version.and_then(Value::as_str) else {
-        return RequestEra::Invalid {
-            error: McpError::invalid_params(format!(
-                "_meta needs {META_PROTOCOL_VERSION} as a string"
-            )),
-            status: 400,
-        };
-    };
-    if !MODERN_VERSIONS.contains(&version) {
-        return RequestEra::Invalid {
-            error: unsupported_version(version),
-            status: 400,
-        };
-    }
-    let Some(capabilities @ Value::Object(_)) = capabilities else {
-        return RequestEra::Invalid {
-            error: McpError::invalid_params(format!(
-                "_meta needs {META_CLIENT_CAPABILITIES} as an object"
-            )),
-            status: 400,
-        };
-    };
-    RequestEra::Modern {
-        version: version.to_owned(),
-        client_capabilities: capabilities.clone(),
-        client_info: meta.get(META_CLIENT_INFO).cloned(),
-    }
-}
-
-pub fn unsupported_version(requested: &str) -> McpError {
-    McpError::new(
-        codes::UNSUPPORTED_VERSION,
-        format!("unsupported protocol version {requested}"),
-    )
-    .with_data(json!({"supported": MODERN_VERSIONS, "requested": requested}))
 }
 
 pub struct McpServer {
+    /// What the server offers; the core answers everything else itself.
     handler: Arc<dyn McpHandler>,
+    /// Caching hints of modern results.
     options: ServerOptions,
+    /// Legacy sessions by id: created by `initialize`, ended by DELETE, eviction or EOF.
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// In-flight requests by (scope, id key), for `notifications/cancelled`.
     inflight: Mutex<HashMap<(String, String), Inflight>>,
     /// Cancels every request and closes every session stream.
     shutdown: CancellationToken,
+}
+
+/// One request being handled: its cancellation, and whether the client asked for it.
+struct Inflight {
+    token: CancellationToken,
+    /// Set by `notifications/cancelled`; such a request gets no response.
+    by_client: Arc<AtomicBool>,
 }
 
 impl McpServer {
@@ -245,11 +181,7 @@ impl McpServer {
 
     /// The handler's capabilities plus what the core itself serves (`logging`).
     pub fn capabilities(&self) -> Value {
-        let mut capabilities = self.handler.capabilities();
-        if let Value::Object(map) = &mut capabilities {
-            map.entry("logging").or_insert_with(|| json!({}));
-        }
-        capabilities
+        dispatch::capabilities(self.handler.as_ref())
     }
 
     pub fn session(&self, id: &str) -> Option<Arc<Session>> {
@@ -293,23 +225,41 @@ impl McpServer {
 
     /// Server-wide changes as seen by one session, or `None` for an unknown session.
     pub fn session_events(&self, id: &str) -> Option<SessionEvents> {
-        let session = self.session(id)?;
-        Some(SessionEvents {
-            receiver: self.handler.hub().subscribe(),
-            session,
-            shutdown: self.shutdown.clone(),
-        })
+        Some(self.events_of(self.session(id)?))
     }
 
-    /// Handles one message; the single entry point of every transport.
+    /// Server-wide changes as seen by a session the caller already holds; they end at once
+    /// if it has ended.
+    pub fn events_of(&self, session: Arc<Session>) -> SessionEvents {
+        SessionEvents::new(
+            self.handler.hub().subscribe(),
+            session,
+            self.shutdown.clone(),
+        )
+    }
+
+    /// The `server/discover` result (S4), before era shaping.
+    pub fn discover(&self) -> Value {
+        dispatch::discover(self.handler.as_ref())
+    }
+
+    /// Handles one message, resolving its era and session itself (stdio and in-memory
+    /// callers; the HTTP transport resolves first and calls [`McpServer::handle_request`]).
     pub async fn handle(&self, message: Message, transport: TransportContext) -> Outcome {
         match message {
             Message::Response(_) => Outcome::accepted(),
             Message::Notification(notification) => {
-                self.handle_notification(&notification.method, &notification.params, &transport);
+                let session = transport
+                    .session_id
+                    .as_deref()
+                    .and_then(|id| self.session(id));
+                self.handle_notification(&notification, session.as_ref(), &transport);
                 Outcome::accepted()
             }
-            Message::Request(request) => self.handle_request(request, transport).await,
+            Message::Request(request) => {
+                let resolution = self.resolve(&request, transport.session_id.as_deref());
+                self.handle_request(request, resolution, &transport).await
+            }
         }
     }
 
@@ -325,27 +275,40 @@ impl McpServer {
         }
     }
 
-    fn handle_notification(&self, method: &str, params: &Value, transport: &TransportContext) {
-        match method {
+    /// The era of `request` and, for a request without protocol fields other than
+    /// `initialize`, the session named `session_id`.
+    pub fn resolve(&self, request: &Request, session_id: Option<&str>) -> Resolution {
+        let era = scope::request_era(&request.params);
+        let looks_up = matches!(era, RequestEra::Unstated) && request.method != "initialize";
+        let session = match session_id {
+            Some(id) if looks_up => match self.session(id) {
+                Some(session) => Some(session),
+                None => return Resolution::unknown_session(),
+            },
+            _ => None,
+        };
+        Resolution::of(&request.method, era, session)
+    }
+
+    /// A notification; `session` is the legacy session the transport resolved.
+    pub fn handle_notification(
+        &self,
+        notification: &jsonrpc::Notification,
+        session: Option<&Arc<Session>>,
+        transport: &TransportContext,
+    ) {
+        match notification.method.as_str() {
             "notifications/initialized" => {
-                if let Some(session) = transport
-                    .session_id
-                    .as_deref()
-                    .and_then(|id| self.session(id))
-                {
-                    session
-                        .initialized
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                if let Some(session) = session {
+                    session.initialized.store(true, Ordering::Relaxed);
                     session.touch();
                 }
             }
             "notifications/cancelled" => {
-                if let Some(id) = params.get("requestId") {
+                if let Some(id) = notification.params.get("requestId") {
                     let key = (cancel_scope(transport), jsonrpc::id_key(id));
                     if let Some(inflight) = self.inflight.lock().expect("inflight lock").get(&key) {
-                        inflight
-                            .by_client
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        inflight.by_client.store(true, Ordering::Relaxed);
                         inflight.token.cancel();
                     }
                 }
@@ -354,64 +317,57 @@ impl McpServer {
         }
     }
 
-    async fn handle_request(&self, request: Request, transport: TransportContext) -> Outcome {
-        let id = request.id.clone();
-        let fail = |error: McpError, status: u16| Outcome {
-            response: Some(jsonrpc::error_response(&id, &error)),
-            status,
-            new_session: None,
-        };
-        let (era, client_capabilities, client_info, session) = match request_era(&request.params) {
-            RequestEra::Invalid { error, status } => return fail(error, status),
-            RequestEra::Modern {
-                version,
-                client_capabilities,
-                client_info,
-            } => (
-                Era::Modern { version },
-                client_capabilities,
-                client_info,
-                None,
-            ),
-            RequestEra::Unstated if request.method == "initialize" => {
-                return self.initialize(&request, &transport);
+    /// Runs one request whose era and session are already resolved.
+    pub async fn handle_request(
+        &self,
+        request: Request,
+        resolution: Resolution,
+        transport: &TransportContext,
+    ) -> Outcome {
+        let scope = match resolution {
+            Resolution::Ready(scope) => scope,
+            Resolution::Initialize => return self.initialize(&request),
+            Resolution::Refused { error, status } => {
+                return Outcome::error(&request.id, &error, status);
             }
-            RequestEra::Unstated => match transport.session_id.as_deref() {
-                Some(session_id) => match self.session(session_id) {
-                    Some(session) => (
-                        Era::Legacy {
-                            version: session.version.clone(),
-                        },
-                        session.client_capabilities.clone(),
-                        session.client_info.clone(),
-                        Some(session),
-                    ),
-                    None => {
-                        return fail(McpError::new(-32001, "session not found"), 404);
-                    }
-                },
-                None => {
-                    return fail(
-                        McpError::invalid_params(format!(
-                            "a request needs params._meta with {META_PROTOCOL_VERSION} and \
-                             {META_CLIENT_CAPABILITIES}, or a session from initialize"
-                        )),
-                        400,
-                    );
-                }
-            },
         };
-        if era.is_modern() && MODERN_REMOVED.contains(&request.method.as_str()) {
-            return fail(McpError::method_not_found(&request.method), 404);
+        if scope.era.is_modern() && MODERN_REMOVED.contains(&request.method.as_str()) {
+            let error = McpError::method_not_found(&request.method);
+            return Outcome::error(&request.id, &error, 404);
         }
-        if let Some(session) = &session {
+        if let Some(session) = &scope.session {
             session.touch();
         }
-        let _request_guard = session.as_ref().map(|session| session.request());
+        let _request_guard = scope.session.as_ref().map(|session| session.request());
+        match self.run(&request, &scope, transport).await {
+            None => Outcome::accepted(),
+            Some(Ok(result)) => Outcome {
+                response: Some(jsonrpc::success_response(
+                    &request.id,
+                    self.shape(&request.method, &scope.era, result),
+                )),
+                status: 200,
+                new_session: None,
+            },
+            Some(Err(error)) => {
+                let (error, status) = shape::error(&scope.era, &request.params, error);
+                Outcome::error(&request.id, &error, status)
+            }
+        }
+    }
 
+    /// Dispatches the request while forwarding its notifications; `None` when the client
+    /// cancelled it (`notifications/cancelled`): it gets no answer, whatever the handler made
+    /// of the cancellation.
+    async fn run(
+        &self,
+        request: &Request,
+        scope: &Scope,
+        transport: &TransportContext,
+    ) -> Option<Result<Value, McpError>> {
         let token = self.shutdown.child_token();
-        let key = (cancel_scope(&transport), jsonrpc::id_key(&id));
-        let cancelled_by_client = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let key = (cancel_scope(transport), jsonrpc::id_key(&request.id));
+        let cancelled_by_client = Arc::new(AtomicBool::new(false));
         self.inflight.lock().expect("inflight lock").insert(
             key.clone(),
             Inflight {
@@ -420,104 +376,62 @@ impl McpServer {
             },
         );
         let (sender, mut receiver) = mpsc::unbounded_channel::<Notification>();
-        let log_meta = request
-            .params
-            .get("_meta")
-            .and_then(|meta| meta.get(META_LOG_LEVEL))
-            .is_some();
-        let context = RequestContext {
-            era: era.clone(),
-            session_id: session.as_ref().map(|session| session.id.clone()),
-            request_id: id.clone(),
-            method: request.method.clone(),
-            client_capabilities,
-            client_info,
-            progress_token: request
+        let context = request_context(request, scope, token.clone(), sender);
+        let forwarder = Forwarder {
+            era: &scope.era,
+            session: scope.session.as_deref(),
+            log_meta: request
                 .params
                 .get("_meta")
-                .and_then(|meta| meta.get("progressToken"))
-                .cloned(),
-            meta: request.params.get("_meta").cloned().unwrap_or(Value::Null),
-            cancel: token.clone(),
-            notifier: RequestNotifier::new(sender),
-        };
-        let forward = |notification: Notification| {
-            if notification.method == "notifications/message" {
-                let allowed = match (&era, &session) {
-                    (Era::Modern { .. }, _) => log_meta,
-                    (Era::Legacy { .. }, Some(session)) => {
-                        let minimum = session.log_level.lock().expect("log level lock").clone();
-                        level_allows(
-                            minimum.as_deref(),
-                            notification.params.get("level").and_then(Value::as_str),
-                        )
-                    }
-                    (Era::Legacy { .. }, None) => true,
-                };
-                if !allowed {
-                    return;
-                }
-            }
-            if let Some(out) = &transport.notifications {
-                let _ = out.send(jsonrpc::notification(
-                    &notification.method,
-                    notification.params,
-                ));
-            }
+                .and_then(|meta| meta.get(META_LOG_LEVEL))
+                .is_some(),
+            out: transport.notifications.as_ref(),
         };
 
-        let dispatch = self.dispatch(&context, &request, session.as_ref());
+        let dispatch = dispatch::dispatch(
+            self.handler.as_ref(),
+            &context,
+            request,
+            scope.session.as_ref(),
+        );
         tokio::pin!(dispatch);
         let result = loop {
             tokio::select! {
                 result = &mut dispatch => break result,
-                Some(notification) = receiver.recv() => forward(notification),
+                Some(notification) = receiver.recv() => forwarder.forward(notification),
                 () = transport.cancel.cancelled(), if !token.is_cancelled() => token.cancel(),
             }
         };
         while let Ok(notification) = receiver.try_recv() {
-            forward(notification);
+            forwarder.forward(notification);
         }
         self.inflight.lock().expect("inflight lock").remove(&key);
-        // The client said it no longer wants an answer (`notifications/cancelled`): it gets
-        // none, whatever the handler made of the cancellation.
-        if cancelled_by_client.load(std::sync::atomic::Ordering::Relaxed) {
-            return Outcome::accepted();
+        if cancelled_by_client.load(Ordering::Relaxed) {
+            return None;
         }
+        Some(result)
+    }
 
-        match result {
-            Ok(result) => {
-                let result = match &era {
-                    Era::Modern { .. } => self.shape_modern(&request.method, result),
-                    Era::Legacy { version } if request.method == "tools/call" => {
-                        without_links_before_2025_06_18(version, result)
-                    }
-                    Era::Legacy { .. } => result,
-                };
-                Outcome {
-                    response: Some(jsonrpc::success_response(&id, result)),
-                    status: 200,
-                    new_session: None,
-                }
-            }
-            Err(error) => {
-                let error = if era.is_modern() && error.code == codes::RESOURCE_NOT_FOUND {
-                    let uri = request.params.get("uri").cloned().unwrap_or(Value::Null);
-                    McpError::invalid_params(error.message).with_data(json!({"uri": uri}))
+    /// The era's shape of a result; a `tools/list` that depends on who asks is private.
+    fn shape(&self, method: &str, era: &Era, result: Value) -> Value {
+        match era {
+            Era::Modern { .. } => {
+                let scope = if method == "tools/list" && self.handler.tools().varies_by_client() {
+                    CacheScope::Private
                 } else {
-                    error
+                    self.options.cache_scope
                 };
-                let status = if era.is_modern() {
-                    modern_error_status(error.code)
-                } else {
-                    200
-                };
-                fail(error, status)
+                shape::modern(method, result, self.options.cache_ttl_ms, scope)
             }
+            Era::Legacy { version } if method == "tools/call" => {
+                shape::without_links_before_2025_06_18(version, result)
+            }
+            Era::Legacy { .. } => result,
         }
     }
 
-    fn initialize(&self, request: &Request, transport: &TransportContext) -> Outcome {
+    /// `initialize`: a new legacy session and the handshake result.
+    fn initialize(&self, request: &Request) -> Outcome {
         let params = &request.params;
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         let version = match requested {
@@ -541,411 +455,78 @@ impl McpServer {
             .lock()
             .expect("sessions lock")
             .insert(session_id.clone(), session);
-        let _ = transport;
-        let info = self.handler.server_info();
-        let mut server_info = json!({"name": info.name, "version": info.version});
-        if let Some(title) = info.title {
-            server_info["title"] = title.into();
-        }
-        let mut result = json!({
-            "protocolVersion": version,
-            "capabilities": self.capabilities(),
-            "serverInfo": server_info,
-        });
-        if let Some(instructions) = self.handler.instructions() {
-            result["instructions"] = instructions.into();
-        }
+        let result = dispatch::initialize_result(self.handler.as_ref(), version);
         Outcome {
             response: Some(jsonrpc::success_response(&request.id, result)),
             status: 200,
             new_session: Some(session_id),
         }
     }
+}
 
-    async fn dispatch(
-        &self,
-        ctx: &RequestContext,
-        request: &Request,
-        session: Option<&Arc<Session>>,
-    ) -> McpResult<Value> {
-        let params = &request.params;
-        let method = request.method.as_str();
-        let capabilities = self.capabilities();
-        let declared = |name: &str| capabilities.get(name).is_some_and(|c| !c.is_null());
-        let require = |name: &str| {
-            if declared(name) {
-                Ok(())
-            } else {
-                Err(McpError::method_not_found(method))
-            }
-        };
-        let handler = &self.handler;
-        match method {
-            "ping" => Ok(json!({})),
-            "server/discover" => Ok(self.discover()),
-            "logging/setLevel" => {
-                let level = string_param(params, "level")?;
-                if let Some(session) = session {
-                    *session.log_level.lock().expect("log level lock") = Some(level.to_owned());
-                }
-                Ok(json!({}))
-            }
-            "tools/list" => {
-                require("tools")?;
-                handler.list_tools(ctx, cursor_param(params)?).await
-            }
-            "tools/call" => {
-                require("tools")?;
-                let name = string_param(params, "name")?;
-                let arguments = match params.get("arguments") {
-                    None | Some(Value::Null) => Value::Object(Map::new()),
-                    Some(arguments @ Value::Object(_)) => arguments.clone(),
-                    Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
-                };
-                handler.call_tool(ctx, name, arguments).await
-            }
-            "resources/list" => {
-                require("resources")?;
-                handler.list_resources(ctx, cursor_param(params)?).await
-            }
-            "resources/templates/list" => {
-                require("resources")?;
-                handler
-                    .list_resource_templates(ctx, cursor_param(params)?)
-                    .await
-            }
-            "resources/read" => {
-                require("resources")?;
-                handler
-                    .read_resource(ctx, string_param(params, "uri")?)
-                    .await
-            }
-            "resources/subscribe" | "resources/unsubscribe" => {
-                let subscribable = capabilities
-                    .pointer("/resources/subscribe")
-                    .and_then(Value::as_bool)
-                    == Some(true);
-                if !subscribable {
-                    return Err(McpError::method_not_found(method));
-                }
-                let uri = string_param(params, "uri")?;
-                let Some(session) = session else {
-                    return Err(McpError::method_not_found(method));
-                };
-                if method == "resources/subscribe" {
-                    handler.check_subscribe(ctx, uri).await?;
-                    session
-                        .subscriptions
-                        .lock()
-                        .expect("subscriptions lock")
-                        .insert(uri.to_owned());
-                } else {
-                    session
-                        .subscriptions
-                        .lock()
-                        .expect("subscriptions lock")
-                        .remove(uri);
-                }
-                Ok(json!({}))
-            }
-            "prompts/list" => {
-                require("prompts")?;
-                handler.list_prompts(ctx, cursor_param(params)?).await
-            }
-            "prompts/get" => {
-                require("prompts")?;
-                let name = string_param(params, "name")?;
-                let arguments = match params.get("arguments") {
-                    None | Some(Value::Null) => Value::Object(Map::new()),
-                    Some(Value::Object(arguments)) if arguments.values().all(Value::is_string) => {
-                        Value::Object(arguments.clone())
-                    }
-                    Some(_) => {
-                        return Err(McpError::invalid_params(
-                            "arguments must be an object of strings",
-                        ));
-                    }
-                };
-                handler.get_prompt(ctx, name, arguments).await
-            }
-            "completion/complete" => {
-                require("completions")?;
-                if !params.get("ref").is_some_and(Value::is_object)
-                    || !params.get("argument").is_some_and(Value::is_object)
-                {
-                    return Err(McpError::invalid_params(
-                        "completion/complete needs ref and argument objects",
-                    ));
-                }
-                handler.complete(ctx, params.clone()).await
-            }
-            "subscriptions/listen" if ctx.era.is_modern() => {
-                self.listen(ctx, params, &capabilities).await
-            }
-            _ => match handler.custom(ctx, method, params.clone()).await {
-                Some(result) => result,
-                None => Err(McpError::method_not_found(method)),
-            },
-        }
-    }
-
-    /// The `server/discover` result (S4), before era shaping.
-    pub fn discover(&self) -> Value {
-        let info = self.handler.server_info();
-        let mut server_info = json!({"name": info.name, "version": info.version});
-        if let Some(title) = info.title {
-            server_info["title"] = title.into();
-        }
-        let supported: Vec<&str> = MODERN_VERSIONS
-            .iter()
-            .chain(LEGACY_VERSIONS)
-            .copied()
-            .collect();
-        let mut result = json!({
-            "supportedVersions": supported,
-            "capabilities": self.capabilities(),
-            "_meta": {META_SERVER_INFO: server_info},
-        });
-        if let Some(instructions) = self.handler.instructions() {
-            result["instructions"] = instructions.into();
-        }
-        result
-    }
-
-    /// `subscriptions/listen` (S9): acknowledge, forward matching changes tagged with the
-    /// listen request's id, end with a complete result when cancelled.
-    async fn listen(
-        &self,
-        ctx: &RequestContext,
-        params: &Value,
-        capabilities: &Value,
-    ) -> McpResult<Value> {
-        let requested = params
-            .get("notifications")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        if !requested.is_object() {
-            return Err(McpError::invalid_params("notifications must be an object"));
-        }
-        let wants = |key: &str, capability: &str| {
-            requested.get(key).and_then(Value::as_bool) == Some(true)
-                && capabilities.get(capability).is_some_and(|c| !c.is_null())
-        };
-        let tools = wants("toolsListChanged", "tools");
-        let prompts = wants("promptsListChanged", "prompts");
-        let resources = wants("resourcesListChanged", "resources");
-        // Only URIs the handler would let a legacy session subscribe to are honoured; the
-        // acknowledgement leaves the others out, so the client sees at once which of its
-        // subscriptions will never fire (a query URI, an unknown run).
-        let mut subscriptions: Vec<String> = Vec::new();
-        if capabilities.get("resources").is_some_and(|c| !c.is_null()) {
-            let uris = requested
-                .get("resourceSubscriptions")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            for uri in uris.iter().filter_map(Value::as_str) {
-                if !subscriptions.iter().any(|known| known == uri)
-                    && self.handler.check_subscribe(ctx, uri).await.is_ok()
-                {
-                    subscriptions.push(uri.to_owned());
-                }
-            }
-        }
-        let mut honoured = Map::new();
-        if tools {
-            honoured.insert("toolsListChanged".into(), true.into());
-        }
-        if prompts {
-            honoured.insert("promptsListChanged".into(), true.into());
-        }
-        if resources {
-            honoured.insert("resourcesListChanged".into(), true.into());
-        }
-        if !subscriptions.is_empty() {
-            honoured.insert("resourceSubscriptions".into(), json!(subscriptions));
-        }
-        let tag = json!({META_SUBSCRIPTION_ID: ctx.request_id});
-        let mut receiver = self.handler.hub().subscribe();
-        ctx.notifier.notify(
-            "notifications/subscriptions/acknowledged",
-            json!({"_meta": tag, "notifications": Value::Object(honoured)}),
-        );
-        loop {
-            let event = tokio::select! {
-                () = ctx.cancel.cancelled() => break,
-                event = receiver.recv() => event,
-            };
-            let (method, mut params) = match event {
-                Ok(ServerEvent::ToolsListChanged) if tools => {
-                    ("notifications/tools/list_changed", json!({}))
-                }
-                Ok(ServerEvent::PromptsListChanged) if prompts => {
-                    ("notifications/prompts/list_changed", json!({}))
-                }
-                Ok(ServerEvent::ResourcesListChanged) if resources => {
-                    ("notifications/resources/list_changed", json!({}))
-                }
-                Ok(ServerEvent::ResourceUpdated { uri }) if subscriptions.contains(&uri) => {
-                    ("notifications/resources/updated", json!({"uri": uri}))
-                }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => break,
-            };
-            params["_meta"] = tag.clone();
-            ctx.notifier.notify(method, params);
-        }
-        Ok(json!({"_meta": tag}))
-    }
-
-    /// Adds `resultType` and, for cacheable results, `ttlMs`/`cacheScope`.
-    fn shape_modern(&self, method: &str, mut result: Value) -> Value {
-        let Value::Object(map) = &mut result else {
-            return result;
-        };
-        map.entry("resultType").or_insert_with(|| "complete".into());
-        let cacheable = matches!(
-            method,
-            "tools/list"
-                | "resources/list"
-                | "resources/templates/list"
-                | "prompts/list"
-                | "resources/read"
-                | "resources/directory/read"
-                | "server/discover"
-        );
-        if cacheable {
-            map.entry("ttlMs")
-                .or_insert_with(|| self.options.cache_ttl_ms.into());
-            map.entry("cacheScope")
-                .or_insert_with(|| self.options.cache_scope.as_str().into());
-        }
-        result
+/// The handler's view of one request.
+fn request_context(
+    request: &Request,
+    scope: &Scope,
+    cancel: CancellationToken,
+    notifications: mpsc::UnboundedSender<Notification>,
+) -> RequestContext {
+    let meta = request.params.get("_meta");
+    RequestContext {
+        era: scope.era.clone(),
+        session_id: scope.session.as_ref().map(|session| session.id.clone()),
+        request_id: request.id.clone(),
+        method: request.method.clone(),
+        client_capabilities: scope.client_capabilities.clone(),
+        client_info: scope.client_info.clone(),
+        progress_token: meta.and_then(|meta| meta.get("progressToken")).cloned(),
+        meta: meta.cloned().unwrap_or(Value::Null),
+        cancel,
+        notifier: RequestNotifier::new(notifications),
     }
 }
 
-/// Server-wide changes as one legacy session sees them: `resources/updated` only for its
-/// subscriptions, list changes, and notifications addressed to it.
-pub struct SessionEvents {
-    receiver: broadcast::Receiver<ServerEvent>,
-    session: Arc<Session>,
-    shutdown: CancellationToken,
+/// Sends a request's notifications to its transport, holding `notifications/message` to
+/// the level the client asked for: a legacy session's `logging/setLevel`, a modern
+/// request's `_meta` log level (none without one).
+struct Forwarder<'a> {
+    era: &'a Era,
+    session: Option<&'a Session>,
+    log_meta: bool,
+    out: Option<&'a mpsc::UnboundedSender<Value>>,
 }
 
-impl SessionEvents {
-    pub fn session(&self) -> &Arc<Session> {
-        &self.session
-    }
-
-    /// The next notification for this session, or `None` once the session or server ends.
-    pub async fn next(&mut self) -> Option<Value> {
-        loop {
-            let event = tokio::select! {
-                () = self.session.closed.cancelled() => return None,
-                () = self.shutdown.cancelled() => return None,
-                event = self.receiver.recv() => event,
+impl Forwarder<'_> {
+    fn forward(&self, notification: Notification) {
+        if notification.method == "notifications/message" {
+            let allowed = match (self.era, self.session) {
+                (Era::Modern { .. }, _) => self.log_meta,
+                (Era::Legacy { .. }, Some(session)) => {
+                    let minimum = session.log_level.lock().expect("log level lock").clone();
+                    shape::level_allows(
+                        minimum.as_deref(),
+                        notification.params.get("level").and_then(Value::as_str),
+                    )
+                }
+                (Era::Legacy { .. }, None) => true,
             };
-            let message = match event {
-                Ok(ServerEvent::ResourceUpdated { uri }) if self.session.is_subscribed(&uri) => {
-                    jsonrpc::notification("notifications/resources/updated", json!({"uri": uri}))
-                }
-                Ok(ServerEvent::ResourceDeleted { uri }) => {
-                    self.session
-                        .subscriptions
-                        .lock()
-                        .expect("subscriptions lock")
-                        .remove(&uri);
-                    continue;
-                }
-                Ok(ServerEvent::ResourcesListChanged) => {
-                    jsonrpc::notification("notifications/resources/list_changed", json!({}))
-                }
-                Ok(ServerEvent::ToolsListChanged) => {
-                    jsonrpc::notification("notifications/tools/list_changed", json!({}))
-                }
-                Ok(ServerEvent::PromptsListChanged) => {
-                    jsonrpc::notification("notifications/prompts/list_changed", json!({}))
-                }
-                Ok(ServerEvent::ToSession {
-                    session_id,
-                    method,
-                    params,
-                }) if session_id == self.session.id => jsonrpc::notification(&method, params),
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            return Some(message);
+            if !allowed {
+                return;
+            }
+        }
+        if let Some(out) = self.out {
+            let _ = out.send(jsonrpc::notification(
+                &notification.method,
+                notification.params,
+            ));
         }
     }
-}
-
-/// One request being handled: its cancellation, and whether the client asked for it.
-struct Inflight {
-    token: CancellationToken,
-    /// Set by `notifications/cancelled`; such a request gets no response.
-    by_client: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// `resource_link` content blocks arrived with 2025-06-18; an older session's client may
-/// reject a result that has one, so its tool results keep only the other blocks.
-fn without_links_before_2025_06_18(version: &str, mut result: Value) -> Value {
-    // Versions are dates, so they order as strings.
-    if version >= "2025-06-18" {
-        return result;
-    }
-    if let Some(content) = result.get_mut("content").and_then(Value::as_array_mut) {
-        content.retain(|block| block.get("type").and_then(Value::as_str) != Some("resource_link"));
-    }
-    result
 }
 
 fn cancel_scope(transport: &TransportContext) -> String {
     match &transport.session_id {
         Some(session) => format!("session:{session}"),
         None => format!("connection:{}", transport.connection_id),
-    }
-}
-
-/// The HTTP status for an error of a stateless request.
-fn modern_error_status(code: i64) -> u16 {
-    match code {
-        codes::METHOD_NOT_FOUND => 404,
-        codes::HEADER_MISMATCH | codes::MISSING_CAPABILITY | codes::UNSUPPORTED_VERSION => 400,
-        _ => 200,
-    }
-}
-
-fn string_param<'a>(params: &'a Value, name: &str) -> McpResult<&'a str> {
-    params
-        .get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| McpError::invalid_params(format!("params.{name} must be a string")))
-}
-
-fn cursor_param(params: &Value) -> McpResult<Option<&str>> {
-    match params.get("cursor") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(cursor)) => Ok(Some(cursor)),
-        Some(_) => Err(McpError::invalid_params("params.cursor must be a string")),
-    }
-}
-
-const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
-
-fn level_allows(minimum: Option<&str>, level: Option<&str>) -> bool {
-    let rank = |name: &str| LOG_LEVELS.iter().position(|candidate| *candidate == name);
-    match (minimum.and_then(rank), level.and_then(rank)) {
-        (Some(minimum), Some(level)) => level >= minimum,
-        _ => true,
     }
 }
 

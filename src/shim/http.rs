@@ -14,6 +14,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
+/// The daemon's MCP endpoint: the HTTP transport's default path, which the daemon keeps.
+pub const MCP_PATH: &str = "/mcp";
+
 /// Why an exchange failed, split by whether the daemon may have seen the request.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {

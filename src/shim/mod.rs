@@ -9,8 +9,11 @@
 pub mod ensure;
 pub mod frames;
 pub mod http;
+pub mod output;
+mod post;
 pub mod proxy;
 pub mod sse;
+mod stream;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -23,7 +26,8 @@ use crate::discovery::{Paths, current_fingerprint};
 use crate::env::EnvSnapshot;
 use ensure::Ensurer;
 use frames::{Line, MAX_FRAME_BYTES, codes};
-use proxy::{Event, Exit, Output, Proxy};
+use output::Output;
+use proxy::{Event, Exit, Proxy};
 
 /// The shim's version, the package version shared with `agentprism --version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -140,7 +144,10 @@ fn proxy_stdio() -> anyhow::Result<Exit> {
         .build()?;
     let exit = runtime.block_on(async {
         let (events, receiver) = mpsc::unbounded_channel();
-        let output = Output::start(std::io::stdout(), events.clone());
+        let stdout_closed = events.clone();
+        let output = Output::start(std::io::stdout(), move || {
+            let _ = stdout_closed.send(Event::StdoutClosed);
+        });
         read_stdin(events.clone(), output.clone());
         let proxy = Proxy::new(ensurer, output.clone(), events);
         let exit = proxy.run(receiver, stop_reason(parent)).await;

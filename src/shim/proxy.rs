@@ -13,12 +13,15 @@
 //! find or start the daemon again, replay the cached `initialize` under a shim-owned id with
 //! its reply swallowed, `initialized`, the remembered subscriptions, then the queue. Stateless
 //! 2026-07-28 requests carry no session; their `subscriptions/listen` streams are reopened.
+//!
+//! This file is the actor; what its tasks do lives beside it: `post.rs` (one POST, its
+//! answer, the replay of a session), `stream.rs` (the session's GET stream), `output.rs`
+//! (stdout).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use hyper::Method;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -27,9 +30,11 @@ use tokio_util::task::TaskTracker;
 
 use super::ensure::{BOOTSTRAP_CAP, BOOTSTRAP_POLL, Daemon, Ensurer};
 use super::frames::{self, Frame, Kind, codes};
-use super::http;
-use super::sse;
-use crate::daemon::health::LAME_DUCK_HEADER;
+use super::http::{self, MCP_PATH};
+use super::output::Output;
+use super::post::{PostPlan, post, reestablish};
+pub use super::post::{Posted, Recovery};
+use super::stream::SessionStream;
 use crate::daemon::probe::Probe;
 
 /// More recoveries than this within [`RECOVERY_WINDOW`] end the shim.
@@ -43,8 +48,6 @@ pub const EOF_DRAIN: Duration = Duration::from_millis(500);
 /// What a host gets for a request that may have reached a daemon that was then lost.
 pub const LOST_MESSAGE: &str =
     "session lost; the request may have completed; inspect before retrying";
-/// The MCP endpoint path.
-const MCP_PATH: &str = "/mcp";
 /// How often the parent pid is compared with the one at start.
 const PARENT_CHECK: Duration = Duration::from_secs(1);
 
@@ -77,111 +80,6 @@ pub enum Event {
     StdoutClosed,
 }
 
-/// How one POST ended.
-#[derive(Debug)]
-pub enum Posted {
-    /// The daemon answered; the answer was written (or swallowed). For `initialize`, the
-    /// session id and negotiated protocol version.
-    Answered {
-        session: Option<String>,
-        protocol_version: Option<String>,
-        /// The answer carried `Agentprism-Lame-Duck: 1`: the daemon was superseded.
-        lame_duck: bool,
-    },
-    /// The daemon did not process it (refused, 404 session gone, 503): replay it.
-    Retry(String),
-    /// Broken after the daemon may have received it: never replayed.
-    Lost(String),
-    /// The host cancelled this stateless request; its stream was closed.
-    Cancelled,
-}
-
-/// What a successful recovery established.
-#[derive(Debug)]
-pub struct Recovery {
-    daemon: Daemon,
-    session: Option<String>,
-    protocol_version: Option<String>,
-}
-
-/// Lines for stdout, written by one thread so messages never interleave.
-#[derive(Clone)]
-pub struct Output {
-    sender: mpsc::UnboundedSender<OutputItem>,
-}
-
-pub enum OutputItem {
-    Line(Vec<u8>),
-    /// Answered once every earlier line is written.
-    Flush(std::sync::mpsc::Sender<()>),
-}
-
-impl Output {
-    /// Starts the stdout writer thread; `closed` hears when stdout is gone (EPIPE).
-    pub fn start(
-        mut writer: impl std::io::Write + Send + 'static,
-        closed: mpsc::UnboundedSender<Event>,
-    ) -> Output {
-        let (sender, mut receiver) = mpsc::unbounded_channel::<OutputItem>();
-        std::thread::Builder::new()
-            .name("stdout".into())
-            .spawn(move || {
-                let mut broken = false;
-                while let Some(item) = receiver.blocking_recv() {
-                    match item {
-                        OutputItem::Line(mut line) if !broken => {
-                            line.push(b'\n');
-                            if writer
-                                .write_all(&line)
-                                .and_then(|()| writer.flush())
-                                .is_err()
-                            {
-                                broken = true;
-                                let _ = closed.send(Event::StdoutClosed);
-                            }
-                        }
-                        OutputItem::Line(_) => {}
-                        OutputItem::Flush(done) => {
-                            let _ = done.send(());
-                        }
-                    }
-                }
-            })
-            .expect("spawn the stdout writer");
-        Output { sender }
-    }
-
-    /// Writes one message as one line; a message with raw newlines is re-serialised compactly.
-    pub fn write(&self, message: &[u8]) {
-        let line = if message.contains(&b'\n') {
-            match serde_json::from_slice::<Value>(message) {
-                Ok(value) => value.to_string().into_bytes(),
-                Err(_) => message
-                    .iter()
-                    .map(|&b| if b == b'\n' { b' ' } else { b })
-                    .collect(),
-            }
-        } else {
-            message.to_vec()
-        };
-        let _ = self.sender.send(OutputItem::Line(line));
-    }
-
-    pub fn write_value(&self, message: &Value) {
-        let _ = self
-            .sender
-            .send(OutputItem::Line(message.to_string().into_bytes()));
-    }
-
-    /// Waits (bounded) until every line written so far has reached stdout.
-    pub fn flush(&self, deadline: Duration) {
-        let (done, wait) = std::sync::mpsc::channel();
-        if self.sender.send(OutputItem::Flush(done)).is_ok() {
-            let _ = wait.recv_timeout(deadline);
-        }
-    }
-}
-
 /// How the proxy ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -202,15 +100,20 @@ struct InFlight {
 
 /// The proxy's state, owned by its one task.
 pub struct Proxy {
+    /// Finds or starts the daemon, at start and on every recovery.
     ensurer: Arc<Ensurer>,
     output: Output,
+    /// Where the proxy's own tasks (POSTs, streams, recoveries) report back.
     events: mpsc::UnboundedSender<Event>,
+    /// Those tasks, so none outlives the proxy.
     tasks: TaskTracker,
     /// The daemon of the current generation; `None` until the first ensure ends.
     daemon: Option<Daemon>,
     /// Bumped by every recovery; results of older generations never trigger another.
     generation: u64,
+    /// The legacy session on the current daemon, once `initialize` was answered.
     session: Option<String>,
+    /// The version that `initialize` negotiated, sent with every legacy frame.
     protocol_version: Option<String>,
     /// The host's `initialize`, replayed after a session is lost.
     initialize: Option<Frame>,
@@ -229,8 +132,11 @@ pub struct Proxy {
     queue: BTreeMap<u64, Frame>,
     /// The frame that must be taken before the next is sent.
     blocked_on: Option<u64>,
+    /// POSTs under way, by frame sequence number.
     in_flight: HashMap<u64, InFlight>,
+    /// A recovery is running: frames wait in the queue.
     recovering: bool,
+    /// When recent recoveries started, for the bound of [`MAX_RECOVERIES`] per window.
     recoveries: VecDeque<Instant>,
     /// Numbers the shim's own replayed requests.
     replays: u64,
@@ -744,320 +650,5 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Where and how one frame is POSTed.
-struct PostPlan {
-    port: u16,
-    session: Option<String>,
-    protocol_version: Option<String>,
-    /// The shim's own replay: the answer is not written to stdout.
-    swallow: bool,
-}
-
-/// POSTs one frame and streams its answer to stdout.
-async fn post(plan: &PostPlan, frame: &Frame, output: &Output) -> Posted {
-    let mut headers: Vec<(&str, String)> = vec![
-        ("accept", "application/json, text/event-stream".into()),
-        ("content-type", "application/json".into()),
-    ];
-    let with_session = match &frame.modern {
-        Some(modern) => {
-            headers.push((
-                "mcp-protocol-version",
-                frames::header_value(&modern.version),
-            ));
-            headers.push(("mcp-method", frames::header_value(&modern.method)));
-            if let Some(name) = &modern.name {
-                headers.push(("mcp-name", frames::header_value(name)));
-            }
-            false
-        }
-        None if frame.is("initialize") => false,
-        None => {
-            if let Some(session) = &plan.session {
-                headers.push(("mcp-session-id", session.clone()));
-            }
-            if let Some(version) = &plan.protocol_version {
-                headers.push(("mcp-protocol-version", version.clone()));
-            }
-            plan.session.is_some()
-        }
-    };
-    let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut response = match http::send(
-        plan.port,
-        Method::POST,
-        MCP_PATH,
-        &borrowed,
-        Some(frame.body.clone()),
-    )
-    .await
-    {
-        Ok(response) => response,
-        Err(error) if error.never_delivered() => return Posted::Retry(error.to_string()),
-        Err(error) => return Posted::Lost(error.to_string()),
-    };
-    match response.status {
-        404 if with_session => {
-            return Posted::Retry("the daemon no longer knows the session".into());
-        }
-        503 => return Posted::Retry("the daemon is not taking new work (503)".into()),
-        _ => {}
-    }
-    let session = response.header("mcp-session-id").map(str::to_owned);
-    let lame_duck = response.header(LAME_DUCK_HEADER) == Some("1");
-    let status = response.status;
-    let mut answer: Option<Value> = None;
-    let wants_answer = frame.is("initialize");
-    if response.is_event_stream() {
-        let mut parser = sse::Parser::new();
-        let mut answered = false;
-        while let Some(chunk) = response.chunk().await {
-            let chunk = match chunk {
-                Ok(chunk) => chunk,
-                Err(error) => return Posted::Lost(error.to_string()),
-            };
-            for event in parser.feed(&chunk) {
-                if event.data.is_empty() {
-                    continue;
-                }
-                let is_answer = is_answer_to(event.data.as_bytes(), frame.id.as_ref());
-                if is_answer {
-                    answered = true;
-                    if wants_answer {
-                        answer = serde_json::from_str(&event.data).ok();
-                    }
-                }
-                if !plan.swallow {
-                    output.write(event.data.as_bytes());
-                }
-            }
-        }
-        if frame.is_request() && !answered {
-            return Posted::Lost("the answer stream ended without an answer".into());
-        }
-    } else {
-        let body = match response.bytes().await {
-            Ok(body) => body,
-            Err(error) => return Posted::Lost(error.to_string()),
-        };
-        if !body.iter().all(u8::is_ascii_whitespace) {
-            let message = answer_for(frame, status, &body);
-            if wants_answer {
-                answer = serde_json::from_slice(&message).ok();
-            }
-            if !plan.swallow && (frame.is_request() || (200..300).contains(&status)) {
-                output.write(&message);
-            }
-        } else if frame.is_request() && status == 202 {
-            // Accepted without an answer: the host cancelled the request.
-            return Posted::Cancelled;
-        } else if frame.is_request() {
-            let message = frames::error_response(
-                frame.id.as_ref().unwrap_or(&Value::Null),
-                codes::INTERNAL_ERROR,
-                &format!("the daemon answered HTTP {status} without a body"),
-            );
-            if !plan.swallow {
-                output.write_value(&message);
-            }
-        }
-    }
-    let protocol_version = answer
-        .as_ref()
-        .and_then(|answer| answer.pointer("/result/protocolVersion"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Posted::Answered {
-        session,
-        protocol_version,
-        lame_duck,
-    }
-}
-
-/// Whether an SSE `data` is the response to request `id`.
-fn is_answer_to(data: &[u8], id: Option<&Value>) -> bool {
-    let Some(id) = id else {
-        return false;
-    };
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        id: Option<Value>,
-        method: Option<serde::de::IgnoredAny>,
-    }
-    serde_json::from_slice::<Probe>(data)
-        .is_ok_and(|probe| probe.method.is_none() && probe.id.as_ref() == Some(id))
-}
-
-/// The message to write for a JSON answer: as is, unless the daemon's HTTP error does not
-/// name the request (`id: null`, plain text), in which case it is rewritten for its id.
-fn answer_for(frame: &Frame, status: u16, body: &Bytes) -> Vec<u8> {
-    let Some(id) = frame.id.as_ref().filter(|_| frame.is_request()) else {
-        return body.to_vec();
-    };
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(object)) if object.get("id") == Some(id) => body.to_vec(),
-        Ok(Value::Object(mut object)) if object.contains_key("error") => {
-            object.insert("id".into(), id.clone());
-            Value::Object(object).to_string().into_bytes()
-        }
-        _ => frames::error_response(
-            id,
-            codes::INTERNAL_ERROR,
-            &format!(
-                "the daemon answered HTTP {status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(200)])
-            ),
-        )
-        .to_string()
-        .into_bytes(),
-    }
-}
-
-/// Finds or starts the daemon and rebuilds the session: the host's initialize under a shim
-/// id (answer swallowed), `initialized`, then each remembered subscription.
-async fn reestablish(
-    ensurer: &Ensurer,
-    initialize: Option<Frame>,
-    initialized: bool,
-    subscriptions: &[Frame],
-    replay: u64,
-    protocol_version: Option<String>,
-    output: &Output,
-) -> Result<Recovery, String> {
-    let daemon = ensurer.ensure().await.map_err(|e| e.to_string())?;
-    let Some(initialize) = initialize else {
-        return Ok(Recovery {
-            daemon,
-            session: None,
-            protocol_version: None,
-        });
-    };
-    let mut plan = PostPlan {
-        port: daemon.port,
-        session: None,
-        protocol_version,
-        swallow: true,
-    };
-    let reinit = with_id(
-        &initialize,
-        Value::from(format!("__shim_reinit_{replay}__")),
-    )?;
-    let (session, version) = match post(&plan, &reinit, output).await {
-        Posted::Answered {
-            session: Some(session),
-            protocol_version,
-            ..
-        } => (session, protocol_version),
-        Posted::Answered { session: None, .. } => {
-            return Err("the daemon answered the replayed initialize without a session".into());
-        }
-        Posted::Retry(reason) | Posted::Lost(reason) => {
-            return Err(format!("replaying initialize failed: {reason}"));
-        }
-        Posted::Cancelled => return Err("replaying initialize was cancelled".into()),
-    };
-    plan.session = Some(session.clone());
-    if version.is_some() {
-        plan.protocol_version = version.clone();
-    }
-    if initialized {
-        let notification = frames::inspect(
-            0,
-            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec(),
-        )
-        .expect("a valid notification");
-        match post(&plan, &notification, output).await {
-            Posted::Answered { .. } => {}
-            Posted::Retry(reason) | Posted::Lost(reason) => {
-                return Err(format!("replaying initialized failed: {reason}"));
-            }
-            Posted::Cancelled => return Err("replaying initialized was cancelled".into()),
-        }
-    }
-    for (index, subscribe) in subscriptions.iter().enumerate() {
-        let frame = with_id(
-            subscribe,
-            Value::from(format!("__shim_resubscribe_{replay}_{index}__")),
-        )?;
-        if let Posted::Retry(reason) | Posted::Lost(reason) = post(&plan, &frame, output).await {
-            return Err(format!("replaying a subscription failed: {reason}"));
-        }
-    }
-    Ok(Recovery {
-        daemon,
-        session: Some(session),
-        protocol_version: version,
-    })
-}
-
-/// A copy of `frame` with another request id.
-fn with_id(frame: &Frame, id: Value) -> Result<Frame, String> {
-    let mut value: Value = serde_json::from_slice(&frame.body).map_err(|e| e.to_string())?;
-    value["id"] = id;
-    frames::inspect(frame.seq, value.to_string().into_bytes()).map_err(|error| error.to_string())
-}
-
-/// The GET stream of one session in one generation.
-struct SessionStream {
-    port: u16,
-    session: String,
-    protocol_version: Option<String>,
-    generation: u64,
-}
-
-impl SessionStream {
-    /// Streams session notifications to stdout, resuming after graceful ends; returns why it
-    /// failed, or `None` when the daemon offers no stream.
-    async fn run(&self, output: &Output) -> Option<String> {
-        let mut last_event_id: Option<String> = None;
-        let mut retry = Duration::from_millis(1000);
-        loop {
-            let mut headers = vec![
-                ("accept", "text/event-stream"),
-                ("mcp-session-id", self.session.as_str()),
-            ];
-            if let Some(version) = &self.protocol_version {
-                headers.push(("mcp-protocol-version", version));
-            }
-            if let Some(id) = &last_event_id {
-                headers.push(("last-event-id", id));
-            }
-            let mut response =
-                match http::send(self.port, Method::GET, MCP_PATH, &headers, None).await {
-                    Ok(response) => response,
-                    Err(error) => return Some(error.to_string()),
-                };
-            match response.status {
-                200 if response.header(LAME_DUCK_HEADER) == Some("1") => {
-                    return Some("the daemon was superseded (lame duck)".into());
-                }
-                200 => {}
-                405 => return None,
-                status => return Some(format!("GET answered {status}")),
-            }
-            let mut parser = sse::Parser::new();
-            while let Some(chunk) = response.chunk().await {
-                let chunk = match chunk {
-                    Ok(chunk) => chunk,
-                    Err(error) => return Some(error.to_string()),
-                };
-                for event in parser.feed(&chunk) {
-                    if let Some(id) = event.id {
-                        last_event_id = Some(id);
-                    }
-                    if let Some(ms) = event.retry {
-                        retry = Duration::from_millis(ms.min(10_000));
-                    }
-                    if !event.data.is_empty() {
-                        output.write(event.data.as_bytes());
-                    }
-                }
-            }
-            // The daemon ended the stream (it may be stopping): resume after `retry`.
-            tokio::time::sleep(retry).await;
-        }
     }
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::mcp::handler::{McpError, McpResult};
 
-use super::SKILL_URI;
+use super::skills::SKILL_URI;
 
 const NAME: &str = "author-workflow";
 

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::engine::EngineError;
 use crate::engine::script::MAX_SCRIPT_BYTES;
 use crate::engine::status::file_uri;
+use crate::engine::{Engine, EngineError};
 use crate::mcp::handler::{McpError, McpResult, codes};
 use crate::model::{EventRecord, RunId, RunRecord, RunStatus};
 use crate::util::safe_file::{self, Links};
 
-use super::{WorkflowServer, skills, workflow::unknown_run};
+use super::skills;
 
 /// Runs shown by `resources/list` and completion.
 const LISTED_RUNS: u32 = 50;
@@ -266,11 +266,20 @@ fn not_found(uri: &str, message: String) -> McpError {
     McpError::new(codes::RESOURCE_NOT_FOUND, message).with_data(json!({"uri": uri}))
 }
 
-impl WorkflowServer {
+/// The run resources as one server sees them: every run of its engine's stores, listed and
+/// completed within its default project when it has one.
+pub(super) struct Resources<'a> {
+    pub(super) engine: &'a Engine,
+    /// Scopes listings and completion (`--in-process`); `None` lists every project's runs.
+    pub(super) project: Option<&'a Path>,
+}
+
+impl Resources<'_> {
     async fn record(&self, uri: &str, run_id: &RunId) -> McpResult<RunRecord> {
         match self.engine.load_reconciled(run_id).await {
             Ok(record) => Ok(record),
-            Err(EngineError::UnknownRun(_)) => Err(not_found(uri, unknown_run(run_id))),
+            // The engine's own words for a run that is not there.
+            Err(unknown @ EngineError::UnknownRun(_)) => Err(not_found(uri, unknown.to_string())),
             Err(EngineError::Rejected(message)) => Err(McpError::internal(message)),
             Err(EngineError::Store(error)) => {
                 Err(McpError::internal(format!("run store: {error}")))
@@ -407,7 +416,7 @@ impl WorkflowServer {
 
     async fn newest_runs(&self) -> McpResult<Vec<crate::model::RunSummary>> {
         self.engine
-            .list(self.default_project(), LISTED_RUNS)
+            .list(self.project, LISTED_RUNS)
             .await
             .map_err(|error| McpError::internal(error.to_string()))
     }

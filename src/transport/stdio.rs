@@ -16,7 +16,9 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
+use crate::mcp::handler::{McpError, codes};
 use crate::mcp::jsonrpc::{self, Message};
 use crate::mcp::server::{McpServer, SessionEvents, TransportContext, TransportKind};
 
@@ -33,15 +35,18 @@ pub async fn serve_stdio(
 ) -> anyhow::Result<()> {
     let mut reader = BufReader::new(input);
     let mut output = output;
-    let connection_id = uuid::Uuid::new_v4().simple().to_string();
-    let connection_cancel = server.shutdown_token().child_token();
     let (outgoing, mut outgoing_receiver) = mpsc::unbounded_channel::<Value>();
-    let mut requests: JoinSet<()> = JoinSet::new();
-    let mut session_id: Option<String> = None;
-    let mut session_events: Option<SessionEvents> = None;
+    let mut connection = Connection {
+        connection_id: uuid::Uuid::new_v4().simple().to_string(),
+        cancel: server.shutdown_token().child_token(),
+        server,
+        outgoing,
+        requests: JoinSet::new(),
+        session_id: None,
+        session_events: None,
+    };
+    let shutdown = connection.server.shutdown_token();
     let mut line = Vec::new();
-    let shutdown = server.shutdown_token();
-
     loop {
         tokio::select! {
             // `read_until` keeps partial input in `line` if another branch wins, so the line
@@ -51,101 +56,136 @@ pub async fn serve_stdio(
                 if read == 0 && line.is_empty() {
                     break;
                 }
-                let taken = std::mem::take(&mut line);
-                let text = trim_line(&taken);
-                if text.is_empty() {
-                    continue;
-                }
-                if taken.len() > MAX_LINE_BYTES {
-                    let error = crate::mcp::McpError::new(crate::mcp::handler::codes::INVALID_REQUEST, "message too large");
-                    let _ = outgoing.send(jsonrpc::error_response(&Value::Null, &error));
-                    continue;
-                }
-                let message = match jsonrpc::parse(text) {
-                    Ok(message) => message,
-                    Err(rejected) => {
-                        let _ = outgoing.send(rejected.to_response());
-                        continue;
-                    }
-                };
-                let context = TransportContext {
-                    transport: TransportKind::Stdio,
-                    session_id: session_id.clone(),
-                    connection_id: connection_id.clone(),
-                    notifications: Some(outgoing.clone()),
-                    cancel: connection_cancel.clone(),
-                };
-                match &message {
-                    // Handled in order, because later messages depend on the state they set.
-                    Message::Request(request) if request.method == "initialize" => {
-                        let outcome = server.handle(message, context).await;
-                        if let Some(new_session) = outcome.new_session {
-                            if let Some(old) = session_id.replace(new_session.clone()) {
-                                server.evict_session(&old).await;
-                            }
-                            session_events = server.session_events(&new_session);
-                        }
-                        if let Some(response) = outcome.response {
-                            let _ = outgoing.send(response);
-                        }
-                    }
-                    Message::Request(_) => {
-                        let server = server.clone();
-                        let outgoing = outgoing.clone();
-                        requests.spawn(async move {
-                            if let Some(response) = server.handle(message, context).await.response {
-                                let _ = outgoing.send(response);
-                            }
-                        });
-                    }
-                    Message::Notification(_) | Message::Response(_) => {
-                        server.handle(message, context).await;
-                    }
-                }
+                connection.on_line(std::mem::take(&mut line)).await;
             }
             Some(message) = outgoing_receiver.recv() => {
                 write_line(&mut output, &message).await?;
             }
-            Some(event) = next_event(&mut session_events), if session_events.is_some() => {
+            Some(event) = next_event(&mut connection.session_events), if connection.session_events.is_some() => {
                 match event {
                     Some(message) => write_line(&mut output, &message).await?,
-                    None => session_events = None,
+                    None => connection.session_events = None,
                 }
             }
-            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+            Some(_) = connection.requests.join_next(), if !connection.requests.is_empty() => {}
             () = shutdown.cancelled() => break,
         }
     }
+    connection.close(&mut output, &mut outgoing_receiver).await
+}
 
-    connection_cancel.cancel();
-    let drain = async {
-        loop {
-            tokio::select! {
-                Some(message) = outgoing_receiver.recv() => write_line(&mut output, &message).await?,
-                joined = requests.join_next() => {
-                    if joined.is_none() {
-                        break;
+/// One stdio connection's state, owned by its serving loop.
+struct Connection {
+    server: Arc<McpServer>,
+    /// Scopes `notifications/cancelled` before the connection has a session.
+    connection_id: String,
+    /// Cancels the connection's requests at end of input.
+    cancel: CancellationToken,
+    /// Responses and notifications waiting for stdout, in the order they were sent.
+    outgoing: mpsc::UnboundedSender<Value>,
+    /// Requests running concurrently; their responses go to `outgoing` as they finish.
+    requests: JoinSet<()>,
+    /// The one legacy session, once `initialize` made it (a later one replaces it).
+    session_id: Option<String>,
+    /// Server-wide changes for that session.
+    session_events: Option<SessionEvents>,
+}
+
+impl Connection {
+    /// Handles one input line: a refusal for an oversized or malformed one, `initialize` in
+    /// order (later messages depend on the session it sets), other requests concurrently.
+    async fn on_line(&mut self, taken: Vec<u8>) {
+        let text = trim_line(&taken);
+        if text.is_empty() {
+            return;
+        }
+        if taken.len() > MAX_LINE_BYTES {
+            let error = McpError::new(codes::INVALID_REQUEST, "message too large");
+            let _ = self
+                .outgoing
+                .send(jsonrpc::error_response(&Value::Null, &error));
+            return;
+        }
+        let message = match jsonrpc::parse(text) {
+            Ok(message) => message,
+            Err(rejected) => {
+                let _ = self.outgoing.send(rejected.to_response());
+                return;
+            }
+        };
+        let context = TransportContext {
+            transport: TransportKind::Stdio,
+            session_id: self.session_id.clone(),
+            connection_id: self.connection_id.clone(),
+            notifications: Some(self.outgoing.clone()),
+            cancel: self.cancel.clone(),
+        };
+        match &message {
+            Message::Request(request) if request.method == "initialize" => {
+                let outcome = self.server.handle(message, context).await;
+                if let Some(new_session) = outcome.new_session {
+                    if let Some(old) = self.session_id.replace(new_session.clone()) {
+                        self.server.evict_session(&old).await;
+                    }
+                    self.session_events = self.server.session_events(&new_session);
+                }
+                if let Some(response) = outcome.response {
+                    let _ = self.outgoing.send(response);
+                }
+            }
+            Message::Request(_) => {
+                let server = self.server.clone();
+                let outgoing = self.outgoing.clone();
+                self.requests.spawn(async move {
+                    if let Some(response) = server.handle(message, context).await.response {
+                        let _ = outgoing.send(response);
+                    }
+                });
+            }
+            Message::Notification(_) | Message::Response(_) => {
+                self.server.handle(message, context).await;
+            }
+        }
+    }
+
+    /// End of input: cancels what still runs, writes what it answers within
+    /// [`DRAIN_DEADLINE`], and ends the session.
+    async fn close(
+        mut self,
+        output: &mut (impl AsyncWrite + Unpin),
+        outgoing: &mut mpsc::UnboundedReceiver<Value>,
+    ) -> anyhow::Result<()> {
+        self.cancel.cancel();
+        let requests = &mut self.requests;
+        let drain = async {
+            loop {
+                tokio::select! {
+                    Some(message) = outgoing.recv() => write_line(output, &message).await?,
+                    joined = requests.join_next() => {
+                        if joined.is_none() {
+                            break;
+                        }
                     }
                 }
             }
+            while let Ok(message) = outgoing.try_recv() {
+                write_line(output, &message).await?;
+            }
+            anyhow::Ok(())
+        };
+        let drained = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
+        self.requests.abort_all();
+        if let Some(id) = &self.session_id {
+            self.server.evict_session(id).await;
         }
-        while let Ok(message) = outgoing_receiver.try_recv() {
-            write_line(&mut output, &message).await?;
-        }
-        anyhow::Ok(())
-    };
-    let drained = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
-    requests.abort_all();
-    if let Some(id) = session_id {
-        server.evict_session(&id).await;
-    }
-    match drained {
-        Ok(result) => result,
-        Err(_) => {
-            tracing::warn!(
-                "stdio requests did not finish within {DRAIN_DEADLINE:?} of end of input"
-            );
-            Ok(())
+        match drained {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(
+                    "stdio requests did not finish within {DRAIN_DEADLINE:?} of end of input"
+                );
+                Ok(())
+            }
         }
     }
 }

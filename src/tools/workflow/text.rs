@@ -130,6 +130,31 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
         out.push_str(headline);
         out.push('\n');
     }
+    run_line(&mut out, status);
+    waits(&mut out, status);
+    calls(&mut out, status);
+    if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
+        && !lines.is_empty()
+    {
+        let _ = writeln!(out, "Log (last {}):", lines.len());
+        for line in lines {
+            let _ = writeln!(out, "  {}", cap(line.as_str().unwrap_or_default()));
+        }
+    }
+    if let Some(uri) = status["resultUri"].as_str() {
+        let _ = writeln!(
+            out,
+            "Result: read {uri}, or page it with action \"result\"."
+        );
+    }
+    if let Some(uri) = status["eventsUri"].as_str() {
+        let _ = write!(out, "Events: {uri}");
+    }
+    fit(out)
+}
+
+/// `Run <id> (<name>): <status> (<reason>), error <code>`, the phase and the error.
+fn run_line(out: &mut String, status: &Value) {
     let run_id = status["runId"].as_str().unwrap_or_default();
     let _ = write!(
         out,
@@ -153,6 +178,11 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
     {
         let _ = writeln!(out, "Error: {}", cap(message));
     }
+}
+
+/// What the run waits for, each with the action that answers it: a checkpoint, credentials,
+/// a setup approval, agents' permission requests.
+fn waits(out: &mut String, status: &Value) {
     if let Some(context) = status.pointer("/outcome/checkpointContext") {
         let _ = writeln!(
             out,
@@ -177,70 +207,59 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
             request["id"].as_str().unwrap_or_default()
         );
     }
-    if let Some(permissions) = status["pendingPermissions"].as_array() {
-        for permission in permissions {
-            let options: Vec<&str> = permission["options"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|o| o["optionId"].as_str())
-                .collect();
-            let _ = writeln!(
-                out,
-                "Permission {} (call {} {}) waits: options {}. Answer with action \"permissions-response\".",
-                permission["permissionId"].as_str().unwrap_or_default(),
-                permission["callIndex"],
-                cap(permission["label"].as_str().unwrap_or_default()),
-                options.join(", ")
-            );
-        }
-    }
-    if let Some(calls) = status["calls"].as_array() {
-        let total = &status["truncation"]["calls"]["total"];
-        let _ = writeln!(out, "Calls ({} shown of {}):", calls.len(), total);
-        for call in calls {
-            let state = call["status"]
-                .as_str()
-                .map(str::to_owned)
-                .or_else(|| call["errorCode"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| {
-                    if call["replayed"] == true {
-                        "replayed".to_owned()
-                    } else {
-                        "done".to_owned()
-                    }
-                });
-            let preview = match &call["resultPreview"] {
-                Value::Null => String::new(),
-                Value::String(text) => format!(": {}", cap(text)),
-                other => format!(": {}", cap(&other.to_string())),
-            };
-            let _ = writeln!(
-                out,
-                "  #{} {} [{state}]{preview}",
-                call["index"],
-                cap(call["label"].as_str().unwrap_or_default())
-            );
-        }
-    }
-    if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
-        && !lines.is_empty()
+    for permission in status["pendingPermissions"]
+        .as_array()
+        .into_iter()
+        .flatten()
     {
-        let _ = writeln!(out, "Log (last {}):", lines.len());
-        for line in lines {
-            let _ = writeln!(out, "  {}", cap(line.as_str().unwrap_or_default()));
-        }
-    }
-    if let Some(uri) = status["resultUri"].as_str() {
+        let options: Vec<&str> = permission["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["optionId"].as_str())
+            .collect();
         let _ = writeln!(
             out,
-            "Result: read {uri}, or page it with action \"result\"."
+            "Permission {} (call {} {}) waits: options {}. Answer with action \"permissions-response\".",
+            permission["permissionId"].as_str().unwrap_or_default(),
+            permission["callIndex"],
+            cap(permission["label"].as_str().unwrap_or_default()),
+            options.join(", ")
         );
     }
-    if let Some(uri) = status["eventsUri"].as_str() {
-        let _ = write!(out, "Events: {uri}");
+}
+
+/// The calls shown, one line each: index, label, state and result preview.
+fn calls(out: &mut String, status: &Value) {
+    let Some(calls) = status["calls"].as_array() else {
+        return;
+    };
+    let total = &status["truncation"]["calls"]["total"];
+    let _ = writeln!(out, "Calls ({} shown of {}):", calls.len(), total);
+    for call in calls {
+        let state = call["status"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| call["errorCode"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                if call["replayed"] == true {
+                    "replayed".to_owned()
+                } else {
+                    "done".to_owned()
+                }
+            });
+        let preview = match &call["resultPreview"] {
+            Value::Null => String::new(),
+            Value::String(text) => format!(": {}", cap(text)),
+            other => format!(": {}", cap(&other.to_string())),
+        };
+        let _ = writeln!(
+            out,
+            "  #{} {} [{state}]{preview}",
+            call["index"],
+            cap(call["label"].as_str().unwrap_or_default())
+        );
     }
-    fit(out)
 }
 
 /// Cuts a quoted string to one bounded line.

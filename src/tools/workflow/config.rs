@@ -15,13 +15,23 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+use crate::engine::Engine;
 use crate::engine::runner::ProbeReport;
 use crate::mcp::handler::McpResult;
 
-use super::{OBSERVATION_CEILING, WorkflowServer, workflow::ConfigInput, workflow::tool_error};
+use super::reply::{OBSERVATION_CEILING, tool_error};
 
 /// A select with more choices than this is summarised instead of listed.
 const MAX_CHOICES: usize = 24;
+
+/// A validated `config` request.
+#[derive(Debug)]
+pub(super) struct ConfigInput {
+    pub project_dir: PathBuf,
+    pub harnesses: Option<Vec<String>>,
+    pub model_specs: Option<Vec<String>>,
+    pub model_filter: Option<String>,
+}
 
 /// One probe to make: a backend, optionally with an exact model.
 struct Target {
@@ -29,105 +39,105 @@ struct Target {
     model: Option<String>,
 }
 
-impl WorkflowServer {
-    pub(super) async fn config(&self, input: ConfigInput) -> McpResult<Value> {
-        if !input.project_dir.is_dir() {
-            return Ok(tool_error(format!(
-                "projectDir {} is not an existing directory",
-                input.project_dir.display()
-            )));
-        }
-        let lookup = self.engine.backends();
-        let mut targets = Vec::new();
-        match (&input.harnesses, &input.model_specs) {
-            (None, None) => targets.extend(lookup.names().into_iter().map(|backend| Target {
-                backend,
-                model: None,
-            })),
-            (harnesses, specs) => {
-                for backend in harnesses.iter().flatten() {
-                    targets.push(Target {
-                        backend: backend.clone(),
-                        model: None,
-                    });
-                }
-                for spec in specs.iter().flatten() {
-                    let (backend, model) = spec.split_once('/').unwrap_or((spec, ""));
-                    targets.push(Target {
-                        backend: backend.to_owned(),
-                        model: Some(model.to_owned()),
-                    });
-                }
+/// Probes the backends `input` names (all registered ones by default) within
+/// [`OBSERVATION_CEILING`] and summarises what a script may route to.
+pub(super) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Value> {
+    if !input.project_dir.is_dir() {
+        return Ok(tool_error(format!(
+            "projectDir {} is not an existing directory",
+            input.project_dir.display()
+        )));
+    }
+    let lookup = engine.backends();
+    let mut targets = Vec::new();
+    match (&input.harnesses, &input.model_specs) {
+        (None, None) => targets.extend(lookup.names().into_iter().map(|backend| Target {
+            backend,
+            model: None,
+        })),
+        (harnesses, specs) => {
+            for backend in harnesses.iter().flatten() {
+                targets.push(Target {
+                    backend: backend.clone(),
+                    model: None,
+                });
+            }
+            for spec in specs.iter().flatten() {
+                let (backend, model) = spec.split_once('/').unwrap_or((spec, ""));
+                targets.push(Target {
+                    backend: backend.to_owned(),
+                    model: Some(model.to_owned()),
+                });
             }
         }
-        let filter = input.model_filter.as_deref().map(Filter::new);
-        let known = lookup.names();
+    }
+    let filter = input.model_filter.as_deref().map(Filter::new);
+    let known = lookup.names();
 
-        // Probe concurrently; the set aborts unfinished probes when dropped at the deadline.
-        let mut probes = JoinSet::new();
-        let mut entries: Vec<Option<Value>> = vec![None; targets.len()];
-        for (slot, target) in targets.iter().enumerate() {
-            let Some(spec) = lookup.backend(&target.backend) else {
-                entries[slot] = Some(json!({
+    // Probe concurrently; the set aborts unfinished probes when dropped at the deadline.
+    let mut probes = JoinSet::new();
+    let mut entries: Vec<Option<Value>> = vec![None; targets.len()];
+    for (slot, target) in targets.iter().enumerate() {
+        let Some(spec) = lookup.backend(&target.backend) else {
+            entries[slot] = Some(json!({
+                "backend": target.backend,
+                "model": target.model,
+                "probed": false,
+                "error": format!("unknown backend {:?}; registered backends: {}", target.backend, known.join(", ")),
+                "modes": [],
+                "configOptions": [],
+            }));
+            continue;
+        };
+        let runner = engine.runner().clone();
+        let model = target.model.clone();
+        let cwd: PathBuf = input.project_dir.clone();
+        probes.spawn(async move {
+            let report = runner.probe(&spec, model.as_deref(), &cwd).await;
+            (slot, report)
+        });
+    }
+    let deadline = tokio::time::sleep(OBSERVATION_CEILING);
+    tokio::pin!(deadline);
+    while !probes.is_empty() {
+        tokio::select! {
+            joined = probes.join_next() => {
+                // A panicked probe leaves its slot empty; it is reported as unfinished.
+                if let Some(Ok((slot, report))) = joined {
+                    entries[slot] = Some(harness_entry(&report, targets[slot].model.as_deref(), filter.as_ref()));
+                }
+            }
+            _ = &mut deadline => break,
+        }
+    }
+    let harnesses: Vec<Value> = entries
+        .into_iter()
+        .zip(&targets)
+        .map(|(entry, target)| {
+            entry.unwrap_or_else(|| {
+                json!({
                     "backend": target.backend,
                     "model": target.model,
                     "probed": false,
-                    "error": format!("unknown backend {:?}; registered backends: {}", target.backend, known.join(", ")),
+                    "error": format!("the probe did not finish within {} s", OBSERVATION_CEILING.as_secs()),
                     "modes": [],
                     "configOptions": [],
-                }));
-                continue;
-            };
-            let runner = self.engine.runner().clone();
-            let model = target.model.clone();
-            let cwd: PathBuf = input.project_dir.clone();
-            probes.spawn(async move {
-                let report = runner.probe(&spec, model.as_deref(), &cwd).await;
-                (slot, report)
-            });
-        }
-        let deadline = tokio::time::sleep(OBSERVATION_CEILING);
-        tokio::pin!(deadline);
-        while !probes.is_empty() {
-            tokio::select! {
-                joined = probes.join_next() => {
-                    // A panicked probe leaves its slot empty; it is reported as unfinished.
-                    if let Some(Ok((slot, report))) = joined {
-                        entries[slot] = Some(harness_entry(&report, targets[slot].model.as_deref(), filter.as_ref()));
-                    }
-                }
-                _ = &mut deadline => break,
-            }
-        }
-        let harnesses: Vec<Value> = entries
-            .into_iter()
-            .zip(&targets)
-            .map(|(entry, target)| {
-                entry.unwrap_or_else(|| {
-                    json!({
-                        "backend": target.backend,
-                        "model": target.model,
-                        "probed": false,
-                        "error": format!("the probe did not finish within {} s", OBSERVATION_CEILING.as_secs()),
-                        "modes": [],
-                        "configOptions": [],
-                    })
                 })
             })
-            .collect();
-        let summary = authoring_summary(&harnesses);
-        let text = summary_text(&harnesses);
-        let document = json!({
-            "action": "config",
-            "projectDir": input.project_dir,
-            "harnesses": harnesses,
-            "authoringSummary": summary,
-        });
-        Ok(json!({
-            "content": [{"type": "text", "text": text}],
-            "structuredContent": document,
-        }))
-    }
+        })
+        .collect();
+    let summary = authoring_summary(&harnesses);
+    let text = summary_text(&harnesses);
+    let document = json!({
+        "action": "config",
+        "projectDir": input.project_dir,
+        "harnesses": harnesses,
+        "authoringSummary": summary,
+    });
+    Ok(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": document,
+    }))
 }
 
 fn harness_entry(report: &ProbeReport, model: Option<&str>, filter: Option<&Filter>) -> Value {

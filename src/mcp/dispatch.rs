@@ -1,0 +1,236 @@
+//! Method routing: which [`McpHandler`] method answers which MCP method, the parameter checks
+//! the core makes before a handler sees a request, and the results the core builds itself
+//! (`initialize`, `server/discover`, `ping`, `logging/setLevel`, subscriptions).
+//!
+//! A method of a capability the handler does not declare is -32601, as if it did not exist,
+//! so the declared capabilities and the behaviour cannot disagree (S4).
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::events;
+use super::handler::{McpError, McpHandler, McpResult, RequestContext};
+use super::jsonrpc::Request;
+use super::scope::{LEGACY_VERSIONS, META_SERVER_INFO, MODERN_VERSIONS};
+use super::session::Session;
+
+/// The handler's capabilities plus what the core itself serves (`logging`).
+pub(super) fn capabilities(handler: &dyn McpHandler) -> Value {
+    let mut capabilities = handler.capabilities();
+    if let Value::Object(map) = &mut capabilities {
+        map.entry("logging").or_insert_with(|| json!({}));
+    }
+    capabilities
+}
+
+/// The `initialize` result for the negotiated `version`.
+pub(super) fn initialize_result(handler: &dyn McpHandler, version: &str) -> Value {
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities(handler),
+        "serverInfo": server_info(handler),
+    });
+    if let Some(instructions) = handler.instructions() {
+        result["instructions"] = instructions.into();
+    }
+    result
+}
+
+/// The `server/discover` result (S4), before era shaping.
+pub(super) fn discover(handler: &dyn McpHandler) -> Value {
+    let supported: Vec<&str> = MODERN_VERSIONS
+        .iter()
+        .chain(LEGACY_VERSIONS)
+        .copied()
+        .collect();
+    let mut result = json!({
+        "supportedVersions": supported,
+        "capabilities": capabilities(handler),
+        "_meta": {META_SERVER_INFO: server_info(handler)},
+    });
+    if let Some(instructions) = handler.instructions() {
+        result["instructions"] = instructions.into();
+    }
+    result
+}
+
+fn server_info(handler: &dyn McpHandler) -> Value {
+    let info = handler.server_info();
+    let mut server_info = json!({"name": info.name, "version": info.version});
+    if let Some(title) = info.title {
+        server_info["title"] = title.into();
+    }
+    server_info
+}
+
+/// Answers one request in its context; `session` is its legacy session, if any.
+pub(super) async fn dispatch(
+    handler: &dyn McpHandler,
+    ctx: &RequestContext,
+    request: &Request,
+    session: Option<&Arc<Session>>,
+) -> McpResult<Value> {
+    let params = &request.params;
+    let method = request.method.as_str();
+    let capabilities = capabilities(handler);
+    let require = |name: &str| {
+        if capabilities.get(name).is_some_and(|c| !c.is_null()) {
+            Ok(())
+        } else {
+            Err(McpError::method_not_found(method))
+        }
+    };
+    match method {
+        "ping" => Ok(json!({})),
+        "server/discover" => Ok(discover(handler)),
+        "logging/setLevel" => {
+            let level = string_param(params, "level")?;
+            if let Some(session) = session {
+                *session.log_level.lock().expect("log level lock") = Some(level.to_owned());
+            }
+            Ok(json!({}))
+        }
+        "tools/list" => {
+            require("tools")?;
+            handler.list_tools(ctx, cursor_param(params)?).await
+        }
+        "tools/call" => {
+            require("tools")?;
+            let name = string_param(params, "name")?;
+            let arguments = match params.get("arguments") {
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(arguments @ Value::Object(_)) => arguments.clone(),
+                Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
+            };
+            handler.call_tool(ctx, name, arguments).await
+        }
+        "resources/list" | "resources/templates/list" | "resources/read" => {
+            require("resources")?;
+            resources(handler, ctx, method, params).await
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            subscription(handler, ctx, method, params, &capabilities, session).await
+        }
+        "prompts/list" | "prompts/get" => {
+            require("prompts")?;
+            prompts(handler, ctx, method, params).await
+        }
+        "completion/complete" => {
+            require("completions")?;
+            if !params.get("ref").is_some_and(Value::is_object)
+                || !params.get("argument").is_some_and(Value::is_object)
+            {
+                return Err(McpError::invalid_params(
+                    "completion/complete needs ref and argument objects",
+                ));
+            }
+            handler.complete(ctx, params.clone()).await
+        }
+        "subscriptions/listen" if ctx.era.is_modern() => {
+            events::listen(handler, ctx, params, &capabilities).await
+        }
+        _ => match handler.custom(ctx, method, params.clone()).await {
+            Some(result) => result,
+            None => Err(McpError::method_not_found(method)),
+        },
+    }
+}
+
+async fn resources(
+    handler: &dyn McpHandler,
+    ctx: &RequestContext,
+    method: &str,
+    params: &Value,
+) -> McpResult<Value> {
+    match method {
+        "resources/list" => handler.list_resources(ctx, cursor_param(params)?).await,
+        "resources/templates/list" => {
+            handler
+                .list_resource_templates(ctx, cursor_param(params)?)
+                .await
+        }
+        _ => {
+            handler
+                .read_resource(ctx, string_param(params, "uri")?)
+                .await
+        }
+    }
+}
+
+/// `resources/subscribe` and `resources/unsubscribe`: legacy sessions only, and only when
+/// the handler declares `resources.subscribe`; the core keeps the subscription.
+async fn subscription(
+    handler: &dyn McpHandler,
+    ctx: &RequestContext,
+    method: &str,
+    params: &Value,
+    capabilities: &Value,
+    session: Option<&Arc<Session>>,
+) -> McpResult<Value> {
+    let subscribable = capabilities
+        .pointer("/resources/subscribe")
+        .and_then(Value::as_bool)
+        == Some(true);
+    if !subscribable {
+        return Err(McpError::method_not_found(method));
+    }
+    let uri = string_param(params, "uri")?;
+    let Some(session) = session else {
+        return Err(McpError::method_not_found(method));
+    };
+    if method == "resources/subscribe" {
+        handler.check_subscribe(ctx, uri).await?;
+        session
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .insert(uri.to_owned());
+    } else {
+        session
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .remove(uri);
+    }
+    Ok(json!({}))
+}
+
+async fn prompts(
+    handler: &dyn McpHandler,
+    ctx: &RequestContext,
+    method: &str,
+    params: &Value,
+) -> McpResult<Value> {
+    if method == "prompts/list" {
+        return handler.list_prompts(ctx, cursor_param(params)?).await;
+    }
+    let name = string_param(params, "name")?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(Value::Object(arguments)) if arguments.values().all(Value::is_string) => {
+            Value::Object(arguments.clone())
+        }
+        Some(_) => {
+            return Err(McpError::invalid_params(
+                "arguments must be an object of strings",
+            ));
+        }
+    };
+    handler.get_prompt(ctx, name, arguments).await
+}
+
+fn string_param<'a>(params: &'a Value, name: &str) -> McpResult<&'a str> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| McpError::invalid_params(format!("params.{name} must be a string")))
+}
+
+fn cursor_param(params: &Value) -> McpResult<Option<&str>> {
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(cursor)) => Ok(Some(cursor)),
+        Some(_) => Err(McpError::invalid_params("params.cursor must be a string")),
+    }
+}

@@ -1,0 +1,151 @@
+//! The notification bridge: a task that turns engine notices into `resources/updated` and
+//! `resources/list_changed` events on the server's hub, coalesced per run so a burst of
+//! events costs a subscriber a handful of re-reads.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::engine::events::RunNotice;
+use crate::mcp::handler::{NotificationHub, ServerEvent};
+use crate::model::{RunId, RunStatus};
+
+use super::resources;
+
+/// After an events notification for a run, further appends within this window are folded
+/// into one trailing notification. The driver makes events durable at least every 250 ms,
+/// so a window a little longer than that lets the trailing hint find the events readable.
+const COALESCE_WINDOW: Duration = Duration::from_millis(300);
+
+/// Turns engine notices into hub events. Event appends are coalesced per run: the first
+/// append notifies at once, later ones within [`COALESCE_WINDOW`] only mark the run dirty,
+/// and a dirty run gets one trailing notification when its window ends. So a burst of a
+/// thousand events costs a subscriber a handful of re-reads, and the last hint always comes
+/// after the last append.
+///
+/// List changes (an admission, a result that became available) are trailing only: the first
+/// opens a window, and one `resources/list_changed` goes out when it ends, whatever else
+/// changed the list meanwhile. So a run admitted and completed within the window is one
+/// change, not two; deletions still notify at once (`WorkflowServer::delete_run`).
+pub(super) struct Bridge {
+    /// Reads a settled run to tell whether its result became listable.
+    pub(super) engine: Engine,
+    pub(super) hub: NotificationHub,
+    /// The server's shutdown: the bridge ends with it.
+    pub(super) shutdown: CancellationToken,
+}
+
+/// One run's coalescing window.
+struct Window {
+    /// When the window closes.
+    ends: tokio::time::Instant,
+    /// An append arrived inside the window: one trailing notification is owed.
+    dirty: bool,
+}
+
+impl Bridge {
+    pub(super) async fn run(
+        self,
+        mut notices: broadcast::Receiver<RunNotice>,
+        mut list_requests: mpsc::UnboundedReceiver<()>,
+    ) {
+        let mut windows: HashMap<RunId, Window> = HashMap::new();
+        let mut list_window: Option<tokio::time::Instant> = None;
+        loop {
+            let next_end = windows.values().map(|w| w.ends).min();
+            tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                Some(()) = list_requests.recv() => {
+                    list_window.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE_WINDOW);
+                }
+                _ = sleep_until(list_window), if list_window.is_some() => {
+                    list_window = None;
+                    self.hub.publish(ServerEvent::ResourcesListChanged);
+                }
+                notice = notices.recv() => match notice {
+                    Ok(notice) => {
+                        if self.notice(notice, &mut windows).await {
+                            list_window.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE_WINDOW);
+                        }
+                    }
+                    // Missed notices: the trailing hints of open windows still go out, and
+                    // readers catch up from their durable cursor.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        for window in windows.values_mut() {
+                            window.dirty = true;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = sleep_until(next_end) => {
+                    let now = tokio::time::Instant::now();
+                    windows.retain(|run_id, window| {
+                        if window.ends > now {
+                            return true;
+                        }
+                        if window.dirty {
+                            self.updated(run_id);
+                            window.dirty = false;
+                            window.ends = now + COALESCE_WINDOW;
+                            return true;
+                        }
+                        false
+                    });
+                }
+            }
+        }
+    }
+
+    /// Handles one notice; returns whether it changed the resource list.
+    async fn notice(&self, notice: RunNotice, windows: &mut HashMap<RunId, Window>) -> bool {
+        match notice {
+            RunNotice::Event { run_id, .. } => {
+                match windows.get_mut(&run_id) {
+                    Some(window) => window.dirty = true,
+                    None => {
+                        self.updated(&run_id);
+                        windows.insert(
+                            run_id,
+                            Window {
+                                ends: tokio::time::Instant::now() + COALESCE_WINDOW,
+                                dirty: false,
+                            },
+                        );
+                    }
+                }
+                false
+            }
+            RunNotice::Settled { run_id, status } => {
+                // The settled record (and every event) is durable now: one last hint.
+                self.updated(&run_id);
+                if let Some(window) = windows.get_mut(&run_id) {
+                    window.dirty = false;
+                }
+                status == RunStatus::Completed.as_str()
+                    && self
+                        .engine
+                        .store()
+                        .load_run(&run_id)
+                        .await
+                        .is_ok_and(|record| record.result.is_some())
+            }
+            RunNotice::Permission { .. } => false,
+        }
+    }
+
+    fn updated(&self, run_id: &RunId) {
+        self.hub.publish(ServerEvent::ResourceUpdated {
+            uri: resources::events_uri(run_id),
+        });
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

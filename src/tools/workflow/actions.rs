@@ -1,0 +1,264 @@
+//! Carrying out a validated action on the engine: one method per action, each turning the
+//! engine's answer into the tool result `docs/api.md` pins (summary text, structured
+//! document, resource links, the `next` call).
+//!
+//! This is the only file of the tool that calls the engine; preparation and resume run under
+//! their ceilings here, observations under
+//! [`OBSERVATION_CEILING`](super::reply::OBSERVATION_CEILING).
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::runner::PermissionOutcome;
+use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest, StatusQuery};
+use crate::mcp::handler::{McpError, McpResult, RequestContext};
+use crate::model::RunId;
+use crate::tools::resources;
+
+use super::config::{self, ConfigInput};
+use super::parse::Action;
+use super::reply::{
+    PREPARATION_CEILING, acknowledgement, engine_failure, observe, status_result, structured,
+    tool_error,
+};
+use super::text;
+
+/// What the actions need of the server around them.
+pub(super) struct Actions {
+    pub(super) engine: Engine,
+    /// Takes a resume that outlives its request's ceiling, so it still finishes (and the
+    /// server's shutdown waits for it).
+    pub(super) tracker: TaskTracker,
+    /// Asks the notification bridge for one coalesced `resources/list_changed` after an
+    /// admission.
+    pub(super) list_changes: mpsc::UnboundedSender<()>,
+}
+
+impl Actions {
+    /// Carries out a validated action. `operation_id` is the exact-retry key of run/resume.
+    pub(super) async fn dispatch(
+        &self,
+        ctx: &RequestContext,
+        action: Action,
+        operation_id: Option<String>,
+    ) -> McpResult<Value> {
+        match action {
+            Action::Config(input) => self.config(input).await,
+            Action::Run(request) => self.run(ctx, request).await,
+            Action::Resume(mut request) => {
+                request.operation_id = operation_id;
+                self.resume(request).await
+            }
+            Action::SetupResponse {
+                run_id,
+                setup_id,
+                response,
+            } => self.setup_response(run_id, setup_id, response).await,
+            Action::Status { run_id, query } => {
+                observe(async {
+                    match self.engine.status(&run_id, &query).await {
+                        Ok(status) => Ok(status_result(None, status)),
+                        Err(error) => engine_failure(error),
+                    }
+                })
+                .await
+            }
+            Action::Result {
+                run_id,
+                offset,
+                max_bytes,
+            } => observe(self.result(run_id, offset, max_bytes)).await,
+            Action::PermissionsResponse {
+                run_id,
+                permission_id,
+                outcome,
+            } => {
+                self.permissions_response(run_id, permission_id, outcome)
+                    .await
+            }
+            Action::Stop {
+                run_id,
+                call_index,
+                force_owner,
+                query,
+            } => self.stop(run_id, call_index, force_owner, query).await,
+            Action::Pause { run_id, query } => match self.engine.pause(&run_id, &query).await {
+                Ok(status) => {
+                    let headline = text::pause_headline(&status);
+                    Ok(status_result(Some(headline), status))
+                }
+                Err(error) => engine_failure(error),
+            },
+        }
+    }
+
+    async fn config(&self, input: ConfigInput) -> McpResult<Value> {
+        let project_dir = input.project_dir.clone();
+        let mut answer = observe(config::config(&self.engine, input)).await?;
+        if let Some(document) = answer.get_mut("structuredContent") {
+            document["next"] = json!({
+                "action": "run",
+                "projectDir": project_dir,
+                "script": "<the workflow script text>",
+            });
+        }
+        Ok(answer)
+    }
+
+    /// Prepares and admits a run inside the request: progress when asked for, abandoned on
+    /// cancellation or after [`PREPARATION_CEILING`] as long as it is not admitted yet.
+    async fn run(&self, ctx: &RequestContext, request: RunRequest) -> McpResult<Value> {
+        ctx.progress(
+            0.0,
+            Some(1.0),
+            Some("preparing: static checks, dry run, routing probes"),
+        );
+        let cancel = ctx.cancel.child_token();
+        let preparation = self.engine.start_cancellable(request, &cancel);
+        tokio::pin!(preparation);
+        let mut timed_out = false;
+        // Never drop the preparation once started: past the ceiling we cancel it and keep
+        // awaiting, so an admission already under way completes and is reported.
+        let result = tokio::select! {
+            result = &mut preparation => result,
+            _ = tokio::time::sleep(PREPARATION_CEILING) => {
+                timed_out = true;
+                cancel.cancel();
+                preparation.await
+            }
+        };
+        match result {
+            // No "admitted" progress here: sent this close to the response it can arrive
+            // after it (a client drops a request's progress handler with its response, and
+            // the TypeScript SDK then reports an unknown progress token), so the response
+            // alone says the run was admitted.
+            Ok(admission) => {
+                let _ = self.list_changes.send(());
+                Ok(acknowledgement("run", &admission))
+            }
+            Err(EngineError::Rejected(_)) if timed_out => Ok(tool_error(format!(
+                "preparation took longer than {} s and was abandoned; nothing was stored",
+                PREPARATION_CEILING.as_secs()
+            ))),
+            Err(error) => engine_failure(error),
+        }
+    }
+
+    /// Resumes under the engine's receipt. The engine's resume cannot be abandoned halfway,
+    /// so past the ceiling it continues on the server's tracker and the caller is told to
+    /// retry: the retry (same request id) finds the engine's durable receipt.
+    async fn resume(&self, request: ResumeRequest) -> McpResult<Value> {
+        let engine = self.engine.clone();
+        let mut task = self
+            .tracker
+            .spawn(async move { engine.resume(request).await });
+        let joined = tokio::select! {
+            joined = &mut task => joined,
+            _ = tokio::time::sleep(PREPARATION_CEILING) => {
+                return Ok(tool_error(format!(
+                    "resume is still validating the revised script after {} s; it continues in the background. Check status, or repeat this request to get its acknowledgement",
+                    PREPARATION_CEILING.as_secs()
+                )));
+            }
+        };
+        match joined {
+            Ok(Ok(admission)) => Ok(acknowledgement("resume", &admission)),
+            Ok(Err(error)) => engine_failure(error),
+            Err(error) => Err(McpError::internal(format!("resume task failed: {error}"))),
+        }
+    }
+
+    async fn setup_response(
+        &self,
+        run_id: RunId,
+        setup_id: String,
+        response: Value,
+    ) -> McpResult<Value> {
+        let mut answer = match self
+            .engine
+            .setup_response(&run_id, &setup_id, &response)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(error) => return engine_failure(error),
+        };
+        let approved = answer["accepted"] == true;
+        let summary = format!(
+            "Setup {setup_id} of run {run_id} answered: {}; the run is {}.{}",
+            if approved { "approved" } else { "not approved" },
+            answer["status"].as_str().unwrap_or("unknown"),
+            if approved {
+                ""
+            } else {
+                " A declined approval is final: the run cannot be resumed."
+            }
+        );
+        answer["next"] = if approved {
+            json!({"action": "status", "runId": run_id})
+        } else {
+            Value::Null
+        };
+        Ok(structured(summary, answer, Vec::new()))
+    }
+
+    async fn result(&self, run_id: RunId, offset: usize, max_bytes: usize) -> McpResult<Value> {
+        match self.engine.result_page(&run_id, offset, max_bytes).await {
+            Ok(mut page) => {
+                let links = vec![
+                    resources::result_link(&run_id),
+                    resources::events_link(&run_id),
+                ];
+                page["next"] = text::next_for_result(&page, max_bytes);
+                Ok(structured(page.to_string(), page, links))
+            }
+            Err(error) => engine_failure(error),
+        }
+    }
+
+    async fn permissions_response(
+        &self,
+        run_id: RunId,
+        permission_id: String,
+        outcome: PermissionOutcome,
+    ) -> McpResult<Value> {
+        let mut answer = match self
+            .engine
+            .respond_permission(&run_id, &permission_id, outcome)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(error) => return engine_failure(error),
+        };
+        answer["next"] = json!({"action": "status", "runId": run_id});
+        let mut links = vec![resources::events_link(&run_id)];
+        if let Ok(record) = self.engine.store().load_run(&run_id).await {
+            links.insert(0, resources::script_link(&run_id, &record.script_file));
+        }
+        Ok(structured(
+            format!("Permission {permission_id} of run {run_id} answered."),
+            answer,
+            links,
+        ))
+    }
+
+    async fn stop(
+        &self,
+        run_id: RunId,
+        call_index: Option<u32>,
+        force_owner: bool,
+        query: StatusQuery,
+    ) -> McpResult<Value> {
+        match self
+            .engine
+            .stop_with(&run_id, call_index, force_owner, &query)
+            .await
+        {
+            Ok(status) => {
+                let headline = text::stop_headline(&status, call_index);
+                Ok(status_result(Some(headline), status))
+            }
+            Err(error) => engine_failure(error),
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The `workflow` tool: one tool whose `action` field names the operation (config, run,
+//! resume, setup-response, status, result, permissions-response, stop, pause), registered
+//! with the MCP core's tool registry by the workflow server.
+//!
+//! A call is parsed (`parse`: the per-action rules of the flat schema in `schema`), then
+//! carried out on the engine (`actions`), and answered in the shapes of `reply` with the
+//! summaries of `text`; `run` and `resume` go through the exact-retry receipts of
+//! `receipts`, and `config` probes backends (`config`). Dependencies point one way: this
+//! file uses the others, and none of them knows the server around the tool.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::Engine;
+use crate::mcp::handler::{McpResult, RequestContext};
+use crate::mcp::registry::{Tool, ToolHandler};
+
+mod actions;
+mod config;
+mod parse;
+mod receipts;
+mod reply;
+mod schema;
+mod text;
+
+use actions::Actions;
+use parse::Action;
+use receipts::{ReceiptBook, Uncached, receipt_key};
+
+pub use receipts::IDEMPOTENCY_KEY_META;
+pub use reply::{OBSERVATION_CEILING, PREPARATION_CEILING};
+pub use schema::{ACTIONS, TOOL_NAME};
+
+/// The tool's handler: validation, exact retries and the engine work.
+pub(super) struct WorkflowTool {
+    actions: Actions,
+    /// The project a request without `projectDir` means (`--in-process`).
+    default_project: Option<PathBuf>,
+    receipts: ReceiptBook,
+}
+
+impl WorkflowTool {
+    pub(super) fn new(
+        engine: Engine,
+        default_project: Option<PathBuf>,
+        tracker: TaskTracker,
+        list_changes: mpsc::UnboundedSender<()>,
+    ) -> WorkflowTool {
+        WorkflowTool {
+            actions: Actions {
+                engine,
+                tracker,
+                list_changes,
+            },
+            default_project,
+            receipts: ReceiptBook::default(),
+        }
+    }
+
+    /// The registration: listed to every client, visible to model and app.
+    pub(super) fn registration(tool: Arc<WorkflowTool>) -> Tool {
+        Tool::new(schema::definition(), tool)
+    }
+
+    /// A legacy session ended: its request ids will not be retried.
+    pub(super) fn session_closed(&self, session_id: &str) {
+        self.receipts.forget_session(session_id);
+    }
+}
+
+#[async_trait]
+impl ToolHandler for WorkflowTool {
+    async fn call(&self, ctx: &RequestContext, _name: &str, arguments: Value) -> McpResult<Value> {
+        let action = match parse::parse(&arguments, self.default_project.as_deref()) {
+            Ok(action) => action,
+            // Bad input is the model's to correct: a tool execution error, not a protocol one.
+            Err(error) => return Ok(reply::invalid_input(error)),
+        };
+        if !action.admits() {
+            return self.actions.dispatch(ctx, action, None).await;
+        }
+        // Run and resume: an exact retry answers from the receipt instead of admitting again.
+        let is_resume = matches!(action, Action::Resume(_));
+        let key = match receipt_key(ctx, &arguments, is_resume) {
+            Ok(Some(key)) => key,
+            // A stateless run without an idempotency key is always a new run.
+            Ok(None) => return self.actions.dispatch(ctx, action, None).await,
+            Err(message) => return Ok(reply::tool_error(message)),
+        };
+        let check_generation = ctx.session_id.is_none() && is_resume;
+        let receipt = match self
+            .receipts
+            .receipt(&self.actions.engine, &key, check_generation)
+            .await
+        {
+            Ok(receipt) => receipt,
+            Err(message) => return Ok(reply::tool_error(message)),
+        };
+        let operation_id = format!("mcp-{}", &crate::util::sha256_hex(key.id.as_bytes())[..32]);
+        let answer = receipt
+            .answer
+            .get_or_try_init(|| async {
+                let value = self
+                    .actions
+                    .dispatch(ctx, action, Some(operation_id))
+                    .await
+                    .map_err(Uncached::Error)?;
+                // A request cancelled before admission has no answer worth repeating; nor,
+                // without a session, has a refusal: the retry tries again.
+                let stateless = ctx.session_id.is_none();
+                if (ctx.cancel.is_cancelled() || stateless) && value["isError"] == true {
+                    return Err(Uncached::Answer(value));
+                }
+                Ok(value)
+            })
+            .await;
+        match answer {
+            Ok(value) => Ok(value.clone()),
+            Err(Uncached::Error(error)) => Err(error),
+            Err(Uncached::Answer(value)) => Ok(value),
+        }
+    }
+}

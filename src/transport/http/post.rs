@@ -1,0 +1,266 @@
+//! POST: one JSON-RPC message in, its answer out.
+//!
+//! The body is read within the size cap and the body time limit; the message's era and
+//! session are resolved here, once, with the HTTP checks in between (2026-07-28 headers
+//! against the body, or the legacy session and its `MCP-Protocol-Version`), and the
+//! [`Resolution`] goes to the core with the request. The answer is plain JSON unless the
+//! request emits a notification first: then it becomes an SSE stream that carries the
+//! notifications and ends with the response.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::StatusCode;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::http::request::Parts;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::State;
+use super::body::{
+    HttpResponse, answered, json_response, plain, sse_response, status_only, too_large,
+};
+use super::headers::{check_modern_headers, header};
+use super::pump::Pump;
+use crate::mcp::jsonrpc::{self, Message, Request};
+use crate::mcp::scope::{LEGACY_VERSIONS, RequestEra, Resolution, request_era, session_not_found};
+use crate::mcp::server::{McpServer, Outcome, TransportContext, TransportKind};
+use crate::mcp::session::Session;
+
+/// What the HTTP checks decided about a message before the core sees it.
+struct Admitted {
+    /// What `_meta` says, read once.
+    era: RequestEra,
+    /// The legacy session `Mcp-Session-Id` names, found and checked.
+    session: Option<Arc<Session>>,
+}
+
+pub(super) async fn post(state: Arc<State>, parts: Parts, body: Incoming) -> HttpResponse {
+    let bytes = match read_body(&state, &parts, body).await {
+        Ok(bytes) => bytes,
+        Err(refusal) => return refusal,
+    };
+    let message = match jsonrpc::parse(&bytes) {
+        Ok(message) => message,
+        Err(rejected) => {
+            return json_response(StatusCode::BAD_REQUEST, &rejected.to_response());
+        }
+    };
+    let Admitted { era, session } = match admit(&state.server, &parts.headers, &message) {
+        Ok(admitted) => admitted,
+        Err(refusal) => return *refusal,
+    };
+    // Every session-less exchange is a scope of its own: HTTP clients share no connection,
+    // and their ids restart at 1, so one client's `notifications/cancelled` must never
+    // reach another client's request (a stateless request is cancelled by closing its
+    // response stream instead).
+    let mut context = TransportContext::new(
+        TransportKind::Http,
+        format!("http:{}", uuid::Uuid::new_v4().simple()),
+    );
+    context.session_id = session.as_ref().map(|session| session.id.clone());
+    let request = match message {
+        Message::Request(request) => request,
+        Message::Notification(notification) => {
+            state
+                .server
+                .handle_notification(&notification, session.as_ref(), &context);
+            return status_only(StatusCode::ACCEPTED);
+        }
+        Message::Response(_) => return status_only(StatusCode::ACCEPTED),
+    };
+    let modern = era.stated_version().is_some();
+    let resolution = Resolution::of(&request.method, era, session.clone());
+    answer(state, request, resolution, context, session, modern).await
+}
+
+/// The era of `message` and its legacy session, or the refusal to send: a 2026-07-28
+/// request's headers must match its body (400); a legacy message's `Mcp-Session-Id` must name
+/// a live session (404) and its `MCP-Protocol-Version` a legacy version (400).
+fn admit(
+    server: &McpServer,
+    headers: &HeaderMap,
+    message: &Message,
+) -> Result<Admitted, Box<HttpResponse>> {
+    let era = match message {
+        Message::Request(request) => request_era(&request.params),
+        Message::Notification(_) | Message::Response(_) => RequestEra::Unstated,
+    };
+    if let (Some(version), Message::Request(request)) = (era.stated_version(), message) {
+        if let Err(error) = check_modern_headers(headers, version, &request.method, &request.params)
+        {
+            return Err(Box::new(json_response(
+                StatusCode::BAD_REQUEST,
+                &jsonrpc::error_response(&request.id, &error),
+            )));
+        }
+        return Ok(Admitted { era, session: None });
+    }
+    let initialize = matches!(message, Message::Request(request) if request.method == "initialize");
+    let Some(session_id) = header(headers, "mcp-session-id").filter(|_| !initialize) else {
+        return Ok(Admitted { era, session: None });
+    };
+    let Some(session) = server.session(session_id) else {
+        let id = match message {
+            Message::Request(request) => request.id.clone(),
+            Message::Notification(_) | Message::Response(_) => Value::Null,
+        };
+        return Err(Box::new(json_response(
+            StatusCode::NOT_FOUND,
+            &jsonrpc::error_response(&id, &session_not_found()),
+        )));
+    };
+    if let Some(version) = header(headers, "mcp-protocol-version")
+        && !LEGACY_VERSIONS.contains(&version)
+    {
+        return Err(Box::new(plain(
+            StatusCode::BAD_REQUEST,
+            &format!("unsupported MCP-Protocol-Version {version}"),
+        )));
+    }
+    Ok(Admitted {
+        era,
+        session: Some(session),
+    })
+}
+
+/// The whole body of a POST, within the size cap and the body time limit; the refusal
+/// (413, 400, or 408 with `Connection: close`) otherwise.
+async fn read_body(state: &State, parts: &Parts, body: Incoming) -> Result<Bytes, HttpResponse> {
+    let limit = state.options.max_body_bytes;
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large(limit));
+    }
+    let body_limit = state.options.limits.body;
+    match tokio::time::timeout(body_limit, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
+        Ok(Err(error)) => Err(plain(
+            StatusCode::BAD_REQUEST,
+            &format!("reading the body failed: {error}"),
+        )),
+        Err(_elapsed) => {
+            let mut response = plain(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("the request body took over {body_limit:?}"),
+            );
+            response
+                .headers_mut()
+                .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+            Err(response)
+        }
+    }
+}
+
+/// Runs the request on the server's tracker and answers: JSON unless a notification comes
+/// before the answer. `modern` requests die with their caller; legacy ones outlive a
+/// disconnect.
+async fn answer(
+    state: Arc<State>,
+    request: Request,
+    resolution: Resolution,
+    mut context: TransportContext,
+    session: Option<Arc<Session>>,
+    modern: bool,
+) -> HttpResponse {
+    let _connection = session.as_ref().map(|session| session.connection());
+    let (notes_sender, mut notes) = mpsc::unbounded_channel::<Value>();
+    let (done_sender, done) = oneshot::channel::<Outcome>();
+    let stream_closed = CancellationToken::new();
+    context.notifications = Some(notes_sender);
+    context.cancel = stream_closed.clone();
+    let cancel_on_drop = modern.then(|| stream_closed.clone().drop_guard());
+    let server = state.server.clone();
+    state.tasks.spawn(async move {
+        let outcome = server.handle_request(request, resolution, &context).await;
+        let _ = done_sender.send(outcome);
+    });
+    // The handler's side of `notes` closes before `done` is sent, so no notification is
+    // ever skipped.
+    let Some(first_note) = notes.recv().await else {
+        return answered(done.await);
+    };
+    if let Some(guard) = cancel_on_drop {
+        guard.disarm();
+    }
+    let (body_sender, body_receiver) = mpsc::channel::<Bytes>(64);
+    let stream = AnswerStream {
+        pump: Pump::new(
+            body_sender,
+            if modern { None } else { session.clone() },
+            None,
+        ),
+        notes,
+        done,
+        stream_closed,
+        modern,
+    };
+    let connection = session.as_ref().map(|session| session.connection());
+    let state_for_stream = state.clone();
+    state.tasks.spawn(async move {
+        let _connection = connection;
+        stream.run(&state_for_stream, first_note).await;
+    });
+    sse_response(body_receiver)
+}
+
+/// A request's SSE answer: its notifications as they come, then its response.
+struct AnswerStream {
+    /// Writes the stream; records it for replay in a legacy session.
+    pump: Pump,
+    /// The request's notifications, as the core forwards them.
+    notes: mpsc::UnboundedReceiver<Value>,
+    /// The core's outcome, once the request is answered.
+    done: oneshot::Receiver<Outcome>,
+    /// Cancels a stateless request when its client goes, and any request at server stop.
+    stream_closed: CancellationToken,
+    /// A stateless request: a closed stream cancels it.
+    modern: bool,
+}
+
+impl AnswerStream {
+    async fn run(mut self, state: &State, first_note: Value) {
+        let retry_ms = state.options.retry_ms;
+        let pump = &mut self.pump;
+        pump.open(retry_ms).await;
+        pump.event(&first_note).await;
+        let watch = pump.body.clone();
+        let mut ticker = tokio::time::interval(state.options.keep_alive);
+        ticker.reset();
+        loop {
+            tokio::select! {
+                Some(note) = self.notes.recv() => pump.event(&note).await,
+                outcome = &mut self.done => {
+                    while let Ok(note) = self.notes.try_recv() {
+                        pump.event(&note).await;
+                    }
+                    if let Ok(Outcome { response: Some(response), .. }) = outcome {
+                        pump.event(&response).await;
+                    }
+                    break;
+                }
+                _ = ticker.tick() => pump.comment("keep-alive").await,
+                () = watch.closed(), if !pump.client_gone => {
+                    pump.client_gone = true;
+                    if self.modern {
+                        self.stream_closed.cancel();
+                    }
+                }
+                () = state.stopping.cancelled() => {
+                    self.stream_closed.cancel();
+                    pump.retry(retry_ms).await;
+                    break;
+                }
+            }
+        }
+        pump.finish();
+    }
+}
