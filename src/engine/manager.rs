@@ -2049,8 +2049,7 @@ impl Engine {
         let lease = self.inner.store.lease(run_id).await?;
         Ok(lease.filter(|lease| {
             lease.owner_id != self.inner.owner.owner_id
-                && crate::discovery::liveness::identity_liveness(lease.pid, lease.proc_start, None)
-                    .is_alive()
+                && crate::util::process::identity(lease.pid, lease.proc_start, None).is_alive()
         }))
     }
 
