@@ -248,8 +248,10 @@ impl Owner {
             owner_id: self.owner_id.clone(),
             pid: self.pid,
             proc_start: self.proc_start,
+            boot_id: crate::util::process::current_boot_id(),
             token: uuid::Uuid::new_v4().to_string(),
             acquired_at: now_ms(),
+            expires_at: None,
         }
     }
 }
