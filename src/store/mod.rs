@@ -1,6 +1,6 @@
 //! Durable storage of runs behind one trait, so the engine never talks SQL or touches files,
 //! and a second, shared backend (PostgreSQL for several replicas) can slot in later and pass
-//! the same contract suite.
+//! the same contract suite ([`contract`]).
 //!
 //! Invariants every backend keeps (the contract suite checks each one):
 //!
@@ -40,6 +40,9 @@ use crate::model::{
 pub mod control;
 pub mod lease;
 pub mod sqlite;
+
+#[cfg(any(test, feature = "store-contract"))]
+pub mod contract;
 
 pub use control::{ControlIntent, IntentAck, IntentAction, IntentScope};
 pub use lease::{LapseReason, LeasePolicy, LeaseState};

@@ -43,6 +43,8 @@ mod runs;
 mod scripts;
 
 #[cfg(test)]
+mod contract_tests;
+#[cfg(test)]
 mod tests;
 
 /// The database file inside the persistence root.
