@@ -246,6 +246,13 @@ pub async fn listings_are_ordered_and_per_project<B: Backend>(backend: &B) {
     );
     let nowhere = store.list_runs(Some(Path::new("/nowhere")), 10).await;
     assert!(nowhere.expect("empty project").is_empty());
+    active_and_by_script(&*store, &runs[0], &shared).await;
+}
+
+/// The `active_runs` and `runs_with_script` half of the listing rule, over the runs
+/// [`listings_are_ordered_and_per_project`] created; `first` is the running run `a-aaaaaa`.
+async fn active_and_by_script(store: &dyn Store, first: &RunRecord, shared: &Path) {
+    let scan = store.capabilities().scan;
     if let Some(active) = scanned(
         scan,
         store.active_runs(Path::new(PROJECT)).await,
@@ -254,7 +261,7 @@ pub async fn listings_are_ordered_and_per_project<B: Backend>(backend: &B) {
         assert_eq!(active, vec![run_id("a-aaaaaa"), run_id("d-dddddd")]);
         let finished = RunRecord {
             status: RunStatus::Completed,
-            ..runs[0].clone()
+            ..first.clone()
         };
         store
             .update_run(&finished, ScriptChange::Unchanged, Fence("token"))
@@ -265,7 +272,7 @@ pub async fn listings_are_ordered_and_per_project<B: Backend>(backend: &B) {
     }
     if let Some(found) = scanned(
         scan,
-        store.runs_with_script(&shared).await,
+        store.runs_with_script(shared).await,
         "runs_with_script",
     ) {
         assert_eq!(found, vec![run_id("a-aaaaaa"), run_id("c-cccccc")]);
