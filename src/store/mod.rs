@@ -86,9 +86,11 @@ pub struct Capabilities {
     /// Fenced writes check the lease token in the same atomic step as the write, so a holder
     /// that lost the lease cannot write, however late its write arrives.
     pub fence: bool,
-    /// Queries across runs are answered, from indexes, in one round trip: `list_runs` across
-    /// projects, `active_runs`, `runs_with_script` and `pending_intents(IntentScope::All |
-    /// HeldBy)`. Without it those calls fail with `StoreError::Unsupported`.
+    /// Queries across projects are answered, from indexes, in one round trip: `list_runs`
+    /// without a project, `runs_with_script` and `pending_intents(IntentScope::All |
+    /// HeldBy)`. Without it those calls fail with `StoreError::Unsupported`; the per-run and
+    /// per-project queries admission and status need (`active_runs`, `list_runs` of one
+    /// project) are answered by every backend.
     pub scan: bool,
 }
 

@@ -253,23 +253,21 @@ pub async fn listings_are_ordered_and_per_project<B: Backend>(backend: &B) {
 /// [`listings_are_ordered_and_per_project`] created; `first` is the running run `a-aaaaaa`.
 async fn active_and_by_script(store: &dyn Store, first: &RunRecord, shared: &Path) {
     let scan = store.capabilities().scan;
-    if let Some(active) = scanned(
-        scan,
-        store.active_runs(Path::new(PROJECT)).await,
-        "active_runs",
-    ) {
-        assert_eq!(active, vec![run_id("a-aaaaaa"), run_id("d-dddddd")]);
-        let finished = RunRecord {
-            status: RunStatus::Completed,
-            ..first.clone()
-        };
-        store
-            .update_run(&finished, ScriptChange::Unchanged, Fence("token"))
-            .await
-            .expect("finish");
-        let active = store.active_runs(Path::new(PROJECT)).await;
-        assert_eq!(active.expect("active"), vec![run_id("d-dddddd")]);
-    }
+    let active = store.active_runs(Path::new(PROJECT)).await;
+    assert_eq!(
+        active.expect("active"),
+        vec![run_id("a-aaaaaa"), run_id("d-dddddd")]
+    );
+    let finished = RunRecord {
+        status: RunStatus::Completed,
+        ..first.clone()
+    };
+    store
+        .update_run(&finished, ScriptChange::Unchanged, Fence("token"))
+        .await
+        .expect("finish");
+    let active = store.active_runs(Path::new(PROJECT)).await;
+    assert_eq!(active.expect("active"), vec![run_id("d-dddddd")]);
     if let Some(found) = scanned(
         scan,
         store.runs_with_script(shared).await,
