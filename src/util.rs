@@ -1,5 +1,5 @@
 //! Small helpers shared across modules: time, hashing, hex, durable file writes,
-//! ([`safe_file`]) the one way to read a file a caller named, and ([`process`]) the one
+//! (`safe_file`) the one way to read a file a caller named, and (`process`) the one
 //! process-liveness rule.
 
 pub mod process;

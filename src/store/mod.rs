@@ -1,6 +1,6 @@
 //! Durable storage of runs behind one trait, so the engine never talks SQL or touches files,
 //! and a second, shared backend (PostgreSQL for several replicas) can slot in later and pass
-//! the same contract suite ([`contract`]).
+//! the same contract suite (`contract`).
 //!
 //! Invariants every backend keeps (the contract suite checks each one):
 //!
@@ -8,12 +8,12 @@
 //!   execution that makes it, and the store refuses it (`StoreError::Fenced`), writing
 //!   nothing, once another token holds the lease or none does. The check and the write are
 //!   one atomic step.
-//! - **Leases change hands by compare-and-swap on the token** ([`Store::acquire_lease`]).
+//! - **Leases change hands by compare-and-swap on the token** (`Store::acquire_lease`).
 //!   Expiry is data, not a fence: a holder whose lease expired but was not taken over still
 //!   renews and writes. Whether an expired or orphaned lease *may* be taken over is the
-//!   caller's [`LeasePolicy`] (the daemon and the CLI: never while the holder process is
+//!   caller's `LeasePolicy` (the daemon and the CLI: never while the holder process is
 //!   alive; serve replicas: after the TTL). A lapsed holder (its token replaced) can neither
-//!   renew ([`Store::renew_lease`]) nor write.
+//!   renew (`Store::renew_lease`) nor write.
 //! - **First writer wins** for checkpoint answers (per call index), operation receipts (per
 //!   operation id and generation: a newer generation replaces an older one), control intents
 //!   (one pending intent per action and call) and their acknowledgements.
@@ -22,7 +22,7 @@
 //!   receipts, control intents and acknowledgements, and its inline script copy.
 //! - **Bad stored data is `StoreError::Corrupt`**, naming the run and the field; never a
 //!   default.
-//! - **Bounded reads for status**: [`Store::call_tail`] and [`Store::log_tail`] read the tail
+//! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
 //!   of a run, not the run.
 //!
 //! `sqlite` is the embedded backend (one database file per persistence root); `lease` holds
