@@ -547,17 +547,32 @@ pub struct OperationReceipt {
     pub created_at: i64,
 }
 
-/// A run's exclusive execution lease. Liveness is the holder's process identity; the token
-/// fences writes of a holder that lost the lease.
+/// A run's exclusive execution lease. The token fences the writes of a holder that lost the
+/// lease; whether a lease may be taken over is the engine's [`crate::store::LeasePolicy`],
+/// judged from the holder's identity (pid, start time, boot id) and `expires_at`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
+    /// Who holds it: a daemon's `instanceId`, else a fresh uuid per process; control
+    /// requests are routed to this owner.
     pub owner_id: String,
+    /// The holder's process, for the liveness check of the daemon's and the CLI's policy.
     pub pid: u32,
     /// Process start time (Linux: `/proc/<pid>/stat` field 22), against pid reuse.
     pub proc_start: u64,
+    /// The holder's boot id, against a pid and start time recycled after a reboot. `None` in
+    /// leases written before schema version 4 or where the kernel does not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The fencing token: every write made under the lease carries it, and the lease
+    /// changes hands only by compare-and-swap on it.
     pub token: String,
     pub acquired_at: i64,
+    /// Unix ms after which the lease counts as lapsed unless renewed; `None` = no expiry
+    /// (held until released or until its holder dies). The store fences by token only, so an
+    /// expired lease that nobody took over still renews and writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
 }
 
 /// Summary row for listings.

@@ -1,6 +1,8 @@
-//! Small helpers shared across modules: time, hashing, hex, durable file writes, and
-//! ([`safe_file`]) the one way to read a file a caller named.
+//! Small helpers shared across modules: time, hashing, hex, durable file writes,
+//! (`safe_file`) the one way to read a file a caller named, and (`process`) the one
+//! process-liveness rule.
 
+pub mod process;
 pub mod safe_file;
 
 use std::io::Write;
@@ -153,23 +155,16 @@ pub fn truncate_utf8(text: &str, max: usize) -> &str {
 }
 
 /// A process's start time in clock ticks since boot (Linux `/proc/<pid>/stat` field 22), so
-/// a recycled pid is told apart from the process that held it. `None` if it does not exist.
+/// a recycled pid is told apart from the process that held it. `None` if it does not exist
+/// or is a zombie. The same reading as [`process::start_time`].
 pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: skip past the last ')'.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace();
-    // after_name starts at field 3 (state); field 22 is the 20th from here.
-    let state = fields.next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
+    process::start_time(pid)
 }
 
-/// Whether `pid` is alive and is still the process that started at `start_time`.
+/// Whether `pid` is alive and is still the process that started at `start_time`: the one
+/// rule of [`process::identity`], without a boot id.
 pub fn process_is(pid: u32, start_time: u64) -> bool {
-    pid != 0 && process_start_time(pid) == Some(start_time)
+    process::identity(pid, start_time, None).is_alive()
 }
 
 #[cfg(test)]

@@ -1,70 +1,18 @@
 //! Is the process a record names still that daemon (daemon.md 1.4a)? `kill(pid, 0)` alone
-//! lies: EPERM means another user's process holds the pid, a zombie answers like a live one,
-//! and pids recycle, also across reboots. So a record's pid counts only if it exists, is ours,
-//! is not a zombie, and has the start time and boot id the record carries.
+//! lies: EPERM means another user's process may hold the pid, a zombie answers like a live
+//! one, and pids recycle, also across reboots. So a record's pid counts only if it exists, is
+//! not a zombie, and has the start time and boot id the record carries.
+//!
+//! The rule and the `/proc/<pid>/stat` reading are not discovery's own: they live in
+//! [`crate::util::process`], which run leases and agent-group records use as well, so every
+//! caller gets the same answer for the same process. This module keeps the names discovery's
+//! callers use and applies the rule to a daemon record.
 
-use nix::errno::Errno;
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
+pub use crate::util::process::{
+    DeadReason, Liveness, ProcStat, ReuseReason, current_boot_id, parse_stat, proc_stat,
+};
 
 use super::DaemonRecord;
-
-/// What became of the process a record names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// The same process is still running.
-    Alive,
-    /// No usable process holds the pid.
-    Dead(DeadReason),
-    /// A different process holds the pid now: the record is stale and must never lead to a
-    /// signal.
-    Reused(ReuseReason),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeadReason {
-    /// Zero, or too large to be a pid.
-    InvalidPid,
-    /// `kill(pid, 0)` said ESRCH.
-    NoProcess,
-    /// `kill(pid, 0)` said EPERM: another user's process, so not our daemon.
-    NotOurs,
-    /// Exited, not yet reaped.
-    Zombie,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReuseReason {
-    /// The machine rebooted since the record was written.
-    OtherBoot,
-    /// The process on the pid started at another time.
-    StartTime { recorded: u64, actual: u64 },
-}
-
-impl Liveness {
-    pub fn is_alive(&self) -> bool {
-        *self == Liveness::Alive
-    }
-}
-
-impl std::fmt::Display for Liveness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Liveness::Alive => f.write_str("alive"),
-            Liveness::Dead(DeadReason::InvalidPid) => f.write_str("dead (invalid pid)"),
-            Liveness::Dead(DeadReason::NoProcess) => f.write_str("dead (no such process)"),
-            Liveness::Dead(DeadReason::NotOurs) => f.write_str("dead (pid held by another user)"),
-            Liveness::Dead(DeadReason::Zombie) => f.write_str("dead (zombie)"),
-            Liveness::Reused(ReuseReason::OtherBoot) => {
-                f.write_str("stale (recorded before a reboot)")
-            }
-            Liveness::Reused(ReuseReason::StartTime { recorded, actual }) => write!(
-                f,
-                "stale (pid reused: started at tick {actual}, record says {recorded})"
-            ),
-        }
-    }
-}
 
 /// Whether the daemon `record` describes is still running.
 pub fn process_alive_as(record: &DaemonRecord) -> Liveness {
@@ -72,67 +20,9 @@ pub fn process_alive_as(record: &DaemonRecord) -> Liveness {
 }
 
 /// Whether the process `pid` that started at `proc_start` during boot `boot_id` (when known)
-/// is still running. Run leases use the same check.
+/// is still running: [`crate::util::process::identity`].
 pub fn identity_liveness(pid: u32, proc_start: u64, boot_id: Option<&str>) -> Liveness {
-    let Some(raw) = i32::try_from(pid).ok().filter(|&p| p > 0) else {
-        return Liveness::Dead(DeadReason::InvalidPid);
-    };
-    match kill(Pid::from_raw(raw), None) {
-        Ok(()) => {}
-        Err(Errno::EPERM) => return Liveness::Dead(DeadReason::NotOurs),
-        Err(_) => return Liveness::Dead(DeadReason::NoProcess),
-    }
-    if let (Some(recorded), Some(current)) = (boot_id, current_boot_id())
-        && recorded != current
-    {
-        return Liveness::Reused(ReuseReason::OtherBoot);
-    }
-    match proc_stat(pid) {
-        None => Liveness::Dead(DeadReason::NoProcess),
-        Some(stat) if stat.zombie => Liveness::Dead(DeadReason::Zombie),
-        Some(stat) if stat.start_time != proc_start => Liveness::Reused(ReuseReason::StartTime {
-            recorded: proc_start,
-            actual: stat.start_time,
-        }),
-        Some(_) => Liveness::Alive,
-    }
-}
-
-/// This boot's id (Linux `/proc/sys/kernel/random/boot_id`), `None` where unavailable. A
-/// record without one, or a reader without one, skips the boot check and relies on the start
-/// time alone.
-pub fn current_boot_id() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let id = text.trim();
-    (!id.is_empty()).then(|| id.to_owned())
-}
-
-/// The fields of `/proc/<pid>/stat` identity needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProcStat {
-    /// Field 22, clock ticks after boot.
-    pub start_time: u64,
-    /// State `Z` (or `X`).
-    pub zombie: bool,
-}
-
-/// Reads `/proc/<pid>/stat`; `None` if the process does not exist.
-pub fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&stat)
-}
-
-/// Parses a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces and
-/// parentheses, so fields are counted from the last `)`.
-pub fn parse_stat(stat: &str) -> Option<ProcStat> {
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?;
-    // Field 3 was `state`; field 22 is 19 further on.
-    let start_time = fields.nth(18)?.parse().ok()?;
-    Some(ProcStat {
-        start_time,
-        zombie: matches!(state, "Z" | "X"),
-    })
+    crate::util::process::identity(pid, proc_start, boot_id)
 }
 
 #[cfg(test)]

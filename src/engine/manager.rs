@@ -248,8 +248,10 @@ impl Owner {
             owner_id: self.owner_id.clone(),
             pid: self.pid,
             proc_start: self.proc_start,
+            boot_id: crate::util::process::current_boot_id(),
             token: uuid::Uuid::new_v4().to_string(),
             acquired_at: now_ms(),
+            expires_at: None,
         }
     }
 }
@@ -2049,8 +2051,7 @@ impl Engine {
         let lease = self.inner.store.lease(run_id).await?;
         Ok(lease.filter(|lease| {
             lease.owner_id != self.inner.owner.owner_id
-                && crate::discovery::liveness::identity_liveness(lease.pid, lease.proc_start, None)
-                    .is_alive()
+                && crate::util::process::identity(lease.pid, lease.proc_start, None).is_alive()
         }))
     }
 

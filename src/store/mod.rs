@@ -1,9 +1,32 @@
-//! Durable storage of runs behind one trait, so the engine never talks SQL and a second,
-//! shared backend (PostgreSQL for several replicas) can slot in later.
+//! Durable storage of runs behind one trait, so the engine never talks SQL or touches files,
+//! and a second, shared backend (PostgreSQL for several replicas) can slot in later and pass
+//! the same contract suite (`contract`).
 //!
-//! Every write made while a run executes is *fenced*: it carries the lease token of the
-//! execution that makes it, and the store refuses it (`StoreError::Fenced`) once another
-//! holder has taken the lease. SQLite implements the check inside the write transaction.
+//! Invariants every backend keeps (the contract suite checks each one):
+//!
+//! - **Fenced writes.** Every write made while a run executes carries the lease token of the
+//!   execution that makes it, and the store refuses it (`StoreError::Fenced`), writing
+//!   nothing, once another token holds the lease or none does. The check and the write are
+//!   one atomic step.
+//! - **Leases change hands by compare-and-swap on the token** (`Store::acquire_lease`).
+//!   Expiry is data, not a fence: a holder whose lease expired but was not taken over still
+//!   renews and writes. Whether an expired or orphaned lease *may* be taken over is the
+//!   caller's `LeasePolicy` (the daemon and the CLI: never while the holder process is
+//!   alive; serve replicas: after the TTL). A lapsed holder (its token replaced) can neither
+//!   renew (`Store::renew_lease`) nor write.
+//! - **First writer wins** for checkpoint answers (per call index), operation receipts (per
+//!   operation id and generation: a newer generation replaces an older one), control intents
+//!   (one pending intent per action and call) and their acknowledgements.
+//! - **Events are dense**: a run's event `seq` runs 1, 2, 3, … with no gap or repeat.
+//! - **Deleting a run deletes everything stored with it**: calls, events, answers,
+//!   receipts, control intents and acknowledgements, and its inline script copy.
+//! - **Bad stored data is `StoreError::Corrupt`**, naming the run and the field; never a
+//!   default.
+//! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
+//!   of a run, not the run.
+//!
+//! `sqlite` is the embedded backend (one database file per persistence root); `lease` holds
+//! the takeover policy, `control` the durable control intents.
 
 use std::path::{Path, PathBuf};
 
@@ -14,8 +37,15 @@ use crate::model::{
     RunSummary,
 };
 
+pub mod control;
+pub mod lease;
 pub mod sqlite;
 
+#[cfg(any(test, feature = "store-contract"))]
+pub mod contract;
+
+pub use control::{ControlIntent, IntentAck, IntentAction, IntentScope};
+pub use lease::{LapseReason, LeasePolicy, LeaseState};
 pub use sqlite::SqliteStore;
 
 /// Failures a caller branches on.
@@ -25,9 +55,15 @@ pub enum StoreError {
     UnknownRun(RunId),
     #[error("run {0} already exists")]
     AlreadyExists(RunId),
-    /// The write's lease token is no longer the run's lease.
+    /// The write's (or renewal's) lease token is no longer the run's lease.
     #[error("run {0}: lease lost; another execution owns this run now")]
     Fenced(RunId),
+    /// An acknowledgement named a control intent the run does not have.
+    #[error("run {run_id} has no control intent {op}")]
+    UnknownIntent { run_id: RunId, op: String },
+    /// The backend lacks the capability the call needs ([`Capabilities`]).
+    #[error("this run store cannot {0}")]
+    Unsupported(&'static str),
     /// Stored data that does not parse: a boundary, never silently repaired.
     #[error("run store is corrupt: {0}")]
     Corrupt(String),
@@ -36,6 +72,27 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What a backend promises beyond the trait's signatures. The engine needs `cas` and `fence`
+/// to run anything; they are stated so that a backend that cannot keep them (a read-only
+/// export, say) says so instead of failing late.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Compare-and-swap writes are atomic against every other handle on the same data (other
+    /// processes, other replicas): of two `acquire_lease` calls expecting the same token
+    /// exactly one succeeds, and first-writer-wins inserts (answers, receipts, intents,
+    /// acknowledgements) have one winner.
+    pub cas: bool,
+    /// Fenced writes check the lease token in the same atomic step as the write, so a holder
+    /// that lost the lease cannot write, however late its write arrives.
+    pub fence: bool,
+    /// Queries across projects are answered, from indexes, in one round trip: `list_runs`
+    /// without a project, `runs_with_script` and `pending_intents(IntentScope::All |
+    /// HeldBy)`. Without it those calls fail with `StoreError::Unsupported`; the per-run and
+    /// per-project queries admission and status need (`active_runs`, `list_runs` of one
+    /// project) are answered by every backend.
+    pub scan: bool,
+}
 
 /// The lease token a fenced write presents.
 #[derive(Clone, Copy, Debug)]
@@ -61,11 +118,30 @@ pub struct CallWrite<'a> {
     pub events: &'a [EventRecord],
 }
 
+/// The end of the latest generation's calls, as `status` shows them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallTail {
+    /// The latest generation that has any call row (checkpoint rows included), `None` when
+    /// the run has none: the generation [`Store::latest_calls`] would read.
+    pub generation: Option<u32>,
+    /// How many non-checkpoint rows that generation has.
+    pub total: u64,
+    /// Its last non-checkpoint rows by index, at most the limit asked for, ascending.
+    pub calls: Vec<CallRecord>,
+}
+
 /// The durable run store.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// The persistence root (`AGENTPRISM_PERSISTENCE_ROOT`, default `~/.agentprism/workflows`).
+    ///
+    /// Going: the engine still builds paths under it (intents, script copies, routing
+    /// capture) until it moves onto [`Store::put_intent`], [`Store::create_script_copy`] and
+    /// the sources port. A shared backend has no such path; nothing new may call it.
     fn root(&self) -> &Path;
+
+    /// What this backend promises ([`Capabilities`]).
+    fn capabilities(&self) -> Capabilities;
 
     /// Creates the run and its first lease atomically (admission). Fails with
     /// `AlreadyExists` if the id is taken.
@@ -117,6 +193,11 @@ pub trait Store: Send + Sync + 'static {
     /// The call rows of the latest generation that has any, ascending by index.
     async fn latest_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
 
+    /// The count and the last `limit` non-checkpoint rows of the latest generation that has
+    /// any rows, at a cost that does not grow with the run (an index walk plus a counter the
+    /// call writes maintain).
+    async fn call_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<CallTail>;
+
     /// Events with `seq > after`, at most `limit`, ascending.
     async fn events(&self, run_id: &RunId, after: u64, limit: u32)
     -> StoreResult<Vec<EventRecord>>;
@@ -155,13 +236,18 @@ pub trait Store: Send + Sync + 'static {
     async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>>;
 
     /// Compare-and-swap: installs `lease` if the current lease token equals `expected`
-    /// (`None` = no lease). Returns whether it was installed.
+    /// (`None` = no lease). Returns whether it was installed. Expiry plays no part: taking
+    /// over an expired lease is this same CAS, once the caller's policy allows it.
     async fn acquire_lease(
         &self,
         run_id: &RunId,
         expected: Option<&str>,
         lease: &Lease,
     ) -> StoreResult<bool>;
+
+    /// Sets the expiry of the lease `token` holds to `until` (Unix ms): the holder's
+    /// heartbeat. `Fenced` once the token no longer holds the lease (taken over or released).
+    async fn renew_lease(&self, run_id: &RunId, token: &str, until: i64) -> StoreResult<()>;
 
     /// Clears the lease if `token` still holds it.
     async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()>;
@@ -173,14 +259,54 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<RunSummary>>;
 
-    /// Runs of a project whose status is pending or running.
+    /// Runs of a project whose status is pending or running, oldest first: what admission
+    /// counts against the per-project cap (after reconciling runs whose holder died).
     async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>>;
 
     /// Runs whose recorded script file is `script_file`, newest first.
     async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>>;
 
-    /// Deletes the run and everything stored with it (calls, events, answers, receipts).
+    /// Deletes the run and everything stored with it (calls, events, answers, receipts,
+    /// control intents, its inline script copy).
     async fn delete_run(&self, run_id: &RunId) -> StoreResult<()>;
+
+    /// Records a control intent for an existing run, unless one for the same action and call
+    /// is still unacknowledged (or one with the same `op` exists): returns the intent that
+    /// stands, so a retried request carries the first request's operation id.
+    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent>;
+
+    /// The intent `op` of `run_id`, acknowledged or not.
+    async fn intent(&self, run_id: &RunId, op: &str) -> StoreResult<Option<ControlIntent>>;
+
+    /// Unacknowledged intents, oldest `requested_at` first (then by `op`).
+    async fn pending_intents(&self, scope: IntentScope<'_>) -> StoreResult<Vec<ControlIntent>>;
+
+    /// Marks the intent `op` done; the first acknowledgement wins and is returned.
+    /// `UnknownIntent` if the run has no such intent.
+    async fn acknowledge_intent(
+        &self,
+        run_id: &RunId,
+        op: &str,
+        ack: &IntentAck,
+    ) -> StoreResult<IntentAck>;
+
+    /// The acknowledgement of `op`, if there is one.
+    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>>;
+
+    /// Writes `text` as the inline script copy of `run_id` and returns where it is: a file
+    /// the `file://` resource serves and edits (on SQLite `…/projects/<slug>/runs/{runId}
+    /// .script.js`, resolved, so later reads that refuse links accept it). Called before
+    /// admission; the run row keeps the text durably, so the copy needs no fsync.
+    async fn create_script_copy(
+        &self,
+        project_dir: &Path,
+        run_id: &RunId,
+        text: &str,
+    ) -> StoreResult<PathBuf>;
+
+    /// Removes the inline script copy of `run_id`, if there is one (an admission that failed
+    /// after writing it).
+    async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()>;
 }
 
 /// The folder of a project inside the persistence root:

@@ -1,0 +1,225 @@
+//! Contract rules for leases: the compare-and-swap with one winner, fencing after a takeover,
+//! expiry that fences nothing by itself, renewal by the holding token only, release.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::store::{Fence, ScriptChange};
+
+/// `acquire_lease` installs a lease only over the expected token (`None`: no lease), and
+/// `release_lease` clears it only for its holder.
+pub async fn acquire_lease_is_a_compare_and_swap<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    let cas = |expected: Option<&'static str>, token: &'static str| {
+        let store = store.clone();
+        let id = id.clone();
+        async move { store.acquire_lease(&id, expected, &lease(token)).await }
+    };
+    assert!(!cas(None, "token-b").await.expect("cas over a held lease"));
+    assert!(!cas(Some("token-x"), "token-b").await.expect("cas mismatch"));
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(lease("token-a"))
+    );
+    assert!(cas(Some("token-a"), "token-b").await.expect("cas match"));
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(lease("token-b"))
+    );
+
+    store
+        .release_lease(id, "token-a")
+        .await
+        .expect("stale release");
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(lease("token-b"))
+    );
+    store.release_lease(id, "token-b").await.expect("release");
+    assert_eq!(store.lease(id).await.expect("lease"), None);
+
+    assert!(
+        !cas(Some("token-b"), "token-c")
+            .await
+            .expect("cas over no lease")
+    );
+    let full = expiring_lease("token-c", "replica-2", 1_700_000_090_000);
+    assert!(store.acquire_lease(id, None, &full).await.expect("cas"));
+    assert_eq!(store.lease(id).await.expect("lease"), Some(full));
+}
+
+/// Of many handles racing to take the same lease with the same expectation, exactly one
+/// wins, and the lease is the winner's.
+pub async fn concurrent_acquisitions_have_one_winner<B: Backend>(backend: &B) {
+    const RACERS: usize = 8;
+    let WithRun {
+        data,
+        store,
+        record,
+    } = with_run(backend).await;
+    assert!(store.capabilities().cas, "the engine needs `cas`");
+    let mut handles = vec![store.clone()];
+    handles.push(backend.open(&data).await);
+    let start = Arc::new(tokio::sync::Barrier::new(RACERS));
+    let mut racers = Vec::new();
+    for racer in 0..RACERS {
+        let (store, start) = (handles[racer % handles.len()].clone(), start.clone());
+        let id = record.run_id.clone();
+        racers.push(tokio::spawn(async move {
+            let token = format!("racer-{racer}");
+            start.wait().await;
+            let won = store
+                .acquire_lease(&id, Some("token-a"), &lease(&token))
+                .await
+                .expect("cas");
+            won.then_some(token)
+        }));
+    }
+    let mut winners = Vec::new();
+    for racer in racers {
+        winners.extend(racer.await.expect("racer task"));
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    let held = store.lease(&record.run_id).await.expect("lease");
+    assert_eq!(held.map(|lease| lease.token), winners.pop());
+}
+
+/// Once another token holds the lease, every fenced write of the old holder is refused and
+/// writes nothing; with no lease at all, every fenced write is refused.
+pub async fn fenced_writes_after_a_takeover_are_refused_and_write_nothing<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    assert!(store.capabilities().fence, "the engine needs `fence`");
+    let id = &record.run_id;
+    assert!(
+        store
+            .acquire_lease(id, Some("token-a"), &lease("token-b"))
+            .await
+            .expect("take over")
+    );
+    let stale = Fence("token-a");
+    let changed = RunRecord {
+        status: RunStatus::Failed,
+        script: "changed".to_owned(),
+        ..record.clone()
+    };
+    let row = call(1, 0, 1);
+    let events = [log_event(1, "lost")];
+    assert_fenced(
+        store
+            .update_run(&changed, ScriptChange::Changed, stale)
+            .await,
+        "update_run",
+    );
+    assert_fenced(
+        store
+            .append_call(id, write(&row, &[], &events), stale)
+            .await,
+        "append_call",
+    );
+    assert_fenced(
+        store
+            .append_calls(id, &[write(&row, &[], &events)], stale)
+            .await,
+        "append_calls",
+    );
+    assert_fenced(
+        store.append_events(id, &events, stale).await,
+        "append_events",
+    );
+    assert_eq!(store.load_run(id).await.expect("load"), record);
+    assert!(store.calls(id).await.expect("calls").is_empty());
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), 0);
+
+    store
+        .append_call(id, write(&row, &[], &events), Fence("token-b"))
+        .await
+        .expect("the holder writes");
+    store.release_lease(id, "token-b").await.expect("release");
+    assert_fenced(
+        store
+            .append_events(id, &[log_event(2, "x")], Fence("token-b"))
+            .await,
+        "a write after release",
+    );
+}
+
+/// An expired lease nobody took over still renews and writes (expiry is the policy's data,
+/// not a fence); taking it over is the ordinary CAS, after which the lapsed holder can
+/// neither renew nor write.
+pub async fn expiry_alone_fences_nothing_but_a_takeover_does<B: Backend>(backend: &B) {
+    let (_data, store) = empty(backend).await;
+    let record = run_record(RUN, PROJECT, 1);
+    let id = &record.run_id;
+    let expired = expiring_lease("token-a", "replica-1", 10);
+    store.create_run(&record, &expired).await.expect("create");
+    store
+        .append_events(id, &[log_event(1, "late but held")], Fence("token-a"))
+        .await
+        .expect("an expired holder writes");
+    store
+        .renew_lease(id, "token-a", 20)
+        .await
+        .expect("renew late");
+    assert_eq!(
+        store
+            .lease(id)
+            .await
+            .expect("lease")
+            .and_then(|lease| lease.expires_at),
+        Some(20)
+    );
+    let successor = expiring_lease("token-b", "replica-2", 50_000);
+    assert!(
+        !store
+            .acquire_lease(id, Some("token-x"), &successor)
+            .await
+            .expect("cas mismatch")
+    );
+    assert!(
+        store
+            .acquire_lease(id, Some("token-a"), &successor)
+            .await
+            .expect("take over")
+    );
+    assert_fenced(
+        store.renew_lease(id, "token-a", 99).await,
+        "renewal by the lapsed holder",
+    );
+    assert_fenced(
+        store
+            .append_events(id, &[log_event(2, "lost")], Fence("token-a"))
+            .await,
+        "a write by the lapsed holder",
+    );
+    assert_eq!(store.lease(id).await.expect("lease"), Some(successor));
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), 1);
+}
+
+/// Renewal sets the expiry for the holding token and is refused for any other, and for a
+/// released lease.
+pub async fn renewal_needs_the_token_that_holds_the_lease<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    store
+        .renew_lease(id, "token-a", 5_000)
+        .await
+        .expect("renew");
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(Lease {
+            expires_at: Some(5_000),
+            ..lease("token-a")
+        })
+    );
+    assert_fenced(
+        store.renew_lease(id, "token-x", 6_000).await,
+        "renewal by a stranger",
+    );
+    store.release_lease(id, "token-a").await.expect("release");
+    assert_fenced(
+        store.renew_lease(id, "token-a", 7_000).await,
+        "renewal after release",
+    );
+    assert_eq!(store.lease(id).await.expect("lease"), None);
+}

@@ -1,0 +1,335 @@
+//! The backend-independent contract of [`Store`]: one async function per rule, each taking a
+//! [`Backend`] (a factory of `Arc<dyn Store>` handles on one fresh set of data), so every
+//! backend passes the same suite. A backend runs it all with one macro line in its tests:
+//!
+//! ```ignore
+//! agentprism::store_contract_tests!(MyBackend::default());
+//! ```
+//!
+//! which expands to one `#[tokio::test]` per rule. Compiled for this crate's tests and, for a
+//! backend built elsewhere, behind the `store-contract` cargo feature.
+//!
+//! Every trait method is exercised, and every failure rule: unknown run, taken id, fenced
+//! write after a takeover, a lapsed holder that can neither renew nor write, CAS mismatch and
+//! a single winner among concurrent CAS, first-writer-wins answers, receipts by generation,
+//! dense event seqs, the bounded call tail, intents reused while pending and ended by the
+//! first acknowledgement, script copies, delete cascading to everything, declared
+//! capabilities, and corrupt data reported as `Corrupt`. `Store::root` alone is left out: it
+//! is going, and a shared backend has no root.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use super::{CallWrite, Store, StoreError, StoreResult};
+use crate::model::{
+    CallKind, CallOrigin, CallOutcome, CallRecord, EventRecord, Lease, Limits, PauseReason, Phase,
+    RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource, Usage,
+};
+
+mod calls;
+mod control;
+mod leases;
+mod runs;
+
+pub use calls::*;
+pub use control::*;
+pub use leases::*;
+pub use runs::*;
+
+/// What the suite needs from a backend.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Whatever keeps one set of data alive (a temporary folder, a scratch schema).
+    type Data: Send + Sync;
+
+    /// A fresh, empty set of data.
+    async fn create(&self) -> Self::Data;
+
+    /// A handle on `data`. Called again for the same data, it must give an independent
+    /// handle, as another process or replica would have.
+    async fn open(&self, data: &Self::Data) -> Arc<dyn Store>;
+
+    /// Overwrites the stored `args` of `run_id` with text that does not parse.
+    async fn damage_args(&self, data: &Self::Data, run_id: &RunId);
+}
+
+/// Expands to one `#[tokio::test]` per contract rule, run against `$backend`.
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($backend:expr) => {
+        $crate::store_contract_tests!(@cases $backend;
+            create_and_load_round_trip,
+            create_refuses_a_taken_id,
+            update_run_keeps_or_replaces_the_script,
+            unknown_runs_are_reported_by_every_method,
+            listings_are_ordered_and_per_project,
+            corrupt_data_is_reported_as_corrupt,
+            a_second_handle_sees_the_first_ones_writes,
+            delete_cascades_to_everything_stored_with_the_run,
+            append_call_supersedes_rows_and_appends_events,
+            calls_replay_pool_and_latest_calls_are_ordered,
+            call_tail_counts_and_bounds_the_latest_generation,
+            events_page_by_cursor_and_stay_dense,
+            log_tail_returns_the_last_lines_and_the_count,
+            checkpoint_answers_are_first_writer_wins,
+            receipts_are_first_writer_wins_per_generation,
+            acquire_lease_is_a_compare_and_swap,
+            concurrent_acquisitions_have_one_winner,
+            fenced_writes_after_a_takeover_are_refused_and_write_nothing,
+            expiry_alone_fences_nothing_but_a_takeover_does,
+            renewal_needs_the_token_that_holds_the_lease,
+            intents_are_reused_while_pending_and_end_at_the_first_ack,
+            pending_intents_by_run_holder_and_all,
+            script_copies_are_created_and_deleted,
+            capabilities_are_kept,
+        );
+    };
+    (@cases $backend:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::store::contract::$case(&$backend).await;
+            }
+        )*
+    };
+}
+
+/// The project most fixtures belong to.
+pub const PROJECT: &str = "/home/dev/shop";
+/// Another project, for per-project listings.
+pub const OTHER_PROJECT: &str = "/home/dev/blog";
+/// The run [`with_run`] creates.
+pub const RUN: &str = "lq3k2m1-abc123";
+
+/// A fresh store holding one running run ([`RUN`]) under lease `token-a`.
+pub struct WithRun<D> {
+    pub data: D,
+    pub store: Arc<dyn Store>,
+    pub record: RunRecord,
+}
+
+pub async fn with_run<B: Backend>(backend: &B) -> WithRun<B::Data> {
+    let data = backend.create().await;
+    let store = backend.open(&data).await;
+    let record = run_record(RUN, PROJECT, 1_700_000_000_000);
+    store
+        .create_run(&record, &lease("token-a"))
+        .await
+        .expect("create the run");
+    WithRun {
+        data,
+        store,
+        record,
+    }
+}
+
+/// A fresh, empty store.
+pub async fn empty<B: Backend>(backend: &B) -> (B::Data, Arc<dyn Store>) {
+    let data = backend.create().await;
+    let store = backend.open(&data).await;
+    (data, store)
+}
+
+pub fn run_id(text: &str) -> RunId {
+    RunId::parse(text).expect("test run ids are valid")
+}
+
+/// A run as admission creates it: optional fields unset.
+pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
+    RunRecord {
+        run_id: run_id(id),
+        project_dir: PathBuf::from(project_dir),
+        workflow_name: "review".to_owned(),
+        status: RunStatus::Running,
+        pause_reason: None,
+        error_code: None,
+        error_message: None,
+        script: "export const meta = { name: \"review\" };\nawait agent(\"look\");\n".to_owned(),
+        script_file: PathBuf::from(format!("/store/runs/{id}.script.js")),
+        script_source: ScriptSource::Inline,
+        script_revisions: Vec::new(),
+        meta: json!({ "name": "review" }),
+        args: json!({ "target": "src" }),
+        cwd: PathBuf::from(project_dir),
+        limits: Limits::default(),
+        phases: Vec::new(),
+        current_phase: None,
+        result: None,
+        started_at,
+        updated_at: started_at,
+        token_usage: Usage::default(),
+        stream_id: "0123456789abcdef0123456789abcdef".to_owned(),
+        generation: 1,
+        setup: None,
+        auth_context: None,
+        checkpoint_context: None,
+        reset_hint: None,
+        routing: json!({ "tiers": {}, "integrity": "abc" }),
+    }
+}
+
+/// A run with every optional field set, paused at a checkpoint in its second generation.
+pub fn full_run_record(id: &str) -> RunRecord {
+    RunRecord {
+        status: RunStatus::Paused,
+        pause_reason: Some(PauseReason::CheckpointRequired),
+        error_code: Some("CHECKPOINT_REQUIRED".to_owned()),
+        error_message: Some("waiting for an answer".to_owned()),
+        script_source: ScriptSource::Path,
+        script_file: PathBuf::from("/home/dev/shop/flows/review.js"),
+        script_revisions: vec![ScriptRevision {
+            generation: 2,
+            accepted_at: 1_700_000_050_000,
+            sha256: "ab".repeat(32),
+        }],
+        limits: Limits {
+            max_agents: 50,
+            concurrency: 4,
+            agent_retries: 2,
+        },
+        phases: vec![Phase {
+            title: "Read".to_owned(),
+            detail: Some("read the code".to_owned()),
+            model: Some("fast".to_owned()),
+        }],
+        current_phase: Some("Read".to_owned()),
+        result: Some(json!({ "summary": "ok", "count": 3, "ratio": 0.5 })),
+        updated_at: 1_700_000_060_000,
+        token_usage: Usage {
+            input_tokens: 1200,
+            output_tokens: 340,
+            total_tokens: 1540,
+            cost_usd: Some(0.25),
+        },
+        generation: 2,
+        setup: Some(json!({ "state": "done", "request": null })),
+        auth_context: Some(json!({ "backendId": "claude", "methods": [] })),
+        checkpoint_context: Some(json!({ "callIndex": 2, "hash": "cafe", "kind": "confirm" })),
+        reset_hint: Some("resets at 5pm".to_owned()),
+        ..run_record(id, PROJECT, 1_700_000_000_000)
+    }
+}
+
+/// A lease without expiry or boot id, as the daemon writes today.
+pub fn lease(token: &str) -> Lease {
+    Lease {
+        owner_id: "daemon-1".to_owned(),
+        pid: 4242,
+        proc_start: 987_654_321,
+        boot_id: None,
+        token: token.to_owned(),
+        acquired_at: 1_700_000_000_000,
+        expires_at: None,
+    }
+}
+
+/// A lease with every field set, as a serve replica writes it.
+pub fn expiring_lease(token: &str, owner_id: &str, expires_at: i64) -> Lease {
+    Lease {
+        owner_id: owner_id.to_owned(),
+        boot_id: Some("0f5e6c1a-boot".to_owned()),
+        expires_at: Some(expires_at),
+        ..lease(token)
+    }
+}
+
+pub fn call(generation: u32, index: u32, settlement_ordinal: u64) -> CallRecord {
+    CallRecord {
+        generation,
+        index,
+        kind: CallKind::Agent,
+        hash: format!("hash-{index}"),
+        path: Some("3:7<1:1".to_owned()),
+        inputs_hash: Some(format!("inputs-{index}")),
+        label: Some(format!("call {index}")),
+        phase: None,
+        outcome: CallOutcome::Result,
+        origin: CallOrigin::Runner,
+        result: Some(json!({ "answer": index })),
+        error: None,
+        aborted: false,
+        attempts: 1,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            total_tokens: 15,
+            cost_usd: None,
+        },
+        model_requested: Some("fast".to_owned()),
+        model_resolved: Some("claude-haiku".to_owned()),
+        backend_id: Some("claude".to_owned()),
+        resolved_cwd: Some(PROJECT.to_owned()),
+        replay: None,
+        session: Some(json!({ "sessionId": "s-1" })),
+        settlement_ordinal,
+        superseded_by: None,
+    }
+}
+
+pub fn checkpoint_call(generation: u32, index: u32, settlement_ordinal: u64) -> CallRecord {
+    CallRecord {
+        kind: CallKind::Checkpoint,
+        model_requested: None,
+        model_resolved: None,
+        backend_id: None,
+        session: None,
+        ..call(generation, index, settlement_ordinal)
+    }
+}
+
+pub fn event(seq: u64, event_type: &str) -> EventRecord {
+    EventRecord {
+        seq,
+        timestamp: 1_700_000_000_000 + seq as i64,
+        event: json!({ "type": event_type, "runId": RUN, "scope": "root" }),
+        redacted: false,
+        truncated: false,
+    }
+}
+
+pub fn log_event(seq: u64, message: &str) -> EventRecord {
+    EventRecord {
+        event: json!({ "type": "log", "runId": RUN, "scope": "root", "message": message }),
+        ..event(seq, "log")
+    }
+}
+
+pub fn write<'a>(
+    record: &'a CallRecord,
+    supersedes: &'a [(u32, u32)],
+    events: &'a [EventRecord],
+) -> CallWrite<'a> {
+    CallWrite {
+        record,
+        supersedes,
+        events,
+    }
+}
+
+pub fn assert_fenced<T: std::fmt::Debug>(result: StoreResult<T>, what: &str) {
+    match result {
+        Err(StoreError::Fenced(id)) => assert_eq!(id.as_str(), RUN, "{what}"),
+        other => panic!("{what}: expected Fenced, got {other:?}"),
+    }
+}
+
+pub fn assert_unknown<T: std::fmt::Debug>(result: StoreResult<T>, what: &str) {
+    match result {
+        Err(StoreError::UnknownRun(_)) => {}
+        other => panic!("{what}: expected UnknownRun, got {other:?}"),
+    }
+}
+
+/// A cross-run query: the result if the backend declares `scan`, else the refusal checked.
+pub fn scanned<T: std::fmt::Debug>(scan: bool, result: StoreResult<T>, what: &str) -> Option<T> {
+    if scan {
+        return Some(result.unwrap_or_else(|error| panic!("{what}: {error}")));
+    }
+    match result {
+        Err(StoreError::Unsupported(_)) => None,
+        other => panic!("{what}: without `scan` expected Unsupported, got {other:?}"),
+    }
+}

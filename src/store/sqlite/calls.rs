@@ -1,0 +1,285 @@
+//! The `calls` table, one row per settled call (journal entry and call record together):
+//! the fenced append that also supersedes replayed rows and appends the buffered events, the
+//! whole-run reads replay needs, and the bounded tail status reads. `call_tallies` counts
+//! each generation's non-checkpoint rows as they are written, so the tail never counts.
+
+use rusqlite::{Connection, OptionalExtension, Transaction};
+
+use super::connection::{Context, write_transaction};
+use super::events::insert_events;
+use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_json, to_sql_integer};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
+use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
+
+/// The latest generation with any row: one descent of the primary key.
+pub(super) const TAIL_GENERATION: &str = "SELECT MAX(generation) FROM calls WHERE run_key = ?1";
+/// Its non-checkpoint count, as the call writes keep it.
+pub(super) const TAIL_COUNT: &str =
+    "SELECT calls FROM call_tallies WHERE run_key = ?1 AND generation = ?2";
+/// Its last rows: the primary key walked backwards from the generation's end.
+pub(super) const TAIL_ROWS: &str = "SELECT * FROM calls
+     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
+     ORDER BY call_index DESC LIMIT ?3";
+
+/// Every call row of the run, ordered by (generation, settlement ordinal).
+pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+    let run_key = run_key(connection, run_id)?;
+    query_calls(
+        connection,
+        "SELECT * FROM calls WHERE run_key = ?1
+         ORDER BY generation, settlement_ordinal, call_index",
+        run_key,
+        run_id,
+    )
+}
+
+/// Rows not superseded yet, by (generation, index).
+pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+    let run_key = run_key(connection, run_id)?;
+    query_calls(
+        connection,
+        "SELECT * FROM calls WHERE run_key = ?1 AND superseded_by IS NULL
+         ORDER BY generation, call_index",
+        run_key,
+        run_id,
+    )
+}
+
+/// The rows of the latest generation that has any, by index.
+pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+    let run_key = run_key(connection, run_id)?;
+    query_calls(
+        connection,
+        "SELECT * FROM calls
+         WHERE run_key = ?1
+           AND generation = (SELECT MAX(generation) FROM calls WHERE run_key = ?1)
+         ORDER BY call_index",
+        run_key,
+        run_id,
+    )
+}
+
+/// The latest generation's count and last `limit` non-checkpoint rows: the generation from
+/// the primary key's prefix (a `MAX` over an index is one descent), the count from
+/// `call_tallies`, the rows by walking the primary key backwards from the end. Checkpoint
+/// rows met on the way are skipped; there are as few as there are questions to a human.
+pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> StoreResult<CallTail> {
+    let doing = || format!("read the last calls of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let generation: Option<u32> = connection
+        .prepare_cached(TAIL_GENERATION)
+        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .context(doing)?;
+    let Some(generation) = generation else {
+        return Ok(CallTail {
+            generation: None,
+            total: 0,
+            calls: Vec::new(),
+        });
+    };
+    let total: Option<i64> = connection
+        .prepare_cached(TAIL_COUNT)
+        .and_then(|mut statement| {
+            statement
+                .query_row(rusqlite::params![run_key, generation], |row| row.get(0))
+                .optional()
+        })
+        .context(doing)?;
+    let total = u64::try_from(total.unwrap_or(0)).map_err(|error| {
+        StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
+    })?;
+    let mut statement = connection.prepare_cached(TAIL_ROWS).context(doing)?;
+    let mut rows = statement
+        .query(rusqlite::params![run_key, generation, limit])
+        .context(doing)?;
+    let mut calls = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        calls.push(call_from_row(&RowReader::new(row, run_id, "calls"))?);
+    }
+    // Read newest first to stop after `limit`; a tail reads oldest first.
+    calls.reverse();
+    Ok(CallTail {
+        generation: Some(generation),
+        total,
+        calls,
+    })
+}
+
+pub(super) fn append(
+    connection: &mut Connection,
+    run_id: &RunId,
+    writes: &[CallWrite<'_>],
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    let doing = || format!("append calls of run {run_id}");
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    for write in writes {
+        insert_call(&transaction, run_key, run_id, write.record)?;
+        for &(generation, index) in write.supersedes {
+            let changed = transaction
+                .prepare_cached(
+                    "UPDATE calls SET superseded_by = ?1
+                     WHERE run_key = ?2 AND generation = ?3 AND call_index = ?4",
+                )
+                .and_then(|mut statement| {
+                    statement.execute(rusqlite::params![
+                        write.record.generation,
+                        run_key,
+                        generation,
+                        index
+                    ])
+                })
+                .context(doing)?;
+            if changed == 0 {
+                return Err(StoreError::Io(format!(
+                    "{}: call {index} of generation {generation} to supersede does not exist",
+                    doing()
+                )));
+            }
+        }
+        insert_events(&transaction, run_key, run_id, write.events)?;
+    }
+    count_calls(&transaction, run_key, run_id, writes)?;
+    transaction.commit().context(doing)
+}
+
+fn insert_call(
+    transaction: &Transaction<'_>,
+    run_key: i64,
+    run_id: &RunId,
+    call: &CallRecord,
+) -> StoreResult<()> {
+    let doing = || {
+        format!(
+            "record call {} of generation {} of run {run_id}",
+            call.index, call.generation
+        )
+    };
+    let settlement_ordinal = to_sql_integer(call.settlement_ordinal, "settlement ordinal")?;
+    let usage = to_json(&call.usage, "call usage")?;
+    let error = optional_json(call.error.as_ref(), "call error")?;
+    let replay = optional_json(call.replay.as_ref(), "call replay")?;
+    let session = optional_json(call.session.as_ref(), "call session")?;
+    let result = optional_json(call.result.as_ref(), "call result")?;
+    transaction
+        .prepare_cached(
+            "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal,
+                 superseded_by, kind, hash, path, inputs_hash, label, phase, outcome, origin,
+                 aborted, attempts, model_requested, model_resolved, backend_id, resolved_cwd,
+                 usage, error, replay, session, result)
+             VALUES (:run_key, :generation, :call_index, :settlement_ordinal, :superseded_by,
+                 :kind, :hash, :path, :inputs_hash, :label, :phase, :outcome, :origin, :aborted,
+                 :attempts, :model_requested, :model_resolved, :backend_id, :resolved_cwd,
+                 :usage, :error, :replay, :session, :result)",
+        )
+        .and_then(|mut statement| {
+            statement.execute(rusqlite::named_params! {
+                ":run_key": run_key,
+                ":generation": call.generation,
+                ":call_index": call.index,
+                ":settlement_ordinal": settlement_ordinal,
+                ":superseded_by": call.superseded_by,
+                ":kind": call.kind.as_str(),
+                ":hash": call.hash,
+                ":path": call.path,
+                ":inputs_hash": call.inputs_hash,
+                ":label": call.label,
+                ":phase": call.phase,
+                ":outcome": call.outcome.as_str(),
+                ":origin": call.origin.as_str(),
+                ":aborted": call.aborted,
+                ":attempts": call.attempts,
+                ":model_requested": call.model_requested,
+                ":model_resolved": call.model_resolved,
+                ":backend_id": call.backend_id,
+                ":resolved_cwd": call.resolved_cwd,
+                ":usage": usage,
+                ":error": error,
+                ":replay": replay,
+                ":session": session,
+                ":result": result,
+            })
+        })
+        .context(doing)
+        .map(drop)
+}
+
+/// Adds the non-checkpoint rows of `writes` to their generations' tallies: one statement per
+/// generation the transaction writes (nearly always one).
+fn count_calls(
+    transaction: &Transaction<'_>,
+    run_key: i64,
+    run_id: &RunId,
+    writes: &[CallWrite<'_>],
+) -> StoreResult<()> {
+    let mut counted: Vec<(u32, i64)> = Vec::new();
+    for write in writes {
+        if write.record.kind == CallKind::Checkpoint {
+            continue;
+        }
+        match counted
+            .iter_mut()
+            .find(|(generation, _)| *generation == write.record.generation)
+        {
+            Some((_, calls)) => *calls += 1,
+            None => counted.push((write.record.generation, 1)),
+        }
+    }
+    for (generation, calls) in counted {
+        transaction
+            .prepare_cached(
+                "INSERT INTO call_tallies (run_key, generation, calls) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (run_key, generation) DO UPDATE SET calls = calls + excluded.calls",
+            )
+            .and_then(|mut statement| {
+                statement.execute(rusqlite::params![run_key, generation, calls])
+            })
+            .context(|| format!("count the calls of generation {generation} of run {run_id}"))?;
+    }
+    Ok(())
+}
+
+fn query_calls(
+    connection: &Connection,
+    sql: &str,
+    run_key: i64,
+    run_id: &RunId,
+) -> StoreResult<Vec<CallRecord>> {
+    let doing = || format!("read calls of run {run_id}");
+    let mut statement = connection.prepare_cached(sql).context(doing)?;
+    let mut rows = statement.query([run_key]).context(doing)?;
+    let mut calls = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        calls.push(call_from_row(&RowReader::new(row, run_id, "calls"))?);
+    }
+    Ok(calls)
+}
+
+pub(super) fn call_from_row(reader: &RowReader<'_, '_>) -> StoreResult<CallRecord> {
+    Ok(CallRecord {
+        generation: reader.get("generation")?,
+        index: reader.get("call_index")?,
+        kind: reader.parsed("kind", CallKind::parse)?,
+        hash: reader.get("hash")?,
+        path: reader.get("path")?,
+        inputs_hash: reader.get("inputs_hash")?,
+        label: reader.get("label")?,
+        phase: reader.get("phase")?,
+        outcome: reader.parsed("outcome", CallOutcome::parse)?,
+        origin: reader.parsed("origin", CallOrigin::parse)?,
+        result: reader.optional_json("result")?,
+        error: reader.optional_json("error")?,
+        aborted: reader.get("aborted")?,
+        attempts: reader.get("attempts")?,
+        usage: reader.json("usage")?,
+        model_requested: reader.get("model_requested")?,
+        model_resolved: reader.get("model_resolved")?,
+        backend_id: reader.get("backend_id")?,
+        resolved_cwd: reader.get("resolved_cwd")?,
+        replay: reader.optional_json("replay")?,
+        session: reader.optional_json("session")?,
+        settlement_ordinal: reader.unsigned("settlement_ordinal")?,
+        superseded_by: reader.get("superseded_by")?,
+    })
+}

@@ -1,0 +1,189 @@
+//! Opening the database: private files, the connection's settings (WAL, busy timeout, small
+//! pages, no checkpoint on close), the schema migrations, and the write transaction every
+//! read-modify-write operation runs in.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, FileControl, MAIN_DB, Transaction, TransactionBehavior};
+
+use crate::store::{StoreError, StoreResult};
+
+/// Schema migrations in the order they apply; after migration `n` (1-based) the database's
+/// `user_version` is `n`. Append new files, never edit an applied one.
+pub(super) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_initial.sql"),
+    include_str!("../migrations/sqlite/0002_runs_by_script.sql"),
+    include_str!("../migrations/sqlite/0003_fewer_call_indexes.sql"),
+    include_str!("../migrations/sqlite/0004_leases_intents_tallies.sql"),
+];
+
+/// The page size of a new database. Every commit copies each page it touched into the WAL
+/// whole, and a settled call touches a handful of pages with rows of a few hundred bytes, so
+/// small pages keep the bytes written per call small (about 7 KiB instead of 28 KiB with
+/// SQLite's default of 4 KiB). An existing database keeps the page size it was created with.
+pub(super) const PAGE_SIZE: i64 = 1024;
+
+/// How long a statement waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Room for every statement text the store prepares (about forty), so none is evicted and
+/// re-prepared on a hot path.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
+/// Adds what was being done to a SQLite error.
+pub(super) trait Context<T> {
+    fn context(self, doing: impl FnOnce() -> String) -> StoreResult<T>;
+}
+
+impl<T> Context<T> for rusqlite::Result<T> {
+    fn context(self, doing: impl FnOnce() -> String) -> StoreResult<T> {
+        self.map_err(|error| StoreError::Io(format!("{}: {error}", doing())))
+    }
+}
+
+/// Opens the database file at `path` (creating it readable by its owner only), configured and
+/// migrated to the current schema.
+pub(super) fn open(root: &Path, path: &Path) -> StoreResult<Connection> {
+    create_private_folder(root)?;
+    create_private_file(path)?;
+    let mut connection =
+        Connection::open(path).context(|| format!("open database {}", path.display()))?;
+    configure(&connection, path)?;
+    migrate(&mut connection, path)?;
+    Ok(connection)
+}
+
+/// Starts a transaction that holds the write lock from its first statement, so that what it
+/// checks cannot change before it writes.
+pub(super) fn write_transaction(
+    connection: &mut Connection,
+    doing: impl FnOnce() -> String,
+) -> StoreResult<Transaction<'_>> {
+    connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .context(doing)
+}
+
+pub(super) fn create_private_folder(folder: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)
+        .map_err(|error| StoreError::Io(format!("create folder {}: {error}", folder.display())))
+}
+
+/// Creates the database file readable by its owner only before SQLite opens it; SQLite gives
+/// the `-wal` and `-shm` files the same permissions.
+fn create_private_file(path: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
+        .map_err(|error| StoreError::Io(format!("create {}: {error}", path.display())))
+}
+
+fn configure(connection: &Connection, path: &Path) -> StoreResult<()> {
+    let doing = || format!("configure database {}", path.display());
+    // Two processes opening a new database at once race to switch it to WAL, and SQLite
+    // answers that race with SQLITE_BUSY at once instead of calling the busy handler. So
+    // the settings are applied again after a short pause, within the usual busy timeout.
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(2);
+    let journal_mode = loop {
+        match apply_settings(connection) {
+            Err(error) if is_busy(&error) && started.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => break other.context(doing)?,
+        }
+    };
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Io(format!(
+            "{}: the journal mode stayed {journal_mode:?} instead of WAL",
+            doing()
+        )));
+    }
+    Ok(())
+}
+
+/// The connection's settings; every one of them can be applied again. Returns the journal
+/// mode SQLite reports after asking for WAL.
+fn apply_settings(connection: &Connection) -> rusqlite::Result<String> {
+    // Set first, so that the pragmas below already wait for a concurrent opener.
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    // Before WAL mode: once a database is in WAL mode (or has any table) its page size is
+    // fixed, and for such a database this is a no-op.
+    connection.pragma_update(None, "page_size", PAGE_SIZE)?;
+    let journal_mode: String =
+        connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    // A short-lived process (`agentprism run`, `status`) would otherwise checkpoint the WAL
+    // into the database and delete it when it closes, and the next one recreate it: four
+    // fsyncs per process. Committed transactions are in the WAL either way, and the next
+    // opener reads them from there, so this keeps every commit across a crash; the WAL is
+    // still checkpointed by the automatic checkpoint once it grows past 1,000 pages.
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    let mut persist = 1;
+    connection.file_control(Some(MAIN_DB), FileControl::PersistWal(&mut persist))?;
+    Ok(journal_mode)
+}
+
+/// Whether SQLite refused for a lock another connection holds.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Applies the migrations the database lacks, all in one transaction, so a crash leaves the
+/// old version and a concurrent opener waits and then finds nothing left to do.
+fn migrate(connection: &mut Connection, path: &Path) -> StoreResult<()> {
+    let doing = || format!("migrate database {}", path.display());
+    // The usual case, an up-to-date database, needs no write lock.
+    let version: i64 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .context(doing)?;
+    if usize::try_from(version).is_ok_and(|version| version == MIGRATIONS.len()) {
+        return Ok(());
+    }
+    let transaction = write_transaction(connection, doing)?;
+    let version: i64 = transaction
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .context(doing)?;
+    let known = MIGRATIONS.len();
+    let applied = usize::try_from(version).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "{} has the invalid schema version {version}",
+            path.display()
+        ))
+    })?;
+    if applied > known {
+        return Err(StoreError::Corrupt(format!(
+            "{} has schema version {applied}, but this agentprism knows versions up to \
+             {known}; use a newer agentprism for this persistence root",
+            path.display()
+        )));
+    }
+    for (number, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+        let version = number + 1;
+        transaction
+            .execute_batch(sql)
+            .context(|| format!("{}: apply migration {version}", doing()))?;
+        transaction
+            .pragma_update(None, "user_version", version as i64)
+            .context(doing)?;
+    }
+    transaction.commit().context(doing)
+}

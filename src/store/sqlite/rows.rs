@@ -1,0 +1,171 @@
+//! Between Rust values and SQLite columns: the typed row reader that turns bad stored data
+//! into `StoreError::Corrupt` naming the run, table and column; JSON, path and integer
+//! conversions; and the run-key lookups every per-run query starts with, including the
+//! fence check.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+
+use rusqlite::types::FromSql;
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::connection::Context;
+use crate::model::RunId;
+use crate::store::{Fence, StoreError, StoreResult};
+
+/// Reads typed columns of one result row; bad stored data becomes `StoreError::Corrupt`
+/// naming the run, table and column.
+pub(super) struct RowReader<'row, 'statement> {
+    row: &'row Row<'statement>,
+    /// The run the row belongs to, named in every `Corrupt` message.
+    pub(super) run_id: &'row RunId,
+    /// The table the row comes from, for the same messages.
+    table: &'static str,
+}
+
+impl<'row, 'statement> RowReader<'row, 'statement> {
+    pub(super) fn new(
+        row: &'row Row<'statement>,
+        run_id: &'row RunId,
+        table: &'static str,
+    ) -> RowReader<'row, 'statement> {
+        RowReader { row, run_id, table }
+    }
+
+    pub(super) fn get<T: FromSql>(&self, column: &str) -> StoreResult<T> {
+        self.row
+            .get(column)
+            .map_err(|error| self.corrupt(column, error))
+    }
+
+    /// A `u64` field, stored as a non-negative SQLite integer.
+    pub(super) fn unsigned(&self, column: &str) -> StoreResult<u64> {
+        let value: i64 = self.get(column)?;
+        u64::try_from(value).map_err(|error| self.corrupt(column, error))
+    }
+
+    pub(super) fn optional_unsigned(&self, column: &str) -> StoreResult<Option<u64>> {
+        let value: Option<i64> = self.get(column)?;
+        value
+            .map(|value| u64::try_from(value).map_err(|error| self.corrupt(column, error)))
+            .transpose()
+    }
+
+    pub(super) fn json<T: DeserializeOwned>(&self, column: &str) -> StoreResult<T> {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text).map_err(|error| self.corrupt(column, error))
+    }
+
+    pub(super) fn optional_json<T: DeserializeOwned>(
+        &self,
+        column: &str,
+    ) -> StoreResult<Option<T>> {
+        let text: Option<String> = self.get(column)?;
+        text.map(|text| serde_json::from_str(&text).map_err(|error| self.corrupt(column, error)))
+            .transpose()
+    }
+
+    pub(super) fn parsed<T>(&self, column: &str, parse: fn(&str) -> Option<T>) -> StoreResult<T> {
+        let text: String = self.get(column)?;
+        parse(&text).ok_or_else(|| self.corrupt(column, format!("unknown value {text:?}")))
+    }
+
+    pub(super) fn optional_parsed<T>(
+        &self,
+        column: &str,
+        parse: fn(&str) -> Option<T>,
+    ) -> StoreResult<Option<T>> {
+        let text: Option<String> = self.get(column)?;
+        text.map(|text| {
+            parse(&text).ok_or_else(|| self.corrupt(column, format!("unknown value {text:?}")))
+        })
+        .transpose()
+    }
+
+    pub(super) fn path(&self, column: &str) -> StoreResult<PathBuf> {
+        self.get::<String>(column).map(PathBuf::from)
+    }
+
+    pub(super) fn corrupt(&self, column: &str, error: impl Display) -> StoreError {
+        StoreError::Corrupt(format!(
+            "run {}: column {}.{column}: {error}",
+            self.run_id, self.table
+        ))
+    }
+}
+
+pub(super) fn find_run_key(connection: &Connection, run_id: &RunId) -> StoreResult<Option<i64>> {
+    connection
+        .prepare_cached("SELECT run_key FROM runs WHERE run_id = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([run_id.as_str()], |row| row.get(0))
+                .optional()
+        })
+        .context(|| format!("look up run {run_id}"))
+}
+
+pub(super) fn run_key(connection: &Connection, run_id: &RunId) -> StoreResult<i64> {
+    find_run_key(connection, run_id)?.ok_or_else(|| StoreError::UnknownRun(run_id.clone()))
+}
+
+/// The run's key, if `fence` still holds its lease. Called inside the write transaction that
+/// the fence guards.
+pub(super) fn fenced_run_key(
+    connection: &Connection,
+    run_id: &RunId,
+    fence: Fence<'_>,
+) -> StoreResult<i64> {
+    let found: Option<(i64, Option<String>)> = connection
+        .prepare_cached("SELECT run_key, lease_token FROM runs WHERE run_id = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([run_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .context(|| format!("check the lease of run {run_id}"))?;
+    match found {
+        None => Err(StoreError::UnknownRun(run_id.clone())),
+        Some((run_key, Some(token))) if token == fence.0 => Ok(run_key),
+        Some(_) => Err(StoreError::Fenced(run_id.clone())),
+    }
+}
+
+/// Reads the `run_id` column of a listing row back into a validated id.
+pub(super) fn stored_run_id(row: &Row<'_>) -> StoreResult<RunId> {
+    let text: String = row
+        .get("run_id")
+        .map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))?;
+    RunId::parse(&text).map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))
+}
+
+pub(super) fn to_json(value: &impl Serialize, what: &str) -> StoreResult<String> {
+    serde_json::to_string(value)
+        .map_err(|error| StoreError::Io(format!("encode {what} as JSON: {error}")))
+}
+
+pub(super) fn optional_json(
+    value: Option<&impl Serialize>,
+    what: &str,
+) -> StoreResult<Option<String>> {
+    value.map(|value| to_json(value, what)).transpose()
+}
+
+/// Paths are stored as text so the database stays readable and comparable in SQL; the JSON
+/// model cannot carry a non-UTF-8 path either.
+pub(super) fn path_text<'a>(path: &'a Path, what: &str) -> StoreResult<&'a str> {
+    path.to_str().ok_or_else(|| {
+        StoreError::Io(format!(
+            "{what} {} is not valid UTF-8, which the run store cannot keep",
+            path.display()
+        ))
+    })
+}
+
+/// SQLite integers are signed 64-bit.
+pub(super) fn to_sql_integer(value: u64, what: &str) -> StoreResult<i64> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::Io(format!("{what} {value} is too large for the run store")))
+}

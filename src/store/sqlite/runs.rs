@@ -1,0 +1,410 @@
+//! The `runs` and `run_scripts` tables: admission (run row, script row and first lease in one
+//! transaction), loading, fenced updates, the listings across runs, and deleting a run with
+//! every row stored under it.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, ToSql};
+
+use super::connection::{Context, write_transaction};
+use super::leases::LeaseRow;
+use super::rows::{
+    RowReader, fenced_run_key, find_run_key, optional_json, path_text, run_key, stored_run_id,
+    to_json,
+};
+use crate::model::{Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource};
+use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
+
+/// What `delete` leaves for the caller to clean up outside the database.
+pub(super) struct Deleted {
+    pub(super) project_dir: PathBuf,
+    /// Whether the run's script was inline, so the store made a copy of it.
+    pub(super) inline: bool,
+    /// The script file the run recorded (the copy's resolved path when inline).
+    pub(super) script_file: PathBuf,
+}
+
+/// The active runs of a project, through the partial index `runs_active_by_project`.
+pub(super) const ACTIVE: &str = "SELECT run_id FROM runs
+     WHERE project_dir = ?1 AND status IN ('pending', 'running')
+     ORDER BY started_at, run_id";
+
+pub(super) fn create(
+    connection: &mut Connection,
+    record: &RunRecord,
+    lease: &Lease,
+) -> StoreResult<()> {
+    let run_id = &record.run_id;
+    let doing = || format!("create run {run_id}");
+    let run_row = RunRow::new(record)?;
+    let script_row = ScriptRow::new(record)?;
+    let lease_row = LeaseRow::new(lease)?;
+
+    let transaction = write_transaction(connection, doing)?;
+    if find_run_key(&transaction, run_id)?.is_some() {
+        return Err(StoreError::AlreadyExists(run_id.clone()));
+    }
+    let run_id_text = run_id.as_str();
+    let mut parameters: Vec<(&str, &dyn ToSql)> = vec![(":run_id", &run_id_text)];
+    parameters.extend(lease_row.parameters());
+    parameters.extend(run_row.parameters());
+    transaction
+        .prepare_cached(
+            "INSERT INTO runs (run_id, lease_token, lease_owner_id, lease_pid,
+                 lease_proc_start, lease_acquired_at, lease_boot_id, lease_expires_at,
+                 project_dir, workflow_name, status, pause_reason, error_code, error_message,
+                 started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
+                 current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
+                 auth_context, checkpoint_context, routing)
+             VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
+                 :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
+                 :project_dir, :workflow_name, :status, :pause_reason, :error_code,
+                 :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
+                 :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
+                 :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing)",
+        )
+        .and_then(|mut statement| statement.execute(parameters.as_slice()))
+        .context(doing)?;
+    let run_key = transaction.last_insert_rowid();
+    let mut parameters: Vec<(&str, &dyn ToSql)> = vec![(":run_key", &run_key)];
+    parameters.extend(script_row.parameters());
+    transaction
+        .prepare_cached(
+            "INSERT INTO run_scripts (run_key, script, meta, script_revisions)
+             VALUES (:run_key, :script, :meta, :script_revisions)",
+        )
+        .and_then(|mut statement| statement.execute(parameters.as_slice()))
+        .context(doing)?;
+    transaction.commit().context(doing)
+}
+
+pub(super) fn load(connection: &Connection, run_id: &RunId) -> StoreResult<RunRecord> {
+    let doing = || format!("load run {run_id}");
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT runs.*, run_scripts.script, run_scripts.meta,
+                    run_scripts.script_revisions
+             FROM runs JOIN run_scripts USING (run_key)
+             WHERE runs.run_id = ?1",
+        )
+        .context(doing)?;
+    let mut rows = statement.query([run_id.as_str()]).context(doing)?;
+    match rows.next().context(doing)? {
+        Some(row) => run_from_row(&RowReader::new(row, run_id, "runs")),
+        None => Err(StoreError::UnknownRun(run_id.clone())),
+    }
+}
+
+pub(super) fn update(
+    connection: &mut Connection,
+    record: &RunRecord,
+    script: ScriptChange,
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    let run_id = &record.run_id;
+    let doing = || format!("update run {run_id}");
+    let run_row = RunRow::new(record)?;
+    let script_row = match script {
+        ScriptChange::Changed => Some(ScriptRow::new(record)?),
+        ScriptChange::Unchanged => None,
+    };
+
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    let mut parameters: Vec<(&str, &dyn ToSql)> = vec![(":run_key", &run_key)];
+    parameters.extend(run_row.parameters());
+    transaction
+        .prepare_cached(
+            "UPDATE runs SET project_dir = :project_dir, workflow_name = :workflow_name,
+                 status = :status, pause_reason = :pause_reason, error_code = :error_code,
+                 error_message = :error_message, started_at = :started_at,
+                 updated_at = :updated_at, generation = :generation, stream_id = :stream_id,
+                 script_file = :script_file, script_source = :script_source, cwd = :cwd,
+                 current_phase = :current_phase, reset_hint = :reset_hint, limits = :limits,
+                 token_usage = :token_usage, phases = :phases, args = :args,
+                 result = :result, setup = :setup, auth_context = :auth_context,
+                 checkpoint_context = :checkpoint_context, routing = :routing
+             WHERE run_key = :run_key",
+        )
+        .and_then(|mut statement| statement.execute(parameters.as_slice()))
+        .context(doing)?;
+    if let Some(script_row) = &script_row {
+        let mut parameters: Vec<(&str, &dyn ToSql)> = vec![(":run_key", &run_key)];
+        parameters.extend(script_row.parameters());
+        transaction
+            .prepare_cached(
+                "UPDATE run_scripts SET script = :script, meta = :meta,
+                     script_revisions = :script_revisions
+                 WHERE run_key = :run_key",
+            )
+            .and_then(|mut statement| statement.execute(parameters.as_slice()))
+            .context(doing)?;
+    }
+    transaction.commit().context(doing)
+}
+
+pub(super) fn list(
+    connection: &Connection,
+    project_dir: Option<&Path>,
+    limit: u32,
+) -> StoreResult<Vec<RunSummary>> {
+    let doing = || "list runs".to_owned();
+    let project_dir = project_dir
+        .map(|path| path_text(path, "project folder"))
+        .transpose()?;
+    // `?1 IS NULL OR ...` would hide the project index from the planner, hence two texts.
+    let (sql, parameters): (&str, Vec<&dyn ToSql>) = match &project_dir {
+        Some(project_dir) => (
+            "SELECT run_id, project_dir, workflow_name, status, pause_reason, started_at,
+                    updated_at, result IS NOT NULL AS has_result
+             FROM runs WHERE project_dir = ?1
+             ORDER BY started_at DESC, run_id DESC LIMIT ?2",
+            vec![project_dir, &limit],
+        ),
+        None => (
+            "SELECT run_id, project_dir, workflow_name, status, pause_reason, started_at,
+                    updated_at, result IS NOT NULL AS has_result
+             FROM runs ORDER BY started_at DESC, run_id DESC LIMIT ?1",
+            vec![&limit],
+        ),
+    };
+    let mut statement = connection.prepare_cached(sql).context(doing)?;
+    let mut rows = statement.query(parameters.as_slice()).context(doing)?;
+    let mut summaries = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        let run_id = stored_run_id(row)?;
+        let reader = RowReader::new(row, &run_id, "runs");
+        summaries.push(RunSummary {
+            project_dir: reader.path("project_dir")?,
+            workflow_name: reader.get("workflow_name")?,
+            status: reader.parsed("status", RunStatus::parse)?,
+            pause_reason: reader.optional_parsed("pause_reason", PauseReason::parse)?,
+            started_at: reader.get("started_at")?,
+            updated_at: reader.get("updated_at")?,
+            has_result: reader.get("has_result")?,
+            run_id,
+        });
+    }
+    Ok(summaries)
+}
+
+pub(super) fn active(connection: &Connection, project_dir: &Path) -> StoreResult<Vec<RunId>> {
+    let doing = || format!("list the active runs of {}", project_dir.display());
+    let project_text = path_text(project_dir, "project folder")?;
+    let mut statement = connection.prepare_cached(ACTIVE).context(doing)?;
+    let mut rows = statement.query([project_text]).context(doing)?;
+    let mut run_ids = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        run_ids.push(stored_run_id(row)?);
+    }
+    Ok(run_ids)
+}
+
+pub(super) fn with_script(connection: &Connection, script_file: &Path) -> StoreResult<Vec<RunId>> {
+    let doing = || format!("find the runs of script {}", script_file.display());
+    let Ok(path_text) = path_text(script_file, "script file") else {
+        return Ok(Vec::new());
+    };
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT run_id FROM runs WHERE script_file = ?1 ORDER BY started_at DESC, run_id DESC",
+        )
+        .context(doing)?;
+    let mut rows = statement.query([path_text]).context(doing)?;
+    let mut run_ids = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        run_ids.push(stored_run_id(row)?);
+    }
+    Ok(run_ids)
+}
+
+pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult<Deleted> {
+    let doing = || format!("delete run {run_id}");
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = run_key(&transaction, run_id)?;
+    let deleted = transaction
+        .prepare_cached(
+            "SELECT project_dir, script_source, script_file FROM runs WHERE run_key = ?1",
+        )
+        .context(doing)?
+        .query_row([run_key], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })
+        .context(doing)?;
+    // Children first: explicit deletes do not depend on the connection enforcing the
+    // foreign keys' ON DELETE CASCADE.
+    for sql in [
+        "DELETE FROM events WHERE run_key = ?1",
+        "DELETE FROM calls WHERE run_key = ?1",
+        "DELETE FROM call_tallies WHERE run_key = ?1",
+        "DELETE FROM checkpoint_answers WHERE run_key = ?1",
+        "DELETE FROM receipts WHERE run_key = ?1",
+        "DELETE FROM control_intents WHERE run_key = ?1",
+        "DELETE FROM run_scripts WHERE run_key = ?1",
+        "DELETE FROM runs WHERE run_key = ?1",
+    ] {
+        transaction
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.execute([run_key]))
+            .context(doing)?;
+    }
+    transaction.commit().context(doing)?;
+    Ok(Deleted {
+        project_dir: PathBuf::from(deleted.0),
+        inline: ScriptSource::parse(&deleted.1) == Some(ScriptSource::Inline),
+        script_file: PathBuf::from(deleted.2),
+    })
+}
+
+/// The run-table values of a record, converted once so INSERT and UPDATE bind the same thing.
+pub(super) struct RunRow<'a> {
+    project_dir: &'a str,
+    workflow_name: &'a str,
+    status: &'static str,
+    pause_reason: Option<&'static str>,
+    error_code: Option<&'a str>,
+    error_message: Option<&'a str>,
+    started_at: i64,
+    updated_at: i64,
+    generation: u32,
+    stream_id: &'a str,
+    script_file: &'a str,
+    script_source: &'static str,
+    cwd: &'a str,
+    current_phase: Option<&'a str>,
+    reset_hint: Option<&'a str>,
+    limits: String,
+    token_usage: String,
+    phases: String,
+    args: String,
+    result: Option<String>,
+    setup: Option<String>,
+    auth_context: Option<String>,
+    checkpoint_context: Option<String>,
+    routing: String,
+}
+
+impl<'a> RunRow<'a> {
+    pub(super) fn new(record: &'a RunRecord) -> StoreResult<RunRow<'a>> {
+        Ok(RunRow {
+            project_dir: path_text(&record.project_dir, "project folder")?,
+            workflow_name: &record.workflow_name,
+            status: record.status.as_str(),
+            pause_reason: record.pause_reason.map(PauseReason::as_str),
+            error_code: record.error_code.as_deref(),
+            error_message: record.error_message.as_deref(),
+            started_at: record.started_at,
+            updated_at: record.updated_at,
+            generation: record.generation,
+            stream_id: &record.stream_id,
+            script_file: path_text(&record.script_file, "script file")?,
+            script_source: record.script_source.as_str(),
+            cwd: path_text(&record.cwd, "cwd")?,
+            current_phase: record.current_phase.as_deref(),
+            reset_hint: record.reset_hint.as_deref(),
+            limits: to_json(&record.limits, "limits")?,
+            token_usage: to_json(&record.token_usage, "token usage")?,
+            phases: to_json(&record.phases, "phases")?,
+            args: to_json(&record.args, "args")?,
+            result: optional_json(record.result.as_ref(), "result")?,
+            setup: optional_json(record.setup.as_ref(), "setup")?,
+            auth_context: optional_json(record.auth_context.as_ref(), "auth context")?,
+            checkpoint_context: optional_json(
+                record.checkpoint_context.as_ref(),
+                "checkpoint context",
+            )?,
+            routing: to_json(&record.routing, "routing")?,
+        })
+    }
+
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 24] {
+        [
+            (":project_dir", &self.project_dir),
+            (":workflow_name", &self.workflow_name),
+            (":status", &self.status),
+            (":pause_reason", &self.pause_reason),
+            (":error_code", &self.error_code),
+            (":error_message", &self.error_message),
+            (":started_at", &self.started_at),
+            (":updated_at", &self.updated_at),
+            (":generation", &self.generation),
+            (":stream_id", &self.stream_id),
+            (":script_file", &self.script_file),
+            (":script_source", &self.script_source),
+            (":cwd", &self.cwd),
+            (":current_phase", &self.current_phase),
+            (":reset_hint", &self.reset_hint),
+            (":limits", &self.limits),
+            (":token_usage", &self.token_usage),
+            (":phases", &self.phases),
+            (":args", &self.args),
+            (":result", &self.result),
+            (":setup", &self.setup),
+            (":auth_context", &self.auth_context),
+            (":checkpoint_context", &self.checkpoint_context),
+            (":routing", &self.routing),
+        ]
+    }
+}
+
+/// The `run_scripts` values of a record.
+pub(super) struct ScriptRow<'a> {
+    script: &'a str,
+    meta: String,
+    script_revisions: String,
+}
+
+impl<'a> ScriptRow<'a> {
+    pub(super) fn new(record: &'a RunRecord) -> StoreResult<ScriptRow<'a>> {
+        Ok(ScriptRow {
+            script: &record.script,
+            meta: to_json(&record.meta, "meta")?,
+            script_revisions: to_json(&record.script_revisions, "script revisions")?,
+        })
+    }
+
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 3] {
+        [
+            (":script", &self.script),
+            (":meta", &self.meta),
+            (":script_revisions", &self.script_revisions),
+        ]
+    }
+}
+
+pub(super) fn run_from_row(reader: &RowReader<'_, '_>) -> StoreResult<RunRecord> {
+    Ok(RunRecord {
+        run_id: reader.run_id.clone(),
+        project_dir: reader.path("project_dir")?,
+        workflow_name: reader.get("workflow_name")?,
+        status: reader.parsed("status", RunStatus::parse)?,
+        pause_reason: reader.optional_parsed("pause_reason", PauseReason::parse)?,
+        error_code: reader.get("error_code")?,
+        error_message: reader.get("error_message")?,
+        script: reader.get("script")?,
+        script_file: reader.path("script_file")?,
+        script_source: reader.parsed("script_source", ScriptSource::parse)?,
+        script_revisions: reader.json("script_revisions")?,
+        meta: reader.json("meta")?,
+        args: reader.json("args")?,
+        cwd: reader.path("cwd")?,
+        limits: reader.json("limits")?,
+        phases: reader.json("phases")?,
+        current_phase: reader.get("current_phase")?,
+        result: reader.optional_json("result")?,
+        started_at: reader.get("started_at")?,
+        updated_at: reader.get("updated_at")?,
+        token_usage: reader.json("token_usage")?,
+        stream_id: reader.get("stream_id")?,
+        generation: reader.get("generation")?,
+        setup: reader.optional_json("setup")?,
+        auth_context: reader.optional_json("auth_context")?,
+        checkpoint_context: reader.optional_json("checkpoint_context")?,
+        reset_hint: reader.get("reset_hint")?,
+        routing: reader.json("routing")?,
+    })
+}

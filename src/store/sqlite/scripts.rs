@@ -1,0 +1,58 @@
+//! Inline script copies: real files at `<root>/projects/<slug>/runs/{runId}.script.js`
+//! ([`crate::store::script_copy_path`]), so that the editable `file://` script resource keeps
+//! working. The run row holds the text durably; the file is what the resource serves and what
+//! a resume reads back for revisions, so it is written without an fsync of its own.
+
+use std::path::{Path, PathBuf};
+
+use super::runs::Deleted;
+use crate::model::RunId;
+use crate::store::{StoreError, StoreResult, script_copy_path};
+
+/// Writes the copy (mode 0600, replacing any earlier one) and returns its resolved path: the
+/// root may sit behind a link (`/home` -> `/var/home`), and later reads refuse links.
+pub(super) fn create(
+    root: &Path,
+    project_dir: &Path,
+    run_id: &RunId,
+    text: &str,
+) -> StoreResult<PathBuf> {
+    let path = script_copy_path(root, project_dir, run_id);
+    crate::util::write_replace(&path, text.as_bytes(), 0o600).map_err(|error| {
+        StoreError::Io(format!("write the script copy of run {run_id}: {error}"))
+    })?;
+    Ok(std::fs::canonicalize(&path).unwrap_or(path))
+}
+
+/// Removes the copy; a copy that is not there is already removed.
+pub(super) fn delete(root: &Path, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
+    let path = script_copy_path(root, project_dir, run_id);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(StoreError::Io(format!(
+            "remove the script copy {}: {error}",
+            path.display()
+        ))),
+    }
+}
+
+/// After the rows of a deleted run: removes its copy if the run was inline and recorded the
+/// copy this store names (never a file the run merely pointed at). The rows are gone by now,
+/// so a copy that cannot be removed is logged, not an error of the delete.
+pub(super) fn delete_with_run(root: &Path, run_id: &RunId, deleted: &Deleted) {
+    if !deleted.inline {
+        return;
+    }
+    let expected = script_copy_path(root, &deleted.project_dir, run_id);
+    let recorded = deleted.script_file == expected
+        || std::fs::canonicalize(&expected).is_ok_and(|real| real == deleted.script_file);
+    if !recorded {
+        return;
+    }
+    if let Err(error) = std::fs::remove_file(&expected)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(run = %run_id, "cannot remove the script copy {}: {error}", expected.display());
+    }
+}

@@ -1,0 +1,473 @@
+//! The SQLite store's own tests: what only this backend has (files, modes, WAL, pages,
+//! migrations, the frozen v1 sample, several connections) and the behaviour every method had
+//! before the contract suite existed. The backend-independent rules run from
+//! `contract_tests.rs`. This file holds the fixtures and the tests of opening, configuring
+//! and migrating a database; `records.rs` the round trips and rules of each table.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::connection::{MIGRATIONS, PAGE_SIZE};
+use super::*;
+use crate::model::{
+    CallKind, CallOrigin, CallOutcome, Limits, PauseReason, Phase, RunStatus, ScriptRevision,
+    ScriptSource, Usage,
+};
+use crate::store::StoreError;
+
+mod records;
+
+const PROJECT: &str = "/home/dev/shop";
+
+/// Several openers of a database that does not exist yet race to create it and switch it
+/// to WAL; every one of them must get a working store (SQLite answers the WAL switch
+/// with SQLITE_BUSY without waiting, which once failed `agentprism run` started beside
+/// `agentprism runs`).
+#[test]
+fn openers_racing_to_create_the_store_all_succeed() {
+    const OPENERS: usize = 8;
+    for _ in 0..25 {
+        let dir = tempfile::tempdir().unwrap();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|_| {
+                let (root, start) = (dir.path().to_path_buf(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    SqliteStore::open(&root).map(|store| store.database_path())
+                })
+            })
+            .collect();
+        for opener in openers {
+            let opened = opener.join().expect("opener thread");
+            assert!(opened.is_ok(), "{opened:?}");
+        }
+    }
+}
+const OTHER_PROJECT: &str = "/home/dev/blog";
+
+fn run_id(text: &str) -> RunId {
+    RunId::parse(text).expect("test run ids are valid")
+}
+
+/// A run as admission creates it: optional fields unset.
+fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
+    RunRecord {
+        run_id: run_id(id),
+        project_dir: PathBuf::from(project_dir),
+        workflow_name: "review".to_owned(),
+        status: RunStatus::Running,
+        pause_reason: None,
+        error_code: None,
+        error_message: None,
+        script: "export const meta = { name: \"review\" };\nawait agent(\"look\");\n".to_owned(),
+        script_file: PathBuf::from(format!("/store/runs/{id}.script.js")),
+        script_source: ScriptSource::Inline,
+        script_revisions: Vec::new(),
+        meta: json!({ "name": "review" }),
+        args: json!({ "target": "src" }),
+        cwd: PathBuf::from(project_dir),
+        limits: Limits::default(),
+        phases: Vec::new(),
+        current_phase: None,
+        result: None,
+        started_at,
+        updated_at: started_at,
+        token_usage: Usage::default(),
+        stream_id: "0123456789abcdef0123456789abcdef".to_owned(),
+        generation: 1,
+        setup: None,
+        auth_context: None,
+        checkpoint_context: None,
+        reset_hint: None,
+        routing: json!({ "tiers": {}, "integrity": "abc" }),
+    }
+}
+
+/// A run with every optional field set, paused at a checkpoint in its second generation.
+fn full_run_record() -> RunRecord {
+    RunRecord {
+        status: RunStatus::Paused,
+        pause_reason: Some(PauseReason::CheckpointRequired),
+        error_code: Some("CHECKPOINT_REQUIRED".to_owned()),
+        error_message: Some("waiting for an answer".to_owned()),
+        script_source: ScriptSource::Path,
+        script_file: PathBuf::from("/home/dev/shop/flows/review.js"),
+        script_revisions: vec![ScriptRevision {
+            generation: 2,
+            accepted_at: 1_700_000_050_000,
+            sha256: "ab".repeat(32),
+        }],
+        limits: Limits {
+            max_agents: 50,
+            concurrency: 4,
+            agent_retries: 2,
+        },
+        phases: vec![
+            Phase {
+                title: "Read".to_owned(),
+                detail: Some("read the code".to_owned()),
+                model: Some("fast".to_owned()),
+            },
+            Phase {
+                title: "Write".to_owned(),
+                detail: None,
+                model: None,
+            },
+        ],
+        current_phase: Some("Write".to_owned()),
+        result: Some(json!({ "summary": "ok", "count": 3, "ratio": 0.5 })),
+        updated_at: 1_700_000_060_000,
+        token_usage: Usage {
+            input_tokens: 1200,
+            output_tokens: 340,
+            total_tokens: 1540,
+            cost_usd: Some(0.25),
+        },
+        generation: 2,
+        setup: Some(json!({ "state": "done", "request": null })),
+        auth_context: Some(json!({ "backendId": "claude", "methods": [] })),
+        checkpoint_context: Some(json!({
+            "callIndex": 2, "hash": "cafe", "prompt": "Ship it?", "kind": "confirm"
+        })),
+        reset_hint: Some("resets at 5pm".to_owned()),
+        ..run_record("lq3k2m1-abc123", PROJECT, 1_700_000_000_000)
+    }
+}
+
+fn lease(token: &str) -> Lease {
+    Lease {
+        owner_id: "daemon-1".to_owned(),
+        pid: 4242,
+        proc_start: 987_654_321,
+        boot_id: None,
+        token: token.to_owned(),
+        acquired_at: 1_700_000_000_000,
+        expires_at: None,
+    }
+}
+
+fn call(generation: u32, index: u32, settlement_ordinal: u64) -> CallRecord {
+    CallRecord {
+        generation,
+        index,
+        kind: CallKind::Agent,
+        hash: format!("hash-{index}"),
+        path: Some("3:7<1:1".to_owned()),
+        inputs_hash: Some(format!("inputs-{index}")),
+        label: Some(format!("call {index}")),
+        phase: None,
+        outcome: CallOutcome::Result,
+        origin: CallOrigin::Runner,
+        result: Some(json!({ "answer": index })),
+        error: None,
+        aborted: false,
+        attempts: 1,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            total_tokens: 15,
+            cost_usd: None,
+        },
+        model_requested: Some("fast".to_owned()),
+        model_resolved: Some("claude-haiku".to_owned()),
+        backend_id: Some("claude".to_owned()),
+        resolved_cwd: Some(PROJECT.to_owned()),
+        replay: None,
+        session: Some(json!({ "sessionId": "s-1" })),
+        settlement_ordinal,
+        superseded_by: None,
+    }
+}
+
+fn event(seq: u64, event_type: &str) -> EventRecord {
+    EventRecord {
+        seq,
+        timestamp: 1_700_000_000_000 + seq as i64,
+        event: json!({ "type": event_type, "runId": "lq3k2m1-abc123", "scope": "root" }),
+        redacted: false,
+        truncated: false,
+    }
+}
+
+fn log_event(seq: u64, message: &str) -> EventRecord {
+    EventRecord {
+        event: json!({
+            "type": "log", "runId": "lq3k2m1-abc123", "scope": "root", "message": message
+        }),
+        ..event(seq, "log")
+    }
+}
+
+fn write<'a>(
+    record: &'a CallRecord,
+    supersedes: &'a [(u32, u32)],
+    events: &'a [EventRecord],
+) -> CallWrite<'a> {
+    CallWrite {
+        record,
+        supersedes,
+        events,
+    }
+}
+
+/// A store in a fresh folder holding one running run under lease `token-a`.
+async fn store_with_run() -> (tempfile::TempDir, SqliteStore, RunRecord) {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let store = SqliteStore::open(&folder.path().join("root")).expect("open store");
+    let record = run_record("lq3k2m1-abc123", PROJECT, 1_700_000_000_000);
+    store
+        .create_run(&record, &lease("token-a"))
+        .await
+        .expect("create run");
+    (folder, store, record)
+}
+
+fn assert_fenced<T: std::fmt::Debug>(result: StoreResult<T>) {
+    match result {
+        Err(StoreError::Fenced(id)) => assert_eq!(id.as_str(), "lq3k2m1-abc123"),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+}
+
+fn assert_unknown<T: std::fmt::Debug>(result: StoreResult<T>) {
+    match result {
+        Err(StoreError::UnknownRun(_)) => {}
+        other => panic!("expected UnknownRun, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn open_creates_private_root_and_database() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let root = folder.path().join("nested").join("root");
+    let store = SqliteStore::open(&root).expect("open store");
+    assert_eq!(store.root(), root);
+    let root_mode = std::fs::metadata(&root).expect("root").permissions().mode();
+    assert_eq!(root_mode & 0o777, 0o700);
+    let database_mode = std::fs::metadata(store.database_path())
+        .expect("database")
+        .permissions()
+        .mode();
+    assert_eq!(database_mode & 0o777, 0o600);
+    let connection = store.connection();
+    let journal_mode: String = connection
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .expect("journal mode");
+    assert_eq!(journal_mode, "wal");
+    let version: i64 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .expect("user version");
+    assert_eq!(version, MIGRATIONS.len() as i64);
+}
+
+#[tokio::test]
+async fn new_databases_use_small_pages() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let store = SqliteStore::open(folder.path()).expect("open store");
+    let page_size: i64 = store
+        .connection()
+        .pragma_query_value(None, "page_size", |row| row.get(0))
+        .expect("page size");
+    assert_eq!(page_size, PAGE_SIZE);
+}
+
+#[tokio::test]
+async fn a_commit_survives_a_process_that_never_closes_the_store() {
+    // What kill -9 leaves: the WAL written, no checkpoint, no close. Leaking the
+    // connection keeps its file descriptors open, as a killed process's are until exit.
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let record = run_record("lq3k2m1-abc123", PROJECT, 1);
+    let store = SqliteStore::open(folder.path()).expect("open store");
+    store
+        .create_run(&record, &lease("token-a"))
+        .await
+        .expect("create");
+    std::mem::forget(store);
+    let store = SqliteStore::open(folder.path()).expect("reopen store");
+    assert_eq!(store.load_run(&record.run_id).await.expect("load"), record);
+}
+
+#[tokio::test]
+async fn closing_keeps_the_wal_and_the_next_opener_reads_it() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let record = run_record("lq3k2m1-abc123", PROJECT, 1);
+    {
+        let store = SqliteStore::open(folder.path()).expect("open store");
+        store
+            .create_run(&record, &lease("token-a"))
+            .await
+            .expect("create");
+    }
+    let wal = folder.path().join(format!("{DATABASE_FILE}-wal"));
+    assert!(wal.exists(), "the WAL is kept across connections");
+    let store = SqliteStore::open(folder.path()).expect("reopen store");
+    assert_eq!(store.load_run(&record.run_id).await.expect("load"), record);
+}
+
+#[tokio::test]
+async fn reopening_keeps_data_and_skips_applied_migrations() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let record = run_record("lq3k2m1-abc123", PROJECT, 1);
+    {
+        let store = SqliteStore::open(folder.path()).expect("open store");
+        store
+            .create_run(&record, &lease("token-a"))
+            .await
+            .expect("create");
+    }
+    let store = SqliteStore::open(folder.path()).expect("reopen store");
+    assert_eq!(store.load_run(&record.run_id).await.expect("load"), record);
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused_naming_both_versions() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    drop(SqliteStore::open(folder.path()).expect("open store"));
+    let newer = MIGRATIONS.len() + 1;
+    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
+    connection
+        .pragma_update(None, "user_version", newer as i64)
+        .expect("bump version");
+    drop(connection);
+    match SqliteStore::open(folder.path()) {
+        Err(StoreError::Corrupt(message)) => {
+            assert!(
+                message.contains(&format!("schema version {newer}")),
+                "{message}"
+            );
+            assert!(
+                message.contains(&format!("up to {}", MIGRATIONS.len())),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("expected Corrupt, got {other:?}"),
+        Ok(_) => panic!("a newer schema was accepted"),
+    }
+}
+
+#[tokio::test]
+async fn frozen_v1_sample_reads_back() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
+    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
+    connection
+        .pragma_update(None, "user_version", 1)
+        .expect("version 1");
+    connection
+        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
+        .expect("load sample");
+    drop(connection);
+
+    let store = SqliteStore::open(folder.path()).expect("open sample");
+    let expected: Value =
+        serde_json::from_str(include_str!("../../testdata/v1_sample.expected.json"))
+            .expect("expected records parse");
+    let field = |name: &str| expected[name].clone();
+    let id = run_id("lq3k2m1-abc123");
+    let run: RunRecord = serde_json::from_value(field("run")).expect("run");
+    let lease: Option<Lease> = serde_json::from_value(field("lease")).expect("lease");
+    let calls: Vec<CallRecord> = serde_json::from_value(field("calls")).expect("calls");
+    let events: Vec<EventRecord> = serde_json::from_value(field("events")).expect("events");
+    let answers: Vec<CheckpointAnswer> =
+        serde_json::from_value(field("checkpointAnswers")).expect("answers");
+    let receipts: Vec<OperationReceipt> =
+        serde_json::from_value(field("receipts")).expect("receipts");
+
+    assert_eq!(store.load_run(&id).await.expect("load run"), run);
+    assert_eq!(store.lease(&id).await.expect("lease"), lease);
+    assert_eq!(store.calls(&id).await.expect("calls"), calls);
+    assert_eq!(store.events(&id, 0, 100).await.expect("events"), events);
+    assert_eq!(
+        store.checkpoint_answers(&id).await.expect("answers"),
+        answers
+    );
+    assert_eq!(
+        store.receipt(&id, "op-1").await.expect("receipt").as_ref(),
+        receipts.first()
+    );
+    // The sample's shape, so an expected file emptied by mistake cannot pass.
+    assert_eq!(calls.len(), 4);
+    assert_eq!(calls[0].superseded_by, Some(2));
+    assert_eq!(events.len(), 5);
+    assert_eq!(store.replay_pool(&id).await.expect("pool").len(), 3);
+    assert_eq!(
+        store.log_tail(&id, 10).await.expect("log"),
+        (vec!["starting".to_owned(), "replayed call 0".to_owned()], 2)
+    );
+    let listed = store.list_runs(None, 10).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].has_result);
+}
+
+#[tokio::test]
+async fn migration_4_counts_the_calls_already_stored() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
+    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
+    connection
+        .pragma_update(None, "user_version", 1)
+        .expect("version 1");
+    connection
+        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
+        .expect("load sample");
+    drop(connection);
+
+    let store = SqliteStore::open(folder.path()).expect("open sample");
+    let id = run_id("lq3k2m1-abc123");
+    let calls = store.calls(&id).await.expect("calls");
+    // Generation 2 holds one agent row and one checkpoint row.
+    assert_eq!(
+        store.call_tail(&id, 10).await.expect("tail"),
+        crate::store::CallTail {
+            generation: Some(2),
+            total: 1,
+            calls: vec![calls[2].clone()],
+        }
+    );
+    let lease = store.lease(&id).await.expect("lease").expect("held");
+    assert_eq!((lease.boot_id, lease.expires_at), (None, None));
+    // The tally keeps counting from what the migration found.
+    store
+        .append_call(&id, write(&call(2, 3, 9), &[], &[]), Fence("token-a"))
+        .await
+        .expect("append");
+    assert_eq!(store.call_tail(&id, 10).await.expect("tail").total, 2);
+}
+
+/// The queries status and admission make on every call never walk a table or sort: each is
+/// answered from an index, so their cost does not grow with the run or the store.
+#[tokio::test]
+async fn status_admission_and_intent_queries_are_indexed() {
+    let (_folder, store, _record) = store_with_run().await;
+    let connection = store.connection();
+    for sql in [
+        super::calls::TAIL_GENERATION,
+        super::calls::TAIL_COUNT,
+        super::calls::TAIL_ROWS,
+        super::runs::ACTIVE,
+        super::control::PENDING_ACROSS_RUNS,
+    ] {
+        let mut statement = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("explain");
+        let unbound = std::iter::repeat_n(rusqlite::types::Null, statement.parameter_count());
+        let plan: Vec<String> = statement
+            .query_map(rusqlite::params_from_iter(unbound), |row| {
+                row.get::<_, String>(3)
+            })
+            .expect("plan")
+            .map(|step| step.expect("plan step"))
+            .collect();
+        assert!(!plan.is_empty(), "{sql}");
+        for step in &plan {
+            let walks_a_table = step.starts_with("SCAN") && !step.contains("INDEX");
+            assert!(
+                !walks_a_table && !step.contains("TEMP B-TREE"),
+                "{sql}\n{plan:#?}"
+            );
+        }
+    }
+}
