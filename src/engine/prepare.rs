@@ -253,19 +253,7 @@ pub struct PrepareInput<'a> {
 /// Runs every check of preparation.
 pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
     check_no_nul(&input.bytes)?;
-    let analyzed = script::analyze(&input.bytes).map_err(|error| {
-        // Static errors with a column already end with "at line L, column C": say it once.
-        let position = match (error.line, error.column) {
-            (Some(_), Some(_)) if error.message.contains(" at line ") => String::new(),
-            (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
-            (Some(line), None) => format!(" (line {line})"),
-            _ => String::new(),
-        };
-        Rejection::new(format!(
-            "SCRIPT_VALIDATION_ERROR: {}{position}",
-            error.message
-        ))
-    })?;
+    let analyzed = analyze(&input.bytes)?;
     let text = String::from_utf8(input.bytes)
         .map_err(|_| Rejection::new("the script is not valid UTF-8"))?;
     if let Some(input_schema) = &analyzed.input_schema {
@@ -276,25 +264,9 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))?;
     }
     let declared = declared_backends(&analyzed);
-    let mut routing = match input.existing_routing {
+    let routing = match input.existing_routing {
         Some(existing) => {
-            let widened: Vec<&String> = declared
-                .keys()
-                .filter(|name| {
-                    !existing.script_backends.contains_key(*name)
-                        && input.backends.backend(name).is_none()
-                })
-                .collect();
-            if !widened.is_empty() && existing.script_backends.len() < declared.len() {
-                return Err(Rejection::new(format!(
-                    "the revised script declares backends the run never approved: {}",
-                    widened
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
+            check_no_new_backends(existing, &declared, input.backends.as_ref())?;
             existing.clone()
         }
         None => capture_routing(input.persistence_root, input.project_dir, input.home).await?,
@@ -318,24 +290,125 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         input.nested,
     )
     .await?;
-    if outcome.status != RunStatus::Completed {
-        let reason = outcome
-            .error_message
-            .clone()
-            .unwrap_or_else(|| match outcome.pause_reason {
-                Some(reason) => format!("the dry run paused ({})", reason.as_str()),
-                None => format!("the dry run ended {}", outcome.status.as_str()),
-            });
-        let code = outcome
-            .error_code
-            .clone()
-            .unwrap_or_else(|| "SCRIPT_ERROR".into());
-        // QuickJS messages may quote the source; whatever they quote is redacted.
-        let (reason, _) = crate::engine::redact::redact_text(&reason);
+    check_dry_outcome(&outcome)?;
+    check_every_call_routed(&outcome, &declared, input.backends.as_ref())?;
+    let mut warnings = warnings(&analyzed, &outcome);
+    let agent_calls = outcome
+        .dry_calls
+        .iter()
+        .filter(|c| c.kind == CallKind::Agent)
+        .count();
+    let mut probes = Vec::new();
+    if input.probe && agent_calls > 0 {
+        let targets = probe_targets(&outcome, !declared.is_empty());
+        let reports = run_probes(
+            input.runner.as_ref(),
+            &targets,
+            input.project_dir,
+            input.probe_limit,
+        )
+        .await?;
+        for (report, calls) in reports {
+            if !report.started {
+                return Err(Rejection::new(format!(
+                    "backend {} could not be used: {}",
+                    report.backend,
+                    report
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "it did not start".into())
+                )));
+            }
+            if !report.probed {
+                warnings.push(failed_probe(&report)?);
+            } else {
+                for position in calls {
+                    check_call_against_probe(&outcome.dry_calls[position], &report)?;
+                }
+            }
+            probes.push(report);
+        }
+    }
+    Ok(Prepared {
+        text,
+        analyzed,
+        args: input.args,
+        declared_backends: declared,
+        routing,
+        warnings,
+        probes,
+        dry_calls: outcome.dry_calls.len(),
+    })
+}
+
+/// The static analysis, its error as a `SCRIPT_VALIDATION_ERROR` with the position.
+fn analyze(bytes: &[u8]) -> Result<AnalyzedScript, Rejection> {
+    script::analyze(bytes).map_err(|error| {
+        // Static errors with a column already end with "at line L, column C": say it once.
+        let position = match (error.line, error.column) {
+            (Some(_), Some(_)) if error.message.contains(" at line ") => String::new(),
+            (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
+            (Some(line), None) => format!(" (line {line})"),
+            _ => String::new(),
+        };
+        Rejection::new(format!(
+            "SCRIPT_VALIDATION_ERROR: {}{position}",
+            error.message
+        ))
+    })
+}
+
+/// A revision may not declare backends the run never approved.
+fn check_no_new_backends(
+    existing: &RoutingSnapshot,
+    declared: &BTreeMap<String, BackendSpec>,
+    backends: &dyn BackendLookup,
+) -> Result<(), Rejection> {
+    let widened: Vec<&str> = declared
+        .keys()
+        .filter(|name| {
+            !existing.script_backends.contains_key(*name) && backends.backend(name).is_none()
+        })
+        .map(String::as_str)
+        .collect();
+    if !widened.is_empty() && existing.script_backends.len() < declared.len() {
         return Err(Rejection::new(format!(
-            "the mocked dry run failed: {code}: {reason}"
+            "the revised script declares backends the run never approved: {}",
+            widened.join(", ")
         )));
     }
+    Ok(())
+}
+
+/// The dry run must complete; its error, redacted, is the rejection.
+fn check_dry_outcome(outcome: &Outcome) -> Result<(), Rejection> {
+    if outcome.status == RunStatus::Completed {
+        return Ok(());
+    }
+    let reason = outcome
+        .error_message
+        .clone()
+        .unwrap_or_else(|| match outcome.pause_reason {
+            Some(reason) => format!("the dry run paused ({})", reason.as_str()),
+            None => format!("the dry run ended {}", outcome.status.as_str()),
+        });
+    let code = outcome
+        .error_code
+        .clone()
+        .unwrap_or_else(|| "SCRIPT_ERROR".into());
+    // QuickJS messages may quote the source; whatever they quote is redacted.
+    let (reason, _) = crate::engine::redact::redact_text(&reason);
+    Err(Rejection::new(format!(
+        "the mocked dry run failed: {code}: {reason}"
+    )))
+}
+
+/// Every agent call the dry run reached needs a route; the error lists the catalog.
+fn check_every_call_routed(
+    outcome: &Outcome,
+    declared: &BTreeMap<String, BackendSpec>,
+    backends: &dyn BackendLookup,
+) -> Result<(), Rejection> {
     let missing: Vec<String> = outcome
         .dry_calls
         .iter()
@@ -347,22 +420,23 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
                 .map(|reason| format!("{}@{} ({reason})", call.label, call.index))
         })
         .collect();
-    if !missing.is_empty() {
-        let mut names = input.backends.names();
-        names.extend(declared.keys().cloned());
-        names.truncate(CATALOG_LIMIT);
-        return Err(Rejection::new(format!(
-            "missing routing: {} have no route. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
-            missing.join(", "),
-            names.join(", ")
-        )));
+    if missing.is_empty() {
+        return Ok(());
     }
+    let mut names = backends.names();
+    names.extend(declared.keys().cloned());
+    names.truncate(CATALOG_LIMIT);
+    Err(Rejection::new(format!(
+        "missing routing: {} have no route. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
+        missing.join(", "),
+        names.join(", ")
+    )))
+}
+
+/// Warnings from the dry run: no calls at all, phases entered but not declared or declared
+/// but unused, unknown meta keys.
+fn warnings(analyzed: &AnalyzedScript, outcome: &Outcome) -> Vec<String> {
     let mut warnings = Vec::new();
-    let agent_calls = outcome
-        .dry_calls
-        .iter()
-        .filter(|c| c.kind == CallKind::Agent)
-        .count();
     if outcome.dry_calls.is_empty() {
         warnings.push("the dry run made no agent or checkpoint calls".to_owned());
     }
@@ -392,79 +466,56 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             "meta.{key} is not a known meta key; it is kept but unused"
         ));
     }
-    let mut probes = Vec::new();
-    let needs_approval = !declared.is_empty();
-    if input.probe && agent_calls > 0 {
-        let mut targets: BTreeMap<(String, Option<String>), (BackendSpec, Vec<usize>)> =
-            BTreeMap::new();
-        for (position, call) in outcome.dry_calls.iter().enumerate() {
-            if let Ok(route) = &call.route {
-                if route.backend.origin == BackendOrigin::Script && needs_approval {
-                    continue;
-                }
-                targets
-                    .entry((route.backend.id.clone(), route.model.clone()))
-                    .or_insert_with(|| (route.backend.clone(), Vec::new()))
-                    .1
-                    .push(position);
+    warnings
+}
+
+/// What to probe: each routed `{backend, model}` once, with the dry calls routed to it.
+/// Script backends waiting for approval are not started.
+type ProbeTargets = BTreeMap<(String, Option<String>), (BackendSpec, Vec<usize>)>;
+
+fn probe_targets(outcome: &Outcome, needs_approval: bool) -> ProbeTargets {
+    let mut targets = ProbeTargets::new();
+    for (position, call) in outcome.dry_calls.iter().enumerate() {
+        if let Ok(route) = &call.route {
+            if route.backend.origin == BackendOrigin::Script && needs_approval {
+                continue;
             }
+            targets
+                .entry((route.backend.id.clone(), route.model.clone()))
+                .or_insert_with(|| (route.backend.clone(), Vec::new()))
+                .1
+                .push(position);
         }
-        // One deadline for every probe together. A probe still running at the deadline
-        // rejects the run: admitting it without the probe's answer would run its calls
-        // against a backend nobody has seen answer.
-        let deadline = tokio::time::Instant::now() + input.probe_limit;
-        let mut reports = Vec::new();
-        for ((_, model), (backend, calls)) in &targets {
-            let probe = input
-                .runner
-                .probe(backend, model.as_deref(), input.project_dir);
-            match tokio::time::timeout_at(deadline, probe).await {
-                Ok(report) => reports.push((report, calls.clone())),
-                Err(_) => {
-                    return Err(Rejection::new(format!(
-                        "the probe of backend {} did not finish within the probe limit of {} ({} sets it); nothing was stored",
-                        backend.id,
-                        describe_limit(input.probe_limit),
-                        crate::env::PROBE_TIMEOUT_MS,
-                    )));
-                }
-            }
-        }
-        for (report, calls) in reports {
-            if !report.started {
+    }
+    targets
+}
+
+/// Probes every target under one deadline. A probe still running at the deadline rejects
+/// the run: admitting it without the probe's answer would run its calls against a backend
+/// nobody has seen answer.
+async fn run_probes(
+    runner: &dyn AgentRunner,
+    targets: &ProbeTargets,
+    project_dir: &Path,
+    limit: Duration,
+) -> Result<Vec<(ProbeReport, Vec<usize>)>, Rejection> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut reports = Vec::new();
+    for ((_, model), (backend, calls)) in targets {
+        let probe = runner.probe(backend, model.as_deref(), project_dir);
+        match tokio::time::timeout_at(deadline, probe).await {
+            Ok(report) => reports.push((report, calls.clone())),
+            Err(_) => {
                 return Err(Rejection::new(format!(
-                    "backend {} could not be used: {}",
-                    report.backend,
-                    report
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| "it did not start".into())
+                    "the probe of backend {} did not finish within the probe limit of {} ({} sets it); nothing was stored",
+                    backend.id,
+                    describe_limit(limit),
+                    crate::env::PROBE_TIMEOUT_MS,
                 )));
             }
-            if !report.probed {
-                warnings.push(failed_probe(&report)?);
-            } else {
-                for position in calls {
-                    let call = &outcome.dry_calls[position];
-                    check_call_against_probe(call, &report)?;
-                }
-            }
-            probes.push(report);
         }
     }
-    if let Some(existing) = input.existing_routing {
-        routing = existing.clone();
-    }
-    Ok(Prepared {
-        text,
-        analyzed,
-        args: input.args,
-        declared_backends: declared,
-        routing,
-        warnings,
-        probes,
-        dry_calls: outcome.dry_calls.len(),
-    })
+    Ok(reports)
 }
 
 /// A NUL character in the script text: JavaScript allows it, but the script engine takes

@@ -11,7 +11,7 @@ use crate::engine::glob;
 use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
-use crate::model::{CallKind, CallOrigin, CallOutcome, RunRecord, RunStatus};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunRecord, RunStatus};
 use crate::store::{Store, StoreResult};
 
 /// Cap of the status projection without `outcome`.
@@ -67,13 +67,57 @@ pub async fn build(
     permissions: &[PendingPermission],
     query: &StatusQuery,
 ) -> StoreResult<Value> {
-    let run_id = record.run_id.as_str();
     let calls = store.latest_calls(&record.run_id).await?;
     let (log_lines, total_logs) = store
         .log_tail(&record.run_id, query.log_lines as u32)
         .await?;
+    let rows = call_rows(record, &calls, live);
+    let total_calls = rows.len();
+    let matched: Vec<Value> = rows
+        .into_iter()
+        .filter(|(_, _, label)| match &query.label_glob {
+            Some(pattern) => label
+                .as_deref()
+                .is_some_and(|label| glob::glob_match(pattern, label)),
+            None => true,
+        })
+        .map(|(_, entry, _)| entry)
+        .collect();
+    let matched_count = matched.len();
+    let mut shown_calls: Vec<Value> = matched.into_iter().rev().take(query.last_n).collect();
+    shown_calls.reverse();
+    let logs = LogTail::of(log_lines, total_logs as usize);
+    let phases: Vec<Value> = record
+        .phases
+        .iter()
+        .take(MAX_PHASES)
+        .map(|p| json!(p))
+        .collect();
+    let head = head(record, live, permissions, query);
+    let mut document = fit(
+        head,
+        Parts {
+            calls: shown_calls,
+            total_calls,
+            matched_calls: matched_count,
+            logs,
+            phases,
+            total_phases: record.phases.len(),
+        },
+    );
+    if record.status == RunStatus::Paused || record.status.is_terminal() {
+        document["outcome"] = outcome(store, record).await?;
+    }
+    Ok(document)
+}
 
-    // Settled calls of the latest generation, plus live ones, ascending by index.
+/// Settled calls of the latest generation (every generation's when none is live), plus
+/// live ones, ascending by index, each with its label for `labelGlob`.
+fn call_rows(
+    record: &RunRecord,
+    calls: &[CallRecord],
+    live: Option<&LiveView>,
+) -> Vec<(u32, Value, Option<String>)> {
     let mut rows: Vec<(u32, Value, Option<String>)> = Vec::new();
     for call in calls
         .iter()
@@ -128,46 +172,52 @@ pub async fn build(
         }
     }
     rows.sort_by_key(|(index, _, _)| *index);
-    let total_calls = rows.len();
-    let matched: Vec<Value> = rows
-        .into_iter()
-        .filter(|(_, _, label)| match &query.label_glob {
-            Some(pattern) => label
-                .as_deref()
-                .is_some_and(|label| glob::glob_match(pattern, label)),
-            None => true,
-        })
-        .map(|(_, entry, _)| entry)
-        .collect();
-    let matched_count = matched.len();
-    let mut shown_calls: Vec<Value> = matched.into_iter().rev().take(query.last_n).collect();
-    shown_calls.reverse();
+    rows
+}
 
-    let mut redacted_lines = 0;
-    let mut truncated_lines = 0;
-    let mut lines: Vec<String> = log_lines
-        .into_iter()
-        .map(|line| {
-            let (clean, redacted) = redact::redact_text(&line);
-            let (capped, cut) = preview::cap_text(&clean, preview::TEXT_CAP);
-            redacted_lines += usize::from(redacted);
-            truncated_lines += usize::from(cut);
-            capped
-        })
-        .collect();
+/// The log lines shown: redacted and capped, with counts of both.
+struct LogTail {
+    lines: Vec<String>,
+    total: usize,
+    redacted: usize,
+    truncated: usize,
+}
 
-    let mut phases: Vec<Value> = record
-        .phases
-        .iter()
-        .take(MAX_PHASES)
-        .map(|p| json!(p))
-        .collect();
-    let phases_total = record.phases.len();
+impl LogTail {
+    fn of(lines: Vec<String>, total: usize) -> LogTail {
+        let mut redacted = 0;
+        let mut truncated = 0;
+        let lines = lines
+            .into_iter()
+            .map(|line| {
+                let (clean, was_redacted) = redact::redact_text(&line);
+                let (capped, cut) = preview::cap_text(&clean, preview::TEXT_CAP);
+                redacted += usize::from(was_redacted);
+                truncated += usize::from(cut);
+                capped
+            })
+            .collect();
+        LogTail {
+            lines,
+            total,
+            redacted,
+            truncated,
+        }
+    }
+}
+
+/// The document's fields before calls, phases and logs.
+fn head(
+    record: &RunRecord,
+    live: Option<&LiveView>,
+    permissions: &[PendingPermission],
+    query: &StatusQuery,
+) -> Value {
+    let run_id = record.run_id.as_str();
     let current_phase = live
         .and_then(|l| l.current_phase.clone())
         .or_else(|| record.current_phase.clone());
     let usage = live.map(|l| l.usage).unwrap_or(record.token_usage);
-
     let mut document = json!({
         "runId": run_id,
         "status": record.status,
@@ -213,53 +263,60 @@ pub async fn build(
     }
     document["filter"] =
         json!({"lastN": query.last_n, "logLines": query.log_lines, "labelGlob": query.label_glob});
+    document
+}
 
-    // Fit the cap: oldest calls first, then logs, then phases.
+/// What [`fit`] shortens to make the document fit.
+struct Parts {
+    calls: Vec<Value>,
+    total_calls: usize,
+    matched_calls: usize,
+    logs: LogTail,
+    phases: Vec<Value>,
+    total_phases: usize,
+}
+
+/// Fits the cap: the oldest calls go first, then log lines, then phases.
+fn fit(head: Value, mut parts: Parts) -> Value {
     let mut dropped_calls = 0;
     let mut dropped_logs = 0;
     let mut dropped_phases = 0;
     loop {
-        let mut candidate = document.clone();
+        let mut candidate = head.clone();
+        let logs = &parts.logs;
         fill(
             &mut candidate,
-            &shown_calls,
-            &lines,
-            &phases,
-            total_logs as usize,
-            redacted_lines,
-            truncated_lines,
+            &parts.calls,
+            &logs.lines,
+            &parts.phases,
+            logs.total,
+            logs.redacted,
+            logs.truncated,
         );
         candidate["truncation"] = json!({
             "maxStructuredBytes": MAX_STRUCTURED_BYTES,
             "byteCapApplied": dropped_calls + dropped_logs + dropped_phases > 0,
-            "phases": {"total": phases_total, "returned": phases.len(), "shortened": dropped_phases > 0 || phases_total > MAX_PHASES},
-            "logs": {"total": total_logs, "returned": lines.len(), "shortened": dropped_logs > 0, "redacted": redacted_lines},
-            "calls": {"total": total_calls, "matched": matched_count, "returned": shown_calls.len(), "shortenedResults": 0, "redactedResults": 0},
+            "phases": {"total": parts.total_phases, "returned": parts.phases.len(), "shortened": dropped_phases > 0 || parts.total_phases > MAX_PHASES},
+            "logs": {"total": logs.total, "returned": logs.lines.len(), "shortened": dropped_logs > 0, "redacted": logs.redacted},
+            "calls": {"total": parts.total_calls, "matched": parts.matched_calls, "returned": parts.calls.len(), "shortenedResults": 0, "redactedResults": 0},
         });
         let size = candidate.to_string().len();
         if size <= MAX_STRUCTURED_BYTES {
-            document = candidate;
-            break;
+            return candidate;
         }
-        if !shown_calls.is_empty() {
-            shown_calls.remove(0);
+        if !parts.calls.is_empty() {
+            parts.calls.remove(0);
             dropped_calls += 1;
-        } else if !lines.is_empty() {
-            lines.remove(0);
+        } else if !parts.logs.lines.is_empty() {
+            parts.logs.lines.remove(0);
             dropped_logs += 1;
-        } else if !phases.is_empty() {
-            phases.remove(0);
+        } else if !parts.phases.is_empty() {
+            parts.phases.remove(0);
             dropped_phases += 1;
         } else {
-            document = candidate;
-            break;
+            return candidate;
         }
     }
-
-    if record.status == RunStatus::Paused || record.status.is_terminal() {
-        document["outcome"] = outcome(store, record).await?;
-    }
-    Ok(document)
 }
 
 fn fill(

@@ -325,75 +325,13 @@ fn drive(
     replies: &std_mpsc::Receiver<VmReply>,
     halt: &AtomicBool,
 ) -> Result<Option<Value>, ScriptFailure> {
-    {
-        let unhandled = unhandled.clone();
-        runtime.set_host_promise_rejection_tracker(Some(Box::new(
-            move |ctx, promise, reason, is_handled| {
-                let mut list = unhandled.borrow_mut();
-                if is_handled {
-                    list.retain(|(saved, _)| {
-                        saved
-                            .clone()
-                            .restore(&ctx)
-                            .map(|value| value != promise)
-                            .unwrap_or(true)
-                    });
-                } else {
-                    let failure = failure_from_value(&ctx, reason);
-                    list.push((Persistent::save(&ctx, promise), failure));
-                }
-            },
-        )));
-    }
-
+    track_rejections(runtime, unhandled);
     loop {
-        // Run every queued job (promise continuations). They all belong to the slice that
-        // began when the thread last woke: a job that only queues the next one (`await null`
-        // in a loop) never gets a fresh deadline.
-        loop {
-            if halt.load(Ordering::SeqCst) {
-                return Err(ScriptFailure::script_error("halted"));
-            }
-            let step = runtime.execute_pending_job();
-            match step {
-                Ok(true) => continue,
-                Ok(false) => break,
-                Err(job_error) => {
-                    let failure = job_error.0.with(|ctx| {
-                        let error = ctx.catch();
-                        if clock.tripped.load(Ordering::SeqCst) {
-                            runaway(limits)
-                        } else {
-                            failure_from_value(&ctx, error)
-                        }
-                    });
-                    return Err(failure);
-                }
-            }
-        }
+        run_jobs(runtime, clock, limits, halt)?;
         if halt.load(Ordering::SeqCst) {
             return Err(ScriptFailure::script_error("halted"));
         }
-        let settled = context.with(|ctx| -> Option<Result<Option<Value>, ScriptFailure>> {
-            let promise = main.clone().restore(&ctx).ok()?;
-            match promise.state() {
-                PromiseState::Pending => None,
-                PromiseState::Resolved => {
-                    Some(finish_value(&ctx, &promise, helpers, clock, limits))
-                }
-                PromiseState::Rejected => {
-                    let reason = match promise.result::<rquickjs::Value>() {
-                        Some(Err(rquickjs::Error::Exception)) => ctx.catch(),
-                        Some(Ok(value)) => value,
-                        _ => ctx.catch(),
-                    };
-                    if clock.tripped.load(Ordering::SeqCst) {
-                        return Some(Err(runaway(limits)));
-                    }
-                    Some(Err(failure_from_value(&ctx, reason)))
-                }
-            }
-        });
+        let settled = settled(context, main, helpers, clock, limits);
         if let Some(result) = settled {
             return result;
         }
@@ -424,6 +362,88 @@ fn drive(
             return Err(context.with(|ctx| vm_failure(&ctx, error, clock, limits)));
         }
     }
+}
+
+/// Records rejections no handler took (and forgets them once one does), so a script that
+/// only waits on an unhandled rejection fails with it.
+fn track_rejections(runtime: &Runtime, unhandled: &Unhandled) {
+    let unhandled = unhandled.clone();
+    runtime.set_host_promise_rejection_tracker(Some(Box::new(
+        move |ctx, promise, reason, is_handled| {
+            let mut list = unhandled.borrow_mut();
+            if is_handled {
+                list.retain(|(saved, _)| {
+                    saved
+                        .clone()
+                        .restore(&ctx)
+                        .map(|value| value != promise)
+                        .unwrap_or(true)
+                });
+            } else {
+                let failure = failure_from_value(&ctx, reason);
+                list.push((Persistent::save(&ctx, promise), failure));
+            }
+        },
+    )));
+}
+
+/// Runs every queued job (promise continuations). They all belong to the slice that began
+/// when the thread last woke: a job that only queues the next one (`await null` in a loop)
+/// never gets a fresh deadline.
+fn run_jobs(
+    runtime: &Runtime,
+    clock: &SliceClock,
+    limits: VmLimits,
+    halt: &AtomicBool,
+) -> Result<(), ScriptFailure> {
+    loop {
+        if halt.load(Ordering::SeqCst) {
+            return Err(ScriptFailure::script_error("halted"));
+        }
+        match runtime.execute_pending_job() {
+            Ok(true) => continue,
+            Ok(false) => return Ok(()),
+            Err(job_error) => {
+                let failure = job_error.0.with(|ctx| {
+                    let error = ctx.catch();
+                    if clock.tripped.load(Ordering::SeqCst) {
+                        runaway(limits)
+                    } else {
+                        failure_from_value(&ctx, error)
+                    }
+                });
+                return Err(failure);
+            }
+        }
+    }
+}
+
+/// The script's result once its main promise settled; `None` while it is pending.
+fn settled(
+    context: &Context,
+    main: &Persistent<Promise<'static>>,
+    helpers: &Helpers,
+    clock: &SliceClock,
+    limits: VmLimits,
+) -> Option<Result<Option<Value>, ScriptFailure>> {
+    context.with(|ctx| {
+        let promise = main.clone().restore(&ctx).ok()?;
+        match promise.state() {
+            PromiseState::Pending => None,
+            PromiseState::Resolved => Some(finish_value(&ctx, &promise, helpers, clock, limits)),
+            PromiseState::Rejected => {
+                let reason = match promise.result::<rquickjs::Value>() {
+                    Some(Err(rquickjs::Error::Exception)) => ctx.catch(),
+                    Some(Ok(value)) => value,
+                    _ => ctx.catch(),
+                };
+                if clock.tripped.load(Ordering::SeqCst) {
+                    return Some(Err(runaway(limits)));
+                }
+                Some(Err(failure_from_value(&ctx, reason)))
+            }
+        }
+    })
 }
 
 /// Evaluates the prelude with the host functions and returns the helpers it hands back.

@@ -1,0 +1,444 @@
+//! `agent()` calls: the checks, the index and label, the route, the call's identity, and then
+//! either a replay of a recorded row or a live agent task under the run's concurrency.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::driver::options::{AgentOptions, CallPayload};
+use crate::engine::driver::progress::Progress;
+use crate::engine::driver::task::AgentTask;
+use crate::engine::driver::{Driver, DryCall, InFlight, LiveCall};
+use crate::engine::journal::{self, AgentIdentity, ReplayDecision};
+use crate::engine::preview;
+use crate::engine::routing::{self, AgentDefinition, Route, RouteRequest};
+use crate::engine::runner::{BackendOrigin, BackendSpec, SessionSpec};
+use crate::engine::vm::VmReply;
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, ReplayInfo, Usage};
+
+/// One `agent()` call after its checks, routed and identified: what a replay or an agent
+/// task is made from.
+struct AgentCall {
+    call_id: u64,
+    scope: String,
+    index: u32,
+    prompt: String,
+    path: Option<String>,
+    options: AgentOptions,
+    phase: Option<String>,
+    label: String,
+    /// The `agentType` definition, when the call names one.
+    definition: Option<AgentDefinition>,
+    route: Route,
+    hash: String,
+    inputs_hash: String,
+    cwd: PathBuf,
+}
+
+/// What a call that runs live carries over from the journal.
+#[derive(Default)]
+struct LiveStart {
+    /// Rows of earlier generations the new row supersedes.
+    supersedes: Vec<(u32, u32)>,
+    /// A session of this same call interrupted by an auth or usage pause, to continue.
+    resume_session: Option<String>,
+}
+
+impl Driver {
+    pub(super) async fn on_agent_call(&mut self, call_id: u64, payload: Value) {
+        let Some(call) = self.plan_agent_call(call_id, &payload) else {
+            return;
+        };
+        let mut live = LiveStart::default();
+        // Replay: only root calls of a resumed run.
+        if call.scope == "root" && !self.dry() && !self.setup.pool.is_empty() {
+            match self.setup.pool.decide(
+                CallKind::Agent,
+                call.path.as_deref(),
+                &call.hash,
+                Some(&call.inputs_hash),
+            ) {
+                ReplayDecision::Replay { row, match_kind } => {
+                    self.replay(&call, row, match_kind).await;
+                    return;
+                }
+                ReplayDecision::Live(reason) => {
+                    tracing::debug!(run = %self.setup.run_id, index = call.index, ?reason, "call runs live");
+                    live.supersedes = self.setup.pool.superseded_by_live(
+                        CallKind::Agent,
+                        call.path.as_deref(),
+                        &call.hash,
+                    );
+                    live.resume_session = self.continuation_session(
+                        call.path.as_deref(),
+                        &call.hash,
+                        &call.inputs_hash,
+                    );
+                }
+            }
+        }
+        self.start_agent(call, live);
+    }
+
+    /// Checks, numbers, labels, routes and identifies a call; `None` when it was rejected.
+    fn plan_agent_call(&mut self, call_id: u64, payload: &Value) -> Option<AgentCall> {
+        let CallPayload {
+            scope,
+            prompt,
+            path,
+            options,
+        } = CallPayload::parse(payload);
+        if self.agent_count >= self.setup.limits.max_agents {
+            self.reject(
+                call_id,
+                "AGENT_LIMIT_EXCEEDED",
+                format!(
+                    "the run reached its limit of {} agent calls (maxAgents)",
+                    self.setup.limits.max_agents
+                ),
+                false,
+            );
+            return None;
+        }
+        let options = match AgentOptions::parse(&options) {
+            Ok(options) => options,
+            Err(message) => {
+                self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+                return None;
+            }
+        };
+        self.agent_count += 1;
+        let index = self.take_index(&scope);
+        let phase = options.phase.clone().or_else(|| self.current_phase(&scope));
+        let label = options.label.clone().unwrap_or_else(|| match &phase {
+            Some(phase) => format!("{phase} agent {index}"),
+            None => format!("agent {index}"),
+        });
+        let definition = options
+            .agent_type
+            .as_ref()
+            .and_then(|name| self.setup.routing.agents.get(name))
+            .cloned();
+        let route = self.route_agent_call(call_id, index, &label, phase.as_deref(), &options)?;
+        let mut call = AgentCall {
+            call_id,
+            scope,
+            index,
+            prompt,
+            path,
+            options,
+            phase,
+            label,
+            definition,
+            route,
+            hash: String::new(),
+            inputs_hash: String::new(),
+            cwd: PathBuf::new(),
+        };
+        self.identify(&mut call);
+        Some(call)
+    }
+
+    /// The call's route; a call without one is rejected, except in the dry run, which
+    /// records it and carries on unrouted.
+    fn route_agent_call(
+        &mut self,
+        call_id: u64,
+        index: u32,
+        label: &str,
+        phase: Option<&str>,
+        options: &AgentOptions,
+    ) -> Option<Route> {
+        let route_request = RouteRequest {
+            model: options.model.as_deref(),
+            agent_type: options.agent_type.as_deref(),
+            tier: options.tier.as_deref(),
+            phase,
+            meta_model: self.setup.meta_model.as_deref(),
+        };
+        let route = routing::resolve(
+            &route_request,
+            &self.setup.phases,
+            &self.setup.routing,
+            self.setup.backends.as_ref(),
+        );
+        if self.dry() {
+            self.dry_calls.push(DryCall {
+                index,
+                kind: CallKind::Agent,
+                label: label.to_owned(),
+                phase: phase.map(str::to_owned),
+                route: route.clone(),
+                mode: options.mode.clone(),
+                config_options: options.config_options.clone(),
+            });
+        }
+        match route {
+            Ok(route) => Some(route),
+            Err(reason) if !self.dry() => {
+                let names = self.setup.backends.names().join(", ");
+                self.reject(
+                    call_id,
+                    "ROUTING_REQUIRED",
+                    format!("{label}@{index} has no route: {reason}. Configured backends: {names}"),
+                    false,
+                );
+                None
+            }
+            Err(_) => Some(Route {
+                spec: "unrouted".into(),
+                backend: BackendSpec {
+                    id: "unrouted".into(),
+                    command: String::new(),
+                    args: vec![],
+                    env: Default::default(),
+                    session_meta: None,
+                    origin: BackendOrigin::Builtin,
+                },
+                model: None,
+            }),
+        }
+    }
+
+    /// Fills in the call's identity hash, its inputs hash and its working directory.
+    fn identify(&self, call: &mut AgentCall) {
+        let options = &call.options;
+        call.hash = journal::agent_hash(&AgentIdentity {
+            prompt: &call.prompt,
+            model: Some(&call.route.spec),
+            mode: options.mode.as_deref(),
+            config_options: &options.config_options,
+            tier: options.tier.as_deref(),
+            phase: call.phase.as_deref(),
+            agent_type: options.agent_type.as_deref(),
+            agent_definition: call.definition.as_ref().map(|d| d.digest.as_str()),
+            schema: options.schema.as_ref(),
+        });
+        call.cwd = options
+            .cwd
+            .clone()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.setup.cwd.clone());
+        let backend_digest = if call.route.backend.origin == BackendOrigin::Script {
+            Value::String(crate::util::sha256_hex(
+                serde_json::to_string(&call.route.backend)
+                    .unwrap_or_default()
+                    .as_bytes(),
+            ))
+        } else {
+            Value::Null
+        };
+        let inputs = json!({
+            "cwd": call.cwd.to_string_lossy(),
+            "isolation": options.isolation,
+            "keepSession": options.keep_session,
+            "images": options.images,
+            "mcpServers": options.mcp_servers,
+            "meta": options.meta,
+            "promptMeta": options.prompt_meta,
+            "label": call.label,
+            "backends": backend_digest,
+        });
+        call.inputs_hash = journal::inputs_hash(&inputs);
+    }
+
+    /// Starts the call as an agent task, shown as queued until it holds a permit.
+    fn start_agent(&mut self, call: AgentCall, live: LiveStart) {
+        let cancel = CancellationToken::new();
+        let task = self.agent_task(&call, live.resume_session, cancel.clone());
+        let route = &call.route;
+        let model_shown = route.model.clone().or_else(|| Some(route.spec.clone()));
+        self.setup
+            .live
+            .lock()
+            .map(|mut view| {
+                view.calls.insert(
+                    call.index,
+                    LiveCall {
+                        label: call.label.clone(),
+                        phase: call.phase.clone(),
+                        model: model_shown,
+                        backend_id: Some(route.backend.id.clone()),
+                        state: "queued",
+                        timeout_ms: task.timeout.as_millis() as u64,
+                    },
+                );
+            })
+            .ok();
+        self.in_flight.insert(
+            call.index,
+            InFlight {
+                call_id: call.call_id,
+                kind: CallKind::Agent,
+                scope: call.scope,
+                label: call.label,
+                phase: call.phase,
+                hash: call.hash,
+                path: call.path,
+                inputs_hash: Some(call.inputs_hash),
+                route: Some(call.route),
+                supersedes: live.supersedes,
+                cancel,
+                started: false,
+                progress: Progress::default(),
+            },
+        );
+        self.tracker.spawn(task.run());
+    }
+
+    /// The agent task of a call: its session (with the definition's role prompt and tool
+    /// lists), its prompt blocks, timeout and retries.
+    fn agent_task(
+        &self,
+        call: &AgentCall,
+        resume_session: Option<String>,
+        cancel: CancellationToken,
+    ) -> AgentTask {
+        let options = &call.options;
+        let timeout = options
+            .timeout_ms
+            .map(|ms| Duration::from_millis(ms).min(self.setup.agent_timeout))
+            .unwrap_or(self.setup.agent_timeout);
+        let retries = options.retries.unwrap_or(self.setup.limits.agent_retries);
+        let mut full_prompt = call.prompt.clone();
+        if let Some(definition) = &call.definition
+            && !definition.role_prompt.is_empty()
+        {
+            full_prompt = format!("{}\n\n{}", definition.role_prompt, call.prompt);
+        }
+        let mut meta = options.meta.clone();
+        if let Some(definition) = &call.definition
+            && (!definition.tools.is_empty() || !definition.disallowed_tools.is_empty())
+        {
+            let entry = json!({"agentprism": {"tools": definition.tools, "disallowedTools": definition.disallowed_tools}});
+            meta = Some(match meta {
+                Some(Value::Object(mut map)) => {
+                    map.extend(entry.as_object().cloned().unwrap_or_default());
+                    Value::Object(map)
+                }
+                _ => entry,
+            });
+        }
+        let spec = SessionSpec {
+            backend: call.route.backend.clone(),
+            model: call.route.model.clone(),
+            mode: options.mode.clone(),
+            config_options: options.config_options.clone(),
+            cwd: call.cwd.clone(),
+            mcp_servers: options.mcp_servers.clone().unwrap_or(Value::Array(vec![])),
+            meta,
+            resume_session,
+            run_id: self.setup.run_id.to_string(),
+            call_index: call.index,
+            label: call.label.clone(),
+        };
+        let mut prompt_blocks = vec![json!({"type": "text", "text": full_prompt})];
+        if let Some(Value::Array(images)) = &options.images {
+            prompt_blocks.extend(images.iter().cloned());
+        }
+        AgentTask {
+            index: call.index,
+            label: call.label.clone(),
+            spec,
+            prompt: prompt_blocks,
+            prompt_meta: options.prompt_meta.clone(),
+            schema: options.schema.clone(),
+            timeout,
+            retries,
+            runner: self.setup.runner.clone(),
+            cancel,
+            activity: self.activity_tx.clone(),
+            broker: self.setup.broker.clone(),
+            run_id: self.setup.run_id.clone(),
+            semaphore: self.semaphore.clone(),
+            gate_closed: self.gate_closed.clone(),
+            dry_run: self.dry(),
+        }
+    }
+
+    /// A recorded session of this same call, interrupted by an auth or usage pause.
+    fn continuation_session(
+        &self,
+        path: Option<&str>,
+        hash: &str,
+        inputs_hash: &str,
+    ) -> Option<String> {
+        self.setup
+            .pool
+            .rows_with_hash(hash)
+            .filter(|row| {
+                row.path.as_deref() == path && row.inputs_hash.as_deref() == Some(inputs_hash)
+            })
+            .filter(|row| {
+                matches!(
+                    row.error.as_ref().map(|e| e.code.as_str()),
+                    Some("AUTH_REQUIRED" | "PROVIDER_USAGE_LIMIT")
+                )
+            })
+            .find_map(|row| {
+                row.session
+                    .as_ref()?
+                    .get("sessionId")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+    }
+
+    /// Answers the call from recorded row `row`, re-journaled as a replay of it.
+    async fn replay(&mut self, call: &AgentCall, row: usize, match_kind: &'static str) {
+        self.setup.pool.consume(row);
+        let source = self.setup.pool.row(row).clone();
+        let value = source.result.clone().unwrap_or(Value::Null);
+        let (index, label, phase, route) = (call.index, &call.label, &call.phase, &call.route);
+        self.events.push(
+            "agentStart",
+            "root",
+            json!({"label": label, "phase": phase, "prompt": call.prompt, "model": route.spec, "callIndex": index, "path": call.path, "replay": true}),
+        );
+        let shown = preview::preview(&value);
+        self.events.push(
+            "agentEnd",
+            "root",
+            json!({"callIndex": index, "label": label, "result": {"preview": shown.preview, "redacted": shown.redacted, "truncated": shown.truncated}, "replay": true}),
+        );
+        let record = CallRecord {
+            generation: self.setup.generation,
+            index,
+            kind: CallKind::Agent,
+            hash: source.hash.clone(),
+            path: call.path.clone(),
+            inputs_hash: source.inputs_hash.clone(),
+            label: Some(label.clone()),
+            phase: phase.clone(),
+            outcome: CallOutcome::Result,
+            origin: CallOrigin::JournalReplay,
+            result: Some(value.clone()),
+            error: None,
+            aborted: false,
+            attempts: 0,
+            usage: Usage::default(),
+            model_requested: Some(route.spec.clone()),
+            model_resolved: source.model_resolved.clone(),
+            backend_id: source.backend_id.clone(),
+            resolved_cwd: source.resolved_cwd.clone(),
+            replay: Some(ReplayInfo {
+                source_generation: source.generation,
+                recorded_index: source.index,
+                match_kind: match_kind.to_owned(),
+            }),
+            session: None,
+            settlement_ordinal: self.next_settlement(),
+            superseded_by: None,
+        };
+        let supersedes = vec![(source.generation, source.index)];
+        match self.buffer_replay(record, supersedes).await {
+            Ok(()) => self.reply(VmReply::Resolve {
+                call_id: call.call_id,
+                value,
+            }),
+            Err(lost) => self.on_lost_write(lost),
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! `checkpoint()` calls: the checks, then a replayed answer, an answer given with the resume,
+//! or a pause that waits for one. The dry run answers every checkpoint with a default.
+
+use serde_json::{Value, json};
+
+use crate::engine::driver::options::CallPayload;
+use crate::engine::driver::{Driver, DryCall, Halt};
+use crate::engine::journal::{self, ReplayDecision};
+use crate::engine::vm::VmReply;
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, PauseReason, ReplayInfo, Usage};
+
+/// One checked `checkpoint()` call.
+struct Checkpoint {
+    call_id: u64,
+    scope: String,
+    index: u32,
+    prompt: String,
+    path: Option<String>,
+    /// `confirm`, `input` or `select`.
+    kind: String,
+    /// The choices of a `select`.
+    choices: Option<Value>,
+    hash: String,
+    label: String,
+}
+
+impl Driver {
+    pub(super) async fn on_checkpoint(&mut self, call_id: u64, payload: Value) {
+        let Some(checkpoint) = self.plan_checkpoint(call_id, &payload) else {
+            return;
+        };
+        if self.dry() {
+            self.dry_checkpoint(&checkpoint);
+            return;
+        }
+        let mut supersedes = Vec::new();
+        if checkpoint.scope == "root" {
+            match self.setup.pool.decide(
+                CallKind::Checkpoint,
+                checkpoint.path.as_deref(),
+                &checkpoint.hash,
+                None,
+            ) {
+                ReplayDecision::Replay { row, match_kind } => {
+                    self.replay_checkpoint(&checkpoint, row, match_kind).await;
+                    return;
+                }
+                ReplayDecision::Live(_) => {
+                    supersedes = self.setup.pool.superseded_by_live(
+                        CallKind::Checkpoint,
+                        checkpoint.path.as_deref(),
+                        &checkpoint.hash,
+                    );
+                }
+            }
+        }
+        if let Some(answer) = self.take_answer(checkpoint.index, &checkpoint.hash) {
+            let record =
+                self.checkpoint_record(&checkpoint, answer.clone(), CallOrigin::Confirm, None);
+            self.events.push(
+                "checkpointAnswered",
+                &checkpoint.scope,
+                json!({"callIndex": checkpoint.index, "source": "injected"}),
+            );
+            match self.record_call(&record, &supersedes).await {
+                Ok(()) => self.reply(VmReply::Resolve {
+                    call_id,
+                    value: answer,
+                }),
+                Err(lost) => self.on_lost_write(lost),
+            }
+            return;
+        }
+        let context = json!({"callIndex": checkpoint.index, "hash": checkpoint.hash, "prompt": checkpoint.prompt, "kind": checkpoint.kind, "choices": checkpoint.choices});
+        self.begin_halt(Halt::Pause {
+            reason: PauseReason::CheckpointRequired,
+            auth_context: None,
+            reset_hint: None,
+            checkpoint_context: Some(context),
+        });
+    }
+
+    /// Checks the kind, its choices and `maxAgents`, then numbers the call; `None` when it
+    /// was rejected.
+    fn plan_checkpoint(&mut self, call_id: u64, payload: &Value) -> Option<Checkpoint> {
+        let CallPayload {
+            scope,
+            prompt,
+            path,
+            options,
+        } = CallPayload::parse(payload);
+        let kind = options
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("confirm")
+            .to_owned();
+        let choices = options.get("choices").cloned();
+        if let Err(message) = check_kind(&kind, choices.as_ref()) {
+            self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+            return None;
+        }
+        if self.agent_count >= self.setup.limits.max_agents {
+            self.reject(
+                call_id,
+                "AGENT_LIMIT_EXCEEDED",
+                format!(
+                    "the run reached its limit of {} calls (maxAgents)",
+                    self.setup.limits.max_agents
+                ),
+                false,
+            );
+            return None;
+        }
+        self.agent_count += 1;
+        let index = self.take_index(&scope);
+        let hash = journal::checkpoint_hash(&prompt, &kind, choices.as_ref());
+        Some(Checkpoint {
+            call_id,
+            scope,
+            index,
+            prompt,
+            path,
+            kind,
+            choices,
+            hash,
+            label: format!("checkpoint {index}"),
+        })
+    }
+
+    /// The dry run's answer: yes, an empty string, or the first choice.
+    fn dry_checkpoint(&mut self, checkpoint: &Checkpoint) {
+        self.dry_calls.push(DryCall {
+            index: checkpoint.index,
+            kind: CallKind::Checkpoint,
+            label: checkpoint.label.clone(),
+            phase: self.current_phase(&checkpoint.scope),
+            route: Err("checkpoint".into()),
+            mode: None,
+            config_options: vec![],
+        });
+        let answer = match checkpoint.kind.as_str() {
+            "confirm" => Value::Bool(true),
+            "input" => Value::String(String::new()),
+            _ => checkpoint
+                .choices
+                .as_ref()
+                .and_then(|c| c.get(0))
+                .cloned()
+                .unwrap_or(Value::Null),
+        };
+        self.reply(VmReply::Resolve {
+            call_id: checkpoint.call_id,
+            value: answer,
+        });
+    }
+
+    /// Answers the checkpoint from recorded row `row`, re-journaled as a replay of it.
+    async fn replay_checkpoint(
+        &mut self,
+        checkpoint: &Checkpoint,
+        row: usize,
+        match_kind: &'static str,
+    ) {
+        self.setup.pool.consume(row);
+        let source = self.setup.pool.row(row).clone();
+        let value = source.result.clone().unwrap_or(Value::Null);
+        let record = self.checkpoint_record(
+            checkpoint,
+            value.clone(),
+            CallOrigin::JournalReplay,
+            Some(ReplayInfo {
+                source_generation: source.generation,
+                recorded_index: source.index,
+                match_kind: match_kind.to_owned(),
+            }),
+        );
+        let supersedes = vec![(source.generation, source.index)];
+        match self.buffer_replay(record, supersedes).await {
+            Ok(()) => self.reply(VmReply::Resolve {
+                call_id: checkpoint.call_id,
+                value,
+            }),
+            Err(lost) => self.on_lost_write(lost),
+        }
+    }
+
+    /// A durable answer given with resume: by index, else the unused answer with this hash.
+    fn take_answer(&mut self, index: u32, hash: &str) -> Option<Value> {
+        let (slot, answer) = self
+            .setup
+            .answers
+            .iter()
+            .enumerate()
+            .find(|(i, a)| !self.used_answers[*i] && a.call_index == index && a.hash == hash)
+            .or_else(|| {
+                self.setup
+                    .answers
+                    .iter()
+                    .enumerate()
+                    .find(|(i, a)| !self.used_answers[*i] && a.hash == hash)
+            })
+            .map(|(i, a)| (i, a.answer.clone()))?;
+        self.used_answers[slot] = true;
+        Some(answer)
+    }
+
+    fn checkpoint_record(
+        &mut self,
+        checkpoint: &Checkpoint,
+        value: Value,
+        origin: CallOrigin,
+        replay: Option<ReplayInfo>,
+    ) -> CallRecord {
+        CallRecord {
+            generation: self.setup.generation,
+            index: checkpoint.index,
+            kind: CallKind::Checkpoint,
+            hash: checkpoint.hash.clone(),
+            path: checkpoint.path.clone(),
+            inputs_hash: None,
+            label: Some(checkpoint.label.clone()),
+            phase: None,
+            outcome: CallOutcome::Result,
+            origin,
+            result: Some(value),
+            error: None,
+            aborted: false,
+            attempts: 0,
+            usage: Usage::default(),
+            model_requested: None,
+            model_resolved: None,
+            backend_id: None,
+            resolved_cwd: None,
+            replay,
+            session: None,
+            settlement_ordinal: self.next_settlement(),
+            superseded_by: None,
+        }
+    }
+}
+
+/// The kind must be `confirm`, `input` or `select`, and a `select` needs string choices.
+fn check_kind(kind: &str, choices: Option<&Value>) -> Result<(), String> {
+    if !matches!(kind, "confirm" | "input" | "select") {
+        return Err(format!(
+            "checkpoint kind must be confirm, input or select, got {kind:?}"
+        ));
+    }
+    if kind == "select" {
+        let valid = choices
+            .and_then(Value::as_array)
+            .is_some_and(|list| !list.is_empty() && list.iter().all(Value::is_string));
+        if !valid {
+            return Err(
+                "checkpoint kind select needs choices: a non-empty array of strings".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_kind_is_one_of_three_and_select_needs_string_choices() {
+        assert!(check_kind("confirm", None).is_ok());
+        assert!(check_kind("input", None).is_ok());
+        assert!(check_kind("select", Some(&json!(["a", "b"]))).is_ok());
+        assert_eq!(
+            check_kind("pick", None).unwrap_err(),
+            "checkpoint kind must be confirm, input or select, got \"pick\""
+        );
+        for choices in [
+            None,
+            Some(json!([])),
+            Some(json!(["a", 1])),
+            Some(json!("a")),
+        ] {
+            assert_eq!(
+                check_kind("select", choices.as_ref()).unwrap_err(),
+                "checkpoint kind select needs choices: a non-empty array of strings"
+            );
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! A finished agent task becomes its call row: the answer the script gets (a value, `null`,
+//! a thrown error, or none when the call pauses the run or was interrupted), the events
+//! that announce it, and the durable write that must come before the answer.
+
+use serde_json::{Value, json};
+
+use crate::engine::driver::task::TaskResult;
+use crate::engine::driver::{Driver, Halt, InFlight};
+use crate::engine::preview;
+use crate::engine::vm::VmReply;
+use crate::model::{CallError, CallOrigin, CallOutcome, CallRecord, Usage};
+
+impl Driver {
+    pub(super) async fn on_done(&mut self, index: u32, result: TaskResult) {
+        if let Some(call) = self.in_flight.get(&index)
+            && call.progress.dirty
+        {
+            self.emit_progress(index, "activity");
+        }
+        let Some(call) = self.in_flight.remove(&index) else {
+            return;
+        };
+        // A call cancelled because the whole run is halting (stop, interrupt) did not end
+        // on its own: it is an interrupted row that a resume re-runs, not a cancelled call.
+        let result = match result {
+            TaskResult::Null { code, .. } if self.halt.is_some() && code == "AGENT_CANCELLED" => {
+                TaskResult::Interrupted
+            }
+            other => other,
+        };
+        self.setup
+            .live
+            .lock()
+            .map(|mut live| {
+                live.calls.remove(&index);
+            })
+            .ok();
+        let mut record = self.settled_row(index, &call);
+        let (reply, pause) = settle(&mut record, call.call_id, result);
+        record.settlement_ordinal = self.next_settlement();
+        self.announce_settled(&call, &record);
+        if call.scope == "root" && !self.dry() {
+            let supersedes = call.supersedes.clone();
+            if let Err(lost) = self.record_call(&record, &supersedes).await {
+                // Not durable, so not answered: the run pauses and a resume re-runs it.
+                self.on_lost_write(lost);
+                return;
+            }
+        }
+        if let Some(reply) = reply {
+            self.reply(reply);
+        }
+        if let Some(pause) = pause
+            && self.halt.is_none()
+        {
+            self.begin_halt(pause);
+        }
+    }
+
+    /// The row of a settled call before its result is filled in.
+    fn settled_row(&self, index: u32, call: &InFlight) -> CallRecord {
+        let route = call.route.as_ref();
+        CallRecord {
+            generation: self.setup.generation,
+            index,
+            kind: call.kind,
+            hash: call.hash.clone(),
+            path: call.path.clone(),
+            inputs_hash: call.inputs_hash.clone(),
+            label: Some(call.label.clone()),
+            phase: call.phase.clone(),
+            outcome: CallOutcome::Result,
+            origin: if self.dry() {
+                CallOrigin::Headless
+            } else {
+                CallOrigin::Runner
+            },
+            result: None,
+            error: None,
+            aborted: false,
+            attempts: 0,
+            usage: Usage::default(),
+            model_requested: route.map(|r| r.spec.clone()),
+            model_resolved: route.and_then(|r| r.model.clone()),
+            backend_id: route.map(|r| r.backend.id.clone()),
+            resolved_cwd: None,
+            replay: None,
+            session: None,
+            settlement_ordinal: 0,
+            superseded_by: None,
+        }
+    }
+
+    /// Adds the call's usage to the run's and announces it: `agentEnd`, `tokenUsage` when
+    /// it used any, and `callRecord`.
+    fn announce_settled(&mut self, call: &InFlight, record: &CallRecord) {
+        self.setup.usage.add(&record.usage);
+        let usage = self.setup.usage;
+        self.setup
+            .live
+            .lock()
+            .map(|mut live| live.usage = usage)
+            .ok();
+        let shown = record.result.as_ref().map(preview::preview);
+        let mut end = json!({
+            "callIndex": record.index,
+            "label": call.label,
+            "result": shown.as_ref().map(|p| json!({"preview": p.preview, "redacted": p.redacted, "truncated": p.truncated})),
+            "usage": record.usage,
+        });
+        if let Some(error) = &record.error {
+            end["errorCode"] = Value::String(error.code.clone());
+            end["errorMessage"] =
+                Value::String(crate::engine::status::error_message(&error.message));
+        }
+        self.events.push("agentEnd", &call.scope, end);
+        if !record.usage.is_zero() {
+            self.events
+                .push("tokenUsage", &call.scope, json!({"usage": usage}));
+        }
+        self.events.push(
+            "callRecord",
+            &call.scope,
+            json!({"index": record.index, "kind": record.kind, "label": record.label, "outcome": record.outcome,
+                   "origin": record.origin, "attempts": record.attempts, "errorCode": record.error.as_ref().map(|e| e.code.clone())}),
+        );
+    }
+}
+
+/// Fills `record` from the task's result and says what the script gets (`None`: nothing
+/// yet) and whether the call pauses the run.
+fn settle(
+    record: &mut CallRecord,
+    call_id: u64,
+    result: TaskResult,
+) -> (Option<VmReply>, Option<Halt>) {
+    let agent_error = |code: String, message: String, recoverable: bool| CallError {
+        form: "agent".into(),
+        code,
+        message,
+        recoverable,
+    };
+    match result {
+        TaskResult::Value {
+            value,
+            usage,
+            attempts,
+            session,
+        } => {
+            record.result = Some(value.clone());
+            record.usage = usage;
+            record.attempts = attempts;
+            record.session = session;
+            (Some(VmReply::Resolve { call_id, value }), None)
+        }
+        TaskResult::Null {
+            code,
+            message,
+            usage,
+            attempts,
+        } => {
+            record.outcome = CallOutcome::Null;
+            record.usage = usage;
+            record.attempts = attempts;
+            record.error = Some(agent_error(code, message, true));
+            let value = Value::Null;
+            (Some(VmReply::Resolve { call_id, value }), None)
+        }
+        TaskResult::Throw {
+            code,
+            message,
+            usage,
+            attempts,
+        } => {
+            record.outcome = CallOutcome::Error;
+            record.usage = usage;
+            record.attempts = attempts;
+            record.error = Some(agent_error(code.clone(), message.clone(), false));
+            let reply = VmReply::Reject {
+                call_id,
+                code,
+                message,
+                recoverable: false,
+            };
+            (Some(reply), None)
+        }
+        TaskResult::Pause {
+            reason,
+            code,
+            message,
+            auth_context,
+            reset_hint,
+            session,
+            usage,
+            attempts,
+        } => {
+            record.outcome = CallOutcome::Error;
+            record.usage = usage;
+            record.attempts = attempts;
+            record.session = session;
+            record.error = Some(agent_error(code, message, false));
+            let pause = Halt::Pause {
+                reason,
+                auth_context,
+                reset_hint,
+                checkpoint_context: None,
+            };
+            (None, Some(pause))
+        }
+        TaskResult::Interrupted => {
+            record.outcome = CallOutcome::Error;
+            record.origin = CallOrigin::Engine;
+            record.aborted = true;
+            record.error = Some(CallError {
+                form: "engine".into(),
+                code: "WORKFLOW_ABORTED".into(),
+                message: "interrupted before it finished".into(),
+                recoverable: false,
+            });
+            (None, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CallKind, PauseReason};
+
+    fn row() -> CallRecord {
+        CallRecord {
+            generation: 1,
+            index: 3,
+            kind: CallKind::Agent,
+            hash: "h".into(),
+            path: None,
+            inputs_hash: None,
+            label: Some("a".into()),
+            phase: None,
+            outcome: CallOutcome::Result,
+            origin: CallOrigin::Runner,
+            result: None,
+            error: None,
+            aborted: false,
+            attempts: 0,
+            usage: Usage::default(),
+            model_requested: None,
+            model_resolved: None,
+            backend_id: None,
+            resolved_cwd: None,
+            replay: None,
+            session: None,
+            settlement_ordinal: 0,
+            superseded_by: None,
+        }
+    }
+
+    fn usage(total: u64) -> Usage {
+        Usage {
+            total_tokens: total,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_value_is_recorded_and_handed_to_the_script() {
+        let mut record = row();
+        let result = TaskResult::Value {
+            value: json!("done"),
+            usage: usage(5),
+            attempts: 2,
+            session: Some(json!({"sessionId": "s"})),
+        };
+        let (reply, pause) = settle(&mut record, 7, result);
+        assert!(matches!(reply, Some(VmReply::Resolve { call_id: 7, value }) if value == "done"));
+        assert!(pause.is_none());
+        assert_eq!(record.outcome, CallOutcome::Result);
+        assert_eq!(record.result, Some(json!("done")));
+        assert_eq!((record.attempts, record.usage.total_tokens), (2, 5));
+        assert!(record.session.is_some() && record.error.is_none());
+    }
+
+    #[test]
+    fn a_recoverable_failure_is_null_for_the_script_and_a_thrown_one_rejects() {
+        let mut record = row();
+        let null = TaskResult::Null {
+            code: "AGENT_TIMEOUT".into(),
+            message: "slow".into(),
+            usage: usage(1),
+            attempts: 3,
+        };
+        let (reply, pause) = settle(&mut record, 1, null);
+        assert!(matches!(
+            reply,
+            Some(VmReply::Resolve {
+                value: Value::Null,
+                ..
+            })
+        ));
+        assert!(pause.is_none());
+        assert_eq!(record.outcome, CallOutcome::Null);
+        let error = record.error.unwrap();
+        assert_eq!(
+            (error.code.as_str(), error.recoverable),
+            ("AGENT_TIMEOUT", true)
+        );
+
+        let mut record = row();
+        let throw = TaskResult::Throw {
+            code: "AGENT_REFUSAL".into(),
+            message: "no".into(),
+            usage: usage(1),
+            attempts: 1,
+        };
+        let (reply, _) = settle(&mut record, 2, throw);
+        assert!(matches!(
+            reply,
+            Some(VmReply::Reject { call_id: 2, ref code, recoverable: false, .. }) if code == "AGENT_REFUSAL"
+        ));
+        assert_eq!(record.outcome, CallOutcome::Error);
+        assert!(!record.error.unwrap().recoverable);
+    }
+
+    #[test]
+    fn a_pausing_call_is_recorded_with_its_session_and_not_answered() {
+        let mut record = row();
+        let result = TaskResult::Pause {
+            reason: PauseReason::AuthRequired,
+            code: "AUTH_REQUIRED".into(),
+            message: "log in".into(),
+            auth_context: Some(json!({"method": "x"})),
+            reset_hint: None,
+            session: Some(json!({"sessionId": "s"})),
+            usage: usage(0),
+            attempts: 1,
+        };
+        let (reply, pause) = settle(&mut record, 1, result);
+        assert!(reply.is_none());
+        assert!(matches!(
+            pause,
+            Some(Halt::Pause {
+                reason: PauseReason::AuthRequired,
+                auth_context: Some(_),
+                ..
+            })
+        ));
+        assert_eq!(record.error.unwrap().code, "AUTH_REQUIRED");
+        assert!(record.session.is_some());
+    }
+
+    #[test]
+    fn an_interrupted_call_is_an_aborted_engine_row_that_gets_no_answer() {
+        let mut record = row();
+        let (reply, pause) = settle(&mut record, 1, TaskResult::Interrupted);
+        assert!(reply.is_none() && pause.is_none());
+        assert!(record.aborted);
+        assert_eq!(record.origin, CallOrigin::Engine);
+        let error = record.error.unwrap();
+        assert_eq!(
+            (error.form.as_str(), error.code.as_str()),
+            ("engine", "WORKFLOW_ABORTED")
+        );
+    }
+}

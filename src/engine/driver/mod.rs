@@ -1,0 +1,626 @@
+//! The run driver: executes one generation of a run (the first execution or one resume).
+//!
+//! A tokio task that owns the run's state while it executes. It receives the script's calls
+//! from the VM thread in program order, assigns call indexes, routes and hashes each call,
+//! replays what the journal already holds, and runs the rest as agent tasks bounded by the
+//! run's concurrency. A settled call is written to the store *before* its result is handed
+//! to the script, so a crash loses no completed call (the rule lives in [`durability`]).
+//! Stop, pause and single-call cancel arrive as [`Control`] messages. The same driver runs
+//! the preparation dry run, with a mock runner and no store.
+//!
+//! Rooms: this file holds the public types, the event loop and how a generation halts and
+//! ends; `agent_call` turns an `agent()` call into a replay or an agent task, `checkpoint`
+//! does the same for `checkpoint()`, `completion` settles a finished agent task into its
+//! call row, `durability` is the one place store writes happen, `progress` turns agent
+//! activity into progress events, `options` checks what the script passed, and `task` is
+//! the agent task itself.
+
+mod agent_call;
+mod checkpoint;
+mod completion;
+mod durability;
+mod options;
+mod progress;
+mod task;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::events::{EventLog, RunNotice};
+use crate::engine::journal::ReplayPool;
+use crate::engine::permissions::PermissionBroker;
+use crate::engine::routing::{BackendLookup, Route, RoutingSnapshot};
+use crate::engine::runner::AgentRunner;
+use crate::engine::vm::{self, ScriptFailure, VmEvent, VmLimits, VmReply, VmScript};
+use crate::model::{
+    CallKind, CallRecord, CheckpointAnswer, Limits, PauseReason, Phase, RunId, RunStatus, Usage,
+};
+use crate::store::Store;
+
+use progress::Progress;
+use task::Activity;
+
+/// How often the loop looks at progress heartbeats and flushes buffered events.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Where the generation's writes go.
+#[derive(Clone)]
+pub enum Persistence {
+    /// A live execution writes through the store under its lease.
+    Store {
+        store: Arc<dyn Store>,
+        lease_token: String,
+    },
+    /// The preparation dry run writes nothing.
+    DryRun,
+}
+
+/// Everything a generation needs. The driver keeps it for the whole generation and
+/// advances the counters in it (`next_settlement`, `usage`).
+pub struct DriverSetup {
+    /// The run this generation belongs to: every row, event and notice names it.
+    pub run_id: RunId,
+    /// Stamped on every call row; above 1, the generation starts with a `resumed` event.
+    pub generation: u32,
+    /// The analyzed script body the VM runs (meta blanked, positions kept).
+    pub body: String,
+    /// The script's `args`, validated at preparation.
+    pub args: Value,
+    /// The default working directory of agent sessions and the script's `cwd`.
+    pub cwd: PathBuf,
+    /// `meta.phases`: their models take part in routing.
+    pub phases: Vec<Phase>,
+    /// `meta.model`, the lowest-precedence route.
+    pub meta_model: Option<String>,
+    /// maxAgents, concurrency and retries of this generation.
+    pub limits: Limits,
+    /// The routing frozen at admission, so a resume routes as the first run did.
+    pub routing: RoutingSnapshot,
+    /// The configured backends, for routes and for naming them in errors.
+    pub backends: Arc<dyn BackendLookup>,
+    /// What agent calls run on (ACP, or a mock for the dry run).
+    pub runner: Arc<dyn AgentRunner>,
+    /// Where settled calls and events are written, if anywhere.
+    pub persistence: Persistence,
+    /// Rows earlier generations recorded, which identical calls replay.
+    pub pool: ReplayPool,
+    /// Checkpoint answers given with the resume that started this generation.
+    pub answers: Vec<CheckpointAnswer>,
+    /// The run's last stored event sequence: new events continue from it.
+    pub last_event_seq: u64,
+    /// The settlement ordinal the next settled call gets (advanced as calls settle).
+    pub next_settlement: u64,
+    /// The ceiling of one agent attempt (a call's `timeoutMs` can only lower it).
+    pub agent_timeout: Duration,
+    /// Time slice and heap of the script VM.
+    pub vm_limits: VmLimits,
+    /// Where agents' permission requests wait for an answer.
+    pub broker: PermissionBroker,
+    /// Live notices for subscribers (`None` in the dry run).
+    pub notices: Option<tokio::sync::broadcast::Sender<RunNotice>>,
+    /// Usage of the run so far; settled calls add to it.
+    pub usage: Usage,
+    /// The phase the root scope is in when the generation starts.
+    pub current_phase: Option<String>,
+    /// Resolves `workflow(name)` to a script body.
+    pub nested: Option<vm::NestedResolver>,
+    /// Shared with the engine so status can show live calls.
+    pub live: Arc<std::sync::Mutex<LiveView>>,
+}
+
+/// Requests from outside while a generation runs.
+#[derive(Debug)]
+pub enum Control {
+    /// Abort: cancel everything, record interrupted rows, settle `aborted`.
+    Stop,
+    /// Let running calls finish, start nothing new, settle `paused`/`reason`.
+    Pause(PauseReason),
+    /// Cancel one live agent call; answers whether it was live.
+    CancelCall {
+        index: u32,
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// What status shows of a live generation. The driver writes it as calls start and settle;
+/// the engine reads it for `status`, `live-status` and cancel errors.
+#[derive(Clone, Debug, Default)]
+pub struct LiveView {
+    /// The root scope's phase, newer than the run row's.
+    pub current_phase: Option<String>,
+    /// The run's usage including calls settled in this generation.
+    pub usage: Usage,
+    /// Calls not yet settled: index → (label, phase, model, "queued"|"running").
+    pub calls: BTreeMap<u32, LiveCall>,
+    /// The latest progress of any call, status's `latestActivity`.
+    pub latest_activity: Option<Value>,
+}
+
+/// One call of a [`LiveView`].
+#[derive(Clone, Debug)]
+pub struct LiveCall {
+    /// The call's label, as status and cancel errors name it.
+    pub label: String,
+    /// The phase the call runs in.
+    pub phase: Option<String>,
+    /// The model shown: the resolved model, else the route's spec.
+    pub model: Option<String>,
+    /// The backend the call was routed to.
+    pub backend_id: Option<String>,
+    /// `"queued"` until the call holds a concurrency permit, then `"running"`.
+    pub state: &'static str,
+    /// The call's effective per-attempt timeout.
+    pub timeout_ms: u64,
+}
+
+/// One call of the dry run, for routing checks, probes and warnings.
+#[derive(Clone, Debug)]
+pub struct DryCall {
+    pub index: u32,
+    pub kind: CallKind,
+    pub label: String,
+    pub phase: Option<String>,
+    pub route: Result<Route, String>,
+    pub mode: Option<String>,
+    pub config_options: Vec<(String, Value)>,
+}
+
+/// How a generation ended.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub status: RunStatus,
+    pub pause_reason: Option<PauseReason>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub result: Option<Value>,
+    pub auth_context: Option<Value>,
+    pub reset_hint: Option<String>,
+    pub checkpoint_context: Option<Value>,
+    pub usage: Usage,
+    pub current_phase: Option<String>,
+    pub last_event_seq: u64,
+    pub next_settlement: u64,
+    /// Dry run only: every call the script made.
+    pub dry_calls: Vec<DryCall>,
+    /// Phases the script entered.
+    pub phases_entered: Vec<String>,
+    /// A store write failed: the run could not be recorded faithfully.
+    pub store_error: Option<String>,
+}
+
+/// Runs one generation to its end.
+pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Control>) -> Outcome {
+    let (vm_tx, vm_rx) = mpsc::unbounded_channel();
+    let script = VmScript {
+        body: setup.body.clone(),
+        args: setup.args.clone(),
+        cwd: setup.cwd.to_string_lossy().into_owned(),
+        nested: setup.nested.take(),
+    };
+    let vm = vm::spawn(script, setup.vm_limits, vm_tx);
+    let driver = Driver::new(setup, Some(vm));
+    driver.run(vm_rx, control).await
+}
+
+/// A call the driver has numbered and not yet settled: an agent task, queued or running.
+struct InFlight {
+    /// The VM's id of the call, which its answer must carry.
+    call_id: u64,
+    kind: CallKind,
+    /// `"root"` or a nested workflow's scope; only root calls are journaled.
+    scope: String,
+    label: String,
+    phase: Option<String>,
+    /// The call's identity hash (journal.md), written on its row.
+    hash: String,
+    /// The script's structural path of the call, for replay matching.
+    path: Option<String>,
+    /// The hash of inputs outside the identity (cwd, images, ...), for replay matching.
+    inputs_hash: Option<String>,
+    /// Where it was routed; `None` only for calls that have no route.
+    route: Option<Route>,
+    /// Rows of earlier generations this call's row supersedes when written.
+    supersedes: Vec<(u32, u32)>,
+    /// Cancels this call alone (single-call cancel, halts).
+    cancel: CancellationToken,
+    /// Whether the task holds a concurrency permit: a pause cancels only calls not started.
+    started: bool,
+    /// What progress events have said of the call so far.
+    progress: Progress,
+}
+
+/// Why and how a generation is settling; once set, the script gets no more answers.
+#[derive(Clone, Debug)]
+enum Halt {
+    Done(Option<Value>),
+    Failed(ScriptFailure),
+    Stop,
+    Pause {
+        reason: PauseReason,
+        auth_context: Option<Value>,
+        reset_hint: Option<String>,
+        checkpoint_context: Option<Value>,
+    },
+}
+
+/// The state of one executing generation, owned by its task.
+struct Driver {
+    /// The generation's inputs and the counters it advances.
+    setup: DriverSetup,
+    /// The running script; `None` once it finished or was halted.
+    vm: Option<vm::VmHandle>,
+    /// A VM told to stop, joined (off the async threads) when the generation ends.
+    halted_vm: Option<vm::VmHandle>,
+    /// Events not yet written, with the run's sequence numbers.
+    events: EventLog,
+    /// The run's concurrency: agent tasks hold a permit while they run.
+    semaphore: Arc<Semaphore>,
+    /// Closed when the generation halts, so a task that gets its permit late starts nothing.
+    gate_closed: Arc<AtomicBool>,
+    /// Every agent task, awaited before the generation ends.
+    tracker: TaskTracker,
+    /// Given to each agent task to report start, updates and its result.
+    activity_tx: mpsc::UnboundedSender<Activity>,
+    /// Taken by the loop when it starts.
+    activity_rx: Option<mpsc::UnboundedReceiver<Activity>>,
+    /// Agent calls numbered and not yet settled, by index.
+    in_flight: HashMap<u32, InFlight>,
+    /// The next root call index (program order).
+    next_index: u32,
+    /// The next call index of each nested scope (never journaled).
+    nested_counters: HashMap<String, u32>,
+    /// Calls made so far, against `maxAgents`.
+    agent_count: u32,
+    /// Set once the generation starts settling.
+    halt: Option<Halt>,
+    /// The phase each scope is in, for labels and call rows.
+    phase_by_scope: HashMap<String, Option<String>>,
+    /// Root phases entered, in order, for the dry run's report.
+    phases_entered: Vec<String>,
+    /// Replayed rows not yet written: their results are already durable, so they go in
+    /// batches ([`durability`]).
+    replay_buffer: Vec<(CallRecord, Vec<(u32, u32)>)>,
+    /// Dry run only: every call the script made.
+    dry_calls: Vec<DryCall>,
+    /// Which of `setup.answers` a checkpoint has taken.
+    used_answers: Vec<bool>,
+    /// The first failed store write: the outcome reports it.
+    store_error: Option<String>,
+}
+
+impl Driver {
+    fn new(setup: DriverSetup, vm: Option<vm::VmHandle>) -> Driver {
+        let (activity_tx, activity_rx) = mpsc::unbounded_channel();
+        let events = EventLog::new(
+            setup.run_id.clone(),
+            setup.last_event_seq,
+            setup.notices.clone(),
+        );
+        let semaphore = Arc::new(Semaphore::new(setup.limits.concurrency.max(1) as usize));
+        let mut phase_by_scope = HashMap::new();
+        phase_by_scope.insert("root".to_owned(), setup.current_phase.clone());
+        let used_answers = vec![false; setup.answers.len()];
+        Driver {
+            events,
+            semaphore,
+            gate_closed: Arc::new(AtomicBool::new(false)),
+            tracker: TaskTracker::new(),
+            activity_tx,
+            activity_rx: Some(activity_rx),
+            in_flight: HashMap::new(),
+            next_index: 0,
+            nested_counters: HashMap::new(),
+            agent_count: 0,
+            halt: None,
+            phase_by_scope,
+            phases_entered: Vec::new(),
+            replay_buffer: Vec::new(),
+            dry_calls: Vec::new(),
+            used_answers,
+            store_error: None,
+            vm,
+            halted_vm: None,
+            setup,
+        }
+    }
+
+    fn dry(&self) -> bool {
+        matches!(self.setup.persistence, Persistence::DryRun)
+    }
+
+    async fn run(
+        mut self,
+        mut vm_rx: mpsc::UnboundedReceiver<VmEvent>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+    ) -> Outcome {
+        let mut activity_rx = self
+            .activity_rx
+            .take()
+            .expect("activity receiver is taken once");
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut vm_open = true;
+        let mut control_open = true;
+        if self.setup.generation > 1 && !self.dry() {
+            self.events.push(
+                "resumed",
+                "root",
+                json!({"generation": self.setup.generation}),
+            );
+        }
+        loop {
+            if self.halt.is_some() && self.in_flight.is_empty() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                command = control.recv(), if control_open => match command {
+                    Some(command) => self.on_control(command),
+                    None => control_open = false,
+                },
+                Some(activity) = activity_rx.recv() => self.on_activity(activity).await,
+                event = vm_rx.recv(), if vm_open && self.halt.is_none() => match event {
+                    Some(event) => self.on_vm(event).await,
+                    None => {
+                        vm_open = false;
+                        if self.halt.is_none() {
+                            self.begin_halt(Halt::Failed(ScriptFailure::script_error("the script runtime ended unexpectedly")));
+                        }
+                    }
+                },
+                _ = tick.tick() => self.on_tick().await,
+            }
+        }
+        self.finish().await
+    }
+
+    /// Answers the script, unless the generation is halting: a halted script gets nothing.
+    fn reply(&self, reply: VmReply) {
+        if self.halt.is_none()
+            && let Some(vm) = &self.vm
+        {
+            vm.reply(reply);
+        }
+    }
+
+    fn current_phase(&self, scope: &str) -> Option<String> {
+        self.phase_by_scope
+            .get(scope)
+            .cloned()
+            .unwrap_or_else(|| self.phase_by_scope.get("root").cloned().flatten())
+    }
+
+    async fn on_vm(&mut self, event: VmEvent) {
+        match event {
+            VmEvent::Log { level, message } => {
+                let line = match level.as_str() {
+                    "warn" => format!("[warn] {message}"),
+                    "error" => format!("[error] {message}"),
+                    _ => message,
+                };
+                self.events.push("log", "root", json!({"message": line}));
+            }
+            VmEvent::Phase { scope, title } => {
+                if scope == "root" && !self.phases_entered.contains(&title) {
+                    self.phases_entered.push(title.clone());
+                }
+                self.phase_by_scope
+                    .insert(scope.clone(), Some(title.clone()));
+                if scope == "root" {
+                    self.setup
+                        .live
+                        .lock()
+                        .map(|mut live| live.current_phase = Some(title.clone()))
+                        .ok();
+                }
+                self.events.push("phase", &scope, json!({"title": title}));
+            }
+            VmEvent::Call {
+                call_id,
+                kind,
+                payload,
+            } => match kind.as_str() {
+                "agent" => self.on_agent_call(call_id, payload).await,
+                "checkpoint" => self.on_checkpoint(call_id, payload).await,
+                other => self.reply(VmReply::Reject {
+                    call_id,
+                    code: "SCRIPT_ERROR".into(),
+                    message: format!("unknown host call {other}"),
+                    recoverable: false,
+                }),
+            },
+            VmEvent::Finished(result) => {
+                self.vm = None;
+                match result {
+                    Ok(value) => self.begin_halt(Halt::Done(value)),
+                    Err(failure) => self.begin_halt(Halt::Failed(failure)),
+                }
+            }
+        }
+    }
+
+    /// Takes the next index of a scope; only root indexes are journaled.
+    fn take_index(&mut self, scope: &str) -> u32 {
+        if scope == "root" {
+            let index = self.next_index;
+            self.next_index += 1;
+            index
+        } else {
+            let counter = self.nested_counters.entry(scope.to_owned()).or_insert(0);
+            let index = *counter;
+            *counter += 1;
+            index
+        }
+    }
+
+    fn reject(&self, call_id: u64, code: &str, message: String, recoverable: bool) {
+        self.reply(VmReply::Reject {
+            call_id,
+            code: code.into(),
+            message,
+            recoverable,
+        });
+    }
+
+    /// The settlement ordinal of the next settled call.
+    fn next_settlement(&mut self) -> u64 {
+        let ordinal = self.setup.next_settlement;
+        self.setup.next_settlement += 1;
+        ordinal
+    }
+
+    fn on_control(&mut self, command: Control) {
+        match command {
+            Control::Stop => {
+                if !matches!(self.halt, Some(Halt::Stop)) {
+                    self.halt = None;
+                    self.begin_halt(Halt::Stop);
+                }
+            }
+            Control::Pause(reason) => {
+                if self.halt.is_none() {
+                    self.begin_halt(Halt::Pause {
+                        reason,
+                        auth_context: None,
+                        reset_hint: None,
+                        checkpoint_context: None,
+                    });
+                }
+            }
+            Control::CancelCall { index, reply } => {
+                let live = self
+                    .in_flight
+                    .get(&index)
+                    .filter(|call| call.kind == CallKind::Agent);
+                if let Some(call) = live {
+                    call.cancel.cancel();
+                }
+                let _ = reply.send(live.is_some());
+            }
+        }
+    }
+
+    /// Starts settling: the script stops, nothing new starts; stop and script ends also
+    /// cancel running calls, pauses let them finish.
+    fn begin_halt(&mut self, halt: Halt) {
+        if self.halt.is_some() {
+            return;
+        }
+        self.gate_closed.store(true, Ordering::SeqCst);
+        if let Some(vm) = self.vm.take() {
+            // The VM thread exits at its next interrupt check or wait; `finish` joins it.
+            vm.halt();
+            self.halted_vm = Some(vm);
+        }
+        // A requested pause lets running calls finish and journal; an interrupted one (the
+        // owner is going away) cancels them like a stop does.
+        let cancel_running =
+            !matches!(halt, Halt::Pause { reason, .. } if reason != PauseReason::Interrupted);
+        for call in self.in_flight.values() {
+            if cancel_running || !call.started {
+                call.cancel.cancel();
+            }
+        }
+        self.halt = Some(halt);
+    }
+
+    async fn finish(mut self) -> Outcome {
+        self.tracker.close();
+        let halt = self
+            .halt
+            .clone()
+            .unwrap_or(Halt::Failed(ScriptFailure::script_error(
+                "the run ended without an outcome",
+            )));
+        let mut outcome = Outcome {
+            status: RunStatus::Failed,
+            pause_reason: None,
+            error_code: None,
+            error_message: None,
+            result: None,
+            auth_context: None,
+            reset_hint: None,
+            checkpoint_context: None,
+            usage: self.setup.usage,
+            current_phase: self.phase_by_scope.get("root").cloned().flatten(),
+            last_event_seq: 0,
+            next_settlement: 0,
+            dry_calls: std::mem::take(&mut self.dry_calls),
+            phases_entered: std::mem::take(&mut self.phases_entered),
+            store_error: None,
+        };
+        self.settle_outcome(halt, &mut outcome);
+        // The last events and replayed rows: a failure is reported, there is nothing left
+        // to halt.
+        if let Err(lost) = self.flush_replays().await {
+            self.on_lost_write(lost);
+        }
+        if let Err(lost) = self.flush_events().await {
+            self.on_lost_write(lost);
+        }
+        outcome.usage = self.setup.usage;
+        outcome.last_event_seq = self.events.last_seq();
+        outcome.next_settlement = self.setup.next_settlement;
+        outcome.store_error = self.store_error.take();
+        self.tracker.wait().await;
+        if let Some(vm) = self.halted_vm.take() {
+            let _ = tokio::task::spawn_blocking(move || drop(vm)).await;
+        }
+        outcome
+    }
+
+    /// The run's status from how it halted, with its closing event.
+    fn settle_outcome(&mut self, halt: Halt, outcome: &mut Outcome) {
+        match halt {
+            Halt::Done(value) => {
+                outcome.status = RunStatus::Completed;
+                outcome.result = value;
+                self.events.push(
+                    "complete",
+                    "root",
+                    json!({"summary": {"usage": self.setup.usage, "calls": self.next_index}}),
+                );
+            }
+            Halt::Failed(failure) => {
+                outcome.status = RunStatus::Failed;
+                outcome.error_code = Some(failure.code.clone());
+                outcome.error_message = Some(failure.describe());
+                self.events.push(
+                    "error",
+                    "root",
+                    json!({"errorRecord": {"code": failure.code, "message": failure.describe(), "line": failure.line, "column": failure.column}}),
+                );
+            }
+            Halt::Stop => {
+                outcome.status = RunStatus::Aborted;
+                self.events.push("stopped", "root", json!({}));
+            }
+            Halt::Pause {
+                reason,
+                auth_context,
+                reset_hint,
+                checkpoint_context,
+            } => {
+                outcome.status = RunStatus::Paused;
+                outcome.pause_reason = Some(reason);
+                outcome.auth_context = auth_context;
+                outcome.reset_hint = reset_hint;
+                outcome.checkpoint_context = checkpoint_context;
+                let shown_reason = (reason != PauseReason::Requested).then(|| reason.as_str());
+                self.events
+                    .push("paused", "root", json!({"reason": shown_reason}));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

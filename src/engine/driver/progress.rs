@@ -1,0 +1,334 @@
+//! Agent activity while a call runs: the `agentStart`, `agentNotice`, `agentProgress` and
+//! `agentTranscript` events, coalesced to at most one progress event a second per call plus
+//! a heartbeat, and the live view's `latestActivity`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::engine::driver::Driver;
+use crate::engine::driver::task::Activity;
+use crate::engine::runner::AgentUpdate;
+
+/// agentProgress is emitted at most once a second per call, plus a heartbeat.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+
+/// What progress events have said of one call, and what is still to say.
+#[derive(Default)]
+pub(super) struct Progress {
+    /// The transcript so far, as upserted entries (assistant text, thoughts, tool calls).
+    transcript: Vec<TranscriptEntry>,
+    /// `turnCount`: at least 1 once anything was reported.
+    turn_count: u32,
+    /// `observedEvents`: updates the agent sent.
+    observed: u64,
+    /// `coalescedEvents`: updates folded into a later progress event.
+    coalesced: u64,
+    /// The tail of the assistant's text, for `latestText`.
+    latest_text: String,
+    /// The title of the latest tool call, shown when there is no text.
+    last_tool: Option<String>,
+    /// When the last progress event went out, for the rate limit and the heartbeat.
+    last_emit: Option<Instant>,
+    /// Something changed since the last progress event.
+    pub(super) dirty: bool,
+    /// `executionStartSeq`: the sequence of the call's `agentStart`.
+    start_seq: u64,
+}
+
+/// One `agentTranscript` entry; `revision` grows with each change.
+struct TranscriptEntry {
+    /// `assistant` or `tool`.
+    role: &'static str,
+    /// `text`, `thought` or `tool_call`: chunks of one kind extend one entry.
+    kind: &'static str,
+    /// The entry's text, kept to its tail.
+    text: String,
+    /// A tool call's id, which later updates of it are matched by.
+    tool_id: Option<String>,
+    tool_name: Option<String>,
+    revision: u32,
+    /// Changed since it was last reported.
+    dirty: bool,
+}
+
+/// Entries beyond this many are not reported (the progress events still are).
+const MAX_TRANSCRIPT_ENTRIES: usize = 1000;
+
+impl Progress {
+    /// Folds one update into the transcript: chunks extend the current entry of their kind,
+    /// tool calls are keyed by their id.
+    fn record(&mut self, update: &AgentUpdate) {
+        let (role, kind, text, tool) = match update {
+            AgentUpdate::MessageChunk(text) => ("assistant", "text", text.as_str(), None),
+            AgentUpdate::ThoughtChunk(text) => ("assistant", "thought", text.as_str(), None),
+            AgentUpdate::ToolCall { id, title, .. } => {
+                ("tool", "tool_call", title.as_str(), Some(id.as_str()))
+            }
+            _ => return,
+        };
+        let existing = match tool {
+            Some(id) => self
+                .transcript
+                .iter()
+                .position(|e| e.tool_id.as_deref() == Some(id)),
+            None => self
+                .transcript
+                .last()
+                .and_then(|last| (last.kind == kind).then_some(self.transcript.len() - 1)),
+        };
+        match existing {
+            Some(position) => {
+                let entry = &mut self.transcript[position];
+                if tool.is_some() {
+                    entry.text = text.to_owned();
+                    entry.tool_name = Some(text.to_owned());
+                } else {
+                    entry.text.push_str(text);
+                    if entry.text.len() > 2048 {
+                        entry.text = tail_utf8(&entry.text, 512).to_owned();
+                    }
+                }
+                entry.revision += 1;
+                entry.dirty = true;
+            }
+            None if self.transcript.len() < MAX_TRANSCRIPT_ENTRIES => {
+                self.transcript.push(TranscriptEntry {
+                    role,
+                    kind,
+                    text: text.to_owned(),
+                    tool_id: tool.map(str::to_owned),
+                    tool_name: tool.map(|_| text.to_owned()),
+                    revision: 1,
+                    dirty: true,
+                })
+            }
+            None => {}
+        }
+    }
+}
+
+impl Driver {
+    pub(super) async fn on_activity(&mut self, activity: Activity) {
+        match activity {
+            Activity::Started(index) => {
+                let seq = self.events.last_seq() + 1;
+                let Some(call) = self.in_flight.get_mut(&index) else {
+                    return;
+                };
+                call.started = true;
+                call.progress.start_seq = seq;
+                let route = call.route.as_ref();
+                let fields = json!({
+                    "label": call.label,
+                    "phase": call.phase,
+                    "model": route.map(|r| r.spec.clone()),
+                    "backendId": route.map(|r| r.backend.id.clone()),
+                    "callIndex": index,
+                    "path": call.path,
+                });
+                let scope = call.scope.clone();
+                self.setup
+                    .live
+                    .lock()
+                    .map(|mut live| {
+                        if let Some(entry) = live.calls.get_mut(&index) {
+                            entry.state = "running";
+                        }
+                    })
+                    .ok();
+                self.events.push("agentStart", &scope, fields);
+            }
+            Activity::Update(index, update) => {
+                let Some(call) = self.in_flight.get_mut(&index) else {
+                    return;
+                };
+                if let AgentUpdate::Notice(message) = &update {
+                    // Adapter chatter (acp::chatter): an event of its own, never the answer.
+                    let fields =
+                        json!({"label": call.label, "callIndex": index, "message": message});
+                    let scope = call.scope.clone();
+                    self.events.push("agentNotice", &scope, fields);
+                    return;
+                }
+                let progress = &mut call.progress;
+                progress.observed += 1;
+                progress.record(&update);
+                match &update {
+                    AgentUpdate::MessageChunk(text) => {
+                        progress.latest_text.push_str(text);
+                        if progress.latest_text.len() > 1024 {
+                            let cut = progress.latest_text.len() - 512;
+                            let mut start = cut;
+                            while !progress.latest_text.is_char_boundary(start) {
+                                start += 1;
+                            }
+                            progress.latest_text.drain(..start);
+                        }
+                    }
+                    AgentUpdate::ToolCall { title, .. } => progress.last_tool = Some(title.clone()),
+                    _ => {}
+                }
+                let due = progress
+                    .last_emit
+                    .is_none_or(|at| at.elapsed() >= PROGRESS_INTERVAL);
+                if due {
+                    self.emit_progress(index, "activity");
+                } else {
+                    let progress = &mut self
+                        .in_flight
+                        .get_mut(&index)
+                        .expect("call is in flight")
+                        .progress;
+                    progress.coalesced += 1;
+                    progress.dirty = true;
+                }
+            }
+            Activity::Done(index, result) => self.on_done(index, result).await,
+        }
+    }
+
+    pub(super) fn emit_progress(&mut self, index: u32, cause: &str) {
+        let Some(call) = self.in_flight.get_mut(&index) else {
+            return;
+        };
+        let progress = &mut call.progress;
+        progress.turn_count = progress.turn_count.max(1);
+        progress.last_emit = Some(Instant::now());
+        progress.dirty = false;
+        let tail = tail_utf8(&progress.latest_text, 512);
+        let mut fields = json!({
+            "callIndex": index,
+            "executionStartSeq": progress.start_seq,
+            "turnCount": progress.turn_count,
+            "observedEvents": progress.observed,
+            "coalescedEvents": progress.coalesced,
+            "cause": cause,
+        });
+        if !tail.is_empty() {
+            fields["latestText"] = Value::String(tail.to_owned());
+        } else if let Some(tool) = &progress.last_tool {
+            fields["lastToolName"] = Value::String(tool.clone());
+        }
+        let start_seq = progress.start_seq;
+        let mut upserts = Vec::new();
+        for (entry_index, entry) in progress
+            .transcript
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, e)| e.dirty)
+        {
+            entry.dirty = false;
+            let mut shown = json!({"role": entry.role, "kind": entry.kind, "text": tail_utf8(&entry.text, 512)});
+            if let Some(name) = &entry.tool_name {
+                shown["toolName"] = Value::String(name.clone());
+            }
+            upserts.push(json!({
+                "callIndex": index,
+                "executionStartSeq": start_seq,
+                "entryIndex": entry_index,
+                "revision": entry.revision,
+                "operation": "upsert",
+                "entry": shown,
+            }));
+        }
+        let scope = call.scope.clone();
+        let activity = json!({"callIndex": index, "label": call.label, "latestText": fields.get("latestText"), "lastToolName": fields.get("lastToolName")});
+        self.setup
+            .live
+            .lock()
+            .map(|mut live| live.latest_activity = Some(activity))
+            .ok();
+        self.events.push("agentProgress", &scope, fields);
+        for upsert in upserts {
+            self.events.push("agentTranscript", &scope, upsert);
+        }
+    }
+
+    pub(super) async fn on_tick(&mut self) {
+        let due: Vec<u32> = self
+            .in_flight
+            .iter()
+            .filter(|(_, call)| call.started)
+            .filter(|(_, call)| {
+                let progress = &call.progress;
+                (progress.dirty
+                    && progress
+                        .last_emit
+                        .is_none_or(|at| at.elapsed() >= PROGRESS_INTERVAL))
+                    || (progress
+                        .last_emit
+                        .is_some_and(|at| at.elapsed() >= HEARTBEAT_INTERVAL)
+                        && (!progress.latest_text.is_empty() || progress.last_tool.is_some()))
+            })
+            .map(|(index, _)| *index)
+            .collect();
+        for index in due {
+            let heartbeat = self
+                .in_flight
+                .get(&index)
+                .is_some_and(|c| !c.progress.dirty);
+            self.emit_progress(index, if heartbeat { "heartbeat" } else { "activity" });
+        }
+        if self.events.has_pending()
+            && self.halt.is_none()
+            && let Err(lost) = self.flush_events().await
+        {
+            self.on_lost_write(lost);
+        }
+    }
+}
+
+/// The last `max` bytes of `text` or fewer, cut at a character boundary.
+pub(super) fn tail_utf8(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_extend_the_entry_of_their_kind_and_tool_calls_are_keyed_by_id() {
+        let mut progress = Progress::default();
+        progress.record(&AgentUpdate::MessageChunk("Hel".into()));
+        progress.record(&AgentUpdate::MessageChunk("lo".into()));
+        progress.record(&AgentUpdate::ThoughtChunk("hmm".into()));
+        let tool = |title: &str| AgentUpdate::ToolCall {
+            id: "t1".into(),
+            title: title.into(),
+            status: None,
+        };
+        progress.record(&tool("read"));
+        progress.record(&tool("read src/main.rs"));
+        let shown: Vec<(&str, &str, u32)> = progress
+            .transcript
+            .iter()
+            .map(|e| (e.kind, e.text.as_str(), e.revision))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("text", "Hello", 2),
+                ("thought", "hmm", 1),
+                ("tool_call", "read src/main.rs", 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tail_never_splits_a_character() {
+        assert_eq!(tail_utf8("short", 10), "short");
+        assert_eq!(tail_utf8("abcdef", 3), "def");
+        // "é" is two bytes: a cut inside it moves past it.
+        assert_eq!(tail_utf8("aéb", 2), "b");
+    }
+}

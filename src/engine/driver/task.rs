@@ -1,0 +1,372 @@
+//! One agent call on its own tokio task: it waits for a concurrency permit, opens a session,
+//! prompts (re-prompting when structured output does not match its schema), retries
+//! recoverable failures, and reports its start, updates and result to the driver as
+//! [`Activity`]. The dry run fabricates an answer instead.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::permissions::PermissionBroker;
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
+    PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
+};
+use crate::engine::schema;
+use crate::model::{PauseReason, RunId, Usage};
+
+/// Re-prompts after structured output fails validation, before `SCHEMA_NONCOMPLIANCE`.
+const SCHEMA_REPROMPTS: u32 = 2;
+
+/// How an agent task ended.
+pub(super) enum TaskResult {
+    Value {
+        value: Value,
+        usage: Usage,
+        attempts: u32,
+        session: Option<Value>,
+    },
+    /// A recoverable failure after retries, or a cancelled call: the script gets `null`.
+    Null {
+        code: String,
+        message: String,
+        usage: Usage,
+        attempts: u32,
+    },
+    /// Thrown into the script (catchable).
+    Throw {
+        code: String,
+        message: String,
+        usage: Usage,
+        attempts: u32,
+    },
+    /// Pauses the run.
+    Pause {
+        reason: PauseReason,
+        code: String,
+        message: String,
+        auth_context: Option<Value>,
+        reset_hint: Option<String>,
+        session: Option<Value>,
+        usage: Usage,
+        attempts: u32,
+    },
+    /// Never started (the run is halting).
+    Interrupted,
+}
+
+/// What an agent task reports to the driver.
+pub(super) enum Activity {
+    Started(u32),
+    Update(u32, AgentUpdate),
+    Done(u32, TaskResult),
+}
+
+/// One agent call executing on a tokio task.
+pub(super) struct AgentTask {
+    /// The call's index, which every report names.
+    pub(super) index: u32,
+    /// For permission requests and schema errors.
+    pub(super) label: String,
+    /// The session to open: backend, model, mode, cwd, MCP servers, a session to resume.
+    pub(super) spec: SessionSpec,
+    /// The first turn's prompt blocks.
+    pub(super) prompt: Vec<Value>,
+    pub(super) prompt_meta: Option<Value>,
+    /// Structured output: the answer must be JSON matching it.
+    pub(super) schema: Option<Value>,
+    /// The per-attempt limit of a turn.
+    pub(super) timeout: Duration,
+    /// Further attempts after a recoverable failure.
+    pub(super) retries: u32,
+    pub(super) runner: Arc<dyn AgentRunner>,
+    /// Cancels this call (single-call cancel or a halt).
+    pub(super) cancel: CancellationToken,
+    /// Where start, updates and the result go.
+    pub(super) activity: mpsc::UnboundedSender<Activity>,
+    /// Where the agent's permission requests wait.
+    pub(super) broker: PermissionBroker,
+    pub(super) run_id: RunId,
+    /// The run's concurrency, held while the call runs.
+    pub(super) semaphore: Arc<Semaphore>,
+    /// Closed once the run halts: a task that gets its permit afterwards starts nothing.
+    pub(super) gate_closed: Arc<AtomicBool>,
+    /// Fabricate an answer from the schema instead of asking an agent.
+    pub(super) dry_run: bool,
+}
+
+impl AgentTask {
+    pub(super) async fn run(self) {
+        let index = self.index;
+        let activity = self.activity.clone();
+        let result = self.execute().await;
+        let _ = activity.send(Activity::Done(index, result));
+    }
+
+    async fn execute(self) -> TaskResult {
+        let permit = tokio::select! {
+            permit = self.semaphore.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return TaskResult::Interrupted,
+            },
+            _ = self.cancel.cancelled() => return TaskResult::Interrupted,
+        };
+        if self.gate_closed.load(Ordering::SeqCst) {
+            return TaskResult::Interrupted;
+        }
+        let _ = self.activity.send(Activity::Started(self.index));
+        let result = if self.dry_run {
+            self.fabricate()
+        } else {
+            self.attempts().await
+        };
+        drop(permit);
+        result
+    }
+
+    fn fabricate(&self) -> TaskResult {
+        let value = match &self.schema {
+            Some(schema) => schema::fabricate(schema),
+            None => Value::String(format!("[dry-run] mock output for {}", self.label)),
+        };
+        TaskResult::Value {
+            value,
+            usage: Usage {
+                input_tokens: 750,
+                output_tokens: 250,
+                total_tokens: 1000,
+                cost_usd: None,
+            },
+            attempts: 1,
+            session: None,
+        }
+    }
+
+    async fn attempts(&self) -> TaskResult {
+        let mut usage = Usage::default();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.attempt(&mut usage).await {
+                Ok((value, session)) => {
+                    return TaskResult::Value {
+                        value,
+                        usage,
+                        attempts: attempt,
+                        session,
+                    };
+                }
+                Err(failure) => {
+                    let code = failure.code();
+                    match failure {
+                        AttemptFailure::Agent(agent)
+                            if agent.kind == FailureKind::Cancelled
+                                || self.cancel.is_cancelled() =>
+                        {
+                            return TaskResult::Null {
+                                code: "AGENT_CANCELLED".into(),
+                                message: "cancelled".into(),
+                                usage,
+                                attempts: attempt,
+                            };
+                        }
+                        AttemptFailure::Agent(agent) if agent.kind == FailureKind::AuthRequired => {
+                            return TaskResult::Pause {
+                                reason: PauseReason::AuthRequired,
+                                code,
+                                message: agent.message,
+                                auth_context: agent.auth_context,
+                                reset_hint: None,
+                                session: None,
+                                usage,
+                                attempts: attempt,
+                            };
+                        }
+                        AttemptFailure::Agent(agent) if agent.kind == FailureKind::UsageLimit => {
+                            return TaskResult::Pause {
+                                reason: PauseReason::UsageLimit,
+                                code,
+                                message: agent.message,
+                                auth_context: None,
+                                reset_hint: agent.reset_hint,
+                                session: None,
+                                usage,
+                                attempts: attempt,
+                            };
+                        }
+                        AttemptFailure::Agent(agent)
+                            if matches!(
+                                agent.kind,
+                                FailureKind::Refusal | FailureKind::Truncated
+                            ) =>
+                        {
+                            return TaskResult::Throw {
+                                code,
+                                message: agent.message,
+                                usage,
+                                attempts: attempt,
+                            };
+                        }
+                        AttemptFailure::Schema(message) => {
+                            return TaskResult::Throw {
+                                code,
+                                message,
+                                usage,
+                                attempts: attempt,
+                            };
+                        }
+                        other => {
+                            if attempt > self.retries {
+                                return TaskResult::Null {
+                                    code,
+                                    message: other.message(),
+                                    usage,
+                                    attempts: attempt,
+                                };
+                            }
+                            tracing::info!(run = %self.run_id, call = self.index, "attempt {attempt} failed ({code}); retrying");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn attempt(&self, usage: &mut Usage) -> Result<(Value, Option<Value>), AttemptFailure> {
+        let observer = Arc::new(CallObserver {
+            index: self.index,
+            activity: self.activity.clone(),
+            broker: self.broker.clone(),
+            run_id: self.run_id.clone(),
+            label: self.label.clone(),
+            cancel: self.cancel.clone(),
+        });
+        let mut session = tokio::select! {
+            opened = self.runner.open_session(self.spec.clone(), observer) => opened.map_err(AttemptFailure::Agent)?,
+            _ = self.cancel.cancelled() => return Err(AttemptFailure::Agent(AgentFailure::new(FailureKind::Cancelled, "cancelled"))),
+        };
+        let session_ref = session.session_ref();
+        let result = self.converse(session.as_mut(), usage).await;
+        session.close().await;
+        result.map(|value| (value, session_ref))
+    }
+
+    async fn converse(
+        &self,
+        session: &mut dyn AgentSession,
+        usage: &mut Usage,
+    ) -> Result<Value, AttemptFailure> {
+        let mut prompt = self.prompt.clone();
+        if let Some(schema) = &self.schema
+            && let Some(Value::Object(first)) = prompt.first_mut()
+            && let Some(Value::String(text)) = first.get_mut("text")
+        {
+            text.push_str("\n\n");
+            text.push_str(&schema::output_instructions(schema));
+        }
+        let mut reprompts = 0;
+        loop {
+            let turn = TurnRequest {
+                prompt: prompt.clone(),
+                meta: self.prompt_meta.clone(),
+                timeout: self.timeout,
+            };
+            let output = session
+                .prompt(turn, self.cancel.clone())
+                .await
+                .map_err(AttemptFailure::Agent)?;
+            usage.add(&output.usage);
+            let Some(schema) = &self.schema else {
+                if output.text.trim().is_empty() {
+                    return Err(AttemptFailure::Empty);
+                }
+                return Ok(Value::String(output.text));
+            };
+            let problem = match schema::extract_json(&output.text) {
+                None => "the answer contained no JSON value".to_owned(),
+                Some(value) => match schema::validate(schema, &value) {
+                    Ok(()) => return Ok(value),
+                    Err(error) => error,
+                },
+            };
+            if reprompts >= SCHEMA_REPROMPTS {
+                return Err(AttemptFailure::Schema(format!(
+                    "{} did not return JSON matching its schema after {} re-prompts: {problem}",
+                    self.label, SCHEMA_REPROMPTS
+                )));
+            }
+            reprompts += 1;
+            prompt = vec![
+                json!({"type": "text", "text": schema::repair_instructions(&problem, schema)}),
+            ];
+        }
+    }
+}
+
+enum AttemptFailure {
+    Agent(AgentFailure),
+    Empty,
+    Schema(String),
+}
+
+impl AttemptFailure {
+    fn code(&self) -> String {
+        match self {
+            AttemptFailure::Agent(agent) => match agent.kind {
+                FailureKind::Timeout => "AGENT_TIMEOUT",
+                FailureKind::Execution => "AGENT_EXECUTION_ERROR",
+                FailureKind::Cancelled => "AGENT_CANCELLED",
+                FailureKind::AuthRequired => "AUTH_REQUIRED",
+                FailureKind::UsageLimit => "PROVIDER_USAGE_LIMIT",
+                FailureKind::Refusal => "AGENT_REFUSAL",
+                FailureKind::Truncated => "AGENT_TRUNCATED",
+            },
+            AttemptFailure::Empty => "AGENT_EMPTY_OUTPUT",
+            AttemptFailure::Schema(_) => "SCHEMA_NONCOMPLIANCE",
+        }
+        .to_owned()
+    }
+
+    fn message(&self) -> String {
+        match self {
+            AttemptFailure::Agent(agent) => agent.message.clone(),
+            AttemptFailure::Empty => "the agent returned no text".into(),
+            AttemptFailure::Schema(message) => message.clone(),
+        }
+    }
+}
+
+/// Forwards a call's agent activity to the driver and its permission requests to the broker.
+struct CallObserver {
+    /// The call the updates belong to.
+    index: u32,
+    activity: mpsc::UnboundedSender<Activity>,
+    broker: PermissionBroker,
+    /// Stamped on permission requests, with `index` and `label`.
+    run_id: RunId,
+    label: String,
+    /// A cancelled call's pending permission request is answered `Cancelled`.
+    cancel: CancellationToken,
+}
+
+#[async_trait]
+impl AgentObserver for CallObserver {
+    fn update(&self, update: AgentUpdate) {
+        let _ = self.activity.send(Activity::Update(self.index, update));
+    }
+
+    async fn request_permission(&self, mut request: PermissionRequest) -> PermissionOutcome {
+        request.run_id = self.run_id.to_string();
+        request.call_index = self.index;
+        request.label = self.label.clone();
+        tokio::select! {
+            outcome = self.broker.ask(request) => outcome,
+            _ = self.cancel.cancelled() => PermissionOutcome::Cancelled,
+        }
+    }
+}

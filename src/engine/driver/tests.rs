@@ -1,0 +1,315 @@
+//! Tests of the driver on its own: the durability rule against a real store whose writes are
+//! accepted or refused by the lease fence, and whole generations on the instant runner.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::engine::instant::InstantRunner;
+use crate::engine::routing::NamedBackends;
+use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
+use crate::store::SqliteStore;
+
+const LEASE: &str = "the-lease";
+
+/// A store holding one running run under lease [`LEASE`].
+struct World {
+    _folder: tempfile::TempDir,
+    store: Arc<SqliteStore>,
+    run_id: RunId,
+}
+
+async fn world() -> World {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(SqliteStore::open(&folder.path().join("root")).expect("open store"));
+    let run_id = RunId::parse("durable-1").expect("valid id");
+    let record = RunRecord {
+        run_id: run_id.clone(),
+        project_dir: folder.path().to_path_buf(),
+        workflow_name: "durable".into(),
+        status: RunStatus::Running,
+        pause_reason: None,
+        error_code: None,
+        error_message: None,
+        script: String::new(),
+        script_file: folder.path().join("durable.js"),
+        script_source: ScriptSource::Path,
+        script_revisions: Vec::new(),
+        meta: json!({"name": "durable"}),
+        args: json!({}),
+        cwd: folder.path().to_path_buf(),
+        limits: Limits::default(),
+        phases: Vec::new(),
+        current_phase: None,
+        result: None,
+        started_at: 1,
+        updated_at: 1,
+        token_usage: Usage::default(),
+        stream_id: "0123456789abcdef0123456789abcdef".into(),
+        generation: 1,
+        setup: None,
+        auth_context: None,
+        checkpoint_context: None,
+        reset_hint: None,
+        routing: json!({}),
+    };
+    let lease = Lease {
+        owner_id: "test".into(),
+        pid: std::process::id(),
+        proc_start: 0,
+        boot_id: None,
+        token: LEASE.into(),
+        acquired_at: 1,
+        expires_at: None,
+    };
+    store.create_run(&record, &lease).await.expect("create run");
+    World {
+        _folder: folder,
+        store,
+        run_id,
+    }
+}
+
+impl World {
+    /// A generation writing under `lease_token` (`None`: the dry run).
+    fn setup(&self, body: &str, lease_token: Option<&str>) -> DriverSetup {
+        let persistence = match lease_token {
+            Some(token) => Persistence::Store {
+                store: self.store.clone(),
+                lease_token: token.into(),
+            },
+            None => Persistence::DryRun,
+        };
+        DriverSetup {
+            run_id: self.run_id.clone(),
+            generation: 1,
+            body: body.into(),
+            args: json!({}),
+            cwd: PathBuf::from("/"),
+            phases: Vec::new(),
+            meta_model: Some("mine".into()),
+            limits: Limits::default(),
+            routing: RoutingSnapshot::default(),
+            backends: Arc::new(NamedBackends::new(["mine"])),
+            runner: InstantRunner::new(),
+            persistence,
+            pool: ReplayPool::new(Vec::new(), false),
+            answers: Vec::new(),
+            last_event_seq: 0,
+            next_settlement: 0,
+            agent_timeout: Duration::from_secs(60),
+            vm_limits: VmLimits::default(),
+            broker: PermissionBroker::new(None),
+            notices: None,
+            usage: Usage::default(),
+            current_phase: None,
+            nested: None,
+            live: Arc::new(Mutex::new(LiveView::default())),
+        }
+    }
+
+    /// A driver with no script, for calling its write path directly.
+    fn driver(&self, lease_token: Option<&str>) -> Driver {
+        Driver::new(self.setup("", lease_token), None)
+    }
+
+    async fn rows(&self) -> Vec<CallRecord> {
+        self.store.calls(&self.run_id).await.expect("read calls")
+    }
+
+    async fn event_kinds(&self) -> Vec<String> {
+        let events = self
+            .store
+            .events(&self.run_id, 0, 100)
+            .await
+            .expect("read events");
+        events
+            .into_iter()
+            .map(|e| e.event["type"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+fn row(index: u32, origin: CallOrigin, settlement: u64) -> CallRecord {
+    CallRecord {
+        generation: 1,
+        index,
+        kind: CallKind::Agent,
+        hash: format!("hash-{index}"),
+        path: None,
+        inputs_hash: None,
+        label: Some(format!("agent {index}")),
+        phase: None,
+        outcome: CallOutcome::Result,
+        origin,
+        result: Some(json!(index)),
+        error: None,
+        aborted: false,
+        attempts: 1,
+        usage: Usage::default(),
+        model_requested: None,
+        model_resolved: None,
+        backend_id: None,
+        resolved_cwd: None,
+        replay: None,
+        session: None,
+        settlement_ordinal: settlement,
+        superseded_by: None,
+    }
+}
+
+#[tokio::test]
+async fn a_settled_call_is_written_with_the_events_buffered_before_it() {
+    let world = world().await;
+    let mut driver = world.driver(Some(LEASE));
+    driver
+        .events
+        .push("log", "root", json!({"message": "before"}));
+    let written = driver
+        .record_call(&row(0, CallOrigin::Runner, 0), &[])
+        .await;
+    assert!(written.is_ok(), "{written:?}");
+    assert_eq!(world.rows().await.len(), 1);
+    assert_eq!(world.event_kinds().await, ["log"]);
+    assert!(!driver.events.has_pending());
+    assert!(driver.halt.is_none() && driver.store_error.is_none());
+}
+
+#[tokio::test]
+async fn buffered_replays_reach_the_store_before_the_next_live_row() {
+    let world = world().await;
+    let mut driver = world.driver(Some(LEASE));
+    let replayed = driver
+        .buffer_replay(row(0, CallOrigin::JournalReplay, 0), Vec::new())
+        .await;
+    assert!(replayed.is_ok(), "{replayed:?}");
+    assert!(world.rows().await.is_empty(), "one replay is not a batch");
+    let written = driver
+        .record_call(&row(1, CallOrigin::Runner, 1), &[])
+        .await;
+    assert!(written.is_ok(), "{written:?}");
+    let rows = world.rows().await;
+    let order: Vec<(u32, CallOrigin)> = rows.iter().map(|r| (r.index, r.origin)).collect();
+    assert_eq!(
+        order,
+        [(0, CallOrigin::JournalReplay), (1, CallOrigin::Runner)]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_write_is_an_error_and_halts_the_generation_as_interrupted() {
+    let world = world().await;
+    let mut driver = world.driver(Some("a-lapsed-lease"));
+    let lost = driver
+        .record_call(&row(0, CallOrigin::Runner, 0), &[])
+        .await
+        .expect_err("the fence refuses a write under another lease");
+    assert!(world.rows().await.is_empty());
+    let message = lost.to_string();
+    driver.on_lost_write(lost);
+    assert!(matches!(
+        driver.halt,
+        Some(Halt::Pause {
+            reason: PauseReason::Interrupted,
+            ..
+        })
+    ));
+    assert_eq!(driver.store_error.as_deref(), Some(message.as_str()));
+    // A later failure neither replaces the first nor changes how the run halts.
+    driver
+        .events
+        .push("log", "root", json!({"message": "later"}));
+    let again = driver.flush_events().await.expect_err("still refused");
+    driver.on_lost_write(again);
+    assert_eq!(driver.store_error.as_deref(), Some(message.as_str()));
+}
+
+#[tokio::test]
+async fn events_a_refused_flush_did_not_store_stay_buffered() {
+    let world = world().await;
+    let mut driver = world.driver(Some("a-lapsed-lease"));
+    driver
+        .events
+        .push("log", "root", json!({"message": "kept"}));
+    assert!(driver.flush_events().await.is_err());
+    assert!(driver.events.has_pending());
+    assert!(world.event_kinds().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_dry_run_writes_nothing_and_never_fails() {
+    let world = world().await;
+    let mut driver = world.driver(None);
+    driver.events.push("log", "root", json!({"message": "dry"}));
+    let replayed = driver
+        .buffer_replay(row(0, CallOrigin::JournalReplay, 0), Vec::new())
+        .await;
+    assert!(replayed.is_ok());
+    assert!(
+        driver
+            .record_call(&row(1, CallOrigin::Headless, 1), &[])
+            .await
+            .is_ok()
+    );
+    assert!(driver.flush_events().await.is_ok());
+    assert!(world.rows().await.is_empty());
+    assert!(world.event_kinds().await.is_empty());
+}
+
+async fn generation(setup: DriverSetup) -> Outcome {
+    let (_control_tx, control_rx) = mpsc::unbounded_channel();
+    run(setup, control_rx).await
+}
+
+const TWO_CALLS: &str =
+    "const first = await agent('one');\nlog('saw ' + first);\nreturn [first, await agent('two')];";
+
+#[tokio::test]
+async fn a_generation_records_each_call_before_the_script_goes_on() {
+    let world = world().await;
+    let outcome = generation(world.setup(TWO_CALLS, Some(LEASE))).await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+    assert_eq!(outcome.result, Some(json!(["ECHO: one", "ECHO: two"])));
+    assert!(outcome.store_error.is_none());
+    let rows = world.rows().await;
+    let settled: Vec<u64> = rows.iter().map(|r| r.settlement_ordinal).collect();
+    assert_eq!(settled, [0, 1]);
+    assert_eq!(outcome.next_settlement, 2);
+    let kinds = world.event_kinds().await;
+    let saw = kinds.iter().position(|k| k == "log").expect("the log line");
+    let first_record = kinds
+        .iter()
+        .position(|k| k == "callRecord")
+        .expect("a call");
+    assert!(first_record < saw, "{kinds:?}");
+}
+
+#[tokio::test]
+async fn a_call_whose_row_was_refused_is_never_answered() {
+    let world = world().await;
+    let outcome = generation(world.setup(TWO_CALLS, Some("a-lapsed-lease"))).await;
+    assert_eq!(outcome.status, RunStatus::Paused, "{outcome:?}");
+    assert_eq!(outcome.pause_reason, Some(PauseReason::Interrupted));
+    assert!(outcome.store_error.is_some());
+    assert_eq!(outcome.result, None);
+    // The script never saw the first result: it logged nothing and made no second call.
+    assert_eq!(outcome.next_settlement, 1);
+    assert!(world.rows().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_dry_run_answers_every_call_and_reports_them() {
+    let world = world().await;
+    let mut setup = world.setup(TWO_CALLS, None);
+    setup.runner = InstantRunner::new();
+    let outcome = generation(setup).await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+    let labels: Vec<&str> = outcome.dry_calls.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["agent 0", "agent 1"]);
+    assert!(matches!(&outcome.result, Some(Value::Array(answers)) if answers.len() == 2));
+    assert!(world.rows().await.is_empty());
+}

@@ -1,0 +1,278 @@
+//! Capacity and admission: the per-project and daemon-wide caps, preparation, and the
+//! one step that creates the run row, its lease and its script copy.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::approval;
+use crate::engine::manager::{
+    Admission, Engine, EngineError, EngineResult, MAX_ACTIVE_RUNS, RunRequest, Slot,
+};
+use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
+use crate::engine::routing::RoutingSnapshot;
+use crate::model::{Limits, RunId, RunRecord, RunStatus, ScriptSource};
+use crate::store;
+use crate::util::now_ms;
+
+impl Engine {
+    /// Takes a capacity slot for a run about to be prepared or executed: within the
+    /// project's [`MAX_ACTIVE_RUNS`] (`active` counts the project's runs in the store; `None`
+    /// skips that check for a run the project already counts) and within
+    /// [`EngineConfig::max_runs`] across all projects. Both are checked and the slot taken
+    /// under one lock, so two concurrent requests cannot both take the last one.
+    pub(super) fn reserve(&self, project_dir: &Path, active: Option<usize>) -> EngineResult<Slot> {
+        let mut preparing = self
+            .inner
+            .preparing
+            .lock()
+            .map_err(|_| EngineError::Rejected("engine state poisoned".into()))?;
+        let in_project = preparing.get(project_dir).copied().unwrap_or(0);
+        if let Some(active) = active
+            && active + in_project >= MAX_ACTIVE_RUNS
+        {
+            return Err(EngineError::Rejected(format!(
+                "project {} already has {MAX_ACTIVE_RUNS} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
+                project_dir.display()
+            )));
+        }
+        let executing = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
+        let owned = executing + preparing.values().sum::<usize>();
+        let cap = self.inner.config.max_runs;
+        if owned >= cap {
+            return Err(EngineError::Rejected(format!(
+                "agentprism is already preparing or executing {owned} runs across all projects, its limit ({} = {cap}); wait for one to finish, pause or stop one (runs waiting for a setup answer do not count)",
+                crate::env::DAEMON_MAX_RUNS
+            )));
+        }
+        *preparing.entry(project_dir.to_path_buf()).or_insert(0) += 1;
+        Ok(Slot {
+            engine: self.clone(),
+            project_dir: project_dir.to_path_buf(),
+        })
+    }
+
+    pub(super) async fn active_count(&self, project_dir: &Path) -> EngineResult<usize> {
+        let ids = self.inner.store.active_runs(project_dir).await?;
+        let mut count = 0;
+        for run_id in ids {
+            let record = self.load_reconciled(&run_id).await?;
+            if record.status.is_active() {
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+
+    /// Preparation only (the CLI's `validate`): nothing is persisted.
+    pub async fn validate(
+        &self,
+        project_dir: &Path,
+        script: &ScriptInput,
+        args: Value,
+    ) -> EngineResult<Prepared> {
+        check_project_dir(project_dir)?;
+        let bytes = prepare::read_script(script).await?.bytes;
+        let run_id = RunId::parse("validate-0").expect("valid id");
+        let input = self.prepare_input(bytes, args, project_dir, &run_id, None);
+        Ok(prepare::prepare(input).await?)
+    }
+
+    /// What preparation needs from this engine: its store root, home, backends, runner,
+    /// VM limits and probe settings, and a resolver for nested workflows of `run_id`.
+    pub(super) fn prepare_input<'a>(
+        &'a self,
+        bytes: Vec<u8>,
+        args: Value,
+        project_dir: &'a Path,
+        run_id: &RunId,
+        existing_routing: Option<&'a RoutingSnapshot>,
+    ) -> PrepareInput<'a> {
+        PrepareInput {
+            bytes,
+            args,
+            project_dir,
+            persistence_root: self.inner.store.root(),
+            home: self.inner.config.home.as_deref(),
+            backends: self.inner.backends.clone(),
+            runner: self.inner.runner.clone(),
+            existing_routing,
+            vm_limits: self.inner.config.vm_limits,
+            probe: self.inner.config.probe,
+            probe_limit: self.inner.config.probe_limit,
+            nested: Some(self.nested_resolver(project_dir, run_id)),
+        }
+    }
+
+    /// Prepares and admits a run; execution continues in the background.
+    pub async fn start(&self, request: RunRequest) -> EngineResult<Admission> {
+        self.start_cancellable(request, &CancellationToken::new())
+            .await
+    }
+
+    /// Like [`Engine::start`], but `cancel` abandons preparation (releasing its capacity) as
+    /// long as the run is not admitted yet. Once admission begins it completes: callers must
+    /// keep awaiting the future rather than dropping it.
+    pub async fn start_cancellable(
+        &self,
+        request: RunRequest,
+        cancel: &CancellationToken,
+    ) -> EngineResult<Admission> {
+        check_project_dir(&request.project_dir)?;
+        let active = self.active_count(&request.project_dir).await?;
+        let slot = self.reserve(&request.project_dir, Some(active))?;
+        let prepare::ScriptBytes { bytes, file } = prepare::read_script(&request.script).await?;
+        let run_id = RunId::generate();
+        let input = self.prepare_input(
+            bytes,
+            request.args.clone(),
+            &request.project_dir,
+            &run_id,
+            None,
+        );
+        let prepared = tokio::select! {
+            prepared = prepare::prepare(input) => prepared?,
+            _ = cancel.cancelled() => {
+                return Err(EngineError::Rejected("the request was cancelled before the run was admitted; nothing was stored".into()));
+            }
+        };
+        let (script_source, script_file) = match &request.script {
+            ScriptInput::Inline(_) => (
+                ScriptSource::Inline,
+                self.write_script_copy(&request.project_dir, &run_id, &prepared.text)?,
+            ),
+            // The resolved path: later reads refuse a symlink swapped in after admission.
+            ScriptInput::Path(path) => (ScriptSource::Path, file.unwrap_or_else(|| path.clone())),
+        };
+        let needs_setup =
+            !prepared.declared_backends.is_empty() && !self.inner.config.allow_script_backends;
+        let record = admitted_record(
+            &request,
+            &prepared,
+            run_id.clone(),
+            (script_source, script_file.clone()),
+            needs_setup,
+        );
+        let lease = self.inner.owner.lease();
+        if let Err(error) = self.inner.store.create_run(&record, &lease).await {
+            if script_source == ScriptSource::Inline {
+                let _ = std::fs::remove_file(&script_file);
+            }
+            return Err(error.into());
+        }
+        let (status, limits, setup) = (record.status, record.limits, record.setup.clone());
+        if needs_setup {
+            self.inner
+                .store
+                .release_lease(&run_id, &lease.token)
+                .await?;
+        } else {
+            self.spawn_execution(record, lease, None, Vec::new());
+        }
+        drop(slot);
+        Ok(Admission {
+            run_id,
+            status,
+            script_source,
+            script_file,
+            limits,
+            setup,
+            warnings: prepared.warnings,
+            continuation: None,
+        })
+    }
+
+    /// Writes an inline script's store copy and returns its resolved path.
+    fn write_script_copy(
+        &self,
+        project_dir: &Path,
+        run_id: &RunId,
+        text: &str,
+    ) -> EngineResult<PathBuf> {
+        let path = store::script_copy_path(self.inner.store.root(), project_dir, run_id);
+        // The run row keeps the text durably; the copy is what `file://` serves and what
+        // a resume reads back for revisions, so it needs no fsync of its own.
+        crate::util::write_replace(&path, text.as_bytes(), 0o600).map_err(|e| {
+            EngineError::Rejected(format!("cannot write the run's script copy: {e}"))
+        })?;
+        // Recorded resolved, like a scriptPath (the root may sit behind a link, such
+        // as /home -> /var/home), because later reads refuse links.
+        Ok(std::fs::canonicalize(&path).unwrap_or(path))
+    }
+}
+
+/// The run row admission creates: `pending` while its declared backends wait for approval,
+/// else `running` with those backends sealed into its routing.
+fn admitted_record(
+    request: &RunRequest,
+    prepared: &Prepared,
+    run_id: RunId,
+    (script_source, script_file): (ScriptSource, PathBuf),
+    needs_setup: bool,
+) -> RunRecord {
+    let limits = Limits::default().with_overrides(
+        request.limits.max_agents,
+        request.limits.concurrency,
+        request.limits.agent_retries,
+    );
+    let mut routing = prepared.routing.clone();
+    if !needs_setup {
+        routing
+            .script_backends
+            .extend(prepared.declared_backends.clone());
+        routing.seal();
+    }
+    let setup = needs_setup.then(|| approval::backend_approval_setup(&prepared.declared_backends));
+    let now = now_ms();
+    RunRecord {
+        run_id,
+        project_dir: request.project_dir.clone(),
+        workflow_name: prepared.analyzed.name.clone(),
+        status: if needs_setup {
+            RunStatus::Pending
+        } else {
+            RunStatus::Running
+        },
+        pause_reason: None,
+        error_code: None,
+        error_message: None,
+        script: prepared.text.clone(),
+        script_file,
+        script_source,
+        script_revisions: Vec::new(),
+        meta: prepared.analyzed.meta.clone(),
+        args: prepared.args.clone(),
+        cwd: request.project_dir.clone(),
+        limits,
+        phases: prepared.analyzed.phases.clone(),
+        current_phase: prepared.analyzed.phases.first().map(|p| p.title.clone()),
+        result: None,
+        started_at: now,
+        updated_at: now,
+        token_usage: Default::default(),
+        stream_id: uuid::Uuid::new_v4().simple().to_string(),
+        generation: 1,
+        setup,
+        auth_context: None,
+        checkpoint_context: None,
+        reset_hint: None,
+        routing: serde_json::to_value(&routing).unwrap_or(Value::Null),
+    }
+}
+
+pub(super) fn check_project_dir(project_dir: &Path) -> EngineResult<()> {
+    if !project_dir.is_absolute() {
+        return Err(EngineError::Rejected(format!(
+            "projectDir must be an absolute path, got {}",
+            project_dir.display()
+        )));
+    }
+    if !project_dir.is_dir() {
+        return Err(EngineError::Rejected(format!(
+            "projectDir {} is not an existing directory",
+            project_dir.display()
+        )));
+    }
+    Ok(())
+}

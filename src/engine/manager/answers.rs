@@ -1,0 +1,200 @@
+//! Answers from the user: the backend-approval setup answer and answers to agents'
+//! permission requests, here or in the process executing the run.
+
+use serde_json::{Value, json};
+
+use crate::engine::approval;
+use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::permissions::{PendingPermission, PermissionError};
+use crate::engine::prepare;
+use crate::engine::routing::RoutingSnapshot;
+use crate::engine::runner::PermissionOutcome;
+use crate::engine::script;
+use crate::model::{Lease, RunId, RunRecord, RunStatus};
+use crate::store::{Fence, ScriptChange};
+use crate::util::now_ms;
+
+impl Engine {
+    /// Answers a pending backend-approval setup.
+    pub async fn setup_response(
+        &self,
+        run_id: &RunId,
+        setup_id: &str,
+        response: &Value,
+    ) -> EngineResult<Value> {
+        let mut record = self.load_reconciled(run_id).await?;
+        let Some(setup) = record.setup.clone() else {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} has no setup request"
+            )));
+        };
+        let approve = setup_approves(&setup, setup_id, response)?;
+        if let Some(answered) = setup.get("answer") {
+            if answered == response {
+                let mut answer = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": record.status, "accepted": approve});
+                if !approve {
+                    answer["reason"] = json!(approval::SETUP_DECLINED);
+                }
+                return Ok(answer);
+            }
+            return Err(EngineError::Rejected(format!(
+                "setup {setup_id} was already answered with {answered}; a different answer cannot replace it"
+            )));
+        }
+        if record.status != RunStatus::Pending {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is not waiting for setup"
+            )));
+        }
+        if let Some(owner) = self.foreign_owner(run_id).await? {
+            // A predecessor still holds the lease: the answer is its to carry out.
+            let body = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "response": response});
+            let answer = self.forward_live(run_id, &owner, &body).await?;
+            return Ok(answer.get("answer").cloned().unwrap_or(answer));
+        }
+        // An approved run starts executing: it needs room under the cap across projects (it
+        // already counts in its project). Refused, the setup stays unanswered.
+        let slot = if approve {
+            Some(self.reserve(&record.project_dir, None)?)
+        } else {
+            None
+        };
+        let lease = self.take_free_lease(run_id).await?;
+        let mut answered = setup.clone();
+        answered["answer"] = response.clone();
+        answered["state"] = Value::String(if approve {
+            "approved".into()
+        } else {
+            "declined".into()
+        });
+        record.setup = Some(answered);
+        record.updated_at = now_ms();
+        if !approve {
+            return self.decline_setup(record, &lease, setup_id).await;
+        }
+        let analyzed = script::analyze(record.script.as_bytes())
+            .map_err(|e| EngineError::Rejected(e.message))?;
+        let mut routing: RoutingSnapshot =
+            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+        routing
+            .script_backends
+            .extend(prepare::declared_backends(&analyzed));
+        routing.seal();
+        record.routing = serde_json::to_value(&routing).unwrap_or(Value::Null);
+        record.status = RunStatus::Running;
+        self.inner
+            .store
+            .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+            .await?;
+        let status = record.status;
+        self.spawn_execution(record, lease, None, Vec::new());
+        drop(slot);
+        Ok(
+            json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": status, "accepted": true}),
+        )
+    }
+
+    /// A declined (or cancelled) approval aborts the run, for good.
+    async fn decline_setup(
+        &self,
+        mut record: RunRecord,
+        lease: &Lease,
+        setup_id: &str,
+    ) -> EngineResult<Value> {
+        let run_id = record.run_id.clone();
+        record.status = RunStatus::Aborted;
+        self.record_cold(
+            &record,
+            "stopped",
+            json!({"reason": approval::SETUP_DECLINED}),
+            &lease.token,
+        )
+        .await?;
+        self.inner
+            .store
+            .release_lease(&run_id, &lease.token)
+            .await?;
+        Ok(
+            json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": "aborted", "accepted": false, "reason": approval::SETUP_DECLINED}),
+        )
+    }
+
+    /// Answers a live permission request, here or in the process executing the run.
+    pub async fn respond_permission(
+        &self,
+        run_id: &RunId,
+        permission_id: &str,
+        outcome: PermissionOutcome,
+    ) -> EngineResult<Value> {
+        self.inner.store.load_run(run_id).await?;
+        if !self.is_live(run_id)
+            && let Some(lease) = self.foreign_owner(run_id).await?
+        {
+            let body = json!({
+                "action": "respond-permission",
+                "runId": run_id,
+                "permissionId": permission_id,
+                "response": {"outcome": outcome},
+            });
+            self.forward_live(run_id, &lease, &body).await?;
+            return Ok(
+                json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "accepted": true}),
+            );
+        }
+        self.inner
+            .broker
+            .answer(run_id.as_str(), permission_id, outcome.clone())
+            .map_err(|e| match e {
+                PermissionError::Unknown(_) | PermissionError::UnknownOption { .. } => {
+                    EngineError::Rejected(e.to_string())
+                }
+            })?;
+        Ok(
+            json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "accepted": true}),
+        )
+    }
+
+    pub fn pending_permissions(&self, run_id: &RunId) -> Vec<PendingPermission> {
+        self.inner.broker.pending(run_id.as_str())
+    }
+}
+
+/// Whether `response` approves the run's backends: it must answer this setup request, and
+/// an `accept` must match the requested schema.
+fn setup_approves(setup: &Value, setup_id: &str, response: &Value) -> EngineResult<bool> {
+    let request_id = setup
+        .pointer("/request/id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if request_id != setup_id {
+        return Err(EngineError::Rejected(format!(
+            "setupId {setup_id} does not match the run's setup request"
+        )));
+    }
+    let action = response
+        .get("action")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match action {
+        "accept" => {
+            let content = response.get("content").cloned().unwrap_or(Value::Null);
+            let schema = setup
+                .pointer("/request/requestedSchema")
+                .cloned()
+                .unwrap_or(Value::Null);
+            crate::engine::schema::validate(&schema, &content).map_err(|e| {
+                EngineError::Rejected(format!(
+                    "setup-response content does not match the requested schema: {e}"
+                ))
+            })?;
+            Ok(content
+                .get("approve")
+                .and_then(Value::as_bool)
+                .unwrap_or(false))
+        }
+        "decline" | "cancel" => Ok(false),
+        other => Err(EngineError::Rejected(format!(
+            "setup-response action must be accept, decline or cancel, got {other:?}"
+        ))),
+    }
+}

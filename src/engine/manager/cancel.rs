@@ -1,0 +1,200 @@
+//! Cancelling one live agent call: here, forwarded to the owner, or as an intent an owner
+//! without a control socket picks up.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::engine::driver::Control;
+use crate::engine::intents;
+use crate::engine::manager::remote::unforwarded_error;
+use crate::engine::manager::{
+    CANCEL_WAIT, Engine, EngineError, EngineResult, INTENT_POLL, Unforwarded,
+};
+use crate::engine::status::StatusQuery;
+use crate::model::RunId;
+use crate::store::StoreError;
+
+impl Engine {
+    /// Cancels one live agent call, here or in the process executing the run.
+    pub(super) async fn cancel_agent(
+        &self,
+        run_id: &RunId,
+        index: u32,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        if !self.is_live(run_id) {
+            let Some(lease) = self.foreign_owner(run_id).await? else {
+                return Err(EngineError::Rejected(format!(
+                    "run {run_id} has no live owner process, so callIndex {index} is not a live agent call; cancelling an agent needs the process executing the run (resume the run, or stop it whole)"
+                )));
+            };
+            let body = json!({"action": "cancel-agent", "runId": run_id, "callIndex": index});
+            let op = uuid::Uuid::new_v4().to_string();
+            let answer = match self.forward(&lease, &op, &body).await {
+                Ok(answer) => answer,
+                // An owner with no control socket (a foreground `agentprism run`) reads
+                // intents every second: leave it one and wait for its answer.
+                Err(Unforwarded::Unreachable { .. }) => {
+                    return self.cancel_agent_by_intent(run_id, index, query).await;
+                }
+                Err(unforwarded) => {
+                    return Err(unforwarded_error(
+                        run_id,
+                        &lease,
+                        "cancel-agent",
+                        unforwarded,
+                    ));
+                }
+            };
+            let mut status = self.status(run_id, query).await?;
+            status["cancelled"] = answer
+                .get("cancelled")
+                .cloned()
+                .unwrap_or_else(|| json!({"callIndex": index}));
+            return Ok(status);
+        }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let sent = self.send_control(
+            run_id,
+            Control::CancelCall {
+                index,
+                reply: reply_tx,
+            },
+        );
+        let cancelled = sent && reply_rx.await.unwrap_or(false);
+        if !cancelled {
+            let live_calls: Vec<String> = self
+                .inner
+                .live
+                .lock()
+                .ok()
+                .and_then(|live| {
+                    live.get(run_id).and_then(|l| {
+                        l.view.lock().ok().map(|v| {
+                            v.calls
+                                .iter()
+                                .map(|(i, c)| format!("{i}:{}", c.label))
+                                .collect()
+                        })
+                    })
+                })
+                .unwrap_or_default();
+            return Err(EngineError::Rejected(format!(
+                "callIndex {index} is not a live agent call of run {run_id}; live calls: {}",
+                if live_calls.is_empty() {
+                    "none".to_owned()
+                } else {
+                    live_calls.join(", ")
+                }
+            )));
+        }
+        let mut status = self.status(run_id, query).await?;
+        status["cancelled"] = json!({"callIndex": index});
+        Ok(status)
+    }
+
+    /// Cancels call `index` of a run whose owner has no control socket: records a
+    /// [`intents::CANCEL_AGENT`] intent and waits up to [`CANCEL_WAIT`] for the owner's
+    /// acknowledgement. Unacknowledged by then, the answer says `control.state:"pending"` and
+    /// the intent stays for the owner.
+    pub(super) async fn cancel_agent_by_intent(
+        &self,
+        run_id: &RunId,
+        index: u32,
+        query: &StatusQuery,
+    ) -> EngineResult<Value> {
+        let record = self.inner.store.load_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let intent = intents::request_for_call(&runs, run_id, intents::CANCEL_AGENT, Some(index))
+            .map_err(|error| {
+            EngineError::Rejected(format!(
+                "cannot record the cancel request for call {index} of run {run_id}: {error}"
+            ))
+        })?;
+        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+        let acked = loop {
+            let found = {
+                let (runs, run_id, op) = (runs.clone(), run_id.clone(), intent.op.clone());
+                tokio::task::spawn_blocking(move || intents::ack(&runs, &run_id, &op))
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            if found.is_some() || tokio::time::Instant::now() >= deadline {
+                break found;
+            }
+            tokio::time::sleep(INTENT_POLL).await;
+        };
+        let Some(ack) = acked else {
+            let mut status = self.status(run_id, query).await?;
+            status["control"] = json!({"state": "pending", "operationId": intent.op,
+                "requestedAt": intent.requested_at});
+            return Ok(status);
+        };
+        if ack.get("cancelled").and_then(Value::as_bool) != Some(true) {
+            let why = ack
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("the owner did not cancel it");
+            return Err(EngineError::Rejected(format!(
+                "call {index} of run {run_id} was not cancelled: {why}"
+            )));
+        }
+        let mut status = self.status(run_id, query).await?;
+        status["cancelled"] = json!({"callIndex": index});
+        Ok(status)
+    }
+
+    /// Carries out a [`intents::CANCEL_AGENT`] intent for a run this engine executes, or
+    /// acknowledges it as not done when nobody can (the run ended, or has no live owner).
+    pub(super) async fn complete_cancel_intent(&self, runs: &Path, intent: &intents::Intent) {
+        let run_id = &intent.run_id;
+        let index = intent.call_index.unwrap_or(u32::MAX);
+        let not_done = |reason: &str| {
+            json!({"state": "settled", "operationId": intent.op,
+            "cancelled": false, "callIndex": index, "reason": reason})
+        };
+        if self.is_live(run_id) {
+            let (reply, answer) = oneshot::channel();
+            let sent = self.send_control(run_id, Control::CancelCall { index, reply });
+            let cancelled = sent && answer.await.unwrap_or(false);
+            let outcome = if cancelled {
+                json!({"state": "settled", "operationId": intent.op, "cancelled": true,
+                    "callIndex": index, "owner": self.owner_summary()})
+            } else {
+                not_done(&format!(
+                    "callIndex {index} is not a live agent call of run {run_id}"
+                ))
+            };
+            self.acknowledge(runs, run_id, &intent.op, &outcome);
+            return;
+        }
+        match self.inner.store.load_run(run_id).await {
+            Ok(record) if record.status.is_terminal() => {
+                self.acknowledge(runs, run_id, &intent.op, &not_done("the run has ended"));
+            }
+            Ok(_) => match self.foreign_owner(run_id).await {
+                // Another live process executes it: the intent is that owner's to carry out.
+                Ok(Some(_)) => {}
+                Ok(None) => self.acknowledge(
+                    runs,
+                    run_id,
+                    &intent.op,
+                    &not_done("the run has no live owner process"),
+                ),
+                Err(error) => tracing::warn!(run = %run_id, "cancel intent {}: {error}", intent.op),
+            },
+            Err(StoreError::UnknownRun(_)) => {
+                self.acknowledge(
+                    runs,
+                    run_id,
+                    &intent.op,
+                    &not_done("the run no longer exists"),
+                );
+            }
+            Err(error) => tracing::warn!(run = %run_id, "cancel intent {}: {error}", intent.op),
+        }
+    }
+}

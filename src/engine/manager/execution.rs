@@ -1,0 +1,292 @@
+//! Executing a generation: the live entry, the driver task, recording its outcome, and
+//! reconciling a run whose owner died.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
+use crate::engine::events::{EventLog, RunNotice};
+use crate::engine::journal::ReplayPool;
+use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun};
+use crate::engine::routing::RoutingSnapshot;
+use crate::engine::script;
+use crate::model::{CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
+use crate::store::{Fence, ScriptChange, StoreError};
+use crate::util::now_ms;
+
+impl Engine {
+    /// Starts (or restarts) execution of `record`'s current generation under `lease`.
+    pub(super) fn spawn_execution(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        pool: Option<ReplayPool>,
+        answers: Vec<CheckpointAnswer>,
+    ) {
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (settled_tx, settled_rx) = watch::channel(false);
+        let view = Arc::new(Mutex::new(LiveView {
+            current_phase: record.current_phase.clone(),
+            usage: record.token_usage,
+            ..LiveView::default()
+        }));
+        if let Ok(mut live) = self.inner.live.lock() {
+            live.insert(
+                record.run_id.clone(),
+                LiveRun {
+                    generation: record.generation,
+                    control: control_tx,
+                    view: view.clone(),
+                    settled: settled_rx,
+                },
+            );
+        }
+        let engine = self.clone();
+        self.inner.tracker.spawn(async move {
+            engine
+                .execute(record, lease, pool, answers, view, control_rx)
+                .await;
+            let _ = settled_tx.send(true);
+        });
+    }
+
+    pub(super) async fn execute(
+        &self,
+        mut record: RunRecord,
+        lease: Lease,
+        pool: Option<ReplayPool>,
+        answers: Vec<CheckpointAnswer>,
+        view: Arc<Mutex<LiveView>>,
+        control: mpsc::UnboundedReceiver<Control>,
+    ) {
+        let run_id = record.run_id.clone();
+        let setup = self
+            .driver_setup(&mut record, &lease, pool, answers, view)
+            .await;
+        if let Some(setup) = setup {
+            let outcome = driver::run(setup, control).await;
+            record_outcome(&mut record, &outcome);
+        }
+        if let Err(error) = self
+            .inner
+            .store
+            .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
+            .await
+        {
+            tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
+        }
+        let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
+        self.finish_live(&run_id, record.generation, record.status);
+    }
+
+    /// What the generation's driver needs, read from the store. `None` when the generation
+    /// cannot start: `record` then says why (paused when the store could not be read,
+    /// failed when the script no longer passes its checks).
+    async fn driver_setup(
+        &self,
+        record: &mut RunRecord,
+        lease: &Lease,
+        pool: Option<ReplayPool>,
+        answers: Vec<CheckpointAnswer>,
+        view: Arc<Mutex<LiveView>>,
+    ) -> Option<DriverSetup> {
+        let store = &self.inner.store;
+        let run_id = record.run_id.clone();
+        let routing: RoutingSnapshot =
+            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+        let stored_state = async {
+            let pool = match pool {
+                Some(pool) => pool,
+                None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
+            };
+            let last_seq = store.last_event_seq(&run_id).await?;
+            let calls = store.calls(&run_id).await?;
+            let next_settlement = calls
+                .iter()
+                .map(|c| c.settlement_ordinal + 1)
+                .max()
+                .unwrap_or(0);
+            Ok::<_, StoreError>((pool, last_seq, next_settlement))
+        }
+        .await;
+        let (pool, last_seq, next_settlement) = match stored_state {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::error!(run = %run_id, "cannot start execution: {error}");
+                record.status = RunStatus::Paused;
+                record.pause_reason = Some(PauseReason::Interrupted);
+                record.error_message = Some(format!("could not start: {error}"));
+                return None;
+            }
+        };
+        let body = match script::analyze(record.script.as_bytes()) {
+            Ok(analyzed) => analyzed.body,
+            Err(error) => {
+                record.status = RunStatus::Failed;
+                record.error_code = Some("SCRIPT_VALIDATION_ERROR".into());
+                record.error_message = Some(error.message);
+                record.updated_at = now_ms();
+                return None;
+            }
+        };
+        Some(DriverSetup {
+            run_id: run_id.clone(),
+            generation: record.generation,
+            body,
+            args: record.args.clone(),
+            cwd: record.cwd.clone(),
+            phases: record.phases.clone(),
+            meta_model: record
+                .meta
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            limits: record.limits,
+            routing,
+            backends: self.inner.backends.clone(),
+            runner: self.inner.runner.clone(),
+            persistence: Persistence::Store {
+                store: store.clone(),
+                lease_token: lease.token.clone(),
+            },
+            pool,
+            answers,
+            last_event_seq: last_seq,
+            next_settlement,
+            agent_timeout: self.inner.config.agent_timeout,
+            vm_limits: self.inner.config.vm_limits,
+            broker: self.inner.broker.clone(),
+            notices: Some(self.inner.notices.clone()),
+            usage: record.token_usage,
+            current_phase: record.current_phase.clone(),
+            nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
+            live: view,
+        })
+    }
+
+    pub(super) fn finish_live(&self, run_id: &RunId, generation: u32, status: RunStatus) {
+        if let Ok(mut live) = self.inner.live.lock()
+            && live
+                .get(run_id)
+                .is_some_and(|entry| entry.generation == generation)
+        {
+            live.remove(run_id);
+        }
+        let _ = self.inner.notices.send(RunNotice::Settled {
+            run_id: run_id.clone(),
+            status: status.as_str().to_owned(),
+        });
+    }
+
+    /// Loads a run, turning a pending/running run whose owner died into `paused/interrupted`.
+    pub async fn load_reconciled(&self, run_id: &RunId) -> EngineResult<RunRecord> {
+        let record = self.inner.store.load_run(run_id).await?;
+        if record.status != RunStatus::Running || self.is_live(run_id) {
+            return Ok(record);
+        }
+        let lease = self.inner.store.lease(run_id).await?;
+        if let Some(lease) = &lease
+            && crate::util::process_is(lease.pid, lease.proc_start)
+            && lease.owner_id != self.inner.owner.owner_id
+        {
+            return Ok(record);
+        }
+        // The owner is gone: take the lease, record the interruption, let go again.
+        let ours = self.inner.owner.lease();
+        if !self
+            .inner
+            .store
+            .acquire_lease(run_id, lease.as_ref().map(|l| l.token.as_str()), &ours)
+            .await?
+        {
+            return Ok(self.inner.store.load_run(run_id).await?);
+        }
+        let mut record = self.inner.store.load_run(run_id).await?;
+        if record.status == RunStatus::Running {
+            record.status = RunStatus::Paused;
+            record.pause_reason = Some(PauseReason::Interrupted);
+            record.updated_at = now_ms();
+            let calls = self.inner.store.calls(run_id).await?;
+            let mut usage = crate::model::Usage::default();
+            for call in &calls {
+                usage.add(&call.usage);
+            }
+            record.token_usage = usage;
+            self.record_cold(
+                &record,
+                "paused",
+                json!({"reason": "interrupted"}),
+                &ours.token,
+            )
+            .await?;
+        }
+        self.inner.store.release_lease(run_id, &ours.token).await?;
+        Ok(record)
+    }
+
+    /// Settles a run that no execution holds: one event on its stream, then the run row,
+    /// both fenced by the lease the caller took for the change.
+    pub(super) async fn record_cold(
+        &self,
+        record: &RunRecord,
+        event: &str,
+        fields: Value,
+        lease_token: &str,
+    ) -> EngineResult<()> {
+        let run_id = &record.run_id;
+        let last = self.inner.store.last_event_seq(run_id).await?;
+        let mut events = EventLog::new(run_id.clone(), last, Some(self.inner.notices.clone()));
+        events.push(event, "root", fields);
+        self.inner
+            .store
+            .append_events(run_id, &events.take(), Fence(lease_token))
+            .await?;
+        self.inner
+            .store
+            .update_run(record, ScriptChange::Unchanged, Fence(lease_token))
+            .await?;
+        Ok(())
+    }
+
+    /// A lease of this process on a run no execution holds, taken by CAS from whoever held
+    /// it last, for a change made without executing (setup answers, cold stops).
+    pub(super) async fn take_free_lease(&self, run_id: &RunId) -> EngineResult<Lease> {
+        let lease = self.inner.owner.lease();
+        let previous = self.inner.store.lease(run_id).await?;
+        if !self
+            .inner
+            .store
+            .acquire_lease(run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
+            .await?
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is being changed by another process"
+            )));
+        }
+        Ok(lease)
+    }
+}
+
+/// The run row after a generation: its outcome, usage and phase, and a failed store write
+/// named in its error message.
+fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
+    record.status = outcome.status;
+    record.pause_reason = outcome.pause_reason;
+    record.error_code = outcome.error_code.clone();
+    record.error_message = outcome.error_message.clone();
+    record.result = outcome.result.clone();
+    record.auth_context = outcome.auth_context.clone();
+    record.reset_hint = outcome.reset_hint.clone();
+    record.checkpoint_context = outcome.checkpoint_context.clone();
+    record.token_usage = outcome.usage;
+    record.current_phase = outcome
+        .current_phase
+        .clone()
+        .or(record.current_phase.clone());
+    record.updated_at = now_ms();
+    if let Some(error) = &outcome.store_error {
+        record.error_message = Some(format!("run store write failed: {error}"));
+    }
+}

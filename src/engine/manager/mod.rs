@@ -1,0 +1,316 @@
+//! The engine's front door: admission, execution, resume, status, stop, pause, setup and
+//! permission answers, result paging and deletion, for every project of one process.
+//!
+//! The CLI and the MCP tool both call these methods, so a run behaves the same whichever
+//! front end started it. Each executing run has a lease in the store naming this process;
+//! a run whose owner died is reconciled to `paused/interrupted` on the next look.
+//!
+//! Rooms: this file holds [`Engine`], its shared state and the bookkeeping of live runs;
+//! `config` the settings, `api` the requests, answers and errors; `admission` capacity and
+//! starting a run, `execution` running a generation and reconciling dead owners, `resume`
+//! continuing one; `answers` setup and permission answers; `view` status; `results` result
+//! paging, listing and deletion; `stop` stop and pause, `cancel` single-call cancel; `remote`
+//! reaching another lease holder, `owner` this process as one (carrying out intents).
+
+mod admission;
+mod answers;
+mod api;
+mod cancel;
+mod config;
+mod execution;
+mod owner;
+mod remote;
+mod results;
+mod resume;
+mod stop;
+mod view;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_util::task::TaskTracker;
+
+use crate::engine::driver::{Control, LiveView};
+use crate::engine::events::RunNotice;
+use crate::engine::permissions::PermissionBroker;
+use crate::engine::prepare;
+use crate::engine::routing::BackendLookup;
+use crate::engine::runner::AgentRunner;
+use crate::engine::script;
+use crate::engine::vm::NestedResolver;
+use crate::model::{PauseReason, RunId};
+use crate::store::Store;
+
+pub use api::{Admission, EngineError, EngineResult, LimitOverrides, ResumeRequest, RunRequest};
+pub use config::{EngineConfig, default_max_runs};
+pub use owner::Owner;
+pub use remote::{OwnerRoute, Unforwarded, lease_owner};
+pub use results::exact_result;
+
+/// Runs preparing, awaiting setup or executing at once in one project.
+pub const MAX_ACTIVE_RUNS: usize = 4;
+/// How long `pause` waits for executing agents before answering.
+pub const PAUSE_WAIT: Duration = Duration::from_secs(2);
+/// How long `stop` waits for the owner to settle the run.
+pub const STOP_WAIT: Duration = Duration::from_secs(10);
+/// How long `status` waits for another process to list a run's pending permissions.
+pub const REMOTE_STATUS_WAIT: Duration = Duration::from_secs(1);
+/// How long a cancel of one call waits for an owner without a control socket to answer its
+/// intent (a foreground run reads intents every second).
+pub const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// How often that wait looks for the acknowledgement.
+pub(super) const INTENT_POLL: Duration = Duration::from_millis(50);
+
+/// A generation this process executes now.
+struct LiveRun {
+    /// Which generation: a settling older one must not remove a newer one's entry.
+    generation: u32,
+    /// Stop, pause and single-call cancel for its driver.
+    control: mpsc::UnboundedSender<Control>,
+    /// What the driver shows of its live calls, for status.
+    view: Arc<Mutex<LiveView>>,
+    /// Turns true once the generation has settled and its outcome is stored.
+    settled: watch::Receiver<bool>,
+}
+
+/// The engine's shared state: its three ports and what it knows of the runs it executes.
+struct Inner {
+    /// Every durable fact of a run: rows, calls, events, leases, receipts.
+    store: Arc<dyn Store>,
+    /// What agent calls run on.
+    runner: Arc<dyn AgentRunner>,
+    /// The configured backends routes resolve against.
+    backends: Arc<dyn BackendLookup>,
+    /// Timeouts, VM limits, probes, the owner id and the daemon-wide cap.
+    config: EngineConfig,
+    /// Permission requests of live calls waiting for an answer.
+    broker: PermissionBroker,
+    /// Live notices: events, permission requests, settlements.
+    notices: broadcast::Sender<RunNotice>,
+    /// This process as a lease holder.
+    owner: Owner,
+    /// Generations executing in this process, by run.
+    live: Mutex<HashMap<RunId, LiveRun>>,
+    /// Runs being prepared per project (they hold capacity before admission).
+    preparing: Mutex<HashMap<PathBuf, usize>>,
+    /// Every execution task, awaited at shutdown.
+    tracker: TaskTracker,
+    /// How to reach other lease holders; set once by the front end that builds the engine.
+    route: std::sync::OnceLock<Arc<dyn OwnerRoute>>,
+}
+
+/// The engine. Cheap to clone.
+///
+/// Running a workflow in-process, without MCP (here with the instant runner, which answers
+/// every prompt at once; the ACP runner drives real agents):
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentprism::engine::{Engine, EngineConfig, RunRequest, ScriptInput, StatusQuery};
+/// use agentprism::engine::instant::InstantRunner;
+/// use agentprism::env::EnvSnapshot;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// let state = tempfile::tempdir()?;
+/// let store = Arc::new(agentprism::store::SqliteStore::open(state.path())?);
+/// let env = EnvSnapshot::from_pairs([("AGENTPRISM_BACKENDS", r#"{"mine": {"command": "my-acp-agent"}}"#)]);
+/// let backends = agentprism::acp::lookup::Backends::from_env(&env).map_err(anyhow::Error::msg)?;
+/// let config = EngineConfig { probe: false, ..EngineConfig::default() };
+/// let engine = Engine::new(store, InstantRunner::new(), Arc::new(backends), config);
+/// let script = "export const meta = { name: 'hi', description: 'one agent', model: 'mine' };\n\
+///               return await agent('say hi');";
+/// let admission = engine
+///     .start(RunRequest {
+///         project_dir: state.path().to_path_buf(),
+///         script: ScriptInput::Inline(script.into()),
+///         args: serde_json::json!({}),
+///         limits: Default::default(),
+///     })
+///     .await?;
+/// engine.wait(&admission.run_id).await;
+/// let status = engine.status(&admission.run_id, &StatusQuery::default()).await?;
+/// assert_eq!(status["outcome"]["result"], "ECHO: say hi");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+/// Holds a preparation's capacity slot until dropped.
+struct Slot {
+    /// Whose `preparing` count the slot is part of.
+    engine: Engine,
+    /// The project it counts in.
+    project_dir: PathBuf,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut preparing) = self.engine.inner.preparing.lock()
+            && let Some(count) = preparing.get_mut(&self.project_dir)
+        {
+            *count = count.saturating_sub(1);
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn Store>,
+        runner: Arc<dyn AgentRunner>,
+        backends: Arc<dyn BackendLookup>,
+        config: EngineConfig,
+    ) -> Engine {
+        let (notices, _) = broadcast::channel(4096);
+        Engine {
+            inner: Arc::new(Inner {
+                store,
+                runner,
+                backends,
+                broker: PermissionBroker::new(Some(notices.clone())),
+                notices,
+                owner: match &config.owner_id {
+                    Some(owner_id) => Owner::with_id(owner_id.clone()),
+                    None => Owner::current(),
+                },
+                config,
+                live: Mutex::default(),
+                preparing: Mutex::default(),
+                tracker: TaskTracker::new(),
+                route: std::sync::OnceLock::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    pub fn backends(&self) -> &Arc<dyn BackendLookup> {
+        &self.inner.backends
+    }
+
+    pub fn runner(&self) -> &Arc<dyn AgentRunner> {
+        &self.inner.runner
+    }
+
+    /// Live notices: events, permission requests, settlements.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
+        self.inner.notices.subscribe()
+    }
+
+    pub fn owner(&self) -> &Owner {
+        &self.inner.owner
+    }
+
+    /// Installs how this engine reaches other lease holders. The first call wins.
+    pub fn set_owner_route(&self, route: Arc<dyn OwnerRoute>) {
+        let _ = self.inner.route.set(route);
+    }
+
+    pub(super) fn nested_resolver(&self, project_dir: &Path, run_id: &RunId) -> NestedResolver {
+        let folder = project_dir.join(".agentprism").join("workflows");
+        let prefix = run_id.to_string();
+        let mut counter = 0u32;
+        Box::new(move |name: &str| {
+            let text = if name.contains("export const meta") {
+                name.to_owned()
+            } else {
+                if name.contains('/') || name.contains("..") || name.is_empty() {
+                    return Err("a saved workflow name must be a plain name".into());
+                }
+                let path = folder.join(format!("{name}.js"));
+                prepare::read_nested(&path)?
+            };
+            let analyzed = script::analyze(text.as_bytes()).map_err(|e| e.message)?;
+            counter += 1;
+            Ok((format!("{prefix}-nested{counter}"), analyzed.body))
+        })
+    }
+
+    /// Waits until `run_id` is no longer executing in this process.
+    pub async fn wait(&self, run_id: &RunId) {
+        let receiver = self
+            .inner
+            .live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(run_id).map(|l| l.settled.clone()));
+        if let Some(mut receiver) = receiver {
+            let _ = receiver.wait_for(|settled| *settled).await;
+        }
+    }
+
+    /// Runs this process owns right now: executing generations plus preparations holding a
+    /// capacity slot. The daemon counts them as work that keeps it from idling out.
+    pub fn active_executions(&self) -> usize {
+        let live = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
+        let preparing: usize = self
+            .inner
+            .preparing
+            .lock()
+            .map(|preparing| preparing.values().sum())
+            .unwrap_or(0);
+        live + preparing
+    }
+
+    /// The runs this process executes now.
+    pub fn live_run_ids(&self) -> Vec<RunId> {
+        self.inner
+            .live
+            .lock()
+            .map(|live| live.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether this process executes `run_id` now.
+    pub fn is_live(&self, run_id: &RunId) -> bool {
+        self.inner
+            .live
+            .lock()
+            .map(|live| live.contains_key(run_id))
+            .unwrap_or(false)
+    }
+
+    pub(super) fn send_control(&self, run_id: &RunId, control: Control) -> bool {
+        self.inner
+            .live
+            .lock()
+            .ok()
+            .and_then(|live| live.get(run_id).map(|l| l.control.send(control).is_ok()))
+            .unwrap_or(false)
+    }
+
+    /// Interrupts every live run of this process (Ctrl-C, shutdown): they settle
+    /// `paused/interrupted`, resumable.
+    pub async fn interrupt_all(&self, deadline: Duration) {
+        let ids: Vec<RunId> = self
+            .inner
+            .live
+            .lock()
+            .map(|live| live.keys().cloned().collect())
+            .unwrap_or_default();
+        for run_id in &ids {
+            self.send_control(run_id, Control::Pause(PauseReason::Interrupted));
+        }
+        let all = async {
+            for run_id in &ids {
+                self.wait(run_id).await;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, all).await;
+    }
+
+    /// Interrupts live runs and stops the agent processes.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.interrupt_all(deadline).await;
+        self.inner.tracker.close();
+        let _ = tokio::time::timeout(deadline, self.inner.tracker.wait()).await;
+        self.inner.runner.shutdown(deadline).await;
+    }
+}

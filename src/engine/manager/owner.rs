@@ -1,0 +1,172 @@
+//! This process as a lease holder, and the owner's half of run control: carrying out the
+//! stop and cancel intents other processes leave for the runs it executes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::engine::driver::Control;
+use crate::engine::intents;
+use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::status::StatusQuery;
+use crate::model::{Lease, RunId, RunStatus};
+use crate::store::StoreError;
+use crate::util::now_ms;
+
+/// This process as a lease holder.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub owner_id: String,
+    pub pid: u32,
+    pub proc_start: u64,
+}
+
+impl Owner {
+    /// This process under a fresh owner id.
+    pub fn current() -> Owner {
+        Owner::with_id(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// This process under `owner_id` (a daemon's `instanceId`).
+    pub fn with_id(owner_id: String) -> Owner {
+        let pid = std::process::id();
+        Owner {
+            owner_id,
+            pid,
+            proc_start: crate::util::process_start_time(pid).unwrap_or(0),
+        }
+    }
+
+    pub(super) fn lease(&self) -> Lease {
+        Lease {
+            owner_id: self.owner_id.clone(),
+            pid: self.pid,
+            proc_start: self.proc_start,
+            boot_id: crate::util::process::current_boot_id(),
+            token: uuid::Uuid::new_v4().to_string(),
+            acquired_at: now_ms(),
+            expires_at: None,
+        }
+    }
+}
+
+impl Engine {
+    pub(super) fn acknowledge(&self, runs: &Path, run_id: &RunId, op: &str, outcome: &Value) {
+        if let Err(error) = intents::acknowledge(runs, run_id, op, outcome) {
+            tracing::warn!(run = %run_id, "cannot acknowledge stop intent {op}: {error}");
+        }
+    }
+
+    /// The owner's half of a forwarded whole-run stop (daemon.md 1.10 step 5): re-reads the
+    /// intent `op`, stops the run this engine executes, waits up to `wait` for the aborted
+    /// state and its one `stopped` event to be stored, and acknowledges the intent.
+    /// `{outcome:"stopping"}` when the run has not settled within `wait`: the intent stays
+    /// and [`Engine::complete_stop_intents`] acknowledges it later.
+    pub async fn stop_requested(
+        &self,
+        run_id: &RunId,
+        op: &str,
+        wait: Duration,
+    ) -> EngineResult<Value> {
+        let record = self.inner.store.load_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let intent = intents::read(&runs, run_id, op);
+        let owner = self.owner_summary();
+        if record.status.is_terminal() {
+            let settled = json!({"state": "settled", "operationId": op, "stopped": false, "alreadyTerminal": true, "owner": owner});
+            if intent.is_some() {
+                self.acknowledge(&runs, run_id, op, &settled);
+            }
+            return Ok(
+                json!({"outcome": "settled", "stopped": false, "alreadyTerminal": true, "status": record.status, "owner": owner}),
+            );
+        }
+        if !self.send_control(run_id, Control::Stop) {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is not executing in this process"
+            )));
+        }
+        if tokio::time::timeout(wait, self.wait(run_id)).await.is_err() {
+            return Ok(json!({"outcome": "stopping", "operationId": op, "owner": owner}));
+        }
+        let record = self.inner.store.load_run(run_id).await?;
+        let stopped = record.status == RunStatus::Aborted;
+        let settled = json!({"state": "settled", "operationId": op, "stopped": stopped, "alreadyTerminal": !stopped, "owner": owner});
+        if intent.is_some() {
+            self.acknowledge(&runs, run_id, op, &settled);
+        }
+        Ok(
+            json!({"outcome": "settled", "stopped": stopped, "alreadyTerminal": !stopped, "status": record.status, "owner": owner}),
+        )
+    }
+
+    /// Carries out unacknowledged stop intents (daemon.md 1.10 step 8, "owners scan intents
+    /// every tick and at start"): a run this engine executes is told to stop, a settled run's
+    /// intent is acknowledged, a run nobody executes is stopped cold and acknowledged; runs
+    /// another live process holds are left to it. Returns how many intents name runs this
+    /// engine executes: work that keeps a daemon from exiting.
+    pub async fn complete_stop_intents(&self) -> usize {
+        let root = self.inner.store.root().to_path_buf();
+        let found = tokio::task::spawn_blocking(move || intents::scan(&root))
+            .await
+            .unwrap_or_default();
+        let mut owned = 0;
+        for (runs, intent) in found {
+            if intent.action == intents::CANCEL_AGENT {
+                self.complete_cancel_intent(&runs, &intent).await;
+                continue;
+            }
+            if intent.action != intents::STOP {
+                continue;
+            }
+            let run_id = &intent.run_id;
+            let record = match self.inner.store.load_run(run_id).await {
+                Ok(record) => record,
+                Err(StoreError::UnknownRun(_)) => {
+                    let gone = json!({"state": "settled", "operationId": intent.op, "stopped": false, "unknownRun": true});
+                    self.acknowledge(&runs, run_id, &intent.op, &gone);
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
+                    continue;
+                }
+            };
+            if record.status.is_terminal() {
+                let stopped = record.status == RunStatus::Aborted;
+                let settled = json!({"state": "settled", "operationId": intent.op, "stopped": stopped, "alreadyTerminal": !stopped, "owner": self.owner_summary()});
+                self.acknowledge(&runs, run_id, &intent.op, &settled);
+                continue;
+            }
+            if self.send_control(run_id, Control::Stop) {
+                owned += 1;
+                continue;
+            }
+            match self.foreign_owner(run_id).await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
+                    continue;
+                }
+            }
+            match self.stop_cold(run_id, &StatusQuery::default()).await {
+                Ok(status) => {
+                    let already = status["alreadyTerminal"] == true;
+                    let settled = json!({"state": "settled", "operationId": intent.op, "stopped": !already, "alreadyTerminal": already, "cold": true});
+                    self.acknowledge(&runs, run_id, &intent.op, &settled);
+                }
+                Err(error) => {
+                    tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
+                }
+            }
+        }
+        owned
+    }
+
+    /// `control.owner` describing this engine's process.
+    pub(super) fn owner_summary(&self) -> Value {
+        json!({"pid": self.inner.owner.pid, "instanceId": self.inner.owner.owner_id})
+    }
+}

@@ -1,0 +1,107 @@
+//! Reading a completed run's result page by page, listing runs and deleting one.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::engine::intents;
+use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::model::{RunId, RunRecord, RunStatus, RunSummary, ScriptSource};
+use crate::store;
+
+impl Engine {
+    /// One page of the exact result JSON (engine.md 6.6).
+    pub async fn result_page(
+        &self,
+        run_id: &RunId,
+        offset: usize,
+        max_bytes: usize,
+    ) -> EngineResult<Value> {
+        let record = self.load_reconciled(run_id).await?;
+        let text = exact_result(&record)?;
+        let bytes = text.as_bytes();
+        if offset > bytes.len() {
+            return Err(EngineError::Rejected(format!(
+                "offset {offset} is past the end of the result ({} bytes)",
+                bytes.len()
+            )));
+        }
+        if offset < bytes.len() && !text.is_char_boundary(offset) {
+            return Err(EngineError::Rejected(format!(
+                "offset {offset} is inside a UTF-8 code point; continue at a previous endOffset"
+            )));
+        }
+        let mut end = (offset + max_bytes).min(bytes.len());
+        while end > offset && !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Ok(json!({
+            "action": "result",
+            "runId": run_id,
+            "status": "completed",
+            "resultUri": format!("workflow://runs/{run_id}/result"),
+            "eventsUri": format!("workflow://runs/{run_id}/events"),
+            "mimeType": "application/json",
+            "encoding": "utf-8",
+            "totalBytes": bytes.len(),
+            "offset": offset,
+            "endOffset": end,
+            "hasMore": end < bytes.len(),
+            "chunk": &text[offset..end],
+        }))
+    }
+
+    /// Deletes a run that is not executing, with its store copy of the script.
+    pub async fn delete(&self, run_id: &RunId) -> EngineResult<()> {
+        let record = self.load_reconciled(run_id).await?;
+        if record.status == RunStatus::Running || self.is_live(run_id) {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is running; stop it before deleting it"
+            )));
+        }
+        self.inner.store.delete_run(run_id).await?;
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        let _ = std::fs::remove_dir_all(intents::run_folder(&runs, run_id));
+        if record.script_source == ScriptSource::Inline {
+            let expected =
+                store::script_copy_path(self.inner.store.root(), &record.project_dir, run_id);
+            if record.script_file == expected
+                || std::fs::canonicalize(&expected).is_ok_and(|real| real == record.script_file)
+            {
+                let _ = std::fs::remove_file(&expected);
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn list(
+        &self,
+        project_dir: Option<&Path>,
+        limit: u32,
+    ) -> EngineResult<Vec<RunSummary>> {
+        Ok(self.inner.store.list_runs(project_dir, limit).await?)
+    }
+}
+
+/// The exact `JSON.stringify(result)` of a completed run.
+pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
+    if record.status != RunStatus::Completed {
+        return Err(EngineError::Rejected(format!(
+            "run {} has no result: it is {}{}",
+            record.run_id,
+            record.status.as_str(),
+            if record.status.is_terminal() {
+                ""
+            } else {
+                " (read it again once it completes)"
+            }
+        )));
+    }
+    match &record.result {
+        Some(value) => Ok(value.to_string()),
+        None => Err(EngineError::Rejected(format!(
+            "run {} completed without a value",
+            record.run_id
+        ))),
+    }
+}

@@ -1,0 +1,366 @@
+//! Resume: a paused, aborted or failed run continues under the same id, with checkpoint
+//! answers, a revised script, and exact retries by operation id.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::engine::approval;
+use crate::engine::intents;
+use crate::engine::journal::ReplayPool;
+use crate::engine::manager::{Admission, Engine, EngineError, EngineResult, ResumeRequest};
+use crate::engine::prepare;
+use crate::engine::routing::RoutingSnapshot;
+use crate::model::{
+    CheckpointAnswer, Lease, OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision,
+};
+use crate::store::{Fence, ScriptChange};
+use crate::util::{now_ms, sha256_hex};
+
+impl Engine {
+    /// Continues a paused, aborted or failed run under the same id.
+    pub async fn resume(&self, request: ResumeRequest) -> EngineResult<Admission> {
+        let run_id = request
+            .run_id
+            .clone()
+            .ok_or_else(|| EngineError::Rejected("runId is required".into()))?;
+        if let Some(admission) = self.standing_receipt(&run_id, &request).await? {
+            return Ok(admission);
+        }
+        let mut record = self.load_reconciled(&run_id).await?;
+        check_resumable(&record)?;
+        let answers = self.new_checkpoint_answers(&record, &request).await?;
+        let revised = self.take_revision(&mut record).await?;
+        let active = self.active_count(&record.project_dir).await?;
+        let slot = self.reserve(&record.project_dir, Some(active))?;
+        for answer in &answers {
+            let stored = self
+                .inner
+                .store
+                .put_checkpoint_answer(&run_id, answer)
+                .await?;
+            if stored.answer != answer.answer {
+                return Err(EngineError::Rejected(format!(
+                    "checkpoint {} was already answered differently",
+                    answer.call_index
+                )));
+            }
+        }
+        let lease = self.take_lease_to_resume(&run_id).await?;
+        // A stop asked for before this resume must not end the new generation.
+        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
+        for intent in intents::unacked(&runs, &run_id) {
+            let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
+            self.acknowledge(&runs, &run_id, &intent.op, &retired);
+        }
+        begin_generation(&mut record, &request, revised);
+        let operation_id = request
+            .operation_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let admission = Admission {
+            run_id: run_id.clone(),
+            status: RunStatus::Running,
+            script_source: record.script_source,
+            script_file: record.script_file.clone(),
+            limits: record.limits,
+            setup: None,
+            warnings: Vec::new(),
+            continuation: Some(
+                json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id}),
+            ),
+        };
+        let receipt = OperationReceipt {
+            operation_id,
+            generation: record.generation,
+            input_digest: resume_digest(&request),
+            response: admission_to_receipt(&admission),
+            created_at: now_ms(),
+        };
+        let write = async {
+            self.inner.store.put_receipt(&run_id, &receipt).await?;
+            let change = if revised {
+                ScriptChange::Changed
+            } else {
+                ScriptChange::Unchanged
+            };
+            self.inner
+                .store
+                .update_run(&record, change, Fence(&lease.token))
+                .await
+        };
+        if let Err(error) = write.await {
+            let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
+            return Err(error.into());
+        }
+        let pool = ReplayPool::new(self.inner.store.replay_pool(&run_id).await?, revised);
+        let answers = self.inner.store.checkpoint_answers(&run_id).await?;
+        self.spawn_execution(record, lease, Some(pool), answers);
+        drop(slot);
+        Ok(admission)
+    }
+
+    /// The first answer to a repeated `operationId`, while the generation it started is
+    /// the run's latest and still going (or done): once that generation was stopped,
+    /// paused or failed, the same request resumes again (docs/api.md, "Exact retries").
+    async fn standing_receipt(
+        &self,
+        run_id: &RunId,
+        request: &ResumeRequest,
+    ) -> EngineResult<Option<Admission>> {
+        let Some(operation_id) = &request.operation_id else {
+            return Ok(None);
+        };
+        let Some(receipt) = self.inner.store.receipt(run_id, operation_id).await? else {
+            return Ok(None);
+        };
+        if receipt.input_digest != resume_digest(request) {
+            return Err(EngineError::Rejected(format!(
+                "operation {operation_id} was already used with different inputs"
+            )));
+        }
+        let record = self.load_reconciled(run_id).await?;
+        let stands = receipt.generation == record.generation
+            && !matches!(
+                record.status,
+                RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed
+            );
+        if !stands {
+            return Ok(None);
+        }
+        admission_from_receipt(&receipt.response)
+            .map(Some)
+            .ok_or_else(|| EngineError::Rejected("stored receipt is unreadable".into()))
+    }
+
+    /// The request's checkpoint answers not stored yet, each validated against the
+    /// checkpoint the run waits on; an answer already stored must be the same.
+    async fn new_checkpoint_answers(
+        &self,
+        record: &RunRecord,
+        request: &ResumeRequest,
+    ) -> EngineResult<Vec<CheckpointAnswer>> {
+        let run_id = &record.run_id;
+        let mut answers = Vec::new();
+        for (index, answer) in &request.checkpoint_replies {
+            let context = record
+                .checkpoint_context
+                .clone()
+                .filter(|c| c.get("callIndex").and_then(Value::as_u64) == Some(u64::from(*index)));
+            let existing = self.inner.store.checkpoint_answers(run_id).await?;
+            if let Some(previous) = existing.iter().find(|a| a.call_index == *index) {
+                if &previous.answer != answer {
+                    return Err(EngineError::Rejected(format!(
+                        "checkpoint {index} was already answered with {}; a different answer cannot replace it",
+                        previous.answer
+                    )));
+                }
+                continue;
+            }
+            let Some(context) = context else {
+                return Err(EngineError::Rejected(format!(
+                    "checkpoint {index} is not waiting for an answer{}",
+                    record
+                        .checkpoint_context
+                        .as_ref()
+                        .and_then(|c| c.get("callIndex"))
+                        .map(|i| format!(" (the run waits on checkpoint {i})"))
+                        .unwrap_or_default()
+                )));
+            };
+            validate_checkpoint_answer(&context, *index, answer)?;
+            answers.push(CheckpointAnswer {
+                call_index: *index,
+                hash: context
+                    .get("hash")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                answer: answer.clone(),
+                answered_at: now_ms(),
+            });
+        }
+        Ok(answers)
+    }
+
+    /// A changed script file is a revision, validated like a new run; `true` when `record`
+    /// now carries one.
+    async fn take_revision(&self, record: &mut RunRecord) -> EngineResult<bool> {
+        let run_id = &record.run_id;
+        let current_text = prepare::reread_script(&record.script_file)
+            .await
+            .map_err(|r| EngineError::Rejected(format!("cannot resume run {run_id}: {r}")))?;
+        let Some(bytes) = current_text.filter(|bytes| bytes != record.script.as_bytes()) else {
+            return Ok(false);
+        };
+        let routing: RoutingSnapshot =
+            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+        let input = self.prepare_input(
+            bytes,
+            record.args.clone(),
+            &record.project_dir,
+            run_id,
+            Some(&routing),
+        );
+        let prepared = prepare::prepare(input).await.map_err(|r| {
+            EngineError::Rejected(format!(
+                "the revised script {} was not accepted: {}",
+                record.script_file.display(),
+                r.message
+            ))
+        })?;
+        record.script = prepared.text;
+        record.meta = prepared.analyzed.meta.clone();
+        record.workflow_name = prepared.analyzed.name.clone();
+        record.phases = prepared.analyzed.phases.clone();
+        Ok(true)
+    }
+
+    /// A fresh lease for the new generation, unless a live process holds the run.
+    async fn take_lease_to_resume(&self, run_id: &RunId) -> EngineResult<Lease> {
+        let lease = self.inner.owner.lease();
+        let previous = self.inner.store.lease(run_id).await?;
+        if let Some(previous) = &previous
+            && crate::util::process_is(previous.pid, previous.proc_start)
+            && previous.owner_id != self.inner.owner.owner_id
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} is held by process {}",
+                previous.pid
+            )));
+        }
+        if !self
+            .inner
+            .store
+            .acquire_lease(run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
+            .await?
+        {
+            return Err(EngineError::Rejected(format!(
+                "run {run_id} was taken by another process while resuming"
+            )));
+        }
+        Ok(lease)
+    }
+}
+
+/// Which runs can be resumed: paused, failed, and aborted ones unless a declined backend
+/// approval aborted them.
+fn check_resumable(record: &RunRecord) -> EngineResult<()> {
+    let run_id = &record.run_id;
+    match record.status {
+        RunStatus::Completed => Err(EngineError::Rejected(format!(
+            "run {run_id} is completed; a completed run cannot be resumed (start a new run)"
+        ))),
+        RunStatus::Pending => Err(EngineError::Rejected(format!(
+            "run {run_id} is waiting for a setup answer; answer it with setup-response"
+        ))),
+        RunStatus::Running => Err(EngineError::Rejected(format!(
+            "run {run_id} is running; pause or stop it before resuming"
+        ))),
+        // The one aborted run that stays aborted (docs/api.md, "setup_declined"): its
+        // user said no to the commands it would run.
+        RunStatus::Aborted if !approval::setup_approved(record) => {
+            Err(EngineError::Rejected(format!(
+                "run {run_id} cannot be resumed: it was aborted because its backend approval was declined or cancelled (reason \"{}\"), and that is final; start a new run to be asked again",
+                approval::SETUP_DECLINED
+            )))
+        }
+        RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed => Ok(()),
+    }
+}
+
+/// The run row of the new generation: the next generation number, the request's limits,
+/// the revision if any, and the last generation's outcome cleared.
+fn begin_generation(record: &mut RunRecord, request: &ResumeRequest, revised: bool) {
+    record.generation += 1;
+    record.limits = record.limits.with_overrides(
+        request.limits.max_agents,
+        request.limits.concurrency,
+        request.limits.agent_retries,
+    );
+    if revised {
+        record.script_revisions.push(ScriptRevision {
+            generation: record.generation,
+            accepted_at: now_ms(),
+            sha256: sha256_hex(record.script.as_bytes()),
+        });
+    }
+    record.status = RunStatus::Running;
+    record.pause_reason = None;
+    record.error_code = None;
+    record.error_message = None;
+    record.auth_context = None;
+    record.checkpoint_context = None;
+    record.reset_hint = None;
+    record.result = None;
+    record.updated_at = now_ms();
+}
+
+pub(super) fn validate_checkpoint_answer(
+    context: &Value,
+    index: u32,
+    answer: &Value,
+) -> EngineResult<()> {
+    let kind = context
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("confirm");
+    let valid = match kind {
+        "confirm" => answer.is_boolean(),
+        "input" => answer.is_string(),
+        "select" => context
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(|choices| choices.contains(answer)),
+        _ => false,
+    };
+    if valid {
+        return Ok(());
+    }
+    let expected = match kind {
+        "confirm" => "true or false".to_owned(),
+        "input" => "a string".to_owned(),
+        _ => format!(
+            "one of {}",
+            context.get("choices").cloned().unwrap_or(Value::Null)
+        ),
+    };
+    Err(EngineError::Rejected(format!(
+        "checkpoint {index} is a {kind} checkpoint: its answer must be {expected}, got {answer}"
+    )))
+}
+
+pub(super) fn resume_digest(request: &ResumeRequest) -> String {
+    let body = json!({
+        "runId": request.run_id,
+        "checkpointReplies": request.checkpoint_replies.iter().map(|(i, v)| json!([i, v])).collect::<Vec<_>>(),
+        "maxAgents": request.limits.max_agents,
+        "concurrency": request.limits.concurrency,
+        "agentRetries": request.limits.agent_retries,
+    });
+    sha256_hex(crate::engine::journal::canonical_json(&body).as_bytes())
+}
+
+pub(super) fn admission_to_receipt(admission: &Admission) -> Value {
+    json!({
+        "runId": admission.run_id,
+        "status": admission.status,
+        "scriptSource": admission.script_source,
+        "scriptFile": admission.script_file,
+        "limits": admission.limits,
+        "continuation": admission.continuation,
+    })
+}
+
+pub(super) fn admission_from_receipt(value: &Value) -> Option<Admission> {
+    Some(Admission {
+        run_id: RunId::parse(value.get("runId")?.as_str()?).ok()?,
+        status: serde_json::from_value(value.get("status")?.clone()).ok()?,
+        script_source: serde_json::from_value(value.get("scriptSource")?.clone()).ok()?,
+        script_file: PathBuf::from(value.get("scriptFile")?.as_str()?),
+        limits: serde_json::from_value(value.get("limits")?.clone()).ok()?,
+        setup: None,
+        warnings: Vec::new(),
+        continuation: value.get("continuation").cloned(),
+    })
+}
