@@ -4,9 +4,9 @@
 //! A turn that is cancelled or runs out of time gets `session/cancel` and a grace period; if
 //! the agent has not finished the turn by then, the session is abandoned: it is unregistered,
 //! so whatever it sends later is discarded, and the call fails at once. The process group is
-//! killed only when no other session uses the process (pi ignores `session/cancel`, and its
-//! siblings must go on); otherwise the process is retired from the pool and ends when its
-//! last session lets go of it.
+//! killed only when no other session uses the process (an agent that ignores `session/cancel`
+//! must not take its siblings down with it); otherwise the process is retired from the pool
+//! and ends when its last session lets go of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -185,8 +185,6 @@ pub(crate) async fn open(
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec));
-    // Held until the session is fully set up, on adapters that need one setup at a time.
-    let _setup = host.setup_guard().await;
     let call = |method: &'static str, params: Value| {
         let host = host.clone();
         async move {
