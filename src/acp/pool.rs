@@ -257,6 +257,46 @@ async fn start_host(
         })
     });
     let connection = Connection::start(&backend.id, stdout, stdin, Some(close_reason), tracker);
+    let result = initialize(backend, config, &connection, &process).await?;
+    let capabilities = result
+        .get("agentCapabilities")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let auth_methods = result
+        .get("authMethods")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let agent_name = result
+        .pointer("/agentInfo/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let exclusive = one_session_per_process(agent_name);
+    tracing::debug!(backend = %backend.id, pid = process.pid(), agent = agent_name, exclusive, "agent initialized");
+    Ok(AgentHost {
+        backend: backend.clone(),
+        connection,
+        process,
+        capabilities,
+        auth_methods,
+        load: AtomicUsize::new(0),
+        killed: AtomicBool::new(false),
+        retired: AtomicBool::new(false),
+        exclusive,
+        pi_agent_dir: agent_name
+            .eq_ignore_ascii_case("pi-acp")
+            .then(|| pi_agent_dir(backend, config))
+            .flatten(),
+    })
+}
+
+/// Runs `initialize` under the init timeout and checks the protocol version it answers.
+async fn initialize(
+    backend: &BackendSpec,
+    config: &AcpConfig,
+    connection: &Connection,
+    process: &AgentProcess,
+) -> Result<Value, AgentFailure> {
     let params = json!({
         "protocolVersion": PROTOCOL_VERSION,
         "clientCapabilities": {
@@ -304,36 +344,7 @@ async fn start_host(
             ),
         ));
     }
-    let capabilities = result
-        .get("agentCapabilities")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let auth_methods = result
-        .get("authMethods")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let agent_name = result
-        .pointer("/agentInfo/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let exclusive = one_session_per_process(agent_name);
-    tracing::debug!(backend = %backend.id, pid = process.pid(), agent = agent_name, exclusive, "agent initialized");
-    Ok(AgentHost {
-        backend: backend.clone(),
-        connection,
-        process,
-        capabilities,
-        auth_methods,
-        load: AtomicUsize::new(0),
-        killed: AtomicBool::new(false),
-        retired: AtomicBool::new(false),
-        exclusive,
-        pi_agent_dir: agent_name
-            .eq_ignore_ascii_case("pi-acp")
-            .then(|| pi_agent_dir(backend, config))
-            .flatten(),
-    })
+    Ok(result)
 }
 
 /// Where pi keeps its sessions for this backend's environment.
