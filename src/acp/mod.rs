@@ -36,7 +36,9 @@ pub use registry::BackendRegistry;
 /// How the runner treats backend processes.
 #[derive(Clone, Debug)]
 pub struct AcpConfig {
-    /// Long-lived processes per backend (at least 1); each multiplexes many sessions.
+    /// Long-lived processes per backend (at least 1); each multiplexes many sessions, except
+    /// on adapters that hold one session at a time (pi-acp), where a session finding them all
+    /// busy gets a process of its own for its lifetime.
     pub pool_size: usize,
     /// Deadline for `initialize`, and for each session setup request, so a command that is
     /// not an ACP agent fails instead of hanging.

@@ -3,6 +3,11 @@
 //! process; a process that died (crash, kill after a cancel that did not land) is dropped from
 //! the pool, and the next open spawns a fresh one.
 //!
+//! An adapter that can hold only one session at a time (pi-acp, see [`one_session_per_process`])
+//! gets a process per concurrent session instead: an idle pooled process is reused, and a
+//! session that finds every pooled process busy gets a process of its own, outside the pool,
+//! which ends with that session.
+//!
 //! The pool is a map of per-backend groups behind async mutexes rather than an actor: the only
 //! slow step under a group's lock is spawning and initializing a process, and holding the lock
 //! then is what we want (two concurrent opens must not both spawn the last free slot), while
@@ -44,9 +49,9 @@ pub(crate) struct AgentHost {
     /// it takes no new sessions, and it goes away (its group killed on drop) once the last of
     /// those sessions lets go of it.
     retired: AtomicBool,
-    /// Held around session setup on adapters that cannot open sessions concurrently (see
-    /// [`serial_setup`]); `None` elsewhere.
-    setup_lock: Option<tokio::sync::Mutex<()>>,
+    /// The adapter holds one session at a time (see [`one_session_per_process`]): it is
+    /// leased only while idle, so a second session never reaches it.
+    exclusive: bool,
     /// pi's agent folder (`PI_CODING_AGENT_DIR`, else `~/.pi/agent`) when the agent is
     /// pi-acp, which drops a provider's error and ends the turn empty: the error is then read
     /// from pi's session file (see `session::pi_turn_error`).
@@ -74,14 +79,6 @@ impl AgentHost {
     /// Takes the process out of the pool without killing it; see `retired`.
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
-    }
-
-    /// Serialises session setup where the adapter needs it; a no-op guard elsewhere.
-    pub async fn setup_guard(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match &self.setup_lock {
-            Some(lock) => Some(lock.lock().await),
-            None => None,
-        }
     }
 
     fn capability(&self, pointer: &str) -> bool {
@@ -114,7 +111,9 @@ impl AgentHost {
     }
 }
 
-/// A session's claim on a host; releases its load slot on drop.
+/// A session's claim on a host; releases its load slot on drop. A host outside the pool (one
+/// started for a single session) is held by its lease alone, so dropping the lease ends its
+/// process group.
 pub(crate) struct Lease {
     host: Arc<AgentHost>,
 }
@@ -156,7 +155,8 @@ impl Pool {
     }
 
     /// Leases the least-loaded live process for `backend`, spawning one while the pool has
-    /// room and every live process is busy.
+    /// room and every live process is busy (see [`pick`] for adapters that hold one session
+    /// at a time).
     pub async fn acquire(&self, backend: &BackendSpec) -> Result<Lease, AgentFailure> {
         if self.shut_down.load(Ordering::Relaxed) {
             return Err(execution(format!(
@@ -171,20 +171,18 @@ impl Pool {
         let mut hosts = group.lock().await;
         // Dropping a dead host's last reference kills whatever is left of its group.
         hosts.retain(|host| host.is_live() && !host.retired.load(Ordering::Relaxed));
-        let least = hosts
-            .iter()
-            .min_by_key(|host| host.load.load(Ordering::Relaxed))
-            .cloned();
-        let host = match least {
-            Some(host)
-                if host.load.load(Ordering::Relaxed) == 0
-                    || hosts.len() >= self.config.pool_size =>
-            {
-                host
-            }
-            _ => {
+        // One command line and environment per group, so one adapter: all or none exclusive.
+        let exclusive = hosts.first().is_some_and(|host| host.exclusive);
+        let loads: Vec<usize> = hosts.iter().map(|host| host.sessions()).collect();
+        let host = match pick(&loads, exclusive, self.config.pool_size) {
+            Pick::Reuse(index) => hosts[index].clone(),
+            Pick::Spawn { pooled } => {
                 let host = Arc::new(start_host(backend, &self.config, &self.tracker).await?);
-                hosts.push(host.clone());
+                if pooled {
+                    hosts.push(host.clone());
+                } else {
+                    tracing::debug!(backend = %backend.id, pid = host.process.pid(), "every pooled process holds a session; this one ends with its session");
+                }
                 host
             }
         };
@@ -259,6 +257,46 @@ async fn start_host(
         })
     });
     let connection = Connection::start(&backend.id, stdout, stdin, Some(close_reason), tracker);
+    let result = initialize(backend, config, &connection, &process).await?;
+    let capabilities = result
+        .get("agentCapabilities")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let auth_methods = result
+        .get("authMethods")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let agent_name = result
+        .pointer("/agentInfo/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let exclusive = one_session_per_process(agent_name);
+    tracing::debug!(backend = %backend.id, pid = process.pid(), agent = agent_name, exclusive, "agent initialized");
+    Ok(AgentHost {
+        backend: backend.clone(),
+        connection,
+        process,
+        capabilities,
+        auth_methods,
+        load: AtomicUsize::new(0),
+        killed: AtomicBool::new(false),
+        retired: AtomicBool::new(false),
+        exclusive,
+        pi_agent_dir: agent_name
+            .eq_ignore_ascii_case("pi-acp")
+            .then(|| pi_agent_dir(backend, config))
+            .flatten(),
+    })
+}
+
+/// Runs `initialize` under the init timeout and checks the protocol version it answers.
+async fn initialize(
+    backend: &BackendSpec,
+    config: &AcpConfig,
+    connection: &Connection,
+    process: &AgentProcess,
+) -> Result<Value, AgentFailure> {
     let params = json!({
         "protocolVersion": PROTOCOL_VERSION,
         "clientCapabilities": {
@@ -306,36 +344,7 @@ async fn start_host(
             ),
         ));
     }
-    let capabilities = result
-        .get("agentCapabilities")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let auth_methods = result
-        .get("authMethods")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let agent_name = result
-        .pointer("/agentInfo/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let serial = serial_setup(agent_name);
-    tracing::debug!(backend = %backend.id, pid = process.pid(), agent = agent_name, serial, "agent initialized");
-    Ok(AgentHost {
-        backend: backend.clone(),
-        connection,
-        process,
-        capabilities,
-        auth_methods,
-        load: AtomicUsize::new(0),
-        killed: AtomicBool::new(false),
-        retired: AtomicBool::new(false),
-        setup_lock: serial.then(|| tokio::sync::Mutex::new(())),
-        pi_agent_dir: agent_name
-            .eq_ignore_ascii_case("pi-acp")
-            .then(|| pi_agent_dir(backend, config))
-            .flatten(),
-    })
+    Ok(result)
 }
 
 /// Where pi keeps its sessions for this backend's environment.
@@ -352,10 +361,76 @@ fn pi_agent_dir(backend: &BackendSpec, config: &AcpConfig) -> Option<std::path::
     variable("PI_CODING_AGENT_DIR").or_else(|| variable("HOME").map(|home| home.join(".pi/agent")))
 }
 
+/// What [`Pool::acquire`] does, given the open sessions on each live pooled process.
+#[derive(Debug, PartialEq, Eq)]
+enum Pick {
+    /// Lease the process at this index.
+    Reuse(usize),
+    /// Start a process; `pooled` keeps it for later sessions, otherwise it is the session's
+    /// own and ends with it.
+    Spawn { pooled: bool },
+}
+
+/// Multiplexing adapters share the least-loaded process, spawning while the pool has room and
+/// every process is busy. An `exclusive` adapter is leased only while idle; with every pooled
+/// process busy, the session gets a process of its own (pooled while there is room), since a
+/// second session on a busy one would end the first.
+fn pick(loads: &[usize], exclusive: bool, pool_size: usize) -> Pick {
+    let room = loads.len() < pool_size;
+    if exclusive {
+        return match loads.iter().position(|load| *load == 0) {
+            Some(index) => Pick::Reuse(index),
+            None => Pick::Spawn { pooled: room },
+        };
+    }
+    match loads.iter().enumerate().min_by_key(|(_, load)| **load) {
+        Some((index, load)) if *load == 0 || !room => Pick::Reuse(index),
+        _ => Pick::Spawn { pooled: true },
+    }
+}
+
 /// Whether the agent (by the `agentInfo.name` it gave in `initialize`, so a command override
-/// is recognised too) must open one session at a time. pi-acp 0.0.34 starts a `pi` process per
-/// `session/new` and dies (EPIPE) when several start at once; one at a time, each ~3 s, its
-/// sessions then prompt concurrently without trouble.
-fn serial_setup(agent_name: &str) -> bool {
+/// is recognised too) can hold only one session at a time. pi-acp 0.0.34 runs a `pi` process
+/// per session, and every `session/new` ends with `closeAllExcept(newSession)`: it SIGTERMs
+/// the `pi` of every other session, one in the middle of a turn included. That turn then never
+/// ends (pi-acp waits for pi's `agent_settled`), a `session/cancel` for it finds no session and
+/// does nothing, and sessions opened concurrently write to a dead `pi` (EPIPE, and pi-acp
+/// crashes). With one session per process, each `pi` lives as long as its session.
+fn one_session_per_process(agent_name: &str) -> bool {
     agent_name.eq_ignore_ascii_case("pi-acp")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiplexing_adapters_share_the_least_loaded_process() {
+        assert_eq!(pick(&[], false, 1), Pick::Spawn { pooled: true });
+        assert_eq!(pick(&[3], false, 1), Pick::Reuse(0));
+        assert_eq!(pick(&[2, 1], false, 2), Pick::Reuse(1));
+        // Room left and every process busy: one more.
+        assert_eq!(pick(&[1], false, 2), Pick::Spawn { pooled: true });
+        assert_eq!(pick(&[1, 0], false, 3), Pick::Reuse(1));
+    }
+
+    #[test]
+    fn an_exclusive_adapter_gets_a_process_per_concurrent_session() {
+        assert_eq!(pick(&[], true, 1), Pick::Spawn { pooled: true });
+        // The idle pooled process serves the next session.
+        assert_eq!(pick(&[0], true, 1), Pick::Reuse(0));
+        // Busy and no room: a process of the session's own, outside the pool.
+        assert_eq!(pick(&[1], true, 1), Pick::Spawn { pooled: false });
+        assert_eq!(pick(&[1], true, 2), Pick::Spawn { pooled: true });
+        assert_eq!(pick(&[1, 0], true, 2), Pick::Reuse(1));
+        assert_eq!(pick(&[1, 1], true, 2), Pick::Spawn { pooled: false });
+    }
+
+    #[test]
+    fn pi_acp_is_recognised_by_its_initialize_name() {
+        assert!(one_session_per_process("pi-acp"));
+        assert!(one_session_per_process("PI-ACP"));
+        assert!(!one_session_per_process("mock-acp-agent"));
+        assert!(!one_session_per_process("opencode"));
+    }
 }

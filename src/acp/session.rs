@@ -4,9 +4,9 @@
 //! A turn that is cancelled or runs out of time gets `session/cancel` and a grace period; if
 //! the agent has not finished the turn by then, the session is abandoned: it is unregistered,
 //! so whatever it sends later is discarded, and the call fails at once. The process group is
-//! killed only when no other session uses the process (pi ignores `session/cancel`, and its
-//! siblings must go on); otherwise the process is retired from the pool and ends when its
-//! last session lets go of it.
+//! killed only when no other session uses the process (an agent that ignores `session/cancel`
+//! must not take its siblings down with it); otherwise the process is retired from the pool
+//! and ends when its last session lets go of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -185,66 +185,26 @@ pub(crate) async fn open(
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec));
-    // Held until the session is fully set up, on adapters that need one setup at a time.
-    let _setup = host.setup_guard().await;
-    let call = |method: &'static str, params: Value| {
-        let host = host.clone();
-        async move {
-            match tokio::time::timeout(setup_timeout, host.connection.request(method, params)).await
-            {
-                Ok(Ok(result)) => Ok(result),
-                Ok(Err(error)) => Err(host.failure(method, error)),
-                Err(_) => Err(execution(format!(
-                    "backend {} did not answer {method} within {} ms",
-                    host.backend.id,
-                    setup_timeout.as_millis()
-                ))),
-            }
-        }
-    };
-    let mcp_servers = if spec.mcp_servers.is_array() {
-        spec.mcp_servers.clone()
-    } else {
-        json!([])
-    };
-    let cwd = spec.cwd.to_string_lossy().into_owned();
-
-    let mut reattached = None;
-    if let Some(previous) = &spec.resume_session {
-        let method = if host.supports_resume() {
-            Some("session/resume")
-        } else if host.supports_load() {
-            Some("session/load")
+    let place = Place {
+        cwd: spec.cwd.to_string_lossy().into_owned(),
+        mcp_servers: if spec.mcp_servers.is_array() {
+            spec.mcp_servers.clone()
         } else {
-            None
-        };
-        match method {
-            Some(method) => {
-                // Registered first: `session/load` replays history before it answers.
-                host.connection.register_session(previous, sink.clone());
-                let params = json!({"sessionId": previous, "cwd": cwd, "mcpServers": mcp_servers});
-                match call(method, params).await {
-                    Ok(result) => reattached = Some((previous.clone(), result)),
-                    Err(failure) if !host.is_live() => return Err(failure),
-                    Err(failure) => {
-                        host.connection.unregister_session(previous);
-                        tracing::warn!(%backend, session = %previous, error = %failure, "could not reattach the session; opening a fresh one");
-                    }
-                }
-            }
-            None => {
-                tracing::warn!(%backend, session = %previous, "the agent cannot resume or load sessions; opening a fresh one");
-            }
-        }
-    }
+            json!([])
+        },
+    };
+    let reattached = match &spec.resume_session {
+        Some(previous) => reattach(&host, previous, &place, &sink, setup_timeout).await?,
+        None => None,
+    };
     let (session_id, result) = match reattached {
         Some(found) => found,
         None => {
-            let mut params = json!({"cwd": cwd, "mcpServers": mcp_servers});
+            let mut params = json!({"cwd": place.cwd, "mcpServers": place.mcp_servers});
             if let Some(meta) = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref()) {
                 params["_meta"] = meta;
             }
-            let result = call("session/new", params).await?;
+            let result = setup_call(&host, setup_timeout, "session/new", params).await?;
             let Some(session_id) = result.get("sessionId").and_then(Value::as_str) else {
                 return Err(execution(format!(
                     "backend {backend}: session/new returned no sessionId"
@@ -254,33 +214,111 @@ pub(crate) async fn open(
             (session_id.to_owned(), result)
         }
     };
+    // From here a failure drops the session, which unregisters it.
     let session = AcpSession {
         lease,
-        session_id: session_id.clone(),
+        session_id,
         sink: sink.clone(),
         cancel_grace,
     };
+    let mut info = session_info(&result);
+    apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
+    sink.start_forwarding();
+    Ok((session, info))
+}
 
-    let mut info = SessionInfo {
-        modes: result
-            .pointer("/modes/availableModes")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-        config_options: result
-            .get("configOptions")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-        current_model: None,
+/// Where a session works: its folder and MCP servers, as `session/new|load|resume` take them.
+struct Place {
+    cwd: String,
+    mcp_servers: Value,
+}
+
+/// One setup request, bounded by `setup_timeout`.
+async fn setup_call(
+    host: &AgentHost,
+    setup_timeout: Duration,
+    method: &'static str,
+    params: Value,
+) -> Result<Value, AgentFailure> {
+    match tokio::time::timeout(setup_timeout, host.connection.request(method, params)).await {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(error)) => Err(host.failure(method, error)),
+        Err(_) => Err(execution(format!(
+            "backend {} did not answer {method} within {} ms",
+            host.backend.id,
+            setup_timeout.as_millis()
+        ))),
+    }
+}
+
+/// Resumes or loads session `previous` where the agent can: `Some((id, answer))` on success,
+/// `None` when a fresh session is to be opened instead (the agent cannot, or refused while
+/// staying alive); an error only when the agent died on it.
+async fn reattach(
+    host: &AgentHost,
+    previous: &str,
+    place: &Place,
+    sink: &Arc<SessionSink>,
+    setup_timeout: Duration,
+) -> Result<Option<(String, Value)>, AgentFailure> {
+    let backend = &host.backend.id;
+    let method = if host.supports_resume() {
+        "session/resume"
+    } else if host.supports_load() {
+        "session/load"
+    } else {
+        tracing::warn!(%backend, session = %previous, "the agent cannot resume or load sessions; opening a fresh one");
+        return Ok(None);
     };
-    let legacy_models = result.get("models").filter(|models| models.is_object());
-    info.current_model = model_option(&info.config_options)
+    // Registered first: `session/load` replays history before it answers.
+    host.connection.register_session(previous, sink.clone());
+    let params = json!({"sessionId": previous, "cwd": place.cwd, "mcpServers": place.mcp_servers});
+    match setup_call(host, setup_timeout, method, params).await {
+        Ok(result) => Ok(Some((previous.to_owned(), result))),
+        Err(failure) if !host.is_live() => Err(failure),
+        Err(failure) => {
+            host.connection.unregister_session(previous);
+            tracing::warn!(%backend, session = %previous, error = %failure, "could not reattach the session; opening a fresh one");
+            Ok(None)
+        }
+    }
+}
+
+/// Modes, config options and the current model from a `session/new|load|resume` answer.
+fn session_info(result: &Value) -> SessionInfo {
+    let list = |found: Option<&Value>| found.and_then(Value::as_array).cloned().unwrap_or_default();
+    let config_options = list(result.get("configOptions"));
+    let current_model = model_option(&config_options)
         .and_then(|option| option.get("currentValue"))
-        .or_else(|| legacy_models.and_then(|models| models.get("currentModelId")))
+        .or_else(|| legacy_models(result).and_then(|models| models.get("currentModelId")))
         .and_then(Value::as_str)
         .map(str::to_owned);
+    SessionInfo {
+        modes: list(result.pointer("/modes/availableModes")),
+        config_options,
+        current_model,
+    }
+}
 
+/// The pre-config-option `models` object some agents still send.
+fn legacy_models(result: &Value) -> Option<&Value> {
+    result.get("models").filter(|models| models.is_object())
+}
+
+/// Applies the spec's model, mode and config options to the open session, keeping `info` in
+/// step with what the agent answers.
+async fn apply_choices(
+    session: &AcpSession,
+    spec: &SessionSpec,
+    result: &Value,
+    info: &mut SessionInfo,
+    setup_timeout: Duration,
+) -> Result<(), AgentFailure> {
+    let host = session.host();
+    let backend = &host.backend.id;
+    let session_id = &session.session_id;
+    let call =
+        |method: &'static str, params: Value| setup_call(host, setup_timeout, method, params);
     let set_option = |config_id: String, value: Value| {
         call(
             "session/set_config_option",
@@ -290,8 +328,8 @@ pub(crate) async fn open(
     if let Some(model) = &spec.model {
         if let Some(config_id) = model_option(&info.config_options).and_then(option_id) {
             let answer = set_option(config_id, json!(model)).await?;
-            refresh_options(&mut info, &answer);
-        } else if legacy_models.is_some() {
+            refresh_options(info, &answer);
+        } else if legacy_models(result).is_some() {
             call(
                 "session/set_model",
                 json!({"sessionId": session_id, "modelId": model}),
@@ -315,7 +353,7 @@ pub(crate) async fn open(
             option_by_category(&info.config_options, "mode").and_then(option_id)
         {
             let answer = set_option(config_id, json!(mode)).await?;
-            refresh_options(&mut info, &answer);
+            refresh_options(info, &answer);
         } else {
             return Err(execution(format!(
                 "backend {backend} does not let clients choose a mode (asked for {mode:?})"
@@ -324,10 +362,9 @@ pub(crate) async fn open(
     }
     for (config_id, value) in &spec.config_options {
         let answer = set_option(config_id.clone(), value.clone()).await?;
-        refresh_options(&mut info, &answer);
+        refresh_options(info, &answer);
     }
-    sink.start_forwarding();
-    Ok((session, info))
+    Ok(())
 }
 
 fn option_by_category<'a>(options: &'a [Value], category: &str) -> Option<&'a Value> {
