@@ -157,6 +157,66 @@ pub async fn spawn_agent(
         .chain(backend.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ");
+    let (command, owner_end) = agent_command(backend, base_env, supervision)?;
+    let records = supervision
+        .records
+        .clone()
+        .filter(|_| supervision.reaper.is_some());
+    let (mut child, record) = spawn_on_spawner(command, records, &backend.id)
+        .await
+        .map_err(|error| {
+            start_error(
+                backend,
+                &command_line,
+                error.kind() == std::io::ErrorKind::NotFound,
+                &error.to_string(),
+            )
+        })?;
+    let pid = child
+        .id()
+        .ok_or_else(|| format!("backend {}: `{command_line}` exited at once", backend.id))?;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = Arc::new(StderrTail::default());
+    if let Some(pipe) = child.stderr.take() {
+        tracker.spawn(drain_stderr(pipe, stderr.clone(), backend.id.clone(), pid));
+    }
+    let (exit_tx, exit) = watch::channel(None);
+    let swept = Arc::new(AtomicBool::new(false));
+    tracker.spawn(watch_exit(child, pid, swept.clone(), exit_tx));
+    let mut process = AgentProcess {
+        backend: backend.id.clone(),
+        command_line,
+        pid,
+        agent_pid: None,
+        owner_end: None,
+        record,
+        stdin,
+        stdout,
+        stderr,
+        exit,
+        swept,
+    };
+    if let Some(owner_end) = owner_end {
+        // On an error `process` is dropped here, which kills whatever the reaper started.
+        let (agent_pid, owner_end) = read_reaper_report(owner_end)
+            .await
+            .map_err(|report| reaper_failure(backend, &process, report))?;
+        process.agent_pid = Some(agent_pid);
+        process.owner_end = Some(owner_end);
+    }
+    tracing::debug!(backend = %backend.id, pid, agent_pid = ?process.agent_pid, command = %process.command_line, "spawned agent");
+    Ok(process)
+}
+
+/// The command that starts `backend`: through the reaper (with the owner's end of its socket
+/// returned) when `supervision` names one, else the agent itself with a death signal armed;
+/// either way with a cleaned environment, piped stdio and a process group of its own.
+fn agent_command(
+    backend: &BackendSpec,
+    base_env: &EnvSnapshot,
+    supervision: &Supervision,
+) -> Result<(Command, Option<UnixStream>), String> {
     let owner_pid = std::process::id();
     let (mut command, owner_end) = match &supervision.reaper {
         Some(program) => {
@@ -204,100 +264,68 @@ pub async fn spawn_agent(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let records = supervision
-        .records
-        .clone()
-        .filter(|_| supervision.reaper.is_some());
-    let (mut child, record) = spawn_on_spawner(command, records, &backend.id)
-        .await
-        .map_err(|error| {
-            start_error(
-                backend,
-                &command_line,
-                error.kind() == std::io::ErrorKind::NotFound,
-                &error.to_string(),
-            )
-        })?;
-    let pid = child
-        .id()
-        .ok_or_else(|| format!("backend {}: `{command_line}` exited at once", backend.id))?;
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let stderr = Arc::new(StderrTail::default());
-    if let Some(pipe) = child.stderr.take() {
-        let tail = stderr.clone();
-        let id = backend.id.clone();
-        tracker.spawn(async move {
-            let mut lines = tokio::io::BufReader::new(pipe);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match lines.read_until(b'\n', &mut line).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let trimmed = line.strip_suffix(b"\n").unwrap_or(&line);
-                        tracing::debug!(backend = %id, pid, "stderr: {}", String::from_utf8_lossy(trimmed));
-                        tail.push(trimmed);
-                    }
-                }
+    Ok((command, owner_end))
+}
+
+/// Copies the agent's stderr, line by line, into its bounded tail and the debug log.
+async fn drain_stderr(
+    pipe: tokio::process::ChildStderr,
+    tail: Arc<StderrTail>,
+    backend: String,
+    pid: u32,
+) {
+    let mut lines = tokio::io::BufReader::new(pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let trimmed = line.strip_suffix(b"\n").unwrap_or(&line);
+                tracing::debug!(backend = %backend, pid, "stderr: {}", String::from_utf8_lossy(trimmed));
+                tail.push(trimmed);
             }
-        });
-    }
-    let (exit_tx, exit) = watch::channel(None);
-    let swept = Arc::new(AtomicBool::new(false));
-    let waiter_swept = swept.clone();
-    // The child is moved into its waiter so it is reaped as soon as it exits; kill_on_drop
-    // still covers a runtime that shuts down first. The group dies with its leader: whatever
-    // is left of it gets SIGKILL at once (an idle pooled agent may sit in the pool for a long
-    // time before anyone drops it). A group with members left keeps its id from reuse; an
-    // empty one answers ESRCH, unless its id came back within these microseconds.
-    tracker.spawn(async move {
-        let description = match child.wait().await {
-            Ok(status) => describe_status(status),
-            Err(error) => format!("could not be waited for ({error})"),
-        };
-        if let Ok(pgid) = i32::try_from(pid) {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
-        waiter_swept.store(true, Ordering::Relaxed);
-        let _ = exit_tx.send(Some(description));
-    });
-    let mut process = AgentProcess {
-        backend: backend.id.clone(),
-        command_line,
-        pid,
-        agent_pid: None,
-        owner_end: None,
-        record,
-        stdin,
-        stdout,
-        stderr,
-        exit,
-        swept,
-    };
-    if let Some(owner_end) = owner_end {
-        // On an error `process` is dropped here, which kills whatever the reaper started.
-        let (agent_pid, owner_end) = read_reaper_report(owner_end).await.map_err(|report| {
-            let tail = process.stderr_tail();
-            match report {
-                ReaperReport::NotFound(text) => {
-                    start_error(backend, &process.command_line, true, &text)
-                }
-                ReaperReport::Failed(text) => {
-                    let message = start_error(backend, &process.command_line, false, &text);
-                    if tail.is_empty() {
-                        message
-                    } else {
-                        format!("{message}; stderr: {tail}")
-                    }
-                }
-            }
-        })?;
-        process.agent_pid = Some(agent_pid);
-        process.owner_end = Some(owner_end);
     }
-    tracing::debug!(backend = %backend.id, pid, agent_pid = ?process.agent_pid, command = %process.command_line, "spawned agent");
-    Ok(process)
+}
+
+/// Waits for the child, so it is reaped as soon as it exits (kill_on_drop still covers a
+/// runtime that shuts down first), then kills what is left of its group and says how it
+/// ended. The group dies with its leader: whatever is left of it gets SIGKILL at once (an
+/// idle pooled agent may sit in the pool for a long time before anyone drops it). A group
+/// with members left keeps its id from reuse; an empty one answers ESRCH, unless its id came
+/// back within these microseconds.
+async fn watch_exit(
+    mut child: Child,
+    pid: u32,
+    swept: Arc<AtomicBool>,
+    exit_tx: watch::Sender<Option<String>>,
+) {
+    let description = match child.wait().await {
+        Ok(status) => describe_status(status),
+        Err(error) => format!("could not be waited for ({error})"),
+    };
+    if let Ok(pgid) = i32::try_from(pid) {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    swept.store(true, Ordering::Relaxed);
+    let _ = exit_tx.send(Some(description));
+}
+
+/// The start error of an agent its reaper could not start, with the agent's stderr tail.
+fn reaper_failure(backend: &BackendSpec, process: &AgentProcess, report: ReaperReport) -> String {
+    match report {
+        ReaperReport::NotFound(text) => start_error(backend, &process.command_line, true, &text),
+        ReaperReport::Failed(text) => {
+            let message = start_error(backend, &process.command_line, false, &text);
+            let tail = process.stderr_tail();
+            if tail.is_empty() {
+                message
+            } else {
+                format!("{message}; stderr: {tail}")
+            }
+        }
+    }
 }
 
 /// The message of a spawn that failed, with the override hint where the backend has one.

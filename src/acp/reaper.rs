@@ -126,6 +126,13 @@ pub fn run(owner_pid: u32, command: &[OsString]) -> ! {
     // EOF on stdout when the agent closes it, as if there were no reaper.
     detach_stdio();
 
+    supervise(&mut agent, owner, &wake_read)
+}
+
+/// The reaper's life once the agent runs: passes on forwarded signals, kills the group when
+/// the owner dies (its death signal or EOF on its socket), and exits like the agent once it
+/// has ended and the rest of its group is swept.
+fn supervise(agent: &mut Child, owner: BorrowedFd<'_>, wake_read: &std::os::fd::OwnedFd) -> ! {
     let mut buffer = [0u8; 64];
     loop {
         if OWNER_DIED.load(Ordering::SeqCst) {
@@ -135,7 +142,7 @@ pub fn run(owner_pid: u32, command: &[OsString]) -> ! {
         if forward != 0
             && let Ok(signal) = Signal::try_from(forward)
         {
-            let _ = kill(agent_pid(&agent), signal);
+            let _ = kill(agent_pid(agent), signal);
         }
         match agent.try_wait() {
             Ok(Some(status)) => {
@@ -174,7 +181,7 @@ pub fn run(owner_pid: u32, command: &[OsString]) -> ! {
             }
         }
         if fds[1].revents != 0 {
-            while matches!(nix::unistd::read(&wake_read, &mut buffer), Ok(n) if n > 0) {}
+            while matches!(nix::unistd::read(wake_read, &mut buffer), Ok(n) if n > 0) {}
         }
     }
 }
