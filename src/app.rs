@@ -222,11 +222,14 @@ pub async fn engine(settings: Settings) -> Result<Engine> {
     let Settings {
         root,
         store,
-        engine: config,
+        engine: mut config,
         backends,
         mut acp,
         ..
     } = settings;
+    // The engine reads the model tiers under the root the store lives in, without asking
+    // the store for a path.
+    config.persistence_root = Some(root.clone());
     let store = match store {
         StoreChoice::Sqlite => SqliteStore::open(&root)
             .with_context(|| format!("opening the run store under {}", root.display()))?,

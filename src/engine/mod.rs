@@ -5,13 +5,13 @@
 //! prelude), `journal` (identity and replay) and `routing`, `driver` (one generation of a
 //! run), `prepare` (the checks before admission), `manager` (the front door used by the CLI
 //! and the MCP tool), `status`. The engine reaches the outside world only through the
-//! `runner` traits and the store.
+//! `runner` traits and the store (which also keeps the durable control intents and the
+//! inline script copies).
 
 pub mod approval;
 pub mod driver;
 pub mod events;
 pub mod glob;
-pub mod intents;
 pub mod instant;
 pub mod journal;
 pub mod manager;

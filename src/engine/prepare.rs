@@ -236,7 +236,8 @@ pub struct PrepareInput<'a> {
     pub bytes: Vec<u8>,
     pub args: Value,
     pub project_dir: &'a Path,
-    pub persistence_root: &'a Path,
+    /// Where `model-tiers.json` is read from (`None`: no tiers file).
+    pub persistence_root: Option<&'a Path>,
     pub home: Option<&'a Path>,
     pub backends: Arc<dyn BackendLookup>,
     pub runner: Arc<dyn AgentRunner>,
@@ -551,17 +552,17 @@ fn describe_limit(limit: Duration) -> String {
 /// [`RoutingSnapshot::capture`] on the blocking pool, under the file-read deadline: its
 /// reads of tiers and agent definitions never hold an async worker.
 async fn capture_routing(
-    root: &Path,
+    root: Option<&Path>,
     project_dir: &Path,
     home: Option<&Path>,
 ) -> Result<RoutingSnapshot, Rejection> {
     let (root, project_dir, home) = (
-        root.to_path_buf(),
+        root.map(Path::to_path_buf),
         project_dir.to_path_buf(),
         home.map(Path::to_path_buf),
     );
     let capture = tokio::task::spawn_blocking(move || {
-        RoutingSnapshot::capture(&root, &project_dir, home.as_deref())
+        RoutingSnapshot::capture(root.as_deref(), &project_dir, home.as_deref())
     });
     match tokio::time::timeout(safe_file::READ_DEADLINE, capture).await {
         Ok(Ok(captured)) => captured.map_err(Rejection::new),

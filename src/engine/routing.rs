@@ -68,50 +68,53 @@ pub struct RoutingSnapshot {
 }
 
 impl RoutingSnapshot {
-    /// Reads tiers from `<root>/model-tiers.json` and agent definitions from
-    /// `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins). Each file is
+    /// Reads tiers from `<root>/model-tiers.json` (none without a root) and agent definitions
+    /// from `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins). Each file is
     /// read through [`safe_file`] (links resolved, regular files only, size bounded), and
     /// errors name the file and a line, never its text. Blocking: call it off the async
     /// workers.
     pub fn capture(
-        root: &Path,
+        root: Option<&Path>,
         project_dir: &Path,
         home: Option<&Path>,
     ) -> Result<RoutingSnapshot, String> {
         let mut snapshot = RoutingSnapshot::default();
-        let tiers_path = root.join("model-tiers.json");
-        match safe_file::read_blocking(&tiers_path, MAX_TIERS_BYTES, Links::ResolveFirst) {
-            Ok(contents) => {
-                let parsed: Value = serde_json::from_slice(&contents.bytes)
-                    .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
-                let tiers = parsed
-                    .get("tiers")
-                    .and_then(Value::as_object)
-                    .ok_or_else(|| {
-                        format!(
-                            "{}: expected {{\"tiers\": {{\"<name>\": \"<model spec>\"}}}}",
-                            tiers_path.display()
-                        )
-                    })?;
-                for (name, spec) in tiers {
-                    let spec = spec
-                        .as_str()
-                        .filter(|s| !s.trim().is_empty())
-                        .ok_or_else(|| {
-                            // The name is the file's text: shown short and redacted.
-                            let (name, _) = crate::engine::redact::redact_text(
-                                crate::util::truncate_utf8(name, 40),
-                            );
-                            format!(
-                                "{}: tiers.{name} must be a non-empty model spec string",
-                                tiers_path.display()
-                            )
-                        })?;
-                    snapshot.tiers.insert(name.clone(), spec.to_owned());
+        if let Some(root) = root {
+            let tiers_path = root.join("model-tiers.json");
+            match safe_file::read_blocking(&tiers_path, MAX_TIERS_BYTES, Links::ResolveFirst) {
+                Ok(contents) => {
+                    let parsed: Value = serde_json::from_slice(&contents.bytes)
+                        .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
+                    let tiers =
+                        parsed
+                            .get("tiers")
+                            .and_then(Value::as_object)
+                            .ok_or_else(|| {
+                                format!(
+                                    "{}: expected {{\"tiers\": {{\"<name>\": \"<model spec>\"}}}}",
+                                    tiers_path.display()
+                                )
+                            })?;
+                    for (name, spec) in tiers {
+                        let spec =
+                            spec.as_str()
+                                .filter(|s| !s.trim().is_empty())
+                                .ok_or_else(|| {
+                                    // The name is the file's text: shown short and redacted.
+                                    let (name, _) = crate::engine::redact::redact_text(
+                                        crate::util::truncate_utf8(name, 40),
+                                    );
+                                    format!(
+                                        "{}: tiers.{name} must be a non-empty model spec string",
+                                        tiers_path.display()
+                                    )
+                                })?;
+                        snapshot.tiers.insert(name.clone(), spec.to_owned());
+                    }
                 }
+                Err(error) if error.is_not_found() => {}
+                Err(error) => return Err(format!("the tiers file {error}")),
             }
-            Err(error) if error.is_not_found() => {}
-            Err(error) => return Err(format!("the tiers file {error}")),
         }
         let mut folders = vec![project_dir.join(".agentprism").join("agents")];
         if let Some(home) = home {

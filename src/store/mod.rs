@@ -20,6 +20,8 @@
 //! - **Events are dense**: a run's event `seq` runs 1, 2, 3, … with no gap or repeat.
 //! - **Deleting a run deletes everything stored with it**: calls, events, answers,
 //!   receipts, control intents and acknowledgements, and its inline script copy.
+//! - **No path in the interface** but the inline script copy's `file://` location
+//!   (`Store::create_script_copy`): a shared backend has no persistence root to hand out.
 //! - **Bad stored data is `StoreError::Corrupt`**, naming the run and the field; never a
 //!   default.
 //! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
@@ -133,13 +135,6 @@ pub struct CallTail {
 /// The durable run store.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// The persistence root (`AGENTPRISM_PERSISTENCE_ROOT`, default `~/.agentprism/workflows`).
-    ///
-    /// Going: the engine still builds paths under it (intents, script copies, routing
-    /// capture) until it moves onto [`Store::put_intent`], [`Store::create_script_copy`] and
-    /// the sources port. A shared backend has no such path; nothing new may call it.
-    fn root(&self) -> &Path;
-
     /// What this backend promises ([`Capabilities`]).
     fn capabilities(&self) -> Capabilities;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use agentprism::discovery::DaemonRecord;
 use agentprism::discovery::record::{read_own_record, write_record};
 use agentprism::model::RunId;
-use agentprism::store::{SqliteStore, Store};
+use agentprism::store::{ControlIntent, IntentAction, SqliteStore, Store};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -243,35 +243,54 @@ pub(crate) fn stopped_events(state: &Path, run_id: &str) -> usize {
         .count()
 }
 
-/// The stop acknowledgements written for `run_id` under the persistence root `state`.
+/// The control acknowledgements written for `run_id` in the store under the persistence
+/// root `state`, as documents (`IntentAck::document`: `{version, op, runId, ackedAt, ackedBy}`
+/// and the outcome's fields). The store lists pending intents only, so the operation ids
+/// come from its table; each acknowledgement is then read through the store.
 pub(crate) fn acks(state: &Path, run_id: &str) -> Vec<Value> {
-    let mut found = Vec::new();
-    for project in std::fs::read_dir(state.join("projects"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let folder = project.path().join("runs/.control").join(run_id);
-        for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().ends_with(".ack.json") {
-                let text = std::fs::read(entry.path()).unwrap();
-                found.push(serde_json::from_slice(&text).unwrap());
-            }
-        }
+    let database = state.join(agentprism::store::sqlite::DATABASE_FILE);
+    if !database.exists() {
+        return Vec::new();
     }
-    found
+    let ops: Vec<String> = {
+        let connection = rusqlite::Connection::open(&database).expect("open the store");
+        let mut statement = connection
+            .prepare(
+                "SELECT intents.op FROM control_intents AS intents JOIN runs USING (run_key)
+                 WHERE runs.run_id = ?1 AND intents.acked_at IS NOT NULL
+                 ORDER BY intents.acked_at, intents.op",
+            )
+            .expect("query the intents");
+        statement
+            .query_map([run_id], |row| row.get(0))
+            .expect("list the intents")
+            .collect::<Result<_, _>>()
+            .expect("read the intents")
+    };
+    let store = SqliteStore::open(state).expect("open the store");
+    let run_id = RunId::parse(run_id).unwrap();
+    ops.iter()
+        .map(|op| {
+            let ack = runtime()
+                .block_on(store.intent_ack(&run_id, op))
+                .expect("read the acknowledgement")
+                .expect("an acknowledged intent");
+            ack.document(&run_id, op)
+        })
+        .collect()
+}
+
+/// The control intent `op` of `run_id` as the store under `state` keeps it.
+fn intent_of(state: &Path, run_id: &str, op: &str) -> Option<ControlIntent> {
+    let store = SqliteStore::open(state).expect("open the store");
+    let run_id = RunId::parse(run_id).unwrap();
+    runtime()
+        .block_on(store.intent(&run_id, op))
+        .expect("read the intent")
 }
 
 fn slow_script() -> String {
     format!("{HEADER}const a = await agent('slow\\n@mock delay 60000');\nreturn {{a}};\n")
-}
-
-fn control_dir_of(world: &World, run_id: &str) -> Option<PathBuf> {
-    std::fs::read_dir(world.ctx.state().join("projects"))
-        .ok()?
-        .flatten()
-        .map(|project| project.path().join("runs/.control").join(run_id))
-        .find(|folder| folder.is_dir())
 }
 
 fn file_mode(path: &Path) -> u32 {
@@ -313,10 +332,17 @@ fn a_forwarded_stop_settles_in_the_owner_with_one_stopped_event_and_an_ack() {
     assert_eq!(acks.len(), 1, "{acks:?}");
     assert_eq!(acks[0]["state"], "settled");
     assert_eq!(acks[0]["stopped"], true);
-    let folder = control_dir_of(&world, &run_id).expect("the intent folder");
-    assert_eq!(file_mode(&folder), 0o700);
+    // The intent was recorded before it was forwarded, in the store, whose database is as
+    // private as the intent files were (0600).
     let op = acks[0]["op"].as_str().unwrap();
-    assert_eq!(file_mode(&folder.join(format!("{op}.request.json"))), 0o600);
+    let intent = intent_of(&world.ctx.state(), &run_id, op).expect("the recorded intent");
+    assert_eq!(intent.action, IntentAction::Stop);
+    assert_eq!(intent.call_index, None);
+    let database = world
+        .ctx
+        .state()
+        .join(agentprism::store::sqlite::DATABASE_FILE);
+    assert_eq!(file_mode(&database), 0o600);
 
     // Stopping a stopped run again is a successful no-op, with no new event.
     let again = world.run(&["stop", &run_id]);

@@ -1,5 +1,5 @@
-//! The durability rule, in one place: every store write of a generation, and what a failed
-//! one does.
+//! The durability rule, in one place: every store write of a generation, the lease
+//! heartbeat, and what a failed one does.
 //!
 //! A settled call reaches the store before the script sees its result: the caller of
 //! [`Driver::record_call`] answers the VM only on `Ok`. The row goes in one transaction with
@@ -10,20 +10,61 @@
 //! [`Driver::on_lost_write`]: the first failure is kept for the outcome, the generation
 //! pauses as interrupted (resumable: whatever was not written runs again), and the call
 //! whose row was lost gets no answer. The dry run writes nothing and never fails.
+//!
+//! Under a lease policy that expires leases (`LeasePolicy::Ttl`) the driver's loop renews
+//! the lease every `renew_every` ([`Driver::renew_lease`]). A renewal or a write refused as
+//! `Fenced` means another execution has taken the run over: the generation has lost it, so
+//! from then on it makes no store call at all (every write answers [`LostWrite`] at once)
+//! and its outcome says `lease_lost`, which the engine does not record either.
+
+use std::sync::Arc;
 
 use crate::engine::driver::{Driver, Halt, Persistence};
 use crate::model::{CallRecord, PauseReason};
-use crate::store::{CallWrite, Fence, StoreError};
+use crate::store::{CallWrite, Fence, Store, StoreError};
 
 /// Replayed rows are written in batches of this size (their results are already durable).
 pub(super) const REPLAY_BATCH: usize = 512;
 
 /// A store write that did not happen: the run is no longer recorded faithfully.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(super) struct LostWrite(#[from] StoreError);
+pub(super) enum LostWrite {
+    /// A row, an event batch or the outcome the store refused.
+    #[error("{0}")]
+    Write(#[from] StoreError),
+    /// The heartbeat's renewal of the lease, refused.
+    #[error("renewing the lease: {0}")]
+    Renewal(StoreError),
+}
+
+impl LostWrite {
+    /// Whether the store refused because the lease is no longer this generation's.
+    fn fenced(&self) -> bool {
+        matches!(
+            self,
+            LostWrite::Write(StoreError::Fenced(_)) | LostWrite::Renewal(StoreError::Fenced(_))
+        )
+    }
+}
+
+/// The store a live generation writes to and the lease token its writes are fenced by.
+type Target = (Arc<dyn Store>, String);
 
 impl Driver {
+    /// Where this generation writes: `None` for the dry run. Once the lease is lost, an
+    /// error without asking the store: a generation that lost its run writes nothing more.
+    fn target(&self) -> Result<Option<Target>, LostWrite> {
+        if self.lease_lost {
+            return Err(StoreError::Fenced(self.setup.run_id.clone()).into());
+        }
+        Ok(match &self.setup.persistence {
+            Persistence::Store {
+                store, lease_token, ..
+            } => Some((store.clone(), lease_token.clone())),
+            Persistence::DryRun => None,
+        })
+    }
+
     /// Writes one settled call, with the replays and events buffered before it, durably.
     /// Only on `Ok` may the script see the call's result.
     pub(super) async fn record_call(
@@ -32,7 +73,7 @@ impl Driver {
         supersedes: &[(u32, u32)],
     ) -> Result<(), LostWrite> {
         self.flush_replays().await?;
-        let Persistence::Store { store, lease_token } = self.setup.persistence.clone() else {
+        let Some((store, lease_token)) = self.target()? else {
             return Ok(());
         };
         let events = self.events.take();
@@ -65,7 +106,7 @@ impl Driver {
         if self.replay_buffer.is_empty() {
             return Ok(());
         }
-        let Persistence::Store { store, lease_token } = self.setup.persistence.clone() else {
+        let Some((store, lease_token)) = self.target()? else {
             self.replay_buffer.clear();
             return Ok(());
         };
@@ -92,7 +133,7 @@ impl Driver {
     /// not store stay buffered.
     pub(super) async fn flush_events(&mut self) -> Result<(), LostWrite> {
         self.flush_replays().await?;
-        let Persistence::Store { store, lease_token } = self.setup.persistence.clone() else {
+        let Some((store, lease_token)) = self.target()? else {
             self.events.take();
             return Ok(());
         };
@@ -110,11 +151,35 @@ impl Driver {
         Ok(())
     }
 
+    /// The heartbeat: moves the lease's expiry to the policy's next one. Nothing to do for
+    /// the dry run or a policy whose leases never expire.
+    pub(super) async fn renew_lease(&mut self) -> Result<(), LostWrite> {
+        let Persistence::Store { lease_policy, .. } = &self.setup.persistence else {
+            return Ok(());
+        };
+        let Some(until) = lease_policy.expiry(crate::util::now_ms()) else {
+            return Ok(());
+        };
+        let Some((store, lease_token)) = self.target()? else {
+            return Ok(());
+        };
+        store
+            .renew_lease(&self.setup.run_id, &lease_token, until)
+            .await
+            .map_err(LostWrite::Renewal)
+    }
+
     /// What a lost write does to the generation: the first failure is kept for the
-    /// outcome, and the run pauses as interrupted, so the script gets no more answers.
+    /// outcome, and the run pauses as interrupted, so the script gets no more answers (an
+    /// interrupted pause cancels running calls too). A fenced one also marks the lease lost.
     pub(super) fn on_lost_write(&mut self, lost: LostWrite) {
         let message = lost.to_string();
-        tracing::error!(run = %self.setup.run_id, "store write failed: {message}");
+        if !lost.fenced() {
+            tracing::error!(run = %self.setup.run_id, "store write failed: {message}");
+        } else if !self.lease_lost {
+            tracing::error!(run = %self.setup.run_id, "this execution lost the run's lease; it stops and writes nothing more: {message}");
+            self.lease_lost = true;
+        }
         if self.store_error.is_none() {
             self.store_error = Some(message);
         }

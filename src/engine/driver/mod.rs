@@ -11,7 +11,7 @@
 //! Rooms: this file holds the public types, the event loop and how a generation halts and
 //! ends; `agent_call` turns an `agent()` call into a replay or an agent task, `checkpoint`
 //! does the same for `checkpoint()`, `completion` settles a finished agent task into its
-//! call row, `durability` is the one place store writes happen, `progress` turns agent
+//! call row, `durability` is the one place store writes happen (the lease heartbeat too), `progress` turns agent
 //! activity into progress events, `options` checks what the script passed, and `task` is
 //! the agent task itself.
 
@@ -43,7 +43,7 @@ use crate::engine::vm::{self, ScriptFailure, VmEvent, VmLimits, VmReply, VmScrip
 use crate::model::{
     CallKind, CallRecord, CheckpointAnswer, Limits, PauseReason, Phase, RunId, RunStatus, Usage,
 };
-use crate::store::Store;
+use crate::store::{LeasePolicy, Store};
 
 use progress::Progress;
 use task::Activity;
@@ -57,7 +57,10 @@ pub enum Persistence {
     /// A live execution writes through the store under its lease.
     Store {
         store: Arc<dyn Store>,
+        /// The token every write is fenced by.
         lease_token: String,
+        /// Whether and how often the lease is renewed (the heartbeat), and to what expiry.
+        lease_policy: LeasePolicy,
     },
     /// The preparation dry run writes nothing.
     DryRun,
@@ -194,6 +197,9 @@ pub struct Outcome {
     pub phases_entered: Vec<String>,
     /// A store write failed: the run could not be recorded faithfully.
     pub store_error: Option<String>,
+    /// Another execution took the lease over (a renewal or a write was fenced): the run is
+    /// no longer this generation's, so its outcome must not be written either.
+    pub lease_lost: bool,
 }
 
 /// Runs one generation to its end.
@@ -208,6 +214,16 @@ pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Contro
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
     let driver = Driver::new(setup, Some(vm));
     driver.run(vm_rx, control).await
+}
+
+/// The next beat of an optional heartbeat; never, without one.
+async fn next_beat(heartbeat: &mut Option<tokio::time::Interval>) {
+    match heartbeat {
+        Some(beat) => {
+            beat.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// A call the driver has numbered and not yet settled: an agent task, queued or running.
@@ -294,6 +310,8 @@ struct Driver {
     used_answers: Vec<bool>,
     /// The first failed store write: the outcome reports it.
     store_error: Option<String>,
+    /// Set once a write or the heartbeat was fenced: the generation writes nothing more.
+    lease_lost: bool,
 }
 
 impl Driver {
@@ -326,6 +344,7 @@ impl Driver {
             dry_calls: Vec::new(),
             used_answers,
             store_error: None,
+            lease_lost: false,
             vm,
             halted_vm: None,
             setup,
@@ -334,6 +353,22 @@ impl Driver {
 
     fn dry(&self) -> bool {
         matches!(self.setup.persistence, Persistence::DryRun)
+    }
+
+    /// The lease heartbeat's clock: every `renew_every` of the policy, first one period
+    /// after the start (the lease was just taken or renewed); `None` when nothing is renewed.
+    /// It beats while a halting generation waits for its running calls too: their rows
+    /// still need the lease.
+    fn heartbeat(&self) -> Option<tokio::time::Interval> {
+        let Persistence::Store { lease_policy, .. } = &self.setup.persistence else {
+            return None;
+        };
+        let every = lease_policy
+            .renew_every()
+            .filter(|every| !every.is_zero())?;
+        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Some(beat)
     }
 
     async fn run(
@@ -347,6 +382,7 @@ impl Driver {
             .expect("activity receiver is taken once");
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = self.heartbeat();
         let mut vm_open = true;
         let mut control_open = true;
         if self.setup.generation > 1 && !self.dry() {
@@ -377,6 +413,11 @@ impl Driver {
                     }
                 },
                 _ = tick.tick() => self.on_tick().await,
+                _ = next_beat(&mut heartbeat), if heartbeat.is_some() && !self.lease_lost => {
+                    if let Err(lost) = self.renew_lease().await {
+                        self.on_lost_write(lost);
+                    }
+                }
             }
         }
         self.finish().await
@@ -556,6 +597,7 @@ impl Driver {
             dry_calls: std::mem::take(&mut self.dry_calls),
             phases_entered: std::mem::take(&mut self.phases_entered),
             store_error: None,
+            lease_lost: false,
         };
         self.settle_outcome(halt, &mut outcome);
         // The last events and replayed rows: a failure is reported, there is nothing left
@@ -570,6 +612,7 @@ impl Driver {
         outcome.last_event_seq = self.events.last_seq();
         outcome.next_settlement = self.setup.next_settlement;
         outcome.store_error = self.store_error.take();
+        outcome.lease_lost = self.lease_lost;
         self.tracker.wait().await;
         if let Some(vm) = self.halted_vm.take() {
             let _ = tokio::task::spawn_blocking(move || drop(vm)).await;

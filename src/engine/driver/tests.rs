@@ -1,5 +1,6 @@
 //! Tests of the driver on its own: the durability rule against a real store whose writes are
-//! accepted or refused by the lease fence, and whole generations on the instant runner.
+//! accepted or refused by the lease fence, the lease heartbeat under a TTL policy, and whole
+//! generations on the instant runner (and on a runner whose calls wait until cancelled).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,12 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::engine::instant::InstantRunner;
 use crate::engine::routing::NamedBackends;
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentSession, BackendSpec, FailureKind, ProbeReport, SessionSpec,
+    TurnOutput, TurnRequest,
+};
 use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
-use crate::store::SqliteStore;
+use crate::store::{LeaseState, SqliteStore};
 
 const LEASE: &str = "the-lease";
 
@@ -75,12 +80,24 @@ async fn world() -> World {
 }
 
 impl World {
-    /// A generation writing under `lease_token` (`None`: the dry run).
+    /// A generation writing under `lease_token` (`None`: the dry run), whose lease never
+    /// expires.
     fn setup(&self, body: &str, lease_token: Option<&str>) -> DriverSetup {
+        self.setup_under(body, lease_token, LeasePolicy::HolderLiveness)
+    }
+
+    /// [`World::setup`] under `lease_policy`.
+    fn setup_under(
+        &self,
+        body: &str,
+        lease_token: Option<&str>,
+        lease_policy: LeasePolicy,
+    ) -> DriverSetup {
         let persistence = match lease_token {
             Some(token) => Persistence::Store {
                 store: self.store.clone(),
                 lease_token: token.into(),
+                lease_policy,
             },
             None => Persistence::DryRun,
         };
@@ -312,4 +329,269 @@ async fn the_dry_run_answers_every_call_and_reports_them() {
     assert_eq!(labels, ["agent 0", "agent 1"]);
     assert!(matches!(&outcome.result, Some(Value::Array(answers)) if answers.len() == 2));
     assert!(world.rows().await.is_empty());
+}
+
+/// The heartbeat policy of the tests below: renewed every second.
+const TTL: LeasePolicy = LeasePolicy::Ttl(Duration::from_secs(3));
+
+fn lease_with(token: &str) -> Lease {
+    Lease {
+        owner_id: format!("holder-{token}"),
+        pid: std::process::id(),
+        proc_start: 0,
+        boot_id: None,
+        token: token.into(),
+        acquired_at: crate::util::now_ms(),
+        expires_at: TTL.expiry(crate::util::now_ms()),
+    }
+}
+
+impl World {
+    /// Another execution takes the run over from whoever holds `from`.
+    async fn take_over(&self, from: &str, to: &str) {
+        let taken = self
+            .store
+            .acquire_lease(&self.run_id, Some(from), &lease_with(to))
+            .await
+            .expect("take the lease over");
+        assert!(taken, "the lease {from} was the run's");
+    }
+
+    async fn lease(&self) -> Lease {
+        let lease = self
+            .store
+            .lease(&self.run_id)
+            .await
+            .expect("read the lease");
+        lease.expect("the run has a lease")
+    }
+}
+
+#[tokio::test]
+async fn a_renewal_keeps_an_expiring_lease_held() {
+    let world = world().await;
+    // Acquired long ago and never renewed: under the TTL it may be taken over.
+    let before = world.lease().await;
+    let now = crate::util::now_ms();
+    assert!(matches!(TTL.judge(&before, now), LeaseState::Lapsed(_)));
+    let mut driver = world.driver_under(TTL);
+    let renewed = driver.renew_lease().await;
+    assert!(renewed.is_ok(), "{renewed:?}");
+    let after = world.lease().await;
+    assert_eq!(after.token, LEASE);
+    assert!(after.expires_at.is_some_and(|at| at >= now + 3_000));
+    assert_eq!(TTL.judge(&after, crate::util::now_ms()), LeaseState::Held);
+    let written = driver
+        .record_call(&row(0, CallOrigin::Runner, 0), &[])
+        .await;
+    assert!(written.is_ok(), "{written:?}");
+    assert_eq!(world.rows().await.len(), 1);
+}
+
+#[tokio::test]
+async fn without_expiry_there_is_nothing_to_renew() {
+    let world = world().await;
+    let mut driver = world.driver(Some(LEASE));
+    assert!(driver.heartbeat().is_none());
+    world.take_over(LEASE, "another").await;
+    // No renewal is attempted, so it cannot notice: the next fenced write will.
+    assert!(driver.renew_lease().await.is_ok());
+    assert!(!driver.lease_lost);
+}
+
+#[tokio::test]
+async fn a_fenced_renewal_loses_the_lease_and_the_generation_writes_nothing_more() {
+    let world = world().await;
+    let mut driver = world.driver_under(TTL);
+    world.take_over(LEASE, "another").await;
+    let lost = driver
+        .renew_lease()
+        .await
+        .expect_err("the old holder cannot renew");
+    assert!(
+        lost.to_string().starts_with("renewing the lease: "),
+        "{lost}"
+    );
+    driver.on_lost_write(lost);
+    assert!(driver.lease_lost);
+    assert!(matches!(
+        driver.halt,
+        Some(Halt::Pause {
+            reason: PauseReason::Interrupted,
+            ..
+        })
+    ));
+    // Even a store that took the old token again gets nothing from this generation.
+    world.take_over("another", LEASE).await;
+    driver
+        .events
+        .push("log", "root", json!({"message": "late"}));
+    assert!(
+        driver
+            .record_call(&row(0, CallOrigin::Runner, 0), &[])
+            .await
+            .is_err()
+    );
+    assert!(driver.flush_events().await.is_err());
+    assert!(driver.renew_lease().await.is_err());
+    assert!(world.rows().await.is_empty());
+    assert!(world.event_kinds().await.is_empty());
+}
+
+/// A runner whose prompts wait until they are cancelled, saying when one starts and when
+/// one was cancelled.
+struct HeldRunner {
+    started: mpsc::UnboundedSender<()>,
+    cancelled: mpsc::UnboundedSender<()>,
+}
+
+struct HeldSession {
+    started: mpsc::UnboundedSender<()>,
+    cancelled: mpsc::UnboundedSender<()>,
+}
+
+/// A held runner and its two signals: prompts started, prompts cancelled.
+fn held_runner() -> (
+    Arc<HeldRunner>,
+    mpsc::UnboundedReceiver<()>,
+    mpsc::UnboundedReceiver<()>,
+) {
+    let (started, started_rx) = mpsc::unbounded_channel();
+    let (cancelled, cancelled_rx) = mpsc::unbounded_channel();
+    let runner = Arc::new(HeldRunner { started, cancelled });
+    (runner, started_rx, cancelled_rx)
+}
+
+#[async_trait::async_trait]
+impl AgentRunner for HeldRunner {
+    async fn open_session(
+        &self,
+        _spec: SessionSpec,
+        _observer: Arc<dyn AgentObserver>,
+    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
+        Ok(Box::new(HeldSession {
+            started: self.started.clone(),
+            cancelled: self.cancelled.clone(),
+        }))
+    }
+
+    async fn probe(
+        &self,
+        backend: &BackendSpec,
+        _model: Option<&str>,
+        _cwd: &std::path::Path,
+    ) -> ProbeReport {
+        ProbeReport {
+            backend: backend.id.clone(),
+            ..ProbeReport::default()
+        }
+    }
+
+    async fn shutdown(&self, _deadline: Duration) {}
+}
+
+#[async_trait::async_trait]
+impl AgentSession for HeldSession {
+    async fn prompt(
+        &mut self,
+        _turn: TurnRequest,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure> {
+        let _ = self.started.send(());
+        cancel.cancelled().await;
+        let _ = self.cancelled.send(());
+        Err(AgentFailure::new(FailureKind::Cancelled, "cancelled"))
+    }
+
+    fn session_ref(&self) -> Option<Value> {
+        None
+    }
+
+    async fn close(self: Box<Self>) {}
+}
+
+impl World {
+    fn driver_under(&self, policy: LeasePolicy) -> Driver {
+        Driver::new(self.setup_under("", Some(LEASE), policy), None)
+    }
+
+    /// Waits (in paused time) until the events buffered so far are stored, so that from
+    /// then on only the heartbeat talks to the store.
+    async fn until_stored(&self, kind: &str) {
+        for _ in 0..100 {
+            if self.event_kinds().await.iter().any(|k| k == kind) {
+                return;
+            }
+            tokio::time::sleep(TICK).await;
+        }
+        panic!("no {kind} event was stored");
+    }
+}
+
+const HELD_CALL: &str = "return await agent('wait');";
+
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_stops_a_generation_whose_lease_was_taken_over() {
+    let world = world().await;
+    let (runner, mut started, mut cancelled) = held_runner();
+    let mut setup = world.setup_under(HELD_CALL, Some(LEASE), TTL);
+    setup.runner = runner;
+    let execution = tokio::spawn(generation(setup));
+    started.recv().await.expect("the call reached the agent");
+    world.until_stored("agentStart").await;
+    world.take_over(LEASE, "another").await;
+
+    let outcome = tokio::time::timeout(Duration::from_secs(60), execution)
+        .await
+        .expect("the generation stops on its own")
+        .expect("the generation task");
+    assert!(outcome.lease_lost, "{outcome:?}");
+    assert_eq!(outcome.status, RunStatus::Paused);
+    assert_eq!(outcome.pause_reason, Some(PauseReason::Interrupted));
+    let error = outcome.store_error.unwrap_or_default();
+    assert!(error.starts_with("renewing the lease: "), "{error}");
+    cancelled
+        .recv()
+        .await
+        .expect("the waiting agent call was cancelled");
+    assert!(
+        world.rows().await.is_empty(),
+        "the cancelled call wrote no row"
+    );
+    assert_eq!(world.event_kinds().await, ["agentStart"]);
+    assert_eq!(world.lease().await.token, "another");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_keeps_a_long_call_s_lease_held() {
+    let world = world().await;
+    let (runner, mut started, mut cancelled) = held_runner();
+    let mut setup = world.setup_under(HELD_CALL, Some(LEASE), TTL);
+    setup.runner = runner;
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let execution = tokio::spawn(run(setup, control_rx));
+    started.recv().await.expect("the call reached the agent");
+    // Acquired long ago: held again only once the heartbeat renewed it.
+    let mut held = false;
+    for _ in 0..100 {
+        if TTL.judge(&world.lease().await, crate::util::now_ms()) == LeaseState::Held {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(TICK).await;
+    }
+    assert!(held, "the heartbeat renewed the lease");
+    assert_eq!(world.lease().await.token, LEASE);
+
+    control_tx.send(Control::Stop).expect("the driver listens");
+    let outcome = execution.await.expect("the generation task");
+    cancelled.recv().await.expect("the stop cancelled the call");
+    assert_eq!(outcome.status, RunStatus::Aborted, "{outcome:?}");
+    assert!(!outcome.lease_lost);
+    assert!(outcome.store_error.is_none(), "{outcome:?}");
+    assert_eq!(
+        world.rows().await.len(),
+        1,
+        "the stopped call's row was written"
+    );
 }

@@ -13,7 +13,6 @@ use crate::engine::manager::{
 use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
 use crate::engine::routing::RoutingSnapshot;
 use crate::model::{Limits, RunId, RunRecord, RunStatus, ScriptSource};
-use crate::store;
 use crate::util::now_ms;
 
 impl Engine {
@@ -79,7 +78,7 @@ impl Engine {
         Ok(prepare::prepare(input).await?)
     }
 
-    /// What preparation needs from this engine: its store root, home, backends, runner,
+    /// What preparation needs from this engine: its persistence root, home, backends, runner,
     /// VM limits and probe settings, and a resolver for nested workflows of `run_id`.
     pub(super) fn prepare_input<'a>(
         &'a self,
@@ -93,7 +92,7 @@ impl Engine {
             bytes,
             args,
             project_dir,
-            persistence_root: self.inner.store.root(),
+            persistence_root: self.inner.config.persistence_root.as_deref(),
             home: self.inner.config.home.as_deref(),
             backends: self.inner.backends.clone(),
             runner: self.inner.runner.clone(),
@@ -140,7 +139,8 @@ impl Engine {
         let (script_source, script_file) = match &request.script {
             ScriptInput::Inline(_) => (
                 ScriptSource::Inline,
-                self.write_script_copy(&request.project_dir, &run_id, &prepared.text)?,
+                self.write_script_copy(&request.project_dir, &run_id, &prepared.text)
+                    .await?,
             ),
             // The resolved path: later reads refuse a symlink swapped in after admission.
             ScriptInput::Path(path) => (ScriptSource::Path, file.unwrap_or_else(|| path.clone())),
@@ -154,10 +154,16 @@ impl Engine {
             (script_source, script_file.clone()),
             needs_setup,
         );
-        let lease = self.inner.owner.lease();
+        let lease = self.new_lease();
         if let Err(error) = self.inner.store.create_run(&record, &lease).await {
-            if script_source == ScriptSource::Inline {
-                let _ = std::fs::remove_file(&script_file);
+            if script_source == ScriptSource::Inline
+                && let Err(left) = self
+                    .inner
+                    .store
+                    .delete_script_copy(&request.project_dir, &run_id)
+                    .await
+            {
+                tracing::warn!(run = %run_id, "admission failed and its script copy stays: {left}");
             }
             return Err(error.into());
         }
@@ -183,22 +189,20 @@ impl Engine {
         })
     }
 
-    /// Writes an inline script's store copy and returns its resolved path.
-    fn write_script_copy(
+    /// Has the store write an inline script's copy (what `file://` serves and what a resume
+    /// reads back for revisions) and returns where it is, resolved like a scriptPath because
+    /// later reads refuse links.
+    async fn write_script_copy(
         &self,
         project_dir: &Path,
         run_id: &RunId,
         text: &str,
     ) -> EngineResult<PathBuf> {
-        let path = store::script_copy_path(self.inner.store.root(), project_dir, run_id);
-        // The run row keeps the text durably; the copy is what `file://` serves and what
-        // a resume reads back for revisions, so it needs no fsync of its own.
-        crate::util::write_replace(&path, text.as_bytes(), 0o600).map_err(|e| {
-            EngineError::Rejected(format!("cannot write the run's script copy: {e}"))
-        })?;
-        // Recorded resolved, like a scriptPath (the root may sit behind a link, such
-        // as /home -> /var/home), because later reads refuse links.
-        Ok(std::fs::canonicalize(&path).unwrap_or(path))
+        self.inner
+            .store
+            .create_script_copy(project_dir, run_id, text)
+            .await
+            .map_err(|e| EngineError::Rejected(format!("cannot write the run's script copy: {e}")))
     }
 }
 

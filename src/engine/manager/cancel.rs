@@ -1,20 +1,17 @@
 //! Cancelling one live agent call: here, forwarded to the owner, or as an intent an owner
 //! without a control socket picks up.
 
-use std::path::Path;
-
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::engine::driver::Control;
-use crate::engine::intents;
 use crate::engine::manager::remote::unforwarded_error;
 use crate::engine::manager::{
     CANCEL_WAIT, Engine, EngineError, EngineResult, INTENT_POLL, Unforwarded,
 };
 use crate::engine::status::StatusQuery;
 use crate::model::RunId;
-use crate::store::StoreError;
+use crate::store::{ControlIntent, IntentAck, IntentAction, StoreError};
 
 impl Engine {
     /// Cancels one live agent call, here or in the process executing the run.
@@ -96,7 +93,7 @@ impl Engine {
     }
 
     /// Cancels call `index` of a run whose owner has no control socket: records a
-    /// [`intents::CANCEL_AGENT`] intent and waits up to [`CANCEL_WAIT`] for the owner's
+    /// [`IntentAction::CancelAgent`] intent and waits up to [`CANCEL_WAIT`] for the owner's
     /// acknowledgement. Unacknowledged by then, the answer says `control.state:"pending"` and
     /// the intent stays for the owner.
     pub(super) async fn cancel_agent_by_intent(
@@ -105,29 +102,27 @@ impl Engine {
         index: u32,
         query: &StatusQuery,
     ) -> EngineResult<Value> {
-        let record = self.inner.store.load_run(run_id).await?;
-        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
-        let intent = intents::request_for_call(&runs, run_id, intents::CANCEL_AGENT, Some(index))
-            .map_err(|error| {
-            EngineError::Rejected(format!(
-                "cannot record the cancel request for call {index} of run {run_id}: {error}"
-            ))
-        })?;
+        let requested = ControlIntent::new(run_id, IntentAction::CancelAgent, Some(index));
+        let intent =
+            self.inner
+                .store
+                .put_intent(&requested)
+                .await
+                .map_err(|error| match error {
+                    StoreError::UnknownRun(_) => EngineError::from(error),
+                    error => EngineError::Rejected(format!(
+                        "cannot record the cancel request for call {index} of run {run_id}: {error}"
+                    )),
+                })?;
         let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
         let acked = loop {
-            let found = {
-                let (runs, run_id, op) = (runs.clone(), run_id.clone(), intent.op.clone());
-                tokio::task::spawn_blocking(move || intents::ack(&runs, &run_id, &op))
-                    .await
-                    .ok()
-                    .flatten()
-            };
+            let found = self.inner.store.intent_ack(run_id, &intent.op).await?;
             if found.is_some() || tokio::time::Instant::now() >= deadline {
                 break found;
             }
             tokio::time::sleep(INTENT_POLL).await;
         };
-        let Some(ack) = acked else {
+        let Some(IntentAck { outcome: ack, .. }) = acked else {
             let mut status = self.status(run_id, query).await?;
             status["control"] = json!({"state": "pending", "operationId": intent.op,
                 "requestedAt": intent.requested_at});
@@ -147,9 +142,9 @@ impl Engine {
         Ok(status)
     }
 
-    /// Carries out a [`intents::CANCEL_AGENT`] intent for a run this engine executes, or
+    /// Carries out a [`IntentAction::CancelAgent`] intent for a run this engine executes, or
     /// acknowledges it as not done when nobody can (the run ended, or has no live owner).
-    pub(super) async fn complete_cancel_intent(&self, runs: &Path, intent: &intents::Intent) {
+    pub(super) async fn complete_cancel_intent(&self, intent: &ControlIntent) {
         let run_id = &intent.run_id;
         let index = intent.call_index.unwrap_or(u32::MAX);
         let not_done = |reason: &str| {
@@ -168,32 +163,25 @@ impl Engine {
                     "callIndex {index} is not a live agent call of run {run_id}"
                 ))
             };
-            self.acknowledge(runs, run_id, &intent.op, &outcome);
+            self.acknowledge(run_id, &intent.op, outcome).await;
             return;
         }
         match self.inner.store.load_run(run_id).await {
             Ok(record) if record.status.is_terminal() => {
-                self.acknowledge(runs, run_id, &intent.op, &not_done("the run has ended"));
+                self.acknowledge(run_id, &intent.op, not_done("the run has ended"))
+                    .await;
             }
             Ok(_) => match self.foreign_owner(run_id).await {
                 // Another live process executes it: the intent is that owner's to carry out.
                 Ok(Some(_)) => {}
-                Ok(None) => self.acknowledge(
-                    runs,
-                    run_id,
-                    &intent.op,
-                    &not_done("the run has no live owner process"),
-                ),
+                Ok(None) => {
+                    let outcome = not_done("the run has no live owner process");
+                    self.acknowledge(run_id, &intent.op, outcome).await;
+                }
                 Err(error) => tracing::warn!(run = %run_id, "cancel intent {}: {error}", intent.op),
             },
-            Err(StoreError::UnknownRun(_)) => {
-                self.acknowledge(
-                    runs,
-                    run_id,
-                    &intent.op,
-                    &not_done("the run no longer exists"),
-                );
-            }
+            // Deleted since the listing: its intents went with it.
+            Err(StoreError::UnknownRun(_)) => {}
             Err(error) => tracing::warn!(run = %run_id, "cancel intent {}: {error}", intent.op),
         }
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::engine::prepare;
 use crate::engine::vm::VmLimits;
+use crate::store::LeasePolicy;
 
 /// Settings of an engine.
 #[derive(Clone, Debug)]
@@ -28,6 +29,14 @@ pub struct EngineConfig {
     /// `AGENTPRISM_DAEMON_MAX_RUNS`: runs this engine prepares or executes at once, across
     /// every project. Runs waiting for a setup answer hold no VM and do not count.
     pub max_runs: usize,
+    /// When a lease another process holds may be taken over, and how often this engine's
+    /// executions renew their own (`LeasePolicy`). The daemon and the CLI keep
+    /// `HolderLiveness`: a live holder's lease is never taken on time.
+    pub lease_policy: LeasePolicy,
+    /// The persistence root, where preparation reads the model tiers
+    /// (`<root>/model-tiers.json`). Handed in by the composition root so the engine never asks
+    /// the store for a path; `None` reads no tiers file.
+    pub persistence_root: Option<PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -41,6 +50,8 @@ impl Default for EngineConfig {
             probe_limit: prepare::PROBE_LIMIT,
             owner_id: None,
             max_runs: default_max_runs(VmLimits::default().memory_limit),
+            lease_policy: LeasePolicy::HolderLiveness,
+            persistence_root: None,
         }
     }
 }

@@ -68,6 +68,13 @@ impl Engine {
         if let Some(setup) = setup {
             let outcome = driver::run(setup, control).await;
             record_outcome(&mut record, &outcome);
+            if outcome.lease_lost {
+                // Another execution holds the run now: its row and lease are not ours to
+                // write or release.
+                tracing::warn!(run = %run_id, "generation {} lost the run's lease; its outcome is not recorded", record.generation);
+                self.finish_live(&run_id, record.generation, record.status);
+                return;
+            }
         }
         if let Err(error) = self
             .inner
@@ -150,6 +157,7 @@ impl Engine {
             persistence: Persistence::Store {
                 store: store.clone(),
                 lease_token: lease.token.clone(),
+                lease_policy: self.inner.config.lease_policy,
             },
             pool,
             answers,
@@ -187,14 +195,14 @@ impl Engine {
             return Ok(record);
         }
         let lease = self.inner.store.lease(run_id).await?;
-        if let Some(lease) = &lease
-            && crate::util::process_is(lease.pid, lease.proc_start)
-            && lease.owner_id != self.inner.owner.owner_id
+        if lease
+            .as_ref()
+            .is_some_and(|lease| self.held_elsewhere(lease))
         {
             return Ok(record);
         }
         // The owner is gone: take the lease, record the interruption, let go again.
-        let ours = self.inner.owner.lease();
+        let ours = self.new_lease();
         if !self
             .inner
             .store
@@ -253,7 +261,7 @@ impl Engine {
     /// A lease of this process on a run no execution holds, taken by CAS from whoever held
     /// it last, for a change made without executing (setup answers, cold stops).
     pub(super) async fn take_free_lease(&self, run_id: &RunId) -> EngineResult<Lease> {
-        let lease = self.inner.owner.lease();
+        let lease = self.new_lease();
         let previous = self.inner.store.lease(run_id).await?;
         if !self
             .inner

@@ -1,17 +1,15 @@
 //! This process as a lease holder, and the owner's half of run control: carrying out the
 //! stop and cancel intents other processes leave for the runs it executes.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::engine::driver::Control;
-use crate::engine::intents;
 use crate::engine::manager::{Engine, EngineError, EngineResult};
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, RunId, RunStatus};
-use crate::store::StoreError;
+use crate::store::{IntentAck, IntentAction, IntentScope, LeasePolicy, StoreError};
 use crate::util::now_ms;
 
 /// This process as a lease holder.
@@ -38,23 +36,34 @@ impl Owner {
         }
     }
 
-    pub(super) fn lease(&self) -> Lease {
+    /// A fresh lease naming this process, expiring as `policy` says (never, for
+    /// `HolderLiveness`).
+    pub(super) fn lease(&self, policy: LeasePolicy) -> Lease {
+        let now = now_ms();
         Lease {
             owner_id: self.owner_id.clone(),
             pid: self.pid,
             proc_start: self.proc_start,
             boot_id: crate::util::process::current_boot_id(),
             token: uuid::Uuid::new_v4().to_string(),
-            acquired_at: now_ms(),
-            expires_at: None,
+            acquired_at: now,
+            expires_at: policy.expiry(now),
         }
     }
 }
 
 impl Engine {
-    pub(super) fn acknowledge(&self, runs: &Path, run_id: &RunId, op: &str, outcome: &Value) {
-        if let Err(error) = intents::acknowledge(runs, run_id, op, outcome) {
-            tracing::warn!(run = %run_id, "cannot acknowledge stop intent {op}: {error}");
+    /// A fresh lease of this engine under its lease policy.
+    pub(super) fn new_lease(&self) -> Lease {
+        self.inner.owner.lease(self.inner.config.lease_policy)
+    }
+
+    /// Marks the control intent `op` done with `outcome`. The first acknowledgement wins; a
+    /// failure is logged, and the intent stays pending for the next scan.
+    pub(super) async fn acknowledge(&self, run_id: &RunId, op: &str, outcome: Value) {
+        let ack = IntentAck::new(outcome);
+        if let Err(error) = self.inner.store.acknowledge_intent(run_id, op, &ack).await {
+            tracing::warn!(run = %run_id, "cannot acknowledge control intent {op}: {error}");
         }
     }
 
@@ -70,13 +79,12 @@ impl Engine {
         wait: Duration,
     ) -> EngineResult<Value> {
         let record = self.inner.store.load_run(run_id).await?;
-        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
-        let intent = intents::read(&runs, run_id, op);
+        let intent = self.inner.store.intent(run_id, op).await?;
         let owner = self.owner_summary();
         if record.status.is_terminal() {
             let settled = json!({"state": "settled", "operationId": op, "stopped": false, "alreadyTerminal": true, "owner": owner});
             if intent.is_some() {
-                self.acknowledge(&runs, run_id, op, &settled);
+                self.acknowledge(run_id, op, settled).await;
             }
             return Ok(
                 json!({"outcome": "settled", "stopped": false, "alreadyTerminal": true, "status": record.status, "owner": owner}),
@@ -94,40 +102,37 @@ impl Engine {
         let stopped = record.status == RunStatus::Aborted;
         let settled = json!({"state": "settled", "operationId": op, "stopped": stopped, "alreadyTerminal": !stopped, "owner": owner});
         if intent.is_some() {
-            self.acknowledge(&runs, run_id, op, &settled);
+            self.acknowledge(run_id, op, settled).await;
         }
         Ok(
             json!({"outcome": "settled", "stopped": stopped, "alreadyTerminal": !stopped, "status": record.status, "owner": owner}),
         )
     }
 
-    /// Carries out unacknowledged stop intents (daemon.md 1.10 step 8, "owners scan intents
-    /// every tick and at start"): a run this engine executes is told to stop, a settled run's
-    /// intent is acknowledged, a run nobody executes is stopped cold and acknowledged; runs
-    /// another live process holds are left to it. Returns how many intents name runs this
-    /// engine executes: work that keeps a daemon from exiting.
+    /// Carries out unacknowledged control intents (daemon.md 1.10 step 8, "owners scan
+    /// intents every tick and at start"): for a stop, a run this engine executes is told to
+    /// stop, a settled run's intent is acknowledged, a run nobody executes is stopped cold and
+    /// acknowledged; runs another live process holds are left to it. Returns how many stop
+    /// intents name runs this engine executes: work that keeps a daemon from exiting.
     pub async fn complete_stop_intents(&self) -> usize {
-        let root = self.inner.store.root().to_path_buf();
-        let found = tokio::task::spawn_blocking(move || intents::scan(&root))
-            .await
-            .unwrap_or_default();
-        let mut owned = 0;
-        for (runs, intent) in found {
-            if intent.action == intents::CANCEL_AGENT {
-                self.complete_cancel_intent(&runs, &intent).await;
-                continue;
+        let found = match self.inner.store.pending_intents(IntentScope::All).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!("cannot list pending control intents: {error}");
+                return 0;
             }
-            if intent.action != intents::STOP {
+        };
+        let mut owned = 0;
+        for intent in found {
+            if intent.action == IntentAction::CancelAgent {
+                self.complete_cancel_intent(&intent).await;
                 continue;
             }
             let run_id = &intent.run_id;
             let record = match self.inner.store.load_run(run_id).await {
                 Ok(record) => record,
-                Err(StoreError::UnknownRun(_)) => {
-                    let gone = json!({"state": "settled", "operationId": intent.op, "stopped": false, "unknownRun": true});
-                    self.acknowledge(&runs, run_id, &intent.op, &gone);
-                    continue;
-                }
+                // Deleted since the listing: its intents went with it.
+                Err(StoreError::UnknownRun(_)) => continue,
                 Err(error) => {
                     tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);
                     continue;
@@ -136,7 +141,7 @@ impl Engine {
             if record.status.is_terminal() {
                 let stopped = record.status == RunStatus::Aborted;
                 let settled = json!({"state": "settled", "operationId": intent.op, "stopped": stopped, "alreadyTerminal": !stopped, "owner": self.owner_summary()});
-                self.acknowledge(&runs, run_id, &intent.op, &settled);
+                self.acknowledge(run_id, &intent.op, settled).await;
                 continue;
             }
             if self.send_control(run_id, Control::Stop) {
@@ -155,7 +160,7 @@ impl Engine {
                 Ok(status) => {
                     let already = status["alreadyTerminal"] == true;
                     let settled = json!({"state": "settled", "operationId": intent.op, "stopped": !already, "alreadyTerminal": already, "cold": true});
-                    self.acknowledge(&runs, run_id, &intent.op, &settled);
+                    self.acknowledge(run_id, &intent.op, settled).await;
                 }
                 Err(error) => {
                     tracing::warn!(run = %run_id, "stop intent {}: {error}", intent.op);

@@ -4,10 +4,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::engine::intents;
 use crate::engine::manager::{Engine, EngineError, EngineResult};
-use crate::model::{RunId, RunRecord, RunStatus, RunSummary, ScriptSource};
-use crate::store;
+use crate::model::{RunId, RunRecord, RunStatus, RunSummary};
 
 impl Engine {
     /// One page of the exact result JSON (engine.md 6.6).
@@ -51,7 +49,8 @@ impl Engine {
         }))
     }
 
-    /// Deletes a run that is not executing, with its store copy of the script.
+    /// Deletes a run that is not executing; the store deletes its control intents and its
+    /// inline script copy with it.
     pub async fn delete(&self, run_id: &RunId) -> EngineResult<()> {
         let record = self.load_reconciled(run_id).await?;
         if record.status == RunStatus::Running || self.is_live(run_id) {
@@ -60,17 +59,6 @@ impl Engine {
             )));
         }
         self.inner.store.delete_run(run_id).await?;
-        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
-        let _ = std::fs::remove_dir_all(intents::run_folder(&runs, run_id));
-        if record.script_source == ScriptSource::Inline {
-            let expected =
-                store::script_copy_path(self.inner.store.root(), &record.project_dir, run_id);
-            if record.script_file == expected
-                || std::fs::canonicalize(&expected).is_ok_and(|real| real == record.script_file)
-            {
-                let _ = std::fs::remove_file(&expected);
-            }
-        }
         Ok(())
     }
 

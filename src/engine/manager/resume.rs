@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::engine::approval;
-use crate::engine::intents;
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Admission, Engine, EngineError, EngineResult, ResumeRequest};
 use crate::engine::prepare;
@@ -14,7 +13,7 @@ use crate::engine::routing::RoutingSnapshot;
 use crate::model::{
     CheckpointAnswer, Lease, OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision,
 };
-use crate::store::{Fence, ScriptChange};
+use crate::store::{Fence, IntentScope, ScriptChange};
 use crate::util::{now_ms, sha256_hex};
 
 impl Engine {
@@ -48,10 +47,14 @@ impl Engine {
         }
         let lease = self.take_lease_to_resume(&run_id).await?;
         // A stop asked for before this resume must not end the new generation.
-        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
-        for intent in intents::unacked(&runs, &run_id) {
+        for intent in self
+            .inner
+            .store
+            .pending_intents(IntentScope::Run(&run_id))
+            .await?
+        {
             let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
-            self.acknowledge(&runs, &run_id, &intent.op, &retired);
+            self.acknowledge(&run_id, &intent.op, retired).await;
         }
         begin_generation(&mut record, &request, revised);
         let operation_id = request
@@ -218,11 +221,10 @@ impl Engine {
 
     /// A fresh lease for the new generation, unless a live process holds the run.
     async fn take_lease_to_resume(&self, run_id: &RunId) -> EngineResult<Lease> {
-        let lease = self.inner.owner.lease();
+        let lease = self.new_lease();
         let previous = self.inner.store.lease(run_id).await?;
         if let Some(previous) = &previous
-            && crate::util::process_is(previous.pid, previous.proc_start)
-            && previous.owner_id != self.inner.owner.owner_id
+            && self.held_elsewhere(previous)
         {
             return Err(EngineError::Rejected(format!(
                 "run {run_id} is held by process {}",

@@ -1,18 +1,16 @@
 //! Stopping a whole run (here, in its owner's process, or cold when nobody executes it) and
 //! pausing one.
 
-use std::path::Path;
-
 use serde_json::{Value, json};
 
 use crate::engine::approval;
 use crate::engine::driver::Control;
-use crate::engine::intents;
 use crate::engine::manager::{
     Engine, EngineError, EngineResult, PAUSE_WAIT, STOP_WAIT, Unforwarded, lease_owner,
 };
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, PauseReason, RunId, RunRecord, RunStatus};
+use crate::store::{ControlIntent, IntentAction, StoreError};
 use crate::util::now_ms;
 
 impl Engine {
@@ -84,25 +82,26 @@ impl Engine {
         query: &StatusQuery,
     ) -> EngineResult<Value> {
         let run_id = &record.run_id;
-        let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
-        let intent = intents::request(&runs, run_id, intents::STOP).map_err(|error| {
-            EngineError::Rejected(format!(
-                "cannot record the stop request for run {run_id}: {error}"
-            ))
-        })?;
+        let intent = self
+            .inner
+            .store
+            .put_intent(&ControlIntent::new(run_id, IntentAction::Stop, None))
+            .await
+            .map_err(|error| match error {
+                StoreError::UnknownRun(_) => EngineError::from(error),
+                error => EngineError::Rejected(format!(
+                    "cannot record the stop request for run {run_id}: {error}"
+                )),
+            })?;
         if force_owner {
             self.end_superseded_owner(lease).await?;
-            return self
-                .stop_cold_acknowledged(run_id, &runs, &intent, query)
-                .await;
+            return self.stop_cold_acknowledged(run_id, &intent, query).await;
         }
         let body = json!({"action": "stop", "runId": run_id});
         let forwarded = self.forward(lease, &intent.op, &body).await;
         let owner = match &forwarded {
             Err(Unforwarded::NoLiveOwner) => {
-                return self
-                    .stop_cold_acknowledged(run_id, &runs, &intent, query)
-                    .await;
+                return self.stop_cold_acknowledged(run_id, &intent, query).await;
             }
             Err(Unforwarded::Unreachable { owner, reason }) => {
                 return self
@@ -131,9 +130,7 @@ impl Engine {
                 .and_then(|a| a.get("alreadyTerminal"))
                 .and_then(Value::as_bool)
                 .unwrap_or(current.status != RunStatus::Aborted);
-            return self
-                .stop_settled(&runs, &intent, owner, already, query)
-                .await;
+            return self.stop_settled(&intent, owner, already, query).await;
         }
         match forwarded {
             Ok(_) => {
@@ -149,9 +146,7 @@ impl Engine {
             Err(Unforwarded::Refused { message, .. }) => {
                 if current.status != RunStatus::Running {
                     // The owner let go between our look and its answer: stop it here.
-                    return self
-                        .stop_cold_acknowledged(run_id, &runs, &intent, query)
-                        .await;
+                    return self.stop_cold_acknowledged(run_id, &intent, query).await;
                 }
                 Err(EngineError::Rejected(format!(
                     "the owner of run {run_id} (pid {}) refused the stop: {message}",
@@ -178,8 +173,7 @@ impl Engine {
     /// The run settled in its owner's process: the intent is acknowledged as settled.
     async fn stop_settled(
         &self,
-        runs: &Path,
-        intent: &intents::Intent,
+        intent: &ControlIntent,
         owner: Value,
         already: bool,
         query: &StatusQuery,
@@ -192,7 +186,7 @@ impl Engine {
             "alreadyTerminal": already,
             "owner": owner,
         });
-        self.acknowledge(runs, run_id, &intent.op, &settled);
+        self.acknowledge(run_id, &intent.op, settled.clone()).await;
         let mut status = self.status(run_id, query).await?;
         status["stopped"] = Value::Bool(!already);
         status["alreadyTerminal"] = Value::Bool(already);
@@ -203,7 +197,7 @@ impl Engine {
     pub(super) async fn stop_pending(
         &self,
         run_id: &RunId,
-        intent: &intents::Intent,
+        intent: &ControlIntent,
         owner: Value,
         reason: &str,
         query: &StatusQuery,
@@ -224,8 +218,7 @@ impl Engine {
     pub(super) async fn stop_cold_acknowledged(
         &self,
         run_id: &RunId,
-        runs: &Path,
-        intent: &intents::Intent,
+        intent: &ControlIntent,
         query: &StatusQuery,
     ) -> EngineResult<Value> {
         let mut status = self.stop_cold(run_id, query).await?;
@@ -237,7 +230,7 @@ impl Engine {
             "alreadyTerminal": already,
             "cold": true,
         });
-        self.acknowledge(runs, run_id, &intent.op, &settled);
+        self.acknowledge(run_id, &intent.op, settled.clone()).await;
         status["control"] = settled;
         Ok(status)
     }

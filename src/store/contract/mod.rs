@@ -14,8 +14,7 @@
 //! a single winner among concurrent CAS, first-writer-wins answers, receipts by generation,
 //! dense event seqs, the bounded call tail, intents reused while pending and ended by the
 //! first acknowledgement, script copies, delete cascading to everything, declared
-//! capabilities, and corrupt data reported as `Corrupt`. `Store::root` alone is left out: it
-//! is going, and a shared backend has no root.
+//! capabilities, and corrupt data reported as `Corrupt`.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -70,6 +70,12 @@ impl SqliteStore {
         })
     }
 
+    /// The persistence root this store keeps its database and script copies under. Not part
+    /// of the `Store` trait: a shared backend has no such path, and the engine never asks.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The database file this store writes.
     pub fn database_path(&self) -> PathBuf {
         self.root.join(DATABASE_FILE)
@@ -86,10 +92,6 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// One database behind `BEGIN IMMEDIATE` transactions, shared by every process on the
     /// machine: all three hold.
     fn capabilities(&self) -> Capabilities {
