@@ -520,7 +520,7 @@ fn limits(args: &LimitArgs) -> LimitOverrides {
 /// Maps engine errors to exit codes: rejections are input errors (2).
 fn engine_error(error: EngineError) -> anyhow::Error {
     match error {
-        EngineError::Rejected(message) => input_error(cli_wording(&message)),
+        EngineError::Rejected(message) => input_error(cli_wording(&message.to_string())),
         EngineError::UnknownRun(run_id) => {
             input_error(format!("No workflow run found for runId \"{run_id}\""))
         }
@@ -709,10 +709,12 @@ async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
             json!({"action": "decline"})
         };
         let mut notices = engine.subscribe();
-        let answer = engine
-            .setup_response(&run_id, &setup_id, &response)
-            .await
-            .map_err(engine_error)?;
+        let answer = json!(
+            engine
+                .setup_response(&run_id, &setup_id, &response)
+                .await
+                .map_err(engine_error)?
+        );
         if !args.approve {
             note!(
                 "declined; run {run_id} is aborted (setup_declined) and cannot be resumed: a declined approval is final"
@@ -791,10 +793,12 @@ async fn follow(
     // Acknowledges a stop intent this run has just carried out.
     engine.complete_stop_intents().await;
     engine.runner().shutdown(Duration::from_secs(5)).await;
-    let status = engine
-        .status(run_id, &StatusQuery::default())
-        .await
-        .map_err(engine_error)?;
+    let status = json!(
+        engine
+            .status(run_id, &StatusQuery::default())
+            .await
+            .map_err(engine_error)?
+    );
     let state = status
         .get("status")
         .and_then(Value::as_str)
@@ -1132,7 +1136,7 @@ async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             label_glob: args.label.clone(),
             log_lines: args.logs,
         };
-        let status = engine.status(&run_id, &query).await.map_err(engine_error)?;
+        let status = json!(engine.status(&run_id, &query).await.map_err(engine_error)?);
         if args.json {
             say!("{}", serde_json::to_string_pretty(&status)?);
             return Ok(EXIT_COMPLETED);
@@ -1274,15 +1278,17 @@ async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
     guarded(async {
         let engine = build_engine(env, false).await?;
         let run_id = parse_run_id(&args.run_id)?;
-        let status = engine
-            .stop_with(
-                &run_id,
-                args.call_index,
-                args.force_owner,
-                &StatusQuery::default(),
-            )
-            .await
-            .map_err(engine_error)?;
+        let status = json!(
+            engine
+                .stop_with(
+                    &run_id,
+                    args.call_index,
+                    args.force_owner,
+                    &StatusQuery::default(),
+                )
+                .await
+                .map_err(engine_error)?
+        );
         let state = status.get("status").and_then(Value::as_str).unwrap_or("-");
         let control = status.get("control");
         if let Some(control) = control.filter(|c| c["state"] == "pending") {

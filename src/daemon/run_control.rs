@@ -74,6 +74,7 @@ pub async fn serve(
         "stop" => engine
             .stop_requested(&run_id, op, STOP_ANSWER_WAIT)
             .await
+            .map(|answer| json!(answer))
             .map_err(control_error),
         "cancel-agent" => {
             let index = body
@@ -81,16 +82,18 @@ pub async fn serve(
                 .and_then(Value::as_u64)
                 .and_then(|index| u32::try_from(index).ok())
                 .ok_or_else(|| invalid("callIndex must be a non-negative integer"))?;
-            let status = engine
-                .stop(&run_id, Some(index), &query)
-                .await
-                .map_err(control_error)?;
+            let status = json!(
+                engine
+                    .stop(&run_id, Some(index), &query)
+                    .await
+                    .map_err(control_error)?
+            );
             Ok(
                 json!({"outcome": "cancelled", "cancelled": status["cancelled"], "status": status["status"]}),
             )
         }
         "pause" => {
-            let status = engine.pause(&run_id, &query).await.map_err(control_error)?;
+            let status = json!(engine.pause(&run_id, &query).await.map_err(control_error)?);
             Ok(json!({
                 "outcome": if status["paused"] == true { "paused" } else { "pausing" },
                 "paused": status["paused"],
@@ -162,7 +165,7 @@ fn required_string<'a>(body: &'a Value, field: &str) -> Result<&'a str, ControlE
 fn control_error(error: EngineError) -> ControlError {
     match error {
         EngineError::UnknownRun(run_id) => ControlError::UnknownRun(run_id.to_string()),
-        EngineError::Rejected(message) => ControlError::InvalidOperation(message),
+        EngineError::Rejected(message) => ControlError::InvalidOperation(message.to_string()),
         EngineError::Store(error) => ControlError::Internal(error.to_string()),
     }
 }

@@ -43,12 +43,32 @@ pub enum ScriptInput {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rejection {
     pub message: String,
+    pub cause: Cause,
+}
+
+/// What a preparation failure is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The script itself: reading it, its static checks, `args`, the dry run.
+    Script,
+    /// Where its calls go: a call without a route, a backend that cannot serve it.
+    Routing,
 }
 
 impl Rejection {
+    /// A failure of the script itself.
     pub fn new(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
+            cause: Cause::Script,
+        }
+    }
+
+    /// A failure of routing: no route, or a backend that cannot serve a call.
+    pub fn routing(message: impl Into<String>) -> Rejection {
+        Rejection {
+            message: message.into(),
+            cause: Cause::Routing,
         }
     }
 }
@@ -310,7 +330,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         .await?;
         for (report, calls) in reports {
             if !report.started {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::routing(format!(
                     "backend {} could not be used: {}",
                     report.backend,
                     report
@@ -372,7 +392,7 @@ fn check_no_new_backends(
         .map(String::as_str)
         .collect();
     if !widened.is_empty() && existing.script_backends.len() < declared.len() {
-        return Err(Rejection::new(format!(
+        return Err(Rejection::routing(format!(
             "the revised script declares backends the run never approved: {}",
             widened.join(", ")
         )));
@@ -426,7 +446,7 @@ fn check_every_call_routed(
     let mut names = backends.names();
     names.extend(declared.keys().cloned());
     names.truncate(CATALOG_LIMIT);
-    Err(Rejection::new(format!(
+    Err(Rejection::routing(format!(
         "missing routing: {} have no route. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
         missing.join(", "),
         names.join(", ")
@@ -506,7 +526,7 @@ async fn run_probes(
         match tokio::time::timeout_at(deadline, probe).await {
             Ok(report) => reports.push((report, calls.clone())),
             Err(_) => {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::routing(format!(
                     "the probe of backend {} did not finish within the probe limit of {} ({} sets it); nothing was stored",
                     backend.id,
                     describe_limit(limit),
@@ -564,11 +584,11 @@ async fn capture_routing(
         RoutingSnapshot::capture(&root, &project_dir, home.as_deref())
     });
     match tokio::time::timeout(safe_file::READ_DEADLINE, capture).await {
-        Ok(Ok(captured)) => captured.map_err(Rejection::new),
-        Ok(Err(error)) => Err(Rejection::new(format!(
+        Ok(Ok(captured)) => captured.map_err(Rejection::routing),
+        Ok(Err(error)) => Err(Rejection::routing(format!(
             "reading tiers and agent definitions failed: {error}"
         ))),
-        Err(_) => Err(Rejection::new(format!(
+        Err(_) => Err(Rejection::routing(format!(
             "tiers and agent definitions were not read within {} s",
             safe_file::READ_DEADLINE.as_secs()
         ))),
@@ -591,7 +611,7 @@ fn failed_probe(report: &ProbeReport) -> Result<String, Rejection> {
             report.backend
         ));
     }
-    Err(Rejection::new(format!(
+    Err(Rejection::routing(format!(
         "probe of backend {} failed: {reason}",
         report.backend
     )))
@@ -605,7 +625,7 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
             .filter_map(|m| m.get("id").and_then(Value::as_str))
             .collect();
         if !advertised.is_empty() && !advertised.contains(&mode.as_str()) {
-            return Err(Rejection::new(format!(
+            return Err(Rejection::routing(format!(
                 "{}@{}: backend {} has no mode {mode:?}; it offers: {}",
                 call.label,
                 call.index,
@@ -620,7 +640,7 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
             .iter()
             .find(|o| o.get("id").and_then(Value::as_str) == Some(id))
         else {
-            return Err(Rejection::new(format!(
+            return Err(Rejection::routing(format!(
                 "{}@{}: backend {} has no config option {id:?}",
                 call.label, call.index, report.backend
             )));
@@ -640,7 +660,7 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
                 })
                 .collect();
             if !values.is_empty() && !values.contains(&wanted) {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::routing(format!(
                     "{}@{}: config option {id:?} of backend {} has no value {wanted:?}",
                     call.label, call.index, report.backend
                 )));

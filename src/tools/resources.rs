@@ -271,7 +271,7 @@ impl WorkflowServer {
         match self.engine.load_reconciled(run_id).await {
             Ok(record) => Ok(record),
             Err(EngineError::UnknownRun(_)) => Err(not_found(uri, unknown_run(run_id))),
-            Err(EngineError::Rejected(message)) => Err(McpError::internal(message)),
+            Err(EngineError::Rejected(message)) => Err(McpError::internal(message.to_string())),
             Err(EngineError::Store(error)) => {
                 Err(McpError::internal(format!("run store: {error}")))
             }

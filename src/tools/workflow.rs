@@ -664,7 +664,7 @@ pub(super) fn invalid_input(error: McpError) -> Value {
 /// I/O) are JSON-RPC -32603.
 fn engine_failure(error: EngineError) -> McpResult<Value> {
     match error {
-        EngineError::Rejected(message) => Ok(tool_error(message)),
+        EngineError::Rejected(message) => Ok(tool_error(message.to_string())),
         EngineError::UnknownRun(run_id) => Ok(tool_error(unknown_run(&run_id))),
         EngineError::Store(error) => Err(McpError::internal(format!("run store: {error}"))),
     }
@@ -710,8 +710,9 @@ impl WorkflowServer {
                 .setup_response(&run_id, &setup_id, &response)
                 .await
             {
-                Ok(mut answer) => Ok(structured(
-                    format!(
+                Ok(answer) => {
+                    let mut answer = json!(answer);
+                    let headline = format!(
                         "Setup {setup_id} of run {run_id} answered: {}; the run is {}.{}",
                         if answer["accepted"] == true {
                             "approved"
@@ -724,23 +725,20 @@ impl WorkflowServer {
                         } else {
                             " A declined approval is final: the run cannot be resumed."
                         }
-                    ),
-                    {
-                        answer["next"] = if answer["accepted"] == true {
-                            json!({"action": "status", "runId": run_id})
-                        } else {
-                            Value::Null
-                        };
-                        answer
-                    },
-                    Vec::new(),
-                )),
+                    );
+                    answer["next"] = if answer["accepted"] == true {
+                        json!({"action": "status", "runId": run_id})
+                    } else {
+                        Value::Null
+                    };
+                    Ok(structured(headline, answer, Vec::new()))
+                }
                 Err(error) => engine_failure(error),
             },
             Action::Status { run_id, query } => {
                 observe(async {
                     match self.engine.status(&run_id, &query).await {
-                        Ok(status) => Ok(status_result(None, status)),
+                        Ok(status) => Ok(status_result(None, json!(status))),
                         Err(error) => engine_failure(error),
                     }
                 })
@@ -753,7 +751,8 @@ impl WorkflowServer {
             } => {
                 observe(async {
                     match self.engine.result_page(&run_id, offset, max_bytes).await {
-                        Ok(mut page) => {
+                        Ok(page) => {
+                            let mut page = json!(page);
                             let links = vec![
                                 resources::result_link(&run_id),
                                 resources::events_link(&run_id),
@@ -775,7 +774,8 @@ impl WorkflowServer {
                 .respond_permission(&run_id, &permission_id, outcome)
                 .await
             {
-                Ok(mut answer) => {
+                Ok(answer) => {
+                    let mut answer = json!(answer);
                     answer["next"] = json!({"action": "status", "runId": run_id});
                     let mut links = vec![resources::events_link(&run_id)];
                     if let Ok(record) = self.engine.store().load_run(&run_id).await {
@@ -800,6 +800,7 @@ impl WorkflowServer {
                 .await
             {
                 Ok(status) => {
+                    let status = json!(status);
                     let headline = text::stop_headline(&status, call_index);
                     Ok(status_result(Some(headline), status))
                 }
@@ -807,6 +808,7 @@ impl WorkflowServer {
             },
             Action::Pause { run_id, query } => match self.engine.pause(&run_id, &query).await {
                 Ok(status) => {
+                    let status = json!(status);
                     let headline = text::pause_headline(&status);
                     Ok(status_result(Some(headline), status))
                 }

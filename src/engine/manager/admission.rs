@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::approval;
 use crate::engine::manager::{
-    Admission, Engine, EngineError, EngineResult, MAX_ACTIVE_RUNS, RunRequest, Slot,
+    Admission, Engine, EngineError, EngineResult, MAX_ACTIVE_RUNS, Rejected, RunRequest, Slot,
 };
 use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
 use crate::engine::routing::RoutingSnapshot;
@@ -23,28 +23,26 @@ impl Engine {
     /// [`EngineConfig::max_runs`] across all projects. Both are checked and the slot taken
     /// under one lock, so two concurrent requests cannot both take the last one.
     pub(super) fn reserve(&self, project_dir: &Path, active: Option<usize>) -> EngineResult<Slot> {
-        let mut preparing = self
-            .inner
-            .preparing
-            .lock()
-            .map_err(|_| EngineError::Rejected("engine state poisoned".into()))?;
+        let mut preparing = self.inner.preparing.lock().map_err(|_| {
+            EngineError::Rejected(Rejected::Internal("engine state poisoned".into()))
+        })?;
         let in_project = preparing.get(project_dir).copied().unwrap_or(0);
         if let Some(active) = active
             && active + in_project >= MAX_ACTIVE_RUNS
         {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Capacity(format!(
                 "project {} already has {MAX_ACTIVE_RUNS} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
                 project_dir.display()
-            )));
+            ))));
         }
         let executing = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
         let owned = executing + preparing.values().sum::<usize>();
         let cap = self.inner.config.max_runs;
         if owned >= cap {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Capacity(format!(
                 "agentprism is already preparing or executing {owned} runs across all projects, its limit ({} = {cap}); wait for one to finish, pause or stop one (runs waiting for a setup answer do not count)",
                 crate::env::DAEMON_MAX_RUNS
-            )));
+            ))));
         }
         *preparing.entry(project_dir.to_path_buf()).or_insert(0) += 1;
         Ok(Slot {
@@ -134,7 +132,7 @@ impl Engine {
         let prepared = tokio::select! {
             prepared = prepare::prepare(input) => prepared?,
             _ = cancel.cancelled() => {
-                return Err(EngineError::Rejected("the request was cancelled before the run was admitted; nothing was stored".into()));
+                return Err(EngineError::Rejected(Rejected::Cancelled("the request was cancelled before the run was admitted; nothing was stored".into())));
             }
         };
         let (script_source, script_file) = match &request.script {
@@ -194,7 +192,9 @@ impl Engine {
         // The run row keeps the text durably; the copy is what `file://` serves and what
         // a resume reads back for revisions, so it needs no fsync of its own.
         crate::util::write_replace(&path, text.as_bytes(), 0o600).map_err(|e| {
-            EngineError::Rejected(format!("cannot write the run's script copy: {e}"))
+            EngineError::Rejected(Rejected::Unrecorded(format!(
+                "cannot write the run's script copy: {e}"
+            )))
         })?;
         // Recorded resolved, like a scriptPath (the root may sit behind a link, such
         // as /home -> /var/home), because later reads refuse links.
@@ -263,15 +263,21 @@ fn admitted_record(
 
 pub(super) fn check_project_dir(project_dir: &Path) -> EngineResult<()> {
     if !project_dir.is_absolute() {
-        return Err(EngineError::Rejected(format!(
-            "projectDir must be an absolute path, got {}",
-            project_dir.display()
+        return Err(EngineError::Rejected(Rejected::input(
+            "projectDir",
+            format!(
+                "projectDir must be an absolute path, got {}",
+                project_dir.display()
+            ),
         )));
     }
     if !project_dir.is_dir() {
-        return Err(EngineError::Rejected(format!(
-            "projectDir {} is not an existing directory",
-            project_dir.display()
+        return Err(EngineError::Rejected(Rejected::input(
+            "projectDir",
+            format!(
+                "projectDir {} is not an existing directory",
+                project_dir.display()
+            ),
         )));
     }
     Ok(())

@@ -6,7 +6,7 @@
 //! a run whose owner died is reconciled to `paused/interrupted` on the next look.
 //!
 //! Rooms: this file holds [`Engine`], its shared state and the bookkeeping of live runs;
-//! `config` the settings, `api` the requests, answers and errors; `admission` capacity and
+//! `config` the settings, `api` the requests and answers, `error` the errors; `admission` capacity and
 //! starting a run, `execution` running a generation and reconciling dead owners, `resume`
 //! continuing one; `answers` setup and permission answers; `view` status; `results` result
 //! paging, listing and deletion; `stop` stop and pause, `cancel` single-call cancel; `remote`
@@ -17,6 +17,7 @@ mod answers;
 mod api;
 mod cancel;
 mod config;
+mod error;
 mod execution;
 mod owner;
 mod remote;
@@ -44,8 +45,13 @@ use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::Store;
 
-pub use api::{Admission, EngineError, EngineResult, LimitOverrides, ResumeRequest, RunRequest};
+pub use api::{
+    Admission, ControlState, LimitOverrides, LiveCallStatus, LiveStatus, PauseAnswer,
+    PermissionAnswer, ResultPage, ResumeRequest, RunRequest, SetupAnswer, StopAnswer,
+    StopRequested,
+};
 pub use config::{EngineConfig, default_max_runs};
+pub use error::{EngineError, EngineResult, Rejected};
 pub use owner::Owner;
 pub use remote::{OwnerRoute, Unforwarded, lease_owner};
 pub use results::exact_result;
@@ -133,7 +139,8 @@ struct Inner {
 ///     .await?;
 /// engine.wait(&admission.run_id).await;
 /// let status = engine.status(&admission.run_id, &StatusQuery::default()).await?;
-/// assert_eq!(status["outcome"]["result"], "ECHO: say hi");
+/// let result = status.outcome.and_then(|outcome| outcome.result);
+/// assert_eq!(result, Some(serde_json::json!("ECHO: say hi")));
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -314,3 +321,6 @@ impl Engine {
         self.inner.runner.shutdown(deadline).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::engine::driver::Control;
 use crate::engine::intents;
-use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected, StopRequested};
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, RunId, RunStatus};
 use crate::store::StoreError;
@@ -66,7 +66,7 @@ impl Engine {
         run_id: &RunId,
         op: &str,
         wait: Duration,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopRequested> {
         let record = self.inner.store.load_run(run_id).await?;
         let runs = intents::runs_dir(self.inner.store.root(), &record.project_dir);
         let intent = intents::read(&runs, run_id, op);
@@ -76,17 +76,23 @@ impl Engine {
             if intent.is_some() {
                 self.acknowledge(&runs, run_id, op, &settled);
             }
-            return Ok(
-                json!({"outcome": "settled", "stopped": false, "alreadyTerminal": true, "status": record.status, "owner": owner}),
-            );
+            return Ok(StopRequested::Settled {
+                stopped: false,
+                already_terminal: true,
+                status: record.status,
+                owner,
+            });
         }
         if !self.send_control(run_id, Control::Stop) {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is not executing in this process"
-            )));
+            ))));
         }
         if tokio::time::timeout(wait, self.wait(run_id)).await.is_err() {
-            return Ok(json!({"outcome": "stopping", "operationId": op, "owner": owner}));
+            return Ok(StopRequested::Stopping {
+                operation_id: op.to_owned(),
+                owner,
+            });
         }
         let record = self.inner.store.load_run(run_id).await?;
         let stopped = record.status == RunStatus::Aborted;
@@ -94,9 +100,12 @@ impl Engine {
         if intent.is_some() {
             self.acknowledge(&runs, run_id, op, &settled);
         }
-        Ok(
-            json!({"outcome": "settled", "stopped": stopped, "alreadyTerminal": !stopped, "status": record.status, "owner": owner}),
-        )
+        Ok(StopRequested::Settled {
+            stopped,
+            already_terminal: !stopped,
+            status: record.status,
+            owner,
+        })
     }
 
     /// Carries out unacknowledged stop intents (daemon.md 1.10 step 8, "owners scan intents
@@ -150,8 +159,8 @@ impl Engine {
                 }
             }
             match self.stop_cold(run_id, &StatusQuery::default()).await {
-                Ok(status) => {
-                    let already = status["alreadyTerminal"] == true;
+                Ok(answer) => {
+                    let already = answer.already_terminal == Some(true);
                     let settled = json!({"state": "settled", "operationId": intent.op, "stopped": !already, "alreadyTerminal": already, "cold": true});
                     self.acknowledge(&runs, run_id, &intent.op, &settled);
                 }
