@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::runner::BackendSpec;
+use crate::engine::sources::Sources;
 use crate::model::Phase;
-use crate::util::safe_file::{self, Links};
 use crate::util::sha256_hex;
 
 /// Limits on what admission reads from disk.
@@ -70,17 +70,18 @@ pub struct RoutingSnapshot {
 impl RoutingSnapshot {
     /// Reads tiers from `<root>/model-tiers.json` and agent definitions from
     /// `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins). Each file is
-    /// read through [`safe_file`] (links resolved, regular files only, size bounded), and
-    /// errors name the file and a line, never its text. Blocking: call it off the async
+    /// read through `sources` (on disk: links resolved, regular files only, size bounded),
+    /// and errors name the file and a line, never its text. Blocking: call it off the async
     /// workers.
     pub fn capture(
+        sources: &dyn Sources,
         root: &Path,
         project_dir: &Path,
         home: Option<&Path>,
     ) -> Result<RoutingSnapshot, String> {
         let mut snapshot = RoutingSnapshot::default();
         let tiers_path = root.join("model-tiers.json");
-        match safe_file::read_blocking(&tiers_path, MAX_TIERS_BYTES, Links::ResolveFirst) {
+        match sources.read_companion(&tiers_path, MAX_TIERS_BYTES) {
             Ok(contents) => {
                 let parsed: Value = serde_json::from_slice(&contents.bytes)
                     .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
@@ -118,15 +119,7 @@ impl RoutingSnapshot {
             folders.push(home.join(".agentprism").join("agents"));
         }
         for folder in folders {
-            let Ok(entries) = std::fs::read_dir(&folder) else {
-                continue;
-            };
-            let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            paths.sort();
-            for path in paths {
-                if path.extension().and_then(|e| e.to_str()) != Some("md") {
-                    continue;
-                }
+            for path in sources.companions(&folder, "md") {
                 let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned)
                 else {
                     continue;
@@ -140,9 +133,9 @@ impl RoutingSnapshot {
                         folder.display()
                     ));
                 }
-                let contents =
-                    safe_file::read_blocking(&path, MAX_DEFINITION_BYTES, Links::ResolveFirst)
-                        .map_err(|error| format!("agent definition {error}"))?;
+                let contents = sources
+                    .read_companion(&path, MAX_DEFINITION_BYTES)
+                    .map_err(|error| format!("agent definition {error}"))?;
                 let text = String::from_utf8(contents.bytes).map_err(|_| {
                     format!("agent definition {} is not UTF-8 text", path.display())
                 })?;

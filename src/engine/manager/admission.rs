@@ -71,7 +71,9 @@ impl Engine {
         args: Value,
     ) -> EngineResult<Prepared> {
         check_project_dir(project_dir)?;
-        let bytes = prepare::read_script(script).await?.bytes;
+        let bytes = prepare::read_script(self.inner.sources.as_ref(), script)
+            .await?
+            .bytes;
         let run_id = RunId::parse("validate-0").expect("valid id");
         let input = self.prepare_input(bytes, args, project_dir, &run_id, None);
         Ok(prepare::prepare(input).await?)
@@ -95,6 +97,7 @@ impl Engine {
             home: self.inner.config.home.as_deref(),
             backends: self.inner.backends.clone(),
             runner: self.inner.runner.clone(),
+            sources: self.inner.sources.clone(),
             existing_routing,
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
@@ -120,7 +123,8 @@ impl Engine {
         check_project_dir(&request.project_dir)?;
         let active = self.active_count(&request.project_dir).await?;
         let slot = self.reserve(&request.project_dir, Some(active))?;
-        let prepare::ScriptBytes { bytes, file } = prepare::read_script(&request.script).await?;
+        let prepare::ScriptBytes { bytes, file } =
+            prepare::read_script(self.inner.sources.as_ref(), &request.script).await?;
         let run_id = RunId::generate();
         let input = self.prepare_input(
             bytes,

@@ -205,7 +205,7 @@ impl Engine {
         let run_id = &record.run_id;
         // Read first: a corrupt snapshot fails the resume whether or not the script changed.
         let routing = stored_routing(record)?;
-        let current_text = prepare::reread_script(&record.script_file)
+        let current_text = prepare::reread_script(self.inner.sources.as_ref(), &record.script_file)
             .await
             .map_err(|r| {
                 EngineError::Rejected(Rejected::Script(format!("cannot resume run {run_id}: {r}")))

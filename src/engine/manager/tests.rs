@@ -1,6 +1,7 @@
 //! Tests of the engine's answers and errors through its API, on the instant runner and a
 //! real store: the JSON the answers serialise to, and stored records that do not parse.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -325,4 +326,135 @@ async fn the_answers_serialise_in_the_documented_order() {
         ]
     );
     assert_eq!(page["chunk"], "\"ECH");
+}
+
+/// Sources held in memory: files no disk holds, so a run that finds them read them here.
+#[derive(Default)]
+struct MemorySources {
+    files: std::collections::BTreeMap<PathBuf, String>,
+    reads: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+impl MemorySources {
+    fn get(&self, path: &Path) -> Result<crate::engine::sources::Contents, FileError> {
+        self.reads.lock().expect("reads").push(path.to_path_buf());
+        match self.files.get(path) {
+            Some(text) => Ok(crate::engine::sources::Contents {
+                path: path.to_path_buf(),
+                bytes: text.clone().into_bytes(),
+            }),
+            None => Err(FileError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            }),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sources for MemorySources {
+    async fn read_script(
+        &self,
+        path: &Path,
+    ) -> Result<crate::engine::sources::Contents, FileError> {
+        self.get(path)
+    }
+
+    async fn reread_script(
+        &self,
+        path: &Path,
+    ) -> Result<crate::engine::sources::Contents, FileError> {
+        self.get(path)
+    }
+
+    fn read_companion(
+        &self,
+        path: &Path,
+        _limit: u64,
+    ) -> Result<crate::engine::sources::Contents, FileError> {
+        self.get(path)
+    }
+
+    fn companions(&self, folder: &Path, extension: &str) -> Vec<PathBuf> {
+        self.files
+            .keys()
+            .filter(|path| path.parent() == Some(folder))
+            .filter(|path| path.extension().and_then(|e| e.to_str()) == Some(extension))
+            .cloned()
+            .collect()
+    }
+}
+
+use crate::engine::sources::{FileError, Sources};
+
+#[tokio::test]
+async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_port() {
+    let world = world();
+    let script = PathBuf::from("/nowhere/flow.js");
+    let helper = world.project.join(".agentprism/workflows/helper.js");
+    let reviewer = world.project.join(".agentprism/agents/reviewer.md");
+    let mut sources = MemorySources::default();
+    sources.files.insert(
+        script.clone(),
+        "export const meta = { name: 'flow', description: 'd' };\nawait checkpoint('go?');\nreturn await workflow('helper');"
+            .into(),
+    );
+    sources.files.insert(
+        helper.clone(),
+        "export const meta = { name: 'helper', description: 'd' };\nreturn await agent('look', {agentType: 'reviewer'});".into(),
+    );
+    sources.files.insert(
+        reviewer.clone(),
+        "---\nmodel: claude\n---\nYou review.\n".into(),
+    );
+    let sources = Arc::new(sources);
+    let engine = Engine::with_sources(
+        world.store.clone(),
+        InstantRunner::new(),
+        Arc::new(NamedBackends::new(["claude"])),
+        sources.clone(),
+        EngineConfig {
+            probe: false,
+            ..EngineConfig::default()
+        },
+    );
+    let admission = engine
+        .start(RunRequest {
+            project_dir: world.project.clone(),
+            script: ScriptInput::Path(script.clone()),
+            args: json!({}),
+            limits: Default::default(),
+        })
+        .await
+        .expect("admitted from memory");
+    assert_eq!(admission.script_file, script);
+    engine.wait(&admission.run_id).await;
+    // The resume reads the recorded script back through the port to look for a revision.
+    engine
+        .resume(World::resume_request(
+            &admission.run_id,
+            vec![(0, json!(true))],
+        ))
+        .await
+        .expect("resumed");
+    engine.wait(&admission.run_id).await;
+    let status = json!(
+        engine
+            .status(&admission.run_id, &StatusQuery::default())
+            .await
+            .expect("status")
+    );
+    assert_eq!(
+        status["outcome"]["result"], "ECHO: You review.\n\nlook",
+        "{status:#}"
+    );
+    let reads = sources.reads.lock().expect("reads").clone();
+    let script_reads = reads.iter().filter(|path| **path == script).count();
+    assert_eq!(script_reads, 2, "admission and resume: {reads:?}");
+    for path in [&helper, &reviewer] {
+        assert!(
+            reads.contains(path),
+            "{path:?} not read through the port: {reads:?}"
+        );
+    }
 }
