@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::engine::approval;
+use crate::engine::manager::error::corrupt;
 use crate::engine::manager::execution::stored_routing;
 use crate::engine::manager::{
     Engine, EngineError, EngineResult, PermissionAnswer, Rejected, SetupAnswer,
@@ -30,7 +31,7 @@ impl Engine {
                 "run {run_id} has no setup request"
             ))));
         };
-        let approve = setup_approves(&setup, setup_id, response)?;
+        let approve = setup_approves(run_id, &setup, setup_id, response)?;
         if let Some(answered) = setup.get("answer") {
             if answered == response {
                 return Ok(setup_answer(run_id, setup_id, record.status, approve));
@@ -158,11 +159,17 @@ impl Engine {
 
 /// Whether `response` approves the run's backends: it must answer this setup request, and
 /// an `accept` must match the requested schema.
-fn setup_approves(setup: &Value, setup_id: &str, response: &Value) -> EngineResult<bool> {
+fn setup_approves(
+    run_id: &RunId,
+    setup: &Value,
+    setup_id: &str,
+    response: &Value,
+) -> EngineResult<bool> {
+    // The engine writes every setup request with its id: one without is a corrupt record.
     let request_id = setup
         .pointer("/request/id")
         .and_then(Value::as_str)
-        .unwrap_or_default();
+        .ok_or_else(|| corrupt(run_id, "its setup request", "it has no id"))?;
     if request_id != setup_id {
         return Err(EngineError::Rejected(Rejected::input(
             "setupId",

@@ -17,7 +17,10 @@ use crate::util::now_ms;
 /// This process as a lease holder.
 #[derive(Clone, Debug)]
 pub struct Owner {
+    /// Names the holder on every lease it takes: a daemon's `instanceId`, so other
+    /// processes know whose control socket can act on the run.
     pub owner_id: String,
+    /// With `proc_start`, the process identity that tells a live holder from a dead one.
     pub pid: u32,
     pub proc_start: u64,
 }

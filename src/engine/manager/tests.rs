@@ -458,3 +458,29 @@ async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_
         );
     }
 }
+
+#[tokio::test]
+async fn a_setup_request_without_its_id_is_a_corrupt_record() {
+    let world = world();
+    let run_id = world
+        .settled("export const meta = { name: 's', description: 'd', model: 'mine', backends: {mine: {command: 'mine-acp'}} };\nreturn await agent('x');")
+        .await;
+    world
+        .tamper(&run_id, |record| {
+            if let Some(Value::Object(request)) =
+                record.setup.as_mut().and_then(|s| s.get_mut("request"))
+            {
+                request.remove("id");
+            }
+        })
+        .await;
+    let error = world
+        .engine
+        .setup_response(&run_id, "any", &json!({"action": "decline"}))
+        .await
+        .expect_err("no id to match");
+    assert_eq!(
+        corrupt_message(error),
+        format!("run {run_id}: its setup request: it has no id")
+    );
+}
