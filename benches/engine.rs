@@ -471,10 +471,12 @@ async fn wait_settled(engine: &Engine, run_id: &RunId) -> Result<()> {
 }
 
 async fn expect_status(engine: &Engine, run_id: &RunId, expected: &str) -> Result<Value> {
-    let status = engine
-        .status(run_id, &StatusQuery::default())
-        .await
-        .context("reading the run's status")?;
+    let status = serde_json::to_value(
+        engine
+            .status(run_id, &StatusQuery::default())
+            .await
+            .context("reading the run's status")?,
+    )?;
     ensure!(
         status["status"] == expected,
         "run {run_id} ended {} instead of {expected}: {status:#}",

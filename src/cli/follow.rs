@@ -104,6 +104,7 @@ async fn settle(
         .status(run_id, &StatusQuery::default())
         .await
         .map_err(engine_error)?;
+    let status = serde_json::json!(status);
     let state = status
         .get("status")
         .and_then(Value::as_str)

@@ -166,6 +166,7 @@ pub(super) async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
             .setup_response(&run_id, &setup_id, &response)
             .await
             .map_err(engine_error)?;
+        let answer = json!(answer);
         if !args.approve {
             note!(
                 "declined; run {run_id} is aborted (setup_declined) and cannot be resumed: a declined approval is final"

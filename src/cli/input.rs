@@ -77,7 +77,7 @@ pub(super) fn limits(args: &LimitArgs) -> LimitOverrides {
 /// Maps engine errors to exit codes: rejections are input errors (2).
 pub(super) fn engine_error(error: EngineError) -> anyhow::Error {
     match error {
-        EngineError::Rejected(message) => input_error(cli_wording(&message)),
+        EngineError::Rejected(message) => input_error(cli_wording(&message.to_string())),
         EngineError::UnknownRun(run_id) => {
             input_error(format!("No workflow run found for runId \"{run_id}\""))
         }

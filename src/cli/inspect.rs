@@ -31,7 +31,7 @@ pub(super) async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
             label_glob: args.label.clone(),
             log_lines: args.logs,
         };
-        let status = engine.status(&run_id, &query).await.map_err(engine_error)?;
+        let status = json!(engine.status(&run_id, &query).await.map_err(engine_error)?);
         if args.json {
             say!("{}", serde_json::to_string_pretty(&status)?);
             return Ok(EXIT_COMPLETED);
@@ -193,6 +193,7 @@ pub(super) async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
             )
             .await
             .map_err(engine_error)?;
+        let status = json!(status);
         let state = status.get("status").and_then(Value::as_str).unwrap_or("-");
         let control = status.get("control");
         if let Some(control) = control.filter(|c| c["state"] == "pending") {

@@ -105,7 +105,7 @@ impl ControlHandler for DaemonControl {
                                 Err(ControlError::UnknownRun(run_id.to_string()))
                             }
                             Err(EngineError::Rejected(message)) => {
-                                Err(ControlError::InvalidOperation(message))
+                                Err(ControlError::InvalidOperation(message.to_string()))
                             }
                             Err(EngineError::Store(error)) => {
                                 Err(ControlError::Internal(error.to_string()))

@@ -55,13 +55,16 @@ pub async fn serve(
         "stop" => engine
             .stop_requested(&run_id, op, STOP_ANSWER_WAIT)
             .await
+            .map(|answer| json!(answer))
             .map_err(control_error),
         "cancel-agent" => cancel_agent(engine, &run_id, body).await,
         "pause" => {
-            let status = engine
-                .pause(&run_id, &StatusQuery::default())
-                .await
-                .map_err(control_error)?;
+            let status = json!(
+                engine
+                    .pause(&run_id, &StatusQuery::default())
+                    .await
+                    .map_err(control_error)?
+            );
             Ok(json!({
                 "outcome": if status["paused"] == true { "paused" } else { "pausing" },
                 "paused": status["paused"],
@@ -130,10 +133,12 @@ async fn cancel_agent(
         .and_then(Value::as_u64)
         .and_then(|index| u32::try_from(index).ok())
         .ok_or_else(|| invalid("callIndex must be a non-negative integer"))?;
-    let status = engine
-        .stop(run_id, Some(index), &StatusQuery::default())
-        .await
-        .map_err(control_error)?;
+    let status = json!(
+        engine
+            .stop(run_id, Some(index), &StatusQuery::default())
+            .await
+            .map_err(control_error)?
+    );
     Ok(
         json!({"outcome": "cancelled", "cancelled": status["cancelled"], "status": status["status"]}),
     )
@@ -182,7 +187,7 @@ fn required_string<'a>(body: &'a Value, field: &str) -> Result<&'a str, ControlE
 fn control_error(error: EngineError) -> ControlError {
     match error {
         EngineError::UnknownRun(run_id) => ControlError::UnknownRun(run_id.to_string()),
-        EngineError::Rejected(message) => ControlError::InvalidOperation(message),
+        EngineError::Rejected(message) => ControlError::InvalidOperation(message.to_string()),
         EngineError::Store(error) => ControlError::Internal(error.to_string()),
     }
 }

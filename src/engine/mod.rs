@@ -4,9 +4,9 @@
 //! Reading order: `script` (static checks) and `vm` (the QuickJS thread with the DSL
 //! prelude), `journal` (identity and replay) and `routing`, `driver` (one generation of a
 //! run), `prepare` (the checks before admission), `manager` (the front door used by the CLI
-//! and the MCP tool), `status`. The engine reaches the outside world only through the
-//! `runner` traits and the store (which also keeps the durable control intents and the
-//! inline script copies).
+//! and the MCP tool), `status`. The engine reaches the outside world only through three
+//! ports: the store (which also keeps the durable control intents and the inline script
+//! copies), the `runner` traits, and `sources` (scripts and the files they name).
 
 pub mod approval;
 pub mod driver;
@@ -23,6 +23,7 @@ pub mod routing;
 pub mod runner;
 pub mod schema;
 pub mod script;
+pub mod sources;
 pub mod status;
 pub mod vm;
 

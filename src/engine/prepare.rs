@@ -20,9 +20,10 @@ use crate::engine::routing::{BackendLookup, RoutingSnapshot};
 use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport};
 use crate::engine::schema;
 use crate::engine::script::{self, AnalyzedScript, MAX_SCRIPT_BYTES};
+use crate::engine::sources::Sources;
 use crate::engine::vm::VmLimits;
 use crate::model::{CallKind, Limits, RunId, RunStatus, Usage};
-use crate::util::safe_file::{self, Links};
+use crate::util::safe_file;
 
 /// How long the dry run may take.
 pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
@@ -43,12 +44,32 @@ pub enum ScriptInput {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rejection {
     pub message: String,
+    pub cause: Cause,
+}
+
+/// What a preparation failure is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The script itself: reading it, its static checks, `args`, the dry run.
+    Script,
+    /// Where its calls go: a call without a route, a backend that cannot serve it.
+    Routing,
 }
 
 impl Rejection {
+    /// A failure of the script itself.
     pub fn new(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
+            cause: Cause::Script,
+        }
+    }
+
+    /// A failure of routing: no route, or a backend that cannot serve a call.
+    pub fn routing(message: impl Into<String>) -> Rejection {
+        Rejection {
+            message: message.into(),
+            cause: Cause::Routing,
         }
     }
 }
@@ -85,10 +106,13 @@ pub struct ScriptBytes {
 }
 
 /// Reads a script: inline text, or an absolute path to a regular file of at most 1 MiB, read
-/// through [`safe_file`] (links resolved once, no FIFO, device or folder, size bounded, off
-/// the async workers). A file that is not named like a JavaScript file is refused without a
-/// word of its contents if it is not a workflow script.
-pub async fn read_script(input: &ScriptInput) -> Result<ScriptBytes, Rejection> {
+/// through `sources` (on disk: links resolved once, no FIFO, device or folder, size bounded,
+/// off the async workers). A file that is not named like a JavaScript file is refused
+/// without a word of its contents if it is not a workflow script.
+pub async fn read_script(
+    sources: &dyn Sources,
+    input: &ScriptInput,
+) -> Result<ScriptBytes, Rejection> {
     match input {
         ScriptInput::Inline(text) => Ok(ScriptBytes {
             bytes: text.clone().into_bytes(),
@@ -101,7 +125,8 @@ pub async fn read_script(input: &ScriptInput) -> Result<ScriptBytes, Rejection> 
                     path.display()
                 )));
             }
-            let contents = safe_file::read(path, MAX_SCRIPT_BYTES as u64, Links::ResolveFirst)
+            let contents = sources
+                .read_script(path)
                 .await
                 .map_err(|error| Rejection::new(format!("scriptPath {error}")))?;
             check_named_script(path, &contents.path, &contents.bytes)?;
@@ -114,10 +139,13 @@ pub async fn read_script(input: &ScriptInput) -> Result<ScriptBytes, Rejection> 
 }
 
 /// Reads a run's recorded script file again (a resume looks for a revision). The path was
-/// resolved at admission, so a symbolic link in it now is refused, like a FIFO, a device or an
+/// resolved at admission, so (on disk) a symbolic link in it now is refused, like a FIFO, a device or an
 /// oversize file. `None` when the file is gone: the run goes on with its stored text.
-pub async fn reread_script(path: &Path) -> Result<Option<Vec<u8>>, Rejection> {
-    match safe_file::read(path, MAX_SCRIPT_BYTES as u64, Links::Refuse).await {
+pub async fn reread_script(
+    sources: &dyn Sources,
+    path: &Path,
+) -> Result<Option<Vec<u8>>, Rejection> {
+    match sources.reread_script(path).await {
         Ok(contents) => {
             check_named_script(path, &contents.path, &contents.bytes)?;
             Ok(Some(contents.bytes))
@@ -129,8 +157,9 @@ pub async fn reread_script(path: &Path) -> Result<Option<Vec<u8>>, Rejection> {
 
 /// Reads a saved workflow for a nested `workflow(name)` call. It runs on the calling script's
 /// VM thread (a thread of its own, never an async worker), so it reads right there.
-pub fn read_nested(path: &Path) -> Result<String, String> {
-    let contents = safe_file::read_blocking(path, MAX_SCRIPT_BYTES as u64, Links::ResolveFirst)
+pub fn read_nested(sources: &dyn Sources, path: &Path) -> Result<String, String> {
+    let contents = sources
+        .read_companion(path, MAX_SCRIPT_BYTES as u64)
         .map_err(|error| {
             if error.is_not_found() {
                 format!("no saved workflow {}", path.display())
@@ -241,6 +270,8 @@ pub struct PrepareInput<'a> {
     pub home: Option<&'a Path>,
     pub backends: Arc<dyn BackendLookup>,
     pub runner: Arc<dyn AgentRunner>,
+    /// Where the tiers file and agent definitions are read.
+    pub sources: Arc<dyn Sources>,
     /// For a revision: the run's captured routing (no new capture, no new backends).
     pub existing_routing: Option<&'a RoutingSnapshot>,
     pub vm_limits: VmLimits,
@@ -270,7 +301,16 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             check_no_new_backends(existing, &declared, input.backends.as_ref())?;
             existing.clone()
         }
-        None => capture_routing(input.persistence_root, input.project_dir, input.home).await?,
+        None => {
+            let sources = input.sources.clone();
+            capture_routing(
+                sources,
+                input.persistence_root,
+                input.project_dir,
+                input.home,
+            )
+            .await?
+        }
     };
     // The dry run treats declared backends as approved.
     let mut dry_routing = routing.clone();
@@ -311,7 +351,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         .await?;
         for (report, calls) in reports {
             if !report.started {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::routing(format!(
                     "backend {} could not be used: {}",
                     report.backend,
                     report
@@ -373,7 +413,7 @@ fn check_no_new_backends(
         .map(String::as_str)
         .collect();
     if !widened.is_empty() && existing.script_backends.len() < declared.len() {
-        return Err(Rejection::new(format!(
+        return Err(Rejection::routing(format!(
             "the revised script declares backends the run never approved: {}",
             widened.join(", ")
         )));
@@ -427,7 +467,7 @@ fn check_every_call_routed(
     let mut names = backends.names();
     names.extend(declared.keys().cloned());
     names.truncate(CATALOG_LIMIT);
-    Err(Rejection::new(format!(
+    Err(Rejection::routing(format!(
         "missing routing: {} have no route. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
         missing.join(", "),
         names.join(", ")
@@ -507,7 +547,7 @@ async fn run_probes(
         match tokio::time::timeout_at(deadline, probe).await {
             Ok(report) => reports.push((report, calls.clone())),
             Err(_) => {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::routing(format!(
                     "the probe of backend {} did not finish within the probe limit of {} ({} sets it); nothing was stored",
                     backend.id,
                     describe_limit(limit),
@@ -552,6 +592,7 @@ fn describe_limit(limit: Duration) -> String {
 /// [`RoutingSnapshot::capture`] on the blocking pool, under the file-read deadline: its
 /// reads of tiers and agent definitions never hold an async worker.
 async fn capture_routing(
+    sources: Arc<dyn Sources>,
     root: Option<&Path>,
     project_dir: &Path,
     home: Option<&Path>,
@@ -562,14 +603,19 @@ async fn capture_routing(
         home.map(Path::to_path_buf),
     );
     let capture = tokio::task::spawn_blocking(move || {
-        RoutingSnapshot::capture(root.as_deref(), &project_dir, home.as_deref())
+        RoutingSnapshot::capture(
+            sources.as_ref(),
+            root.as_deref(),
+            &project_dir,
+            home.as_deref(),
+        )
     });
     match tokio::time::timeout(safe_file::READ_DEADLINE, capture).await {
-        Ok(Ok(captured)) => captured.map_err(Rejection::new),
-        Ok(Err(error)) => Err(Rejection::new(format!(
+        Ok(Ok(captured)) => captured.map_err(Rejection::routing),
+        Ok(Err(error)) => Err(Rejection::routing(format!(
             "reading tiers and agent definitions failed: {error}"
         ))),
-        Err(_) => Err(Rejection::new(format!(
+        Err(_) => Err(Rejection::routing(format!(
             "tiers and agent definitions were not read within {} s",
             safe_file::READ_DEADLINE.as_secs()
         ))),
@@ -592,7 +638,7 @@ fn failed_probe(report: &ProbeReport) -> Result<String, Rejection> {
             report.backend
         ));
     }
-    Err(Rejection::new(format!(
+    Err(Rejection::routing(format!(
         "probe of backend {} failed: {reason}",
         report.backend
     )))
@@ -606,7 +652,7 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
             .filter_map(|m| m.get("id").and_then(Value::as_str))
             .collect();
         if !advertised.is_empty() && !advertised.contains(&mode.as_str()) {
-            return Err(Rejection::new(format!(
+            return Err(Rejection::routing(format!(
                 "{}@{}: backend {} has no mode {mode:?}; it offers: {}",
                 call.label,
                 call.index,
@@ -621,7 +667,7 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
             .iter()
             .find(|o| o.get("id").and_then(Value::as_str) == Some(id))
         else {
-            return Err(Rejection::new(format!(
+            return Err(Rejection::routing(format!(
                 "{}@{}: backend {} has no config option {id:?}",
                 call.label, call.index, report.backend
             )));
@@ -641,7 +687,7 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
                 })
                 .collect();
             if !values.is_empty() && !values.contains(&wanted) {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::routing(format!(
                     "{}@{}: config option {id:?} of backend {} has no value {wanted:?}",
                     call.label, call.index, report.backend
                 )));

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::runner::BackendSpec;
+use crate::engine::sources::Sources;
 use crate::model::Phase;
-use crate::util::safe_file::{self, Links};
 use crate::util::sha256_hex;
 
 /// Limits on what admission reads from disk.
@@ -67,69 +67,69 @@ pub struct RoutingSnapshot {
     pub integrity: String,
 }
 
+/// Reads `<root>/model-tiers.json` into `snapshot.tiers`; a missing file means no tiers.
+fn read_tiers(
+    sources: &dyn Sources,
+    root: &Path,
+    snapshot: &mut RoutingSnapshot,
+) -> Result<(), String> {
+    let tiers_path = root.join("model-tiers.json");
+    let contents = match sources.read_companion(&tiers_path, MAX_TIERS_BYTES) {
+        Ok(contents) => contents,
+        Err(error) if error.is_not_found() => return Ok(()),
+        Err(error) => return Err(format!("the tiers file {error}")),
+    };
+    let parsed: Value = serde_json::from_slice(&contents.bytes)
+        .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
+    let tiers = parsed
+        .get("tiers")
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            format!(
+                "{}: expected {{\"tiers\": {{\"<name>\": \"<model spec>\"}}}}",
+                tiers_path.display()
+            )
+        })?;
+    for (name, spec) in tiers {
+        let spec = spec
+            .as_str()
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| {
+                // The name is the file's text: shown short and redacted.
+                let (name, _) =
+                    crate::engine::redact::redact_text(crate::util::truncate_utf8(name, 40));
+                format!(
+                    "{}: tiers.{name} must be a non-empty model spec string",
+                    tiers_path.display()
+                )
+            })?;
+        snapshot.tiers.insert(name.clone(), spec.to_owned());
+    }
+    Ok(())
+}
+
 impl RoutingSnapshot {
-    /// Reads tiers from `<root>/model-tiers.json` (none without a root) and agent definitions
-    /// from `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins). Each file is
-    /// read through [`safe_file`] (links resolved, regular files only, size bounded), and
-    /// errors name the file and a line, never its text. Blocking: call it off the async
+    /// Reads tiers from `<root>/model-tiers.json` (none without a root) and agent definitions from
+    /// `<project>/.agentprism/agents` then `~/.agentprism/agents` (project wins). Each file is
+    /// read through `sources` (on disk: links resolved, regular files only, size bounded),
+    /// and errors name the file and a line, never its text. Blocking: call it off the async
     /// workers.
     pub fn capture(
+        sources: &dyn Sources,
         root: Option<&Path>,
         project_dir: &Path,
         home: Option<&Path>,
     ) -> Result<RoutingSnapshot, String> {
         let mut snapshot = RoutingSnapshot::default();
         if let Some(root) = root {
-            let tiers_path = root.join("model-tiers.json");
-            match safe_file::read_blocking(&tiers_path, MAX_TIERS_BYTES, Links::ResolveFirst) {
-                Ok(contents) => {
-                    let parsed: Value = serde_json::from_slice(&contents.bytes)
-                        .map_err(|e| format!("{}: not valid JSON: {e}", tiers_path.display()))?;
-                    let tiers =
-                        parsed
-                            .get("tiers")
-                            .and_then(Value::as_object)
-                            .ok_or_else(|| {
-                                format!(
-                                    "{}: expected {{\"tiers\": {{\"<name>\": \"<model spec>\"}}}}",
-                                    tiers_path.display()
-                                )
-                            })?;
-                    for (name, spec) in tiers {
-                        let spec =
-                            spec.as_str()
-                                .filter(|s| !s.trim().is_empty())
-                                .ok_or_else(|| {
-                                    // The name is the file's text: shown short and redacted.
-                                    let (name, _) = crate::engine::redact::redact_text(
-                                        crate::util::truncate_utf8(name, 40),
-                                    );
-                                    format!(
-                                        "{}: tiers.{name} must be a non-empty model spec string",
-                                        tiers_path.display()
-                                    )
-                                })?;
-                        snapshot.tiers.insert(name.clone(), spec.to_owned());
-                    }
-                }
-                Err(error) if error.is_not_found() => {}
-                Err(error) => return Err(format!("the tiers file {error}")),
-            }
+            read_tiers(sources, root, &mut snapshot)?;
         }
         let mut folders = vec![project_dir.join(".agentprism").join("agents")];
         if let Some(home) = home {
             folders.push(home.join(".agentprism").join("agents"));
         }
         for folder in folders {
-            let Ok(entries) = std::fs::read_dir(&folder) else {
-                continue;
-            };
-            let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            paths.sort();
-            for path in paths {
-                if path.extension().and_then(|e| e.to_str()) != Some("md") {
-                    continue;
-                }
+            for path in sources.companions(&folder, "md") {
                 let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned)
                 else {
                     continue;
@@ -143,9 +143,9 @@ impl RoutingSnapshot {
                         folder.display()
                     ));
                 }
-                let contents =
-                    safe_file::read_blocking(&path, MAX_DEFINITION_BYTES, Links::ResolveFirst)
-                        .map_err(|error| format!("agent definition {error}"))?;
+                let contents = sources
+                    .read_companion(&path, MAX_DEFINITION_BYTES)
+                    .map_err(|error| format!("agent definition {error}"))?;
                 let text = String::from_utf8(contents.bytes).map_err(|_| {
                     format!("agent definition {} is not UTF-8 text", path.display())
                 })?;

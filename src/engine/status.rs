@@ -4,14 +4,20 @@
 //! go first, then log lines, then phases. Previews are redacted and capped; prompts, args,
 //! hashes, session ids and the script never appear.
 
-use serde_json::{Value, json};
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::engine::driver::LiveView;
 use crate::engine::glob;
 use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunRecord, RunStatus};
+use crate::model::{
+    CallKind, CallOrigin, CallOutcome, CallRecord, Phase, RunId, RunRecord, RunStatus,
+    ScriptRevision, Usage,
+};
 use crate::store::{Store, StoreResult};
 
 /// Cap of the status projection without `outcome`.
@@ -59,6 +65,179 @@ pub fn file_uri(path: &std::path::Path) -> String {
     uri
 }
 
+/// The bounded status document of a run (engine.md 6.4, `docs/api.md`). Serialises to the
+/// documented JSON, fields in this order; optional fields are left out when unset.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDocument {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub workflow_name: String,
+    /// The echoed limits (`Limits::to_json`).
+    pub limits: Value,
+    pub script_uri: String,
+    pub script_path: PathBuf,
+    pub events_uri: String,
+    pub generation: u32,
+    pub started_at: String,
+    pub updated_at: String,
+    pub token_usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_phase: Option<String>,
+    /// The pause reason, or `setup_declined` for a run whose approval was declined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_uri: Option<String>,
+    /// The setup request of a pending run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub script_revisions: Vec<ScriptRevision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latest_activity: Option<Value>,
+    /// Permission requests of this process's live calls.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_permissions: Vec<Value>,
+    pub filter: Filter,
+    pub calls: Vec<CallEntry>,
+    pub phases: Vec<Phase>,
+    pub log_tail: LogTailView,
+    pub truncation: Truncation,
+    /// A paused or terminal run's outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<StatusOutcome>,
+    /// Permission requests another process executing the run reported; they come last,
+    /// where they were added to the document.
+    #[serde(rename = "pendingPermissions", skip_serializing_if = "Vec::is_empty")]
+    pub remote_pending_permissions: Vec<Value>,
+}
+
+/// The inspection bounds the document was built with.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Filter {
+    pub last_n: usize,
+    pub log_lines: usize,
+    pub label_glob: Option<String>,
+}
+
+/// One call as status shows it: a settled row of the latest generation, or a live call
+/// (which has `timeoutMs` and `status`, and no result yet).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallEntry {
+    pub index: u32,
+    pub kind: CallKind,
+    pub label: Option<String>,
+    pub phase: Option<String>,
+    pub model: Option<String>,
+    pub backend_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// `queued` or `running`, for a live call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    pub result_preview: Option<Value>,
+    pub result_redacted: bool,
+    pub result_truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// Answered from the journal of an earlier generation.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+}
+
+/// `logTail`: the log lines shown, redacted and capped.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogTailView {
+    pub lines: Vec<String>,
+    pub total_lines: usize,
+    pub omitted_lines: usize,
+    pub truncated_lines: usize,
+    pub redacted_lines: usize,
+}
+
+/// What was shortened to fit [`MAX_STRUCTURED_BYTES`].
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Truncation {
+    pub max_structured_bytes: usize,
+    pub byte_cap_applied: bool,
+    pub phases: Shortened,
+    pub logs: Shortened,
+    pub calls: CallsShown,
+}
+
+/// How many of a list there are and how many are shown.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shortened {
+    pub total: usize,
+    pub returned: usize,
+    pub shortened: bool,
+    /// Log lines only: how many had a credential replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<usize>,
+}
+
+/// The calls: all of them, those `labelGlob` matched, those shown.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallsShown {
+    pub total: usize,
+    pub matched: usize,
+    pub returned: usize,
+    pub shortened_results: usize,
+    pub redacted_results: usize,
+}
+
+/// `outcome` of a paused or terminal run: the exact result and logs on completion; the
+/// redacted log tail and contexts otherwise.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusOutcome {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Every log line, exact (completed runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<Vec<String>>,
+    /// The last 20 lines, redacted and capped (other runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_context: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_context: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_hint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<OutcomeError>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints_taken: Vec<CheckpointTaken>,
+}
+
+/// The run's error, its message redacted.
+#[derive(Clone, Debug, Serialize)]
+pub struct OutcomeError {
+    pub code: Option<String>,
+    pub message: String,
+}
+
+/// A checkpoint the run went past, and where its answer came from.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointTaken {
+    pub call_index: u32,
+    /// `journal`, `injected` or `headless`.
+    pub source: &'static str,
+}
+
 /// Builds the status document.
 pub async fn build(
     store: &dyn Store,
@@ -66,33 +245,28 @@ pub async fn build(
     live: Option<&LiveView>,
     permissions: &[PendingPermission],
     query: &StatusQuery,
-) -> StoreResult<Value> {
+) -> StoreResult<StatusDocument> {
     let calls = store.latest_calls(&record.run_id).await?;
     let (log_lines, total_logs) = store
         .log_tail(&record.run_id, query.log_lines as u32)
         .await?;
     let rows = call_rows(record, &calls, live);
     let total_calls = rows.len();
-    let matched: Vec<Value> = rows
+    let matched: Vec<CallEntry> = rows
         .into_iter()
-        .filter(|(_, _, label)| match &query.label_glob {
-            Some(pattern) => label
+        .filter(|entry| match &query.label_glob {
+            Some(pattern) => entry
+                .label
                 .as_deref()
                 .is_some_and(|label| glob::glob_match(pattern, label)),
             None => true,
         })
-        .map(|(_, entry, _)| entry)
         .collect();
     let matched_count = matched.len();
-    let mut shown_calls: Vec<Value> = matched.into_iter().rev().take(query.last_n).collect();
+    let mut shown_calls: Vec<CallEntry> = matched.into_iter().rev().take(query.last_n).collect();
     shown_calls.reverse();
     let logs = LogTail::of(log_lines, total_logs as usize);
-    let phases: Vec<Value> = record
-        .phases
-        .iter()
-        .take(MAX_PHASES)
-        .map(|p| json!(p))
-        .collect();
+    let phases: Vec<Phase> = record.phases.iter().take(MAX_PHASES).cloned().collect();
     let head = head(record, live, permissions, query);
     let mut document = fit(
         head,
@@ -106,19 +280,15 @@ pub async fn build(
         },
     );
     if record.status == RunStatus::Paused || record.status.is_terminal() {
-        document["outcome"] = outcome(store, record).await?;
+        document.outcome = Some(outcome(store, record).await?);
     }
     Ok(document)
 }
 
 /// Settled calls of the latest generation (every generation's when none is live), plus
-/// live ones, ascending by index, each with its label for `labelGlob`.
-fn call_rows(
-    record: &RunRecord,
-    calls: &[CallRecord],
-    live: Option<&LiveView>,
-) -> Vec<(u32, Value, Option<String>)> {
-    let mut rows: Vec<(u32, Value, Option<String>)> = Vec::new();
+/// live ones, ascending by index.
+fn call_rows(record: &RunRecord, calls: &[CallRecord], live: Option<&LiveView>) -> Vec<CallEntry> {
+    let mut rows: Vec<CallEntry> = Vec::new();
     for call in calls
         .iter()
         .filter(|c| c.generation == record.generation || live.is_none())
@@ -127,51 +297,47 @@ fn call_rows(
             continue;
         }
         let shown = call.result.as_ref().map(preview::preview);
-        let mut entry = json!({
-            "index": call.index,
-            "kind": call.kind,
-            "label": call.label,
-            "phase": call.phase,
-            "model": call.model_requested,
-            "backendId": call.backend_id,
-            "resultPreview": shown.as_ref().map(|p| p.preview.clone()),
-            "resultRedacted": shown.as_ref().is_some_and(|p| p.redacted),
-            "resultTruncated": shown.as_ref().is_some_and(|p| p.truncated),
+        rows.push(CallEntry {
+            index: call.index,
+            kind: call.kind,
+            label: call.label.clone(),
+            phase: call.phase.clone(),
+            model: call.model_requested.clone(),
+            backend_id: call.backend_id.clone(),
+            timeout_ms: None,
+            status: None,
+            result_redacted: shown.as_ref().is_some_and(|p| p.redacted),
+            result_truncated: shown.as_ref().is_some_and(|p| p.truncated),
+            result_preview: shown.map(|p| p.preview),
+            error_code: call.error.as_ref().map(|error| error.code.clone()),
+            error_message: call
+                .error
+                .as_ref()
+                .map(|error| error_message(&error.message)),
+            replayed: call.origin == CallOrigin::JournalReplay,
         });
-        if let Some(error) = &call.error {
-            entry["errorCode"] = Value::String(error.code.clone());
-            entry["errorMessage"] = Value::String(error_message(&error.message));
-        }
-        if call.origin == CallOrigin::JournalReplay {
-            entry["replayed"] = Value::Bool(true);
-        }
-        if call.outcome == CallOutcome::Null && entry["resultPreview"].is_null() {
-            entry["resultPreview"] = Value::Null;
-        }
-        rows.push((call.index, entry, call.label.clone()));
     }
     if let Some(live) = live {
         for (index, call) in &live.calls {
-            rows.push((
-                *index,
-                json!({
-                    "index": index,
-                    "kind": "agent",
-                    "label": call.label,
-                    "phase": call.phase,
-                    "model": call.model,
-                    "backendId": call.backend_id,
-                    "timeoutMs": call.timeout_ms,
-                    "status": call.state,
-                    "resultPreview": null,
-                    "resultRedacted": false,
-                    "resultTruncated": false,
-                }),
-                Some(call.label.clone()),
-            ));
+            rows.push(CallEntry {
+                index: *index,
+                kind: CallKind::Agent,
+                label: Some(call.label.clone()),
+                phase: call.phase.clone(),
+                model: call.model.clone(),
+                backend_id: call.backend_id.clone(),
+                timeout_ms: Some(call.timeout_ms),
+                status: Some(call.state),
+                result_preview: None,
+                result_redacted: false,
+                result_truncated: false,
+                error_code: None,
+                error_message: None,
+                replayed: false,
+            });
         }
     }
-    rows.sort_by_key(|(index, _, _)| *index);
+    rows.sort_by_key(|entry| entry.index);
     rows
 }
 
@@ -206,102 +372,142 @@ impl LogTail {
     }
 }
 
-/// The document's fields before calls, phases and logs.
+/// The document without calls, phases and logs (filled in by [`fit`]).
 fn head(
     record: &RunRecord,
     live: Option<&LiveView>,
     permissions: &[PendingPermission],
     query: &StatusQuery,
-) -> Value {
+) -> StatusDocument {
     let run_id = record.run_id.as_str();
-    let current_phase = live
-        .and_then(|l| l.current_phase.clone())
-        .or_else(|| record.current_phase.clone());
-    let usage = live.map(|l| l.usage).unwrap_or(record.token_usage);
-    let mut document = json!({
-        "runId": run_id,
-        "status": record.status,
-        "workflowName": record.workflow_name,
-        "limits": record.limits.to_json(),
-        "scriptUri": script_uri(record),
-        "scriptPath": record.script_file,
-        "eventsUri": format!("workflow://runs/{run_id}/events"),
-        "generation": record.generation,
-        "startedAt": crate::util::iso_time(record.started_at),
-        "updatedAt": crate::util::iso_time(record.updated_at),
-        "tokenUsage": usage,
-    });
-    if let Some(phase) = &current_phase {
-        document["currentPhase"] = Value::String(phase.clone());
+    let reason = match record.pause_reason {
+        Some(reason) => Some(reason.as_str().to_owned()),
+        None if record.status == RunStatus::Aborted
+            && crate::engine::approval::setup_declined(record) =>
+        {
+            Some(crate::engine::approval::SETUP_DECLINED.to_owned())
+        }
+        None => None,
+    };
+    StatusDocument {
+        run_id: record.run_id.clone(),
+        status: record.status,
+        workflow_name: record.workflow_name.clone(),
+        limits: record.limits.to_json(),
+        script_uri: script_uri(record),
+        script_path: record.script_file.clone(),
+        events_uri: format!("workflow://runs/{run_id}/events"),
+        generation: record.generation,
+        started_at: crate::util::iso_time(record.started_at),
+        updated_at: crate::util::iso_time(record.updated_at),
+        token_usage: live.map(|l| l.usage).unwrap_or(record.token_usage),
+        current_phase: live
+            .and_then(|l| l.current_phase.clone())
+            .or_else(|| record.current_phase.clone()),
+        reason,
+        error_code: record.error_code.clone(),
+        result_uri: (record.status == RunStatus::Completed && record.result.is_some())
+            .then(|| format!("workflow://runs/{run_id}/result")),
+        setup: record
+            .setup
+            .clone()
+            .filter(|_| record.status == RunStatus::Pending),
+        script_revisions: record.script_revisions.clone(),
+        latest_activity: live.and_then(|l| l.latest_activity.clone()),
+        pending_permissions: permissions.iter().map(PendingPermission::to_json).collect(),
+        filter: Filter {
+            last_n: query.last_n,
+            log_lines: query.log_lines,
+            label_glob: query.label_glob.clone(),
+        },
+        calls: Vec::new(),
+        phases: Vec::new(),
+        log_tail: LogTailView {
+            lines: Vec::new(),
+            total_lines: 0,
+            omitted_lines: 0,
+            truncated_lines: 0,
+            redacted_lines: 0,
+        },
+        truncation: Truncation {
+            max_structured_bytes: MAX_STRUCTURED_BYTES,
+            byte_cap_applied: false,
+            phases: Shortened {
+                total: 0,
+                returned: 0,
+                shortened: false,
+                redacted: None,
+            },
+            logs: Shortened {
+                total: 0,
+                returned: 0,
+                shortened: false,
+                redacted: Some(0),
+            },
+            calls: CallsShown {
+                total: 0,
+                matched: 0,
+                returned: 0,
+                shortened_results: 0,
+                redacted_results: 0,
+            },
+        },
+        outcome: None,
+        remote_pending_permissions: Vec::new(),
     }
-    if let Some(reason) = record.pause_reason {
-        document["reason"] = Value::String(reason.as_str().to_owned());
-    } else if record.status == RunStatus::Aborted && crate::engine::approval::setup_declined(record)
-    {
-        document["reason"] = Value::String(crate::engine::approval::SETUP_DECLINED.to_owned());
-    }
-    if let Some(code) = &record.error_code {
-        document["errorCode"] = Value::String(code.clone());
-    }
-    if record.status == RunStatus::Completed && record.result.is_some() {
-        document["resultUri"] = Value::String(format!("workflow://runs/{run_id}/result"));
-    }
-    if let Some(setup) = &record.setup
-        && record.status == RunStatus::Pending
-    {
-        document["setup"] = setup.clone();
-    }
-    if !record.script_revisions.is_empty() {
-        document["scriptRevisions"] = json!(record.script_revisions);
-    }
-    if let Some(activity) = live.and_then(|l| l.latest_activity.clone()) {
-        document["latestActivity"] = activity;
-    }
-    if !permissions.is_empty() {
-        document["pendingPermissions"] =
-            Value::Array(permissions.iter().map(PendingPermission::to_json).collect());
-    }
-    document["filter"] =
-        json!({"lastN": query.last_n, "logLines": query.log_lines, "labelGlob": query.label_glob});
-    document
 }
 
 /// What [`fit`] shortens to make the document fit.
 struct Parts {
-    calls: Vec<Value>,
+    calls: Vec<CallEntry>,
     total_calls: usize,
     matched_calls: usize,
     logs: LogTail,
-    phases: Vec<Value>,
+    phases: Vec<Phase>,
     total_phases: usize,
 }
 
 /// Fits the cap: the oldest calls go first, then log lines, then phases.
-fn fit(head: Value, mut parts: Parts) -> Value {
+fn fit(head: StatusDocument, mut parts: Parts) -> StatusDocument {
     let mut dropped_calls = 0;
     let mut dropped_logs = 0;
     let mut dropped_phases = 0;
     loop {
         let mut candidate = head.clone();
         let logs = &parts.logs;
-        fill(
-            &mut candidate,
-            &parts.calls,
-            &logs.lines,
-            &parts.phases,
-            logs.total,
-            logs.redacted,
-            logs.truncated,
-        );
-        candidate["truncation"] = json!({
-            "maxStructuredBytes": MAX_STRUCTURED_BYTES,
-            "byteCapApplied": dropped_calls + dropped_logs + dropped_phases > 0,
-            "phases": {"total": parts.total_phases, "returned": parts.phases.len(), "shortened": dropped_phases > 0 || parts.total_phases > MAX_PHASES},
-            "logs": {"total": logs.total, "returned": logs.lines.len(), "shortened": dropped_logs > 0, "redacted": logs.redacted},
-            "calls": {"total": parts.total_calls, "matched": parts.matched_calls, "returned": parts.calls.len(), "shortenedResults": 0, "redactedResults": 0},
-        });
-        let size = candidate.to_string().len();
-        if size <= MAX_STRUCTURED_BYTES {
+        candidate.calls = parts.calls.clone();
+        candidate.phases = parts.phases.clone();
+        candidate.log_tail = LogTailView {
+            lines: logs.lines.clone(),
+            total_lines: logs.total,
+            omitted_lines: logs.total.saturating_sub(logs.lines.len()),
+            truncated_lines: logs.truncated,
+            redacted_lines: logs.redacted,
+        };
+        candidate.truncation = Truncation {
+            max_structured_bytes: MAX_STRUCTURED_BYTES,
+            byte_cap_applied: dropped_calls + dropped_logs + dropped_phases > 0,
+            phases: Shortened {
+                total: parts.total_phases,
+                returned: parts.phases.len(),
+                shortened: dropped_phases > 0 || parts.total_phases > MAX_PHASES,
+                redacted: None,
+            },
+            logs: Shortened {
+                total: logs.total,
+                returned: logs.lines.len(),
+                shortened: dropped_logs > 0,
+                redacted: Some(logs.redacted),
+            },
+            calls: CallsShown {
+                total: parts.total_calls,
+                matched: parts.matched_calls,
+                returned: parts.calls.len(),
+                shortened_results: 0,
+                redacted_results: 0,
+            },
+        };
+        if serialized_len(&candidate) <= MAX_STRUCTURED_BYTES {
             return candidate;
         }
         if !parts.calls.is_empty() {
@@ -319,71 +525,64 @@ fn fit(head: Value, mut parts: Parts) -> Value {
     }
 }
 
-fn fill(
-    document: &mut Value,
-    calls: &[Value],
-    lines: &[String],
-    phases: &[Value],
-    total_logs: usize,
-    redacted_lines: usize,
-    truncated_lines: usize,
-) {
-    document["calls"] = Value::Array(calls.to_vec());
-    document["phases"] = Value::Array(phases.to_vec());
-    document["logTail"] = json!({
-        "lines": lines,
-        "totalLines": total_logs,
-        "omittedLines": total_logs.saturating_sub(lines.len()),
-        "truncatedLines": truncated_lines,
-        "redactedLines": redacted_lines,
-    });
+/// The length of `document`'s JSON.
+fn serialized_len(document: &StatusDocument) -> usize {
+    // Writing into a counter instead of a string: only the size matters here.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serialising plain data into memory cannot fail.
+    let _ = serde_json::to_writer(&mut count, document);
+    count.0
 }
 
-/// `outcome` of a paused or terminal run: the exact result and logs on completion; redacted
-/// log tail and contexts otherwise.
-async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<Value> {
-    let mut outcome = json!({});
+/// `outcome` of a paused or terminal run.
+async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<StatusOutcome> {
+    let mut outcome = StatusOutcome::default();
     let calls = store.calls(&record.run_id).await?;
-    let checkpoints: Vec<Value> = calls
+    outcome.checkpoints_taken = calls
         .iter()
-        .filter(|c| c.kind == CallKind::Checkpoint && c.outcome == CallOutcome::Result && c.superseded_by.is_none())
-        .map(|c| {
-            json!({
-                "callIndex": c.index,
-                "source": match c.origin { CallOrigin::JournalReplay => "journal", CallOrigin::Confirm => "injected", _ => "headless" },
-            })
+        .filter(|c| {
+            c.kind == CallKind::Checkpoint
+                && c.outcome == CallOutcome::Result
+                && c.superseded_by.is_none()
+        })
+        .map(|c| CheckpointTaken {
+            call_index: c.index,
+            source: match c.origin {
+                CallOrigin::JournalReplay => "journal",
+                CallOrigin::Confirm => "injected",
+                _ => "headless",
+            },
         })
         .collect();
     if record.status == RunStatus::Completed {
-        if let Some(result) = &record.result {
-            outcome["result"] = result.clone();
-        }
+        outcome.result = record.result.clone();
         let (logs, _) = store.log_tail(&record.run_id, u32::MAX).await?;
-        outcome["logs"] = json!(logs);
+        outcome.logs = Some(logs);
     } else {
         let (logs, _) = store.log_tail(&record.run_id, 20).await?;
         let tail: Vec<String> = logs
             .iter()
             .map(|l| preview::cap_text(&redact::redact_text(l).0, preview::TEXT_CAP).0)
             .collect();
-        outcome["logTail"] = json!(tail);
+        outcome.log_tail = Some(tail);
     }
-    if let Some(context) = &record.auth_context {
-        outcome["authContext"] = context.clone();
-    }
-    if let Some(context) = &record.checkpoint_context {
-        outcome["checkpointContext"] = context.clone();
-    }
-    if let Some(hint) = &record.reset_hint {
-        outcome["resetHint"] = Value::String(hint.clone());
-    }
-    if let Some(message) = &record.error_message {
-        outcome["error"] =
-            json!({"code": record.error_code, "message": redact::redact_text(message).0});
-    }
-    if !checkpoints.is_empty() {
-        outcome["checkpointsTaken"] = Value::Array(checkpoints);
-    }
+    outcome.auth_context = record.auth_context.clone();
+    outcome.checkpoint_context = record.checkpoint_context.clone();
+    outcome.reset_hint = record.reset_hint.clone();
+    outcome.error = record.error_message.as_ref().map(|message| OutcomeError {
+        code: record.error_code.clone(),
+        message: redact::redact_text(message).0,
+    });
     Ok(outcome)
 }
 

@@ -280,7 +280,7 @@ impl Resources<'_> {
             Ok(record) => Ok(record),
             // The engine's own words for a run that is not there.
             Err(unknown @ EngineError::UnknownRun(_)) => Err(not_found(uri, unknown.to_string())),
-            Err(EngineError::Rejected(message)) => Err(McpError::internal(message)),
+            Err(EngineError::Rejected(message)) => Err(McpError::internal(message.to_string())),
             Err(EngineError::Store(error)) => {
                 Err(McpError::internal(format!("run store: {error}")))
             }

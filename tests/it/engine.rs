@@ -66,11 +66,12 @@ impl Harness {
     pub async fn run_to_end(&self, script: &str) -> (RunId, Value) {
         let run_id = self.start(script).await.expect("admitted");
         self.engine.wait(&run_id).await;
-        let status = self
-            .engine
-            .status(&run_id, &StatusQuery::default())
-            .await
-            .expect("status");
+        let status = json!(
+            self.engine
+                .status(&run_id, &StatusQuery::default())
+                .await
+                .expect("status")
+        );
         (run_id, status)
     }
 
@@ -86,10 +87,12 @@ impl Harness {
             .await
             .expect("resumed");
         self.engine.wait(run_id).await;
-        self.engine
-            .status(run_id, &StatusQuery::default())
-            .await
-            .expect("status")
+        json!(
+            self.engine
+                .status(run_id, &StatusQuery::default())
+                .await
+                .expect("status")
+        )
     }
 
     /// Admits `script` with these limits; panics if preparation rejects it.
@@ -144,7 +147,7 @@ async fn a_run_completes_with_its_result_and_script_copy() {
     let script_path = status["scriptPath"].as_str().unwrap();
     assert!(script_path.ends_with(&format!("{run_id}.script.js")));
     assert!(Path::new(script_path).exists());
-    let page = h.engine.result_page(&run_id, 0, 16384).await.unwrap();
+    let page = json!(h.engine.result_page(&run_id, 0, 16384).await.unwrap());
     assert_eq!(page["chunk"], json!({"r": "ECHO: hi"}).to_string());
 }
 
@@ -245,11 +248,12 @@ async fn revised_script_replays_unchanged_calls() {
         true
     );
     h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     // The checkpoint was never answered, so the run pauses again on it.
     assert_eq!(status["reason"], "checkpoint_required", "{status:#}");
     let calls = h.store.latest_calls(&run_id).await.unwrap();
@@ -277,18 +281,19 @@ async fn stopping_a_completed_run_is_a_no_op_and_results_page_by_code_point() {
     let (run_id, _) = h
         .run_to_end("export const meta = { name: 'x', description: 'd' };\nreturn 'é…';")
         .await;
-    let stopped = h
-        .engine
-        .stop(&run_id, None, &StatusQuery::default())
-        .await
-        .unwrap();
+    let stopped = json!(
+        h.engine
+            .stop(&run_id, None, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(stopped["alreadyTerminal"], true);
     assert_eq!(stopped["stopped"], false);
     let total = json!("é…").to_string();
     let mut offset = 0;
     let mut joined = String::new();
     loop {
-        let page = h.engine.result_page(&run_id, offset, 4).await.unwrap();
+        let page = json!(h.engine.result_page(&run_id, offset, 4).await.unwrap());
         joined.push_str(page["chunk"].as_str().unwrap());
         offset = page["endOffset"].as_u64().unwrap() as usize;
         if page["hasMore"] == false {
@@ -390,11 +395,12 @@ async fn agent_limit_is_enforced_at_its_edge() {
         )
         .await;
     h.engine.wait(&admission.run_id).await;
-    let status = h
-        .engine
-        .status(&admission.run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&admission.run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         status["outcome"]["result"],
         json!({"n": 3, "code": "AGENT_LIMIT_EXCEEDED"})
@@ -412,7 +418,7 @@ async fn label_glob_and_last_n_pick_the_latest_matching_calls() {
         label_glob: Some("review:*".into()),
         log_lines: 0,
     };
-    let status = h.engine.status(&run_id, &query).await.unwrap();
+    let status = json!(h.engine.status(&run_id, &query).await.unwrap());
     let labels: Vec<&str> = status["calls"]
         .as_array()
         .unwrap()
@@ -453,7 +459,7 @@ async fn secrets_are_redacted_in_status_and_events_but_exact_in_the_result() {
         "an event leaked the token"
     );
     assert!(events.iter().any(|e| e.redacted));
-    let page = h.engine.result_page(&run_id, 0, 16384).await.unwrap();
+    let page = json!(h.engine.result_page(&run_id, 0, 16384).await.unwrap());
     assert_eq!(page["chunk"], json!("ECHO: Bearer abc.def.ghi").to_string());
 }
 
@@ -467,17 +473,19 @@ async fn script_backends_wait_for_approval() {
     assert_eq!(setup["request"]["kind"], "backend-approval");
     let setup_id = setup["request"]["id"].as_str().unwrap().to_owned();
     let decline = json!({"action": "decline"});
-    let answer = h
-        .engine
-        .setup_response(&admission.run_id, &setup_id, &decline)
-        .await
-        .unwrap();
+    let answer = json!(
+        h.engine
+            .setup_response(&admission.run_id, &setup_id, &decline)
+            .await
+            .unwrap()
+    );
     assert_eq!(answer["status"], "aborted");
-    let again = h
-        .engine
-        .setup_response(&admission.run_id, &setup_id, &decline)
-        .await
-        .unwrap();
+    let again = json!(
+        h.engine
+            .setup_response(&admission.run_id, &setup_id, &decline)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         again["accepted"], false,
         "the same answer again is idempotent"
@@ -516,11 +524,12 @@ async fn approved_script_backends_run() {
         .await
         .unwrap();
     h.engine.wait(&admission.run_id).await;
-    let status = h
-        .engine
-        .status(&admission.run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&admission.run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(status["outcome"]["result"], json!("ECHO: x"), "{status:#}");
     assert_eq!(status["calls"][0]["backendId"], "mine");
 }
@@ -579,11 +588,12 @@ async fn wait_running(h: &Harness, run_id: &RunId, count: usize) -> Value {
 async fn wait_status(h: &Harness, run_id: &RunId, predicate: impl Fn(&Value) -> bool) -> Value {
     let started = std::time::Instant::now();
     loop {
-        let status = h
-            .engine
-            .status(run_id, &StatusQuery::default())
-            .await
-            .unwrap();
+        let status = json!(
+            h.engine
+                .status(run_id, &StatusQuery::default())
+                .await
+                .unwrap()
+        );
         if predicate(&status) {
             return status;
         }
@@ -621,18 +631,20 @@ async fn pause_lets_running_calls_finish_and_interrupts_queued_ones() {
         count(status, "running") == 2 && count(status, "queued") == 3
     })
     .await;
-    let paused = h
-        .engine
-        .pause(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let paused = json!(
+        h.engine
+            .pause(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(paused["pauseRequested"], true);
     h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         (status["status"].as_str(), status["reason"].as_str()),
         (Some("paused"), Some("requested")),
@@ -688,11 +700,12 @@ async fn stopping_one_call_returns_null_and_the_run_goes_on() {
         .await
         .unwrap();
     h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(status["status"], "completed", "{status:#}");
     assert_eq!(status["outcome"]["result"], json!([null, "ECHO: fine"]));
     assert_eq!(status["calls"][0]["errorCode"], "AGENT_CANCELLED");
@@ -712,11 +725,12 @@ async fn stopping_a_running_run_aborts_it_and_resume_replays_the_prefix() {
         })
     })
     .await;
-    let stopped = h
-        .engine
-        .stop(&run_id, None, &StatusQuery::default())
-        .await
-        .unwrap();
+    let stopped = json!(
+        h.engine
+            .stop(&run_id, None, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(stopped["stopped"], true, "{stopped:#}");
     assert_eq!(stopped["status"], "aborted");
     let events = h.store.events(&run_id, 0, 1000).await.unwrap();
@@ -779,11 +793,12 @@ async fn permission_requests_wait_for_an_answer() {
             _ => {}
         }
     };
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         status["pendingPermissions"][0]["permissionId"],
         permission_id.as_str()
@@ -807,11 +822,12 @@ async fn permission_requests_wait_for_an_answer() {
         .await
         .unwrap();
     h.engine.wait(&run_id).await;
-    let status = h
-        .engine
-        .status(&run_id, &StatusQuery::default())
-        .await
-        .unwrap();
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         status["outcome"]["result"],
         json!("PERMISSION: allow"),

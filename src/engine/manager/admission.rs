@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::approval;
 use crate::engine::manager::{
-    Admission, Engine, EngineError, EngineResult, MAX_ACTIVE_RUNS, RunRequest, Slot,
+    Admission, Engine, EngineError, EngineResult, MAX_ACTIVE_RUNS, Rejected, RunRequest, Slot,
 };
 use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
 use crate::engine::routing::RoutingSnapshot;
@@ -22,28 +22,26 @@ impl Engine {
     /// [`EngineConfig::max_runs`] across all projects. Both are checked and the slot taken
     /// under one lock, so two concurrent requests cannot both take the last one.
     pub(super) fn reserve(&self, project_dir: &Path, active: Option<usize>) -> EngineResult<Slot> {
-        let mut preparing = self
-            .inner
-            .preparing
-            .lock()
-            .map_err(|_| EngineError::Rejected("engine state poisoned".into()))?;
+        let mut preparing = self.inner.preparing.lock().map_err(|_| {
+            EngineError::Rejected(Rejected::Internal("engine state poisoned".into()))
+        })?;
         let in_project = preparing.get(project_dir).copied().unwrap_or(0);
         if let Some(active) = active
             && active + in_project >= MAX_ACTIVE_RUNS
         {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Capacity(format!(
                 "project {} already has {MAX_ACTIVE_RUNS} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
                 project_dir.display()
-            )));
+            ))));
         }
         let executing = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
         let owned = executing + preparing.values().sum::<usize>();
         let cap = self.inner.config.max_runs;
         if owned >= cap {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Capacity(format!(
                 "agentprism is already preparing or executing {owned} runs across all projects, its limit ({} = {cap}); wait for one to finish, pause or stop one (runs waiting for a setup answer do not count)",
                 crate::env::DAEMON_MAX_RUNS
-            )));
+            ))));
         }
         *preparing.entry(project_dir.to_path_buf()).or_insert(0) += 1;
         Ok(Slot {
@@ -72,7 +70,9 @@ impl Engine {
         args: Value,
     ) -> EngineResult<Prepared> {
         check_project_dir(project_dir)?;
-        let bytes = prepare::read_script(script).await?.bytes;
+        let bytes = prepare::read_script(self.inner.sources.as_ref(), script)
+            .await?
+            .bytes;
         let run_id = RunId::parse("validate-0").expect("valid id");
         let input = self.prepare_input(bytes, args, project_dir, &run_id, None);
         Ok(prepare::prepare(input).await?)
@@ -96,6 +96,7 @@ impl Engine {
             home: self.inner.config.home.as_deref(),
             backends: self.inner.backends.clone(),
             runner: self.inner.runner.clone(),
+            sources: self.inner.sources.clone(),
             existing_routing,
             vm_limits: self.inner.config.vm_limits,
             probe: self.inner.config.probe,
@@ -121,7 +122,8 @@ impl Engine {
         check_project_dir(&request.project_dir)?;
         let active = self.active_count(&request.project_dir).await?;
         let slot = self.reserve(&request.project_dir, Some(active))?;
-        let prepare::ScriptBytes { bytes, file } = prepare::read_script(&request.script).await?;
+        let prepare::ScriptBytes { bytes, file } =
+            prepare::read_script(self.inner.sources.as_ref(), &request.script).await?;
         let run_id = RunId::generate();
         let input = self.prepare_input(
             bytes,
@@ -133,7 +135,7 @@ impl Engine {
         let prepared = tokio::select! {
             prepared = prepare::prepare(input) => prepared?,
             _ = cancel.cancelled() => {
-                return Err(EngineError::Rejected("the request was cancelled before the run was admitted; nothing was stored".into()));
+                return Err(EngineError::Rejected(Rejected::Cancelled("the request was cancelled before the run was admitted; nothing was stored".into())));
             }
         };
         let (script_source, script_file) = match &request.script {
@@ -202,7 +204,11 @@ impl Engine {
             .store
             .create_script_copy(project_dir, run_id, text)
             .await
-            .map_err(|e| EngineError::Rejected(format!("cannot write the run's script copy: {e}")))
+            .map_err(|e| {
+                EngineError::Rejected(Rejected::Unrecorded(format!(
+                    "cannot write the run's script copy: {e}"
+                )))
+            })
     }
 }
 
@@ -267,15 +273,21 @@ fn admitted_record(
 
 pub(super) fn check_project_dir(project_dir: &Path) -> EngineResult<()> {
     if !project_dir.is_absolute() {
-        return Err(EngineError::Rejected(format!(
-            "projectDir must be an absolute path, got {}",
-            project_dir.display()
+        return Err(EngineError::Rejected(Rejected::input(
+            "projectDir",
+            format!(
+                "projectDir must be an absolute path, got {}",
+                project_dir.display()
+            ),
         )));
     }
     if !project_dir.is_dir() {
-        return Err(EngineError::Rejected(format!(
-            "projectDir {} is not an existing directory",
-            project_dir.display()
+        return Err(EngineError::Rejected(Rejected::input(
+            "projectDir",
+            format!(
+                "projectDir {} is not an existing directory",
+                project_dir.display()
+            ),
         )));
     }
     Ok(())

@@ -4,10 +4,13 @@
 use serde_json::{Value, json};
 
 use crate::engine::approval;
-use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::manager::error::corrupt;
+use crate::engine::manager::execution::stored_routing;
+use crate::engine::manager::{
+    Engine, EngineError, EngineResult, PermissionAnswer, Rejected, SetupAnswer,
+};
 use crate::engine::permissions::{PendingPermission, PermissionError};
 use crate::engine::prepare;
-use crate::engine::routing::RoutingSnapshot;
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::script;
 use crate::model::{Lease, RunId, RunRecord, RunStatus};
@@ -21,36 +24,38 @@ impl Engine {
         run_id: &RunId,
         setup_id: &str,
         response: &Value,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<SetupAnswer> {
         let mut record = self.load_reconciled(run_id).await?;
         let Some(setup) = record.setup.clone() else {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} has no setup request"
-            )));
+            ))));
         };
-        let approve = setup_approves(&setup, setup_id, response)?;
+        let approve = setup_approves(run_id, &setup, setup_id, response)?;
         if let Some(answered) = setup.get("answer") {
             if answered == response {
-                let mut answer = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": record.status, "accepted": approve});
-                if !approve {
-                    answer["reason"] = json!(approval::SETUP_DECLINED);
-                }
-                return Ok(answer);
+                return Ok(setup_answer(run_id, setup_id, record.status, approve));
             }
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "setup {setup_id} was already answered with {answered}; a different answer cannot replace it"
-            )));
+            ))));
         }
         if record.status != RunStatus::Pending {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is not waiting for setup"
-            )));
+            ))));
         }
         if let Some(owner) = self.foreign_owner(run_id).await? {
             // A predecessor still holds the lease: the answer is its to carry out.
             let body = json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "response": response});
             let answer = self.forward_live(run_id, &owner, &body).await?;
-            return Ok(answer.get("answer").cloned().unwrap_or(answer));
+            let answer = answer.get("answer").cloned().unwrap_or(answer);
+            return serde_json::from_value(answer).map_err(|error| {
+                EngineError::Rejected(Rejected::Owner(format!(
+                    "process {} executing run {run_id} answered setup-response with something that is not a setup answer: {error}",
+                    owner.pid
+                )))
+            });
         }
         // An approved run starts executing: it needs room under the cap across projects (it
         // already counts in its project). Refused, the setup stays unanswered.
@@ -73,9 +78,8 @@ impl Engine {
             return self.decline_setup(record, &lease, setup_id).await;
         }
         let analyzed = script::analyze(record.script.as_bytes())
-            .map_err(|e| EngineError::Rejected(e.message))?;
-        let mut routing: RoutingSnapshot =
-            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+            .map_err(|e| EngineError::Rejected(Rejected::Script(e.message)))?;
+        let mut routing = stored_routing(&record)?;
         routing
             .script_backends
             .extend(prepare::declared_backends(&analyzed));
@@ -89,9 +93,7 @@ impl Engine {
         let status = record.status;
         self.spawn_execution(record, lease, None, Vec::new());
         drop(slot);
-        Ok(
-            json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": status, "accepted": true}),
-        )
+        Ok(setup_answer(run_id, setup_id, status, true))
     }
 
     /// A declined (or cancelled) approval aborts the run, for good.
@@ -100,7 +102,7 @@ impl Engine {
         mut record: RunRecord,
         lease: &Lease,
         setup_id: &str,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<SetupAnswer> {
         let run_id = record.run_id.clone();
         record.status = RunStatus::Aborted;
         self.record_cold(
@@ -114,9 +116,7 @@ impl Engine {
             .store
             .release_lease(&run_id, &lease.token)
             .await?;
-        Ok(
-            json!({"action": "setup-response", "runId": run_id, "setupId": setup_id, "status": "aborted", "accepted": false, "reason": approval::SETUP_DECLINED}),
-        )
+        Ok(setup_answer(&run_id, setup_id, RunStatus::Aborted, false))
     }
 
     /// Answers a live permission request, here or in the process executing the run.
@@ -125,7 +125,7 @@ impl Engine {
         run_id: &RunId,
         permission_id: &str,
         outcome: PermissionOutcome,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<PermissionAnswer> {
         self.inner.store.load_run(run_id).await?;
         if !self.is_live(run_id)
             && let Some(lease) = self.foreign_owner(run_id).await?
@@ -137,21 +137,19 @@ impl Engine {
                 "response": {"outcome": outcome},
             });
             self.forward_live(run_id, &lease, &body).await?;
-            return Ok(
-                json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "accepted": true}),
-            );
+            return Ok(permission_answer(run_id, permission_id));
         }
         self.inner
             .broker
             .answer(run_id.as_str(), permission_id, outcome.clone())
-            .map_err(|e| match e {
-                PermissionError::Unknown(_) | PermissionError::UnknownOption { .. } => {
-                    EngineError::Rejected(e.to_string())
-                }
+            .map_err(|e| {
+                let field = match e {
+                    PermissionError::Unknown(_) => "permissionId",
+                    PermissionError::UnknownOption { .. } => "response",
+                };
+                EngineError::Rejected(Rejected::input(field, e.to_string()))
             })?;
-        Ok(
-            json!({"action": "permissions-response", "runId": run_id, "permissionId": permission_id, "accepted": true}),
-        )
+        Ok(permission_answer(run_id, permission_id))
     }
 
     pub fn pending_permissions(&self, run_id: &RunId) -> Vec<PendingPermission> {
@@ -161,14 +159,21 @@ impl Engine {
 
 /// Whether `response` approves the run's backends: it must answer this setup request, and
 /// an `accept` must match the requested schema.
-fn setup_approves(setup: &Value, setup_id: &str, response: &Value) -> EngineResult<bool> {
+fn setup_approves(
+    run_id: &RunId,
+    setup: &Value,
+    setup_id: &str,
+    response: &Value,
+) -> EngineResult<bool> {
+    // The engine writes every setup request with its id: one without is a corrupt record.
     let request_id = setup
         .pointer("/request/id")
         .and_then(Value::as_str)
-        .unwrap_or_default();
+        .ok_or_else(|| corrupt(run_id, "its setup request", "it has no id"))?;
     if request_id != setup_id {
-        return Err(EngineError::Rejected(format!(
-            "setupId {setup_id} does not match the run's setup request"
+        return Err(EngineError::Rejected(Rejected::input(
+            "setupId",
+            format!("setupId {setup_id} does not match the run's setup request"),
         )));
     }
     let action = response
@@ -183,8 +188,9 @@ fn setup_approves(setup: &Value, setup_id: &str, response: &Value) -> EngineResu
                 .cloned()
                 .unwrap_or(Value::Null);
             crate::engine::schema::validate(&schema, &content).map_err(|e| {
-                EngineError::Rejected(format!(
-                    "setup-response content does not match the requested schema: {e}"
+                EngineError::Rejected(Rejected::input(
+                    "response",
+                    format!("setup-response content does not match the requested schema: {e}"),
                 ))
             })?;
             Ok(content
@@ -193,8 +199,30 @@ fn setup_approves(setup: &Value, setup_id: &str, response: &Value) -> EngineResu
                 .unwrap_or(false))
         }
         "decline" | "cancel" => Ok(false),
-        other => Err(EngineError::Rejected(format!(
-            "setup-response action must be accept, decline or cancel, got {other:?}"
+        other => Err(EngineError::Rejected(Rejected::input(
+            "response",
+            format!("setup-response action must be accept, decline or cancel, got {other:?}"),
         ))),
+    }
+}
+
+/// The answer to a setup response; one that did not approve says `setup_declined`.
+fn setup_answer(run_id: &RunId, setup_id: &str, status: RunStatus, accepted: bool) -> SetupAnswer {
+    SetupAnswer {
+        action: "setup-response".into(),
+        run_id: run_id.clone(),
+        setup_id: setup_id.to_owned(),
+        status,
+        accepted,
+        reason: (!accepted).then(|| approval::SETUP_DECLINED.to_owned()),
+    }
+}
+
+fn permission_answer(run_id: &RunId, permission_id: &str) -> PermissionAnswer {
+    PermissionAnswer {
+        action: "permissions-response",
+        run_id: run_id.clone(),
+        permission_id: permission_id.to_owned(),
+        accepted: true,
     }
 }

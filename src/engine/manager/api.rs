@@ -1,41 +1,16 @@
 //! What callers hand the engine and what it answers: run and resume requests, the
-//! admission acknowledgement, and the engine's errors.
+//! admission acknowledgement, and the answers of status, stop, pause, setup and permission
+//! responses and result pages. The answers serialise to the JSON `docs/api.md` documents,
+//! fields in their order.
 
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::engine::prepare::{Rejection, ScriptInput};
+use crate::engine::prepare::ScriptInput;
+use crate::engine::status::StatusDocument;
 use crate::model::{Limits, RunId, RunStatus, ScriptSource};
-use crate::store::StoreError;
-
-/// Failures of engine operations. `Rejected` is a tool error with nothing changed.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("{0}")]
-    Rejected(String),
-    #[error("No workflow run found for runId \"{0}\"")]
-    UnknownRun(RunId),
-    #[error(transparent)]
-    Store(StoreError),
-}
-
-impl From<StoreError> for EngineError {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::UnknownRun(run_id) => EngineError::UnknownRun(run_id),
-            other => EngineError::Store(other),
-        }
-    }
-}
-
-impl From<Rejection> for EngineError {
-    fn from(rejection: Rejection) -> Self {
-        EngineError::Rejected(rejection.message)
-    }
-}
-
-pub type EngineResult<T> = Result<T, EngineError>;
 
 /// Caller overrides of the run limits (clamped).
 #[derive(Clone, Copy, Debug, Default)]
@@ -77,4 +52,195 @@ pub struct Admission {
     pub warnings: Vec<String>,
     /// Resume only: `{scriptRevised, generation, operationId}`.
     pub continuation: Option<Value>,
+}
+
+/// What `live-status` sends of a run this process executes: its phase and live calls.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveStatus {
+    pub current_phase: Option<String>,
+    pub calls: Vec<LiveCallStatus>,
+}
+
+/// One live call of a [`LiveStatus`].
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveCallStatus {
+    pub index: u32,
+    pub label: String,
+    pub phase: Option<String>,
+    pub model: Option<String>,
+    pub backend_id: Option<String>,
+    pub timeout_ms: u64,
+    /// `queued` or `running`.
+    pub status: &'static str,
+}
+
+/// The answer to `stop`: the run's status after the stop, with what the stop did.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopAnswer {
+    #[serde(flatten)]
+    pub status: StatusDocument,
+    /// Whether this request stopped the run (whole-run stops).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    /// The run had ended before the stop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub already_terminal: Option<bool>,
+    /// The call a single-call cancel ended: `{callIndex}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<Value>,
+    /// A stop or cancel carried out (or still to be carried out) by the run's owner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlState>,
+}
+
+impl StopAnswer {
+    pub(super) fn of(status: StatusDocument) -> StopAnswer {
+        StopAnswer {
+            status,
+            stopped: None,
+            already_terminal: None,
+            cancelled: None,
+            control: None,
+        }
+    }
+}
+
+/// `control`: the state of a stop or cancel that goes through the run's owner, as the
+/// answer shows it and as its intent is acknowledged.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlState {
+    /// `pending` (the owner has not carried it out yet) or `settled`.
+    pub state: &'static str,
+    /// The intent's operation id: a retry reuses it.
+    pub operation_id: String,
+    /// When the intent was first written (an ISO time, or Unix ms for a cancel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub already_terminal: Option<bool>,
+    /// The `control.owner` document of the process that holds (or held) the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Value>,
+    /// Stopped here because nobody executed the run any more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cold: Option<bool>,
+    /// Why it is still pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ControlState {
+    pub(super) fn pending(operation_id: String) -> ControlState {
+        ControlState {
+            state: "pending",
+            operation_id,
+            requested_at: None,
+            stopped: None,
+            already_terminal: None,
+            owner: None,
+            cold: None,
+            reason: None,
+        }
+    }
+
+    /// A settled whole-run stop: `stopped` unless the run had already ended.
+    pub(super) fn settled(operation_id: String, already_terminal: bool) -> ControlState {
+        ControlState {
+            state: "settled",
+            stopped: Some(!already_terminal),
+            already_terminal: Some(already_terminal),
+            ..ControlState::pending(operation_id)
+        }
+    }
+
+    /// As an intent acknowledgement.
+    pub(super) fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// The answer to `pause`: the run's status with whether it paused.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseAnswer {
+    #[serde(flatten)]
+    pub status: StatusDocument,
+    /// Whether a pause was asked of an executing run (false: there was nothing to pause).
+    pub pause_requested: bool,
+    /// Whether the run is paused now.
+    pub paused: bool,
+}
+
+/// The answer of the process executing a run to a forwarded whole-run stop.
+#[derive(Clone, Debug, Serialize)]
+#[serde(
+    tag = "outcome",
+    rename_all = "lowercase",
+    rename_all_fields = "camelCase"
+)]
+pub enum StopRequested {
+    /// The run is settled: stopped by this request, or already over.
+    Settled {
+        stopped: bool,
+        already_terminal: bool,
+        status: RunStatus,
+        owner: Value,
+    },
+    /// The run is still stopping; the intent is acknowledged once it has.
+    Stopping { operation_id: String, owner: Value },
+}
+
+/// The answer to a setup (backend-approval) response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupAnswer {
+    /// Always `setup-response`.
+    pub action: String,
+    pub run_id: RunId,
+    pub setup_id: String,
+    /// The run's status after the answer.
+    pub status: RunStatus,
+    /// Whether the backends were approved.
+    pub accepted: bool,
+    /// `setup_declined` for an answer that did not approve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The answer to a permission response.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionAnswer {
+    /// Always `permissions-response`.
+    pub action: &'static str,
+    pub run_id: RunId,
+    pub permission_id: String,
+    pub accepted: bool,
+}
+
+/// One page of a completed run's exact result JSON (engine.md 6.6).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultPage {
+    /// Always `result`.
+    pub action: &'static str,
+    pub run_id: RunId,
+    /// Always `completed`: only completed runs have a result.
+    pub status: &'static str,
+    pub result_uri: String,
+    pub events_uri: String,
+    pub mime_type: &'static str,
+    pub encoding: &'static str,
+    pub total_bytes: usize,
+    pub offset: usize,
+    pub end_offset: usize,
+    pub has_more: bool,
+    /// The bytes `offset..endOffset`, cut at character boundaries.
+    pub chunk: String,
 }

@@ -7,7 +7,8 @@ use tokio::sync::oneshot;
 use crate::engine::driver::Control;
 use crate::engine::manager::remote::unforwarded_error;
 use crate::engine::manager::{
-    CANCEL_WAIT, Engine, EngineError, EngineResult, INTENT_POLL, Unforwarded,
+    CANCEL_WAIT, ControlState, Engine, EngineError, EngineResult, INTENT_POLL, Rejected,
+    StopAnswer, Unforwarded,
 };
 use crate::engine::status::StatusQuery;
 use crate::model::RunId;
@@ -20,12 +21,12 @@ impl Engine {
         run_id: &RunId,
         index: u32,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         if !self.is_live(run_id) {
             let Some(lease) = self.foreign_owner(run_id).await? else {
-                return Err(EngineError::Rejected(format!(
+                return Err(EngineError::Rejected(Rejected::Owner(format!(
                     "run {run_id} has no live owner process, so callIndex {index} is not a live agent call; cancelling an agent needs the process executing the run (resume the run, or stop it whole)"
-                )));
+                ))));
             };
             let body = json!({"action": "cancel-agent", "runId": run_id, "callIndex": index});
             let op = uuid::Uuid::new_v4().to_string();
@@ -45,11 +46,13 @@ impl Engine {
                     ));
                 }
             };
-            let mut status = self.status(run_id, query).await?;
-            status["cancelled"] = answer
-                .get("cancelled")
-                .cloned()
-                .unwrap_or_else(|| json!({"callIndex": index}));
+            let mut status = StopAnswer::of(self.status(run_id, query).await?);
+            status.cancelled = Some(
+                answer
+                    .get("cancelled")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"callIndex": index})),
+            );
             return Ok(status);
         }
         let (reply_tx, reply_rx) = oneshot::channel();
@@ -78,17 +81,20 @@ impl Engine {
                     })
                 })
                 .unwrap_or_default();
-            return Err(EngineError::Rejected(format!(
-                "callIndex {index} is not a live agent call of run {run_id}; live calls: {}",
-                if live_calls.is_empty() {
-                    "none".to_owned()
-                } else {
-                    live_calls.join(", ")
-                }
+            return Err(EngineError::Rejected(Rejected::input(
+                "callIndex",
+                format!(
+                    "callIndex {index} is not a live agent call of run {run_id}; live calls: {}",
+                    if live_calls.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        live_calls.join(", ")
+                    }
+                ),
             )));
         }
-        let mut status = self.status(run_id, query).await?;
-        status["cancelled"] = json!({"callIndex": index});
+        let mut status = StopAnswer::of(self.status(run_id, query).await?);
+        status.cancelled = Some(json!({"callIndex": index}));
         Ok(status)
     }
 
@@ -101,7 +107,7 @@ impl Engine {
         run_id: &RunId,
         index: u32,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         let requested = ControlIntent::new(run_id, IntentAction::CancelAgent, Some(index));
         let intent =
             self.inner
@@ -110,9 +116,9 @@ impl Engine {
                 .await
                 .map_err(|error| match error {
                     StoreError::UnknownRun(_) => EngineError::from(error),
-                    error => EngineError::Rejected(format!(
+                    error => EngineError::Rejected(Rejected::Unrecorded(format!(
                         "cannot record the cancel request for call {index} of run {run_id}: {error}"
-                    )),
+                    ))),
                 })?;
         let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
         let acked = loop {
@@ -123,9 +129,11 @@ impl Engine {
             tokio::time::sleep(INTENT_POLL).await;
         };
         let Some(IntentAck { outcome: ack, .. }) = acked else {
-            let mut status = self.status(run_id, query).await?;
-            status["control"] = json!({"state": "pending", "operationId": intent.op,
-                "requestedAt": intent.requested_at});
+            let mut status = StopAnswer::of(self.status(run_id, query).await?);
+            status.control = Some(ControlState {
+                requested_at: Some(Value::from(intent.requested_at)),
+                ..ControlState::pending(intent.op.clone())
+            });
             return Ok(status);
         };
         if ack.get("cancelled").and_then(Value::as_bool) != Some(true) {
@@ -133,12 +141,12 @@ impl Engine {
                 .get("reason")
                 .and_then(Value::as_str)
                 .unwrap_or("the owner did not cancel it");
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Owner(format!(
                 "call {index} of run {run_id} was not cancelled: {why}"
-            )));
+            ))));
         }
-        let mut status = self.status(run_id, query).await?;
-        status["cancelled"] = json!({"callIndex": index});
+        let mut status = StopAnswer::of(self.status(run_id, query).await?);
+        status.cancelled = Some(json!({"callIndex": index}));
         Ok(status)
     }
 

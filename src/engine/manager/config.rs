@@ -12,6 +12,8 @@ use crate::store::LeasePolicy;
 pub struct EngineConfig {
     /// Per-attempt ceiling of an agent turn.
     pub agent_timeout: Duration,
+    /// The time slice and heap cap of every script VM (also what [`default_max_runs`]
+    /// divides memory by).
     pub vm_limits: VmLimits,
     /// `AGENTPRISM_ALLOW_SCRIPT_BACKENDS`: approve `meta.backends` without a setup answer.
     pub allow_script_backends: bool,

@@ -9,11 +9,12 @@ use tokio::sync::{mpsc, watch};
 use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
-use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun};
+use crate::engine::manager::error::corrupt;
+use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
 use crate::engine::routing::RoutingSnapshot;
 use crate::engine::script;
 use crate::model::{CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
-use crate::store::{Fence, ScriptChange, StoreError};
+use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
 use crate::util::now_ms;
 
 impl Engine {
@@ -101,9 +102,8 @@ impl Engine {
     ) -> Option<DriverSetup> {
         let store = &self.inner.store;
         let run_id = record.run_id.clone();
-        let routing: RoutingSnapshot =
-            serde_json::from_value(record.routing.clone()).unwrap_or_default();
         let stored_state = async {
+            let routing = stored_routing(record)?;
             let pool = match pool {
                 Some(pool) => pool,
                 None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
@@ -115,10 +115,10 @@ impl Engine {
                 .map(|c| c.settlement_ordinal + 1)
                 .max()
                 .unwrap_or(0);
-            Ok::<_, StoreError>((pool, last_seq, next_settlement))
+            Ok::<_, StoreError>((routing, pool, last_seq, next_settlement))
         }
         .await;
-        let (pool, last_seq, next_settlement) = match stored_state {
+        let (routing, pool, last_seq, next_settlement) = match stored_state {
             Ok(state) => state,
             Err(error) => {
                 tracing::error!(run = %run_id, "cannot start execution: {error}");
@@ -269,9 +269,9 @@ impl Engine {
             .acquire_lease(run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
             .await?
         {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is being changed by another process"
-            )));
+            ))));
         }
         Ok(lease)
     }
@@ -297,4 +297,11 @@ fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
     if let Some(error) = &outcome.store_error {
         record.error_message = Some(format!("run store write failed: {error}"));
     }
+}
+
+/// The routing snapshot a run recorded at admission. One that does not parse is a corrupt
+/// record: an error, never an empty snapshot routing the run differently.
+pub(super) fn stored_routing(record: &RunRecord) -> StoreResult<RoutingSnapshot> {
+    serde_json::from_value(record.routing.clone())
+        .map_err(|error| corrupt(&record.run_id, "its routing snapshot does not parse", error))
 }

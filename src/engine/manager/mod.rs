@@ -6,7 +6,7 @@
 //! a run whose owner died is reconciled to `paused/interrupted` on the next look.
 //!
 //! Rooms: this file holds [`Engine`], its shared state and the bookkeeping of live runs;
-//! `config` the settings, `api` the requests, answers and errors; `admission` capacity and
+//! `config` the settings, `api` the requests and answers, `error` the errors; `admission` capacity and
 //! starting a run, `execution` running a generation and reconciling dead owners, `resume`
 //! continuing one; `answers` setup and permission answers; `view` status; `results` result
 //! paging, listing and deletion; `stop` stop and pause, `cancel` single-call cancel; `remote`
@@ -17,6 +17,7 @@ mod answers;
 mod api;
 mod cancel;
 mod config;
+mod error;
 mod execution;
 mod owner;
 mod remote;
@@ -40,12 +41,18 @@ use crate::engine::prepare;
 use crate::engine::routing::BackendLookup;
 use crate::engine::runner::AgentRunner;
 use crate::engine::script;
+use crate::engine::sources::{DiskSources, Sources};
 use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::Store;
 
-pub use api::{Admission, EngineError, EngineResult, LimitOverrides, ResumeRequest, RunRequest};
+pub use api::{
+    Admission, ControlState, LimitOverrides, LiveCallStatus, LiveStatus, PauseAnswer,
+    PermissionAnswer, ResultPage, ResumeRequest, RunRequest, SetupAnswer, StopAnswer,
+    StopRequested,
+};
 pub use config::{EngineConfig, default_max_runs};
+pub use error::{EngineError, EngineResult, Rejected};
 pub use owner::Owner;
 pub use remote::{OwnerRoute, Unforwarded, lease_owner};
 pub use results::exact_result;
@@ -76,7 +83,8 @@ struct LiveRun {
     settled: watch::Receiver<bool>,
 }
 
-/// The engine's shared state: its three ports and what it knows of the runs it executes.
+/// The engine's shared state: its ports (store, runner, sources) and what it knows of the
+/// runs it executes.
 struct Inner {
     /// Every durable fact of a run: rows, calls, events, leases, receipts.
     store: Arc<dyn Store>,
@@ -84,6 +92,8 @@ struct Inner {
     runner: Arc<dyn AgentRunner>,
     /// The configured backends routes resolve against.
     backends: Arc<dyn BackendLookup>,
+    /// Where scripts, saved workflows, agent definitions and tiers are read.
+    sources: Arc<dyn Sources>,
     /// Timeouts, VM limits, probes, the owner id and the daemon-wide cap.
     config: EngineConfig,
     /// Permission requests of live calls waiting for an answer.
@@ -133,7 +143,8 @@ struct Inner {
 ///     .await?;
 /// engine.wait(&admission.run_id).await;
 /// let status = engine.status(&admission.run_id, &StatusQuery::default()).await?;
-/// assert_eq!(status["outcome"]["result"], "ECHO: say hi");
+/// let result = status.outcome.and_then(|outcome| outcome.result);
+/// assert_eq!(result, Some(serde_json::json!("ECHO: say hi")));
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -160,10 +171,22 @@ impl Drop for Slot {
 }
 
 impl Engine {
+    /// An engine that reads scripts and their companion files from disk.
     pub fn new(
         store: Arc<dyn Store>,
         runner: Arc<dyn AgentRunner>,
         backends: Arc<dyn BackendLookup>,
+        config: EngineConfig,
+    ) -> Engine {
+        Engine::with_sources(store, runner, backends, DiskSources::shared(), config)
+    }
+
+    /// An engine that reads scripts and their companion files through `sources`.
+    pub fn with_sources(
+        store: Arc<dyn Store>,
+        runner: Arc<dyn AgentRunner>,
+        backends: Arc<dyn BackendLookup>,
+        sources: Arc<dyn Sources>,
         config: EngineConfig,
     ) -> Engine {
         let (notices, _) = broadcast::channel(4096);
@@ -172,6 +195,7 @@ impl Engine {
                 store,
                 runner,
                 backends,
+                sources,
                 broker: PermissionBroker::new(Some(notices.clone())),
                 notices,
                 owner: match &config.owner_id {
@@ -195,6 +219,11 @@ impl Engine {
         &self.inner.backends
     }
 
+    /// Where this engine reads scripts and their companion files.
+    pub fn sources(&self) -> &Arc<dyn Sources> {
+        &self.inner.sources
+    }
+
     pub fn runner(&self) -> &Arc<dyn AgentRunner> {
         &self.inner.runner
     }
@@ -216,6 +245,7 @@ impl Engine {
     pub(super) fn nested_resolver(&self, project_dir: &Path, run_id: &RunId) -> NestedResolver {
         let folder = project_dir.join(".agentprism").join("workflows");
         let prefix = run_id.to_string();
+        let sources = self.inner.sources.clone();
         let mut counter = 0u32;
         Box::new(move |name: &str| {
             let text = if name.contains("export const meta") {
@@ -225,7 +255,7 @@ impl Engine {
                     return Err("a saved workflow name must be a plain name".into());
                 }
                 let path = folder.join(format!("{name}.js"));
-                prepare::read_nested(&path)?
+                prepare::read_nested(sources.as_ref(), &path)?
             };
             let analyzed = script::analyze(text.as_bytes()).map_err(|e| e.message)?;
             counter += 1;
@@ -314,3 +344,6 @@ impl Engine {
         self.inner.runner.shutdown(deadline).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::driver::Control;
-use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected, StopRequested};
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, RunId, RunStatus};
 use crate::store::{IntentAck, IntentAction, IntentScope, LeasePolicy, StoreError};
@@ -15,7 +15,10 @@ use crate::util::now_ms;
 /// This process as a lease holder.
 #[derive(Clone, Debug)]
 pub struct Owner {
+    /// Names the holder on every lease it takes: a daemon's `instanceId`, so other
+    /// processes know whose control socket can act on the run.
     pub owner_id: String,
+    /// With `proc_start`, the process identity that tells a live holder from a dead one.
     pub pid: u32,
     pub proc_start: u64,
 }
@@ -77,7 +80,7 @@ impl Engine {
         run_id: &RunId,
         op: &str,
         wait: Duration,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopRequested> {
         let record = self.inner.store.load_run(run_id).await?;
         let intent = self.inner.store.intent(run_id, op).await?;
         let owner = self.owner_summary();
@@ -86,17 +89,23 @@ impl Engine {
             if intent.is_some() {
                 self.acknowledge(run_id, op, settled).await;
             }
-            return Ok(
-                json!({"outcome": "settled", "stopped": false, "alreadyTerminal": true, "status": record.status, "owner": owner}),
-            );
+            return Ok(StopRequested::Settled {
+                stopped: false,
+                already_terminal: true,
+                status: record.status,
+                owner,
+            });
         }
         if !self.send_control(run_id, Control::Stop) {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is not executing in this process"
-            )));
+            ))));
         }
         if tokio::time::timeout(wait, self.wait(run_id)).await.is_err() {
-            return Ok(json!({"outcome": "stopping", "operationId": op, "owner": owner}));
+            return Ok(StopRequested::Stopping {
+                operation_id: op.to_owned(),
+                owner,
+            });
         }
         let record = self.inner.store.load_run(run_id).await?;
         let stopped = record.status == RunStatus::Aborted;
@@ -104,9 +113,12 @@ impl Engine {
         if intent.is_some() {
             self.acknowledge(run_id, op, settled).await;
         }
-        Ok(
-            json!({"outcome": "settled", "stopped": stopped, "alreadyTerminal": !stopped, "status": record.status, "owner": owner}),
-        )
+        Ok(StopRequested::Settled {
+            stopped,
+            already_terminal: !stopped,
+            status: record.status,
+            owner,
+        })
     }
 
     /// Carries out unacknowledged control intents (daemon.md 1.10 step 8, "owners scan
@@ -157,8 +169,8 @@ impl Engine {
                 }
             }
             match self.stop_cold(run_id, &StatusQuery::default()).await {
-                Ok(status) => {
-                    let already = status["alreadyTerminal"] == true;
+                Ok(answer) => {
+                    let already = answer.already_terminal == Some(true);
                     let settled = json!({"state": "settled", "operationId": intent.op, "stopped": !already, "alreadyTerminal": already, "cold": true});
                     self.acknowledge(run_id, &intent.op, settled).await;
                 }

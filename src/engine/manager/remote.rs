@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected};
 use crate::model::{Lease, RunId};
 use crate::store::LeaseState;
 use crate::util::now_ms;
@@ -100,22 +100,22 @@ pub(super) fn unforwarded_error(
     unforwarded: Unforwarded,
 ) -> EngineError {
     match unforwarded {
-        Unforwarded::NoLiveOwner => EngineError::Rejected(format!(
+        Unforwarded::NoLiveOwner => EngineError::Rejected(Rejected::Owner(format!(
             "run {run_id} has no live owner process (pid {} has ended); {action} needs the process executing the run",
             lease.pid
-        )),
-        Unforwarded::Unreachable { reason, .. } => EngineError::Rejected(format!(
+        ))),
+        Unforwarded::Unreachable { reason, .. } => EngineError::Rejected(Rejected::Owner(format!(
             "run {run_id} is executing in process {}, which cannot be reached for {action}: {reason}",
             lease.pid
-        )),
+        ))),
         Unforwarded::Refused { code, message } => {
             if code == "UNKNOWN_RUN" {
                 return EngineError::UnknownRun(run_id.clone());
             }
-            EngineError::Rejected(format!(
+            EngineError::Rejected(Rejected::Owner(format!(
                 "process {} executing run {run_id} refused {action}: {message}",
                 lease.pid
-            ))
+            )))
         }
     }
 }

@@ -2,9 +2,7 @@
 
 use std::path::Path;
 
-use serde_json::{Value, json};
-
-use crate::engine::manager::{Engine, EngineError, EngineResult};
+use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected, ResultPage};
 use crate::model::{RunId, RunRecord, RunStatus, RunSummary};
 
 impl Engine {
@@ -14,39 +12,45 @@ impl Engine {
         run_id: &RunId,
         offset: usize,
         max_bytes: usize,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<ResultPage> {
         let record = self.load_reconciled(run_id).await?;
         let text = exact_result(&record)?;
         let bytes = text.as_bytes();
         if offset > bytes.len() {
-            return Err(EngineError::Rejected(format!(
-                "offset {offset} is past the end of the result ({} bytes)",
-                bytes.len()
+            return Err(EngineError::Rejected(Rejected::input(
+                "offset",
+                format!(
+                    "offset {offset} is past the end of the result ({} bytes)",
+                    bytes.len()
+                ),
             )));
         }
         if offset < bytes.len() && !text.is_char_boundary(offset) {
-            return Err(EngineError::Rejected(format!(
-                "offset {offset} is inside a UTF-8 code point; continue at a previous endOffset"
+            return Err(EngineError::Rejected(Rejected::input(
+                "offset",
+                format!(
+                    "offset {offset} is inside a UTF-8 code point; continue at a previous endOffset"
+                ),
             )));
         }
         let mut end = (offset + max_bytes).min(bytes.len());
         while end > offset && !text.is_char_boundary(end) {
             end -= 1;
         }
-        Ok(json!({
-            "action": "result",
-            "runId": run_id,
-            "status": "completed",
-            "resultUri": format!("workflow://runs/{run_id}/result"),
-            "eventsUri": format!("workflow://runs/{run_id}/events"),
-            "mimeType": "application/json",
-            "encoding": "utf-8",
-            "totalBytes": bytes.len(),
-            "offset": offset,
-            "endOffset": end,
-            "hasMore": end < bytes.len(),
-            "chunk": &text[offset..end],
-        }))
+        Ok(ResultPage {
+            action: "result",
+            run_id: run_id.clone(),
+            status: "completed",
+            result_uri: format!("workflow://runs/{run_id}/result"),
+            events_uri: format!("workflow://runs/{run_id}/events"),
+            mime_type: "application/json",
+            encoding: "utf-8",
+            total_bytes: bytes.len(),
+            offset,
+            end_offset: end,
+            has_more: end < bytes.len(),
+            chunk: text[offset..end].to_owned(),
+        })
     }
 
     /// Deletes a run that is not executing; the store deletes its control intents and its
@@ -54,9 +58,9 @@ impl Engine {
     pub async fn delete(&self, run_id: &RunId) -> EngineResult<()> {
         let record = self.load_reconciled(run_id).await?;
         if record.status == RunStatus::Running || self.is_live(run_id) {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is running; stop it before deleting it"
-            )));
+            ))));
         }
         self.inner.store.delete_run(run_id).await?;
         Ok(())
@@ -74,7 +78,7 @@ impl Engine {
 /// The exact `JSON.stringify(result)` of a completed run.
 pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
     if record.status != RunStatus::Completed {
-        return Err(EngineError::Rejected(format!(
+        return Err(EngineError::Rejected(Rejected::Conflict(format!(
             "run {} has no result: it is {}{}",
             record.run_id,
             record.status.as_str(),
@@ -83,13 +87,13 @@ pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
             } else {
                 " (read it again once it completes)"
             }
-        )));
+        ))));
     }
     match &record.result {
         Some(value) => Ok(value.to_string()),
-        None => Err(EngineError::Rejected(format!(
+        None => Err(EngineError::Rejected(Rejected::Conflict(format!(
             "run {} completed without a value",
             record.run_id
-        ))),
+        )))),
     }
 }

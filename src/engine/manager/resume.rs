@@ -7,9 +7,12 @@ use serde_json::{Value, json};
 
 use crate::engine::approval;
 use crate::engine::journal::ReplayPool;
-use crate::engine::manager::{Admission, Engine, EngineError, EngineResult, ResumeRequest};
-use crate::engine::prepare;
-use crate::engine::routing::RoutingSnapshot;
+use crate::engine::manager::error::corrupt;
+use crate::engine::manager::execution::stored_routing;
+use crate::engine::manager::{
+    Admission, Engine, EngineError, EngineResult, Rejected, ResumeRequest,
+};
+use crate::engine::prepare::{self, Rejection};
 use crate::model::{
     CheckpointAnswer, Lease, OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision,
 };
@@ -22,7 +25,7 @@ impl Engine {
         let run_id = request
             .run_id
             .clone()
-            .ok_or_else(|| EngineError::Rejected("runId is required".into()))?;
+            .ok_or_else(|| EngineError::Rejected(Rejected::input("runId", "runId is required")))?;
         if let Some(admission) = self.standing_receipt(&run_id, &request).await? {
             return Ok(admission);
         }
@@ -39,10 +42,10 @@ impl Engine {
                 .put_checkpoint_answer(&run_id, answer)
                 .await?;
             if stored.answer != answer.answer {
-                return Err(EngineError::Rejected(format!(
+                return Err(EngineError::Rejected(Rejected::Conflict(format!(
                     "checkpoint {} was already answered differently",
                     answer.call_index
-                )));
+                ))));
             }
         }
         let lease = self.take_lease_to_resume(&run_id).await?;
@@ -118,9 +121,9 @@ impl Engine {
             return Ok(None);
         };
         if receipt.input_digest != resume_digest(request) {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "operation {operation_id} was already used with different inputs"
-            )));
+            ))));
         }
         let record = self.load_reconciled(run_id).await?;
         let stands = receipt.generation == record.generation
@@ -131,9 +134,14 @@ impl Engine {
         if !stands {
             return Ok(None);
         }
-        admission_from_receipt(&receipt.response)
-            .map(Some)
-            .ok_or_else(|| EngineError::Rejected("stored receipt is unreadable".into()))
+        let admission = admission_from_receipt(&receipt.response).ok_or_else(|| {
+            corrupt(
+                run_id,
+                &format!("the receipt of operation {operation_id}"),
+                "it does not parse as an admission",
+            )
+        })?;
+        Ok(Some(admission))
     }
 
     /// The request's checkpoint answers not stored yet, each validated against the
@@ -153,32 +161,40 @@ impl Engine {
             let existing = self.inner.store.checkpoint_answers(run_id).await?;
             if let Some(previous) = existing.iter().find(|a| a.call_index == *index) {
                 if &previous.answer != answer {
-                    return Err(EngineError::Rejected(format!(
+                    return Err(EngineError::Rejected(Rejected::Conflict(format!(
                         "checkpoint {index} was already answered with {}; a different answer cannot replace it",
                         previous.answer
-                    )));
+                    ))));
                 }
                 continue;
             }
             let Some(context) = context else {
-                return Err(EngineError::Rejected(format!(
-                    "checkpoint {index} is not waiting for an answer{}",
-                    record
-                        .checkpoint_context
-                        .as_ref()
-                        .and_then(|c| c.get("callIndex"))
-                        .map(|i| format!(" (the run waits on checkpoint {i})"))
-                        .unwrap_or_default()
+                return Err(EngineError::Rejected(Rejected::input(
+                    "checkpointReplies",
+                    format!(
+                        "checkpoint {index} is not waiting for an answer{}",
+                        record
+                            .checkpoint_context
+                            .as_ref()
+                            .and_then(|c| c.get("callIndex"))
+                            .map(|i| format!(" (the run waits on checkpoint {i})"))
+                            .unwrap_or_default()
+                    ),
                 )));
             };
             validate_checkpoint_answer(&context, *index, answer)?;
+            // The engine records the hash with the checkpoint it waits on; without it the
+            // answer could not be matched to its call.
+            let hash = context.get("hash").and_then(Value::as_str).ok_or_else(|| {
+                corrupt(
+                    run_id,
+                    &format!("the waiting checkpoint {index}"),
+                    "it has no hash",
+                )
+            })?;
             answers.push(CheckpointAnswer {
                 call_index: *index,
-                hash: context
-                    .get("hash")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
+                hash: hash.to_owned(),
                 answer: answer.clone(),
                 answered_at: now_ms(),
             });
@@ -190,14 +206,17 @@ impl Engine {
     /// now carries one.
     async fn take_revision(&self, record: &mut RunRecord) -> EngineResult<bool> {
         let run_id = &record.run_id;
-        let current_text = prepare::reread_script(&record.script_file)
+        // Read first: a corrupt snapshot fails the resume whether or not the script changed.
+        let routing = stored_routing(record)?;
+        let current_text = prepare::reread_script(self.inner.sources.as_ref(), &record.script_file)
             .await
-            .map_err(|r| EngineError::Rejected(format!("cannot resume run {run_id}: {r}")))?;
+            .map_err(|r| {
+                EngineError::Rejected(Rejected::Script(format!("cannot resume run {run_id}: {r}")))
+            })?;
         let Some(bytes) = current_text.filter(|bytes| bytes != record.script.as_bytes()) else {
             return Ok(false);
         };
-        let routing: RoutingSnapshot =
-            serde_json::from_value(record.routing.clone()).unwrap_or_default();
+
         let input = self.prepare_input(
             bytes,
             record.args.clone(),
@@ -206,11 +225,13 @@ impl Engine {
             Some(&routing),
         );
         let prepared = prepare::prepare(input).await.map_err(|r| {
-            EngineError::Rejected(format!(
+            let message = format!(
                 "the revised script {} was not accepted: {}",
                 record.script_file.display(),
                 r.message
-            ))
+            );
+            // The cause stays the preparation's: a script error or a routing one.
+            EngineError::Rejected(Rejection { message, ..r }.into())
         })?;
         record.script = prepared.text;
         record.meta = prepared.analyzed.meta.clone();
@@ -226,10 +247,10 @@ impl Engine {
         if let Some(previous) = &previous
             && self.held_elsewhere(previous)
         {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is held by process {}",
                 previous.pid
-            )));
+            ))));
         }
         if !self
             .inner
@@ -237,9 +258,9 @@ impl Engine {
             .acquire_lease(run_id, previous.as_ref().map(|l| l.token.as_str()), &lease)
             .await?
         {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} was taken by another process while resuming"
-            )));
+            ))));
         }
         Ok(lease)
     }
@@ -250,22 +271,22 @@ impl Engine {
 fn check_resumable(record: &RunRecord) -> EngineResult<()> {
     let run_id = &record.run_id;
     match record.status {
-        RunStatus::Completed => Err(EngineError::Rejected(format!(
+        RunStatus::Completed => Err(EngineError::Rejected(Rejected::Conflict(format!(
             "run {run_id} is completed; a completed run cannot be resumed (start a new run)"
+        )))),
+        RunStatus::Pending => Err(EngineError::Rejected(Rejected::AwaitingSetup(
+            run_id.clone(),
         ))),
-        RunStatus::Pending => Err(EngineError::Rejected(format!(
-            "run {run_id} is waiting for a setup answer; answer it with setup-response"
-        ))),
-        RunStatus::Running => Err(EngineError::Rejected(format!(
+        RunStatus::Running => Err(EngineError::Rejected(Rejected::Conflict(format!(
             "run {run_id} is running; pause or stop it before resuming"
-        ))),
+        )))),
         // The one aborted run that stays aborted (docs/api.md, "setup_declined"): its
         // user said no to the commands it would run.
         RunStatus::Aborted if !approval::setup_approved(record) => {
-            Err(EngineError::Rejected(format!(
+            Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} cannot be resumed: it was aborted because its backend approval was declined or cancelled (reason \"{}\"), and that is final; start a new run to be asked again",
                 approval::SETUP_DECLINED
-            )))
+            ))))
         }
         RunStatus::Paused | RunStatus::Aborted | RunStatus::Failed => Ok(()),
     }
@@ -327,8 +348,11 @@ pub(super) fn validate_checkpoint_answer(
             context.get("choices").cloned().unwrap_or(Value::Null)
         ),
     };
-    Err(EngineError::Rejected(format!(
-        "checkpoint {index} is a {kind} checkpoint: its answer must be {expected}, got {answer}"
+    Err(EngineError::Rejected(Rejected::input(
+        "checkpointReplies",
+        format!(
+            "checkpoint {index} is a {kind} checkpoint: its answer must be {expected}, got {answer}"
+        ),
     )))
 }
 

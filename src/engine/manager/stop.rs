@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use crate::engine::approval;
 use crate::engine::driver::Control;
 use crate::engine::manager::{
-    Engine, EngineError, EngineResult, PAUSE_WAIT, STOP_WAIT, Unforwarded, lease_owner,
+    ControlState, Engine, EngineError, EngineResult, PAUSE_WAIT, PauseAnswer, Rejected, STOP_WAIT,
+    StopAnswer, Unforwarded, lease_owner,
 };
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, PauseReason, RunId, RunRecord, RunStatus};
@@ -20,7 +21,7 @@ impl Engine {
         run_id: &RunId,
         call_index: Option<u32>,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         self.stop_with(run_id, call_index, false, query).await
     }
 
@@ -37,33 +38,31 @@ impl Engine {
         call_index: Option<u32>,
         force_owner: bool,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         if force_owner && call_index.is_some() {
-            return Err(EngineError::Rejected(
-                "forceOwner cannot be combined with callIndex: callIndex cancels one live call, forceOwner stops the whole run".into(),
-            ));
+            return Err(EngineError::Rejected(Rejected::input(
+                "forceOwner",
+                "forceOwner cannot be combined with callIndex: callIndex cancels one live call, forceOwner stops the whole run",
+            )));
         }
         let record = self.load_reconciled(run_id).await?;
         if let Some(index) = call_index {
             return self.cancel_agent(run_id, index, query).await;
         }
         if record.status.is_terminal() {
-            let mut status = self.status(run_id, query).await?;
-            status["stopped"] = Value::Bool(false);
-            status["alreadyTerminal"] = Value::Bool(true);
-            return Ok(status);
+            return self.already_terminal(run_id, query).await;
         }
         if self.send_control(run_id, Control::Stop) {
             let settled = tokio::time::timeout(STOP_WAIT, self.wait(run_id))
                 .await
                 .is_ok();
-            let mut status = self.status(run_id, query).await?;
-            status["stopped"] = Value::Bool(settled);
+            let mut answer = StopAnswer::of(self.status(run_id, query).await?);
+            answer.stopped = Some(settled);
             if !settled {
-                status["control"] =
-                    json!({"state": "pending", "operationId": uuid::Uuid::new_v4().to_string()});
+                let op = uuid::Uuid::new_v4().to_string();
+                answer.control = Some(ControlState::pending(op));
             }
-            return Ok(status);
+            return Ok(answer);
         }
         if record.status == RunStatus::Running
             && let Some(lease) = self.foreign_owner(run_id).await?
@@ -80,7 +79,7 @@ impl Engine {
         lease: &Lease,
         force_owner: bool,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         let run_id = &record.run_id;
         let intent = self
             .inner
@@ -89,9 +88,9 @@ impl Engine {
             .await
             .map_err(|error| match error {
                 StoreError::UnknownRun(_) => EngineError::from(error),
-                error => EngineError::Rejected(format!(
+                error => EngineError::Rejected(Rejected::Unrecorded(format!(
                     "cannot record the stop request for run {run_id}: {error}"
-                )),
+                ))),
             })?;
         if force_owner {
             self.end_superseded_owner(lease).await?;
@@ -109,10 +108,10 @@ impl Engine {
                     .await;
             }
             Err(Unforwarded::Refused { code, message }) if code == "UNKNOWN_RUN" => {
-                return Err(EngineError::Rejected(format!(
+                return Err(EngineError::Rejected(Rejected::Owner(format!(
                     "the owner of run {run_id} (pid {}) does not know it: {message}",
                     lease.pid
-                )));
+                ))));
             }
             Err(Unforwarded::Refused { .. }) => lease_owner(lease),
             Ok(answer) => answer
@@ -148,10 +147,10 @@ impl Engine {
                     // The owner let go between our look and its answer: stop it here.
                     return self.stop_cold_acknowledged(run_id, &intent, query).await;
                 }
-                Err(EngineError::Rejected(format!(
+                Err(EngineError::Rejected(Rejected::Owner(format!(
                     "the owner of run {run_id} (pid {}) refused the stop: {message}",
                     lease.pid
-                )))
+                ))))
             }
             Err(_) => unreachable!("handled above"),
         }
@@ -160,14 +159,16 @@ impl Engine {
     /// `forceOwner`: ends the superseded daemon that still holds `lease`.
     async fn end_superseded_owner(&self, lease: &Lease) -> EngineResult<()> {
         let route = self.inner.route.get().ok_or_else(|| {
-            EngineError::Rejected(
+            EngineError::Rejected(Rejected::Owner(
                 "forceOwner: this process cannot verify or end other owners".into(),
-            )
+            ))
         })?;
         route
             .terminate_superseded_owner(lease)
             .await
-            .map_err(|reason| EngineError::Rejected(format!("forceOwner refused: {reason}")))
+            .map_err(|reason| {
+                EngineError::Rejected(Rejected::Owner(format!("forceOwner refused: {reason}")))
+            })
     }
 
     /// The run settled in its owner's process: the intent is acknowledged as settled.
@@ -177,21 +178,19 @@ impl Engine {
         owner: Value,
         already: bool,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         let run_id = &intent.run_id;
-        let settled = json!({
-            "state": "settled",
-            "operationId": intent.op,
-            "stopped": !already,
-            "alreadyTerminal": already,
-            "owner": owner,
-        });
-        self.acknowledge(run_id, &intent.op, settled.clone()).await;
-        let mut status = self.status(run_id, query).await?;
-        status["stopped"] = Value::Bool(!already);
-        status["alreadyTerminal"] = Value::Bool(already);
-        status["control"] = settled;
-        Ok(status)
+        let settled = ControlState {
+            owner: Some(owner),
+            ..ControlState::settled(intent.op.clone(), already)
+        };
+        self.acknowledge(run_id, &intent.op, settled.to_json())
+            .await;
+        let mut answer = StopAnswer::of(self.status(run_id, query).await?);
+        answer.stopped = Some(!already);
+        answer.already_terminal = Some(already);
+        answer.control = Some(settled);
+        Ok(answer)
     }
 
     pub(super) async fn stop_pending(
@@ -201,17 +200,16 @@ impl Engine {
         owner: Value,
         reason: &str,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
-        let mut status = self.status(run_id, query).await?;
-        status["stopped"] = Value::Bool(false);
-        status["control"] = json!({
-            "state": "pending",
-            "operationId": intent.op,
-            "requestedAt": crate::util::iso_time(intent.requested_at),
-            "owner": owner,
-            "reason": reason,
+    ) -> EngineResult<StopAnswer> {
+        let mut answer = StopAnswer::of(self.status(run_id, query).await?);
+        answer.stopped = Some(false);
+        answer.control = Some(ControlState {
+            requested_at: Some(Value::String(crate::util::iso_time(intent.requested_at))),
+            owner: Some(owner),
+            reason: Some(reason.to_owned()),
+            ..ControlState::pending(intent.op.clone())
         });
-        Ok(status)
+        Ok(answer)
     }
 
     /// Step 7: nobody executes the run any more; stop it here and acknowledge the intent.
@@ -220,19 +218,29 @@ impl Engine {
         run_id: &RunId,
         intent: &ControlIntent,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
-        let mut status = self.stop_cold(run_id, query).await?;
-        let already = status["alreadyTerminal"] == true;
-        let settled = json!({
-            "state": "settled",
-            "operationId": intent.op,
-            "stopped": !already,
-            "alreadyTerminal": already,
-            "cold": true,
-        });
-        self.acknowledge(run_id, &intent.op, settled.clone()).await;
-        status["control"] = settled;
-        Ok(status)
+    ) -> EngineResult<StopAnswer> {
+        let mut answer = self.stop_cold(run_id, query).await?;
+        let already = answer.already_terminal == Some(true);
+        let settled = ControlState {
+            cold: Some(true),
+            ..ControlState::settled(intent.op.clone(), already)
+        };
+        self.acknowledge(run_id, &intent.op, settled.to_json())
+            .await;
+        answer.control = Some(settled);
+        Ok(answer)
+    }
+
+    /// The answer to a stop of a run that had already ended.
+    async fn already_terminal(
+        &self,
+        run_id: &RunId,
+        query: &StatusQuery,
+    ) -> EngineResult<StopAnswer> {
+        let mut answer = StopAnswer::of(self.status(run_id, query).await?);
+        answer.stopped = Some(false);
+        answer.already_terminal = Some(true);
+        Ok(answer)
     }
 
     /// Stops a run no process executes: a cold stop under a fresh lease.
@@ -240,17 +248,14 @@ impl Engine {
         &self,
         run_id: &RunId,
         query: &StatusQuery,
-    ) -> EngineResult<Value> {
+    ) -> EngineResult<StopAnswer> {
         let record = self.load_reconciled(run_id).await?;
         if record.status.is_terminal() {
-            let mut status = self.status(run_id, query).await?;
-            status["stopped"] = Value::Bool(false);
-            status["alreadyTerminal"] = Value::Bool(true);
-            return Ok(status);
+            return self.already_terminal(run_id, query).await;
         }
         // Never take a lease a live process holds: it is executing the run, or changing it.
         if let Some(holder) = self.foreign_owner(run_id).await? {
-            return Err(EngineError::Rejected(format!(
+            return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is {} in process {}; stop it again once that process lets go",
                 if record.status == RunStatus::Running {
                     "executing"
@@ -258,7 +263,7 @@ impl Engine {
                     "being changed"
                 },
                 holder.pid
-            )));
+            ))));
         }
         let lease = self.take_free_lease(run_id).await?;
         let mut record = self.inner.store.load_run(run_id).await?;
@@ -277,43 +282,46 @@ impl Engine {
         self.record_cold(&record, "stopped", fields, &lease.token)
             .await?;
         self.inner.store.release_lease(run_id, &lease.token).await?;
-        let mut status = self.status(run_id, query).await?;
-        status["stopped"] = Value::Bool(true);
-        status["alreadyTerminal"] = Value::Bool(false);
-        Ok(status)
+        let mut answer = StopAnswer::of(self.status(run_id, query).await?);
+        answer.stopped = Some(true);
+        answer.already_terminal = Some(false);
+        Ok(answer)
     }
 
     /// Pauses a live run: running calls finish and journal, nothing new starts.
-    pub async fn pause(&self, run_id: &RunId, query: &StatusQuery) -> EngineResult<Value> {
+    pub async fn pause(&self, run_id: &RunId, query: &StatusQuery) -> EngineResult<PauseAnswer> {
         let record = self.load_reconciled(run_id).await?;
         if !self.send_control(run_id, Control::Pause(PauseReason::Requested)) {
             if record.status == RunStatus::Running {
                 let Some(lease) = self.foreign_owner(run_id).await? else {
-                    return Err(EngineError::Rejected(format!(
+                    return Err(EngineError::Rejected(Rejected::Owner(format!(
                         "run {run_id} has no live owner process to pause it"
-                    )));
+                    ))));
                 };
                 let body = json!({"action": "pause", "runId": run_id});
                 let answer = self.forward_live(run_id, &lease, &body).await?;
-                let mut status = self.status(run_id, query).await?;
-                status["pauseRequested"] = Value::Bool(true);
-                status["paused"] = Value::Bool(
-                    answer.get("paused") == Some(&Value::Bool(true))
-                        || status["status"] == "paused",
-                );
-                return Ok(status);
+                let status = self.status(run_id, query).await?;
+                let paused = answer.get("paused") == Some(&Value::Bool(true))
+                    || status.status == RunStatus::Paused;
+                return Ok(PauseAnswer {
+                    status,
+                    pause_requested: true,
+                    paused,
+                });
             }
-            let mut status = self.status(run_id, query).await?;
-            status["pauseRequested"] = Value::Bool(false);
-            status["paused"] = Value::Bool(record.status == RunStatus::Paused);
-            return Ok(status);
+            return Ok(PauseAnswer {
+                status: self.status(run_id, query).await?,
+                pause_requested: false,
+                paused: record.status == RunStatus::Paused,
+            });
         }
         let paused = tokio::time::timeout(PAUSE_WAIT, self.wait(run_id))
             .await
             .is_ok();
-        let mut status = self.status(run_id, query).await?;
-        status["pauseRequested"] = Value::Bool(true);
-        status["paused"] = Value::Bool(paused);
-        Ok(status)
+        Ok(PauseAnswer {
+            status: self.status(run_id, query).await?,
+            pause_requested: true,
+            paused,
+        })
     }
 }

@@ -4,13 +4,19 @@
 use serde_json::{Value, json};
 
 use crate::engine::driver::{LiveCall, LiveView};
-use crate::engine::manager::{Engine, EngineResult, REMOTE_STATUS_WAIT, Unforwarded};
-use crate::engine::status::{self, StatusQuery};
+use crate::engine::manager::{
+    Engine, EngineResult, LiveCallStatus, LiveStatus, REMOTE_STATUS_WAIT, Unforwarded,
+};
+use crate::engine::status::{self, StatusDocument, StatusQuery};
 use crate::model::{RunId, RunStatus};
 
 impl Engine {
     /// The bounded status view (engine.md 6.4).
-    pub async fn status(&self, run_id: &RunId, query: &StatusQuery) -> EngineResult<Value> {
+    pub async fn status(
+        &self,
+        run_id: &RunId,
+        query: &StatusQuery,
+    ) -> EngineResult<StatusDocument> {
         let record = self.load_reconciled(run_id).await?;
         let view = self
             .inner
@@ -38,13 +44,18 @@ impl Engine {
         )
         .await?;
         if !remote_permissions.is_empty() {
-            document["pendingPermissions"] = Value::Array(remote_permissions);
+            // They replace this process's own, or come last when there are none.
+            if document.pending_permissions.is_empty() {
+                document.remote_pending_permissions = remote_permissions;
+            } else {
+                document.pending_permissions = remote_permissions;
+            }
         }
         Ok(document)
     }
 
     /// The live calls (as `live-status` sends them) of a run this process executes.
-    pub fn live_status(&self, run_id: &RunId) -> Option<Value> {
+    pub fn live_status(&self, run_id: &RunId) -> Option<LiveStatus> {
         let view = self
             .inner
             .live
@@ -53,15 +64,23 @@ impl Engine {
             .get(run_id)
             .map(|l| l.view.clone())?;
         let view = view.lock().ok()?.clone();
-        let calls: Vec<Value> = view
+        let calls = view
             .calls
             .iter()
-            .map(|(index, call)| {
-                json!({"index": index, "label": call.label, "phase": call.phase, "model": call.model,
-                       "backendId": call.backend_id, "timeoutMs": call.timeout_ms, "status": call.state})
+            .map(|(index, call)| LiveCallStatus {
+                index: *index,
+                label: call.label.clone(),
+                phase: call.phase.clone(),
+                model: call.model.clone(),
+                backend_id: call.backend_id.clone(),
+                timeout_ms: call.timeout_ms,
+                status: call.state,
             })
             .collect();
-        Some(json!({"currentPhase": view.current_phase, "calls": calls}))
+        Some(LiveStatus {
+            current_phase: view.current_phase,
+            calls,
+        })
     }
 
     /// Asks the live foreign owner of `run_id` for its live calls and pending permissions,

@@ -58,7 +58,7 @@ impl Actions {
             Action::Status { run_id, query } => {
                 observe(async {
                     match self.engine.status(&run_id, &query).await {
-                        Ok(status) => Ok(status_result(None, status)),
+                        Ok(status) => Ok(status_result(None, json!(status))),
                         Err(error) => engine_failure(error),
                     }
                 })
@@ -85,6 +85,7 @@ impl Actions {
             } => self.stop(run_id, call_index, force_owner, query).await,
             Action::Pause { run_id, query } => match self.engine.pause(&run_id, &query).await {
                 Ok(status) => {
+                    let status = json!(status);
                     let headline = text::pause_headline(&status);
                     Ok(status_result(Some(headline), status))
                 }
@@ -180,7 +181,7 @@ impl Actions {
             .setup_response(&run_id, &setup_id, &response)
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => json!(answer),
             Err(error) => return engine_failure(error),
         };
         let approved = answer["accepted"] == true;
@@ -204,7 +205,8 @@ impl Actions {
 
     async fn result(&self, run_id: RunId, offset: usize, max_bytes: usize) -> McpResult<Value> {
         match self.engine.result_page(&run_id, offset, max_bytes).await {
-            Ok(mut page) => {
+            Ok(page) => {
+                let mut page = json!(page);
                 let links = vec![
                     resources::result_link(&run_id),
                     resources::events_link(&run_id),
@@ -227,7 +229,7 @@ impl Actions {
             .respond_permission(&run_id, &permission_id, outcome)
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => json!(answer),
             Err(error) => return engine_failure(error),
         };
         answer["next"] = json!({"action": "status", "runId": run_id});
@@ -255,6 +257,7 @@ impl Actions {
             .await
         {
             Ok(status) => {
+                let status = json!(status);
                 let headline = text::stop_headline(&status, call_index);
                 Ok(status_result(Some(headline), status))
             }

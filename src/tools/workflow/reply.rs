@@ -45,7 +45,7 @@ pub(super) fn invalid_input(error: McpError) -> Value {
 /// errors; store failures (integrity, I/O) are JSON-RPC -32603.
 pub(super) fn engine_failure(error: EngineError) -> McpResult<Value> {
     match error {
-        EngineError::Rejected(message) => Ok(tool_error(message)),
+        EngineError::Rejected(message) => Ok(tool_error(message.to_string())),
         unknown @ EngineError::UnknownRun(_) => Ok(tool_error(unknown.to_string())),
         EngineError::Store(error) => Err(McpError::internal(format!("run store: {error}"))),
     }

@@ -1,0 +1,488 @@
+//! Tests of the engine's answers and errors through its API, on the instant runner and a
+//! real store: the JSON the answers serialise to, and stored records that do not parse.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::resume::resume_digest;
+use super::*;
+use crate::engine::instant::InstantRunner;
+use crate::engine::routing::NamedBackends;
+use crate::engine::{ScriptInput, StatusQuery};
+use crate::model::{Lease, OperationReceipt, RunRecord, RunStatus};
+use crate::store::{Fence, ScriptChange, SqliteStore, StoreError};
+
+struct World {
+    _folder: tempfile::TempDir,
+    project: PathBuf,
+    store: Arc<SqliteStore>,
+    engine: Engine,
+}
+
+fn world() -> World {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let project = folder.path().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+    let store = Arc::new(SqliteStore::open(&folder.path().join("state")).expect("open store"));
+    let config = EngineConfig {
+        home: Some(folder.path().to_path_buf()),
+        probe: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(
+        store.clone(),
+        InstantRunner::new(),
+        Arc::new(NamedBackends::new(["claude"])),
+        config,
+    );
+    World {
+        _folder: folder,
+        project,
+        store,
+        engine,
+    }
+}
+
+const CHECKPOINT: &str = "export const meta = { name: 'c', description: 'd', model: 'claude' };\nconst ok = await checkpoint('go?');\nreturn await agent('after ' + ok);";
+const ONE_CALL: &str = "export const meta = { name: 'a', description: 'd', model: 'claude' };\nreturn await agent('hi');";
+
+impl World {
+    /// Runs `script` until it settles.
+    async fn settled(&self, script: &str) -> RunId {
+        let admission = self
+            .engine
+            .start(RunRequest {
+                project_dir: self.project.clone(),
+                script: ScriptInput::Inline(script.into()),
+                args: json!({}),
+                limits: Default::default(),
+            })
+            .await
+            .expect("admitted");
+        self.engine.wait(&admission.run_id).await;
+        admission.run_id
+    }
+
+    /// Rewrites the stored run row through `change`, under a lease of its own.
+    async fn tamper(&self, run_id: &RunId, change: impl FnOnce(&mut RunRecord)) {
+        let previous = self.store.lease(run_id).await.expect("lease");
+        let lease = Lease {
+            owner_id: "tamper".into(),
+            pid: std::process::id(),
+            proc_start: 0,
+            boot_id: None,
+            token: "tamper".into(),
+            acquired_at: 0,
+            expires_at: None,
+        };
+        let expected = previous.as_ref().map(|l| l.token.as_str());
+        assert!(
+            self.store
+                .acquire_lease(run_id, expected, &lease)
+                .await
+                .expect("acquire")
+        );
+        let mut record = self.store.load_run(run_id).await.expect("load");
+        change(&mut record);
+        self.store
+            .update_run(&record, ScriptChange::Unchanged, Fence("tamper"))
+            .await
+            .expect("update");
+        self.store
+            .release_lease(run_id, "tamper")
+            .await
+            .expect("release");
+    }
+
+    fn resume_request(run_id: &RunId, replies: Vec<(u32, Value)>) -> ResumeRequest {
+        ResumeRequest {
+            run_id: Some(run_id.clone()),
+            checkpoint_replies: replies,
+            ..ResumeRequest::default()
+        }
+    }
+}
+
+fn corrupt_message(error: EngineError) -> String {
+    match error {
+        EngineError::Store(StoreError::Corrupt(message)) => message,
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+}
+
+fn keys(value: &Value) -> Vec<&str> {
+    value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_corrupt_routing_snapshot_fails_the_resume_instead_of_routing_anew() {
+    let world = world();
+    let run_id = world.settled(CHECKPOINT).await;
+    world
+        .tamper(&run_id, |record| record.routing = json!("not a snapshot"))
+        .await;
+    let error = world
+        .engine
+        .resume(World::resume_request(&run_id, vec![(0, json!(true))]))
+        .await
+        .expect_err("a corrupt snapshot is an error");
+    let message = corrupt_message(error);
+    assert!(
+        message.starts_with(&format!(
+            "run {run_id}: its routing snapshot does not parse: "
+        )),
+        "{message}"
+    );
+    let record = world.store.load_run(&run_id).await.expect("load");
+    assert_eq!((record.status, record.generation), (RunStatus::Paused, 1));
+}
+
+#[tokio::test]
+async fn a_waiting_checkpoint_without_its_hash_is_a_corrupt_record() {
+    let world = world();
+    let run_id = world.settled(CHECKPOINT).await;
+    world
+        .tamper(&run_id, |record| {
+            if let Some(Value::Object(context)) = &mut record.checkpoint_context {
+                context.remove("hash");
+            }
+        })
+        .await;
+    let error = world
+        .engine
+        .resume(World::resume_request(&run_id, vec![(0, json!(true))]))
+        .await
+        .expect_err("no hash to match the answer to");
+    assert_eq!(
+        corrupt_message(error),
+        format!("run {run_id}: the waiting checkpoint 0: it has no hash")
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_receipt_is_a_corrupt_record() {
+    let world = world();
+    let run_id = world.settled(ONE_CALL).await;
+    let request = ResumeRequest {
+        operation_id: Some("op-1".into()),
+        ..World::resume_request(&run_id, Vec::new())
+    };
+    let receipt = OperationReceipt {
+        operation_id: "op-1".into(),
+        generation: 1,
+        input_digest: resume_digest(&request),
+        response: json!({"runId": 7}),
+        created_at: 0,
+    };
+    world
+        .store
+        .put_receipt(&run_id, &receipt)
+        .await
+        .expect("receipt");
+    let error = world.engine.resume(request).await.expect_err("unreadable");
+    assert_eq!(
+        corrupt_message(error),
+        format!("run {run_id}: the receipt of operation op-1: it does not parse as an admission")
+    );
+}
+
+#[tokio::test]
+async fn refusals_carry_their_kind_and_the_field_they_name() {
+    let world = world();
+    let run_id = world.settled(ONE_CALL).await;
+    let kind = |error: EngineError| match error {
+        EngineError::Rejected(rejected) => rejected,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let completed = kind(
+        world
+            .engine
+            .resume(World::resume_request(&run_id, Vec::new()))
+            .await
+            .expect_err("completed"),
+    );
+    assert!(matches!(completed, Rejected::Conflict(_)), "{completed:?}");
+    let offset = kind(
+        world
+            .engine
+            .result_page(&run_id, 99, 10)
+            .await
+            .expect_err("past the end"),
+    );
+    assert_eq!(offset.field(), Some("offset"));
+    let no_run_id = kind(
+        world
+            .engine
+            .resume(ResumeRequest::default())
+            .await
+            .expect_err("no id"),
+    );
+    assert_eq!(no_run_id.field(), Some("runId"));
+    let forced = world
+        .engine
+        .stop_with(&run_id, Some(0), true, &StatusQuery::default())
+        .await
+        .expect_err("forceOwner with callIndex");
+    assert_eq!(kind(forced).field(), Some("forceOwner"));
+    let no_route = world
+        .engine
+        .start(RunRequest {
+            project_dir: world.project.clone(),
+            script: ScriptInput::Inline(
+                "export const meta = { name: 'x', description: 'd' };\nreturn await agent('x');"
+                    .into(),
+            ),
+            args: json!({}),
+            limits: Default::default(),
+        })
+        .await
+        .expect_err("no route");
+    let no_route = kind(no_route);
+    assert!(matches!(no_route, Rejected::Routing(_)), "{no_route:?}");
+    assert!(
+        no_route
+            .to_string()
+            .starts_with("missing routing: agent 0@0")
+    );
+}
+
+#[tokio::test]
+async fn the_answers_serialise_in_the_documented_order() {
+    let world = world();
+    let run_id = world.settled(ONE_CALL).await;
+    let query = StatusQuery::default();
+    let status = json!(world.engine.status(&run_id, &query).await.expect("status"));
+    let head = [
+        "runId",
+        "status",
+        "workflowName",
+        "limits",
+        "scriptUri",
+        "scriptPath",
+        "eventsUri",
+        "generation",
+        "startedAt",
+        "updatedAt",
+        "tokenUsage",
+        "resultUri",
+        "filter",
+        "calls",
+        "phases",
+        "logTail",
+        "truncation",
+        "outcome",
+    ];
+    assert_eq!(keys(&status), head);
+    assert_eq!(
+        keys(&status["calls"][0]),
+        [
+            "index",
+            "kind",
+            "label",
+            "phase",
+            "model",
+            "backendId",
+            "resultPreview",
+            "resultRedacted",
+            "resultTruncated"
+        ]
+    );
+    assert_eq!(keys(&status["outcome"]), ["result", "logs"]);
+    let stopped = json!(
+        world
+            .engine
+            .stop(&run_id, None, &query)
+            .await
+            .expect("stop")
+    );
+    let mut stop_keys = head.to_vec();
+    stop_keys.extend(["stopped", "alreadyTerminal"]);
+    assert_eq!(keys(&stopped), stop_keys);
+    let paused = json!(world.engine.pause(&run_id, &query).await.expect("pause"));
+    let mut pause_keys = head.to_vec();
+    pause_keys.extend(["pauseRequested", "paused"]);
+    assert_eq!(keys(&paused), pause_keys);
+    let page = json!(world.engine.result_page(&run_id, 0, 4).await.expect("page"));
+    assert_eq!(
+        keys(&page),
+        [
+            "action",
+            "runId",
+            "status",
+            "resultUri",
+            "eventsUri",
+            "mimeType",
+            "encoding",
+            "totalBytes",
+            "offset",
+            "endOffset",
+            "hasMore",
+            "chunk"
+        ]
+    );
+    assert_eq!(page["chunk"], "\"ECH");
+}
+
+/// Sources held in memory: files no disk holds, so a run that finds them read them here.
+#[derive(Default)]
+struct MemorySources {
+    files: std::collections::BTreeMap<PathBuf, String>,
+    reads: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+impl MemorySources {
+    fn get(&self, path: &Path) -> Result<crate::engine::sources::Contents, FileError> {
+        self.reads.lock().expect("reads").push(path.to_path_buf());
+        match self.files.get(path) {
+            Some(text) => Ok(crate::engine::sources::Contents {
+                path: path.to_path_buf(),
+                bytes: text.clone().into_bytes(),
+            }),
+            None => Err(FileError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            }),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sources for MemorySources {
+    async fn read_script(
+        &self,
+        path: &Path,
+    ) -> Result<crate::engine::sources::Contents, FileError> {
+        self.get(path)
+    }
+
+    async fn reread_script(
+        &self,
+        path: &Path,
+    ) -> Result<crate::engine::sources::Contents, FileError> {
+        self.get(path)
+    }
+
+    fn read_companion(
+        &self,
+        path: &Path,
+        _limit: u64,
+    ) -> Result<crate::engine::sources::Contents, FileError> {
+        self.get(path)
+    }
+
+    fn companions(&self, folder: &Path, extension: &str) -> Vec<PathBuf> {
+        self.files
+            .keys()
+            .filter(|path| path.parent() == Some(folder))
+            .filter(|path| path.extension().and_then(|e| e.to_str()) == Some(extension))
+            .cloned()
+            .collect()
+    }
+}
+
+use crate::engine::sources::{FileError, Sources};
+
+#[tokio::test]
+async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_port() {
+    let world = world();
+    let script = PathBuf::from("/nowhere/flow.js");
+    let helper = world.project.join(".agentprism/workflows/helper.js");
+    let reviewer = world.project.join(".agentprism/agents/reviewer.md");
+    let mut sources = MemorySources::default();
+    sources.files.insert(
+        script.clone(),
+        "export const meta = { name: 'flow', description: 'd' };\nawait checkpoint('go?');\nreturn await workflow('helper');"
+            .into(),
+    );
+    sources.files.insert(
+        helper.clone(),
+        "export const meta = { name: 'helper', description: 'd' };\nreturn await agent('look', {agentType: 'reviewer'});".into(),
+    );
+    sources.files.insert(
+        reviewer.clone(),
+        "---\nmodel: claude\n---\nYou review.\n".into(),
+    );
+    let sources = Arc::new(sources);
+    let engine = Engine::with_sources(
+        world.store.clone(),
+        InstantRunner::new(),
+        Arc::new(NamedBackends::new(["claude"])),
+        sources.clone(),
+        EngineConfig {
+            probe: false,
+            ..EngineConfig::default()
+        },
+    );
+    let admission = engine
+        .start(RunRequest {
+            project_dir: world.project.clone(),
+            script: ScriptInput::Path(script.clone()),
+            args: json!({}),
+            limits: Default::default(),
+        })
+        .await
+        .expect("admitted from memory");
+    assert_eq!(admission.script_file, script);
+    engine.wait(&admission.run_id).await;
+    // The resume reads the recorded script back through the port to look for a revision.
+    engine
+        .resume(World::resume_request(
+            &admission.run_id,
+            vec![(0, json!(true))],
+        ))
+        .await
+        .expect("resumed");
+    engine.wait(&admission.run_id).await;
+    let status = json!(
+        engine
+            .status(&admission.run_id, &StatusQuery::default())
+            .await
+            .expect("status")
+    );
+    assert_eq!(
+        status["outcome"]["result"], "ECHO: You review.\n\nlook",
+        "{status:#}"
+    );
+    let reads = sources.reads.lock().expect("reads").clone();
+    let script_reads = reads.iter().filter(|path| **path == script).count();
+    assert_eq!(script_reads, 2, "admission and resume: {reads:?}");
+    for path in [&helper, &reviewer] {
+        assert!(
+            reads.contains(path),
+            "{path:?} not read through the port: {reads:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_setup_request_without_its_id_is_a_corrupt_record() {
+    let world = world();
+    let run_id = world
+        .settled("export const meta = { name: 's', description: 'd', model: 'mine', backends: {mine: {command: 'mine-acp'}} };\nreturn await agent('x');")
+        .await;
+    world
+        .tamper(&run_id, |record| {
+            if let Some(Value::Object(request)) =
+                record.setup.as_mut().and_then(|s| s.get_mut("request"))
+            {
+                request.remove("id");
+            }
+        })
+        .await;
+    let error = world
+        .engine
+        .setup_response(&run_id, "any", &json!({"action": "decline"}))
+        .await
+        .expect_err("no id to match");
+    assert_eq!(
+        corrupt_message(error),
+        format!("run {run_id}: its setup request: it has no id")
+    );
+}
