@@ -246,12 +246,10 @@ pub async fn build(
     permissions: &[PendingPermission],
     query: &StatusQuery,
 ) -> StoreResult<StatusDocument> {
-    let calls = store.latest_calls(&record.run_id).await?;
+    let (rows, total_calls) = shown_rows(store, record, live, query).await?;
     let (log_lines, total_logs) = store
         .log_tail(&record.run_id, query.log_lines as u32)
         .await?;
-    let rows = call_rows(record, &calls, live);
-    let total_calls = rows.len();
     let matched: Vec<CallEntry> = rows
         .into_iter()
         .filter(|entry| match &query.label_glob {
@@ -262,7 +260,10 @@ pub async fn build(
             None => true,
         })
         .collect();
-    let matched_count = matched.len();
+    let matched_count = match query.label_glob {
+        Some(_) => matched.len(),
+        None => total_calls,
+    };
     let mut shown_calls: Vec<CallEntry> = matched.into_iter().rev().take(query.last_n).collect();
     shown_calls.reverse();
     let logs = LogTail::of(log_lines, total_logs as usize);
@@ -283,6 +284,33 @@ pub async fn build(
         document.outcome = Some(outcome(store, record).await?);
     }
     Ok(document)
+}
+
+/// The call rows status may show, ascending by index, and how many there are in all. Without
+/// `labelGlob` only the last `lastN` can be shown, so the store reads just the latest
+/// generation's tail (bounded, whatever the run's size; the live calls of a generation are
+/// bounded by its concurrency); a glob must see every row of the generation to match them.
+async fn shown_rows(
+    store: &dyn Store,
+    record: &RunRecord,
+    live: Option<&LiveView>,
+    query: &StatusQuery,
+) -> StoreResult<(Vec<CallEntry>, usize)> {
+    if query.label_glob.is_some() {
+        let calls = store.latest_calls(&record.run_id).await?;
+        let rows = call_rows(record, &calls, live);
+        let total = rows.len();
+        return Ok((rows, total));
+    }
+    let tail = store.call_tail(&record.run_id, query.last_n as u32).await?;
+    // `call_rows` keeps only the record's generation while one is live.
+    let settled = match (tail.generation, live) {
+        (Some(generation), Some(_)) if generation != record.generation => 0,
+        _ => tail.total as usize,
+    };
+    let live_calls = live.map_or(0, |live| live.calls.len());
+    let rows = call_rows(record, &tail.calls, live);
+    Ok((rows, settled + live_calls))
 }
 
 /// Settled calls of the latest generation (every generation's when none is live), plus
@@ -547,14 +575,10 @@ fn serialized_len(document: &StatusDocument) -> usize {
 /// `outcome` of a paused or terminal run.
 async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<StatusOutcome> {
     let mut outcome = StatusOutcome::default();
-    let calls = store.calls(&record.run_id).await?;
-    outcome.checkpoints_taken = calls
+    let checkpoints = store.checkpoint_calls(&record.run_id).await?;
+    outcome.checkpoints_taken = checkpoints
         .iter()
-        .filter(|c| {
-            c.kind == CallKind::Checkpoint
-                && c.outcome == CallOutcome::Result
-                && c.superseded_by.is_none()
-        })
+        .filter(|c| c.outcome == CallOutcome::Result)
         .map(|c| CheckpointTaken {
             call_index: c.index,
             source: match c.origin {

@@ -193,6 +193,10 @@ pub trait Store: Send + Sync + 'static {
     /// call writes maintain).
     async fn call_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<CallTail>;
 
+    /// The checkpoint rows not superseded, of every generation, ordered by (generation,
+    /// settlement ordinal), at a cost that grows with the run's checkpoints, not its calls.
+    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
+
     /// Events with `seq > after`, at most `limit`, ascending.
     async fn events(&self, run_id: &RunId, after: u64, limit: u32)
     -> StoreResult<Vec<EventRecord>>;

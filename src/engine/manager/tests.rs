@@ -486,3 +486,41 @@ async fn a_setup_request_without_its_id_is_a_corrupt_record() {
         format!("run {run_id}: its setup request: it has no id")
     );
 }
+
+/// Without `labelGlob` status reads only the tail of the run's calls; the counts still say
+/// how many there are, and a glob still sees every row of the generation.
+#[tokio::test]
+async fn status_counts_every_call_but_shows_the_last_ones() {
+    let world = world();
+    let script = "export const meta = { name: 'many', description: 'd', model: 'claude' };\n\
+                  for (let i = 0; i < 30; i++) { await agent('p' + i, { label: (i < 10 ? 'early-' : 'late-') + i }); }\n\
+                  return 'done';";
+    let run_id = world.settled(script).await;
+    let shown = |document: &Value| -> Vec<u64> {
+        document["calls"]
+            .as_array()
+            .expect("calls")
+            .iter()
+            .map(|call| call["index"].as_u64().expect("index"))
+            .collect()
+    };
+    let tail = StatusQuery {
+        last_n: 5,
+        ..StatusQuery::default()
+    };
+    let document = json!(world.engine.status(&run_id, &tail).await.expect("status"));
+    assert_eq!(shown(&document), vec![25, 26, 27, 28, 29]);
+    assert_eq!(
+        document["truncation"]["calls"],
+        json!({"total": 30, "matched": 30, "returned": 5, "shortenedResults": 0, "redactedResults": 0})
+    );
+    let early = StatusQuery {
+        last_n: 3,
+        label_glob: Some("early-*".into()),
+        ..StatusQuery::default()
+    };
+    let document = json!(world.engine.status(&run_id, &early).await.expect("status"));
+    assert_eq!(shown(&document), vec![7, 8, 9]);
+    assert_eq!(document["truncation"]["calls"]["total"], 30);
+    assert_eq!(document["truncation"]["calls"]["matched"], 10);
+}

@@ -185,6 +185,47 @@ pub async fn call_tail_counts_and_bounds_the_latest_generation<B: Backend>(backe
     );
 }
 
+/// The checkpoint rows of every generation that no later row superseded, by generation and
+/// settlement order; agent rows never appear.
+pub async fn checkpoint_calls_are_the_standing_checkpoint_rows<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    let fence = Fence("token-a");
+    assert!(store.checkpoint_calls(id).await.expect("none").is_empty());
+    let first = [
+        call(1, 0, 1),
+        checkpoint_call(1, 1, 2),
+        checkpoint_call(1, 2, 3),
+    ];
+    let writes: Vec<CallWrite<'_>> = first.iter().map(|row| write(row, &[], &[])).collect();
+    store
+        .append_calls(id, &writes, fence)
+        .await
+        .expect("generation 1");
+    // Generation 2 re-asks checkpoint 1 (superseding it), settling it after a later one.
+    let second = [
+        checkpoint_call(2, 3, 1),
+        checkpoint_call(2, 1, 2),
+        call(2, 4, 3),
+    ];
+    store
+        .append_call(id, write(&second[0], &[], &[]), fence)
+        .await
+        .expect("append");
+    store
+        .append_call(id, write(&second[1], &[(1, 1)], &[]), fence)
+        .await
+        .expect("append");
+    store
+        .append_call(id, write(&second[2], &[], &[]), fence)
+        .await
+        .expect("append");
+    assert_eq!(
+        store.checkpoint_calls(id).await.expect("checkpoints"),
+        vec![first[2].clone(), second[0].clone(), second[1].clone()]
+    );
+}
+
 /// Events page by cursor and limit; an append that does not continue the stream densely is
 /// refused whole.
 pub async fn events_page_by_cursor_and_stay_dense<B: Backend>(backend: &B) {

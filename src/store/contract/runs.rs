@@ -138,6 +138,7 @@ pub async fn unknown_runs_are_reported_by_every_method<B: Backend>(backend: &B) 
     assert_unknown(s.replay_pool(&id).await, "replay_pool");
     assert_unknown(s.latest_calls(&id).await, "latest_calls");
     assert_unknown(s.call_tail(&id, 5).await, "call_tail");
+    assert_unknown(s.checkpoint_calls(&id).await, "checkpoint_calls");
     assert_unknown(s.events(&id, 0, 1).await, "events");
     assert_unknown(s.last_event_seq(&id).await, "last_event_seq");
     assert_unknown(s.log_tail(&id, 1).await, "log_tail");

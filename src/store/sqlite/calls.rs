@@ -17,6 +17,9 @@ pub(super) const TAIL_GENERATION: &str = "SELECT MAX(generation) FROM calls WHER
 pub(super) const TAIL_COUNT: &str =
     "SELECT calls FROM call_tallies WHERE run_key = ?1 AND generation = ?2";
 /// Its last rows: the primary key walked backwards from the generation's end.
+pub(super) const CHECKPOINT_ROWS: &str = "SELECT * FROM calls
+     WHERE run_key = ?1 AND kind = 'checkpoint' AND superseded_by IS NULL
+     ORDER BY generation, settlement_ordinal, call_index";
 pub(super) const TAIL_ROWS: &str = "SELECT * FROM calls
      WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
      ORDER BY call_index DESC LIMIT ?3";
@@ -57,6 +60,12 @@ pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec
         run_key,
         run_id,
     )
+}
+
+/// The checkpoint rows not superseded, through the partial index `calls_checkpoints`.
+pub(super) fn checkpoints(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+    let run_key = run_key(connection, run_id)?;
+    query_calls(connection, CHECKPOINT_ROWS, run_key, run_id)
 }
 
 /// The latest generation's count and last `limit` non-checkpoint rows: the generation from

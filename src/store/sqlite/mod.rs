@@ -167,6 +167,10 @@ impl Store for SqliteStore {
         calls::tail(&self.connection(), run_id, limit)
     }
 
+    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        calls::checkpoints(&self.connection(), run_id)
+    }
+
     async fn events(
         &self,
         run_id: &RunId,

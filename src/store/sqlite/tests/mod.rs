@@ -447,6 +447,7 @@ async fn status_admission_and_intent_queries_are_indexed() {
         super::calls::TAIL_GENERATION,
         super::calls::TAIL_COUNT,
         super::calls::TAIL_ROWS,
+        super::calls::CHECKPOINT_ROWS,
         super::runs::ACTIVE,
         super::control::PENDING_ACROSS_RUNS,
     ] {
