@@ -135,6 +135,10 @@ fn apply_settings(connection: &Connection) -> rusqlite::Result<String> {
     // opener reads them from there, so this keeps every commit across a crash; the WAL is
     // still checkpointed by the automatic checkpoint once it grows past 1,000 pages.
     connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    // The planner would otherwise weigh bound values (`LIMIT ?`, a run key), and a cached
+    // statement bound anew would be prepared again on each use: most of a status read's
+    // cost. With the stability guarantee a cached statement keeps its plan.
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     let mut persist = 1;
     connection.file_control(Some(MAIN_DB), FileControl::PersistWal(&mut persist))?;
     Ok(journal_mode)

@@ -25,6 +25,10 @@ pub(super) struct Deleted {
 }
 
 /// The active runs of a project, through the partial index `runs_active_by_project`.
+pub(super) const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,
+            run_scripts.script_revisions
+     FROM runs JOIN run_scripts USING (run_key)
+     WHERE runs.run_id = ?1";
 pub(super) const ACTIVE: &str = "SELECT run_id FROM runs
      WHERE project_dir = ?1 AND status IN ('pending', 'running')
      ORDER BY started_at, run_id";
@@ -80,14 +84,7 @@ pub(super) fn create(
 
 pub(super) fn load(connection: &Connection, run_id: &RunId) -> StoreResult<RunRecord> {
     let doing = || format!("load run {run_id}");
-    let mut statement = connection
-        .prepare_cached(
-            "SELECT runs.*, run_scripts.script, run_scripts.meta,
-                    run_scripts.script_revisions
-             FROM runs JOIN run_scripts USING (run_key)
-             WHERE runs.run_id = ?1",
-        )
-        .context(doing)?;
+    let mut statement = connection.prepare_cached(LOAD).context(doing)?;
     let mut rows = statement.query([run_id.as_str()]).context(doing)?;
     match rows.next().context(doing)? {
         Some(row) => run_from_row(&RowReader::new(row, run_id, "runs")),

@@ -437,6 +437,23 @@ async fn migration_4_counts_the_calls_already_stored() {
     assert_eq!(store.call_tail(&id, 10).await.expect("tail").total, 2);
 }
 
+/// A cached statement bound with other values keeps its plan: status and the journal reads
+/// are never prepared again (the query planner stability guarantee is on).
+#[tokio::test]
+async fn cached_statements_are_not_prepared_again_when_bound_anew() {
+    let (_folder, store, record) = store_with_run().await;
+    for limit in [1, 20, 50, 3] {
+        store.call_tail(&record.run_id, limit).await.expect("tail");
+        store.load_run(&record.run_id).await.expect("run");
+    }
+    let connection = store.connection();
+    for sql in [super::runs::LOAD, super::calls::TAIL_ROWS] {
+        let statement = connection.prepare_cached(sql).expect("cached");
+        let reprepared = statement.get_status(rusqlite::StatementStatus::RePrepare);
+        assert_eq!(reprepared, 0, "{sql}");
+    }
+}
+
 /// The queries status and admission make on every call never walk a table or sort: each is
 /// answered from an index, so their cost does not grow with the run or the store.
 #[tokio::test]
