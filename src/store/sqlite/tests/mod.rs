@@ -12,14 +12,14 @@ use serde_json::{Value, json};
 use super::connection::{MIGRATIONS, PAGE_SIZE};
 use super::*;
 use crate::model::{
-    CallKind, CallOrigin, CallOutcome, Limits, PauseReason, Phase, RunStatus, ScriptRevision,
-    ScriptSource, Usage,
+    CallOrigin, Limits, PauseReason, Phase, RunStatus, ScriptRevision, ScriptSource, Usage,
 };
 use crate::store::StoreError;
+use crate::store::contract::{
+    OTHER_PROJECT, PROJECT, call, event, lease, log_event, run_id, run_record, write,
+};
 
 mod records;
-
-const PROJECT: &str = "/home/dev/shop";
 
 /// Several openers of a database that does not exist yet race to create it and switch it
 /// to WAL; every one of them must get a working store (SQLite answers the WAL switch
@@ -44,45 +44,6 @@ fn openers_racing_to_create_the_store_all_succeed() {
             let opened = opener.join().expect("opener thread");
             assert!(opened.is_ok(), "{opened:?}");
         }
-    }
-}
-const OTHER_PROJECT: &str = "/home/dev/blog";
-
-fn run_id(text: &str) -> RunId {
-    RunId::parse(text).expect("test run ids are valid")
-}
-
-/// A run as admission creates it: optional fields unset.
-fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
-    RunRecord {
-        run_id: run_id(id),
-        project_dir: PathBuf::from(project_dir),
-        workflow_name: "review".to_owned(),
-        status: RunStatus::Running,
-        pause_reason: None,
-        error_code: None,
-        error_message: None,
-        script: "export const meta = { name: \"review\" };\nawait agent(\"look\");\n".to_owned(),
-        script_file: PathBuf::from(format!("/store/runs/{id}.script.js")),
-        script_source: ScriptSource::Inline,
-        script_revisions: Vec::new(),
-        meta: json!({ "name": "review" }),
-        args: json!({ "target": "src" }),
-        cwd: PathBuf::from(project_dir),
-        limits: Limits::default(),
-        phases: Vec::new(),
-        current_phase: None,
-        result: None,
-        started_at,
-        updated_at: started_at,
-        token_usage: Usage::default(),
-        stream_id: "0123456789abcdef0123456789abcdef".to_owned(),
-        generation: 1,
-        setup: None,
-        auth_context: None,
-        checkpoint_context: None,
-        reset_hint: None,
-        routing: json!({ "tiers": {}, "integrity": "abc" }),
     }
 }
 
@@ -134,82 +95,6 @@ fn full_run_record() -> RunRecord {
         })),
         reset_hint: Some("resets at 5pm".to_owned()),
         ..run_record("lq3k2m1-abc123", PROJECT, 1_700_000_000_000)
-    }
-}
-
-fn lease(token: &str) -> Lease {
-    Lease {
-        owner_id: "daemon-1".to_owned(),
-        pid: 4242,
-        proc_start: 987_654_321,
-        boot_id: None,
-        token: token.to_owned(),
-        acquired_at: 1_700_000_000_000,
-        expires_at: None,
-    }
-}
-
-fn call(generation: u32, index: u32, settlement_ordinal: u64) -> CallRecord {
-    CallRecord {
-        generation,
-        index,
-        kind: CallKind::Agent,
-        hash: format!("hash-{index}"),
-        path: Some("3:7<1:1".to_owned()),
-        inputs_hash: Some(format!("inputs-{index}")),
-        label: Some(format!("call {index}")),
-        phase: None,
-        outcome: CallOutcome::Result,
-        origin: CallOrigin::Runner,
-        result: Some(json!({ "answer": index })),
-        error: None,
-        aborted: false,
-        attempts: 1,
-        usage: Usage {
-            input_tokens: 10,
-            output_tokens: 5,
-            total_tokens: 15,
-            cost_usd: None,
-        },
-        model_requested: Some("fast".to_owned()),
-        model_resolved: Some("claude-haiku".to_owned()),
-        backend_id: Some("claude".to_owned()),
-        resolved_cwd: Some(PROJECT.to_owned()),
-        replay: None,
-        session: Some(json!({ "sessionId": "s-1" })),
-        settlement_ordinal,
-        superseded_by: None,
-    }
-}
-
-fn event(seq: u64, event_type: &str) -> EventRecord {
-    EventRecord {
-        seq,
-        timestamp: 1_700_000_000_000 + seq as i64,
-        event: json!({ "type": event_type, "runId": "lq3k2m1-abc123", "scope": "root" }),
-        redacted: false,
-        truncated: false,
-    }
-}
-
-fn log_event(seq: u64, message: &str) -> EventRecord {
-    EventRecord {
-        event: json!({
-            "type": "log", "runId": "lq3k2m1-abc123", "scope": "root", "message": message
-        }),
-        ..event(seq, "log")
-    }
-}
-
-fn write<'a>(
-    record: &'a CallRecord,
-    supersedes: &'a [(u32, u32)],
-    events: &'a [EventRecord],
-) -> CallWrite<'a> {
-    CallWrite {
-        record,
-        supersedes,
-        events,
     }
 }
 
