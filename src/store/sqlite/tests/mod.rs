@@ -1,7 +1,7 @@
 //! The SQLite store's own tests: what only this backend has (files, modes, WAL, pages,
 //! migrations, the frozen v1 sample, several connections) and the behaviour every method had
 //! before the contract suite existed. The backend-independent rules run from
-//! `contract_tests.rs`. This file holds the fixtures and the tests of opening, configuring
+//! `contract_tests.rs`, whose fixtures these tests share. This file holds the tests of opening, configuring
 //! and migrating a database; `records.rs` the round trips and rules of each table.
 
 use std::os::unix::fs::PermissionsExt;

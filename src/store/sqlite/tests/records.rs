@@ -33,20 +33,6 @@ async fn full_record_round_trips() {
 }
 
 #[tokio::test]
-async fn create_refuses_a_taken_id() {
-    let (_folder, store, record) = store_with_run().await;
-    let again = RunRecord {
-        workflow_name: "other".to_owned(),
-        ..record.clone()
-    };
-    match store.create_run(&again, &lease("token-z")).await {
-        Err(StoreError::AlreadyExists(id)) => assert_eq!(id, record.run_id),
-        other => panic!("expected AlreadyExists, got {other:?}"),
-    }
-    assert_eq!(store.load_run(&record.run_id).await.expect("load"), record);
-}
-
-#[tokio::test]
 async fn update_run_unchanged_keeps_the_script() {
     let (_folder, store, record) = store_with_run().await;
     let updated = RunRecord {
@@ -266,42 +252,6 @@ async fn latest_calls_returns_only_the_highest_generation() {
         .expect("append");
     let latest = store.latest_calls(id).await.expect("latest");
     assert_eq!(latest, vec![rows[3].clone(), rows[2].clone()]);
-}
-
-#[tokio::test]
-async fn events_page_by_cursor_and_limit() {
-    let (_folder, store, record) = store_with_run().await;
-    let id = &record.run_id;
-    let fence = Fence("token-a");
-    assert_eq!(store.last_event_seq(id).await.expect("seq"), 0);
-    assert!(store.events(id, 0, 10).await.expect("events").is_empty());
-    let events: Vec<EventRecord> = (1..=7).map(|seq| event(seq, "phase")).collect();
-    store
-        .append_events(id, &events[..3], fence)
-        .await
-        .expect("first batch");
-    store
-        .append_events(id, &events[3..], fence)
-        .await
-        .expect("second batch");
-    assert_eq!(store.last_event_seq(id).await.expect("seq"), 7);
-    assert_eq!(store.events(id, 0, 100).await.expect("all"), events);
-    assert_eq!(
-        store.events(id, 2, 3).await.expect("page"),
-        events[2..5].to_vec()
-    );
-    assert_eq!(
-        store.events(id, 5, 100).await.expect("tail"),
-        events[5..].to_vec()
-    );
-    assert!(store.events(id, 7, 100).await.expect("end").is_empty());
-    assert!(
-        store
-            .events(id, u64::MAX, 100)
-            .await
-            .expect("beyond")
-            .is_empty()
-    );
 }
 
 #[tokio::test]
