@@ -169,11 +169,8 @@ fn leader_verified(record: &GroupRecord) -> bool {
     if !identity_liveness(record.pgid, record.leader_start, record.boot_id.as_deref()).is_alive() {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", record.pgid)) else {
-        return false;
-    };
-    let leads = crate::acp::reaper::group_and_state(&stat)
-        .is_some_and(|(pgrp, _)| i64::from(pgrp) == i64::from(record.pgid));
+    let leads = crate::util::process::proc_stat(record.pgid)
+        .is_some_and(|stat| i64::from(stat.pgrp) == i64::from(record.pgid));
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", record.pgid)).unwrap_or_default();
     let is_reaper = cmdline
         .split(|&byte| byte == 0)

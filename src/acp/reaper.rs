@@ -335,23 +335,13 @@ fn live_members(group: Pid, me: Pid) -> Vec<Pid> {
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me.as_raw())
         .filter(|&pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            matches!(group_and_state(&stat), Some((pgrp, state)) if pgrp == group.as_raw() && state != "Z" && state != "X")
+            u32::try_from(pid)
+                .ok()
+                .and_then(crate::util::process::proc_stat)
+                .is_some_and(|stat| stat.pgrp == group.as_raw() && !stat.zombie)
         })
         .map(Pid::from_raw)
         .collect()
-}
-
-/// `(pgrp, state)` from a `/proc/<pid>/stat` line (fields counted from the last `)`, since
-/// the command name may hold spaces and parentheses).
-pub fn group_and_state(stat: &str) -> Option<(i32, &str)> {
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((pgrp, state))
 }
 
 /// Exits the way the agent did: its exit code, or death by its signal when that signal
@@ -393,16 +383,4 @@ fn exit_like(status: ExitStatus) -> ! {
 fn fail(code: i32, message: &str) -> ! {
     let _ = writeln!(std::io::stderr(), "agentprism {SUBCOMMAND}: {message}");
     std::process::exit(code);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn group_and_state_read_past_odd_command_names() {
-        let line = "77 (a) b (c)) S 1 70 70 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 5555 1000 10";
-        assert_eq!(group_and_state(line), Some((70, "S")));
-        assert_eq!(group_and_state("garbage"), None);
-    }
 }

@@ -92,13 +92,22 @@ mod tests {
     }
 
     #[test]
+    fn the_group_is_read_past_odd_command_names() {
+        let line = "77 (a) b (c)) S 1 70 70 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 5555 1000 10";
+        let stat = parse_stat(line).expect("parsed");
+        assert_eq!((stat.pgrp, stat.zombie), (70, false));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
     fn stat_parsing_handles_odd_names() {
         let line = "77 (a) b (c)) S 1 77 77 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 5555 1000 10";
         assert_eq!(
             parse_stat(line),
             Some(ProcStat {
                 start_time: 5555,
-                zombie: false
+                zombie: false,
+                pgrp: 77,
             })
         );
         let zombie = line.replace(") S ", ") Z ");

@@ -80,6 +80,8 @@ pub struct ProcStat {
     pub start_time: u64,
     /// State `Z` (or `X`).
     pub zombie: bool,
+    /// Field 5, the process group: the agent reaper checks who is still in its group.
+    pub pgrp: i32,
 }
 
 /// The identity a record carries.
@@ -203,11 +205,14 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
 pub fn parse_stat(stat: &str) -> Option<ProcStat> {
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?;
-    // Field 3 was `state`; field 22 is 19 further on.
-    let start_time = fields.nth(18)?.parse().ok()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    // Field 5 was the group; field 22 is 17 further on.
+    let start_time = fields.nth(16)?.parse().ok()?;
     Some(ProcStat {
         start_time,
         zombie: matches!(state, "Z" | "X"),
+        pgrp,
     })
 }
 
@@ -225,6 +230,7 @@ mod tests {
     const STAT: ProcStat = ProcStat {
         start_time: 5555,
         zombie: false,
+        pgrp: 77,
     };
 
     fn recorded(boot_id: Option<&str>) -> Recorded<'_> {
