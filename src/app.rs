@@ -25,6 +25,7 @@ use crate::engine::{Engine, EngineConfig};
 use crate::env::{self, EnvSnapshot};
 use crate::logging::notice;
 use crate::mcp::server::{McpServer, ServerOptions};
+use crate::serve::{Folder, FolderOptions, FolderServer};
 use crate::store::SqliteStore;
 use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
@@ -260,6 +261,97 @@ pub async fn services(mut settings: Settings) -> Result<Services> {
         engine,
         workflow,
         server,
+    })
+}
+
+/// What `agentprism serve <dir>` serves: the folder server over an engine whose store lives in
+/// the state folder.
+pub struct FolderServices {
+    /// The handler: its shutdown interrupts the runs still going.
+    pub folder: Arc<FolderServer>,
+    /// The MCP core over it, for a transport.
+    pub server: Arc<McpServer>,
+    /// Where the runs are kept; a temporary one is removed when this is dropped.
+    pub state: StateFolder,
+}
+
+impl FolderServices {
+    /// Stops taking requests, then interrupts the runs still going within `deadline`.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.server.shutdown();
+        self.folder.shutdown(deadline).await;
+    }
+}
+
+/// The folder server's state: `--state-dir`, or a private temporary folder removed at exit
+/// (run state then lives as long as the process).
+pub struct StateFolder {
+    pub path: PathBuf,
+    /// Removed on drop (the temporary folder only).
+    temporary: bool,
+}
+
+impl StateFolder {
+    /// `--state-dir`, created (mode 0700) if missing.
+    pub fn kept(path: &Path) -> Result<StateFolder> {
+        create_private_dir(path)
+            .with_context(|| format!("creating the state folder {}", path.display()))?;
+        let path = std::fs::canonicalize(path)
+            .with_context(|| format!("resolving the state folder {}", path.display()))?;
+        Ok(StateFolder {
+            path,
+            temporary: false,
+        })
+    }
+
+    /// A new private folder under the system's temporary folder.
+    pub fn temporary() -> Result<StateFolder> {
+        let path = std::env::temp_dir().join(format!("agentprism-serve-{}", uuid::Uuid::new_v4()));
+        create_private_dir(&path)
+            .with_context(|| format!("creating the temporary state folder {}", path.display()))?;
+        Ok(StateFolder {
+            path,
+            temporary: true,
+        })
+    }
+}
+
+impl Drop for StateFolder {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// Builds the folder server: an engine whose persistence root is the state folder (served
+/// scripts' `meta.backends` count as approved by the operator who put them there, and every
+/// run shares the folder as its project, so the per-project cap is the engine's own), and
+/// the handler over `folder`.
+pub async fn folder_services(
+    mut settings: Settings,
+    folder: Folder,
+    state: StateFolder,
+    options: FolderOptions,
+) -> Result<FolderServices> {
+    settings.root = state.path.clone();
+    settings.engine.allow_script_backends = true;
+    settings.engine.max_active_per_project = settings.engine.max_runs;
+    let engine = engine(settings).await?;
+    let folder = FolderServer::new(engine, folder, options)?;
+    let server = Arc::new(McpServer::new(folder.clone(), ServerOptions::default()));
+    Ok(FolderServices {
+        folder,
+        server,
+        state,
     })
 }
 

@@ -25,6 +25,8 @@ pub mod mcp;
 pub mod transport;
 /// The workflow MCP server: the `workflow` tool, run resources, prompt and skill.
 pub mod tools;
+/// `agentprism serve <dir>`: a folder of workflows as an MCP server of its own.
+pub mod serve;
 /// Daemon records, family pointer, env fingerprint, spawn lock, liveness, process table.
 pub mod discovery;
 /// The signed Unix-socket control plane between daemons: messages, server, client.

@@ -142,6 +142,8 @@ fn is_private_variable(name: &str) -> bool {
         || name.starts_with("LISTEN_")
         || name.starts_with("WATCHDOG_")
         || crate::env::is_host_session_marker(name)
+        // The folder server's token, principal header and (later) pack key.
+        || name.starts_with("MHL_SERVE_")
 }
 
 /// Starts `backend` with `base_env` plus the backend's own `env`, in a new process group led

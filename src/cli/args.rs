@@ -72,18 +72,40 @@ pub enum CompletionShell {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// A folder of workflow scripts to serve as tools of their own (docs/serve.md). Without
+    /// it, the `workflow` tool is served.
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
     /// Speak MCP on stdin/stdout (what a host launches; the default).
     #[arg(long, conflicts_with = "http")]
     pub stdio: bool,
-    /// Serve Streamable HTTP on 127.0.0.1; prints the URL on stdout once listening.
-    #[arg(long)]
-    pub http: bool,
-    /// The HTTP port (0 picks a free one).
+    /// Serve Streamable HTTP; prints the URL on stdout once listening. Without a value it
+    /// binds 127.0.0.1 (on `--port`); a folder server may name `HOST:PORT`.
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = "")]
+    pub http: Option<String>,
+    /// The HTTP port when `--http` names no address (0 picks a free one).
     #[arg(long, default_value_t = 0, requires = "http")]
     pub port: u16,
     /// The project `run` and `config` use when a request leaves out `projectDir`.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "dir")]
     pub project_dir: Option<PathBuf>,
+    /// Folder server: keep run state here, so a later process can continue its runs
+    /// (default: a temporary folder removed at exit).
+    #[arg(long, value_name = "DIR", env = "MHL_SERVE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Folder server over HTTP: require `Authorization: Bearer <token>` on every request.
+    /// Prefer the environment variable: a command line is visible to other users.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "MHL_SERVE_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Folder server over HTTP: the header an authenticated gateway puts the caller's
+    /// identity in; runs then belong to that identity. Needs `--token`.
+    #[arg(long, value_name = "HEADER", env = "MHL_SERVE_PRINCIPAL_HEADER")]
+    pub principal_header: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,19 +1,33 @@
-//! `agentprism serve`: the workflow MCP server over stdio or loopback HTTP, as the
-//! composition root assembles it, until stdin closes or a signal.
+//! `agentprism serve`: the workflow MCP server over stdio or loopback HTTP, or with a folder,
+//! that folder's workflows as an MCP server of their own (docs/serve.md); as the composition
+//! root assembles them, until stdin closes or a signal.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use super::EXIT_COMPLETED;
 use super::args::ServeArgs;
-use super::input::{guarded, project_dir};
+use super::input::{guarded, input_error, project_dir};
 use crate::app::{ServerChoice, Settings};
 use crate::env::EnvSnapshot;
 use crate::tools::WorkflowServerOptions;
+use crate::transport::http::HttpOptions;
+use crate::transport::peer::Access;
 
 /// Serves the workflow MCP server until stdin closes (stdio) or a signal (HTTP).
 pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
+    if args.dir.is_some() {
+        return guarded(serve_folder(env, args)).await;
+    }
+    if args.token.is_some() || args.state_dir.is_some() || args.principal_header.is_some() {
+        note!(
+            "--token, --state-dir and --principal-header (and their MHL_SERVE_* variables) \
+             apply to a folder server (`agentprism serve <dir>`); ignored"
+        );
+    }
     guarded(async {
         let mut settings = Settings::from_env(env, true)?;
         let default_project_dir = match &args.project_dir {
@@ -26,7 +40,10 @@ pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
         });
         let (http, paths) = (settings.http.clone(), settings.paths());
         let services = crate::app::services(settings).await?;
-        if args.http {
+        if args.http.is_some() {
+            if args.http.as_deref() != Some("") {
+                return Err(input_error("--http takes an address only with a folder (`agentprism serve <dir> --http HOST:PORT`); the workflow tool listens on 127.0.0.1 --port".to_owned(),));
+            }
             let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
                 .await
                 .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;
@@ -51,6 +68,97 @@ pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// `agentprism serve <dir>`: loads the folder (a bad one stops here, every file named), then
+/// serves it on stdio or HTTP until stdin closes or a signal; the runs still going are
+/// interrupted on the way out.
+async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
+    let dir = args.dir.clone().expect("a folder server has a folder");
+    let folder = crate::serve::folder::load(&dir).map_err(|error| input_error(error.to_string()))?;
+    let http = match args.http.as_deref() {
+        None => None,
+        Some(address) => Some(bind_address(address, args.port)?),
+    };
+    if http.is_none() && (args.token.is_some() || args.principal_header.is_some()) {
+        return Err(input_error("--token and --principal-header guard an HTTP listener; add --http HOST:PORT".to_owned(),));
+    }
+    if args.principal_header.is_some() && args.token.is_none() {
+        return Err(input_error("--principal-header needs --token (MHL_SERVE_TOKEN): without the shared secret any \
+             client could claim any identity in that header"
+                .to_owned(),));
+    }
+    let state = match &args.state_dir {
+        Some(path) => crate::app::StateFolder::kept(path)?,
+        None => crate::app::StateFolder::temporary()?,
+    };
+    let settings = Settings::from_env(env, true)?;
+    let options = crate::serve::FolderOptions {
+        run_resources: http.is_some(),
+        ..crate::serve::FolderOptions::default()
+    };
+    let services = crate::app::folder_services(settings, folder, state, options).await?;
+    match http {
+        Some(address) => serve_folder_http(&services, address, &args).await?,
+        None => {
+            crate::transport::stdio::serve_stdio(
+                services.server.clone(),
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+            )
+            .await?
+        }
+    }
+    services.shutdown(Duration::from_secs(5)).await;
+    Ok(EXIT_COMPLETED)
+}
+
+async fn serve_folder_http(
+    services: &crate::app::FolderServices,
+    address: SocketAddr,
+    args: &ServeArgs,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding {address}"))?;
+    let bound = listener.local_addr()?;
+    let loopback = crate::transport::is_loopback(&bound);
+    if !loopback && args.token.is_none() {
+        note!(
+            "warning: {bound} is not a loopback address and no --token is set: this server is \
+             unauthenticated, anyone who reaches it can run its workflows"
+        );
+    }
+    let access = match &args.token {
+        Some(token) => Access::Bearer {
+            token: Arc::from(token.as_str()),
+        },
+        None if loopback => Access::owner(None),
+        None => Access::Open,
+    };
+    let options = HttpOptions {
+        access,
+        principal_header: args.principal_header.clone(),
+        method_paths: true,
+        max_body_bytes: crate::serve::MAX_BODY_BYTES,
+        implementation: "agentprism-serve",
+        ..HttpOptions::default()
+    };
+    say!("http://{bound}/mcp");
+    crate::transport::http::serve(listener, services.server.clone(), options, shutdown_signal())
+        .await
+}
+
+/// `--http`'s address: `HOST:PORT`, or empty for 127.0.0.1 on `--port`.
+fn bind_address(text: &str, port: u16) -> Result<SocketAddr> {
+    if text.is_empty() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        input_error(format!(
+            "--http expects HOST:PORT with an IP address (such as 127.0.0.1:8080), got {text:?}"
+        ))
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM.

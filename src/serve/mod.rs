@@ -1,0 +1,238 @@
+//! `agentprism serve <dir>`: a folder of workflow scripts served as an MCP server of its own
+//! (docs/serve.md).
+//!
+//! [`FolderServer`] is a second [`McpHandler`] on the same MCP core and engine as the
+//! `workflow` tool: one tool per workflow script of the folder (`folder`), answered
+//! synchronously (`sync_call`); the async run API as `mhl_run_*` tools and `run/*` methods
+//! (`tools`, `runs`), every answer owner-gated (`owners`) and shaped as the original serve
+//! mode's status object (`view`); the workflow manifests and run resources (`resources`).
+//! It holds no run state of its own beyond who owns which run: runs, calls and logs live in
+//! the engine's store, under `--state-dir` or a per-process temporary folder.
+//!
+//! Layout, each depending only on the ones after it: this file, `tools`, `sync_call`,
+//! `resources`, `runs`, `view`, `owners`, `folder`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::Engine;
+use crate::mcp::handler::{McpHandler, McpResult, NotificationHub, RequestContext, ServerInfo};
+use crate::mcp::registry::{Tool, ToolRegistry};
+use crate::model::RunStatus;
+
+pub mod folder;
+pub mod owners;
+mod resources;
+pub mod runs;
+mod sync_call;
+pub mod tools;
+pub mod view;
+
+pub use folder::{Folder, FolderError, Workflow};
+
+use owners::Owners;
+use runs::RunApi;
+use sync_call::SyncCalls;
+use tools::{RunMethod, RunTools};
+
+/// How often finished runs past their time to live are deleted.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a finished run stays pollable (`MHL_SERVE_TERMINAL_RUN_TTL`'s default).
+pub const TERMINAL_RUN_TTL: Duration = Duration::from_secs(3600);
+
+/// The request body cap of the folder server's HTTP listener (1 MiB).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Settings of a [`FolderServer`].
+#[derive(Clone, Debug)]
+pub struct FolderOptions {
+    /// `serverInfo.name`.
+    pub name: String,
+    /// Whether the `mhl://run/*` resources are served (HTTP only: over stdio the one session
+    /// reads its runs through the tools).
+    pub run_resources: bool,
+    /// How long a finished run stays pollable before the sweep deletes it.
+    pub terminal_ttl: Duration,
+}
+
+impl Default for FolderOptions {
+    fn default() -> Self {
+        FolderOptions {
+            name: "agentprism-serve".to_owned(),
+            run_resources: false,
+            terminal_ttl: TERMINAL_RUN_TTL,
+        }
+    }
+}
+
+/// The MCP face of a served folder.
+pub struct FolderServer {
+    options: FolderOptions,
+    /// The run API both the tools and the methods answer from.
+    api: Arc<RunApi>,
+    /// The workflows' tools and the six `mhl_run_*` tools.
+    tools: ToolRegistry,
+    /// Nothing is published yet (the tool list is fixed at start-up), but the core asks.
+    hub: NotificationHub,
+    /// Stops the housekeeping sweep.
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl FolderServer {
+    /// Serves `folder` over `engine` and starts the housekeeping sweep (inside a Tokio
+    /// runtime). Fails when a workflow's name cannot be registered as a tool.
+    pub fn new(
+        engine: Engine,
+        folder: Folder,
+        options: FolderOptions,
+    ) -> anyhow::Result<Arc<FolderServer>> {
+        let api = Arc::new(RunApi {
+            engine,
+            folder: Arc::new(folder),
+            owners: Arc::new(Owners::default()),
+            run_links: options.run_resources,
+        });
+        let mut registry = ToolRegistry::new();
+        let sync = Arc::new(SyncCalls { api: api.clone() });
+        for workflow in api.folder.workflows.values() {
+            registry.register(Tool::new(workflow.tool_definition(), sync.clone()))?;
+        }
+        let run_tools = Arc::new(RunTools { api: api.clone() });
+        for method in RunMethod::ALL {
+            registry.register(Tool::new(method.definition(), run_tools.clone()))?;
+        }
+        let server = Arc::new(FolderServer {
+            options,
+            api,
+            tools: registry,
+            hub: NotificationHub::new(),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        });
+        server.tracker.spawn(sweep_loop(
+            server.api.clone(),
+            server.options.terminal_ttl,
+            server.shutdown.clone(),
+        ));
+        Ok(server)
+    }
+
+    /// The engine the runs execute on.
+    pub fn engine(&self) -> &Engine {
+        &self.api.engine
+    }
+
+    /// Stops the sweep, then interrupts the runs still going within `deadline` (they stay
+    /// resumable: with `--state-dir`, a later process continues them).
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.api.engine.shutdown(deadline).await;
+    }
+}
+
+#[async_trait]
+impl McpHandler for FolderServer {
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: self.options.name.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            title: None,
+        }
+    }
+
+    fn instructions(&self) -> Option<String> {
+        Some(
+            "Each tool runs one workflow to completion. For long workflows, or ones that stop \
+             at a checkpoint, start them with mhl_run_start and poll mhl_run_status."
+                .to_owned(),
+        )
+    }
+
+    fn capabilities(&self) -> Value {
+        json!({
+            "tools": {"listChanged": false},
+            "resources": {"subscribe": false, "listChanged": false},
+        })
+    }
+
+    fn hub(&self) -> &NotificationHub {
+        &self.hub
+    }
+
+    fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    async fn list_resources(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        Ok(resources::list(&self.api.folder))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _ctx: &RequestContext,
+        _cursor: Option<&str>,
+    ) -> McpResult<Value> {
+        Ok(resources::templates(self.options.run_resources))
+    }
+
+    async fn read_resource(&self, ctx: &RequestContext, uri: &str) -> McpResult<Value> {
+        resources::read(&self.api, ctx, uri, self.options.run_resources).await
+    }
+
+    async fn custom(
+        &self,
+        ctx: &RequestContext,
+        method: &str,
+        params: Value,
+    ) -> Option<McpResult<Value>> {
+        let method = RunMethod::from_method(method)?;
+        Some(tools::method_answer(&self.api, ctx, method, &params).await)
+    }
+}
+
+/// Every [`SWEEP_INTERVAL`], deletes finished runs older than `ttl`.
+async fn sweep_loop(api: Arc<RunApi>, ttl: Duration, shutdown: CancellationToken) {
+    let mut interval = tokio::time::interval(SWEEP_INTERVAL.min(ttl));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = interval.tick() => {
+                sweep(&api, ttl).await;
+            }
+        }
+    }
+}
+
+/// One sweep: completed, failed and stopped runs of the folder whose last change is older
+/// than `ttl` are deleted and forgotten. Runs waiting at a checkpoint are kept: someone may
+/// still answer them.
+pub async fn sweep(api: &RunApi, ttl: Duration) -> usize {
+    let cutoff = crate::util::now_ms() - ttl.as_millis() as i64;
+    let Ok(runs) = api.engine.list(Some(&api.folder.root), u32::MAX).await else {
+        return 0;
+    };
+    let mut deleted = 0;
+    for run in runs {
+        let finished = matches!(
+            run.status,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Aborted
+        ) || (run.status == RunStatus::Paused
+            && run.pause_reason != Some(crate::model::PauseReason::CheckpointRequired));
+        if finished && run.updated_at < cutoff && !api.engine.is_live(&run.run_id) {
+            if api.engine.delete(&run.run_id).await.is_ok() {
+                deleted += 1;
+            }
+            api.owners.forget(&run.run_id);
+        }
+    }
+    deleted
+}

@@ -1,0 +1,182 @@
+//! The status object of the async run API (`run/status`, `mhl_run_status`, and the answers of
+//! start, resume, cancel and list): our run mapped onto the original serve mode's shape.
+//!
+//! | field | when | from |
+//! |---|---|---|
+//! | `runId`, `name` | always | the run, its workflow |
+//! | `state` | always | `working` (pending or running), `input_required` (paused at a checkpoint or for setup), `completed`, `failed`, `canceled` (stopped, or paused for any other reason) |
+//! | `step`, `stepIndex`, `stepTotal` | once a declared phase started | `meta.phases`: the current phase, its 1-based place, their count |
+//! | `reached` | always | the declared phases up to the current one |
+//! | `result` | `completed` | the value the script returned (the original called it `vars`) |
+//! | `error` | `failed`, `canceled` | the failure message |
+//! | `resumable` | not `working`, not `completed` | whether `run/resume` can continue it |
+//! | `checkpoint` | `input_required` at a checkpoint | `{callIndex, prompt, kind, choices}`: answer it with `checkpointReplies` |
+//! | `calls` | always | `{running}` live, `{settled}` otherwise |
+//! | `generation` | always | 1, plus one per resume |
+//!
+//! A live run's view is built from the engine's memory alone ([`RunView::live`]); any other
+//! from its stored record ([`RunView::stored`]).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::manager::LiveStatus;
+use crate::model::{PauseReason, RunId, RunRecord, RunStatus};
+
+/// The status object, serialised in this field order.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    pub run_id: RunId,
+    pub name: String,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_index: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_total: Option<usize>,
+    pub reached: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumable: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Value>,
+    pub calls: CallCounts,
+    pub generation: u32,
+}
+
+/// `calls`: what is known without reading every call.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CallCounts {
+    /// Agent calls executing or queued now (live runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<usize>,
+}
+
+impl RunView {
+    /// A run executing in this process, from memory only.
+    pub fn live(
+        run_id: &RunId,
+        name: &str,
+        phases: &[String],
+        generation: u32,
+        live: &LiveStatus,
+    ) -> RunView {
+        let mut view = RunView::bare(run_id, name, "working", generation);
+        view.place(phases, live.current_phase.as_deref());
+        view.calls.running = Some(live.calls.len());
+        view
+    }
+
+    /// A run from its stored record (not executing here).
+    pub fn stored(record: &RunRecord) -> RunView {
+        let (state, resumable) = state_of(record);
+        let mut view = RunView::bare(
+            &record.run_id,
+            &record.workflow_name,
+            state,
+            record.generation,
+        );
+        let phases: Vec<String> = record.phases.iter().map(|p| p.title.clone()).collect();
+        view.place(&phases, record.current_phase.as_deref());
+        view.resumable = resumable;
+        match state {
+            "completed" => {
+                view.result = Some(record.result.clone().unwrap_or(Value::Null));
+                // On completion every declared phase up to the last one entered was reached.
+            }
+            "input_required" => {
+                view.checkpoint = record.checkpoint_context.clone();
+                if view.checkpoint.is_none() {
+                    view.error = Some(setup_message(record));
+                }
+            }
+            "failed" | "canceled" => {
+                view.error = Some(error_message(record));
+            }
+            _ => {}
+        }
+        view
+    }
+
+    fn bare(run_id: &RunId, name: &str, state: &'static str, generation: u32) -> RunView {
+        RunView {
+            run_id: run_id.clone(),
+            name: name.to_owned(),
+            state,
+            step: None,
+            step_index: None,
+            step_total: None,
+            reached: Vec::new(),
+            result: None,
+            error: None,
+            resumable: None,
+            checkpoint: None,
+            calls: CallCounts::default(),
+            generation,
+        }
+    }
+
+    /// `step`, `stepIndex`, `stepTotal` and `reached` from the declared phases.
+    fn place(&mut self, phases: &[String], current: Option<&str>) {
+        let Some(current) = current else {
+            return;
+        };
+        let index = phases.iter().position(|title| title == current);
+        self.step = Some(current.to_owned());
+        if let Some(index) = index {
+            self.step_index = Some(index + 1);
+            self.step_total = Some(phases.len());
+            self.reached = phases[..=index].to_vec();
+        } else {
+            self.reached = vec![current.to_owned()];
+        }
+    }
+
+    /// Whether the run will not change without a resume.
+    pub fn is_terminal(&self) -> bool {
+        self.state != "working"
+    }
+}
+
+/// The state and `resumable` of a stored run.
+fn state_of(record: &RunRecord) -> (&'static str, Option<bool>) {
+    match record.status {
+        RunStatus::Pending if record.setup.is_some() => ("input_required", Some(true)),
+        RunStatus::Pending | RunStatus::Running => ("working", None),
+        RunStatus::Completed => ("completed", None),
+        RunStatus::Failed => ("failed", Some(true)),
+        RunStatus::Aborted => ("canceled", Some(true)),
+        RunStatus::Paused => match record.pause_reason {
+            Some(PauseReason::CheckpointRequired) => ("input_required", Some(true)),
+            Some(PauseReason::AuthRequired) => ("input_required", Some(true)),
+            _ => ("canceled", Some(true)),
+        },
+    }
+}
+
+fn error_message(record: &RunRecord) -> String {
+    if let Some(message) = &record.error_message {
+        return message.clone();
+    }
+    match (record.status, record.pause_reason) {
+        (RunStatus::Paused, Some(reason)) => format!("the run paused ({})", reason.as_str()),
+        _ => "the run was stopped".to_owned(),
+    }
+}
+
+fn setup_message(record: &RunRecord) -> String {
+    match (record.status, record.pause_reason) {
+        (RunStatus::Paused, Some(PauseReason::AuthRequired)) => {
+            "an agent needs credentials on the server; sign it in there, then resume the run"
+                .to_owned()
+        }
+        _ => "the run waits for setup on the server (an approval or an agent's installation); \
+              it cannot be answered through the run API"
+            .to_owned(),
+    }
+}
