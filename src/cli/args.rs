@@ -106,6 +106,15 @@ pub struct ServeArgs {
     /// identity in; runs then belong to that identity. Needs `--token`.
     #[arg(long, value_name = "HEADER", env = "MHL_SERVE_PRINCIPAL_HEADER")]
     pub principal_header: Option<String>,
+    /// Folder server: how long a finished run stays pollable before it is deleted, such as
+    /// `1h` (the default) or `90s`.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "MHL_SERVE_TERMINAL_RUN_TTL",
+        value_parser = humantime::parse_duration
+    )]
+    pub terminal_run_ttl: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -95,6 +95,10 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     let settings = Settings::from_env(env, true)?;
     let options = crate::serve::FolderOptions {
         run_resources: http.is_some(),
+        terminal_ttl: args
+            .terminal_run_ttl
+            .unwrap_or(crate::serve::TERMINAL_RUN_TTL)
+            .max(Duration::from_secs(1)),
         ..crate::serve::FolderOptions::default()
     };
     let services = crate::app::folder_services(settings, folder, state, options).await?;
