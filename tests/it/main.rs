@@ -11,6 +11,7 @@ mod daemon;
 mod discovery;
 mod engine;
 mod host_env;
+mod http_guards;
 mod hosts;
 mod interop;
 mod mcp_core;
