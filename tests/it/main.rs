@@ -5,6 +5,7 @@ mod admission;
 mod architecture;
 mod cli;
 mod cli_output;
+mod companions;
 mod control;
 mod control_daemon;
 mod daemon;
