@@ -292,13 +292,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
     let analyzed = analyze(&input.bytes)?;
     let text = String::from_utf8(input.bytes)
         .map_err(|_| Rejection::new("the script is not valid UTF-8"))?;
-    if let Some(input_schema) = &analyzed.input_schema {
-        schema::check_schema(input_schema).map_err(|e| {
-            Rejection::new(format!("meta.inputSchema is not a valid JSON Schema: {e}"))
-        })?;
-        schema::validate(input_schema, &input.args)
-            .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))?;
-    }
+    check_args(&analyzed, &input.args)?;
     let files = companions::read(input.sources.clone(), input.project_dir, &analyzed.files).await?;
     let declared = declared_backends(&analyzed);
     let routing = match input.existing_routing {
@@ -387,6 +381,17 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         dry_calls: outcome.dry_calls.len(),
         files,
     })
+}
+
+/// `meta.inputSchema` is a valid schema and `args` match it (when it is declared).
+fn check_args(analyzed: &AnalyzedScript, args: &Value) -> Result<(), Rejection> {
+    let Some(input_schema) = &analyzed.input_schema else {
+        return Ok(());
+    };
+    schema::check_schema(input_schema)
+        .map_err(|e| Rejection::new(format!("meta.inputSchema is not a valid JSON Schema: {e}")))?;
+    schema::validate(input_schema, args)
+        .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))
 }
 
 /// The static analysis, its error as a `SCRIPT_VALIDATION_ERROR` with the position.
