@@ -75,18 +75,24 @@ pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
 /// interrupted on the way out.
 async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     let dir = args.dir.clone().expect("a folder server has a folder");
-    let folder = crate::serve::folder::load(&dir).map_err(|error| input_error(error.to_string()))?;
+    let folder =
+        crate::serve::folder::load(&dir).map_err(|error| input_error(error.to_string()))?;
     let http = match args.http.as_deref() {
         None => None,
         Some(address) => Some(bind_address(address, args.port)?),
     };
     if http.is_none() && (args.token.is_some() || args.principal_header.is_some()) {
-        return Err(input_error("--token and --principal-header guard an HTTP listener; add --http HOST:PORT".to_owned(),));
+        return Err(input_error(
+            "--token and --principal-header guard an HTTP listener; add --http HOST:PORT"
+                .to_owned(),
+        ));
     }
     if args.principal_header.is_some() && args.token.is_none() {
-        return Err(input_error("--principal-header needs --token (MHL_SERVE_TOKEN): without the shared secret any \
+        return Err(input_error(
+            "--principal-header needs --token (MHL_SERVE_TOKEN): without the shared secret any \
              client could claim any identity in that header"
-                .to_owned(),));
+                .to_owned(),
+        ));
     }
     let state = match &args.state_dir {
         Some(path) => crate::app::StateFolder::kept(path)?,
@@ -151,8 +157,13 @@ async fn serve_folder_http(
         ..HttpOptions::default()
     };
     say!("http://{bound}/mcp");
-    crate::transport::http::serve(listener, services.server.clone(), options, shutdown_signal())
-        .await
+    crate::transport::http::serve(
+        listener,
+        services.server.clone(),
+        options,
+        shutdown_signal(),
+    )
+    .await
 }
 
 /// `--http`'s address: `HOST:PORT`, or empty for 127.0.0.1 on `--port`.

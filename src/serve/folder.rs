@@ -74,7 +74,9 @@ impl Folder {
 pub enum FolderError {
     #[error("the workflows folder {0} cannot be read: {1}")]
     Unreadable(PathBuf, String),
-    #[error("the workflows folder {0} holds no workflow (a *.js file starting with `export const meta`)")]
+    #[error(
+        "the workflows folder {0} holds no workflow (a *.js file starting with `export const meta`)"
+    )]
     Empty(PathBuf),
     #[error("the workflows folder cannot be served:\n{}", .0.join("\n"))]
     Invalid(Vec<String>),
@@ -181,7 +183,10 @@ fn read_workflow(path: &Path, relative: &str) -> Result<Option<Workflow>, String
         .input_schema
         .clone()
         .unwrap_or_else(|| json!({"type": "object"}));
-    if input_schema.get("type").is_some_and(|kind| kind != "object") {
+    if input_schema
+        .get("type")
+        .is_some_and(|kind| kind != "object")
+    {
         return Err(format!(
             "{relative}: meta.inputSchema must describe an object (\"type\": \"object\"), because \
              tool arguments are an object"
@@ -194,7 +199,11 @@ fn read_workflow(path: &Path, relative: &str) -> Result<Option<Workflow>, String
         path: path.to_path_buf(),
         relative: relative.to_owned(),
         meta: analyzed.meta,
-        phases: analyzed.phases.into_iter().map(|phase| phase.title).collect(),
+        phases: analyzed
+            .phases
+            .into_iter()
+            .map(|phase| phase.title)
+            .collect(),
     }))
 }
 
@@ -329,6 +338,9 @@ mod tests {
             "export const meta = { name: \"s\", description: \"d\", inputSchema: { type: \"string\" } };\nreturn 1;\n",
         );
         let message = load(dir.path()).unwrap_err().to_string();
-        assert!(message.contains("s.js: meta.inputSchema must describe an object"), "{message}");
+        assert!(
+            message.contains("s.js: meta.inputSchema must describe an object"),
+            "{message}"
+        );
     }
 }

@@ -171,7 +171,11 @@ impl McpHandler for FolderServer {
         &self.tools
     }
 
-    async fn list_resources(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+    async fn list_resources(
+        &self,
+        _ctx: &RequestContext,
+        _cursor: Option<&str>,
+    ) -> McpResult<Value> {
         Ok(resources::list(&self.api.folder))
     }
 

@@ -135,11 +135,19 @@ impl Owners {
         owner: &OwnerKey,
     ) -> Result<(), Unknown> {
         if let Some(known) = self.lock().get(run_id) {
-            return if known.owner == *owner { Ok(()) } else { Err(Unknown) };
+            return if known.owner == *owner {
+                Ok(())
+            } else {
+                Err(Unknown)
+            };
         }
         let _handover = self.handover.lock().await;
         if let Some(known) = self.lock().get(run_id) {
-            return if known.owner == *owner { Ok(()) } else { Err(Unknown) };
+            return if known.owner == *owner {
+                Ok(())
+            } else {
+                Err(Unknown)
+            };
         }
         // A run of an earlier process (or of another replica): ask the store.
         for _ in 0..3 {
@@ -185,6 +193,8 @@ impl Owners {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Claim>> {
-        self.claimed.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.claimed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -271,7 +271,9 @@ mod tests {
         let over = "x".repeat(MAX_ARGUMENTS_BYTES - r#"{"a":""}"#.len() + 1);
         let error = arguments(&json!({"arguments": {"a": over}})).unwrap_err();
         assert!(
-            error.to_string().starts_with("arguments: 262145 bytes of JSON; at most 262144"),
+            error
+                .to_string()
+                .starts_with("arguments: 262145 bytes of JSON; at most 262144"),
             "{error}"
         );
         assert!(arguments(&json!({"arguments": [1]})).is_err());
@@ -283,13 +285,16 @@ mod tests {
         let replies =
             checkpoint_replies(&json!({"arguments": {"checkpointReplies": {"2": true}}})).unwrap();
         assert_eq!(replies, vec![(2, json!(true))]);
-        let error =
-            checkpoint_replies(&json!({"arguments": {"approved": "yes"}})).unwrap_err();
+        let error = checkpoint_replies(&json!({"arguments": {"approved": "yes"}})).unwrap_err();
         assert!(
-            error.to_string().starts_with("arguments.approved: a run's workflow arguments are fixed"),
+            error
+                .to_string()
+                .starts_with("arguments.approved: a run's workflow arguments are fixed"),
             "{error}"
         );
-        assert!(checkpoint_replies(&json!({"arguments": {"checkpointReplies": {"x": 1}}})).is_err());
+        assert!(
+            checkpoint_replies(&json!({"arguments": {"checkpointReplies": {"x": 1}}})).is_err()
+        );
         assert!(checkpoint_replies(&json!({})).unwrap().is_empty());
     }
 }
