@@ -67,6 +67,12 @@ impl Folder {
     pub fn get(&self, name: &str) -> Option<&Workflow> {
         self.workflows.get(name)
     }
+
+    /// `message` with the folder's absolute path cut out (preparation names
+    /// files by absolute path; a client only needs the path under the folder).
+    pub fn scrub(&self, message: &str) -> String {
+        message.replace(&format!("{}/", self.root.display()), "")
+    }
 }
 
 /// Why a folder cannot be served. The message names the folder or every offending file.

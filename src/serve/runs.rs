@@ -74,7 +74,11 @@ impl RunApi {
             limits: Default::default(),
             caller: Some(owner.as_str().to_owned()),
         };
-        let admission = self.engine.start(request).await?;
+        let admission = self
+            .engine
+            .start(request)
+            .await
+            .map_err(|error| self.refused(error))?;
         self.owners
             .started(&admission.run_id, owner, &workflow.name, 1);
         self.view(&admission.run_id).await
@@ -99,7 +103,8 @@ impl RunApi {
                 checkpoint_replies,
                 ..ResumeRequest::default()
             })
-            .await?;
+            .await
+            .map_err(|error| self.refused(error))?;
         let generation = admission
             .continuation
             .as_ref()
@@ -148,6 +153,14 @@ impl RunApi {
             .log_tail(run_id, MAX_LOG_LINES)
             .await
             .map_err(|error| RunError::from(EngineError::Store(error)))
+    }
+
+    /// An engine refusal as a client sees it: the folder's absolute path cut out.
+    fn refused(&self, error: EngineError) -> RunError {
+        match RunError::from(error) {
+            RunError::Refused(message) => RunError::Refused(self.folder.scrub(&message)),
+            other => other,
+        }
     }
 
     /// The owner-gated run id of `params.runId`.

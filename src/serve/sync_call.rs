@@ -50,7 +50,9 @@ impl ToolHandler for SyncCalls {
         let notices = engine.subscribe();
         let admission = match engine.start_cancellable(request, &ctx.cancel).await {
             Ok(admission) => admission,
-            Err(error) => return Ok(tool_error(error.to_string())),
+            Err(error) => {
+                return Ok(tool_error(self.api.folder.scrub(&error.to_string())));
+            }
         };
         let run_id = admission.run_id;
         let settled = self.follow(ctx, &run_id, notices).await;
