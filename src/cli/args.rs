@@ -115,6 +115,10 @@ pub struct ServeArgs {
         value_parser = humantime::parse_duration
     )]
     pub terminal_run_ttl: Option<std::time::Duration>,
+    /// Folder server: runs prepared or executing at once (0: the engine's default,
+    /// `AGENTPRISM_DAEMON_MAX_RUNS`); a start beyond it is refused, saying so.
+    #[arg(long, value_name = "N", env = "MHL_SERVE_MAX_CONCURRENT_RUNS")]
+    pub max_concurrent_runs: Option<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -98,7 +98,10 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
         Some(path) => crate::app::StateFolder::kept(path)?,
         None => crate::app::StateFolder::temporary()?,
     };
-    let settings = Settings::from_env(env, true)?;
+    let mut settings = Settings::from_env(env, true)?;
+    if let Some(limit) = args.max_concurrent_runs.filter(|limit| *limit > 0) {
+        settings.engine.max_runs = limit;
+    }
     let options = crate::serve::FolderOptions {
         run_resources: http.is_some(),
         terminal_ttl: args
