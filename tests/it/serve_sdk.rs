@@ -14,7 +14,9 @@
 //! pointer to `mhl_run_start`); an async run started, polled through its steps, its logs and
 //! result read through the tools, the raw `run/status` method, the per-method path and the
 //! resources (HTTP); a checkpoint answered through `mhl_run_resume`; a cancel; the list. See the
-//! scripts' headers for the steps. The agents are the scripted mock on backend `mock`.
+//! scripts' headers for the steps. The agents are the scripted mock on backend `mock`; its log
+//! shows this test what they were asked (the companion file's text, each step's `@mock` line,
+//! nothing after the cancelled step).
 //!
 //! The process handling (deadline, the SDK dependencies from the test-deps manifest, the
 //! `N passed, 0 failed` summary, the sweeper of processes carrying the test's HOME) is
@@ -23,6 +25,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+use serde_json::{Value, json};
 
 use crate::sdk_clients::{
     CLIENT_DEADLINE, HttpServer, Sweeper, check_client, path_from_manifest, run_with_deadline,
@@ -98,6 +102,8 @@ enum Transport {
 
 fn drive(client: Client, era: Era, transport: Transport) {
     let context = TestContext::new();
+    let mock_log = context.path("mock-agent.log");
+    let context = context.with_mock_backend(json!({"MOCK_ACP_LOG": mock_log}));
     let home = PathBuf::from(&context.env["HOME"]);
     let _sweeper = Sweeper { home: home.clone() };
     let folder = context.path("workflows");
@@ -144,6 +150,23 @@ fn drive(client: Client, era: Era, transport: Transport) {
         "nothing may create {}: the cancel test relies on it never appearing",
         wait_file.display()
     );
+    // What the agents were asked, in order: the client's steps run one after the other.
+    let wait_step = format!("@mock wait_file {}", wait_file.display());
+    let expected = [
+        "Review the topic below and answer in one line.\n\nTopic: caching".to_owned(),
+        format!("{SLOW_STEP}\nGather"),
+        format!("{SLOW_STEP}\nAnalyze"),
+        format!("{SLOW_STEP}\nPublish"),
+        format!("{wait_step}\nGather"),
+    ];
+    let prompts = prompts_in(&mock_log);
+    assert_eq!(
+        prompts,
+        expected,
+        "the agents should have been prompted once per agent call of review (synchronous), \
+         the completed slow run and the cancelled one (stopped in its first step)\n{}",
+        describe()
+    );
     let leftovers = wait_until_no_process_has_home(&home);
     assert!(
         leftovers.is_empty(),
@@ -186,6 +209,27 @@ fn client_command(client: Client, era: Era) -> Command {
     };
     command.args(["--era", era_flag]);
     command
+}
+
+/// The text of every `session/prompt` the mock agents received, in the order they logged them.
+fn prompts_in(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line)
+                .unwrap_or_else(|e| panic!("mock agent log line {line:?}: {e}"))
+        })
+        .filter(|message| message["method"] == "session/prompt")
+        .map(|message| {
+            message["params"]["prompt"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|block| block["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .collect()
 }
 
 /// Copies the fixture folder (plain files and folders only) to `to`.
