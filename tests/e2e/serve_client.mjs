@@ -19,8 +19,9 @@
 // `_meta.mhl.run.tool` hint; synchronous `echo`, `review` (the companion file reached the agent)
 // and `approval` (a tool error pointing at `mhl_run_start`); an async `slow` run started (with
 // `resource_link`s over HTTP) and polled to `completed` through its steps; an async `echo` run
-// and its logs; over HTTP the logs and result resources; the raw `run/status` method through
-// the SDK's custom request, and over HTTP at `POST /mcp/run/status`; an `approval` run answered
+// and its logs; over HTTP the logs and result resources; the raw `run/status` and `run/logs`
+// methods through the SDK's custom request, and over HTTP at their own paths
+// (`POST /mcp/run/status`; a path naming another method is refused); an `approval` run answered
 // through `mhl_run_resume`; a cancelled `slow` run; `mhl_run_list`.
 //
 // Every step prints PASS or FAIL; the last line is `N passed, M failed` and the exit code is 0
@@ -349,13 +350,16 @@ async function checkResources(client, sdk, report, slowId, echoId) {
     report.check('read mhl://run/<id>/result', same(result, { steps: 3 }), () => `result resource ${short(result)}`);
 }
 
-async function checkRawMethods(runs, report, slowId, http) {
+async function checkRawMethods(runs, report, slowId, echoId, http) {
     const raw = await runs.method('run/status', { runId: slowId });
     report.check(
         'raw run/status answers the bare status object',
         raw.runId === slowId && raw.state === 'completed' && same(raw.result, { steps: 3 }),
         () => `run/status answered ${short(raw)}`
     );
+    const logs = withoutResultType(await runs.method('run/logs', { runId: echoId }));
+    const echoLogs = { runId: echoId, lines: ['echoing 5 characters'], totalLines: 1 };
+    report.check('raw run/logs', same(logs, echoLogs), () => `run/logs answered ${short(logs)}`);
     let refusal;
     try {
         refusal = { answered: await runs.method('run/status', { runId: 'no-such-run' }) };
@@ -375,6 +379,12 @@ async function checkRawMethods(runs, report, slowId, http) {
         'POST /mcp/run/status',
         posted.status === 200 && same(withoutResultType(posted.answer?.result), withoutResultType(raw)),
         () => `HTTP ${posted.status}: ${short(posted.answer)}, wanted the result ${short(raw)}`
+    );
+    const postedLogs = await runs.postToPath('run/logs', { runId: echoId });
+    report.check(
+        'POST /mcp/run/logs',
+        postedLogs.status === 200 && same(withoutResultType(postedLogs.answer?.result), echoLogs),
+        () => `HTTP ${postedLogs.status}: ${short(postedLogs.answer)}`
     );
     const mismatched = await runs.postToPath('run/status', { runId: slowId }, 'run/cancel');
     report.check('POST /mcp/run/cancel naming run/status is refused', mismatched.status === 400, `HTTP ${mismatched.status}`);
@@ -440,7 +450,7 @@ async function drive({ client, sdk, options, transport, seen, report }) {
     if (http) {
         await checkResources(client, sdk, report, slowId, echoId);
     }
-    await checkRawMethods(runs, report, slowId, http);
+    await checkRawMethods(runs, report, slowId, echoId, http);
     const approvalId = await checkCheckpoint(runs, report);
     const canceledId = await checkCancel(runs, report);
 

@@ -17,8 +17,8 @@ The steps, in order: the tool list (four workflows with the `_meta.mhl.run.tool`
 file reached the agent) and of `approval` (a tool error pointing at `mhl_run_start`); an
 async `slow` run started (with `resource_link`s over HTTP) and polled to `completed` through
 its steps; an async `echo` run and its logs; over HTTP the logs and result resources; the raw
-`run/status` method through the SDK's custom request, and over HTTP at its own path
-`POST /mcp/run/status`; an `approval` run answered through `mhl_run_resume`; a cancelled
+`run/status` and `run/logs` methods through the SDK's custom request, and over HTTP at their
+own paths (`POST /mcp/run/status`; a path naming another method is refused); an `approval` run answered through `mhl_run_resume`; a cancelled
 `slow` run; `mhl_run_list`.
 
 Every step prints PASS or FAIL; the last line is `N passed, M failed` and the exit code is 0
@@ -314,13 +314,16 @@ async def check_resources(client: Client, report: Report, slow_id: str, echo_id:
     report.check("read mhl://run/<id>/result", result == {"steps": 3}, f"result resource {result!r}")
 
 
-async def check_raw_methods(runs: Runs, report: Report, slow_id: str, http: bool) -> None:
+async def check_raw_methods(runs: Runs, report: Report, slow_id: str, echo_id: str, http: bool) -> None:
     raw = await runs.method("run/status", {"runId": slow_id})
     report.check(
         "raw run/status answers the bare status object",
         raw.get("runId") == slow_id and raw.get("state") == "completed" and raw.get("result") == {"steps": 3},
         f"run/status answered {short(raw)}",
     )
+    logs = without_result_type(await runs.method("run/logs", {"runId": echo_id}))
+    echo_logs = {"runId": echo_id, "lines": ["echoing 5 characters"], "totalLines": 1}
+    report.check("raw run/logs", logs == echo_logs, f"run/logs answered {short(logs)}")
     try:
         unknown = await runs.method("run/status", {"runId": "no-such-run"})
         report.check("raw run/status of an unknown runId is refused", False, f"answered {short(unknown)}")
@@ -337,6 +340,12 @@ async def check_raw_methods(runs: Runs, report: Report, slow_id: str, http: bool
         "POST /mcp/run/status",
         status == 200 and answer is not None and without_result_type(answer.get("result")) == without_result_type(raw),
         f"HTTP {status}: {short(answer)}, wanted the result {short(raw)}",
+    )
+    status, answer = await runs.post_to_path("run/logs", {"runId": echo_id})
+    report.check(
+        "POST /mcp/run/logs",
+        status == 200 and answer is not None and without_result_type(answer.get("result")) == echo_logs,
+        f"HTTP {status}: {short(answer)}",
     )
     status, _ = await runs.post_to_path("run/status", {"runId": slow_id}, path="run/cancel")
     report.check("POST /mcp/run/cancel naming run/status is refused", status == 400, f"HTTP {status}")
@@ -404,7 +413,7 @@ async def drive(client: Client, options: argparse.Namespace, report: Report, ses
     echo_id = await check_echo_run(runs, report)
     if http:
         await check_resources(client, report, slow_id, echo_id)
-    await check_raw_methods(runs, report, slow_id, http)
+    await check_raw_methods(runs, report, slow_id, echo_id, http)
     approval_id = await check_checkpoint(runs, report)
     canceled_id = await check_cancel(runs, report)
 
