@@ -28,6 +28,7 @@ mod security_peer;
 mod security_reaper;
 mod sdk_clients;
 mod sdk_clients_ts;
+mod serve_sdk;
 mod service;
 mod shim;
 mod snapshots;

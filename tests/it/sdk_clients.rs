@@ -205,8 +205,13 @@ pub(super) struct HttpServer {
 
 impl HttpServer {
     pub(super) fn start(context: &TestContext) -> HttpServer {
+        HttpServer::start_with(context, &["serve", "--http", "--port", "0"])
+    }
+
+    /// Starts `agentprism <args>`, a server that prints its loopback URL as its first line.
+    pub(super) fn start_with(context: &TestContext, args: &[&str]) -> HttpServer {
         let mut child = context
-            .command(&["serve", "--http", "--port", "0"])
+            .command(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
