@@ -24,6 +24,7 @@ mod security_engine;
 mod security_files;
 mod security_peer;
 mod security_reaper;
+mod serve;
 mod sdk_clients;
 mod sdk_clients_ts;
 mod service;
