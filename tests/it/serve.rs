@@ -245,6 +245,15 @@ impl Reply {
             .to_owned()
     }
 
+    /// Every JSON-RPC message an SSE answer carried, in order (notifications first).
+    pub fn streamed(&self) -> Vec<Value> {
+        self.body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str(data.trim()).ok())
+            .collect()
+    }
+
     pub fn json(&self) -> Value {
         let text = self.message_text();
         serde_json::from_str(&text)

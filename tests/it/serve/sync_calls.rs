@@ -176,3 +176,58 @@ fn terminal_runs_stay_pollable_through_methods_tools_and_resources() {
     let listed = session.method("run/list", json!({}));
     assert_eq!(listed, json!({"runs": [done]}));
 }
+
+#[test]
+fn a_synchronous_call_reports_progress_and_reads_its_companion_file() {
+    let ctx = TestContext::new();
+    let folder = copy_folder(&ctx, &fixtures(), "workflows");
+    let served = Served::start(&ctx, &folder, &[]);
+    let session = served.session(&[]);
+    let answer = session.send(
+        "tools/call",
+        json!({"name": "review", "arguments": {"topic": "lifetimes"},
+               "_meta": {"progressToken": "review-1"}}),
+    );
+    let result = answer.result();
+    assert_ne!(result["isError"], true, "{result}");
+    let review = &result["structuredContent"]["result"];
+    assert_eq!(review["topic"], "lifetimes", "{result}");
+    let reply = review["answer"].as_str().unwrap_or_default();
+    assert!(
+        reply.starts_with("ECHO: Review the topic below and answer in one line.")
+            && reply.ends_with("Topic: lifetimes"),
+        "the prompt carries the companion file's text: {reply}"
+    );
+    let progress: Vec<Value> = answer
+        .reply
+        .streamed()
+        .into_iter()
+        .filter(|message| message["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        progress.len() >= 2,
+        "progress at preparation and per settled call: {progress:?}"
+    );
+    assert!(
+        progress
+            .iter()
+            .all(|note| note["params"]["progressToken"] == "review-1"),
+        "{progress:?}"
+    );
+    let last = progress.last().unwrap();
+    assert_eq!(
+        last["params"]["progress"], 1.0,
+        "one settled call: {progress:?}"
+    );
+    // Without a progress token no notification comes first, so the answer is plain JSON.
+    let quiet = session.send(
+        "tools/call",
+        json!({"name": "review", "arguments": {"topic": "traits"}}),
+    );
+    let kind = quiet.reply.header("content-type").unwrap_or_default();
+    assert!(kind.starts_with("application/json"), "{kind}");
+    assert_eq!(
+        quiet.result()["structuredContent"]["result"]["topic"],
+        "traits"
+    );
+}
