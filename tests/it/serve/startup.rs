@@ -19,7 +19,7 @@ fn a_folder_with_bad_workflows_is_refused_naming_each_file() {
     ctx.write("bad/spaced.js", &workflow("two words"));
     ctx.write(
         "bad/broken.js",
-        "export const meta = { name: \"broken\", description: \"does not parse\" };\nreturn {;\n",
+        "export const meta = { name: \"broken\", description: \"does not parse\" ;\nreturn {};\n",
     );
     ctx.write("bad/fine.js", &workflow("fine"));
     // Neither a helper without `meta` nor anything hidden is a workflow, broken or not.
