@@ -458,6 +458,7 @@ async fn start(engine: &Engine, project: &Path, script: &str, concurrency: u32) 
                 concurrency: Some(i64::from(concurrency)),
                 ..LimitOverrides::default()
             },
+            caller: None,
         })
         .await
         .context("starting the run")?;

@@ -139,6 +139,7 @@ async fn complete_run(engine: &Engine, world: &World, calls: u32) -> String {
                 max_agents: Some(i64::from(calls)),
                 ..LimitOverrides::default()
             },
+            caller: None,
         })
         .await
         .unwrap_or_else(|e| panic!("admitting the {calls}-call run: {e}"));

@@ -353,6 +353,17 @@ pub struct RunRecord {
     /// Routing inputs captured at admission: tiers, agent definitions, approved backends, and
     /// their integrity hash. Reused by every resume.
     pub routing: Value,
+    /// The companion files `meta.files` declares, by their relative path, as read at admission
+    /// (or at the latest accepted revision): the texts `file(path)` returns, frozen so that a
+    /// resume and a replay see what the first generation saw. Stored with the script.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// An opaque tag of whoever started the run, set by the front end (the folder server
+    /// stores its owner key). Written at admission and then only by the store's
+    /// compare-and-set `set_run_caller`, never by `update_run`, so a stale record written
+    /// back by an execution cannot undo a reclaim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 /// How a settled call ended.

@@ -57,6 +57,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
                 script,
                 args: input,
                 limits: limits(&args.limits),
+                caller: None,
             })
             .await
             .map_err(engine_error)?;

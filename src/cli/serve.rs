@@ -144,6 +144,8 @@ async fn serve_folder_http(
         access,
         principal_header: args.principal_header.clone(),
         method_paths: true,
+        // Behind a gateway the Host is the public name; Origin is still checked.
+        check_host: loopback,
         max_body_bytes: crate::serve::MAX_BODY_BYTES,
         implementation: "agentprism-serve",
         ..HttpOptions::default()

@@ -3,7 +3,8 @@
 // This file evaluates to one function, which the host calls once with the global object and
 // a `host` record that never touches the global: host.call(kind, json) returns a promise of
 // a JSON text (the driver answers it), host.log(level, text), host.phase(scope, title),
-// host.nested(name, argsJson) and host.filename. It returns the helpers only the host uses
+// host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
+// meta.files does not declare the path) and host.filename. It returns the helpers only the host uses
 // (`install`, `makeError`, `strictJson`); the host keeps them, so no script can read,
 // replace or call them, and nothing named `__ap_*` is ever a global. Everything a script can
 // use is defined below on top of agent() and checkpoint(); helpers are plain agent() calls,
@@ -14,6 +15,7 @@
   const hostLog = host.log;
   const hostPhase = host.phase;
   const hostNested = host.nested;
+  const hostFile = host.file;
   const scriptFile = host.filename;
 
   const RealDate = global.Date;
@@ -431,9 +433,26 @@
 
     const process = Object.freeze({ cwd: () => cwd });
 
+    // A companion file's text, frozen at admission (meta.files). Nested workflows read the
+    // run's files, the ones the root script declares.
+    function file(path) {
+      if (typeof path !== "string")
+        throw new TypeError("file(path): path must be a string, got " + typeof path);
+      const content = hostFile(path);
+      if (typeof content !== "string") {
+        const error = new Error(
+          "file(" + stringify(path) + "): " + stringify(path) +
+            " is not declared in meta.files; add it to meta.files to read it"
+        );
+        error.code = "SCRIPT_ERROR";
+        throw error;
+      }
+      return content;
+    }
+
     return {
       agent, checkpoint, parallel, pipeline, workflow, verify, judgePanel, loopUntilDry,
-      completenessCheck, retry, gate, log, console, phase, args, cwd, process,
+      completenessCheck, retry, gate, log, console, phase, args, cwd, process, file,
     };
   }
 

@@ -1,6 +1,7 @@
 //! Preparation (engine.md 3): everything a script must pass before a run is admitted.
 //!
-//! Structure and meta (static), `args` against `meta.inputSchema`, the mocked dry run (the
+//! Structure and meta (static), `args` against `meta.inputSchema`, the companion files of
+//! `meta.files` (read through the sources port, `companions`), the mocked dry run (the
 //! real engine with fabricated agent answers, nothing persisted), the routing check (every
 //! call the dry run reached needs a route; no fallback), and zero-token probes of each
 //! routed `{backend, model}`. Nothing is written anywhere until the caller admits the run.
@@ -13,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::engine::companions;
 use crate::engine::driver::{self, DriverSetup, Outcome, Persistence};
 use crate::engine::journal::ReplayPool;
 use crate::engine::permissions::PermissionBroker;
@@ -93,6 +95,8 @@ pub struct Prepared {
     pub probes: Vec<ProbeReport>,
     /// Calls the dry run made.
     pub dry_calls: usize,
+    /// The texts of `meta.files` by path, as the dry run saw them: what admission freezes.
+    pub files: BTreeMap<String, String>,
 }
 
 /// A script's bytes as read for admission.
@@ -288,13 +292,8 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
     let analyzed = analyze(&input.bytes)?;
     let text = String::from_utf8(input.bytes)
         .map_err(|_| Rejection::new("the script is not valid UTF-8"))?;
-    if let Some(input_schema) = &analyzed.input_schema {
-        schema::check_schema(input_schema).map_err(|e| {
-            Rejection::new(format!("meta.inputSchema is not a valid JSON Schema: {e}"))
-        })?;
-        schema::validate(input_schema, &input.args)
-            .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))?;
-    }
+    check_args(&analyzed, &input.args)?;
+    let files = companions::read(input.sources.clone(), input.project_dir, &analyzed.files).await?;
     let declared = declared_backends(&analyzed);
     let routing = match input.existing_routing {
         Some(existing) => {
@@ -324,6 +323,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         &analyzed,
         &input.args,
         input.project_dir,
+        Arc::new(files.clone()),
         dry_routing,
         input.backends.clone(),
         input.runner.clone(),
@@ -379,7 +379,19 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         warnings,
         probes,
         dry_calls: outcome.dry_calls.len(),
+        files,
     })
+}
+
+/// `meta.inputSchema` is a valid schema and `args` match it (when it is declared).
+fn check_args(analyzed: &AnalyzedScript, args: &Value) -> Result<(), Rejection> {
+    let Some(input_schema) = &analyzed.input_schema else {
+        return Ok(());
+    };
+    schema::check_schema(input_schema)
+        .map_err(|e| Rejection::new(format!("meta.inputSchema is not a valid JSON Schema: {e}")))?;
+    schema::validate(input_schema, args)
+        .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))
 }
 
 /// The static analysis, its error as a `SCRIPT_VALIDATION_ERROR` with the position.
@@ -559,25 +571,10 @@ async fn run_probes(
     Ok(reports)
 }
 
-/// A NUL character in the script text: JavaScript allows it, but the script engine takes
-/// its source as a C string, and its own error names neither the character nor where it is.
+/// [`script::check_no_nul`] as a rejection.
 fn check_no_nul(bytes: &[u8]) -> Result<(), Rejection> {
-    let Some(at) = bytes.iter().position(|&byte| byte == 0) else {
-        return Ok(());
-    };
-    let before = &bytes[..at];
-    let line = before.iter().filter(|&&byte| byte == b'\n').count() + 1;
-    let line_start = before
-        .iter()
-        .rposition(|&byte| byte == b'\n')
-        .map_or(0, |i| i + 1);
-    let column = String::from_utf8_lossy(&before[line_start..])
-        .chars()
-        .count()
-        + 1;
-    Err(Rejection::new(format!(
-        "SCRIPT_VALIDATION_ERROR: the script contains a NUL character (U+0000) at line {line}, column {column}; write it as \"\\0\" inside a string literal"
-    )))
+    script::check_no_nul(bytes)
+        .map_err(|error| Rejection::new(format!("SCRIPT_VALIDATION_ERROR: {}", error.message)))
 }
 
 /// `60 s`, or `1500 ms` for a limit that is not whole seconds.
@@ -702,6 +699,7 @@ async fn dry_run(
     analyzed: &AnalyzedScript,
     args: &Value,
     project_dir: &Path,
+    files: Arc<BTreeMap<String, String>>,
     routing: RoutingSnapshot,
     backends: Arc<dyn BackendLookup>,
     runner: Arc<dyn AgentRunner>,
@@ -737,6 +735,7 @@ async fn dry_run(
         usage: Usage::default(),
         current_phase: analyzed.phases.first().map(|p| p.title.clone()),
         nested,
+        files,
         live: Arc::default(),
     };
     let run = driver::run(setup, control_rx);

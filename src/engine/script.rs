@@ -13,10 +13,15 @@
 //! U+2028 does not start a new line), and columns count Unicode scalar values (chars), not
 //! bytes or UTF-16 code units. Both are 1-based.
 
+mod files;
 mod lexer;
 mod literal;
+mod meta;
 #[cfg(test)]
 mod tests;
+
+pub use files::{MAX_COMPANION_FILES, MAX_COMPANION_PATH_BYTES, companion_path_problem};
+pub use meta::{ScriptMeta, check_no_nul, read_meta};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -58,6 +63,9 @@ pub struct AnalyzedScript {
     pub backends: Option<Value>,
     /// `meta.inputSchema`, a JSON Schema object for `args`.
     pub input_schema: Option<Value>,
+    /// `meta.files`: the companion files preparation reads, relative to the project folder,
+    /// in declaration order and checked by [`companion_path_problem`].
+    pub files: Vec<String>,
     /// Keys of `meta` we do not know; reported as warnings.
     pub unknown_meta_keys: Vec<String>,
 }
@@ -98,6 +106,7 @@ fn analyze_source(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
         model: meta.model,
         backends: meta.backends,
         input_schema: meta.input_schema,
+        files: meta.files,
         unknown_meta_keys: meta.unknown_keys,
     })
 }
@@ -356,6 +365,7 @@ struct CheckedMeta {
     model: Option<String>,
     backends: Option<Value>,
     input_schema: Option<Value>,
+    files: Vec<String>,
     unknown_keys: Vec<String>,
 }
 
@@ -366,6 +376,7 @@ const KNOWN_META_KEYS: &[&str] = &[
     "model",
     "backends",
     "inputSchema",
+    "files",
 ];
 
 /// Backend names the built-in agents own; a script may not redefine them.
@@ -399,6 +410,10 @@ fn check_meta(source: &str, meta: &Literal) -> Result<CheckedMeta, ScriptError> 
         }
         None => None,
     };
+    let files = match field(properties, "files") {
+        Some(files) => checker.files(files)?,
+        None => Vec::new(),
+    };
     let mut unknown_keys: Vec<String> = properties
         .iter()
         .map(|property| property.key.clone())
@@ -412,6 +427,7 @@ fn check_meta(source: &str, meta: &Literal) -> Result<CheckedMeta, ScriptError> 
         model,
         backends,
         input_schema,
+        files,
         unknown_keys,
     })
 }

@@ -3,22 +3,23 @@
 //! Besides the store and the agent runner, this is the engine's third way to the outside
 //! world. Every script a run is started from, every read-back of a run's recorded script
 //! (a resume looks for a revision), every saved workflow a nested `workflow(name)` call
-//! runs, and every companion file routing captures at admission (the tiers file, agent
-//! definitions) comes through [`Sources`]. The engine decides what to read and what a file
+//! runs, every companion file routing captures at admission (the tiers file, agent
+//! definitions) and every file a script declares in `meta.files` comes through [`Sources`]. The engine decides what to read and what a file
 //! must look like; the implementation decides where the bytes come from. [`DiskSources`]
 //! reads the file system through [`safe_file`] (no symbolic link followed after
 //! resolution, regular files only, size bounded, under a deadline); the serve mode adds an
 //! encrypted pack.
 //!
 //! Errors are [`FileError`]s: they name the path and say what it is, never what it holds,
-//! and `is_not_found` tells a missing file from an unreadable one.
+//! and `is_not_found` tells a missing file from an unreadable one. A project file named by a
+//! relative path can also be refused for the path itself ([`SourceError::InvalidPath`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::engine::script::MAX_SCRIPT_BYTES;
+use crate::engine::script::{MAX_SCRIPT_BYTES, companion_path_problem};
 use crate::util::safe_file::{self, Links};
 
 pub use crate::util::safe_file::{Contents, FileError};
@@ -42,6 +43,27 @@ pub trait Sources: Send + Sync {
     /// The files in `folder` whose name ends in `.{extension}`, sorted; none when the
     /// folder does not exist or cannot be listed. Blocking, like [`Sources::read_companion`].
     fn companions(&self, folder: &Path, extension: &str) -> Vec<PathBuf>;
+
+    /// A file a script declares in `meta.files`, of at most `limit` bytes: `relative` (which
+    /// must pass [`companion_path_problem`]) under `project_dir`. On disk the project folder
+    /// is resolved once and nothing below it may be a symbolic link. Blocking, like
+    /// [`Sources::read_companion`].
+    fn read_project_file(
+        &self,
+        project_dir: &Path,
+        relative: &str,
+        limit: u64,
+    ) -> Result<Contents, SourceError>;
+}
+
+/// Why a project file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The relative path breaks the companion path rule; `problem` completes "the path ...".
+    #[error("the path {path:?} {problem}")]
+    InvalidPath { path: String, problem: String },
+    #[error(transparent)]
+    File(#[from] FileError),
 }
 
 /// Sources on the local file system, read through [`safe_file`].
@@ -79,6 +101,31 @@ impl Sources for DiskSources {
         paths.sort();
         paths
     }
+
+    fn read_project_file(
+        &self,
+        project_dir: &Path,
+        relative: &str,
+        limit: u64,
+    ) -> Result<Contents, SourceError> {
+        if let Some(problem) = companion_path_problem(relative) {
+            return Err(SourceError::InvalidPath {
+                path: relative.to_owned(),
+                problem,
+            });
+        }
+        // The project folder is the operator's choice and may sit behind a link; below it,
+        // a link (swapped in or not) is refused like a FIFO or a folder.
+        let root = std::fs::canonicalize(project_dir).map_err(|source| FileError::Io {
+            path: project_dir.to_path_buf(),
+            source,
+        })?;
+        Ok(safe_file::read_blocking(
+            &root.join(relative),
+            limit,
+            Links::Refuse,
+        )?)
+    }
 }
 
 #[cfg(test)]
@@ -101,6 +148,68 @@ mod tests {
             DiskSources
                 .companions(&folder.path().join("absent"), "md")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn project_files_are_read_below_the_project_without_links_or_fifos() {
+        let folder = tempfile::tempdir().expect("temp dir");
+        let project = folder.path().join("project");
+        std::fs::create_dir_all(project.join("prompts")).expect("folders");
+        std::fs::write(project.join("prompts/review.md"), "Review.").expect("write");
+        std::fs::write(folder.path().join("outside.md"), "secret").expect("write");
+        let read = DiskSources
+            .read_project_file(&project, "prompts/review.md", 64)
+            .expect("a plain file is read");
+        assert_eq!(read.bytes, b"Review.");
+
+        std::os::unix::fs::symlink(folder.path().join("outside.md"), project.join("link.md"))
+            .expect("link");
+        std::os::unix::fs::symlink(project.join("prompts"), project.join("linked"))
+            .expect("folder link");
+        for linked in ["link.md", "linked/review.md"] {
+            let error = DiskSources
+                .read_project_file(&project, linked, 64)
+                .expect_err("a link below the project is refused");
+            assert!(
+                matches!(error, SourceError::File(FileError::Symlink { .. })),
+                "{linked}: {error}"
+            );
+        }
+        let fifo = project.join("pipe.md");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("fifo");
+        let error = DiskSources
+            .read_project_file(&project, "pipe.md", 64)
+            .expect_err("a FIFO is refused without blocking");
+        assert!(error.to_string().contains("FIFO"), "{error}");
+        let error = DiskSources
+            .read_project_file(&project, "prompts", 64)
+            .expect_err("a folder is refused");
+        assert!(error.to_string().contains("a directory"), "{error}");
+        let error = DiskSources
+            .read_project_file(&project, "prompts/review.md", 6)
+            .expect_err("over the limit");
+        assert!(error.to_string().contains("too large"), "{error}");
+        for bad in [
+            "/etc/passwd",
+            "../outside.md",
+            "prompts/../../outside.md",
+            ".env",
+        ] {
+            let error = DiskSources
+                .read_project_file(&project, bad, 64)
+                .expect_err("an invalid path is refused before any open");
+            assert!(
+                matches!(error, SourceError::InvalidPath { .. }),
+                "{bad}: {error}"
+            );
+        }
+        let missing = DiskSources
+            .read_project_file(&project, "gone.md", 64)
+            .expect_err("missing");
+        assert!(
+            matches!(missing, SourceError::File(ref e) if e.is_not_found()),
+            "{missing}"
         );
     }
 

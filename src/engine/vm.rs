@@ -17,7 +17,7 @@
 //! script can neither see nor replace them.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -133,6 +133,8 @@ pub struct VmScript {
     pub args: Value,
     pub cwd: String,
     pub nested: Option<NestedResolver>,
+    /// The run's companion texts by path (`meta.files`), which `file(path)` returns.
+    pub files: Arc<BTreeMap<String, String>>,
 }
 
 /// Controls a running VM from outside its thread.
@@ -270,9 +272,10 @@ fn run(
     })?;
     let resolvers: Resolvers = Rc::default();
     let nested = script.nested.take();
+    let files = script.files.clone();
 
     let started = context.with(|ctx| {
-        let helpers = install_host(&ctx, events, &resolvers, nested)
+        let helpers = install_host(&ctx, events, &resolvers, nested, files)
             .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
         // The first slice: from here until the thread first waits for the driver.
         clock.begin();
@@ -453,6 +456,7 @@ fn install_host<'js>(
     events: &mpsc::UnboundedSender<VmEvent>,
     resolvers: &Resolvers,
     nested: Option<NestedResolver>,
+    files: Arc<BTreeMap<String, String>>,
 ) -> rquickjs::Result<Helpers> {
     // QuickJS-ng's `performance` reads the monotonic clock; the prelude puts a refusing stub
     // in its place, and nothing else refers to the real object.
@@ -506,6 +510,11 @@ fn install_host<'js>(
                 }
             },
         )?,
+    )?;
+    // `undefined` for a path `meta.files` does not declare; the prelude says so.
+    host.set(
+        "file",
+        Function::new(ctx.clone(), move |path: String| files.get(&path).cloned())?,
     )?;
     host.set("filename", SCRIPT_FILENAME)?;
     let prelude: Function = ctx.eval_with_options(PRELUDE, eval_options("prelude.js"))?;
@@ -764,6 +773,15 @@ mod tests {
         body: &str,
         answer: impl Fn(&Value) -> Result<Value, (String, bool)>,
     ) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
+        run_script_with_files(body, BTreeMap::new(), answer)
+    }
+
+    /// [`run_script`] with these companion texts.
+    fn run_script_with_files(
+        body: &str,
+        files: BTreeMap<String, String>,
+        answer: impl Fn(&Value) -> Result<Value, (String, bool)>,
+    ) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let vm = spawn(
             VmScript {
@@ -771,6 +789,7 @@ mod tests {
                 args: serde_json::json!({"n": 2}),
                 cwd: "/tmp/project".into(),
                 nested: None,
+                files: Arc::new(files),
             },
             VmLimits {
                 slice_limit: Duration::from_millis(300),
@@ -824,6 +843,34 @@ mod tests {
         );
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0]["path"], "1:16");
+    }
+
+    #[test]
+    fn file_returns_a_declared_text_and_names_an_undeclared_path() {
+        let files = BTreeMap::from([("prompts/a.md".to_owned(), "Review.".to_owned())]);
+        let (result, calls) = run_script_with_files(
+            "return await agent(file('prompts/a.md'));",
+            files.clone(),
+            echo,
+        );
+        assert_eq!(result.unwrap(), Some(Value::String("re: Review.".into())));
+        assert_eq!(calls.len(), 1);
+        let (result, _) = run_script_with_files("return file('prompts/b.md');", files, echo);
+        let failure = result.unwrap_err();
+        assert!(
+            failure
+                .message
+                .contains("\"prompts/b.md\" is not declared in meta.files; add it to meta.files"),
+            "{}",
+            failure.message
+        );
+        let (result, _) = run_script("return file(3);", echo);
+        assert!(
+            result
+                .unwrap_err()
+                .message
+                .contains("path must be a string")
+        );
     }
 
     #[test]
@@ -1129,6 +1176,7 @@ mod tests {
                 args: Value::Null,
                 cwd: "/".into(),
                 nested: None,
+                files: Arc::default(),
             },
             VmLimits::default(),
             tx,

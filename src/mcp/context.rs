@@ -117,6 +117,9 @@ pub struct RequestContext {
     pub cancel: CancellationToken,
     /// Notifications related to this request (progress, logging), sent on its response stream.
     pub notifier: RequestNotifier,
+    /// The caller's identity from the HTTP principal header (`TransportContext::principal`);
+    /// `None` wherever no such header is configured (stdio, the daemon).
+    pub principal: Option<String>,
 }
 
 impl RequestContext {

@@ -87,6 +87,10 @@ pub struct TransportContext {
     /// Fired by the transport when the request's caller is gone (a closed stateless stream,
     /// stdio EOF); the request's own token is cancelled with it.
     pub cancel: CancellationToken,
+    /// Who the caller is, as an authenticated upstream named them in the HTTP transport's
+    /// principal header (`HttpOptions::principal_header`); `None` on stdio, in the daemon, and
+    /// on any listener without that option. The folder server keys run ownership on it.
+    pub principal: Option<String>,
 }
 
 impl TransportContext {
@@ -97,6 +101,7 @@ impl TransportContext {
             connection_id: connection_id.into(),
             notifications: None,
             cancel: CancellationToken::new(),
+            principal: None,
         }
     }
 }
@@ -376,7 +381,7 @@ impl McpServer {
             },
         );
         let (sender, mut receiver) = mpsc::unbounded_channel::<Notification>();
-        let context = request_context(request, scope, token.clone(), sender);
+        let context = request_context(request, scope, transport, token.clone(), sender);
         let forwarder = Forwarder {
             era: &scope.era,
             session: scope.session.as_deref(),
@@ -468,6 +473,7 @@ impl McpServer {
 fn request_context(
     request: &Request,
     scope: &Scope,
+    transport: &TransportContext,
     cancel: CancellationToken,
     notifications: mpsc::UnboundedSender<Notification>,
 ) -> RequestContext {
@@ -483,6 +489,7 @@ fn request_context(
         meta: meta.cloned().unwrap_or(Value::Null),
         cancel,
         notifier: RequestNotifier::new(notifications),
+        principal: transport.principal.clone(),
     }
 }
 

@@ -24,6 +24,10 @@
 //!   (`Store::create_script_copy`): a shared backend has no persistence root to hand out.
 //! - **Bad stored data is `StoreError::Corrupt`**, naming the run and the field; never a
 //!   default.
+//! - **The caller tag changes only by compare-and-set** (`Store::set_run_caller`): of two
+//!   calls expecting the same tag exactly one succeeds, and `update_run` never rewrites it.
+//! - **Companion files are part of the script snapshot**: written with the script at
+//!   admission and by `ScriptChange::Changed`, read back exactly by `load_run`.
 //! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
 //!   of a run, not the run.
 //!
@@ -103,9 +107,10 @@ pub struct Fence<'a>(pub &'a str);
 /// How `update_run` treats the (possibly large) script text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScriptChange {
-    /// Leave the stored script, meta and revisions untouched (the usual case).
+    /// Leave the stored script, meta, revisions and companion files untouched (the usual
+    /// case).
     Unchanged,
-    /// Write `script`, `meta` and `script_revisions` too (an accepted revision).
+    /// Write `script`, `meta`, `script_revisions` and `files` too (an accepted revision).
     Changed,
 }
 
@@ -144,7 +149,8 @@ pub trait Store: Send + Sync + 'static {
 
     async fn load_run(&self, run_id: &RunId) -> StoreResult<RunRecord>;
 
-    /// Rewrites the run row. `ScriptChange::Unchanged` leaves script, meta and revisions as
+    /// Rewrites the run row, except its caller tag (see [`Store::set_run_caller`]).
+    /// `ScriptChange::Unchanged` leaves script, meta, revisions and companion files as
     /// stored, so routine status updates never rewrite the script text.
     async fn update_run(
         &self,
@@ -264,6 +270,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// Runs whose recorded script file is `script_file`, newest first.
     async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>>;
+
+    /// The caller tag of `run_id` (`RunRecord::caller`): `None` when there is no such run,
+    /// `Some(None)` for a run stored without one. One indexed lookup, nothing decoded, so a
+    /// front end can check who owns a run before it reads anything else of it.
+    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>>;
+
+    /// Compare-and-set of the caller tag: installs `caller` if the stored tag equals
+    /// `expected` (`None` = no tag), atomically against every other handle on the same data.
+    /// Returns whether it was installed; `false` too when there is no such run. This is how a
+    /// new process reclaims a run by id exactly once. No other write changes the tag:
+    /// `update_run` leaves it as stored.
+    async fn set_run_caller(
+        &self,
+        run_id: &RunId,
+        expected: Option<&str>,
+        caller: Option<&str>,
+    ) -> StoreResult<bool>;
 
     /// Deletes the run and everything stored with it (calls, events, answers, receipts,
     /// control intents, its inline script copy).

@@ -5,7 +5,10 @@
 //! owner's user, by the kernel's word or by bearer token) and watched for the time limits
 //! (`connection.rs`: head 10 s, body 30 s, idle 60 s; at most 512 open). Every request then
 //! passes Host and Origin validation (403, `http/headers.rs`), the daemon's
-//! [`HttpOptions::intercept`] hook (health checks, lame-duck answers), then MCP routing. A POST
+//! [`HttpOptions::intercept`] hook (health checks, lame-duck answers), the folder server's
+//! guards (`http/guard.rs`: the bearer token of [`Access::Bearer`], the principal header;
+//! 401), then MCP routing: the endpoint, and with [`HttpOptions::method_paths`] a POST to
+//! `<path>/<method>` whose body must be that method (400 otherwise). A POST
 //! (`http/post.rs`) carries one JSON-RPC message of at most [`MAX_BODY_BYTES`] (413 beyond);
 //! its era and session are resolved there once and handed to the core. Requests answer with
 //! plain JSON unless they emit a notification before finishing: then the response becomes an
@@ -43,6 +46,7 @@ use crate::transport::peer::{self, Access, Caller};
 
 mod body;
 mod get;
+mod guard;
 mod headers;
 mod post;
 mod pump;
@@ -50,6 +54,7 @@ mod pump;
 pub use body::HttpBody;
 use body::HttpResponse;
 use body::{json_response, plain};
+pub use guard::{MAX_PRINCIPAL_BYTES, OptionsError, PrincipalError, check_options, read_principal};
 pub use headers::{check_modern_headers, host_allowed, origin_allowed};
 
 /// The request body cap: room for a script of 1 MiB (the engine's limit, checked on the
@@ -75,6 +80,20 @@ pub type Decorate = Arc<dyn Fn(&mut HeaderMap) + Send + Sync>;
 pub struct HttpOptions {
     /// The path of the MCP endpoint; every other path is 404 (after the intercept hook).
     pub path: String,
+    /// Also accept `POST <path>/<method>` (`/mcp/run/resume`, `/mcp/tools/call`; the method
+    /// may contain `/`, taken from the path verbatim, not percent-decoded), whose body must be
+    /// one message of exactly that method, so a policy gateway can match a method by path.
+    /// Off for the daemon.
+    pub method_paths: bool,
+    /// Refuse a `Host` that is not a loopback name (DNS rebinding). A listener bound to a
+    /// non-loopback address turns it off: there `Host` is whatever name the clients use.
+    pub check_host: bool,
+    /// A header (matched case-insensitively) whose value is the caller's identity, set by an
+    /// authenticated upstream: it becomes `TransportContext::principal`, and a request
+    /// without one valid value (1 to [`MAX_PRINCIPAL_BYTES`] bytes of visible ASCII) is 401.
+    /// Only safe behind the token: [`serve`] refuses it unless `access` is
+    /// [`Access::Bearer`], since any client could otherwise name itself.
+    pub principal_header: Option<String>,
     /// Origins accepted besides loopback ones, matched exactly
     /// (`AGENTPRISM_DAEMON_ALLOWED_ORIGINS`).
     pub allowed_origins: Vec<String>,
@@ -108,6 +127,9 @@ impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             path: MCP_PATH.to_owned(),
+            method_paths: false,
+            check_host: true,
+            principal_header: None,
             allowed_origins: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,
             keep_alive: Duration::from_secs(15),
@@ -128,6 +150,9 @@ impl std::fmt::Debug for HttpOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpOptions")
             .field("path", &self.path)
+            .field("method_paths", &self.method_paths)
+            .field("check_host", &self.check_host)
+            .field("principal_header", &self.principal_header)
             .field("allowed_origins", &self.allowed_origins)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("keep_alive", &self.keep_alive)
@@ -149,12 +174,15 @@ impl std::fmt::Debug for HttpOptions {
 /// connections take one of [`HttpOptions::max_connections`] slots; another user's are served
 /// one request at most (`/healthz` with the implementation name, 403 for anything else) from
 /// a small pool of their own, so they never crowd the owner out.
+///
+/// Fails at once, serving nothing, on options [`check_options`] refuses.
 pub async fn serve(
     listener: TcpListener,
     server: Arc<McpServer>,
     options: HttpOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    check_options(&options)?;
     let local = listener.local_addr()?;
     let owner_slots = Arc::new(Semaphore::new(options.max_connections));
     let foreign_slots = Arc::new(Semaphore::new(MAX_FOREIGN_CONNECTIONS));
@@ -371,25 +399,56 @@ impl State {
     }
 
     async fn route_mcp(self: Arc<Self>, parts: Parts, body: Incoming) -> HttpResponse {
-        if parts.uri.path() != self.options.path {
+        let principal = match guard::admit(&self.options, &parts) {
+            Ok(principal) => principal,
+            Err(refusal) => return *refusal,
+        };
+        let Some(target) = self.target(parts.uri.path()) else {
             return plain(StatusCode::NOT_FOUND, "not found");
-        }
-        match parts.method {
-            Method::POST => post::post(self, parts, body).await,
-            Method::GET => get::get(self, parts).await,
-            Method::DELETE => get::delete(self, parts).await,
-            _ => {
+        };
+        match (parts.method.clone(), target) {
+            (Method::POST, target) => {
+                let routed = post::Routed {
+                    path_method: target.map(str::to_owned),
+                    principal,
+                };
+                post::post(self, parts, body, routed).await
+            }
+            (Method::GET, None) => get::get(self, parts).await,
+            (Method::DELETE, None) => get::delete(self, parts).await,
+            (_, target) => {
                 let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+                let allow = if target.is_some() {
+                    "POST"
+                } else {
+                    "GET, POST, DELETE"
+                };
                 response
                     .headers_mut()
-                    .insert("allow", HeaderValue::from_static("GET, POST, DELETE"));
+                    .insert("allow", HeaderValue::from_static(allow));
                 response
             }
         }
     }
 
+    /// What `path` names: `Some(None)` the endpoint, `Some(Some(method))` a per-method path
+    /// (with [`HttpOptions::method_paths`]), `None` nothing of ours.
+    fn target<'a>(&self, path: &'a str) -> Option<Option<&'a str>> {
+        if path == self.options.path {
+            return Some(None);
+        }
+        let method = path
+            .strip_prefix(self.options.path.as_str())?
+            .strip_prefix('/')
+            .filter(|method| self.options.method_paths && !method.is_empty())?;
+        Some(Some(method))
+    }
+
     fn check_host_and_origin(&self, headers: &HeaderMap) -> Result<(), &'static str> {
-        if let Some(host) = headers.get(hyper::header::HOST) {
+        if let Some(host) = headers
+            .get(hyper::header::HOST)
+            .filter(|_| self.options.check_host)
+        {
             let host = host.to_str().map_err(|_| "invalid Host header")?;
             if !host_allowed(host, self.port) {
                 return Err("Host is not a loopback address of this server");

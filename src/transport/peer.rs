@@ -11,6 +11,12 @@
 //!
 //! Where the lookup is unavailable (not Linux, or a kernel without `inet_diag`), the policy
 //! falls back to a per-user bearer token; it never fails open. [`Access`] is that policy.
+//!
+//! A folder server (`agentprism serve <dir> --token`) may listen on a non-loopback address
+//! behind a gateway, where the kernel has no local user to name: [`Access::Bearer`] lets
+//! every connection in and leaves each request to the token check the HTTP transport makes
+//! after its intercept hook (`http/guard.rs`), so a public route such as an Agent Card stays
+//! reachable without the token.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -29,6 +35,10 @@ pub enum Access {
         /// Tests force the token fallback with this (`lookup: false`).
         lookup: bool,
     },
+    /// Anyone who shows `Authorization: Bearer <token>` on each request; the peer's user is
+    /// not asked. The transport checks the token per request, after the intercept hook, so
+    /// the hook's public routes answer without it.
+    Bearer { token: Arc<str> },
 }
 
 impl Access {
@@ -52,6 +62,7 @@ impl std::fmt::Debug for Access {
                 .field("token", &token.as_ref().map(|_| ".."))
                 .field("lookup", lookup)
                 .finish(),
+            Access::Bearer { .. } => f.debug_struct("Bearer").field("token", &"..").finish(),
         }
     }
 }
@@ -59,7 +70,8 @@ impl std::fmt::Debug for Access {
 /// What the connection check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
-    /// Let in: the owner's connection, or an open listener.
+    /// Let in: the owner's connection, an open listener, or a bearer listener (whose
+    /// requests then show the token one by one).
     Trusted,
     /// The kernel names another user (`Some(uid)`) or has no live entry for the peer (`None`).
     Foreign(Option<u32>),
@@ -70,7 +82,7 @@ pub enum Caller {
 /// Classifies a connection accepted on `local` from `peer`.
 pub fn classify(access: &Access, local: SocketAddr, peer: SocketAddr) -> Caller {
     match access {
-        Access::Open => Caller::Trusted,
+        Access::Open | Access::Bearer { .. } => Caller::Trusted,
         Access::Owner { uid, lookup, .. } => {
             if !lookup {
                 return Caller::NeedsToken;
@@ -84,13 +96,16 @@ pub fn classify(access: &Access, local: SocketAddr, peer: SocketAddr) -> Caller 
     }
 }
 
-/// Whether `authorization` (a header value) carries `token`, compared in constant time.
+/// Whether `authorization` (a header value) carries the listener's token, compared in
+/// constant time. An open listener needs none; an owner listener without a token accepts none.
 pub fn bearer_matches(access: &Access, authorization: Option<&[u8]>) -> bool {
-    let Access::Owner {
-        token: Some(token), ..
-    } = access
-    else {
-        return matches!(access, Access::Open);
+    let token = match access {
+        Access::Open => return true,
+        Access::Owner { token: None, .. } => return false,
+        Access::Owner {
+            token: Some(token), ..
+        }
+        | Access::Bearer { token } => token,
     };
     let Some(presented) = authorization.and_then(|value| value.strip_prefix(b"Bearer ")) else {
         return false;
@@ -142,6 +157,13 @@ pub fn lookup_available() -> bool {
         return false;
     };
     socket_owner(local, peer) == Ok(Some(nix::unistd::geteuid().as_raw()))
+}
+
+/// Whether `address` is a loopback address (`127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`): the
+/// CLI warns that a listener bound anywhere else without a token is unauthenticated. The
+/// unspecified addresses (`0.0.0.0`, `::`) listen on every interface, so they are not.
+pub fn is_loopback(address: &SocketAddr) -> bool {
+    canonical(address.ip()).is_loopback()
 }
 
 /// Maps an IPv4 peer of a dual-stack answer back to IPv4, so both forms compare equal.
@@ -360,6 +382,44 @@ mod tests {
         assert!(!bearer_matches(&access, None));
         assert!(!bearer_matches(&Access::owner(None), Some(b"Bearer ")));
         assert!(bearer_matches(&Access::Open, None));
+    }
+
+    #[test]
+    fn a_bearer_listener_lets_every_connection_in_and_checks_the_token() {
+        let access = Access::Bearer {
+            token: Arc::from("s3cret"),
+        };
+        let address: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+        assert_eq!(classify(&access, address, address), Caller::Trusted);
+        assert!(bearer_matches(&access, Some(b"Bearer s3cret")));
+        assert!(!bearer_matches(&access, Some(b"Bearer s3cretx")));
+        assert!(!bearer_matches(&access, Some(b"Bearer ")));
+        assert!(!bearer_matches(&access, Some(b"s3cret")));
+        assert!(!bearer_matches(&access, None));
+        assert_eq!(format!("{access:?}"), r#"Bearer { token: ".." }"#);
+    }
+
+    #[test]
+    fn loopback_addresses() {
+        for loopback in [
+            "127.0.0.1:80",
+            "127.255.0.9:1",
+            "[::1]:8080",
+            "[::ffff:127.0.0.1]:9",
+        ] {
+            let address: SocketAddr = loopback.parse().unwrap();
+            assert!(is_loopback(&address), "{loopback}");
+        }
+        for other in [
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "10.0.0.1:80",
+            "[::ffff:10.0.0.1]:80",
+            "[fe80::1]:80",
+        ] {
+            let address: SocketAddr = other.parse().unwrap();
+            assert!(!is_loopback(&address), "{other}");
+        }
     }
 
     #[test]

@@ -119,6 +119,7 @@ impl Connection {
             connection_id: self.connection_id.clone(),
             notifications: Some(self.outgoing.clone()),
             cancel: self.cancel.clone(),
+            principal: None,
         };
         match &message {
             Message::Request(request) if request.method == "initialize" => {

@@ -58,6 +58,7 @@ impl Harness {
                 script: ScriptInput::Inline(script.to_owned()),
                 args: json!({}),
                 limits: Default::default(),
+                caller: None,
             })
             .await?;
         Ok(admission.run_id)
@@ -107,6 +108,7 @@ impl Harness {
                 script: ScriptInput::Inline(script.to_owned()),
                 args: json!({}),
                 limits,
+                caller: None,
             })
             .await
             .expect("admitted")
@@ -324,6 +326,7 @@ async fn limits_are_clamped_and_project_capacity_is_four() {
                 concurrency: Some(99),
                 agent_retries: Some(9),
             },
+            caller: None,
         })
         .await
         .unwrap();

@@ -41,6 +41,7 @@ pub(crate) fn context(session: Option<&str>, id: Value) -> RequestContext {
         meta: Value::Null,
         cancel: CancellationToken::new(),
         notifier: RequestNotifier::discard(),
+        principal: None,
     }
 }
 

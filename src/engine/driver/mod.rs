@@ -115,6 +115,8 @@ pub struct DriverSetup {
     pub current_phase: Option<String>,
     /// Resolves `workflow(name)` to a script body.
     pub nested: Option<vm::NestedResolver>,
+    /// The run's frozen companion texts by path: what `file(path)` returns.
+    pub files: Arc<BTreeMap<String, String>>,
     /// Shared with the engine so status can show live calls.
     pub live: Arc<std::sync::Mutex<LiveView>>,
 }
@@ -210,6 +212,7 @@ pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Contro
         args: setup.args.clone(),
         cwd: setup.cwd.to_string_lossy().into_owned(),
         nested: setup.nested.take(),
+        files: setup.files.clone(),
     };
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
     let driver = Driver::new(setup, Some(vm));

@@ -61,6 +61,8 @@ async fn world() -> World {
         checkpoint_context: None,
         reset_hint: None,
         routing: json!({}),
+        files: Default::default(),
+        caller: None,
     };
     let lease = Lease {
         owner_id: "test".into(),
@@ -125,6 +127,7 @@ impl World {
             usage: Usage::default(),
             current_phase: None,
             nested: None,
+            files: Arc::default(),
             live: Arc::new(Mutex::new(LiveView::default())),
         }
     }

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::approval;
 use crate::engine::manager::{
-    Admission, Engine, EngineError, EngineResult, MAX_ACTIVE_RUNS, Rejected, RunRequest, Slot,
+    Admission, Engine, EngineError, EngineResult, Rejected, RunRequest, Slot,
 };
 use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
 use crate::engine::routing::RoutingSnapshot;
@@ -17,20 +17,24 @@ use crate::util::now_ms;
 
 impl Engine {
     /// Takes a capacity slot for a run about to be prepared or executed: within the
-    /// project's [`MAX_ACTIVE_RUNS`] (`active` counts the project's runs in the store; `None`
-    /// skips that check for a run the project already counts) and within
-    /// [`EngineConfig::max_runs`] across all projects. Both are checked and the slot taken
-    /// under one lock, so two concurrent requests cannot both take the last one.
+    /// project's cap, [`EngineConfig::max_active_per_project`] (`active` counts the project's
+    /// runs in the store; `None` skips that check for a run the project already counts) and
+    /// within [`EngineConfig::max_runs`] across all projects. Both are checked and the slot
+    /// taken under one lock, so two concurrent requests cannot both take the last one.
+    ///
+    /// [`EngineConfig::max_active_per_project`]: crate::engine::EngineConfig::max_active_per_project
+    /// [`EngineConfig::max_runs`]: crate::engine::EngineConfig::max_runs
     pub(super) fn reserve(&self, project_dir: &Path, active: Option<usize>) -> EngineResult<Slot> {
         let mut preparing = self.inner.preparing.lock().map_err(|_| {
             EngineError::Rejected(Rejected::Internal("engine state poisoned".into()))
         })?;
         let in_project = preparing.get(project_dir).copied().unwrap_or(0);
+        let per_project = self.inner.config.max_active_per_project;
         if let Some(active) = active
-            && active + in_project >= MAX_ACTIVE_RUNS
+            && active + in_project >= per_project
         {
             return Err(EngineError::Rejected(Rejected::Capacity(format!(
-                "project {} already has {MAX_ACTIVE_RUNS} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
+                "project {} already has {per_project} active runs (preparing, awaiting setup or executing); wait for one to finish, pause or stop one",
                 project_dir.display()
             ))));
         }
@@ -268,6 +272,8 @@ fn admitted_record(
         checkpoint_context: None,
         reset_hint: None,
         routing: serde_json::to_value(&routing).unwrap_or(Value::Null),
+        files: prepared.files.clone(),
+        caller: request.caller.clone(),
     }
 }
 

@@ -27,6 +27,11 @@ pub struct RunRequest {
     pub script: ScriptInput,
     pub args: Value,
     pub limits: LimitOverrides,
+    /// An opaque tag of whoever asks, stored with the run (`RunRecord::caller`) and never
+    /// interpreted by the engine: the folder server puts its owner key here
+    /// (`session:<id>`, `principal:<name>` or `anonymous`). `None` for front ends without
+    /// owners.
+    pub caller: Option<String>,
 }
 
 /// A request to continue a run under the same id.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::engine::manager::MAX_ACTIVE_RUNS;
 use crate::engine::prepare;
 use crate::engine::vm::VmLimits;
 use crate::store::LeasePolicy;
@@ -31,6 +32,10 @@ pub struct EngineConfig {
     /// `AGENTPRISM_DAEMON_MAX_RUNS`: runs this engine prepares or executes at once, across
     /// every project. Runs waiting for a setup answer hold no VM and do not count.
     pub max_runs: usize,
+    /// Runs one project may have preparing, awaiting setup or executing at once
+    /// ([`MAX_ACTIVE_RUNS`] by default). The folder server raises it: every run it starts
+    /// shares its folder as the project.
+    pub max_active_per_project: usize,
     /// When a lease another process holds may be taken over, and how often this engine's
     /// executions renew their own (`LeasePolicy`). The daemon and the CLI keep
     /// `HolderLiveness`: a live holder's lease is never taken on time.
@@ -52,6 +57,7 @@ impl Default for EngineConfig {
             probe_limit: prepare::PROBE_LIMIT,
             owner_id: None,
             max_runs: default_max_runs(VmLimits::default().memory_limit),
+            max_active_per_project: MAX_ACTIVE_RUNS,
             lease_policy: LeasePolicy::HolderLiveness,
             persistence_root: None,
         }

@@ -170,6 +170,7 @@ impl Engine {
             usage: record.token_usage,
             current_phase: record.current_phase.clone(),
             nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
+            files: Arc::new(record.files.clone()),
             live: view,
         })
     }

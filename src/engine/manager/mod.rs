@@ -10,11 +10,13 @@
 //! starting a run, `execution` running a generation and reconciling dead owners, `resume`
 //! continuing one; `answers` setup and permission answers; `view` status; `results` result
 //! paging, listing and deletion; `stop` stop and pause, `cancel` single-call cancel; `remote`
-//! reaching another lease holder, `owner` this process as one (carrying out intents).
+//! reaching another lease holder, `owner` this process as one (carrying out intents);
+//! `caller` the caller tag a front end keeps with a run, and reclaiming it.
 
 mod admission;
 mod answers;
 mod api;
+mod caller;
 mod cancel;
 mod config;
 mod error;
@@ -57,7 +59,8 @@ pub use owner::Owner;
 pub use remote::{OwnerRoute, Unforwarded, lease_owner};
 pub use results::exact_result;
 
-/// Runs preparing, awaiting setup or executing at once in one project.
+/// Runs preparing, awaiting setup or executing at once in one project: the default of
+/// [`EngineConfig::max_active_per_project`].
 pub const MAX_ACTIVE_RUNS: usize = 4;
 /// How long `pause` waits for executing agents before answering.
 pub const PAUSE_WAIT: Duration = Duration::from_secs(2);
@@ -139,6 +142,7 @@ struct Inner {
 ///         script: ScriptInput::Inline(script.into()),
 ///         args: serde_json::json!({}),
 ///         limits: Default::default(),
+///         caller: None,
 ///     })
 ///     .await?;
 /// engine.wait(&admission.run_id).await;

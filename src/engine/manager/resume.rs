@@ -237,6 +237,8 @@ impl Engine {
         record.meta = prepared.analyzed.meta.clone();
         record.workflow_name = prepared.analyzed.name.clone();
         record.phases = prepared.analyzed.phases.clone();
+        // A revision reads its companion files again; without one they stay as frozen.
+        record.files = prepared.files;
         Ok(true)
     }
 

@@ -58,6 +58,7 @@ impl World {
                 script: ScriptInput::Inline(script.into()),
                 args: json!({}),
                 limits: Default::default(),
+                caller: None,
             })
             .await
             .expect("admitted");
@@ -241,6 +242,7 @@ async fn refusals_carry_their_kind_and_the_field_they_name() {
             ),
             args: json!({}),
             limits: Default::default(),
+            caller: None,
         })
         .await
         .expect_err("no route");
@@ -385,6 +387,14 @@ impl Sources for MemorySources {
             .cloned()
             .collect()
     }
+    fn read_project_file(
+        &self,
+        project_dir: &Path,
+        relative: &str,
+        _limit: u64,
+    ) -> Result<crate::engine::sources::Contents, crate::engine::sources::SourceError> {
+        Ok(self.get(&project_dir.join(relative))?)
+    }
 }
 
 use crate::engine::sources::{FileError, Sources};
@@ -426,6 +436,7 @@ async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_
             script: ScriptInput::Path(script.clone()),
             args: json!({}),
             limits: Default::default(),
+            caller: None,
         })
         .await
         .expect("admitted from memory");

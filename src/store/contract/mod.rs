@@ -14,7 +14,8 @@
 //! a single winner among concurrent CAS, first-writer-wins answers, receipts by generation,
 //! dense event seqs, the bounded call tail, intents reused while pending and ended by the
 //! first acknowledgement, script copies, delete cascading to everything, declared
-//! capabilities, and corrupt data reported as `Corrupt`.
+//! capabilities, corrupt data reported as `Corrupt`, the caller tag's compare-and-set with a
+//! single winner, and companion files frozen with the script.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,11 +29,13 @@ use crate::model::{
     RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource, Usage,
 };
 
+mod callers;
 mod calls;
 mod control;
 mod leases;
 mod runs;
 
+pub use callers::*;
 pub use calls::*;
 pub use control::*;
 pub use leases::*;
@@ -85,6 +88,10 @@ macro_rules! store_contract_tests {
             pending_intents_by_run_holder_and_all,
             script_copies_are_created_and_deleted,
             capabilities_are_kept,
+            caller_is_read_narrowly_and_set_by_compare_and_set,
+            update_run_leaves_the_caller_alone,
+            concurrent_reclaims_have_one_winner,
+            companion_files_travel_with_the_script,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -168,6 +175,8 @@ pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
         checkpoint_context: None,
         reset_hint: None,
         routing: json!({ "tiers": {}, "integrity": "abc" }),
+        files: Default::default(),
+        caller: None,
     }
 }
 
@@ -209,6 +218,12 @@ pub fn full_run_record(id: &str) -> RunRecord {
         auth_context: Some(json!({ "backendId": "claude", "methods": [] })),
         checkpoint_context: Some(json!({ "callIndex": 2, "hash": "cafe", "kind": "confirm" })),
         reset_hint: Some("resets at 5pm".to_owned()),
+        files: [(
+            "prompts/review.md".to_owned(),
+            "Review the diff.".to_owned(),
+        )]
+        .into(),
+        caller: Some("session:0f5e".to_owned()),
         ..run_record(id, PROJECT, 1_700_000_000_000)
     }
 }

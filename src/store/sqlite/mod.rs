@@ -253,6 +253,19 @@ impl Store for SqliteStore {
         runs::with_script(&self.connection(), script_file)
     }
 
+    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
+        runs::caller(&self.connection(), run_id)
+    }
+
+    async fn set_run_caller(
+        &self,
+        run_id: &RunId,
+        expected: Option<&str>,
+        caller: Option<&str>,
+    ) -> StoreResult<bool> {
+        runs::set_caller(&self.connection(), run_id, expected, caller)
+    }
+
     async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {
         let deleted = runs::delete(&mut self.connection(), run_id)?;
         scripts::delete_with_run(&self.root, run_id, &deleted);

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, ToSql};
+use rusqlite::{Connection, OptionalExtension, ToSql};
 
 use super::connection::{Context, write_transaction};
 use super::leases::LeaseRow;
@@ -26,7 +26,7 @@ pub(super) struct Deleted {
 
 /// The active runs of a project, through the partial index `runs_active_by_project`.
 pub(super) const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,
-            run_scripts.script_revisions
+            run_scripts.script_revisions, run_scripts.files
      FROM runs JOIN run_scripts USING (run_key)
      WHERE runs.run_id = ?1";
 pub(super) const ACTIVE: &str = "SELECT run_id FROM runs
@@ -49,7 +49,9 @@ pub(super) fn create(
         return Err(StoreError::AlreadyExists(run_id.clone()));
     }
     let run_id_text = run_id.as_str();
-    let mut parameters: Vec<(&str, &dyn ToSql)> = vec![(":run_id", &run_id_text)];
+    let caller = record.caller.as_deref();
+    let mut parameters: Vec<(&str, &dyn ToSql)> =
+        vec![(":run_id", &run_id_text), (":caller", &caller)];
     parameters.extend(lease_row.parameters());
     parameters.extend(run_row.parameters());
     transaction
@@ -59,13 +61,13 @@ pub(super) fn create(
                  project_dir, workflow_name, status, pause_reason, error_code, error_message,
                  started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
                  current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-                 auth_context, checkpoint_context, routing)
+                 auth_context, checkpoint_context, routing, caller)
              VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
                  :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
                  :project_dir, :workflow_name, :status, :pause_reason, :error_code,
                  :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
                  :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
-                 :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing)",
+                 :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller)",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
         .context(doing)?;
@@ -74,8 +76,8 @@ pub(super) fn create(
     parameters.extend(script_row.parameters());
     transaction
         .prepare_cached(
-            "INSERT INTO run_scripts (run_key, script, meta, script_revisions)
-             VALUES (:run_key, :script, :meta, :script_revisions)",
+            "INSERT INTO run_scripts (run_key, script, meta, script_revisions, files)
+             VALUES (:run_key, :script, :meta, :script_revisions, :files)",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
         .context(doing)?;
@@ -131,7 +133,7 @@ pub(super) fn update(
         transaction
             .prepare_cached(
                 "UPDATE run_scripts SET script = :script, meta = :meta,
-                     script_revisions = :script_revisions
+                     script_revisions = :script_revisions, files = :files
                  WHERE run_key = :run_key",
             )
             .and_then(|mut statement| statement.execute(parameters.as_slice()))
@@ -353,22 +355,29 @@ pub(super) struct ScriptRow<'a> {
     script: &'a str,
     meta: String,
     script_revisions: String,
+    /// NULL when the script declares no companion files, as in rows written before them.
+    files: Option<String>,
 }
 
 impl<'a> ScriptRow<'a> {
     pub(super) fn new(record: &'a RunRecord) -> StoreResult<ScriptRow<'a>> {
+        let files = (!record.files.is_empty())
+            .then(|| to_json(&record.files, "companion files"))
+            .transpose()?;
         Ok(ScriptRow {
             script: &record.script,
             meta: to_json(&record.meta, "meta")?,
             script_revisions: to_json(&record.script_revisions, "script revisions")?,
+            files,
         })
     }
 
-    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 3] {
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 4] {
         [
             (":script", &self.script),
             (":meta", &self.meta),
             (":script_revisions", &self.script_revisions),
+            (":files", &self.files),
         ]
     }
 }
@@ -403,5 +412,41 @@ pub(super) fn run_from_row(reader: &RowReader<'_, '_>) -> StoreResult<RunRecord>
         checkpoint_context: reader.optional_json("checkpoint_context")?,
         reset_hint: reader.get("reset_hint")?,
         routing: reader.json("routing")?,
+        files: reader.optional_json("files")?.unwrap_or_default(),
+        caller: reader.get("caller")?,
     })
+}
+
+/// The caller tag of a run: `None` when there is no such run. One lookup through the
+/// `run_id` index; nothing is decoded.
+pub(super) fn caller(
+    connection: &Connection,
+    run_id: &RunId,
+) -> StoreResult<Option<Option<String>>> {
+    connection
+        .prepare_cached("SELECT caller FROM runs WHERE run_id = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([run_id.as_str()], |row| row.get(0))
+                .optional()
+        })
+        .context(|| format!("read the caller of run {run_id}"))
+}
+
+/// Compare-and-set of a run's caller tag in one statement, atomic on its own: `true` when
+/// the row held `expected` (NULL for `None`) and now holds `caller`; `false` otherwise,
+/// including when there is no such run.
+pub(super) fn set_caller(
+    connection: &Connection,
+    run_id: &RunId,
+    expected: Option<&str>,
+    caller: Option<&str>,
+) -> StoreResult<bool> {
+    let changed = connection
+        .prepare_cached("UPDATE runs SET caller = ?2 WHERE run_id = ?1 AND caller IS ?3")
+        .and_then(|mut statement| {
+            statement.execute(rusqlite::params![run_id.as_str(), caller, expected])
+        })
+        .context(|| format!("set the caller of run {run_id}"))?;
+    Ok(changed == 1)
 }

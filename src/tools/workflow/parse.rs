@@ -220,6 +220,7 @@ impl Input<'_> {
                 .cloned()
                 .unwrap_or_else(|| json!({})),
             limits: self.limits()?,
+            caller: None,
         })
     }
 

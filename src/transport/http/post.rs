@@ -6,6 +6,10 @@
 //! [`Resolution`] goes to the core with the request. The answer is plain JSON unless the
 //! request emits a notification first: then it becomes an SSE stream that carries the
 //! notifications and ends with the response.
+//!
+//! A POST to a per-method path (`<path>/<method>`) is the same exchange once its body is
+//! checked to be that method: a gateway that allowed the path has allowed exactly the
+//! method the server runs.
 
 use std::sync::Arc;
 
@@ -25,6 +29,7 @@ use super::body::{
 };
 use super::headers::{check_modern_headers, header};
 use super::pump::Pump;
+use crate::mcp::handler::{McpError, codes};
 use crate::mcp::jsonrpc::{self, Message, Request};
 use crate::mcp::scope::{LEGACY_VERSIONS, RequestEra, Resolution, request_era, session_not_found};
 use crate::mcp::server::{McpServer, Outcome, TransportContext, TransportKind};
@@ -38,7 +43,20 @@ struct Admitted {
     session: Option<Arc<Session>>,
 }
 
-pub(super) async fn post(state: Arc<State>, parts: Parts, body: Incoming) -> HttpResponse {
+/// What routing found out about a POST before its body is read.
+pub(super) struct Routed {
+    /// The method a per-method path names; the body must be that method.
+    pub(super) path_method: Option<String>,
+    /// The caller's identity from the principal header, already checked.
+    pub(super) principal: Option<String>,
+}
+
+pub(super) async fn post(
+    state: Arc<State>,
+    parts: Parts,
+    body: Incoming,
+    routed: Routed,
+) -> HttpResponse {
     let bytes = match read_body(&state, &parts, body).await {
         Ok(bytes) => bytes,
         Err(refusal) => return refusal,
@@ -49,6 +67,11 @@ pub(super) async fn post(state: Arc<State>, parts: Parts, body: Incoming) -> Htt
             return json_response(StatusCode::BAD_REQUEST, &rejected.to_response());
         }
     };
+    if let Some(path_method) = &routed.path_method
+        && let Err(refusal) = check_path_method(path_method, &message)
+    {
+        return *refusal;
+    }
     let Admitted { era, session } = match admit(&state.server, &parts.headers, &message) {
         Ok(admitted) => admitted,
         Err(refusal) => return *refusal,
@@ -62,6 +85,7 @@ pub(super) async fn post(state: Arc<State>, parts: Parts, body: Incoming) -> Htt
         format!("http:{}", uuid::Uuid::new_v4().simple()),
     );
     context.session_id = session.as_ref().map(|session| session.id.clone());
+    context.principal = routed.principal;
     let request = match message {
         Message::Request(request) => request,
         Message::Notification(notification) => {
@@ -75,6 +99,44 @@ pub(super) async fn post(state: Arc<State>, parts: Parts, body: Incoming) -> Htt
     let modern = era.stated_version().is_some();
     let resolution = Resolution::of(&request.method, era, session.clone());
     answer(state, request, resolution, context, session, modern).await
+}
+
+/// A per-method path's rule: the body is one message whose `method` is the one the path
+/// names (400 with -32600 otherwise, naming both).
+fn check_path_method(path_method: &str, message: &Message) -> Result<(), Box<HttpResponse>> {
+    let body_method = message.method();
+    if body_method == Some(path_method) {
+        return Ok(());
+    }
+    let id = match message {
+        Message::Request(request) => request.id.clone(),
+        Message::Notification(_) | Message::Response(_) => Value::Null,
+    };
+    let body_names = match body_method {
+        Some(method) => format!("method {}", shortened(method)),
+        None => "no method (it is a response)".to_owned(),
+    };
+    let error = McpError::new(
+        codes::INVALID_REQUEST,
+        format!(
+            "the path names method {} but the body names {body_names}; POST it to the path \
+             of its own method",
+            shortened(path_method)
+        ),
+    );
+    Err(Box::new(json_response(
+        StatusCode::BAD_REQUEST,
+        &jsonrpc::error_response(&id, &error),
+    )))
+}
+
+/// A method name as an error message quotes it: whole up to 128 characters, cut after.
+fn shortened(method: &str) -> String {
+    const SHOWN: usize = 128;
+    match method.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}…", &method[..cut]),
+        None => method.to_owned(),
+    }
 }
 
 /// The era of `message` and its legacy session, or the refusal to send: a 2026-07-28
