@@ -233,14 +233,14 @@ impl Reply {
         }
         self.body
             .lines()
+            .rev()
             .filter_map(|line| line.strip_prefix("data:"))
             .map(str::trim)
-            .filter(|data| {
+            .find(|data| {
                 serde_json::from_str::<Value>(data).is_ok_and(|message| {
                     message.get("result").is_some() || message.get("error").is_some()
                 })
             })
-            .last()
             .unwrap_or_else(|| panic!("no response in the stream:\n{}", self.body))
             .to_owned()
     }
