@@ -80,8 +80,10 @@ impl SyncCalls {
         let wait = engine.wait(run_id);
         tokio::pin!(wait);
         loop {
+            // Biased, `wait` last: every event is broadcast before the run ends, so the
+            // notices still queued then are reported before the loop stops.
             tokio::select! {
-                _ = &mut wait => break,
+                biased;
                 _ = ctx.cancel.cancelled() => {
                     let _ = engine.stop(run_id, None, &StatusQuery::default()).await;
                     engine.wait(run_id).await;
@@ -107,6 +109,7 @@ impl SyncCalls {
                         break;
                     }
                 },
+                _ = &mut wait => break,
             }
         }
         engine.load_reconciled(run_id).await.ok()

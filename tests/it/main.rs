@@ -26,6 +26,7 @@ mod security_engine;
 mod security_files;
 mod security_peer;
 mod security_reaper;
+mod serve;
 mod sdk_clients;
 mod sdk_clients_ts;
 mod serve_sdk;
