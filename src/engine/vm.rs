@@ -560,6 +560,28 @@ fn call_function(
     }
 }
 
+/// Parses an analyzed script's `body` as the VM would run it, without running it: the
+/// wrapper function is created and never called, so no script code executes. A syntax error
+/// comes back as the VM reports one (message, line, column); a server that lists scripts as
+/// tools (the folder server) refuses a broken one at start-up with it.
+pub fn check_syntax(body: &str, limits: VmLimits) -> Result<(), String> {
+    let runtime =
+        Runtime::new().map_err(|error| format!("the script VM did not start: {error}"))?;
+    runtime.set_memory_limit(limits.memory_limit);
+    let context =
+        Context::full(&runtime).map_err(|error| format!("the script VM did not start: {error}"))?;
+    context.with(|ctx| {
+        let mut source = String::with_capacity(body.len() + 32);
+        source.push_str(WRAPPER_OPEN);
+        source.push_str(body);
+        source.push_str("\n})");
+        match ctx.eval_with_options::<rquickjs::Value, _>(source, eval_options(SCRIPT_FILENAME)) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(failure_from_value(&ctx, ctx.catch()).describe()),
+        }
+    })
+}
+
 fn eval_options(filename: &str) -> rquickjs::context::EvalOptions {
     let mut options = rquickjs::context::EvalOptions::default();
     options.global = true;
@@ -829,6 +851,15 @@ mod tests {
             "re: {}",
             payload["prompt"].as_str().unwrap_or("")
         )))
+    }
+
+    #[test]
+    fn syntax_is_checked_without_running_the_script() {
+        let limits = VmLimits::default();
+        assert_eq!(check_syntax("while (true) {}\nreturn 1;", limits), Ok(()));
+        let error = check_syntax("\nreturn {;", limits).unwrap_err();
+        assert!(error.contains("SyntaxError"), "{error}");
+        assert!(error.contains("line 2"), "{error}");
     }
 
     #[test]

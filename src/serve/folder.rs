@@ -4,8 +4,8 @@
 //! lines and a `#!` line may come first); other `.js` files (helpers, nested scripts) are
 //! left alone. Hidden files and folders (a name starting with `.`) are skipped, and symbolic
 //! links are never followed, so the folder's tools are exactly the files under it. Each
-//! workflow must pass the engine's static checks (the same analyzer preparation uses), so a
-//! script that lists is a script that runs; a broken one, two scripts with one name, a name
+//! workflow must pass the engine's static checks (the same analyzer preparation uses) and
+//! parse as the script VM would run it, so a script that lists is a script that starts; a broken one, two scripts with one name, a name
 //! MCP does not allow or one in the `mhl_run_` namespace stops the server at start-up with
 //! every offending file named.
 
@@ -185,6 +185,8 @@ fn read_workflow(path: &Path, relative: &str) -> Result<Option<Workflow>, String
     }
     let analyzed =
         script::analyze(&contents.bytes).map_err(|error| format!("{relative}: {error}"))?;
+    crate::engine::vm::check_syntax(&analyzed.body, crate::engine::vm::VmLimits::default())
+        .map_err(|error| format!("{relative}: {error}"))?;
     let input_schema = analyzed
         .input_schema
         .clone()
@@ -318,12 +320,18 @@ mod tests {
         write(dir.path(), "run.js", &workflow("mhl_run_start"));
         write(dir.path(), "space.js", &workflow("has space"));
         write(dir.path(), "broken.js", "export const meta = { name: 1 };");
+        write(
+            dir.path(),
+            "body.js",
+            "export const meta = { name: \"body\", description: \"d\" };\nreturn {;\n",
+        );
         let message = load(dir.path()).unwrap_err().to_string();
         for needle in [
             "one.js and two.js: both are named \"same\"",
             "run.js: the name \"mhl_run_start\" is reserved",
             "space.js: meta.name \"has space\" is not a valid MCP tool name",
             "broken.js:",
+            "body.js: SyntaxError",
         ] {
             assert!(message.contains(needle), "{needle} missing from {message}");
         }
