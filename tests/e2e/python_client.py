@@ -40,6 +40,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPDeprecationWarning
+from report import Report, StepFailed
 
 # The legacy era's resources/subscribe is deprecated in the SDK, and exercising it is the point.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
@@ -56,35 +57,6 @@ const second = await agent('second call\\n@mock permission');
 return {{ first, second }};
 """
 
-
-class Report:
-    """Counts steps; a failed step is recorded and ends the run (later steps depend on it)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.passed = 0
-        self.failed = 0
-        self.started = time.monotonic()
-
-    def ok(self, step: str, detail: str = "") -> None:
-        self.passed += 1
-        elapsed = time.monotonic() - self.started
-        print(f"PASS {self.label} {step} ({elapsed:.2f} s){': ' + detail if detail else ''}", flush=True)
-
-    def fail(self, step: str, detail: str) -> None:
-        self.failed += 1
-        print(f"FAIL {self.label} {step}: {detail}", flush=True)
-
-    def check(self, step: str, condition: bool, detail: str) -> None:
-        if condition:
-            self.ok(step)
-        else:
-            self.fail(step, detail)
-            raise StepFailed(step)
-
-
-class StepFailed(Exception):
-    pass
 
 
 def structured(result: types.CallToolResult) -> dict[str, Any]:

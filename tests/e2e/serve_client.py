@@ -46,6 +46,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
+from report import Report, StepFailed
 
 MODERN_VERSION = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
@@ -58,35 +59,6 @@ SLOW_STEPS = ["Gather", "Analyze", "Publish"]
 REVIEW_PROMPT = "Review the topic below and answer in one line."
 ANY_DOCUMENT = TypeAdapter(dict[str, Any])
 
-
-class Report:
-    """Counts steps; a failed step is recorded and ends the run (later steps depend on it)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.passed = 0
-        self.failed = 0
-        self.started = time.monotonic()
-
-    def ok(self, step: str, detail: str = "") -> None:
-        self.passed += 1
-        elapsed = time.monotonic() - self.started
-        print(f"PASS {self.label} {step} ({elapsed:.2f} s){': ' + detail if detail else ''}", flush=True)
-
-    def fail(self, step: str, detail: str) -> None:
-        self.failed += 1
-        print(f"FAIL {self.label} {step}: {detail}", flush=True)
-
-    def check(self, step: str, condition: bool, detail: str) -> None:
-        if condition:
-            self.ok(step)
-        else:
-            self.fail(step, detail)
-            raise StepFailed(step)
-
-
-class StepFailed(Exception):
-    pass
 
 
 def texts(result: types.CallToolResult) -> str:

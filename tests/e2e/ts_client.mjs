@@ -34,6 +34,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
 
+import { Report, StepFailed } from './report.mjs';
+
 const MODERN_VERSION = '2026-07-28';
 const LEGACY_VERSION = '2025-11-25';
 // Long enough for a loaded two-core machine; a healthy step takes milliseconds.
@@ -55,37 +57,6 @@ const first = await agent('first call\\n@mock reply FIRST-${tag}');
 const second = await agent('second call\\n@mock permission');
 return { first, second };
 `;
-
-class StepFailed extends Error {}
-
-/** Counts steps; a failed check throws, since later steps depend on it. */
-class Report {
-    constructor(label) {
-        this.label = label;
-        this.passed = 0;
-        this.failed = 0;
-        this.started = performance.now();
-    }
-
-    ok(step, detail = '') {
-        this.passed += 1;
-        const elapsed = ((performance.now() - this.started) / 1000).toFixed(2);
-        console.log(`PASS ${this.label} ${step} (${elapsed} s)${detail ? ': ' + detail : ''}`);
-    }
-
-    fail(step, detail) {
-        this.failed += 1;
-        console.log(`FAIL ${this.label} ${step}: ${detail}`);
-    }
-
-    check(step, condition, detail) {
-        if (!condition) {
-            this.fail(step, typeof detail === 'function' ? detail() : detail);
-            throw new StepFailed(step);
-        }
-        this.ok(step);
-    }
-}
 
 /** The SDK's classes, imported from the package folder the manifest names. */
 async function loadSdk(kind, dir) {
