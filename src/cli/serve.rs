@@ -1,20 +1,26 @@
 //! `agentprism serve`: the workflow MCP server over stdio or loopback HTTP, or with a folder,
-//! that folder's workflows as an MCP server of their own (docs/serve.md); as the composition
-//! root assembles them, until stdin closes or a signal.
+//! that folder's workflows as an MCP server of their own (docs/serve.md), over HTTP also as
+//! an A2A agent (its card and `/a2a` through the transport's hooks); as the composition root
+//! assembles them, until stdin closes or a signal.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hyper::http::request::Parts;
+use hyper::{Method, StatusCode};
 
 use super::EXIT_COMPLETED;
 use super::args::ServeArgs;
 use super::input::{guarded, input_error, project_dir};
 use crate::app::{ServerChoice, Settings};
 use crate::env::EnvSnapshot;
+use crate::serve::a2a::A2a;
 use crate::tools::WorkflowServerOptions;
-use crate::transport::http::HttpOptions;
+use crate::transport::http::{
+    GuardedAnswer, GuardedHandler, GuardedRequest, GuardedRoute, HttpOptions,
+};
 use crate::transport::peer::Access;
 
 /// Serves the workflow MCP server until stdin closes (stdio) or a signal (HTTP).
@@ -149,7 +155,7 @@ async fn serve_folder_http(
         None if loopback => Access::owner(None),
         None => Access::Open,
     };
-    let options = HttpOptions {
+    let mut options = HttpOptions {
         access,
         principal_header: args.principal_header.clone(),
         method_paths: true,
@@ -159,6 +165,9 @@ async fn serve_folder_http(
         implementation: "agentprism-serve",
         ..HttpOptions::default()
     };
+    let a2a = services.folder.a2a(args.token.is_some());
+    options.intercept = Some(a2a_card(a2a.clone(), bound));
+    options.guarded_routes = vec![a2a_endpoint(a2a)];
     say!("http://{bound}/mcp");
     crate::transport::http::serve(
         listener,
@@ -167,6 +176,49 @@ async fn serve_folder_http(
         shutdown_signal(),
     )
     .await
+}
+
+/// The public Agent Card (`GET /.well-known/agent-card.json`, before the token check), its
+/// endpoint URL composed from the request's `Host` (the name the client reached us by,
+/// behind a gateway too), else the bound address.
+fn a2a_card(a2a: Arc<A2a>, bound: SocketAddr) -> crate::transport::http::Intercept {
+    Arc::new(move |parts: &Parts| {
+        if parts.uri.path() != crate::serve::a2a::CARD_PATH || parts.method != Method::GET {
+            return None;
+        }
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let host = header("host").map_or_else(|| bound.to_string(), str::to_owned);
+        let scheme = match header("x-forwarded-proto") {
+            Some("https") => "https",
+            _ => "http",
+        };
+        let card = a2a.card(&format!("{scheme}://{host}"));
+        Some(crate::transport::http::json_response(StatusCode::OK, &card))
+    })
+}
+
+/// `POST /a2a`, behind the token and the principal header like `/mcp`.
+fn a2a_endpoint(a2a: Arc<A2a>) -> GuardedRoute {
+    let handler: GuardedHandler = Arc::new(move |request: GuardedRequest| {
+        let a2a = a2a.clone();
+        Box::pin(async move {
+            let version = request
+                .headers
+                .get(crate::serve::a2a::VERSION_HEADER)
+                .map(|value| value.to_str().unwrap_or("unreadable"));
+            let body = a2a
+                .answer(version, request.principal.as_deref(), &request.body)
+                .await;
+            GuardedAnswer {
+                status: StatusCode::OK,
+                body,
+            }
+        })
+    });
+    GuardedRoute {
+        path: crate::serve::a2a::ENDPOINT_PATH.to_owned(),
+        handler,
+    }
 }
 
 /// `--http`'s address: `HOST:PORT`, or empty for 127.0.0.1 on `--port`.

@@ -9,7 +9,10 @@
 //! It holds no run state of its own beyond who owns which run: runs, calls and logs live in
 //! the engine's store, under `--state-dir` or a per-process temporary folder.
 //!
-//! Layout, each depending only on the ones after it: this file, `tools`, `sync_call`,
+//! `a2a` is the folder's A2A face (Agent Card, tasks over A2A JSON-RPC) over the same run
+//! API.
+//!
+//! Layout, each depending only on the ones after it: this file, `a2a`, `tools`, `sync_call`,
 //! `resources`, `runs`, `view`, `owners`, `folder`.
 
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use crate::mcp::handler::{McpHandler, McpResult, NotificationHub, RequestContext
 use crate::mcp::registry::{Tool, ToolRegistry};
 use crate::model::RunStatus;
 
+pub mod a2a;
 pub mod folder;
 pub mod owners;
 mod resources;
@@ -121,6 +125,16 @@ impl FolderServer {
             server.shutdown.clone(),
         ));
         Ok(server)
+    }
+
+    /// The A2A face over the same run API (`POST /a2a` and the Agent Card, HTTP only);
+    /// `bearer` says the endpoint requires the token, which the card declares.
+    pub fn a2a(&self, bearer: bool) -> Arc<a2a::A2a> {
+        Arc::new(a2a::A2a::new(
+            self.api.clone(),
+            self.options.name.clone(),
+            bearer,
+        ))
     }
 
     /// The engine the runs execute on.

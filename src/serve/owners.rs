@@ -24,8 +24,10 @@ use crate::model::RunId;
 /// The stored key of runs a synchronous `tools/call` made: never handed to anyone.
 pub const SYNC_CALLER: &str = "sync";
 const ANONYMOUS: &str = "anonymous";
+/// The owner of A2A tasks when no principal header is configured.
+const A2A: &str = "a2a";
 
-/// A caller's owner key: `principal:<name>`, `session:<id>` or `anonymous`.
+/// A caller's owner key: `principal:<name>`, `session:<id>`, `anonymous` or `a2a`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OwnerKey(String);
 
@@ -38,6 +40,15 @@ impl OwnerKey {
         match &ctx.session_id {
             Some(session) => OwnerKey(format!("session:{session}")),
             None => OwnerKey(ANONYMOUS.to_owned()),
+        }
+    }
+
+    /// The key of an A2A caller (`POST /a2a`): its principal, the same key as over MCP, else
+    /// the one owner every A2A caller without a principal shares.
+    pub fn a2a(principal: Option<&str>) -> OwnerKey {
+        match principal {
+            Some(principal) => OwnerKey(format!("principal:{principal}")),
+            None => OwnerKey(A2A.to_owned()),
         }
     }
 

@@ -7,7 +7,8 @@
 //! passes Host and Origin validation (403, `http/headers.rs`), the daemon's
 //! [`HttpOptions::intercept`] hook (health checks, lame-duck answers), the folder server's
 //! guards (`http/guard.rs`: the bearer token of [`Access::Bearer`], the principal header;
-//! 401), then MCP routing: the endpoint, and with [`HttpOptions::method_paths`] a POST to
+//! 401), then the [`HttpOptions::guarded_routes`] (`http/guarded.rs`: the folder server's
+//! `POST /a2a`, JSON in and out), then MCP routing: the endpoint, and with [`HttpOptions::method_paths`] a POST to
 //! `<path>/<method>` whose body must be that method (400 otherwise). A POST
 //! (`http/post.rs`) carries one JSON-RPC message of at most [`MAX_BODY_BYTES`] (413 beyond);
 //! its era and session are resolved there once and handed to the core. Requests answer with
@@ -47,14 +48,17 @@ use crate::transport::peer::{self, Access, Caller};
 mod body;
 mod get;
 mod guard;
+mod guarded;
 mod headers;
 mod post;
 mod pump;
 
 pub use body::HttpBody;
 use body::HttpResponse;
-use body::{json_response, plain};
+pub use body::json_response;
+use body::plain;
 pub use guard::{MAX_PRINCIPAL_BYTES, OptionsError, PrincipalError, check_options, read_principal};
+pub use guarded::{GuardedAnswer, GuardedFuture, GuardedHandler, GuardedRequest, GuardedRoute};
 pub use headers::{check_modern_headers, host_allowed, origin_allowed};
 
 /// The request body cap: room for a script of 1 MiB (the engine's limit, checked on the
@@ -107,6 +111,10 @@ pub struct HttpOptions {
     pub shutdown_deadline: Duration,
     /// Routes answered before MCP routing (the daemon's `/healthz`, lame-duck 503s).
     pub intercept: Option<Intercept>,
+    /// Paths answered behind the guards (token, principal header) instead of MCP routing,
+    /// POST only, bodies within `max_body_bytes`: the folder server's `/a2a`. None for the
+    /// daemon.
+    pub guarded_routes: Vec<GuardedRoute>,
     /// Headers added to every answer (the daemon's lame-duck mark).
     pub decorate: Option<Decorate>,
     /// Whom the listener lets in (default: this process's user only).
@@ -136,6 +144,7 @@ impl Default for HttpOptions {
             retry_ms: 1000,
             shutdown_deadline: Duration::from_secs(5),
             intercept: None,
+            guarded_routes: Vec::new(),
             decorate: None,
             access: Access::owner(None),
             implementation: "agentprism-rs",
@@ -158,6 +167,14 @@ impl std::fmt::Debug for HttpOptions {
             .field("keep_alive", &self.keep_alive)
             .field("retry_ms", &self.retry_ms)
             .field("intercept", &self.intercept.is_some())
+            .field(
+                "guarded_routes",
+                &self
+                    .guarded_routes
+                    .iter()
+                    .map(|route| route.path.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .field("decorate", &self.decorate.is_some())
             .field("access", &self.access)
             .field("limits", &self.limits)
@@ -403,6 +420,11 @@ impl State {
             Ok(principal) => principal,
             Err(refusal) => return *refusal,
         };
+        let path = parts.uri.path();
+        if let Some(route) = self.options.guarded_routes.iter().find(|r| r.path == path) {
+            let route = route.clone();
+            return guarded::answer(self, route, parts, body, principal).await;
+        }
         let Some(target) = self.target(parts.uri.path()) else {
             return plain(StatusCode::NOT_FOUND, "not found");
         };

@@ -1,4 +1,5 @@
 //! Integration tests, one module per area.
+mod a2a;
 mod acp;
 mod adapters;
 mod admission;

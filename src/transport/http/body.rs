@@ -90,7 +90,8 @@ pub(super) fn outcome_response(outcome: Outcome) -> HttpResponse {
     response
 }
 
-pub(super) fn json_response(status: StatusCode, body: &Value) -> HttpResponse {
+/// A response of `status` with `body` as JSON.
+pub fn json_response(status: StatusCode, body: &Value) -> HttpResponse {
     let mut response = Response::new(HttpBody::full(body.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(

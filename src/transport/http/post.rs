@@ -191,7 +191,11 @@ fn admit(
 
 /// The whole body of a POST, within the size cap and the body time limit; the refusal
 /// (413, 400, or 408 with `Connection: close`) otherwise.
-async fn read_body(state: &State, parts: &Parts, body: Incoming) -> Result<Bytes, HttpResponse> {
+pub(super) async fn read_body(
+    state: &State,
+    parts: &Parts,
+    body: Incoming,
+) -> Result<Bytes, HttpResponse> {
     let limit = state.options.max_body_bytes;
     let declared = parts
         .headers
