@@ -7,7 +7,7 @@ use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use super::{Served, copy_folder, fixtures, http};
+use super::{Served, copy_folder, fixtures, http, made_up_id, wait_until};
 use crate::support::context::{DEADLINE, TestContext, finish_child, first_text};
 
 /// The runs stored under a folder server's state folder, read by the CLI.
@@ -230,4 +230,48 @@ fn a_synchronous_call_reports_progress_and_reads_its_companion_file() {
         quiet.result()["structuredContent"]["result"]["topic"],
         "traits"
     );
+}
+
+#[test]
+fn a_finished_run_is_forgotten_after_the_terminal_ttl_and_a_waiting_one_is_kept() {
+    let ctx = TestContext::new();
+    let folder = copy_folder(&ctx, &fixtures(), "workflows");
+    let served = Served::start(&ctx, &folder, &["--terminal-run-ttl", "1s"]);
+    let session = served.session(&[]);
+
+    let done = session.method(
+        "run/start",
+        json!({"name": "echo", "arguments": {"text": "short-lived"}}),
+    );
+    let done_id = done["runId"].as_str().unwrap().to_owned();
+    let waiting = session.method(
+        "run/start",
+        json!({"name": "approval", "arguments": {"request": "keep me"}}),
+    );
+    let waiting_id = waiting["runId"].as_str().unwrap().to_owned();
+    session.wait_state(&done_id, "completed");
+    session.wait_state(&waiting_id, "input_required");
+    let unknown = session
+        .send("run/status", json!({"runId": made_up_id(&done_id)}))
+        .normalised();
+
+    // The sweep runs every second with this TTL: the completed run goes, answering from then
+    // on exactly as an id that never existed.
+    wait_until("the completed run to be swept", || {
+        session
+            .send("run/status", json!({"runId": done_id}))
+            .normalised()
+            .replace(&done_id, &made_up_id(&done_id))
+            == unknown
+    });
+    let listed = session.method("run/list", json!({}));
+    let ids: Vec<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|run| run["runId"].as_str())
+        .collect();
+    assert_eq!(ids, vec![waiting_id.as_str()], "{listed}");
+    // A run waiting at a checkpoint is someone's open question: it is kept.
+    assert_eq!(session.status(&waiting_id)["state"], "input_required");
 }
