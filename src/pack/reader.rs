@@ -24,9 +24,9 @@ use crate::util::safe_file::{self, FileError, Links};
 /// Why a pack file was not opened: the file itself, or its contents.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error(transparent)]
+    #[error("the workflows pack cannot be read: {0}")]
     File(#[from] FileError),
-    #[error("{path}: {error}")]
+    #[error("the workflows pack {path} cannot be opened: {error}")]
     Pack { path: String, error: PackError },
 }
 
