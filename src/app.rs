@@ -21,6 +21,7 @@ use crate::acp::lookup::Backends;
 use crate::acp::{AcpConfig, AcpRunner};
 use crate::daemon::control::LeaseRoute;
 use crate::discovery::Paths;
+use crate::engine::sources::{DiskSources, PackSources, Sources};
 use crate::engine::{Engine, EngineConfig};
 use crate::env::{self, EnvSnapshot};
 use crate::logging::notice;
@@ -220,6 +221,12 @@ pub async fn foreground_engine(env: &EnvSnapshot, probe: bool) -> Result<Engine>
 /// picks a fresh one). The engine reaches runs held by other processes through their daemons'
 /// control sockets ([`LeaseRoute`]).
 pub async fn engine(settings: Settings) -> Result<Engine> {
+    engine_with_sources(settings, DiskSources::shared()).await
+}
+
+/// [`engine`] reading scripts and their files through `sources` (a workflows pack's
+/// [`PackSources`] for `serve --workflows-pack`) instead of the disk.
+pub async fn engine_with_sources(settings: Settings, sources: Arc<dyn Sources>) -> Result<Engine> {
     let Settings {
         root,
         store,
@@ -241,7 +248,7 @@ pub async fn engine(settings: Settings) -> Result<Engine> {
     let groups = root.join(crate::acp::groups::FOLDER);
     let _ = tokio::task::spawn_blocking(move || crate::acp::groups::sweep(&groups)).await;
     let runner = Arc::new(AcpRunner::new(acp));
-    let engine = Engine::new(Arc::new(store), runner, Arc::new(backends), config);
+    let engine = Engine::with_sources(Arc::new(store), runner, Arc::new(backends), sources, config);
     engine.set_owner_route(Arc::new(LeaseRoute::new(
         Paths::new(root),
         &engine.owner().owner_id,
@@ -337,15 +344,38 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
 /// run shares the folder as its project, so the per-project cap is the engine's own), and
 /// the handler over `folder`.
 pub async fn folder_services(
+    settings: Settings,
+    folder: Folder,
+    state: StateFolder,
+    options: FolderOptions,
+) -> Result<FolderServices> {
+    folder_services_over(settings, folder, DiskSources::shared(), state, options).await
+}
+
+/// [`folder_services`] for a workflows pack (`serve --workflows-pack`): `folder` was loaded
+/// from the pack's entries and every script and companion file is read from `pack`, never
+/// from the disk; the engine stores only their digests.
+pub async fn pack_folder_services(
+    settings: Settings,
+    folder: Folder,
+    pack: PackSources,
+    state: StateFolder,
+    options: FolderOptions,
+) -> Result<FolderServices> {
+    folder_services_over(settings, folder, Arc::new(pack), state, options).await
+}
+
+async fn folder_services_over(
     mut settings: Settings,
     folder: Folder,
+    sources: Arc<dyn Sources>,
     state: StateFolder,
     options: FolderOptions,
 ) -> Result<FolderServices> {
     settings.root = state.path.clone();
     settings.engine.allow_script_backends = true;
     settings.engine.max_active_per_project = settings.engine.max_runs;
-    let engine = engine(settings).await?;
+    let engine = engine_with_sources(settings, sources).await?;
     let folder = FolderServer::new(engine, folder, options)?;
     let server = Arc::new(McpServer::new(folder.clone(), ServerOptions::default()));
     Ok(FolderServices {

@@ -13,6 +13,8 @@ pub mod output;
 pub mod util;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
+/// The encrypted workflows pack (DMPK): its format, key, reader and writer.
+pub mod pack;
 /// The run store trait and its SQLite implementation.
 pub mod store;
 /// The workflow engine: scripts, journal, replay, preparation, execution.

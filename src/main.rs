@@ -1,10 +1,21 @@
-//! `agentprism`: parses the command line and maps the outcome to an exit code.
+//! `agentprism`: takes the workflows-pack key out of the environment, parses the command
+//! line and maps the outcome to an exit code.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
+    let key = std::env::var_os(agentprism::pack::WORKFLOWS_KEY_VARIABLE);
+    if key.is_some() {
+        // SAFETY: `remove_var` is unsound only while another thread reads or writes the
+        // environment. This is the first statement of `main`: no runtime, logger or other
+        // thread exists yet (nothing before `main` starts threads in this binary), so none
+        // can. Removing it here keeps the key from every child process and every later
+        // reader of the environment; the value lives on in memory only, for the pack reader.
+        unsafe { std::env::remove_var(agentprism::pack::WORKFLOWS_KEY_VARIABLE) };
+    }
+    agentprism::pack::keep_environment_key(key.map(|value| value.to_string_lossy().into_owned()));
     agentprism::logging::init_stderr();
     agentprism::cli::run(agentprism::cli::Cli::parse())
 }

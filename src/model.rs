@@ -258,6 +258,30 @@ pub enum ScriptSource {
     Path,
     /// A saved workflow resolved by name (served folders, nested workflows).
     Stored,
+    /// A script of an encrypted workflows pack (`serve --workflows-pack`), at
+    /// `<served folder>/<its path in the pack>`. Confidential: the stored record holds
+    /// [`content_digest`]s in place of the script's and the companion files' texts, and the
+    /// engine reads the texts from the pack again (refusing a changed digest) before it
+    /// executes. There is no script copy and no `file://` resource.
+    Pack,
+}
+
+/// Marks a stored digest in place of a confidential text.
+pub const DIGEST_PREFIX: &str = "sha256:";
+
+/// What a pack run stores in place of a text: `sha256:` and the SHA-256 of its bytes in hex.
+pub fn content_digest(bytes: &[u8]) -> String {
+    format!("{DIGEST_PREFIX}{}", crate::util::sha256_hex(bytes))
+}
+
+/// Whether `text` is a [`content_digest`] (and so no text at all).
+pub fn is_content_digest(text: &str) -> bool {
+    text.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 impl ScriptSource {
@@ -266,6 +290,7 @@ impl ScriptSource {
             ScriptSource::Inline => "inline",
             ScriptSource::Path => "path",
             ScriptSource::Stored => "stored",
+            ScriptSource::Pack => "pack",
         }
     }
 
@@ -274,6 +299,7 @@ impl ScriptSource {
             "inline" => ScriptSource::Inline,
             "path" => ScriptSource::Path,
             "stored" => ScriptSource::Stored,
+            "pack" => ScriptSource::Pack,
             _ => return None,
         })
     }
@@ -314,7 +340,8 @@ pub struct RunRecord {
     pub error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
-    /// The text that executes (the latest accepted revision).
+    /// The text that executes (the latest accepted revision); for a [`ScriptSource::Pack`]
+    /// run as stored, its [`content_digest`] instead.
     pub script: String,
     /// The one file this run recorded as its script: the store copy or the caller's path.
     pub script_file: PathBuf,
@@ -355,7 +382,8 @@ pub struct RunRecord {
     pub routing: Value,
     /// The companion files `meta.files` declares, by their relative path, as read at admission
     /// (or at the latest accepted revision): the texts `file(path)` returns, frozen so that a
-    /// resume and a replay see what the first generation saw. Stored with the script.
+    /// resume and a replay see what the first generation saw. Stored with the script (for a
+    /// [`ScriptSource::Pack`] run, each text's [`content_digest`] instead).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
     /// An opaque tag of whoever started the run, set by the front end (the folder server

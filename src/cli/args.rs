@@ -38,6 +38,8 @@ pub enum Command {
     Result(ResultArgs),
     /// Serve the `workflow` MCP server over stdio or loopback HTTP.
     Serve(ServeArgs),
+    /// Pack a folder of workflows into an encrypted workflows pack (docs/pack.md).
+    Pack(PackArgs),
     /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
     Daemon(daemon::DaemonArgs),
     /// Print a shell completion script (bash, zsh or fish); the packages ship its output.
@@ -119,6 +121,25 @@ pub struct ServeArgs {
     /// `AGENTPRISM_DAEMON_MAX_RUNS`); a start beyond it is refused, saying so.
     #[arg(long, value_name = "N", env = "MHL_SERVE_MAX_CONCURRENT_RUNS")]
     pub max_concurrent_runs: Option<usize>,
+    /// Folder server over HTTP: serve the workflows of this encrypted pack, its key in
+    /// `MHL_SERVE_WORKFLOWS_KEY`; `DIR` is then only the folder runs execute in, and
+    /// nothing is read from it (docs/pack.md).
+    #[arg(long, value_name = "FILE", requires = "dir")]
+    pub workflows_pack: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// The folder to pack: every non-hidden regular file under it.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The pack file to write (mode 0600, replacing any earlier one).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Draw a fresh key and print it (64 hex characters, nothing else) on stdout, instead of
+    /// taking the key from `MHL_SERVE_WORKFLOWS_KEY`.
+    #[arg(long)]
+    pub new_key: bool,
 }
 
 #[derive(Debug, Args)]

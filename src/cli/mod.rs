@@ -37,6 +37,7 @@ mod follow;
 mod foreground;
 mod input;
 mod inspect;
+mod pack;
 mod progress;
 mod serve;
 
@@ -48,9 +49,9 @@ use anyhow::Result;
 use crate::env::EnvSnapshot;
 
 pub use args::{
-    Cli, Command, CompletionShell, ForegroundArgs, LimitArgs, ReaperArgs, ResultArgs, ResumeArgs,
-    RunArgs, RunsAction, RunsArgs, ScriptArgs, ServeArgs, SetupArgs, StatusArgs, StopArgs,
-    ValidateArgs,
+    Cli, Command, CompletionShell, ForegroundArgs, LimitArgs, PackArgs, ReaperArgs, ResultArgs,
+    ResumeArgs, RunArgs, RunsAction, RunsArgs, ScriptArgs, ServeArgs, SetupArgs, StatusArgs,
+    StopArgs, ValidateArgs,
 };
 
 /// Exit code of a completed run.
@@ -117,6 +118,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Setup(args) => foreground::setup(&env, args).await,
         Command::Result(args) => inspect::result(&env, args).await,
         Command::Serve(args) => serve::serve(&env, args).await,
+        Command::Pack(args) => pack::pack(args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
         Command::Completions { shell } => completions(shell),
         Command::AgentReaper(_) => unreachable!("handled before the runtime starts"),

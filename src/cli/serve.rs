@@ -4,6 +4,7 @@
 //! assembles them, until stdin closes or a signal.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,8 +82,16 @@ pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
 /// interrupted on the way out.
 async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     let dir = args.dir.clone().expect("a folder server has a folder");
-    let folder =
-        crate::serve::folder::load(&dir).map_err(|error| input_error(error.to_string()))?;
+    let (folder, pack) = match &args.workflows_pack {
+        None => (
+            crate::serve::folder::load(&dir).map_err(|error| input_error(error.to_string()))?,
+            None,
+        ),
+        Some(file) => {
+            let (folder, pack) = load_pack(&dir, file, args.http.is_some())?;
+            (folder, Some(pack))
+        }
+    };
     let http = match args.http.as_deref() {
         None => None,
         Some(address) => Some(bind_address(address, args.port)?),
@@ -116,7 +125,12 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
             .max(Duration::from_secs(1)),
         ..crate::serve::FolderOptions::default()
     };
-    let services = crate::app::folder_services(settings, folder, state, options).await?;
+    let services = match pack {
+        Some(pack) => {
+            crate::app::pack_folder_services(settings, folder, pack, state, options).await?
+        }
+        None => crate::app::folder_services(settings, folder, state, options).await?,
+    };
     match http {
         Some(address) => serve_folder_http(&services, address, &args).await?,
         None => {
@@ -130,6 +144,40 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     }
     services.shutdown(Duration::from_secs(5)).await;
     Ok(EXIT_COMPLETED)
+}
+
+/// `--workflows-pack`: the key `main` took from `MHL_SERVE_WORKFLOWS_KEY`, the pack opened
+/// with it (any fault is fatal and named) and its workflows loaded as if they lay under
+/// `dir`; nothing under `dir` is read.
+fn load_pack(
+    dir: &Path,
+    file: &Path,
+    http: bool,
+) -> Result<(crate::serve::Folder, crate::engine::sources::PackSources)> {
+    if !http {
+        return Err(input_error(
+            "--workflows-pack serves over HTTP only; add --http HOST:PORT".to_owned(),
+        ));
+    }
+    let refused =
+        |error: &dyn std::fmt::Display| input_error(format!("{error}; nothing is served"));
+    let key = crate::pack::environment_key().map_err(|error| refused(&error))?;
+    let file = std::path::absolute(file).map_err(|error| refused(&error))?;
+    let entries = crate::pack::read_file(&file, &key).map_err(|error| refused(&error))?;
+    let folder = crate::serve::folder::load_files(
+        dir,
+        entries
+            .iter()
+            .map(|entry| (entry.path.as_str(), entry.content.as_slice())),
+    )
+    .map_err(|error| {
+        refused(&format!(
+            "the workflows of the pack {} do not load: {error}",
+            file.display()
+        ))
+    })?;
+    let pack = crate::engine::sources::PackSources::new(folder.root.clone(), entries);
+    Ok((folder, pack))
 }
 
 async fn serve_folder_http(

@@ -7,8 +7,8 @@
 //! definitions) and every file a script declares in `meta.files` comes through [`Sources`]. The engine decides what to read and what a file
 //! must look like; the implementation decides where the bytes come from. [`DiskSources`]
 //! reads the file system through [`safe_file`] (no symbolic link followed after
-//! resolution, regular files only, size bounded, under a deadline); the serve mode adds an
-//! encrypted pack.
+//! resolution, regular files only, size bounded, under a deadline); [`PackSources`]
+//! (`sources/pack.rs`) serves the entries of an encrypted workflows pack.
 //!
 //! Errors are [`FileError`]s: they name the path and say what it is, never what it holds,
 //! and `is_not_found` tells a missing file from an unreadable one. A project file named by a
@@ -23,6 +23,9 @@ use crate::engine::script::{MAX_SCRIPT_BYTES, companion_path_problem};
 use crate::util::safe_file::{self, Links};
 
 pub use crate::util::safe_file::{Contents, FileError};
+
+mod pack;
+pub use pack::PackSources;
 
 /// Where scripts and their companion files come from.
 #[async_trait]
@@ -54,6 +57,13 @@ pub trait Sources: Send + Sync {
         relative: &str,
         limit: u64,
     ) -> Result<Contents, SourceError>;
+
+    /// Whether what these sources hold is confidential (an encrypted pack): the engine then
+    /// stores SHA-256 digests of the script and its companion files, never their text, and
+    /// reads them here again (refusing a changed digest) before each generation.
+    fn confidential(&self) -> bool {
+        false
+    }
 }
 
 /// Why a project file was not read.

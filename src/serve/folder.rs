@@ -8,6 +8,10 @@
 //! parse as the script VM would run it, so a script that lists is a script that starts; a broken one, two scripts with one name, a name
 //! MCP does not allow or one in the `mhl_run_` namespace stops the server at start-up with
 //! every offending file named.
+//!
+//! The files come from the disk ([`load`]) or from the entries of a workflows pack
+//! ([`load_files`]); both go through one loader, so a packed folder serves exactly the
+//! tools the folder itself would.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,8 +92,49 @@ pub enum FolderError {
     Invalid(Vec<String>),
 }
 
-/// Loads every workflow under `dir` (which must be a folder).
+/// Loads every workflow under `dir` (which must be a folder) from the disk.
 pub fn load(dir: &Path) -> Result<Folder, FolderError> {
+    let root = served_root(dir)?;
+    let mut files = Vec::new();
+    walk(&root, 0, &mut files).map_err(|error| FolderError::Unreadable(root.clone(), error))?;
+    files.sort();
+    let base = root.clone();
+    let scripts = files.into_iter().map(move |path| {
+        let relative = relative_name(&base, &path);
+        let bytes = safe_file::read_blocking(
+            &path,
+            crate::engine::script::MAX_SCRIPT_BYTES as u64,
+            Links::Refuse,
+        )
+        .map(|contents| contents.bytes)
+        .map_err(|error| format!("{relative}: {error}"));
+        (relative, bytes)
+    });
+    assemble(root, scripts)
+}
+
+/// Loads the workflows among `files` (`(path under the folder, bytes)`, the entries of a
+/// workflows pack) as if they lay under `dir`, by the same rules as [`load`]: the folder
+/// must exist (runs execute in it), but nothing under it is read.
+pub fn load_files<'a>(
+    dir: &Path,
+    files: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Result<Folder, FolderError> {
+    let root = served_root(dir)?;
+    let scripts = files
+        .into_iter()
+        .filter(|(path, _)| {
+            let depth = path.matches('/').count();
+            path.ends_with(".js")
+                && depth <= MAX_DEPTH
+                && !path.split('/').any(|part| part.starts_with('.'))
+        })
+        .map(|(path, bytes)| (path.to_owned(), Ok(bytes.to_vec())));
+    assemble(root, scripts)
+}
+
+/// `dir` absolute and resolved, if it is a folder.
+fn served_root(dir: &Path) -> Result<PathBuf, FolderError> {
     let root = std::fs::canonicalize(dir)
         .map_err(|error| FolderError::Unreadable(dir.to_path_buf(), error.to_string()))?;
     if !root.is_dir() {
@@ -98,14 +143,20 @@ pub fn load(dir: &Path) -> Result<Folder, FolderError> {
             "it is not a folder".to_owned(),
         ));
     }
-    let mut files = Vec::new();
-    walk(&root, 0, &mut files).map_err(|error| FolderError::Unreadable(root.clone(), error))?;
-    files.sort();
+    Ok(root)
+}
+
+/// The one loader: every `*.js` file (path under `root`, its bytes or why they could not be
+/// read), in path order, becomes a workflow or a problem; problems stop it, naming each file.
+fn assemble(
+    root: PathBuf,
+    scripts: impl Iterator<Item = (String, Result<Vec<u8>, String>)>,
+) -> Result<Folder, FolderError> {
     let mut problems = Vec::new();
     let mut workflows: BTreeMap<String, Workflow> = BTreeMap::new();
-    for path in files {
-        let relative = relative_name(&root, &path);
-        match read_workflow(&path, &relative) {
+    for (relative, bytes) in scripts {
+        let path = root.join(&relative);
+        match bytes.and_then(|bytes| read_workflow(&bytes, &path, &relative)) {
             Ok(None) => {}
             Ok(Some(workflow)) => {
                 if let Some(problem) = name_problem(&workflow) {
@@ -173,18 +224,11 @@ fn relative_name(root: &Path, path: &Path) -> String {
 }
 
 /// `Ok(None)` for a `.js` file that is not a workflow; `Err` names the file and the fault.
-fn read_workflow(path: &Path, relative: &str) -> Result<Option<Workflow>, String> {
-    let contents = safe_file::read_blocking(
-        path,
-        crate::engine::script::MAX_SCRIPT_BYTES as u64,
-        Links::Refuse,
-    )
-    .map_err(|error| format!("{relative}: {error}"))?;
-    if !starts_with_meta(&String::from_utf8_lossy(&contents.bytes)) {
+fn read_workflow(bytes: &[u8], path: &Path, relative: &str) -> Result<Option<Workflow>, String> {
+    if !starts_with_meta(&String::from_utf8_lossy(bytes)) {
         return Ok(None);
     }
-    let analyzed =
-        script::analyze(&contents.bytes).map_err(|error| format!("{relative}: {error}"))?;
+    let analyzed = script::analyze(bytes).map_err(|error| format!("{relative}: {error}"))?;
     crate::engine::vm::check_syntax(&analyzed.body, crate::engine::vm::VmLimits::default())
         .map_err(|error| format!("{relative}: {error}"))?;
     let input_schema = analyzed
@@ -340,6 +384,41 @@ mod tests {
         assert!(matches!(
             load(&empty.path().join("missing")),
             Err(FolderError::Unreadable(..))
+        ));
+    }
+
+    #[test]
+    fn packed_files_load_by_the_same_rules_without_reading_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        // On disk: a workflow the pack does not hold; it must not be served.
+        write(dir.path(), "disk.js", &workflow("disk"));
+        let alpha = workflow("alpha");
+        let beta = workflow("beta");
+        let files: Vec<(&str, &[u8])> = vec![
+            ("a.js", alpha.as_bytes()),
+            ("nested/b.js", beta.as_bytes()),
+            ("helper.js", b"export function help() {}\n"),
+            ("prompts/review.md", b"not a script"),
+        ];
+        let folder = load_files(dir.path(), files).unwrap();
+        let names: Vec<_> = folder.workflows.keys().cloned().collect();
+        assert_eq!(names, ["alpha", "beta"]);
+        let beta = folder.get("beta").unwrap();
+        assert_eq!(beta.path, folder.root.join("nested/b.js"));
+        let same = workflow("same");
+        let message = load_files(
+            dir.path(),
+            [("one.js", same.as_bytes()), ("two.js", same.as_bytes())],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            message.contains("one.js and two.js: both are named \"same\""),
+            "{message}"
+        );
+        assert!(matches!(
+            load_files(dir.path(), [("notes.md", b"x".as_slice())]),
+            Err(FolderError::Empty(_))
         ));
     }
 

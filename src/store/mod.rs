@@ -28,6 +28,9 @@
 //!   calls expecting the same tag exactly one succeeds, and `update_run` never rewrites it.
 //! - **Companion files are part of the script snapshot**: written with the script at
 //!   admission and by `ScriptChange::Changed`, read back exactly by `load_run`.
+//! - **A pack run's texts never reach the store**: a `ScriptSource::Pack` record carries
+//!   `model::content_digest`s in place of its script and companion texts, and a backend
+//!   refuses one that does not (`StoreError::Confidential`), before writing anything.
 //! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
 //!   of a run, not the run.
 //!
@@ -70,6 +73,12 @@ pub enum StoreError {
     /// The backend lacks the capability the call needs ([`Capabilities`]).
     #[error("this run store cannot {0}")]
     Unsupported(&'static str),
+    /// A pack run's record handed over with a text where only digests may be stored
+    /// ([`crate::model::ScriptSource::Pack`]); nothing was written.
+    #[error(
+        "run {0} comes from a workflows pack: its script and companion files are stored only as SHA-256 digests, and a text was handed to the store"
+    )]
+    Confidential(RunId),
     /// Stored data that does not parse: a boundary, never silently repaired.
     #[error("run store is corrupt: {0}")]
     Corrupt(String),

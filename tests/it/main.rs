@@ -22,6 +22,7 @@ mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
 mod notify;
+mod pack;
 mod run_control;
 mod security_engine;
 mod security_files;

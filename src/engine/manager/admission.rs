@@ -1,5 +1,6 @@
 //! Capacity and admission: the per-project and daemon-wide caps, preparation, and the
-//! one step that creates the run row, its lease and its script copy.
+//! one step that creates the run row, its lease and its script copy (none for a pack run,
+//! whose texts the store gets only as digests).
 
 use std::path::{Path, PathBuf};
 
@@ -7,6 +8,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::approval;
+use crate::engine::manager::confidential;
 use crate::engine::manager::{
     Admission, Engine, EngineError, EngineResult, Rejected, RunRequest, Slot,
 };
@@ -148,6 +150,10 @@ impl Engine {
                 self.write_script_copy(&request.project_dir, &run_id, &prepared.text)
                     .await?,
             ),
+            // A pack's script: the path composed under the served folder, nothing on disk.
+            ScriptInput::Path(path) if self.inner.sources.confidential() => {
+                (ScriptSource::Pack, file.unwrap_or_else(|| path.clone()))
+            }
             // The resolved path: later reads refuse a symlink swapped in after admission.
             ScriptInput::Path(path) => (ScriptSource::Path, file.unwrap_or_else(|| path.clone())),
         };
@@ -161,7 +167,9 @@ impl Engine {
             needs_setup,
         );
         let lease = self.new_lease();
-        if let Err(error) = self.inner.store.create_run(&record, &lease).await {
+        // A pack run's texts stay in memory: the store gets their digests.
+        let stored = confidential::concealed(&record);
+        if let Err(error) = self.inner.store.create_run(&stored, &lease).await {
             if script_source == ScriptSource::Inline
                 && let Err(left) = self
                     .inner

@@ -77,6 +77,7 @@ impl Engine {
         if !approve {
             return self.decline_setup(record, &lease, setup_id).await;
         }
+        self.reveal(&mut record).await?;
         let analyzed = script::analyze(record.script.as_bytes())
             .map_err(|e| EngineError::Rejected(Rejected::Script(e.message)))?;
         let mut routing = stored_routing(&record)?;

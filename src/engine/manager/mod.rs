@@ -19,6 +19,7 @@ mod api;
 mod caller;
 mod cancel;
 mod config;
+mod confidential;
 mod error;
 mod execution;
 mod owner;

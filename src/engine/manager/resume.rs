@@ -15,6 +15,7 @@ use crate::engine::manager::{
 use crate::engine::prepare::{self, Rejection};
 use crate::model::{
     CheckpointAnswer, Lease, OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision,
+    ScriptSource,
 };
 use crate::store::{Fence, IntentScope, ScriptChange};
 use crate::util::{now_ms, sha256_hex};
@@ -32,7 +33,13 @@ impl Engine {
         let mut record = self.load_reconciled(&run_id).await?;
         check_resumable(&record)?;
         let answers = self.new_checkpoint_answers(&record, &request).await?;
-        let revised = self.take_revision(&mut record).await?;
+        // A pack run takes no revision: its texts come back from the pack, digests checked.
+        let revised = if record.script_source == ScriptSource::Pack {
+            self.reveal(&mut record).await?;
+            false
+        } else {
+            self.take_revision(&mut record).await?
+        };
         let active = self.active_count(&record.project_dir).await?;
         let slot = self.reserve(&record.project_dir, Some(active))?;
         for answer in &answers {

@@ -12,7 +12,9 @@ use super::rows::{
     RowReader, fenced_run_key, find_run_key, optional_json, path_text, run_key, stored_run_id,
     to_json,
 };
-use crate::model::{Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource};
+use crate::model::{
+    Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource, is_content_digest,
+};
 use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
 
 /// What `delete` leaves for the caller to clean up outside the database.
@@ -361,6 +363,13 @@ pub(super) struct ScriptRow<'a> {
 
 impl<'a> ScriptRow<'a> {
     pub(super) fn new(record: &'a RunRecord) -> StoreResult<ScriptRow<'a>> {
+        // The one place a script text reaches the database: a pack run's never does.
+        if record.script_source == ScriptSource::Pack
+            && (!is_content_digest(&record.script)
+                || !record.files.values().all(|text| is_content_digest(text)))
+        {
+            return Err(StoreError::Confidential(record.run_id.clone()));
+        }
         let files = (!record.files.is_empty())
             .then(|| to_json(&record.files, "companion files"))
             .transpose()?;

@@ -374,3 +374,45 @@ async fn status_admission_and_intent_queries_are_indexed() {
         }
     }
 }
+
+/// A pack run's record reaches the database only with digests in place of its texts.
+#[tokio::test]
+async fn a_pack_run_is_stored_only_with_digests() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let store = SqliteStore::open(&folder.path().join("root")).expect("open store");
+    let mut record = run_record("lq3k2m1-pack01", PROJECT, 1_700_000_000_000);
+    record.script_source = ScriptSource::Pack;
+    record
+        .files
+        .insert("prompts/a.md".into(), "secret text".into());
+    let refused = store.create_run(&record, &lease("token-a")).await;
+    assert!(
+        matches!(refused, Err(StoreError::Confidential(_))),
+        "{refused:?}"
+    );
+    assert_unknown(store.load_run(&record.run_id).await);
+    record.script = crate::model::content_digest(record.script.as_bytes());
+    record.files.insert(
+        "prompts/a.md".into(),
+        crate::model::content_digest(b"secret text"),
+    );
+    store
+        .create_run(&record, &lease("token-a"))
+        .await
+        .expect("digests are stored");
+    let loaded = store.load_run(&record.run_id).await.expect("load");
+    assert_eq!(loaded.script_source, ScriptSource::Pack);
+    assert_eq!(loaded.script, record.script);
+    assert_eq!(loaded.files, record.files);
+    assert!(crate::model::is_content_digest(&loaded.script));
+    assert!(!crate::model::is_content_digest("sha256:not-hex"));
+    let mut with_text = loaded.clone();
+    with_text.script = "export const meta = {};".into();
+    let refused = store
+        .update_run(&with_text, ScriptChange::Changed, Fence("token-a"))
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Confidential(_))),
+        "{refused:?}"
+    );
+}
