@@ -395,7 +395,9 @@ impl Driver {
         self.events.push(
             "agentStart",
             "root",
-            json!({"label": label, "phase": phase, "prompt": call.prompt, "model": route.spec, "callIndex": index, "path": call.path, "replay": true}),
+            // No prompt, as in a live call's `agentStart`: a prompt may be built from a pack's
+            // confidential texts, and the events are stored.
+            json!({"label": label, "phase": phase, "model": route.spec, "callIndex": index, "path": call.path, "replay": true}),
         );
         let shown = preview::preview(&value);
         self.events.push(
