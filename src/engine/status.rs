@@ -302,14 +302,27 @@ async fn shown_rows(
         let total = rows.len();
         return Ok((rows, total));
     }
-    let tail = store.call_tail(&record.run_id, query.last_n as u32).await?;
+    // A generation this process executes counts its own rows; a stopped one recorded its
+    // count in the store.
+    let counted_here = live.and_then(|live| live.settled_calls);
+    let last_n = query.last_n as u32;
+    let (generation, calls, total) = match counted_here {
+        Some(total) => {
+            let (generation, calls) = store.call_tail_rows(&record.run_id, last_n).await?;
+            (generation, calls, total)
+        }
+        None => {
+            let tail = store.call_tail(&record.run_id, last_n).await?;
+            (tail.generation, tail.calls, tail.total)
+        }
+    };
     // `call_rows` keeps only the record's generation while one is live.
-    let settled = match (tail.generation, live) {
+    let settled = match (generation, live) {
         (Some(generation), Some(_)) if generation != record.generation => 0,
-        _ => tail.total as usize,
+        _ => total as usize,
     };
     let live_calls = live.map_or(0, |live| live.calls.len());
-    let rows = call_rows(record, &tail.calls, live);
+    let rows = call_rows(record, &calls, live);
     Ok((rows, settled + live_calls))
 }
 

@@ -1,7 +1,11 @@
 //! The `calls` table, one row per settled call (journal entry and call record together):
 //! the fenced append that also supersedes replayed rows and appends the buffered events, the
-//! whole-run reads replay needs, and the bounded tail status reads. `call_tallies` counts
-//! each generation's non-checkpoint rows as they are written, so the tail never counts.
+//! whole-run reads replay needs, and the bounded tail status reads. `call_tallies` holds a
+//! generation's non-checkpoint count, recorded once when the generation stops running (the
+//! driver counts in memory while it runs), so the tail of a stopped generation never counts
+//! and a settled call writes no page but its own. A row appended to a generation drops that
+//! generation's recorded count, so a count that stands is never stale; a generation without
+//! one (still running, or its process died) is counted.
 
 use rusqlite::{Connection, OptionalExtension, Transaction};
 
@@ -13,9 +17,12 @@ use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
 /// The latest generation with any row: one descent of the primary key.
 pub(super) const TAIL_GENERATION: &str = "SELECT MAX(generation) FROM calls WHERE run_key = ?1";
-/// Its non-checkpoint count, as the call writes keep it.
+/// Its non-checkpoint count, as recorded when it stopped running.
 pub(super) const TAIL_COUNT: &str =
     "SELECT calls FROM call_tallies WHERE run_key = ?1 AND generation = ?2";
+/// Its non-checkpoint count, counted: only for a generation without a recorded count.
+pub(super) const TAIL_COUNTED: &str = "SELECT COUNT(*) FROM calls
+     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'";
 /// Its last rows: the primary key walked backwards from the generation's end.
 pub(super) const CHECKPOINT_ROWS: &str = "SELECT * FROM calls
      WHERE run_key = ?1 AND kind = 'checkpoint' AND superseded_by IS NULL
@@ -68,25 +75,20 @@ pub(super) fn checkpoints(connection: &Connection, run_id: &RunId) -> StoreResul
     query_calls(connection, CHECKPOINT_ROWS, run_key, run_id)
 }
 
-/// The latest generation's count and last `limit` non-checkpoint rows: the generation from
-/// the primary key's prefix (a `MAX` over an index is one descent), the count from
-/// `call_tallies`, the rows by walking the primary key backwards from the end. Checkpoint
-/// rows met on the way are skipped; there are as few as there are questions to a human.
+/// The latest generation's count and last `limit` non-checkpoint rows (see [`tail_rows`]):
+/// the count recorded when the generation stopped, else counted.
 pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> StoreResult<CallTail> {
-    let doing = || format!("read the last calls of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
-    let generation: Option<u32> = connection
-        .prepare_cached(TAIL_GENERATION)
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
-        .context(doing)?;
+    let (generation, calls) = tail_rows(connection, run_id, limit)?;
     let Some(generation) = generation else {
         return Ok(CallTail {
             generation: None,
             total: 0,
-            calls: Vec::new(),
+            calls,
         });
     };
-    let total: Option<i64> = connection
+    let doing = || format!("count the calls of generation {generation} of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let recorded: Option<i64> = connection
         .prepare_cached(TAIL_COUNT)
         .and_then(|mut statement| {
             statement
@@ -94,9 +96,43 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
                 .optional()
         })
         .context(doing)?;
-    let total = u64::try_from(total.unwrap_or(0)).map_err(|error| {
+    let total = match recorded {
+        Some(total) => total,
+        None => connection
+            .prepare_cached(TAIL_COUNTED)
+            .and_then(|mut statement| {
+                statement.query_row(rusqlite::params![run_key, generation], |row| row.get(0))
+            })
+            .context(doing)?,
+    };
+    let total = u64::try_from(total).map_err(|error| {
         StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
     })?;
+    Ok(CallTail {
+        generation: Some(generation),
+        total,
+        calls,
+    })
+}
+
+/// The latest generation with any row and its last `limit` non-checkpoint rows, ascending:
+/// the generation from the primary key's prefix (a `MAX` over an index is one descent), the
+/// rows by walking the primary key backwards from the end. Checkpoint rows met on the way
+/// are skipped; there are as few as there are questions to a human.
+pub(super) fn tail_rows(
+    connection: &Connection,
+    run_id: &RunId,
+    limit: u32,
+) -> StoreResult<(Option<u32>, Vec<CallRecord>)> {
+    let doing = || format!("read the last calls of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let generation: Option<u32> = connection
+        .prepare_cached(TAIL_GENERATION)
+        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .context(doing)?;
+    let Some(generation) = generation else {
+        return Ok((None, Vec::new()));
+    };
     let mut statement = connection.prepare_cached(TAIL_ROWS).context(doing)?;
     let mut rows = statement
         .query(rusqlite::params![run_key, generation, limit])
@@ -107,11 +143,29 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
     }
     // Read newest first to stop after `limit`; a tail reads oldest first.
     calls.reverse();
-    Ok(CallTail {
-        generation: Some(generation),
-        total,
-        calls,
-    })
+    Ok((Some(generation), calls))
+}
+
+/// Records `generation`'s non-checkpoint count once it stopped running, fenced.
+pub(super) fn record_total(
+    connection: &mut Connection,
+    run_id: &RunId,
+    generation: u32,
+    total: u64,
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    let doing = || format!("record the call count of generation {generation} of run {run_id}");
+    let total = to_sql_integer(total, "call count")?;
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    transaction
+        .prepare_cached(
+            "INSERT INTO call_tallies (run_key, generation, calls) VALUES (?1, ?2, ?3)
+             ON CONFLICT (run_key, generation) DO UPDATE SET calls = excluded.calls",
+        )
+        .and_then(|mut statement| statement.execute(rusqlite::params![run_key, generation, total]))
+        .context(doing)?;
+    transaction.commit().context(doing)
 }
 
 pub(super) fn append(
@@ -149,7 +203,7 @@ pub(super) fn append(
         }
         insert_events(&transaction, run_key, run_id, write.events)?;
     }
-    count_calls(&transaction, run_key, run_id, writes)?;
+    forget_totals(&transaction, run_key, run_id, writes)?;
     transaction.commit().context(doing)
 }
 
@@ -214,37 +268,23 @@ fn insert_call(
         .map(drop)
 }
 
-/// Adds the non-checkpoint rows of `writes` to their generations' tallies: one statement per
-/// generation the transaction writes (nearly always one).
-fn count_calls(
+/// Drops the recorded counts of the generations `writes` add rows to: they no longer hold.
+/// While a generation runs it has none, so this finds nothing and writes no page.
+fn forget_totals(
     transaction: &Transaction<'_>,
     run_key: i64,
     run_id: &RunId,
     writes: &[CallWrite<'_>],
 ) -> StoreResult<()> {
-    let mut counted: Vec<(u32, i64)> = Vec::new();
-    for write in writes {
-        if write.record.kind == CallKind::Checkpoint {
-            continue;
-        }
-        match counted
-            .iter_mut()
-            .find(|(generation, _)| *generation == write.record.generation)
-        {
-            Some((_, calls)) => *calls += 1,
-            None => counted.push((write.record.generation, 1)),
-        }
-    }
-    for (generation, calls) in counted {
+    let mut generations: Vec<u32> = writes.iter().map(|write| write.record.generation).collect();
+    generations.dedup();
+    for generation in generations {
         transaction
-            .prepare_cached(
-                "INSERT INTO call_tallies (run_key, generation, calls) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (run_key, generation) DO UPDATE SET calls = calls + excluded.calls",
-            )
-            .and_then(|mut statement| {
-                statement.execute(rusqlite::params![run_key, generation, calls])
-            })
-            .context(|| format!("count the calls of generation {generation} of run {run_id}"))?;
+            .prepare_cached("DELETE FROM call_tallies WHERE run_key = ?1 AND generation = ?2")
+            .and_then(|mut statement| statement.execute(rusqlite::params![run_key, generation]))
+            .context(|| {
+                format!("drop the call count of generation {generation} of run {run_id}")
+            })?;
     }
     Ok(())
 }
