@@ -20,6 +20,8 @@ use crate::model::{
 };
 use crate::store::{Store, StoreResult};
 
+mod fit;
+
 /// Cap of the status projection without `outcome`.
 pub const MAX_STRUCTURED_BYTES: usize = 24_576;
 /// Cap of the status text shown to a model.
@@ -267,19 +269,19 @@ pub async fn build(
     let mut shown_calls: Vec<CallEntry> = matched.into_iter().rev().take(query.last_n).collect();
     shown_calls.reverse();
     let logs = LogTail::of(log_lines, total_logs as usize);
-    let phases: Vec<Phase> = record.phases.iter().take(MAX_PHASES).cloned().collect();
-    let head = head(record, live, permissions, query);
-    let mut document = fit(
-        head,
-        Parts {
-            calls: shown_calls,
-            total_calls,
-            matched_calls: matched_count,
-            logs,
-            phases,
-            total_phases: record.phases.len(),
-        },
-    );
+    let totals = fit::Totals {
+        calls: total_calls,
+        matched_calls: matched_count,
+        phases: record.phases.len(),
+        logs: logs.total,
+        logs_redacted: logs.redacted,
+        logs_truncated: logs.truncated,
+    };
+    let mut document = head(record, live, permissions, query);
+    document.calls = shown_calls;
+    document.phases = record.phases.iter().take(MAX_PHASES).cloned().collect();
+    document.log_tail.lines = logs.lines;
+    let mut document = fit::fit(document, &totals);
     if record.status == RunStatus::Paused || record.status.is_terminal() {
         document.outcome = Some(outcome(store, record).await?);
     }
@@ -413,7 +415,7 @@ impl LogTail {
     }
 }
 
-/// The document without calls, phases and logs (filled in by [`fit`]).
+/// The document without calls, phases and logs, its counters unset (see [`fit`]).
 fn head(
     record: &RunRecord,
     live: Option<&LiveView>,
@@ -496,93 +498,6 @@ fn head(
         outcome: None,
         remote_pending_permissions: Vec::new(),
     }
-}
-
-/// What [`fit`] shortens to make the document fit.
-struct Parts {
-    calls: Vec<CallEntry>,
-    total_calls: usize,
-    matched_calls: usize,
-    logs: LogTail,
-    phases: Vec<Phase>,
-    total_phases: usize,
-}
-
-/// Fits the cap: the oldest calls go first, then log lines, then phases.
-fn fit(head: StatusDocument, mut parts: Parts) -> StatusDocument {
-    let mut dropped_calls = 0;
-    let mut dropped_logs = 0;
-    let mut dropped_phases = 0;
-    loop {
-        let mut candidate = head.clone();
-        let logs = &parts.logs;
-        candidate.calls = parts.calls.clone();
-        candidate.phases = parts.phases.clone();
-        candidate.log_tail = LogTailView {
-            lines: logs.lines.clone(),
-            total_lines: logs.total,
-            omitted_lines: logs.total.saturating_sub(logs.lines.len()),
-            truncated_lines: logs.truncated,
-            redacted_lines: logs.redacted,
-        };
-        candidate.truncation = Truncation {
-            max_structured_bytes: MAX_STRUCTURED_BYTES,
-            byte_cap_applied: dropped_calls + dropped_logs + dropped_phases > 0,
-            phases: Shortened {
-                total: parts.total_phases,
-                returned: parts.phases.len(),
-                shortened: dropped_phases > 0 || parts.total_phases > MAX_PHASES,
-                redacted: None,
-            },
-            logs: Shortened {
-                total: logs.total,
-                returned: logs.lines.len(),
-                shortened: dropped_logs > 0,
-                redacted: Some(logs.redacted),
-            },
-            calls: CallsShown {
-                total: parts.total_calls,
-                matched: parts.matched_calls,
-                returned: parts.calls.len(),
-                shortened_results: 0,
-                redacted_results: 0,
-            },
-        };
-        if serialized_len(&candidate) <= MAX_STRUCTURED_BYTES {
-            return candidate;
-        }
-        if !parts.calls.is_empty() {
-            parts.calls.remove(0);
-            dropped_calls += 1;
-        } else if !parts.logs.lines.is_empty() {
-            parts.logs.lines.remove(0);
-            dropped_logs += 1;
-        } else if !parts.phases.is_empty() {
-            parts.phases.remove(0);
-            dropped_phases += 1;
-        } else {
-            return candidate;
-        }
-    }
-}
-
-/// The length of `document`'s JSON.
-fn serialized_len(document: &StatusDocument) -> usize {
-    // Writing into a counter instead of a string: only the size matters here.
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serialising plain data into memory cannot fail.
-    let _ = serde_json::to_writer(&mut count, document);
-    count.0
 }
 
 /// `outcome` of a paused or terminal run.
