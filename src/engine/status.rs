@@ -249,9 +249,16 @@ pub async fn build(
     query: &StatusQuery,
 ) -> StoreResult<StatusDocument> {
     let (rows, total_calls) = shown_rows(store, record, live, query).await?;
-    let (log_lines, total_logs) = store
-        .log_tail(&record.run_id, query.log_lines as u32)
-        .await?;
+    // One read of the log serves `logTail` and `outcome`: every line of a completed run, the
+    // last 20 of another paused or ended one.
+    let has_outcome = record.status == RunStatus::Paused || record.status.is_terminal();
+    let wanted = match record.status {
+        RunStatus::Completed => u32::MAX,
+        _ if has_outcome => query.log_lines.max(OUTCOME_LOG_LINES) as u32,
+        _ => query.log_lines as u32,
+    };
+    let (read_lines, total_logs) = store.log_tail(&record.run_id, wanted).await?;
+    let log_lines = read_lines[read_lines.len().saturating_sub(query.log_lines)..].to_vec();
     let matched: Vec<CallEntry> = rows
         .into_iter()
         .filter(|entry| match &query.label_glob {
@@ -282,8 +289,8 @@ pub async fn build(
     document.phases = record.phases.iter().take(MAX_PHASES).cloned().collect();
     document.log_tail.lines = logs.lines;
     let mut document = fit::fit(document, &totals);
-    if record.status == RunStatus::Paused || record.status.is_terminal() {
-        document.outcome = Some(outcome(store, record).await?);
+    if has_outcome {
+        document.outcome = Some(outcome(store, record, read_lines).await?);
     }
     Ok(document)
 }
@@ -500,8 +507,16 @@ fn head(
     }
 }
 
-/// `outcome` of a paused or terminal run.
-async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<StatusOutcome> {
+/// Log lines `outcome` shows of a run that did not complete.
+const OUTCOME_LOG_LINES: usize = 20;
+
+/// `outcome` of a paused or terminal run; `logs` are the run's last log lines, all of them
+/// for a completed run.
+async fn outcome(
+    store: &dyn Store,
+    record: &RunRecord,
+    mut logs: Vec<String>,
+) -> StoreResult<StatusOutcome> {
     let mut outcome = StatusOutcome::default();
     let checkpoints = store.checkpoint_calls(&record.run_id).await?;
     outcome.checkpoints_taken = checkpoints
@@ -518,10 +533,9 @@ async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<StatusOut
         .collect();
     if record.status == RunStatus::Completed {
         outcome.result = record.result.clone();
-        let (logs, _) = store.log_tail(&record.run_id, u32::MAX).await?;
         outcome.logs = Some(logs);
     } else {
-        let (logs, _) = store.log_tail(&record.run_id, 20).await?;
+        logs.drain(..logs.len().saturating_sub(OUTCOME_LOG_LINES));
         let tail: Vec<String> = logs
             .iter()
             .map(|l| preview::cap_text(&redact::redact_text(l).0, preview::TEXT_CAP).0)
