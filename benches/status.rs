@@ -7,7 +7,8 @@
 //!   legacy session; its `utime + stime` from `/proc/<pid>/stat` over the batch, divided by
 //!   the number of calls. The kernel counts in clock ticks (10 ms), so each batch runs until
 //!   the daemon used at least a second of CPU (or a call or time cap is reached); its idle
-//!   CPU, measured first over a quiet window, is printed beside it.
+//!   CPU, measured first over a quiet window, is printed beside it. A batch of `ping`s is
+//!   measured the same way first: what any request costs the daemon, the floor under status.
 //! - **server time p50**: the same tool call answered in this process by the MCP core over
 //!   a fresh engine on the same store (`McpServer::handle_bytes`, no socket), with the CPU
 //!   this process used per call (`getrusage`).
@@ -105,6 +106,14 @@ fn main() {
         idle * 1e3
     );
     let mut client = Client::connect(daemon.port);
+    let ping = daemon.measure_ping(&mut client);
+    println!(
+        "ping (the floor of any request): daemon CPU per call {:.3} ms over {} calls ({}); HTTP round trip p50 {:.3} ms",
+        ping.cpu_per_call.as_secs_f64() * 1e3,
+        ping.calls,
+        ping.note,
+        ping.p50.as_secs_f64() * 1e3
+    );
     for ((size, run_id), local) in runs.iter().zip(&in_process) {
         let remote = daemon.measure(&mut client, run_id);
         report(*size, &remote, local);
@@ -308,8 +317,30 @@ impl Daemon {
 
     /// Status calls until the daemon used [`DAEMON_CPU_TARGET`], or a cap is reached.
     fn measure(&self, client: &mut Client, run_id: &str) -> Figure {
+        self.measure_with(client, |id| status_request(id, run_id), checked_status)
+    }
+
+    /// `ping`s the same way: what the daemon spends on any request, the floor under status.
+    fn measure_ping(&self, client: &mut Client) -> Figure {
+        let ping = |id| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        let checked = |response: &Value| {
+            assert_eq!(
+                response.get("result"),
+                Some(&json!({})),
+                "not a ping answer: {response}"
+            );
+        };
+        self.measure_with(client, ping, checked)
+    }
+
+    fn measure_with(
+        &self,
+        client: &mut Client,
+        request: impl Fn(usize) -> Value,
+        checked: impl Fn(&Value),
+    ) -> Figure {
         for id in 0..WARM_UP {
-            checked_status(&client.request(&status_request(id, run_id)));
+            checked(&client.request(&request(id)));
         }
         let mut samples = Vec::new();
         let mut answer_bytes;
@@ -317,9 +348,9 @@ impl Daemon {
         let started = Instant::now();
         let note = loop {
             let one = Instant::now();
-            let response = client.request(&status_request(WARM_UP + samples.len(), run_id));
+            let response = client.request(&request(WARM_UP + samples.len()));
             samples.push(one.elapsed());
-            checked_status(&response);
+            checked(&response);
             answer_bytes = response.to_string().len();
             // Reading /proc every call would cost the daemon nothing but us a lot.
             if samples.len() % 25 != 0 {

@@ -20,6 +20,8 @@ use crate::model::{
 };
 use crate::store::{Store, StoreResult};
 
+mod fit;
+
 /// Cap of the status projection without `outcome`.
 pub const MAX_STRUCTURED_BYTES: usize = 24_576;
 /// Cap of the status text shown to a model.
@@ -247,9 +249,16 @@ pub async fn build(
     query: &StatusQuery,
 ) -> StoreResult<StatusDocument> {
     let (rows, total_calls) = shown_rows(store, record, live, query).await?;
-    let (log_lines, total_logs) = store
-        .log_tail(&record.run_id, query.log_lines as u32)
-        .await?;
+    // One read of the log serves `logTail` and `outcome`: every line of a completed run, the
+    // last 20 of another paused or ended one.
+    let has_outcome = record.status == RunStatus::Paused || record.status.is_terminal();
+    let wanted = match record.status {
+        RunStatus::Completed => u32::MAX,
+        _ if has_outcome => query.log_lines.max(OUTCOME_LOG_LINES) as u32,
+        _ => query.log_lines as u32,
+    };
+    let (read_lines, total_logs) = store.log_tail(&record.run_id, wanted).await?;
+    let log_lines = read_lines[read_lines.len().saturating_sub(query.log_lines)..].to_vec();
     let matched: Vec<CallEntry> = rows
         .into_iter()
         .filter(|entry| match &query.label_glob {
@@ -267,21 +276,21 @@ pub async fn build(
     let mut shown_calls: Vec<CallEntry> = matched.into_iter().rev().take(query.last_n).collect();
     shown_calls.reverse();
     let logs = LogTail::of(log_lines, total_logs as usize);
-    let phases: Vec<Phase> = record.phases.iter().take(MAX_PHASES).cloned().collect();
-    let head = head(record, live, permissions, query);
-    let mut document = fit(
-        head,
-        Parts {
-            calls: shown_calls,
-            total_calls,
-            matched_calls: matched_count,
-            logs,
-            phases,
-            total_phases: record.phases.len(),
-        },
-    );
-    if record.status == RunStatus::Paused || record.status.is_terminal() {
-        document.outcome = Some(outcome(store, record).await?);
+    let totals = fit::Totals {
+        calls: total_calls,
+        matched_calls: matched_count,
+        phases: record.phases.len(),
+        logs: logs.total,
+        logs_redacted: logs.redacted,
+        logs_truncated: logs.truncated,
+    };
+    let mut document = head(record, live, permissions, query);
+    document.calls = shown_calls;
+    document.phases = record.phases.iter().take(MAX_PHASES).cloned().collect();
+    document.log_tail.lines = logs.lines;
+    let mut document = fit::fit(document, &totals);
+    if has_outcome {
+        document.outcome = Some(outcome(store, record, read_lines).await?);
     }
     Ok(document)
 }
@@ -302,14 +311,27 @@ async fn shown_rows(
         let total = rows.len();
         return Ok((rows, total));
     }
-    let tail = store.call_tail(&record.run_id, query.last_n as u32).await?;
+    // A generation this process executes counts its own rows; a stopped one recorded its
+    // count in the store.
+    let counted_here = live.and_then(|live| live.settled_calls);
+    let last_n = query.last_n as u32;
+    let (generation, calls, total) = match counted_here {
+        Some(total) => {
+            let (generation, calls) = store.call_tail_rows(&record.run_id, last_n).await?;
+            (generation, calls, total)
+        }
+        None => {
+            let tail = store.call_tail(&record.run_id, last_n).await?;
+            (tail.generation, tail.calls, tail.total)
+        }
+    };
     // `call_rows` keeps only the record's generation while one is live.
-    let settled = match (tail.generation, live) {
+    let settled = match (generation, live) {
         (Some(generation), Some(_)) if generation != record.generation => 0,
-        _ => tail.total as usize,
+        _ => total as usize,
     };
     let live_calls = live.map_or(0, |live| live.calls.len());
-    let rows = call_rows(record, &tail.calls, live);
+    let rows = call_rows(record, &calls, live);
     Ok((rows, settled + live_calls))
 }
 
@@ -400,7 +422,7 @@ impl LogTail {
     }
 }
 
-/// The document without calls, phases and logs (filled in by [`fit`]).
+/// The document without calls, phases and logs, its counters unset (see [`fit`]).
 fn head(
     record: &RunRecord,
     live: Option<&LiveView>,
@@ -485,95 +507,16 @@ fn head(
     }
 }
 
-/// What [`fit`] shortens to make the document fit.
-struct Parts {
-    calls: Vec<CallEntry>,
-    total_calls: usize,
-    matched_calls: usize,
-    logs: LogTail,
-    phases: Vec<Phase>,
-    total_phases: usize,
-}
+/// Log lines `outcome` shows of a run that did not complete.
+const OUTCOME_LOG_LINES: usize = 20;
 
-/// Fits the cap: the oldest calls go first, then log lines, then phases.
-fn fit(head: StatusDocument, mut parts: Parts) -> StatusDocument {
-    let mut dropped_calls = 0;
-    let mut dropped_logs = 0;
-    let mut dropped_phases = 0;
-    loop {
-        let mut candidate = head.clone();
-        let logs = &parts.logs;
-        candidate.calls = parts.calls.clone();
-        candidate.phases = parts.phases.clone();
-        candidate.log_tail = LogTailView {
-            lines: logs.lines.clone(),
-            total_lines: logs.total,
-            omitted_lines: logs.total.saturating_sub(logs.lines.len()),
-            truncated_lines: logs.truncated,
-            redacted_lines: logs.redacted,
-        };
-        candidate.truncation = Truncation {
-            max_structured_bytes: MAX_STRUCTURED_BYTES,
-            byte_cap_applied: dropped_calls + dropped_logs + dropped_phases > 0,
-            phases: Shortened {
-                total: parts.total_phases,
-                returned: parts.phases.len(),
-                shortened: dropped_phases > 0 || parts.total_phases > MAX_PHASES,
-                redacted: None,
-            },
-            logs: Shortened {
-                total: logs.total,
-                returned: logs.lines.len(),
-                shortened: dropped_logs > 0,
-                redacted: Some(logs.redacted),
-            },
-            calls: CallsShown {
-                total: parts.total_calls,
-                matched: parts.matched_calls,
-                returned: parts.calls.len(),
-                shortened_results: 0,
-                redacted_results: 0,
-            },
-        };
-        if serialized_len(&candidate) <= MAX_STRUCTURED_BYTES {
-            return candidate;
-        }
-        if !parts.calls.is_empty() {
-            parts.calls.remove(0);
-            dropped_calls += 1;
-        } else if !parts.logs.lines.is_empty() {
-            parts.logs.lines.remove(0);
-            dropped_logs += 1;
-        } else if !parts.phases.is_empty() {
-            parts.phases.remove(0);
-            dropped_phases += 1;
-        } else {
-            return candidate;
-        }
-    }
-}
-
-/// The length of `document`'s JSON.
-fn serialized_len(document: &StatusDocument) -> usize {
-    // Writing into a counter instead of a string: only the size matters here.
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serialising plain data into memory cannot fail.
-    let _ = serde_json::to_writer(&mut count, document);
-    count.0
-}
-
-/// `outcome` of a paused or terminal run.
-async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<StatusOutcome> {
+/// `outcome` of a paused or terminal run; `logs` are the run's last log lines, all of them
+/// for a completed run.
+async fn outcome(
+    store: &dyn Store,
+    record: &RunRecord,
+    mut logs: Vec<String>,
+) -> StoreResult<StatusOutcome> {
     let mut outcome = StatusOutcome::default();
     let checkpoints = store.checkpoint_calls(&record.run_id).await?;
     outcome.checkpoints_taken = checkpoints
@@ -590,10 +533,9 @@ async fn outcome(store: &dyn Store, record: &RunRecord) -> StoreResult<StatusOut
         .collect();
     if record.status == RunStatus::Completed {
         outcome.result = record.result.clone();
-        let (logs, _) = store.log_tail(&record.run_id, u32::MAX).await?;
         outcome.logs = Some(logs);
     } else {
-        let (logs, _) = store.log_tail(&record.run_id, 20).await?;
+        logs.drain(..logs.len().saturating_sub(OUTCOME_LOG_LINES));
         let tail: Vec<String> = logs
             .iter()
             .map(|l| preview::cap_text(&redact::redact_text(l).0, preview::TEXT_CAP).0)

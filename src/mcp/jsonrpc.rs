@@ -4,7 +4,7 @@
 //! MCP forbids batches, so an array is an invalid request rather than something to unpack.
 //! Errors that occur before an id is known are answered with `id: null`, as JSON-RPC asks.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::context::{McpError, codes};
 
@@ -136,20 +136,35 @@ pub fn from_value(value: Value) -> Result<Message, Box<Rejected>> {
     }
 }
 
+// The envelopes below move the result, error data or params in: `json!` would copy each
+// through the serializer (a full copy of a status document per answer).
+
 pub fn success_response(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    envelope([("id", id.clone()), ("result", result)])
 }
 
 pub fn error_response(id: &Value, error: &McpError) -> Value {
-    let mut body = json!({"code": error.code, "message": error.message});
+    let mut body = Map::with_capacity(3);
+    body.insert("code".to_owned(), Value::from(error.code));
+    body.insert("message".to_owned(), Value::from(error.message.as_str()));
     if let Some(data) = &error.data {
-        body["data"] = data.clone();
+        body.insert("data".to_owned(), data.clone());
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": body})
+    envelope([("id", id.clone()), ("error", Value::Object(body))])
 }
 
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
+    envelope([("method", Value::from(method)), ("params", params)])
+}
+
+/// `{"jsonrpc": "2.0", …fields}`, in that order.
+fn envelope<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    let mut object = Map::with_capacity(N + 1);
+    object.insert("jsonrpc".to_owned(), Value::from("2.0"));
+    for (key, value) in fields {
+        object.insert(key.to_owned(), value);
+    }
+    Value::Object(object)
 }
 
 /// A stable key for a request id, used to find in-flight requests (`1` and `"1"` differ).

@@ -204,9 +204,31 @@ pub trait Store: Send + Sync + 'static {
     async fn latest_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
 
     /// The count and the last `limit` non-checkpoint rows of the latest generation that has
-    /// any rows, at a cost that does not grow with the run (an index walk plus a counter the
-    /// call writes maintain).
+    /// any rows. The rows cost an index walk, whatever the run's size; the count is the one
+    /// [`Store::record_call_total`] recorded, else counted (a generation still running, or
+    /// one whose process died: the cost then grows with the generation).
     async fn call_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<CallTail>;
+
+    /// [`Store::call_tail`] without the count: the latest generation with any row and its
+    /// last `limit` non-checkpoint rows, ascending. For the generation a process executes,
+    /// which keeps its own count.
+    async fn call_tail_rows(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+    ) -> StoreResult<(Option<u32>, Vec<CallRecord>)>;
+
+    /// Records how many non-checkpoint rows `generation` has, once it stopped running, so
+    /// [`Store::call_tail`] need not count them; fenced like every execution write. A row
+    /// appended to that generation later drops the record, so a recorded count is never
+    /// stale.
+    async fn record_call_total(
+        &self,
+        run_id: &RunId,
+        generation: u32,
+        total: u64,
+        fence: Fence<'_>,
+    ) -> StoreResult<()>;
 
     /// The checkpoint rows not superseded, of every generation, ordered by (generation,
     /// settlement ordinal), at a cost that grows with the run's checkpoints, not its calls.

@@ -11,6 +11,11 @@
 //! pauses as interrupted (resumable: whatever was not written runs again), and the call
 //! whose row was lost gets no answer. The dry run writes nothing and never fails.
 //!
+//! The generation counts the non-checkpoint rows it wrote ([`Driver::settled_calls`]):
+//! the live view shows the count to status while the generation runs, and
+//! [`Driver::record_call_total`] records it in the store when it stops, after its last row,
+//! so status never counts a run's rows.
+//!
 //! Under a lease policy that expires leases (`LeasePolicy::Ttl`) the driver's loop renews
 //! the lease every `renew_every` ([`Driver::renew_lease`]). A renewal or a write refused as
 //! `Fenced` means another execution has taken the run over: the generation has lost it, so
@@ -20,7 +25,7 @@
 use std::sync::Arc;
 
 use crate::engine::driver::{Driver, Halt, Persistence};
-use crate::model::{CallRecord, PauseReason};
+use crate::model::{CallKind, CallRecord, PauseReason};
 use crate::store::{CallWrite, Fence, Store, StoreError};
 
 /// Replayed rows are written in batches of this size (their results are already durable).
@@ -85,6 +90,7 @@ impl Driver {
         store
             .append_call(&self.setup.run_id, write, Fence(&lease_token))
             .await?;
+        self.count_settled(usize::from(record.kind != CallKind::Checkpoint));
         Ok(())
     }
 
@@ -125,6 +131,40 @@ impl Driver {
         }
         store
             .append_calls(&self.setup.run_id, &writes, Fence(&lease_token))
+            .await?;
+        let counted = buffer
+            .iter()
+            .filter(|(record, _)| record.kind != CallKind::Checkpoint)
+            .count();
+        self.count_settled(counted);
+        Ok(())
+    }
+
+    /// Adds rows just written to the generation's count, and shows it to status.
+    fn count_settled(&mut self, rows: usize) {
+        self.settled_calls += rows as u64;
+        if let Ok(mut view) = self.setup.live.lock() {
+            view.settled_calls = Some(self.settled_calls);
+        }
+    }
+
+    /// Records the generation's count in the store, so status of the stopped run reads it
+    /// instead of counting rows. Called once, after the generation's last write; nothing to
+    /// record for a generation that wrote no row.
+    pub(super) async fn record_call_total(&mut self) -> Result<(), LostWrite> {
+        if self.settled_calls == 0 {
+            return Ok(());
+        }
+        let Some((store, lease_token)) = self.target()? else {
+            return Ok(());
+        };
+        store
+            .record_call_total(
+                &self.setup.run_id,
+                self.setup.generation,
+                self.settled_calls,
+                Fence(&lease_token),
+            )
             .await?;
         Ok(())
     }

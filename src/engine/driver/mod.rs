@@ -147,6 +147,9 @@ pub struct LiveView {
     pub calls: BTreeMap<u32, LiveCall>,
     /// The latest progress of any call, status's `latestActivity`.
     pub latest_activity: Option<Value>,
+    /// How many non-checkpoint rows the generation has written, so status need not count
+    /// them in the store; `None` in the dry run and in a view another process reported.
+    pub settled_calls: Option<u64>,
 }
 
 /// One call of a [`LiveView`].
@@ -315,6 +318,9 @@ struct Driver {
     store_error: Option<String>,
     /// Set once a write or the heartbeat was fenced: the generation writes nothing more.
     lease_lost: bool,
+    /// Non-checkpoint rows this generation has written: status's call count while it runs
+    /// (through the live view), recorded in the store when it stops ([`durability`]).
+    settled_calls: u64,
 }
 
 impl Driver {
@@ -329,6 +335,10 @@ impl Driver {
         let mut phase_by_scope = HashMap::new();
         phase_by_scope.insert("root".to_owned(), setup.current_phase.clone());
         let used_answers = vec![false; setup.answers.len()];
+        if let (Persistence::Store { .. }, Ok(mut view)) = (&setup.persistence, setup.live.lock()) {
+            // Status counts this generation's rows from here on, not in the store.
+            view.settled_calls = Some(0);
+        }
         Driver {
             events,
             semaphore,
@@ -348,6 +358,7 @@ impl Driver {
             used_answers,
             store_error: None,
             lease_lost: false,
+            settled_calls: 0,
             vm,
             halted_vm: None,
             setup,
@@ -609,6 +620,10 @@ impl Driver {
             self.on_lost_write(lost);
         }
         if let Err(lost) = self.flush_events().await {
+            self.on_lost_write(lost);
+        }
+        // Last, once no row of the generation can follow.
+        if let Err(lost) = self.record_call_total().await {
             self.on_lost_write(lost);
         }
         outcome.usage = self.setup.usage;

@@ -17,6 +17,7 @@ use crate::engine::runner::{
     TurnOutput, TurnRequest,
 };
 use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
+use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{LeaseState, SqliteStore};
 
 const LEASE: &str = "the-lease";
@@ -135,6 +136,18 @@ impl World {
     /// A driver with no script, for calling its write path directly.
     fn driver(&self, lease_token: Option<&str>) -> Driver {
         Driver::new(self.setup("", lease_token), None)
+    }
+
+    /// The one recorded call count, as (generation, calls), read beside the store.
+    fn recorded_count(&self) -> Option<(u32, i64)> {
+        let database = self._folder.path().join("root").join(DATABASE_FILE);
+        let connection = rusqlite::Connection::open(database).expect("open the database");
+        rusqlite::OptionalExtension::optional(connection.query_row(
+            "SELECT generation, calls FROM call_tallies",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        ))
+        .expect("read call_tallies")
     }
 
     async fn rows(&self) -> Vec<CallRecord> {
@@ -278,6 +291,62 @@ async fn the_dry_run_writes_nothing_and_never_fails() {
     assert!(driver.flush_events().await.is_ok());
     assert!(world.rows().await.is_empty());
     assert!(world.event_kinds().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_live_view_counts_the_rows_written_and_the_store_gets_the_count_once() {
+    let world = world().await;
+    let mut driver = world.driver(Some(LEASE));
+    let view = driver.setup.live.clone();
+    assert_eq!(view.lock().expect("view").settled_calls, Some(0));
+    for index in 0..3 {
+        let replayed = driver
+            .buffer_replay(
+                row(index, CallOrigin::JournalReplay, index.into()),
+                Vec::new(),
+            )
+            .await;
+        assert!(replayed.is_ok(), "{replayed:?}");
+    }
+    let checkpoint = CallRecord {
+        kind: CallKind::Checkpoint,
+        ..row(3, CallOrigin::Headless, 3)
+    };
+    assert!(driver.record_call(&checkpoint, &[]).await.is_ok());
+    assert!(
+        driver
+            .record_call(&row(4, CallOrigin::Runner, 4), &[])
+            .await
+            .is_ok()
+    );
+    // Three replays, one live row; the checkpoint is not a call status counts.
+    assert_eq!(view.lock().expect("view").settled_calls, Some(4));
+    // Not in the store until the generation stops: a settled call writes only its own row.
+    assert_eq!(world.recorded_count(), None);
+    driver.settled_calls = 6;
+    assert!(driver.record_call_total().await.is_ok());
+    assert_eq!(world.recorded_count(), Some((1, 6)), "the driver's count");
+}
+
+#[tokio::test]
+async fn a_refused_count_is_a_lost_write_and_the_dry_run_records_none() {
+    let world = world().await;
+    let mut refused = world.driver(Some("a-lapsed-lease"));
+    refused.settled_calls = 1;
+    assert!(refused.record_call_total().await.is_err());
+    let mut dry = world.driver(None);
+    assert_eq!(dry.setup.live.lock().expect("view").settled_calls, None);
+    dry.settled_calls = 1;
+    assert!(dry.record_call_total().await.is_ok());
+}
+
+#[tokio::test]
+async fn a_finished_generation_records_its_call_count() {
+    let world = world().await;
+    let outcome = generation(world.setup(TWO_CALLS, Some(LEASE))).await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+    assert!(outcome.store_error.is_none(), "{outcome:?}");
+    assert_eq!(world.recorded_count(), Some((1, 2)));
 }
 
 async fn generation(setup: DriverSetup) -> Outcome {

@@ -13,7 +13,7 @@ use crate::engine::manager::error::corrupt;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
 use crate::engine::routing::RoutingSnapshot;
 use crate::engine::script;
-use crate::model::{CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
+use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
 use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
 use crate::util::now_ms;
 
@@ -223,6 +223,18 @@ impl Engine {
                 usage.add(&call.usage);
             }
             record.token_usage = usage;
+            // The dead generation never recorded its call count: record it once here, so
+            // status need not count its rows.
+            let settled = calls
+                .iter()
+                .filter(|c| c.generation == record.generation && c.kind != CallKind::Checkpoint)
+                .count() as u64;
+            if settled > 0 {
+                self.inner
+                    .store
+                    .record_call_total(run_id, record.generation, settled, Fence(&ours.token))
+                    .await?;
+            }
             self.record_cold(
                 &record,
                 "paused",

@@ -12,6 +12,7 @@ use crate::engine::instant::InstantRunner;
 use crate::engine::routing::NamedBackends;
 use crate::engine::{ScriptInput, StatusQuery};
 use crate::model::{Lease, OperationReceipt, RunRecord, RunStatus};
+use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{Fence, ScriptChange, SqliteStore, StoreError};
 
 struct World {
@@ -534,4 +535,70 @@ async fn status_counts_every_call_but_shows_the_last_ones() {
     assert_eq!(shown(&document), vec![7, 8, 9]);
     assert_eq!(document["truncation"]["calls"]["total"], 30);
     assert_eq!(document["truncation"]["calls"]["matched"], 10);
+}
+
+/// A run whose execution died without recording its call count gets it recorded when the
+/// run is found and paused as interrupted, so status need not count its rows afterwards.
+#[tokio::test]
+async fn an_interrupted_run_gets_its_call_count_recorded() {
+    let world = world();
+    let run_id = world.settled(ONE_CALL).await;
+    let recorded = || {
+        let database = world._folder.path().join("state").join(DATABASE_FILE);
+        let connection = rusqlite::Connection::open(database).expect("open the database");
+        let count: Option<i64> = rusqlite::OptionalExtension::optional(connection.query_row(
+            "SELECT calls FROM call_tallies",
+            [],
+            |row| row.get(0),
+        ))
+        .expect("read call_tallies");
+        count
+    };
+    assert_eq!(recorded(), Some(1), "the generation recorded its count");
+    // As a generation that died mid-way leaves it: running, one more row, no count.
+    world
+        .tamper(&run_id, |record| record.status = RunStatus::Running)
+        .await;
+    let lease = Lease {
+        owner_id: "gone".into(),
+        pid: std::process::id(),
+        proc_start: 0,
+        boot_id: None,
+        token: "gone".into(),
+        acquired_at: 0,
+        expires_at: None,
+    };
+    assert!(
+        world
+            .store
+            .acquire_lease(&run_id, None, &lease)
+            .await
+            .expect("acquire")
+    );
+    let mut row = world.store.calls(&run_id).await.expect("calls")[0].clone();
+    row.index = 1;
+    row.settlement_ordinal = 1;
+    let write = crate::store::CallWrite {
+        record: &row,
+        supersedes: &[],
+        events: &[],
+    };
+    world
+        .store
+        .append_call(&run_id, write, Fence("gone"))
+        .await
+        .expect("append");
+    world
+        .store
+        .release_lease(&run_id, "gone")
+        .await
+        .expect("release");
+    assert_eq!(recorded(), None, "the new row dropped the count");
+    let status = world
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .expect("status");
+    assert_eq!(status.status, RunStatus::Paused);
+    assert_eq!(recorded(), Some(2));
 }

@@ -185,6 +185,57 @@ pub async fn call_tail_counts_and_bounds_the_latest_generation<B: Backend>(backe
     );
 }
 
+/// A generation's recorded count is the tail's count while it stands: it is fenced, it
+/// replaces an earlier record, and a row appended to that generation later drops it (the
+/// tail counts again). `call_tail_rows` is the tail without a count.
+pub async fn recorded_call_totals_stand_until_the_generation_grows<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    let fence = Fence("token-a");
+    let rows = [call(1, 0, 1), checkpoint_call(1, 1, 2), call(1, 2, 3)];
+    let writes: Vec<CallWrite<'_>> = rows.iter().map(|row| write(row, &[], &[])).collect();
+    store.append_calls(id, &writes, fence).await.expect("rows");
+    assert_eq!(store.call_tail(id, 5).await.expect("counted").total, 2);
+    assert_fenced(
+        store.record_call_total(id, 1, 2, Fence("token-b")).await,
+        "record_call_total",
+    );
+    // The store reports what was recorded (a count it does not check), so it reads no rows.
+    store
+        .record_call_total(id, 1, 7, fence)
+        .await
+        .expect("record");
+    store
+        .record_call_total(id, 1, 9, fence)
+        .await
+        .expect("record again");
+    let tail = store.call_tail(id, 1).await.expect("recorded");
+    assert_eq!((tail.generation, tail.total), (Some(1), 9));
+    assert_eq!(
+        store.call_tail_rows(id, 1).await.expect("rows"),
+        (Some(1), vec![rows[2].clone()])
+    );
+    // A record for another generation leaves this one's count alone.
+    store
+        .record_call_total(id, 2, 4, fence)
+        .await
+        .expect("record");
+    assert_eq!(store.call_tail(id, 1).await.expect("tail").total, 9);
+    store
+        .append_call(id, write(&call(1, 3, 4), &[], &[]), fence)
+        .await
+        .expect("append");
+    assert_eq!(
+        store.call_tail(id, 5).await.expect("counted again").total,
+        3
+    );
+    assert_eq!(
+        store.call_tail_rows(id, 5).await.expect("rows").1.len(),
+        3,
+        "rows of the tail"
+    );
+}
+
 /// The checkpoint rows of every generation that no later row superseded, by generation and
 /// settlement order; agent rows never appear.
 pub async fn checkpoint_calls_are_the_standing_checkpoint_rows<B: Backend>(backend: &B) {

@@ -74,6 +74,7 @@ macro_rules! store_contract_tests {
             append_call_supersedes_rows_and_appends_events,
             calls_replay_pool_and_latest_calls_are_ordered,
             call_tail_counts_and_bounds_the_latest_generation,
+            recorded_call_totals_stand_until_the_generation_grows,
             checkpoint_calls_are_the_standing_checkpoint_rows,
             events_page_by_cursor_and_stay_dense,
             log_tail_returns_the_last_lines_and_the_count,

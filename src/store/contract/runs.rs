@@ -138,6 +138,11 @@ pub async fn unknown_runs_are_reported_by_every_method<B: Backend>(backend: &B) 
     assert_unknown(s.replay_pool(&id).await, "replay_pool");
     assert_unknown(s.latest_calls(&id).await, "latest_calls");
     assert_unknown(s.call_tail(&id, 5).await, "call_tail");
+    assert_unknown(s.call_tail_rows(&id, 5).await, "call_tail_rows");
+    assert_unknown(
+        s.record_call_total(&id, 1, 1, fence).await,
+        "record_call_total",
+    );
     assert_unknown(s.checkpoint_calls(&id).await, "checkpoint_calls");
     assert_unknown(s.events(&id, 0, 1).await, "events");
     assert_unknown(s.last_event_seq(&id).await, "last_event_seq");

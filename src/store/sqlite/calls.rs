@@ -1,9 +1,15 @@
 //! The `calls` table, one row per settled call (journal entry and call record together):
 //! the fenced append that also supersedes replayed rows and appends the buffered events, the
-//! whole-run reads replay needs, and the bounded tail status reads. `call_tallies` counts
-//! each generation's non-checkpoint rows as they are written, so the tail never counts.
+//! whole-run reads replay needs, and the bounded tail status reads. `call_tallies` holds a
+//! generation's non-checkpoint count, recorded once when the generation stops running (the
+//! driver counts in memory while it runs), so the tail of a stopped generation never counts
+//! and a settled call writes no page but its own. A row appended to a generation drops that
+//! generation's recorded count, so a count that stands is never stale; a generation without
+//! one (still running, or its process died) is counted.
 
-use rusqlite::{Connection, OptionalExtension, Transaction};
+use rusqlite::types::FromSql;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction};
+use serde::de::DeserializeOwned;
 
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
@@ -11,26 +17,78 @@ use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_json, to
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
+/// The columns every call read selects, in the order of [`CALL_COLUMNS`]: read by position,
+/// since looking a column up by name costs a scan of the row's column names per field.
+macro_rules! call_columns {
+    () => {
+        "generation, call_index, kind, hash, path, inputs_hash, label, phase, outcome, origin, \
+         result, error, aborted, attempts, usage, model_requested, model_resolved, backend_id, \
+         resolved_cwd, replay, session, settlement_ordinal, superseded_by"
+    };
+}
+
+/// The names of [`call_columns!`] by position, for the messages about bad stored data.
+const CALL_COLUMNS: [&str; 23] = [
+    "generation",
+    "call_index",
+    "kind",
+    "hash",
+    "path",
+    "inputs_hash",
+    "label",
+    "phase",
+    "outcome",
+    "origin",
+    "result",
+    "error",
+    "aborted",
+    "attempts",
+    "usage",
+    "model_requested",
+    "model_resolved",
+    "backend_id",
+    "resolved_cwd",
+    "replay",
+    "session",
+    "settlement_ordinal",
+    "superseded_by",
+];
+
 /// The latest generation with any row: one descent of the primary key.
 pub(super) const TAIL_GENERATION: &str = "SELECT MAX(generation) FROM calls WHERE run_key = ?1";
-/// Its non-checkpoint count, as the call writes keep it.
+/// Its non-checkpoint count, as recorded when it stopped running.
 pub(super) const TAIL_COUNT: &str =
     "SELECT calls FROM call_tallies WHERE run_key = ?1 AND generation = ?2";
+/// Its non-checkpoint count, counted: only for a generation without a recorded count.
+pub(super) const TAIL_COUNTED: &str = "SELECT COUNT(*) FROM calls
+     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'";
 /// Its last rows: the primary key walked backwards from the generation's end.
-pub(super) const CHECKPOINT_ROWS: &str = "SELECT * FROM calls
+pub(super) const CHECKPOINT_ROWS: &str = concat!(
+    "SELECT ",
+    call_columns!(),
+    " FROM calls
      WHERE run_key = ?1 AND kind = 'checkpoint' AND superseded_by IS NULL
-     ORDER BY generation, settlement_ordinal, call_index";
-pub(super) const TAIL_ROWS: &str = "SELECT * FROM calls
+     ORDER BY generation, settlement_ordinal, call_index"
+);
+pub(super) const TAIL_ROWS: &str = concat!(
+    "SELECT ",
+    call_columns!(),
+    " FROM calls
      WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
-     ORDER BY call_index DESC LIMIT ?3";
+     ORDER BY call_index DESC LIMIT ?3"
+);
 
 /// Every call row of the run, ordered by (generation, settlement ordinal).
 pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
     let run_key = run_key(connection, run_id)?;
     query_calls(
         connection,
-        "SELECT * FROM calls WHERE run_key = ?1
-         ORDER BY generation, settlement_ordinal, call_index",
+        concat!(
+            "SELECT ",
+            call_columns!(),
+            " FROM calls WHERE run_key = ?1
+             ORDER BY generation, settlement_ordinal, call_index"
+        ),
         run_key,
         run_id,
     )
@@ -41,8 +99,12 @@ pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResul
     let run_key = run_key(connection, run_id)?;
     query_calls(
         connection,
-        "SELECT * FROM calls WHERE run_key = ?1 AND superseded_by IS NULL
-         ORDER BY generation, call_index",
+        concat!(
+            "SELECT ",
+            call_columns!(),
+            " FROM calls WHERE run_key = ?1 AND superseded_by IS NULL
+             ORDER BY generation, call_index"
+        ),
         run_key,
         run_id,
     )
@@ -53,10 +115,14 @@ pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec
     let run_key = run_key(connection, run_id)?;
     query_calls(
         connection,
-        "SELECT * FROM calls
-         WHERE run_key = ?1
-           AND generation = (SELECT MAX(generation) FROM calls WHERE run_key = ?1)
-         ORDER BY call_index",
+        concat!(
+            "SELECT ",
+            call_columns!(),
+            " FROM calls
+             WHERE run_key = ?1
+               AND generation = (SELECT MAX(generation) FROM calls WHERE run_key = ?1)
+             ORDER BY call_index"
+        ),
         run_key,
         run_id,
     )
@@ -68,25 +134,20 @@ pub(super) fn checkpoints(connection: &Connection, run_id: &RunId) -> StoreResul
     query_calls(connection, CHECKPOINT_ROWS, run_key, run_id)
 }
 
-/// The latest generation's count and last `limit` non-checkpoint rows: the generation from
-/// the primary key's prefix (a `MAX` over an index is one descent), the count from
-/// `call_tallies`, the rows by walking the primary key backwards from the end. Checkpoint
-/// rows met on the way are skipped; there are as few as there are questions to a human.
+/// The latest generation's count and last `limit` non-checkpoint rows (see [`tail_rows`]):
+/// the count recorded when the generation stopped, else counted.
 pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> StoreResult<CallTail> {
-    let doing = || format!("read the last calls of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
-    let generation: Option<u32> = connection
-        .prepare_cached(TAIL_GENERATION)
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
-        .context(doing)?;
+    let (generation, calls) = tail_rows(connection, run_id, limit)?;
     let Some(generation) = generation else {
         return Ok(CallTail {
             generation: None,
             total: 0,
-            calls: Vec::new(),
+            calls,
         });
     };
-    let total: Option<i64> = connection
+    let doing = || format!("count the calls of generation {generation} of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let recorded: Option<i64> = connection
         .prepare_cached(TAIL_COUNT)
         .and_then(|mut statement| {
             statement
@@ -94,24 +155,76 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
                 .optional()
         })
         .context(doing)?;
-    let total = u64::try_from(total.unwrap_or(0)).map_err(|error| {
+    let total = match recorded {
+        Some(total) => total,
+        None => connection
+            .prepare_cached(TAIL_COUNTED)
+            .and_then(|mut statement| {
+                statement.query_row(rusqlite::params![run_key, generation], |row| row.get(0))
+            })
+            .context(doing)?,
+    };
+    let total = u64::try_from(total).map_err(|error| {
         StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
     })?;
+    Ok(CallTail {
+        generation: Some(generation),
+        total,
+        calls,
+    })
+}
+
+/// The latest generation with any row and its last `limit` non-checkpoint rows, ascending:
+/// the generation from the primary key's prefix (a `MAX` over an index is one descent), the
+/// rows by walking the primary key backwards from the end. Checkpoint rows met on the way
+/// are skipped; there are as few as there are questions to a human.
+pub(super) fn tail_rows(
+    connection: &Connection,
+    run_id: &RunId,
+    limit: u32,
+) -> StoreResult<(Option<u32>, Vec<CallRecord>)> {
+    let doing = || format!("read the last calls of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let generation: Option<u32> = connection
+        .prepare_cached(TAIL_GENERATION)
+        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .context(doing)?;
+    let Some(generation) = generation else {
+        return Ok((None, Vec::new()));
+    };
     let mut statement = connection.prepare_cached(TAIL_ROWS).context(doing)?;
     let mut rows = statement
         .query(rusqlite::params![run_key, generation, limit])
         .context(doing)?;
     let mut calls = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
-        calls.push(call_from_row(&RowReader::new(row, run_id, "calls"))?);
+        calls.push(call_from_row(row, run_id)?);
     }
     // Read newest first to stop after `limit`; a tail reads oldest first.
     calls.reverse();
-    Ok(CallTail {
-        generation: Some(generation),
-        total,
-        calls,
-    })
+    Ok((Some(generation), calls))
+}
+
+/// Records `generation`'s non-checkpoint count once it stopped running, fenced.
+pub(super) fn record_total(
+    connection: &mut Connection,
+    run_id: &RunId,
+    generation: u32,
+    total: u64,
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    let doing = || format!("record the call count of generation {generation} of run {run_id}");
+    let total = to_sql_integer(total, "call count")?;
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    transaction
+        .prepare_cached(
+            "INSERT INTO call_tallies (run_key, generation, calls) VALUES (?1, ?2, ?3)
+             ON CONFLICT (run_key, generation) DO UPDATE SET calls = excluded.calls",
+        )
+        .and_then(|mut statement| statement.execute(rusqlite::params![run_key, generation, total]))
+        .context(doing)?;
+    transaction.commit().context(doing)
 }
 
 pub(super) fn append(
@@ -149,7 +262,7 @@ pub(super) fn append(
         }
         insert_events(&transaction, run_key, run_id, write.events)?;
     }
-    count_calls(&transaction, run_key, run_id, writes)?;
+    forget_totals(&transaction, run_key, run_id, writes)?;
     transaction.commit().context(doing)
 }
 
@@ -214,37 +327,23 @@ fn insert_call(
         .map(drop)
 }
 
-/// Adds the non-checkpoint rows of `writes` to their generations' tallies: one statement per
-/// generation the transaction writes (nearly always one).
-fn count_calls(
+/// Drops the recorded counts of the generations `writes` add rows to: they no longer hold.
+/// While a generation runs it has none, so this finds nothing and writes no page.
+fn forget_totals(
     transaction: &Transaction<'_>,
     run_key: i64,
     run_id: &RunId,
     writes: &[CallWrite<'_>],
 ) -> StoreResult<()> {
-    let mut counted: Vec<(u32, i64)> = Vec::new();
-    for write in writes {
-        if write.record.kind == CallKind::Checkpoint {
-            continue;
-        }
-        match counted
-            .iter_mut()
-            .find(|(generation, _)| *generation == write.record.generation)
-        {
-            Some((_, calls)) => *calls += 1,
-            None => counted.push((write.record.generation, 1)),
-        }
-    }
-    for (generation, calls) in counted {
+    let mut generations: Vec<u32> = writes.iter().map(|write| write.record.generation).collect();
+    generations.dedup();
+    for generation in generations {
         transaction
-            .prepare_cached(
-                "INSERT INTO call_tallies (run_key, generation, calls) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (run_key, generation) DO UPDATE SET calls = calls + excluded.calls",
-            )
-            .and_then(|mut statement| {
-                statement.execute(rusqlite::params![run_key, generation, calls])
-            })
-            .context(|| format!("count the calls of generation {generation} of run {run_id}"))?;
+            .prepare_cached("DELETE FROM call_tallies WHERE run_key = ?1 AND generation = ?2")
+            .and_then(|mut statement| statement.execute(rusqlite::params![run_key, generation]))
+            .context(|| {
+                format!("drop the call count of generation {generation} of run {run_id}")
+            })?;
     }
     Ok(())
 }
@@ -260,35 +359,94 @@ fn query_calls(
     let mut rows = statement.query([run_key]).context(doing)?;
     let mut calls = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
-        calls.push(call_from_row(&RowReader::new(row, run_id, "calls"))?);
+        calls.push(call_from_row(row, run_id)?);
     }
     Ok(calls)
 }
 
-pub(super) fn call_from_row(reader: &RowReader<'_, '_>) -> StoreResult<CallRecord> {
+/// A call row of a query that selected [`call_columns!`].
+pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRecord> {
+    let columns = Columns {
+        row,
+        reader: RowReader::new(row, run_id, "calls"),
+    };
     Ok(CallRecord {
-        generation: reader.get("generation")?,
-        index: reader.get("call_index")?,
-        kind: reader.parsed("kind", CallKind::parse)?,
-        hash: reader.get("hash")?,
-        path: reader.get("path")?,
-        inputs_hash: reader.get("inputs_hash")?,
-        label: reader.get("label")?,
-        phase: reader.get("phase")?,
-        outcome: reader.parsed("outcome", CallOutcome::parse)?,
-        origin: reader.parsed("origin", CallOrigin::parse)?,
-        result: reader.optional_json("result")?,
-        error: reader.optional_json("error")?,
-        aborted: reader.get("aborted")?,
-        attempts: reader.get("attempts")?,
-        usage: reader.json("usage")?,
-        model_requested: reader.get("model_requested")?,
-        model_resolved: reader.get("model_resolved")?,
-        backend_id: reader.get("backend_id")?,
-        resolved_cwd: reader.get("resolved_cwd")?,
-        replay: reader.optional_json("replay")?,
-        session: reader.optional_json("session")?,
-        settlement_ordinal: reader.unsigned("settlement_ordinal")?,
-        superseded_by: reader.get("superseded_by")?,
+        generation: columns.get(0)?,
+        index: columns.get(1)?,
+        kind: columns.parsed(2, CallKind::parse)?,
+        hash: columns.get(3)?,
+        path: columns.get(4)?,
+        inputs_hash: columns.get(5)?,
+        label: columns.get(6)?,
+        phase: columns.get(7)?,
+        outcome: columns.parsed(8, CallOutcome::parse)?,
+        origin: columns.parsed(9, CallOrigin::parse)?,
+        result: columns.optional_json(10)?,
+        error: columns.optional_json(11)?,
+        aborted: columns.get(12)?,
+        attempts: columns.get(13)?,
+        usage: columns.json(14)?,
+        model_requested: columns.get(15)?,
+        model_resolved: columns.get(16)?,
+        backend_id: columns.get(17)?,
+        resolved_cwd: columns.get(18)?,
+        replay: columns.optional_json(19)?,
+        session: columns.optional_json(20)?,
+        settlement_ordinal: columns.unsigned(21)?,
+        superseded_by: columns.get(22)?,
     })
+}
+
+/// Typed reads of a call row by position; bad stored data is `Corrupt`, named as
+/// [`RowReader`] names it.
+struct Columns<'row, 'statement> {
+    row: &'row Row<'statement>,
+    reader: RowReader<'row, 'statement>,
+}
+
+impl Columns<'_, '_> {
+    fn get<T: FromSql>(&self, index: usize) -> StoreResult<T> {
+        self.row
+            .get(index)
+            .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn unsigned(&self, index: usize) -> StoreResult<u64> {
+        let value: i64 = self.get(index)?;
+        u64::try_from(value).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn json<T: DeserializeOwned>(&self, index: usize) -> StoreResult<T> {
+        let text: String = self.get(index)?;
+        serde_json::from_str(&text).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn optional_json<T: DeserializeOwned>(&self, index: usize) -> StoreResult<Option<T>> {
+        let text: Option<String> = self.get(index)?;
+        text.map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+        })
+        .transpose()
+    }
+
+    fn parsed<T>(&self, index: usize, parse: fn(&str) -> Option<T>) -> StoreResult<T> {
+        let text: String = self.get(index)?;
+        parse(&text).ok_or_else(|| {
+            self.reader
+                .corrupt(CALL_COLUMNS[index], format!("unknown value {text:?}"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CALL_COLUMNS;
+
+    /// The names by position are the columns the queries select, in that order.
+    #[test]
+    fn the_column_names_follow_the_selected_columns() {
+        let selected: Vec<&str> = call_columns!().split(',').map(str::trim).collect();
+        assert_eq!(selected, CALL_COLUMNS);
+    }
 }

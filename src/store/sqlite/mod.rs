@@ -167,6 +167,24 @@ impl Store for SqliteStore {
         calls::tail(&self.connection(), run_id, limit)
     }
 
+    async fn call_tail_rows(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+    ) -> StoreResult<(Option<u32>, Vec<CallRecord>)> {
+        calls::tail_rows(&self.connection(), run_id, limit)
+    }
+
+    async fn record_call_total(
+        &self,
+        run_id: &RunId,
+        generation: u32,
+        total: u64,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        calls::record_total(&mut self.connection(), run_id, generation, total, fence)
+    }
+
     async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         calls::checkpoints(&self.connection(), run_id)
     }

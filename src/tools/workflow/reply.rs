@@ -120,7 +120,15 @@ pub(super) fn status_result(headline: Option<String>, mut status: Value) -> Valu
 
 /// `{content:[text, ...links], structuredContent}`.
 pub(super) fn structured(summary: String, document: Value, links: Vec<Value>) -> Value {
-    let mut content = vec![json!({"type": "text", "text": summary})];
+    // Moved in, not through `json!`, which would copy the document through the serializer.
+    let mut text = serde_json::Map::with_capacity(2);
+    text.insert("type".to_owned(), Value::from("text"));
+    text.insert("text".to_owned(), Value::String(summary));
+    let mut content = Vec::with_capacity(links.len() + 1);
+    content.push(Value::Object(text));
     content.extend(links);
-    json!({"content": content, "structuredContent": document})
+    let mut result = serde_json::Map::with_capacity(2);
+    result.insert("content".to_owned(), Value::Array(content));
+    result.insert("structuredContent".to_owned(), document);
+    Value::Object(result)
 }
