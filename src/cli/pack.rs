@@ -131,7 +131,7 @@ fn read_entries(root: &Path, files: Vec<PathBuf>) -> Result<Vec<Entry>> {
     let mut entries = Vec::with_capacity(files.len());
     let mut total = 0usize;
     for path in files {
-        let relative = relative_path(root, &path);
+        let relative = crate::serve::folder::relative_name(root, &path);
         let contents = safe_file::read_blocking(&path, MAX_PACK_BYTES as u64, Links::Refuse)
             .map_err(|error| input_error(format!("{relative} cannot be packed: {error}")))?;
         total += contents.bytes.len();
@@ -148,15 +148,6 @@ fn read_entries(root: &Path, files: Vec<PathBuf>) -> Result<Vec<Entry>> {
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(entries)
-}
-
-fn relative_path(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root)
-        .unwrap_or(path)
-        .components()
-        .map(|part| part.as_os_str().to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 /// Opens `sealed` with `key` and loads its workflows as the server will: a pack that would

@@ -214,7 +214,8 @@ fn walk(dir: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), String
     Ok(())
 }
 
-fn relative_name(root: &Path, path: &Path) -> String {
+/// `path` under `root`, `/`-separated: how workflows and packed files are named.
+pub fn relative_name(root: &Path, path: &Path) -> String {
     path.strip_prefix(root)
         .unwrap_or(path)
         .components()
