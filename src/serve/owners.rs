@@ -132,11 +132,6 @@ impl Owners {
         runs.into_iter().map(|(_, run_id)| run_id).collect()
     }
 
-    /// Every run this process knows of.
-    pub fn all(&self) -> Vec<RunId> {
-        self.lock().keys().cloned().collect()
-    }
-
     /// Whether `owner` may act on `run_id`, handing over a run this process has never seen
     /// to its first caller (see the module documentation).
     pub async fn admit(
@@ -145,20 +140,12 @@ impl Owners {
         run_id: &RunId,
         owner: &OwnerKey,
     ) -> Result<(), Unknown> {
-        if let Some(known) = self.lock().get(run_id) {
-            return if known.owner == *owner {
-                Ok(())
-            } else {
-                Err(Unknown)
-            };
+        if let Some(known) = self.known(run_id, owner) {
+            return known;
         }
         let _handover = self.handover.lock().await;
-        if let Some(known) = self.lock().get(run_id) {
-            return if known.owner == *owner {
-                Ok(())
-            } else {
-                Err(Unknown)
-            };
+        if let Some(known) = self.known(run_id, owner) {
+            return known;
         }
         // A run of an earlier process (or of another replica): ask the store.
         for _ in 0..3 {
@@ -191,6 +178,17 @@ impl Owners {
             }
         }
         Err(Unknown)
+    }
+
+    /// The answer for a run this process already knows, `None` for one it does not.
+    fn known(&self, run_id: &RunId, owner: &OwnerKey) -> Option<Result<(), Unknown>> {
+        let claimed = self.lock();
+        let claim = claimed.get(run_id)?;
+        Some(if claim.owner == *owner {
+            Ok(())
+        } else {
+            Err(Unknown)
+        })
     }
 
     fn remember(&self, run_id: &RunId, owner: &OwnerKey) {
