@@ -22,19 +22,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentprism::engine::instant::InstantRunner;
+use agentprism::engine::instant::{HeldRunner, InstantRunner};
 use agentprism::engine::routing::NamedBackends;
-use agentprism::engine::runner::{
-    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, FailureKind, ProbeReport,
-    SessionSpec, TurnOutput, TurnRequest,
-};
+use agentprism::engine::runner::AgentRunner;
 use agentprism::engine::{Engine, EngineConfig};
 use agentprism::mcp::{McpServer, ServerOptions, TransportContext, TransportKind};
 use agentprism::serve::{FolderOptions, FolderServer};
 use agentprism::store::SqliteStore;
-use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 const SYNC_SAMPLES: usize = 200;
 const START_SAMPLES: usize = 50;
@@ -62,7 +57,8 @@ fn main() {
             None,
         );
 
-        let held = server(base.path(), "held", &folder, Arc::new(HeldRunner));
+        let (held_runner, _started, _cancelled) = HeldRunner::new();
+        let held = server(base.path(), "held", &folder, held_runner);
         let (mut status, cpu) = measure_status_with_live_runs(&held).await;
         report(
             &format!("run/status with {LIVE_RUNS} runs live"),
@@ -247,50 +243,4 @@ fn process_cpu() -> Duration {
     };
     // Fields 14 and 15 of the line are utime and stime; `fields` starts at field 3.
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
-/// Turns that end only when cancelled: runs stay live inside their agent call.
-struct HeldRunner;
-
-struct HeldSession;
-
-#[async_trait]
-impl AgentRunner for HeldRunner {
-    async fn open_session(
-        &self,
-        _spec: SessionSpec,
-        _observer: Arc<dyn AgentObserver>,
-    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
-        Ok(Box::new(HeldSession))
-    }
-
-    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, _cwd: &Path) -> ProbeReport {
-        ProbeReport {
-            backend: backend.id.clone(),
-            started: true,
-            probed: true,
-            current_model: model.map(str::to_owned),
-            ..ProbeReport::default()
-        }
-    }
-
-    async fn shutdown(&self, _deadline: Duration) {}
-}
-
-#[async_trait]
-impl AgentSession for HeldSession {
-    async fn prompt(
-        &mut self,
-        _turn: TurnRequest,
-        cancel: CancellationToken,
-    ) -> Result<TurnOutput, AgentFailure> {
-        cancel.cancelled().await;
-        Err(AgentFailure::new(FailureKind::Cancelled, "cancelled"))
-    }
-
-    fn session_ref(&self) -> Option<Value> {
-        Some(json!({"backendId": "held", "sessionId": "held"}))
-    }
-
-    async fn close(self: Box<Self>) {}
 }

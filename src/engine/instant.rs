@@ -1,5 +1,5 @@
-//! An in-process agent runner that answers every prompt at once, without processes or
-//! tokens. For embedding hosts' tests, the engine's own tests and the overhead benchmark.
+//! In-process agent runners without processes or tokens: one that answers every prompt at
+//! once, and one whose turns wait until cancelled ([`HeldRunner`]). For embedding hosts' tests, the engine's own tests and the overhead benchmark.
 //!
 //! A prompt gets `ECHO: <prompt text>`; a prompt asking for JSON (it carries the schema
 //! instructions) gets the schema's fabricated mock value, so structured calls validate.
@@ -13,9 +13,11 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use tokio::sync::mpsc;
+
 use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, ProbeReport, SessionSpec,
-    StopReason, TurnOutput, TurnRequest,
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, FailureKind, ProbeReport,
+    SessionSpec, StopReason, TurnOutput, TurnRequest,
 };
 use crate::model::Usage;
 
@@ -54,13 +56,7 @@ impl AgentRunner for InstantRunner {
     }
 
     async fn probe(&self, backend: &BackendSpec, model: Option<&str>, _cwd: &Path) -> ProbeReport {
-        ProbeReport {
-            backend: backend.id.clone(),
-            started: true,
-            probed: true,
-            current_model: model.map(str::to_owned),
-            ..ProbeReport::default()
-        }
+        started_probe(backend, model)
     }
 
     async fn shutdown(&self, _deadline: Duration) {}
@@ -102,6 +98,87 @@ impl AgentSession for InstantSession {
 
     fn session_ref(&self) -> Option<Value> {
         Some(json!({"backendId": "instant", "sessionId": "instant"}))
+    }
+
+    async fn close(self: Box<Self>) {}
+}
+
+/// The probe report of a runner that needs no process: started, probed, on the asked model.
+fn started_probe(backend: &BackendSpec, model: Option<&str>) -> ProbeReport {
+    ProbeReport {
+        backend: backend.id.clone(),
+        started: true,
+        probed: true,
+        current_model: model.map(str::to_owned),
+        ..ProbeReport::default()
+    }
+}
+
+/// A runner whose turns end only when cancelled, so runs stay live inside an agent call
+/// (tests of stops and heartbeats, the folder server's live-status benchmark). Each turn
+/// sends `()` on the `started` channel when it begins and on `cancelled` when it ends.
+pub struct HeldRunner {
+    started: mpsc::UnboundedSender<()>,
+    cancelled: mpsc::UnboundedSender<()>,
+}
+
+struct HeldSession {
+    started: mpsc::UnboundedSender<()>,
+    cancelled: mpsc::UnboundedSender<()>,
+}
+
+impl HeldRunner {
+    /// The runner and its two signals: turns started, turns cancelled.
+    pub fn new() -> (
+        Arc<HeldRunner>,
+        mpsc::UnboundedReceiver<()>,
+        mpsc::UnboundedReceiver<()>,
+    ) {
+        let (started, started_rx) = mpsc::unbounded_channel();
+        let (cancelled, cancelled_rx) = mpsc::unbounded_channel();
+        (
+            Arc::new(HeldRunner { started, cancelled }),
+            started_rx,
+            cancelled_rx,
+        )
+    }
+}
+
+#[async_trait]
+impl AgentRunner for HeldRunner {
+    async fn open_session(
+        &self,
+        _spec: SessionSpec,
+        _observer: Arc<dyn AgentObserver>,
+    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
+        Ok(Box::new(HeldSession {
+            started: self.started.clone(),
+            cancelled: self.cancelled.clone(),
+        }))
+    }
+
+    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, _cwd: &Path) -> ProbeReport {
+        started_probe(backend, model)
+    }
+
+    async fn shutdown(&self, _deadline: Duration) {}
+}
+
+#[async_trait]
+impl AgentSession for HeldSession {
+    async fn prompt(
+        &mut self,
+        _turn: TurnRequest,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure> {
+        let _ = self.started.send(());
+        cancel.cancelled().await;
+        let _ = self.cancelled.send(());
+        Err(AgentFailure::new(FailureKind::Cancelled, "cancelled"))
+    }
+
+    fn session_ref(&self) -> Option<Value> {
+        None
     }
 
     async fn close(self: Box<Self>) {}

@@ -10,12 +10,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::engine::instant::InstantRunner;
+use crate::engine::instant::{HeldRunner, InstantRunner};
 use crate::engine::routing::NamedBackends;
-use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentSession, BackendSpec, FailureKind, ProbeReport, SessionSpec,
-    TurnOutput, TurnRequest,
-};
 use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
 use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{LeaseState, SqliteStore};
@@ -510,78 +506,6 @@ async fn a_fenced_renewal_loses_the_lease_and_the_generation_writes_nothing_more
     assert!(world.event_kinds().await.is_empty());
 }
 
-/// A runner whose prompts wait until they are cancelled, saying when one starts and when
-/// one was cancelled.
-struct HeldRunner {
-    started: mpsc::UnboundedSender<()>,
-    cancelled: mpsc::UnboundedSender<()>,
-}
-
-struct HeldSession {
-    started: mpsc::UnboundedSender<()>,
-    cancelled: mpsc::UnboundedSender<()>,
-}
-
-/// A held runner and its two signals: prompts started, prompts cancelled.
-fn held_runner() -> (
-    Arc<HeldRunner>,
-    mpsc::UnboundedReceiver<()>,
-    mpsc::UnboundedReceiver<()>,
-) {
-    let (started, started_rx) = mpsc::unbounded_channel();
-    let (cancelled, cancelled_rx) = mpsc::unbounded_channel();
-    let runner = Arc::new(HeldRunner { started, cancelled });
-    (runner, started_rx, cancelled_rx)
-}
-
-#[async_trait::async_trait]
-impl AgentRunner for HeldRunner {
-    async fn open_session(
-        &self,
-        _spec: SessionSpec,
-        _observer: Arc<dyn AgentObserver>,
-    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
-        Ok(Box::new(HeldSession {
-            started: self.started.clone(),
-            cancelled: self.cancelled.clone(),
-        }))
-    }
-
-    async fn probe(
-        &self,
-        backend: &BackendSpec,
-        _model: Option<&str>,
-        _cwd: &std::path::Path,
-    ) -> ProbeReport {
-        ProbeReport {
-            backend: backend.id.clone(),
-            ..ProbeReport::default()
-        }
-    }
-
-    async fn shutdown(&self, _deadline: Duration) {}
-}
-
-#[async_trait::async_trait]
-impl AgentSession for HeldSession {
-    async fn prompt(
-        &mut self,
-        _turn: TurnRequest,
-        cancel: CancellationToken,
-    ) -> Result<TurnOutput, AgentFailure> {
-        let _ = self.started.send(());
-        cancel.cancelled().await;
-        let _ = self.cancelled.send(());
-        Err(AgentFailure::new(FailureKind::Cancelled, "cancelled"))
-    }
-
-    fn session_ref(&self) -> Option<Value> {
-        None
-    }
-
-    async fn close(self: Box<Self>) {}
-}
-
 impl World {
     fn driver_under(&self, policy: LeasePolicy) -> Driver {
         Driver::new(self.setup_under("", Some(LEASE), policy), None)
@@ -605,7 +529,7 @@ const HELD_CALL: &str = "return await agent('wait');";
 #[tokio::test(start_paused = true)]
 async fn the_heartbeat_stops_a_generation_whose_lease_was_taken_over() {
     let world = world().await;
-    let (runner, mut started, mut cancelled) = held_runner();
+    let (runner, mut started, mut cancelled) = HeldRunner::new();
     let mut setup = world.setup_under(HELD_CALL, Some(LEASE), TTL);
     setup.runner = runner;
     let execution = tokio::spawn(generation(setup));
@@ -637,7 +561,7 @@ async fn the_heartbeat_stops_a_generation_whose_lease_was_taken_over() {
 #[tokio::test(start_paused = true)]
 async fn the_heartbeat_keeps_a_long_call_s_lease_held() {
     let world = world().await;
-    let (runner, mut started, mut cancelled) = held_runner();
+    let (runner, mut started, mut cancelled) = HeldRunner::new();
     let mut setup = world.setup_under(HELD_CALL, Some(LEASE), TTL);
     setup.runner = runner;
     let (control_tx, control_rx) = mpsc::unbounded_channel();
