@@ -271,6 +271,13 @@ pub trait Store: Send + Sync + 'static {
 
     async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>>;
 
+    /// The store's clock (Unix ms), which lease expiry is computed and judged with: a
+    /// shared backend answers with the database's clock, so replicas whose clocks drift
+    /// still agree on when a lease lapses. An embedded backend's clock is this host's.
+    async fn clock_ms(&self) -> StoreResult<i64> {
+        Ok(crate::util::now_ms())
+    }
+
     /// Compare-and-swap: installs `lease` if the current lease token equals `expected`
     /// (`None` = no lease). Returns whether it was installed. Expiry plays no part: taking
     /// over an expired lease is this same CAS, once the caller's policy allows it.
