@@ -21,7 +21,8 @@
 //! When: on the engine's `Permission` and `Settled` notices for a followed run, after each
 //! successful `workflow` call that names a followed run (a cold stop or a declined setup
 //! settles without a notice), and right after a session starts following. Each evaluation
-//! builds the run's status document once, through the `workflow` tool's own builder.
+//! builds the run's status document once, through the `workflow` tool's own builder; after a
+//! `status` call the answer is that document, so none is built.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -158,7 +159,13 @@ impl Channels {
         else {
             return;
         };
-        let messages = automatic_messages(&status);
+        self.send_new(run_id, &status);
+    }
+
+    /// Sends each follower of `run_id` what `status` (the run's status document) shows that
+    /// it has not seen and wins the claim of.
+    fn send_new(&self, run_id: &RunId, status: &Value) {
+        let messages = automatic_messages(status);
         let current: HashSet<&str> = messages.iter().map(|m| m.event_id.as_str()).collect();
         let mut following = self.following.lock().expect("channels lock");
         let Some(sessions) = following.by_run.get_mut(run_id) else {
@@ -248,7 +255,13 @@ impl ToolHandler for FollowingTool {
             }
             _ => {}
         }
-        if self.channels.is_followed(&run_id) {
+        if !self.channels.is_followed(&run_id) {
+            return Ok(answer);
+        }
+        if action.as_deref() == Some("status") {
+            // The answer is the run's status document: no second one to build.
+            self.channels.send_new(&run_id, document);
+        } else {
             let channels = self.channels.clone();
             self.channels
                 .tracker

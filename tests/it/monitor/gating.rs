@@ -198,3 +198,22 @@ async fn the_server_declares_the_claude_channel_in_both_eras() {
     );
     assert!(!is_error(&discovered["result"]));
 }
+
+/// What leaves the process: the four monitor tools as an MCP Apps client is offered them.
+/// Accept an intended change with `INSTA_UPDATE=always` and review `tests/it/snapshots/`.
+#[tokio::test]
+async fn the_monitor_tool_definitions_are_pinned() {
+    let host = Host::new(harness());
+    let listed = host.modern(ui(), "tools/list", json!({})).await;
+    let monitor: Vec<Value> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|tool| tool["name"] != "workflow")
+        .cloned()
+        .collect();
+    let text = serde_json::to_string_pretty(&monitor).unwrap();
+    insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!("monitor_tools_list", text);
+    });
+}
