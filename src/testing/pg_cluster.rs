@@ -180,6 +180,11 @@ impl PgCluster {
         self.pid
     }
 
+    /// The temporary folder holding the data, the socket and the log.
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
     pub fn password(&self) -> &str {
         &self.password
     }

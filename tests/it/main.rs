@@ -23,6 +23,7 @@ mod mcp_stdio;
 mod mock_agent;
 mod notify;
 mod pack;
+mod pg_store;
 mod run_control;
 mod security_engine;
 mod security_files;

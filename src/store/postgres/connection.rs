@@ -27,11 +27,17 @@ pub(super) fn config(url: &str, options: &PgOptions) -> StoreResult<tokio_postgr
         ))
     })?;
     let deadline_ms = options.call_deadline.as_millis().max(1);
+    // After any options the URL gives, so the deadline settings win.
+    let given = config
+        .get_options()
+        .map(|given| format!("{given} "))
+        .unwrap_or_default();
     config
         .connect_timeout(options.call_deadline)
         .application_name("agentprism")
         .options(format!(
-            "-c statement_timeout={deadline_ms} -c idle_in_transaction_session_timeout={deadline_ms}"
+            "{given}-c statement_timeout={deadline_ms} \
+             -c idle_in_transaction_session_timeout={deadline_ms}"
         ));
     Ok(config)
 }
@@ -173,7 +179,35 @@ pub(super) async fn execute(
 
 #[cfg(test)]
 mod tests {
-    use super::redacted;
+    use std::time::Duration;
+
+    use super::{config, redacted};
+    use crate::store::PgOptions;
+
+    #[test]
+    fn the_deadline_is_the_servers_timeouts_after_the_urls_options() {
+        let options = PgOptions {
+            call_deadline: Duration::from_millis(1500),
+            ..PgOptions::new("/tmp")
+        };
+        let config = config(
+            "postgres://me@db/runs?options=-c%20search_path%3Dmine",
+            &options,
+        )
+        .unwrap();
+        assert_eq!(
+            config.get_options(),
+            Some(
+                "-c search_path=mine -c statement_timeout=1500 \
+                 -c idle_in_transaction_session_timeout=1500"
+            )
+        );
+        assert_eq!(
+            config.get_connect_timeout(),
+            Some(&Duration::from_millis(1500))
+        );
+        assert_eq!(config.get_application_name(), Some("agentprism"));
+    }
 
     #[test]
     fn passwords_are_hidden_in_every_url_form() {
