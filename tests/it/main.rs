@@ -24,6 +24,7 @@ mod mock_agent;
 mod monitor;
 mod notify;
 mod pack;
+mod pg_store;
 mod run_control;
 mod security_engine;
 mod security_files;
