@@ -1,12 +1,13 @@
 //! The run monitor (issue 16, `docs/monitor.md`): capability gating of `workflow_monitor`,
 //! the app-only tools and the panel resource in both eras (`gating`), the app-only tools'
 //! shapes and limit edges and the receipt ledger (`app_tools`), Claude Code channel
-//! notifications to the legacy sessions that named a run (`channels`), and the panel in a
-//! plain browser: the daemon's `/ui` route and `agentprism monitor` (`browser`).
+//! notifications to the legacy sessions that named a run (`channels`; end to end on a
+//! daemon's GET streams in `daemon_channels`), and the panel in a plain browser: the daemon's
+//! `/ui` route and `agentprism monitor` (`browser`).
 //!
-//! The first three drive the workflow server through the MCP core in memory
-//! (`McpServer::handle_bytes`, legacy sessions and 2026-07-28 requests), the last a real
-//! daemon over loopback HTTP.
+//! `gating`, `app_tools` and `channels` drive the workflow server through the MCP core in
+//! memory (`McpServer::handle_bytes`, legacy sessions and 2026-07-28 requests), the others a
+//! real daemon over loopback HTTP.
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::engine::Harness;
 mod app_tools;
 mod browser;
 mod channels;
+mod daemon_channels;
 mod gating;
 
 /// Capabilities of an MCP Apps client that renders HTML views.

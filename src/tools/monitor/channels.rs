@@ -118,22 +118,7 @@ impl Channels {
     /// `session` follows `run_id`, having seen `seen` already.
     fn follow(&self, session: &str, run_id: &RunId, seen: Vec<String>) {
         let mut following = self.following.lock().expect("channels lock");
-        let Following { by_run, by_session } = &mut *following;
-        let named = by_session.entry(session.to_owned()).or_default();
-        if !named.contains(run_id) {
-            named.push_back(run_id.clone());
-            while named.len() > MAX_FOLLOWED_RUNS {
-                if let Some(oldest) = named.pop_front() {
-                    forget(by_run, &oldest, session);
-                }
-            }
-        }
-        by_run
-            .entry(run_id.clone())
-            .or_default()
-            .entry(session.to_owned())
-            .or_default()
-            .extend(seen);
+        following.follow(session, run_id, seen);
     }
 
     fn is_followed(&self, run_id: &RunId) -> bool {
@@ -144,10 +129,7 @@ impl Channels {
     /// A legacy session ended: it follows nothing any more.
     pub(crate) fn session_closed(&self, session: &str) {
         let mut following = self.following.lock().expect("channels lock");
-        let Following { by_run, by_session } = &mut *following;
-        for run_id in by_session.remove(session).unwrap_or_default() {
-            forget(by_run, &run_id, session);
-        }
+        following.session_closed(session);
     }
 
     /// Sends each follower of `run_id` the messages it has not seen and wins the claim of.
@@ -186,6 +168,32 @@ impl Channels {
                     });
                 }
             }
+        }
+    }
+}
+
+impl Following {
+    fn follow(&mut self, session: &str, run_id: &RunId, seen: Vec<String>) {
+        let named = self.by_session.entry(session.to_owned()).or_default();
+        if !named.contains(run_id) {
+            named.push_back(run_id.clone());
+            while named.len() > MAX_FOLLOWED_RUNS {
+                if let Some(oldest) = named.pop_front() {
+                    forget(&mut self.by_run, &oldest, session);
+                }
+            }
+        }
+        self.by_run
+            .entry(run_id.clone())
+            .or_default()
+            .entry(session.to_owned())
+            .or_default()
+            .extend(seen);
+    }
+
+    fn session_closed(&mut self, session: &str) {
+        for run_id in self.by_session.remove(session).unwrap_or_default() {
+            forget(&mut self.by_run, &run_id, session);
         }
     }
 }
@@ -268,5 +276,53 @@ impl ToolHandler for FollowingTool {
                 .spawn(async move { channels.evaluate(&run_id).await });
         }
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(index: usize) -> RunId {
+        RunId::parse(&format!("run{index}-abc")).unwrap()
+    }
+
+    fn follows(following: &Following, session: &str, run_id: &RunId) -> bool {
+        following
+            .by_run
+            .get(run_id)
+            .is_some_and(|sessions| sessions.contains_key(session))
+    }
+
+    #[test]
+    fn a_session_follows_at_most_its_cap_and_forgets_the_oldest_named() {
+        let mut following = Following::default();
+        for index in 0..MAX_FOLLOWED_RUNS {
+            following.follow("a", &run(index), Vec::new());
+        }
+        // At the cap everything named is followed; naming a followed run again changes
+        // nothing but what it has seen.
+        following.follow("a", &run(0), vec!["seen".to_owned()]);
+        assert!((0..MAX_FOLLOWED_RUNS).all(|index| follows(&following, "a", &run(index))));
+        assert_eq!(following.by_run[&run(0)]["a"].len(), 1);
+        // One more forgets the one named longest ago, and only it.
+        following.follow("a", &run(MAX_FOLLOWED_RUNS), Vec::new());
+        assert!(!follows(&following, "a", &run(0)));
+        assert!(!following.by_run.contains_key(&run(0)));
+        assert!(follows(&following, "a", &run(1)));
+        assert!(follows(&following, "a", &run(MAX_FOLLOWED_RUNS)));
+        assert_eq!(following.by_session["a"].len(), MAX_FOLLOWED_RUNS);
+    }
+
+    #[test]
+    fn a_closed_session_follows_nothing_and_others_keep_theirs() {
+        let mut following = Following::default();
+        following.follow("a", &run(1), Vec::new());
+        following.follow("b", &run(1), Vec::new());
+        following.session_closed("a");
+        assert!(!follows(&following, "a", &run(1)));
+        assert!(follows(&following, "b", &run(1)));
+        following.session_closed("b");
+        assert!(following.by_run.is_empty() && following.by_session.is_empty());
     }
 }
