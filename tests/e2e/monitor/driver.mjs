@@ -1,7 +1,11 @@
 // Drives the run monitor in headless Chromium against a real agentprism daemon.
 //
-//     node driver.mjs --mcp URL --project DIR --panel FILE --out DIR \
+//     node driver.mjs --mcp URL --project DIR --panel FILE --out DIR --mock-agent BINARY \
 //         --playwright DIR --ext-apps DIR --esbuild DIR --chromium /usr/bin/chromium
+//
+// The three DIRs are package folders (playwright-core, @modelcontextprotocol/ext-apps, esbuild)
+// that scripts/install-test-deps names in its manifest: an ES module finds no packages through
+// NODE_PATH, so they are imported by absolute path.
 //
 // `--mcp` is the daemon's /mcp URL (the Rust test, tests/it/monitor_browser.rs, starts the
 // daemon with its own HOME and state dir and the mock ACP agent). This script is the MCP host:
@@ -36,7 +40,8 @@ const here = fileURLToPath(new URL('.', import.meta.url));
 
 // The watched run: a planner with a tool call, a checkpoint, then two builders in parallel, one
 // asking for a permission and one that runs until the panel stops it; the result pages.
-const MAIN_SCRIPT = `export const meta = { name: 'monitor-e2e', description: 'a run to watch', model: 'mock' };
+const MAIN_SCRIPT = `export const meta = { name: 'monitor-e2e', description: 'a run to watch', model: 'mock',
+  phases: [{ title: 'plan' }, { title: 'build' }] };
 phase('plan');
 const plan = await agent('plan the work\\n@mock tool read_file plan.md\\n@mock reply PLAN-READY', { label: 'planner' });
 const go = await checkpoint('Build the plan?');
@@ -50,7 +55,9 @@ return { plan, go, built, report: 'r'.repeat(20000) };
 const OTHER_SCRIPT = `export const meta = { name: 'monitor-other', description: 'a second run', model: 'mock' };
 return await agent('other\\n@mock reply OTHER-DONE', { label: 'other-agent' });
 `;
-const STANDALONE_SCRIPT = `export const meta = { name: 'monitor-standalone', description: 'watched in a browser', model: 'mock' };
+// Declares its own backend (the mock agent again), so it waits for a setup approval first.
+const standaloneScript = mockAgent => `export const meta = { name: 'monitor-standalone', description: 'watched in a browser',
+  model: 'scripted', backends: { scripted: { command: ${JSON.stringify(mockAgent)} } } };
 phase('ask');
 const ok = await checkpoint('Go on?');
 return await agent('after\\n@mock reply STANDALONE-DONE', { label: 'after-checkpoint' });
@@ -59,9 +66,9 @@ return await agent('after\\n@mock reply STANDALONE-DONE', { label: 'after-checkp
 const { values: opts } = parseArgs({ options: {
     mcp: { type: 'string' }, project: { type: 'string' }, panel: { type: 'string' }, out: { type: 'string' },
     playwright: { type: 'string' }, 'ext-apps': { type: 'string' }, esbuild: { type: 'string' },
-    chromium: { type: 'string', default: '/usr/bin/chromium' }
+    chromium: { type: 'string', default: '/usr/bin/chromium' }, 'mock-agent': { type: 'string' }
 } });
-for (const key of ['mcp', 'project', 'panel', 'out', 'playwright', 'ext-apps', 'esbuild']) {
+for (const key of ['mcp', 'project', 'panel', 'out', 'playwright', 'ext-apps', 'esbuild', 'mock-agent']) {
     if (!opts[key]) { console.log(`FAIL driver arguments: --${key} is required`); process.exit(2); }
 }
 const load = (dir, file) => import(pathToFileURL(join(dir, file)).href);
@@ -107,11 +114,11 @@ class Host {
 }
 
 async function bundleHost(esbuildDir, extAppsDir) {
-    const esbuild = await load(esbuildDir, 'node_modules/esbuild/lib/main.js').then(m => m.default || m);
+    const esbuild = await load(esbuildDir, 'lib/main.js').then(m => m.default || m);
     const built = await esbuild.build({
         entryPoints: [join(here, 'host-entry.mjs')], bundle: true, write: false, format: 'iife',
         platform: 'browser', target: 'chrome120', logLevel: 'silent',
-        nodePaths: [join(extAppsDir, 'node_modules')]
+        nodePaths: [join(extAppsDir, '..', '..')]
     });
     return built.outputFiles[0].text;
 }
@@ -180,7 +187,7 @@ try {
     const tools = real ? listed : [...listed, ...FAKE_TOOLS];
     const host = new Host(client, fake);
 
-    const bridge = await load(opts['ext-apps'], 'node_modules/@modelcontextprotocol/ext-apps/dist/src/app-bridge.js');
+    const bridge = await load(opts['ext-apps'], 'dist/src/app-bridge.js');
     const modelTools = tools.filter(tool => !bridge.isToolVisibilityAppOnly(tool)).map(tool => tool.name);
     report.check('the model-facing tool list excludes the app-only tools',
         modelTools.includes('workflow') && modelTools.includes('workflow_monitor')
@@ -207,7 +214,7 @@ try {
     await waitStatus(client, other, 'completed');
     report.ok('two runs started', `${main}, ${other}`);
 
-    const { chromium } = await load(opts.playwright, 'node_modules/playwright-core/index.mjs');
+    const { chromium } = await load(opts.playwright, 'index.mjs');
     userDataDir = mkdtempSync(join(tmpdir(), 'monitor-chromium-'));
     browser = await chromium.launchPersistentContext(userDataDir, {
         executablePath: opts.chromium, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1000, height: 940 }
@@ -334,15 +341,20 @@ try {
     report.check('the view logged no errors', consoleErrors.length === 0, () => consoleErrors.join('\n'));
 
     // The standalone page: same panel, its own MCP session with the same origin's /mcp.
-    const standaloneRun = (await client.workflow({ action: 'run', projectDir: opts.project, script: STANDALONE_SCRIPT })).runId;
-    await waitStatus(client, standaloneRun, 'paused');
+    const standaloneAck = await client.workflow({ action: 'run', projectDir: opts.project, script: standaloneScript(opts['mock-agent']) });
+    const standaloneRun = standaloneAck.runId;
+    report.check('the standalone run waits for a setup approval', standaloneAck.setup && standaloneAck.setup.state === 'input-required',
+        () => JSON.stringify(standaloneAck));
     const plain = await browser.newPage();
     const plainErrors = [];
     plain.on('pageerror', error => plainErrors.push(String(error)));
     const uiBase = real ? new URL(opts.mcp).origin : origin;
     await plain.goto(`${uiBase}/ui#run=${standaloneRun}`);
-    await until('the standalone checkpoint', () => plain.locator('[data-testid=checkpoint-yes]').isVisible());
     report.check('the standalone page is standalone', await plain.evaluate(() => window.parent === window), 'embedded');
+    await until('the standalone setup request', () => plain.locator('[data-testid=setup-approve]').isVisible());
+    await plain.locator('[data-testid=setup-approve]').click();
+    await until('the standalone checkpoint', () => plain.locator('[data-testid=checkpoint-yes]').isVisible());
+    report.ok('the setup approved from the standalone page');
     await plain.locator('[data-testid=checkpoint-yes]').click();
     await until('the standalone run to complete', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('completed'));
     const plainLabels = await plain.locator('[data-testid=agent] .label').allTextContents();
