@@ -268,12 +268,22 @@ try {
             && snapshot.structuredContent.resources.events === `workflow://runs/${main}/events` && snapshotBytes <= 8192
             && snapshot.content[0].text.length <= 4200,
         () => `${snapshotBytes} bytes: ${JSON.stringify(snapshot)}`);
+    // The snapshot's bound, at its edge: 4096 bytes pass whole, 4097 are cut to 4096 and marked.
+    const frame = page.frames().find(f => f !== page.mainFrame());
+    const edge = await frame.evaluate(() => {
+        const bytes = text => new TextEncoder().encode(text).length;
+        const whole = clip('é'.repeat(2048), 4096);
+        const cut = clip('é'.repeat(2048) + 'x', 4096);
+        return { whole: bytes(whole), wholeSame: whole === 'é'.repeat(2048), cut: bytes(cut.slice(0, -1)), marked: cut.endsWith('…') };
+    });
+    report.check('the model context bound holds at its edge',
+        edge.whole === 4096 && edge.wholeSame && edge.cut === 4096 && edge.marked, () => JSON.stringify(edge));
     const tool = view.locator('[data-testid=tool-result]').first();
     await tool.locator('summary').click();
     report.check('tool results expand', (await tool.getAttribute('open')) !== null && (await tool.textContent()).includes('read_file'),
         () => tool.textContent());
 
-    const note = await until('the checkpoint message', async () => (await log()).messages.find(m => m.content[0].text.includes('checkpoint')));
+    const note = await until('the checkpoint message', async () => (await log()).messages.find(m => /checkpoint/i.test(m.content[0].text)));
     report.ok('an automatic message for the checkpoint, claimed first', note.content[0].text);
 
     await view.locator('[data-testid=checkpoint-yes]').click();
@@ -308,7 +318,7 @@ try {
     const download = await until('the download', async () => (await log()).downloads[0]);
     report.check('the exact result downloads', download.contents[0].resource.text === exact,
         () => `${download.contents[0].resource.text.length} of ${exact.length} characters`);
-    const terminal = await until('the terminal message', async () => (await log()).messages.find(m => m.content[0].text.includes('completed')));
+    const terminal = await until('the terminal message', async () => (await log()).messages.find(m => /completed/i.test(m.content[0].text)));
     report.ok('an automatic message for the terminal outcome', terminal.content[0].text);
 
     await view.locator('[data-testid=agent]', { hasText: 'builder-one' }).click();
@@ -327,7 +337,7 @@ try {
     report.check('"Ask about this agent" sends the selected agent', asked.content[0].text.includes('builder-one'), asked.content[0].text);
     const automatic = (await log()).messages.slice(0, messagesBefore).map(m => m.content[0].text);
     report.check('automatic messages only for required input and terminal outcomes, once each',
-        automatic.length === new Set(automatic).size && automatic.every(t => /checkpoint|permission|completed/.test(t)),
+        automatic.length === new Set(automatic).size && automatic.every(t => /checkpoint|permission|completed/i.test(t)),
         () => JSON.stringify(automatic));
 
     await page.evaluate(() => window.resizeMonitor(420));
