@@ -90,13 +90,16 @@ class Host {
         this.client = client;
         this.fake = fake;
         this.held = null;
+        // Every call a view made, in order, with the view's id.
+        this.calls = [];
     }
 
-    async callTool({ name, arguments: args }) {
+    async callTool({ name, arguments: args = {} }, view) {
+        this.calls.push({ view, name, args });
         if (this.held && this.held.matches(name, args)) {
             const hold = this.held;
             this.held = null;
-            hold.reached();
+            hold.reached({ view, seq: this.calls.length });
             await hold.released;
         }
         if (this.fake && this.fake.handles(name)) return this.fake.call(name, args);
@@ -227,11 +230,13 @@ try {
     const consoleErrors = [];
     page.on('console', message => { if (message.type() === 'error') consoleErrors.push(message.text()); });
     page.on('pageerror', error => consoleErrors.push(String(error)));
-    await page.exposeFunction('hostCallTool', params => host.callTool(params));
+    await page.exposeFunction('hostCallTool', (params, view) => host.callTool(params, view));
     await page.goto(`${origin}/host.html`);
     await page.evaluate(source => window.mountMonitor(source), html);
-    await until('the view to initialize', () => page.evaluate(() => window.hostLog.initialized === 1));
-    report.ok('the view completed the ui/initialize handshake through AppBridge');
+    // A second view of the same run beside the first: automatic messages must still come once.
+    await page.evaluate(source => window.mountMonitor(source, { id: 'second', width: 560 }), html);
+    await until('the views to initialize', () => page.evaluate(() => window.hostLog.initialized.length === 2));
+    report.ok('both views completed the ui/initialize handshake through AppBridge');
     const view = page.frameLocator('#monitor');
     const log = () => page.evaluate(() => JSON.parse(JSON.stringify(window.hostLog)));
     const monitorResult = async runId => host.callTool({ name: 'workflow_monitor', arguments: { runId } });
@@ -241,13 +246,25 @@ try {
     const held = host.hold((name, args) => name === 'workflow-events' && args.runId === other);
     await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: other }, await monitorResult(other)]);
     await held.reached;
+    // Two views of one run race for the checkpoint's message: the first claim is held until the
+    // other view has listed the notification as unclaimed too, so only the ledger's answer to
+    // the claims can keep the message from going out twice.
+    const claimHold = host.hold((name, args) => name === 'workflow-notifications' && args.claim !== undefined);
     await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: main }, await monitorResult(main)]);
     await until('the graph of the main run', async () => (await view.locator('[data-testid=agent]').count()) >= 1);
     held.release();
+    await page.evaluate(([args, result]) => window.invokeMonitor(args, result, 'second'), [{ runId: main }, await monitorResult(main)]);
+    const claimer = await Promise.race([claimHold.reached, new Promise((_, reject) => setTimeout(
+        () => reject(new Error('timed out waiting for a view to claim the checkpoint message')), STEP_DEADLINE_MS))]);
+    await until('the other view to list the notification', () => host.calls.slice(claimer.seq).some(call =>
+        call.view !== claimer.view && call.name === 'workflow-notifications' && call.args.claim === undefined));
+    await until('the other view to claim', () => host.calls.slice(claimer.seq).some(call =>
+        call.view !== claimer.view && call.name === 'workflow-notifications' && call.args.claim !== undefined));
+    claimHold.release();
     await until('the checkpoint panel', () => view.locator('[data-testid=checkpoint]').isVisible());
     const title = await view.locator('#title').textContent();
     const runShown = await view.locator('#run-id').textContent();
-    const otherCalls = (await log()).toolCalls.filter(call => call.arguments && call.arguments.runId === other).length;
+    const otherCalls = (await log()).toolCalls.filter(call => call.view === 'monitor' && call.arguments && call.arguments.runId === other).length;
     report.check('a second invocation rebinds the iframe and the late reply is discarded',
         title === 'monitor-e2e' && runShown === main && otherCalls === 1,
         () => `title ${title}, run ${runShown}, calls for the first run ${otherCalls}`);
@@ -261,7 +278,7 @@ try {
 
     await view.locator('[data-testid=agent][data-index="0"]').click();
     await until('the model context snapshot', async () => (await log()).modelContext.length > 0);
-    let snapshot = (await log()).modelContext.at(-1);
+    const snapshot = (await log()).modelContext.at(-1);
     const snapshotBytes = Buffer.byteLength(JSON.stringify(snapshot));
     report.check('selection updates a bounded model context snapshot',
         snapshot.structuredContent.selected.callIndex === 0 && snapshot.structuredContent.runId === main
@@ -269,7 +286,7 @@ try {
             && snapshot.content[0].text.length <= 4200,
         () => `${snapshotBytes} bytes: ${JSON.stringify(snapshot)}`);
     // The snapshot's bound, at its edge: 4096 bytes pass whole, 4097 are cut to 4096 and marked.
-    const frame = page.frames().find(f => f !== page.mainFrame());
+    const frame = await (await page.$('#monitor')).contentFrame();
     const edge = await frame.evaluate(() => {
         const bytes = text => new TextEncoder().encode(text).length;
         const whole = clip('é'.repeat(2048), 4096);
@@ -336,9 +353,11 @@ try {
     const asked = await until('the question', async () => (await log()).messages[messagesBefore]);
     report.check('"Ask about this agent" sends the selected agent', asked.content[0].text.includes('builder-one'), asked.content[0].text);
     const automatic = (await log()).messages.slice(0, messagesBefore).map(m => m.content[0].text);
-    report.check('automatic messages only for required input and terminal outcomes, once each',
-        automatic.length === new Set(automatic).size && automatic.every(t => /checkpoint|permission|completed/i.test(t)),
-        () => JSON.stringify(automatic));
+    const claims = (await log()).toolCalls.filter(call => call.name === 'workflow-notifications' && call.arguments.claim !== undefined);
+    report.check('automatic messages only for required input and terminal outcomes, once each across two views, each claimed first',
+        automatic.length === new Set(automatic).size && automatic.every(t => /checkpoint|permission|completed/i.test(t))
+            && claims.length >= automatic.length,
+        () => JSON.stringify({ automatic, claims: claims.length }));
 
     await page.evaluate(() => window.resizeMonitor(420));
     await until('the narrow layout', async () => {
