@@ -55,6 +55,9 @@ return { plan, go, built, report: 'r'.repeat(20000) };
 const OTHER_SCRIPT = `export const meta = { name: 'monitor-other', description: 'a second run', model: 'mock' };
 return await agent('other\\n@mock reply OTHER-DONE', { label: 'other-agent' });
 `;
+const HANGING_SCRIPT = `export const meta = { name: 'monitor-hanging', description: 'stopped whole', model: 'mock' };
+return await agent('forever\\n@mock hang', { label: 'forever' });
+`;
 // Declares its own backend (the mock agent again), so it waits for a setup approval first.
 const standaloneScript = mockAgent => `export const meta = { name: 'monitor-standalone', description: 'watched in a browser',
   model: 'scripted', backends: { scripted: { command: ${JSON.stringify(mockAgent)} } } };
@@ -397,6 +400,13 @@ try {
         () => `agents ${plainLabels}, result ${plainChunk}`);
     await plain.goto(`${uiBase}/ui#run=${main}`);
     await until('the main run in the standalone page', async () => (await plain.locator('[data-testid=agent]').count()) === 3);
+    report.ok('a new fragment rebinds the standalone page');
+    const hanging = (await client.workflow({ action: 'run', projectDir: opts.project, script: HANGING_SCRIPT })).runId;
+    await plain.goto(`${uiBase}/ui#run=${hanging}`);
+    await until('the hanging agent', async () => (await plain.locator('[data-testid=agent][data-status=running]').count()) === 1);
+    await plain.locator('[data-testid=stop-run]').click();
+    await until('the stopped run', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('aborted'));
+    report.ok('the whole run stopped from the standalone page');
     report.check('the standalone page logged no errors', plainErrors.length === 0, () => plainErrors.join('\n'));
 } catch (error) {
     if (!(error instanceof StepFailed)) report.fail('unexpected error', error.stack || String(error));
