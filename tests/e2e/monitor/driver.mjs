@@ -181,6 +181,197 @@ async function waitStatus(client, runId, want) {
     });
 }
 
+/** A reused iframe rebinds, and two views race for one message. */
+async function rebinding(t) {
+    const { page, view, log, host, client, main, other, monitorResult } = t;
+    // A reused iframe: the first invocation's reply is held back, a second invocation binds the
+    // view to another run, and the late reply of the first binding must change nothing.
+    const held = host.hold((name, args) => name === 'workflow-events' && args.runId === other);
+    await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: other }, await monitorResult(other)]);
+    await held.reached;
+    // Two views of one run race for the checkpoint's message: the first claim is held until the
+    // other view has listed the notification as unclaimed too, so only the ledger's answer to
+    // the claims can keep the message from going out twice.
+    const claimHold = host.hold((name, args) => name === 'workflow-notifications' && args.claim !== undefined);
+    await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: main }, await monitorResult(main)]);
+    await until('the graph of the main run', async () => (await view.locator('[data-testid=agent]').count()) >= 1);
+    held.release();
+    await page.evaluate(([args, result]) => window.invokeMonitor(args, result, 'second'), [{ runId: main }, await monitorResult(main)]);
+    const claimer = await Promise.race([claimHold.reached, new Promise((_, reject) => setTimeout(
+        () => reject(new Error('timed out waiting for a view to claim the checkpoint message')), STEP_DEADLINE_MS))]);
+    await until('the other view to list the notification', () => host.calls.slice(claimer.seq).some(call =>
+        call.view !== claimer.view && call.name === 'workflow-notifications' && call.args.claim === undefined));
+    await until('the other view to claim', () => host.calls.slice(claimer.seq).some(call =>
+        call.view !== claimer.view && call.name === 'workflow-notifications' && call.args.claim !== undefined));
+    claimHold.release();
+    await until('the checkpoint panel', () => view.locator('[data-testid=checkpoint]').isVisible());
+    const title = await view.locator('#title').textContent();
+    const runShown = await view.locator('#run-id').textContent();
+    const otherCalls = (await log()).toolCalls.filter(call => call.view === 'monitor' && call.arguments && call.arguments.runId === other).length;
+    report.check('a second invocation rebinds the iframe and the late reply is discarded',
+        title === 'monitor-e2e' && runShown === main && otherCalls === 1,
+        () => `title ${title}, run ${runShown}, calls for the first run ${otherCalls}`);
+
+}
+
+/** The graph, the checkpoint question, the snapshot on selection, tool results. */
+async function selection(t) {
+    const { page, view, log, host, client, main, other, monitorResult } = t;
+    const labels = await view.locator('[data-testid=agent] .label').allTextContents();
+    const phases = await view.locator('[data-testid=phase] .phase-title').allTextContents();
+    report.check('the graph renders the phase and its agent', labels.includes('planner') && phases.some(p => p.startsWith('plan')),
+        () => `agents ${labels}, phases ${phases}`);
+    const checkpointText = await view.locator('[data-testid=checkpoint] pre').textContent();
+    report.check('the checkpoint shows its question', checkpointText.includes('Build the plan?'), checkpointText);
+
+    await view.locator('[data-testid=agent][data-index="0"]').click();
+    await until('the model context snapshot', async () => (await log()).modelContext.length > 0);
+    const snapshot = (await log()).modelContext.at(-1);
+    const snapshotBytes = Buffer.byteLength(JSON.stringify(snapshot));
+    report.check('selection updates a bounded model context snapshot',
+        snapshot.structuredContent.selected.callIndex === 0 && snapshot.structuredContent.runId === main
+            && snapshot.structuredContent.resources.events === `workflow://runs/${main}/events` && snapshotBytes <= 8192
+            && snapshot.content[0].text.length <= 4200,
+        () => `${snapshotBytes} bytes: ${JSON.stringify(snapshot)}`);
+    // The snapshot's bound, at its edge: 4096 bytes pass whole, 4097 are cut to 4096 and marked.
+    const frame = await (await page.$('#monitor')).contentFrame();
+    const edge = await frame.evaluate(() => {
+        const bytes = text => new TextEncoder().encode(text).length;
+        const whole = clip('é'.repeat(2048), 4096);
+        const cut = clip('é'.repeat(2048) + 'x', 4096);
+        return { whole: bytes(whole), wholeSame: whole === 'é'.repeat(2048), cut: bytes(cut.slice(0, -1)), marked: cut.endsWith('…') };
+    });
+    report.check('the model context bound holds at its edge',
+        edge.whole === 4096 && edge.wholeSame && edge.cut === 4096 && edge.marked, () => JSON.stringify(edge));
+    const tool = view.locator('[data-testid=tool-result]').first();
+    await tool.locator('summary').click();
+    report.check('tool results expand', (await tool.getAttribute('open')) !== null && (await tool.textContent()).includes('read_file'),
+        () => tool.textContent());
+
+    const note = await until('the checkpoint message', async () => (await log()).messages.find(m => /checkpoint/i.test(m.content[0].text)));
+    report.ok('an automatic message for the checkpoint, claimed first', note.content[0].text);
+
+}
+
+/** Checkpoint, permission, one agent stopped, the result paged and downloaded. */
+async function answers(t) {
+    const { page, view, log, host, client, main, other, monitorResult } = t;
+    await view.locator('[data-testid=checkpoint-yes]').click();
+    await until('the permission request', () => view.locator('[data-testid=permission]').isVisible());
+    report.ok('the checkpoint answered from the panel and the run continued');
+    // The wide screenshot shows a live run: a permission waiting, the builders running.
+    await view.locator('[data-testid=agent]', { hasText: 'builder-one' }).click();
+    await page.locator('#monitor').screenshot({ path: join(opts.out, 'wide.png') });
+    await view.locator('[data-testid=permission-option][data-option=allow]').click();
+    await until('builder-one to finish', async () =>
+        (await view.locator('[data-testid=agent][data-status=done] .label').allTextContents()).includes('builder-one'));
+    report.ok('the permission answered with an advertised option');
+
+    const builderTwo = view.locator('[data-testid=agent]', { hasText: 'builder-two' });
+    await builderTwo.click();
+    await view.locator('[data-testid=stop-agent]').click();
+    await until('the run to complete', async () => (await view.locator('[data-testid=status]').textContent()).startsWith('completed'));
+    const stopped = await builderTwo.getAttribute('data-status');
+    report.check('one agent stopped from the panel, the run went on', stopped === 'cancelled', stopped);
+
+    const exact = (await client.request('resources/read', { uri: `workflow://runs/${main}/result` })).contents[0].text;
+    const bytes = Buffer.from(exact, 'utf8');
+    await view.locator('[data-testid=result-load]').click();
+    await until('the first result page', () => view.locator('[data-testid=result-chunk]').isVisible());
+    const first = await view.locator('[data-testid=result-chunk]').textContent();
+    await view.locator('[data-testid=result-next]').click();
+    await until('the second result page', async () => (await view.locator('[data-testid=result-range]').textContent()).startsWith('bytes 8192'));
+    const second = await view.locator('[data-testid=result-chunk]').textContent();
+    report.check('the result pages', first === bytes.subarray(0, 8192).toString() && second === bytes.subarray(8192, 16384).toString(),
+        () => `first ${first.slice(0, 60)}…, second ${second.slice(0, 60)}…`);
+    await view.locator('[data-testid=result-download]').click();
+    const download = await until('the download', async () => (await log()).downloads[0]);
+    report.check('the exact result downloads', download.contents[0].resource.text === exact,
+        () => `${download.contents[0].resource.text.length} of ${exact.length} characters`);
+    const terminal = await until('the terminal message', async () => (await log()).messages.find(m => /completed/i.test(m.content[0].text)));
+    report.ok('an automatic message for the terminal outcome', terminal.content[0].text);
+
+}
+
+/** Fullscreen, "Ask about this agent", the automatic messages, the narrow layout. */
+async function layout(t) {
+    const { page, view, log, host, client, main, other, monitorResult } = t;
+    const { consoleErrors } = t;
+    await view.locator('[data-testid=agent]', { hasText: 'builder-one' }).click();
+    await view.locator('[data-testid=fullscreen]').click();
+    await until('fullscreen', async () => (await view.locator('[data-testid=fullscreen]').textContent()) === 'Exit fullscreen');
+    const keptLabel = await view.locator('[data-testid=inspect-label]').textContent();
+    report.check('fullscreen keeps the run and the selection',
+        (await log()).displayModes.includes('fullscreen') && keptLabel.startsWith('builder-one')
+            && (await view.locator('#run-id').textContent()) === main, keptLabel);
+    await view.locator('[data-testid=fullscreen]').click();
+    await until('inline again', async () => (await view.locator('[data-testid=fullscreen]').textContent()) === 'Fullscreen');
+
+    const messagesBefore = (await log()).messages.length;
+    await view.locator('[data-testid=ask]').click();
+    const asked = await until('the question', async () => (await log()).messages[messagesBefore]);
+    report.check('"Ask about this agent" sends the selected agent', asked.content[0].text.includes('builder-one'), asked.content[0].text);
+    const automatic = (await log()).messages.slice(0, messagesBefore).map(m => m.content[0].text);
+    const claims = (await log()).toolCalls.filter(call => call.name === 'workflow-notifications' && call.arguments.claim !== undefined);
+    report.check('automatic messages only for required input and terminal outcomes, once each across two views, each claimed first',
+        automatic.length === new Set(automatic).size && automatic.every(t => /checkpoint|permission|completed/i.test(t))
+            && claims.length >= automatic.length,
+        () => JSON.stringify({ automatic, claims: claims.length }));
+
+    await page.evaluate(() => window.resizeMonitor(420));
+    await until('the narrow layout', async () => {
+        const graph = await view.locator('#graph-box').boundingBox();
+        const inspector = await view.locator('#inspector').boundingBox();
+        return graph && inspector && inspector.y >= graph.y + graph.height;
+    });
+    await page.locator('#monitor').screenshot({ path: join(opts.out, 'narrow.png') });
+    report.ok('the narrow layout puts the inspector below the graph');
+    report.check('the view logged no errors', consoleErrors.length === 0, () => consoleErrors.join('\n'));
+
+}
+
+/** The same panel as a plain page, with its own MCP session. */
+async function standalone(t) {
+    const { page, view, log, host, client, main, other, monitorResult } = t;
+    const { browser, real, origin } = t;
+    // The standalone page: same panel, its own MCP session with the same origin's /mcp.
+    const standaloneAck = await client.workflow({ action: 'run', projectDir: opts.project, script: standaloneScript(opts['mock-agent']) });
+    const standaloneRun = standaloneAck.runId;
+    report.check('the standalone run waits for a setup approval', standaloneAck.setup && standaloneAck.setup.state === 'input-required',
+        () => JSON.stringify(standaloneAck));
+    const plain = await browser.newPage();
+    const plainErrors = [];
+    plain.on('pageerror', error => plainErrors.push(String(error)));
+    const uiBase = real ? new URL(opts.mcp).origin : origin;
+    await plain.goto(`${uiBase}/ui#run=${standaloneRun}`);
+    report.check('the standalone page is standalone', await plain.evaluate(() => window.parent === window), 'embedded');
+    await until('the standalone setup request', () => plain.locator('[data-testid=setup-approve]').isVisible());
+    await plain.locator('[data-testid=setup-approve]').click();
+    await until('the standalone checkpoint', () => plain.locator('[data-testid=checkpoint-yes]').isVisible());
+    report.ok('the setup approved from the standalone page');
+    await plain.locator('[data-testid=checkpoint-yes]').click();
+    await until('the standalone run to complete', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('completed'));
+    const plainLabels = await plain.locator('[data-testid=agent] .label').allTextContents();
+    await plain.locator('[data-testid=result-load]').click();
+    const plainChunk = await until('the standalone result', async () => {
+        const chunk = plain.locator('[data-testid=result-chunk]');
+        return (await chunk.isVisible()) && chunk.textContent();
+    });
+    report.check('the standalone page answers a checkpoint and shows the result',
+        plainLabels.includes('after-checkpoint') && plainChunk === '"STANDALONE-DONE"',
+        () => `agents ${plainLabels}, result ${plainChunk}`);
+    await plain.goto(`${uiBase}/ui#run=${main}`);
+    await until('the main run in the standalone page', async () => (await plain.locator('[data-testid=agent]').count()) === 3);
+    report.ok('a new fragment rebinds the standalone page');
+    const hanging = (await client.workflow({ action: 'run', projectDir: opts.project, script: HANGING_SCRIPT })).runId;
+    await plain.goto(`${uiBase}/ui#run=${hanging}`);
+    await until('the hanging agent', async () => (await plain.locator('[data-testid=agent][data-status=running]').count()) === 1);
+    await plain.locator('[data-testid=stop-run]').click();
+    await until('the stopped run', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('aborted'));
+    report.ok('the whole run stopped from the standalone page');
+    report.check('the standalone page logged no errors', plainErrors.length === 0, () => plainErrors.join('\n'));
+}
+
 const report = new Report('monitor');
 let browser, server, userDataDir;
 try {
@@ -244,170 +435,8 @@ try {
     const log = () => page.evaluate(() => JSON.parse(JSON.stringify(window.hostLog)));
     const monitorResult = async runId => host.callTool({ name: 'workflow_monitor', arguments: { runId } });
 
-    // A reused iframe: the first invocation's reply is held back, a second invocation binds the
-    // view to another run, and the late reply of the first binding must change nothing.
-    const held = host.hold((name, args) => name === 'workflow-events' && args.runId === other);
-    await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: other }, await monitorResult(other)]);
-    await held.reached;
-    // Two views of one run race for the checkpoint's message: the first claim is held until the
-    // other view has listed the notification as unclaimed too, so only the ledger's answer to
-    // the claims can keep the message from going out twice.
-    const claimHold = host.hold((name, args) => name === 'workflow-notifications' && args.claim !== undefined);
-    await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: main }, await monitorResult(main)]);
-    await until('the graph of the main run', async () => (await view.locator('[data-testid=agent]').count()) >= 1);
-    held.release();
-    await page.evaluate(([args, result]) => window.invokeMonitor(args, result, 'second'), [{ runId: main }, await monitorResult(main)]);
-    const claimer = await Promise.race([claimHold.reached, new Promise((_, reject) => setTimeout(
-        () => reject(new Error('timed out waiting for a view to claim the checkpoint message')), STEP_DEADLINE_MS))]);
-    await until('the other view to list the notification', () => host.calls.slice(claimer.seq).some(call =>
-        call.view !== claimer.view && call.name === 'workflow-notifications' && call.args.claim === undefined));
-    await until('the other view to claim', () => host.calls.slice(claimer.seq).some(call =>
-        call.view !== claimer.view && call.name === 'workflow-notifications' && call.args.claim !== undefined));
-    claimHold.release();
-    await until('the checkpoint panel', () => view.locator('[data-testid=checkpoint]').isVisible());
-    const title = await view.locator('#title').textContent();
-    const runShown = await view.locator('#run-id').textContent();
-    const otherCalls = (await log()).toolCalls.filter(call => call.view === 'monitor' && call.arguments && call.arguments.runId === other).length;
-    report.check('a second invocation rebinds the iframe and the late reply is discarded',
-        title === 'monitor-e2e' && runShown === main && otherCalls === 1,
-        () => `title ${title}, run ${runShown}, calls for the first run ${otherCalls}`);
-
-    const labels = await view.locator('[data-testid=agent] .label').allTextContents();
-    const phases = await view.locator('[data-testid=phase] .phase-title').allTextContents();
-    report.check('the graph renders the phase and its agent', labels.includes('planner') && phases.some(p => p.startsWith('plan')),
-        () => `agents ${labels}, phases ${phases}`);
-    const checkpointText = await view.locator('[data-testid=checkpoint] pre').textContent();
-    report.check('the checkpoint shows its question', checkpointText.includes('Build the plan?'), checkpointText);
-
-    await view.locator('[data-testid=agent][data-index="0"]').click();
-    await until('the model context snapshot', async () => (await log()).modelContext.length > 0);
-    const snapshot = (await log()).modelContext.at(-1);
-    const snapshotBytes = Buffer.byteLength(JSON.stringify(snapshot));
-    report.check('selection updates a bounded model context snapshot',
-        snapshot.structuredContent.selected.callIndex === 0 && snapshot.structuredContent.runId === main
-            && snapshot.structuredContent.resources.events === `workflow://runs/${main}/events` && snapshotBytes <= 8192
-            && snapshot.content[0].text.length <= 4200,
-        () => `${snapshotBytes} bytes: ${JSON.stringify(snapshot)}`);
-    // The snapshot's bound, at its edge: 4096 bytes pass whole, 4097 are cut to 4096 and marked.
-    const frame = await (await page.$('#monitor')).contentFrame();
-    const edge = await frame.evaluate(() => {
-        const bytes = text => new TextEncoder().encode(text).length;
-        const whole = clip('é'.repeat(2048), 4096);
-        const cut = clip('é'.repeat(2048) + 'x', 4096);
-        return { whole: bytes(whole), wholeSame: whole === 'é'.repeat(2048), cut: bytes(cut.slice(0, -1)), marked: cut.endsWith('…') };
-    });
-    report.check('the model context bound holds at its edge',
-        edge.whole === 4096 && edge.wholeSame && edge.cut === 4096 && edge.marked, () => JSON.stringify(edge));
-    const tool = view.locator('[data-testid=tool-result]').first();
-    await tool.locator('summary').click();
-    report.check('tool results expand', (await tool.getAttribute('open')) !== null && (await tool.textContent()).includes('read_file'),
-        () => tool.textContent());
-
-    const note = await until('the checkpoint message', async () => (await log()).messages.find(m => /checkpoint/i.test(m.content[0].text)));
-    report.ok('an automatic message for the checkpoint, claimed first', note.content[0].text);
-
-    await view.locator('[data-testid=checkpoint-yes]').click();
-    await until('the permission request', () => view.locator('[data-testid=permission]').isVisible());
-    report.ok('the checkpoint answered from the panel and the run continued');
-    // The wide screenshot shows a live run: a permission waiting, the builders running.
-    await view.locator('[data-testid=agent]', { hasText: 'builder-one' }).click();
-    await page.locator('#monitor').screenshot({ path: join(opts.out, 'wide.png') });
-    await view.locator('[data-testid=permission-option][data-option=allow]').click();
-    await until('builder-one to finish', async () =>
-        (await view.locator('[data-testid=agent][data-status=done] .label').allTextContents()).includes('builder-one'));
-    report.ok('the permission answered with an advertised option');
-
-    const builderTwo = view.locator('[data-testid=agent]', { hasText: 'builder-two' });
-    await builderTwo.click();
-    await view.locator('[data-testid=stop-agent]').click();
-    await until('the run to complete', async () => (await view.locator('[data-testid=status]').textContent()).startsWith('completed'));
-    const stopped = await builderTwo.getAttribute('data-status');
-    report.check('one agent stopped from the panel, the run went on', stopped === 'cancelled', stopped);
-
-    const exact = (await client.request('resources/read', { uri: `workflow://runs/${main}/result` })).contents[0].text;
-    const bytes = Buffer.from(exact, 'utf8');
-    await view.locator('[data-testid=result-load]').click();
-    await until('the first result page', () => view.locator('[data-testid=result-chunk]').isVisible());
-    const first = await view.locator('[data-testid=result-chunk]').textContent();
-    await view.locator('[data-testid=result-next]').click();
-    await until('the second result page', async () => (await view.locator('[data-testid=result-range]').textContent()).startsWith('bytes 8192'));
-    const second = await view.locator('[data-testid=result-chunk]').textContent();
-    report.check('the result pages', first === bytes.subarray(0, 8192).toString() && second === bytes.subarray(8192, 16384).toString(),
-        () => `first ${first.slice(0, 60)}…, second ${second.slice(0, 60)}…`);
-    await view.locator('[data-testid=result-download]').click();
-    const download = await until('the download', async () => (await log()).downloads[0]);
-    report.check('the exact result downloads', download.contents[0].resource.text === exact,
-        () => `${download.contents[0].resource.text.length} of ${exact.length} characters`);
-    const terminal = await until('the terminal message', async () => (await log()).messages.find(m => /completed/i.test(m.content[0].text)));
-    report.ok('an automatic message for the terminal outcome', terminal.content[0].text);
-
-    await view.locator('[data-testid=agent]', { hasText: 'builder-one' }).click();
-    await view.locator('[data-testid=fullscreen]').click();
-    await until('fullscreen', async () => (await view.locator('[data-testid=fullscreen]').textContent()) === 'Exit fullscreen');
-    const keptLabel = await view.locator('[data-testid=inspect-label]').textContent();
-    report.check('fullscreen keeps the run and the selection',
-        (await log()).displayModes.includes('fullscreen') && keptLabel.startsWith('builder-one')
-            && (await view.locator('#run-id').textContent()) === main, keptLabel);
-    await view.locator('[data-testid=fullscreen]').click();
-    await until('inline again', async () => (await view.locator('[data-testid=fullscreen]').textContent()) === 'Fullscreen');
-
-    const messagesBefore = (await log()).messages.length;
-    await view.locator('[data-testid=ask]').click();
-    const asked = await until('the question', async () => (await log()).messages[messagesBefore]);
-    report.check('"Ask about this agent" sends the selected agent', asked.content[0].text.includes('builder-one'), asked.content[0].text);
-    const automatic = (await log()).messages.slice(0, messagesBefore).map(m => m.content[0].text);
-    const claims = (await log()).toolCalls.filter(call => call.name === 'workflow-notifications' && call.arguments.claim !== undefined);
-    report.check('automatic messages only for required input and terminal outcomes, once each across two views, each claimed first',
-        automatic.length === new Set(automatic).size && automatic.every(t => /checkpoint|permission|completed/i.test(t))
-            && claims.length >= automatic.length,
-        () => JSON.stringify({ automatic, claims: claims.length }));
-
-    await page.evaluate(() => window.resizeMonitor(420));
-    await until('the narrow layout', async () => {
-        const graph = await view.locator('#graph-box').boundingBox();
-        const inspector = await view.locator('#inspector').boundingBox();
-        return graph && inspector && inspector.y >= graph.y + graph.height;
-    });
-    await page.locator('#monitor').screenshot({ path: join(opts.out, 'narrow.png') });
-    report.ok('the narrow layout puts the inspector below the graph');
-    report.check('the view logged no errors', consoleErrors.length === 0, () => consoleErrors.join('\n'));
-
-    // The standalone page: same panel, its own MCP session with the same origin's /mcp.
-    const standaloneAck = await client.workflow({ action: 'run', projectDir: opts.project, script: standaloneScript(opts['mock-agent']) });
-    const standaloneRun = standaloneAck.runId;
-    report.check('the standalone run waits for a setup approval', standaloneAck.setup && standaloneAck.setup.state === 'input-required',
-        () => JSON.stringify(standaloneAck));
-    const plain = await browser.newPage();
-    const plainErrors = [];
-    plain.on('pageerror', error => plainErrors.push(String(error)));
-    const uiBase = real ? new URL(opts.mcp).origin : origin;
-    await plain.goto(`${uiBase}/ui#run=${standaloneRun}`);
-    report.check('the standalone page is standalone', await plain.evaluate(() => window.parent === window), 'embedded');
-    await until('the standalone setup request', () => plain.locator('[data-testid=setup-approve]').isVisible());
-    await plain.locator('[data-testid=setup-approve]').click();
-    await until('the standalone checkpoint', () => plain.locator('[data-testid=checkpoint-yes]').isVisible());
-    report.ok('the setup approved from the standalone page');
-    await plain.locator('[data-testid=checkpoint-yes]').click();
-    await until('the standalone run to complete', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('completed'));
-    const plainLabels = await plain.locator('[data-testid=agent] .label').allTextContents();
-    await plain.locator('[data-testid=result-load]').click();
-    const plainChunk = await until('the standalone result', async () => {
-        const chunk = plain.locator('[data-testid=result-chunk]');
-        return (await chunk.isVisible()) && chunk.textContent();
-    });
-    report.check('the standalone page answers a checkpoint and shows the result',
-        plainLabels.includes('after-checkpoint') && plainChunk === '"STANDALONE-DONE"',
-        () => `agents ${plainLabels}, result ${plainChunk}`);
-    await plain.goto(`${uiBase}/ui#run=${main}`);
-    await until('the main run in the standalone page', async () => (await plain.locator('[data-testid=agent]').count()) === 3);
-    report.ok('a new fragment rebinds the standalone page');
-    const hanging = (await client.workflow({ action: 'run', projectDir: opts.project, script: HANGING_SCRIPT })).runId;
-    await plain.goto(`${uiBase}/ui#run=${hanging}`);
-    await until('the hanging agent', async () => (await plain.locator('[data-testid=agent][data-status=running]').count()) === 1);
-    await plain.locator('[data-testid=stop-run]').click();
-    await until('the stopped run', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('aborted'));
-    report.ok('the whole run stopped from the standalone page');
-    report.check('the standalone page logged no errors', plainErrors.length === 0, () => plainErrors.join('\n'));
+    const t = { page, view, log, host, client, main, other, monitorResult, browser, real, origin, consoleErrors };
+    for (const scenario of [rebinding, selection, answers, layout, standalone]) await scenario(t);
 } catch (error) {
     if (!(error instanceof StepFailed)) report.fail('unexpected error', error.stack || String(error));
 } finally {
