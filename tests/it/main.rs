@@ -21,6 +21,7 @@ mod mcp_defects;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
+mod monitor;
 mod monitor_browser;
 mod notify;
 mod pack;

@@ -8,9 +8,10 @@
 //! rebinds, fullscreen keeps the selection, the narrow layout moves the inspector below the
 //! graph, and the model-facing tool list the host computes leaves out the app-only tools. Then
 //! the same panel as a plain page (`GET /ui`), speaking MCP to its own origin, approves the
-//! setup of a run whose script declares its own backend and answers its checkpoint. Until the
-//! daemon lists the app-only tools itself the driver stands in for them (`MODE fake`,
-//! `tests/e2e/monitor/fake-tools.mjs`) and serves the plain page from its own loopback server.
+//! setup of a run whose script declares its own backend and answers its checkpoint. The
+//! panel's tool calls reach the daemon's own `workflow_monitor`, `workflow-events`,
+//! `workflow-notifications` and `workflow` tools; the resource the host reads must be the
+//! file in the repository.
 //!
 //! Each step prints PASS or FAIL; this test checks the summary and the screenshots of the
 //! wide and the narrow layout (`AGENTPRISM_MONITOR_SCREENSHOTS=<dir>` copies them there, which
@@ -86,7 +87,9 @@ fn the_panel_drives_a_real_run_in_headless_chromium() {
     assert_eq!(stopped.code(), 0, "daemon stop: {}", stopped.stderr);
 
     for step in [
+        "a client without the ui capability lists none of the monitor tools",
         "the model-facing tool list excludes the app-only tools",
+        "the panel resource is the MCP App compiled from --panel",
         "a second invocation rebinds the iframe and the late reply is discarded",
         "the checkpoint answered from the panel and the run continued",
         "one agent stopped from the panel, the run went on",

@@ -62,14 +62,36 @@ impl WorkflowTool {
         }
     }
 
-    /// The registration: listed to every client, visible to model and app.
-    pub(super) fn registration(tool: Arc<WorkflowTool>) -> Tool {
-        Tool::new(schema::definition(), tool)
+    /// The registration: listed to every client, visible to model and app. `handler` is
+    /// this tool, or a wrapper around it that sees its answers (the run monitor's channels).
+    pub(super) fn registration(handler: Arc<dyn ToolHandler>) -> Tool {
+        Tool::new(schema::definition(), handler)
     }
 
     /// A legacy session ended: its request ids will not be retried.
     pub(super) fn session_closed(&self, session_id: &str) {
         self.receipts.forget_session(session_id);
+    }
+}
+
+/// The `status` action's `structuredContent` for `run_id` (the status document with its
+/// `next`), or, as `Err`, the tool error the action answers (an unknown run): the one status
+/// builder the run monitor's tools share with this tool. No summary text is built, so a
+/// polling panel pays only for the document.
+pub(super) async fn status_document(
+    engine: &Engine,
+    run_id: &crate::model::RunId,
+) -> McpResult<Result<Value, Value>> {
+    match engine
+        .status(run_id, &crate::engine::StatusQuery::default())
+        .await
+    {
+        Ok(status) => {
+            let mut document = serde_json::json!(status);
+            document["next"] = text::next_for_status(&document);
+            Ok(Ok(document))
+        }
+        Err(error) => reply::engine_failure(error).map(Err),
     }
 }
 

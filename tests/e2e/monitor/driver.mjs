@@ -13,8 +13,8 @@
 // own visibility helper, reads the panel resource, and serves a host page (host-entry.mjs,
 // bundled with esbuild at run time) that embeds the panel through the official MCP Apps
 // `AppBridge` of @modelcontextprotocol/ext-apps. Tool calls the panel makes reach the daemon
-// through `window.hostCallTool`, exposed from here. Then the same checks run against the
-// standalone page, which talks to its own origin's /mcp.
+// through `window.hostCallTool`, exposed from here. Then the same panel runs as the plain page
+// the daemon serves at `GET /ui`, which speaks MCP to its own origin's /mcp.
 //
 // Every step prints PASS or FAIL (report.mjs); the last line is `N passed, M failed`, and the
 // exit code is 0 only when nothing failed. Every wait has a deadline. Screenshots of the wide
@@ -29,7 +29,6 @@ import { pathToFileURL, fileURLToPath } from 'node:url';
 
 import { Report, StepFailed } from '../report.mjs';
 import { McpClient } from './mcp.mjs';
-import { FAKE_TOOLS, FakeTools } from './fake-tools.mjs';
 
 const STEP_DEADLINE_MS = 30_000;
 const RESOURCE_URI = 'ui://agentprism-workflow/run-monitor.html';
@@ -87,11 +86,10 @@ async function until(what, check, deadline = STEP_DEADLINE_MS) {
     }
 }
 
-/** The host's tool router: the daemon's tools, or the fakes while the daemon lacks them. */
+/** The host's side of the views' tool calls: each goes to the daemon, in the host's session. */
 class Host {
-    constructor(client, fake) {
+    constructor(client) {
         this.client = client;
-        this.fake = fake;
         this.held = null;
         // Every call a view made, in order, with the view's id.
         this.calls = [];
@@ -105,7 +103,6 @@ class Host {
             hold.reached({ view, seq: this.calls.length });
             await hold.released;
         }
-        if (this.fake && this.fake.handles(name)) return this.fake.call(name, args);
         return this.client.callTool(name, args);
     }
 
@@ -129,8 +126,8 @@ async function bundleHost(esbuildDir, extAppsDir) {
     return built.outputFiles[0].text;
 }
 
-/** The loopback server of the host page, plus (fake mode) the standalone page and its /mcp. */
-function serve(hostScript, standalone) {
+/** The loopback server of the host page. */
+function serve(hostScript) {
     const hostPage = `<!doctype html><html><head><meta charset="utf-8"><title>monitor test host</title><link rel="icon" href="data:,"></head>
 <body style="margin:0"><script>${hostScript.replace(/<\/script/g, '<\\/script')}</script></body></html>`;
     const server = createServer(async (request, response) => {
@@ -139,10 +136,6 @@ function serve(hostScript, standalone) {
         try {
             if (request.url === '/host.html') {
                 response.writeHead(200, { 'content-type': 'text/html' }).end(hostPage);
-            } else if (standalone && request.url === '/ui') {
-                response.writeHead(200, { 'content-type': 'text/html' }).end(standalone.html);
-            } else if (standalone && request.url === '/mcp' && request.method === 'POST') {
-                await standalone.proxy(request, Buffer.concat(chunks), response);
             } else {
                 response.writeHead(404).end();
             }
@@ -151,27 +144,6 @@ function serve(hostScript, standalone) {
         }
     });
     return new Promise(resolve => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
-
-/** Fake mode's standalone /mcp: the fake tools answered here, everything else forwarded. */
-function standaloneProxy(daemonUrl, fake) {
-    return async (request, body, response) => {
-        const message = JSON.parse(body.toString('utf8'));
-        if (message.method === 'tools/call' && fake.handles(message.params.name)) {
-            const result = await fake.call(message.params.name, message.params.arguments || {});
-            response.writeHead(200, { 'content-type': 'application/json' })
-                .end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result }));
-            return;
-        }
-        const headers = {};
-        for (const name of ['content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version', 'authorization']) {
-            if (request.headers[name]) headers[name] = request.headers[name];
-        }
-        const reply = await fetch(daemonUrl, { method: 'POST', headers, body });
-        const out = { 'content-type': reply.headers.get('content-type') || 'application/json' };
-        if (reply.headers.get('mcp-session-id')) out['mcp-session-id'] = reply.headers.get('mcp-session-id');
-        response.writeHead(reply.status, out).end(Buffer.from(await reply.arrayBuffer()));
-    };
 }
 
 async function waitStatus(client, runId, want) {
@@ -333,7 +305,7 @@ async function layout(t) {
 /** The same panel as a plain page, with its own MCP session. */
 async function standalone(t) {
     const { page, view, log, host, client, main, other, monitorResult } = t;
-    const { browser, real, origin } = t;
+    const { browser } = t;
     // The standalone page: same panel, its own MCP session with the same origin's /mcp.
     const standaloneAck = await client.workflow({ action: 'run', projectDir: opts.project, script: standaloneScript(opts['mock-agent']) });
     const standaloneRun = standaloneAck.runId;
@@ -342,7 +314,7 @@ async function standalone(t) {
     const plain = await browser.newPage();
     const plainErrors = [];
     plain.on('pageerror', error => plainErrors.push(String(error)));
-    const uiBase = real ? new URL(opts.mcp).origin : origin;
+    const uiBase = new URL(opts.mcp).origin;
     await plain.goto(`${uiBase}/ui#run=${standaloneRun}`);
     report.check('the standalone page is standalone', await plain.evaluate(() => window.parent === window), 'embedded');
     await until('the standalone setup request', () => plain.locator('[data-testid=setup-approve]').isVisible());
@@ -378,11 +350,15 @@ try {
     const client = new McpClient(opts.mcp);
     await client.initialize();
     const listed = await client.listTools();
-    const real = APP_ONLY.every(name => listed.some(tool => tool.name === name));
-    console.log(`MODE ${real ? 'real' : 'fake'}`);
-    const fake = real ? null : new FakeTools(client);
-    const tools = real ? listed : [...listed, ...FAKE_TOOLS];
-    const host = new Host(client, fake);
+    const tools = listed;
+    const host = new Host(client);
+    // Without the ui capability a client sees neither the launcher nor the app-only tools.
+    const plainClient = new McpClient(opts.mcp);
+    await plainClient.initialize({});
+    const plainNames = (await plainClient.listTools()).map(tool => tool.name);
+    report.check('a client without the ui capability lists none of the monitor tools',
+        plainNames.includes('workflow') && !plainNames.includes('workflow_monitor') && APP_ONLY.every(name => !plainNames.includes(name)),
+        () => `listed: ${plainNames}`);
 
     const bridge = await load(opts['ext-apps'], 'dist/src/app-bridge.js');
     const modelTools = tools.filter(tool => !bridge.isToolVisibilityAppOnly(tool)).map(tool => tool.name);
@@ -396,15 +372,11 @@ try {
             && tools.filter(tool => bridge.getToolUiResourceUri(tool)).length === 1,
         () => JSON.stringify(tools.map(t => [t.name, t._meta])));
 
-    let html;
-    if (real) {
-        const resource = await client.request('resources/read', { uri: RESOURCE_URI });
-        html = resource.contents[0].text;
-        report.check('the panel resource is an MCP App', resource.contents[0].mimeType === 'text/html;profile=mcp-app',
-            () => resource.contents[0].mimeType);
-    } else {
-        html = readFileSync(opts.panel, 'utf8');
-    }
+    const resource = await client.request('resources/read', { uri: RESOURCE_URI });
+    const html = resource.contents[0].text;
+    report.check('the panel resource is the MCP App compiled from --panel',
+        resource.contents[0].mimeType === 'text/html;profile=mcp-app' && html === readFileSync(opts.panel, 'utf8'),
+        () => `${resource.contents[0].mimeType}, ${html.length} characters`);
 
     const main = (await client.workflow({ action: 'run', projectDir: opts.project, script: MAIN_SCRIPT })).runId;
     const other = (await client.workflow({ action: 'run', projectDir: opts.project, script: OTHER_SCRIPT })).runId;
@@ -417,7 +389,7 @@ try {
         executablePath: opts.chromium, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1000, height: 940 }
     });
     const hostScript = await bundleHost(opts.esbuild, opts['ext-apps']);
-    server = await serve(hostScript, real ? null : { html, proxy: standaloneProxy(opts.mcp, fake) });
+    server = await serve(hostScript);
     const origin = `http://127.0.0.1:${server.address().port}`;
 
     const page = browser.pages()[0] || await browser.newPage();
@@ -435,7 +407,7 @@ try {
     const log = () => page.evaluate(() => JSON.parse(JSON.stringify(window.hostLog)));
     const monitorResult = async runId => host.callTool({ name: 'workflow_monitor', arguments: { runId } });
 
-    const t = { page, view, log, host, client, main, other, monitorResult, browser, real, origin, consoleErrors };
+    const t = { page, view, log, host, client, main, other, monitorResult, browser, consoleErrors };
     for (const scenario of [rebinding, selection, answers, layout, standalone]) await scenario(t);
 } catch (error) {
     if (!(error instanceof StepFailed)) report.fail('unexpected error', error.stack || String(error));
