@@ -22,6 +22,7 @@ mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
 mod monitor;
+mod monitor_browser;
 mod notify;
 mod pack;
 mod pg_store;
