@@ -453,14 +453,14 @@ impl McpServer {
         let session = Arc::new(Session::new(
             session_id.clone(),
             version.to_owned(),
-            capabilities,
+            capabilities.clone(),
             client_info,
         ));
         self.sessions
             .lock()
             .expect("sessions lock")
             .insert(session_id.clone(), session);
-        let result = dispatch::initialize_result(self.handler.as_ref(), version);
+        let result = dispatch::initialize_result(self.handler.as_ref(), version, &capabilities);
         Outcome {
             response: Some(jsonrpc::success_response(&request.id, result)),
             status: 200,
