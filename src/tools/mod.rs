@@ -38,7 +38,7 @@ mod workflow;
 
 use bridge::Bridge;
 use resources::Resources;
-use workflow::WorkflowTool;
+use workflow::{WorkflowTasks, WorkflowTool};
 
 pub use skills::{SKILL_NAME, SKILL_URI};
 pub use workflow::{
@@ -102,6 +102,8 @@ pub struct WorkflowServer {
     tools: ToolRegistry,
     /// The `workflow` tool again, to forget a closed session's receipts.
     workflow: Arc<WorkflowTool>,
+    /// `run` and `resume` as MCP tasks (`docs/tasks.md`).
+    tasks: WorkflowTasks,
     /// Stops the notification bridge and resume work handed off after a timeout.
     shutdown: CancellationToken,
     /// The bridge task and resumes that outlived their request.
@@ -124,10 +126,12 @@ impl WorkflowServer {
         tools
             .register(WorkflowTool::registration(workflow.clone()))
             .expect("the workflow tool's definition is valid");
+        let hub = NotificationHub::new();
         let server = Arc::new(WorkflowServer {
             engine,
             options,
-            hub: NotificationHub::new(),
+            tasks: WorkflowTasks::new(workflow.clone(), hub.clone()),
+            hub,
             tools,
             workflow,
             shutdown: CancellationToken::new(),
@@ -217,6 +221,10 @@ impl McpHandler for WorkflowServer {
 
     fn hub(&self) -> &NotificationHub {
         &self.hub
+    }
+
+    fn tasks(&self) -> Option<&dyn crate::mcp::tasks::TaskHandler> {
+        Some(&self.tasks)
     }
 
     fn tools(&self) -> &ToolRegistry {

@@ -119,6 +119,43 @@ impl MemoryTasks {
         state
     }
 
+    /// Records a task that is already over (an answer given on a task request that was no
+    /// job): kept for `ttl_ms` like any other.
+    pub fn finished(&self, ctx: &RequestContext, ttl_ms: u64, outcome: TaskOutcome) -> TaskState {
+        let now = crate::util::now_ms();
+        let status = match outcome {
+            TaskOutcome::Result(_) => TaskStatus::Completed,
+            TaskOutcome::Error(_) => TaskStatus::Failed,
+        };
+        let state = TaskState {
+            task_id: uuid::Uuid::new_v4().simple().to_string(),
+            status,
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: Some(ttl_ms),
+            poll_interval_ms: DEFAULT_POLL_INTERVAL_MS,
+            input_requests: Map::new(),
+            outcome: Some(outcome),
+        };
+        self.lock().insert(
+            state.task_id.clone(),
+            Entry {
+                state: state.clone(),
+                session_id: ctx.session_id.clone(),
+                answers: Map::new(),
+                cancel: CancellationToken::new(),
+            },
+        );
+        state
+    }
+
+    /// Whether `task_id` is one of these tasks (and not expired).
+    pub fn contains(&self, task_id: &str) -> bool {
+        self.expire();
+        self.lock().contains_key(task_id)
+    }
+
     pub fn get(&self, ctx: &RequestContext, task_id: &str) -> McpResult<TaskState> {
         let _ = ctx;
         self.expire();

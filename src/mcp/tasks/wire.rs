@@ -235,7 +235,7 @@ fn created_modern(state: &TaskState) -> Value {
 pub(crate) fn detailed_modern(state: &TaskState) -> Value {
     let mut task = modern_task(state);
     match &state.outcome {
-        Some(TaskOutcome::Result(result)) if state.status == TaskStatus::Completed => {
+        Some(TaskOutcome::Result(result)) => {
             task.insert("result".into(), result.clone());
         }
         Some(TaskOutcome::Error(error)) if state.status == TaskStatus::Failed => {
@@ -258,6 +258,11 @@ pub(crate) fn detailed_modern(state: &TaskState) -> Value {
 
 fn modern_task(state: &TaskState) -> Map<String, Value> {
     let mut task = base(state);
+    // A tool that ran and reported an error is `completed` with `isError` here (SEP-2663's
+    // error semantics), whatever the 2025 status says.
+    if matches!(state.outcome, Some(TaskOutcome::Result(_))) {
+        task.insert("status".into(), "completed".into());
+    }
     task.insert("ttlMs".into(), json!(state.ttl_ms));
     task.insert(
         "pollIntervalMs".into(),
