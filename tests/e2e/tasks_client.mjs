@@ -12,8 +12,9 @@
 //
 // The steps: the tool is listed with execution.taskSupport; a run becomes a task whose id is
 // the runId; the task reaches input_required at the script's checkpoint, which is answered
-// through the task (2026: tasks/update; a second, different answer to the same key is ignored,
-// so the result shows the first); the task completes with the run's exact result; a second run
+// through the task (2026: tasks/update, where a second, different answer to the same key is
+// ignored, so the result shows the first; 2025: the elicitation request the server sends
+// during tasks/result); the task completes with the run's exact result; a second run
 // is cancelled through the task and reads cancelled; an unknown task id is -32602; and in 2025
 // a ttl at the limit is accepted and one past it refused. Each completed task's id is printed
 // as `TASK <id> <status>` for the Rust test, which restarts the server and reads it again with
@@ -164,11 +165,18 @@ async function modernSteps(report, url, project) {
 
 async function legacyClient(url, sdkDir) {
     const load = file => import(pathToFileURL(join(sdkDir, file)).href);
-    const [{ Client }, { StreamableHTTPClientTransport }] = await Promise.all([
+    const [{ Client }, { StreamableHTTPClientTransport }, types] = await Promise.all([
         load('dist/esm/client/index.js'),
-        load('dist/esm/client/streamableHttp.js')
+        load('dist/esm/client/streamableHttp.js'),
+        load('dist/esm/types.js')
     ]);
-    const client = new Client({ name: 'tasks-e2e', version: '1.0.0' }, { capabilities: { tasks: {} } });
+    const client = new Client({ name: 'tasks-e2e', version: '1.0.0' }, { capabilities: { tasks: {}, elicitation: {} } });
+    // The checkpoint's form arrives during tasks/result; every one is approved.
+    client.elicitations = [];
+    client.setRequestHandler(types.ElicitRequestSchema, async request => {
+        client.elicitations.push(request.params);
+        return { action: 'accept', content: { answer: true } };
+    });
     await client.connect(new StreamableHTTPClientTransport(new URL(url)));
     return client;
 }
@@ -199,6 +207,11 @@ async function legacySteps(report, url, project, sdkDir) {
     const read = await client.experimental.tasks.getTask(created.taskId);
     report.check('tasks/get completed', read.status === 'completed', () => JSON.stringify(read));
     console.log(`TASK ${created.taskId} completed`);
+
+    const answered = await stream(client, { action: 'run', projectDir: project, script: checkpointScript }, {});
+    const asked = client.elicitations[0];
+    report.check('checkpoint asked during tasks/result', asked?._meta?.['io.modelcontextprotocol/related-task']?.taskId === answered.created?.taskId && asked.mode === 'form', () => JSON.stringify(client.elicitations));
+    report.check('checkpoint answered through the task', answered.last.type === 'result' && answered.last.result.structuredContent?.result?.ok === true, () => JSON.stringify(answered.last));
 
     const refused = await (async () => {
         for await (const message of client.experimental.tasks.callToolStream({ name: 'workflow', arguments: { action: 'run', projectDir: project, script: plainScript } }, undefined, { task: { ttl: MAX_TTL_MS + 1 } })) {

@@ -2,7 +2,11 @@
 //! the shapes a [`TaskState`] takes in each (2025 `ttl`/`pollInterval` and `{task}`;
 //! 2026-07-28 flat `ttlMs`/`pollIntervalMs` with the outcome inlined on `tasks/get`).
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     Created, MAX_TTL_MS, META_RELATED_TASK, TASKS_EXTENSION, TaskCall, TaskHandler, TaskOutcome,
@@ -186,16 +190,61 @@ async fn answer(
 }
 
 /// 2025 `tasks/result`: waits until the task is terminal, then its payload with the
-/// related-task `_meta`; a failed task is its error. While the task waits for input, the
-/// requests are visible through `tasks/get`; the client answers them with the same call
-/// it would use for a server-to-client request.
+/// related-task `_meta`; a failed task is its error. While the task waits for input, each
+/// pending request is sent to the client once, on this request's own stream, as a
+/// server-to-client request tagged with the task; its response is the answer (the first
+/// one wins, as with `tasks/update`).
 async fn payload(tasks: &dyn TaskHandler, ctx: &RequestContext, task_id: &str) -> McpResult<Value> {
     let mut state = tasks.get(ctx, task_id).await?;
+    let mut asked: HashSet<String> = HashSet::new();
+    let (answers, mut answered) = mpsc::unbounded_channel::<(String, Value)>();
+    // Ends the waits for answers when this request ends, however it ends.
+    let finished = CancellationToken::new();
+    let _finish = finished.clone().drop_guard();
     loop {
         if state.status.is_terminal() {
             break;
         }
-        state = tasks.changed(ctx, &state).await?;
+        for (key, request) in &state.input_requests {
+            if !asked.insert(key.clone()) {
+                continue;
+            }
+            let method = request["method"].as_str().unwrap_or("elicitation/create");
+            let mut params = request["params"].clone();
+            if let Value::Object(map) = &mut params {
+                map.insert(
+                    "_meta".into(),
+                    json!({META_RELATED_TASK: {"taskId": task_id}}),
+                );
+            }
+            let Some(pending) = ctx.notifier.request(method, params) else {
+                continue;
+            };
+            let answers = answers.clone();
+            let key = key.clone();
+            let finished = finished.clone();
+            tokio::spawn(async move {
+                // Dropping `pending` forgets the request if the client never answers.
+                let mut pending = pending;
+                tokio::select! {
+                    () = finished.cancelled() => {}
+                    answer = &mut pending.receiver => {
+                        if let Ok(Ok(answer)) = answer {
+                            let _ = answers.send((key, answer));
+                        }
+                    }
+                }
+            });
+        }
+        tokio::select! {
+            Some((key, answer)) = answered.recv() => {
+                let mut responses = Map::new();
+                responses.insert(key, answer);
+                tasks.answer(ctx, task_id, &responses).await?;
+                state = tasks.get(ctx, task_id).await?;
+            }
+            changed = tasks.changed(ctx, &state) => state = changed?,
+        }
     }
     match state.outcome {
         Some(TaskOutcome::Result(mut result)) => {
