@@ -232,3 +232,6 @@ pub fn form_request(message: &str, schema: Value) -> Value {
         "params": {"mode": "form", "message": message, "requestedSchema": schema},
     })
 }
+
+#[cfg(test)]
+mod tests;
