@@ -3,6 +3,10 @@
 //     node tasks_client.mjs --era 2026 --http URL --project DIR
 //     node tasks_client.mjs --era 2025 --http URL --project DIR --sdk V1_PACKAGE_DIR
 //     node tasks_client.mjs --era 2026|2025 --http URL --get TASK_ID [--sdk V1_PACKAGE_DIR]
+//     node tasks_client.mjs --era 2026|2025 --http URL --serve [--sdk V1_PACKAGE_DIR]
+//
+// `--serve` talks to `agentprism serve <dir>` over tests/fixtures/serve instead: the
+// `approval` workflow's tool runs as a task, and its checkpoint is answered through it.
 //
 // 2026-07-28 speaks the io.modelcontextprotocol/tasks extension (SEP-2663) as raw JSON-RPC over
 // fetch: no published client implements it yet (there is no @modelcontextprotocol/ext-tasks on
@@ -37,7 +41,8 @@ const { values: options } = parseArgs({
         http: { type: 'string' },
         project: { type: 'string' },
         sdk: { type: 'string' },
-        get: { type: 'string' }
+        get: { type: 'string' },
+        serve: { type: 'boolean' }
     }
 });
 
@@ -257,9 +262,45 @@ async function getOnly(report, era, url, taskId, sdkDir) {
     }
 }
 
+async function serveSteps(report, era, url, sdkDir) {
+    const args = { request: 'ship' };
+    if (era === '2026') {
+        const request = modernClient(url);
+        const tools = await request('tools/list');
+        const tool = tools.tools.find(t => t.name.includes('approval'));
+        report.check('serve: the workflow tool supports tasks', tool?.execution?.taskSupport === 'optional', () => JSON.stringify(tools.tools.map(t => [t.name, t.execution])));
+        const created = await request('tools/call', { name: tool.name, arguments: args });
+        report.check('serve: the call is a task', created.resultType === 'task', () => JSON.stringify(created));
+        const waiting = await until('input_required', async () => {
+            const task = await request('tasks/get', { taskId: created.taskId });
+            return task.status === 'input_required' && task.inputRequests ? task : undefined;
+        });
+        const [key] = Object.keys(waiting.inputRequests);
+        await request('tasks/update', { taskId: created.taskId, inputResponses: { [key]: { action: 'accept', content: { answer: true } } } });
+        const done = await until('completed', async () => {
+            const task = await request('tasks/get', { taskId: created.taskId });
+            return ['completed', 'failed', 'cancelled'].includes(task.status) ? task : undefined;
+        });
+        report.check('serve: approved through the task', done.status === 'completed' && done.result?.structuredContent?.result?.approved === true, () => JSON.stringify(done));
+        return;
+    }
+    const client = await legacyClient(url, sdkDir);
+    const tools = await client.listTools();
+    const tool = tools.tools.find(t => t.name.includes('approval'));
+    report.check('serve: the workflow tool supports tasks', tool?.execution?.taskSupport === 'optional', () => JSON.stringify(tool));
+    let last;
+    for await (const message of client.experimental.tasks.callToolStream({ name: tool.name, arguments: args }, undefined, { task: {}, timeout: DEADLINE_MS })) {
+        last = message;
+    }
+    report.check('serve: approved through tasks/result', last?.type === 'result' && last.result.structuredContent?.result?.approved === true && client.elicitations.length === 1, () => JSON.stringify(last));
+    await client.close();
+}
+
 const report = new Report(`tasks-${options.era}`);
 try {
-    if (options.get) {
+    if (options.serve) {
+        await serveSteps(report, options.era, options.http, options.sdk);
+    } else if (options.get) {
         await getOnly(report, options.era, options.http, options.get, options.sdk);
     } else if (options.era === '2026') {
         await modernSteps(report, options.http, options.project);

@@ -5,7 +5,8 @@
 //! task to completion and reads its result, answers a checkpoint through the task (2026),
 //! cancels one, and is refused an unknown task id and (2025) a `ttl` past the limit; the test
 //! then restarts the server over the same store and reads every task again, which must say
-//! what it said before, since a task id is the runId.
+//! what it said before, since a task id is the runId. Against `agentprism serve <dir>`, a
+//! workflow's own tool runs as a task in each era and its checkpoint is answered through it.
 //!
 //! Without Node or the SDK these tests fail and name the install command, as
 //! `sdk_clients_ts.rs` does.
@@ -26,6 +27,37 @@ fn workflow_runs_as_2026_07_28_tasks_and_survives_a_restart() {
 #[test]
 fn workflow_runs_as_2025_11_25_tasks_and_survives_a_restart() {
     drive("2025");
+}
+
+#[test]
+fn a_served_workflow_runs_as_a_2026_07_28_task_answering_its_checkpoint() {
+    serve("2026");
+}
+
+#[test]
+fn a_served_workflow_runs_as_a_2025_11_25_task_answering_its_checkpoint() {
+    serve("2025");
+}
+
+/// `agentprism serve <tests/fixtures/serve copy> --http`, and the client's `--serve` steps.
+fn serve(era: &str) {
+    let context = TestContext::new();
+    let _sweeper = Sweeper {
+        home: context.path("home"),
+    };
+    let folder = context.path("workflows");
+    copy_folder(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/serve"),
+        &folder,
+    );
+    let folder = folder.to_str().expect("utf-8 temp path").to_owned();
+    let server = HttpServer::start_with(&context, &["serve", &folder, "--http", "127.0.0.1:0"]);
+    let outcome = run_with_deadline(
+        client(&context, era, &server.url, &["--serve"]),
+        CLIENT_DEADLINE,
+    );
+    let log = server.stop();
+    check_client(&format!("serve tasks client, era {era}"), &outcome, &log)();
 }
 
 /// `node tasks_client.mjs --era <era> ...` with the test's environment.
@@ -93,4 +125,18 @@ fn drive(era: &str) {
         );
     }
     server.stop();
+}
+
+/// Copies the fixture folder, so the server's own files stay in the test's temp dir.
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the folder copy");
+    for entry in std::fs::read_dir(from).expect("read the fixture folder") {
+        let entry = entry.expect("fixture entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("entry type").is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a fixture file");
+        }
+    }
 }
