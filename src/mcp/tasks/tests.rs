@@ -363,3 +363,84 @@ async fn wait_for(server: &McpServer, task_id: &str, status: &str) -> Value {
     }
     panic!("task {task_id} never became {status}");
 }
+
+/// A stateless `subscriptions/listen` naming `task_ids`, running until `cancel` fires; its
+/// notifications arrive on the returned receiver.
+fn listen(
+    server: &Arc<McpServer>,
+    task_ids: Vec<String>,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<Value>,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<crate::mcp::server::Outcome>,
+) {
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut context = transport(None);
+    context.notifications = Some(sender);
+    let cancel = context.cancel.clone();
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": {
+        "notifications": {"taskIds": task_ids},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
+        },
+    }});
+    let server = server.clone();
+    let running = tokio::spawn(async move {
+        server
+            .handle_bytes(body.to_string().as_bytes(), context)
+            .await
+    });
+    (receiver, cancel, running)
+}
+
+#[tokio::test]
+async fn a_listen_stream_tells_of_watched_tasks_and_watches_at_most_64() {
+    let server = Arc::new(server());
+    let created = modern(
+        &server,
+        true,
+        "tools/call",
+        json!({"name": "ask", "arguments": {}}),
+    )
+    .await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+
+    let (mut notifications, cancel, running) = listen(&server, vec![task_id.clone()]);
+    let ack = notifications.recv().await.expect("the acknowledgement");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task_id]));
+    let told = notifications.recv().await.expect("the task's state");
+    assert_eq!(told["method"], "notifications/tasks");
+    assert_eq!(told["params"]["taskId"], json!(task_id));
+    assert_eq!(
+        told["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        9
+    );
+    cancel.cancel();
+    running.await.unwrap();
+
+    let ids = |count: usize| (0..count).map(|n| format!("task-{n}")).collect::<Vec<_>>();
+    let (mut notifications, cancel, running) = listen(&server, ids(MAX_WATCHED));
+    let ack = notifications.recv().await.expect("the acknowledgement");
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        MAX_WATCHED
+    );
+    cancel.cancel();
+    running.await.unwrap();
+    let (_notifications, _cancel, running) = listen(&server, ids(MAX_WATCHED + 1));
+    let refused = running.await.unwrap().response.expect("a refusal");
+    assert_eq!(code(&refused), codes::INVALID_PARAMS, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 64")
+    );
+}
+
+const MAX_WATCHED: usize = super::wire::MAX_WATCHED_TASKS;

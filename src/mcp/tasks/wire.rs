@@ -337,3 +337,74 @@ fn base(state: &TaskState) -> Map<String, Value> {
     );
     task
 }
+
+/// The most task ids one `subscriptions/listen` may watch; more is -32602.
+pub const MAX_WATCHED_TASKS: usize = 64;
+
+/// The tasks one 2026-07-28 `subscriptions/listen` asked about (`notifications.taskIds`),
+/// with what it last told of each. Task state lives behind the handler (a durable run, a
+/// table), so changes are found by reading each watched task at its poll interval and
+/// sending `notifications/tasks` (the `tasks/get` shape) when it differs.
+pub(in crate::mcp) struct TaskWatch {
+    ids: Vec<String>,
+    seen: std::collections::HashMap<String, Value>,
+}
+
+impl TaskWatch {
+    /// The watch a listen request asks for; empty without a task handler or the extension.
+    pub(in crate::mcp) fn requested(
+        tasks: Option<&dyn TaskHandler>,
+        ctx: &RequestContext,
+        requested: &Value,
+    ) -> McpResult<TaskWatch> {
+        let mut ids: Vec<String> = Vec::new();
+        if tasks.is_some() && client_speaks_tasks(ctx) {
+            let listed = requested.get("taskIds").and_then(Value::as_array);
+            for id in listed.into_iter().flatten().filter_map(Value::as_str) {
+                if !ids.iter().any(|known| known == id) {
+                    ids.push(id.to_owned());
+                }
+            }
+        }
+        if ids.len() > MAX_WATCHED_TASKS {
+            return Err(McpError::invalid_params(format!(
+                "notifications.taskIds names {} tasks; one listen watches at most {MAX_WATCHED_TASKS}",
+                ids.len()
+            )));
+        }
+        Ok(TaskWatch {
+            ids,
+            seen: std::collections::HashMap::new(),
+        })
+    }
+
+    pub(in crate::mcp) fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The honoured ids, for the acknowledgement.
+    pub(in crate::mcp) fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// The watched tasks that changed since the last call (all of them the first time); a
+    /// task that cannot be read is skipped.
+    pub(in crate::mcp) async fn changed(
+        &mut self,
+        tasks: &dyn TaskHandler,
+        ctx: &RequestContext,
+    ) -> Vec<Value> {
+        let mut changed = Vec::new();
+        for id in &self.ids {
+            let Ok(state) = tasks.get(ctx, id).await else {
+                continue;
+            };
+            let task = detailed_modern(&state);
+            if self.seen.get(id) != Some(&task) {
+                self.seen.insert(id.clone(), task.clone());
+                changed.push(task);
+            }
+        }
+        changed
+    }
+}
