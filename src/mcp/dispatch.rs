@@ -128,7 +128,7 @@ pub(super) async fn dispatch(
             if let Some(backing) = handler.tasks() {
                 let support = handler
                     .tools()
-                    .task_support(name)
+                    .task_support(ctx, name)
                     .unwrap_or_else(|| backing.task_support(name));
                 let answered = task_wire::call(backing, support, ctx, params, name, &arguments);
                 if let Some(answer) = answered.await {

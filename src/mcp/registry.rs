@@ -240,12 +240,15 @@ impl ToolRegistry {
         json!({"tools": tools})
     }
 
-    /// How a registered tool runs as a task; `None` for a name nobody registered.
-    pub fn task_support(&self, name: &str) -> Option<TaskSupport> {
-        self.entries
-            .iter()
-            .find(|entry| entry.name == name)
-            .map(|entry| entry.task_support)
+    /// How a registered tool runs as a task for this client; `None` for a name nobody
+    /// registered. A tool held back from the client never becomes a task, so its call meets
+    /// the registry's refusal.
+    pub fn task_support(&self, ctx: &RequestContext, name: &str) -> Option<TaskSupport> {
+        let entry = self.entries.iter().find(|entry| entry.name == name)?;
+        if entry.missing(ctx).is_some() {
+            return Some(TaskSupport::Forbidden);
+        }
+        Some(entry.task_support)
     }
 
     /// `tools/call`: the tool's handler, if this client is offered the tool.
