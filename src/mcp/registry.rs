@@ -21,6 +21,11 @@
 //!   ([`ToolRegistry::varies_by_client`]); legacy results carry no caching fields at all
 //!   (`docs/api.md`, "Tool listing and caching").
 //!
+//! - **Tasks.** A tool registered with a [`TaskSupport`] other than forbidden shows
+//!   `execution.taskSupport` only to clients that speak tasks in their era, so the listing
+//!   of every other client is unchanged; the core asks [`ToolRegistry::task_support`] when a
+//!   call may become a task (`docs/tasks.md`).
+//!
 //! The list keeps registration order, so every client that is offered the same tools gets
 //! them in the same order (2026-07-28 S6).
 
@@ -30,6 +35,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::context::{McpError, McpResult, RequestContext, codes};
+use super::tasks::{TaskSupport, client_speaks_tasks};
 
 /// The MCP Apps extension's key under `capabilities.extensions`.
 pub const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
@@ -93,6 +99,8 @@ pub struct Tool {
     definition: Value,
     listing: Listing,
     visibility: Visibility,
+    /// Whether a call may become a task.
+    task_support: TaskSupport,
     /// Answers `tools/call` for it.
     handler: Arc<dyn ToolHandler>,
 }
@@ -105,8 +113,15 @@ impl Tool {
             definition,
             listing: Listing::Always,
             visibility: Visibility::ModelAndApp,
+            task_support: TaskSupport::Forbidden,
             handler,
         }
+    }
+
+    /// Lets calls of the tool run as tasks (when the handler backs tasks).
+    pub fn with_task_support(mut self, support: TaskSupport) -> Tool {
+        self.task_support = support;
+        self
     }
 
     pub fn listed(mut self, listing: Listing) -> Tool {
@@ -163,6 +178,8 @@ struct Entry {
     /// What the client must have declared to be offered the tool: the listing rule's, and
     /// MCP Apps for an app-only tool.
     requires: Vec<Requirement>,
+    /// Whether `execution.taskSupport` is listed to clients that speak tasks.
+    task_support: TaskSupport,
     handler: Arc<dyn ToolHandler>,
 }
 
@@ -210,6 +227,7 @@ impl ToolRegistry {
             mut definition,
             listing,
             visibility,
+            task_support,
             handler,
         } = tool;
         let name = definition
@@ -251,6 +269,7 @@ impl ToolRegistry {
             name,
             listed: definition,
             requires,
+            task_support,
             handler,
         });
         Ok(())
@@ -263,13 +282,31 @@ impl ToolRegistry {
 
     /// The `tools/list` result for this client: `{tools: [...]}`.
     pub fn list(&self, ctx: &RequestContext) -> Value {
+        let speaks_tasks = client_speaks_tasks(ctx);
         let tools: Vec<Value> = self
             .entries
             .iter()
             .filter(|entry| entry.missing(ctx).is_none())
-            .map(|entry| entry.listed.clone())
+            .map(|entry| {
+                let mut listed = entry.listed.clone();
+                if speaks_tasks && entry.task_support != TaskSupport::Forbidden {
+                    listed["execution"] = json!({"taskSupport": entry.task_support.as_str()});
+                }
+                listed
+            })
             .collect();
         json!({"tools": tools})
+    }
+
+    /// How a registered tool runs as a task for this client; `None` for a name nobody
+    /// registered. A tool held back from the client never becomes a task, so its call meets
+    /// the registry's refusal.
+    pub fn task_support(&self, ctx: &RequestContext, name: &str) -> Option<TaskSupport> {
+        let entry = self.entries.iter().find(|entry| entry.name == name)?;
+        if entry.missing(ctx).is_some() {
+            return Some(TaskSupport::Forbidden);
+        }
+        Some(entry.task_support)
     }
 
     /// `tools/call`: the tool's handler, if this client is offered the tool.

@@ -44,7 +44,7 @@ mod workflow;
 use bridge::Bridge;
 use monitor::{Channels, FollowingTool, Monitor, ReceiptLedger};
 use resources::Resources;
-use workflow::WorkflowTool;
+use workflow::{WorkflowTasks, WorkflowTool};
 
 pub use skills::{SKILL_NAME, SKILL_URI};
 pub use workflow::{
@@ -111,6 +111,8 @@ pub struct WorkflowServer {
     workflow: Arc<WorkflowTool>,
     /// The Claude Code channel sender, to forget a closed session's followed runs.
     channels: Arc<Channels>,
+    /// `run` and `resume` as MCP tasks (`docs/tasks.md`).
+    tasks: WorkflowTasks,
     /// Stops the notification bridge and resume work handed off after a timeout.
     shutdown: CancellationToken,
     /// The bridge task and resumes that outlived their request.
@@ -151,6 +153,7 @@ impl WorkflowServer {
         let server = Arc::new(WorkflowServer {
             engine,
             options,
+            tasks: WorkflowTasks::new(workflow.clone(), hub.clone()),
             hub,
             tools,
             workflow,
@@ -250,6 +253,10 @@ impl McpHandler for WorkflowServer {
 
     fn hub(&self) -> &NotificationHub {
         &self.hub
+    }
+
+    fn tasks(&self) -> Option<&dyn crate::mcp::tasks::TaskHandler> {
+        Some(&self.tasks)
     }
 
     fn tools(&self) -> &ToolRegistry {

@@ -40,5 +40,6 @@ mod shim;
 mod snapshots;
 mod succession;
 mod support;
+mod tasks;
 mod workflow_next;
 mod workflow_tool;

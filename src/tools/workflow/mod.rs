@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::engine::Engine;
 use crate::mcp::handler::{McpResult, RequestContext};
 use crate::mcp::registry::{Tool, ToolHandler};
+use crate::mcp::tasks::TaskSupport;
 
 mod actions;
 mod config;
@@ -26,6 +27,7 @@ mod parse;
 mod receipts;
 mod reply;
 mod schema;
+mod tasks;
 mod text;
 
 use actions::Actions;
@@ -35,6 +37,7 @@ use receipts::{ReceiptBook, Uncached, receipt_key};
 pub use receipts::IDEMPOTENCY_KEY_META;
 pub use reply::{OBSERVATION_CEILING, PREPARATION_CEILING};
 pub use schema::{ACTIONS, TOOL_NAME};
+pub(super) use tasks::WorkflowTasks;
 
 /// The tool's handler: validation, exact retries and the engine work.
 pub(super) struct WorkflowTool {
@@ -62,10 +65,21 @@ impl WorkflowTool {
         }
     }
 
-    /// The registration: listed to every client, visible to model and app. `handler` is
-    /// this tool, or a wrapper around it that sees its answers (the run monitor's channels).
+    /// The registration: listed to every client, visible to model and app; `run` and
+    /// `resume` may run as tasks (`tasks.rs`). `handler` is this tool, or a wrapper around
+    /// it that sees its answers (the run monitor's channels).
     pub(super) fn registration(handler: Arc<dyn ToolHandler>) -> Tool {
-        Tool::new(schema::definition(), handler)
+        Tool::new(schema::definition(), handler).with_task_support(TaskSupport::Optional)
+    }
+
+    /// Validates and carries out one call without the exact-retry receipts: the task glue's
+    /// status reads and the answers it turns into `resume`, `setup-response` and
+    /// `permissions-response` calls, checked exactly as a client's would be.
+    pub(super) async fn perform(&self, ctx: &RequestContext, arguments: Value) -> McpResult<Value> {
+        match parse::parse(&arguments, self.default_project.as_deref()) {
+            Ok(action) => self.actions.dispatch(ctx, action, None).await,
+            Err(error) => Ok(reply::invalid_input(error)),
+        }
     }
 
     /// A legacy session ended: its request ids will not be retried.
