@@ -18,10 +18,7 @@
 //! and loads; wall times on a shared machine are not. Run with `cargo bench --bench status`
 //! (release; `cargo bench` builds the `agentprism` binary it starts).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +36,7 @@ mod support;
 compile_error!("this benchmark reads /proc and calls getrusage with the 64-bit Linux layout");
 
 use support::World;
+use support::http::{Client, Daemon, initialize_request, pid_cpu};
 
 /// Agent calls in each measured run.
 const SIZES: [u32; 3] = [1, 100, 1_000];
@@ -53,8 +51,6 @@ const MAX_SAMPLES: usize = 2_000;
 const IN_PROCESS_WALL_LIMIT: Duration = Duration::from_secs(5);
 /// Calls before each measurement, so caches and connections are warm.
 const WARM_UP: usize = 20;
-/// How long the daemon may take to write its pointer.
-const START_DEADLINE: Duration = Duration::from_secs(30);
 
 const GOAL_CPU: Duration = Duration::from_micros(50);
 const GOAL_P50: Duration = Duration::from_micros(100);
@@ -161,12 +157,6 @@ fn in_process_server(world: &World, home: &Path) -> Arc<McpServer> {
     Arc::new(McpServer::new(handler, ServerOptions::default()))
 }
 
-fn initialize_request() -> Value {
-    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "status-bench", "version": "1"}}})
-}
-
 fn status_request(id: usize, run_id: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "workflow", "arguments": {"action": "status", "runId": run_id}}})
@@ -269,44 +259,7 @@ fn report(size: u32, daemon: &Figure, local: &Figure) {
         verdict(local.p50 < GOAL_P50),
     );
 }
-
-/// `agentprism daemon run` as a child, killed when dropped.
-struct Daemon {
-    child: Child,
-    pid: i32,
-    port: u16,
-}
-
 impl Daemon {
-    fn start(world: &World) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_agentprism"))
-            .args(["daemon", "run"])
-            .env_clear()
-            .envs(world.env.iter().map(|(k, v)| (k, v)))
-            // The session keeps it busy; the idle exit must not end a slow batch.
-            .env("AGENTPRISM_DAEMON_IDLE_TTL_MS", "0")
-            .current_dir(&world.project)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start agentprism daemon run");
-        let pid = child.id() as i32;
-        let started = Instant::now();
-        let port = loop {
-            if let Some(port) = pointer_port(world, pid) {
-                break port;
-            }
-            assert!(
-                started.elapsed() < START_DEADLINE,
-                "the daemon wrote no pointer under {} within {START_DEADLINE:?}",
-                world.state.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Daemon { child, pid, port }
-    }
-
     /// The daemon's CPU seconds per wall second while nobody talks to it.
     fn idle_cpu_rate(&self, window: Duration) -> f64 {
         let before = pid_cpu(self.pid);
@@ -372,165 +325,8 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The port in the pointer the daemon `pid` wrote, once it has.
-fn pointer_port(world: &World, pid: i32) -> Option<u16> {
-    let entries = std::fs::read_dir(world.state.join("daemons")).ok()?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") || path.ends_with("run-control-key.json") {
-            continue;
-        }
-        let Ok(record) = serde_json::from_slice::<Value>(&std::fs::read(&path).ok()?) else {
-            continue;
-        };
-        if record["pid"].as_i64() == Some(i64::from(pid)) {
-            return record["port"].as_u64().and_then(|p| u16::try_from(p).ok());
-        }
-    }
-    None
-}
-
-/// A keep-alive HTTP/1.1 connection speaking one legacy MCP session.
-struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-    port: u16,
-    session: Option<String>,
-}
-
-impl Client {
-    fn connect(port: u16) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the daemon");
-        stream.set_nodelay(true).expect("nodelay");
-        let mut client = Client {
-            reader: BufReader::new(stream.try_clone().expect("clone the stream")),
-            writer: stream,
-            port,
-            session: None,
-        };
-        let init = client.request(&initialize_request());
-        assert!(init.get("result").is_some(), "initialize failed: {init}");
-        client.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        client
-    }
-
-    fn request(&mut self, body: &Value) -> Value {
-        let body = self.post(body);
-        let text = String::from_utf8_lossy(&body);
-        // An SSE answer carries the response on its last `data:` line.
-        let json_text = if text.starts_with('{') {
-            text.to_string()
-        } else {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim)
-                .rfind(|l| l.starts_with('{'))
-                .unwrap_or("null")
-                .to_owned()
-        };
-        serde_json::from_str(&json_text).unwrap_or(Value::Null)
-    }
-
-    /// One POST; the answer's body, read to its length (or its last chunk).
-    fn post(&mut self, body: &Value) -> Vec<u8> {
-        let body = body.to_string();
-        let mut head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
-            self.port,
-            body.len()
-        );
-        if let Some(session) = &self.session {
-            head.push_str(&format!(
-                "Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
-            ));
-        }
-        head.push_str("\r\n");
-        self.writer
-            .write_all(head.as_bytes())
-            .and_then(|()| self.writer.write_all(body.as_bytes()))
-            .expect("send a request to the daemon");
-        let mut length = None;
-        let mut chunked = false;
-        let mut line = String::new();
-        self.reader.read_line(&mut line).expect("status line");
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).expect("header line");
-            let trimmed = line.trim_end();
-            if trimmed.is_empty() {
-                break;
-            }
-            let Some((name, value)) = trimmed.split_once(':') else {
-                continue;
-            };
-            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-            match name.as_str() {
-                "content-length" => length = value.parse::<usize>().ok(),
-                "transfer-encoding" => chunked = value.contains("chunked"),
-                "mcp-session-id" => self.session = Some(value.to_owned()),
-                _ => {}
-            }
-        }
-        let mut answer = Vec::new();
-        if let Some(length) = length {
-            answer.resize(length, 0);
-            self.reader.read_exact(&mut answer).expect("body");
-        } else if chunked {
-            loop {
-                line.clear();
-                self.reader.read_line(&mut line).expect("chunk size");
-                let size = usize::from_str_radix(line.trim(), 16).expect("chunk size in hex");
-                let mut chunk = vec![0; size + 2];
-                self.reader.read_exact(&mut chunk).expect("chunk");
-                if size == 0 {
-                    break;
-                }
-                answer.extend_from_slice(&chunk[..size]);
-            }
-        }
-        answer
-    }
-}
-
-/// `utime + stime` of process `pid`, all its threads, from `/proc/<pid>/stat`.
-fn pid_cpu(pid: i32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("reading /proc/{pid}/stat: {e}"));
-    // The command name may hold spaces and parentheses; fields restart after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // After the name: state is field 3, utime 14 and stime 15 (1-based, proc(5)).
-    let ticks = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let total = ticks(14) + ticks(15);
-    Duration::from_secs_f64(total as f64 / clock_ticks_per_second() as f64)
-}
-
 unsafe extern "C" {
-    fn sysconf(name: i32) -> i64;
     fn getrusage(who: i32, usage: *mut ResourceUsage) -> i32;
-}
-
-/// `_SC_CLK_TCK` on Linux.
-const SC_CLK_TCK: i32 = 2;
-
-fn clock_ticks_per_second() -> i64 {
-    // SAFETY: sysconf reads a constant of the system; it takes no pointers.
-    let ticks = unsafe { sysconf(SC_CLK_TCK) };
-    if ticks > 0 { ticks } else { 100 }
 }
 
 /// `struct timeval` on 64-bit Linux.

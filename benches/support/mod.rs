@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+pub mod measure;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

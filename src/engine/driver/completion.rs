@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::engine::driver::task::TaskResult;
-use crate::engine::driver::{Driver, Halt, InFlight};
+use crate::engine::driver::{Driver, Halt, InFlight, Settled};
 use crate::engine::preview;
 use crate::engine::vm::VmReply;
 use crate::model::{CallError, CallOrigin, CallOutcome, CallRecord, Usage};
@@ -39,22 +39,48 @@ impl Driver {
         let (reply, pause) = settle(&mut record, call.call_id, result);
         record.settlement_ordinal = self.next_settlement();
         self.announce_settled(&call, &record);
-        if call.scope == "root" && !self.dry() {
-            let supersedes = call.supersedes.clone();
-            if let Err(lost) = self.record_call(&record, &supersedes).await {
-                // Not durable, so not answered: the run pauses and a resume re-runs it.
-                self.on_lost_write(lost);
-                return;
-            }
-        }
-        if let Some(reply) = reply {
-            self.reply(reply);
-        }
+        self.settling.push(Settled {
+            journaled: call.scope == "root" && !self.dry(),
+            supersedes: call.supersedes,
+            record,
+            reply,
+        });
+        // A pausing call halts the generation only once its row (and every row settled
+        // before it) is durable; a lost write halts it as interrupted instead.
         if let Some(pause) = pause
+            && self.commit_settled().await
             && self.halt.is_none()
         {
             self.begin_halt(pause);
         }
+    }
+
+    /// The group commit: writes the rows of the calls settled since the last one in one
+    /// transaction, then answers them in settlement order. When the write is refused none
+    /// is answered (not durable, so a resume re-runs them) and the generation halts as
+    /// interrupted; `false` then.
+    pub(super) async fn commit_settled(&mut self) -> bool {
+        if self.settling.is_empty() {
+            return true;
+        }
+        let group = std::mem::take(&mut self.settling);
+        let rows: Vec<(&CallRecord, &[(u32, u32)])> = group
+            .iter()
+            .filter(|settled| settled.journaled)
+            .map(|settled| (&settled.record, settled.supersedes.as_slice()))
+            .collect();
+        if !rows.is_empty()
+            && let Err(lost) = self.record_calls(&rows).await
+        {
+            self.on_lost_write(lost);
+            return false;
+        }
+        for settled in group {
+            if let Some(reply) = settled.reply {
+                self.reply(reply);
+            }
+        }
+        true
     }
 
     /// The row of a settled call before its result is filled in.

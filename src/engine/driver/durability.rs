@@ -2,8 +2,11 @@
 //! heartbeat, and what a failed one does.
 //!
 //! A settled call reaches the store before the script sees its result: the caller of
-//! [`Driver::record_call`] answers the VM only on `Ok`. The row goes in one transaction with
-//! the events buffered so far. A replayed row's result is already durable, so replays are
+//! [`Driver::record_calls`] answers the VM only on `Ok`. The row goes in one transaction with
+//! the events buffered so far. Agent calls that settle together are committed together (the
+//! group commit, `Driver::commit_settled`): the loop takes every activity already waiting
+//! after the one it woke for, writes their rows in one transaction, and only then answers
+//! them, in settlement order; a pausing call commits its group before it halts the run. A replayed row's result is already durable, so replays are
 //! buffered and written in batches of [`REPLAY_BATCH`], always before the next live row or
 //! event batch, so rows reach the store in settlement order. Each write returns
 //! [`LostWrite`] when the store refused it, and its caller's branch is
@@ -77,20 +80,45 @@ impl Driver {
         record: &CallRecord,
         supersedes: &[(u32, u32)],
     ) -> Result<(), LostWrite> {
+        self.record_calls(&[(record, supersedes)]).await
+    }
+
+    /// Writes calls that settled together (in settlement order) in one transaction, with
+    /// the replays and events buffered before them; the group commit. Only on `Ok` may
+    /// the script see any of their results.
+    pub(super) async fn record_calls(
+        &mut self,
+        rows: &[(&CallRecord, &[(u32, u32)])],
+    ) -> Result<(), LostWrite> {
         self.flush_replays().await?;
         let Some((store, lease_token)) = self.target()? else {
             return Ok(());
         };
         let events = self.events.take();
-        let write = CallWrite {
-            record,
-            supersedes,
-            events: &events,
-        };
-        store
-            .append_call(&self.setup.run_id, write, Fence(&lease_token))
-            .await?;
-        self.count_settled(usize::from(record.kind != CallKind::Checkpoint));
+        let last = rows.len().saturating_sub(1);
+        let writes: Vec<CallWrite<'_>> = rows
+            .iter()
+            .enumerate()
+            .map(|(position, (record, supersedes))| CallWrite {
+                record,
+                supersedes,
+                events: if position == last { &events } else { &[] },
+            })
+            .collect();
+        if let [write] = writes.as_slice() {
+            store
+                .append_call(&self.setup.run_id, write.clone(), Fence(&lease_token))
+                .await?;
+        } else {
+            store
+                .append_calls(&self.setup.run_id, &writes, Fence(&lease_token))
+                .await?;
+        }
+        let counted = rows
+            .iter()
+            .filter(|(record, _)| record.kind != CallKind::Checkpoint)
+            .count();
+        self.count_settled(counted);
         Ok(())
     }
 

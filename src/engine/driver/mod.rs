@@ -50,6 +50,9 @@ use task::Activity;
 
 /// How often the loop looks at progress heartbeats and flushes buffered events.
 const TICK: Duration = Duration::from_millis(250);
+/// At most this many agent activities (settled calls among them) join one group commit, so
+/// a flood of progress updates cannot hold back the answers of calls already settled.
+const GROUP_COMMIT_LIMIT: usize = 64;
 
 /// Where the generation's writes go.
 #[derive(Clone)]
@@ -259,6 +262,16 @@ struct InFlight {
     progress: Progress,
 }
 
+/// A settled call waiting for its group commit: its row (when journaled) and its answer.
+struct Settled {
+    record: CallRecord,
+    supersedes: Vec<(u32, u32)>,
+    /// What the script gets once the row is durable; `None` when it gets nothing.
+    reply: Option<VmReply>,
+    /// Whether the row is journaled (root calls of a live generation).
+    journaled: bool,
+}
+
 /// Why and how a generation is settling; once set, the script gets no more answers.
 #[derive(Clone, Debug)]
 enum Halt {
@@ -318,6 +331,9 @@ struct Driver {
     store_error: Option<String>,
     /// Set once a write or the heartbeat was fenced: the generation writes nothing more.
     lease_lost: bool,
+    /// Calls settled since the last group commit, in settlement order: their rows are
+    /// written in one transaction and only then are they answered ([`durability`]).
+    settling: Vec<Settled>,
     /// Non-checkpoint rows this generation has written: status's call count while it runs
     /// (through the live view), recorded in the store when it stops ([`durability`]).
     settled_calls: u64,
@@ -359,6 +375,7 @@ impl Driver {
             store_error: None,
             lease_lost: false,
             settled_calls: 0,
+            settling: Vec::new(),
             vm,
             halted_vm: None,
             setup,
@@ -416,7 +433,15 @@ impl Driver {
                     Some(command) => self.on_control(command),
                     None => control_open = false,
                 },
-                Some(activity) = activity_rx.recv() => self.on_activity(activity).await,
+                Some(activity) = activity_rx.recv() => {
+                    self.on_activity(activity).await;
+                    // Group commit: what settled meanwhile joins this call's transaction.
+                    for _ in 1..GROUP_COMMIT_LIMIT {
+                        let Ok(more) = activity_rx.try_recv() else { break };
+                        self.on_activity(more).await;
+                    }
+                    self.commit_settled().await;
+                }
                 event = vm_rx.recv(), if vm_open && self.halt.is_none() => match event {
                     Some(event) => self.on_vm(event).await,
                     None => {

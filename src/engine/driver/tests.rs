@@ -591,3 +591,87 @@ async fn the_heartbeat_keeps_a_long_call_s_lease_held() {
         "the stopped call's row was written"
     );
 }
+
+fn settled(index: u32) -> Settled {
+    Settled {
+        record: row(index, CallOrigin::Runner, u64::from(index)),
+        supersedes: Vec::new(),
+        reply: Some(VmReply::Resolve {
+            call_id: u64::from(index),
+            value: json!(index),
+        }),
+        journaled: true,
+    }
+}
+
+#[tokio::test]
+async fn calls_settled_together_are_written_together_with_the_events_before_them() {
+    let world = world().await;
+    let mut driver = world.driver(Some(LEASE));
+    driver
+        .events
+        .push("log", "root", json!({"message": "before"}));
+    driver.settling = vec![settled(0), settled(1), settled(2)];
+    assert!(driver.commit_settled().await);
+    assert!(driver.settling.is_empty());
+    let rows = world.rows().await;
+    let settled: Vec<u64> = rows.iter().map(|r| r.settlement_ordinal).collect();
+    assert_eq!(settled, [0, 1, 2]);
+    assert_eq!(driver.settled_calls, 3);
+    assert_eq!(world.event_kinds().await, ["log"]);
+    // Nothing waiting: nothing to write, and not a failure.
+    assert!(driver.commit_settled().await);
+}
+
+#[tokio::test]
+async fn a_refused_group_commit_answers_none_of_its_calls_and_halts_as_interrupted() {
+    let world = world().await;
+    let mut driver = world.driver(Some("a-lapsed-lease"));
+    driver.settling = vec![settled(0), settled(1)];
+    assert!(!driver.commit_settled().await);
+    assert!(
+        driver.settling.is_empty(),
+        "the lost group is dropped, not retried"
+    );
+    assert!(world.rows().await.is_empty());
+    assert!(driver.store_error.is_some());
+    assert!(matches!(
+        driver.halt,
+        Some(Halt::Pause {
+            reason: PauseReason::Interrupted,
+            ..
+        })
+    ));
+}
+
+const PARALLEL_CALLS: &str = "const answers = await parallel([1, 2, 3, 4, 5, 6, 7, 8].map((n) => () => agent('p' + n)));\nreturn answers.length;";
+
+#[tokio::test]
+async fn parallel_calls_are_all_recorded_in_program_order_before_the_script_goes_on() {
+    let world = world().await;
+    let mut setup = world.setup(PARALLEL_CALLS, Some(LEASE));
+    setup.limits.concurrency = 8;
+    let outcome = generation(setup).await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+    assert_eq!(outcome.result, Some(json!(8)));
+    let rows = world.rows().await;
+    let mut indexes: Vec<u32> = rows.iter().map(|r| r.index).collect();
+    indexes.sort_unstable();
+    assert_eq!(indexes, (0..8).collect::<Vec<_>>());
+    let mut ordinals: Vec<u64> = rows.iter().map(|r| r.settlement_ordinal).collect();
+    ordinals.sort_unstable();
+    assert_eq!(ordinals, (0..8).collect::<Vec<_>>());
+    assert_eq!(outcome.next_settlement, 8);
+}
+
+#[tokio::test]
+async fn parallel_calls_whose_rows_were_refused_are_never_answered() {
+    let world = world().await;
+    let mut setup = world.setup(PARALLEL_CALLS, Some("a-lapsed-lease"));
+    setup.limits.concurrency = 8;
+    let outcome = generation(setup).await;
+    assert_eq!(outcome.status, RunStatus::Paused, "{outcome:?}");
+    assert_eq!(outcome.pause_reason, Some(PauseReason::Interrupted));
+    assert_eq!(outcome.result, None);
+    assert!(world.rows().await.is_empty());
+}

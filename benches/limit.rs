@@ -1,0 +1,464 @@
+//! Issue 18's table, "the engine at the limit", for the current build: every figure of the
+//! issue in one program, with the command and the load average printed beside them.
+//!
+//! Two settings, as in the issue. The per-call CPU with the instant runner and the replay of
+//! a 10,000-call journal are measured in this process (the engine bench's figures 1 and 3).
+//! Everything else is a real `agentprism daemon run` (own HOME, persistence root, ephemeral
+//! port) driven over keep-alive HTTP, with the release mock agent answering each prompt at
+//! once at concurrency 16; the daemon's CPU, bytes written (`/proc/<pid>/io` `write_bytes`:
+//! WAL frames and checkpoints), RSS and peak RSS (`VmHWM`, reset through `clear_refs`
+//! before each run) are read from the kernel. "Admission" is the `run` tool call's round
+//! trip (preparation and the dry run included); "end-to-end" runs until a `status` poll
+//! sees the run completed (polled every 20 ms, which costs the daemon a few per cent of one
+//! core).
+//!
+//! `cargo bench --bench limit` (build the mock agent first: `cargo build --release
+//! --examples`); `-- --quick` divides the big sizes by ten for a short run.
+//! `AGENTPRISM_BENCH_BINARY=<path>` runs another build's `agentprism` as the daemon (the
+//! in-process figures stay this build's), to compare two commits under the same harness.
+
+use std::process::ExitCode;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agentprism::engine::ResumeRequest;
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+mod support;
+
+use support::World;
+use support::http::{Client, Daemon, pid_cpu};
+use support::measure::*;
+
+/// Sequential instant-runner calls for the per-call CPU figure.
+const INSTANT_CALLS: u32 = 10_000;
+/// The fan-out sizes of the issue's table.
+const FAN_OUTS: [u32; 2] = [1_000, 10_000];
+const CONCURRENCY: u32 = 16;
+/// Sequential 0-agent admissions for the p50.
+const ADMISSIONS: usize = 100;
+/// Clients (and projects) of the parallel figures, and how long each runs.
+const CLIENTS: usize = 8;
+const PARALLEL_WINDOW: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(20);
+
+const ZERO_AGENT: &str = "export const meta = {name:'z', description:'d'};\nreturn 42;\n";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("bench limit: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    ensure!(
+        cfg!(all(target_os = "linux", target_pointer_width = "64")),
+        "this benchmark reads /proc and calls getrusage with the 64-bit Linux layout"
+    );
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let scale = if quick { 10 } else { 1 };
+    let binaries = Binaries::locate()?;
+    let command: Vec<String> = std::env::args().collect();
+    println!("command: {}", command.join(" "));
+    println!("load average at start: {}", load_average());
+    print_machine();
+    let mut table = Table::default();
+
+    instant_per_call(INSTANT_CALLS / scale, &mut table)?;
+    replay(INSTANT_CALLS / scale, &mut table)?;
+
+    let temp = tempfile::tempdir().context("creating a temporary folder")?;
+    let mut world = World::new(temp.path(), "limit");
+    let backends = json!({"mock": {"command": binaries.mock_agent.display().to_string()}});
+    world
+        .env
+        .push(("AGENTPRISM_BACKENDS".into(), backends.to_string()));
+    let daemon = Daemon::start(&world);
+    let mut client = Client::connect(daemon.port);
+    let project = world.project.display().to_string();
+
+    rss_growth(&daemon, &mut client, &project, &mut table)?;
+    for size in FAN_OUTS {
+        fan_out(&daemon, &mut client, &project, size / scale, &mut table)?;
+    }
+    zero_agent_p50(&mut client, &project, &mut table)?;
+    admissions_per_second(&daemon, &world, &mut table)?;
+    live_status_per_second(&daemon, &mut client, &project, &mut table)?;
+    drop(daemon);
+
+    println!();
+    println!("| figure | measured | goal |");
+    println!("|---|---|---|");
+    for (figure, measured, goal) in &table.rows {
+        println!("| {figure} | {measured} | {goal} |");
+    }
+    println!("load average at end: {}", load_average());
+    Ok(())
+}
+
+/// The rows of the printed table: figure, measured value, the issue's goal.
+#[derive(Default)]
+struct Table {
+    rows: Vec<(String, String, &'static str)>,
+}
+
+impl Table {
+    fn add(&mut self, figure: impl Into<String>, measured: String, goal: &'static str) {
+        let figure = figure.into();
+        println!("{figure}: {measured} (goal {goal})");
+        self.rows.push((figure, measured, goal));
+    }
+}
+
+fn instant_per_call(calls: u32, table: &mut Table) -> Result<()> {
+    runtime()?.block_on(async {
+        let bench = InstantBench::new()?;
+        let before = Sample::take();
+        let run_id = bench.start(&sequential_script(calls, false)).await?;
+        let admitted = Sample::take();
+        wait_settled(&bench.engine, &run_id).await?;
+        let settled = Sample::take();
+        expect_status(&bench.engine, &run_id, "completed").await?;
+        ensure!(
+            bench.runner.prompts() == u64::from(calls),
+            "not every call prompted"
+        );
+        let execution = settled.since(&admitted);
+        print_breakdown("instant admission (dry run)", &admitted.since(&before));
+        print_breakdown("instant execution", &execution);
+        table.add(
+            format!("engine CPU per `agent()` call, instant runner ({calls} sequential calls)"),
+            format!(
+                "{:.0} µs ({:.1} KiB written per call)",
+                micros(execution.cpu().as_secs_f64() / f64::from(calls)),
+                execution.write_bytes as f64 / 1024.0 / f64::from(calls)
+            ),
+            "≤ 20 µs",
+        );
+        bench.engine.shutdown(Duration::from_secs(5)).await;
+        Ok(())
+    })
+}
+
+fn replay(calls: u32, table: &mut Table) -> Result<()> {
+    runtime()?.block_on(async {
+        let bench = InstantBench::new()?;
+        let run_id = bench.start(&sequential_script(calls - 1, true)).await?;
+        wait_settled(&bench.engine, &run_id).await?;
+        let status = expect_status(&bench.engine, &run_id, "paused").await?;
+        let checkpoint = status["outcome"]["checkpointContext"]["callIndex"]
+            .as_u64()
+            .context("the paused run names no waiting checkpoint")?;
+        let prompts = bench.runner.prompts();
+        let before = Sample::take();
+        bench
+            .engine
+            .resume(ResumeRequest {
+                run_id: Some(run_id.clone()),
+                checkpoint_replies: vec![(u32::try_from(checkpoint)?, json!(true))],
+                ..ResumeRequest::default()
+            })
+            .await
+            .context("resuming the paused run")?;
+        wait_settled(&bench.engine, &run_id).await?;
+        let total = Sample::take().since(&before);
+        expect_status(&bench.engine, &run_id, "completed").await?;
+        ensure!(
+            bench.runner.prompts() == prompts,
+            "resume prompted an agent"
+        );
+        print_breakdown("replay", &total);
+        table.add(
+            format!("resume replaying a {calls}-call journal"),
+            format!(
+                "{:.2} s wall, {:.2} s CPU, {:.1} MiB written",
+                total.wall.as_secs_f64(),
+                total.cpu().as_secs_f64(),
+                total.write_bytes as f64 / MIB
+            ),
+            "< 0.5 s",
+        );
+        bench.engine.shutdown(Duration::from_secs(5)).await;
+        Ok(())
+    })
+}
+
+/// Daemon RSS before and after 5 fan-outs of 100 calls and 50 small runs.
+fn rss_growth(
+    daemon: &Daemon,
+    client: &mut Client,
+    project: &str,
+    table: &mut Table,
+) -> Result<()> {
+    // One of each first, so the agent pool, caches and arenas exist before the baseline.
+    run_to_end(client, project, &concurrent_script(100, CONCURRENCY), 100)?;
+    run_to_end(client, project, ZERO_AGENT, 0)?;
+    support::settle();
+    let before = support::rss_kib(daemon.pid);
+    for _ in 0..5 {
+        run_to_end(client, project, &concurrent_script(100, CONCURRENCY), 100)?;
+    }
+    for _ in 0..50 {
+        run_to_end(client, project, ZERO_AGENT, 0)?;
+    }
+    support::settle();
+    let after = support::rss_kib(daemon.pid);
+    table.add(
+        "daemon RSS growth after 5 fan-outs of 100 and 50 small runs",
+        format!(
+            "{:+.1} MiB ({:.1} → {:.1} MiB)",
+            (after as f64 - before as f64) / 1024.0,
+            before as f64 / 1024.0,
+            after as f64 / 1024.0
+        ),
+        "< +2 MiB",
+    );
+    Ok(())
+}
+
+fn fan_out(
+    daemon: &Daemon,
+    client: &mut Client,
+    project: &str,
+    size: u32,
+    table: &mut Table,
+) -> Result<()> {
+    let _ = std::fs::write(format!("/proc/{}/clear_refs", daemon.pid), "5");
+    let cpu = pid_cpu(daemon.pid);
+    let written = pid_write_bytes(daemon.pid);
+    let started = Instant::now();
+    let (run_id, admission) =
+        start_run(client, project, &concurrent_script(size, CONCURRENCY), size)?;
+    wait_for_end(client, &run_id)?;
+    let end_to_end = started.elapsed();
+    let cpu = pid_cpu(daemon.pid).saturating_sub(cpu);
+    let written = pid_write_bytes(daemon.pid).saturating_sub(written);
+    let peak = peak_kib(daemon.pid);
+    table.add(
+        format!("{size}-agent run: admission / end-to-end / daemon CPU / written / peak RSS"),
+        format!(
+            "{:.0} ms / {:.2} s / {:.2} s / {:.1} MiB / {:.0} MiB",
+            millis(admission.as_secs_f64()),
+            end_to_end.as_secs_f64(),
+            cpu.as_secs_f64(),
+            written as f64 / MIB,
+            peak as f64 / 1024.0
+        ),
+        if size >= 10_000 {
+            "< 150 ms / < 2 s / < 1 s / < 10 MiB / < 50 MiB"
+        } else {
+            "< 20 ms / < 0.3 s / < 0.1 s"
+        },
+    );
+    table.add(
+        format!("bytes written per settled call ({size}-call fan-out)"),
+        format!("{:.2} KiB", written as f64 / 1024.0 / f64::from(size)),
+        "≤ 1 KiB",
+    );
+    Ok(())
+}
+
+fn zero_agent_p50(client: &mut Client, project: &str, table: &mut Table) -> Result<()> {
+    let mut samples = Vec::with_capacity(ADMISSIONS);
+    for _ in 0..ADMISSIONS {
+        let (run_id, admission) = start_run(client, project, ZERO_AGENT, 0)?;
+        samples.push(admission);
+        wait_for_end(client, &run_id)?;
+    }
+    let p50 = support::percentile(&mut samples, 50);
+    table.add(
+        format!("0-agent run admission p50 ({ADMISSIONS} runs)"),
+        format!("{:.2} ms", millis(p50.as_secs_f64())),
+        "< 1 ms",
+    );
+    Ok(())
+}
+
+fn admissions_per_second(daemon: &Daemon, world: &World, table: &mut Table) -> Result<()> {
+    let projects: Vec<String> = (0..CLIENTS)
+        .map(|index| {
+            let dir = world.project.with_file_name(format!("project{index}"));
+            std::fs::create_dir_all(&dir).map(|()| dir.display().to_string())
+        })
+        .collect::<std::io::Result<_>>()
+        .context("creating the clients' projects")?;
+    let (admitted, failed) = in_parallel(daemon.port, |client, index, stop| {
+        let (mut ok, mut failed) = (0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            match start_run(client, &projects[index], ZERO_AGENT, 0) {
+                Ok(_) => ok += 1,
+                Err(_) => failed += 1,
+            }
+        }
+        (ok, failed)
+    });
+    table.add(
+        format!("0-agent admissions per second, {CLIENTS} clients in {CLIENTS} projects"),
+        format!(
+            "{:.0}/s ({failed} refused)",
+            admitted as f64 / PARALLEL_WINDOW.as_secs_f64()
+        ),
+        "> 2,000/s",
+    );
+    Ok(())
+}
+
+fn live_status_per_second(
+    daemon: &Daemon,
+    client: &mut Client,
+    project: &str,
+    table: &mut Table,
+) -> Result<()> {
+    let script = "export const meta = {name:'h', description:'d', model:'mock'};\nawait agent('@mock hang');\nreturn 1;\n";
+    let (run_id, _) = start_run(client, project, script, 1)?;
+    let deadline = Instant::now() + RUN_DEADLINE;
+    while status_of(client, &run_id)?["calls"]
+        .as_array()
+        .is_none_or(|calls| calls.is_empty())
+    {
+        ensure!(Instant::now() < deadline, "the held call never started");
+        std::thread::sleep(POLL);
+    }
+    let (answered, failed) = in_parallel(daemon.port, |client, _, stop| {
+        let (mut ok, mut failed) = (0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            match status_of(client, &run_id) {
+                Ok(status) if status["status"] == "running" => ok += 1,
+                _ => failed += 1,
+            }
+        }
+        (ok, failed)
+    });
+    ensure!(failed == 0, "{failed} status calls did not answer running");
+    table.add(
+        format!("`status` calls per second on a live run, {CLIENTS} clients"),
+        format!("{:.0}/s", answered as f64 / PARALLEL_WINDOW.as_secs_f64()),
+        "> 20,000/s",
+    );
+    Ok(())
+}
+
+/// Runs `work` on [`CLIENTS`] threads, each with its own connection, for
+/// [`PARALLEL_WINDOW`]; the sums of what they return.
+fn in_parallel(
+    port: u16,
+    work: impl Fn(&mut Client, usize, &AtomicBool) -> (u64, u64) + Sync,
+) -> (u64, u64) {
+    let stop = AtomicBool::new(false);
+    let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let barrier = Barrier::new(CLIENTS + 1);
+    std::thread::scope(|scope| {
+        for index in 0..CLIENTS {
+            let (work, stop, ok, failed, barrier) = (&work, &stop, &ok, &failed, &barrier);
+            scope.spawn(move || {
+                let mut client = Client::connect(port);
+                barrier.wait();
+                let (good, bad) = work(&mut client, index, stop);
+                ok.fetch_add(good, Ordering::Relaxed);
+                failed.fetch_add(bad, Ordering::Relaxed);
+            });
+        }
+        barrier.wait();
+        std::thread::sleep(PARALLEL_WINDOW);
+        stop.store(true, Ordering::Relaxed);
+    });
+    (ok.into_inner(), failed.into_inner())
+}
+
+/// The `run` tool call: the run id and the call's round trip.
+fn start_run(
+    client: &mut Client,
+    project: &str,
+    script: &str,
+    agents: u32,
+) -> Result<(String, Duration)> {
+    let mut arguments = json!({"action": "run", "projectDir": project, "script": script});
+    if agents > 0 {
+        arguments["maxAgents"] = json!(agents.max(1));
+        arguments["concurrency"] = json!(CONCURRENCY);
+    }
+    let started = Instant::now();
+    let answer = tool_call(client, arguments);
+    let elapsed = started.elapsed();
+    let run_id = answer["result"]["structuredContent"]["runId"]
+        .as_str()
+        .with_context(|| format!("the run was not admitted: {answer}"))?;
+    Ok((run_id.to_owned(), elapsed))
+}
+
+fn run_to_end(client: &mut Client, project: &str, script: &str, agents: u32) -> Result<()> {
+    let (run_id, _) = start_run(client, project, script, agents)?;
+    wait_for_end(client, &run_id)
+}
+
+fn wait_for_end(client: &mut Client, run_id: &str) -> Result<()> {
+    let deadline = Instant::now() + RUN_DEADLINE;
+    loop {
+        let status = status_of(client, run_id)?;
+        match status["status"].as_str() {
+            Some("completed") => return Ok(()),
+            Some("running" | "pending") => {}
+            _ => anyhow::bail!("run {run_id} ended other than completed: {status}"),
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "run {run_id} did not end in time"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+fn status_of(client: &mut Client, run_id: &str) -> Result<Value> {
+    let answer = tool_call(client, json!({"action": "status", "runId": run_id}));
+    let status = &answer["result"]["structuredContent"];
+    ensure!(status.is_object(), "no status document: {answer}");
+    Ok(status.clone())
+}
+
+/// Request ids: a legacy session answers a repeated id with its first answer.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn tool_call(client: &mut Client, arguments: Value) -> Value {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    client.request(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "workflow", "arguments": arguments}}))
+}
+
+fn pid_write_bytes(pid: i32) -> u64 {
+    proc_field(&format!("/proc/{pid}/io"), "write_bytes:")
+}
+
+fn peak_kib(pid: i32) -> u64 {
+    proc_field(&format!("/proc/{pid}/status"), "VmHWM:")
+}
+
+fn proc_field(path: &str, name: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(name)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
