@@ -171,6 +171,15 @@ pub(super) fn describe(error: &tokio_postgres::Error) -> String {
             "the database cancelled the statement at the call deadline ({})",
             db.message()
         ),
+        // Rust strings are valid UTF-8, so the one text the server refuses as an invalid
+        // byte sequence is one holding NUL, which PostgreSQL's text type cannot store (SQLite
+        // can); the transaction rolls back whole.
+        Some(db) if *db.code() == SqlState::CHARACTER_NOT_IN_REPERTOIRE => format!(
+            "a text value contains a NUL character (\\0), which a PostgreSQL store cannot \
+             keep; nothing was written (PostgreSQL {}: {})",
+            db.code().code(),
+            db.message()
+        ),
         Some(db) => format!("PostgreSQL {}: {}", db.code().code(), db.message()),
         None => error.to_string(),
     }

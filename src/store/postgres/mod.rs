@@ -55,6 +55,8 @@ mod scripts;
 mod contract_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod review_tests;
 
 pub use connection::redacted;
 
