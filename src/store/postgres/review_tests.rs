@@ -222,3 +222,48 @@ async fn a_nul_character_is_refused_clearly_and_writes_nothing() {
     assert_eq!(stored.status, RunStatus::Running);
     assert_eq!(stored.error_message, None);
 }
+
+/// A replica that finds another's migration running waits for it for the few deadlines
+/// `connect` grants migrating, not just one: the server's `statement_timeout` (one deadline)
+/// must not cut the wait for the advisory lock short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waits_past_one_deadline_for_another_replicas_migration() {
+    let database = PgCluster::shared().create_database().await;
+    let scripts = tempfile::tempdir().unwrap();
+    let (migrating, connection) = tokio_postgres::connect(&database.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    migrating
+        .execute(
+            "SELECT pg_advisory_lock($1)",
+            &[&super::migrations::MIGRATION_LOCK],
+        )
+        .await
+        .unwrap();
+    let deadline = Duration::from_millis(700);
+    let options = PgOptions {
+        call_deadline: deadline,
+        pool_size: 2,
+        ..PgOptions::new(scripts.path())
+    };
+    let started = Instant::now();
+    let url = database.url.clone();
+    let waiting = tokio::spawn(async move { PostgresStore::connect(&url, options).await });
+    // The other replica's migration lasts one and a half deadlines.
+    tokio::time::sleep(deadline.mul_f32(1.5)).await;
+    assert!(!waiting.is_finished(), "the waiting replica gave up early");
+    migrating
+        .execute(
+            "SELECT pg_advisory_unlock($1)",
+            &[&super::migrations::MIGRATION_LOCK],
+        )
+        .await
+        .unwrap();
+    let store = waiting
+        .await
+        .unwrap()
+        .expect("connect after the other migration");
+    assert!(started.elapsed() >= deadline);
+    store.clock_ms().await.unwrap();
+}
