@@ -318,7 +318,7 @@ fn start_postmaster(
                 "postgres exited ({status}) before accepting connections: {log}"
             )));
         }
-        if accepts_connections(bin, port)? {
+        if accepts_connections(bin, &folder.join("socket"), port)? {
             return Ok(postmaster);
         }
         if started.elapsed() > READY_TIMEOUT {
@@ -333,10 +333,16 @@ fn start_postmaster(
     }
 }
 
-/// Whether the postmaster on `port` accepts connections (`pg_isready` exit code 0).
-fn accepts_connections(bin: &Path, port: u16) -> io::Result<bool> {
+/// Whether the postmaster with its socket in `socket_dir` on `port` accepts connections
+/// (`pg_isready` exit code 0). Asked over the cluster's own unix socket, not the TCP port:
+/// another test binary's cluster that won the same port would answer there while this
+/// postmaster is still failing to bind it.
+fn accepts_connections(bin: &Path, socket_dir: &Path, port: u16) -> io::Result<bool> {
     let status = Command::new(bin.join("pg_isready"))
-        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .arg("-q")
+        .arg("-h")
+        .arg(socket_dir)
+        .args(["-p", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -438,5 +444,25 @@ fn remove_stale_folders() {
         if !alive {
             std::fs::remove_dir_all(entry.path()).ok();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PgCluster, accepts_connections, bin_dir};
+
+    /// A cluster listening on the port is not taken for a postmaster of another folder that
+    /// was started on the same port (and is failing to bind it).
+    #[test]
+    fn readiness_is_asked_of_the_clusters_own_socket() {
+        let cluster = PgCluster::start().expect("start a private PostgreSQL cluster");
+        let bin = bin_dir().unwrap();
+        let own = cluster.folder().join("socket");
+        assert!(accepts_connections(&bin, &own, cluster.port()).unwrap());
+        let other = tempfile::tempdir().unwrap();
+        assert!(
+            !accepts_connections(&bin, other.path(), cluster.port()).unwrap(),
+            "another folder's postmaster was taken as ready because this cluster has the port"
+        );
     }
 }

@@ -64,32 +64,77 @@ pub(super) fn pool(config: tokio_postgres::Config, options: &PgOptions) -> Store
         .map_err(|error| StoreError::Io(format!("build the PostgreSQL connection pool: {error}")))
 }
 
-/// `url` with its password replaced by `***`, for messages and logs.
+/// `url` with its password replaced by `***`, for messages and logs. It errs on the side of
+/// hiding: the text may be a URL that does not parse (a password with an unescaped `/`,
+/// `?` or `#`), so the user information ends at the *last* `@`, and a key=value string is
+/// read as libpq reads it (spaces around `=`, quoted values with `\` escapes).
 pub fn redacted(url: &str) -> String {
     // URL form: scheme://user:password@host/...
     if let Some((scheme, rest)) = url.split_once("://") {
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, host_on) = match rest.rsplit_once('@') {
+            Some((userinfo, host_on)) => (Some(userinfo), host_on),
+            None => (None, rest),
+        };
+        let host_end = host_on.find(['/', '?']).unwrap_or(host_on.len());
+        let (host, tail) = host_on.split_at(host_end);
         let tail = redact_query(tail);
-        if let Some((userinfo, host)) = authority.rsplit_once('@') {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            let shown = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            return format!("{scheme}://{shown}@{host}{tail}");
-        }
-        return format!("{scheme}://{authority}{tail}");
+        return match userinfo {
+            Some(userinfo) => {
+                let shown = match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{user}:***"),
+                    None => userinfo.to_owned(),
+                };
+                format!("{scheme}://{shown}@{host}{tail}")
+            }
+            None => format!("{scheme}://{host}{tail}"),
+        };
     }
-    // key=value form: hide the value of `password`.
-    url.split_whitespace()
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-            _ => pair.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    redact_key_values(url)
+}
+
+/// A libpq key=value string with the value of `password` hidden; from a part that does not
+/// read as `key = value` on, the rest is hidden too.
+fn redact_key_values(text: &str) -> String {
+    let mut shown = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let key_end = rest
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let (key, after_key) = rest.split_at(key_end);
+        let Some(after_equals) = after_key.trim_start().strip_prefix('=') else {
+            shown.push("***".to_owned());
+            break;
+        };
+        let value_on = after_equals.trim_start();
+        let value_end = value_end(value_on);
+        let value = &value_on[..value_end];
+        if key.eq_ignore_ascii_case("password") {
+            shown.push(format!("{key}=***"));
+        } else {
+            shown.push(format!("{key}={value}"));
+        }
+        rest = value_on[value_end..].trim_start();
+    }
+    shown.join(" ")
+}
+
+/// Where a key=value string's value starting `text` ends: a quoted value after its closing
+/// quote, any other at the next unescaped whitespace.
+fn value_end(text: &str) -> usize {
+    let quoted = text.starts_with('\'');
+    let mut chars = text.char_indices().skip(usize::from(quoted));
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' if quoted => return at + 1,
+            c if !quoted && c.is_whitespace() => return at,
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 /// Hides a `password=` query parameter.
@@ -124,6 +169,15 @@ pub(super) fn describe(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) if *db.code() == SqlState::QUERY_CANCELED => format!(
             "the database cancelled the statement at the call deadline ({})",
+            db.message()
+        ),
+        // Rust strings are valid UTF-8, so the one text the server refuses as an invalid
+        // byte sequence is one holding NUL, which PostgreSQL's text type cannot store (SQLite
+        // can); the transaction rolls back whole.
+        Some(db) if *db.code() == SqlState::CHARACTER_NOT_IN_REPERTOIRE => format!(
+            "a text value contains a NUL character (\\0), which a PostgreSQL store cannot \
+             keep; nothing was written (PostgreSQL {}: {})",
+            db.code().code(),
             db.message()
         ),
         Some(db) => format!("PostgreSQL {}: {}", db.code().code(), db.message()),
@@ -233,5 +287,39 @@ mod tests {
             redacted("postgres://me:p@ss:w@rd@db/runs"),
             "postgres://me:***@db/runs"
         );
+    }
+
+    /// A password libpq would accept, or a malformed URL echoed in the parse error, keeps
+    /// every character of the password out of the redacted text.
+    #[test]
+    fn passwords_with_separators_or_spaced_keys_are_hidden_too() {
+        for (location, secret) in [
+            ("postgres://me:pa/ss@db/runs", "ss"),
+            ("postgres://me:pa?ss@db/runs", "ss"),
+            ("postgres://me:pa#ss@db/runs", "ss"),
+            ("host=db password = s3cret dbname=runs", "s3cret"),
+            ("host=db password= s3cret", "s3cret"),
+            ("host=db password ='s3cret'", "s3cret"),
+            ("host=db password='s3 cret' dbname=runs", "cret"),
+            ("host=db PASSWORD='it\\'s secret' dbname=runs", "secret"),
+        ] {
+            let shown = redacted(location);
+            assert!(!shown.contains(secret), "{location} shown as {shown}");
+        }
+        assert_eq!(
+            redacted("host=db password = 's3 cret' dbname=runs"),
+            "host=db password=*** dbname=runs"
+        );
+        assert_eq!(
+            redacted("postgres://me:pa/ss@db/runs?sslmode=disable"),
+            "postgres://me:***@db/runs?sslmode=disable"
+        );
+        let error = config(
+            "postgres://me:pa/ss@db:notaport/runs",
+            &PgOptions::new("/tmp"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!error.contains("ss@"), "{error}");
     }
 }

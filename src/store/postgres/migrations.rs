@@ -19,8 +19,15 @@ pub(super) const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/00
 pub(super) const MIGRATION_LOCK: i64 = 0x6167_656e_7470_7269;
 
 /// Brings the database at `url` to the current schema over a connection of its own, closed
-/// at the end, which also releases the advisory lock if anything failed on the way.
-pub(super) async fn migrate(config: &tokio_postgres::Config, url: &str) -> StoreResult<()> {
+/// at the end, which also releases the advisory lock if anything failed on the way. The
+/// session's `statement_timeout` is `budget` (the whole migration's), not the per-call
+/// deadline the URL's settings give: waiting for another replica's migration is one
+/// statement (`pg_advisory_lock`) that may last longer than a call.
+pub(super) async fn migrate(
+    config: &tokio_postgres::Config,
+    url: &str,
+    budget: std::time::Duration,
+) -> StoreResult<()> {
     let (mut client, connection) = config.connect(NoTls).await.map_err(|error| {
         StoreError::Io(format!(
             "connect to the PostgreSQL store {}: {}",
@@ -29,7 +36,18 @@ pub(super) async fn migrate(config: &tokio_postgres::Config, url: &str) -> Store
         ))
     })?;
     let driver = tokio::spawn(connection);
-    let outcome = migrate_with(&mut client, url).await;
+    let budget_ms = budget.as_millis().max(1);
+    let outcome = match client
+        .batch_execute(&format!("SET statement_timeout = {budget_ms}"))
+        .await
+    {
+        Ok(()) => migrate_with(&mut client, url).await,
+        Err(error) => Err(StoreError::Io(format!(
+            "migrate the PostgreSQL store {}: {}",
+            redacted(url),
+            describe(&error)
+        ))),
+    };
     drop(client);
     driver.await.ok();
     outcome

@@ -55,6 +55,8 @@ mod scripts;
 mod contract_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod review_tests;
 
 pub use connection::redacted;
 
@@ -133,7 +135,7 @@ impl PostgresStore {
         let location = redacted(url);
         // Migrating may wait for another replica's migration, so it gets a few deadlines.
         let migrating = options.call_deadline.saturating_mul(3);
-        match tokio::time::timeout(migrating, migrations::migrate(&config, url)).await {
+        match tokio::time::timeout(migrating, migrations::migrate(&config, url, migrating)).await {
             Ok(outcome) => outcome?,
             Err(_) => {
                 return Err(connection::missed_deadline(
