@@ -96,6 +96,7 @@ fn the_panel_drives_a_real_run_in_headless_chromium() {
         "the result pages",
         "the setup approved from the standalone page",
         "the standalone page answers a checkpoint and shows the result",
+        "markup from a run is shown as text and never runs",
     ] {
         assert!(
             outcome.stdout.contains(&format!("PASS monitor {step}")),
