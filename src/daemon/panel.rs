@@ -7,8 +7,8 @@
 //! exactly the guards `/mcp` is. The page then speaks MCP to the same origin's `/mcp`: its
 //! `Origin` is the daemon's own `http://127.0.0.1:<port>`, a loopback origin the transport
 //! already accepts, so nothing new is let in. The answer carries the page's own content
-//! security policy as a header (the same text as its meta tag), `nosniff`, `no-store`, and
-//! refuses framing.
+//! security policy as a header (the text of its meta tag plus `frame-ancestors 'none'`, which
+//! only a header can say), `nosniff`, `no-store`, and `X-Frame-Options: DENY`.
 
 use std::sync::Arc;
 
@@ -22,6 +22,8 @@ use crate::transport::http::{HttpBody, Intercept};
 pub const PANEL_PATH: &str = "/ui";
 /// The policy sent when the page declares none (never with the shipped panel): nothing at all.
 const FALLBACK_CSP: &str = "default-src 'none'";
+/// The header when the page's policy cannot be a header value: nothing, and no framing.
+const FALLBACK_CSP_HEADER: &str = "default-src 'none'; frame-ancestors 'none'";
 
 /// `inner`, with `/ui` answered first.
 pub fn with_panel(inner: Intercept) -> Intercept {
@@ -57,10 +59,15 @@ fn panel(head_only: bool) -> Response<HttpBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    let csp = crate::tools::monitor::panel_csp().unwrap_or(FALLBACK_CSP);
+    // A meta tag cannot carry frame-ancestors (browsers ignore it there), so the header adds
+    // it: another site's page must not frame the panel and click through it.
+    let csp = format!(
+        "{}; frame-ancestors 'none'",
+        crate::tools::monitor::panel_csp().unwrap_or(FALLBACK_CSP)
+    );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_str(csp).unwrap_or(HeaderValue::from_static(FALLBACK_CSP)),
+        HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static(FALLBACK_CSP_HEADER)),
     );
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,

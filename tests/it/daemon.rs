@@ -228,7 +228,14 @@ pub(crate) fn try_http(
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .ok()?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    // A caller's own Host (a DNS-rebinding test) replaces the loopback one.
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }

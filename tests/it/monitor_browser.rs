@@ -17,7 +17,7 @@
 //! wide and the narrow layout (`AGENTPRISM_MONITOR_SCREENSHOTS=<dir>` copies them there, which
 //! is how `docs/monitor/*.png` are refreshed). Without Node, the packages or chromium the test
 //! fails and names the install step. A second test checks the panel's own limits: under
-//! 200 KiB, the strict CSP, no external URL.
+//! 200 KiB, the strict CSP (script-src: the hash of its one script), no external URL.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,8 +31,14 @@ use crate::support::context::mock_agent_binary;
 
 const PANEL: &str = include_str!("../../src/tools/monitor/run-monitor.html");
 const PANEL_LIMIT_BYTES: usize = 200 * 1024;
-const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                   img-src data:; connect-src 'self'";
+/// The panel's policy around its script's hash: only that one inline script runs, so markup
+/// that ever reached the DOM as HTML could not run a handler or a script of its own.
+fn csp(script_hash: &str) -> String {
+    format!(
+        "default-src 'none'; script-src 'sha256-{script_hash}'; style-src 'unsafe-inline'; \
+         img-src data:; connect-src 'self'"
+    )
+}
 const CHROMIUM: &str = "/usr/bin/chromium";
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 /// A screenshot of the panel is tens of KiB; past this it is not the small PNG docs embed.
@@ -96,6 +102,7 @@ fn the_panel_drives_a_real_run_in_headless_chromium() {
         "the result pages",
         "the setup approved from the standalone page",
         "the standalone page answers a checkpoint and shows the result",
+        "markup from a run is shown as text and never runs",
     ] {
         assert!(
             outcome.stdout.contains(&format!("PASS monitor {step}")),
@@ -130,11 +137,21 @@ fn the_panel_is_self_contained_small_and_under_a_strict_csp() {
         "run-monitor.html has {} bytes; the limit is {PANEL_LIMIT_BYTES}",
         PANEL.len()
     );
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let script = PANEL
+        .split_once("<script>")
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map(|(script, _)| script)
+        .expect("run-monitor.html has an inline script");
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(script));
+    let csp = csp(&hash);
     assert!(
         PANEL.contains(&format!(
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">"
         )),
-        "run-monitor.html lacks the CSP meta tag {CSP:?}"
+        "run-monitor.html lacks the CSP meta tag {csp:?} (after editing its script, put the \
+         script's new hash in the tag)"
     );
     let lower = PANEL.to_ascii_lowercase();
     for external in [

@@ -65,6 +65,18 @@ const ok = await checkpoint('Go on?');
 return await agent('after\\n@mock reply STANDALONE-DONE', { label: 'after-checkpoint' });
 `;
 
+// Every string of this run is markup that runs script if the panel ever parses it as HTML:
+// the workflow name, a phase, a label, a prompt, a tool title, agent output, a checkpoint
+// question and the result. Each payload sets a flag on the page; the panel must show them as text.
+const XSS = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', '<svg onload="window.__xss=3"></svg>'];
+const HOSTILE_SCRIPT = `export const meta = { name: ${JSON.stringify('hostile ' + XSS[0])}, description: 'markup everywhere', model: 'mock',
+  phases: [{ title: ${JSON.stringify(XSS[1])} }] };
+phase(${JSON.stringify(XSS[1])});
+const said = await agent(${JSON.stringify(XSS[0] + '\n@mock tool ' + XSS[2] + '\n@mock reply ' + XSS[1] + XSS[0])}, { label: ${JSON.stringify(XSS[2])} });
+const go = await checkpoint(${JSON.stringify(XSS[1] + XSS[0])});
+return { said, go, markup: ${JSON.stringify(XSS.join(''))} };
+`;
+
 const { values: opts } = parseArgs({ options: {
     mcp: { type: 'string' }, project: { type: 'string' }, panel: { type: 'string' }, out: { type: 'string' },
     playwright: { type: 'string' }, 'ext-apps': { type: 'string' }, esbuild: { type: 'string' },
@@ -341,7 +353,35 @@ async function standalone(t) {
     await plain.locator('[data-testid=stop-run]').click();
     await until('the stopped run', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('aborted'));
     report.ok('the whole run stopped from the standalone page');
+    await hostile(t, plain, uiBase);
     report.check('the standalone page logged no errors', plainErrors.length === 0, () => plainErrors.join('\n'));
+}
+
+/** A run made of markup: shown as text, nothing of it runs, nothing of it becomes an element. */
+async function hostile(t, plain, uiBase) {
+    const { client } = t;
+    const runId = (await client.workflow({ action: 'run', projectDir: opts.project, script: HOSTILE_SCRIPT })).runId;
+    await plain.goto(`${uiBase}/ui#run=${runId}`);
+    await until('the hostile checkpoint', () => plain.locator('[data-testid=checkpoint-yes]').isVisible());
+    const agent = plain.locator('[data-testid=agent]').first();
+    await agent.click();
+    await until('the hostile agent inspected', () => plain.locator('[data-testid=inspect-prompt]').isVisible());
+    const tool = plain.locator('[data-testid=tool-result]').first();
+    if (await tool.count()) await tool.locator('summary').click();
+    await plain.locator('[data-testid=checkpoint-yes]').click();
+    await until('the hostile run to complete', async () => (await plain.locator('[data-testid=status]').textContent()).startsWith('completed'));
+    await plain.locator('[data-testid=result-load]').click();
+    await until('the hostile result', () => plain.locator('[data-testid=result-chunk]').isVisible());
+    const seen = await plain.evaluate(() => ({
+        flag: window.__xss === undefined ? null : window.__xss,
+        elements: document.querySelectorAll('img, svg, script:not(:first-of-type), [onerror], [onload]').length,
+        scripts: document.scripts.length,
+        text: document.body.textContent,
+    }));
+    const shown = XSS.every(payload => seen.text.includes(payload)) && seen.text.includes('hostile ' + XSS[0]);
+    report.check('markup from a run is shown as text and never runs',
+        seen.flag === null && seen.elements === 0 && seen.scripts === 1 && shown,
+        () => JSON.stringify({ flag: seen.flag, elements: seen.elements, scripts: seen.scripts, shown, text: seen.text.slice(0, 2000) }));
 }
 
 const report = new Report('monitor');

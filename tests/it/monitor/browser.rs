@@ -24,11 +24,20 @@ fn is_the_panel(reply: &Reply) {
         reply.header("content-type"),
         Some("text/html; charset=utf-8")
     );
+    // A meta tag cannot say frame-ancestors (browsers ignore it there), so the header says
+    // everything the tag says and refuses framing by another site on top.
     assert_eq!(
         reply.header("content-security-policy"),
-        Some(panel_csp().expect("the panel's meta policy")),
-        "the header says what the page's meta tag says"
+        Some(
+            format!(
+                "{}; frame-ancestors 'none'",
+                panel_csp().expect("the panel's meta policy")
+            )
+            .as_str()
+        ),
+        "the header says what the page's meta tag says, and frame-ancestors"
     );
+    assert_eq!(reply.header("x-frame-options"), Some("DENY"));
     assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(reply.header("cache-control"), Some("no-store"));
 }
@@ -43,6 +52,20 @@ fn the_daemon_serves_the_panel_and_its_same_origin_mcp() {
     assert_eq!(posted.status, 405);
     assert_eq!(posted.header("allow"), Some("GET, HEAD"));
     assert_eq!(http(port, "GET", "/ui/other", &[], "").status, 404);
+    // DNS rebinding: a page of another site whose name now points at 127.0.0.1 gets
+    // neither the panel nor its /mcp.
+    for path in ["/ui", "/mcp"] {
+        let rebound = http(
+            port,
+            "GET",
+            path,
+            &[("Host", &format!("evil.example:{port}"))],
+            "",
+        );
+        assert_eq!(rebound.status, 403, "{path} with a foreign Host");
+    }
+    let framed = http(port, "GET", "/ui", &[("Origin", "http://evil.example")], "");
+    assert_eq!(framed.status, 403, "/ui asked for by another site's page");
 
     // The page's own origin may speak MCP; a foreign one still may not.
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -152,5 +175,60 @@ fn where_the_daemon_needs_its_token_monitor_says_why_it_cannot_help() {
         refused.stderr.contains("workflow_monitor"),
         "{}",
         refused.stderr
+    );
+}
+
+/// What a page of another loopback origin (another port: another local user's web server,
+/// a dev server) can make the user's browser send without a CORS preflight: a "simple"
+/// `text/plain` POST with no custom headers. It must not reach a tool, in either era, and
+/// the daemon must not grant a preflight that would let it send more.
+#[test]
+fn another_loopback_origin_cannot_drive_the_daemon_through_the_browser() {
+    let world = World::new();
+    let port = world.start().port;
+    let foreign = format!("http://127.0.0.1:{}", if port == 1 { 2 } else { 1 });
+    let simple = |body: &str| {
+        http(
+            port,
+            "POST",
+            "/mcp",
+            &[("Content-Type", "text/plain"), ("Origin", &foreign)],
+            body,
+        )
+    };
+    let legacy_call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "workflow", "arguments": {"action": "list"}}})
+    .to_string();
+    let modern_call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "workflow", "arguments": {"action": "list"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})
+    .to_string();
+    for body in [&legacy_call, &modern_call] {
+        let reply = simple(body);
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        assert!(
+            !text.contains("\"result\""),
+            "a tool answered a cross-origin simple request: {} {text}",
+            reply.status
+        );
+    }
+    let preflight = http(
+        port,
+        "OPTIONS",
+        "/mcp",
+        &[
+            ("Origin", &foreign),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "content-type, mcp-session-id",
+            ),
+        ],
+        "",
+    );
+    assert!(
+        preflight.header("access-control-allow-origin").is_none(),
+        "a preflight from {foreign} was granted: {}",
+        preflight.status
     );
 }
