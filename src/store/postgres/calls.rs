@@ -9,7 +9,9 @@ use tokio_postgres::Row;
 
 use super::connection::{Context, execute, query, query_one, query_opt};
 use super::events::insert_events;
-use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_bigint, to_json};
+use super::rows::{
+    RowReader, fenced_run_key, optional_display_text, optional_json, run_key, to_bigint, to_json,
+};
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
@@ -266,6 +268,8 @@ async fn insert_call(
     let session = optional_json(call.session.as_ref(), "call session")?;
     let result = optional_json(call.result.as_ref(), "call result")?;
     let superseded_by = call.superseded_by.map(i64::from);
+    let label = optional_display_text(call.label.as_deref());
+    let phase = optional_display_text(call.phase.as_deref());
     execute(
         client,
         INSERT,
@@ -279,8 +283,8 @@ async fn insert_call(
             &call.hash,
             &call.path,
             &call.inputs_hash,
-            &call.label,
-            &call.phase,
+            &label,
+            &phase,
             &call.outcome.as_str(),
             &call.origin.as_str(),
             &call.aborted,

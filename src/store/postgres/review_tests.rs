@@ -181,11 +181,12 @@ async fn the_pool_reconnects_after_the_database_dropped_its_sessions() {
     }
 }
 
-/// A NUL character, which PostgreSQL's text type cannot hold, in a script or an error
-/// message: SQLite keeps it; PostgreSQL refuses the write with an error saying so, and
-/// writes nothing (no half-created run, the previous state kept).
+/// A NUL character, which PostgreSQL's text type cannot hold: in a script SQLite keeps it and
+/// PostgreSQL refuses the write with an error saying so, writing nothing (no half-created
+/// run); in a display text (an error message, a phase) PostgreSQL keeps the run recordable
+/// with U+FFFD in its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_nul_character_is_refused_clearly_and_writes_nothing() {
+async fn a_nul_character_is_refused_in_a_script_and_replaced_in_a_message() {
     let mut record = run_record(RUN, PROJECT, 1);
     record.script = "await agent(\"a\0b\");\n".to_owned();
 
@@ -212,15 +213,16 @@ async fn a_nul_character_is_refused_clearly_and_writes_nothing() {
     let mut failed = clean.clone();
     failed.status = RunStatus::Failed;
     failed.error_message = Some("agent said \0".to_owned());
-    let refused = store
+    failed.current_phase = Some("phase\0one".to_owned());
+    // Display texts keep the run recordable: the NUL becomes U+FFFD, nothing else changes.
+    store
         .update_run(&failed, ScriptChange::Unchanged, Fence("held"))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(refused.contains("NUL character"), "{refused}");
+        .expect("a failure whose message carries a NUL is still recorded");
     let stored = store.load_run(&id()).await.unwrap();
-    assert_eq!(stored.status, RunStatus::Running);
-    assert_eq!(stored.error_message, None);
+    assert_eq!(stored.status, RunStatus::Failed);
+    assert_eq!(stored.error_message.as_deref(), Some("agent said \u{FFFD}"));
+    assert_eq!(stored.current_phase.as_deref(), Some("phase\u{FFFD}one"));
 }
 
 /// A replica that finds another's migration running waits for it for the few deadlines

@@ -4,6 +4,7 @@
 //! per-run statement starts with, including the fence, which locks the run's row for the
 //! rest of the transaction.
 
+use std::borrow::Cow;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
@@ -193,4 +194,22 @@ pub(super) fn path_text<'a>(path: &'a Path, what: &str) -> StoreResult<&'a str> 
 pub(super) fn to_bigint(value: u64, what: &str) -> StoreResult<i64> {
     i64::try_from(value)
         .map_err(|_| StoreError::Io(format!("{what} {value} is too large for the run store")))
+}
+
+/// A free-text display value (an error message, a phase name, a call label) as PostgreSQL's
+/// `text` can keep it: a NUL character, which `text` refuses, becomes U+FFFD. Without this an
+/// agent whose error message carried a NUL would leave its run unable to record that it
+/// failed. Identity columns (run ids, paths, the workflow name, the script) are never
+/// rewritten: a NUL there is refused instead (`connection::describe`).
+pub(super) fn display_text(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// [`display_text`] of an optional value.
+pub(super) fn optional_display_text(text: Option<&str>) -> Option<Cow<'_, str>> {
+    text.map(display_text)
 }

@@ -4,6 +4,7 @@
 //! the housekeeping queries, the caller tag's compare-and-set, and deleting a run (its child
 //! rows go with it by `ON DELETE CASCADE`, which PostgreSQL always enforces).
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use deadpool_postgres::{Client, GenericClient};
@@ -12,7 +13,8 @@ use tokio_postgres::types::ToSql;
 use super::connection::{Context, execute, is_unique_violation, query, query_one, query_opt};
 use super::leases::LeaseRow;
 use super::rows::{
-    RowReader, fenced_run_key, optional_json, path_text, run_key, stored_run_id, to_json,
+    RowReader, fenced_run_key, optional_display_text, optional_json, path_text, run_key,
+    stored_run_id, to_json,
 };
 use crate::model::{
     Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource, is_content_digest,
@@ -315,7 +317,7 @@ struct RunRow<'a> {
     status: &'static str,
     pause_reason: Option<&'static str>,
     error_code: Option<&'a str>,
-    error_message: Option<&'a str>,
+    error_message: Option<Cow<'a, str>>,
     started_at: i64,
     updated_at: i64,
     generation: i64,
@@ -323,8 +325,8 @@ struct RunRow<'a> {
     script_file: &'a str,
     script_source: &'static str,
     cwd: &'a str,
-    current_phase: Option<&'a str>,
-    reset_hint: Option<&'a str>,
+    current_phase: Option<Cow<'a, str>>,
+    reset_hint: Option<Cow<'a, str>>,
     limits: String,
     token_usage: String,
     phases: String,
@@ -344,7 +346,7 @@ impl<'a> RunRow<'a> {
             status: record.status.as_str(),
             pause_reason: record.pause_reason.map(PauseReason::as_str),
             error_code: record.error_code.as_deref(),
-            error_message: record.error_message.as_deref(),
+            error_message: optional_display_text(record.error_message.as_deref()),
             started_at: record.started_at,
             updated_at: record.updated_at,
             generation: i64::from(record.generation),
@@ -352,8 +354,8 @@ impl<'a> RunRow<'a> {
             script_file: path_text(&record.script_file, "script file")?,
             script_source: record.script_source.as_str(),
             cwd: path_text(&record.cwd, "cwd")?,
-            current_phase: record.current_phase.as_deref(),
-            reset_hint: record.reset_hint.as_deref(),
+            current_phase: optional_display_text(record.current_phase.as_deref()),
+            reset_hint: optional_display_text(record.reset_hint.as_deref()),
             limits: to_json(&record.limits, "limits")?,
             token_usage: to_json(&record.token_usage, "token usage")?,
             phases: to_json(&record.phases, "phases")?,
