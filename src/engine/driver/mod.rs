@@ -318,6 +318,10 @@ struct Driver {
     store_error: Option<String>,
     /// Set once a write or the heartbeat was fenced: the generation writes nothing more.
     lease_lost: bool,
+    /// Until when the lease is known to hold, on this host's monotonic clock (the last
+    /// renewal that succeeded, plus the TTL): the heartbeat tolerates a failed renewal only
+    /// while the next one would still come before it ([`durability`]).
+    lease_confirmed_until: Option<tokio::time::Instant>,
     /// Non-checkpoint rows this generation has written: status's call count while it runs
     /// (through the live view), recorded in the store when it stops ([`durability`]).
     settled_calls: u64,
@@ -358,6 +362,7 @@ impl Driver {
             used_answers,
             store_error: None,
             lease_lost: false,
+            lease_confirmed_until: None,
             settled_calls: 0,
             vm,
             halted_vm: None,
@@ -397,6 +402,9 @@ impl Driver {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut heartbeat = self.heartbeat();
+        self.lease_confirmed_until = self
+            .lease_ttl()
+            .map(|ttl| tokio::time::Instant::now() + ttl);
         let mut vm_open = true;
         let mut control_open = true;
         if self.setup.generation > 1 && !self.dry() {
@@ -428,9 +436,7 @@ impl Driver {
                 },
                 _ = tick.tick() => self.on_tick().await,
                 _ = next_beat(&mut heartbeat), if heartbeat.is_some() && !self.lease_lost => {
-                    if let Err(lost) = self.renew_lease().await {
-                        self.on_lost_write(lost);
-                    }
+                    self.beat().await;
                 }
             }
         }

@@ -166,10 +166,14 @@ impl Engine {
             (script_source, script_file.clone()),
             needs_setup,
         );
-        let lease = self.new_lease();
+        let lease = self
+            .new_lease()
+            .await
+            .map_err(|error| self.unleased(error))?;
         // A pack run's texts stay in memory: the store gets their digests.
         let stored = confidential::concealed(&record);
         if let Err(error) = self.inner.store.create_run(&stored, &lease).await {
+            let error = self.unleased(error.into());
             if script_source == ScriptSource::Inline
                 && let Err(left) = self
                     .inner
@@ -179,7 +183,7 @@ impl Engine {
             {
                 tracing::warn!(run = %run_id, "admission failed and its script copy stays: {left}");
             }
-            return Err(error.into());
+            return Err(error);
         }
         let (status, limits, setup) = (record.status, record.limits, record.setup.clone());
         if needs_setup {
