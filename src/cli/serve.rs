@@ -274,8 +274,10 @@ fn a2a_card(a2a: Arc<A2a>, bound: SocketAddr) -> crate::transport::http::Interce
 }
 
 /// `GET /metrics` (Prometheus text, [`crate::metrics`]): behind the bearer token when the
-/// listener has one (401 without it); without a token, open to whoever reaches the
-/// listener, like the Agent Card: it holds counts only, no run id, name or text.
+/// listener has one (401 without it: this hook runs before the transport's token check).
+/// Without a token, a loopback listener's same-user check applies as to every request
+/// (it runs before this hook); a non-loopback one without a token is open, like the rest of
+/// it: the metrics hold counts only, no run id, name or text.
 fn metrics_route(access: Access) -> crate::transport::http::Intercept {
     Arc::new(move |parts: &Parts| {
         if parts.uri.path() != "/metrics" || parts.method != Method::GET {
@@ -292,14 +294,7 @@ fn metrics_route(access: Access) -> crate::transport::http::Intercept {
                 &serde_json::json!({"error": "/metrics needs Authorization: Bearer <token>"}),
             ));
         }
-        let mut response = hyper::Response::new(crate::transport::http::HttpBody::full(
-            crate::metrics::global().encode(),
-        ));
-        response.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
-        );
-        Some(response)
+        Some(crate::daemon::health::metrics_response())
     })
 }
 

@@ -128,3 +128,27 @@ pub fn metrics(served: &Served, authorization: Option<&str>) -> (u16, String) {
 fn bearer() -> String {
     format!("Bearer {TOKEN}")
 }
+
+#[test]
+fn the_daemon_serves_metrics_behind_its_same_user_guard() {
+    use crate::daemon::{World, http as daemon_http};
+    let world = World::with(|ctx| ctx.set("AGENTPRISM_TEST_NO_PEER_LOOKUP", "1"));
+    let record = world.start();
+    // Without the kernel lookup only the token proves the same user: refused without it.
+    let bare = daemon_http(record.port, "GET", "/metrics", &[], "");
+    assert_eq!(bare.status, 401);
+    let token_file = world.ctx.state().join("daemons/http-token.json");
+    let key = agentprism::discovery::RunControlKey::load(&token_file).expect("a 0600 token file");
+    let bearer = format!("Bearer {}", key.to_bearer());
+    let served = daemon_http(
+        record.port,
+        "GET",
+        "/metrics",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(served.status, 200);
+    let text = String::from_utf8_lossy(&served.body).into_owned();
+    assert!(text.contains("mhl_lease_renewals_total 0"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
