@@ -8,6 +8,7 @@
 //! opens (SQLite offers `cas` and `fence` between processes on one host); a PostgreSQL
 //! server is another location of the same tests.
 
+mod cutoff;
 mod housekeeping;
 mod sharing;
 mod takeover;

@@ -253,16 +253,24 @@ impl Driver {
             return Ok(());
         };
         let run_id = self.setup.run_id.clone();
-        let renewal = async {
+        let renewal = async move {
             let now = store.clock_ms().await?;
             let Some(until) = lease_policy.expiry(now) else {
                 return Ok(());
             };
             store.renew_lease(&run_id, &lease_token, until).await
         };
+        // On a thread of the blocking pool: an embedded store answers synchronously, and one
+        // stuck on a lock would otherwise hold this task past the deadline. A renewal that
+        // missed its deadline finishes (or fails) there on its own.
+        let runtime = tokio::runtime::Handle::current();
+        let renewal = tokio::task::spawn_blocking(move || runtime.block_on(renewal));
         let deadline = ttl / 6;
         match tokio::time::timeout(deadline, renewal).await {
-            Ok(result) => result.map_err(LostWrite::Renewal),
+            Ok(Ok(result)) => result.map_err(LostWrite::Renewal),
+            Ok(Err(join)) => Err(LostWrite::Renewal(StoreError::Io(format!(
+                "the renewal did not finish: {join}"
+            )))),
             Err(_) => Err(LostWrite::Renewal(StoreError::Io(format!(
                 "the store did not answer within {deadline:?}"
             )))),
