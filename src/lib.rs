@@ -45,3 +45,6 @@ pub mod shim;
 pub mod app;
 /// The `agentprism` command line.
 pub mod cli;
+#[cfg(any(test, feature = "store-contract"))]
+#[doc(hidden)]
+pub mod testing;

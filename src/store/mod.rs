@@ -43,11 +43,13 @@ use async_trait::async_trait;
 
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    RunStatus, RunSummary,
 };
 
 pub mod control;
 pub mod lease;
+pub mod location;
+pub mod postgres;
 pub mod sqlite;
 
 #[cfg(any(test, feature = "store-contract"))]
@@ -55,6 +57,8 @@ pub mod contract;
 
 pub use control::{ControlIntent, IntentAck, IntentAction, IntentScope};
 pub use lease::{LapseReason, LeasePolicy, LeaseState};
+pub use location::{StoreLocation, open_location};
+pub use postgres::{PgOptions, PostgresStore};
 pub use sqlite::SqliteStore;
 
 /// Failures a caller branches on.
@@ -144,6 +148,50 @@ pub struct CallTail {
     pub total: u64,
     /// Its last non-checkpoint rows by index, at most the limit asked for, ascending.
     pub calls: Vec<CallRecord>,
+}
+
+/// How many runs the store holds in each status ([`Store::run_counts`]): what the pending
+/// gauge and the runs-by-state metrics report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    pub pending: u64,
+    pub running: u64,
+    pub paused: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub aborted: u64,
+}
+
+impl RunCounts {
+    /// The count of `status`.
+    pub fn get(&self, status: RunStatus) -> u64 {
+        match status {
+            RunStatus::Pending => self.pending,
+            RunStatus::Running => self.running,
+            RunStatus::Paused => self.paused,
+            RunStatus::Completed => self.completed,
+            RunStatus::Failed => self.failed,
+            RunStatus::Aborted => self.aborted,
+        }
+    }
+
+    /// Adds `count` runs of `status`.
+    pub fn add(&mut self, status: RunStatus, count: u64) {
+        let slot = match status {
+            RunStatus::Pending => &mut self.pending,
+            RunStatus::Running => &mut self.running,
+            RunStatus::Paused => &mut self.paused,
+            RunStatus::Completed => &mut self.completed,
+            RunStatus::Failed => &mut self.failed,
+            RunStatus::Aborted => &mut self.aborted,
+        };
+        *slot += count;
+    }
+
+    /// Every run, whatever its status.
+    pub fn total(&self) -> u64 {
+        self.pending + self.running + self.paused + self.completed + self.failed + self.aborted
+    }
 }
 
 /// The durable run store.
@@ -367,6 +415,38 @@ pub trait Store: Send + Sync + 'static {
     /// Removes the inline script copy of `run_id`, if there is one (an admission that failed
     /// after writing it).
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()>;
+
+    /// How many runs there are in each status, across projects: the pending gauge's and the
+    /// housekeeping's count. A `scan` backend answers with one indexed query; this default
+    /// reads every run's summary (and fails with `Unsupported` without `scan`).
+    async fn run_counts(&self) -> StoreResult<RunCounts> {
+        let mut counts = RunCounts::default();
+        for run in self.list_runs(None, u32::MAX).await? {
+            counts.add(run.status, 1);
+        }
+        Ok(counts)
+    }
+
+    /// Runs in a terminal status (completed, failed, aborted) last updated before
+    /// `before_ms` (the store's clock, Unix ms), oldest update first, at most `limit`: what
+    /// housekeeping deletes. A `scan` backend answers with one indexed query; this default
+    /// reads every run's summary (and fails with `Unsupported` without `scan`).
+    async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
+        let mut finished: Vec<RunSummary> = self
+            .list_runs(None, u32::MAX)
+            .await?
+            .into_iter()
+            .filter(|run| run.status.is_terminal() && run.updated_at < before_ms)
+            .collect();
+        finished.sort_by(|a, b| {
+            (a.updated_at, a.run_id.as_str()).cmp(&(b.updated_at, b.run_id.as_str()))
+        });
+        Ok(finished
+            .into_iter()
+            .take(limit as usize)
+            .map(|run| run.run_id)
+            .collect())
+    }
 }
 
 /// The folder of a project inside the persistence root:

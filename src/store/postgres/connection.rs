@@ -1,0 +1,198 @@
+//! Reaching the database: the connection settings (server-side `statement_timeout` and
+//! `idle_in_transaction_session_timeout` at the call deadline, so a session a stalled replica
+//! left inside a transaction cannot hold a run's row lock for longer), the pool, the error
+//! texts (never the URL's password), and the statement helpers every table's file uses
+//! (each statement prepared once per connection).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::PgOptions;
+use crate::store::{StoreError, StoreResult};
+
+/// The parameters of a statement.
+pub(super) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Parses `url` and applies this store's settings to it.
+pub(super) fn config(url: &str, options: &PgOptions) -> StoreResult<tokio_postgres::Config> {
+    let mut config = tokio_postgres::Config::from_str(url).map_err(|error| {
+        StoreError::Io(format!(
+            "the PostgreSQL store location {} is not a valid connection URL: {error}",
+            redacted(url)
+        ))
+    })?;
+    let deadline_ms = options.call_deadline.as_millis().max(1);
+    config
+        .connect_timeout(options.call_deadline)
+        .application_name("agentprism")
+        .options(format!(
+            "-c statement_timeout={deadline_ms} -c idle_in_transaction_session_timeout={deadline_ms}"
+        ));
+    Ok(config)
+}
+
+/// A pool of at most `options.pool_size` connections; a connection found closed is replaced.
+/// Waiting for one is bounded by the caller's deadline, not by the pool.
+pub(super) fn pool(config: tokio_postgres::Config, options: &PgOptions) -> StoreResult<Pool> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(options.pool_size.max(1))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|error| StoreError::Io(format!("build the PostgreSQL connection pool: {error}")))
+}
+
+/// `url` with its password replaced by `***`, for messages and logs.
+pub fn redacted(url: &str) -> String {
+    // URL form: scheme://user:password@host/...
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let tail = redact_query(tail);
+        if let Some((userinfo, host)) = authority.rsplit_once('@') {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let shown = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            return format!("{scheme}://{shown}@{host}{tail}");
+        }
+        return format!("{scheme}://{authority}{tail}");
+    }
+    // key=value form: hide the value of `password`.
+    url.split_whitespace()
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Hides a `password=` query parameter.
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", query.join("&"))
+}
+
+/// Adds what was being done to a driver error.
+pub(super) trait Context<T> {
+    fn context(self, doing: impl FnOnce() -> String) -> StoreResult<T>;
+}
+
+impl<T> Context<T> for Result<T, tokio_postgres::Error> {
+    fn context(self, doing: impl FnOnce() -> String) -> StoreResult<T> {
+        self.map_err(|error| StoreError::Io(format!("{}: {}", doing(), describe(&error))))
+    }
+}
+
+/// A driver error in words: the server's message when it sent one. Neither carries the
+/// connection's password.
+pub(super) fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) if *db.code() == SqlState::QUERY_CANCELED => format!(
+            "the database cancelled the statement at the call deadline ({})",
+            db.message()
+        ),
+        Some(db) => format!("PostgreSQL {}: {}", db.code().code(), db.message()),
+        None => error.to_string(),
+    }
+}
+
+/// Whether the error is a unique-key violation (a concurrent insert of the same key won).
+pub(super) fn is_unique_violation(error: &tokio_postgres::Error) -> bool {
+    error
+        .as_db_error()
+        .is_some_and(|db| *db.code() == SqlState::UNIQUE_VIOLATION)
+}
+
+/// The message of a call that missed its deadline.
+pub(super) fn missed_deadline(doing: &str, deadline: Duration) -> StoreError {
+    StoreError::Io(format!(
+        "{doing}: the PostgreSQL store did not answer within the call deadline of {} ms",
+        deadline.as_millis()
+    ))
+}
+
+pub(super) async fn query(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query(&statement, params).await
+}
+
+pub(super) async fn query_opt(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Row>, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query_opt(&statement, params).await
+}
+
+pub(super) async fn query_one(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Row, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query_one(&statement, params).await
+}
+
+pub(super) async fn execute(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<u64, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.execute(&statement, params).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_are_hidden_in_every_url_form() {
+        assert_eq!(
+            redacted("postgres://agentprism:s3cret@db:5432/runs?sslmode=disable"),
+            "postgres://agentprism:***@db:5432/runs?sslmode=disable"
+        );
+        assert_eq!(
+            redacted("postgresql://me@db/runs?password=s3cret&application_name=x"),
+            "postgresql://me@db/runs?password=***&application_name=x"
+        );
+        assert_eq!(redacted("postgres://db/runs"), "postgres://db/runs");
+        assert_eq!(
+            redacted("host=db user=me password=s3cret dbname=runs"),
+            "host=db user=me password=*** dbname=runs"
+        );
+        assert_eq!(
+            redacted("postgres://me:p@ss:w@rd@db/runs"),
+            "postgres://me:***@db/runs"
+        );
+    }
+}
