@@ -28,6 +28,7 @@ use crate::logging::notice;
 use crate::mcp::server::{McpServer, ServerOptions};
 use crate::serve::replica::{ReplicaOptions, StoreLocation};
 use crate::serve::{Folder, FolderOptions, FolderServer};
+use crate::store::postgres::{PgOptions, PostgresStore};
 use crate::store::{LeasePolicy, SqliteStore, Store};
 use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
@@ -413,7 +414,7 @@ async fn folder_services_over(
 /// and puts `settings` under it: the store, the state folder as the persistence root of
 /// this process's other files, and run leases that lapse after the TTL
 /// ([`LeasePolicy::Ttl`]).
-pub fn replicate(
+pub async fn replicate(
     settings: &mut Settings,
     replica: &ReplicaOptions,
     state: &StateFolder,
@@ -424,6 +425,19 @@ pub fn replicate(
             .with_context(|| format!("opening the run store under {}", root.display()))
     };
     let store: Arc<dyn Store> = match &replica.location {
+        StoreLocation::Postgres(url) => {
+            let mut options = PgOptions::new(root.join("script-copies"));
+            options.call_deadline = replica.call_deadline();
+            let store = PostgresStore::connect(url, options)
+                .await
+                .with_context(|| {
+                    format!(
+                        "opening the run store at {}",
+                        crate::store::postgres::redacted(url)
+                    )
+                })?;
+            Arc::new(store)
+        }
         StoreLocation::Sqlite(_) => Arc::new(opened()?),
         #[cfg(any(debug_assertions, feature = "test-hooks"))]
         StoreLocation::WithoutCas(_) => Arc::new(without_cas::WithoutCas::new(Arc::new(opened()?))),

@@ -96,7 +96,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR", env = "MHL_SERVE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// Folder server: the run store several serve replicas share (docs/serve.md,
-    /// "Replicas"): a SQLite persistence root (a folder) or a PostgreSQL URL. Runs then hold
+    /// "Replicas"): a PostgreSQL URL or a SQLite persistence root (a folder). Runs then hold
     /// leases that lapse after `MHL_SERVE_RUN_LOCK_TTL` (default 45s). Not with
     /// `--state-dir`.
     #[arg(

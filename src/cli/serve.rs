@@ -124,18 +124,23 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     let sweep_interval = crate::serve::replica::sweep_interval(env)
         .map_err(|error| input_error(error.to_string()))?;
     let state = match (&replica, &args.state_dir) {
-        (Some(replica), _) => crate::app::StateFolder::kept(replica.location.root())?,
+        (Some(replica), _) => match replica.location.root() {
+            Some(root) => crate::app::StateFolder::kept(root)?,
+            None => crate::app::StateFolder::temporary()?,
+        },
         (None, Some(path)) => crate::app::StateFolder::kept(path)?,
         (None, None) => crate::app::StateFolder::temporary()?,
     };
     let mut settings = Settings::from_env(env, true)?;
     if let Some(replica) = &replica {
-        crate::app::replicate(&mut settings, replica, &state).map_err(|error| {
-            match error.downcast::<crate::serve::replica::ReplicaError>() {
-                Ok(refused) => input_error(refused.to_string()),
-                Err(other) => other,
-            }
-        })?;
+        crate::app::replicate(&mut settings, replica, &state)
+            .await
+            .map_err(
+                |error| match error.downcast::<crate::serve::replica::ReplicaError>() {
+                    Ok(refused) => input_error(refused.to_string()),
+                    Err(other) => other,
+                },
+            )?;
     }
     if let Some(limit) = args.max_concurrent_runs.filter(|limit| *limit > 0) {
         settings.engine.max_runs = limit;

@@ -38,11 +38,6 @@ pub enum ReplicaError {
         "--store (MHL_SERVE_STORE) is empty; name a SQLite persistence root (a folder) or a PostgreSQL URL"
     )]
     EmptyLocation,
-    /// The URL is not echoed: it may carry a password.
-    #[error(
-        "--store (MHL_SERVE_STORE) names a PostgreSQL URL, but this build has no PostgreSQL store yet; name a SQLite persistence root (a folder) instead"
-    )]
-    NoPostgres,
     #[error("{LOCK_TTL_VAR}: expected a duration such as 45s or 1500ms, got {0:?}")]
     BadTtl(String),
     #[error("{LOCK_TTL_VAR}: {given:?} is out of range; a run lease lives between 300ms and 24h")]
@@ -56,12 +51,24 @@ pub enum ReplicaError {
 }
 
 /// Where the shared store is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreLocation {
+    /// A PostgreSQL connection URL (it may hold a password: never shown, see `Debug`).
+    Postgres(String),
     /// A SQLite persistence root (a folder, created mode 0700 if missing).
     Sqlite(PathBuf),
     /// The test-only SQLite store that advertises neither `cas` nor `fence`.
     WithoutCas(PathBuf),
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::Postgres(_) => f.write_str("Postgres(..)"),
+            StoreLocation::Sqlite(root) => write!(f, "Sqlite({})", root.display()),
+            StoreLocation::WithoutCas(root) => write!(f, "WithoutCas({})", root.display()),
+        }
+    }
 }
 
 impl StoreLocation {
@@ -75,7 +82,7 @@ impl StoreLocation {
         }
         let lower = text.to_ascii_lowercase();
         if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
-            return Err(ReplicaError::NoPostgres);
+            return Ok(StoreLocation::Postgres(text.to_owned()));
         }
         if crate::env::TEST_HOOKS_BUILT_IN
             && let Some(path) = text.strip_prefix(WITHOUT_CAS_SCHEME)
@@ -86,10 +93,12 @@ impl StoreLocation {
     }
 
     /// The persistence root the store's files (and the engine's agent-group records) live
-    /// under.
-    pub fn root(&self) -> &std::path::Path {
+    /// under; `None` for a database server (this process then keeps its few local files in a
+    /// temporary folder).
+    pub fn root(&self) -> Option<&std::path::Path> {
         match self {
-            StoreLocation::Sqlite(path) | StoreLocation::WithoutCas(path) => path,
+            StoreLocation::Sqlite(path) | StoreLocation::WithoutCas(path) => Some(path),
+            StoreLocation::Postgres(_) => None,
         }
     }
 }
@@ -117,6 +126,12 @@ impl ReplicaOptions {
             lock_ttl: lock_ttl(env.non_empty(LOCK_TTL_VAR))?,
             single_replica,
         })
+    }
+
+    /// The longest one call to a database server may take: below a third of the TTL (a
+    /// quarter, at most 5 s), so a hung database fails calls before a lease can lapse.
+    pub fn call_deadline(&self) -> Duration {
+        (self.lock_ttl / 4).min(Duration::from_secs(5))
     }
 
     /// Refuses a store that cannot keep replicas apart (`cas`: whether it offers atomic
@@ -192,12 +207,10 @@ mod tests {
             "postgres://agentprism:secret@db/agentprism",
             "PostgreSQL://db/x",
         ] {
-            let error = StoreLocation::parse(url).unwrap_err().to_string();
-            assert!(error.contains("no PostgreSQL store yet"), "{error}");
-            assert!(
-                !error.contains("secret") && !error.contains("db/"),
-                "{error}"
-            );
+            let location = StoreLocation::parse(url).unwrap();
+            assert_eq!(location, StoreLocation::Postgres(url.to_owned()));
+            assert_eq!(format!("{location:?}"), "Postgres(..)");
+            assert_eq!(location.root(), None);
         }
         assert!(matches!(
             StoreLocation::parse(" "),

@@ -4,9 +4,10 @@
 //! by an explicit resume elsewhere (`takeover`), the refusal of a store without `cas`, and
 //! housekeeping with `/metrics` (`housekeeping`).
 //!
-//! The store is a parameter ([`StoreUnderTest`]): a SQLite persistence root every replica
-//! opens (SQLite offers `cas` and `fence` between processes on one host); a PostgreSQL
-//! server is another location of the same tests.
+//! The store is a parameter ([`StoreUnderTest`]): each test runs on a SQLite persistence
+//! root every replica opens (SQLite offers `cas` and `fence` between processes on one host)
+//! and on a database of the test binary's private PostgreSQL cluster, where a TCP proxy can
+//! cut one replica off from the database.
 
 mod cutoff;
 mod housekeeping;
@@ -14,7 +15,10 @@ mod sharing;
 mod takeover;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use agentprism::store::{PgOptions, Store};
+use agentprism::testing::{PgCluster, PgDatabase, TcpProxy};
 use serde_json::{Value, json};
 
 use crate::serve::{Client, Served, copy_folder, extra_fixtures};
@@ -27,31 +31,82 @@ pub const PRINCIPAL: &str = "X-User";
 /// The lease TTL of the tests: short, so a dead replica's runs lapse quickly.
 pub const TTL: &str = "1500ms";
 
-/// The store the replicas of one test share.
-pub enum StoreUnderTest {
+/// Which backend a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// The store the replicas of one test share, and a runtime for the test's own store calls
+/// (and its proxies' tasks).
+pub struct StoreUnderTest {
+    pub backend: Backend,
+    runtime: tokio::runtime::Runtime,
+    /// Somewhere for this process's script copies when it opens the store itself.
+    scratch: PathBuf,
+}
+
+pub enum Backend {
     /// A SQLite persistence root inside the test's temp dir.
     Sqlite(PathBuf),
+    /// A database of its own on the test binary's private PostgreSQL cluster.
+    Postgres(PgDatabase),
 }
 
 impl StoreUnderTest {
-    pub fn new(ctx: &TestContext) -> StoreUnderTest {
-        StoreUnderTest::Sqlite(ctx.path("shared-store"))
+    pub fn new(ctx: &TestContext, kind: Kind) -> StoreUnderTest {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let backend = match kind {
+            Kind::Sqlite => Backend::Sqlite(ctx.path("shared-store")),
+            Kind::Postgres => {
+                Backend::Postgres(runtime.block_on(PgCluster::shared().create_database()))
+            }
+        };
+        StoreUnderTest {
+            backend,
+            runtime,
+            scratch: ctx.path("test-store-scratch"),
+        }
     }
 
     /// `--store`'s value.
     pub fn location(&self) -> String {
-        match self {
-            StoreUnderTest::Sqlite(path) => path.display().to_string(),
+        match &self.backend {
+            Backend::Sqlite(path) => path.display().to_string(),
+            Backend::Postgres(database) => database.url.clone(),
         }
     }
 
-    /// The store itself, read by a test to check what the replicas journaled.
-    pub fn open(&self) -> agentprism::store::SqliteStore {
-        match self {
-            StoreUnderTest::Sqlite(path) => {
-                agentprism::store::SqliteStore::open(path).expect("open the shared store")
-            }
-        }
+    /// A `--store` value reaching the database through a proxy of its own, which the test
+    /// can switch to cut that one replica off; `None` for SQLite (no network to cut).
+    pub fn proxied(&self) -> Option<(String, TcpProxy)> {
+        let Backend::Postgres(database) = &self.backend else {
+            return None;
+        };
+        let proxy = self
+            .runtime
+            .block_on(TcpProxy::start(database.address))
+            .expect("start the proxy");
+        let url = PgCluster::shared().url_via(proxy.address(), &database.name);
+        Some((url, proxy))
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The store itself, opened by the test to read what the replicas wrote.
+    pub fn open(&self) -> Arc<dyn Store> {
+        self.block_on(agentprism::store::open_location(
+            &self.location(),
+            PgOptions::new(&self.scratch),
+        ))
+        .expect("open the shared store")
     }
 }
 
@@ -86,19 +141,22 @@ pub fn replicas(
 ) -> Vec<Served> {
     let location = store.location();
     (0..count)
-        .map(|_| {
-            let mut flags = vec![
-                "--store",
-                location.as_str(),
-                "--token",
-                TOKEN,
-                "--principal-header",
-                PRINCIPAL,
-            ];
-            flags.extend_from_slice(extra);
-            Served::start(ctx, folder, &flags)
-        })
+        .map(|_| replica_at(ctx, folder, &location, extra))
         .collect()
+}
+
+/// One replica over the store at `location` (as [`replicas`] starts them).
+pub fn replica_at(ctx: &TestContext, folder: &Path, location: &str, extra: &[&str]) -> Served {
+    let mut flags = vec![
+        "--store",
+        location,
+        "--token",
+        TOKEN,
+        "--principal-header",
+        PRINCIPAL,
+    ];
+    flags.extend_from_slice(extra);
+    Served::start(ctx, folder, &flags)
 }
 
 /// The principal `user`'s legacy session on `served`.

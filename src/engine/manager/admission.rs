@@ -126,7 +126,11 @@ impl Engine {
         cancel: &CancellationToken,
     ) -> EngineResult<Admission> {
         check_project_dir(&request.project_dir)?;
-        let active = self.active_count(&request.project_dir).await?;
+        // The count reads the store: one that cannot be reached cannot give the lease either.
+        let active = self
+            .active_count(&request.project_dir)
+            .await
+            .map_err(|error| self.unleased(error))?;
         let slot = self.reserve(&request.project_dir, Some(active))?;
         let prepare::ScriptBytes { bytes, file } =
             prepare::read_script(self.inner.sources.as_ref(), &request.script).await?;

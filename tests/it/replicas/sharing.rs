@@ -4,16 +4,25 @@
 
 use serde_json::json;
 
-use super::{StoreUnderTest, as_user, context, prompted, replicas, workflows};
+use super::{Kind, StoreUnderTest, as_user, context, prompted, replicas, workflows};
 use crate::serve::{Client, wait_until};
 
 const RUNS: usize = 30;
 
 #[test]
-fn thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once() {
+fn thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once_on_sqlite() {
+    thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once(Kind::Sqlite);
+}
+
+#[test]
+fn thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once_on_postgres() {
+    thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once(Kind::Postgres);
+}
+
+fn thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once(kind: Kind) {
     let ctx = context();
     let folder = workflows(&ctx);
-    let store = StoreUnderTest::new(&ctx);
+    let store = StoreUnderTest::new(&ctx, kind);
     let servers = replicas(&ctx, &folder, &store, 3, &[]);
     let clients: Vec<Client> = servers.iter().map(|s| as_user(s, "alice")).collect();
     // A fixed scramble of the replicas (no two consecutive runs start on the same one in
@@ -57,10 +66,21 @@ fn thirty_runs_through_three_replicas_all_complete_with_each_call_prompted_once(
 }
 
 #[test]
-fn a_principal_owns_its_runs_on_every_replica_and_stateless_callers_share_one_owner() {
+fn a_principal_owns_its_runs_on_every_replica_and_stateless_callers_share_one_owner_on_sqlite() {
+    a_principal_owns_its_runs_on_every_replica_and_stateless_callers_share_one_owner(Kind::Sqlite);
+}
+
+#[test]
+fn a_principal_owns_its_runs_on_every_replica_and_stateless_callers_share_one_owner_on_postgres() {
+    a_principal_owns_its_runs_on_every_replica_and_stateless_callers_share_one_owner(
+        Kind::Postgres,
+    );
+}
+
+fn a_principal_owns_its_runs_on_every_replica_and_stateless_callers_share_one_owner(kind: Kind) {
     let ctx = context();
     let folder = workflows(&ctx);
-    let store = StoreUnderTest::new(&ctx);
+    let store = StoreUnderTest::new(&ctx, kind);
     let servers = replicas(&ctx, &folder, &store, 2, &[]);
     let run_id = as_user(&servers[0], "alice").start("calls", json!({"tag": "owned"}));
     let on_other = as_user(&servers[1], "alice").wait_state(&run_id, "completed");

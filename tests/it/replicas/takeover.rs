@@ -11,10 +11,9 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use agentprism::model::{CallKind, RunId};
-use agentprism::store::Store;
 
 use super::{
-    StoreUnderTest, as_user, cancels, context, prompted, replicas, wait_lapsed, workflows,
+    Kind, StoreUnderTest, as_user, cancels, context, prompted, replicas, wait_lapsed, workflows,
 };
 use crate::serve::{Client, wait_until};
 
@@ -41,16 +40,12 @@ fn run_until_analyze(
     run_id
 }
 
-/// Every journaled row of `run_id`, as (generation, index, kind agent) triples.
+/// Every journaled agent row of `run_id`, as (generation, index) pairs.
 fn journal(store: &StoreUnderTest, run_id: &str) -> Vec<(u32, u32)> {
-    let store = store.open();
+    let opened = store.open();
     let run_id = RunId::parse(run_id).expect("a run id");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let calls = runtime
-        .block_on(store.calls(&run_id))
+    let calls = store
+        .block_on(opened.calls(&run_id))
         .expect("the run's calls");
     calls
         .iter()
@@ -82,10 +77,27 @@ fn finish(
 }
 
 #[test]
-fn a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompting_done_calls() {
+fn a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompting_done_calls_on_sqlite()
+ {
+    a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompting_done_calls(
+        Kind::Sqlite,
+    );
+}
+
+#[test]
+fn a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompting_done_calls_on_postgres()
+ {
+    a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompting_done_calls(
+        Kind::Postgres,
+    );
+}
+
+fn a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompting_done_calls(
+    kind: Kind,
+) {
     let ctx = context();
     let folder = workflows(&ctx);
-    let store = StoreUnderTest::new(&ctx);
+    let store = StoreUnderTest::new(&ctx, kind);
     let gates = ctx.path("gates");
     std::fs::create_dir_all(&gates).unwrap();
     let mut servers = replicas(&ctx, &folder, &store, 2, &[]);
@@ -115,10 +127,21 @@ fn a_killed_replicas_run_lapses_to_failed_and_resumes_on_another_without_prompti
 }
 
 #[test]
-fn a_stalled_replica_that_wakes_after_a_takeover_is_fenced_and_cancels_its_own_work() {
+fn a_stalled_replica_that_wakes_after_a_takeover_is_fenced_and_cancels_its_own_work_on_sqlite() {
+    a_stalled_replica_that_wakes_after_a_takeover_is_fenced_and_cancels_its_own_work(Kind::Sqlite);
+}
+
+#[test]
+fn a_stalled_replica_that_wakes_after_a_takeover_is_fenced_and_cancels_its_own_work_on_postgres() {
+    a_stalled_replica_that_wakes_after_a_takeover_is_fenced_and_cancels_its_own_work(
+        Kind::Postgres,
+    );
+}
+
+fn a_stalled_replica_that_wakes_after_a_takeover_is_fenced_and_cancels_its_own_work(kind: Kind) {
     let ctx = context();
     let folder = workflows(&ctx);
-    let store = StoreUnderTest::new(&ctx);
+    let store = StoreUnderTest::new(&ctx, kind);
     let gates = ctx.path("gates");
     std::fs::create_dir_all(&gates).unwrap();
     let servers = replicas(&ctx, &folder, &store, 2, &[]);
