@@ -16,6 +16,9 @@
 //!   polls `run/status` until the run reads failed, resumes it and polls until it completes.
 //!   From the death to the completed resume, with a 1.5 s TTL (goal: TTL + under 1 s).
 //!
+//! Each figure on SQLite (one persistence root) and on PostgreSQL (a database of the private
+//! test cluster, `agentprism::testing::PgCluster`, over loopback TCP).
+//!
 //! Run with `cargo bench --bench replicas` (release). Wall times on a shared machine are
 //! noisy.
 
@@ -30,7 +33,8 @@ use agentprism::engine::{Engine, EngineConfig};
 use agentprism::mcp::{McpServer, ServerOptions, TransportContext, TransportKind};
 use agentprism::model::RunId;
 use agentprism::serve::{FolderOptions, FolderServer};
-use agentprism::store::{LeasePolicy, SqliteStore, Store};
+use agentprism::store::{LeasePolicy, PgOptions, PostgresStore, SqliteStore, Store};
+use agentprism::testing::PgCluster;
 use serde_json::{Value, json};
 
 const RUNS: usize = 60;
@@ -42,19 +46,64 @@ fn main() {
     let base = tempfile::tempdir().expect("temp dir");
     let folder = write_folder(base.path());
     let runtime = runtime();
+    println!("SQLite (one persistence root):");
+    measure(&runtime, base.path(), &folder, |name| {
+        Box::pin(std::future::ready(Location::Sqlite(base.path().join(name))))
+    });
+    println!("PostgreSQL (the private test cluster, one database per measurement):");
+    measure(&runtime, base.path(), &folder, |_| {
+        Box::pin(async { Location::Postgres(PgCluster::shared().create_database().await.url) })
+    });
+}
+
+/// Where one measurement's store is.
+#[derive(Clone)]
+enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// A replica's own handle on the store (its own connections).
+    async fn open(&self, scratch: &Path) -> Arc<dyn Store> {
+        match self {
+            Location::Sqlite(root) => Arc::new(SqliteStore::open(root).expect("open the store")),
+            Location::Postgres(url) => Arc::new(
+                PostgresStore::connect(url, PgOptions::new(scratch))
+                    .await
+                    .expect("connect"),
+            ),
+        }
+    }
+}
+
+type NewLocation<'a> =
+    dyn Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = Location> + 'a>> + 'a;
+
+fn measure<'a>(
+    runtime: &tokio::runtime::Runtime,
+    base: &'a Path,
+    folder: &'a Path,
+    new_location: impl Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = Location> + 'a>>
+    + 'a,
+) {
+    let new_location: &NewLocation<'a> = &new_location;
     runtime.block_on(async {
         for count in 1..=3 {
-            let root = base.path().join(format!("store-{count}"));
-            let replicas: Vec<Replica> = (0..count)
-                .map(|_| {
+            let location = new_location(&format!("store-{count}")).await;
+            let mut replicas = Vec::new();
+            for _ in 0..count {
+                replicas.push(
                     Replica::new(
-                        &root,
-                        &folder,
+                        &location,
+                        base,
+                        folder,
                         InstantRunner::new(),
                         Duration::from_secs(45),
                     )
-                })
-                .collect();
+                    .await,
+                );
+            }
             let (elapsed, run_ids) = run_many(&replicas).await;
             println!(
                 "{count} replica(s): {RUNS} runs of 10 calls in {:.2} s: {:.1} runs/s",
@@ -66,10 +115,12 @@ fn main() {
                 report("run/status through another replica", &mut status);
             }
         }
-        let mut renewals = renewal_cost(base.path(), &folder).await;
+        let location = new_location("store-renew").await;
+        let mut renewals = renewal_cost(&location, base, folder).await;
         report("lease renewal (clock_ms + renew_lease)", &mut renewals);
     });
-    let takeover = takeover(base.path(), &folder, &runtime);
+    let location = runtime.block_on(new_location("store-takeover"));
+    let takeover = takeover(&location, base, folder, runtime);
     println!(
         "takeover with a {} ms TTL: {:.0} ms from the death to the completed resume ({:.0} ms over the TTL)",
         TAKEOVER_TTL.as_millis(),
@@ -101,14 +152,20 @@ fn write_folder(base: &Path) -> PathBuf {
 /// One replica: its MCP core and its handle on the shared store.
 struct Replica {
     server: Arc<McpServer>,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Store>,
 }
 
 impl Replica {
-    fn new(root: &Path, folder: &Path, runner: Arc<dyn AgentRunner>, ttl: Duration) -> Replica {
-        let store = Arc::new(SqliteStore::open(root).expect("open the store"));
+    async fn new(
+        location: &Location,
+        base: &Path,
+        folder: &Path,
+        runner: Arc<dyn AgentRunner>,
+        ttl: Duration,
+    ) -> Replica {
+        let store = location.open(&base.join("scratch")).await;
         let config = EngineConfig {
-            home: Some(root.to_path_buf()),
+            home: Some(base.to_path_buf()),
             probe: false,
             max_runs: RUNS + 10,
             max_active_per_project: RUNS + 10,
@@ -196,14 +253,9 @@ async fn status_elsewhere(replicas: &[Replica], run_ids: &[String]) -> Vec<Durat
 }
 
 /// The heartbeat's store calls on the lease of a run held inside an agent call.
-async fn renewal_cost(base: &Path, folder: &Path) -> Vec<Duration> {
+async fn renewal_cost(location: &Location, base: &Path, folder: &Path) -> Vec<Duration> {
     let (held, mut agent_started, _cancelled) = HeldRunner::new();
-    let replica = Replica::new(
-        &base.join("store-renew"),
-        folder,
-        held,
-        Duration::from_secs(45),
-    );
+    let replica = Replica::new(location, base, folder, held, Duration::from_secs(45)).await;
     let view = replica.call("run/start", json!({"name": "ten"})).await;
     let run_id = RunId::parse(view["runId"].as_str().expect("runId")).expect("a run id");
     agent_started.recv().await.expect("the agent call started");
@@ -229,18 +281,27 @@ async fn renewal_cost(base: &Path, folder: &Path) -> Vec<Duration> {
 }
 
 /// Death of the executing replica (its runtime dropped) to the completed resume elsewhere.
-fn takeover(base: &Path, folder: &Path, survivor_runtime: &tokio::runtime::Runtime) -> Duration {
-    let root = base.join("store-takeover");
+fn takeover(
+    location: &Location,
+    base: &Path,
+    folder: &Path,
+    survivor_runtime: &tokio::runtime::Runtime,
+) -> Duration {
     let doomed_runtime = runtime();
     let (run_id, doomed) = doomed_runtime.block_on(async {
         let (held, mut agent_started, _cancelled) = HeldRunner::new();
-        let doomed = Replica::new(&root, folder, held, TAKEOVER_TTL);
+        let doomed = Replica::new(location, base, folder, held, TAKEOVER_TTL).await;
         let view = doomed.call("run/start", json!({"name": "ten"})).await;
         agent_started.recv().await.expect("the agent call started");
         (view["runId"].as_str().expect("runId").to_owned(), doomed)
     });
-    let survivor = survivor_runtime
-        .block_on(async { Replica::new(&root, folder, InstantRunner::new(), TAKEOVER_TTL) });
+    let survivor = survivor_runtime.block_on(Replica::new(
+        location,
+        base,
+        folder,
+        InstantRunner::new(),
+        TAKEOVER_TTL,
+    ));
     let died = Instant::now();
     doomed_runtime.shutdown_background();
     std::mem::forget(doomed);
