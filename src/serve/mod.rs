@@ -327,3 +327,65 @@ pub async fn sweep(api: &RunApi, ttl: Duration) -> usize {
     crate::metrics::global().set_runs(pending, &by_state);
     deleted
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::{ServerOptions, TransportContext, TransportKind};
+
+    struct Bare(NotificationHub);
+
+    #[async_trait]
+    impl McpHandler for Bare {
+        fn server_info(&self) -> ServerInfo {
+            ServerInfo {
+                name: "reap-test".into(),
+                version: "1.0.0".into(),
+                title: None,
+            }
+        }
+
+        fn capabilities(&self) -> Value {
+            json!({})
+        }
+
+        fn hub(&self) -> &NotificationHub {
+            &self.0
+        }
+
+        async fn read_resource(&self, _ctx: &RequestContext, uri: &str) -> McpResult<Value> {
+            Err(crate::mcp::McpError::invalid_params(uri.to_owned()))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sweep_ends_sessions_idle_for_the_ttl_and_keeps_younger_ones() {
+        let server = McpServer::new(
+            Arc::new(Bare(NotificationHub::new())),
+            ServerOptions::default(),
+        );
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let outcome = server
+            .handle_bytes(
+                initialize.to_string().as_bytes(),
+                TransportContext::new(TransportKind::Http, "reap-test"),
+            )
+            .await;
+        let session = outcome.new_session.expect("a legacy session");
+        assert_eq!(
+            reap_idle_sessions(&server, Duration::from_secs(3600)).await,
+            0
+        );
+        assert!(
+            server.session(&session).is_some(),
+            "younger than the TTL: kept"
+        );
+        assert_eq!(reap_idle_sessions(&server, Duration::ZERO).await, 1);
+        assert!(
+            server.session(&session).is_none(),
+            "idle for the TTL: ended"
+        );
+    }
+}
