@@ -34,6 +34,7 @@ use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
 use crate::transport::peer::Access;
 
+mod check_then_write;
 #[cfg(any(debug_assertions, feature = "test-hooks"))]
 mod without_cas;
 
@@ -449,6 +450,12 @@ pub async fn replicate(
         }
     };
     replica.check(store.capabilities().cas)?;
+    // Without a fence in the store, the racy second best: check the lease, then write.
+    let store: Arc<dyn Store> = if store.capabilities().fence {
+        store
+    } else {
+        Arc::new(check_then_write::CheckThenWrite::new(store))
+    };
     settings.store = StoreChoice::Opened(OpenedStore(store));
     settings.engine.lease_policy = LeasePolicy::Ttl(replica.lock_ttl);
     Ok(())
