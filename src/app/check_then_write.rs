@@ -67,7 +67,7 @@ impl Store for CheckThenWrite {
         write: CallWrite<'_>,
         fence: Fence<'_>,
     ) -> StoreResult<()> {
-        self.check(&run_id, fence).await?;
+        self.check(run_id, fence).await?;
         self.inner.append_call(run_id, write, fence).await
     }
 
@@ -77,7 +77,7 @@ impl Store for CheckThenWrite {
         writes: &[CallWrite<'_>],
         fence: Fence<'_>,
     ) -> StoreResult<()> {
-        self.check(&run_id, fence).await?;
+        self.check(run_id, fence).await?;
         self.inner.append_calls(run_id, writes, fence).await
     }
 
@@ -87,7 +87,7 @@ impl Store for CheckThenWrite {
         events: &[EventRecord],
         fence: Fence<'_>,
     ) -> StoreResult<()> {
-        self.check(&run_id, fence).await?;
+        self.check(run_id, fence).await?;
         self.inner.append_events(run_id, events, fence).await
     }
 
@@ -122,7 +122,7 @@ impl Store for CheckThenWrite {
         total: u64,
         fence: Fence<'_>,
     ) -> StoreResult<()> {
-        self.check(&run_id, fence).await?;
+        self.check(run_id, fence).await?;
         self.inner
             .record_call_total(run_id, generation, total, fence)
             .await
