@@ -108,8 +108,9 @@ pub struct ServeArgs {
     )]
     pub store: Option<String>,
     /// Folder server with `--store`: acknowledge that this is the only process writing to
-    /// the store, so a store without atomic compare-and-swap is accepted.
-    #[arg(long, env = "MHL_SERVE_SINGLE_REPLICA", requires = "store")]
+    /// the store, so a store without atomic compare-and-swap is accepted (ignored without
+    /// `--store`).
+    #[arg(long, env = "MHL_SERVE_SINGLE_REPLICA")]
     pub single_replica: bool,
     /// Folder server over HTTP: require `Authorization: Bearer <token>` on every request.
     /// Prefer the environment variable: a command line is visible to other users.
