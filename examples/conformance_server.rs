@@ -2,6 +2,10 @@
 //! `@modelcontextprotocol/conformance` server scenarios call by name, served over Streamable
 //! HTTP on 127.0.0.1 by our own MCP core, so the external suites can score the core.
 //!
+//! The task tools of the `tasks-*` scenarios (`greet`, `slow_compute`, `failing_job`,
+//! `protocol_error_job`, `confirm_delete`, `multi_input`, `test_tool_with_task`) run on the
+//! core's in-memory task table ([`MemoryTasks`]), so the suite scores the core's task wire.
+//!
 //! It is test-only and never part of the product's tool list. `tests/conformance/run` builds
 //! and starts it. Usage: `conformance_server [PORT]` (or `PORT=`); prints the URL when ready.
 
@@ -9,13 +13,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentprism::mcp::handler::codes;
+use agentprism::mcp::tasks::{
+    Created, MemoryTasks, TaskCall, TaskHandler, TaskInput, TaskOutcome, TaskPage, TaskState,
+    TaskSupport, accepted_content, form_request,
+};
 use agentprism::mcp::{
     McpError, McpHandler, McpResult, McpServer, NotificationHub, RequestContext, ServerEvent,
     ServerInfo, ServerOptions,
 };
 use agentprism::transport::{HttpOptions, serve};
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// A 1x1 transparent PNG.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
@@ -24,10 +32,110 @@ const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
 
 struct Fixture {
     hub: NotificationHub,
+    tasks: FixtureTasks,
 }
+
+/// The task tools, on the core's in-memory task table.
+struct FixtureTasks {
+    memory: MemoryTasks,
+}
+
+/// How long a fixture task is kept unless the client asks otherwise.
+const FIXTURE_TTL_MS: u64 = 5 * 60 * 1000;
 
 fn text(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}]})
+}
+
+fn task_tool(name: &str, description: &str, support: &str, properties: Value) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": properties},
+        "execution": {"taskSupport": support},
+    })
+}
+
+fn string_argument(arguments: &Value, key: &str, default: &str) -> String {
+    arguments
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or(default)
+        .to_owned()
+}
+
+/// The work of a task tool, `None` for other names.
+fn job(name: &str, arguments: &Value) -> Option<agentprism::mcp::tasks::TaskJob> {
+    let seconds = arguments
+        .get("seconds")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0);
+    let label = string_argument(arguments, "label", "job");
+    let filename = string_argument(arguments, "filename", "file.txt");
+    let job: agentprism::mcp::tasks::TaskJob = match name {
+        "slow_compute" => Box::new(move |_input| {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 600.0))).await;
+                TaskOutcome::Result(text(&format!("Computed {label} after {seconds} s")))
+            })
+        }),
+        "failing_job" => Box::new(|_input| {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                TaskOutcome::Result(json!({
+                    "isError": true,
+                    "content": [{"type": "text", "text": "failing_job failed, as it always does"}]
+                }))
+            })
+        }),
+        "protocol_error_job" => Box::new(|_input| {
+            Box::pin(async {
+                TaskOutcome::Error(McpError::internal("protocol_error_job broke on purpose"))
+            })
+        }),
+        "confirm_delete" => Box::new(move |input: TaskInput| {
+            Box::pin(async move {
+                let schema = json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]});
+                let mut requests = Map::new();
+                requests.insert(
+                    "confirm".into(),
+                    form_request(&format!("Delete {filename}?"), schema),
+                );
+                let Some(answers) = input.ask(requests).await else {
+                    return TaskOutcome::Result(text("Nothing was deleted"));
+                };
+                let confirmed = answers
+                    .get("confirm")
+                    .and_then(accepted_content)
+                    .and_then(|content| content.get("confirm"))
+                    .and_then(Value::as_bool)
+                    == Some(true);
+                TaskOutcome::Result(text(&if confirmed {
+                    format!("Deleted {filename}")
+                } else {
+                    format!("Kept {filename}")
+                }))
+            })
+        }),
+        "multi_input" => Box::new(|input: TaskInput| {
+            Box::pin(async move {
+                let mut requests = Map::new();
+                let name = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+                let confirm =
+                    json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}});
+                requests.insert("name".into(), form_request("Your name?", name));
+                requests.insert("confirm".into(), form_request("Go ahead?", confirm));
+                match input.ask(requests).await {
+                    Some(answers) => {
+                        TaskOutcome::Result(text(&format!("Got {} answers", answers.len())))
+                    }
+                    None => TaskOutcome::Result(text("No answers")),
+                }
+            })
+        }),
+        _ => return None,
+    };
+    Some(job)
 }
 
 fn tool(name: &str, description: &str) -> Value {
@@ -60,6 +168,10 @@ impl McpHandler for Fixture {
 
     fn hub(&self) -> &NotificationHub {
         &self.hub
+    }
+
+    fn tasks(&self) -> Option<&dyn TaskHandler> {
+        Some(&self.tasks)
     }
 
     async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
@@ -105,6 +217,19 @@ impl McpHandler for Fixture {
             tool("test_logging_tool", "Logs one message"),
             tool("test_trigger_tool_change", "Publishes tools/list_changed"),
             tool("test_trigger_prompt_change", "Publishes prompts/list_changed"),
+            json!({"name": "greet", "description": "Says hello to name", "inputSchema": {
+                "type": "object", "properties": {"name": {"type": "string"}}
+            }}),
+            task_tool("slow_compute", "Sleeps `seconds`, then answers", "optional", json!({
+                "seconds": {"type": "number"}, "label": {"type": "string"}
+            })),
+            task_tool("failing_job", "Fails as a tool after about a second", "required", json!({})),
+            task_tool("protocol_error_job", "Fails with a protocol error", "optional", json!({})),
+            task_tool("confirm_delete", "Asks to confirm, then answers", "optional", json!({
+                "filename": {"type": "string"}
+            })),
+            task_tool("multi_input", "Asks two questions at once", "optional", json!({})),
+            task_tool("test_tool_with_task", "Asks a name, then answers as a task", "required", json!({})),
         ]}))
     }
 
@@ -112,7 +237,7 @@ impl McpHandler for Fixture {
         &self,
         ctx: &RequestContext,
         name: &str,
-        _arguments: Value,
+        arguments: Value,
     ) -> McpResult<Value> {
         let log = |message: &str| {
             ctx.notifier.notify(
@@ -192,6 +317,20 @@ impl McpHandler for Fixture {
             "test_trigger_prompt_change" => {
                 self.hub.publish(ServerEvent::PromptsListChanged);
                 Ok(text("Published prompts/list_changed"))
+            }
+            "greet" => Ok(text(&format!(
+                "Hello, {}!",
+                string_argument(&arguments, "name", "World")
+            ))),
+            "slow_compute" | "protocol_error_job" | "confirm_delete" | "multi_input" => {
+                // Without a task: the same job, waited for (no input can arrive this way).
+                match job(name, &arguments) {
+                    Some(job) => match job(TaskInput::detached()).await {
+                        TaskOutcome::Result(result) => Ok(result),
+                        TaskOutcome::Error(error) => Err(error),
+                    },
+                    None => Err(McpError::invalid_params(format!("unknown tool {name}"))),
+                }
             }
             _ => Err(McpError::invalid_params(format!("unknown tool {name}"))),
         }
@@ -322,6 +461,77 @@ impl McpHandler for Fixture {
     }
 }
 
+#[async_trait]
+impl TaskHandler for FixtureTasks {
+    fn task_support(&self, tool: &str) -> TaskSupport {
+        match tool {
+            "failing_job" | "test_tool_with_task" => TaskSupport::Required,
+            "slow_compute" | "protocol_error_job" | "confirm_delete" | "multi_input" => {
+                TaskSupport::Optional
+            }
+            _ => TaskSupport::Forbidden,
+        }
+    }
+
+    async fn create(&self, ctx: &RequestContext, call: TaskCall) -> McpResult<Created> {
+        let ttl = call.ttl_ms.unwrap_or(FIXTURE_TTL_MS);
+        if call.name == "test_tool_with_task" {
+            // Round one asks for the name (SEP-2322); round two, with the answer, is a task.
+            let answer = call
+                .input_responses
+                .as_ref()
+                .and_then(|responses| responses.get("user_name"))
+                .and_then(accepted_content)
+                .and_then(|content| content.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let Some(user) = answer else {
+                let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+                return Ok(Created::Answer(json!({
+                    "resultType": "input_required",
+                    "inputRequests": {"user_name": form_request("What is your name?", schema)},
+                })));
+            };
+            let job: agentprism::mcp::tasks::TaskJob = Box::new(move |_input| {
+                Box::pin(async move { TaskOutcome::Result(text(&format!("Hello, {user}!"))) })
+            });
+            return Ok(Created::Task(self.memory.start(ctx, ttl, job)));
+        }
+        match job(&call.name, &call.arguments) {
+            Some(job) => Ok(Created::Task(self.memory.start(ctx, ttl, job))),
+            None => Err(McpError::invalid_params(format!(
+                "unknown task tool {}",
+                call.name
+            ))),
+        }
+    }
+
+    async fn get(&self, ctx: &RequestContext, task_id: &str) -> McpResult<TaskState> {
+        self.memory.get(ctx, task_id)
+    }
+
+    async fn cancel(&self, ctx: &RequestContext, task_id: &str) -> McpResult<TaskState> {
+        self.memory.cancel(ctx, task_id)
+    }
+
+    async fn list(&self, ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<TaskPage> {
+        Ok(self.memory.list(ctx))
+    }
+
+    async fn answer(
+        &self,
+        ctx: &RequestContext,
+        task_id: &str,
+        responses: &Map<String, Value>,
+    ) -> McpResult<()> {
+        self.memory.answer(ctx, task_id, responses)
+    }
+
+    async fn changed(&self, ctx: &RequestContext, seen: &TaskState) -> McpResult<TaskState> {
+        self.memory.changed(ctx, seen).await
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let port: u16 = match std::env::args()
@@ -333,8 +543,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let address = listener.local_addr()?;
+    let hub = NotificationHub::new();
     let handler = Arc::new(Fixture {
-        hub: NotificationHub::new(),
+        tasks: FixtureTasks {
+            memory: MemoryTasks::new(hub.clone()),
+        },
+        hub,
     });
     let server = Arc::new(McpServer::new(handler, ServerOptions::default()));
     println!("http://{address}/mcp");

@@ -42,6 +42,8 @@ pub enum Command {
     Pack(PackArgs),
     /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
     Daemon(daemon::DaemonArgs),
+    /// Print the URL of the run monitor panel on the daemon (starting it if needed).
+    Monitor(super::monitor::MonitorArgs),
     /// Print a shell completion script (bash, zsh or fish); the packages ship its output.
     #[command(hide = true)]
     Completions {

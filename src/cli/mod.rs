@@ -3,8 +3,8 @@
 //! composition root (`crate::app`) and keeps only the words, flags and exit codes:
 //! `foreground.rs` (`validate`, `run`, `resume`, `setup`) and `follow.rs` (watching a run
 //! execute here, `progress.rs` its display), `inspect.rs` (`status`, `runs`, `stop`,
-//! `result`), `serve.rs`, `input.rs` (input errors, engine errors in CLI words), `daemon/`
-//! (`agentprism daemon …`).
+//! `result`), `monitor.rs` (the run monitor's URL on the daemon), `serve.rs`, `input.rs`
+//! (input errors, engine errors in CLI words), `daemon/` (`agentprism daemon …`).
 //!
 //! Exit codes of `run`, `resume` and `setup`: 0 completed, 1 failed or stopped, 2 rejected
 //! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C,
@@ -37,6 +37,7 @@ mod follow;
 mod foreground;
 mod input;
 mod inspect;
+mod monitor;
 mod pack;
 mod progress;
 mod serve;
@@ -120,6 +121,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Serve(args) => serve::serve(&env, args).await,
         Command::Pack(args) => pack::pack(args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
+        Command::Monitor(args) => monitor::monitor(&env, args).await,
         Command::Completions { shell } => completions(shell),
         Command::AgentReaper(_) => unreachable!("handled before the runtime starts"),
     }

@@ -214,11 +214,11 @@ impl Daemon {
         let (superseded, supersessions) = mpsc::unbounded_channel::<String>();
         let http_options = HttpOptions {
             shutdown_deadline: DRAIN_DEADLINE,
-            intercept: Some(health::routes(
+            intercept: Some(super::panel::with_panel(health::routes(
                 health.clone(),
                 start.settings.test_hooks,
                 evict_sender,
-            )),
+            ))),
             decorate: Some(health::decorate(health.clone())),
             implementation: crate::discovery::record::IMPLEMENTATION,
             dispatch: Some(tokio::runtime::Handle::current()),

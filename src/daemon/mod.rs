@@ -6,8 +6,8 @@
 //! bind 127.0.0.1 on the configured port (falling back to an ephemeral one when the port is
 //! held; `bind.rs`), have the composition root assemble one engine for every project and the
 //! MCP server over it ([`Services`], built by `crate::app`: this module never builds them),
-//! serve `/mcp` and `/healthz`, publish its instance record, and claim the family pointer by
-//! compare-and-swap (`publish.rs`). If a healthy daemon of the family already holds the
+//! serve `/mcp`, `/healthz` and the run monitor panel at `/ui` (`panel.rs`), publish its
+//! instance record, and claim the family pointer by compare-and-swap (`publish.rs`). If a healthy daemon of the family already holds the
 //! pointer it exits 0 ("already running"). Then its main loop (`main_loop.rs`) waits on one
 //! event at a time: a tick (idle check, dead-client session eviction), a signal, a test hook,
 //! a control-socket shutdown, a successor, or the HTTP server ending. On the way out it clears
@@ -21,6 +21,7 @@ mod bind;
 pub mod control;
 pub mod health;
 mod main_loop;
+pub mod panel;
 pub mod probe;
 mod publish;
 pub mod run_control;

@@ -6,7 +6,7 @@
 //! on it, and it imports none of them.
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// JSON-RPC error codes used across the MCP layer.
@@ -151,29 +151,109 @@ impl RequestContext {
     }
 }
 
-/// A notification the core sends on the request's own stream (or stdout on stdio).
+/// A notification the core sends on the request's own stream (or stdout on stdio); with an
+/// `id` it is a server-to-client request instead, whose response comes back through
+/// [`ClientRequests`].
 #[derive(Clone, Debug)]
 pub struct Notification {
     pub method: String,
     pub params: Value,
+    /// Set for a server-to-client request (2025 tasks: elicitation during `tasks/result`).
+    pub id: Option<Value>,
+}
+
+/// Server-to-client requests waiting for the client's response, by id. The core routes a
+/// client's JSON-RPC response here; only ids the server minted can match.
+#[derive(Debug, Default)]
+pub struct ClientRequests {
+    pending: std::sync::Mutex<std::collections::HashMap<String, oneshot::Sender<ClientAnswer>>>,
+}
+
+/// A client's response to a server-to-client request: its result, or its error object.
+pub type ClientAnswer = Result<Value, Value>;
+
+impl ClientRequests {
+    fn register(&self) -> (String, oneshot::Receiver<ClientAnswer>) {
+        let id = format!("agentprism-{}", uuid::Uuid::new_v4().simple());
+        let (sender, receiver) = oneshot::channel();
+        self.pending
+            .lock()
+            .expect("client requests lock")
+            .insert(id.clone(), sender);
+        (id, receiver)
+    }
+
+    /// Delivers a response; `false` when no request of ours has that id.
+    pub fn answer(&self, id: &Value, answer: ClientAnswer) -> bool {
+        let Some(id) = id.as_str() else {
+            return false;
+        };
+        let sender = self
+            .pending
+            .lock()
+            .expect("client requests lock")
+            .remove(id);
+        match sender {
+            Some(sender) => sender.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Forgets a request whose response nobody waits for any more.
+    fn forget(&self, id: &str) {
+        self.pending
+            .lock()
+            .expect("client requests lock")
+            .remove(id);
+    }
+}
+
+/// A server-to-client request in flight; dropping it forgets the request.
+pub struct PendingClientRequest {
+    id: String,
+    requests: std::sync::Arc<ClientRequests>,
+    pub receiver: oneshot::Receiver<ClientAnswer>,
+}
+
+impl Drop for PendingClientRequest {
+    fn drop(&mut self) {
+        self.requests.forget(&self.id);
+    }
 }
 
 /// Sends notifications tied to one request. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct RequestNotifier {
     sender: Option<mpsc::UnboundedSender<Notification>>,
+    /// Where responses to server-to-client requests arrive; `None` where none can.
+    requests: Option<std::sync::Arc<ClientRequests>>,
 }
 
 impl RequestNotifier {
     pub fn new(sender: mpsc::UnboundedSender<Notification>) -> RequestNotifier {
         RequestNotifier {
             sender: Some(sender),
+            requests: None,
+        }
+    }
+
+    /// A notifier that can also send server-to-client requests.
+    pub fn with_requests(
+        sender: mpsc::UnboundedSender<Notification>,
+        requests: std::sync::Arc<ClientRequests>,
+    ) -> RequestNotifier {
+        RequestNotifier {
+            sender: Some(sender),
+            requests: Some(requests),
         }
     }
 
     /// A notifier that drops everything (tests, in-process calls).
     pub fn discard() -> RequestNotifier {
-        RequestNotifier { sender: None }
+        RequestNotifier {
+            sender: None,
+            requests: None,
+        }
     }
 
     pub fn notify(&self, method: &str, params: Value) {
@@ -181,7 +261,28 @@ impl RequestNotifier {
             let _ = sender.send(Notification {
                 method: method.to_owned(),
                 params,
+                id: None,
             });
         }
+    }
+
+    /// Sends a server-to-client request on the request's stream; `None` where that cannot
+    /// be answered (no stream, or no way back).
+    pub fn request(&self, method: &str, params: Value) -> Option<PendingClientRequest> {
+        let (sender, requests) = (self.sender.as_ref()?, self.requests.as_ref()?);
+        let (id, receiver) = requests.register();
+        let pending = PendingClientRequest {
+            id: id.clone(),
+            requests: requests.clone(),
+            receiver,
+        };
+        sender
+            .send(Notification {
+                method: method.to_owned(),
+                params,
+                id: Some(Value::String(id)),
+            })
+            .ok()?;
+        Some(pending)
     }
 }

@@ -14,6 +14,7 @@ use super::handler::{McpError, McpHandler, McpResult, RequestContext};
 use super::jsonrpc::Request;
 use super::scope::{LEGACY_VERSIONS, META_SERVER_INFO, MODERN_VERSIONS};
 use super::session::Session;
+use super::tasks::{self, wire as task_wire};
 
 /// The handler's capabilities plus what the core itself serves (`logging`).
 pub(super) fn capabilities(handler: &dyn McpHandler) -> Value {
@@ -24,11 +25,27 @@ pub(super) fn capabilities(handler: &dyn McpHandler) -> Value {
     capabilities
 }
 
-/// The `initialize` result for the negotiated `version`.
-pub(super) fn initialize_result(handler: &dyn McpHandler, version: &str) -> Value {
+/// The capabilities as one client sees them: the tasks capability of its era only when the
+/// handler backs tasks and the client speaks them, so other clients see nothing new.
+fn capabilities_for(handler: &dyn McpHandler, speaks_tasks: bool, modern: bool) -> Value {
+    let mut capabilities = capabilities(handler);
+    if speaks_tasks && handler.tasks().is_some() {
+        task_wire::add_capability(&mut capabilities, modern);
+    }
+    capabilities
+}
+
+/// The `initialize` result for the negotiated `version`; `client_capabilities` are the
+/// ones the client declared.
+pub(super) fn initialize_result(
+    handler: &dyn McpHandler,
+    version: &str,
+    client_capabilities: &Value,
+) -> Value {
+    let speaks_tasks = client_capabilities.get("tasks").is_some();
     let mut result = json!({
         "protocolVersion": version,
-        "capabilities": capabilities(handler),
+        "capabilities": capabilities_for(handler, speaks_tasks, false),
         "serverInfo": server_info(handler),
     });
     if let Some(instructions) = handler.instructions() {
@@ -83,7 +100,12 @@ pub(super) async fn dispatch(
     };
     match method {
         "ping" => Ok(json!({})),
-        "server/discover" => Ok(discover(handler)),
+        "server/discover" => {
+            let mut result = discover(handler);
+            result["capabilities"] =
+                capabilities_for(handler, tasks::client_speaks_tasks(ctx), true);
+            Ok(result)
+        }
         "logging/setLevel" => {
             let level = string_param(params, "level")?;
             if let Some(session) = session {
@@ -103,6 +125,16 @@ pub(super) async fn dispatch(
                 Some(arguments @ Value::Object(_)) => arguments.clone(),
                 Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
             };
+            if let Some(backing) = handler.tasks() {
+                let support = handler
+                    .tools()
+                    .task_support(ctx, name)
+                    .unwrap_or_else(|| backing.task_support(name));
+                let answered = task_wire::call(backing, support, ctx, params, name, &arguments);
+                if let Some(answer) = answered.await {
+                    return answer;
+                }
+            }
             handler.call_tool(ctx, name, arguments).await
         }
         "resources/list" | "resources/templates/list" | "resources/read" => {
@@ -129,6 +161,13 @@ pub(super) async fn dispatch(
         }
         "subscriptions/listen" if ctx.era.is_modern() => {
             events::listen(handler, ctx, params, &capabilities).await
+        }
+        _ if method.starts_with("tasks/") && handler.tasks().is_some() => {
+            let backing = handler.tasks().expect("checked above");
+            match task_wire::method(backing, ctx, method, params).await {
+                Some(answer) => answer,
+                None => Err(McpError::method_not_found(method)),
+            }
         }
         _ => match handler.custom(ctx, method, params.clone()).await {
             Some(result) => result,

@@ -4,11 +4,13 @@
 //!
 //! Both filter the same events by what their reader asked for: a session gets
 //! `resources/updated` only for its subscriptions; a listen stream gets only the kinds its
-//! filter named and the handler declares, each tagged with the listen request's id.
+//! filter named and the handler declares, each tagged with the listen request's id; a listen
+//! that names `taskIds` also gets `notifications/tasks` for those tasks (docs/tasks.md).
 //!
 //! [`NotificationHub`]: super::handler::NotificationHub
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -18,6 +20,8 @@ use super::handler::{McpError, McpHandler, McpResult, RequestContext, ServerEven
 use super::jsonrpc;
 use super::scope::META_SUBSCRIPTION_ID;
 use super::session::Session;
+use super::tasks::DEFAULT_POLL_INTERVAL_MS;
+use super::tasks::wire::TaskWatch;
 
 /// Server-wide changes as one legacy session sees them: `resources/updated` only for its
 /// subscriptions, list changes, and notifications addressed to it.
@@ -104,15 +108,30 @@ pub(super) async fn listen(
     capabilities: &Value,
 ) -> McpResult<Value> {
     let filter = filter(handler, ctx, params, capabilities).await?;
+    let requested = params.get("notifications").cloned().unwrap_or(Value::Null);
+    let mut watch = TaskWatch::requested(handler.tasks(), ctx, &requested)?;
     let tag = json!({META_SUBSCRIPTION_ID: ctx.request_id});
     let mut receiver = handler.hub().subscribe();
+    let mut honoured = filter.honoured();
+    if !watch.is_empty() {
+        honoured["taskIds"] = json!(watch.ids());
+    }
     ctx.notifier.notify(
         "notifications/subscriptions/acknowledged",
-        json!({"_meta": tag, "notifications": filter.honoured()}),
+        json!({"_meta": tag, "notifications": honoured}),
     );
+    let mut task_poll = tokio::time::interval(Duration::from_millis(DEFAULT_POLL_INTERVAL_MS));
     loop {
         let event = tokio::select! {
             () = ctx.cancel.cancelled() => break,
+            _ = task_poll.tick(), if !watch.is_empty() => {
+                let tasks = handler.tasks().expect("a watch needs a task handler");
+                for mut task in watch.changed(tasks, ctx).await {
+                    task["_meta"] = tag.clone();
+                    ctx.notifier.notify("notifications/tasks", task);
+                }
+                continue;
+            }
             event = receiver.recv() => event,
         };
         let (method, mut params) = match event {

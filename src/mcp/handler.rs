@@ -15,6 +15,7 @@ pub use super::context::{
     Era, McpError, McpResult, Notification, RequestContext, RequestNotifier, codes,
 };
 use super::registry::ToolRegistry;
+use super::tasks::TaskHandler;
 
 /// Server-side changes the core fans out to interested sessions and listen streams.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,6 +100,12 @@ pub trait McpHandler: Send + Sync + 'static {
     fn tools(&self) -> &ToolRegistry {
         static NO_TOOLS: ToolRegistry = ToolRegistry::new();
         &NO_TOOLS
+    }
+
+    /// What backs tasks (`docs/tasks.md`), if this handler serves any: the core then declares
+    /// the tasks capability to clients that speak tasks and answers `tasks/*` through it.
+    fn tasks(&self) -> Option<&dyn TaskHandler> {
+        None
     }
 
     /// `tools/list`. A handler that overrides this instead of registering its tools (a fixed

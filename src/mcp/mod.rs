@@ -5,7 +5,7 @@
 //! (tools and their listing rules), `handler` (the boundary a server implements), `scope`
 //! (era and session, resolved once), `server` (running a request), `dispatch` (method
 //! routing), `shape` (era shaping), `events` (server-wide changes), `session` (legacy
-//! sessions and their stream logs). Nothing here knows the engine, the store or a socket.
+//! sessions and their stream logs), `tasks` (tool calls answered as tasks, both eras). Nothing here knows the engine, the store or a socket.
 
 pub mod context;
 mod dispatch;
@@ -17,6 +17,7 @@ pub mod scope;
 pub mod server;
 pub mod session;
 mod shape;
+pub mod tasks;
 
 pub use handler::{
     Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext,

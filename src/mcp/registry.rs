@@ -4,8 +4,10 @@
 //! Rules, in the order a request meets them:
 //! - **Listing.** A tool is listed [`Listing::Always`], or only to clients that declared a
 //!   capability ([`Listing::WhenClientHas`], the path inside `capabilities`, from
-//!   `initialize` or the request's `_meta`), such as an MCP Apps panel launcher for clients
-//!   that declare `extensions["io.modelcontextprotocol/ui"]`.
+//!   `initialize` or the request's `_meta`), or whose capability at a path is an array that
+//!   contains a value ([`Listing::WhenClientLists`]), such as an MCP Apps panel launcher for
+//!   clients whose `extensions["io.modelcontextprotocol/ui"].mimeTypes` contains
+//!   `text/html;profile=mcp-app`.
 //! - **Visibility** is the MCP Apps `_meta.ui.visibility` (`["model"]`, `["app"]`, or both,
 //!   the spec's default, written as no field at all). The spec leaves it to the host to keep
 //!   `["app"]` tools from the model, so only a host that declared MCP Apps can do that: an
@@ -19,6 +21,11 @@
 //!   ([`ToolRegistry::varies_by_client`]); legacy results carry no caching fields at all
 //!   (`docs/api.md`, "Tool listing and caching").
 //!
+//! - **Tasks.** A tool registered with a [`TaskSupport`] other than forbidden shows
+//!   `execution.taskSupport` only to clients that speak tasks in their era, so the listing
+//!   of every other client is unchanged; the core asks [`ToolRegistry::task_support`] when a
+//!   call may become a task (`docs/tasks.md`).
+//!
 //! The list keeps registration order, so every client that is offered the same tools gets
 //! them in the same order (2026-07-28 S6).
 
@@ -28,6 +35,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::context::{McpError, McpResult, RequestContext, codes};
+use super::tasks::{TaskSupport, client_speaks_tasks};
 
 /// The MCP Apps extension's key under `capabilities.extensions`.
 pub const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
@@ -41,7 +49,18 @@ pub enum Listing {
     /// Only to clients whose declared capabilities contain this path, e.g.
     /// `["extensions", APPS_EXTENSION]`.
     WhenClientHas(Vec<String>),
+    /// Only to clients whose declared capability at `path` is an array containing `value`,
+    /// e.g. `["extensions", APPS_EXTENSION, "mimeTypes"]` containing [`APPS_MIME_TYPE`]:
+    /// declaring the extension is not enough when the tool needs one of its content types.
+    WhenClientLists {
+        path: Vec<String>,
+        value: String,
+    },
 }
+
+/// The MCP Apps HTML content type (`text/html;profile=mcp-app`), which a client lists in
+/// `extensions["io.modelcontextprotocol/ui"].mimeTypes` when it renders such views.
+pub const APPS_MIME_TYPE: &str = "text/html;profile=mcp-app";
 
 /// Whom the host shows a tool to (MCP Apps `_meta.ui.visibility`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -80,6 +99,8 @@ pub struct Tool {
     definition: Value,
     listing: Listing,
     visibility: Visibility,
+    /// Whether a call may become a task.
+    task_support: TaskSupport,
     /// Answers `tools/call` for it.
     handler: Arc<dyn ToolHandler>,
 }
@@ -92,8 +113,15 @@ impl Tool {
             definition,
             listing: Listing::Always,
             visibility: Visibility::ModelAndApp,
+            task_support: TaskSupport::Forbidden,
             handler,
         }
+    }
+
+    /// Lets calls of the tool run as tasks (when the handler backs tasks).
+    pub fn with_task_support(mut self, support: TaskSupport) -> Tool {
+        self.task_support = support;
+        self
     }
 
     pub fn listed(mut self, listing: Listing) -> Tool {
@@ -106,6 +134,15 @@ impl Tool {
         self.listed(Listing::WhenClientHas(
             path.iter().map(|key| (*key).to_owned()).collect(),
         ))
+    }
+
+    /// Lists the tool only to clients whose capability at `path` is an array containing
+    /// `value`.
+    pub fn listed_when_client_lists(self, path: &[&str], value: &str) -> Tool {
+        self.listed(Listing::WhenClientLists {
+            path: path.iter().map(|key| (*key).to_owned()).collect(),
+            value: value.to_owned(),
+        })
     }
 
     pub fn visible_to(mut self, visibility: Visibility) -> Tool {
@@ -138,10 +175,37 @@ struct Entry {
     name: String,
     /// The `tools/list` entry with `_meta.ui.visibility` written, built once.
     listed: Value,
-    /// Capability paths the client must have declared to be offered the tool: the listing
-    /// rule's, and MCP Apps for an app-only tool.
-    requires: Vec<Vec<String>>,
+    /// What the client must have declared to be offered the tool: the listing rule's, and
+    /// MCP Apps for an app-only tool.
+    requires: Vec<Requirement>,
+    /// Whether `execution.taskSupport` is listed to clients that speak tasks.
+    task_support: TaskSupport,
     handler: Arc<dyn ToolHandler>,
+}
+
+/// One capability a client must have declared: a path inside `capabilities`, and, when
+/// `contains` is set, an array there holding that value.
+struct Requirement {
+    path: Vec<String>,
+    contains: Option<String>,
+}
+
+impl Requirement {
+    fn met_by(&self, ctx: &RequestContext) -> bool {
+        let mut cursor = &ctx.client_capabilities;
+        for key in &self.path {
+            match cursor.get(key) {
+                Some(next) => cursor = next,
+                None => return false,
+            }
+        }
+        match &self.contains {
+            None => true,
+            Some(value) => cursor
+                .as_array()
+                .is_some_and(|items| items.iter().any(|item| item.as_str() == Some(value))),
+        }
+    }
 }
 
 /// The tools of one handler, in registration order.
@@ -163,6 +227,7 @@ impl ToolRegistry {
             mut definition,
             listing,
             visibility,
+            task_support,
             handler,
         } = tool;
         let name = definition
@@ -183,16 +248,28 @@ impl ToolRegistry {
             write_visibility(&mut definition, declared);
         }
         let mut requires = Vec::new();
-        if let Listing::WhenClientHas(path) = listing {
-            requires.push(path);
+        match listing {
+            Listing::Always => {}
+            Listing::WhenClientHas(path) => requires.push(Requirement {
+                path,
+                contains: None,
+            }),
+            Listing::WhenClientLists { path, value } => requires.push(Requirement {
+                path,
+                contains: Some(value),
+            }),
         }
         if visibility == Visibility::App {
-            requires.push(vec!["extensions".to_owned(), APPS_EXTENSION.to_owned()]);
+            requires.push(Requirement {
+                path: vec!["extensions".to_owned(), APPS_EXTENSION.to_owned()],
+                contains: None,
+            });
         }
         self.entries.push(Entry {
             name,
             listed: definition,
             requires,
+            task_support,
             handler,
         });
         Ok(())
@@ -205,13 +282,31 @@ impl ToolRegistry {
 
     /// The `tools/list` result for this client: `{tools: [...]}`.
     pub fn list(&self, ctx: &RequestContext) -> Value {
+        let speaks_tasks = client_speaks_tasks(ctx);
         let tools: Vec<Value> = self
             .entries
             .iter()
             .filter(|entry| entry.missing(ctx).is_none())
-            .map(|entry| entry.listed.clone())
+            .map(|entry| {
+                let mut listed = entry.listed.clone();
+                if speaks_tasks && entry.task_support != TaskSupport::Forbidden {
+                    listed["execution"] = json!({"taskSupport": entry.task_support.as_str()});
+                }
+                listed
+            })
             .collect();
         json!({"tools": tools})
+    }
+
+    /// How a registered tool runs as a task for this client; `None` for a name nobody
+    /// registered. A tool held back from the client never becomes a task, so its call meets
+    /// the registry's refusal.
+    pub fn task_support(&self, ctx: &RequestContext, name: &str) -> Option<TaskSupport> {
+        let entry = self.entries.iter().find(|entry| entry.name == name)?;
+        if entry.missing(ctx).is_some() {
+            return Some(TaskSupport::Forbidden);
+        }
+        Some(entry.task_support)
     }
 
     /// `tools/call`: the tool's handler, if this client is offered the tool.
@@ -227,8 +322,8 @@ impl ToolRegistry {
                 self.offer(ctx)
             )));
         };
-        if let Some(path) = entry.missing(ctx) {
-            return Err(held_back(ctx, name, path));
+        if let Some(requirement) = entry.missing(ctx) {
+            return Err(held_back(ctx, name, requirement));
         }
         entry.handler.call(ctx, name, arguments).await
     }
@@ -250,15 +345,11 @@ impl ToolRegistry {
 }
 
 impl Entry {
-    /// The first capability path this client did not declare, if any.
-    fn missing(&self, ctx: &RequestContext) -> Option<&[String]> {
+    /// The first requirement this client did not meet, if any.
+    fn missing(&self, ctx: &RequestContext) -> Option<&Requirement> {
         self.requires
             .iter()
-            .find(|path| {
-                let keys: Vec<&str> = path.iter().map(String::as_str).collect();
-                !ctx.client_has(&keys)
-            })
-            .map(Vec::as_slice)
+            .find(|requirement| !requirement.met_by(ctx))
     }
 }
 
@@ -288,9 +379,13 @@ fn write_visibility(definition: &mut Value, visibility: Value) {
 }
 
 /// The refusal of a registered tool this client is not offered.
-fn held_back(ctx: &RequestContext, name: &str, path: &[String]) -> McpError {
+fn held_back(ctx: &RequestContext, name: &str, requirement: &Requirement) -> McpError {
+    let path = &requirement.path;
     let mut described = String::new();
-    let mut required = json!({});
+    let mut required = match &requirement.contains {
+        Some(value) => json!([value]),
+        None => json!({}),
+    };
     for key in path.iter().rev() {
         required = json!({key: required});
     }
@@ -300,6 +395,9 @@ fn held_back(ctx: &RequestContext, name: &str, path: &[String]) -> McpError {
         } else {
             described.push_str(&format!("[{key:?}]"));
         }
+    }
+    if let Some(value) = &requirement.contains {
+        described.push_str(&format!(" containing {value:?}"));
     }
     let message =
         format!("tool {name:?} is offered only to clients that declare capabilities.{described}");
@@ -526,6 +624,64 @@ mod tests {
         assert_eq!(
             unknown["error"]["message"],
             "unknown tool \"nope\"; this server has one tool, \"always\""
+        );
+    }
+
+    /// "mimeTypes contains": the extension alone, or another mime type, is not enough, in
+    /// either era; the refusal names the value it needs.
+    #[tokio::test]
+    async fn a_listing_may_need_a_value_in_a_declared_array() {
+        let path = ["extensions", APPS_EXTENSION, "mimeTypes"];
+        let mut tools = ToolRegistry::new();
+        tools.register(tool("always")).unwrap();
+        tools
+            .register(tool("html").listed_when_client_lists(&path, APPS_MIME_TYPE))
+            .unwrap();
+        assert!(tools.varies_by_client());
+        let server = McpServer::new(
+            Arc::new(Handler {
+                hub: NotificationHub::new(),
+                tools,
+            }),
+            ServerOptions::default(),
+        );
+        let declared = |types: Value| json!({"extensions": {APPS_EXTENSION: {"mimeTypes": types}}});
+        for (capabilities, listed) in [
+            (json!({}), false),
+            (json!({"extensions": {APPS_EXTENSION: {}}}), false),
+            (declared(json!(["text/html"])), false),
+            (declared(json!("text/html;profile=mcp-app")), false),
+            (declared(json!(["text/html", APPS_MIME_TYPE])), true),
+        ] {
+            let expected: &[&str] = if listed {
+                &["always", "html"]
+            } else {
+                &["always"]
+            };
+            let (_, modern_list) =
+                modern(&server, capabilities.clone(), "tools/list", json!({})).await;
+            assert_eq!(names(&modern_list), expected, "{capabilities}");
+            let session = initialize(&server, capabilities.clone()).await;
+            let legacy_list = legacy(&server, &session, "tools/list", json!({})).await;
+            assert_eq!(names(&legacy_list), expected, "{capabilities}");
+        }
+        let (status, refused) = modern(
+            &server,
+            declared(json!(["text/html"])),
+            "tools/call",
+            json!({"name": "html"}),
+        )
+        .await;
+        assert_eq!(status, 400);
+        assert_eq!(
+            refused["error"]["data"],
+            json!({"requiredCapabilities": {"extensions": {APPS_EXTENSION: {"mimeTypes": [APPS_MIME_TYPE]}}}})
+        );
+        assert_eq!(
+            refused["error"]["message"],
+            "tool \"html\" is offered only to clients that declare \
+             capabilities.extensions[\"io.modelcontextprotocol/ui\"][\"mimeTypes\"] containing \
+             \"text/html;profile=mcp-app\""
         );
     }
 

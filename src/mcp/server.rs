@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::context::ClientRequests;
 use super::dispatch;
 use super::handler::{Era, McpError, McpHandler, Notification, RequestContext, RequestNotifier};
 use super::jsonrpc::{self, Message, Request};
@@ -146,6 +147,8 @@ pub struct McpServer {
     inflight: Mutex<HashMap<(String, String), Inflight>>,
     /// Cancels every request and closes every session stream.
     shutdown: CancellationToken,
+    /// Server-to-client requests awaiting the client's response (2025 task input).
+    client_requests: Arc<ClientRequests>,
 }
 
 /// One request being handled: its cancellation, and whether the client asked for it.
@@ -163,6 +166,7 @@ impl McpServer {
             sessions: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
+            client_requests: Arc::new(ClientRequests::default()),
         }
     }
 
@@ -252,7 +256,10 @@ impl McpServer {
     /// callers; the HTTP transport resolves first and calls [`McpServer::handle_request`]).
     pub async fn handle(&self, message: Message, transport: TransportContext) -> Outcome {
         match message {
-            Message::Response(_) => Outcome::accepted(),
+            Message::Response(response) => {
+                self.handle_response(response);
+                Outcome::accepted()
+            }
             Message::Notification(notification) => {
                 let session = transport
                     .session_id
@@ -266,6 +273,11 @@ impl McpServer {
                 self.handle_request(request, resolution, &transport).await
             }
         }
+    }
+
+    /// A client's response to one of the server's own requests; others are dropped.
+    pub fn handle_response(&self, response: jsonrpc::Response) {
+        self.client_requests.answer(&response.id, response.body);
     }
 
     /// Parses raw bytes and handles them; a parse failure becomes its error response.
@@ -381,7 +393,8 @@ impl McpServer {
             },
         );
         let (sender, mut receiver) = mpsc::unbounded_channel::<Notification>();
-        let context = request_context(request, scope, transport, token.clone(), sender);
+        let notifier = RequestNotifier::with_requests(sender, self.client_requests.clone());
+        let context = request_context(request, scope, transport, token.clone(), notifier);
         let forwarder = Forwarder {
             era: &scope.era,
             session: scope.session.as_deref(),
@@ -453,14 +466,14 @@ impl McpServer {
         let session = Arc::new(Session::new(
             session_id.clone(),
             version.to_owned(),
-            capabilities,
+            capabilities.clone(),
             client_info,
         ));
         self.sessions
             .lock()
             .expect("sessions lock")
             .insert(session_id.clone(), session);
-        let result = dispatch::initialize_result(self.handler.as_ref(), version);
+        let result = dispatch::initialize_result(self.handler.as_ref(), version, &capabilities);
         Outcome {
             response: Some(jsonrpc::success_response(&request.id, result)),
             status: 200,
@@ -475,7 +488,7 @@ fn request_context(
     scope: &Scope,
     transport: &TransportContext,
     cancel: CancellationToken,
-    notifications: mpsc::UnboundedSender<Notification>,
+    notifier: RequestNotifier,
 ) -> RequestContext {
     let meta = request.params.get("_meta");
     RequestContext {
@@ -488,7 +501,7 @@ fn request_context(
         progress_token: meta.and_then(|meta| meta.get("progressToken")).cloned(),
         meta: meta.cloned().unwrap_or(Value::Null),
         cancel,
-        notifier: RequestNotifier::new(notifications),
+        notifier,
         principal: transport.principal.clone(),
     }
 }
@@ -522,10 +535,11 @@ impl Forwarder<'_> {
             }
         }
         if let Some(out) = self.out {
-            let _ = out.send(jsonrpc::notification(
-                &notification.method,
-                notification.params,
-            ));
+            let mut message = jsonrpc::notification(&notification.method, notification.params);
+            if let Some(id) = notification.id {
+                message["id"] = id;
+            }
+            let _ = out.send(message);
         }
     }
 }

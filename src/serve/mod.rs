@@ -43,7 +43,7 @@ pub use folder::{Folder, FolderError, Workflow};
 
 use owners::Owners;
 use runs::RunApi;
-use sync_call::SyncCalls;
+use sync_call::{FolderTasks, SyncCalls};
 use tools::{RunMethod, RunTools};
 
 /// How often the housekeeping sweep runs: finished runs past their time to live are
@@ -88,6 +88,8 @@ pub struct FolderServer {
     options: FolderOptions,
     /// The run API both the tools and the methods answer from.
     api: Arc<RunApi>,
+    /// A workflow's call as an MCP task, over the same run API (docs/tasks.md).
+    tasks: FolderTasks,
     /// The workflows' tools and the six `mhl_run_*` tools.
     tools: ToolRegistry,
     /// Nothing is published yet (the tool list is fixed at start-up), but the core asks.
@@ -117,17 +119,26 @@ impl FolderServer {
         let mut registry = ToolRegistry::new();
         let sync = Arc::new(SyncCalls { api: api.clone() });
         for workflow in api.folder.workflows.values() {
-            registry.register(Tool::new(workflow.tool_definition(), sync.clone()))?;
+            registry.register(
+                Tool::new(workflow.tool_definition(), sync.clone())
+                    .with_task_support(crate::mcp::tasks::TaskSupport::Optional),
+            )?;
         }
         let run_tools = Arc::new(RunTools { api: api.clone() });
         for method in RunMethod::ALL {
             registry.register(Tool::new(method.definition(), run_tools.clone()))?;
         }
+        let hub = NotificationHub::new();
+        let tasks = FolderTasks {
+            api: api.clone(),
+            immediate: crate::mcp::tasks::MemoryTasks::new(hub.clone()),
+        };
         let server = Arc::new(FolderServer {
             options,
             api,
+            tasks,
             tools: registry,
-            hub: NotificationHub::new(),
+            hub,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             sessions: Arc::new(std::sync::OnceLock::new()),
@@ -205,6 +216,10 @@ impl McpHandler for FolderServer {
 
     fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+
+    fn tasks(&self) -> Option<&dyn crate::mcp::tasks::TaskHandler> {
+        Some(&self.tasks)
     }
 
     async fn list_resources(

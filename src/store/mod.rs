@@ -1,6 +1,6 @@
 //! Durable storage of runs behind one trait, so the engine never talks SQL or touches files,
-//! and a second, shared backend (PostgreSQL for several replicas) can slot in later and pass
-//! the same contract suite (`contract`).
+//! and a second, shared backend (PostgreSQL for several replicas) slots in and passes the
+//! same contract suite (`contract`).
 //!
 //! Invariants every backend keeps (the contract suite checks each one):
 //!
@@ -34,8 +34,10 @@
 //! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
 //!   of a run, not the run.
 //!
-//! `sqlite` is the embedded backend (one database file per persistence root); `lease` holds
-//! the takeover policy, `control` the durable control intents.
+//! `sqlite` is the embedded backend (one database file per persistence root), `postgres` the
+//! shared one (several replicas on one database; docs/store.md), `location` opens either from
+//! one string; `lease` holds the takeover policy, `control` the durable control intents,
+//! `counts` what the pending gauge and housekeeping ask.
 
 use std::path::{Path, PathBuf};
 
@@ -43,10 +45,11 @@ use async_trait::async_trait;
 
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunStatus, RunSummary,
+    RunSummary,
 };
 
 pub mod control;
+pub mod counts;
 pub mod lease;
 pub mod location;
 pub mod postgres;
@@ -56,6 +59,7 @@ pub mod sqlite;
 pub mod contract;
 
 pub use control::{ControlIntent, IntentAck, IntentAction, IntentScope};
+pub use counts::RunCounts;
 pub use lease::{LapseReason, LeasePolicy, LeaseState};
 pub use location::{StoreLocation, open_location};
 pub use postgres::{PgOptions, PostgresStore};
@@ -148,50 +152,6 @@ pub struct CallTail {
     pub total: u64,
     /// Its last non-checkpoint rows by index, at most the limit asked for, ascending.
     pub calls: Vec<CallRecord>,
-}
-
-/// How many runs the store holds in each status ([`Store::run_counts`]): what the pending
-/// gauge and the runs-by-state metrics report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunCounts {
-    pub pending: u64,
-    pub running: u64,
-    pub paused: u64,
-    pub completed: u64,
-    pub failed: u64,
-    pub aborted: u64,
-}
-
-impl RunCounts {
-    /// The count of `status`.
-    pub fn get(&self, status: RunStatus) -> u64 {
-        match status {
-            RunStatus::Pending => self.pending,
-            RunStatus::Running => self.running,
-            RunStatus::Paused => self.paused,
-            RunStatus::Completed => self.completed,
-            RunStatus::Failed => self.failed,
-            RunStatus::Aborted => self.aborted,
-        }
-    }
-
-    /// Adds `count` runs of `status`.
-    pub fn add(&mut self, status: RunStatus, count: u64) {
-        let slot = match status {
-            RunStatus::Pending => &mut self.pending,
-            RunStatus::Running => &mut self.running,
-            RunStatus::Paused => &mut self.paused,
-            RunStatus::Completed => &mut self.completed,
-            RunStatus::Failed => &mut self.failed,
-            RunStatus::Aborted => &mut self.aborted,
-        };
-        *slot += count;
-    }
-
-    /// Every run, whatever its status.
-    pub fn total(&self) -> u64 {
-        self.pending + self.running + self.paused + self.completed + self.failed + self.aborted
-    }
 }
 
 /// The durable run store.
@@ -420,11 +380,7 @@ pub trait Store: Send + Sync + 'static {
     /// housekeeping's count. A `scan` backend answers with one indexed query; this default
     /// reads every run's summary (and fails with `Unsupported` without `scan`).
     async fn run_counts(&self) -> StoreResult<RunCounts> {
-        let mut counts = RunCounts::default();
-        for run in self.list_runs(None, u32::MAX).await? {
-            counts.add(run.status, 1);
-        }
-        Ok(counts)
+        Ok(RunCounts::of(&self.list_runs(None, u32::MAX).await?))
     }
 
     /// Runs in a terminal status (completed, failed, aborted) last updated before
@@ -432,20 +388,8 @@ pub trait Store: Send + Sync + 'static {
     /// housekeeping deletes. A `scan` backend answers with one indexed query; this default
     /// reads every run's summary (and fails with `Unsupported` without `scan`).
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
-        let mut finished: Vec<RunSummary> = self
-            .list_runs(None, u32::MAX)
-            .await?
-            .into_iter()
-            .filter(|run| run.status.is_terminal() && run.updated_at < before_ms)
-            .collect();
-        finished.sort_by(|a, b| {
-            (a.updated_at, a.run_id.as_str()).cmp(&(b.updated_at, b.run_id.as_str()))
-        });
-        Ok(finished
-            .into_iter()
-            .take(limit as usize)
-            .map(|run| run.run_id)
-            .collect())
+        let runs = self.list_runs(None, u32::MAX).await?;
+        Ok(counts::terminal_before(runs, before_ms, limit))
     }
 }
 

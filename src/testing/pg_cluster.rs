@@ -40,7 +40,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const SETTINGS: &[(&str, &str)] = &[
     ("listen_addresses", "127.0.0.1"),
     ("shared_buffers", "16MB"),
-    ("max_connections", "60"),
+    ("max_connections", "100"),
     ("fsync", "off"),
     ("synchronous_commit", "off"),
     ("full_page_writes", "off"),
@@ -138,6 +138,8 @@ impl PgCluster {
             .args(["--encoding", "UTF8", "--locale", "C", "--no-sync"])
             .arg(format!("--pwfile={}", password_file.display()));
         as_owner(&mut initdb, owner);
+        // A working folder `nobody` can enter (initdb and postgres change back to it).
+        initdb.current_dir(&folder);
         let output = initdb.stdin(Stdio::null()).output()?;
         if !output.status.success() {
             return Err(io::Error::other(format!(
@@ -178,6 +180,11 @@ impl PgCluster {
     /// The postmaster's pid.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The temporary folder holding the data, the socket and the log.
+    pub fn folder(&self) -> &Path {
+        &self.folder
     }
 
     pub fn password(&self) -> &str {
@@ -283,6 +290,7 @@ fn start_postmaster(
     }
     as_owner(&mut postgres, owner);
     postgres
+        .current_dir(folder)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

@@ -1,15 +1,19 @@
-//! The workflow MCP server: the `workflow` tool, the run resources, the `author-workflow`
-//! prompt and the authoring skill, offered to the MCP core as one [`McpHandler`].
+//! The workflow MCP server: the `workflow` tool, the run monitor (MCP App and Claude Code
+//! channels), the run resources, the `author-workflow` prompt and the authoring skill,
+//! offered to the MCP core as one [`McpHandler`].
 //!
-//! [`WorkflowServer`] wraps an [`Engine`]; it owns no run state of its own beyond two small
+//! [`WorkflowServer`] wraps an [`Engine`]; it owns no run state of its own beyond small
 //! in-memory tables: receipts of `run`/`resume` requests (so an exact retry returns the first
-//! answer instead of admitting a second run) and the per-run coalescing state of the
+//! answer instead of admitting a second run), the per-run coalescing state of the
 //! notification bridge, a task that turns engine notices into `resources/updated` and
-//! `list_changed` events on the [`NotificationHub`]. Everything durable lives in the engine's
+//! `list_changed` events on the [`NotificationHub`], and the run monitor's receipt ledger and
+//! followed runs (bounded; `monitor/`). Everything durable lives in the engine's
 //! store, so a second server process over the same store serves the same resources.
 //!
 //! Layout, each depending only on the ones after it: this file (the server: its one `impl`,
 //! the handler methods, the tool registry it serves from), `bridge` (notices to hub events),
+//! `monitor/` (the run monitor: its launcher and app-only tools, the panel resource, the
+//! automatic messages, the receipt ledger and the Claude Code channels, `docs/monitor.md`),
 //! `workflow/` (the tool: schema, validation, exact retries, engine work, answers, backend
 //! discovery), `resources` (URIs, the events document, listings, completion), `skills` (the
 //! embedded authoring skill and the skills extension methods), `prompt`.
@@ -31,14 +35,16 @@ use crate::mcp::registry::ToolRegistry;
 use crate::model::RunId;
 
 mod bridge;
+pub mod monitor;
 mod prompt;
 mod resources;
 mod skills;
 mod workflow;
 
 use bridge::Bridge;
+use monitor::{Channels, FollowingTool, Monitor, ReceiptLedger};
 use resources::Resources;
-use workflow::WorkflowTool;
+use workflow::{WorkflowTasks, WorkflowTool};
 
 pub use skills::{SKILL_NAME, SKILL_URI};
 pub use workflow::{
@@ -98,10 +104,15 @@ pub struct WorkflowServer {
     options: WorkflowServerOptions,
     /// Where resource changes are published for sessions and listen streams.
     hub: NotificationHub,
-    /// The tools `tools/list` and `tools/call` answer from: the `workflow` tool.
+    /// The tools `tools/list` and `tools/call` answer from: the `workflow` tool, then the
+    /// run monitor's launcher and app-only tools (listed to MCP Apps clients only).
     tools: ToolRegistry,
     /// The `workflow` tool again, to forget a closed session's receipts.
     workflow: Arc<WorkflowTool>,
+    /// The Claude Code channel sender, to forget a closed session's followed runs.
+    channels: Arc<Channels>,
+    /// `run` and `resume` as MCP tasks (`docs/tasks.md`).
+    tasks: WorkflowTasks,
     /// Stops the notification bridge and resume work handed off after a timeout.
     shutdown: CancellationToken,
     /// The bridge task and resumes that outlived their request.
@@ -120,16 +131,33 @@ impl WorkflowServer {
             tracker.clone(),
             list_changes,
         ));
+        let hub = NotificationHub::new();
+        let channels = Arc::new(Channels::new(engine.clone(), hub.clone(), tracker.clone()));
         let mut tools = ToolRegistry::new();
         tools
-            .register(WorkflowTool::registration(workflow.clone()))
+            .register(WorkflowTool::registration(Arc::new(FollowingTool {
+                inner: workflow.clone(),
+                channels: channels.clone(),
+            })))
             .expect("the workflow tool's definition is valid");
+        let monitor = Arc::new(Monitor {
+            engine: engine.clone(),
+            default_project: options.default_project_dir.clone(),
+            ledger: ReceiptLedger::default(),
+        });
+        for tool in Monitor::registrations(monitor) {
+            tools
+                .register(tool)
+                .expect("the run monitor's tool definitions are valid");
+        }
         let server = Arc::new(WorkflowServer {
             engine,
             options,
-            hub: NotificationHub::new(),
+            tasks: WorkflowTasks::new(workflow.clone(), hub.clone()),
+            hub,
             tools,
             workflow,
+            channels,
             shutdown: CancellationToken::new(),
             tracker,
         });
@@ -141,6 +169,13 @@ impl WorkflowServer {
             shutdown: server.shutdown.clone(),
         };
         server.tracker.spawn(bridge.run(notices, list_requests));
+        let notices = server.engine.subscribe();
+        server.tracker.spawn(
+            server
+                .channels
+                .clone()
+                .run(notices, server.shutdown.clone()),
+        );
         server
     }
 
@@ -212,11 +247,16 @@ impl McpHandler for WorkflowServer {
             "completions": {},
             "logging": {},
             "extensions": {"io.modelcontextprotocol/skills": {"directoryRead": true}},
+            "experimental": {monitor::CHANNEL_CAPABILITY: {}},
         })
     }
 
     fn hub(&self) -> &NotificationHub {
         &self.hub
+    }
+
+    fn tasks(&self) -> Option<&dyn crate::mcp::tasks::TaskHandler> {
+        Some(&self.tasks)
     }
 
     fn tools(&self) -> &ToolRegistry {
@@ -225,10 +265,16 @@ impl McpHandler for WorkflowServer {
 
     async fn list_resources(
         &self,
-        _ctx: &RequestContext,
+        ctx: &RequestContext,
         _cursor: Option<&str>,
     ) -> McpResult<Value> {
-        self.resources().resource_list().await
+        let mut listed = self.resources().resource_list().await?;
+        if monitor::ui_capable(ctx)
+            && let Some(resources) = listed["resources"].as_array_mut()
+        {
+            resources.push(monitor::panel_listing());
+        }
+        Ok(listed)
     }
 
     async fn list_resource_templates(
@@ -240,6 +286,9 @@ impl McpHandler for WorkflowServer {
     }
 
     async fn read_resource(&self, _ctx: &RequestContext, uri: &str) -> McpResult<Value> {
+        if uri == monitor::PANEL_URI {
+            return Ok(monitor::read_panel());
+        }
         self.resources().read(uri).await
     }
 
@@ -275,5 +324,6 @@ impl McpHandler for WorkflowServer {
 
     async fn session_closed(&self, session_id: &str) {
         self.workflow.session_closed(session_id);
+        self.channels.session_closed(session_id);
     }
 }

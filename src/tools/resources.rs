@@ -348,10 +348,7 @@ impl Resources<'_> {
         query: Option<EventsQuery>,
     ) -> McpResult<Value> {
         let record = self.record(uri, run_id).await?;
-        let store = self.engine.store();
-        let internal =
-            |error: crate::store::StoreError| McpError::internal(format!("run store: {error}"));
-        let end = store.last_event_seq(run_id).await.map_err(internal)?;
+        let end = self.end_of_stream(run_id).await?;
         let (after, limit) = match query {
             None => (end.saturating_sub(CANONICAL_EVENTS), CANONICAL_EVENTS),
             Some(query) => {
@@ -373,10 +370,46 @@ impl Resources<'_> {
                 (query.after, query.limit)
             }
         };
-        let events = store
+        self.page(&record, end, after, limit).await
+    }
+
+    /// The events document of `workflow://runs/{id}/events?after=&limit=` without the
+    /// `streamId` check (the run monitor's `workflow-events`, which names the run by id):
+    /// `after` beyond the stream's end is refused as the resource refuses it.
+    pub(super) async fn events_after(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        limit: u64,
+    ) -> McpResult<Value> {
+        let uri = events_uri(run_id);
+        let record = self.record(&uri, run_id).await?;
+        let end = self.end_of_stream(run_id).await?;
+        if after > end {
+            return Err(McpError::invalid_params(format!(
+                "after {after} is ahead of the run's event stream, which ends at {end}"
+            )));
+        }
+        self.page(&record, end, after, limit).await
+    }
+
+    async fn end_of_stream(&self, run_id: &RunId) -> McpResult<u64> {
+        self.engine
+            .store()
+            .last_event_seq(run_id)
+            .await
+            .map_err(|error| McpError::internal(format!("run store: {error}")))
+    }
+
+    /// One page of a run's events after `after`, as the events document.
+    async fn page(&self, record: &RunRecord, end: u64, after: u64, limit: u64) -> McpResult<Value> {
+        let run_id = &record.run_id;
+        let events = self
+            .engine
+            .store()
             .events(run_id, after, limit as u32)
             .await
-            .map_err(internal)?;
+            .map_err(|error| McpError::internal(format!("run store: {error}")))?;
         let cursor = events.last().map(|event| event.seq).unwrap_or(after);
         let finalized = !matches!(record.status, RunStatus::Pending | RunStatus::Running)
             && !self.engine.is_live(run_id);

@@ -1,6 +1,6 @@
-//! Reaching the database: the connection settings (server-side `statement_timeout` and
-//! `idle_in_transaction_session_timeout` at the call deadline, so a session a stalled replica
-//! left inside a transaction cannot hold a run's row lock for longer), the pool, the error
+//! Reaching the database: the connection settings (server-side `statement_timeout` at the
+//! call deadline and `idle_in_transaction_session_timeout` at half of it, so a session a
+//! stalled replica left inside a transaction cannot hold a run's row lock for longer), the pool, the error
 //! texts (never the URL's password), and the statement helpers every table's file uses
 //! (each statement prepared once per connection).
 
@@ -26,12 +26,23 @@ pub(super) fn config(url: &str, options: &PgOptions) -> StoreResult<tokio_postgr
             redacted(url)
         ))
     })?;
-    let deadline_ms = options.call_deadline.as_millis().max(1);
+    let deadline_ms = options.call_deadline.as_millis().max(2);
+    // A session idle inside a transaction for half a deadline belongs to a stalled (or
+    // partitioned) replica, since this store sends a transaction's statements back to back:
+    // the server ends it then, so another replica waiting for the run's row lock still gets
+    // it within its own deadline.
+    let idle_ms = deadline_ms / 2;
+    // After any options the URL gives, so the deadline settings win.
+    let given = config
+        .get_options()
+        .map(|given| format!("{given} "))
+        .unwrap_or_default();
     config
         .connect_timeout(options.call_deadline)
         .application_name("agentprism")
         .options(format!(
-            "-c statement_timeout={deadline_ms} -c idle_in_transaction_session_timeout={deadline_ms}"
+            "{given}-c statement_timeout={deadline_ms} \
+             -c idle_in_transaction_session_timeout={idle_ms}"
         ));
     Ok(config)
 }
@@ -173,7 +184,35 @@ pub(super) async fn execute(
 
 #[cfg(test)]
 mod tests {
-    use super::redacted;
+    use std::time::Duration;
+
+    use super::{config, redacted};
+    use crate::store::PgOptions;
+
+    #[test]
+    fn the_deadline_is_the_servers_timeouts_after_the_urls_options() {
+        let options = PgOptions {
+            call_deadline: Duration::from_millis(1500),
+            ..PgOptions::new("/tmp")
+        };
+        let config = config(
+            "postgres://me@db/runs?options=-c%20search_path%3Dmine",
+            &options,
+        )
+        .unwrap();
+        assert_eq!(
+            config.get_options(),
+            Some(
+                "-c search_path=mine -c statement_timeout=1500 \
+                 -c idle_in_transaction_session_timeout=750"
+            )
+        );
+        assert_eq!(
+            config.get_connect_timeout(),
+            Some(&Duration::from_millis(1500))
+        );
+        assert_eq!(config.get_application_name(), Some("agentprism"));
+    }
 
     #[test]
     fn passwords_are_hidden_in_every_url_form() {

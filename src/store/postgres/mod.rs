@@ -13,9 +13,9 @@
 //!
 //! Every call has a deadline (`PgOptions::call_deadline`): a tokio timeout around getting a
 //! connection and running the call (a connection that missed it is discarded, not pooled),
-//! and the same `statement_timeout` and `idle_in_transaction_session_timeout` on the server,
-//! so a hung database fails the call with `StoreError::Io("… deadline …")` and a stalled
-//! replica cannot keep a run's row locked. `clock_ms` is the database's clock, so lease
+//! and the same `statement_timeout` on the server (`idle_in_transaction_session_timeout` at
+//! half of it), so a hung database fails the call with `StoreError::Io("… deadline …")` and
+//! a stalled replica cannot keep a run's row locked past another replica's deadline. `clock_ms` is the database's clock, so lease
 //! expiry never depends on a replica's. The schema is versioned and migrated under an
 //! advisory lock (`migrations.rs`); a database newer than this build is refused.
 //!

@@ -397,3 +397,54 @@ async fn housekeeping_queries_on_sqlite() {
     let store = SqliteStore::open(&folder.path().join("root")).unwrap();
     housekeeping_queries_answer_from_the_store(&store).await;
 }
+
+/// A replica stalled inside a transaction (SIGSTOP between two statements) holds the run's
+/// row lock; the server ends its session after half a deadline, so another replica's
+/// takeover still succeeds within its own deadline, and the stalled session's next statement
+/// fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stalled_inside_a_transaction_does_not_block_a_takeover() {
+    let (database, scripts, first) = fresh().await;
+    first
+        .create_run(&run_record(RUN, PROJECT, 1), &lease("token-a"))
+        .await
+        .unwrap();
+    let deadline = Duration::from_millis(1200);
+    let stalled_options = options(&scripts, deadline);
+    let (mut stalled, connection) = super::connection::config(&database.url, &stalled_options)
+        .unwrap()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let transaction = stalled.transaction().await.unwrap();
+    transaction
+        .query(
+            "SELECT run_key FROM runs WHERE run_id = $1 FOR NO KEY UPDATE",
+            &[&RUN],
+        )
+        .await
+        .unwrap();
+
+    let successor = PostgresStore::connect(&database.url, options(&scripts, deadline))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let taken = successor
+        .acquire_lease(&id(), Some("token-a"), &expiring_lease("token-b", "r2", 9))
+        .await
+        .expect("the takeover gets the row within its deadline");
+    assert!(taken);
+    assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
+    let late = transaction
+        .execute(
+            "UPDATE runs SET status = 'failed' WHERE run_id = $1",
+            &[&RUN],
+        )
+        .await;
+    assert!(late.is_err(), "the stalled session was ended: {late:?}");
+    assert_eq!(
+        first.load_run(&id()).await.unwrap().status,
+        RunStatus::Running
+    );
+}

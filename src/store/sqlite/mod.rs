@@ -14,8 +14,8 @@
 //! This file holds the handle and the trait's dispatch; each table's statements live in a
 //! file of their own: `connection.rs` (opening, settings, migrations), `rows.rs` (column
 //! conversions, run keys, the fence check), `runs.rs`, `calls.rs`, `events.rs`,
-//! `answers.rs` (checkpoint answers, receipts), `leases.rs`, `control.rs` (intents) and
-//! `scripts.rs` (inline script copies, the one part of a run kept as a file).
+//! `answers.rs` (checkpoint answers, receipts), `leases.rs`, `control.rs` (intents),
+//! `housekeeping.rs` (run counts, finished runs) and `scripts.rs` (inline script copies, the one part of a run kept as a file).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 
 use super::{
-    CallTail, CallWrite, Capabilities, ControlIntent, Fence, IntentAck, IntentScope, ScriptChange,
-    Store, StoreResult,
+    CallTail, CallWrite, Capabilities, ControlIntent, Fence, IntentAck, IntentScope, RunCounts,
+    ScriptChange, Store, StoreResult,
 };
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
@@ -37,6 +37,7 @@ mod calls;
 mod connection;
 mod control;
 mod events;
+mod housekeeping;
 mod leases;
 mod rows;
 mod runs;
@@ -326,5 +327,13 @@ impl Store for SqliteStore {
 
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         scripts::delete(&self.root, project_dir, run_id)
+    }
+
+    async fn run_counts(&self) -> StoreResult<RunCounts> {
+        housekeeping::counts(&self.connection())
+    }
+
+    async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
+        housekeeping::terminal_before(&self.connection(), before_ms, limit)
     }
 }

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::engine::Engine;
 use crate::mcp::handler::{McpResult, RequestContext};
 use crate::mcp::registry::{Tool, ToolHandler};
+use crate::mcp::tasks::TaskSupport;
 
 mod actions;
 mod config;
@@ -26,6 +27,7 @@ mod parse;
 mod receipts;
 mod reply;
 mod schema;
+mod tasks;
 mod text;
 
 use actions::Actions;
@@ -35,6 +37,7 @@ use receipts::{ReceiptBook, Uncached, receipt_key};
 pub use receipts::IDEMPOTENCY_KEY_META;
 pub use reply::{OBSERVATION_CEILING, PREPARATION_CEILING};
 pub use schema::{ACTIONS, TOOL_NAME};
+pub(super) use tasks::WorkflowTasks;
 
 /// The tool's handler: validation, exact retries and the engine work.
 pub(super) struct WorkflowTool {
@@ -62,14 +65,47 @@ impl WorkflowTool {
         }
     }
 
-    /// The registration: listed to every client, visible to model and app.
-    pub(super) fn registration(tool: Arc<WorkflowTool>) -> Tool {
-        Tool::new(schema::definition(), tool)
+    /// The registration: listed to every client, visible to model and app; `run` and
+    /// `resume` may run as tasks (`tasks.rs`). `handler` is this tool, or a wrapper around
+    /// it that sees its answers (the run monitor's channels).
+    pub(super) fn registration(handler: Arc<dyn ToolHandler>) -> Tool {
+        Tool::new(schema::definition(), handler).with_task_support(TaskSupport::Optional)
+    }
+
+    /// Validates and carries out one call without the exact-retry receipts: the task glue's
+    /// status reads and the answers it turns into `resume`, `setup-response` and
+    /// `permissions-response` calls, checked exactly as a client's would be.
+    pub(super) async fn perform(&self, ctx: &RequestContext, arguments: Value) -> McpResult<Value> {
+        match parse::parse(&arguments, self.default_project.as_deref()) {
+            Ok(action) => self.actions.dispatch(ctx, action, None).await,
+            Err(error) => Ok(reply::invalid_input(error)),
+        }
     }
 
     /// A legacy session ended: its request ids will not be retried.
     pub(super) fn session_closed(&self, session_id: &str) {
         self.receipts.forget_session(session_id);
+    }
+}
+
+/// The `status` action's `structuredContent` for `run_id` (the status document with its
+/// `next`), or, as `Err`, the tool error the action answers (an unknown run): the one status
+/// builder the run monitor's tools share with this tool. No summary text is built, so a
+/// polling panel pays only for the document.
+pub(super) async fn status_document(
+    engine: &Engine,
+    run_id: &crate::model::RunId,
+) -> McpResult<Result<Value, Value>> {
+    match engine
+        .status(run_id, &crate::engine::StatusQuery::default())
+        .await
+    {
+        Ok(status) => {
+            let mut document = serde_json::json!(status);
+            document["next"] = text::next_for_status(&document);
+            Ok(Ok(document))
+        }
+        Err(error) => reply::engine_failure(error).map(Err),
     }
 }
 

@@ -46,6 +46,10 @@ pub fn check_modern_headers(
     let named = match method {
         "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str),
         "resources/read" => params.get("uri").and_then(Value::as_str),
+        // SEP-2663 routes every request for a task by its id.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            params.get("taskId").and_then(Value::as_str)
+        }
         _ => None,
     };
     if let Some(name) = named {

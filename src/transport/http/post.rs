@@ -94,7 +94,11 @@ pub(super) async fn post(
                 .handle_notification(&notification, session.as_ref(), &context);
             return status_only(StatusCode::ACCEPTED);
         }
-        Message::Response(_) => return status_only(StatusCode::ACCEPTED),
+        Message::Response(response) => {
+            // The answer to a request of the server's own (2025 task input).
+            state.server.handle_response(response);
+            return status_only(StatusCode::ACCEPTED);
+        }
     };
     let modern = era.stated_version().is_some();
     let resolution = Resolution::of(&request.method, era, session.clone());

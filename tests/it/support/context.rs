@@ -78,7 +78,7 @@ pub fn mock_agent_binary() -> PathBuf {
 impl TestContext {
     pub fn new() -> TestContext {
         let dir = tempfile::tempdir().expect("temp dir");
-        for folder in ["home", "state", "project"] {
+        for folder in ["home", "state", "project", "tmp"] {
             std::fs::create_dir_all(dir.path().join(folder)).expect("create folder");
         }
         let mut env = BTreeMap::new();
@@ -93,6 +93,13 @@ impl TestContext {
         env.insert(
             "AGENTPRISM_PERSISTENCE_ROOT".to_owned(),
             dir.path().join("state").to_string_lossy().into_owned(),
+        );
+        // Everything a child puts under the system's temporary folder (a folder server's
+        // temporary state folder, which a SIGKILL at the end of a test leaves behind) lands
+        // in the test's own folder and goes with it.
+        env.insert(
+            "TMPDIR".to_owned(),
+            dir.path().join("tmp").to_string_lossy().into_owned(),
         );
         let context = TestContext { dir, env };
         context.with_mock_backend(json!({}))

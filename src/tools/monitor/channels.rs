@@ -1,0 +1,328 @@
+//! Claude Code channels: the run monitor's automatic messages sent as
+//! `notifications/claude/channel` to the legacy sessions that named the run.
+//!
+//! Claude Code cannot render the panel, so the server pushes what the panel would have
+//! injected (the same [`automatic_messages`], the same words and ids) to the session itself.
+//! The rules (the seed's "Claude Code channels"):
+//! - **Who.** A session follows a run once its own `run`, `resume` or `status` call named it
+//!   and succeeded; nobody else's sessions ever see it. A restarted session follows again on
+//!   its next `status`.
+//! - **Nothing replayed.** Following through `status` first marks the messages that status
+//!   answer already carried as seen; `run` and `resume` start from nothing (the run, or its
+//!   new generation, has said nothing yet).
+//! - **2025 era only.** Claude Code registers a channel only over the 2025 handshake, and only
+//!   a legacy session has a stream to push on, so 2026-07-28 requests never follow a run.
+//! - **Once.** A message goes out only if it was not seen by this session's following and
+//!   its claim in the sender's own receipt ledger (scope: the session) is the first, so two
+//!   evaluations racing over the same event send it once. The sender does not claim in the
+//!   panel's ledger: a host that renders the panel ignores channel notifications, and a claim
+//!   there would keep its panel from ever injecting the message.
+//!
+//! When: on the engine's `Permission` and `Settled` notices for a followed run, after each
+//! successful `workflow` call that names a followed run (a cold stop or a declined setup
+//! settles without a notice), and right after a session starts following. Each evaluation
+//! builds the run's status document once, through the `workflow` tool's own builder; after a
+//! `status` call the answer is that document, so none is built.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::Engine;
+use crate::engine::events::RunNotice;
+use crate::mcp::handler::{McpResult, NotificationHub, RequestContext, ServerEvent};
+use crate::mcp::registry::ToolHandler;
+use crate::model::RunId;
+
+use super::ledger::{ReceiptLedger, session_scope};
+use super::messages::{AutoMessage, automatic_messages};
+
+/// The notification method Claude Code listens on.
+pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
+/// The experimental capability that registers the channel.
+pub const CHANNEL_CAPABILITY: &str = "claude/channel";
+/// Runs one session follows at once; naming one more forgets the one named longest ago.
+pub(crate) const MAX_FOLLOWED_RUNS: usize = 256;
+
+/// Who follows which run, and what each of them has already seen.
+pub(crate) struct Channels {
+    /// Status documents come from here.
+    engine: Engine,
+    /// Where the notifications go out, addressed to one session each.
+    hub: NotificationHub,
+    /// What was sent, per session: the sender's own ledger, apart from the panel's.
+    sent: ReceiptLedger,
+    /// Evaluations started by a request run here, so the answer is not held up by them and
+    /// the server's shutdown waits for them.
+    tracker: TaskTracker,
+    following: Mutex<Following>,
+}
+
+#[derive(Default)]
+struct Following {
+    /// Per run, per session: the event ids already seen (pruned to the run's current
+    /// messages on every evaluation, so it stays as small as they are).
+    by_run: HashMap<RunId, HashMap<String, HashSet<String>>>,
+    /// Per session, the runs it follows in the order it named them (for the cap, and to
+    /// forget a closed session).
+    by_session: HashMap<String, VecDeque<RunId>>,
+}
+
+impl Channels {
+    pub(crate) fn new(engine: Engine, hub: NotificationHub, tracker: TaskTracker) -> Channels {
+        Channels {
+            engine,
+            hub,
+            sent: ReceiptLedger::default(),
+            tracker,
+            following: Mutex::default(),
+        }
+    }
+
+    /// The sender's loop over engine notices; ends with `shutdown` or the engine.
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        mut notices: broadcast::Receiver<RunNotice>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let notice = tokio::select! {
+                () = shutdown.cancelled() => break,
+                notice = notices.recv() => notice,
+            };
+            match notice {
+                Ok(RunNotice::Permission { run_id, .. } | RunNotice::Settled { run_id, .. }) => {
+                    self.evaluate(&run_id).await;
+                }
+                Ok(RunNotice::Event { .. }) => {}
+                // Missed notices: look at every followed run once.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let runs: Vec<RunId> = {
+                        let following = self.following.lock().expect("channels lock");
+                        following.by_run.keys().cloned().collect()
+                    };
+                    for run_id in runs {
+                        self.evaluate(&run_id).await;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }
+
+    /// `session` follows `run_id`, having seen `seen` already.
+    fn follow(&self, session: &str, run_id: &RunId, seen: Vec<String>) {
+        let mut following = self.following.lock().expect("channels lock");
+        following.follow(session, run_id, seen);
+    }
+
+    fn is_followed(&self, run_id: &RunId) -> bool {
+        let following = self.following.lock().expect("channels lock");
+        following.by_run.contains_key(run_id)
+    }
+
+    /// A legacy session ended: it follows nothing any more.
+    pub(crate) fn session_closed(&self, session: &str) {
+        let mut following = self.following.lock().expect("channels lock");
+        following.session_closed(session);
+    }
+
+    /// Sends each follower of `run_id` the messages it has not seen and wins the claim of.
+    pub(crate) async fn evaluate(&self, run_id: &RunId) {
+        if !self.is_followed(run_id) {
+            return;
+        }
+        let Ok(Ok(status)) = crate::tools::workflow::status_document(&self.engine, run_id).await
+        else {
+            return;
+        };
+        self.send_new(run_id, &status);
+    }
+
+    /// Sends each follower of `run_id` what `status` (the run's status document) shows that
+    /// it has not seen and wins the claim of.
+    fn send_new(&self, run_id: &RunId, status: &Value) {
+        let messages = automatic_messages(status);
+        let current: HashSet<&str> = messages.iter().map(|m| m.event_id.as_str()).collect();
+        let mut following = self.following.lock().expect("channels lock");
+        let Some(sessions) = following.by_run.get_mut(run_id) else {
+            return;
+        };
+        for (session, seen) in sessions.iter_mut() {
+            seen.retain(|id| current.contains(id.as_str()));
+            for message in &messages {
+                if seen.insert(message.event_id.clone())
+                    && self
+                        .sent
+                        .claim(&session_scope(session), run_id.as_str(), &message.event_id)
+                {
+                    self.hub.publish(ServerEvent::ToSession {
+                        session_id: session.clone(),
+                        method: CHANNEL_METHOD.to_owned(),
+                        params: notification(run_id, message),
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Following {
+    fn follow(&mut self, session: &str, run_id: &RunId, seen: Vec<String>) {
+        let named = self.by_session.entry(session.to_owned()).or_default();
+        if !named.contains(run_id) {
+            named.push_back(run_id.clone());
+            while named.len() > MAX_FOLLOWED_RUNS {
+                if let Some(oldest) = named.pop_front() {
+                    forget(&mut self.by_run, &oldest, session);
+                }
+            }
+        }
+        self.by_run
+            .entry(run_id.clone())
+            .or_default()
+            .entry(session.to_owned())
+            .or_default()
+            .extend(seen);
+    }
+
+    fn session_closed(&mut self, session: &str) {
+        for run_id in self.by_session.remove(session).unwrap_or_default() {
+            forget(&mut self.by_run, &run_id, session);
+        }
+    }
+}
+
+fn forget(
+    by_run: &mut HashMap<RunId, HashMap<String, HashSet<String>>>,
+    run_id: &RunId,
+    session: &str,
+) {
+    if let Some(sessions) = by_run.get_mut(run_id) {
+        sessions.remove(session);
+        if sessions.is_empty() {
+            by_run.remove(run_id);
+        }
+    }
+}
+
+/// The `notifications/claude/channel` params: `{content, meta:{run_id, kind, status,
+/// event_id}}`, every meta value a string (Claude Code shows them as tag attributes).
+pub(crate) fn notification(run_id: &RunId, message: &AutoMessage) -> Value {
+    json!({
+        "content": message.content,
+        "meta": {
+            "run_id": run_id.as_str(),
+            "kind": message.kind,
+            "status": message.status,
+            "event_id": message.event_id,
+        },
+    })
+}
+
+/// The `workflow` tool as the channels see it: its answers tell which runs a session named.
+pub(crate) struct FollowingTool {
+    pub(crate) inner: Arc<dyn ToolHandler>,
+    pub(crate) channels: Arc<Channels>,
+}
+
+#[async_trait]
+impl ToolHandler for FollowingTool {
+    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
+        let action = arguments["action"].as_str().map(str::to_owned);
+        let answer = self.inner.call(ctx, name, arguments).await?;
+        if answer["isError"] == true {
+            return Ok(answer);
+        }
+        let document = &answer["structuredContent"];
+        let Some(run_id) = document["runId"]
+            .as_str()
+            .and_then(|id| RunId::parse(id).ok())
+        else {
+            return Ok(answer);
+        };
+        let session = match (&ctx.era, &ctx.session_id) {
+            (crate::mcp::handler::Era::Legacy { .. }, Some(session)) => Some(session),
+            _ => None,
+        };
+        match (action.as_deref(), session) {
+            (Some("run" | "resume"), Some(session)) => {
+                self.channels.follow(session, &run_id, Vec::new());
+            }
+            (Some("status"), Some(session)) => {
+                let seen = automatic_messages(document)
+                    .into_iter()
+                    .map(|message| message.event_id)
+                    .collect();
+                self.channels.follow(session, &run_id, seen);
+            }
+            _ => {}
+        }
+        if !self.channels.is_followed(&run_id) {
+            return Ok(answer);
+        }
+        if action.as_deref() == Some("status") {
+            // The answer is the run's status document: no second one to build.
+            self.channels.send_new(&run_id, document);
+        } else {
+            let channels = self.channels.clone();
+            self.channels
+                .tracker
+                .spawn(async move { channels.evaluate(&run_id).await });
+        }
+        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(index: usize) -> RunId {
+        RunId::parse(&format!("run{index}-abc")).unwrap()
+    }
+
+    fn follows(following: &Following, session: &str, run_id: &RunId) -> bool {
+        following
+            .by_run
+            .get(run_id)
+            .is_some_and(|sessions| sessions.contains_key(session))
+    }
+
+    #[test]
+    fn a_session_follows_at_most_its_cap_and_forgets_the_oldest_named() {
+        let mut following = Following::default();
+        for index in 0..MAX_FOLLOWED_RUNS {
+            following.follow("a", &run(index), Vec::new());
+        }
+        // At the cap everything named is followed; naming a followed run again changes
+        // nothing but what it has seen.
+        following.follow("a", &run(0), vec!["seen".to_owned()]);
+        assert!((0..MAX_FOLLOWED_RUNS).all(|index| follows(&following, "a", &run(index))));
+        assert_eq!(following.by_run[&run(0)]["a"].len(), 1);
+        // One more forgets the one named longest ago, and only it.
+        following.follow("a", &run(MAX_FOLLOWED_RUNS), Vec::new());
+        assert!(!follows(&following, "a", &run(0)));
+        assert!(!following.by_run.contains_key(&run(0)));
+        assert!(follows(&following, "a", &run(1)));
+        assert!(follows(&following, "a", &run(MAX_FOLLOWED_RUNS)));
+        assert_eq!(following.by_session["a"].len(), MAX_FOLLOWED_RUNS);
+    }
+
+    #[test]
+    fn a_closed_session_follows_nothing_and_others_keep_theirs() {
+        let mut following = Following::default();
+        following.follow("a", &run(1), Vec::new());
+        following.follow("b", &run(1), Vec::new());
+        following.session_closed("a");
+        assert!(!follows(&following, "a", &run(1)));
+        assert!(follows(&following, "b", &run(1)));
+        following.session_closed("b");
+        assert!(following.by_run.is_empty() && following.by_session.is_empty());
+    }
+}

@@ -1,0 +1,333 @@
+//! The automatic messages of a run: what the panel may inject into the conversation and what
+//! a Claude Code channel notification carries, from one function over the `workflow` tool's
+//! status document, so both say the same words under the same ids.
+//!
+//! Only required input and terminal outcomes make a message (the seed's table): a pending
+//! setup approval, a parked permission request, a checkpoint pause, any other pause, and a
+//! terminal outcome. Phase starts, progress and usage stay quiet. Each message's id is
+//! derived from what it is about, never from when it was seen, so every view and every
+//! session computes the same id for the same event:
+//!
+//! | kind | `eventId` |
+//! |---|---|
+//! | `setup` | `setup-<setupId>` |
+//! | `permission` | `permission-<permissionId>` |
+//! | `checkpoint` | `checkpoint-<generation>-<callIndex>` |
+//! | `paused` | `paused-<generation>-<reason>` |
+//! | `terminal` | `terminal-<generation>-<status>` |
+//!
+//! A resume starts a new generation, so a run that pauses or ends again makes a new message.
+//! Text that comes from the script or an agent (a checkpoint prompt, a call label, a tool
+//! title, an error message) is cut to [`QUOTED_CHARS`] characters, control characters
+//! replaced, so a message stays small and on its own lines.
+
+use serde_json::Value;
+
+/// The longest quoted text (checkpoint prompt, label, tool title, error) in a message.
+pub(crate) const QUOTED_CHARS: usize = 400;
+
+/// One automatic message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AutoMessage {
+    /// Stable per event (the table above).
+    pub(crate) event_id: String,
+    /// `terminal`, `checkpoint`, `paused`, `permission` or `setup`.
+    pub(crate) kind: &'static str,
+    /// The run's status when the message was made.
+    pub(crate) status: String,
+    /// The text shown to the model.
+    pub(crate) content: String,
+}
+
+/// The automatic messages a run's status document calls for, setup and permissions first
+/// (they block the run), then a pause or the terminal outcome.
+pub(crate) fn automatic_messages(status: &Value) -> Vec<AutoMessage> {
+    let run = Run::of(status);
+    let mut messages = Vec::new();
+    if let Some(request) = status.pointer("/setup/request")
+        && let Some(setup_id) = request.get("id").and_then(Value::as_str)
+    {
+        messages.push(run.message(
+            format!("setup-{setup_id}"),
+            "setup",
+            format!(
+                "Workflow run {id} ({name}) waits for approval of the agent backends its script \
+                 declares. Review them, then answer with the workflow tool: action \
+                 \"setup-response\", runId \"{id}\", setupId \"{setup_id}\".",
+                id = run.id,
+                name = run.name,
+            ),
+        ));
+    }
+    let permissions = status
+        .get("pendingPermissions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for permission in permissions {
+        if let Some(message) = run.permission(permission) {
+            messages.push(message);
+        }
+    }
+    match run.status {
+        "paused" => messages.push(run.pause(status)),
+        "completed" | "failed" | "aborted" => messages.push(run.terminal(status)),
+        _ => {}
+    }
+    messages
+}
+
+/// What every message of one run names.
+struct Run<'a> {
+    id: &'a str,
+    name: String,
+    status: &'a str,
+    generation: u64,
+}
+
+impl Run<'_> {
+    fn of(status: &Value) -> Run<'_> {
+        Run {
+            id: status["runId"].as_str().unwrap_or_default(),
+            name: quoted(status["workflowName"].as_str().unwrap_or_default()),
+            status: status["status"].as_str().unwrap_or_default(),
+            generation: status["generation"].as_u64().unwrap_or_default(),
+        }
+    }
+
+    fn message(&self, event_id: String, kind: &'static str, content: String) -> AutoMessage {
+        AutoMessage {
+            event_id,
+            kind,
+            status: self.status.to_owned(),
+            content,
+        }
+    }
+
+    fn permission(&self, permission: &Value) -> Option<AutoMessage> {
+        let permission_id = permission.get("permissionId")?.as_str()?;
+        let options: Vec<&str> = permission["options"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|option| option["optionId"].as_str())
+            .collect();
+        let tool = permission
+            .pointer("/toolCall/title")
+            .and_then(Value::as_str)
+            .map(|title| format!(" to use {:?}", quoted(title)))
+            .unwrap_or_default();
+        Some(self.message(
+            format!("permission-{permission_id}"),
+            "permission",
+            format!(
+                "Workflow run {id} ({name}): agent {label:?} (call {index}) asks for permission{tool}. \
+                 Answer with the workflow tool: action \"permissions-response\", runId \"{id}\", \
+                 permissionId \"{permission_id}\", one of the options {options}.",
+                id = self.id,
+                name = self.name,
+                label = quoted(permission["label"].as_str().unwrap_or_default()),
+                index = permission["callIndex"],
+                options = quoted(&options.join(", ")),
+            ),
+        ))
+    }
+
+    fn pause(&self, status: &Value) -> AutoMessage {
+        let (id, name) = (self.id, &self.name);
+        if let Some(checkpoint) = status.pointer("/outcome/checkpointContext") {
+            let index = checkpoint["callIndex"].as_u64().unwrap_or_default();
+            let prompt = quoted(checkpoint["prompt"].as_str().unwrap_or_default());
+            let choices = checkpoint["choices"]
+                .as_array()
+                .map(|choices| {
+                    let names: Vec<String> = choices
+                        .iter()
+                        .map(|choice| match choice.as_str() {
+                            Some(text) => text.to_owned(),
+                            None => choice.to_string(),
+                        })
+                        .collect();
+                    format!(" (one of: {})", quoted(&names.join(", ")))
+                })
+                .unwrap_or_default();
+            return self.message(
+                format!("checkpoint-{}-{index}", self.generation),
+                "checkpoint",
+                format!(
+                    "Workflow run {id} ({name}) waits at a checkpoint (call {index}): {prompt:?}{choices}. \
+                     Answer with the workflow tool: action \"resume\", runId \"{id}\", \
+                     checkpointReplies {{\"{index}\": <your answer>}}."
+                ),
+            );
+        }
+        let reason = status["reason"].as_str().unwrap_or("requested");
+        let why = match reason {
+            "auth_required" => " because an agent backend's credentials are missing or expired",
+            "usage_limit" => " because an agent backend hit its usage limit",
+            "interrupted" => " because the process executing it ended",
+            "requested" => " as requested",
+            _ => "",
+        };
+        self.message(
+            format!("paused-{}-{reason}", self.generation),
+            "paused",
+            format!(
+                "Workflow run {id} ({name}) paused{why} (reason {reason:?}). When it can go on, \
+                 resume it with the workflow tool: action \"resume\", runId \"{id}\"."
+            ),
+        )
+    }
+
+    fn terminal(&self, status: &Value) -> AutoMessage {
+        let (id, name) = (self.id, &self.name);
+        let content = match self.status {
+            "completed" if status.get("resultUri").is_some() => format!(
+                "Workflow run {id} ({name}) completed. Read its result with the workflow tool: \
+                 action \"result\", runId \"{id}\"."
+            ),
+            "completed" => format!("Workflow run {id} ({name}) completed without a result value."),
+            "failed" => {
+                let code = status["errorCode"].as_str().unwrap_or("error");
+                let message = status
+                    .pointer("/outcome/error/message")
+                    .and_then(Value::as_str)
+                    .map(|text| format!(": {:?}", quoted(text)))
+                    .unwrap_or_default();
+                format!(
+                    "Workflow run {id} ({name}) failed ({code}){message}. Its settled calls are \
+                     kept: fix the cause and resume it with the workflow tool: action \"resume\", \
+                     runId \"{id}\"."
+                )
+            }
+            _ if status["reason"] == "setup_declined" => format!(
+                "Workflow run {id} ({name}) was aborted: its backend approval was declined. \
+                 Start a new run to be asked again."
+            ),
+            _ => format!("Workflow run {id} ({name}) was stopped."),
+        };
+        self.message(
+            format!("terminal-{}-{}", self.generation, self.status),
+            "terminal",
+            content,
+        )
+    }
+}
+
+/// `text` cut to [`QUOTED_CHARS`] characters, control characters as spaces.
+fn quoted(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(QUOTED_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(QUOTED_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn document(extra: Value) -> Value {
+        let mut status = json!({"runId": "mabc-def", "workflowName": "review", "status": "running", "generation": 2});
+        for (key, value) in extra.as_object().unwrap() {
+            status[key] = value.clone();
+        }
+        status
+    }
+
+    fn ids(status: &Value) -> Vec<(String, &'static str)> {
+        automatic_messages(status)
+            .into_iter()
+            .map(|message| (message.event_id, message.kind))
+            .collect()
+    }
+
+    #[test]
+    fn a_running_run_without_pending_input_is_quiet() {
+        assert!(automatic_messages(&document(json!({"currentPhase": "build"}))).is_empty());
+        assert!(automatic_messages(&document(json!({"status": "pending"}))).is_empty());
+    }
+
+    #[test]
+    fn each_kind_has_its_id_and_says_how_to_answer() {
+        let setup = document(
+            json!({"status": "pending", "setup": {"request": {"id": "s-1", "title": "t"}}}),
+        );
+        assert_eq!(ids(&setup), [("setup-s-1".to_owned(), "setup")]);
+        assert!(
+            automatic_messages(&setup)[0]
+                .content
+                .contains("\"setup-response\"")
+        );
+
+        let permission = document(
+            json!({"pendingPermissions": [{"permissionId": "p-1", "callIndex": 3, "label": "fix", "toolCall": {"title": "rm -rf\nx"}, "options": [{"optionId": "allow"}, {"optionId": "deny"}]}]}),
+        );
+        let message = &automatic_messages(&permission)[0];
+        assert_eq!(
+            (message.event_id.as_str(), message.kind),
+            ("permission-p-1", "permission")
+        );
+        assert!(
+            message.content.contains("allow, deny"),
+            "{}",
+            message.content
+        );
+        assert!(!message.content.contains('\n'), "{}", message.content);
+
+        let checkpoint = document(
+            json!({"status": "paused", "reason": "checkpoint_required", "outcome": {"checkpointContext": {"callIndex": 1, "prompt": "go?", "choices": ["red", "blue"]}}}),
+        );
+        assert_eq!(
+            ids(&checkpoint),
+            [("checkpoint-2-1".to_owned(), "checkpoint")]
+        );
+        assert!(
+            automatic_messages(&checkpoint)[0]
+                .content
+                .contains("one of: red, blue")
+        );
+
+        let paused = document(json!({"status": "paused", "reason": "auth_required"}));
+        assert_eq!(
+            ids(&paused),
+            [("paused-2-auth_required".to_owned(), "paused")]
+        );
+
+        for (status, extra) in [
+            (
+                "completed",
+                json!({"resultUri": "workflow://runs/mabc-def/result"}),
+            ),
+            (
+                "failed",
+                json!({"errorCode": "script", "outcome": {"error": {"message": "boom"}}}),
+            ),
+            ("aborted", json!({})),
+        ] {
+            let mut terminal = document(extra);
+            terminal["status"] = json!(status);
+            let messages = automatic_messages(&terminal);
+            assert_eq!(messages.len(), 1, "{status}");
+            assert_eq!(messages[0].event_id, format!("terminal-2-{status}"));
+            assert_eq!(messages[0].kind, "terminal");
+            assert_eq!(messages[0].status, status);
+        }
+    }
+
+    #[test]
+    fn quoted_text_is_bounded_at_its_edge() {
+        let exact = "x".repeat(QUOTED_CHARS);
+        assert_eq!(quoted(&exact), exact);
+        let over = "x".repeat(QUOTED_CHARS + 1);
+        assert_eq!(quoted(&over), format!("{exact}…"));
+        assert_eq!(quoted("a\tb\u{7}"), "a b ");
+    }
+}
