@@ -713,7 +713,10 @@ impl Agent {
     fn log_inbound(&self, message: &Value) {
         if let Some(log) = &self.log {
             let mut file = lock(log);
-            if let Err(error) = writeln!(file, "{message}").and_then(|()| file.flush()) {
+            // One write per line: agents of several processes append to one log, and a line
+            // written in pieces could interleave with another's.
+            let line = format!("{message}\n");
+            if let Err(error) = file.write_all(line.as_bytes()).and_then(|()| file.flush()) {
                 eprintln!("mock-acp-agent: writing the log failed: {error}");
             }
         }

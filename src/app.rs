@@ -26,11 +26,17 @@ use crate::engine::{Engine, EngineConfig};
 use crate::env::{self, EnvSnapshot};
 use crate::logging::notice;
 use crate::mcp::server::{McpServer, ServerOptions};
+use crate::serve::replica::{ReplicaOptions, StoreLocation};
 use crate::serve::{Folder, FolderOptions, FolderServer};
-use crate::store::SqliteStore;
+use crate::store::postgres::{PgOptions, PostgresStore};
+use crate::store::{LeasePolicy, SqliteStore, Store};
 use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
 use crate::transport::peer::Access;
+
+mod check_then_write;
+#[cfg(any(debug_assertions, feature = "test-hooks"))]
+mod without_cas;
 
 /// What the root assembles for `daemon run` and `serve`: an engine and the MCP server over it.
 /// Defined beside the daemon, which consumes it and must not import this module.
@@ -62,6 +68,21 @@ pub enum StoreChoice {
     /// SQLite files under the persistence root (`src/store/`).
     #[default]
     Sqlite,
+    /// A store opened before the engine: the one `serve --store` shares with other replicas
+    /// ([`open_replica_store`]).
+    Opened(OpenedStore),
+}
+
+/// A store handle for [`StoreChoice::Opened`].
+#[derive(Clone)]
+pub struct OpenedStore(pub Arc<dyn Store>);
+
+impl std::fmt::Debug for OpenedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedStore")
+            .field("capabilities", &self.0.capabilities())
+            .finish()
+    }
 }
 
 /// Which MCP server the root puts in front of the engine.
@@ -238,9 +259,12 @@ pub async fn engine_with_sources(settings: Settings, sources: Arc<dyn Sources>) 
     // The engine reads the model tiers under the root the store lives in, without asking
     // the store for a path.
     config.persistence_root = Some(root.clone());
-    let store = match store {
-        StoreChoice::Sqlite => SqliteStore::open(&root)
-            .with_context(|| format!("opening the run store under {}", root.display()))?,
+    let store: Arc<dyn Store> = match store {
+        StoreChoice::Sqlite => Arc::new(
+            SqliteStore::open(&root)
+                .with_context(|| format!("opening the run store under {}", root.display()))?,
+        ),
+        StoreChoice::Opened(opened) => opened.0,
     };
     acp.supervision = crate::acp::process::Supervision::for_owner(&root)
         .context("finding the agentprism binary to run as the agent reaper")?;
@@ -248,7 +272,7 @@ pub async fn engine_with_sources(settings: Settings, sources: Arc<dyn Sources>) 
     let groups = root.join(crate::acp::groups::FOLDER);
     let _ = tokio::task::spawn_blocking(move || crate::acp::groups::sweep(&groups)).await;
     let runner = Arc::new(AcpRunner::new(acp));
-    let engine = Engine::with_sources(Arc::new(store), runner, Arc::new(backends), sources, config);
+    let engine = Engine::with_sources(store, runner, Arc::new(backends), sources, config);
     engine.set_owner_route(Arc::new(LeaseRoute::new(
         Paths::new(root),
         &engine.owner().owner_id,
@@ -378,11 +402,63 @@ async fn folder_services_over(
     let engine = engine_with_sources(settings, sources).await?;
     let folder = FolderServer::new(engine, folder, options)?;
     let server = Arc::new(McpServer::new(folder.clone(), ServerOptions::default()));
+    folder.reap_sessions_of(&server);
     Ok(FolderServices {
         folder,
         server,
         state,
     })
+}
+
+/// Opens the store `serve --store` names for a replicated deployment, refusing one that
+/// cannot keep replicas apart (no `cas`) unless `--single-replica` vouches for one writer,
+/// and puts `settings` under it: the store, the state folder as the persistence root of
+/// this process's other files, and run leases that lapse after the TTL
+/// ([`LeasePolicy::Ttl`]).
+pub async fn replicate(
+    settings: &mut Settings,
+    replica: &ReplicaOptions,
+    state: &StateFolder,
+) -> Result<()> {
+    let root = &state.path;
+    let opened = || {
+        SqliteStore::open(root)
+            .with_context(|| format!("opening the run store under {}", root.display()))
+    };
+    let store: Arc<dyn Store> = match &replica.location {
+        StoreLocation::Postgres(url) => {
+            let mut options = PgOptions::new(root.join("script-copies"));
+            options.call_deadline = replica.call_deadline();
+            let store = PostgresStore::connect(url, options)
+                .await
+                .with_context(|| {
+                    format!(
+                        "opening the run store at {}",
+                        crate::store::postgres::redacted(url)
+                    )
+                })?;
+            Arc::new(store)
+        }
+        StoreLocation::Sqlite(_) => Arc::new(opened()?),
+        #[cfg(any(debug_assertions, feature = "test-hooks"))]
+        StoreLocation::WithoutCas(_) => Arc::new(without_cas::WithoutCas::new(Arc::new(opened()?))),
+        #[cfg(not(any(debug_assertions, feature = "test-hooks")))]
+        StoreLocation::WithoutCas(_) => {
+            anyhow::bail!(
+                "the test-only store location exists only where the test hooks are built in"
+            )
+        }
+    };
+    replica.check(store.capabilities().cas)?;
+    // Without a fence in the store, the racy second best: check the lease, then write.
+    let store: Arc<dyn Store> = if store.capabilities().fence {
+        store
+    } else {
+        Arc::new(check_then_write::CheckThenWrite::new(store))
+    };
+    settings.store = StoreChoice::Opened(OpenedStore(store));
+    settings.engine.lease_policy = LeasePolicy::Ttl(replica.lock_ttl);
+    Ok(())
 }
 
 /// `agentprism daemon run`: the daemon's lifecycle (`crate::daemon::run`) with an assembler

@@ -11,6 +11,8 @@ pub mod logging;
 pub mod output;
 /// Time, hashing and durable-write helpers.
 pub mod util;
+/// The process's Prometheus metrics (`/metrics`).
+pub mod metrics;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
 /// The encrypted workflows pack (DMPK): its format, key, reader and writer.

@@ -97,6 +97,23 @@ pub struct ServeArgs {
     /// (default: a temporary folder removed at exit).
     #[arg(long, value_name = "DIR", env = "MHL_SERVE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Folder server: the run store several serve replicas share (docs/serve.md,
+    /// "Replicas"): a PostgreSQL URL or a SQLite persistence root (a folder). Runs then hold
+    /// leases that lapse after `MHL_SERVE_RUN_LOCK_TTL` (default 45s). Not with
+    /// `--state-dir`.
+    #[arg(
+        long,
+        value_name = "LOCATION",
+        env = "MHL_SERVE_STORE",
+        hide_env_values = true,
+        conflicts_with = "state_dir"
+    )]
+    pub store: Option<String>,
+    /// Folder server with `--store`: acknowledge that this is the only process writing to
+    /// the store, so a store without atomic compare-and-swap is accepted (ignored without
+    /// `--store`).
+    #[arg(long, env = "MHL_SERVE_SINGLE_REPLICA")]
+    pub single_replica: bool,
     /// Folder server over HTTP: require `Authorization: Bearer <token>` on every request.
     /// Prefer the environment variable: a command line is visible to other users.
     #[arg(

@@ -18,6 +18,7 @@ use super::input::{guarded, input_error, project_dir};
 use crate::app::{ServerChoice, Settings};
 use crate::env::EnvSnapshot;
 use crate::serve::a2a::A2a;
+use crate::serve::replica::ReplicaOptions;
 use crate::tools::WorkflowServerOptions;
 use crate::transport::http::{
     GuardedAnswer, GuardedHandler, GuardedRequest, GuardedRoute, HttpOptions,
@@ -29,10 +30,14 @@ pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     if args.dir.is_some() {
         return guarded(serve_folder(env, args)).await;
     }
-    if args.token.is_some() || args.state_dir.is_some() || args.principal_header.is_some() {
+    if args.token.is_some()
+        || args.state_dir.is_some()
+        || args.principal_header.is_some()
+        || args.store.is_some()
+    {
         note!(
-            "--token, --state-dir and --principal-header (and their MHL_SERVE_* variables) \
-             apply to a folder server (`agentprism serve <dir>`); ignored"
+            "--token, --state-dir, --store and --principal-header (and their MHL_SERVE_* \
+             variables) apply to a folder server (`agentprism serve <dir>`); ignored"
         );
     }
     guarded(async {
@@ -109,11 +114,34 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
                 .to_owned(),
         ));
     }
-    let state = match &args.state_dir {
-        Some(path) => crate::app::StateFolder::kept(path)?,
-        None => crate::app::StateFolder::temporary()?,
+    let replica = match &args.store {
+        Some(location) => Some(
+            ReplicaOptions::new(location, args.single_replica, env)
+                .map_err(|error| input_error(error.to_string()))?,
+        ),
+        None => None,
+    };
+    let sweep_interval = crate::serve::replica::sweep_interval(env)
+        .map_err(|error| input_error(error.to_string()))?;
+    let state = match (&replica, &args.state_dir) {
+        (Some(replica), _) => match replica.location.root() {
+            Some(root) => crate::app::StateFolder::kept(root)?,
+            None => crate::app::StateFolder::temporary()?,
+        },
+        (None, Some(path)) => crate::app::StateFolder::kept(path)?,
+        (None, None) => crate::app::StateFolder::temporary()?,
     };
     let mut settings = Settings::from_env(env, true)?;
+    if let Some(replica) = &replica {
+        crate::app::replicate(&mut settings, replica, &state)
+            .await
+            .map_err(
+                |error| match error.downcast::<crate::serve::replica::ReplicaError>() {
+                    Ok(refused) => input_error(refused.to_string()),
+                    Err(other) => other,
+                },
+            )?;
+    }
     if let Some(limit) = args.max_concurrent_runs.filter(|limit| *limit > 0) {
         settings.engine.max_runs = limit;
     }
@@ -123,6 +151,7 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
             .terminal_run_ttl
             .unwrap_or(crate::serve::TERMINAL_RUN_TTL)
             .max(Duration::from_secs(1)),
+        sweep_interval,
         ..crate::serve::FolderOptions::default()
     };
     let services = match pack {
@@ -214,7 +243,11 @@ async fn serve_folder_http(
         ..HttpOptions::default()
     };
     let a2a = services.folder.a2a(args.token.is_some());
-    options.intercept = Some(a2a_card(a2a.clone(), bound));
+    let card = a2a_card(a2a.clone(), bound);
+    let metrics = metrics_route(options.access.clone());
+    options.intercept = Some(Arc::new(move |parts: &Parts| {
+        card(parts).or_else(|| metrics(parts))
+    }));
     options.guarded_routes = vec![a2a_endpoint(a2a)];
     say!("http://{bound}/mcp");
     crate::transport::http::serve(
@@ -242,6 +275,31 @@ fn a2a_card(a2a: Arc<A2a>, bound: SocketAddr) -> crate::transport::http::Interce
         };
         let card = a2a.card(&format!("{scheme}://{host}"));
         Some(crate::transport::http::json_response(StatusCode::OK, &card))
+    })
+}
+
+/// `GET /metrics` (Prometheus text, [`crate::metrics`]): behind the bearer token when the
+/// listener has one (401 without it: this hook runs before the transport's token check).
+/// Without a token, a loopback listener's same-user check applies as to every request
+/// (it runs before this hook); a non-loopback one without a token is open, like the rest of
+/// it: the metrics hold counts only, no run id, name or text.
+fn metrics_route(access: Access) -> crate::transport::http::Intercept {
+    Arc::new(move |parts: &Parts| {
+        if parts.uri.path() != "/metrics" || parts.method != Method::GET {
+            return None;
+        }
+        let guarded = matches!(access, Access::Bearer { .. });
+        let authorization = parts
+            .headers
+            .get(hyper::header::AUTHORIZATION)
+            .map(|value| value.as_bytes());
+        if guarded && !crate::transport::peer::bearer_matches(&access, authorization) {
+            return Some(crate::transport::http::json_response(
+                StatusCode::UNAUTHORIZED,
+                &serde_json::json!({"error": "/metrics needs Authorization: Bearer <token>"}),
+            ));
+        }
+        Some(crate::daemon::health::metrics_response())
     })
 }
 

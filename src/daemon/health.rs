@@ -1,5 +1,6 @@
 //! The daemon's own HTTP routes beside `/mcp`, served through the transport's
-//! [`Intercept`] hook: `GET /healthz?challenge=<nonce>` (daemon.md 1.4) and, only with
+//! [`Intercept`] hook: `GET /healthz?challenge=<nonce>` (daemon.md 1.4), `GET /metrics`
+//! (Prometheus text) and, only with
 //! `AGENTPRISM_TEST_HOOKS=1` in a debug or `test-hooks` build, `POST /debug/evict?session=<id>`.
 //! Only the daemon's own user reaches these: the transport answers anyone else's `/healthz`
 //! with the implementation name alone (`transport/peer.rs`).
@@ -224,6 +225,9 @@ pub fn routes(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &json!({"error": "use GET"}),
             )),
+            // Behind the same-user check like every route but `/healthz`: the transport
+            // refuses another user's connection before this hook runs.
+            (&Method::GET, "/metrics") => Some(metrics_response()),
             // A POST without a session is an `initialize` or a stateless request: new work,
             // which belongs to the successor. Sessions this daemon still has stay served.
             (&Method::POST, crate::transport::http::MCP_PATH)
@@ -265,6 +269,17 @@ pub fn routes(
             _ => None,
         }
     })
+}
+
+/// `GET /metrics`: the process's metrics in the Prometheus text format
+/// ([`crate::metrics`]). The folder server's listener answers it too.
+pub fn metrics_response() -> Response<HttpBody> {
+    let mut response = Response::new(HttpBody::full(crate::metrics::global().encode()));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    response
 }
 
 /// The raw value of `name` in a query string (nonces and session ids need no decoding).

@@ -15,7 +15,7 @@
 //! Layout, each depending only on the ones after it: this file, `a2a`, `tools`, `sync_call`,
 //! `resources`, `runs`, `view`, `owners`, `folder`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,11 +26,13 @@ use tokio_util::task::TaskTracker;
 use crate::engine::Engine;
 use crate::mcp::handler::{McpHandler, McpResult, NotificationHub, RequestContext, ServerInfo};
 use crate::mcp::registry::{Tool, ToolRegistry};
+use crate::mcp::server::McpServer;
 use crate::model::RunStatus;
 
 pub mod a2a;
 pub mod folder;
 pub mod owners;
+pub mod replica;
 mod resources;
 pub mod runs;
 mod sync_call;
@@ -44,8 +46,12 @@ use runs::RunApi;
 use sync_call::{FolderTasks, SyncCalls};
 use tools::{RunMethod, RunTools};
 
-/// How often finished runs past their time to live are deleted.
+/// How often the housekeeping sweep runs: finished runs past their time to live are
+/// deleted, idle sessions ended, the store gauges refreshed.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// A legacy session with no open connection and no request for this long is ended by the
+/// sweep (its client starts a new one; its runs stay reclaimable by id).
+pub const SESSION_IDLE_TTL: Duration = Duration::from_secs(3600);
 /// How long a finished run stays pollable (`MHL_SERVE_TERMINAL_RUN_TTL`'s default).
 pub const TERMINAL_RUN_TTL: Duration = Duration::from_secs(3600);
 
@@ -62,6 +68,8 @@ pub struct FolderOptions {
     pub run_resources: bool,
     /// How long a finished run stays pollable before the sweep deletes it.
     pub terminal_ttl: Duration,
+    /// How often the housekeeping sweep runs ([`SWEEP_INTERVAL`]; tests shorten it).
+    pub sweep_interval: Duration,
 }
 
 impl Default for FolderOptions {
@@ -70,6 +78,7 @@ impl Default for FolderOptions {
             name: "agentprism-serve".to_owned(),
             run_resources: false,
             terminal_ttl: TERMINAL_RUN_TTL,
+            sweep_interval: SWEEP_INTERVAL,
         }
     }
 }
@@ -88,6 +97,9 @@ pub struct FolderServer {
     /// Stops the housekeeping sweep.
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// The MCP core serving this handler, whose idle legacy sessions the sweep ends; set
+    /// once it exists ([`FolderServer::reap_sessions_of`]). Weak: the core owns the handler.
+    sessions: Arc<std::sync::OnceLock<Weak<McpServer>>>,
 }
 
 impl FolderServer {
@@ -129,13 +141,23 @@ impl FolderServer {
             hub,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            sessions: Arc::new(std::sync::OnceLock::new()),
         });
         server.tracker.spawn(sweep_loop(
-            server.api.clone(),
-            server.options.terminal_ttl,
+            Housekeeping {
+                api: server.api.clone(),
+                terminal_ttl: server.options.terminal_ttl,
+                sessions: server.sessions.clone(),
+            },
+            server.options.sweep_interval,
             server.shutdown.clone(),
         ));
         Ok(server)
+    }
+
+    /// Lets the sweep end `server`'s legacy sessions idle for [`SESSION_IDLE_TTL`].
+    pub fn reap_sessions_of(&self, server: &Arc<McpServer>) {
+        let _ = self.sessions.set(Arc::downgrade(server));
     }
 
     /// The A2A face over the same run API (`POST /a2a` and the Agent Card, HTTP only);
@@ -231,29 +253,57 @@ impl McpHandler for FolderServer {
     }
 }
 
-/// Every [`SWEEP_INTERVAL`], deletes finished runs older than `ttl`.
-async fn sweep_loop(api: Arc<RunApi>, ttl: Duration, shutdown: CancellationToken) {
-    let mut interval = tokio::time::interval(SWEEP_INTERVAL.min(ttl));
+/// What the housekeeping sweep works on.
+struct Housekeeping {
+    api: Arc<RunApi>,
+    terminal_ttl: Duration,
+    sessions: Arc<std::sync::OnceLock<Weak<McpServer>>>,
+}
+
+/// Every `every` (first at once), one housekeeping sweep.
+async fn sweep_loop(work: Housekeeping, every: Duration, shutdown: CancellationToken) {
+    let mut interval = tokio::time::interval(every.min(work.terminal_ttl));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = interval.tick() => {
-                sweep(&api, ttl).await;
+                sweep(&work.api, work.terminal_ttl).await;
+                if let Some(server) = work.sessions.get().and_then(Weak::upgrade) {
+                    reap_idle_sessions(&server, SESSION_IDLE_TTL).await;
+                }
             }
         }
     }
 }
 
-/// One sweep: completed, failed and stopped runs of the folder whose last change is older
-/// than `ttl` are deleted and forgotten. Runs waiting at a checkpoint are kept: someone may
-/// still answer them.
+/// Ends the legacy sessions with no open connection, no request and no activity for `idle`.
+pub async fn reap_idle_sessions(server: &McpServer, idle: Duration) -> usize {
+    let mut ended = 0;
+    for (id, activity) in server.session_activity() {
+        if activity.open_connections == 0
+            && activity.inflight_requests == 0
+            && activity.last_activity.elapsed() >= idle
+            && server.evict_session(&id).await
+        {
+            ended += 1;
+        }
+    }
+    ended
+}
+
+/// One sweep over the runs of the folder (every replica's, on a shared store: one query):
+/// completed, failed and stopped runs whose last change is older than `ttl` are deleted and
+/// forgotten, and the store gauges of `/metrics` are set from what the query found. Runs
+/// waiting at a checkpoint are kept: someone may still answer them.
 pub async fn sweep(api: &RunApi, ttl: Duration) -> usize {
     let cutoff = crate::util::now_ms() - ttl.as_millis() as i64;
     let Ok(runs) = api.engine.list(Some(&api.folder.root), u32::MAX).await else {
         return 0;
     };
     let mut deleted = 0;
+    let mut by_state: Vec<(&str, u64)> = Vec::new();
+    let mut pending = 0;
     for run in runs {
         let finished = matches!(
             run.status,
@@ -263,9 +313,94 @@ pub async fn sweep(api: &RunApi, ttl: Duration) -> usize {
         if finished && run.updated_at < cutoff && !api.engine.is_live(&run.run_id) {
             if api.engine.delete(&run.run_id).await.is_ok() {
                 deleted += 1;
+                api.owners.forget(&run.run_id);
+                continue;
             }
             api.owners.forget(&run.run_id);
         }
+        if matches!(run.status, RunStatus::Pending | RunStatus::Running) {
+            pending += 1;
+        }
+        let state = run.status.as_str();
+        match by_state.iter_mut().find(|(name, _)| *name == state) {
+            Some((_, count)) => *count += 1,
+            None => by_state.push((state, 1)),
+        }
     }
+    for status in [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Aborted,
+    ] {
+        if !by_state.iter().any(|(name, _)| *name == status.as_str()) {
+            by_state.push((status.as_str(), 0));
+        }
+    }
+    crate::metrics::global().set_runs(pending, &by_state);
     deleted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::{ServerOptions, TransportContext, TransportKind};
+
+    struct Bare(NotificationHub);
+
+    #[async_trait]
+    impl McpHandler for Bare {
+        fn server_info(&self) -> ServerInfo {
+            ServerInfo {
+                name: "reap-test".into(),
+                version: "1.0.0".into(),
+                title: None,
+            }
+        }
+
+        fn capabilities(&self) -> Value {
+            json!({})
+        }
+
+        fn hub(&self) -> &NotificationHub {
+            &self.0
+        }
+
+        async fn read_resource(&self, _ctx: &RequestContext, uri: &str) -> McpResult<Value> {
+            Err(crate::mcp::McpError::invalid_params(uri.to_owned()))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sweep_ends_sessions_idle_for_the_ttl_and_keeps_younger_ones() {
+        let server = McpServer::new(
+            Arc::new(Bare(NotificationHub::new())),
+            ServerOptions::default(),
+        );
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let outcome = server
+            .handle_bytes(
+                initialize.to_string().as_bytes(),
+                TransportContext::new(TransportKind::Http, "reap-test"),
+            )
+            .await;
+        let session = outcome.new_session.expect("a legacy session");
+        assert_eq!(
+            reap_idle_sessions(&server, Duration::from_secs(3600)).await,
+            0
+        );
+        assert!(
+            server.session(&session).is_some(),
+            "younger than the TTL: kept"
+        );
+        assert_eq!(reap_idle_sessions(&server, Duration::ZERO).await, 1);
+        assert!(
+            server.session(&session).is_none(),
+            "idle for the TTL: ended"
+        );
+    }
 }

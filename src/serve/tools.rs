@@ -125,6 +125,18 @@ pub async fn answer(
     method: RunMethod,
     params: &Value,
 ) -> Result<Value, RunError> {
+    let started = std::time::Instant::now();
+    let answered = answer_unmeasured(api, ctx, method, params).await;
+    crate::metrics::global().request_took(method.method(), started.elapsed());
+    answered
+}
+
+async fn answer_unmeasured(
+    api: &RunApi,
+    ctx: &RequestContext,
+    method: RunMethod,
+    params: &Value,
+) -> Result<Value, RunError> {
     let owner = OwnerKey::of(ctx);
     let view = match method {
         RunMethod::Start => api.start(&owner, params).await?,

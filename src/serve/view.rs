@@ -4,7 +4,7 @@
 //! | field | when | from |
 //! |---|---|---|
 //! | `runId`, `name` | always | the run, its workflow |
-//! | `state` | always | `working` (pending or running), `input_required` (paused at a checkpoint or for setup), `completed`, `failed`, `canceled` (stopped, or paused for any other reason) |
+//! | `state` | always | `working` (pending or running), `input_required` (paused at a checkpoint or for setup), `completed`, `failed` (failed, or its replica's lease lapsed), `canceled` (stopped, or paused for any other reason) |
 //! | `step`, `stepIndex`, `stepTotal` | once a declared phase started | `meta.phases`: the current phase, its 1-based place, their count |
 //! | `reached` | always | the declared phases up to the current one |
 //! | `result` | `completed` | the value the script returned (the original called it `vars`) |
@@ -20,7 +20,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engine::manager::LiveStatus;
+use crate::engine::manager::{LEASE_EXPIRED, LiveStatus};
 use crate::model::{PauseReason, RunId, RunRecord, RunStatus};
 
 /// The status object, serialised in this field order.
@@ -151,6 +151,11 @@ fn state_of(record: &RunRecord) -> (&'static str, Option<bool>) {
         RunStatus::Completed => ("completed", None),
         RunStatus::Failed => ("failed", Some(true)),
         RunStatus::Aborted => ("canceled", Some(true)),
+        // Between replicas the executing one stopped renewing its lease: the seed's "failed,
+        // resumable".
+        RunStatus::Paused if record.error_code.as_deref() == Some(LEASE_EXPIRED) => {
+            ("failed", Some(true))
+        }
         RunStatus::Paused => match record.pause_reason {
             Some(PauseReason::CheckpointRequired) => ("input_required", Some(true)),
             Some(PauseReason::AuthRequired) => ("input_required", Some(true)),

@@ -31,6 +31,7 @@ mod security_engine;
 mod security_files;
 mod security_peer;
 mod security_reaper;
+mod replicas;
 mod serve;
 mod sdk_clients;
 mod sdk_clients_ts;

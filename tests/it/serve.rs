@@ -139,6 +139,11 @@ impl Served {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// `kill -9` of the whole process group, then its stderr.
     pub fn kill(&mut self) -> Stopped {
         let mut child = self.child.take().expect("running");

@@ -20,16 +20,19 @@
 //! so status never counts a run's rows.
 //!
 //! Under a lease policy that expires leases (`LeasePolicy::Ttl`) the driver's loop renews
-//! the lease every `renew_every` ([`Driver::renew_lease`]). A renewal or a write refused as
+//! the lease every `renew_every` ([`Driver::beat`]), with the store's clock and under a
+//! deadline; renewals that keep failing cancel the generation's work before the lease
+//! could lapse. A renewal or a write refused as
 //! `Fenced` means another execution has taken the run over: the generation has lost it, so
 //! from then on it makes no store call at all (every write answers [`LostWrite`] at once)
 //! and its outcome says `lease_lost`, which the engine does not record either.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::engine::driver::{Driver, Halt, Persistence};
 use crate::model::{CallKind, CallRecord, PauseReason};
-use crate::store::{CallWrite, Fence, Store, StoreError};
+use crate::store::{CallWrite, Fence, LeasePolicy, Store, StoreError};
 
 /// Replayed rows are written in batches of this size (their results are already durable).
 pub(super) const REPLAY_BATCH: usize = 512;
@@ -114,6 +117,11 @@ impl Driver {
                 .append_calls(&self.setup.run_id, &writes, Fence(&lease_token))
                 .await?;
         }
+        let agents = rows
+            .iter()
+            .filter(|(record, _)| record.kind == CallKind::Agent)
+            .count();
+        crate::metrics::global().agent_calls_settled(agents);
         let counted = rows
             .iter()
             .filter(|(record, _)| record.kind != CallKind::Checkpoint)
@@ -219,22 +227,84 @@ impl Driver {
         Ok(())
     }
 
-    /// The heartbeat: moves the lease's expiry to the policy's next one. Nothing to do for
-    /// the dry run or a policy whose leases never expire.
+    /// The lease's TTL under a policy that expires leases; `None` otherwise (and for the dry
+    /// run).
+    pub(super) fn lease_ttl(&self) -> Option<Duration> {
+        match &self.setup.persistence {
+            Persistence::Store {
+                lease_policy: LeasePolicy::Ttl(ttl),
+                ..
+            } => Some(*ttl),
+            _ => None,
+        }
+    }
+
+    /// One beat of the heartbeat: renews the lease. A fenced renewal loses the run at once.
+    /// Another failure (the store unreachable or too slow) is tolerated while the next beat
+    /// would still come before the lease's confirmed expiry; past that the generation
+    /// cancels its own work ([`Driver::on_lost_write`]) before the lease lapses and another
+    /// replica may take the run over.
+    pub(super) async fn beat(&mut self) {
+        let started = tokio::time::Instant::now();
+        match self.renew_lease().await {
+            Ok(()) => {
+                crate::metrics::global().lease_renewed();
+                self.lease_confirmed_until = self.lease_ttl().map(|ttl| started + ttl);
+            }
+            Err(lost) => {
+                crate::metrics::global().lease_renewal_failed();
+                let every = self.lease_ttl().map_or(Duration::ZERO, |ttl| ttl / 3);
+                let next_beat_in_time = self
+                    .lease_confirmed_until
+                    .is_some_and(|until| tokio::time::Instant::now() + every < until);
+                if lost.fenced() || !next_beat_in_time {
+                    self.on_lost_write(lost);
+                } else {
+                    tracing::warn!(run = %self.setup.run_id, "{lost}; retrying on the next beat, before the lease expires");
+                }
+            }
+        }
+    }
+
+    /// The heartbeat's renewal: moves the lease's expiry to the policy's next one, computed
+    /// with the store's clock (the database's, on a shared store). Both store calls are
+    /// under a deadline of a sixth of the TTL, so a hung store leaves time for another beat
+    /// before the lease lapses. Nothing to do for the dry run or a policy whose leases never
+    /// expire.
     pub(super) async fn renew_lease(&mut self) -> Result<(), LostWrite> {
         let Persistence::Store { lease_policy, .. } = &self.setup.persistence else {
             return Ok(());
         };
-        let Some(until) = lease_policy.expiry(crate::util::now_ms()) else {
+        let lease_policy = *lease_policy;
+        let Some(ttl) = self.lease_ttl() else {
             return Ok(());
         };
         let Some((store, lease_token)) = self.target()? else {
             return Ok(());
         };
-        store
-            .renew_lease(&self.setup.run_id, &lease_token, until)
-            .await
-            .map_err(LostWrite::Renewal)
+        let run_id = self.setup.run_id.clone();
+        let renewal = async move {
+            let now = store.clock_ms().await?;
+            let Some(until) = lease_policy.expiry(now) else {
+                return Ok(());
+            };
+            store.renew_lease(&run_id, &lease_token, until).await
+        };
+        // On a thread of the blocking pool: an embedded store answers synchronously, and one
+        // stuck on a lock would otherwise hold this task past the deadline. A renewal that
+        // missed its deadline finishes (or fails) there on its own.
+        let runtime = tokio::runtime::Handle::current();
+        let renewal = tokio::task::spawn_blocking(move || runtime.block_on(renewal));
+        let deadline = ttl / 6;
+        match tokio::time::timeout(deadline, renewal).await {
+            Ok(Ok(result)) => result.map_err(LostWrite::Renewal),
+            Ok(Err(join)) => Err(LostWrite::Renewal(StoreError::Io(format!(
+                "the renewal did not finish: {join}"
+            )))),
+            Err(_) => Err(LostWrite::Renewal(StoreError::Io(format!(
+                "the store did not answer within {deadline:?}"
+            )))),
+        }
     }
 
     /// What a lost write does to the generation: the first failure is kept for the

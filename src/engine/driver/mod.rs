@@ -334,6 +334,10 @@ struct Driver {
     /// Calls settled since the last group commit, in settlement order: their rows are
     /// written in one transaction and only then are they answered ([`durability`]).
     settling: Vec<Settled>,
+    /// Until when the lease is known to hold, on this host's monotonic clock (the last
+    /// renewal that succeeded, plus the TTL): the heartbeat tolerates a failed renewal only
+    /// while the next one would still come before it ([`durability`]).
+    lease_confirmed_until: Option<tokio::time::Instant>,
     /// Non-checkpoint rows this generation has written: status's call count while it runs
     /// (through the live view), recorded in the store when it stops ([`durability`]).
     settled_calls: u64,
@@ -374,6 +378,7 @@ impl Driver {
             used_answers,
             store_error: None,
             lease_lost: false,
+            lease_confirmed_until: None,
             settled_calls: 0,
             settling: Vec::new(),
             vm,
@@ -414,6 +419,9 @@ impl Driver {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut heartbeat = self.heartbeat();
+        self.lease_confirmed_until = self
+            .lease_ttl()
+            .map(|ttl| tokio::time::Instant::now() + ttl);
         let mut vm_open = true;
         let mut control_open = true;
         if self.setup.generation > 1 && !self.dry() {
@@ -453,9 +461,7 @@ impl Driver {
                 },
                 _ = tick.tick() => self.on_tick().await,
                 _ = next_beat(&mut heartbeat), if heartbeat.is_some() && !self.lease_lost => {
-                    if let Err(lost) = self.renew_lease().await {
-                        self.on_lost_write(lost);
-                    }
+                    self.beat().await;
                 }
             }
         }

@@ -126,7 +126,11 @@ impl Engine {
         cancel: &CancellationToken,
     ) -> EngineResult<Admission> {
         check_project_dir(&request.project_dir)?;
-        let active = self.active_count(&request.project_dir).await?;
+        // The count reads the store: one that cannot be reached cannot give the lease either.
+        let active = self
+            .active_count(&request.project_dir)
+            .await
+            .map_err(|error| self.unleased(error))?;
         let slot = self.reserve(&request.project_dir, Some(active))?;
         let prepare::ScriptBytes { bytes, file } =
             prepare::read_script(self.inner.sources.as_ref(), &request.script).await?;
@@ -166,10 +170,14 @@ impl Engine {
             (script_source, script_file.clone()),
             needs_setup,
         );
-        let lease = self.new_lease();
+        let lease = self
+            .new_lease()
+            .await
+            .map_err(|error| self.unleased(error))?;
         // A pack run's texts stay in memory: the store gets their digests.
         let stored = confidential::concealed(&record);
         if let Err(error) = self.inner.store.create_run(&stored, &lease).await {
+            let error = self.unleased(error.into());
             if script_source == ScriptSource::Inline
                 && let Err(left) = self
                     .inner
@@ -179,7 +187,7 @@ impl Engine {
             {
                 tracing::warn!(run = %run_id, "admission failed and its script copy stays: {left}");
             }
-            return Err(error.into());
+            return Err(error);
         }
         let (status, limits, setup) = (record.status, record.limits, record.setup.clone());
         if needs_setup {

@@ -14,7 +14,11 @@ use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejecte
 use crate::engine::routing::RoutingSnapshot;
 use crate::engine::script;
 use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
-use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
+use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError, StoreResult};
+
+/// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
+/// it stopped renewing (died, stalled or lost the store). The run is resumable.
+pub const LEASE_EXPIRED: &str = "LEASE_EXPIRED";
 use crate::util::now_ms;
 
 impl Engine {
@@ -196,14 +200,15 @@ impl Engine {
             return Ok(record);
         }
         let lease = self.inner.store.lease(run_id).await?;
+        let ours = self.new_lease().await?;
         if lease
             .as_ref()
-            .is_some_and(|lease| self.held_elsewhere(lease))
+            .is_some_and(|lease| self.held_elsewhere(lease, ours.acquired_at))
         {
             return Ok(record);
         }
-        // The owner is gone: take the lease, record the interruption, let go again.
-        let ours = self.new_lease();
+        // The owner is gone (or, between replicas, its lease lapsed): take the lease, record
+        // the interruption, let go again.
         if !self
             .inner
             .store
@@ -217,6 +222,13 @@ impl Engine {
             record.status = RunStatus::Paused;
             record.pause_reason = Some(PauseReason::Interrupted);
             record.updated_at = now_ms();
+            if let LeasePolicy::Ttl(ttl) = self.inner.config.lease_policy {
+                // No process to ask between replicas: the holder stopped renewing.
+                record.error_code = Some(LEASE_EXPIRED.to_owned());
+                record.error_message = Some(format!(
+                    "the replica executing this run stopped renewing its lease (TTL {ttl:?}); resume it on a live replica"
+                ));
+            }
             let calls = self.inner.store.calls(run_id).await?;
             let mut usage = crate::model::Usage::default();
             for call in &calls {
@@ -274,7 +286,7 @@ impl Engine {
     /// A lease of this process on a run no execution holds, taken by CAS from whoever held
     /// it last, for a change made without executing (setup answers, cold stops).
     pub(super) async fn take_free_lease(&self, run_id: &RunId) -> EngineResult<Lease> {
-        let lease = self.new_lease();
+        let lease = self.new_lease().await?;
         let previous = self.inner.store.lease(run_id).await?;
         if !self
             .inner

@@ -56,6 +56,7 @@ pub use api::{
 };
 pub use config::{EngineConfig, default_max_runs};
 pub use error::{EngineError, EngineResult, Rejected};
+pub use execution::LEASE_EXPIRED;
 pub use owner::Owner;
 pub use remote::{OwnerRoute, Unforwarded, lease_owner};
 pub use results::exact_result;

@@ -39,10 +39,9 @@ impl Owner {
         }
     }
 
-    /// A fresh lease naming this process, expiring as `policy` says (never, for
-    /// `HolderLiveness`).
-    pub(super) fn lease(&self, policy: LeasePolicy) -> Lease {
-        let now = now_ms();
+    /// A fresh lease naming this process, taken at `now` (Unix ms, the lease clock) and
+    /// expiring as `policy` says (never, for `HolderLiveness`).
+    pub(super) fn lease(&self, policy: LeasePolicy, now: i64) -> Lease {
         Lease {
             owner_id: self.owner_id.clone(),
             pid: self.pid,
@@ -56,9 +55,36 @@ impl Owner {
 }
 
 impl Engine {
-    /// A fresh lease of this engine under its lease policy.
-    pub(super) fn new_lease(&self) -> Lease {
-        self.inner.owner.lease(self.inner.config.lease_policy)
+    /// A fresh lease of this engine under its lease policy, dated by the lease clock
+    /// ([`Engine::lease_now`]).
+    pub(super) async fn new_lease(&self) -> EngineResult<Lease> {
+        let now = self.lease_now().await?;
+        Ok(self.inner.owner.lease(self.inner.config.lease_policy, now))
+    }
+
+    /// Under a policy that expires leases, a store failure while taking a new run's first
+    /// lease is the seed's "could not acquire run execution lease": the run does not start
+    /// uncoordinated. Other errors, and every error under holder liveness, pass unchanged.
+    pub(super) fn unleased(&self, error: EngineError) -> EngineError {
+        match (self.inner.config.lease_policy, error) {
+            (LeasePolicy::Ttl(_), EngineError::Store(StoreError::Io(message))) => {
+                EngineError::Store(StoreError::Io(format!(
+                    "could not acquire run execution lease: {message}"
+                )))
+            }
+            (_, error) => error,
+        }
+    }
+
+    /// The clock leases are dated and judged with: under a policy that expires leases, the
+    /// store's ([`crate::store::Store::clock_ms`], the database's on a shared store, so
+    /// replicas whose clocks drift agree on when a lease lapses); this host's otherwise
+    /// (holder liveness never looks at time).
+    pub(super) async fn lease_now(&self) -> EngineResult<i64> {
+        match self.inner.config.lease_policy {
+            LeasePolicy::HolderLiveness => Ok(now_ms()),
+            LeasePolicy::Ttl(_) => Ok(self.inner.store.clock_ms().await?),
+        }
     }
 
     /// Marks the control intent `op` done with `outcome`. The first acknowledgement wins; a

@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected};
 use crate::model::{Lease, RunId};
 use crate::store::LeaseState;
-use crate::util::now_ms;
 
 /// How the engine reaches the process holding a run's lease when that is not this one
 /// (daemon.md 1.10). The daemon layer implements it with the signed control socket; an
@@ -38,16 +37,20 @@ pub enum Unforwarded {
 impl Engine {
     /// The lease of `run_id` when a live process other than this one holds it.
     pub(super) async fn foreign_owner(&self, run_id: &RunId) -> EngineResult<Option<Lease>> {
-        let lease = self.inner.store.lease(run_id).await?;
-        Ok(lease.filter(|lease| self.held_elsewhere(lease)))
+        let Some(lease) = self.inner.store.lease(run_id).await? else {
+            return Ok(None);
+        };
+        let now = self.lease_now().await?;
+        Ok(Some(lease).filter(|lease| self.held_elsewhere(lease, now)))
     }
 
     /// Whether `lease` belongs to another holder that still holds it, as the engine's
     /// [`crate::store::LeasePolicy`] judges (the daemon and the CLI: its process, pid + start time + boot
-    /// id, is alive). A lease of this engine's own owner id is never someone else's.
-    pub(super) fn held_elsewhere(&self, lease: &Lease) -> bool {
+    /// id, is alive; serve replicas: not expired at `now`, the lease clock's time,
+    /// [`Engine::lease_now`]). A lease of this engine's own owner id is never someone else's.
+    pub(super) fn held_elsewhere(&self, lease: &Lease, now: i64) -> bool {
         lease.owner_id != self.inner.owner.owner_id
-            && self.inner.config.lease_policy.judge(lease, now_ms()) == LeaseState::Held
+            && self.inner.config.lease_policy.judge(lease, now) == LeaseState::Held
     }
 
     pub(super) async fn forward(

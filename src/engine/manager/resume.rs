@@ -251,10 +251,10 @@ impl Engine {
 
     /// A fresh lease for the new generation, unless a live process holds the run.
     async fn take_lease_to_resume(&self, run_id: &RunId) -> EngineResult<Lease> {
-        let lease = self.new_lease();
+        let lease = self.new_lease().await?;
         let previous = self.inner.store.lease(run_id).await?;
         if let Some(previous) = &previous
-            && self.held_elsewhere(previous)
+            && self.held_elsewhere(previous, lease.acquired_at)
         {
             return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} is held by process {}",
