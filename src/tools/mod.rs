@@ -150,10 +150,11 @@ impl WorkflowServer {
                 .register(tool)
                 .expect("the run monitor's tool definitions are valid");
         }
+        let tasks = WorkflowTasks::new(engine.clone(), workflow.clone(), hub.clone());
         let server = Arc::new(WorkflowServer {
             engine,
             options,
-            tasks: WorkflowTasks::new(workflow.clone(), hub.clone()),
+            tasks,
             hub,
             tools,
             workflow,
@@ -176,6 +177,10 @@ impl WorkflowServer {
                 .clone()
                 .run(notices, server.shutdown.clone()),
         );
+        let notices = server.engine.subscribe();
+        server
+            .tracker
+            .spawn(server.tasks.notify_status(notices, server.shutdown.clone()));
         server
     }
 
@@ -325,5 +330,6 @@ impl McpHandler for WorkflowServer {
     async fn session_closed(&self, session_id: &str) {
         self.workflow.session_closed(session_id);
         self.channels.session_closed(session_id);
+        self.tasks.session_closed(session_id);
     }
 }

@@ -182,6 +182,11 @@ async function legacyClient(url, sdkDir) {
         client.elicitations.push(request.params);
         return { action: 'accept', content: { answer: true } };
     });
+    // notifications/tasks/status this session receives, in order.
+    client.statuses = [];
+    client.setNotificationHandler(types.TaskStatusNotificationSchema, notification => {
+        client.statuses.push(notification.params);
+    });
     await client.connect(new StreamableHTTPClientTransport(new URL(url)));
     return client;
 }
@@ -199,8 +204,15 @@ async function stream(client, args, task) {
     return { created, last };
 }
 
+/** The statuses `client` was told of for `taskId`, in order. */
+function statusesOf(client, taskId) {
+    return client.statuses.filter(task => task.taskId === taskId).map(task => task.status);
+}
+
 async function legacySteps(report, url, project, sdkDir) {
     const client = await legacyClient(url, sdkDir);
+    // Another session of its own, running a task of its own: neither hears of the other's.
+    const other = await legacyClient(url, sdkDir);
     report.check('capabilities.tasks', client.getServerCapabilities()?.tasks?.requests?.tools?.call !== undefined, () => JSON.stringify(client.getServerCapabilities()));
     const tools = await client.listTools();
     const workflow = tools.tools.find(tool => tool.name === 'workflow');
@@ -217,6 +229,22 @@ async function legacySteps(report, url, project, sdkDir) {
     const asked = client.elicitations[0];
     report.check('checkpoint asked during tasks/result', asked?._meta?.['io.modelcontextprotocol/related-task']?.taskId === answered.created?.taskId && asked.mode === 'form', () => JSON.stringify(client.elicitations));
     report.check('checkpoint answered through the task', answered.last.type === 'result' && answered.last.result.structuredContent?.result?.ok === true, () => JSON.stringify(answered.last));
+    const answeredId = answered.created?.taskId;
+    await until('the completed notification', async () => statusesOf(client, answeredId).at(-1) === 'completed').catch(() => {});
+    const told = statusesOf(client, answeredId);
+    report.check(
+        'status notifications: input_required, then completed, once per change',
+        told.includes('input_required') && told.indexOf('input_required') < told.indexOf('completed') && told.at(-1) === 'completed' && told.every((status, i) => i === 0 || status !== told[i - 1]) && told.filter(status => status === 'completed').length === 1,
+        () => JSON.stringify(client.statuses)
+    );
+    const notified = client.statuses.find(task => task.taskId === answeredId);
+    report.check('a status notification is the Task', notified && typeof notified.createdAt === 'string' && typeof notified.lastUpdatedAt === 'string' && 'ttl' in notified && typeof notified.pollInterval === 'number', () => JSON.stringify(notified));
+    const theirs = await stream(other, { action: 'run', projectDir: project, script: checkpointScript }, {});
+    report.check('the other session ran its own task', theirs.last.type === 'result' && theirs.last.result.structuredContent?.result?.ok === true, () => JSON.stringify(theirs.last));
+    await until('the other session\'s completed notification', async () => statusesOf(other, theirs.created?.taskId).at(-1) === 'completed').catch(() => {});
+    report.check('the other session is told of its own task', statusesOf(other, theirs.created?.taskId).includes('input_required') && statusesOf(other, theirs.created?.taskId).at(-1) === 'completed', () => JSON.stringify(other.statuses));
+    report.check('no session is told of another\'s task', client.statuses.every(task => task.taskId !== theirs.created?.taskId) && other.statuses.every(task => task.taskId === theirs.created?.taskId), () => JSON.stringify({ mine: client.statuses, theirs: other.statuses }));
+    await other.close();
 
     const refused = await (async () => {
         for await (const message of client.experimental.tasks.callToolStream({ name: 'workflow', arguments: { action: 'run', projectDir: project, script: plainScript } }, undefined, { task: { ttl: MAX_TTL_MS + 1 } })) {
@@ -236,6 +264,8 @@ async function legacySteps(report, url, project, sdkDir) {
     await until('input_required', async () => (await client.experimental.tasks.getTask(taskId)).status === 'input_required');
     const cancelled = await client.experimental.tasks.cancelTask(taskId);
     report.check('tasks/cancel', cancelled.status === 'cancelled', () => JSON.stringify(cancelled));
+    await until('the cancelled notification', async () => statusesOf(client, taskId).at(-1) === 'cancelled').catch(() => {});
+    report.check('status notifications: input_required, then cancelled', statusesOf(client, taskId).join(' ').endsWith('input_required cancelled'), () => JSON.stringify(client.statuses));
     console.log(`TASK ${taskId} cancelled`);
     const listed = await client.experimental.tasks.listTasks();
     report.check('tasks/list', listed.tasks.some(task => task.taskId === taskId), () => JSON.stringify(listed));

@@ -8,16 +8,23 @@
 //! what it said before, since a task id is the runId. Against `agentprism serve <dir>`, a
 //! workflow's own tool runs as a task in each era and its checkpoint is answered through it.
 //!
+//! The same flows run against the real per-user daemon (`agentprism daemon run`, its own
+//! HOME and state dir, the mock agent): the tasks survive a SIGTERM and a fresh daemon over
+//! the same persistence root.
+//!
 //! Without Node or the SDK these tests fail and name the install command, as
 //! `sdk_clients_ts.rs` does.
 
 use std::path::Path;
 use std::process::Command;
 
+use nix::sys::signal::Signal;
+
+use crate::daemon::{World, wait_ready};
 use crate::sdk_clients::{
     CLIENT_DEADLINE, HttpServer, Sweeper, check_client, path_from_manifest, run_with_deadline,
 };
-use crate::support::context::TestContext;
+use crate::support::context::{DEADLINE, TestContext};
 
 #[test]
 fn workflow_runs_as_2026_07_28_tasks_and_survives_a_restart() {
@@ -27,6 +34,16 @@ fn workflow_runs_as_2026_07_28_tasks_and_survives_a_restart() {
 #[test]
 fn workflow_runs_as_2025_11_25_tasks_and_survives_a_restart() {
     drive("2025");
+}
+
+#[test]
+fn workflow_runs_as_2026_07_28_tasks_on_the_daemon_and_survives_its_restart() {
+    drive_daemon("2026");
+}
+
+#[test]
+fn workflow_runs_as_2025_11_25_tasks_on_the_daemon_and_survives_its_restart() {
+    drive_daemon("2025");
 }
 
 #[test]
@@ -83,15 +100,65 @@ fn drive(era: &str) {
     let _sweeper = Sweeper {
         home: context.path("home"),
     };
+    let server = HttpServer::start(&context);
+    let tasks = run_the_flows(&context, era, &server.url.clone(), || server.stop());
+
+    // A new server over the same store: the tasks are the runs, so they are still there.
+    let server = HttpServer::start(&context);
+    read_again(&context, era, &server.url, &tasks);
+    server.stop();
+}
+
+/// The flows against `agentprism daemon run` (foreground, as `daemon.rs` starts it), then a
+/// SIGTERM and a second daemon over the same persistence root, which must read every task
+/// as it was.
+fn drive_daemon(era: &str) {
+    let world = World::new();
+    let _sweeper = Sweeper {
+        home: world.ctx.path("home"),
+    };
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    let tasks = run_the_flows(&world.ctx, era, &record.url, || {
+        daemon.signal(Signal::SIGTERM);
+        let finished = daemon.finish(DEADLINE);
+        assert_eq!(finished.code(), 0, "the daemon's exit\n{}", finished.stderr);
+        finished.stderr
+    });
+
+    let restarted = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    assert_eq!(
+        record.pid,
+        restarted.pid(),
+        "the pointer names the new daemon"
+    );
+    read_again(&world.ctx, era, &record.url, &tasks);
+    restarted.signal(Signal::SIGTERM);
+    let finished = restarted.finish(DEADLINE);
+    assert_eq!(
+        finished.code(),
+        0,
+        "the second daemon's exit\n{}",
+        finished.stderr
+    );
+}
+
+/// Runs the client's steps against `url`, stops the server with `stop` (which answers its
+/// log), and returns the `TASK <id> <status>` lines: one completed, one cancelled.
+fn run_the_flows(
+    context: &TestContext,
+    era: &str,
+    url: &str,
+    stop: impl FnOnce() -> String,
+) -> Vec<(String, String)> {
     let project = context.project();
     let project = project.to_str().expect("utf-8 project path");
-
-    let server = HttpServer::start(&context);
     let outcome = run_with_deadline(
-        client(&context, era, &server.url, &["--project", project]),
+        client(context, era, url, &["--project", project]),
         CLIENT_DEADLINE,
     );
-    let log = server.stop();
+    let log = stop();
     check_client(&format!("tasks client, era {era}"), &outcome, &log)();
     let tasks: Vec<(String, String)> = outcome
         .stdout
@@ -109,12 +176,14 @@ fn drive(era: &str) {
         "one completed and one cancelled task\n{}",
         outcome.stdout
     );
+    tasks
+}
 
-    // A new server over the same store: the tasks are the runs, so they are still there.
-    let server = HttpServer::start(&context);
-    for (task_id, status) in &tasks {
+/// Reads each task again with `--get` from a server started after the one that ran them.
+fn read_again(context: &TestContext, era: &str, url: &str, tasks: &[(String, String)]) {
+    for (task_id, status) in tasks {
         let read = run_with_deadline(
-            client(&context, era, &server.url, &["--get", task_id]),
+            client(context, era, url, &["--get", task_id]),
             CLIENT_DEADLINE,
         );
         assert!(
@@ -124,7 +193,6 @@ fn drive(era: &str) {
             read.stderr
         );
     }
-    server.stop();
 }
 
 /// Copies the fixture folder, so the server's own files stay in the test's temp dir.

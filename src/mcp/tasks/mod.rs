@@ -225,6 +225,12 @@ pub fn unknown_task(task_id: &str) -> McpError {
         .with_data(json!({"taskId": task_id}))
 }
 
+/// The params of a 2025-11-25 `notifications/tasks/status`: the task as `tasks/get` answers
+/// it, for a handler that sends the notifications itself.
+pub fn legacy_status_notification(state: &TaskState) -> Value {
+    wire::legacy_task(state)
+}
+
 /// An `elicitation/create` form request for a task's input, as both eras carry it.
 pub fn form_request(message: &str, schema: Value) -> Value {
     json!({

@@ -10,19 +10,37 @@
 //! call a client would make (`resume` with `checkpointReplies`, `setup-response`,
 //! `permissions-response`) and validated by it; answers are taken one at a time and a key
 //! that no longer waits is ignored, so the first answer wins.
+//!
+//! Status notifications (2025-11-25): the legacy session that created a run task is told of
+//! each status change as `notifications/tasks/status`, once per change. The changes are learnt
+//! from the engine's run notices (a permission request, a settlement, and the first event
+//! after a wait), and after this server's own answers and cancels, which may settle a run
+//! without a notice; a run driven by another process over the same store sends this engine no
+//! notices, so its changes reach the session only when it reads the task. `changed` (what
+//! `tasks/result` waits on) wakes on the same notices, with a slow read as the fallback for
+//! such a run.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
+use crate::engine::Engine;
+use crate::engine::events::RunNotice;
+use crate::mcp::NotificationHub;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
+use crate::mcp::handler::{ServerEvent, codes};
 use crate::mcp::registry::ToolHandler;
+use crate::mcp::tasks::legacy_status_notification;
 use crate::mcp::tasks::{
     Created, DEFAULT_POLL_INTERVAL_MS, MemoryTasks, TaskCall, TaskHandler, TaskOutcome, TaskPage,
     TaskState, TaskStatus, accepted_content, form_request, unknown_task,
 };
-use crate::mcp::{NotificationHub, handler::codes};
+use crate::model::RunId;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 use super::WorkflowTool;
 use super::schema::TOOL_NAME;
@@ -31,6 +49,12 @@ use super::schema::TOOL_NAME;
 const IMMEDIATE_TTL_MS: u64 = 60 * 60 * 1000;
 /// The result page size used to read a run's whole result.
 const RESULT_PAGE: usize = 16384;
+/// Run tasks one legacy session is told the status changes of; creating one more forgets the
+/// one created longest ago (its client can still poll it).
+pub(crate) const MAX_NOTIFIED_TASKS: usize = 256;
+/// How often `changed` reads a task whose run sent no notice: only a run driven by another
+/// process (a lame duck, another server over the store) changes that way.
+const UNNOTICED_READ: Duration = Duration::from_secs(5);
 
 /// The task handler of the workflow server.
 pub(crate) struct WorkflowTasks {
@@ -41,16 +65,65 @@ pub(crate) struct WorkflowTasks {
     answering: tokio::sync::Mutex<()>,
     /// Runs this process started as tasks, newest last, for `tasks/list`.
     started: Mutex<Vec<String>>,
+    /// Who is told of which run task's status changes; shared with the notice loop.
+    notifier: Arc<StatusNotifier>,
+}
+
+/// Sends `notifications/tasks/status` to the legacy sessions that created run tasks.
+pub(crate) struct StatusNotifier {
+    /// Status documents come from here, and the notices that say when to build one.
+    engine: Engine,
+    /// Where the notifications go out, addressed to one session each.
+    hub: NotificationHub,
+    watching: Mutex<Watching>,
+    /// One evaluation at a time, so a stale read never overwrites a newer status (which
+    /// would send a change back and forth).
+    evaluating: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Watching {
+    /// Per run, per session: the status that session last saw (in the create answer or a
+    /// notification).
+    by_run: HashMap<String, HashMap<String, TaskStatus>>,
+    /// Per session, its run tasks in creation order, for the cap and for a closed session.
+    by_session: HashMap<String, VecDeque<String>>,
 }
 
 impl WorkflowTasks {
-    pub(crate) fn new(tool: Arc<WorkflowTool>, hub: NotificationHub) -> WorkflowTasks {
+    pub(crate) fn new(
+        engine: Engine,
+        tool: Arc<WorkflowTool>,
+        hub: NotificationHub,
+    ) -> WorkflowTasks {
         WorkflowTasks {
             tool,
-            immediate: MemoryTasks::new(hub),
+            immediate: MemoryTasks::new(hub.clone()),
             answering: tokio::sync::Mutex::new(()),
             started: Mutex::new(Vec::new()),
+            notifier: Arc::new(StatusNotifier {
+                engine,
+                hub,
+                watching: Mutex::default(),
+                evaluating: tokio::sync::Mutex::new(()),
+            }),
         }
+    }
+
+    /// The loop that turns engine notices into status notifications; spawn it with the
+    /// notices subscribed before, so none is lost. Ends with `shutdown` or the engine.
+    pub(crate) fn notify_status(
+        &self,
+        notices: broadcast::Receiver<RunNotice>,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.notifier.clone().run(notices, shutdown)
+    }
+
+    /// A legacy session ended: nobody is told of its tasks any more.
+    pub(crate) fn session_closed(&self, session: &str) {
+        let mut watching = self.notifier.watching.lock().expect("watching lock");
+        watching.session_closed(session);
     }
 
     /// A tool call's answer, as the era wants it on a task request.
@@ -157,7 +230,12 @@ impl TaskHandler for WorkflowTasks {
             started.retain(|known| known != run_id);
             started.push(run_id.to_owned());
         }
-        Ok(Created::Task(self.run_task(ctx, run_id).await?.0))
+        let state = self.run_task(ctx, run_id).await?.0;
+        if let (false, Some(session)) = (ctx.era.is_modern(), ctx.session_id.as_deref()) {
+            let mut watching = self.notifier.watching.lock().expect("watching lock");
+            watching.watch(session, run_id, state.status);
+        }
+        Ok(Created::Task(state))
     }
 
     async fn get(&self, ctx: &RequestContext, task_id: &str) -> McpResult<TaskState> {
@@ -182,6 +260,8 @@ impl TaskHandler for WorkflowTasks {
         if stopped["isError"] == true {
             return Err(McpError::internal(answer_text(&stopped)));
         }
+        // A cold stop settles without a notice.
+        self.notifier.evaluate(task_id).await;
         self.get(ctx, task_id).await
     }
 
@@ -224,8 +304,192 @@ impl TaskHandler for WorkflowTasks {
                 ))
                 .with_data(json!({"taskId": task_id, "key": key})));
             }
+            self.notifier.evaluate(task_id).await;
         }
         Ok(())
+    }
+
+    /// Wakes on the engine's notices for the run rather than reading it at every poll
+    /// interval; an already-completed task of a non-job action never changes.
+    async fn changed(&self, ctx: &RequestContext, seen: &TaskState) -> McpResult<TaskState> {
+        if self.immediate.contains(&seen.task_id) {
+            return self.immediate.changed(ctx, seen).await;
+        }
+        let mut notices = self.notifier.engine.subscribe();
+        loop {
+            // Read after subscribing, so a change just before is not missed.
+            let now = self.get(ctx, &seen.task_id).await?;
+            if now.status != seen.status
+                || now.input_requests != seen.input_requests
+                || now.outcome != seen.outcome
+            {
+                return Ok(now);
+            }
+            let deadline = tokio::time::sleep(UNNOTICED_READ);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    () = ctx.cancel.cancelled() => {
+                        return Err(McpError::internal("the request was cancelled"));
+                    }
+                    () = &mut deadline => break,
+                    notice = notices.recv() => match notice {
+                        Ok(notice) if concerns(&notice, &seen.task_id, seen.status) => break,
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            notices = self.notifier.engine.subscribe();
+                        }
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// Whether `notice` may change the status of run `run_id`, last seen as `status`: a
+/// permission request or a settlement always may; an event only ends a wait (a resumed run
+/// writes one), so while working the events are not worth a status read each.
+fn concerns(notice: &RunNotice, run_id: &str, status: TaskStatus) -> bool {
+    match notice {
+        RunNotice::Permission { run_id: id, .. } | RunNotice::Settled { run_id: id, .. } => {
+            id.as_str() == run_id
+        }
+        RunNotice::Event { run_id: id, .. } => {
+            id.as_str() == run_id && status != TaskStatus::Working
+        }
+    }
+}
+
+impl StatusNotifier {
+    async fn run(
+        self: Arc<Self>,
+        mut notices: broadcast::Receiver<RunNotice>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let notice = tokio::select! {
+                () = shutdown.cancelled() => break,
+                notice = notices.recv() => notice,
+            };
+            match notice {
+                Ok(notice) => {
+                    let run_id = match &notice {
+                        RunNotice::Permission { run_id, .. }
+                        | RunNotice::Settled { run_id, .. }
+                        | RunNotice::Event { run_id, .. } => run_id.as_str().to_owned(),
+                    };
+                    if self.worth_reading(&notice, &run_id) {
+                        self.evaluate(&run_id).await;
+                    }
+                }
+                // Missed notices: look at every watched run once.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let runs: Vec<String> = {
+                        let watching = self.watching.lock().expect("watching lock");
+                        watching.by_run.keys().cloned().collect()
+                    };
+                    for run_id in runs {
+                        self.evaluate(&run_id).await;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }
+
+    /// Whether some session watches `run_id` and `notice` may have changed what it saw.
+    fn worth_reading(&self, notice: &RunNotice, run_id: &str) -> bool {
+        let watching = self.watching.lock().expect("watching lock");
+        watching.by_run.get(run_id).is_some_and(|sessions| {
+            sessions
+                .values()
+                .any(|status| concerns(notice, run_id, *status))
+        })
+    }
+
+    /// Reads run `run_id`'s status and tells each watching session whose last seen status
+    /// differs; a terminal status is the last one sent.
+    async fn evaluate(&self, run_id: &str) {
+        if !self
+            .watching
+            .lock()
+            .expect("watching lock")
+            .by_run
+            .contains_key(run_id)
+        {
+            return;
+        }
+        let _one_at_a_time = self.evaluating.lock().await;
+        let Ok(id) = RunId::parse(run_id) else {
+            return;
+        };
+        let Ok(Ok(document)) = super::status_document(&self.engine, &id).await else {
+            return;
+        };
+        let state = task_of(run_id, &document);
+        let mut watching = self.watching.lock().expect("watching lock");
+        let Some(sessions) = watching.by_run.get_mut(run_id) else {
+            return;
+        };
+        for (session, seen) in sessions.iter_mut() {
+            if *seen != state.status {
+                *seen = state.status;
+                self.hub.publish(ServerEvent::ToSession {
+                    session_id: session.clone(),
+                    method: "notifications/tasks/status".into(),
+                    params: legacy_status_notification(&state),
+                });
+            }
+        }
+        if state.status.is_terminal() {
+            watching.forget_run(run_id);
+        }
+    }
+}
+
+impl Watching {
+    fn watch(&mut self, session: &str, run_id: &str, status: TaskStatus) {
+        let named = self.by_session.entry(session.to_owned()).or_default();
+        if !named.iter().any(|known| known == run_id) {
+            named.push_back(run_id.to_owned());
+            while named.len() > MAX_NOTIFIED_TASKS {
+                if let Some(oldest) = named.pop_front() {
+                    forget(&mut self.by_run, &oldest, session);
+                }
+            }
+        }
+        self.by_run
+            .entry(run_id.to_owned())
+            .or_default()
+            .insert(session.to_owned(), status);
+    }
+
+    fn session_closed(&mut self, session: &str) {
+        for run_id in self.by_session.remove(session).unwrap_or_default() {
+            forget(&mut self.by_run, &run_id, session);
+        }
+    }
+
+    /// A terminal run: nobody is told of it again (a resume on a task request watches anew).
+    fn forget_run(&mut self, run_id: &str) {
+        for session in self.by_run.remove(run_id).unwrap_or_default().keys() {
+            if let Some(named) = self.by_session.get_mut(session) {
+                named.retain(|known| known != run_id);
+                if named.is_empty() {
+                    self.by_session.remove(session);
+                }
+            }
+        }
+    }
+}
+
+fn forget(by_run: &mut HashMap<String, HashMap<String, TaskStatus>>, run_id: &str, session: &str) {
+    if let Some(sessions) = by_run.get_mut(run_id) {
+        sessions.remove(session);
+        if sessions.is_empty() {
+            by_run.remove(run_id);
+        }
     }
 }
 
@@ -389,4 +653,70 @@ fn answer_text(answer: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("the workflow tool refused")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watches(watching: &Watching, session: &str, run_id: &str) -> bool {
+        watching
+            .by_run
+            .get(run_id)
+            .is_some_and(|sessions| sessions.contains_key(session))
+    }
+
+    #[test]
+    fn a_session_is_told_of_at_most_its_cap_of_tasks_and_forgets_the_oldest() {
+        let mut watching = Watching::default();
+        for index in 0..MAX_NOTIFIED_TASKS {
+            watching.watch("a", &format!("run-{index}"), TaskStatus::Working);
+        }
+        assert!(watches(&watching, "a", "run-0"), "the cap itself is kept");
+        assert_eq!(watching.by_session["a"].len(), MAX_NOTIFIED_TASKS);
+        watching.watch("a", "one-more", TaskStatus::Working);
+        assert!(!watches(&watching, "a", "run-0"), "the oldest is forgotten");
+        assert!(watches(&watching, "a", "run-1"));
+        assert!(watches(&watching, "a", "one-more"));
+        assert_eq!(watching.by_session["a"].len(), MAX_NOTIFIED_TASKS);
+        assert_eq!(watching.by_run.len(), MAX_NOTIFIED_TASKS);
+    }
+
+    #[test]
+    fn a_closed_session_and_a_finished_run_are_forgotten_and_others_kept() {
+        let mut watching = Watching::default();
+        watching.watch("a", "shared", TaskStatus::Working);
+        watching.watch("b", "shared", TaskStatus::Working);
+        watching.watch("b", "own", TaskStatus::InputRequired);
+        watching.session_closed("a");
+        assert!(!watches(&watching, "a", "shared"));
+        assert!(watches(&watching, "b", "shared"));
+        watching.forget_run("shared");
+        assert!(!watching.by_run.contains_key("shared"));
+        assert_eq!(watching.by_session["b"], ["own"]);
+    }
+
+    #[test]
+    fn events_matter_only_to_a_task_that_waits() {
+        let run = RunId::generate();
+        let event = RunNotice::Event {
+            run_id: run.clone(),
+            record: crate::model::EventRecord {
+                seq: 1,
+                timestamp: 0,
+                event: json!({"type": "call_started"}),
+                redacted: false,
+                truncated: false,
+            },
+        };
+        assert!(!concerns(&event, run.as_str(), TaskStatus::Working));
+        assert!(concerns(&event, run.as_str(), TaskStatus::InputRequired));
+        assert!(!concerns(&event, "another-run", TaskStatus::InputRequired));
+        let settled = RunNotice::Settled {
+            run_id: run.clone(),
+            status: "paused".into(),
+        };
+        assert!(concerns(&settled, run.as_str(), TaskStatus::Working));
+        assert!(!concerns(&settled, "another-run", TaskStatus::Working));
+    }
 }
