@@ -35,8 +35,6 @@ use crate::transport::http::HttpOptions;
 use crate::transport::peer::Access;
 
 mod check_then_write;
-#[cfg(any(debug_assertions, feature = "test-hooks"))]
-mod without_cas;
 
 /// What the root assembles for `daemon run` and `serve`: an engine and the MCP server over it.
 /// Defined beside the daemon, which consumes it and must not import this module.
@@ -441,7 +439,9 @@ pub async fn replicate(
         }
         StoreLocation::Sqlite(_) => Arc::new(opened()?),
         #[cfg(any(debug_assertions, feature = "test-hooks"))]
-        StoreLocation::WithoutCas(_) => Arc::new(without_cas::WithoutCas::new(Arc::new(opened()?))),
+        StoreLocation::WithoutCas(_) => Arc::new(check_then_write::CheckThenWrite::without_cas(
+            Arc::new(opened()?),
+        )),
         #[cfg(not(any(debug_assertions, feature = "test-hooks")))]
         StoreLocation::WithoutCas(_) => {
             anyhow::bail!(

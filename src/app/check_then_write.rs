@@ -21,11 +21,35 @@ use crate::store::{
 /// `inner` with every fenced write checked against the lease first.
 pub struct CheckThenWrite {
     inner: Arc<dyn Store>,
+    /// What this store advertises: `inner`'s, or (the test-only store) less.
+    capabilities: Capabilities,
 }
 
 impl CheckThenWrite {
     pub fn new(inner: Arc<dyn Store>) -> CheckThenWrite {
-        CheckThenWrite { inner }
+        let capabilities = inner.capabilities();
+        CheckThenWrite {
+            inner,
+            capabilities,
+        }
+    }
+
+    /// The test-only store that advertises neither `cas` nor `fence` (SQLite itself honestly
+    /// offers both between processes on one host), so that `serve`'s refusal of a store
+    /// without compare-and-swap can be tested. Its location scheme (`test-nocas:<path>`) is
+    /// honoured only where the test hooks are built in (debug builds and the `test-hooks`
+    /// feature).
+    #[cfg(any(debug_assertions, feature = "test-hooks"))]
+    pub fn without_cas(inner: Arc<dyn Store>) -> CheckThenWrite {
+        let capabilities = Capabilities {
+            cas: false,
+            fence: false,
+            ..inner.capabilities()
+        };
+        CheckThenWrite {
+            inner,
+            capabilities,
+        }
     }
 
     /// Refuses the write of `fence` unless its token holds the lease of `run_id` now.
@@ -40,7 +64,7 @@ impl CheckThenWrite {
 #[async_trait]
 impl Store for CheckThenWrite {
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.capabilities
     }
 
     async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {

@@ -53,6 +53,7 @@ pub mod counts;
 pub mod lease;
 pub mod location;
 pub mod postgres;
+mod script_copies;
 pub mod sqlite;
 
 #[cfg(any(test, feature = "store-contract"))]

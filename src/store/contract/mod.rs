@@ -2,7 +2,7 @@
 //! [`Backend`] (a factory of `Arc<dyn Store>` handles on one fresh set of data), so every
 //! backend passes the same suite. A backend runs it all with one macro line in its tests:
 //!
-//! ```ignore
+//! ```text
 //! agentprism::store_contract_tests!(MyBackend::default());
 //! ```
 //!

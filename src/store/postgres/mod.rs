@@ -49,7 +49,8 @@ mod leases;
 mod migrations;
 mod rows;
 mod runs;
-mod scripts;
+
+use super::script_copies as scripts;
 
 #[cfg(test)]
 mod contract_tests;

@@ -21,14 +21,7 @@ use crate::model::{
 };
 use crate::store::{Fence, RunCounts, ScriptChange, StoreError, StoreResult};
 
-/// What `delete` leaves for the caller to clean up outside the database.
-pub(super) struct Deleted {
-    pub(super) project_dir: PathBuf,
-    /// Whether the run's script was inline, so a replica made a copy of it.
-    pub(super) inline: bool,
-    /// The script file the run recorded (the copy's resolved path when inline).
-    pub(super) script_file: PathBuf,
-}
+pub(super) use crate::store::script_copies::DeletedRun as Deleted;
 
 const CREATE: &str = "INSERT INTO runs (run_id, caller, lease_token, lease_owner_id, lease_pid,
          lease_proc_start, lease_acquired_at, lease_boot_id, lease_expires_at,

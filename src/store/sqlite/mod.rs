@@ -41,7 +41,8 @@ mod housekeeping;
 mod leases;
 mod rows;
 mod runs;
-mod scripts;
+
+use super::script_copies as scripts;
 
 #[cfg(test)]
 mod contract_tests;

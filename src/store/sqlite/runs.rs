@@ -17,14 +17,7 @@ use crate::model::{
 };
 use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
 
-/// What `delete` leaves for the caller to clean up outside the database.
-pub(super) struct Deleted {
-    pub(super) project_dir: PathBuf,
-    /// Whether the run's script was inline, so the store made a copy of it.
-    pub(super) inline: bool,
-    /// The script file the run recorded (the copy's resolved path when inline).
-    pub(super) script_file: PathBuf,
-}
+pub(super) use crate::store::script_copies::DeletedRun as Deleted;
 
 /// The active runs of a project, through the partial index `runs_active_by_project`.
 pub(super) const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,

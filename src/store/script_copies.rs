@@ -1,13 +1,24 @@
-//! Inline script copies: real files at `<root>/projects/<slug>/runs/{runId}.script.js`
-//! ([`crate::store::script_copy_path`]), so that the editable `file://` script resource keeps
-//! working. The run row holds the text durably; the file is what the resource serves and what
-//! a resume reads back for revisions, so it is written without an fsync of its own.
+//! Inline script copies, the same for every backend: real files at
+//! `<root>/projects/<slug>/runs/{runId}.script.js` ([`script_copy_path`]), so that the
+//! editable `file://` script resource keeps working. The run row holds the text durably; the
+//! file is what the resource serves and what a resume reads back for revisions, so it is
+//! written without an fsync of its own. For a shared store (PostgreSQL) `root` is a folder of
+//! the replica that admitted the run; another replica resuming it reads the text from the
+//! database, never this file.
 
 use std::path::{Path, PathBuf};
 
-use super::runs::Deleted;
 use crate::model::RunId;
 use crate::store::{StoreError, StoreResult, script_copy_path};
+
+/// What a backend's `delete_run` learned of the run's script before deleting its rows.
+pub(crate) struct DeletedRun {
+    pub(crate) project_dir: PathBuf,
+    /// Whether the run's script was inline, so a copy of it was made.
+    pub(crate) inline: bool,
+    /// The script file the run recorded (the copy's resolved path when inline).
+    pub(crate) script_file: PathBuf,
+}
 
 /// Writes the copy (mode 0600, replacing any earlier one) and returns its resolved path: the
 /// root may sit behind a link (`/home` -> `/var/home`), and later reads refuse links.
@@ -40,7 +51,7 @@ pub(super) fn delete(root: &Path, project_dir: &Path, run_id: &RunId) -> StoreRe
 /// After the rows of a deleted run: removes its copy if the run was inline and recorded the
 /// copy this store names (never a file the run merely pointed at). The rows are gone by now,
 /// so a copy that cannot be removed is logged, not an error of the delete.
-pub(super) fn delete_with_run(root: &Path, run_id: &RunId, deleted: &Deleted) {
+pub(super) fn delete_with_run(root: &Path, run_id: &RunId, deleted: &DeletedRun) {
     if !deleted.inline {
         return;
     }
