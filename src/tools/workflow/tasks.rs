@@ -55,6 +55,9 @@ pub(crate) const MAX_NOTIFIED_TASKS: usize = 256;
 /// How often `changed` reads a task whose run sent no notice: only a run driven by another
 /// process (a lame duck, another server over the store) changes that way.
 const UNNOTICED_READ: Duration = Duration::from_secs(5);
+/// Run tasks `tasks/list` names, newest first: each is one status read, so a long-lived
+/// daemon must not name every task it ever started. Older ones stay readable by id.
+pub(crate) const MAX_LISTED_TASKS: usize = 256;
 
 /// The task handler of the workflow server.
 pub(crate) struct WorkflowTasks {
@@ -225,11 +228,7 @@ impl TaskHandler for WorkflowTasks {
         let (true, false, Some(run_id)) = (job, answer["isError"] == true, run_id) else {
             return Ok(self.answered(ctx, call.ttl_ms, answer));
         };
-        {
-            let mut started = self.started.lock().expect("started lock");
-            started.retain(|known| known != run_id);
-            started.push(run_id.to_owned());
-        }
+        remember_started(&mut self.started.lock().expect("started lock"), run_id);
         let state = self.run_task(ctx, run_id).await?.0;
         if let (false, Some(session)) = (ctx.era.is_modern(), ctx.session_id.as_deref()) {
             let mut watching = self.notifier.watching.lock().expect("watching lock");
@@ -655,6 +654,17 @@ fn answer_text(answer: &Value) -> String {
         .to_owned()
 }
 
+/// Records `run_id` as the newest run task `tasks/list` names, keeping at most
+/// [`MAX_LISTED_TASKS`] (the oldest goes first).
+fn remember_started(started: &mut Vec<String>, run_id: &str) {
+    started.retain(|known| known != run_id);
+    started.push(run_id.to_owned());
+    if started.len() > MAX_LISTED_TASKS {
+        let excess = started.len() - MAX_LISTED_TASKS;
+        started.drain(..excess);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -718,5 +728,26 @@ mod tests {
         };
         assert!(concerns(&settled, run.as_str(), TaskStatus::Working));
         assert!(!concerns(&settled, "another-run", TaskStatus::Working));
+    }
+
+    #[test]
+    fn tasks_list_names_at_most_the_newest_listed_tasks() {
+        let mut started = Vec::new();
+        for index in 0..MAX_LISTED_TASKS {
+            remember_started(&mut started, &format!("run-{index}"));
+        }
+        assert_eq!(started.len(), MAX_LISTED_TASKS);
+        assert_eq!(started[0], "run-0");
+        remember_started(&mut started, "run-0");
+        assert_eq!(
+            started.len(),
+            MAX_LISTED_TASKS,
+            "a repeat is moved, not added"
+        );
+        assert_eq!(started.last().map(String::as_str), Some("run-0"));
+        remember_started(&mut started, "one more");
+        assert_eq!(started.len(), MAX_LISTED_TASKS);
+        assert_eq!(started[0], "run-2", "the oldest (run-1) went first");
+        assert_eq!(started.last().map(String::as_str), Some("one more"));
     }
 }
