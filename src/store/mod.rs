@@ -48,6 +48,7 @@ use crate::model::{
     RunSummary,
 };
 
+mod codec;
 pub mod control;
 pub mod counts;
 pub mod lease;

@@ -6,16 +6,16 @@
 
 use std::borrow::Cow;
 use std::fmt::Display;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use deadpool_postgres::GenericClient;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
 use super::connection::{Context, query_opt};
 use crate::model::RunId;
+pub(super) use crate::store::codec::{optional_json, path_text, to_integer as to_bigint, to_json};
 use crate::store::{Fence, StoreError, StoreResult};
 
 /// Reads typed columns of one result row; bad stored data becomes `StoreError::Corrupt`.
@@ -166,34 +166,6 @@ pub(super) fn stored_run_id(row: &Row) -> StoreResult<RunId> {
         .try_get("run_id")
         .map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))?;
     RunId::parse(&text).map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))
-}
-
-pub(super) fn to_json(value: &impl Serialize, what: &str) -> StoreResult<String> {
-    serde_json::to_string(value)
-        .map_err(|error| StoreError::Io(format!("encode {what} as JSON: {error}")))
-}
-
-pub(super) fn optional_json(
-    value: Option<&impl Serialize>,
-    what: &str,
-) -> StoreResult<Option<String>> {
-    value.map(|value| to_json(value, what)).transpose()
-}
-
-/// Paths are stored as text; the JSON model cannot carry a non-UTF-8 path either.
-pub(super) fn path_text<'a>(path: &'a Path, what: &str) -> StoreResult<&'a str> {
-    path.to_str().ok_or_else(|| {
-        StoreError::Io(format!(
-            "{what} {} is not valid UTF-8, which the run store cannot keep",
-            path.display()
-        ))
-    })
-}
-
-/// `BIGINT` is signed 64-bit.
-pub(super) fn to_bigint(value: u64, what: &str) -> StoreResult<i64> {
-    i64::try_from(value)
-        .map_err(|_| StoreError::Io(format!("{what} {value} is too large for the run store")))
 }
 
 /// A free-text display value (an error message, a phase name, a call label) as PostgreSQL's

@@ -4,15 +4,17 @@
 //! fence check.
 
 use std::fmt::Display;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::connection::Context;
 use crate::model::RunId;
+pub(super) use crate::store::codec::{
+    optional_json, path_text, to_integer as to_sql_integer, to_json,
+};
 use crate::store::{Fence, StoreError, StoreResult};
 
 /// Reads typed columns of one result row; bad stored data becomes `StoreError::Corrupt`
@@ -139,33 +141,4 @@ pub(super) fn stored_run_id(row: &Row<'_>) -> StoreResult<RunId> {
         .get("run_id")
         .map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))?;
     RunId::parse(&text).map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))
-}
-
-pub(super) fn to_json(value: &impl Serialize, what: &str) -> StoreResult<String> {
-    serde_json::to_string(value)
-        .map_err(|error| StoreError::Io(format!("encode {what} as JSON: {error}")))
-}
-
-pub(super) fn optional_json(
-    value: Option<&impl Serialize>,
-    what: &str,
-) -> StoreResult<Option<String>> {
-    value.map(|value| to_json(value, what)).transpose()
-}
-
-/// Paths are stored as text so the database stays readable and comparable in SQL; the JSON
-/// model cannot carry a non-UTF-8 path either.
-pub(super) fn path_text<'a>(path: &'a Path, what: &str) -> StoreResult<&'a str> {
-    path.to_str().ok_or_else(|| {
-        StoreError::Io(format!(
-            "{what} {} is not valid UTF-8, which the run store cannot keep",
-            path.display()
-        ))
-    })
-}
-
-/// SQLite integers are signed 64-bit.
-pub(super) fn to_sql_integer(value: u64, what: &str) -> StoreResult<i64> {
-    i64::try_from(value)
-        .map_err(|_| StoreError::Io(format!("{what} {value} is too large for the run store")))
 }
