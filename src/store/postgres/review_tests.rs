@@ -7,33 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::tests::{fresh, id, open};
 use super::{PgOptions, PostgresStore};
-use crate::model::{RunId, RunStatus};
+use crate::model::RunStatus;
 use crate::store::contract::{PROJECT, RUN, event, expiring_lease, lease, run_record};
 use crate::store::{Fence, ScriptChange, SqliteStore, Store, StoreError};
-use crate::testing::{PgCluster, PgDatabase};
-
-async fn open(url: &str, scripts: &tempfile::TempDir) -> PostgresStore {
-    let options = PgOptions {
-        call_deadline: Duration::from_secs(10),
-        pool_size: 4,
-        ..PgOptions::new(scripts.path())
-    };
-    PostgresStore::connect(url, options)
-        .await
-        .expect("open the store")
-}
-
-async fn fresh() -> (PgDatabase, tempfile::TempDir, PostgresStore) {
-    let database = PgCluster::shared().create_database().await;
-    let scripts = tempfile::tempdir().unwrap();
-    let store = open(&database.url, &scripts).await;
-    (database, scripts, store)
-}
-
-fn id() -> RunId {
-    RunId::parse(RUN).unwrap()
-}
+use crate::testing::PgCluster;
 
 /// Two replicas (pools of their own) race the same compare-and-swap 60 times: each round
 /// exactly one wins, and the lease then holds the winner's token; the loser can neither

@@ -14,7 +14,7 @@ use crate::store::{Fence, RunCounts, ScriptChange, SqliteStore, Store, StoreErro
 use crate::testing::{PgCluster, PgDatabase, ProxyMode, TcpProxy};
 
 /// A folder for script copies and the options of a test store on it.
-fn options(scripts: &tempfile::TempDir, deadline: Duration) -> PgOptions {
+pub(super) fn options(scripts: &tempfile::TempDir, deadline: Duration) -> PgOptions {
     PgOptions {
         call_deadline: deadline,
         pool_size: 4,
@@ -22,20 +22,20 @@ fn options(scripts: &tempfile::TempDir, deadline: Duration) -> PgOptions {
     }
 }
 
-async fn open(url: &str, scripts: &tempfile::TempDir) -> PostgresStore {
+pub(super) async fn open(url: &str, scripts: &tempfile::TempDir) -> PostgresStore {
     PostgresStore::connect(url, options(scripts, Duration::from_secs(10)))
         .await
         .expect("open the store")
 }
 
-async fn fresh() -> (PgDatabase, tempfile::TempDir, PostgresStore) {
+pub(super) async fn fresh() -> (PgDatabase, tempfile::TempDir, PostgresStore) {
     let database = PgCluster::shared().create_database().await;
     let scripts = tempfile::tempdir().unwrap();
     let store = open(&database.url, &scripts).await;
     (database, scripts, store)
 }
 
-fn id() -> RunId {
+pub(super) fn id() -> RunId {
     RunId::parse(RUN).unwrap()
 }
 
