@@ -37,7 +37,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -125,9 +125,11 @@ pub struct HttpOptions {
     pub limits: Limits,
     /// The owner's connections open at once; the next is closed at once.
     pub max_connections: usize,
-    /// The runtime that runs MCP requests, when it is not the one serving the connections:
+    /// The runtime that runs MCP requests, when it is not the one accepting connections:
     /// the daemon accepts connections and answers `/healthz` on a small runtime of its own,
-    /// so a busy engine runtime cannot starve its health check (daemon.md 1.4).
+    /// so a busy engine runtime cannot starve its health check (daemon.md 1.4). A connection
+    /// that opens with anything but a health check moves here once, whole; one that opened
+    /// with a health check stays and sends each later MCP request here.
     pub dispatch: Option<tokio::runtime::Handle>,
 }
 
@@ -239,11 +241,11 @@ pub async fn serve(
                 }
                 Caller::Trusted | Caller::NeedsToken => slots.0,
             };
-            let Ok(_slot) = slots.try_acquire_owned() else {
+            let Ok(slot) = slots.try_acquire_owned() else {
                 tracing::warn!("closed a connection from {peer}: too many open connections");
                 return;
             };
-            state.connection(stream, caller).await;
+            state.place(stream, caller, slot).await;
         });
     }
     drop(listener);
@@ -271,6 +273,39 @@ struct State {
     stopping: CancellationToken,
 }
 
+/// What a connection's first bytes say about where to serve it.
+#[derive(Debug, PartialEq, Eq)]
+enum FirstBytes {
+    /// Closed, failed, or silent for the idle limit: nothing to serve.
+    Gone,
+    /// `GET /healthz`, or too little of the request line yet to tell otherwise.
+    HealthCheck,
+    Other,
+}
+
+/// The request line's start a health check has.
+const HEALTH_CHECK: &[u8] = b"GET /healthz";
+
+/// Looks at what has arrived on `stream` without consuming it, waiting up to `idle` (the
+/// idle limit a silent connection gets anyway) for the first bytes.
+async fn first_bytes(stream: &TcpStream, idle: Duration) -> FirstBytes {
+    let mut seen = [0u8; HEALTH_CHECK.len()];
+    match tokio::time::timeout(idle, stream.peek(&mut seen)).await {
+        Ok(Ok(0) | Err(_)) | Err(_) => FirstBytes::Gone,
+        Ok(Ok(read)) => classify_first_bytes(&seen[..read]),
+    }
+}
+
+/// A prefix of a health check stays where health checks are answered: the safe side when a
+/// client sends its request line in pieces.
+fn classify_first_bytes(seen: &[u8]) -> FirstBytes {
+    if HEALTH_CHECK.starts_with(seen) {
+        FirstBytes::HealthCheck
+    } else {
+        FirstBytes::Other
+    }
+}
+
 /// Aborts a task when dropped (a no-op once it has finished).
 struct AbortOnDrop(tokio::task::AbortHandle);
 
@@ -281,17 +316,63 @@ impl Drop for AbortOnDrop {
 }
 
 impl State {
-    /// Serves one connection until it ends, overstays a limit, or the server stops.
-    async fn connection(self: Arc<Self>, stream: TcpStream, caller: Caller) {
+    /// Serves a connection where its requests are answered. Without
+    /// [`HttpOptions::dispatch`] that is here. With it, an owner's connection whose first
+    /// request is not `GET /healthz` moves to the dispatch runtime once and is served there
+    /// whole, so its requests cost no hop between runtimes; a health check, and any other
+    /// user's connection, stay on this (front) runtime, which a busy engine cannot starve.
+    async fn place(self: Arc<Self>, stream: TcpStream, caller: Caller, slot: OwnedSemaphorePermit) {
+        let Some(main) = self.options.dispatch.clone() else {
+            return self.connection(stream, caller, None, slot).await;
+        };
+        if matches!(caller, Caller::Foreign(_)) {
+            return self.connection(stream, caller, Some(main), slot).await;
+        }
+        match first_bytes(&stream, self.options.limits.idle).await {
+            FirstBytes::Gone => {}
+            FirstBytes::HealthCheck => self.connection(stream, caller, Some(main), slot).await,
+            FirstBytes::Other => {
+                let stream = match stream.into_std() {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::warn!("handing a connection to the main runtime failed: {error}");
+                        return;
+                    }
+                };
+                let state = self.clone();
+                main.spawn(self.tasks.track_future(async move {
+                    match TcpStream::from_std(stream) {
+                        Ok(stream) => state.connection(stream, caller, None, slot).await,
+                        Err(error) => {
+                            tracing::warn!(
+                                "adopting a connection on the main runtime failed: {error}"
+                            );
+                        }
+                    }
+                }));
+            }
+        }
+    }
+
+    /// Serves one connection until it ends, overstays a limit, or the server stops. `hop`
+    /// is the runtime its MCP requests are answered on when it is not this one.
+    async fn connection(
+        self: Arc<Self>,
+        stream: TcpStream,
+        caller: Caller,
+        hop: Option<tokio::runtime::Handle>,
+        _slot: OwnedSemaphorePermit,
+    ) {
         let activity = Activity::new();
         let service = {
             let state = self.clone();
             let activity = activity.clone();
             service_fn(move |request| {
                 let state = state.clone();
+                let hop = hop.clone();
                 let busy = activity.busy();
                 async move {
-                    let response = state.route(request, caller).await;
+                    let response = state.route(request, caller, hop).await;
                     Ok::<_, Infallible>(response.map(|body| Tracked::new(body, busy)))
                 }
             })
@@ -327,14 +408,19 @@ impl State {
         }
     }
 
-    async fn route(self: Arc<Self>, request: Request<Incoming>, caller: Caller) -> HttpResponse {
+    async fn route(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        caller: Caller,
+        hop: Option<tokio::runtime::Handle>,
+    ) -> HttpResponse {
         let (parts, body) = request.into_parts();
         if let Some(refusal) = self.refuse(&parts, caller) {
             return refusal;
         }
         let mut response = match self.answer_at_the_door(&parts) {
             Some(response) => response,
-            None => match self.options.dispatch.clone() {
+            None => match hop {
                 Some(runtime) => {
                     let task = runtime.spawn(self.clone().route_mcp(parts, body));
                     // A client that goes away drops this future; the request's future on the
@@ -534,6 +620,16 @@ mod tests {
         let mut answer = String::new();
         stream.read_to_string(&mut answer).await.unwrap();
         answer.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn only_a_health_check_or_a_prefix_of_one_stays_on_the_front() {
+        for stays in [&b"G"[..], b"GET /", b"GET /healthz"] {
+            assert_eq!(classify_first_bytes(stays), FirstBytes::HealthCheck);
+        }
+        for moves in [&b"POST /mcp HT"[..], b"GET /mcp HTTP", b"P", b"DELETE"] {
+            assert_eq!(classify_first_bytes(moves), FirstBytes::Other);
+        }
     }
 
     #[tokio::test]

@@ -2,7 +2,8 @@
 //! specific JSON-RPC error, and both eras dispatch to a tiny handler. The handler here is
 //! shared with the HTTP and stdio tests.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use agentprism::mcp::handler::codes;
@@ -12,9 +13,9 @@ use agentprism::mcp::{
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
-/// Tools `echo`, `progress` and `wait_for_cancel`; resources `test://a` (subscribable);
+/// Tools `echo`, `progress`, `wait_for_cancel` and `hold`; resources `test://a` (subscribable);
 /// no prompts, so prompt methods must be -32601.
 pub struct TestHandler {
     pub hub: NotificationHub,
@@ -89,6 +90,16 @@ impl McpHandler for TestHandler {
                     };
                 Ok(json!({"content": [{"type": "text", "text": text}]}))
             }
+            "hold" => {
+                // Waits for the test to release it, sending nothing meanwhile (so its answer
+                // stays plain JSON), then records that it ran to its end.
+                let key = arguments["key"].as_str().unwrap_or_default();
+                let hold = Hold::named(key);
+                hold.started.add_permits(1);
+                let _released = hold.release.acquire().await;
+                hold.finished.add_permits(1);
+                Ok(json!({"content": [{"type": "text", "text": "held"}]}))
+            }
             _ => Err(McpError::invalid_params(format!("unknown tool {name}"))),
         }
     }
@@ -110,6 +121,34 @@ impl McpHandler for TestHandler {
         } else {
             Err(McpError::invalid_params("no such resource"))
         }
+    }
+}
+
+/// The gates of one `hold` call, by the key its arguments name (tests run in parallel).
+pub struct Hold {
+    /// A permit once the handler is running.
+    pub started: Semaphore,
+    /// The test's permit to finish.
+    pub release: Semaphore,
+    /// A permit once the handler has finished.
+    pub finished: Semaphore,
+}
+
+impl Hold {
+    pub fn named(key: &str) -> Arc<Hold> {
+        static HOLDS: LazyLock<Mutex<HashMap<String, Arc<Hold>>>> = LazyLock::new(Mutex::default);
+        HOLDS
+            .lock()
+            .unwrap()
+            .entry(key.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Hold {
+                    started: Semaphore::new(0),
+                    release: Semaphore::new(0),
+                    finished: Semaphore::new(0),
+                })
+            })
+            .clone()
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-use super::mcp_core::{TestHandler, modern_meta};
+use super::mcp_core::{Hold, TestHandler, modern_meta};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -544,6 +544,60 @@ async fn concurrent_streams_and_cancellation_by_notification() {
                 );
             }
         }
+    }
+    server.stop().await;
+}
+
+/// A legacy request whose answer is plain JSON keeps running when its client disconnects
+/// mid-request, and finishes: its handler leaves the closed connection for the server's
+/// tracker instead of being dropped with it.
+#[tokio::test]
+async fn a_legacy_request_runs_to_its_end_after_its_client_disconnects() {
+    let server = TestServer::start(HttpOptions::default()).await;
+    let session = server.initialize().await;
+    let hold = Hold::named("legacy-disconnect");
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "hold", "arguments": {"key": "legacy-disconnect"}}})
+    .to_string();
+    let mut stream = TcpStream::connect(server.address).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
+        server.host(),
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = tokio::time::timeout(WAIT, hold.started.acquire()).await;
+    started
+        .expect("the handler never started")
+        .unwrap()
+        .forget();
+    drop(stream);
+    // Wait until the server has let go of the request's connection, so the handler is past
+    // the point where it would have been dropped with it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.server.session_activity()[0].1.open_connections > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never noticed the disconnect"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.server.session_activity()[0].1.inflight_requests, 1);
+    hold.release.add_permits(1);
+    let finished = tokio::time::timeout(WAIT, hold.finished.acquire()).await;
+    finished
+        .expect("the handler was dropped with its connection")
+        .unwrap()
+        .forget();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.server.inflight_count() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request stayed in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     server.stop().await;
 }

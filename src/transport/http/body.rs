@@ -11,7 +11,7 @@ use hyper::body::{Body, Frame};
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::mcp::handler::codes;
 use crate::mcp::server::Outcome;
@@ -63,16 +63,6 @@ impl Body for HttpBody {
             ),
             HttpBody::Stream(_) => hyper::body::SizeHint::default(),
         }
-    }
-}
-
-pub(super) fn answered(outcome: Result<Outcome, oneshot::error::RecvError>) -> HttpResponse {
-    match outcome {
-        Ok(outcome) => outcome_response(outcome),
-        Err(_) => plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "request handler ended without an answer",
-        ),
     }
 }
 

@@ -11,7 +11,10 @@
 //! checked to be that method: a gateway that allowed the path has allowed exactly the
 //! method the server runs.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -22,10 +25,11 @@ use hyper::http::request::Parts;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::State;
 use super::body::{
-    HttpResponse, answered, json_response, plain, sse_response, status_only, too_large,
+    HttpResponse, json_response, outcome_response, plain, sse_response, status_only, too_large,
 };
 use super::headers::{check_modern_headers, header};
 use super::pump::Pump;
@@ -230,9 +234,14 @@ pub(super) async fn read_body(
     }
 }
 
-/// Runs the request on the server's tracker and answers: JSON unless a notification comes
-/// before the answer. `modern` requests die with their caller; legacy ones outlive a
-/// disconnect.
+/// Runs the request and answers: JSON unless a notification comes before the answer.
+/// `modern` requests die with their caller; legacy ones outlive a disconnect.
+///
+/// The handler runs inline on the connection's task, the cheap case of an ordinary answer
+/// (no task, no wake-up of another thread). It moves onto the server's tracker, still
+/// pending, when its answer turns into an SSE stream or when its client goes away (this
+/// future is dropped): so it always runs to its end, as a spawned task would, and shutdown
+/// still waits for it.
 async fn answer(
     state: Arc<State>,
     request: Request,
@@ -243,20 +252,24 @@ async fn answer(
 ) -> HttpResponse {
     let _connection = session.as_ref().map(|session| session.connection());
     let (notes_sender, mut notes) = mpsc::unbounded_channel::<Value>();
-    let (done_sender, done) = oneshot::channel::<Outcome>();
     let stream_closed = CancellationToken::new();
     context.notifications = Some(notes_sender);
     context.cancel = stream_closed.clone();
     let cancel_on_drop = modern.then(|| stream_closed.clone().drop_guard());
     let server = state.server.clone();
-    state.tasks.spawn(async move {
-        let outcome = server.handle_request(request, resolution, &context).await;
-        let _ = done_sender.send(outcome);
-    });
-    // The handler's side of `notes` closes before `done` is sent, so no notification is
-    // ever skipped.
-    let Some(first_note) = notes.recv().await else {
-        return answered(done.await);
+    let mut handler = Detachable::new(
+        async move { server.handle_request(request, resolution, &context).await },
+        state.tasks.clone(),
+    );
+    // The handler's side of `notes` closes when it finishes, after its last notification,
+    // so a notification sent just before the answer is still found here.
+    let (first_note, done) = tokio::select! {
+        biased;
+        Some(note) = notes.recv() => (note, handler.detach()),
+        outcome = &mut handler => match notes.try_recv() {
+            Ok(note) => (note, answered_already(outcome)),
+            Err(_) => return outcome_response(outcome),
+        },
     };
     if let Some(guard) = cancel_on_drop {
         guard.disarm();
@@ -280,6 +293,67 @@ async fn answer(
         stream.run(&state_for_stream, first_note).await;
     });
     sse_response(body_receiver)
+}
+
+/// An outcome already in hand, as the stream's `done` channel carries one.
+fn answered_already(outcome: Outcome) -> oneshot::Receiver<Outcome> {
+    let (sender, receiver) = oneshot::channel();
+    let _ = sender.send(outcome);
+    receiver
+}
+
+/// A request handler polled inline that finishes on the tracker once nobody polls it here.
+struct Detachable {
+    /// The handler while it is pending here; `None` once it finished or moved.
+    future: Option<Pin<Box<dyn Future<Output = Outcome> + Send>>>,
+    /// Where a handler left behind goes, so shutdown waits for it.
+    tasks: TaskTracker,
+}
+
+impl Detachable {
+    fn new(future: impl Future<Output = Outcome> + Send + 'static, tasks: TaskTracker) -> Self {
+        Detachable {
+            future: Some(Box::pin(future)),
+            tasks,
+        }
+    }
+
+    /// Moves the pending handler onto the tracker; its outcome arrives on the receiver.
+    fn detach(&mut self) -> oneshot::Receiver<Outcome> {
+        let (sender, receiver) = oneshot::channel();
+        if let Some(future) = self.future.take() {
+            self.tasks.spawn(async move {
+                let _ = sender.send(future.await);
+            });
+        }
+        receiver
+    }
+}
+
+impl Future for Detachable {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let Some(future) = self.future.as_mut() else {
+            return Poll::Pending;
+        };
+        let outcome = std::task::ready!(future.as_mut().poll(cx));
+        self.future = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for Detachable {
+    /// The client went away mid-request: the handler finishes on the tracker, its answer
+    /// unsent (a stateless one sees its cancellation there). Outside a runtime (the
+    /// process is ending) there is nowhere to run it.
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(self.tasks.track_future(future));
+        }
+    }
 }
 
 /// A request's SSE answer: its notifications as they come, then its response.
