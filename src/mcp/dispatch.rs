@@ -81,16 +81,17 @@ fn server_info(handler: &dyn McpHandler) -> Value {
     server_info
 }
 
-/// Answers one request in its context; `session` is its legacy session, if any.
+/// Answers one request in its context; `capabilities` are the server's (see
+/// [`capabilities`]), `session` is the request's legacy session, if any.
 pub(super) async fn dispatch(
     handler: &dyn McpHandler,
+    capabilities: &Value,
     ctx: &RequestContext,
     request: &Request,
     session: Option<&Arc<Session>>,
 ) -> McpResult<Value> {
     let params = &request.params;
     let method = request.method.as_str();
-    let capabilities = capabilities(handler);
     let require = |name: &str| {
         if capabilities.get(name).is_some_and(|c| !c.is_null()) {
             Ok(())
@@ -142,7 +143,7 @@ pub(super) async fn dispatch(
             resources(handler, ctx, method, params).await
         }
         "resources/subscribe" | "resources/unsubscribe" => {
-            subscription(handler, ctx, method, params, &capabilities, session).await
+            subscription(handler, ctx, method, params, capabilities, session).await
         }
         "prompts/list" | "prompts/get" => {
             require("prompts")?;
@@ -160,7 +161,7 @@ pub(super) async fn dispatch(
             handler.complete(ctx, params.clone()).await
         }
         "subscriptions/listen" if ctx.era.is_modern() => {
-            events::listen(handler, ctx, params, &capabilities).await
+            events::listen(handler, ctx, params, capabilities).await
         }
         _ if method.starts_with("tasks/") && handler.tasks().is_some() => {
             let backing = handler.tasks().expect("checked above");

@@ -87,7 +87,8 @@ pub trait McpHandler: Send + Sync + 'static {
     }
 
     /// The `capabilities` object (tools, resources, prompts, logging, completions,
-    /// extensions). The core answers methods of undeclared capabilities with -32601.
+    /// extensions). The core answers methods of undeclared capabilities with -32601. Read
+    /// once, when the [`McpServer`](super::McpServer) is built: the set is fixed.
     fn capabilities(&self) -> Value;
 
     /// The hub this handler publishes on.

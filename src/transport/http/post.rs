@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -84,10 +85,7 @@ pub(super) async fn post(
     // and their ids restart at 1, so one client's `notifications/cancelled` must never
     // reach another client's request (a stateless request is cancelled by closing its
     // response stream instead).
-    let mut context = TransportContext::new(
-        TransportKind::Http,
-        format!("http:{}", uuid::Uuid::new_v4().simple()),
-    );
+    let mut context = TransportContext::new(TransportKind::Http, exchange_id());
     context.session_id = session.as_ref().map(|session| session.id.clone());
     context.principal = routed.principal;
     let request = match message {
@@ -107,6 +105,13 @@ pub(super) async fn post(
     let modern = era.stated_version().is_some();
     let resolution = Resolution::of(&request.method, era, session.clone());
     answer(state, request, resolution, context, session, modern).await
+}
+
+/// A name for one session-less exchange, unique in this process (the scope of its
+/// cancellations). A counter, not a random id: nothing outside the process sees it.
+fn exchange_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("http:{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A per-method path's rule: the body is one message whose `method` is the one the path
