@@ -33,6 +33,9 @@
 //!   refuses one that does not (`StoreError::Confidential`), before writing anything.
 //! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
 //!   of a run, not the run.
+//! - **A run's version changes with what status shows** (`Store::run_version`, where a
+//!   backend keeps one): every write to a run that is not running, to its row or anything
+//!   stored under it, gives it a version no run of the store had before.
 //!
 //! `sqlite` is the embedded backend (one database file per persistence root), `postgres` the
 //! shared one (several replicas on one database; docs/store.md), `location` opens either from
@@ -45,7 +48,7 @@ use async_trait::async_trait;
 
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    RunStatus, RunSummary,
 };
 
 mod codec;
@@ -154,6 +157,17 @@ pub struct CallTail {
     pub total: u64,
     /// Its last non-checkpoint rows by index, at most the limit asked for, ascending.
     pub calls: Vec<CallRecord>,
+}
+
+/// A run's status and its change counter, as an answer cache checks them ([`Store::run_version`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunVersion {
+    pub status: RunStatus,
+    /// Differs after every write that changes anything stored for the run while its stored
+    /// status is not `running` (its row, calls, call counts, events, checkpoint answers), and
+    /// from every version any other run of the store ever had, so an answer cached under one
+    /// version is never served for changed data, nor for a run deleted and created again.
+    pub version: u64,
 }
 
 /// The durable run store.
@@ -392,6 +406,16 @@ pub trait Store: Send + Sync + 'static {
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
         let runs = self.list_runs(None, u32::MAX).await?;
         Ok(counts::terminal_before(runs, before_ms, limit))
+    }
+
+    /// The run's status and change counter ([`RunVersion`]): one indexed read, so that a
+    /// cached `status` answer of a run that is not running can be checked on every call.
+    /// `Ok(None)` when this backend keeps no counter (this default: no existing method can
+    /// tell that nothing changed), and callers then must not cache. Fails with `UnknownRun`
+    /// for a run the store does not have, where the backend keeps a counter.
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<RunVersion>> {
+        let _ = run_id;
+        Ok(None)
     }
 }
 

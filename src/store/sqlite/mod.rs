@@ -41,6 +41,7 @@ mod housekeeping;
 mod leases;
 mod rows;
 mod runs;
+mod versions;
 
 use super::script_copies as scripts;
 
@@ -206,6 +207,10 @@ impl Store for SqliteStore {
 
     async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)> {
         events::log_tail(&self.connection(), run_id, limit)
+    }
+
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<super::RunVersion>> {
+        versions::run_version(&self.connection(), run_id).map(Some)
     }
 
     async fn put_checkpoint_answer(
