@@ -47,8 +47,8 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunStatus, RunSummary,
+    CallError, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointAnswer, EventRecord, Lease,
+    OperationReceipt, RunId, RunRecord, RunStatus, RunSummary,
 };
 
 mod codec;
@@ -157,6 +157,52 @@ pub struct CallTail {
     pub total: u64,
     /// Its last non-checkpoint rows by index, at most the limit asked for, ascending.
     pub calls: Vec<CallRecord>,
+}
+
+/// A call row as status shows it ([`Store::status_call_tail`]): the fields of a
+/// [`CallRecord`] a status entry reads, without usage, replay, session, hashes or path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallSummary {
+    pub generation: u32,
+    pub index: u32,
+    pub kind: CallKind,
+    pub label: Option<String>,
+    pub phase: Option<String>,
+    pub model_requested: Option<String>,
+    pub backend_id: Option<String>,
+    pub outcome: CallOutcome,
+    pub origin: CallOrigin,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<CallError>,
+}
+
+impl From<&CallRecord> for CallSummary {
+    fn from(call: &CallRecord) -> CallSummary {
+        CallSummary {
+            generation: call.generation,
+            index: call.index,
+            kind: call.kind,
+            label: call.label.clone(),
+            phase: call.phase.clone(),
+            model_requested: call.model_requested.clone(),
+            backend_id: call.backend_id.clone(),
+            outcome: call.outcome,
+            origin: call.origin,
+            result: call.result.clone(),
+            error: call.error.clone(),
+        }
+    }
+}
+
+/// [`CallTail`] in [`CallSummary`]s; `total` only when it was asked for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SummaryTail {
+    /// As [`CallTail::generation`].
+    pub generation: Option<u32>,
+    /// As [`CallTail::total`], when counted.
+    pub total: Option<u64>,
+    /// As [`CallTail::calls`], narrowed.
+    pub calls: Vec<CallSummary>,
 }
 
 /// A run's status and its change counter, as an answer cache checks them ([`Store::run_version`]).
@@ -406,6 +452,29 @@ pub trait Store: Send + Sync + 'static {
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
         let runs = self.list_runs(None, u32::MAX).await?;
         Ok(counts::terminal_before(runs, before_ms, limit))
+    }
+
+    /// What status reads of the calls: [`Store::call_tail`] when `count`, else
+    /// [`Store::call_tail_rows`] (`total` unset), each row narrowed to a [`CallSummary`]. This
+    /// default narrows those reads; a backend may read only the shown columns instead.
+    async fn status_call_tail(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+        count: bool,
+    ) -> StoreResult<SummaryTail> {
+        let (generation, calls, total) = if count {
+            let tail = self.call_tail(run_id, limit).await?;
+            (tail.generation, tail.calls, Some(tail.total))
+        } else {
+            let (generation, calls) = self.call_tail_rows(run_id, limit).await?;
+            (generation, calls, None)
+        };
+        Ok(SummaryTail {
+            generation,
+            total,
+            calls: calls.iter().map(CallSummary::from).collect(),
+        })
     }
 
     /// The run's status and change counter ([`RunVersion`]): one indexed read, so that a

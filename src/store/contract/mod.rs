@@ -35,6 +35,7 @@ mod calls;
 mod control;
 mod leases;
 mod runs;
+mod summaries;
 mod versions;
 
 pub use callers::*;
@@ -42,6 +43,7 @@ pub use calls::*;
 pub use control::*;
 pub use leases::*;
 pub use runs::*;
+pub use summaries::*;
 pub use versions::*;
 
 /// What the suite needs from a backend.
@@ -97,6 +99,7 @@ macro_rules! store_contract_tests {
             concurrent_reclaims_have_one_winner,
             companion_files_travel_with_the_script,
             run_version_changes_with_every_write_while_not_running,
+            status_call_tail_is_the_call_tail_narrowed,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
