@@ -173,6 +173,19 @@ impl Store for CheckThenWrite {
         self.inner.log_tail(run_id, limit).await
     }
 
+    async fn status_call_tail(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+        count: bool,
+    ) -> StoreResult<crate::store::SummaryTail> {
+        self.inner.status_call_tail(run_id, limit, count).await
+    }
+
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<crate::store::RunVersion>> {
+        self.inner.run_version(run_id).await
+    }
+
     async fn put_checkpoint_answer(
         &self,
         run_id: &RunId,

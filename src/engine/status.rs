@@ -15,10 +15,9 @@ use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
 use crate::model::{
-    CallKind, CallOrigin, CallOutcome, CallRecord, Phase, RunId, RunRecord, RunStatus,
-    ScriptRevision, Usage,
+    CallKind, CallOrigin, CallOutcome, Phase, RunId, RunRecord, RunStatus, ScriptRevision, Usage,
 };
-use crate::store::{Store, StoreResult};
+use crate::store::{CallSummary, Store, StoreResult};
 
 mod fit;
 
@@ -306,7 +305,12 @@ async fn shown_rows(
     query: &StatusQuery,
 ) -> StoreResult<(Vec<CallEntry>, usize)> {
     if query.label_glob.is_some() {
-        let calls = store.latest_calls(&record.run_id).await?;
+        let calls: Vec<CallSummary> = store
+            .latest_calls(&record.run_id)
+            .await?
+            .iter()
+            .map(CallSummary::from)
+            .collect();
         let rows = call_rows(record, &calls, live);
         let total = rows.len();
         return Ok((rows, total));
@@ -315,16 +319,13 @@ async fn shown_rows(
     // count in the store.
     let counted_here = live.and_then(|live| live.settled_calls);
     let last_n = query.last_n as u32;
-    let (generation, calls, total) = match counted_here {
-        Some(total) => {
-            let (generation, calls) = store.call_tail_rows(&record.run_id, last_n).await?;
-            (generation, calls, total)
-        }
-        None => {
-            let tail = store.call_tail(&record.run_id, last_n).await?;
-            (tail.generation, tail.calls, tail.total)
-        }
-    };
+    // Only the shown columns of the tail (`Store::status_call_tail`), counted unless counted
+    // here.
+    let tail = store
+        .status_call_tail(&record.run_id, last_n, counted_here.is_none())
+        .await?;
+    let (generation, calls) = (tail.generation, tail.calls);
+    let total = counted_here.or(tail.total).unwrap_or_default();
     // `call_rows` keeps only the record's generation while one is live.
     let settled = match (generation, live) {
         (Some(generation), Some(_)) if generation != record.generation => 0,
@@ -337,7 +338,7 @@ async fn shown_rows(
 
 /// Settled calls of the latest generation (every generation's when none is live), plus
 /// live ones, ascending by index.
-fn call_rows(record: &RunRecord, calls: &[CallRecord], live: Option<&LiveView>) -> Vec<CallEntry> {
+fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>) -> Vec<CallEntry> {
     let mut rows: Vec<CallEntry> = Vec::new();
     for call in calls
         .iter()

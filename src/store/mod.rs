@@ -33,6 +33,9 @@
 //!   refuses one that does not (`StoreError::Confidential`), before writing anything.
 //! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
 //!   of a run, not the run.
+//! - **A run's version changes with what status shows** (`Store::run_version`, where a
+//!   backend keeps one): every write to a run that is not running, to its row or anything
+//!   stored under it, gives it a version no run of the store had before.
 //!
 //! `sqlite` is the embedded backend (one database file per persistence root), `postgres` the
 //! shared one (several replicas on one database; docs/store.md), `location` opens either from
@@ -44,8 +47,8 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    CallError, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointAnswer, EventRecord, Lease,
+    OperationReceipt, RunId, RunRecord, RunStatus, RunSummary,
 };
 
 mod codec;
@@ -154,6 +157,63 @@ pub struct CallTail {
     pub total: u64,
     /// Its last non-checkpoint rows by index, at most the limit asked for, ascending.
     pub calls: Vec<CallRecord>,
+}
+
+/// A call row as status shows it ([`Store::status_call_tail`]): the fields of a
+/// [`CallRecord`] a status entry reads, without usage, replay, session, hashes or path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallSummary {
+    pub generation: u32,
+    pub index: u32,
+    pub kind: CallKind,
+    pub label: Option<String>,
+    pub phase: Option<String>,
+    pub model_requested: Option<String>,
+    pub backend_id: Option<String>,
+    pub outcome: CallOutcome,
+    pub origin: CallOrigin,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<CallError>,
+}
+
+impl From<&CallRecord> for CallSummary {
+    fn from(call: &CallRecord) -> CallSummary {
+        CallSummary {
+            generation: call.generation,
+            index: call.index,
+            kind: call.kind,
+            label: call.label.clone(),
+            phase: call.phase.clone(),
+            model_requested: call.model_requested.clone(),
+            backend_id: call.backend_id.clone(),
+            outcome: call.outcome,
+            origin: call.origin,
+            result: call.result.clone(),
+            error: call.error.clone(),
+        }
+    }
+}
+
+/// [`CallTail`] in [`CallSummary`]s; `total` only when it was asked for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SummaryTail {
+    /// As [`CallTail::generation`].
+    pub generation: Option<u32>,
+    /// As [`CallTail::total`], when counted.
+    pub total: Option<u64>,
+    /// As [`CallTail::calls`], narrowed.
+    pub calls: Vec<CallSummary>,
+}
+
+/// A run's status and its change counter, as an answer cache checks them ([`Store::run_version`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunVersion {
+    pub status: RunStatus,
+    /// Differs after every write that changes anything stored for the run while its stored
+    /// status is not `running` (its row, calls, call counts, events, checkpoint answers), and
+    /// from every version any other run of the store ever had, so an answer cached under one
+    /// version is never served for changed data, nor for a run deleted and created again.
+    pub version: u64,
 }
 
 /// The durable run store.
@@ -392,6 +452,39 @@ pub trait Store: Send + Sync + 'static {
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
         let runs = self.list_runs(None, u32::MAX).await?;
         Ok(counts::terminal_before(runs, before_ms, limit))
+    }
+
+    /// What status reads of the calls: [`Store::call_tail`] when `count`, else
+    /// [`Store::call_tail_rows`] (`total` unset), each row narrowed to a [`CallSummary`]. This
+    /// default narrows those reads; a backend may read only the shown columns instead.
+    async fn status_call_tail(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+        count: bool,
+    ) -> StoreResult<SummaryTail> {
+        let (generation, calls, total) = if count {
+            let tail = self.call_tail(run_id, limit).await?;
+            (tail.generation, tail.calls, Some(tail.total))
+        } else {
+            let (generation, calls) = self.call_tail_rows(run_id, limit).await?;
+            (generation, calls, None)
+        };
+        Ok(SummaryTail {
+            generation,
+            total,
+            calls: calls.iter().map(CallSummary::from).collect(),
+        })
+    }
+
+    /// The run's status and change counter ([`RunVersion`]): one indexed read, so that a
+    /// cached `status` answer of a run that is not running can be checked on every call.
+    /// `Ok(None)` when this backend keeps no counter (this default: no existing method can
+    /// tell that nothing changed), and callers then must not cache. Fails with `UnknownRun`
+    /// for a run the store does not have, where the backend keeps a counter.
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<RunVersion>> {
+        let _ = run_id;
+        Ok(None)
     }
 }
 

@@ -39,6 +39,7 @@ mod serve_sdk;
 mod service;
 mod shim;
 mod snapshots;
+mod status_cache;
 mod succession;
 mod support;
 mod tasks;

@@ -15,7 +15,8 @@
 //! dense event seqs, the bounded call tail, intents reused while pending and ended by the
 //! first acknowledgement, script copies, delete cascading to everything, declared
 //! capabilities, corrupt data reported as `Corrupt`, the caller tag's compare-and-set with a
-//! single winner, and companion files frozen with the script.
+//! single winner, companion files frozen with the script, and a run version that changes with
+//! every write to a run that is not running.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,12 +35,16 @@ mod calls;
 mod control;
 mod leases;
 mod runs;
+mod summaries;
+mod versions;
 
 pub use callers::*;
 pub use calls::*;
 pub use control::*;
 pub use leases::*;
 pub use runs::*;
+pub use summaries::*;
+pub use versions::*;
 
 /// What the suite needs from a backend.
 #[async_trait]
@@ -93,6 +98,8 @@ macro_rules! store_contract_tests {
             update_run_leaves_the_caller_alone,
             concurrent_reclaims_have_one_winner,
             companion_files_travel_with_the_script,
+            run_version_changes_with_every_write_while_not_running,
+            status_call_tail_is_the_call_tail_narrowed,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {

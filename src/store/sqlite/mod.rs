@@ -15,7 +15,9 @@
 //! file of their own: `connection.rs` (opening, settings, migrations), `rows.rs` (column
 //! conversions, run keys, the fence check), `runs.rs`, `calls.rs`, `events.rs`,
 //! `answers.rs` (checkpoint answers, receipts), `leases.rs`, `control.rs` (intents),
-//! `housekeeping.rs` (run counts, finished runs) and `scripts.rs` (inline script copies, the one part of a run kept as a file).
+//! `housekeeping.rs` (run counts, finished runs), `versions.rs` (the run version status's answer
+//! cache checks), `status_reads.rs` (the narrow call tail status reads) and `scripts.rs` (inline
+//! script copies, the one part of a run kept as a file).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -41,6 +43,8 @@ mod housekeeping;
 mod leases;
 mod rows;
 mod runs;
+mod status_reads;
+mod versions;
 
 use super::script_copies as scripts;
 
@@ -206,6 +210,19 @@ impl Store for SqliteStore {
 
     async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)> {
         events::log_tail(&self.connection(), run_id, limit)
+    }
+
+    async fn status_call_tail(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+        count: bool,
+    ) -> StoreResult<super::SummaryTail> {
+        status_reads::tail(&self.connection(), run_id, limit, count)
+    }
+
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<super::RunVersion>> {
+        versions::run_version(&self.connection(), run_id).map(Some)
     }
 
     async fn put_checkpoint_answer(

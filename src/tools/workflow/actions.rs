@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest, StatusQuery};
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
-use crate::model::RunId;
+use crate::model::{RunId, RunStatus};
+use crate::store::RunVersion;
 use crate::tools::resources;
 
 use super::config::{self, ConfigInput};
@@ -22,6 +23,7 @@ use super::reply::{
     PREPARATION_CEILING, acknowledgement, engine_failure, observe, status_result, structured,
     tool_error,
 };
+use super::status_cache::StatusCache;
 use super::text;
 
 /// What the actions need of the server around them.
@@ -33,6 +35,8 @@ pub(super) struct Actions {
     /// Asks the notification bridge for one coalesced `resources/list_changed` after an
     /// admission.
     pub(super) list_changes: mpsc::UnboundedSender<()>,
+    /// Finished `status` answers of runs that are not running, checked by run version.
+    pub(super) status_cache: StatusCache,
 }
 
 impl Actions {
@@ -55,15 +59,7 @@ impl Actions {
                 setup_id,
                 response,
             } => self.setup_response(run_id, setup_id, response).await,
-            Action::Status { run_id, query } => {
-                observe(async {
-                    match self.engine.status(&run_id, &query).await {
-                        Ok(status) => Ok(status_result(None, json!(status))),
-                        Err(error) => engine_failure(error),
-                    }
-                })
-                .await
-            }
+            Action::Status { run_id, query } => observe(self.status(&run_id, &query)).await,
             Action::Result {
                 run_id,
                 offset,
@@ -91,6 +87,51 @@ impl Actions {
                 }
                 Err(error) => engine_failure(error),
             },
+        }
+    }
+
+    /// `status`: the kept answer while the run's version stands (`status_cache`), else a
+    /// new one, kept when nothing in it can change without a store write.
+    async fn status(&self, run_id: &RunId, query: &StatusQuery) -> McpResult<Value> {
+        // Read before the answer is built: a write in between gives the next call a newer
+        // version, so an answer kept under this one is never served after it.
+        let version = self.cacheable_version(run_id).await;
+        if let Some(version) = version
+            && let Some(answer) = self.status_cache.get(run_id, query, version.version)
+        {
+            return Ok(answer);
+        }
+        match self.engine.status(run_id, query).await {
+            Ok(status) => {
+                let keep = version.filter(|version| {
+                    status.status == version.status
+                        && status.pending_permissions.is_empty()
+                        && status.remote_pending_permissions.is_empty()
+                        && status.latest_activity.is_none()
+                });
+                let answer = status_result(None, json!(status));
+                if let Some(version) = keep {
+                    self.status_cache
+                        .put(run_id, query, version.version, &answer);
+                }
+                Ok(answer)
+            }
+            Err(error) => {
+                self.status_cache.forget(run_id);
+                engine_failure(error)
+            }
+        }
+    }
+
+    /// The run's version when its status answer may be kept: stored as not running, and not
+    /// executed by this process (whose live view status shows).
+    async fn cacheable_version(&self, run_id: &RunId) -> Option<RunVersion> {
+        if self.engine.is_live(run_id) {
+            return None;
+        }
+        match self.engine.store().run_version(run_id).await {
+            Ok(Some(version)) if version.status != RunStatus::Running => Some(version),
+            _ => None,
         }
     }
 

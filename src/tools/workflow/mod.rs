@@ -5,7 +5,8 @@
 //! A call is parsed (`parse`: the per-action rules of the flat schema in `schema`), then
 //! carried out on the engine (`actions`), and answered in the shapes of `reply` with the
 //! summaries of `text`; `run` and `resume` go through the exact-retry receipts of
-//! `receipts`, and `config` probes backends (`config`). Dependencies point one way: this
+//! `receipts`, `config` probes backends (`config`), and `status_cache` keeps the answers of
+//! runs that are not running. Dependencies point one way: this
 //! file uses the others, and none of them knows the server around the tool.
 
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ mod parse;
 mod receipts;
 mod reply;
 mod schema;
+mod status_cache;
 mod tasks;
 mod text;
 
@@ -59,6 +61,7 @@ impl WorkflowTool {
                 engine,
                 tracker,
                 list_changes,
+                status_cache: status_cache::StatusCache::default(),
             },
             default_project,
             receipts: ReceiptBook::default(),

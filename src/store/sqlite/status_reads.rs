@@ -1,0 +1,153 @@
+//! The narrow call read `status` makes (`Store::status_call_tail`): the latest generation's
+//! last rows with only the columns a status entry shows, read by position, so no usage,
+//! replay, session, hash or path column is read or parsed. The generation, the count and the
+//! row order are those of `calls.rs`'s tail, through the same statements' keys.
+
+use rusqlite::types::FromSql;
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde::de::DeserializeOwned;
+
+use super::calls::{TAIL_COUNT, TAIL_COUNTED, TAIL_GENERATION};
+use super::connection::Context;
+use super::rows::{RowReader, run_key};
+use crate::model::{CallKind, CallOrigin, CallOutcome, RunId};
+use crate::store::{CallSummary, StoreError, StoreResult, SummaryTail};
+
+/// The shown columns, in the order [`SHOWN`] names them.
+const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
+         model_requested, backend_id, outcome, origin, result, error
+     FROM calls
+     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
+     ORDER BY call_index DESC LIMIT ?3";
+const SHOWN: [&str; 11] = [
+    "generation",
+    "call_index",
+    "kind",
+    "label",
+    "phase",
+    "model_requested",
+    "backend_id",
+    "outcome",
+    "origin",
+    "result",
+    "error",
+];
+
+pub(super) fn tail(
+    connection: &Connection,
+    run_id: &RunId,
+    limit: u32,
+    count: bool,
+) -> StoreResult<SummaryTail> {
+    let doing = || format!("read the last calls of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let generation: Option<u32> = connection
+        .prepare_cached(TAIL_GENERATION)
+        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .context(doing)?;
+    let Some(generation) = generation else {
+        return Ok(SummaryTail {
+            total: count.then_some(0),
+            ..SummaryTail::default()
+        });
+    };
+    let mut statement = connection.prepare_cached(TAIL_SUMMARIES).context(doing)?;
+    let mut rows = statement
+        .query(rusqlite::params![run_key, generation, limit])
+        .context(doing)?;
+    let mut calls = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        calls.push(summary(row, run_id)?);
+    }
+    calls.reverse();
+    let total = if count {
+        Some(total(connection, run_id, run_key, generation)?)
+    } else {
+        None
+    };
+    Ok(SummaryTail {
+        generation: Some(generation),
+        total,
+        calls,
+    })
+}
+
+/// The generation's non-checkpoint count: recorded when it stopped, else counted.
+fn total(
+    connection: &Connection,
+    run_id: &RunId,
+    run_key: i64,
+    generation: u32,
+) -> StoreResult<u64> {
+    let doing = || format!("count the calls of generation {generation} of run {run_id}");
+    let recorded: Option<i64> = connection
+        .prepare_cached(TAIL_COUNT)
+        .and_then(|mut statement| {
+            statement
+                .query_row(rusqlite::params![run_key, generation], |row| row.get(0))
+                .optional()
+        })
+        .context(doing)?;
+    let total = match recorded {
+        Some(total) => total,
+        None => connection
+            .prepare_cached(TAIL_COUNTED)
+            .and_then(|mut statement| {
+                statement.query_row(rusqlite::params![run_key, generation], |row| row.get(0))
+            })
+            .context(doing)?,
+    };
+    u64::try_from(total).map_err(|error| {
+        StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
+    })
+}
+
+fn summary(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallSummary> {
+    let columns = Columns {
+        row,
+        reader: RowReader::new(row, run_id, "calls"),
+    };
+    Ok(CallSummary {
+        generation: columns.get(0)?,
+        index: columns.get(1)?,
+        kind: columns.parsed(2, CallKind::parse)?,
+        label: columns.get(3)?,
+        phase: columns.get(4)?,
+        model_requested: columns.get(5)?,
+        backend_id: columns.get(6)?,
+        outcome: columns.parsed(7, CallOutcome::parse)?,
+        origin: columns.parsed(8, CallOrigin::parse)?,
+        result: columns.optional_json(9)?,
+        error: columns.optional_json(10)?,
+    })
+}
+
+/// Typed reads by position; bad stored data is `Corrupt`, naming the column.
+struct Columns<'row, 'statement> {
+    row: &'row Row<'statement>,
+    reader: RowReader<'row, 'statement>,
+}
+
+impl Columns<'_, '_> {
+    fn get<T: FromSql>(&self, index: usize) -> StoreResult<T> {
+        self.row
+            .get(index)
+            .map_err(|error| self.reader.corrupt(SHOWN[index], error))
+    }
+
+    fn optional_json<T: DeserializeOwned>(&self, index: usize) -> StoreResult<Option<T>> {
+        let text: Option<String> = self.get(index)?;
+        text.map(|text| {
+            serde_json::from_str(&text).map_err(|error| self.reader.corrupt(SHOWN[index], error))
+        })
+        .transpose()
+    }
+
+    fn parsed<T>(&self, index: usize, parse: fn(&str) -> Option<T>) -> StoreResult<T> {
+        let text: String = self.get(index)?;
+        parse(&text).ok_or_else(|| {
+            self.reader
+                .corrupt(SHOWN[index], format!("unknown value {text:?}"))
+        })
+    }
+}
