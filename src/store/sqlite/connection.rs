@@ -19,6 +19,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0004_leases_intents_tallies.sql"),
     include_str!("../migrations/sqlite/0005_checkpoint_rows.sql"),
     include_str!("../migrations/sqlite/0006_caller_companions.sql"),
+    include_str!("../migrations/sqlite/0007_events_by_key.sql"),
+    include_str!("../migrations/sqlite/0008_call_supersessions.sql"),
 ];
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL
