@@ -288,16 +288,27 @@ fn admissions_per_second(daemon: &Daemon, world: &World, table: &mut Table) -> R
         })
         .collect::<std::io::Result<_>>()
         .context("creating the clients' projects")?;
+    // The first refusal's answer, printed: a refusal is not an admission, and the count alone
+    // does not say whether a cap or an error refused it.
+    let first_refusal = std::sync::Mutex::new(None::<String>);
     let (admitted, failed) = in_parallel(daemon.port, |client, index, stop| {
         let (mut ok, mut failed) = (0, 0);
         while !stop.load(Ordering::Relaxed) {
             match start_run(client, &projects[index], ZERO_AGENT, 0) {
                 Ok(_) => ok += 1,
-                Err(_) => failed += 1,
+                Err(error) => {
+                    failed += 1;
+                    if let Ok(mut first) = first_refusal.lock() {
+                        first.get_or_insert_with(|| format!("{error:#}"));
+                    }
+                }
             }
         }
         (ok, failed)
     });
+    if let Some(refusal) = first_refusal.into_inner().ok().flatten() {
+        println!("first refused admission: {refusal}");
+    }
     table.add(
         format!("0-agent admissions per second, {CLIENTS} clients in {CLIENTS} projects"),
         format!(

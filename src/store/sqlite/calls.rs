@@ -17,13 +17,33 @@ use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_json, to
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
-/// The columns every call read selects, in the order of [`CALL_COLUMNS`]: read by position,
-/// since looking a column up by name costs a scan of the row's column names per field.
+/// The columns every call read selects, in the order of [`CALL_COLUMNS`], from
+/// [`calls_from!`]: read by position, since looking a column up by name costs a scan of the
+/// row's column names per field. A row's supersession is its `call_supersessions` entry, else
+/// (rows superseded before migration 8) its own column.
 macro_rules! call_columns {
     () => {
-        "generation, call_index, kind, hash, path, inputs_hash, label, phase, outcome, origin, \
-         result, error, aborted, attempts, usage, model_requested, model_resolved, backend_id, \
-         resolved_cwd, replay, session, settlement_ordinal, superseded_by"
+        "c.generation, c.call_index, c.kind, c.hash, c.path, c.inputs_hash, c.label, c.phase, \
+         c.outcome, c.origin, c.result, c.error, c.aborted, c.attempts, c.usage, \
+         c.model_requested, c.model_resolved, c.backend_id, c.resolved_cwd, c.replay, \
+         c.session, c.settlement_ordinal, COALESCE(s.superseded_by,c.superseded_by)"
+    };
+}
+
+/// The call rows `c` with their supersessions `s`: one primary-key lookup per row, in a table
+/// that holds only the rows a resume replayed or re-executed.
+macro_rules! calls_from {
+    () => {
+        " FROM calls c LEFT JOIN call_supersessions s
+             ON s.run_key = c.run_key AND s.generation = c.generation
+                AND s.call_index = c.call_index"
+    };
+}
+
+/// Whether a row is superseded, in the terms of [`calls_from!`].
+macro_rules! not_superseded {
+    () => {
+        "c.superseded_by IS NULL AND s.superseded_by IS NULL"
     };
 }
 
@@ -66,16 +86,17 @@ pub(super) const TAIL_COUNTED: &str = "SELECT COUNT(*) FROM calls
 pub(super) const CHECKPOINT_ROWS: &str = concat!(
     "SELECT ",
     call_columns!(),
-    " FROM calls
-     WHERE run_key = ?1 AND kind = 'checkpoint' AND superseded_by IS NULL
-     ORDER BY generation, settlement_ordinal, call_index"
+    calls_from!(),
+    " WHERE c.run_key = ?1 AND c.kind = 'checkpoint' AND ",
+    not_superseded!(),
+    " ORDER BY c.generation, c.settlement_ordinal, c.call_index"
 );
 pub(super) const TAIL_ROWS: &str = concat!(
     "SELECT ",
     call_columns!(),
-    " FROM calls
-     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
-     ORDER BY call_index DESC LIMIT ?3"
+    calls_from!(),
+    " WHERE c.run_key = ?1 AND c.generation = ?2 AND c.kind != 'checkpoint'
+     ORDER BY c.call_index DESC LIMIT ?3"
 );
 
 /// Every call row of the run, ordered by (generation, settlement ordinal).
@@ -86,8 +107,8 @@ pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<Ca
         concat!(
             "SELECT ",
             call_columns!(),
-            " FROM calls WHERE run_key = ?1
-             ORDER BY generation, settlement_ordinal, call_index"
+            calls_from!(),
+            " WHERE c.run_key = ?1 ORDER BY c.generation, c.settlement_ordinal, c.call_index"
         ),
         run_key,
         run_id,
@@ -102,8 +123,10 @@ pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResul
         concat!(
             "SELECT ",
             call_columns!(),
-            " FROM calls WHERE run_key = ?1 AND superseded_by IS NULL
-             ORDER BY generation, call_index"
+            calls_from!(),
+            " WHERE c.run_key = ?1 AND ",
+            not_superseded!(),
+            " ORDER BY c.generation, c.call_index"
         ),
         run_key,
         run_id,
@@ -118,10 +141,10 @@ pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec
         concat!(
             "SELECT ",
             call_columns!(),
-            " FROM calls
-             WHERE run_key = ?1
-               AND generation = (SELECT MAX(generation) FROM calls WHERE run_key = ?1)
-             ORDER BY call_index"
+            calls_from!(),
+            " WHERE c.run_key = ?1
+               AND c.generation = (SELECT MAX(generation) FROM calls WHERE run_key = ?1)
+             ORDER BY c.call_index"
         ),
         run_key,
         run_id,
@@ -239,10 +262,16 @@ pub(super) fn append(
     for write in writes {
         insert_call(&transaction, run_key, run_id, write.record)?;
         for &(generation, index) in write.supersedes {
+            // Only a row that exists is superseded; a row superseded again takes the later
+            // generation, as the column did.
             let changed = transaction
                 .prepare_cached(
-                    "UPDATE calls SET superseded_by = ?1
-                     WHERE run_key = ?2 AND generation = ?3 AND call_index = ?4",
+                    "INSERT INTO call_supersessions (run_key, generation, call_index,
+                         superseded_by)
+                     SELECT run_key, generation, call_index, ?1 FROM calls
+                     WHERE run_key = ?2 AND generation = ?3 AND call_index = ?4
+                     ON CONFLICT (run_key, generation, call_index)
+                         DO UPDATE SET superseded_by = excluded.superseded_by",
                 )
                 .and_then(|mut statement| {
                     statement.execute(rusqlite::params![
@@ -446,7 +475,16 @@ mod tests {
     /// The names by position are the columns the queries select, in that order.
     #[test]
     fn the_column_names_follow_the_selected_columns() {
-        let selected: Vec<&str> = call_columns!().split(',').map(str::trim).collect();
+        let selected: Vec<&str> = call_columns!()
+            .split(", ")
+            .map(|column| {
+                let column = column.trim();
+                column.strip_prefix("c.").unwrap_or(match column {
+                    "COALESCE(s.superseded_by,c.superseded_by)" => "superseded_by",
+                    other => other,
+                })
+            })
+            .collect();
         assert_eq!(selected, CALL_COLUMNS);
     }
 }

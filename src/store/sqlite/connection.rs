@@ -19,7 +19,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0004_leases_intents_tallies.sql"),
     include_str!("../migrations/sqlite/0005_checkpoint_rows.sql"),
     include_str!("../migrations/sqlite/0006_caller_companions.sql"),
-    include_str!("../migrations/sqlite/0007_run_versions.sql"),
+    include_str!("../migrations/sqlite/0007_events_by_key.sql"),
+    include_str!("../migrations/sqlite/0008_call_supersessions.sql"),
+    include_str!("../migrations/sqlite/0009_run_versions.sql"),
 ];
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL

@@ -1,6 +1,8 @@
 //! The `events` table, each run's append-only event stream with `seq` dense from 1: the
 //! checked append (inside the caller's transaction, so a call and its events commit
-//! together), pages by cursor, and the log tail.
+//! together), pages by cursor, and the log tail. A row's key is [`EventKeys`]' run range plus
+//! its seq (migration 7), and its text is stored without the `"type"` and `"runId"` members
+//! every event starts with ([`frame`]), put back when read.
 
 use rusqlite::{Connection, Transaction};
 use serde_json::Value;
@@ -9,6 +11,88 @@ use super::connection::{Context, write_transaction};
 use super::rows::{RowReader, fenced_run_key, run_key, to_json, to_sql_integer};
 use crate::model::{EventRecord, RunId};
 use crate::store::{Fence, StoreError, StoreResult};
+
+/// How many event keys each run has: `event_key` = run_key * 2^32 + seq.
+const SEQS_PER_RUN: i64 = 1 << 32;
+
+/// The highest seq a run's stream may reach, and the highest run key whose range fits an
+/// SQLite integer.
+pub(super) const MAX_SEQ: u64 = u32::MAX as u64;
+pub(super) const MAX_RUN_KEY: i64 = i64::MAX / SEQS_PER_RUN;
+
+/// The range of `event_key`s of one run: `base + seq` for seq 1 to [`MAX_SEQ`].
+#[derive(Clone, Copy)]
+struct EventKeys {
+    base: i64,
+}
+
+impl EventKeys {
+    fn of(run_key: i64, run_id: &RunId) -> StoreResult<EventKeys> {
+        if !(0..=MAX_RUN_KEY).contains(&run_key) {
+            return Err(StoreError::Io(format!(
+                "run {run_id}: run key {run_key} is beyond the {MAX_RUN_KEY} runs whose events \
+                 the store can key"
+            )));
+        }
+        Ok(EventKeys {
+            base: run_key * SEQS_PER_RUN,
+        })
+    }
+
+    /// The key of `seq`, which must be at most [`MAX_SEQ`].
+    fn key(self, seq: u64, run_id: &RunId) -> StoreResult<i64> {
+        if seq > MAX_SEQ {
+            return Err(StoreError::Io(format!(
+                "append events of run {run_id}: event seq {seq} is beyond the {MAX_SEQ} events \
+                 a run may hold"
+            )));
+        }
+        Ok(self.base + to_sql_integer(seq, "event seq")?)
+    }
+
+    /// The last key of the range.
+    fn last(self) -> i64 {
+        self.base + (SEQS_PER_RUN - 1)
+    }
+
+    fn seq(self, key: i64) -> u64 {
+        // Every key read comes from this run's range, so the difference is in 0..2^32.
+        u64::try_from(key - self.base).unwrap_or_default()
+    }
+}
+
+/// The members every event starts with, as `serde_json` writes them (key order preserved):
+/// `{"type":<type>,"runId":<run id>,`. The store leaves them out of the stored text (the type
+/// is its own column, the run id the key's) and writes them back when it reads the row.
+fn frame_prefix(event_type: &str, run_id: &RunId) -> StoreResult<String> {
+    let event_type = to_json(&event_type, "event type")?;
+    let run_id = to_json(&run_id.as_str(), "run id")?;
+    Ok(format!("{{\"type\":{event_type},\"runId\":{run_id},"))
+}
+
+/// The text to store for an event's JSON `text` and whether it is framed: the text after the
+/// prefix, behind a `{`, when the event starts with it and has members after it; else whole.
+fn frame(text: String, event_type: &str, run_id: &RunId) -> StoreResult<(String, bool)> {
+    let prefix = frame_prefix(event_type, run_id)?;
+    match text.strip_prefix(prefix.as_str()) {
+        Some(rest) => Ok((format!("{{{rest}"), true)),
+        None => Ok((text, false)),
+    }
+}
+
+/// The event JSON of a stored row: `stored` itself, or with the prefix put back when framed.
+fn unframe(stored: String, framed: bool, event_type: &str, run_id: &RunId) -> StoreResult<String> {
+    if !framed {
+        return Ok(stored);
+    }
+    let prefix = frame_prefix(event_type, run_id)?;
+    let rest = stored.strip_prefix('{').ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "run {run_id}: column events.event: a framed event does not start with {{"
+        ))
+    })?;
+    Ok(format!("{prefix}{rest}"))
+}
 
 /// Appends `events` under the lease `fence` holds.
 pub(super) fn append(
@@ -37,25 +121,34 @@ pub(super) fn page(
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
     let doing = || format!("read events of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
-    // A cursor beyond what SQLite integers hold can only mean "after everything".
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let keys = EventKeys::of(run_key(connection, run_id)?, run_id)?;
+    // A cursor at or beyond the last seq a run may hold can only mean "after everything".
+    let Ok(after) = keys.key(after, run_id) else {
+        return Ok(Vec::new());
+    };
     let mut statement = connection
         .prepare_cached(
-            "SELECT seq, timestamp, redacted, truncated, event FROM events
-             WHERE run_key = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            "SELECT event_key, event_type, timestamp, redacted, truncated, framed, event
+             FROM events WHERE event_key > ?1 AND event_key <= ?2 ORDER BY event_key LIMIT ?3",
         )
         .context(doing)?;
     let mut rows = statement
-        .query(rusqlite::params![run_key, after, limit])
+        .query(rusqlite::params![after, keys.last(), limit])
         .context(doing)?;
     let mut events = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
         let reader = RowReader::new(row, run_id, "events");
+        let event_type: String = reader.get("event_type")?;
+        let text = unframe(
+            reader.get("event")?,
+            reader.get("framed")?,
+            &event_type,
+            run_id,
+        )?;
         events.push(EventRecord {
-            seq: reader.unsigned("seq")?,
+            seq: keys.seq(reader.get("event_key")?),
             timestamp: reader.get("timestamp")?,
-            event: reader.json("event")?,
+            event: serde_json::from_str(&text).map_err(|error| reader.corrupt("event", error))?,
             redacted: reader.get("redacted")?,
             truncated: reader.get("truncated")?,
         });
@@ -69,24 +162,29 @@ pub(super) fn log_tail(
     limit: u32,
 ) -> StoreResult<(Vec<String>, u64)> {
     let doing = || format!("read the log of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
+    let keys = EventKeys::of(run_key(connection, run_id)?, run_id)?;
     let total: i64 = connection
-        .prepare_cached("SELECT COUNT(*) FROM events WHERE run_key = ?1 AND event_type = 'log'")
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .prepare_cached(
+            "SELECT COUNT(*) FROM events
+             WHERE event_key > ?1 AND event_key <= ?2 AND event_type = 'log'",
+        )
+        .and_then(|mut statement| statement.query_row([keys.base, keys.last()], |row| row.get(0)))
         .context(doing)?;
     let mut statement = connection
         .prepare_cached(
-            "SELECT seq, event FROM events WHERE run_key = ?1 AND event_type = 'log'
-             ORDER BY seq DESC LIMIT ?2",
+            "SELECT event_key, event FROM events
+             WHERE event_key > ?1 AND event_key <= ?2 AND event_type = 'log'
+             ORDER BY event_key DESC LIMIT ?3",
         )
         .context(doing)?;
     let mut rows = statement
-        .query(rusqlite::params![run_key, limit])
+        .query(rusqlite::params![keys.base, keys.last(), limit])
         .context(doing)?;
     let mut lines = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
         let reader = RowReader::new(row, run_id, "events");
-        let seq = reader.unsigned("seq")?;
+        let seq = keys.seq(reader.get("event_key")?);
+        // The message is a member of the stored text whether or not it is framed.
         let event: Value = reader.json("event")?;
         let message = event
             .get("message")
@@ -111,10 +209,12 @@ pub(super) fn insert_events(
         return Ok(());
     }
     let doing = || format!("append events of run {run_id}");
+    let keys = EventKeys::of(run_key, run_id)?;
     let first_seq = last_seq(transaction, run_key, run_id)? + 1;
     let mut statement = transaction
         .prepare_cached(
-            "INSERT INTO events (run_key, seq, event_type, timestamp, redacted, truncated, event)
+            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, framed,
+                 event)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .context(doing)?;
@@ -126,22 +226,22 @@ pub(super) fn insert_events(
                 event.seq
             )));
         }
-        let seq = to_sql_integer(event.seq, "event seq")?;
+        let key = keys.key(event.seq, run_id)?;
         let event_type = event
             .event
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let event_json = to_json(&event.event, "event")?;
+        let (text, framed) = frame(to_json(&event.event, "event")?, event_type, run_id)?;
         statement
             .execute(rusqlite::params![
-                run_key,
-                seq,
+                key,
                 event_type,
                 event.timestamp,
                 event.redacted,
                 event.truncated,
-                event_json
+                framed,
+                text
             ])
             .context(doing)?;
     }
@@ -149,10 +249,12 @@ pub(super) fn insert_events(
 }
 
 pub(super) fn last_seq(connection: &Connection, run_key: i64, run_id: &RunId) -> StoreResult<u64> {
-    let last: i64 = connection
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_key = ?1")
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+    let keys = EventKeys::of(run_key, run_id)?;
+    let last: Option<i64> = connection
+        .prepare_cached(
+            "SELECT MAX(event_key) FROM events WHERE event_key > ?1 AND event_key <= ?2",
+        )
+        .and_then(|mut statement| statement.query_row([keys.base, keys.last()], |row| row.get(0)))
         .context(|| format!("read the last event seq of run {run_id}"))?;
-    u64::try_from(last)
-        .map_err(|error| StoreError::Corrupt(format!("run {run_id}: column events.seq: {error}")))
+    Ok(last.map_or(0, |key| keys.seq(key)))
 }

@@ -42,12 +42,6 @@ impl<'row, 'statement> RowReader<'row, 'statement> {
             .map_err(|error| self.corrupt(column, error))
     }
 
-    /// A `u64` field, stored as a non-negative SQLite integer.
-    pub(super) fn unsigned(&self, column: &str) -> StoreResult<u64> {
-        let value: i64 = self.get(column)?;
-        u64::try_from(value).map_err(|error| self.corrupt(column, error))
-    }
-
     pub(super) fn optional_unsigned(&self, column: &str) -> StoreResult<Option<u64>> {
         let value: Option<i64> = self.get(column)?;
         value

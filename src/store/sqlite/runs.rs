@@ -232,7 +232,10 @@ pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult
     // Children first: explicit deletes do not depend on the connection enforcing the
     // foreign keys' ON DELETE CASCADE.
     for sql in [
-        "DELETE FROM events WHERE run_key = ?1",
+        // The run's range of event keys (events.rs).
+        "DELETE FROM events
+         WHERE event_key > ?1 * 4294967296 AND event_key <= ?1 * 4294967296 + 4294967295",
+        "DELETE FROM call_supersessions WHERE run_key = ?1",
         "DELETE FROM calls WHERE run_key = ?1",
         "DELETE FROM call_tallies WHERE run_key = ?1",
         "DELETE FROM checkpoint_answers WHERE run_key = ?1",

@@ -1,5 +1,5 @@
 //! The run's change counter (`Store::run_version`): one read of the run row through its
-//! `run_id` index. Migration 7's triggers keep the counter; this file only reads it.
+//! `run_id` index. Migration 9's triggers keep the counter; this file only reads it.
 
 use rusqlite::{Connection, OptionalExtension};
 

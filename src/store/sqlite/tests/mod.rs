@@ -19,6 +19,7 @@ use crate::store::contract::{
     OTHER_PROJECT, PROJECT, call, event, lease, log_event, run_id, run_record, write,
 };
 
+mod events;
 mod records;
 
 /// Several openers of a database that does not exist yet race to create it and switch it

@@ -1,10 +1,10 @@
--- Version 7: a change counter per run, so that an answer `status` cached for a run that is
+-- Version 9: a change counter per run, so that an answer `status` cached for a run that is
 -- not running can be checked with one indexed read (`Store::run_version`).
 --
 -- `runs.version` takes the next value of one store-wide clock whenever anything stored for
 -- the run changes while its stored status is not 'running': its row (admission included, and
--- the update that makes it or stops it running), its script row, calls, call counts, events
--- and checkpoint answers. A value is never handed out twice, so a run deleted and created
+-- the update that makes it or stops it running), its script row, calls, their supersessions,
+-- call counts, events and checkpoint answers. A value is never handed out twice, so a run deleted and created
 -- again under the same id cannot meet an answer cached for the old one. While a run is
 -- running nothing is bumped (status is not cached then): the hot path of a settling call
 -- pays one primary-key read of its run row (already in the page cache, the fence read it),
@@ -80,7 +80,23 @@ BEGIN
     UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = OLD.run_key;
 END;
 
+-- An event's run is the high half of its key (version 7).
 CREATE TRIGGER events_version_insert AFTER INSERT ON events
+WHEN (SELECT status FROM runs WHERE run_key = NEW.event_key >> 32) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock)
+        WHERE run_key = NEW.event_key >> 32;
+END;
+
+CREATE TRIGGER call_supersessions_version_insert AFTER INSERT ON call_supersessions
+WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER call_supersessions_version_update AFTER UPDATE ON call_supersessions
 WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
 BEGIN
     UPDATE run_version_clock SET value = value + 1;
