@@ -28,8 +28,14 @@ use support::measure::*;
 
 /// Calls in the overhead run, and journal entries in the replay run. The engine clamps
 /// `maxAgents` to 10,000 and counts a checkpoint as a call, so the replay run makes one
-/// agent call fewer and ends on its checkpoint.
+/// agent call fewer and ends on its checkpoint. `AGENTPRISM_BENCH_CALLS` sets another count
+/// for the overhead run (a few hundred under callgrind, whose slowdown would otherwise push
+/// the dry run past its fixed limit).
 const OVERHEAD_CALLS: u32 = 10_000;
+/// Under `valgrind --tool=callgrind --instr-atstart=no`, setting this variable makes the
+/// overhead run switch instrumentation on (`callgrind_control -i on`) once the run is
+/// admitted and off once it settles, so the profile holds the execution phase only.
+const CALLGRIND_VARIABLE: &str = "AGENTPRISM_BENCH_CALLGRIND";
 /// Call counts of the mock-agent runs.
 const MOCK_CALLS: [u32; 2] = [100, 1_000];
 /// Concurrency of the mock-agent runs, which is also the engine's upper clamp.
@@ -52,28 +58,33 @@ fn run() -> Result<()> {
         cfg!(all(target_os = "linux", target_pointer_width = "64")),
         "this benchmark reads /proc and calls getrusage with the 64-bit Linux layout; it runs on 64-bit Linux only"
     );
-    let binaries = Binaries::locate()?;
     // `cargo bench` passes `--bench`; every other word picks a figure.
     let wanted: Vec<String> = std::env::args()
         .skip(1)
         .filter(|arg| !arg.starts_with("--"))
         .collect();
     let selected = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    // Only the subprocess figures need the binaries, so `overhead` and `replay` run without.
+    let binaries = if selected("mock") || selected("cli") {
+        Some(Binaries::locate()?)
+    } else {
+        None
+    };
 
     print_machine();
     if selected("overhead") {
         overhead()?;
     }
-    if selected("mock") {
+    if let (true, Some(binaries)) = (selected("mock"), &binaries) {
         for calls in MOCK_CALLS {
-            mock_agent_run(&binaries, calls)?;
+            mock_agent_run(binaries, calls)?;
         }
     }
     if selected("replay") {
         replay()?;
     }
-    if selected("cli") {
-        cli_start_to_exit(&binaries)?;
+    if let (true, Some(binaries)) = (selected("cli"), &binaries) {
+        cli_start_to_exit(binaries)?;
     }
     Ok(())
 }
@@ -82,31 +93,82 @@ fn run() -> Result<()> {
 // Figure 1: engine overhead per agent() call with the instant runner.
 // ---------------------------------------------------------------------------------------
 
+/// The overhead run's call count: `AGENTPRISM_BENCH_CALLS`, or [`OVERHEAD_CALLS`].
+fn overhead_calls() -> Result<u32> {
+    match std::env::var("AGENTPRISM_BENCH_CALLS") {
+        Err(_) => Ok(OVERHEAD_CALLS),
+        Ok(text) => {
+            let calls: u32 = text.parse().with_context(|| {
+                format!("AGENTPRISM_BENCH_CALLS is {text:?}, expected a call count from 1 to {OVERHEAD_CALLS}")
+            })?;
+            ensure!(
+                (1..=OVERHEAD_CALLS).contains(&calls),
+                "AGENTPRISM_BENCH_CALLS is {calls}, expected a call count from 1 to {OVERHEAD_CALLS}"
+            );
+            Ok(calls)
+        }
+    }
+}
+
+/// Switches callgrind's instrumentation of this process on or off when
+/// [`CALLGRIND_VARIABLE`] is set; `callgrind_control` returns once callgrind has applied it.
+fn callgrind_instrumentation(on: bool) -> Result<()> {
+    if std::env::var_os(CALLGRIND_VARIABLE).is_none() {
+        return Ok(());
+    }
+    let output = Command::new("callgrind_control")
+        .arg("-i")
+        .arg(if on { "on" } else { "off" })
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .output()
+        .context("running callgrind_control (valgrind's tools must be on PATH)")?;
+    ensure!(
+        output.status.success(),
+        "callgrind_control failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
 fn overhead() -> Result<()> {
     let runtime = runtime()?;
+    let overhead_calls = overhead_calls()?;
     runtime.block_on(async {
         let bench = InstantBench::new()?;
-        let script = sequential_script(OVERHEAD_CALLS, false);
+        let script = sequential_script(overhead_calls, false);
         reset_peak_rss();
         let before = Sample::take();
         let run_id = bench.start(&script).await?;
         let admitted = Sample::take();
+        callgrind_instrumentation(true)?;
+        // The run starts executing at admission, so a few calls may settle before
+        // instrumentation is on; the profile's per-call figures divide by this count instead.
+        let prompts_at_instrumentation = bench.runner.prompts();
         wait_settled(&bench.engine, &run_id).await?;
         let settled = Sample::take();
+        callgrind_instrumentation(false)?;
+        if std::env::var_os(CALLGRIND_VARIABLE).is_some() {
+            println!(
+                "callgrind: instrumented {} of {overhead_calls} calls",
+                u64::from(overhead_calls) - prompts_at_instrumentation
+            );
+        }
         expect_status(&bench.engine, &run_id, "completed").await?;
         ensure!(
-            bench.runner.prompts() == u64::from(OVERHEAD_CALLS),
-            "the instant runner answered {} prompts, expected {OVERHEAD_CALLS}",
+            bench.runner.prompts() == u64::from(overhead_calls),
+            "the instant runner answered {} prompts, expected {overhead_calls}",
             bench.runner.prompts()
         );
 
         let admission = admitted.since(&before);
         let execution = settled.since(&admitted);
-        let calls = f64::from(OVERHEAD_CALLS);
+        let calls = f64::from(overhead_calls);
         let per_call_cpu = execution.cpu().as_secs_f64() / calls;
         println!();
         println!(
-            "[1] overhead: instant runner, {OVERHEAD_CALLS} sequential agent() calls: {:.1} µs CPU per call, {:.1} µs wall per call (goal ≤ 20 µs per call: {})",
+            "[1] overhead: instant runner, {overhead_calls} sequential agent() calls: {:.1} µs CPU per call, {:.1} µs wall per call (goal ≤ 20 µs per call: {})",
             micros(per_call_cpu),
             micros(execution.wall.as_secs_f64() / calls),
             verdict(per_call_cpu <= 20e-6)

@@ -12,6 +12,29 @@ use crate::model::{EventRecord, RunId};
 /// Largest serialized event record; bigger ones are cut down to their type and a note.
 pub const MAX_EVENT_BYTES: usize = 65_536;
 
+/// Whether `value`'s compact JSON is longer than `max` bytes, counted without building it
+/// (and no further than `max` + 1 bytes).
+fn longer_than(value: &Value, max: usize) -> bool {
+    struct Counter {
+        count: usize,
+        max: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.count += data.len();
+            if self.count > self.max {
+                return Err(std::io::Error::other("longer than the limit"));
+            }
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    // A `Value` always serializes, so the only error is the counter's.
+    serde_json::to_writer(&mut Counter { count: 0, max }, value).is_err()
+}
+
 /// What live subscribers receive.
 #[derive(Clone, Debug)]
 pub enum RunNotice {
@@ -59,7 +82,7 @@ impl EventLog {
             }
         }
         let (mut projected, redacted, mut truncated) = preview::project_event(&event);
-        if projected.to_string().len() > MAX_EVENT_BYTES {
+        if longer_than(&projected, MAX_EVENT_BYTES) {
             projected = json!({"type": kind, "runId": self.run_id.as_str(), "scope": scope, "omitted": "event too large"});
             truncated = true;
         }
@@ -71,7 +94,8 @@ impl EventLog {
             truncated,
         };
         self.next_seq += 1;
-        if let Some(notices) = &self.notices {
+        // Without a subscriber the send would fail: the record is not cloned for nothing.
+        if let Some(notices) = self.notices.as_ref().filter(|n| n.receiver_count() > 0) {
             let _ = notices.send(RunNotice::Event {
                 run_id: self.run_id.clone(),
                 record: record.clone(),
@@ -97,5 +121,21 @@ impl EventLog {
 
     pub fn last_seq(&self) -> u64 {
         self.next_seq - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_limit_counts_compact_json_bytes() {
+        // `"xxxxxxxxxx"`: 12 bytes.
+        let value = json!("x".repeat(10));
+        assert!(!longer_than(&value, 12));
+        assert!(longer_than(&value, 11));
+        let object = json!({"a": [1, 2]});
+        assert!(!longer_than(&object, object.to_string().len()));
+        assert!(longer_than(&object, object.to_string().len() - 1));
     }
 }

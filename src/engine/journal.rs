@@ -30,33 +30,42 @@ pub struct AgentIdentity<'a> {
     pub schema: Option<&'a Value>,
 }
 
-fn opt_str(value: Option<&str>) -> Value {
-    value.map_or(Value::Null, |text| Value::String(text.to_owned()))
-}
-
 /// `hash` = sha256 of `JSON.stringify({prompt, model, [mode], [configOptions], tier, phase,
 /// agentType, agentDef, schema})` in that key order; absent values are `null`, and `mode` and
 /// `configOptions` are left out when unset.
 pub fn agent_hash(identity: &AgentIdentity<'_>) -> String {
-    let mut map = Map::new();
-    map.insert("prompt".into(), Value::String(identity.prompt.to_owned()));
-    map.insert("model".into(), opt_str(identity.model));
-    if let Some(mode) = identity.mode {
-        map.insert("mode".into(), Value::String(mode.to_owned()));
+    /// The hashed object, serialized straight from borrowed fields in the key order above
+    /// (the bytes `JSON.stringify` gives), instead of from a `Value` tree of copies.
+    #[derive(serde::Serialize)]
+    struct Hashed<'a> {
+        prompt: &'a str,
+        model: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mode: Option<&'a str>,
+        #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
+        config_options: Option<Map<String, Value>>,
+        tier: Option<&'a str>,
+        phase: Option<&'a str>,
+        #[serde(rename = "agentType")]
+        agent_type: Option<&'a str>,
+        #[serde(rename = "agentDef")]
+        agent_definition: Option<&'a str>,
+        schema: Option<&'a Value>,
     }
-    if !identity.config_options.is_empty() {
-        let options: Map<String, Value> = identity.config_options.iter().cloned().collect();
-        map.insert("configOptions".into(), Value::Object(options));
-    }
-    map.insert("tier".into(), opt_str(identity.tier));
-    map.insert("phase".into(), opt_str(identity.phase));
-    map.insert("agentType".into(), opt_str(identity.agent_type));
-    map.insert("agentDef".into(), opt_str(identity.agent_definition));
-    map.insert(
-        "schema".into(),
-        identity.schema.cloned().unwrap_or(Value::Null),
-    );
-    sha256_hex(Value::Object(map).to_string().as_bytes())
+    let hashed = Hashed {
+        prompt: identity.prompt,
+        model: identity.model,
+        mode: identity.mode,
+        // Collected as before, so a repeated id keeps its first place and its last value.
+        config_options: (!identity.config_options.is_empty())
+            .then(|| identity.config_options.iter().cloned().collect()),
+        tier: identity.tier,
+        phase: identity.phase,
+        agent_type: identity.agent_type,
+        agent_definition: identity.agent_definition,
+        schema: identity.schema,
+    };
+    sha256_hex(&serde_json::to_vec(&hashed).unwrap_or_default())
 }
 
 /// `inputsHash` = sha256 of the key-sorted canonical JSON of the call's operational inputs
@@ -77,22 +86,47 @@ pub fn checkpoint_hash(prompt: &str, kind: &str, choices: Option<&Value>) -> Str
 
 /// JSON with every object's keys sorted, recursively, and no whitespace.
 pub fn canonical_json(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&map[k])))
-                        .collect(),
-                )
+    let mut out = Vec::new();
+    write_canonical(value, &mut out);
+    // Only whole JSON tokens and the structural bytes are written, so this is UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Writes `value` as [`canonical_json`] does, without building a sorted copy of it.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (position, (key, member)) in members.into_iter().enumerate() {
+                if position > 0 {
+                    out.push(b',');
+                }
+                write_scalar(&key.as_str(), out);
+                out.push(b':');
+                write_canonical(member, out);
             }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
+            out.push(b'}');
         }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (position, item) in items.iter().enumerate() {
+                if position > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
     }
-    sorted(value).to_string()
+}
+
+/// A string, number, boolean or null in serde_json's compact form (its escaping included).
+fn write_scalar(value: &impl serde::Serialize, out: &mut Vec<u8>) {
+    // Writing to a `Vec` cannot fail, and neither can serializing a scalar.
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// Why a call ran live instead of replaying (kept in logs and tests).
@@ -373,6 +407,77 @@ mod tests {
             canonical_json(&serde_json::json!({"b": 1, "a": {"d": 2, "c": 3}})),
             r#"{"a":{"c":3,"d":2},"b":1}"#
         );
+    }
+
+    #[test]
+    fn hashes_are_the_bytes_the_value_trees_gave() {
+        // The construction these functions used before they wrote from borrowed fields.
+        let tree_hash = |identity: &AgentIdentity<'_>| {
+            let mut map = Map::new();
+            let text = |v: Option<&str>| v.map_or(Value::Null, |t| Value::String(t.to_owned()));
+            map.insert("prompt".into(), Value::String(identity.prompt.to_owned()));
+            map.insert("model".into(), text(identity.model));
+            if let Some(mode) = identity.mode {
+                map.insert("mode".into(), Value::String(mode.to_owned()));
+            }
+            if !identity.config_options.is_empty() {
+                let options: Map<String, Value> = identity.config_options.iter().cloned().collect();
+                map.insert("configOptions".into(), Value::Object(options));
+            }
+            map.insert("tier".into(), text(identity.tier));
+            map.insert("phase".into(), text(identity.phase));
+            map.insert("agentType".into(), text(identity.agent_type));
+            map.insert("agentDef".into(), text(identity.agent_definition));
+            map.insert(
+                "schema".into(),
+                identity.schema.cloned().unwrap_or(Value::Null),
+            );
+            sha256_hex(Value::Object(map).to_string().as_bytes())
+        };
+        let schema = serde_json::json!({"type": "object", "properties": {"z": {}, "a": [1, 2.5]}});
+        let options = vec![
+            ("b".to_owned(), serde_json::json!("x")),
+            ("a".to_owned(), serde_json::json!(1)),
+            ("b".to_owned(), serde_json::json!(null)),
+        ];
+        let full = AgentIdentity {
+            prompt: "quote \" tab \t é \u{1F980} \u{7}",
+            model: Some("codex"),
+            mode: Some("plan"),
+            config_options: &options,
+            tier: Some("fast"),
+            phase: Some("review"),
+            agent_type: Some("critic"),
+            agent_definition: Some("d1"),
+            schema: Some(&schema),
+        };
+        for identity in [full.clone(), AgentIdentity::default()] {
+            assert_eq!(agent_hash(&identity), tree_hash(&identity));
+        }
+        let sorted_copy = |value: &Value| {
+            fn sorted(value: &Value) -> Value {
+                match value {
+                    Value::Object(map) => {
+                        let mut keys: Vec<&String> = map.keys().collect();
+                        keys.sort();
+                        Value::Object(
+                            keys.into_iter()
+                                .map(|k| (k.clone(), sorted(&map[k])))
+                                .collect(),
+                        )
+                    }
+                    Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+                    other => other.clone(),
+                }
+            }
+            sorted(value).to_string()
+        };
+        let value = serde_json::json!({
+            "z": [{"b": null, "a": true}, -1, 1e300, "\n\"é"], "é": {}, "": [], "A": 0.5,
+            "cwd": "/tmp/x y", "images": null,
+        });
+        assert_eq!(canonical_json(&value), sorted_copy(&value));
+        assert_eq!(canonical_json(&serde_json::json!("s")), "\"s\"");
     }
 
     #[test]

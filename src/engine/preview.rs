@@ -9,7 +9,7 @@ use std::io::Write;
 
 use serde_json::{Map, Value};
 
-use super::redact::redact_value;
+use super::redact::{REDACTED, redact_text, redact_value, secret_member};
 
 /// Largest preview, and largest string inside a preview or an event projection, in bytes.
 pub const TEXT_CAP: usize = 512;
@@ -89,11 +89,66 @@ pub fn preview(value: &Value) -> Preview {
 /// Projects an event payload for the event log (engine.md 7): every string redacted and capped
 /// at [`TEXT_CAP`] bytes, every array cut to [`EVENT_MAX_ITEMS`] items, numbers and booleans
 /// untouched, no depth limit. Returns `(projected, redacted, truncated)`.
+///
+/// Redaction and projection are one walk over `event` (each string redacted whole, then
+/// capped), which gives what redacting the whole value and then projecting it gives: items an
+/// array drops still count towards `redacted`, and an object with a key that redaction
+/// changes (two keys could then become one) takes the two-step path.
 pub fn project_event(event: &Value) -> (Value, bool, bool) {
-    let (redacted_value, redacted) = redact_value(event);
-    let mut truncated = false;
-    let projected = project_event_inner(redacted_value, &mut truncated);
+    let (mut redacted, mut truncated) = (false, false);
+    let projected = project_event_ref(event, &mut redacted, &mut truncated);
     (projected, redacted, truncated)
+}
+
+fn project_event_ref(value: &Value, redacted: &mut bool, truncated: &mut bool) -> Value {
+    match value {
+        Value::String(text) => {
+            let (text, did) = redact_text(text);
+            *redacted |= did;
+            project_event_inner(Value::String(text), truncated)
+        }
+        Value::Array(items) => {
+            if items.len() > EVENT_MAX_ITEMS {
+                *truncated = true;
+                *redacted |= items[EVENT_MAX_ITEMS..]
+                    .iter()
+                    .any(|item| redact_value(item).1);
+            }
+            Value::Array(
+                items
+                    .iter()
+                    .take(EVENT_MAX_ITEMS)
+                    .map(|item| project_event_ref(item, redacted, truncated))
+                    .collect(),
+            )
+        }
+        Value::Object(members) => {
+            // The object's own flags, dropped if it takes the two-step path after all.
+            let (mut object_redacted, mut object_truncated) = (false, false);
+            let mut out = Map::with_capacity(members.len());
+            for (key, member) in members {
+                let (key_text, key_changed) = redact_text(key);
+                if key_changed {
+                    let (whole, did) = redact_value(value);
+                    *redacted |= did;
+                    return project_event_inner(whole, truncated);
+                }
+                let (key_text, cut) = cap_text(&key_text, TEXT_CAP);
+                object_truncated |= cut;
+                let member = if secret_member(key, member) {
+                    object_redacted = true;
+                    Value::String(REDACTED.to_owned())
+                } else {
+                    project_event_ref(member, &mut object_redacted, &mut object_truncated)
+                };
+                out.insert(key_text, member);
+            }
+            *redacted |= object_redacted;
+            *truncated |= object_truncated;
+            Value::Object(out)
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+    }
 }
 
 fn project_preview(value: &Value, depth: usize, truncated: &mut bool) -> Value {
@@ -383,6 +438,40 @@ mod tests {
 
         let small = json!({"type": "phase", "title": "review", "list": twenty});
         assert_eq!(project_event(&small), (small.clone(), false, false));
+    }
+
+    #[test]
+    fn the_one_walk_projection_equals_redacting_then_projecting() {
+        let two_step = |event: &Value| {
+            let (whole, redacted) = redact_value(event);
+            let mut truncated = false;
+            (
+                project_event_inner(whole, &mut truncated),
+                redacted,
+                truncated,
+            )
+        };
+        let mut dropped_secret: Vec<Value> = (0..20).map(|i| json!(i)).collect();
+        dropped_secret.push(json!("Bearer abc123"));
+        let long_key = "k".repeat(600);
+        let token = format!("ghp_{}", "A1".repeat(10));
+        let events = [
+            json!({"type": "agentStart", "label": "agent 3", "callIndex": 3, "path": null}),
+            json!({"type": "agentEnd", "result": {"preview": "ECHO: p3", "redacted": false}}),
+            json!({"type": "x", "items": dropped_secret}),
+            json!({"type": "x", "apiKey": "abc", "password": null, "nested": {"token": 5}}),
+            json!({(long_key.as_str()): "v", "text": "m".repeat(600)}),
+            // A key redaction changes: it collides with the member before it.
+            json!({"[REDACTED]": "first", (token.as_str()): {"long": "m".repeat(600)}}),
+            json!({"ok": [{"Basic dXNlcjpwYXNz": 1}, "password=hunter2"]}),
+        ];
+        for event in &events {
+            assert_eq!(project_event(event), two_step(event), "{event}");
+        }
+        assert!(
+            project_event(&events[2]).1,
+            "a dropped item's secret still counts"
+        );
     }
 
     #[test]

@@ -35,6 +35,14 @@ pub const REDACTED: &str = "[REDACTED]";
 
 /// Redacts credentials in free text; the flag says whether anything was replaced.
 pub fn redact_text(text: &str) -> (String, bool) {
+    if cannot_hold_secret(text) {
+        return (text.to_owned(), false);
+    }
+    run_passes(text)
+}
+
+/// Every pass, in order, over `text`.
+fn run_passes(text: &str) -> (String, bool) {
     let mut changed = false;
     let mut current = std::borrow::Cow::Borrowed(text);
     for pass in [
@@ -51,6 +59,38 @@ pub fn redact_text(text: &str) -> (String, bool) {
         }
     }
     (current.into_owned(), changed)
+}
+
+/// The shortest word pass 5 can redact: the shortest known prefix and 16 token characters
+/// (an opaque token needs 32).
+const SHORTEST_SECRET_WORD: usize = 3 + 16;
+
+/// Whether no pass can match `text`, decided in one scan without building anything; most
+/// texts of an event (keys, labels, phases, model names, indexes) are like that, and each
+/// event redacts every one of them. Each pass needs something this rules out:
+/// pass 1 `-----BEGIN ` and pass 2 `Bearer `/`Basic ` a `b`/`B` and a space or tab, pass 3
+/// a `.`, pass 4 `://` and pass 6 a `=` or `:`, pass 5 a word of [`SHORTEST_SECRET_WORD`]
+/// word bytes. A text that passes this check is returned as it is, as every pass would.
+fn cannot_hold_secret(text: &str) -> bool {
+    let mut run = 0usize;
+    let (mut blank, mut letter_b) = (false, false);
+    for &byte in text.as_bytes() {
+        if is_word_byte(byte) {
+            run += 1;
+            if run >= SHORTEST_SECRET_WORD {
+                return false;
+            }
+            letter_b |= byte == b'b' || byte == b'B';
+            continue;
+        }
+        run = 0;
+        match byte {
+            b'=' | b':' | b'.' => return false,
+            b' ' | b'\t' => blank = true,
+            _ => {}
+        }
+    }
+    !(blank && letter_b)
 }
 
 /// Redacts every string (object keys included) in a JSON value, and replaces wholesale the value
@@ -122,7 +162,7 @@ fn redact_value_inner(value: &Value, changed: &mut bool) -> Value {
             for (key, member) in members {
                 let (key_text, key_changed) = redact_text(key);
                 *changed |= key_changed;
-                let member = if is_secret_key(key) && carries_secret(member) {
+                let member = if secret_member(key, member) {
                     *changed = true;
                     Value::String(REDACTED.to_owned())
                 } else {
@@ -134,6 +174,12 @@ fn redact_value_inner(value: &Value, changed: &mut bool) -> Value {
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
     }
+}
+
+/// Whether an object member is replaced wholesale: its key names a secret and its value
+/// carries something (see [`redact_value`]).
+pub fn secret_member(key: &str, member: &Value) -> bool {
+    is_secret_key(key) && carries_secret(member)
 }
 
 fn carries_secret(value: &Value) -> bool {
@@ -434,23 +480,25 @@ fn redact_words(text: &str) -> Option<String> {
     rewriter.finish()
 }
 
+/// Prefixes of tokens pass 5 redacts, when 16 token characters follow.
+const PREFIXES: [&str; 14] = [
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "github_pat_",
+    "sk-ant-",
+    "sk-",
+    "xoxb-",
+    "xoxp-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "glpat-",
+    "npm_",
+];
+
 fn has_known_prefix(word: &str) -> bool {
-    const PREFIXES: [&str; 14] = [
-        "ghp_",
-        "gho_",
-        "ghu_",
-        "ghs_",
-        "github_pat_",
-        "sk-ant-",
-        "sk-",
-        "xoxb-",
-        "xoxp-",
-        "AKIA",
-        "ASIA",
-        "AIza",
-        "glpat-",
-        "npm_",
-    ];
     PREFIXES.iter().any(|prefix| {
         word.strip_prefix(prefix).is_some_and(|rest| {
             rest.len() >= 16
@@ -638,6 +686,47 @@ fn value_after(bytes: &[u8], after_separator: usize, whole_line: bool) -> Option
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_fast_path_skips_only_texts_no_pass_changes() {
+        let shortest = PREFIXES.iter().map(|p| p.len()).min().unwrap() + 16;
+        assert_eq!(SHORTEST_SECRET_WORD, shortest);
+        // At the edge: 18 word bytes behind `sk-` cannot be a token, 19 can.
+        let below = format!("sk-{}", "A1".repeat(7) + "B");
+        let at = format!("sk-{}", "A1".repeat(8));
+        assert_eq!((below.len(), at.len()), (18, 19));
+        assert!(cannot_hold_secret(&below));
+        assert!(!cannot_hold_secret(&at));
+        assert_eq!(redact_text(&at), (REDACTED.to_owned(), true));
+        let texts = [
+            below.as_str(),
+            "agent 3",
+            "callIndex",
+            "review agent 12",
+            "mock",
+            "ECHO: p1",
+            "Bearer abc123",
+            "basic dXNlcjpwYXNz",
+            "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+            "https://user:pw@host",
+            "token=abc",
+            "password: hunter2",
+            "\u{e9}t\u{e9} agent",
+            "",
+        ];
+        for text in texts {
+            let full = run_passes(text);
+            if cannot_hold_secret(text) {
+                assert_eq!(full, (text.to_owned(), false), "{text:?}");
+            }
+            assert_eq!(redact_text(text), full, "{text:?}");
+        }
+        for secret in &texts[6..13] {
+            assert!(!cannot_hold_secret(secret), "{secret:?}");
+            assert!(redact_text(secret).1, "{secret:?}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -1,11 +1,14 @@
 //! `agent()` calls: the checks, the index and label, the route, the call's identity, and then
 //! either a replay of a recorded row or a live agent task under the run's concurrency.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::engine::driver::options::{AgentOptions, CallPayload};
 use crate::engine::driver::progress::Progress;
@@ -285,7 +288,7 @@ impl Driver {
                 progress: Progress::default(),
             },
         );
-        self.tracker.spawn(task.run());
+        run_or_spawn(&self.tracker, task);
     }
 
     /// The agent task of a call: its session (with the definition's role prompt and tool
@@ -442,5 +445,24 @@ impl Driver {
             }),
             Err(lost) => self.on_lost_write(lost),
         }
+    }
+}
+
+/// Runs an agent task's first step here, and spawns it only if it is still waiting.
+///
+/// A runner that answers at once (the instant runner, the dry run's fabricated answers, a
+/// call whose permit is free and whose session needs no I/O) then finishes on the driver's
+/// own thread: its `Started` and `Done` activities are already queued when the driver's loop
+/// looks next, so the call costs no task spawn and no two thread hand-offs. Nothing else
+/// changes: the activities go through the same channel, in the same order, and the call
+/// settles and commits exactly as a spawned one does.
+fn run_or_spawn(tracker: &TaskTracker, task: AgentTask) {
+    let mut future = Box::pin(task.run());
+    // A no-op waker is enough for this one poll: a task that is not done is spawned, and a
+    // spawned task is polled at once by the runtime, which registers its own waker with
+    // whatever it waits on (futures re-register on every poll).
+    let mut context = Context::from_waker(Waker::noop());
+    if future.as_mut().poll(&mut context).is_pending() {
+        tracker.spawn(future);
     }
 }
