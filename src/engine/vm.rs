@@ -15,17 +15,24 @@
 //! The prelude's own helpers (`install`, `makeError`, `strictJson`) are handed to Rust when
 //! the prelude is evaluated and kept here as [`Helpers`]; they are never globals, so a
 //! script can neither see nor replace them.
+//!
+//! The prelude is parsed once per process: the first VM compiles it as a module and keeps the
+//! bytecode in [`PRELUDE_BYTECODE`], and every later VM loads that bytecode instead of parsing
+//! the 19 KiB source again (most of a 0-agent admission's CPU went to parsing it twice).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rquickjs::promise::PromiseState;
-use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
+use rquickjs::{
+    CatchResultExt, CaughtError, Context, Ctx, Function, Module, Persistent, Promise, Runtime,
+    WriteOptions,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -33,6 +40,11 @@ use tokio::sync::mpsc;
 pub const SCRIPT_FILENAME: &str = "workflow.js";
 
 const PRELUDE: &str = include_str!("prelude.js");
+/// The module name prelude frames carry in stack traces, as when it was evaluated as a script.
+const PRELUDE_NAME: &str = "prelude.js";
+/// The prelude compiled by the first VM of this process, loaded by every later one. QuickJS
+/// copies what it reads (`JS_READ_OBJ_ROM_DATA` is 0 in QuickJS-ng), so VMs never borrow it.
+static PRELUDE_BYTECODE: OnceLock<Vec<u8>> = OnceLock::new();
 /// Prepended to the script body on its first line; columns on line 1 are shifted by its length.
 const WRAPPER_OPEN: &str = "(async function(){";
 const WRAPPER_CLOSE: &str = "\n})()";
@@ -517,7 +529,7 @@ fn install_host<'js>(
         Function::new(ctx.clone(), move |path: String| files.get(&path).cloned())?,
     )?;
     host.set("filename", SCRIPT_FILENAME)?;
-    let prelude: Function = ctx.eval_with_options(PRELUDE, eval_options("prelude.js"))?;
+    let prelude = load_prelude(ctx)?;
     let helpers: rquickjs::Object = prelude.call((ctx.globals(), host))?;
     let helper = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
         let function: Function = helpers.get(name)?;
@@ -528,6 +540,50 @@ fn install_host<'js>(
         make_error: helper("makeError")?,
         strict_json: helper("strictJson")?,
     })
+}
+
+/// The prelude module's source: `prelude.js` unchanged (its function is strict inside, so the
+/// module's strict top level changes nothing) with the prefix on its first line, a comment, so
+/// lines and columns in stack traces stay as they were. The module stays registered in its
+/// context under [`PRELUDE_NAME`], where `import()` could reach its namespace; `take` hands the
+/// function out once and clears the binding, so the namespace holds nothing after that.
+fn prelude_module_source() -> String {
+    let mut source = String::with_capacity(PRELUDE.len() + 160);
+    source.push_str("let prelude = ");
+    source.push_str(PRELUDE);
+    source.push_str(
+        "\n;export function take() { const taken = prelude; prelude = undefined; return taken; }\n",
+    );
+    source
+}
+
+/// The function `prelude.js` evaluates to, from this process's bytecode (compiled here by the
+/// first VM, which then publishes it; a VM that fails to compile it, e.g. out of memory,
+/// publishes nothing and the next one tries again).
+fn load_prelude<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
+    let module = match PRELUDE_BYTECODE.get() {
+        // SAFETY: the bytes were written by `Module::write` of this same QuickJS build in this
+        // process, from the prelude compiled below; nothing else ever sets them.
+        Some(bytes) => unsafe { Module::load(ctx.clone(), bytes)? },
+        None => {
+            let module = Module::declare(ctx.clone(), PRELUDE_NAME, prelude_module_source())?;
+            let _ = PRELUDE_BYTECODE.set(module.write(WriteOptions::default())?);
+            module
+        }
+    };
+    let (module, evaluated) = module.eval()?;
+    // The module has no top-level await, so its evaluation has settled by now.
+    match evaluated.result::<()>() {
+        Some(result) => result?,
+        None => {
+            return Err(rquickjs::Exception::throw_message(
+                ctx,
+                "the prelude module did not finish evaluating",
+            ));
+        }
+    }
+    let take: Function = module.get("take")?;
+    take.call(())
 }
 
 /// The host side of `host.call`: registers the promise's resolvers and tells the driver.
@@ -1013,6 +1069,58 @@ mod tests {
             echo,
         );
         assert_eq!(result.unwrap(), Some(Value::String("refused".into())));
+    }
+
+    #[test]
+    fn the_prelude_is_compiled_once_and_reused() {
+        let body = "const a = await agent('one');\nreturn [a, String(agent).startsWith('function agent(prompt, options)')];";
+        let expected = serde_json::json!(["re: one", true]);
+        let (first, _) = run_script(body, echo);
+        assert_eq!(first.unwrap(), Some(expected.clone()));
+        let bytecode = PRELUDE_BYTECODE
+            .get()
+            .expect("the first VM published the bytecode");
+        // A VM started from the published bytecode runs the same DSL, its source text kept
+        // for `Function.prototype.toString`, and leaves the bytecode as it found it.
+        let (second, calls) = run_script(body, echo);
+        assert_eq!(second.unwrap(), Some(expected));
+        assert_eq!(calls.len(), 1);
+        let again = PRELUDE_BYTECODE.get().unwrap();
+        assert!(std::ptr::eq(bytecode, again));
+        // Prelude frames keep the file name and line they had when it was a script.
+        let line = 1 + PRELUDE
+            .lines()
+            .position(|line| line.contains("prompt must be a string"))
+            .unwrap();
+        let (stack, _) = run_script("try { agent(1); } catch (e) { return e.stack; }", echo);
+        let stack = stack.unwrap().unwrap();
+        assert!(
+            stack
+                .as_str()
+                .unwrap()
+                .contains(&format!("prelude.js:{line}:")),
+            "{stack}"
+        );
+    }
+
+    #[test]
+    fn the_prelude_module_hands_out_nothing() {
+        // The prelude module stays registered in the context; importing it by name yields a
+        // namespace whose `take` gives nothing more (or the import is refused outright).
+        for specifier in ["prelude.js", "./prelude.js"] {
+            let body = format!(
+                "try {{ const ns = await import({specifier:?});\n\
+                 return Object.keys(ns).join() + ':' + typeof ns.take(); }}\n\
+                 catch (e) {{ return 'refused'; }}"
+            );
+            let (result, _) = run_script(&body, echo);
+            let result = result.unwrap();
+            assert!(
+                result == Some(Value::String("take:undefined".into()))
+                    || result == Some(Value::String("refused".into())),
+                "{specifier}: {result:?}"
+            );
+        }
     }
 
     #[test]
