@@ -17,34 +17,31 @@
 //! script can neither see nor replace them.
 //!
 //! The prelude is parsed once per process: the first VM compiles it as a module and keeps the
-//! bytecode in [`PRELUDE_BYTECODE`], and every later VM loads that bytecode instead of parsing
+//! bytecode (`vm/prelude.rs`), and every later VM loads that bytecode instead of parsing
 //! the 19 KiB source again (most of a 0-agent admission's CPU went to parsing it twice).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rquickjs::promise::PromiseState;
-use rquickjs::{
-    CatchResultExt, CaughtError, Context, Ctx, Function, Module, Persistent, Promise, Runtime,
-    WriteOptions,
-};
+use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
 use serde_json::Value;
 use tokio::sync::mpsc;
+
+mod prelude;
+
+use prelude::load_prelude;
+#[cfg(test)]
+use prelude::{PRELUDE, PRELUDE_BYTECODE};
 
 /// The file name script frames carry in stack traces.
 pub const SCRIPT_FILENAME: &str = "workflow.js";
 
-const PRELUDE: &str = include_str!("prelude.js");
-/// The module name prelude frames carry in stack traces, as when it was evaluated as a script.
-const PRELUDE_NAME: &str = "prelude.js";
-/// The prelude compiled by the first VM of this process, loaded by every later one. QuickJS
-/// copies what it reads (`JS_READ_OBJ_ROM_DATA` is 0 in QuickJS-ng), so VMs never borrow it.
-static PRELUDE_BYTECODE: OnceLock<Vec<u8>> = OnceLock::new();
 /// Prepended to the script body on its first line; columns on line 1 are shifted by its length.
 const WRAPPER_OPEN: &str = "(async function(){";
 const WRAPPER_CLOSE: &str = "\n})()";
@@ -540,50 +537,6 @@ fn install_host<'js>(
         make_error: helper("makeError")?,
         strict_json: helper("strictJson")?,
     })
-}
-
-/// The prelude module's source: `prelude.js` unchanged (its function is strict inside, so the
-/// module's strict top level changes nothing) with the prefix on its first line, a comment, so
-/// lines and columns in stack traces stay as they were. The module stays registered in its
-/// context under [`PRELUDE_NAME`], where `import()` could reach its namespace; `take` hands the
-/// function out once and clears the binding, so the namespace holds nothing after that.
-fn prelude_module_source() -> String {
-    let mut source = String::with_capacity(PRELUDE.len() + 160);
-    source.push_str("let prelude = ");
-    source.push_str(PRELUDE);
-    source.push_str(
-        "\n;export function take() { const taken = prelude; prelude = undefined; return taken; }\n",
-    );
-    source
-}
-
-/// The function `prelude.js` evaluates to, from this process's bytecode (compiled here by the
-/// first VM, which then publishes it; a VM that fails to compile it, e.g. out of memory,
-/// publishes nothing and the next one tries again).
-fn load_prelude<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
-    let module = match PRELUDE_BYTECODE.get() {
-        // SAFETY: the bytes were written by `Module::write` of this same QuickJS build in this
-        // process, from the prelude compiled below; nothing else ever sets them.
-        Some(bytes) => unsafe { Module::load(ctx.clone(), bytes)? },
-        None => {
-            let module = Module::declare(ctx.clone(), PRELUDE_NAME, prelude_module_source())?;
-            let _ = PRELUDE_BYTECODE.set(module.write(WriteOptions::default())?);
-            module
-        }
-    };
-    let (module, evaluated) = module.eval()?;
-    // The module has no top-level await, so its evaluation has settled by now.
-    match evaluated.result::<()>() {
-        Some(result) => result?,
-        None => {
-            return Err(rquickjs::Exception::throw_message(
-                ctx,
-                "the prelude module did not finish evaluating",
-            ));
-        }
-    }
-    let take: Function = module.get("take")?;
-    take.call(())
 }
 
 /// The host side of `host.call`: registers the promise's resolvers and tells the driver.

@@ -10,9 +10,14 @@
 //! live activity, or whose document's status is not the version's. A backend that keeps no
 //! version keeps nothing here. Any doubt is a miss.
 //!
-//! Bounded in entries and in bytes (the serialised answer's length, measured once when it is
-//! kept); the least recently used answer goes first, and an answer over a single entry's
-//! share (a completed run's uncapped `outcome`) is not kept at all.
+//! An answer is kept the second time it is built under the same version and bounds, not the
+//! first: a run that is asked about once after it settles (a host's last poll) leaves only a
+//! small marker here, not its document, so the daemon's memory does not grow with every run
+//! it finished; a run that is polled again is served from here from its third call on.
+//!
+//! Bounded in entries (markers included) and in bytes (the serialised answer's length,
+//! measured once when it is kept); the least recently used entry goes first, and an answer
+//! over a single entry's share (a completed run's uncapped `outcome`) is not kept at all.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -63,7 +68,8 @@ struct Entry {
     label_glob: Option<String>,
     /// The run's version read before the answer was built.
     version: u64,
-    answer: Value,
+    /// The answer; `None` for the marker of its first build under `version`.
+    answer: Option<Value>,
     /// The answer's serialised length.
     bytes: usize,
     /// `State::clock` when last served or kept.
@@ -113,7 +119,7 @@ impl StatusCache {
         if entries[position].version == version {
             let entry = &mut entries[position];
             entry.used = clock;
-            return Some(entry.answer.clone());
+            return entry.answer.clone();
         }
         let stale = entries.swap_remove(position);
         if entries.is_empty() {
@@ -124,12 +130,13 @@ impl StatusCache {
         None
     }
 
-    /// Keeps `answer` for `run_id` and `query` under `version`, replacing what was kept for
-    /// them, evicting the least recently used answers to stay within the limits.
+    /// Records a build of `answer` for `run_id` and `query` under `version`: the second one
+    /// under the same version keeps it, the first leaves a marker. Replaces what was kept for
+    /// them, evicting the least recently used entries to stay within the limits.
     pub(super) fn put(&self, run_id: &RunId, query: &StatusQuery, version: u64, answer: &Value) {
-        let bytes = serialised_len(answer);
         let mut guard = self.state();
         let state = &mut *guard;
+        let mut built_before = false;
         if let Some(entries) = state.runs.get_mut(run_id)
             && let Some(position) = entries.iter().position(|entry| entry.answers(query))
         {
@@ -139,7 +146,13 @@ impl StatusCache {
             }
             state.entries -= 1;
             state.bytes -= old.bytes;
+            built_before = old.version == version;
         }
+        let (kept, bytes) = if built_before {
+            (Some(answer.clone()), serialised_len(answer))
+        } else {
+            (None, 0)
+        };
         if bytes > self.limits.entry_bytes || bytes > self.limits.bytes || self.limits.entries == 0
         {
             return;
@@ -156,7 +169,7 @@ impl StatusCache {
             log_lines: query.log_lines,
             label_glob: query.label_glob.clone(),
             version,
-            answer: answer.clone(),
+            answer: kept,
             bytes,
             used,
         });
@@ -242,6 +255,30 @@ mod tests {
         }
     }
 
+    /// Builds `answer` twice under `version`, as two status calls do: kept.
+    fn keep(cache: &StatusCache, id: &RunId, bounds: &StatusQuery, version: u64, answer: &Value) {
+        cache.put(id, bounds, version, answer);
+        cache.put(id, bounds, version, answer);
+    }
+
+    #[test]
+    fn an_answer_is_kept_on_its_second_build_under_one_version() {
+        let cache = StatusCache::default();
+        let (id, bounds) = (run(1), query(20));
+        cache.put(&id, &bounds, 7, &answer(10));
+        assert_eq!(cache.usage(), (1, 0), "only a marker");
+        assert_eq!(cache.get(&id, &bounds, 7), None, "a marker serves nothing");
+        cache.put(&id, &bounds, 8, &answer(10));
+        assert_eq!(
+            cache.get(&id, &bounds, 8),
+            None,
+            "a first build under a new version"
+        );
+        cache.put(&id, &bounds, 8, &answer(10));
+        assert_eq!(cache.usage(), (1, 10));
+        assert_eq!(cache.get(&id, &bounds, 8), Some(answer(10)));
+    }
+
     /// An answer serialising to exactly `bytes` bytes (at least 8).
     fn answer(bytes: usize) -> Value {
         let value = json!("x".repeat(bytes - 2));
@@ -253,7 +290,7 @@ mod tests {
     fn an_answer_is_served_under_its_version_and_bounds_only() {
         let cache = StatusCache::default();
         let (id, bounds) = (run(1), query(20));
-        cache.put(&id, &bounds, 7, &json!({"a": 1}));
+        keep(&cache, &id, &bounds, 7, &json!({"a": 1}));
         assert_eq!(cache.get(&id, &bounds, 7), Some(json!({"a": 1})));
         assert_eq!(cache.get(&id, &query(5), 7), None, "other bounds");
         let glob = StatusQuery {
@@ -271,9 +308,9 @@ mod tests {
     fn a_new_answer_replaces_the_old_one_and_forget_drops_a_run() {
         let cache = StatusCache::default();
         let id = run(1);
-        cache.put(&id, &query(20), 1, &answer(10));
-        cache.put(&id, &query(20), 2, &answer(12));
-        cache.put(&id, &query(5), 2, &answer(14));
+        keep(&cache, &id, &query(20), 1, &answer(10));
+        keep(&cache, &id, &query(20), 2, &answer(12));
+        keep(&cache, &id, &query(5), 2, &answer(14));
         assert_eq!(cache.usage(), (2, 26));
         assert_eq!(cache.get(&id, &query(20), 2), Some(answer(12)));
         cache.forget(&id);
@@ -285,12 +322,12 @@ mod tests {
     fn the_entry_limit_holds_at_its_edge_and_evicts_the_least_recently_used() {
         let cache = StatusCache::default();
         for n in 0..MAX_ENTRIES {
-            cache.put(&run(n), &query(20), 1, &answer(8));
+            keep(&cache, &run(n), &query(20), 1, &answer(8));
         }
         assert_eq!(cache.usage(), (MAX_ENTRIES, MAX_ENTRIES * 8));
         // Run 0 is used again, so run 1 is now the least recently used.
         assert!(cache.get(&run(0), &query(20), 1).is_some());
-        cache.put(&run(MAX_ENTRIES), &query(20), 1, &answer(8));
+        keep(&cache, &run(MAX_ENTRIES), &query(20), 1, &answer(8));
         assert_eq!(cache.usage(), (MAX_ENTRIES, MAX_ENTRIES * 8));
         assert!(cache.get(&run(1), &query(20), 1).is_none(), "evicted");
         assert!(cache.get(&run(0), &query(20), 1).is_some());
@@ -304,13 +341,13 @@ mod tests {
             bytes: 100,
             entry_bytes: 60,
         });
-        cache.put(&run(1), &query(20), 1, &answer(60));
-        cache.put(&run(2), &query(20), 1, &answer(40));
+        keep(&cache, &run(1), &query(20), 1, &answer(60));
+        keep(&cache, &run(2), &query(20), 1, &answer(40));
         assert_eq!(cache.usage(), (2, 100), "exactly the byte limit");
-        cache.put(&run(3), &query(20), 1, &answer(61));
+        keep(&cache, &run(3), &query(20), 1, &answer(61));
         assert_eq!(cache.usage(), (2, 100), "over one entry's share: not kept");
         assert!(cache.get(&run(3), &query(20), 1).is_none());
-        cache.put(&run(3), &query(20), 1, &answer(8));
+        keep(&cache, &run(3), &query(20), 1, &answer(8));
         assert_eq!(cache.usage(), (2, 48), "the oldest went to make room");
         assert!(cache.get(&run(1), &query(20), 1).is_none());
         assert!(cache.get(&run(2), &query(20), 1).is_some());
@@ -324,13 +361,13 @@ mod tests {
             (256, 8 * 1024 * 1024, 1024 * 1024)
         );
         let big = StatusCache::default();
-        big.put(&run(1), &query(20), 1, &answer(MAX_ENTRY_BYTES));
+        keep(&big, &run(1), &query(20), 1, &answer(MAX_ENTRY_BYTES));
         assert_eq!(
             big.usage(),
             (1, MAX_ENTRY_BYTES),
             "an answer of exactly the share"
         );
-        big.put(&run(2), &query(20), 1, &answer(MAX_ENTRY_BYTES + 1));
+        keep(&big, &run(2), &query(20), 1, &answer(MAX_ENTRY_BYTES + 1));
         assert_eq!(big.usage(), (1, MAX_ENTRY_BYTES), "one byte over it");
     }
 }
