@@ -167,6 +167,24 @@ pub fn process_is(pid: u32, start_time: u64) -> bool {
     process::identity(pid, start_time, None).is_alive()
 }
 
+/// The length of `value`'s compact JSON, counted without building the text.
+pub fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serialising plain data into a sink that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

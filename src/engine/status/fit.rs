@@ -51,21 +51,7 @@ pub(super) fn fit(mut document: StatusDocument, totals: &Totals) -> StatusDocume
 
 /// The length of `value`'s compact JSON.
 pub(super) fn serialized_len(value: &impl serde::Serialize) -> usize {
-    // Writing into a counter instead of a string: only the size matters here.
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serialising plain data into memory cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
+    crate::util::json_len(value)
 }
 
 /// How many entries of each list the document had before any drop.

@@ -168,8 +168,23 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
             calls,
         });
     };
-    let doing = || format!("count the calls of generation {generation} of run {run_id}");
     let run_key = run_key(connection, run_id)?;
+    let total = generation_total(connection, run_id, run_key, generation)?;
+    Ok(CallTail {
+        generation: Some(generation),
+        total,
+        calls,
+    })
+}
+
+/// A generation's non-checkpoint count: recorded when it stopped, else counted.
+pub(super) fn generation_total(
+    connection: &Connection,
+    run_id: &RunId,
+    run_key: i64,
+    generation: u32,
+) -> StoreResult<u64> {
+    let doing = || format!("count the calls of generation {generation} of run {run_id}");
     let recorded: Option<i64> = connection
         .prepare_cached(TAIL_COUNT)
         .and_then(|mut statement| {
@@ -187,13 +202,8 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
             })
             .context(doing)?,
     };
-    let total = u64::try_from(total).map_err(|error| {
+    u64::try_from(total).map_err(|error| {
         StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
-    })?;
-    Ok(CallTail {
-        generation: Some(generation),
-        total,
-        calls,
     })
 }
 

@@ -4,14 +4,14 @@
 //! row order are those of `calls.rs`'s tail, through the same statements' keys.
 
 use rusqlite::types::FromSql;
-use rusqlite::{Connection, OptionalExtension, Row};
+use rusqlite::{Connection, Row};
 use serde::de::DeserializeOwned;
 
-use super::calls::{TAIL_COUNT, TAIL_COUNTED, TAIL_GENERATION};
+use super::calls::{TAIL_GENERATION, generation_total};
 use super::connection::Context;
 use super::rows::{RowReader, run_key};
 use crate::model::{CallKind, CallOrigin, CallOutcome, RunId};
-use crate::store::{CallSummary, StoreError, StoreResult, SummaryTail};
+use crate::store::{CallSummary, StoreResult, SummaryTail};
 
 /// The shown columns, in the order [`SHOWN`] names them.
 const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
@@ -61,7 +61,7 @@ pub(super) fn tail(
     }
     calls.reverse();
     let total = if count {
-        Some(total(connection, run_id, run_key, generation)?)
+        Some(generation_total(connection, run_id, run_key, generation)?)
     } else {
         None
     };
@@ -69,36 +69,6 @@ pub(super) fn tail(
         generation: Some(generation),
         total,
         calls,
-    })
-}
-
-/// The generation's non-checkpoint count: recorded when it stopped, else counted.
-fn total(
-    connection: &Connection,
-    run_id: &RunId,
-    run_key: i64,
-    generation: u32,
-) -> StoreResult<u64> {
-    let doing = || format!("count the calls of generation {generation} of run {run_id}");
-    let recorded: Option<i64> = connection
-        .prepare_cached(TAIL_COUNT)
-        .and_then(|mut statement| {
-            statement
-                .query_row(rusqlite::params![run_key, generation], |row| row.get(0))
-                .optional()
-        })
-        .context(doing)?;
-    let total = match recorded {
-        Some(total) => total,
-        None => connection
-            .prepare_cached(TAIL_COUNTED)
-            .and_then(|mut statement| {
-                statement.query_row(rusqlite::params![run_key, generation], |row| row.get(0))
-            })
-            .context(doing)?,
-    };
-    u64::try_from(total).map_err(|error| {
-        StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
     })
 }
 

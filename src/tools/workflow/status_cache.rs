@@ -222,20 +222,7 @@ fn evict_oldest(state: &mut State) {
 
 /// The length `answer` serialises to, without building the text.
 fn serialised_len(answer: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing a `Value` into a sink that cannot fail cannot fail.
-    let _ = serde_json::to_writer(&mut count, answer);
-    count.0
+    crate::util::json_len(answer)
 }
 
 #[cfg(test)]
