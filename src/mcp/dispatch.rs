@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::answer::ToolAnswer;
 use super::events;
 use super::handler::{McpError, McpHandler, McpResult, RequestContext};
 use super::jsonrpc::Request;
@@ -82,8 +83,58 @@ fn server_info(handler: &dyn McpHandler) -> Value {
 }
 
 /// Answers one request in its context; `capabilities` are the server's (see
-/// [`capabilities`]), `session` is the request's legacy session, if any.
+/// [`capabilities`]), `session` is the request's legacy session, if any. Only `tools/call`
+/// may answer with a prepared result.
 pub(super) async fn dispatch(
+    handler: &dyn McpHandler,
+    capabilities: &Value,
+    ctx: &RequestContext,
+    request: &Request,
+    session: Option<&Arc<Session>>,
+) -> McpResult<ToolAnswer> {
+    if request.method == "tools/call" {
+        if !declares(capabilities, "tools") {
+            return Err(McpError::method_not_found(&request.method));
+        }
+        return call_tool(handler, ctx, &request.params).await;
+    }
+    dispatch_other(handler, capabilities, ctx, request, session)
+        .await
+        .map(ToolAnswer::Value)
+}
+
+fn declares(capabilities: &Value, name: &str) -> bool {
+    capabilities.get(name).is_some_and(|c| !c.is_null())
+}
+
+/// `tools/call`: through the task backing when the call asks to be a task, else the
+/// handler's answer as it gave it.
+async fn call_tool(
+    handler: &dyn McpHandler,
+    ctx: &RequestContext,
+    params: &Value,
+) -> McpResult<ToolAnswer> {
+    let name = string_param(params, "name")?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(arguments @ Value::Object(_)) => arguments.clone(),
+        Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
+    };
+    if let Some(backing) = handler.tasks() {
+        let support = handler
+            .tools()
+            .task_support(ctx, name)
+            .unwrap_or_else(|| backing.task_support(name));
+        let answered = task_wire::call(backing, support, ctx, params, name, &arguments);
+        if let Some(answer) = answered.await {
+            return answer.map(ToolAnswer::Value);
+        }
+    }
+    handler.call_tool_answer(ctx, name, arguments).await
+}
+
+/// Every method but `tools/call`.
+async fn dispatch_other(
     handler: &dyn McpHandler,
     capabilities: &Value,
     ctx: &RequestContext,
@@ -93,7 +144,7 @@ pub(super) async fn dispatch(
     let params = &request.params;
     let method = request.method.as_str();
     let require = |name: &str| {
-        if capabilities.get(name).is_some_and(|c| !c.is_null()) {
+        if declares(capabilities, name) {
             Ok(())
         } else {
             Err(McpError::method_not_found(method))
@@ -117,26 +168,6 @@ pub(super) async fn dispatch(
         "tools/list" => {
             require("tools")?;
             handler.list_tools(ctx, cursor_param(params)?).await
-        }
-        "tools/call" => {
-            require("tools")?;
-            let name = string_param(params, "name")?;
-            let arguments = match params.get("arguments") {
-                None | Some(Value::Null) => Value::Object(Map::new()),
-                Some(arguments @ Value::Object(_)) => arguments.clone(),
-                Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
-            };
-            if let Some(backing) = handler.tasks() {
-                let support = handler
-                    .tools()
-                    .task_support(ctx, name)
-                    .unwrap_or_else(|| backing.task_support(name));
-                let answered = task_wire::call(backing, support, ctx, params, name, &arguments);
-                if let Some(answer) = answered.await {
-                    return answer;
-                }
-            }
-            handler.call_tool(ctx, name, arguments).await
         }
         "resources/list" | "resources/templates/list" | "resources/read" => {
             require("resources")?;

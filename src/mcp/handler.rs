@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use super::answer::ToolAnswer;
 pub use super::context::{
     Era, McpError, McpResult, Notification, RequestContext, RequestNotifier, codes,
 };
@@ -125,6 +126,21 @@ pub trait McpHandler: Send + Sync + 'static {
         arguments: Value,
     ) -> McpResult<Value> {
         self.tools().call(ctx, name, arguments).await
+    }
+
+    /// `tools/call` as the core asks it: the answer may carry its JSON text already written
+    /// (a kept answer). The default answers with [`McpHandler::call_tool`], so a handler that
+    /// overrides that one is still the one that answers; a handler whose registered tools
+    /// prepare answers overrides this to ask [`ToolRegistry::call_answer`].
+    async fn call_tool_answer(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: Value,
+    ) -> McpResult<ToolAnswer> {
+        self.call_tool(ctx, name, arguments)
+            .await
+            .map(ToolAnswer::Value)
     }
 
     async fn list_resources(

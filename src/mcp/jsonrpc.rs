@@ -143,6 +143,19 @@ pub fn success_response(id: &Value, result: Value) -> Value {
     envelope([("id", id.clone()), ("result", result)])
 }
 
+/// [`success_response`] as text, around a result already written as JSON: the same bytes
+/// `serde_json` writes for the envelope.
+pub fn success_text(id: &Value, result: &str) -> String {
+    let id = serde_json::to_string(id).expect("a JSON value always serialises");
+    let mut text = String::with_capacity(result.len() + id.len() + 34);
+    text.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    text.push_str(&id);
+    text.push_str(",\"result\":");
+    text.push_str(result);
+    text.push('}');
+    text
+}
+
 pub fn error_response(id: &Value, error: &McpError) -> Value {
     let mut body = Map::with_capacity(3);
     body.insert("code".to_owned(), Value::from(error.code));

@@ -7,6 +7,7 @@
 //! routing), `shape` (era shaping), `events` (server-wide changes), `session` (legacy
 //! sessions and their stream logs), `tasks` (tool calls answered as tasks, both eras). Nothing here knows the engine, the store or a socket.
 
+pub mod answer;
 pub mod context;
 mod dispatch;
 mod events;
@@ -19,6 +20,7 @@ pub mod session;
 mod shape;
 pub mod tasks;
 
+pub use answer::{PreparedResult, ToolAnswer};
 pub use handler::{
     Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext,
     RequestNotifier, ServerEvent, ServerInfo,

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
+use super::answer::ToolAnswer;
 use super::context::{McpError, McpResult, RequestContext, codes};
 use super::tasks::{TaskSupport, client_speaks_tasks};
 
@@ -90,6 +91,17 @@ impl Visibility {
 #[async_trait]
 pub trait ToolHandler: Send + Sync + 'static {
     async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value>;
+
+    /// The same call for the core, whose answer may carry its JSON text (a kept answer); a
+    /// handler that prepares none leaves this to [`ToolHandler::call`].
+    async fn call_answer(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: Value,
+    ) -> McpResult<ToolAnswer> {
+        self.call(ctx, name, arguments).await.map(ToolAnswer::Value)
+    }
 }
 
 /// One tool to register: its `tools/list` definition, its listing rule, its visibility and
@@ -316,6 +328,18 @@ impl ToolRegistry {
         name: &str,
         arguments: Value,
     ) -> McpResult<Value> {
+        self.call_answer(ctx, name, arguments)
+            .await
+            .map(ToolAnswer::into_value)
+    }
+
+    /// `tools/call` as the core asks it: the same checks, the handler's answer as it gave it.
+    pub async fn call_answer(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: Value,
+    ) -> McpResult<ToolAnswer> {
         let Some(entry) = self.entries.iter().find(|entry| entry.name == name) else {
             return Err(McpError::invalid_params(format!(
                 "unknown tool {name:?}; {}",
@@ -325,7 +349,7 @@ impl ToolRegistry {
         if let Some(requirement) = entry.missing(ctx) {
             return Err(held_back(ctx, name, requirement));
         }
-        entry.handler.call(ctx, name, arguments).await
+        entry.handler.call_answer(ctx, name, arguments).await
     }
 
     /// The tools this client is offered, as an unknown-tool error names them.

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::answer::ToolAnswer;
 use super::context::ClientRequests;
 use super::dispatch;
 use super::handler::{Era, McpError, McpHandler, Notification, RequestContext, RequestNotifier};
@@ -110,8 +111,12 @@ impl TransportContext {
 /// What came of one message.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
-    /// The JSON-RPC response, or `None` for notifications and client responses.
+    /// The JSON-RPC response, or `None` for notifications and client responses (and when
+    /// `json` holds it).
     pub response: Option<Value>,
+    /// The JSON-RPC response as text, written from a handler's prepared result, in place of
+    /// `response`: only [`McpServer::handle_request_wire`] answers this way.
+    pub json: Option<String>,
     /// The HTTP status that fits (200, 202, 400, 404).
     pub status: u16,
     /// Set when `initialize` created a legacy session.
@@ -122,6 +127,7 @@ impl Outcome {
     fn accepted() -> Outcome {
         Outcome {
             response: None,
+            json: None,
             status: 202,
             new_session: None,
         }
@@ -130,6 +136,7 @@ impl Outcome {
     fn error(id: &Value, error: &McpError, status: u16) -> Outcome {
         Outcome {
             response: Some(jsonrpc::error_response(id, error)),
+            json: None,
             status,
             new_session: None,
         }
@@ -290,6 +297,7 @@ impl McpServer {
             Ok(message) => self.handle(message, transport).await,
             Err(rejected) => Outcome {
                 response: Some(rejected.to_response()),
+                json: None,
                 status: 400,
                 new_session: None,
             },
@@ -345,6 +353,28 @@ impl McpServer {
         resolution: Resolution,
         transport: &TransportContext,
     ) -> Outcome {
+        self.respond(request, resolution, transport, false).await
+    }
+
+    /// [`McpServer::handle_request`] for a transport that writes bytes: a prepared tool
+    /// result the era would not reshape comes back as text in [`Outcome::json`], neither
+    /// cloned nor serialised again.
+    pub async fn handle_request_wire(
+        &self,
+        request: Request,
+        resolution: Resolution,
+        transport: &TransportContext,
+    ) -> Outcome {
+        self.respond(request, resolution, transport, true).await
+    }
+
+    async fn respond(
+        &self,
+        request: Request,
+        resolution: Resolution,
+        transport: &TransportContext,
+        wire: bool,
+    ) -> Outcome {
         let scope = match resolution {
             Resolution::Ready(scope) => scope,
             Resolution::Initialize => return self.initialize(&request),
@@ -362,14 +392,18 @@ impl McpServer {
         let _request_guard = scope.session.as_ref().map(|session| session.request());
         match self.run(&request, &scope, transport).await {
             None => Outcome::accepted(),
-            Some(Ok(result)) => Outcome {
-                response: Some(jsonrpc::success_response(
-                    &request.id,
-                    self.shape(&request.method, &scope.era, result),
-                )),
-                status: 200,
-                new_session: None,
-            },
+            Some(Ok(ToolAnswer::Prepared(prepared))) if wire => {
+                match shape::prepared_text(&scope.era, &prepared) {
+                    Some(result) => Outcome {
+                        response: None,
+                        json: Some(jsonrpc::success_text(&request.id, &result)),
+                        status: 200,
+                        new_session: None,
+                    },
+                    None => self.success(&request, &scope.era, prepared.value().clone()),
+                }
+            }
+            Some(Ok(answer)) => self.success(&request, &scope.era, answer.into_value()),
             Some(Err(error)) => {
                 let (error, status) = shape::error(&scope.era, &request.params, error);
                 Outcome::error(&request.id, &error, status)
@@ -385,7 +419,7 @@ impl McpServer {
         request: &Request,
         scope: &Scope,
         transport: &TransportContext,
-    ) -> Option<Result<Value, McpError>> {
+    ) -> Option<Result<ToolAnswer, McpError>> {
         let token = self.shutdown.child_token();
         let key = (cancel_scope(transport), jsonrpc::id_key(&request.id));
         let cancelled_by_client = Arc::new(AtomicBool::new(false));
@@ -435,6 +469,18 @@ impl McpServer {
         Some(result)
     }
 
+    fn success(&self, request: &Request, era: &Era, result: Value) -> Outcome {
+        Outcome {
+            response: Some(jsonrpc::success_response(
+                &request.id,
+                self.shape(&request.method, era, result),
+            )),
+            json: None,
+            status: 200,
+            new_session: None,
+        }
+    }
+
     /// The era's shape of a result; a `tools/list` that depends on who asks is private.
     fn shape(&self, method: &str, era: &Era, result: Value) -> Value {
         match era {
@@ -481,6 +527,7 @@ impl McpServer {
         let result = dispatch::initialize_result(self.handler.as_ref(), version, &capabilities);
         Outcome {
             response: Some(jsonrpc::success_response(&request.id, result)),
+            json: None,
             status: 200,
             new_session: Some(session_id),
         }

@@ -5,8 +5,11 @@
 //! (S6); a missing resource becomes -32602 with `data.uri` (S7); errors carry the HTTP status
 //! the revision asks for. Legacy sessions older than 2025-06-18 lose `resource_link` blocks.
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
+use super::answer::PreparedResult;
 use super::context::{Era, McpError, codes};
 
 /// Whether a cached modern result may be shared between callers.
@@ -48,6 +51,28 @@ pub(super) fn modern(method: &str, mut result: Value, ttl_ms: u64, scope: CacheS
             .or_insert_with(|| scope.as_str().into());
     }
     result
+}
+
+/// A prepared `tools/call` result's text as the era sends it, or `None` when the era would
+/// reshape it beyond what text can follow (an older session's result with links): the
+/// same bytes [`modern`] or [`without_links_before_2025_06_18`] would give its value.
+pub(super) fn prepared_text<'a>(era: &Era, prepared: &'a PreparedResult) -> Option<Cow<'a, str>> {
+    let json = prepared.json();
+    match era {
+        Era::Legacy { version } => (version.as_str() >= "2025-06-18" || !prepared.has_links())
+            .then_some(Cow::Borrowed(json)),
+        Era::Modern { .. } => match prepared.value() {
+            // `modern` appends the key last (the maps keep their order).
+            Value::Object(map) if !map.contains_key("resultType") => {
+                let body = json.strip_suffix('}')?;
+                let separator = if map.is_empty() { "" } else { "," };
+                Some(Cow::Owned(format!(
+                    "{body}{separator}\"resultType\":\"complete\"}}"
+                )))
+            }
+            _ => Some(Cow::Borrowed(json)),
+        },
+    }
 }
 
 /// `resource_link` content blocks arrived with 2025-06-18; an older session's client may

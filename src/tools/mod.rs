@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{
     McpHandler, McpResult, NotificationHub, RequestContext, ServerEvent, ServerInfo,
 };
@@ -266,6 +267,15 @@ impl McpHandler for WorkflowServer {
 
     fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+
+    async fn call_tool_answer(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: Value,
+    ) -> McpResult<ToolAnswer> {
+        self.tools.call_answer(ctx, name, arguments).await
     }
 
     async fn list_resources(

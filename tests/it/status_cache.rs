@@ -190,3 +190,96 @@ async fn every_write_status_shows_gives_the_answer_built_afresh() {
         checkpoint.index
     );
 }
+
+/// The answer a transport that writes bytes gets for `status` in a legacy session of
+/// `version`: `(text it writes, the value a `Value` transport gets)`.
+async fn wire_status(
+    server: &agentprism::mcp::McpServer,
+    session: &str,
+    run_id: &RunId,
+    id: u64,
+) -> (Option<String>, Value) {
+    use agentprism::mcp::jsonrpc::{self, Message};
+    use agentprism::mcp::{TransportContext, TransportKind};
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "workflow", "arguments": {"action": "status", "runId": run_id}}});
+    let Ok(Message::Request(request)) = jsonrpc::parse(body.to_string().as_bytes()) else {
+        panic!("a request");
+    };
+    let mut context = TransportContext::new(TransportKind::Http, "wire");
+    context.session_id = Some(session.to_owned());
+    let resolution = server.resolve(&request, Some(session));
+    let wire = server
+        .handle_request_wire(request.clone(), resolution, &context)
+        .await;
+    let resolution = server.resolve(&request, Some(session));
+    let plain = server.handle_request(request, resolution, &context).await;
+    assert_eq!((plain.status, wire.status), (200, 200));
+    assert_eq!(plain.json, None, "a Value caller never gets text");
+    match &wire.json {
+        Some(_) => assert_eq!(wire.response, None, "text or a value, not both"),
+        None => assert!(wire.response.is_some()),
+    }
+    (wire.json, plain.response.expect("a response"))
+}
+
+async fn legacy_session(server: &agentprism::mcp::McpServer, version: &str) -> String {
+    let outcome = server
+        .handle_bytes(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": "wire", "version": "1"}}})
+            .to_string()
+            .as_bytes(),
+            agentprism::mcp::TransportContext::new(agentprism::mcp::TransportKind::Http, "wire"),
+        )
+        .await;
+    outcome.new_session.expect("a session")
+}
+
+#[tokio::test]
+async fn a_kept_answer_goes_out_as_its_text_the_same_bytes_a_value_would_give() {
+    let s = setup();
+    let run_id = completed_run(&s).await;
+    let server = agentprism::mcp::McpServer::new(s.server.clone(), Default::default());
+    let session = legacy_session(&server, "2025-11-25").await;
+    // A first build leaves a marker and answers with a value; the second keeps the answer.
+    let (first, value) = wire_status(&server, &session, &run_id, 1).await;
+    assert_eq!(first, None, "not kept yet");
+    let mut texts = Vec::new();
+    for id in 2..5 {
+        let (text, value) = wire_status(&server, &session, &run_id, id).await;
+        let text = text.expect("a kept answer goes out as text");
+        assert_eq!(
+            text,
+            serde_json::to_string(&value).unwrap(),
+            "the same bytes"
+        );
+        texts.push(text);
+    }
+    assert_eq!(
+        serde_json::from_str::<Value>(&texts[0]).unwrap()["result"],
+        value["result"],
+        "the kept answer is the built one"
+    );
+    assert!(
+        value["result"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|block| block["type"] == "resource_link"),
+        "{value:#}"
+    );
+    // A session older than 2025-06-18 must not see the links: shaped from the value.
+    let old = legacy_session(&server, "2025-03-26").await;
+    let (text, value) = wire_status(&server, &old, &run_id, 9).await;
+    assert_eq!(text, None, "an older session's answer is reshaped");
+    assert!(
+        value["result"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|block| block["type"] != "resource_link"),
+        "{value:#}"
+    );
+}

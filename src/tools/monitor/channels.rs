@@ -35,6 +35,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
 use crate::engine::events::RunNotice;
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpResult, NotificationHub, RequestContext, ServerEvent};
 use crate::mcp::registry::ToolHandler;
 use crate::model::RunId;
@@ -234,23 +235,45 @@ pub(crate) struct FollowingTool {
 #[async_trait]
 impl ToolHandler for FollowingTool {
     async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
+        self.call_answer(ctx, name, arguments)
+            .await
+            .map(ToolAnswer::into_value)
+    }
+
+    /// The workflow tool's answer as it gave it (a kept status answer keeps its text); the
+    /// channels read it in place.
+    async fn call_answer(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: Value,
+    ) -> McpResult<ToolAnswer> {
         let action = arguments["action"].as_str().map(str::to_owned);
-        let answer = self.inner.call(ctx, name, arguments).await?;
+        let answer = self.inner.call_answer(ctx, name, arguments).await?;
+        self.follow(ctx, action.as_deref(), answer.value());
+        Ok(answer)
+    }
+}
+
+impl FollowingTool {
+    /// What `answer` to `action` tells the channels: the runs a session named, and a status
+    /// document's new messages.
+    fn follow(&self, ctx: &RequestContext, action: Option<&str>, answer: &Value) {
         if answer["isError"] == true {
-            return Ok(answer);
+            return;
         }
         let document = &answer["structuredContent"];
         let Some(run_id) = document["runId"]
             .as_str()
             .and_then(|id| RunId::parse(id).ok())
         else {
-            return Ok(answer);
+            return;
         };
         let session = match (&ctx.era, &ctx.session_id) {
             (crate::mcp::handler::Era::Legacy { .. }, Some(session)) => Some(session),
             _ => None,
         };
-        match (action.as_deref(), session) {
+        match (action, session) {
             (Some("run" | "resume"), Some(session)) => {
                 self.channels.follow(session, &run_id, Vec::new());
             }
@@ -264,9 +287,9 @@ impl ToolHandler for FollowingTool {
             _ => {}
         }
         if !self.channels.is_followed(&run_id) {
-            return Ok(answer);
+            return;
         }
-        if action.as_deref() == Some("status") {
+        if action == Some("status") {
             // The answer is the run's status document: no second one to build.
             self.channels.send_new(&run_id, document);
         } else {
@@ -275,7 +298,6 @@ impl ToolHandler for FollowingTool {
                 .tracker
                 .spawn(async move { channels.evaluate(&run_id).await });
         }
-        Ok(answer)
     }
 }
 

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest, StatusQuery};
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::model::{RunId, RunStatus};
 use crate::store::RunVersion;
@@ -59,7 +60,10 @@ impl Actions {
                 setup_id,
                 response,
             } => self.setup_response(run_id, setup_id, response).await,
-            Action::Status { run_id, query } => observe(self.status(&run_id, &query)).await,
+            Action::Status { run_id, query } => self
+                .status_answer(&run_id, &query)
+                .await
+                .map(ToolAnswer::into_value),
             Action::Result {
                 run_id,
                 offset,
@@ -90,16 +94,26 @@ impl Actions {
         }
     }
 
+    /// `status` within the observation ceiling, as the tool answers it: a kept answer comes
+    /// with its text.
+    pub(super) async fn status_answer(
+        &self,
+        run_id: &RunId,
+        query: &StatusQuery,
+    ) -> McpResult<ToolAnswer> {
+        observe(self.status(run_id, query)).await
+    }
+
     /// `status`: the kept answer while the run's version stands (`status_cache`), else a
     /// new one, kept when nothing in it can change without a store write.
-    async fn status(&self, run_id: &RunId, query: &StatusQuery) -> McpResult<Value> {
+    async fn status(&self, run_id: &RunId, query: &StatusQuery) -> McpResult<ToolAnswer> {
         // Read before the answer is built: a write in between gives the next call a newer
         // version, so an answer kept under this one is never served after it.
         let version = self.cacheable_version(run_id).await;
         if let Some(version) = version
             && let Some(answer) = self.status_cache.get(run_id, query, version.version)
         {
-            return Ok(answer);
+            return Ok(ToolAnswer::Prepared(answer));
         }
         match self.engine.status(run_id, query).await {
             Ok(status) => {
@@ -110,15 +124,18 @@ impl Actions {
                         && status.latest_activity.is_none()
                 });
                 let answer = status_result(None, json!(status));
-                if let Some(version) = keep {
-                    self.status_cache
-                        .put(run_id, query, version.version, &answer);
+                if let Some(version) = keep
+                    && let Some(kept) =
+                        self.status_cache
+                            .put(run_id, query, version.version, &answer)
+                {
+                    return Ok(ToolAnswer::Prepared(kept));
                 }
-                Ok(answer)
+                Ok(ToolAnswer::Value(answer))
             }
             Err(error) => {
                 self.status_cache.forget(run_id);
-                engine_failure(error)
+                engine_failure(error).map(ToolAnswer::Value)
             }
         }
     }

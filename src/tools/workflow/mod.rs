@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpResult, RequestContext};
 use crate::mcp::registry::{Tool, ToolHandler};
 use crate::mcp::tasks::TaskSupport;
@@ -114,18 +115,47 @@ pub(super) async fn status_document(
 
 #[async_trait]
 impl ToolHandler for WorkflowTool {
-    async fn call(&self, ctx: &RequestContext, _name: &str, arguments: Value) -> McpResult<Value> {
+    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
+        self.call_answer(ctx, name, arguments)
+            .await
+            .map(ToolAnswer::into_value)
+    }
+
+    /// `status` may answer with a kept answer's text; every other action with a value.
+    async fn call_answer(
+        &self,
+        ctx: &RequestContext,
+        _name: &str,
+        arguments: Value,
+    ) -> McpResult<ToolAnswer> {
         let action = match parse::parse(&arguments, self.default_project.as_deref()) {
             Ok(action) => action,
             // Bad input is the model's to correct: a tool execution error, not a protocol one.
-            Err(error) => return Ok(reply::invalid_input(error)),
+            Err(error) => return Ok(reply::invalid_input(error).into()),
         };
+        if let Action::Status { run_id, query } = &action {
+            return self.actions.status_answer(run_id, query).await;
+        }
+        self.answer(ctx, action, &arguments)
+            .await
+            .map(ToolAnswer::Value)
+    }
+}
+
+impl WorkflowTool {
+    /// Every action but `status`: run and resume through their receipts.
+    async fn answer(
+        &self,
+        ctx: &RequestContext,
+        action: Action,
+        arguments: &Value,
+    ) -> McpResult<Value> {
         if !action.admits() {
             return self.actions.dispatch(ctx, action, None).await;
         }
         // Run and resume: an exact retry answers from the receipt instead of admitting again.
         let is_resume = matches!(action, Action::Resume(_));
-        let key = match receipt_key(ctx, &arguments, is_resume) {
+        let key = match receipt_key(ctx, arguments, is_resume) {
             Ok(Some(key)) => key,
             // A stateless run without an idempotency key is always a new run.
             Ok(None) => return self.actions.dispatch(ctx, action, None).await,

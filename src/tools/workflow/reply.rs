@@ -52,15 +52,16 @@ pub(super) fn engine_failure(error: EngineError) -> McpResult<Value> {
 }
 
 /// Runs an observation under [`OBSERVATION_CEILING`].
-pub(super) async fn observe(
-    work: impl std::future::Future<Output = McpResult<Value>>,
-) -> McpResult<Value> {
+pub(super) async fn observe<T: From<Value>>(
+    work: impl std::future::Future<Output = McpResult<T>>,
+) -> McpResult<T> {
     match tokio::time::timeout(OBSERVATION_CEILING, work).await {
         Ok(result) => result,
         Err(_) => Ok(tool_error(format!(
             "the request took longer than {} s; try again",
             OBSERVATION_CEILING.as_secs()
-        ))),
+        ))
+        .into()),
     }
 }
 

@@ -20,11 +20,12 @@
 //! over a single entry's share (a completed run's uncapped `outcome`) is not kept at all.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
 use crate::engine::StatusQuery;
+use crate::mcp::PreparedResult;
 use crate::model::RunId;
 
 /// Answers kept at most, over all runs.
@@ -68,8 +69,9 @@ struct Entry {
     label_glob: Option<String>,
     /// The run's version read before the answer was built.
     version: u64,
-    /// The answer; `None` for the marker of its first build under `version`.
-    answer: Option<Value>,
+    /// The answer with its text, written once and shared with the calls it serves; `None`
+    /// for the marker of its first build under `version`.
+    answer: Option<Arc<PreparedResult>>,
     /// The answer's serialised length.
     bytes: usize,
     /// `State::clock` when last served or kept.
@@ -109,7 +111,12 @@ impl StatusCache {
 
     /// The answer kept for `run_id` and `query` under exactly `version`. One kept under
     /// another version is dropped: the run changed since.
-    pub(super) fn get(&self, run_id: &RunId, query: &StatusQuery, version: u64) -> Option<Value> {
+    pub(super) fn get(
+        &self,
+        run_id: &RunId,
+        query: &StatusQuery,
+        version: u64,
+    ) -> Option<Arc<PreparedResult>> {
         let mut guard = self.state();
         let state = &mut *guard;
         state.clock += 1;
@@ -132,8 +139,15 @@ impl StatusCache {
 
     /// Records a build of `answer` for `run_id` and `query` under `version`: the second one
     /// under the same version keeps it, the first leaves a marker. Replaces what was kept for
-    /// them, evicting the least recently used entries to stay within the limits.
-    pub(super) fn put(&self, run_id: &RunId, query: &StatusQuery, version: u64, answer: &Value) {
+    /// them, evicting the least recently used entries to stay within the limits. Returns
+    /// the answer as kept, so the call that kept it answers with the same text.
+    pub(super) fn put(
+        &self,
+        run_id: &RunId,
+        query: &StatusQuery,
+        version: u64,
+        answer: &Value,
+    ) -> Option<Arc<PreparedResult>> {
         let mut guard = self.state();
         let state = &mut *guard;
         let mut built_before = false;
@@ -148,15 +162,17 @@ impl StatusCache {
             state.bytes -= old.bytes;
             built_before = old.version == version;
         }
-        let (kept, bytes) = if built_before {
-            (Some(answer.clone()), serialised_len(answer))
+        // Measured before the text is written, so an answer over the bounds costs no copy.
+        let bytes = if built_before {
+            serialised_len(answer)
         } else {
-            (None, 0)
+            0
         };
         if bytes > self.limits.entry_bytes || bytes > self.limits.bytes || self.limits.entries == 0
         {
-            return;
+            return None;
         }
+        let kept = built_before.then(|| Arc::new(PreparedResult::new(answer.clone())));
         while state.entries + 1 > self.limits.entries || state.bytes + bytes > self.limits.bytes {
             evict_oldest(state);
         }
@@ -169,10 +185,11 @@ impl StatusCache {
             log_lines: query.log_lines,
             label_glob: query.label_glob.clone(),
             version,
-            answer: kept,
+            answer: kept.clone(),
             bytes,
             used,
         });
+        kept
     }
 
     /// Drops every answer kept for `run_id` (the run is gone, or its status failed).
@@ -231,6 +248,22 @@ mod tests {
 
     use super::*;
 
+    /// What `get` serves, as a value.
+    trait GetValue {
+        fn get_value(&self, run_id: &RunId, query: &StatusQuery, version: u64) -> Option<Value>;
+    }
+
+    impl GetValue for StatusCache {
+        fn get_value(&self, run_id: &RunId, query: &StatusQuery, version: u64) -> Option<Value> {
+            let prepared = self.get(run_id, query, version)?;
+            assert_eq!(
+                prepared.json(),
+                serde_json::to_string(prepared.value()).unwrap()
+            );
+            Some(prepared.value().clone())
+        }
+    }
+
     fn run(n: usize) -> RunId {
         RunId::parse(&format!("lq3k2m1-run{n:03}")).expect("a valid run id")
     }
@@ -254,16 +287,20 @@ mod tests {
         let (id, bounds) = (run(1), query(20));
         cache.put(&id, &bounds, 7, &answer(10));
         assert_eq!(cache.usage(), (1, 0), "only a marker");
-        assert_eq!(cache.get(&id, &bounds, 7), None, "a marker serves nothing");
+        assert_eq!(
+            cache.get_value(&id, &bounds, 7),
+            None,
+            "a marker serves nothing"
+        );
         cache.put(&id, &bounds, 8, &answer(10));
         assert_eq!(
-            cache.get(&id, &bounds, 8),
+            cache.get_value(&id, &bounds, 8),
             None,
             "a first build under a new version"
         );
         cache.put(&id, &bounds, 8, &answer(10));
         assert_eq!(cache.usage(), (1, 10));
-        assert_eq!(cache.get(&id, &bounds, 8), Some(answer(10)));
+        assert_eq!(cache.get_value(&id, &bounds, 8), Some(answer(10)));
     }
 
     /// An answer serialising to exactly `bytes` bytes (at least 8).
@@ -278,17 +315,17 @@ mod tests {
         let cache = StatusCache::default();
         let (id, bounds) = (run(1), query(20));
         keep(&cache, &id, &bounds, 7, &json!({"a": 1}));
-        assert_eq!(cache.get(&id, &bounds, 7), Some(json!({"a": 1})));
-        assert_eq!(cache.get(&id, &query(5), 7), None, "other bounds");
+        assert_eq!(cache.get_value(&id, &bounds, 7), Some(json!({"a": 1})));
+        assert_eq!(cache.get_value(&id, &query(5), 7), None, "other bounds");
         let glob = StatusQuery {
             label_glob: Some("call*".to_owned()),
             ..bounds.clone()
         };
-        assert_eq!(cache.get(&id, &glob, 7), None, "a label glob");
-        assert_eq!(cache.get(&run(2), &bounds, 7), None, "another run");
-        assert_eq!(cache.get(&id, &bounds, 8), None, "a newer version");
+        assert_eq!(cache.get_value(&id, &glob, 7), None, "a label glob");
+        assert_eq!(cache.get_value(&run(2), &bounds, 7), None, "another run");
+        assert_eq!(cache.get_value(&id, &bounds, 8), None, "a newer version");
         assert_eq!(cache.usage(), (0, 0), "the stale answer is dropped");
-        assert_eq!(cache.get(&id, &bounds, 7), None, "and stays dropped");
+        assert_eq!(cache.get_value(&id, &bounds, 7), None, "and stays dropped");
     }
 
     #[test]
@@ -299,10 +336,10 @@ mod tests {
         keep(&cache, &id, &query(20), 2, &answer(12));
         keep(&cache, &id, &query(5), 2, &answer(14));
         assert_eq!(cache.usage(), (2, 26));
-        assert_eq!(cache.get(&id, &query(20), 2), Some(answer(12)));
+        assert_eq!(cache.get_value(&id, &query(20), 2), Some(answer(12)));
         cache.forget(&id);
         assert_eq!(cache.usage(), (0, 0));
-        assert_eq!(cache.get(&id, &query(5), 2), None);
+        assert_eq!(cache.get_value(&id, &query(5), 2), None);
     }
 
     #[test]
@@ -313,12 +350,12 @@ mod tests {
         }
         assert_eq!(cache.usage(), (MAX_ENTRIES, MAX_ENTRIES * 8));
         // Run 0 is used again, so run 1 is now the least recently used.
-        assert!(cache.get(&run(0), &query(20), 1).is_some());
+        assert!(cache.get_value(&run(0), &query(20), 1).is_some());
         keep(&cache, &run(MAX_ENTRIES), &query(20), 1, &answer(8));
         assert_eq!(cache.usage(), (MAX_ENTRIES, MAX_ENTRIES * 8));
-        assert!(cache.get(&run(1), &query(20), 1).is_none(), "evicted");
-        assert!(cache.get(&run(0), &query(20), 1).is_some());
-        assert!(cache.get(&run(MAX_ENTRIES), &query(20), 1).is_some());
+        assert!(cache.get_value(&run(1), &query(20), 1).is_none(), "evicted");
+        assert!(cache.get_value(&run(0), &query(20), 1).is_some());
+        assert!(cache.get_value(&run(MAX_ENTRIES), &query(20), 1).is_some());
     }
 
     #[test]
@@ -333,11 +370,11 @@ mod tests {
         assert_eq!(cache.usage(), (2, 100), "exactly the byte limit");
         keep(&cache, &run(3), &query(20), 1, &answer(61));
         assert_eq!(cache.usage(), (2, 100), "over one entry's share: not kept");
-        assert!(cache.get(&run(3), &query(20), 1).is_none());
+        assert!(cache.get_value(&run(3), &query(20), 1).is_none());
         keep(&cache, &run(3), &query(20), 1, &answer(8));
         assert_eq!(cache.usage(), (2, 48), "the oldest went to make room");
-        assert!(cache.get(&run(1), &query(20), 1).is_none());
-        assert!(cache.get(&run(2), &query(20), 1).is_some());
+        assert!(cache.get_value(&run(1), &query(20), 1).is_none());
+        assert!(cache.get_value(&run(2), &query(20), 1).is_some());
     }
 
     #[test]

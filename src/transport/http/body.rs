@@ -68,9 +68,10 @@ impl Body for HttpBody {
 
 pub(super) fn outcome_response(outcome: Outcome) -> HttpResponse {
     let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::OK);
-    let mut response = match &outcome.response {
-        Some(body) => json_response(status, body),
-        None => status_only(StatusCode::ACCEPTED),
+    let mut response = match (outcome.json, &outcome.response) {
+        (Some(text), _) => json_text_response(status, text.into_bytes()),
+        (None, Some(body)) => json_response(status, body),
+        (None, None) => status_only(StatusCode::ACCEPTED),
     };
     if let Some(session) = outcome.new_session
         && let Ok(value) = HeaderValue::from_str(&session)
@@ -84,6 +85,11 @@ pub(super) fn outcome_response(outcome: Outcome) -> HttpResponse {
 pub fn json_response(status: StatusCode, body: &Value) -> HttpResponse {
     // Straight into bytes: `Display` goes through `fmt::Write` and costs about twice as much.
     let bytes = serde_json::to_vec(body).expect("a JSON value always serialises");
+    json_text_response(status, bytes)
+}
+
+/// A response of `status` whose body is JSON text already written.
+fn json_text_response(status: StatusCode, bytes: Vec<u8>) -> HttpResponse {
     let mut response = Response::new(HttpBody::full(bytes));
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -263,7 +263,11 @@ async fn answer(
     let cancel_on_drop = modern.then(|| stream_closed.clone().drop_guard());
     let server = state.server.clone();
     let mut handler = Detachable::new(
-        async move { server.handle_request(request, resolution, &context).await },
+        async move {
+            server
+                .handle_request_wire(request, resolution, &context)
+                .await
+        },
         state.tasks.clone(),
     );
     // The handler's side of `notes` closes when it finishes, after its last notification,
@@ -391,8 +395,12 @@ impl AnswerStream {
                     while let Ok(note) = self.notes.try_recv() {
                         pump.event(&note).await;
                     }
-                    if let Ok(Outcome { response: Some(response), .. }) = outcome {
-                        pump.event(&response).await;
+                    match outcome {
+                        Ok(Outcome { json: Some(text), .. }) => pump.event_text(text).await,
+                        Ok(Outcome { response: Some(response), .. }) => {
+                            pump.event(&response).await;
+                        }
+                        _ => {}
                     }
                     break;
                 }

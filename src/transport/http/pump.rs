@@ -50,7 +50,11 @@ impl Pump {
     }
 
     pub(super) async fn event(&mut self, message: &Value) {
-        let data = message.to_string();
+        self.event_text(message.to_string()).await;
+    }
+
+    /// An event whose data is a message already written as JSON.
+    pub(super) async fn event_text(&mut self, data: String) {
         let id = self.next_id(data.clone());
         self.send(format!("id: {id}\ndata: {data}\n\n")).await;
     }
