@@ -375,7 +375,7 @@ impl McpServer {
         transport: &TransportContext,
         wire: bool,
     ) -> Outcome {
-        let scope = match resolution {
+        let mut scope = match resolution {
             Resolution::Ready(scope) => scope,
             Resolution::Initialize => return self.initialize(&request),
             Resolution::Refused { error, status } => {
@@ -390,7 +390,7 @@ impl McpServer {
             session.touch();
         }
         let _request_guard = scope.session.as_ref().map(|session| session.request());
-        match self.run(&request, &scope, transport).await {
+        match self.run(&request, &mut scope, transport).await {
             None => Outcome::accepted(),
             Some(Ok(ToolAnswer::Prepared(prepared))) if wire => {
                 match shape::prepared_text(&scope.era, &prepared) {
@@ -417,7 +417,7 @@ impl McpServer {
     async fn run(
         &self,
         request: &Request,
-        scope: &Scope,
+        scope: &mut Scope,
         transport: &TransportContext,
     ) -> Option<Result<ToolAnswer, McpError>> {
         let token = self.shutdown.child_token();
@@ -534,10 +534,11 @@ impl McpServer {
     }
 }
 
-/// The handler's view of one request.
+/// The handler's view of one request. The client's capabilities and info move out of
+/// `scope` (nothing after this reads them there), so they are not copied per request.
 fn request_context(
     request: &Request,
-    scope: &Scope,
+    scope: &mut Scope,
     transport: &TransportContext,
     cancel: CancellationToken,
     notifier: RequestNotifier,
@@ -548,8 +549,8 @@ fn request_context(
         session_id: scope.session.as_ref().map(|session| session.id.clone()),
         request_id: request.id.clone(),
         method: request.method.clone(),
-        client_capabilities: scope.client_capabilities.clone(),
-        client_info: scope.client_info.clone(),
+        client_capabilities: std::mem::take(&mut scope.client_capabilities),
+        client_info: scope.client_info.take(),
         progress_token: meta.and_then(|meta| meta.get("progressToken")).cloned(),
         meta: meta.cloned().unwrap_or(Value::Null),
         cancel,

@@ -148,7 +148,11 @@ impl Channels {
     /// Sends each follower of `run_id` what `status` (the run's status document) shows that
     /// it has not seen and wins the claim of.
     fn send_new(&self, run_id: &RunId, status: &Value) {
-        let messages = automatic_messages(status);
+        self.send_messages(run_id, &automatic_messages(status));
+    }
+
+    /// [`Channels::send_new`] for the messages of a status document already read.
+    fn send_messages(&self, run_id: &RunId, messages: &[AutoMessage]) {
         let current: HashSet<&str> = messages.iter().map(|m| m.event_id.as_str()).collect();
         let mut following = self.following.lock().expect("channels lock");
         let Some(sessions) = following.by_run.get_mut(run_id) else {
@@ -156,7 +160,7 @@ impl Channels {
         };
         for (session, seen) in sessions.iter_mut() {
             seen.retain(|id| current.contains(id.as_str()));
-            for message in &messages {
+            for message in messages {
                 if seen.insert(message.event_id.clone())
                     && self
                         .sent
@@ -273,14 +277,17 @@ impl FollowingTool {
             (crate::mcp::handler::Era::Legacy { .. }, Some(session)) => Some(session),
             _ => None,
         };
-        match (action, session) {
-            (Some("run" | "resume"), Some(session)) => {
+        // A status answer is the run's status document: its messages are read once, for
+        // what the session has seen and for what the followers have not.
+        let messages = (action == Some("status")).then(|| automatic_messages(document));
+        match (action, session, &messages) {
+            (Some("run" | "resume"), Some(session), _) => {
                 self.channels.follow(session, &run_id, Vec::new());
             }
-            (Some("status"), Some(session)) => {
-                let seen = automatic_messages(document)
-                    .into_iter()
-                    .map(|message| message.event_id)
+            (Some("status"), Some(session), Some(messages)) => {
+                let seen = messages
+                    .iter()
+                    .map(|message| message.event_id.clone())
                     .collect();
                 self.channels.follow(session, &run_id, seen);
             }
@@ -289,9 +296,9 @@ impl FollowingTool {
         if !self.channels.is_followed(&run_id) {
             return;
         }
-        if action == Some("status") {
+        if let Some(messages) = &messages {
             // The answer is the run's status document: no second one to build.
-            self.channels.send_new(&run_id, document);
+            self.channels.send_messages(&run_id, messages);
         } else {
             let channels = self.channels.clone();
             self.channels

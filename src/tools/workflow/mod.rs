@@ -136,7 +136,10 @@ impl ToolHandler for WorkflowTool {
         if let Action::Status { run_id, query } = &action {
             return self.actions.status_answer(run_id, query).await;
         }
-        self.answer(ctx, action, &arguments)
+        // Boxed: run and resume hold far more state than a status does, and this future
+        // (boxed again by `async_trait`) is as large as its largest branch, copied whole into
+        // its box on every call: 17k instructions of a kept status answer's 120k.
+        Box::pin(self.answer(ctx, action, &arguments))
             .await
             .map(ToolAnswer::Value)
     }
