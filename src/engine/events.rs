@@ -41,6 +41,31 @@ fn longer_than(value: &Value, max: usize) -> bool {
     serde_json::to_writer(&mut Counter { count: 0, max }, value).is_err()
 }
 
+/// An upper bound of `value`'s compact JSON length, from lengths alone (no text is
+/// formatted): a string's byte escapes to at most 6 bytes (`\u001f`), a number prints in at
+/// most 24. Events far under [`MAX_EVENT_BYTES`] (every per-call event) skip the exact count.
+fn json_len_bound(value: &Value) -> usize {
+    const NUMBER_MAX: usize = 24;
+    let text = |text: &str| 6 * text.len() + 2;
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => NUMBER_MAX,
+        Value::String(s) => text(s),
+        Value::Array(items) => {
+            2 + items
+                .iter()
+                .map(|item| json_len_bound(item) + 1)
+                .sum::<usize>()
+        }
+        Value::Object(members) => {
+            2 + members
+                .iter()
+                .map(|(key, member)| text(key) + 1 + json_len_bound(member) + 1)
+                .sum::<usize>()
+        }
+    }
+}
+
 /// What live subscribers receive.
 #[derive(Clone, Debug)]
 pub enum RunNotice {
@@ -235,7 +260,8 @@ impl EventLog {
         redacted: bool,
         mut truncated: bool,
     ) {
-        if longer_than(&projected, MAX_EVENT_BYTES) {
+        if json_len_bound(&projected) > MAX_EVENT_BYTES && longer_than(&projected, MAX_EVENT_BYTES)
+        {
             projected = json!({"type": kind, "runId": self.run_id.as_str(), "scope": scope, "omitted": "event too large"});
             truncated = true;
         }
@@ -376,6 +402,37 @@ mod tests {
         log.skip(3);
         assert_eq!(log.last_seq(), 9);
         assert!(!log.has_pending());
+    }
+
+    #[test]
+    fn the_length_bound_is_never_below_the_json_length() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(-1.7976931348623157e308),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!("\u{1f}\u{1f}"),
+            json!("é\"\\\n"),
+            json!([]),
+            json!({}),
+            json!([1, [2, {"a": "\u{0}"}], {"k\u{1}": [null, false]}]),
+        ];
+        for value in values {
+            assert!(json_len_bound(&value) >= value.to_string().len(), "{value}");
+        }
+        // A huge event still takes the exact count, and is cut.
+        let mut log = EventLog::new(RunId::parse("run-0").expect("valid id"), 0, None);
+        let wide: serde_json::Map<String, Value> = (0..200)
+            .map(|i| (format!("k{i}"), Value::String("x".repeat(500))))
+            .collect();
+        log.push("log", "root", Value::Object(wide));
+        let controls = vec![Value::String("\u{1}".repeat(512)); 20];
+        log.push("log", "root", json!({"message": controls}));
+        let records = log.take();
+        assert_eq!(records[0].event["omitted"], "event too large");
+        // 20 strings of 512 control bytes: 61 KiB of JSON, under the limit.
+        assert!(records[1].event.get("omitted").is_none());
     }
 
     #[test]
