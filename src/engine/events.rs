@@ -2,8 +2,14 @@
 //! (redaction and caps) at append time, buffering so events ride along with the next durable
 //! call write, and a broadcast to live subscribers (the CLI's progress display, MCP
 //! resource notifications).
+//!
+//! The driver's per-call events (`agentStart`, `agentEnd`, `tokenUsage`, `callRecord`) are
+//! built as [`Fields`]: their keys are fixed, their numbers and enum-like strings are stored
+//! as they are, and only their free texts (labels, previews, messages, error texts) are
+//! redacted and capped, which gives the same record as projecting the whole event
+//! ([`EventLog::push`]) without walking what redaction cannot change.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use crate::engine::preview;
@@ -35,6 +41,31 @@ fn longer_than(value: &Value, max: usize) -> bool {
     serde_json::to_writer(&mut Counter { count: 0, max }, value).is_err()
 }
 
+/// An upper bound of `value`'s compact JSON length, from lengths alone (no text is
+/// formatted): a string's byte escapes to at most 6 bytes (`\u001f`), a number prints in at
+/// most 24. Events far under [`MAX_EVENT_BYTES`] (every per-call event) skip the exact count.
+fn json_len_bound(value: &Value) -> usize {
+    const NUMBER_MAX: usize = 24;
+    let text = |text: &str| 6 * text.len() + 2;
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => NUMBER_MAX,
+        Value::String(s) => text(s),
+        Value::Array(items) => {
+            2 + items
+                .iter()
+                .map(|item| json_len_bound(item) + 1)
+                .sum::<usize>()
+        }
+        Value::Object(members) => {
+            2 + members
+                .iter()
+                .map(|(key, member)| text(key) + 1 + json_len_bound(member) + 1)
+                .sum::<usize>()
+        }
+    }
+}
+
 /// What live subscribers receive.
 #[derive(Clone, Debug)]
 pub enum RunNotice {
@@ -50,12 +81,91 @@ pub enum RunNotice {
     Settled { run_id: RunId, status: String },
 }
 
+/// An event's payload built member by member, each projected as [`preview::project_event`]
+/// would project it inside the whole event (a member's projection does not depend on its
+/// siblings, and no fixed key is one that redaction changes or that names a secret).
+pub struct Fields {
+    /// The projected members, in insertion order (the stored order).
+    members: Map<String, Value>,
+    /// Some member's text or value had a credential replaced.
+    redacted: bool,
+    /// Some member was capped or cut.
+    truncated: bool,
+}
+
+impl Fields {
+    pub fn new() -> Fields {
+        Fields {
+            members: Map::with_capacity(8),
+            redacted: false,
+            truncated: false,
+        }
+    }
+
+    /// A free text (label, message, error text, model name, path): redacted and capped.
+    pub fn text(mut self, key: &'static str, text: &str) -> Fields {
+        debug_assert!(fixed_key(key), "{key}");
+        let value = preview::project_event_text(text, &mut self.redacted, &mut self.truncated);
+        self.members.insert(key.to_owned(), value);
+        self
+    }
+
+    /// A free text or `null`.
+    pub fn opt_text(self, key: &'static str, text: Option<&str>) -> Fields {
+        match text {
+            Some(text) => self.text(key, text),
+            None => self.fixed(key, Value::Null),
+        }
+    }
+
+    /// A number, boolean, `null`, an engine-made enum-like string or a struct of those
+    /// (usage): stored as it is, which is what the projection would leave of it.
+    pub fn fixed(mut self, key: &'static str, value: Value) -> Fields {
+        debug_assert!(fixed_key(key), "{key}");
+        debug_assert_eq!(
+            preview::project_event(&value),
+            (value.clone(), false, false),
+            "{key} is not fixed"
+        );
+        self.members.insert(key.to_owned(), value);
+        self
+    }
+
+    /// Any other value (a result preview): walked as the projection walks it.
+    pub fn value(mut self, key: &'static str, value: &Value) -> Fields {
+        debug_assert!(fixed_key(key), "{key}");
+        let value = preview::project_event_member(value, &mut self.redacted, &mut self.truncated);
+        self.members.insert(key.to_owned(), value);
+        self
+    }
+}
+
+impl Default for Fields {
+    fn default() -> Fields {
+        Fields::new()
+    }
+}
+
+/// Whether the projection leaves `key` and its member alone: not changed by redaction, not
+/// a secret's name, within the cap.
+fn fixed_key(key: &str) -> bool {
+    crate::engine::redact::redact_text(key) == (key.to_owned(), false)
+        && !crate::engine::redact::is_secret_key(key)
+        && key.len() <= preview::TEXT_CAP
+}
+
 /// The driver's event writer for one generation.
 pub struct EventLog {
     run_id: RunId,
+    /// The run id as the projection stores it in each event's `runId` (and whether that
+    /// redacted something): the same for every event of the log, so projected once.
+    run_id_projected: (Value, bool, bool),
     next_seq: u64,
     pending: Vec<EventRecord>,
     notices: Option<broadcast::Sender<RunNotice>>,
+    /// The dry run's log: it writes nothing and has no subscriber, so events are numbered
+    /// (for the seqs the driver reads back) and not built.
+    discard: bool,
 }
 
 impl EventLog {
@@ -65,24 +175,93 @@ impl EventLog {
         last_seq: u64,
         notices: Option<broadcast::Sender<RunNotice>>,
     ) -> EventLog {
+        let (mut redacted, mut truncated) = (false, false);
+        let projected = preview::project_event_text(run_id.as_str(), &mut redacted, &mut truncated);
         EventLog {
             run_id,
+            run_id_projected: (projected, redacted, truncated),
             next_seq: last_seq + 1,
             pending: Vec::new(),
             notices,
+            discard: false,
         }
+    }
+
+    /// A log whose events are numbered and dropped, for a generation that writes nothing
+    /// and that nobody watches (the dry run).
+    pub fn discarding(run_id: RunId, last_seq: u64) -> EventLog {
+        EventLog {
+            discard: true,
+            ..EventLog::new(run_id, last_seq, None)
+        }
+    }
+
+    /// Whether pushed events are dropped: callers may skip building them.
+    pub fn discards(&self) -> bool {
+        self.discard
+    }
+
+    /// Numbers `count` events of a discarding log without building them.
+    pub fn skip(&mut self, count: u64) {
+        debug_assert!(self.discard, "only a discarding log drops events");
+        self.next_seq += count;
+    }
+
+    /// Appends `{type, runId, scope, ...fields}`, projected member by member (see [`Fields`]).
+    pub fn push_fields(&mut self, kind: &'static str, scope: &str, fields: Fields) {
+        if self.discard {
+            self.next_seq += 1;
+            return;
+        }
+        let Fields {
+            members,
+            mut redacted,
+            mut truncated,
+        } = fields;
+        let mut event = Map::with_capacity(members.len() + 3);
+        event.insert("type".to_owned(), Value::String(kind.to_owned()));
+        let (run_id, run_id_redacted, run_id_truncated) = &self.run_id_projected;
+        event.insert("runId".to_owned(), run_id.clone());
+        redacted |= run_id_redacted;
+        truncated |= run_id_truncated;
+        event.insert(
+            "scope".to_owned(),
+            preview::project_event_text(scope, &mut redacted, &mut truncated),
+        );
+        // A key of the envelope repeated in the fields replaces it in place, as in `push`.
+        for (key, value) in members {
+            event.insert(key, value);
+        }
+        self.append(kind, scope, Value::Object(event), redacted, truncated);
     }
 
     /// Appends `{type, runId, scope, ...fields}` to the buffer.
     pub fn push(&mut self, kind: &str, scope: &str, fields: Value) {
+        if self.discard {
+            self.next_seq += 1;
+            return;
+        }
         let mut event = json!({"type": kind, "runId": self.run_id.as_str(), "scope": scope});
         if let (Some(target), Value::Object(extra)) = (event.as_object_mut(), fields) {
             for (key, value) in extra {
                 target.insert(key, value);
             }
         }
-        let (mut projected, redacted, mut truncated) = preview::project_event(&event);
-        if longer_than(&projected, MAX_EVENT_BYTES) {
+        let (projected, redacted, truncated) = preview::project_event(&event);
+        self.append(kind, scope, projected, redacted, truncated);
+    }
+
+    /// Numbers, size-checks, broadcasts and buffers a projected event.
+    fn append(
+        &mut self,
+        kind: &str,
+        scope: &str,
+        mut projected: Value,
+        redacted: bool,
+        mut truncated: bool,
+    ) {
+        if json_len_bound(&projected) > MAX_EVENT_BYTES && longer_than(&projected, MAX_EVENT_BYTES)
+        {
             projected = json!({"type": kind, "runId": self.run_id.as_str(), "scope": scope, "omitted": "event too large"});
             truncated = true;
         }
@@ -127,6 +306,134 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The old construction (a `Value` map projected whole) and the typed one, for the same
+    /// event: the stored records must be the same bytes with the same flags.
+    fn same_record(kind: &'static str, scope: &str, old: Value, typed: Fields) {
+        let run_id = RunId::parse("run-0123456789abcdefghijklmnopqrstuvwxyz").expect("valid id");
+        let mut whole = EventLog::new(run_id.clone(), 0, None);
+        let mut by_member = EventLog::new(run_id, 0, None);
+        whole.push(kind, scope, old);
+        by_member.push_fields(kind, scope, typed);
+        let (a, b) = (&whole.take()[0], &by_member.take()[0]);
+        assert_eq!(a.event.to_string(), b.event.to_string(), "{kind}");
+        assert_eq!(
+            (a.seq, a.redacted, a.truncated),
+            (b.seq, b.redacted, b.truncated)
+        );
+    }
+
+    const SECRET: &str = "sk-abcdefghijklmnopqrstuvwxyz0123456789";
+
+    #[test]
+    fn typed_events_store_the_bytes_of_the_whole_projection() {
+        let label = format!("review {SECRET}");
+        let long = "é".repeat(400);
+        for (label, phase, path) in [
+            (label.as_str(), Some("Build"), Some("main.js:3:7/0")),
+            ("plain", None, None),
+            (long.as_str(), Some(long.as_str()), Some("p")),
+        ] {
+            same_record(
+                "agentStart",
+                "root",
+                json!({"label": label, "phase": phase, "model": "mock/fast", "backendId": "mock",
+                       "callIndex": 7, "path": path}),
+                Fields::new()
+                    .text("label", label)
+                    .opt_text("phase", phase)
+                    .opt_text("model", Some("mock/fast"))
+                    .opt_text("backendId", Some("mock"))
+                    .fixed("callIndex", 7.into())
+                    .opt_text("path", path),
+            );
+        }
+        let usage = json!({"inputTokens": 3, "outputTokens": 4, "totalTokens": 7});
+        let shown = crate::engine::preview::preview(&json!({
+            "text": format!("the key is {SECRET}"), "apiKey": "x", "items": (0..30).collect::<Vec<_>>()
+        }));
+        let result = json!({"preview": shown.preview, "redacted": shown.redacted, "truncated": shown.truncated});
+        for result in [
+            result,
+            Value::Null,
+            json!({"preview": SECRET, "redacted": false, "truncated": false}),
+        ] {
+            same_record(
+                "agentEnd",
+                "nested/1",
+                json!({"callIndex": 1, "label": &label, "result": result, "usage": usage,
+                       "errorCode": "AGENT_FAILED", "errorMessage": format!("token={SECRET}")}),
+                Fields::new()
+                    .fixed("callIndex", 1.into())
+                    .text("label", &label)
+                    .value("result", &result)
+                    .fixed("usage", usage.clone())
+                    .text("errorCode", "AGENT_FAILED")
+                    .text("errorMessage", &format!("token={SECRET}")),
+            );
+        }
+        same_record(
+            "tokenUsage",
+            "root",
+            json!({"usage": usage}),
+            Fields::new().fixed("usage", usage.clone()),
+        );
+        same_record(
+            "callRecord",
+            "root",
+            json!({"index": 2, "kind": "agent", "label": label, "outcome": "result",
+                   "origin": "runner", "attempts": 1, "errorCode": null}),
+            Fields::new()
+                .fixed("index", 2.into())
+                .fixed("kind", "agent".into())
+                .opt_text("label", Some(&label))
+                .fixed("outcome", "result".into())
+                .fixed("origin", "runner".into())
+                .fixed("attempts", 1.into())
+                .opt_text("errorCode", None),
+        );
+    }
+
+    #[test]
+    fn a_discarding_log_numbers_events_and_keeps_none() {
+        let mut log = EventLog::discarding(RunId::parse("dryrun-0").expect("valid id"), 4);
+        log.push("log", "root", json!({"message": "x"}));
+        log.push_fields("agentStart", "root", Fields::new());
+        log.skip(3);
+        assert_eq!(log.last_seq(), 9);
+        assert!(!log.has_pending());
+    }
+
+    #[test]
+    fn the_length_bound_is_never_below_the_json_length() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(-1.7976931348623157e308),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!("\u{1f}\u{1f}"),
+            json!("é\"\\\n"),
+            json!([]),
+            json!({}),
+            json!([1, [2, {"a": "\u{0}"}], {"k\u{1}": [null, false]}]),
+        ];
+        for value in values {
+            assert!(json_len_bound(&value) >= value.to_string().len(), "{value}");
+        }
+        // A huge event still takes the exact count, and is cut.
+        let mut log = EventLog::new(RunId::parse("run-0").expect("valid id"), 0, None);
+        let wide: serde_json::Map<String, Value> = (0..200)
+            .map(|i| (format!("k{i}"), Value::String("x".repeat(500))))
+            .collect();
+        log.push("log", "root", Value::Object(wide));
+        let controls = vec![Value::String("\u{1}".repeat(512)); 20];
+        log.push("log", "root", json!({"message": controls}));
+        let records = log.take();
+        assert_eq!(records[0].event["omitted"], "event too large");
+        // 20 strings of 512 control bytes: 61 KiB of JSON, under the limit.
+        assert!(records[1].event.get("omitted").is_none());
+    }
 
     #[test]
     fn the_size_limit_counts_compact_json_bytes() {

@@ -4,7 +4,8 @@
 // a `host` record that never touches the global: host.call(kind, json) returns a promise of
 // a JSON text (the driver answers it), host.log(level, text), host.phase(scope, title),
 // host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
-// meta.files does not declare the path) and host.filename. It returns the helpers only the host uses
+// meta.files does not declare the path) and host.path(stack, wrapperLine, wrapperColumns) (the
+// call path read from a stack text, or undefined). It returns the helpers only the host uses
 // (`install`, `makeError`, `strictJson`); the host keeps them, so no script can read,
 // replace or call them, and nothing named `__ap_*` is ever a global. Everything a script can
 // use is defined below on top of agent() and checkpoint(); helpers are plain agent() calls,
@@ -16,7 +17,7 @@
   const hostPhase = host.phase;
   const hostNested = host.nested;
   const hostFile = host.file;
-  const scriptFile = host.filename;
+  const hostPath = host.path;
 
   const RealDate = global.Date;
   const RealFunction = global.Function;
@@ -126,22 +127,10 @@
   // The wrapper's invocation frame (its closing line) is not part of the script.
   let wrapperLine = 0;
   let wrapperColumns = 0;
+  // The host reads the frames out of the stack text (vm/prelude.rs `call_path`).
   function callPath() {
-    const stack = new Error().stack || "";
-    const frames = [];
-    for (const line of stack.split("\n")) {
-      const at = line.lastIndexOf(scriptFile + ":");
-      if (at < 0) continue;
-      const position = line.slice(at + scriptFile.length + 1).replace(/\)?\s*$/, "");
-      const match = /^(\d+):(\d+)$/.exec(position);
-      if (!match) continue;
-      const lineNumber = Number(match[1]);
-      if (lineNumber >= wrapperLine) continue;
-      const column = lineNumber === 1 ? Math.max(1, Number(match[2]) - wrapperColumns) : Number(match[2]);
-      frames.push(lineNumber + ":" + column);
-    }
-    if (frames.length === 0 || frames.length > 64) return null;
-    return frames.join("<");
+    const path = hostPath(new Error().stack || "", wrapperLine, wrapperColumns);
+    return path === undefined ? null : path;
   }
 
   function isPlainObject(value) {

@@ -100,6 +100,20 @@ pub fn project_event(event: &Value) -> (Value, bool, bool) {
     (projected, redacted, truncated)
 }
 
+/// One free text of an event, projected as [`project_event`] projects a string member:
+/// redacted whole, then capped at [`TEXT_CAP`] bytes; the flags are or-ed in.
+pub fn project_event_text(text: &str, redacted: &mut bool, truncated: &mut bool) -> Value {
+    let (text, did) = redact_text(text);
+    *redacted |= did;
+    project_event_inner(Value::String(text), truncated)
+}
+
+/// One member value of an event, projected as [`project_event`] projects it (the walk of a
+/// member does not depend on its siblings); the flags are or-ed in.
+pub fn project_event_member(value: &Value, redacted: &mut bool, truncated: &mut bool) -> Value {
+    project_event_ref(value, redacted, truncated)
+}
+
 fn project_event_ref(value: &Value, redacted: &mut bool, truncated: &mut bool) -> Value {
     match value {
         Value::String(text) => {

@@ -525,7 +525,15 @@ fn install_host<'js>(
         "file",
         Function::new(ctx.clone(), move |path: String| files.get(&path).cloned())?,
     )?;
-    host.set("filename", SCRIPT_FILENAME)?;
+    host.set(
+        "path",
+        Function::new(
+            ctx.clone(),
+            |stack: String, wrapper_line: f64, wrapper_columns: f64| {
+                prelude::call_path(&stack, SCRIPT_FILENAME, wrapper_line, wrapper_columns)
+            },
+        )?,
+    )?;
     let prelude = load_prelude(ctx)?;
     let helpers: rquickjs::Object = prelude.call((ctx.globals(), host))?;
     let helper = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {

@@ -14,6 +14,7 @@ use crate::engine::driver::options::{AgentOptions, CallPayload};
 use crate::engine::driver::progress::Progress;
 use crate::engine::driver::task::AgentTask;
 use crate::engine::driver::{Driver, DryCall, InFlight, LiveCall};
+use crate::engine::events::Fields;
 use crate::engine::journal::{self, AgentIdentity, ReplayDecision};
 use crate::engine::preview;
 use crate::engine::routing::{self, AgentDefinition, Route, RouteRequest};
@@ -205,9 +206,19 @@ impl Driver {
         }
     }
 
-    /// Fills in the call's identity hash, its inputs hash and its working directory.
+    /// Fills in the call's working directory, and its identity and inputs hashes, which only
+    /// rows and replay read: the dry run, which writes no row and replays nothing, leaves
+    /// them empty.
     fn identify(&self, call: &mut AgentCall) {
         let options = &call.options;
+        call.cwd = options
+            .cwd
+            .clone()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.setup.cwd.clone());
+        if self.dry() {
+            return;
+        }
         call.hash = journal::agent_hash(&AgentIdentity {
             prompt: &call.prompt,
             model: Some(&call.route.spec),
@@ -219,11 +230,6 @@ impl Driver {
             agent_definition: call.definition.as_ref().map(|d| d.digest.as_str()),
             schema: options.schema.as_ref(),
         });
-        call.cwd = options
-            .cwd
-            .clone()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| self.setup.cwd.clone());
         let backend_digest = if call.route.backend.origin == BackendOrigin::Script {
             Value::String(crate::util::sha256_hex(
                 serde_json::to_string(&call.route.backend)
@@ -395,19 +401,26 @@ impl Driver {
         let source = self.setup.pool.row(row).clone();
         let value = source.result.clone().unwrap_or(Value::Null);
         let (index, label, phase, route) = (call.index, &call.label, &call.phase, &call.route);
-        self.events.push(
-            "agentStart",
-            "root",
-            // No prompt, as in a live call's `agentStart`: a prompt may be built from a pack's
-            // confidential texts, and the events are stored.
-            json!({"label": label, "phase": phase, "model": route.spec, "callIndex": index, "path": call.path, "replay": true}),
-        );
+        // No prompt, as in a live call's `agentStart`: a prompt may be built from a pack's
+        // confidential texts, and the events are stored.
+        let start = Fields::new()
+            .text("label", label)
+            .opt_text("phase", phase.as_deref())
+            .text("model", &route.spec)
+            .fixed("callIndex", index.into())
+            .opt_text("path", call.path.as_deref())
+            .fixed("replay", true.into());
+        self.events.push_fields("agentStart", "root", start);
         let shown = preview::preview(&value);
-        self.events.push(
-            "agentEnd",
-            "root",
-            json!({"callIndex": index, "label": label, "result": {"preview": shown.preview, "redacted": shown.redacted, "truncated": shown.truncated}, "replay": true}),
-        );
+        let end = Fields::new()
+            .fixed("callIndex", index.into())
+            .text("label", label)
+            .value(
+                "result",
+                &json!({"preview": shown.preview, "redacted": shown.redacted, "truncated": shown.truncated}),
+            )
+            .fixed("replay", true.into());
+        self.events.push_fields("agentEnd", "root", end);
         let record = CallRecord {
             generation: self.setup.generation,
             index,

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::engine::driver::task::TaskResult;
 use crate::engine::driver::{Driver, Halt, InFlight, Settled};
+use crate::engine::events::Fields;
 use crate::engine::preview;
 use crate::engine::vm::VmReply;
 use crate::model::{CallError, CallOrigin, CallOutcome, CallRecord, Usage};
@@ -127,30 +128,59 @@ impl Driver {
             .lock()
             .map(|mut live| live.usage = usage)
             .ok();
-        let shown = record.result.as_ref().map(preview::preview);
-        let mut end = json!({
-            "callIndex": record.index,
-            "label": call.label,
-            "result": shown.as_ref().map(|p| json!({"preview": p.preview, "redacted": p.redacted, "truncated": p.truncated})),
-            "usage": record.usage,
+        if self.events.discards() {
+            // The dry run: nobody reads these events, so neither they nor the preview are
+            // built; the seqs still advance as they would.
+            self.events.skip(2 + u64::from(!record.usage.is_zero()));
+            return;
+        }
+        let shown = record.result.as_ref().map(|result| {
+            let shown = preview::preview(result);
+            json!({"preview": shown.preview, "redacted": shown.redacted, "truncated": shown.truncated})
         });
+        let mut end = Fields::new()
+            .fixed("callIndex", record.index.into())
+            .text("label", &call.label)
+            .value("result", shown.as_ref().unwrap_or(&Value::Null))
+            .fixed("usage", usage_value(&record.usage));
         if let Some(error) = &record.error {
-            end["errorCode"] = Value::String(error.code.clone());
-            end["errorMessage"] =
-                Value::String(crate::engine::status::error_message(&error.message));
+            end = end.text("errorCode", &error.code).text(
+                "errorMessage",
+                &crate::engine::status::error_message(&error.message),
+            );
         }
-        self.events.push("agentEnd", &call.scope, end);
+        self.events.push_fields("agentEnd", &call.scope, end);
         if !record.usage.is_zero() {
-            self.events
-                .push("tokenUsage", &call.scope, json!({"usage": usage}));
+            self.events.push_fields(
+                "tokenUsage",
+                &call.scope,
+                Fields::new().fixed("usage", usage_value(&usage)),
+            );
         }
-        self.events.push(
-            "callRecord",
-            &call.scope,
-            json!({"index": record.index, "kind": record.kind, "label": record.label, "outcome": record.outcome,
-                   "origin": record.origin, "attempts": record.attempts, "errorCode": record.error.as_ref().map(|e| e.code.clone())}),
-        );
+        let call_record = Fields::new()
+            .fixed("index", record.index.into())
+            .fixed("kind", enum_value(&record.kind))
+            .opt_text("label", record.label.as_deref())
+            .fixed("outcome", enum_value(&record.outcome))
+            .fixed("origin", enum_value(&record.origin))
+            .fixed("attempts", record.attempts.into())
+            .opt_text(
+                "errorCode",
+                record.error.as_ref().map(|error| error.code.as_str()),
+            );
+        self.events
+            .push_fields("callRecord", &call.scope, call_record);
     }
+}
+
+/// Usage as events store it.
+fn usage_value(usage: &Usage) -> Value {
+    serde_json::to_value(usage).unwrap_or(Value::Null)
+}
+
+/// A unit enum as its serialized name.
+fn enum_value(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// Fills `record` from the task's result and says what the script gets (`None`: nothing

@@ -346,11 +346,16 @@ struct Driver {
 impl Driver {
     fn new(setup: DriverSetup, vm: Option<vm::VmHandle>) -> Driver {
         let (activity_tx, activity_rx) = mpsc::unbounded_channel();
-        let events = EventLog::new(
-            setup.run_id.clone(),
-            setup.last_event_seq,
-            setup.notices.clone(),
-        );
+        let events = match setup.persistence {
+            Persistence::DryRun if setup.notices.is_none() => {
+                EventLog::discarding(setup.run_id.clone(), setup.last_event_seq)
+            }
+            _ => EventLog::new(
+                setup.run_id.clone(),
+                setup.last_event_seq,
+                setup.notices.clone(),
+            ),
+        };
         let semaphore = Arc::new(Semaphore::new(setup.limits.concurrency.max(1) as usize));
         let mut phase_by_scope = HashMap::new();
         phase_by_scope.insert("root".to_owned(), setup.current_phase.clone());

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::engine::driver::Driver;
 use crate::engine::driver::task::Activity;
+use crate::engine::events::Fields;
 use crate::engine::runner::AgentUpdate;
 
 /// agentProgress is emitted at most once a second per call, plus a heartbeat.
@@ -120,13 +121,14 @@ impl Driver {
                 call.started = true;
                 call.progress.start_seq = seq;
                 let route = call.route.as_ref();
-                let fields = json!({
-                    "label": call.label,
-                    "phase": call.phase,
-                    "model": route.map(|r| r.spec.clone()),
-                    "backendId": route.map(|r| r.backend.id.clone()),
-                    "callIndex": index,
-                    "path": call.path,
+                let fields = (!self.events.discards()).then(|| {
+                    Fields::new()
+                        .text("label", &call.label)
+                        .opt_text("phase", call.phase.as_deref())
+                        .opt_text("model", route.map(|r| r.spec.as_str()))
+                        .opt_text("backendId", route.map(|r| r.backend.id.as_str()))
+                        .fixed("callIndex", index.into())
+                        .opt_text("path", call.path.as_deref())
                 });
                 let scope = call.scope.clone();
                 self.setup
@@ -138,7 +140,8 @@ impl Driver {
                         }
                     })
                     .ok();
-                self.events.push("agentStart", &scope, fields);
+                self.events
+                    .push_fields("agentStart", &scope, fields.unwrap_or_default());
             }
             Activity::Update(index, update) => {
                 let Some(call) = self.in_flight.get_mut(&index) else {

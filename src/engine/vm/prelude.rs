@@ -1,6 +1,9 @@
 //! The prelude, parsed once per process: the first VM compiles `prelude.js` as a module and
 //! keeps its bytecode, and every later VM loads that bytecode instead of parsing the 19 KiB
-//! source again (most of a 0-agent admission's CPU went to parsing it twice).
+//! source again (most of a 0-agent admission's CPU went to parsing it twice). It also holds
+//! the host side of the prelude's `callPath` ([`call_path`]): the prelude takes the stack
+//! text of a fresh `Error` and the host reads the script's frames out of it, which costs a
+//! fraction of splitting and matching it with JavaScript strings and regexps on every call.
 
 use std::sync::OnceLock;
 
@@ -55,4 +58,152 @@ pub(super) fn load_prelude<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js
     }
     let take: Function = module.get("take")?;
     take.call(())
+}
+
+/// Frames beyond this many make a call's path absent (as the prelude always did).
+const MAX_PATH_FRAMES: usize = 64;
+
+/// A call's structural path from a QuickJS stack text: the synchronous frames in `file`, as
+/// `line:col`, innermost first, joined by `<`; `None` when there is none or more than
+/// [`MAX_PATH_FRAMES`]. Frames on or below `wrapper_line` (the wrapper's invocation) are not
+/// the script's; columns on line 1 lose the wrapper's `wrapper_columns` opening columns (at
+/// least 1 stays). Line for line what the prelude's JavaScript did: the last `file:` of each
+/// line, then one `)` followed only by white space (JavaScript's `\s`) cut from the end, then
+/// exactly `digits:digits`.
+pub(super) fn call_path(
+    stack: &str,
+    file: &str,
+    wrapper_line: f64,
+    wrapper_columns: f64,
+) -> Option<String> {
+    let marker = format!("{file}:");
+    let mut path = String::new();
+    let mut frames = 0usize;
+    for line in stack.split('\n') {
+        let Some(at) = line.rfind(&marker) else {
+            continue;
+        };
+        let position = line[at + marker.len()..].trim_end_matches(is_js_space);
+        let position = position.strip_suffix(')').unwrap_or(position);
+        let Some((line_digits, column_digits)) = position.split_once(':') else {
+            continue;
+        };
+        let (Some(line_number), Some(column)) = (digits(line_digits), digits(column_digits)) else {
+            continue;
+        };
+        if line_number >= wrapper_line {
+            continue;
+        }
+        let column = if line_number == 1.0 {
+            (column - wrapper_columns).max(1.0)
+        } else {
+            column
+        };
+        frames += 1;
+        if frames > MAX_PATH_FRAMES {
+            return None;
+        }
+        if !path.is_empty() {
+            path.push('<');
+        }
+        push_number(&mut path, line_number);
+        path.push(':');
+        push_number(&mut path, column);
+    }
+    (frames > 0).then_some(path)
+}
+
+/// JavaScript's `\s`: white space and line terminators.
+fn is_js_space(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200A}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202F}'
+                | '\u{205F}'
+                | '\u{3000}'
+                | '\u{FEFF}'
+    )
+}
+
+/// `Number(text)` of a non-empty run of ASCII digits (`/^\d+$/`); `None` for anything else.
+fn digits(text: &str) -> Option<f64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// A number as JavaScript prints it, for the integral values a stack holds (QuickJS lines
+/// and columns fit an `i32`).
+fn push_number(out: &mut String, value: f64) {
+    use std::fmt::Write;
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        let _ = write!(out, "{}", value as i64);
+    } else {
+        let _ = write!(out, "{value}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_path;
+
+    #[test]
+    fn the_path_is_the_scripts_frames_innermost_first() {
+        let stack = "Error\n    at callPath (prelude.js:130:19)\n    at agent (prelude.js:218:60)\n    at step (workflow.js:4:12)\n    at <anonymous> (workflow.js:1:30)\n    at <eval> (workflow.js:9:3)\n";
+        // Line 9 is the wrapper's invocation; line 1 loses 20 opening columns.
+        assert_eq!(
+            call_path(stack, "workflow.js", 9.0, 20.0).as_deref(),
+            Some("4:12<1:10")
+        );
+        // A column on line 1 never falls below 1.
+        assert_eq!(
+            call_path("    at f (workflow.js:1:5)", "workflow.js", 9.0, 20.0).as_deref(),
+            Some("1:1")
+        );
+        assert_eq!(
+            call_path("Error\n    at x (prelude.js:1:1)", "workflow.js", 9.0, 0.0),
+            None
+        );
+    }
+
+    #[test]
+    fn lines_are_read_as_the_prelude_read_them() {
+        let at = |line: &str| call_path(line, "workflow.js", 100.0, 0.0);
+        // The last occurrence of the file counts; one `)` and trailing white space are cut.
+        assert_eq!(
+            at("at (workflow.js:1:1) workflow.js:7:8) \u{A0}").as_deref(),
+            Some("7:8")
+        );
+        assert_eq!(at("at workflow.js:7:8").as_deref(), Some("7:8"));
+        // Anything else after the position makes the frame not a position.
+        for line in [
+            "at workflow.js:7:8))",
+            "at workflow.js:7:8 )",
+            "at workflow.js:7",
+            "at workflow.js:7:x",
+            "at workflow.js::8",
+            "at workflow.js:+7:8",
+        ] {
+            assert_eq!(at(line), None, "{line}");
+        }
+        // NEL is not JavaScript white space.
+        assert_eq!(at("at workflow.js:7:8\u{85}"), None);
+    }
+
+    #[test]
+    fn more_than_64_frames_make_the_path_absent() {
+        let frames = |count: usize| {
+            (0..count)
+                .map(|i| format!("    at f (workflow.js:{}:1)", i + 2))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let path = call_path(&frames(64), "workflow.js", 1000.0, 0.0).expect("64 frames");
+        assert_eq!(path.split('<').count(), 64);
+        assert_eq!(call_path(&frames(65), "workflow.js", 1000.0, 0.0), None);
+    }
 }
