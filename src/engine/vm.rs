@@ -1,4 +1,5 @@
-//! The script VM: one OS thread per executing script, owning a QuickJS runtime.
+//! The script VM: one OS thread per executing script while it runs (a pooled one, `vm/pool.rs`),
+//! owning a fresh QuickJS runtime.
 //!
 //! The thread only runs JavaScript. Every `agent()`/`checkpoint()` call becomes a
 //! [`VmEvent::Call`] sent to the run's driver (a tokio task) in program order, and the
