@@ -16,6 +16,11 @@
 //! --examples`); `-- --quick` divides the big sizes by ten for a short run.
 //! `AGENTPRISM_BENCH_BINARY=<path>` runs another build's `agentprism` as the daemon (the
 //! in-process figures stay this build's), to compare two commits under the same harness.
+//! `AGENTPRISM_BENCH_ONLY=admission` measures the two admission rows only; with
+//! `AGENTPRISM_BENCH_HOOK=<program>` it also makes [`PROFILED`] admissions first, running
+//! `<program> on <daemon pid>` before and `<program> off <daemon pid>` after them (for
+//! example a script calling `callgrind_control -i on|off` on a daemon started through
+//! valgrind), so a profile covers admissions and nothing else.
 
 use std::process::ExitCode;
 use std::sync::Barrier;
@@ -82,6 +87,16 @@ fn run() -> Result<()> {
     let daemon = Daemon::start(&world);
     let mut client = Client::connect(daemon.port);
     let project = world.project.display().to_string();
+    if std::env::var("AGENTPRISM_BENCH_ONLY").as_deref() == Ok("admission") {
+        if let Some(hook) = std::env::var_os("AGENTPRISM_BENCH_HOOK") {
+            profiled_admissions(&daemon, &world, &mut client, &hook)?;
+        }
+        zero_agent_p50(&mut client, &project, &mut table)?;
+        admissions_per_second(&daemon, &world, &mut table)?;
+        drop(daemon);
+        print_table(&table);
+        return Ok(());
+    }
 
     rss_growth(&daemon, &mut client, &project, &mut table)?;
     for size in FAN_OUTS {
@@ -91,7 +106,11 @@ fn run() -> Result<()> {
     admissions_per_second(&daemon, &world, &mut table)?;
     live_status_per_second(&daemon, &mut client, &project, &mut table)?;
     drop(daemon);
+    print_table(&table);
+    Ok(())
+}
 
+fn print_table(table: &Table) {
     println!();
     println!("| figure | measured | goal |");
     println!("|---|---|---|");
@@ -99,7 +118,6 @@ fn run() -> Result<()> {
         println!("| {figure} | {measured} | {goal} |");
     }
     println!("load average at end: {}", load_average());
-    Ok(())
 }
 
 /// The rows of the printed table: figure, measured value, the goal.
@@ -277,6 +295,49 @@ fn zero_agent_p50(client: &mut Client, project: &str, table: &mut Table) -> Resu
         format!("{:.2} ms", millis(p50.as_secs_f64())),
         "< 1 ms",
     );
+    Ok(())
+}
+
+/// Admissions made between the profiling hook's `on` and `off`.
+const PROFILED: usize = 100;
+/// Projects the profiled admissions rotate over: two runs each, so neither the per-project
+/// cap nor the daemon-wide one refuses while executions lag under a profiler.
+const PROFILED_PROJECTS: usize = PROFILED / 2;
+
+/// [`PROFILED`] back-to-back admissions (no status polls between them), bracketed by the
+/// hook, then a wait for every run to end outside the bracket.
+fn profiled_admissions(
+    daemon: &Daemon,
+    world: &World,
+    client: &mut Client,
+    hook: &std::ffi::OsStr,
+) -> Result<()> {
+    let projects: Vec<String> = (0..PROFILED_PROJECTS)
+        .map(|index| {
+            let dir = world.project.with_file_name(format!("profiled{index}"));
+            std::fs::create_dir_all(&dir).map(|()| dir.display().to_string())
+        })
+        .collect::<std::io::Result<_>>()
+        .context("creating the profiled projects")?;
+    let run_hook = |phase: &str| -> Result<()> {
+        let status = std::process::Command::new(hook)
+            .args([phase, &daemon.pid.to_string()])
+            .status()
+            .with_context(|| format!("running the hook {}", hook.to_string_lossy()))?;
+        ensure!(status.success(), "the hook's `{phase}` failed: {status}");
+        Ok(())
+    };
+    run_hook("on")?;
+    let mut runs = Vec::with_capacity(PROFILED);
+    for index in 0..PROFILED {
+        let project = &projects[index % PROFILED_PROJECTS];
+        runs.push(start_run(client, project, ZERO_AGENT, 0)?.0);
+    }
+    run_hook("off")?;
+    for run_id in &runs {
+        wait_for_end(client, run_id)?;
+    }
+    println!("profiled {PROFILED} admissions between the hook's on and off");
     Ok(())
 }
 

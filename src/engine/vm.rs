@@ -1,4 +1,5 @@
-//! The script VM: one OS thread per executing script, owning a QuickJS runtime.
+//! The script VM: one OS thread per executing script while it runs (a pooled one, `vm/pool.rs`),
+//! owning a fresh QuickJS runtime.
 //!
 //! The thread only runs JavaScript. Every `agent()`/`checkpoint()` call becomes a
 //! [`VmEvent::Call`] sent to the run's driver (a tokio task) in program order, and the
@@ -33,8 +34,10 @@ use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+mod pool;
 mod prelude;
 
+use pool::{Spare, Spent};
 use prelude::load_prelude;
 #[cfg(test)]
 use prelude::{PRELUDE, PRELUDE_BYTECODE};
@@ -150,7 +153,9 @@ pub struct VmScript {
 pub struct VmHandle {
     replies: std_mpsc::Sender<VmReply>,
     halt: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The script's job on its pool thread, waited for on drop so its runtime is freed
+    /// before the handle is gone; `None` when no thread could be started.
+    running: Option<pool::Running>,
 }
 
 impl VmHandle {
@@ -175,15 +180,16 @@ impl VmHandle {
 impl Drop for VmHandle {
     fn drop(&mut self) {
         self.halt();
-        if let Some(thread) = self.thread.take() {
-            // The thread ends at its next interrupt check or wait; it never blocks long.
-            let _ = thread.join();
+        if let Some(running) = self.running.take() {
+            // The job ends at its next interrupt check or wait; it never blocks long.
+            running.wait();
         }
     }
 }
 
-/// Starts the script on its own thread. Events arrive on `events` until `Finished` (or until
-/// the VM is halted, after which nothing more is sent).
+/// Starts the script on a VM thread of its own while it runs (a pooled one, `vm/pool.rs`, in
+/// a fresh runtime and context). Events arrive on `events` until `Finished` (or until the VM
+/// is halted, after which nothing more is sent).
 pub fn spawn(
     script: VmScript,
     limits: VmLimits,
@@ -192,20 +198,26 @@ pub fn spawn(
     let (reply_tx, reply_rx) = std_mpsc::channel();
     let halt = Arc::new(AtomicBool::new(false));
     let thread_halt = halt.clone();
-    let thread = std::thread::Builder::new()
-        .name("workflow-vm".into())
-        .stack_size(16 << 20)
-        .spawn(move || {
-            let finished = run(script, limits, &events, reply_rx, thread_halt.clone());
-            if !thread_halt.load(Ordering::SeqCst) {
-                let _ = events.send(VmEvent::Finished(finished));
-            }
-        })
-        .ok();
+    let running = pool::start(Box::new(move |spare, done| {
+        let (finished, spent) = run(
+            script,
+            limits,
+            &events,
+            reply_rx,
+            thread_halt.clone(),
+            spare,
+        );
+        if !thread_halt.load(Ordering::SeqCst) {
+            let _ = events.send(VmEvent::Finished(finished));
+        }
+        // The script can do nothing more: its driver stops waiting, the runtime is freed after.
+        done.signal();
+        drop(spent);
+    }));
     VmHandle {
         replies: reply_tx,
         halt,
-        thread,
+        running,
     }
 }
 
@@ -248,10 +260,13 @@ fn run(
     events: &mpsc::UnboundedSender<VmEvent>,
     replies: std_mpsc::Receiver<VmReply>,
     halt: Arc<AtomicBool>,
-) -> Result<Option<Value>, ScriptFailure> {
-    let runtime = Runtime::new().map_err(|e| {
-        ScriptFailure::script_error(format!("cannot start the script runtime: {e}"))
-    })?;
+    spare: Option<Spare>,
+) -> (Result<Option<Value>, ScriptFailure>, Option<Spent>) {
+    // A spare was made for this script alone (`vm/pool.rs`); without one, a new pair now.
+    let Spare { runtime, context } = match spare.map_or_else(Spare::create, Ok) {
+        Ok(spare) => spare,
+        Err(error) => return (Err(ScriptFailure::script_error(error)), None),
+    };
     runtime.set_memory_limit(limits.memory_limit);
     runtime.set_max_stack_size(4 << 20);
     let clock = Arc::new(SliceClock {
@@ -276,9 +291,6 @@ fn run(
         })));
     }
     let unhandled: Unhandled = Rc::default();
-    let context = Context::full(&runtime).map_err(|e| {
-        ScriptFailure::script_error(format!("cannot create the script context: {e}"))
-    })?;
     let resolvers: Resolvers = Rc::default();
     let nested = script.nested.take();
     let files = script.files.clone();
@@ -296,9 +308,11 @@ fn run(
         Ok(started) => started,
         Err(failure) => {
             resolvers.borrow_mut().clear();
-            drop(context);
-            runtime.run_gc();
-            return Err(failure);
+            let spent = Spent {
+                context: Some(context),
+                runtime,
+            };
+            return (Err(failure), Some(spent));
         }
     };
 
@@ -319,9 +333,11 @@ fn run(
             let _ = globals.remove(name);
         }
     });
-    drop(context);
-    runtime.run_gc();
-    result
+    let spent = Spent {
+        context: Some(context),
+        runtime,
+    };
+    (result, Some(spent))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,244 @@
+//! Threads for script VMs, kept between scripts. Starting a VM takes an idle thread (or
+//! starts one) instead of paying for a thread start, and an idle thread holds a *spare*: a
+//! QuickJS runtime and full context created after its previous script ended, so a VM's start
+//! (the dry run of every admission among them) does not wait for `JS_NewContext`.
+//!
+//! Isolation, the rule that makes this safe for untrusted scripts: a spare is brand new and is
+//! handed to exactly one script, then freed with that script's VM. A thread makes its next
+//! spare only after the previous script's job returned, and that job drops its context and
+//! runtime (QuickJS frees every object of a runtime with it), so no object of one script is
+//! reachable from another's: they share the OS thread and nothing JavaScript. The spare's
+//! per-script settings (heap cap, stack size, interrupt handler) are applied by the script's
+//! job before anything runs in it.
+//!
+//! At most [`MAX_IDLE`] threads wait, each for at most [`IDLE_FOR`]; more VMs than that at once
+//! start threads of their own that end with their script.
+
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use rquickjs::{Context, Runtime};
+
+/// Idle threads kept, each with a spare. Admission needs two VMs one after the other (the
+/// dry run, then the execution), so a few idle threads serve parallel clients; each spare
+/// costs about 0.2 MiB of heap while it waits.
+const MAX_IDLE: usize = 4;
+/// How long an idle thread waits for a script before it ends (with its spare), so an idle
+/// daemon gives the memory back.
+const IDLE_FOR: Duration = Duration::from_secs(30);
+/// The VM thread's stack: QuickJS's own limit is 4 MiB below it (`vm::run`), and Rust frames
+/// of the host calls sit beside it.
+const STACK_SIZE: usize = 16 << 20;
+
+/// A fresh runtime and its context, created on the thread that will run them; never used by
+/// more than one script.
+pub(super) struct Spare {
+    pub runtime: Runtime,
+    pub context: Context,
+}
+
+impl Spare {
+    /// A new runtime and full context, with nothing of any script in them.
+    pub fn create() -> Result<Spare, String> {
+        let runtime =
+            Runtime::new().map_err(|e| format!("cannot start the script runtime: {e}"))?;
+        let context = Context::full(&runtime)
+            .map_err(|e| format!("cannot create the script context: {e}"))?;
+        Ok(Spare { runtime, context })
+    }
+}
+
+/// A script's runtime and context once Rust holds no value of theirs any more, freed by the
+/// pool thread after the script reported itself done: the context, a collection, then the
+/// runtime (QuickJS frees every object with it).
+pub(super) struct Spent {
+    pub context: Option<Context>,
+    pub runtime: Runtime,
+}
+
+impl Drop for Spent {
+    fn drop(&mut self) {
+        drop(self.context.take());
+        self.runtime.run_gc();
+    }
+}
+
+/// Tells [`Running::wait`] that the job's script has ended. A job signals as soon as its
+/// script can do nothing more, before freeing its runtime, so whoever waits (a driver
+/// dropping its VM handle: the dry run of every admission) does not wait for the teardown;
+/// the pool signals after the job returns in any case.
+pub(super) struct Done(std_mpsc::SyncSender<()>);
+
+impl Done {
+    pub fn signal(&self) {
+        // Full: signalled already; disconnected: nobody waits.
+        let _ = self.0.try_send(());
+    }
+}
+
+/// One script's work on a pool thread; it receives the thread's spare if one was ready.
+pub(super) type Job = Box<dyn FnOnce(Option<Spare>, &Done) + Send>;
+
+/// Ends when the job has returned (its runtime freed) or its thread ended otherwise.
+pub(super) struct Running {
+    done: std_mpsc::Receiver<()>,
+}
+
+impl Running {
+    /// Blocks until the job has returned.
+    pub fn wait(&self) {
+        // A send means done; a disconnect means the thread ended (a panic): done as well.
+        let _ = self.done.recv();
+    }
+}
+
+/// A job handed to an idle thread, with the sender that says it is done.
+struct Work {
+    job: Job,
+    done: Done,
+}
+
+/// The idle threads, each known by the sender of its own work channel and an id so a thread
+/// that times out can take itself off the list.
+#[derive(Default)]
+struct Idle {
+    threads: Vec<(u64, std_mpsc::Sender<Work>)>,
+    next_id: u64,
+}
+
+fn idle() -> &'static Mutex<Idle> {
+    static IDLE: OnceLock<Mutex<Idle>> = OnceLock::new();
+    IDLE.get_or_init(Mutex::default)
+}
+
+/// Runs `job` on an idle thread, or on a new one when none waits. `None` when no thread could
+/// be started; `job` has then been dropped.
+pub(super) fn start(job: Job) -> Option<Running> {
+    let (done_tx, done) = std_mpsc::sync_channel(1);
+    let mut work = Work {
+        job,
+        done: Done(done_tx),
+    };
+    loop {
+        let taken = idle().lock().ok().and_then(|mut idle| idle.threads.pop());
+        let Some((_, thread)) = taken else { break };
+        // A thread popped here never ends without reading its channel (see `wait_for_work`),
+        // so a failed send only means it died (a panic) between jobs: try the next one.
+        match thread.send(work) {
+            Ok(()) => return Some(Running { done }),
+            Err(std_mpsc::SendError(returned)) => work = returned,
+        }
+    }
+    std::thread::Builder::new()
+        .name("workflow-vm".into())
+        .stack_size(STACK_SIZE)
+        .spawn(move || worker(work))
+        .ok()?;
+    Some(Running { done })
+}
+
+/// A pool thread: runs its first job, then serves further jobs while it is wanted.
+fn worker(first: Work) {
+    let mut next = Some(first);
+    let mut spare = None;
+    while let Some(Work { job, done }) = next.take() {
+        job(spare.take(), &done);
+        // After the job returned: its runtime is gone, so the spare shares nothing with it.
+        // The thread is back on the idle list before `done`, so a caller that waited for
+        // this job finds it for the next one.
+        let (tx, rx) = std_mpsc::channel();
+        let id = {
+            let Ok(mut idle) = idle().lock() else { return };
+            if idle.threads.len() >= MAX_IDLE {
+                return;
+            }
+            idle.next_id += 1;
+            let id = idle.next_id;
+            idle.threads.push((id, tx));
+            id
+        };
+        done.signal();
+        drop(done);
+        spare = Spare::create().ok();
+        next = wait_for_work(id, &rx);
+    }
+}
+
+/// The next job of idle thread `id`, or `None` once it has waited [`IDLE_FOR`] and taken
+/// itself off the idle list. A thread already popped by [`start`] is sent a job right after,
+/// so it waits for that one instead of ending.
+fn wait_for_work(id: u64, rx: &std_mpsc::Receiver<Work>) -> Option<Work> {
+    match rx.recv_timeout(IDLE_FOR) {
+        Ok(work) => Some(work),
+        Err(std_mpsc::RecvTimeoutError::Disconnected) => None,
+        Err(std_mpsc::RecvTimeoutError::Timeout) => {
+            let still_idle = idle().lock().is_ok_and(|mut idle| {
+                let before = idle.threads.len();
+                idle.threads.retain(|(other, _)| *other != id);
+                idle.threads.len() != before
+            });
+            if still_idle { None } else { rx.recv().ok() }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job that reports its thread, and whether its spare (if it got one) was fresh: no
+    /// `leak` global, which every probe sets in the spare it was given.
+    fn probe() -> (
+        Running,
+        std_mpsc::Receiver<(std::thread::ThreadId, Option<bool>)>,
+    ) {
+        let (tx, rx) = std_mpsc::channel();
+        let running = start(Box::new(move |spare: Option<Spare>, _: &Done| {
+            let fresh = spare.map(|spare| {
+                spare.context.with(|ctx| {
+                    let fresh: bool = ctx.eval("typeof globalThis.leak === 'undefined'").unwrap();
+                    ctx.globals().set("leak", 1).unwrap();
+                    fresh
+                })
+            });
+            let _ = tx.send((std::thread::current().id(), fresh));
+        }))
+        .expect("a pool thread");
+        (running, rx)
+    }
+
+    #[test]
+    fn threads_are_reused_and_each_job_gets_a_fresh_spare() {
+        // Sequential jobs find an idle thread (another test running VMs may take one now and
+        // then), so far fewer threads than jobs serve them; every spare is new.
+        let mut threads = std::collections::HashSet::new();
+        let mut spares = 0;
+        for _ in 0..20 {
+            let (running, seen) = probe();
+            running.wait();
+            let (thread, fresh) = seen.recv().expect("the job ran");
+            threads.insert(thread);
+            assert_ne!(fresh, Some(false), "a spare was handed to a second job");
+            spares += usize::from(fresh.is_some());
+        }
+        assert!(
+            threads.len() <= 10,
+            "{} threads for 20 sequential jobs",
+            threads.len()
+        );
+        assert!(spares >= 10, "only {spares} of 20 jobs got a spare");
+    }
+
+    #[test]
+    fn a_job_that_panics_still_reports_done() {
+        let running = start(Box::new(|_, _| panic!("job panics"))).expect("a pool thread");
+        running.wait();
+        let (after, seen) = probe();
+        after.wait();
+        assert!(
+            seen.recv().is_ok(),
+            "the pool still runs jobs after a panic"
+        );
+    }
+}
