@@ -342,9 +342,9 @@ fn insert_call(
                 ":settlement_ordinal": settlement_ordinal,
                 ":superseded_by": call.superseded_by,
                 ":kind": call.kind.as_str(),
-                ":hash": call.hash,
+                ":hash": super::hashes::stored(&call.hash),
                 ":path": call.path,
-                ":inputs_hash": call.inputs_hash,
+                ":inputs_hash": super::hashes::stored_optional(call.inputs_hash.as_deref()),
                 ":label": call.label,
                 ":phase": call.phase,
                 ":outcome": call.outcome.as_str(),
@@ -413,9 +413,9 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         generation: columns.get(0)?,
         index: columns.get(1)?,
         kind: columns.parsed(2, CallKind::parse)?,
-        hash: columns.get(3)?,
+        hash: columns.hash(3)?,
         path: columns.get(4)?,
-        inputs_hash: columns.get(5)?,
+        inputs_hash: columns.optional_hash(5)?,
         label: columns.get(6)?,
         phase: columns.get(7)?,
         outcome: columns.parsed(8, CallOutcome::parse)?,
@@ -447,6 +447,24 @@ impl Columns<'_, '_> {
     fn get<T: FromSql>(&self, index: usize) -> StoreResult<T> {
         self.row
             .get(index)
+            .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    /// A hash column, stored as bytes or text (`hashes`).
+    fn hash(&self, index: usize) -> StoreResult<String> {
+        let value = self.value(index)?;
+        super::hashes::read(value).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn optional_hash(&self, index: usize) -> StoreResult<Option<String>> {
+        let value = self.value(index)?;
+        super::hashes::read_optional(value)
+            .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn value(&self, index: usize) -> StoreResult<rusqlite::types::ValueRef<'_>> {
+        self.row
+            .get_ref(index)
             .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
     }
 

@@ -39,6 +39,7 @@ mod calls;
 mod connection;
 mod control;
 mod events;
+mod hashes;
 mod housekeeping;
 mod leases;
 mod rows;
