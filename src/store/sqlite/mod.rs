@@ -45,6 +45,7 @@ mod leases;
 mod rows;
 mod runs;
 mod status_reads;
+mod usage_column;
 mod versions;
 
 use super::script_copies as scripts;
