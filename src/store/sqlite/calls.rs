@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
-use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_json, to_sql_integer};
+use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_sql_integer};
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
@@ -318,7 +318,7 @@ fn insert_call(
         )
     };
     let settlement_ordinal = to_sql_integer(call.settlement_ordinal, "settlement ordinal")?;
-    let usage = to_json(&call.usage, "call usage")?;
+    let usage = super::usage_column::stored(&call.usage);
     let error = optional_json(call.error.as_ref(), "call error")?;
     let replay = optional_json(call.replay.as_ref(), "call replay")?;
     let session = optional_json(call.session.as_ref(), "call session")?;
@@ -342,9 +342,9 @@ fn insert_call(
                 ":settlement_ordinal": settlement_ordinal,
                 ":superseded_by": call.superseded_by,
                 ":kind": call.kind.as_str(),
-                ":hash": call.hash,
+                ":hash": super::hashes::stored(&call.hash),
                 ":path": call.path,
-                ":inputs_hash": call.inputs_hash,
+                ":inputs_hash": super::hashes::stored_optional(call.inputs_hash.as_deref()),
                 ":label": call.label,
                 ":phase": call.phase,
                 ":outcome": call.outcome.as_str(),
@@ -413,9 +413,9 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         generation: columns.get(0)?,
         index: columns.get(1)?,
         kind: columns.parsed(2, CallKind::parse)?,
-        hash: columns.get(3)?,
+        hash: columns.hash(3)?,
         path: columns.get(4)?,
-        inputs_hash: columns.get(5)?,
+        inputs_hash: columns.optional_hash(5)?,
         label: columns.get(6)?,
         phase: columns.get(7)?,
         outcome: columns.parsed(8, CallOutcome::parse)?,
@@ -424,7 +424,7 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         error: columns.optional_json(11)?,
         aborted: columns.get(12)?,
         attempts: columns.get(13)?,
-        usage: columns.json(14)?,
+        usage: columns.usage(14)?,
         model_requested: columns.get(15)?,
         model_resolved: columns.get(16)?,
         backend_id: columns.get(17)?,
@@ -450,14 +450,34 @@ impl Columns<'_, '_> {
             .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
     }
 
+    /// A hash column, stored as bytes or text (`hashes`).
+    fn hash(&self, index: usize) -> StoreResult<String> {
+        let value = self.value(index)?;
+        super::hashes::read(value).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn optional_hash(&self, index: usize) -> StoreResult<Option<String>> {
+        let value = self.value(index)?;
+        super::hashes::read_optional(value)
+            .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    fn value(&self, index: usize) -> StoreResult<rusqlite::types::ValueRef<'_>> {
+        self.row
+            .get_ref(index)
+            .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    /// The usage column, stored as `usage_column` writes it or as the object of older rows.
+    fn usage(&self, index: usize) -> StoreResult<crate::model::Usage> {
+        let text: String = self.get(index)?;
+        super::usage_column::read(&text)
+            .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
     fn unsigned(&self, index: usize) -> StoreResult<u64> {
         let value: i64 = self.get(index)?;
         u64::try_from(value).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
-    }
-
-    fn json<T: DeserializeOwned>(&self, index: usize) -> StoreResult<T> {
-        let text: String = self.get(index)?;
-        serde_json::from_str(&text).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
     }
 
     fn optional_json<T: DeserializeOwned>(&self, index: usize) -> StoreResult<Option<T>> {

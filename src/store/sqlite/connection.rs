@@ -22,6 +22,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0007_events_by_key.sql"),
     include_str!("../migrations/sqlite/0008_call_supersessions.sql"),
     include_str!("../migrations/sqlite/0009_run_versions.sql"),
+    include_str!("../migrations/sqlite/0010_hash_bytes.sql"),
 ];
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL

@@ -39,11 +39,13 @@ mod calls;
 mod connection;
 mod control;
 mod events;
+mod hashes;
 mod housekeeping;
 mod leases;
 mod rows;
 mod runs;
 mod status_reads;
+mod usage_column;
 mod versions;
 
 use super::script_copies as scripts;

@@ -417,3 +417,92 @@ async fn a_pack_run_is_stored_only_with_digests() {
         "{refused:?}"
     );
 }
+
+/// Migration 10 turns the stored hashes of 64 lowercase hex digits into their 32 bytes and
+/// leaves every other hash text; every call reads back as it was written, and no run's
+/// version moves (the conversion changes nothing a read returns).
+#[tokio::test]
+async fn migration_10_stores_hex_hashes_as_bytes_and_reads_them_back() {
+    let lower = "0123456789abcdef".repeat(4);
+    let upper = lower.to_uppercase();
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
+    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
+    connection
+        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
+        .expect("load sample");
+    for migration in &MIGRATIONS[1..9] {
+        connection.execute_batch(migration).expect("schema 9");
+    }
+    connection
+        .pragma_update(None, "user_version", 9)
+        .expect("version 9");
+    connection
+        .execute(
+            "UPDATE calls SET hash = ?1, inputs_hash = ?2 WHERE generation = 1 AND call_index = 0",
+            [&lower, &upper],
+        )
+        .expect("hex hashes");
+    connection
+        .execute(
+            "UPDATE calls SET inputs_hash = ?1 WHERE generation = 2 AND call_index = 0",
+            [&lower[..63]],
+        )
+        .expect("short hash");
+    let version: i64 = connection
+        .query_row("SELECT version FROM runs", [], |row| row.get(0))
+        .expect("version");
+    drop(connection);
+
+    let store = SqliteStore::open(folder.path()).expect("open version 9");
+    let id = run_id("lq3k2m1-abc123");
+    let calls = store.calls(&id).await.expect("calls");
+    let hashes: Vec<(&str, Option<&str>)> = calls
+        .iter()
+        .map(|call| (call.hash.as_str(), call.inputs_hash.as_deref()))
+        .collect();
+    assert_eq!(
+        hashes,
+        [
+            (lower.as_str(), Some(upper.as_str())),
+            ("hash-1", Some("inputs-1")),
+            ("hash-0", Some(&lower[..63])),
+            ("cafe", Some("inputs-2")),
+        ]
+    );
+    let types: Vec<(String, String)> = store
+        .connection()
+        .prepare(
+            "SELECT typeof(hash), typeof(inputs_hash) FROM calls ORDER BY generation, call_index",
+        )
+        .expect("prepare")
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("types");
+    assert_eq!(types[0], ("blob".to_owned(), "text".to_owned()));
+    assert!(
+        types[1..]
+            .iter()
+            .all(|pair| pair == &("text".to_owned(), "text".to_owned()))
+    );
+    let after = store.run_version(&id).await.expect("version").expect("run");
+    assert_eq!(after.version, version as u64, "no bump by the conversion");
+    // A new call's SHA-256 hashes are written as bytes and read back as text.
+    let mut fresh = call(2, 3, 9);
+    fresh.hash = lower.clone();
+    fresh.inputs_hash = Some(lower.clone());
+    store
+        .append_call(&id, write(&fresh, &[], &[]), Fence("token-a"))
+        .await
+        .expect("append");
+    let stored = store.calls(&id).await.expect("calls");
+    let last = stored
+        .iter()
+        .find(|call| call.index == 3)
+        .expect("new call");
+    assert_eq!(
+        (last.hash.as_str(), last.inputs_hash.as_deref()),
+        (lower.as_str(), Some(lower.as_str()))
+    );
+}
