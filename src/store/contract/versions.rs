@@ -30,107 +30,105 @@ pub async fn run_version_changes_with_every_write_while_not_running<B: Backend>(
     };
     assert_eq!(first.status, RunStatus::Running);
     let mut seen = HashSet::from([first.version]);
+    record_updates(store.as_ref(), &mut record, &mut seen).await;
+    call_and_event_writes(store.as_ref(), &id, &mut seen).await;
+    answer_and_release(store.as_ref(), &id, &mut seen).await;
+    other_runs_and_recreation(store.as_ref(), &id, &mut seen).await;
+}
+
+/// Updates of a run that is not running: completing it, renaming it, a new script.
+async fn record_updates(store: &dyn Store, record: &mut RunRecord, seen: &mut HashSet<u64>) {
+    let id = record.run_id.clone();
+    let fence = Fence("token-a");
     record.status = RunStatus::Completed;
     record.result = Some(json!("done"));
     store
-        .update_run(&record, ScriptChange::Unchanged, fence)
+        .update_run(record, ScriptChange::Unchanged, fence)
         .await
         .expect("complete");
     expect_new(
-        store.as_ref(),
+        store,
         &id,
-        &mut seen,
+        seen,
         "update_run to completed",
         RunStatus::Completed,
     )
     .await;
     record.workflow_name = "renamed".to_owned();
     store
-        .update_run(&record, ScriptChange::Unchanged, fence)
+        .update_run(record, ScriptChange::Unchanged, fence)
         .await
         .expect("update");
     expect_new(
-        store.as_ref(),
+        store,
         &id,
-        &mut seen,
+        seen,
         "update_run of a completed run",
         RunStatus::Completed,
     )
     .await;
     record.script = "export const meta = { name: \"review\" };\nreturn 2;\n".to_owned();
     store
-        .update_run(&record, ScriptChange::Changed, fence)
+        .update_run(record, ScriptChange::Changed, fence)
         .await
         .expect("new script");
     expect_new(
-        store.as_ref(),
+        store,
         &id,
-        &mut seen,
+        seen,
         "update_run with a new script",
         RunStatus::Completed,
     )
     .await;
+}
+
+/// Rows, supersessions, events and call totals written to a run that is not running.
+async fn call_and_event_writes(store: &dyn Store, id: &RunId, seen: &mut HashSet<u64>) {
+    let fence = Fence("token-a");
     store
-        .append_call(&id, write(&call(1, 0, 1), &[], &[]), fence)
+        .append_call(id, write(&call(1, 0, 1), &[], &[]), fence)
         .await
         .expect("call");
-    expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
-        "append_call",
-        RunStatus::Completed,
-    )
-    .await;
+    expect_new(store, id, seen, "append_call", RunStatus::Completed).await;
     let replayed = call(1, 1, 2);
     store
-        .append_call(&id, write(&replayed, &[(1, 0)], &[]), fence)
+        .append_call(id, write(&replayed, &[(1, 0)], &[]), fence)
         .await
         .expect("superseding call");
     expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
+        store,
+        id,
+        seen,
         "append_call superseding a row",
         RunStatus::Completed,
     )
     .await;
     store
-        .append_events(&id, &[log_event(1, "a line")], fence)
+        .append_events(id, &[log_event(1, "a line")], fence)
         .await
         .expect("events");
-    expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
-        "append_events",
-        RunStatus::Completed,
-    )
-    .await;
+    expect_new(store, id, seen, "append_events", RunStatus::Completed).await;
     store
-        .record_call_total(&id, 1, 2, fence)
+        .record_call_total(id, 1, 2, fence)
         .await
         .expect("total");
-    expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
-        "record_call_total",
-        RunStatus::Completed,
-    )
-    .await;
+    expect_new(store, id, seen, "record_call_total", RunStatus::Completed).await;
     store
-        .record_call_total(&id, 1, 3, fence)
+        .record_call_total(id, 1, 3, fence)
         .await
         .expect("total again");
     expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
+        store,
+        id,
+        seen,
         "record_call_total again",
         RunStatus::Completed,
     )
     .await;
+}
+
+/// A checkpoint answer and the lease's release.
+async fn answer_and_release(store: &dyn Store, id: &RunId, seen: &mut HashSet<u64>) {
     let answer = CheckpointAnswer {
         call_index: 2,
         hash: "cafe".to_owned(),
@@ -138,27 +136,24 @@ pub async fn run_version_changes_with_every_write_while_not_running<B: Backend>(
         answered_at: 10,
     };
     store
-        .put_checkpoint_answer(&id, &answer)
+        .put_checkpoint_answer(id, &answer)
         .await
         .expect("answer");
     expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
+        store,
+        id,
+        seen,
         "put_checkpoint_answer",
         RunStatus::Completed,
     )
     .await;
-    store.release_lease(&id, "token-a").await.expect("release");
-    expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
-        "release_lease",
-        RunStatus::Completed,
-    )
-    .await;
+    store.release_lease(id, "token-a").await.expect("release");
+    expect_new(store, id, seen, "release_lease", RunStatus::Completed).await;
+}
 
+/// Another run never shares a version; a run deleted and created again starts on a new one;
+/// an unknown run is `UnknownRun`.
+async fn other_runs_and_recreation(store: &dyn Store, id: &RunId, seen: &mut HashSet<u64>) {
     let other = run_record("lq3k2m2-def456", PROJECT, 1_700_000_000_001);
     store
         .create_run(&other, &lease("token-o"))
@@ -170,8 +165,8 @@ pub async fn run_version_changes_with_every_write_while_not_running<B: Backend>(
         .expect("version")
         .expect("kept");
     assert!(seen.insert(version.version), "another run's version");
-    store.delete_run(&id).await.expect("delete");
-    assert_unknown(store.run_version(&id).await, "run_version of a deleted run");
+    store.delete_run(id).await.expect("delete");
+    assert_unknown(store.run_version(id).await, "run_version of a deleted run");
     store
         .create_run(
             &run_record(RUN, PROJECT, 1_700_000_000_000),
@@ -179,14 +174,7 @@ pub async fn run_version_changes_with_every_write_while_not_running<B: Backend>(
         )
         .await
         .expect("created again");
-    expect_new(
-        store.as_ref(),
-        &id,
-        &mut seen,
-        "a run created again",
-        RunStatus::Running,
-    )
-    .await;
+    expect_new(store, id, seen, "a run created again", RunStatus::Running).await;
     assert_unknown(
         store.run_version(&run_id("lq3k2m3-nope00")).await,
         "run_version of an unknown run",
