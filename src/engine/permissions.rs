@@ -132,6 +132,14 @@ impl PermissionBroker {
             .unwrap_or_default()
     }
 
+    /// Whether a request of `run_id` waits (`pending` without building the list).
+    pub fn has_pending(&self, run_id: &str) -> bool {
+        self.waiting
+            .lock()
+            .map(|waiting| waiting.values().any(|w| w.pending.run_id == run_id))
+            .unwrap_or(true)
+    }
+
     /// Answers a request of `run_id`.
     pub fn answer(
         &self,

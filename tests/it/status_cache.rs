@@ -1,7 +1,8 @@
-//! The workflow tool's kept `status` answers of runs that are not running
-//! (`src/tools/workflow/status_cache.rs`): a kept answer is served while the run's stored
-//! version stands, and after every kind of write that changes what status shows, the answer
-//! is the one a server that kept nothing gives.
+//! The workflow tool's kept `status` answers (`src/tools/workflow/status_cache.rs`): for
+//! a run that is not running, a kept answer is served while the run's stored version stands,
+//! and after every kind of write that changes what status shows, the answer is the one a
+//! server that kept nothing gives; for a run this process executes, a kept answer is served
+//! between two steps of its driver and never after one.
 
 use std::sync::Arc;
 
@@ -282,4 +283,138 @@ async fn a_kept_answer_goes_out_as_its_text_the_same_bytes_a_value_would_give() 
             .all(|block| block["type"] != "resource_link"),
         "{value:#}"
     );
+}
+
+/// A held call, cancelled by a stop of its `callIndex`, then a second held call: the run stays
+/// live throughout, and the document changes with each step of its driver.
+const LIVE_SCRIPT: &str = "export const meta = { name: 'live', description: 'd', model: 'codex' };\n\
+    try { await agent('first', {label: 'first'}); } catch (e) { log('first ended'); }\n\
+    await agent('second', {label: 'second'});\n\
+    return 'done';";
+
+/// A workflow server over an engine whose agent turns wait until cancelled.
+struct LiveSetup {
+    _dir: tempfile::TempDir,
+    project: std::path::PathBuf,
+    store: Arc<agentprism::store::SqliteStore>,
+    engine: agentprism::engine::Engine,
+    server: Arc<WorkflowServer>,
+    started: tokio::sync::mpsc::UnboundedReceiver<()>,
+}
+
+fn live_setup() -> LiveSetup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+    let store =
+        Arc::new(agentprism::store::SqliteStore::open(&dir.path().join("state")).expect("store"));
+    let (runner, started, _cancelled) = agentprism::engine::instant::HeldRunner::new();
+    let engine = agentprism::engine::Engine::new(
+        store.clone(),
+        runner,
+        Arc::new(crate::engine::NamedBackends::new(["codex"])),
+        agentprism::engine::EngineConfig {
+            home: Some(dir.path().to_path_buf()),
+            ..agentprism::engine::EngineConfig::default()
+        },
+    );
+    let server = WorkflowServer::new(engine.clone(), WorkflowServerOptions::default());
+    LiveSetup {
+        _dir: dir,
+        project,
+        store,
+        engine,
+        server,
+        started,
+    }
+}
+
+impl LiveSetup {
+    async fn call(&self, arguments: Value) -> Value {
+        self.server
+            .call_tool(&fresh(), "workflow", arguments)
+            .await
+            .expect("tool call")
+    }
+
+    /// The answer of a server that has kept nothing yet.
+    async fn built_afresh(&self, run_id: &RunId) -> Value {
+        let server = WorkflowServer::new(self.engine.clone(), WorkflowServerOptions::default());
+        status(&server, run_id).await
+    }
+
+    /// Status until the answer is served from what was kept: the document of a run whose
+    /// driver is between steps. A step (a call starting, say) may still be under way when
+    /// the turn's start is signalled, so the first answers may be built afresh.
+    async fn settled_status(&self, run_id: &RunId) -> Value {
+        let mut previous = status(&self.server, run_id).await;
+        for _ in 0..10_000 {
+            let now = status(&self.server, run_id).await;
+            if now == previous && now == self.built_afresh(run_id).await {
+                return now;
+            }
+            previous = now;
+            tokio::task::yield_now().await;
+        }
+        panic!("the kept answer never matched a fresh one: {previous:#}");
+    }
+}
+
+#[tokio::test]
+async fn a_live_runs_answer_is_kept_between_its_drivers_steps() {
+    let mut s = live_setup();
+    let ack = s
+        .call(json!({"action": "run", "projectDir": s.project, "script": LIVE_SCRIPT}))
+        .await;
+    assert_eq!(ack["isError"], Value::Null, "{ack:#}");
+    let run_id =
+        RunId::parse(ack["structuredContent"]["runId"].as_str().expect("runId")).expect("a run id");
+    s.started.recv().await.expect("the first turn started");
+    let first = s.settled_status(&run_id).await;
+    assert_eq!(first["structuredContent"]["status"], "running", "{first:#}");
+
+    // A write behind the engine's back (no driver step, no stored version for a running
+    // run): the kept answer is served, a server that kept nothing sees the write.
+    let database = rusqlite::Connection::open(s.store.database_path()).expect("open");
+    database
+        .execute(
+            "UPDATE runs SET workflow_name = 'sneaked' WHERE run_id = ?1",
+            [run_id.as_str()],
+        )
+        .expect("update");
+    assert_eq!(
+        status(&s.server, &run_id).await,
+        first,
+        "served from the cache"
+    );
+    let afresh = s.built_afresh(&run_id).await;
+    assert_eq!(afresh["structuredContent"]["workflowName"], "sneaked");
+    database
+        .execute(
+            "UPDATE runs SET workflow_name = 'live' WHERE run_id = ?1",
+            [run_id.as_str()],
+        )
+        .expect("restore");
+
+    // Steps of the driver: the first call ends (cancelled), the second one starts. The kept
+    // answer is never served after them.
+    let stop = s
+        .call(json!({"action": "stop", "runId": run_id, "callIndex": 0}))
+        .await;
+    assert_eq!(stop["isError"], Value::Null, "{stop:#}");
+    s.started.recv().await.expect("the second turn started");
+    let second = s.settled_status(&run_id).await;
+    assert_eq!(
+        second["structuredContent"]["status"], "running",
+        "{second:#}"
+    );
+    assert_ne!(second, first, "the answer changed with the steps");
+    let labels: Vec<&str> = second["structuredContent"]["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .filter_map(|call| call["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["first", "second"], "{second:#}");
+    s.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }

@@ -153,6 +153,22 @@ pub struct LiveView {
     /// How many non-checkpoint rows the generation has written, so status need not count
     /// them in the store; `None` in the dry run and in a view another process reported.
     pub settled_calls: Option<u64>,
+    /// Changes around every step of the driver that may change what status shows (a store
+    /// write of the run, a change of this view): odd from the step's start to its end, and
+    /// odd before the driver's loop begins and after it ends. An answer built from this
+    /// view and the store while it stayed at one even value is the answer a fresh build
+    /// would give until it moves, which is what lets `status` keep a live run's answer.
+    pub revision: u64,
+}
+
+impl LiveView {
+    /// A view whose generation is not stepping yet (`revision` odd).
+    pub fn starting() -> LiveView {
+        LiveView {
+            revision: 1,
+            ..LiveView::default()
+        }
+    }
 }
 
 /// One call of a [`LiveView`].
@@ -436,6 +452,8 @@ impl Driver {
                 json!({"generation": self.setup.generation}),
             );
         }
+        // The generation is set up: status may keep what it shows between steps now.
+        self.step_ends();
         loop {
             if self.halt.is_some() && self.in_flight.is_empty() {
                 break;
@@ -443,10 +461,11 @@ impl Driver {
             tokio::select! {
                 biased;
                 command = control.recv(), if control_open => match command {
-                    Some(command) => self.on_control(command),
+                    Some(command) => self.step(|driver| driver.on_control(command)),
                     None => control_open = false,
                 },
                 Some(activity) = activity_rx.recv() => {
+                    self.step_begins();
                     self.on_activity(activity).await;
                     // Group commit: what settled meanwhile joins this call's transaction.
                     for _ in 1..GROUP_COMMIT_LIMIT {
@@ -454,9 +473,14 @@ impl Driver {
                         self.on_activity(more).await;
                     }
                     self.commit_settled().await;
+                    self.step_ends();
                 }
                 event = vm_rx.recv(), if vm_open && self.halt.is_none() => match event {
-                    Some(event) => self.on_vm(event).await,
+                    Some(event) => {
+                        self.step_begins();
+                        self.on_vm(event).await;
+                        self.step_ends();
+                    }
                     None => {
                         vm_open = false;
                         if self.halt.is_none() {
@@ -464,13 +488,40 @@ impl Driver {
                         }
                     }
                 },
+                // A tick marks its own step, when it has work.
                 _ = tick.tick() => self.on_tick().await,
                 _ = next_beat(&mut heartbeat), if heartbeat.is_some() && !self.lease_lost => {
+                    self.step_begins();
                     self.beat().await;
+                    self.step_ends();
                 }
             }
         }
+        // Odd from here on: the generation's last writes and its end are never kept.
+        self.step_begins();
         self.finish().await
+    }
+
+    /// Marks the start of a step that may change what status shows (see
+    /// [`LiveView::revision`]).
+    pub(super) fn step_begins(&self) {
+        if let Ok(mut view) = self.setup.live.lock() {
+            view.revision |= 1;
+        }
+    }
+
+    /// Marks its end: the revision moves on to the next even value.
+    pub(super) fn step_ends(&self) {
+        if let Ok(mut view) = self.setup.live.lock() {
+            view.revision = (view.revision | 1) + 1;
+        }
+    }
+
+    /// Runs a synchronous step between its marks.
+    fn step(&mut self, work: impl FnOnce(&mut Driver)) {
+        self.step_begins();
+        work(self);
+        self.step_ends();
     }
 
     /// Answers the script, unless the generation is halting: a halted script gets nothing.

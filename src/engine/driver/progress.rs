@@ -267,6 +267,11 @@ impl Driver {
             })
             .map(|(index, _)| *index)
             .collect();
+        if due.is_empty() && !self.events.has_pending() {
+            // An idle tick changes nothing status shows: it is no step.
+            return;
+        }
+        self.step_begins();
         for index in due {
             let heartbeat = self
                 .in_flight
@@ -280,6 +285,7 @@ impl Driver {
         {
             self.on_lost_write(lost);
         }
+        self.step_ends();
     }
 }
 

@@ -35,7 +35,7 @@ impl Engine {
         let view = Arc::new(Mutex::new(LiveView {
             current_phase: record.current_phase.clone(),
             usage: record.token_usage,
-            ..LiveView::default()
+            ..LiveView::starting()
         }));
         if let Ok(mut live) = self.inner.live.lock() {
             live.insert(

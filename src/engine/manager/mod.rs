@@ -313,6 +313,16 @@ impl Engine {
             .unwrap_or(false)
     }
 
+    /// The revision of the live view of a run this process executes (`LiveView::revision`),
+    /// when an answer status builds now may be kept or a kept one served: between two steps
+    /// of its driver, with no permission request of the run waiting (those reach status from
+    /// the broker, not through a step). `None` otherwise, and for a run not executed here.
+    pub fn live_revision(&self, run_id: &RunId) -> Option<u64> {
+        let view = self.inner.live.lock().ok()?.get(run_id)?.view.clone();
+        let revision = view.lock().ok()?.revision;
+        (revision % 2 == 0 && !self.inner.broker.has_pending(run_id.as_str())).then_some(revision)
+    }
+
     pub(super) fn send_control(&self, run_id: &RunId, control: Control) -> bool {
         self.inner
             .live

@@ -15,7 +15,6 @@ use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest, StatusQuery}
 use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::model::{RunId, RunStatus};
-use crate::store::RunVersion;
 use crate::tools::resources;
 
 use super::config::{self, ConfigInput};
@@ -24,7 +23,7 @@ use super::reply::{
     PREPARATION_CEILING, acknowledgement, engine_failure, observe, status_result, structured,
     tool_error,
 };
-use super::status_cache::StatusCache;
+use super::status_cache::{AnswerVersion, StatusCache};
 use super::text;
 
 /// What the actions need of the server around them.
@@ -105,13 +104,13 @@ impl Actions {
     }
 
     /// `status`: the kept answer while the run's version stands (`status_cache`), else a
-    /// new one, kept when nothing in it can change without a store write.
+    /// new one, kept when nothing in it can change without a new version.
     async fn status(&self, run_id: &RunId, query: &StatusQuery) -> McpResult<ToolAnswer> {
         // Read before the answer is built: a write in between gives the next call a newer
         // version, so an answer kept under this one is never served after it.
         let version = self.cacheable_version(run_id).await;
         if let Some(version) = version
-            && let Some(answer) = self.status_cache.get(run_id, query, version.version)
+            && let Some(answer) = self.status_cache.get(run_id, query, version.key)
         {
             return Ok(ToolAnswer::Prepared(answer));
         }
@@ -121,13 +120,15 @@ impl Actions {
                     status.status == version.status
                         && status.pending_permissions.is_empty()
                         && status.remote_pending_permissions.is_empty()
-                        && status.latest_activity.is_none()
+                        && (version.key.live.is_some() || status.latest_activity.is_none())
+                        // A live run's view must not have stepped while the answer was built.
+                        && version.key.live.is_none_or(|revision| {
+                            self.engine.live_revision(run_id) == Some(revision)
+                        })
                 });
                 let answer = status_result(None, json!(status));
                 if let Some(version) = keep
-                    && let Some(kept) =
-                        self.status_cache
-                            .put(run_id, query, version.version, &answer)
+                    && let Some(kept) = self.status_cache.put(run_id, query, version.key, &answer)
                 {
                     return Ok(ToolAnswer::Prepared(kept));
                 }
@@ -140,14 +141,27 @@ impl Actions {
         }
     }
 
-    /// The run's version when its status answer may be kept: stored as not running, and not
-    /// executed by this process (whose live view status shows).
-    async fn cacheable_version(&self, run_id: &RunId) -> Option<RunVersion> {
-        if self.engine.is_live(run_id) {
-            return None;
-        }
+    /// The version a status answer built now may be kept under: for a run stored as not
+    /// running, its stored version; for a run this process executes, that and its live
+    /// view's revision between two steps of its driver (everything the document shows of
+    /// it changes only in such a step, or reaches it as a permission request, which
+    /// `live_revision` rules out). A run another process executes is never kept.
+    async fn cacheable_version(&self, run_id: &RunId) -> Option<CacheableVersion> {
+        let live = if self.engine.is_live(run_id) {
+            Some(self.engine.live_revision(run_id)?)
+        } else {
+            None
+        };
         match self.engine.store().run_version(run_id).await {
-            Ok(Some(version)) if version.status != RunStatus::Running => Some(version),
+            Ok(Some(version)) if live.is_some() || version.status != RunStatus::Running => {
+                Some(CacheableVersion {
+                    status: version.status,
+                    key: AnswerVersion {
+                        stored: version.version,
+                        live,
+                    },
+                })
+            }
             _ => None,
         }
     }
@@ -322,4 +336,12 @@ impl Actions {
             Err(error) => engine_failure(error),
         }
     }
+}
+
+/// What [`Actions::cacheable_version`] reads: the stored status the answer must
+/// show, and the key it is kept under.
+#[derive(Clone, Copy)]
+struct CacheableVersion {
+    status: RunStatus,
+    key: AnswerVersion,
 }

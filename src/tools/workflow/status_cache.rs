@@ -1,14 +1,20 @@
-//! Finished `status` answers of runs that are not running, so that polling a settled,
-//! paused or failed run does not build the same document, its `Value` and its text again.
+//! Kept `status` answers, so that polling a run does not build the same document, its
+//! `Value` and its text again while nothing in it changed.
 //!
-//! An answer is kept per run and inspection bounds under the run's version
-//! (`Store::run_version`), read before the answer was built; it is served only while a
-//! fresh version read returns the same value. The store gives a run a new version on every
-//! write made while its stored status is not `running`, so a served answer is the one a
-//! fresh build would give. What could differ without a store write is never kept: answers of
-//! a run stored as `running`, of a run this process executes, with pending permissions or
-//! live activity, or whose document's status is not the version's. A backend that keeps no
-//! version keeps nothing here. Any doubt is a miss.
+//! An answer is kept per run and inspection bounds under an [`AnswerVersion`] read before
+//! the answer was built, and served only while a fresh read gives the same one:
+//! - a run stored as not running: its stored version (`Store::run_version`), which the store
+//!   changes on every write made while the run's stored status is not `running`;
+//! - a run this process executes: its stored version and its live view's revision
+//!   (`Engine::live_revision`), which its driver moves around every step that may change
+//!   what status shows (a store write of the run, a change of the view); it is read once
+//!   more after the build, and an answer built while a step ran is not kept. Permission
+//!   requests, which reach status outside the driver's steps, rule out keeping and serving.
+//!
+//! So a served answer is the one a fresh build would give. Never kept: answers of a run
+//! stored as `running` that another process executes, with pending permissions, with live
+//! activity from elsewhere (a run not executed here), or whose document's status is not the
+//! version's. A backend that keeps no version keeps nothing here. Any doubt is a miss.
 //!
 //! An answer is kept the second time it is built under the same version and bounds, not the
 //! first: a run that is asked about once after it settles (a host's last poll) leaves only a
@@ -34,6 +40,21 @@ pub const MAX_ENTRIES: usize = 256;
 pub const MAX_BYTES: usize = 8 << 20;
 /// An answer longer than this is not kept.
 pub const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// What an answer was built under: the run's stored version (`Store::run_version`) and,
+/// for a run this process executes, its live view's revision (`Engine::live_revision`).
+/// A kept answer is served only under an equal one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct AnswerVersion {
+    pub(super) stored: u64,
+    pub(super) live: Option<u64>,
+}
+
+impl From<u64> for AnswerVersion {
+    fn from(stored: u64) -> AnswerVersion {
+        AnswerVersion { stored, live: None }
+    }
+}
 
 /// The cache; one per workflow tool.
 pub(super) struct StatusCache {
@@ -68,7 +89,7 @@ struct Entry {
     log_lines: usize,
     label_glob: Option<String>,
     /// The run's version read before the answer was built.
-    version: u64,
+    version: AnswerVersion,
     /// The answer with its text, written once and shared with the calls it serves; `None`
     /// for the marker of its first build under `version`.
     answer: Option<Arc<PreparedResult>>,
@@ -115,7 +136,7 @@ impl StatusCache {
         &self,
         run_id: &RunId,
         query: &StatusQuery,
-        version: u64,
+        version: AnswerVersion,
     ) -> Option<Arc<PreparedResult>> {
         let mut guard = self.state();
         let state = &mut *guard;
@@ -145,7 +166,7 @@ impl StatusCache {
         &self,
         run_id: &RunId,
         query: &StatusQuery,
-        version: u64,
+        version: AnswerVersion,
         answer: &Value,
     ) -> Option<Arc<PreparedResult>> {
         let mut guard = self.state();
@@ -255,7 +276,7 @@ mod tests {
 
     impl GetValue for StatusCache {
         fn get_value(&self, run_id: &RunId, query: &StatusQuery, version: u64) -> Option<Value> {
-            let prepared = self.get(run_id, query, version)?;
+            let prepared = self.get(run_id, query, version.into())?;
             assert_eq!(
                 prepared.json(),
                 serde_json::to_string(prepared.value()).unwrap()
@@ -277,28 +298,28 @@ mod tests {
 
     /// Builds `answer` twice under `version`, as two status calls do: kept.
     fn keep(cache: &StatusCache, id: &RunId, bounds: &StatusQuery, version: u64, answer: &Value) {
-        cache.put(id, bounds, version, answer);
-        cache.put(id, bounds, version, answer);
+        cache.put(id, bounds, version.into(), answer);
+        cache.put(id, bounds, version.into(), answer);
     }
 
     #[test]
     fn an_answer_is_kept_on_its_second_build_under_one_version() {
         let cache = StatusCache::default();
         let (id, bounds) = (run(1), query(20));
-        cache.put(&id, &bounds, 7, &answer(10));
+        cache.put(&id, &bounds, AnswerVersion::from(7u64), &answer(10));
         assert_eq!(cache.usage(), (1, 0), "only a marker");
         assert_eq!(
             cache.get_value(&id, &bounds, 7),
             None,
             "a marker serves nothing"
         );
-        cache.put(&id, &bounds, 8, &answer(10));
+        cache.put(&id, &bounds, AnswerVersion::from(8u64), &answer(10));
         assert_eq!(
             cache.get_value(&id, &bounds, 8),
             None,
             "a first build under a new version"
         );
-        cache.put(&id, &bounds, 8, &answer(10));
+        cache.put(&id, &bounds, AnswerVersion::from(8u64), &answer(10));
         assert_eq!(cache.usage(), (1, 10));
         assert_eq!(cache.get_value(&id, &bounds, 8), Some(answer(10)));
     }
