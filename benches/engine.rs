@@ -29,12 +29,13 @@ use support::measure::*;
 /// Calls in the overhead run, and journal entries in the replay run. The engine clamps
 /// `maxAgents` to 10,000 and counts a checkpoint as a call, so the replay run makes one
 /// agent call fewer and ends on its checkpoint. `AGENTPRISM_BENCH_CALLS` sets another count
-/// for the overhead run (a few hundred under callgrind, whose slowdown would otherwise push
+/// for both runs (a few hundred under callgrind, whose slowdown would otherwise push
 /// the dry run past its fixed limit).
 const OVERHEAD_CALLS: u32 = 10_000;
 /// Under `valgrind --tool=callgrind --instr-atstart=no`, setting this variable makes the
 /// overhead run switch instrumentation on (`callgrind_control -i on`) once the run is
-/// admitted and off once it settles, so the profile holds the execution phase only.
+/// admitted and off once it settles, so the profile holds the execution phase only; the
+/// replay run switches it on for the resume and off once the resumed run settles.
 const CALLGRIND_VARIABLE: &str = "AGENTPRISM_BENCH_CALLGRIND";
 /// Call counts of the mock-agent runs.
 const MOCK_CALLS: [u32; 2] = [100, 1_000];
@@ -283,7 +284,8 @@ fn replay() -> Result<()> {
     let runtime = runtime()?;
     runtime.block_on(async {
         let bench = InstantBench::new()?;
-        let script = sequential_script(OVERHEAD_CALLS - 1, true);
+        let calls = overhead_calls()?;
+        let script = sequential_script(calls - 1, true);
         let run_id = bench.start(&script).await?;
         wait_settled(&bench.engine, &run_id).await?;
         let status = expect_status(&bench.engine, &run_id, "paused").await?;
@@ -295,6 +297,7 @@ fn replay() -> Result<()> {
         let prompts = bench.runner.prompts();
 
         reset_peak_rss();
+        callgrind_instrumentation(true)?;
         let before = Sample::take();
         bench
             .engine
@@ -308,6 +311,7 @@ fn replay() -> Result<()> {
         let admitted = Sample::take();
         wait_settled(&bench.engine, &run_id).await?;
         let settled = Sample::take();
+        callgrind_instrumentation(false)?;
         expect_status(&bench.engine, &run_id, "completed").await?;
         ensure!(
             bench.runner.prompts() == prompts,
@@ -318,8 +322,8 @@ fn replay() -> Result<()> {
         let total = settled.since(&before);
         println!();
         println!(
-            "[3] replay: resume of a run with {OVERHEAD_CALLS} journaled calls ({} agent calls and a checkpoint): {:.0} ms wall, {:.0} ms CPU (goal < 1 s: {})",
-            OVERHEAD_CALLS - 1,
+            "[3] replay: resume of a run with {calls} journaled calls ({} agent calls and a checkpoint): {:.0} ms wall, {:.0} ms CPU (goal < 1 s: {})",
+            calls - 1,
             millis(total.wall.as_secs_f64()),
             millis(total.cpu().as_secs_f64()),
             verdict(total.wall < Duration::from_secs(1))

@@ -119,6 +119,10 @@ impl Store for CheckThenWrite {
         self.inner.calls(run_id).await
     }
 
+    async fn next_settlement_ordinal(&self, run_id: &RunId) -> StoreResult<u64> {
+        self.inner.next_settlement_ordinal(run_id).await
+    }
+
     async fn replay_pool(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         self.inner.replay_pool(run_id).await
     }

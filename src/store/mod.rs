@@ -266,6 +266,18 @@ pub trait Store: Send + Sync + 'static {
     /// Every call row of the run, ordered by (generation, settlement ordinal).
     async fn calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
 
+    /// One past the highest settlement ordinal of the run's rows, superseded ones included
+    /// (0 when it has none): where a new generation's ordinals continue. A backend may
+    /// answer without reading the rows themselves.
+    async fn next_settlement_ordinal(&self, run_id: &RunId) -> StoreResult<u64> {
+        let calls = self.calls(run_id).await?;
+        Ok(calls
+            .iter()
+            .map(|call| call.settlement_ordinal + 1)
+            .max()
+            .unwrap_or(0))
+    }
+
     /// Replay candidates and blockers: rows with `superseded_by` unset, ordered by
     /// (generation, index).
     async fn replay_pool(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;

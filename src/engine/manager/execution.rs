@@ -113,12 +113,7 @@ impl Engine {
                 None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
             };
             let last_seq = store.last_event_seq(&run_id).await?;
-            let calls = store.calls(&run_id).await?;
-            let next_settlement = calls
-                .iter()
-                .map(|c| c.settlement_ordinal + 1)
-                .max()
-                .unwrap_or(0);
+            let next_settlement = store.next_settlement_ordinal(&run_id).await?;
             Ok::<_, StoreError>((routing, pool, last_seq, next_settlement))
         }
         .await;

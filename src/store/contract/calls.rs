@@ -14,6 +14,7 @@ pub async fn append_call_supersedes_rows_and_appends_events<B: Backend>(backend:
     let WithRun { store, record, .. } = with_run(backend).await;
     let id = &record.run_id;
     let fence = Fence("token-a");
+    assert_eq!(store.next_settlement_ordinal(id).await.expect("next"), 0);
     let (first, second) = (call(1, 0, 1), call(1, 1, 2));
     store
         .append_calls(
@@ -47,6 +48,8 @@ pub async fn append_call_supersedes_rows_and_appends_events<B: Backend>(backend:
         vec![consumed, second.clone(), replayed.clone()]
     );
     assert_eq!(store.last_event_seq(id).await.expect("seq"), 3);
+    // The replayed row took ordinal 1 again; the highest stays the superseded-free 2.
+    assert_eq!(store.next_settlement_ordinal(id).await.expect("next"), 3);
 
     let orphan = call(2, 1, 2);
     let result = store

@@ -115,6 +115,28 @@ pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<Ca
     )
 }
 
+/// One past the highest settlement ordinal of the run's rows (0 without rows), read from
+/// the rows' records without building them.
+pub(super) fn next_settlement_ordinal(connection: &Connection, run_id: &RunId) -> StoreResult<u64> {
+    let doing = || format!("read the last settlement ordinal of run {run_id}");
+    let run_key = run_key(connection, run_id)?;
+    let highest: Option<i64> = connection
+        .prepare_cached("SELECT MAX(settlement_ordinal) FROM calls WHERE run_key = ?1")
+        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .context(doing)?;
+    let Some(highest) = highest else {
+        return Ok(0);
+    };
+    u64::try_from(highest)
+        .ok()
+        .and_then(|highest| highest.checked_add(1))
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "run {run_id}: column calls.settlement_ordinal: {highest} is out of range"
+            ))
+        })
+}
+
 /// Rows not superseded yet, by (generation, index).
 pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
     let run_key = run_key(connection, run_id)?;

@@ -163,6 +163,10 @@ impl Store for SqliteStore {
         calls::all(&self.connection(), run_id)
     }
 
+    async fn next_settlement_ordinal(&self, run_id: &RunId) -> StoreResult<u64> {
+        calls::next_settlement_ordinal(&self.connection(), run_id)
+    }
+
     async fn replay_pool(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         calls::replay_pool(&self.connection(), run_id)
     }
