@@ -13,6 +13,7 @@
 use rusqlite::{Connection, Transaction};
 
 use super::connection::Context;
+use super::rows::RowReader;
 use crate::model::RunId;
 use crate::store::{StoreError, StoreResult};
 
@@ -177,13 +178,13 @@ pub(super) fn after(
         let mut statement = connection.prepare_cached(statement).context(doing)?;
         let mut rows = statement.query(params).context(doing)?;
         while let Some(row) = rows.next().context(doing)? {
-            let (key, last, body): (i64, i64, Vec<u8>) = (
-                row.get(0).context(doing)?,
-                row.get(1).context(doing)?,
-                row.get(2).context(doing)?,
-            );
+            let reader = RowReader::new(row, run_id, "event_blocks");
+            let key: i64 = reader.get("block_key")?;
+            let last: i64 = reader.get("last_seq")?;
+            let body: Vec<u8> = reader.get("body")?;
+            // Every key read comes from this run's range, so the difference is in 0..2^32.
             let first = u64::try_from(key - base).unwrap_or_default();
-            let last = u64::try_from(last).unwrap_or_default();
+            let last = u64::try_from(last).map_err(|error| reader.corrupt("last_seq", error))?;
             let after = u64::try_from(after_key - base).unwrap_or_default();
             if last <= after {
                 continue;
