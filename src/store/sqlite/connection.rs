@@ -23,6 +23,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0008_call_supersessions.sql"),
     include_str!("../migrations/sqlite/0009_run_versions.sql"),
     include_str!("../migrations/sqlite/0010_hash_bytes.sql"),
+    include_str!("../migrations/sqlite/0011_event_blocks.sql"),
 ];
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL

@@ -2,12 +2,15 @@
 //! checked append (inside the caller's transaction, so a call and its events commit
 //! together), pages by cursor, and the log tail. A row's key is [`EventKeys`]' run range plus
 //! its seq (migration 7), and its text is stored without the `"type"` and `"runId"` members
-//! every event starts with ([`frame`]), put back when read.
+//! every event starts with ([`frame`]), put back when read. Two or more consecutive events
+//! of one append that are not `log` lines are one row of `event_blocks` instead
+//! (migration 11, `event_blocks.rs`); reads merge the two tables in seq order.
 
 use rusqlite::{Connection, Transaction};
 use serde_json::Value;
 
 use super::connection::{Context, write_transaction};
+use super::event_blocks::{self, StoredEvent};
 use super::rows::{RowReader, fenced_run_key, run_key, to_json, to_sql_integer};
 use crate::model::{EventRecord, RunId};
 use crate::store::{Fence, StoreError, StoreResult};
@@ -120,12 +123,37 @@ pub(super) fn page(
     after: u64,
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
-    let doing = || format!("read events of run {run_id}");
     let keys = EventKeys::of(run_key(connection, run_id)?, run_id)?;
     // A cursor at or beyond the last seq a run may hold can only mean "after everything".
-    let Ok(after) = keys.key(after, run_id) else {
+    let Ok(after_key) = keys.key(after, run_id) else {
         return Ok(Vec::new());
     };
+    // Each seq is a row or an entry of a block (migration 11); both reads are in seq order
+    // and hold at least the first `limit` of their events above the cursor.
+    let mut events = rows_after(connection, run_id, keys, after_key, limit)?;
+    events.extend(event_blocks::after(
+        connection,
+        run_id,
+        (keys.base, after_key, keys.last()),
+        limit,
+    )?);
+    events.sort_unstable_by_key(|event| event.seq);
+    events.truncate(limit as usize);
+    events
+        .into_iter()
+        .map(|event| record(run_id, event))
+        .collect()
+}
+
+/// The run's rows of `events` after the key `after_key`, at most `limit`, in seq order.
+fn rows_after(
+    connection: &Connection,
+    run_id: &RunId,
+    keys: EventKeys,
+    after_key: i64,
+    limit: u32,
+) -> StoreResult<Vec<StoredEvent>> {
+    let doing = || format!("read events of run {run_id}");
     let mut statement = connection
         .prepare_cached(
             "SELECT event_key, event_type, timestamp, redacted, truncated, framed, event
@@ -133,27 +161,40 @@ pub(super) fn page(
         )
         .context(doing)?;
     let mut rows = statement
-        .query(rusqlite::params![after, keys.last(), limit])
+        .query(rusqlite::params![after_key, keys.last(), limit])
         .context(doing)?;
     let mut events = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
         let reader = RowReader::new(row, run_id, "events");
-        let event_type: String = reader.get("event_type")?;
-        let text = unframe(
-            reader.get("event")?,
-            reader.get("framed")?,
-            &event_type,
-            run_id,
-        )?;
-        events.push(EventRecord {
+        events.push(StoredEvent {
             seq: keys.seq(reader.get("event_key")?),
             timestamp: reader.get("timestamp")?,
-            event: serde_json::from_str(&text).map_err(|error| reader.corrupt("event", error))?,
             redacted: reader.get("redacted")?,
             truncated: reader.get("truncated")?,
+            framed: reader.get("framed")?,
+            event_type: reader.get("event_type")?,
+            text: reader.get("event")?,
         });
     }
     Ok(events)
+}
+
+/// The record of a stored event: its text unframed and parsed.
+fn record(run_id: &RunId, event: StoredEvent) -> StoreResult<EventRecord> {
+    let seq = event.seq;
+    let text = unframe(event.text, event.framed, &event.event_type, run_id)?;
+    let parsed = serde_json::from_str(&text).map_err(|error| {
+        StoreError::Corrupt(format!(
+            "run {run_id}: column events.event of seq {seq}: {error}"
+        ))
+    })?;
+    Ok(EventRecord {
+        seq,
+        timestamp: event.timestamp,
+        event: parsed,
+        redacted: event.redacted,
+        truncated: event.truncated,
+    })
 }
 
 pub(super) fn log_tail(
@@ -198,7 +239,9 @@ pub(super) fn log_tail(
     Ok((lines, total))
 }
 
-/// Appends events after checking that they continue the run's stream densely.
+/// Appends events after checking that they continue the run's stream densely: each run of
+/// two or more consecutive events that are not `log` lines as one block (migration 11),
+/// every other event as a row.
 pub(super) fn insert_events(
     transaction: &Transaction<'_>,
     run_key: i64,
@@ -208,43 +251,92 @@ pub(super) fn insert_events(
     if events.is_empty() {
         return Ok(());
     }
-    let doing = || format!("append events of run {run_id}");
     let keys = EventKeys::of(run_key, run_id)?;
-    let first_seq = last_seq(transaction, run_key, run_id)? + 1;
-    let mut statement = transaction
-        .prepare_cached(
-            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, framed,
-                 event)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .context(doing)?;
+    let stored = to_store(
+        keys,
+        run_id,
+        last_seq(transaction, run_key, run_id)? + 1,
+        events,
+    )?;
+    let mut rest = &stored[..];
+    while let Some(first) = rest.first() {
+        let blocked = rest
+            .iter()
+            .take_while(|event| event.event_type != "log")
+            .count();
+        let key = keys.key(first.seq, run_id)?;
+        if blocked >= 2 {
+            event_blocks::insert(transaction, run_id, key, &rest[..blocked])?;
+            rest = &rest[blocked..];
+        } else {
+            insert_row(transaction, run_id, key, first)?;
+            rest = &rest[1..];
+        }
+    }
+    Ok(())
+}
+
+/// The events as stored, checked to continue the stream at `first_seq` and to fit the range.
+fn to_store(
+    keys: EventKeys,
+    run_id: &RunId,
+    first_seq: u64,
+    events: &[EventRecord],
+) -> StoreResult<Vec<StoredEvent>> {
+    let mut stored = Vec::with_capacity(events.len());
     for (expected, event) in (first_seq..).zip(events) {
         if event.seq != expected {
             return Err(StoreError::Io(format!(
-                "{}: event seq {} does not continue the stream, expected {expected}",
-                doing(),
+                "append events of run {run_id}: event seq {} does not continue the stream, \
+                 expected {expected}",
                 event.seq
             )));
         }
-        let key = keys.key(event.seq, run_id)?;
+        keys.key(event.seq, run_id)?;
         let event_type = event
             .event
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let (text, framed) = frame(to_json(&event.event, "event")?, event_type, run_id)?;
-        statement
-            .execute(rusqlite::params![
+        stored.push(StoredEvent {
+            seq: event.seq,
+            timestamp: event.timestamp,
+            redacted: event.redacted,
+            truncated: event.truncated,
+            framed,
+            event_type: event_type.to_owned(),
+            text,
+        });
+    }
+    Ok(stored)
+}
+
+/// Writes one event as a row of `events` at `key`.
+fn insert_row(
+    transaction: &Transaction<'_>,
+    run_id: &RunId,
+    key: i64,
+    event: &StoredEvent,
+) -> StoreResult<()> {
+    transaction
+        .prepare_cached(
+            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, framed,
+                 event)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .and_then(|mut statement| {
+            statement.execute(rusqlite::params![
                 key,
-                event_type,
+                event.event_type,
                 event.timestamp,
                 event.redacted,
                 event.truncated,
-                framed,
-                text
+                event.framed,
+                event.text
             ])
-            .context(doing)?;
-    }
+        })
+        .context(|| format!("append events of run {run_id}"))?;
     Ok(())
 }
 
@@ -256,5 +348,7 @@ pub(super) fn last_seq(connection: &Connection, run_key: i64, run_id: &RunId) ->
         )
         .and_then(|mut statement| statement.query_row([keys.base, keys.last()], |row| row.get(0)))
         .context(|| format!("read the last event seq of run {run_id}"))?;
-    Ok(last.map_or(0, |key| keys.seq(key)))
+    let in_rows = last.map_or(0, |key| keys.seq(key));
+    let in_blocks = event_blocks::last_seq(connection, run_id, (keys.base, keys.last()))?;
+    Ok(in_rows.max(in_blocks))
 }

@@ -38,6 +38,7 @@ mod answers;
 mod calls;
 mod connection;
 mod control;
+mod event_blocks;
 mod events;
 mod hashes;
 mod housekeeping;

@@ -235,6 +235,9 @@ pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult
         // The run's range of event keys (events.rs).
         "DELETE FROM events
          WHERE event_key > ?1 * 4294967296 AND event_key <= ?1 * 4294967296 + 4294967295",
+        // The same range of block keys (event_blocks.rs).
+        "DELETE FROM event_blocks
+         WHERE block_key > ?1 * 4294967296 AND block_key <= ?1 * 4294967296 + 4294967295",
         "DELETE FROM call_supersessions WHERE run_key = ?1",
         "DELETE FROM calls WHERE run_key = ?1",
         "DELETE FROM call_tallies WHERE run_key = ?1",

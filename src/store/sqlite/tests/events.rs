@@ -13,33 +13,41 @@ fn event_with(seq: u64, event: Value) -> EventRecord {
     }
 }
 
-/// Every event reads back as it was written, member order included, whether or not its text
-/// could be stored without the frame; the usual event is stored without it.
-#[tokio::test]
-async fn events_read_back_byte_for_byte_whether_or_not_stored_framed() {
-    let (_folder, store, record) = store_with_run().await;
-    let id = &record.run_id;
-    let run = id.as_str();
-    let texts = [
+/// Event texts of every shape: framed ones, a log line, and (not framed) another run's id,
+/// another order, no members after the frame, a type that is not a string, no type at all,
+/// a type that needs escaping.
+fn varied_texts(run: &str) -> Vec<Value> {
+    vec![
         json!({"type": "agentStart", "runId": run, "scope": "root", "callIndex": 3}),
         json!({"type": "log", "runId": run, "scope": "root", "message": "a \"quoted\" line é"}),
-        // Not framed: another run's id, another order, no members after the frame, a type
-        // that is not a string, no type at all, a type that needs escaping.
         json!({"type": "agentEnd", "runId": "other-run", "scope": "root"}),
         json!({"runId": run, "type": "agentEnd", "scope": "root"}),
         json!({"type": "complete", "runId": run}),
         json!({"type": 7, "runId": run, "scope": "root"}),
         json!({"scope": "root"}),
         json!({"type": "we\"ird\n", "runId": run, "scope": "root"}),
-    ];
+    ]
+}
+
+/// Every event reads back as it was written, member order included, whether or not its text
+/// could be stored without the frame; the usual event is stored without it.
+#[tokio::test]
+async fn events_read_back_byte_for_byte_whether_or_not_stored_framed() {
+    let (_folder, store, record) = store_with_run().await;
+    let id = &record.run_id;
+    let texts = varied_texts(id.as_str());
     let events: Vec<EventRecord> = (1..)
         .zip(&texts)
         .map(|(seq, text)| event_with(seq, text.clone()))
         .collect();
-    store
-        .append_events(id, &events, Fence("token-a"))
-        .await
-        .expect("append");
+    // One at a time, so that each is a row of `events` (appended together, most would be a
+    // block: `events_appended_together_are_one_block_and_read_back_the_same`).
+    for event in &events {
+        store
+            .append_events(id, std::slice::from_ref(event), Fence("token-a"))
+            .await
+            .expect("append");
+    }
     let read = store.events(id, 0, 100).await.expect("read");
     assert_eq!(read, events);
     for (read, written) in read.iter().zip(&texts) {
@@ -65,21 +73,25 @@ async fn events_read_back_byte_for_byte_whether_or_not_stored_framed() {
     );
 }
 
+/// Writes the row of seq `seq` of the first run directly, as if the run had written that many.
+fn seed_row(store: &SqliteStore, seq: u64) {
+    store
+        .connection()
+        .execute(
+            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, event)
+             VALUES (4294967296 + ?1, 'phase', 0, 0, 0, '{}')",
+            [i64::try_from(seq).expect("fits")],
+        )
+        .expect("seed the row below the end");
+}
+
 /// A run's stream ends at seq 2^32 - 1: the last seq is written and read, the next refused.
 #[tokio::test]
 async fn a_run_holds_events_up_to_the_last_seq_and_no_further() {
     let (_folder, store, record) = store_with_run().await;
     let id = &record.run_id;
     // One row just below the end, as if the run had written that many events.
-    let below = i64::try_from(MAX_SEQ - 1).expect("fits");
-    store
-        .connection()
-        .execute(
-            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, event)
-             VALUES (4294967296 + ?1, 'phase', 0, 0, 0, '{}')",
-            [below],
-        )
-        .expect("seed the row below the end");
+    seed_row(&store, MAX_SEQ - 1);
     assert_eq!(store.last_event_seq(id).await.expect("seq"), MAX_SEQ - 1);
     store
         .append_events(id, &[event(MAX_SEQ, "phase")], Fence("token-a"))
@@ -193,20 +205,27 @@ async fn deleting_a_run_removes_only_its_range_of_events() {
         (&other, "token-b"),
         (&third, "token-c"),
     ] {
+        // Two rows of `events`, then a block (migration 11).
+        for seq in [1, 2] {
+            store
+                .append_events(&run.run_id, &[event(seq, "phase")], Fence(token))
+                .await
+                .expect("append");
+        }
         store
             .append_events(
                 &run.run_id,
-                &[event(1, "phase"), event(2, "phase")],
+                &[event(3, "phase"), event(4, "phase")],
                 Fence(token),
             )
             .await
-            .expect("append");
+            .expect("append a block");
     }
     store.delete_run(&other.run_id).await.expect("delete");
     for run in [&record, &third] {
         assert_eq!(
             store.events(&run.run_id, 0, 10).await.expect("read").len(),
-            2
+            4
         );
     }
     let left: i64 = store
@@ -214,6 +233,11 @@ async fn deleting_a_run_removes_only_its_range_of_events() {
         .query_row("SELECT COUNT(*) FROM events", [], |row| row.get(0))
         .expect("count");
     assert_eq!(left, 4);
+    let blocks: i64 = store
+        .connection()
+        .query_row("SELECT COUNT(*) FROM event_blocks", [], |row| row.get(0))
+        .expect("count");
+    assert_eq!(blocks, 2);
 }
 
 /// After migrations 7 and 8, a sample written by schema version 1 keeps its events (and takes
@@ -266,4 +290,159 @@ async fn migrated_events_and_supersessions_continue() {
     let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
     assert_eq!(seqs, [5, 6]);
     assert_eq!(events[1], event(6, "agentEnd"));
+}
+
+fn count(store: &SqliteStore, table: &str) -> i64 {
+    store
+        .connection()
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
+        .expect("count")
+}
+
+/// Events appended together are one `event_blocks` row for each run of two or more that are
+/// not `log` lines (a log line or a lone event stays a row); every page, from every cursor
+/// and at every limit, reads what the rows would have read, and the stream continues after.
+#[tokio::test]
+async fn events_appended_together_are_one_block_and_read_back_the_same() {
+    let (_folder, store, record) = store_with_run().await;
+    let id = &record.run_id;
+    let run = id.as_str();
+    let mut texts = varied_texts(run);
+    texts.extend([
+        json!({"type": "log", "runId": run, "scope": "root", "message": "between"}),
+        json!({"type": "agentStart", "runId": run, "scope": "root", "callIndex": 4}),
+        json!({"type": "agentEnd", "runId": run, "scope": "root", "callIndex": 4}),
+    ]);
+    let mut events: Vec<EventRecord> = (1..)
+        .zip(&texts)
+        .map(|(seq, text)| event_with(seq, text.clone()))
+        .collect();
+    events[4].redacted = true;
+    events[5].truncated = true;
+    store
+        .append_events(id, &events, Fence("token-a"))
+        .await
+        .expect("append");
+    // Rows: seqs 1, 2 and 9; blocks: 3 to 8 and 10 to 11.
+    assert_eq!(
+        (count(&store, "events"), count(&store, "event_blocks")),
+        (3, 2)
+    );
+    let read = store.events(id, 0, 100).await.expect("read");
+    assert_eq!(read, events);
+    for (read, written) in read.iter().zip(&texts) {
+        assert_eq!(read.event.to_string(), written.to_string());
+    }
+    for after in 0..=12u64 {
+        for limit in 1..=4u32 {
+            let page = store.events(id, after, limit).await.expect("page");
+            let expected: Vec<&EventRecord> = events
+                .iter()
+                .filter(|event| event.seq > after)
+                .take(limit as usize)
+                .collect();
+            assert_eq!(page.iter().collect::<Vec<_>>(), expected, "{after} {limit}");
+        }
+    }
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), 11);
+    let tail = store.log_tail(id, 10).await.expect("log");
+    assert_eq!(tail.1, 2);
+    // The stream continues after the last block's last seq, densely.
+    match store
+        .append_events(id, &[event(11, "phase")], Fence("token-a"))
+        .await
+    {
+        Err(StoreError::Io(message)) => assert!(message.contains("expected 12"), "{message}"),
+        other => panic!("expected Io, got {other:?}"),
+    }
+    let more = [event(12, "phase"), event(13, "phase")];
+    store
+        .append_events(id, &more, Fence("token-a"))
+        .await
+        .expect("append after the blocks");
+    assert_eq!(store.events(id, 11, 10).await.expect("read"), more);
+}
+
+/// A block may end at the last seq a run may hold, and a block past it is refused by name.
+#[tokio::test]
+async fn a_block_ends_at_the_last_seq_and_no_further() {
+    let (_folder, store, record) = store_with_run().await;
+    let id = &record.run_id;
+    seed_row(&store, MAX_SEQ - 2);
+    let last = [event(MAX_SEQ - 1, "phase"), event(MAX_SEQ, "phase")];
+    store
+        .append_events(id, &last, Fence("token-a"))
+        .await
+        .expect("a block up to the last seq");
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), MAX_SEQ);
+    assert_eq!(store.events(id, MAX_SEQ - 2, 10).await.expect("read"), last);
+    match store
+        .append_events(
+            id,
+            &[event(MAX_SEQ + 1, "phase"), event(MAX_SEQ + 2, "phase")],
+            Fence("token-a"),
+        )
+        .await
+    {
+        Err(StoreError::Io(message)) => {
+            assert!(
+                message.contains("beyond the 4294967295 events"),
+                "{message}"
+            )
+        }
+        other => panic!("expected Io, got {other:?}"),
+    }
+}
+
+/// A database of version 10 (events as rows only) opens at version 11 and reads its events
+/// as before; new events go on after them, in blocks, and a run that is not running has its
+/// version moved by a block as by a row.
+#[tokio::test]
+async fn a_version_10_database_reads_its_events_the_same_after_migration_11() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let connection = sample_at_version(folder.path(), 10);
+    // What version 10 holds: every event a row, its text whole (copied by migration 7).
+    let before: Vec<EventRecord> = connection
+        .prepare(
+            "SELECT event_key & 4294967295, timestamp, redacted, truncated, event
+             FROM events ORDER BY event_key",
+        )
+        .expect("prepare")
+        .query_map([], |row| {
+            let text: String = row.get(4)?;
+            Ok(EventRecord {
+                seq: row.get::<_, i64>(0)? as u64,
+                timestamp: row.get(1)?,
+                redacted: row.get(2)?,
+                truncated: row.get(3)?,
+                event: serde_json::from_str(&text).expect("stored JSON"),
+            })
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    drop(connection);
+    let id = run_id("lq3k2m1-abc123");
+    assert_eq!(before.len(), 5);
+    let store = SqliteStore::open(folder.path()).expect("open version 10");
+    assert_eq!(count(&store, "event_blocks"), 0);
+    assert_eq!(store.events(&id, 0, 100).await.expect("events"), before);
+    assert_eq!(store.last_event_seq(&id).await.expect("seq"), 5);
+    let version = store.run_version(&id).await.expect("version").expect("run");
+    let more = [event(6, "phase"), event(7, "phase")];
+    store
+        .append_events(&id, &more, Fence("token-a"))
+        .await
+        .expect("append a block");
+    assert_eq!(count(&store, "event_blocks"), 1);
+    let all = store.events(&id, 0, 100).await.expect("events");
+    assert_eq!(all[..5], before[..]);
+    assert_eq!(all[5..], more[..]);
+    let after = store.run_version(&id).await.expect("version").expect("run");
+    assert!(
+        after.version > version.version,
+        "a block moves a paused run's version"
+    );
 }

@@ -418,6 +418,23 @@ async fn a_pack_run_is_stored_only_with_digests() {
     );
 }
 
+/// The frozen v1 sample in a database of `folder`, migrated to schema `version` as the build
+/// of that version left it.
+fn sample_at_version(folder: &Path, version: usize) -> Connection {
+    let connection = Connection::open(folder.join(DATABASE_FILE)).expect("open");
+    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
+    connection
+        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
+        .expect("load sample");
+    for migration in &MIGRATIONS[1..version] {
+        connection.execute_batch(migration).expect("migrate");
+    }
+    connection
+        .pragma_update(None, "user_version", version as i64)
+        .expect("user_version");
+    connection
+}
+
 /// Migration 10 turns the stored hashes of 64 lowercase hex digits into their 32 bytes and
 /// leaves every other hash text; every call reads back as it was written, and no run's
 /// version moves (the conversion changes nothing a read returns).
@@ -426,17 +443,7 @@ async fn migration_10_stores_hex_hashes_as_bytes_and_reads_them_back() {
     let lower = "0123456789abcdef".repeat(4);
     let upper = lower.to_uppercase();
     let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
-    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
-    connection
-        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
-        .expect("load sample");
-    for migration in &MIGRATIONS[1..9] {
-        connection.execute_batch(migration).expect("schema 9");
-    }
-    connection
-        .pragma_update(None, "user_version", 9)
-        .expect("version 9");
+    let connection = sample_at_version(folder.path(), 9);
     connection
         .execute(
             "UPDATE calls SET hash = ?1, inputs_hash = ?2 WHERE generation = 1 AND call_index = 0",
