@@ -480,7 +480,9 @@ impl Driver {
                 event = vm_rx.recv(), if vm_open && self.halt.is_none() => match event {
                     Some(event) => {
                         self.on_vm(event).await;
-                        self.more_vm_events(&mut vm_rx).await;
+                        if self.dry() {
+                            self.more_vm_events(&mut vm_rx).await;
+                        }
                     }
                     None => {
                         vm_open = false;
@@ -498,10 +500,12 @@ impl Driver {
         self.finish().await
     }
 
-    /// Takes the script's events that are already queued (at most [`VM_BATCH_LIMIT`]) before
-    /// the loop looks at settled calls: a `parallel` of calls that answer at once (the dry
-    /// run, the instant runner) then settles in one group commit and wakes the waiting VM
-    /// thread once, not once per call. Events keep their order; answers still follow commits.
+    /// The dry run's batch: takes the script's events that are already queued (at most
+    /// [`VM_BATCH_LIMIT`]) before the loop looks at settled calls, so a `parallel` of calls,
+    /// which the dry run answers at once, settles together and wakes the waiting VM thread
+    /// once per batch, not once per call. Events keep their order. Live generations do not
+    /// batch: there it made a run of the workflow tool's tests end later (not understood
+    /// yet), so they keep the loop's order of one event, then the settled calls.
     async fn more_vm_events(&mut self, vm_rx: &mut mpsc::UnboundedReceiver<VmEvent>) {
         for _ in 1..VM_BATCH_LIMIT {
             if self.halt.is_some() {
