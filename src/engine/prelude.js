@@ -127,8 +127,12 @@
   // The wrapper's invocation frame (its closing line) is not part of the script.
   let wrapperLine = 0;
   let wrapperColumns = 0;
+  // Off in the dry run: only call rows and replay read a path, and the dry run has neither,
+  // so it skips the stack walk (an Error and its printed frames per call).
+  let withPaths = true;
   // The host reads the frames out of the stack text (vm/prelude.rs `call_path`).
   function callPath() {
+    if (!withPaths) return null;
     const path = hostPath(new Error().stack || "", wrapperLine, wrapperColumns);
     return path === undefined ? null : path;
   }
@@ -447,11 +451,12 @@
 
   // Defines the root scope's DSL as read-only globals. Called once, before the script body.
   let installed = false;
-  function install(argsJson, cwd, lastLine, openColumns) {
+  function install(argsJson, cwd, lastLine, openColumns, paths) {
     if (installed) throw new Error("the DSL is already installed");
     installed = true;
     wrapperLine = lastLine;
     wrapperColumns = openColumns;
+    withPaths = paths === true;
     const dsl = makeDsl("root", parse(argsJson), cwd);
     for (const name of Object.keys(dsl)) {
       Object.defineProperty(global, name, { value: dsl[name], writable: false, configurable: false, enumerable: false });

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -23,7 +24,7 @@ use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport
 use crate::engine::schema;
 use crate::engine::script::{self, AnalyzedScript, MAX_SCRIPT_BYTES};
 use crate::engine::sources::Sources;
-use crate::engine::vm::VmLimits;
+use crate::engine::vm::{NestedResolver, VmLimits};
 use crate::model::{CallKind, Limits, RunId, RunStatus, Usage};
 use crate::util::safe_file;
 
@@ -97,6 +98,10 @@ pub struct Prepared {
     pub dry_calls: usize,
     /// The texts of `meta.files` by path, as the dry run saw them: what admission freezes.
     pub files: BTreeMap<String, String>,
+    /// The dry run's result when it is the run's own: the script completed without asking
+    /// its host anything (no agent, checkpoint, log, phase or nested workflow), so the
+    /// execution would compute it again from the same inputs ([`driver::settle_known`]).
+    pub known_result: Option<Option<Value>>,
 }
 
 /// A script's bytes as read for admission.
@@ -311,14 +316,8 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             .await?
         }
     };
-    // The dry run treats declared backends as approved.
-    let mut dry_routing = routing.clone();
-    for (name, spec) in &declared {
-        dry_routing
-            .script_backends
-            .entry(name.clone())
-            .or_insert_with(|| spec.clone());
-    }
+    let dry_routing = approving(&routing, &declared);
+    let nested_used = Arc::new(AtomicBool::new(false));
     let outcome = dry_run(
         &analyzed,
         &input.args,
@@ -328,10 +327,14 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         input.backends.clone(),
         input.runner.clone(),
         input.vm_limits,
-        input.nested,
+        input
+            .nested
+            .map(|resolve| noting_use(resolve, nested_used.clone())),
     )
     .await?;
     check_dry_outcome(&outcome)?;
+    let known_result = (outcome.script_events == 0 && !nested_used.load(Ordering::SeqCst))
+        .then(|| outcome.result.clone());
     check_every_call_routed(&outcome, &declared, input.backends.as_ref())?;
     let mut warnings = warnings(&analyzed, &outcome);
     let agent_calls = outcome
@@ -380,6 +383,31 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
         probes,
         dry_calls: outcome.dry_calls.len(),
         files,
+        known_result,
+    })
+}
+
+/// `routing` with the script's declared backends as approved, as the dry run treats them.
+fn approving(
+    routing: &RoutingSnapshot,
+    declared: &BTreeMap<String, BackendSpec>,
+) -> RoutingSnapshot {
+    let mut dry_routing = routing.clone();
+    for (name, spec) in declared {
+        dry_routing
+            .script_backends
+            .entry(name.clone())
+            .or_insert_with(|| spec.clone());
+    }
+    dry_routing
+}
+
+/// `resolve`, setting `used` once the script asks for a nested workflow: what the execution
+/// would resolve then is read again, so such a dry run's result is not the run's.
+fn noting_use(mut resolve: NestedResolver, used: Arc<AtomicBool>) -> NestedResolver {
+    Box::new(move |name: &str| {
+        used.store(true, Ordering::SeqCst);
+        resolve(name)
     })
 }
 

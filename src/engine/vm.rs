@@ -147,6 +147,9 @@ pub struct VmScript {
     pub nested: Option<NestedResolver>,
     /// The run's companion texts by path (`meta.files`), which `file(path)` returns.
     pub files: Arc<BTreeMap<String, String>>,
+    /// Whether `agent()`/`checkpoint()` payloads carry the call's path (a stack walk per
+    /// call): only call rows and replay read it, so the dry run turns it off.
+    pub call_paths: bool,
 }
 
 /// Controls a running VM from outside its thread.
@@ -635,6 +638,7 @@ fn start_script<'js>(
         script.cwd.clone(),
         wrapper_line,
         WRAPPER_OPEN.len() as u32,
+        script.call_paths,
     ))?;
     let mut source = String::with_capacity(script.body.len() + 32);
     source.push_str(WRAPPER_OPEN);
@@ -837,15 +841,28 @@ mod tests {
         files: BTreeMap<String, String>,
         answer: impl Fn(&Value) -> Result<Value, (String, bool)>,
     ) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
+        run_vm_script(test_script(body, files, true), answer)
+    }
+
+    fn test_script(body: &str, files: BTreeMap<String, String>, call_paths: bool) -> VmScript {
+        VmScript {
+            body: body.into(),
+            args: serde_json::json!({"n": 2}),
+            cwd: "/tmp/project".into(),
+            nested: None,
+            files: Arc::new(files),
+            call_paths,
+        }
+    }
+
+    /// Runs `script` under the tests' limits, answering every call with `answer(payload)`.
+    fn run_vm_script(
+        script: VmScript,
+        answer: impl Fn(&Value) -> Result<Value, (String, bool)>,
+    ) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let vm = spawn(
-            VmScript {
-                body: body.into(),
-                args: serde_json::json!({"n": 2}),
-                cwd: "/tmp/project".into(),
-                nested: None,
-                files: Arc::new(files),
-            },
+            script,
             VmLimits {
                 slice_limit: Duration::from_millis(300),
                 memory_limit: 16 << 20,
@@ -907,6 +924,18 @@ mod tests {
         );
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0]["path"], "1:16");
+    }
+
+    #[test]
+    fn a_script_without_call_paths_sends_none_and_runs_the_same() {
+        let body = "const a = await agent('hi'); await checkpoint('ok?'); return a;";
+        let (result, calls) = run_vm_script(test_script(body, BTreeMap::new(), false), echo);
+        assert_eq!(result.unwrap(), Some(Value::String("re: hi".into())));
+        assert_eq!(calls.len(), 2);
+        assert!(calls.iter().all(|call| call["path"].is_null()), "{calls:?}");
+        let (_, with_paths) = run_vm_script(test_script(body, BTreeMap::new(), true), echo);
+        assert_eq!(with_paths[0]["path"], "1:16");
+        assert_eq!(with_paths[1]["path"], "1:35");
     }
 
     #[test]
@@ -1293,6 +1322,7 @@ mod tests {
                 cwd: "/".into(),
                 nested: None,
                 files: Arc::default(),
+                call_paths: true,
             },
             VmLimits::default(),
             tx,

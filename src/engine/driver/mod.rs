@@ -53,6 +53,9 @@ const TICK: Duration = Duration::from_millis(250);
 /// At most this many agent activities (settled calls among them) join one group commit, so
 /// a flood of progress updates cannot hold back the answers of calls already settled.
 const GROUP_COMMIT_LIMIT: usize = 64;
+/// At most this many queued script events are taken at once before settled calls are
+/// looked at, so a script issuing calls without pause cannot hold back their answers.
+const VM_BATCH_LIMIT: usize = 64;
 
 /// Where the generation's writes go.
 #[derive(Clone)]
@@ -224,6 +227,9 @@ pub struct Outcome {
     /// Another execution took the lease over (a renewal or a write was fenced): the run is
     /// no longer this generation's, so its outcome must not be written either.
     pub lease_lost: bool,
+    /// What the script asked of its host (calls, logs, phases) before it settled: a dry run
+    /// with none computed its result alone, which preparation can hand on ([`settle_known`]).
+    pub script_events: u64,
 }
 
 /// Runs one generation to its end.
@@ -235,10 +241,23 @@ pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Contro
         cwd: setup.cwd.to_string_lossy().into_owned(),
         nested: setup.nested.take(),
         files: setup.files.clone(),
+        // The dry run writes no row and replays nothing: no call path to read.
+        call_paths: !matches!(setup.persistence, Persistence::DryRun),
     };
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
     let driver = Driver::new(setup, Some(vm));
     driver.run(vm_rx, control).await
+}
+
+/// Ends a generation whose script already settled with `result` without running it: the
+/// preparation dry run of a script that asked its host nothing (no call, log, phase or nested
+/// workflow) computed exactly what the execution would, since scripts are deterministic
+/// (engine.md 1.3) and get the same body, args, cwd, files and limits. The generation ends
+/// as one whose VM finished at once: the same `complete` event, writes and outcome.
+pub async fn settle_known(setup: DriverSetup, result: Option<Value>) -> Outcome {
+    let mut driver = Driver::new(setup, None);
+    driver.begin_halt(Halt::Done(result));
+    driver.finish().await
 }
 
 /// The next beat of an optional heartbeat; never, without one.
@@ -357,6 +376,8 @@ struct Driver {
     /// Non-checkpoint rows this generation has written: status's call count while it runs
     /// (through the live view), recorded in the store when it stops ([`durability`]).
     settled_calls: u64,
+    /// The script's events other than `Finished`, for [`Outcome::script_events`].
+    script_events: u64,
 }
 
 impl Driver {
@@ -401,6 +422,7 @@ impl Driver {
             lease_lost: false,
             lease_confirmed_until: None,
             settled_calls: 0,
+            script_events: 0,
             settling: Vec::new(),
             vm,
             halted_vm: None,
@@ -479,6 +501,9 @@ impl Driver {
                     Some(event) => {
                         self.step_begins();
                         self.on_vm(event).await;
+                        if self.dry() {
+                            self.more_vm_events(&mut vm_rx).await;
+                        }
                         self.step_ends();
                     }
                     None => {
@@ -524,6 +549,25 @@ impl Driver {
         self.step_ends();
     }
 
+    /// The dry run's batch: takes the script's events that are already queued (at most
+    /// [`VM_BATCH_LIMIT`]) before the loop looks at settled calls, so a `parallel` of calls,
+    /// which the dry run answers at once, settles together and wakes the waiting VM thread
+    /// once per batch, not once per call. Events keep their order. Live generations do not
+    /// batch: there it made a run of the workflow tool's tests end later (not understood
+    /// yet), so they keep the loop's order of one event, then the settled calls.
+    async fn more_vm_events(&mut self, vm_rx: &mut mpsc::UnboundedReceiver<VmEvent>) {
+        for _ in 1..VM_BATCH_LIMIT {
+            if self.halt.is_some() {
+                return;
+            }
+            match vm_rx.try_recv() {
+                Ok(event) => self.on_vm(event).await,
+                // Empty, or closed: the loop's next `recv` reports a closed channel.
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Answers the script, unless the generation is halting: a halted script gets nothing.
     fn reply(&self, reply: VmReply) {
         if self.halt.is_none()
@@ -541,6 +585,9 @@ impl Driver {
     }
 
     async fn on_vm(&mut self, event: VmEvent) {
+        if !matches!(event, VmEvent::Finished(_)) {
+            self.script_events += 1;
+        }
         match event {
             VmEvent::Log { level, message } => {
                 let line = match level.as_str() {
@@ -699,6 +746,7 @@ impl Driver {
             phases_entered: std::mem::take(&mut self.phases_entered),
             store_error: None,
             lease_lost: false,
+            script_events: self.script_events,
         };
         self.settle_outcome(halt, &mut outcome);
         // The last events and replayed rows: a failure is reported, there is nothing left

@@ -195,6 +195,8 @@ impl Engine {
                 .store
                 .release_lease(&run_id, &lease.token)
                 .await?;
+        } else if let Some(result) = prepared.known_result.clone() {
+            self.spawn_known(record, lease, result);
         } else {
             self.spawn_execution(record, lease, None, Vec::new());
         }

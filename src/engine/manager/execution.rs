@@ -21,6 +21,16 @@ use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError, StoreResult};
 pub const LEASE_EXPIRED: &str = "LEASE_EXPIRED";
 use crate::util::now_ms;
 
+/// What a generation starts from, besides its record and lease.
+pub(super) struct Start {
+    /// The journal's rows a resumed generation replays (`None`: read from the store).
+    pool: Option<ReplayPool>,
+    /// Checkpoint answers a resume brought.
+    answers: Vec<CheckpointAnswer>,
+    /// The script's result when preparation already computed it ([`driver::settle_known`]).
+    known: Option<Option<Value>>,
+}
+
 impl Engine {
     /// Starts (or restarts) execution of `record`'s current generation under `lease`.
     pub(super) fn spawn_execution(
@@ -29,6 +39,24 @@ impl Engine {
         lease: Lease,
         pool: Option<ReplayPool>,
         answers: Vec<CheckpointAnswer>,
+    ) {
+        self.spawn_generation(record, lease, pool, answers, None);
+    }
+
+    /// [`Engine::spawn_execution`] of a new run whose result preparation already knows
+    /// ([`crate::engine::prepare::Prepared::known_result`]): the generation settles with it,
+    /// and no VM runs the script a second time.
+    pub(super) fn spawn_known(&self, record: RunRecord, lease: Lease, result: Option<Value>) {
+        self.spawn_generation(record, lease, None, Vec::new(), Some(result));
+    }
+
+    fn spawn_generation(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        pool: Option<ReplayPool>,
+        answers: Vec<CheckpointAnswer>,
+        known: Option<Option<Value>>,
     ) {
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (settled_tx, settled_rx) = watch::channel(false);
@@ -51,27 +79,45 @@ impl Engine {
         let engine = self.clone();
         self.inner.tracker.spawn(async move {
             engine
-                .execute(record, lease, pool, answers, view, control_rx)
+                .execute(
+                    record,
+                    lease,
+                    Start {
+                        pool,
+                        answers,
+                        known,
+                    },
+                    view,
+                    control_rx,
+                )
                 .await;
             let _ = settled_tx.send(true);
         });
     }
 
+    /// Runs the generation from `start`.
     pub(super) async fn execute(
         &self,
         mut record: RunRecord,
         lease: Lease,
-        pool: Option<ReplayPool>,
-        answers: Vec<CheckpointAnswer>,
+        start: Start,
         view: Arc<Mutex<LiveView>>,
         control: mpsc::UnboundedReceiver<Control>,
     ) {
         let run_id = record.run_id.clone();
+        let Start {
+            pool,
+            answers,
+            known,
+        } = start;
         let setup = self
             .driver_setup(&mut record, &lease, pool, answers, view)
             .await;
         if let Some(setup) = setup {
-            let outcome = driver::run(setup, control).await;
+            let outcome = match known {
+                Some(result) => driver::settle_known(setup, result).await,
+                None => driver::run(setup, control).await,
+            };
             record_outcome(&mut record, &outcome);
             if outcome.lease_lost {
                 // Another execution holds the run now: its row and lease are not ours to

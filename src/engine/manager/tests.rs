@@ -602,3 +602,51 @@ async fn an_interrupted_run_gets_its_call_count_recorded() {
     assert_eq!(status.status, RunStatus::Paused);
     assert_eq!(recorded(), Some(2));
 }
+
+/// A script that asks its host nothing settles with its dry run's result (no second VM);
+/// one that logs, enters a phase, calls or nests is executed again. Both kinds end the same
+/// way in the store: the result, `completed`, and a closing `complete` event.
+#[tokio::test]
+async fn only_a_script_that_asks_its_host_nothing_reuses_its_dry_run() {
+    let world = world();
+    let head = "export const meta = { name: 'q', description: 'd', model: 'claude' };\n";
+    let known = |body: &str| {
+        let script = ScriptInput::Inline(format!("{head}{body}"));
+        let engine = world.engine.clone();
+        let project = world.project.clone();
+        async move {
+            let prepared = engine
+                .validate(&project, &script, json!({}))
+                .await
+                .expect("valid");
+            prepared.known_result
+        }
+    };
+    assert_eq!(
+        known("return [1 + 1, args, file === undefined];").await,
+        Some(Some(json!([2, {}, false])))
+    );
+    assert_eq!(known("const x = 1;").await, Some(None));
+    for asks in [
+        "log('hi'); return 1;",
+        "phase('Read'); return 1;",
+        "return await agent('hi');",
+        "return await checkpoint('go?');",
+        "try { await workflow('missing'); } catch (e) {} return 1;",
+    ] {
+        assert_eq!(known(asks).await, None, "{asks}");
+    }
+    for (body, expected) in [("return 6 * 7;", 42), ("log('x'); return 6 * 7;", 42)] {
+        let run_id = world.settled(&format!("{head}{body}")).await;
+        let record = world.store.load_run(&run_id).await.expect("load");
+        assert_eq!(record.status, RunStatus::Completed, "{body}");
+        assert_eq!(record.result, Some(json!(expected)), "{body}");
+        let events = world.store.events(&run_id, 0, 100).await.expect("events");
+        let kinds: Vec<&str> = events
+            .iter()
+            .filter_map(|e| e.event["type"].as_str())
+            .collect();
+        assert_eq!(kinds.last(), Some(&"complete"), "{body}: {kinds:?}");
+        assert_eq!(kinds.contains(&"log"), body.contains("log("), "{kinds:?}");
+    }
+}
