@@ -509,7 +509,10 @@ impl Driver {
                     None => {
                         vm_open = false;
                         if self.halt.is_none() {
-                            self.begin_halt(Halt::Failed(ScriptFailure::script_error("the script runtime ended unexpectedly")));
+                            let failure = ScriptFailure::script_error(
+                                "the script runtime ended unexpectedly",
+                            );
+                            self.step(|driver| driver.begin_halt(Halt::Failed(failure)));
                         }
                     }
                 },
