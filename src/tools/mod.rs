@@ -139,6 +139,7 @@ impl WorkflowServer {
             .register(WorkflowTool::registration(Arc::new(FollowingTool {
                 inner: workflow.clone(),
                 channels: channels.clone(),
+                memo: Default::default(),
             })))
             .expect("the workflow tool's definition is valid");
         let monitor = Arc::new(Monitor {

@@ -14,7 +14,6 @@
 //! close idle keep-alive connections after the header limit; we turn it off and watch here.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -46,53 +45,82 @@ impl Default for Limits {
 }
 
 /// What a connection is doing, shared by its reader, its requests and its watchdog.
+///
+/// Nothing here wakes the watchdog: a change only updates the state, and the watchdog
+/// looks again at least every [`Limits::look`] (see [`expired`]). So a request costs a few
+/// uncontended locks, never a wake-up of the connection's task or a timer armed anew, which
+/// on tokio's multi-thread runtime would wake the second worker and the I/O driver's thread
+/// on every request.
 #[derive(Debug)]
 pub struct Activity {
+    state: Mutex<State>,
+}
+
+/// One lock over all three, so the watchdog never reads a stretch half changed (a new
+/// reading flag with the old start, say, which would close a connection early).
+#[derive(Debug)]
+struct State {
     /// Requests whose response is not yet fully written.
-    busy: AtomicUsize,
+    busy: usize,
     /// Bytes arrived while idle: a head is being read.
-    reading: AtomicBool,
+    reading: bool,
     /// When the current idle or reading stretch began.
-    since: Mutex<Instant>,
-    changed: tokio::sync::Notify,
+    since: Instant,
 }
 
 impl Activity {
     pub fn new() -> Arc<Activity> {
         Arc::new(Activity {
-            busy: AtomicUsize::new(0),
-            reading: AtomicBool::new(false),
-            since: Mutex::new(Instant::now()),
-            changed: tokio::sync::Notify::new(),
+            state: Mutex::new(State {
+                busy: 0,
+                reading: false,
+                since: Instant::now(),
+            }),
         })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every change below is a single assignment: a panic cannot leave it half made.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Marks a request open until the returned guard drops (with its response body).
     pub fn busy(self: &Arc<Self>) -> Busy {
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        self.reading.store(false, Ordering::SeqCst);
-        self.changed.notify_one();
+        let mut state = self.state();
+        state.busy += 1;
+        state.reading = false;
+        drop(state);
         Busy(self.clone())
     }
 
     /// When the connection is due to be closed, `None` while it is busy.
     fn deadline(&self, limits: &Limits) -> Option<(Instant, Stretch)> {
-        if self.busy.load(Ordering::SeqCst) > 0 {
+        let state = self.state();
+        if state.busy > 0 {
             return None;
         }
-        let since = *self.since.lock().unwrap_or_else(|e| e.into_inner());
-        Some(if self.reading.load(Ordering::SeqCst) {
-            (since + limits.header, Stretch::ReadingHead)
+        Some(if state.reading {
+            (state.since + limits.header, Stretch::ReadingHead)
         } else {
-            (since + limits.idle, Stretch::Idle)
+            (state.since + limits.idle, Stretch::Idle)
         })
     }
 
     fn saw_bytes(&self) {
-        if self.busy.load(Ordering::SeqCst) == 0 && !self.reading.swap(true, Ordering::SeqCst) {
-            *self.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-            self.changed.notify_one();
+        let mut state = self.state();
+        if state.busy == 0 && !state.reading {
+            state.reading = true;
+            state.since = Instant::now();
         }
+    }
+}
+
+impl Limits {
+    /// The longest the watchdog waits between two looks at a connection: the shortest
+    /// stretch limit. A stretch that begins just after a look is then seen at the next
+    /// one, before or at its own deadline, which the watchdog then waits for exactly.
+    fn look(&self) -> Duration {
+        self.header.min(self.idle)
     }
 }
 
@@ -109,35 +137,30 @@ pub struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if self.0.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
-            *self.0.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-            self.0.changed.notify_one();
+        let mut state = self.0.state();
+        state.busy -= 1;
+        if state.busy == 0 {
+            state.since = Instant::now();
         }
     }
 }
 
 /// Waits until the connection overstays a limit, and says which. Never returns while busy.
+///
+/// Exact without being told of changes: it looks at least every [`Limits::look`], and a
+/// stretch with limit `l ≥ look` that began at `t` after the last look (at `c < t`) is seen
+/// at the next one, due by `c + look < t + l`; from then on it sleeps until that stretch's
+/// own deadline (or the next look, whichever is first) and re-reads the state on waking.
 pub async fn expired(activity: &Activity, limits: &Limits) -> Stretch {
+    let look = limits.look();
     loop {
-        // Registered before the state is read, so a change in between is not missed
-        // (`notify_one` also keeps a permit for a watcher that is not yet waiting).
-        let changed = activity.changed.notified();
-        match activity.deadline(limits) {
-            None => changed.await,
-            Some((deadline, stretch)) => {
-                tokio::select! {
-                    () = changed => {}
-                    () = tokio::time::sleep_until(deadline) => {
-                        // Re-read: the stretch may have ended just as the timer fired.
-                        if activity.deadline(limits).is_some_and(|(due, current)| {
-                            current == stretch && due <= Instant::now()
-                        }) {
-                            return stretch;
-                        }
-                    }
-                }
-            }
-        }
+        let now = Instant::now();
+        let wake = match activity.deadline(limits) {
+            Some((due, stretch)) if due <= now => return stretch,
+            Some((due, _)) => due.min(now + look),
+            None => now + look,
+        };
+        tokio::time::sleep_until(wake).await;
     }
 }
 
@@ -234,6 +257,8 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn limits() -> Limits {
         Limits {
@@ -289,5 +314,50 @@ mod tests {
         drop(busy);
         assert_eq!(watcher.await.unwrap(), Stretch::Idle);
         assert_eq!(ended.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_begun_between_two_looks_gets_exactly_the_header_limit() {
+        let activity = Activity::new();
+        let watcher = {
+            let activity = activity.clone();
+            tokio::spawn(async move { expired(&activity, &limits()).await })
+        };
+        // The watcher looked at 0 and sleeps until its next look at 10; the head starts at 3.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        activity.saw_bytes();
+        let started = Instant::now();
+        assert_eq!(watcher.await.unwrap(), Stretch::ReadingHead);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    /// Counts the wake-ups of the task that polls with it.
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_never_wake_the_watchdog() {
+        let activity = Activity::new();
+        let limits = limits();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut watcher = std::pin::pin!(expired(&activity, &limits));
+        assert!(watcher.as_mut().poll(&mut cx).is_pending());
+        for _ in 0..3 {
+            activity.saw_bytes();
+            let busy = activity.busy();
+            activity.saw_bytes();
+            drop(busy);
+        }
+        // A wake-up per request would put the connection's task back on the run queue and
+        // rouse the runtime's other worker for nothing.
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0);
+        assert!(watcher.as_mut().poll(&mut cx).is_pending());
     }
 }

@@ -43,6 +43,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::mcp::server::McpServer;
 use crate::transport::connection::{self, Activity, Limits, Stretch, Tracked, WatchedIo};
+use crate::transport::in_place::InPlace;
 use crate::transport::peer::{self, Access, Caller};
 
 mod body;
@@ -383,12 +384,13 @@ impl State {
             // Another user gets one answer and the door.
             .keep_alive(!matches!(caller, Caller::Foreign(_)))
             .serve_connection(io, service);
-        tokio::pin!(connection);
+        // hyper wakes the connection inside its own poll on every request with a body.
+        let mut connection = InPlace::new(connection);
         let limits = self.options.limits;
         let mut stopping = false;
         loop {
             tokio::select! {
-                ended = connection.as_mut() => {
+                ended = &mut connection => {
                     if let Err(error) = ended {
                         tracing::debug!("MCP connection ended with an error: {error}");
                     }
@@ -402,7 +404,7 @@ impl State {
                 }
                 () = self.stopping.cancelled(), if !stopping => {
                     stopping = true;
-                    connection.as_mut().graceful_shutdown();
+                    connection.inner().graceful_shutdown();
                 }
             }
         }

@@ -7,6 +7,7 @@
 //! touches the engine or the store.
 
 pub mod connection;
+mod in_place;
 pub mod http;
 pub mod peer;
 pub mod stdio;

@@ -25,7 +25,7 @@
 //! `status` call the answer is that document, so none is built.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -35,9 +35,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
 use crate::engine::events::RunNotice;
-use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpResult, NotificationHub, RequestContext, ServerEvent};
 use crate::mcp::registry::ToolHandler;
+use crate::mcp::{PreparedResult, ToolAnswer};
 use crate::model::RunId;
 
 use super::ledger::{ReceiptLedger, session_scope};
@@ -232,8 +232,62 @@ pub(crate) fn notification(run_id: &RunId, message: &AutoMessage) -> Value {
 
 /// The `workflow` tool as the channels see it: its answers tell which runs a session named.
 pub(crate) struct FollowingTool {
+    /// The workflow tool itself.
     pub(crate) inner: Arc<dyn ToolHandler>,
+    /// Who follows what; told of every successful answer.
     pub(crate) channels: Arc<Channels>,
+    /// The messages of the kept status answers read last: a run polled between changes is
+    /// answered with the same kept answer again and again, and its messages are a function
+    /// of it.
+    pub(crate) memo: MessageMemo,
+}
+
+/// How many kept answers [`MessageMemo`] remembers the messages of.
+const MEMO_ENTRIES: usize = 16;
+
+/// The automatic messages of recently read kept status answers, by answer. An entry holds
+/// its answer weakly, so it keeps no document alive, and the allocation it points at (kept
+/// by the weak reference) cannot be reused by another answer while the entry stands: equal
+/// addresses are the same answer.
+#[derive(Default)]
+pub(crate) struct MessageMemo {
+    entries: Mutex<MemoEntries>,
+}
+
+#[derive(Default)]
+struct MemoEntries {
+    /// At most [`MEMO_ENTRIES`].
+    entries: Vec<(Weak<PreparedResult>, Arc<[AutoMessage]>)>,
+    /// The entry the next new answer replaces once the list is full.
+    next: usize,
+}
+
+impl MessageMemo {
+    /// The messages of `document`, the status document of `answer`: remembered when the
+    /// answer is a kept one (its text and value never change), else made afresh.
+    fn messages(&self, answer: &ToolAnswer, document: &Value) -> Arc<[AutoMessage]> {
+        let ToolAnswer::Prepared(prepared) = answer else {
+            return automatic_messages(document).into();
+        };
+        let mut memo = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, messages)) = memo
+            .entries
+            .iter()
+            .find(|(kept, _)| std::ptr::eq(kept.as_ptr(), Arc::as_ptr(prepared)))
+        {
+            return messages.clone();
+        }
+        let messages: Arc<[AutoMessage]> = automatic_messages(document).into();
+        let entry = (Arc::downgrade(prepared), messages.clone());
+        if memo.entries.len() < MEMO_ENTRIES {
+            memo.entries.push(entry);
+        } else {
+            let next = memo.next;
+            memo.entries[next] = entry;
+            memo.next = (next + 1) % MEMO_ENTRIES;
+        }
+        messages
+    }
 }
 
 #[async_trait]
@@ -254,7 +308,7 @@ impl ToolHandler for FollowingTool {
     ) -> McpResult<ToolAnswer> {
         let action = arguments["action"].as_str().map(str::to_owned);
         let answer = self.inner.call_answer(ctx, name, arguments).await?;
-        self.follow(ctx, action.as_deref(), answer.value());
+        self.follow(ctx, action.as_deref(), &answer);
         Ok(answer)
     }
 }
@@ -262,7 +316,8 @@ impl ToolHandler for FollowingTool {
 impl FollowingTool {
     /// What `answer` to `action` tells the channels: the runs a session named, and a status
     /// document's new messages.
-    fn follow(&self, ctx: &RequestContext, action: Option<&str>, answer: &Value) {
+    fn follow(&self, ctx: &RequestContext, action: Option<&str>, tool_answer: &ToolAnswer) {
+        let answer = tool_answer.value();
         if answer["isError"] == true {
             return;
         }
@@ -279,7 +334,8 @@ impl FollowingTool {
         };
         // A status answer is the run's status document: its messages are read once, for
         // what the session has seen and for what the followers have not.
-        let messages = (action == Some("status")).then(|| automatic_messages(document));
+        let messages =
+            (action == Some("status")).then(|| self.memo.messages(tool_answer, document));
         match (action, session, &messages) {
             (Some("run" | "resume"), Some(session), _) => {
                 self.channels.follow(session, &run_id, Vec::new());
@@ -311,6 +367,42 @@ impl FollowingTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kept(status: &str) -> ToolAnswer {
+        ToolAnswer::Prepared(Arc::new(PreparedResult::new(json!({
+            "structuredContent": {"runId": "mabc-def", "workflowName": "w", "status": status},
+        }))))
+    }
+
+    fn kinds(messages: &[AutoMessage]) -> Vec<(&str, &str)> {
+        messages
+            .iter()
+            .map(|message| (message.kind, message.status.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_kept_answer_read_again_gives_the_messages_made_the_first_time() {
+        let memo = MessageMemo::default();
+        let read =
+            |answer: &ToolAnswer| memo.messages(answer, &answer.value()["structuredContent"]);
+        let completed = kept("completed");
+        let first = read(&completed);
+        assert_eq!(kinds(&first), [("terminal", "completed")]);
+        assert!(Arc::ptr_eq(&first, &read(&completed)), "made again");
+        // Another answer, even with the same text, and an answer that is not kept, are read.
+        let twin = kept("completed");
+        assert!(!Arc::ptr_eq(&first, &read(&twin)));
+        let plain = ToolAnswer::Value(completed.value().clone());
+        assert!(!Arc::ptr_eq(&read(&plain), &read(&plain)));
+        // A new answer of the run is read for what it says, however many came between.
+        for _ in 0..MEMO_ENTRIES + 1 {
+            read(&kept("completed"));
+        }
+        let paused = kept("paused");
+        assert_eq!(kinds(&read(&paused)), [("paused", "paused")]);
+        assert_eq!(kinds(&read(&completed)), [("terminal", "completed")]);
+    }
 
     fn run(index: usize) -> RunId {
         RunId::parse(&format!("run{index}-abc")).unwrap()

@@ -114,7 +114,9 @@ impl Actions {
         {
             return Ok(ToolAnswer::Prepared(answer));
         }
-        match self.engine.status(run_id, query).await {
+        // Boxed: building a document is the rare path of a polled run, and its future is
+        // many times the size of the rest of this one, which every kept answer copies whole.
+        match Box::pin(self.engine.status(run_id, query)).await {
             Ok(status) => {
                 let keep = version.filter(|version| {
                     status.status == version.status

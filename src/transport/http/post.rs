@@ -271,14 +271,17 @@ async fn answer(
         state.tasks.clone(),
     );
     // The handler's side of `notes` closes when it finishes, after its last notification,
-    // so a notification sent just before the answer is still found here.
+    // so a notification sent just before the answer is still found here. The handler is
+    // polled first: an answer ready at once then leaves no waker of this task on `notes`,
+    // whose closing would wake the task from inside its own poll (tokio reschedules such a
+    // task as a yield and rouses the runtime's other worker for it, on every request).
     let (first_note, done) = tokio::select! {
         biased;
-        Some(note) = notes.recv() => (note, handler.detach()),
         outcome = &mut handler => match notes.try_recv() {
             Ok(note) => (note, answered_already(outcome)),
             Err(_) => return outcome_response(outcome),
         },
+        Some(note) = notes.recv() => (note, handler.detach()),
     };
     if let Some(guard) = cancel_on_drop {
         guard.disarm();
