@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
 use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_sql_integer};
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
+use crate::model::{CallKind, CallRecord, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
 /// The columns every call read selects, in the order of [`CALL_COLUMNS`], from
@@ -343,7 +343,8 @@ fn insert_call(
     let usage = super::usage_column::stored(&call.usage);
     let error = optional_json(call.error.as_ref(), "call error")?;
     let replay = optional_json(call.replay.as_ref(), "call replay")?;
-    let session = optional_json(call.session.as_ref(), "call session")?;
+    let session =
+        super::call_codes::stored_session(call.session.as_ref(), call.backend_id.as_deref())?;
     let result = optional_json(call.result.as_ref(), "call result")?;
     transaction
         .prepare_cached(
@@ -369,8 +370,8 @@ fn insert_call(
                 ":inputs_hash": super::hashes::stored_optional(call.inputs_hash.as_deref()),
                 ":label": call.label,
                 ":phase": call.phase,
-                ":outcome": call.outcome.as_str(),
-                ":origin": call.origin.as_str(),
+                ":outcome": super::call_codes::outcome_code(call.outcome),
+                ":origin": super::call_codes::origin_code(call.origin),
                 ":aborted": call.aborted,
                 ":attempts": call.attempts,
                 ":model_requested": call.model_requested,
@@ -431,6 +432,10 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         row,
         reader: RowReader::new(row, run_id, "calls"),
     };
+    let backend_id: Option<String> = columns.get(17)?;
+    let session = columns.decoded(20, |value| {
+        super::call_codes::read_session(value, backend_id.as_deref())
+    })?;
     Ok(CallRecord {
         generation: columns.get(0)?,
         index: columns.get(1)?,
@@ -440,8 +445,8 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         inputs_hash: columns.optional_hash(5)?,
         label: columns.get(6)?,
         phase: columns.get(7)?,
-        outcome: columns.parsed(8, CallOutcome::parse)?,
-        origin: columns.parsed(9, CallOrigin::parse)?,
+        outcome: columns.decoded(8, super::call_codes::read_outcome)?,
+        origin: columns.decoded(9, super::call_codes::read_origin)?,
         result: columns.optional_json(10)?,
         error: columns.optional_json(11)?,
         aborted: columns.get(12)?,
@@ -449,10 +454,10 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         usage: columns.usage(14)?,
         model_requested: columns.get(15)?,
         model_resolved: columns.get(16)?,
-        backend_id: columns.get(17)?,
+        backend_id,
         resolved_cwd: columns.get(18)?,
         replay: columns.optional_json(19)?,
-        session: columns.optional_json(20)?,
+        session,
         settlement_ordinal: columns.unsigned(21)?,
         superseded_by: columns.get(22)?,
     })
@@ -495,6 +500,15 @@ impl Columns<'_, '_> {
         let text: String = self.get(index)?;
         super::usage_column::read(&text)
             .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
+    }
+
+    /// A column stored in one of `call_codes`' forms.
+    fn decoded<T>(
+        &self,
+        index: usize,
+        read: impl FnOnce(rusqlite::types::ValueRef<'_>) -> Result<T, String>,
+    ) -> StoreResult<T> {
+        read(self.value(index)?).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
     }
 
     fn unsigned(&self, index: usize) -> StoreResult<u64> {

@@ -24,6 +24,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0009_run_versions.sql"),
     include_str!("../migrations/sqlite/0010_hash_bytes.sql"),
     include_str!("../migrations/sqlite/0011_event_blocks.sql"),
+    include_str!("../migrations/sqlite/0012_call_codes.sql"),
 ];
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL

@@ -35,6 +35,7 @@ use crate::model::{
 };
 
 mod answers;
+mod call_codes;
 mod calls;
 mod connection;
 mod control;

@@ -513,3 +513,104 @@ async fn migration_10_stores_hex_hashes_as_bytes_and_reads_them_back() {
         (lower.as_str(), Some(lower.as_str()))
     );
 }
+
+/// Migration 12 stores outcome and origin as codes and a runner-shaped session as its bare
+/// id; every call reads back as it was written before, no run's version moves, and sessions
+/// of any other shape stay text. New rows are written in the short form and read back equal.
+#[tokio::test]
+async fn migration_12_stores_call_codes_and_bare_sessions_and_reads_them_back() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let connection = sample_at_version(folder.path(), 11);
+    // Rows of every outcome, four origins, and sessions converted and kept.
+    let patches = [
+        (
+            1,
+            0,
+            "engine",
+            r#"{"backendId":"claude","sessionId":"s-1"}"#,
+        ),
+        (
+            1,
+            1,
+            "headless",
+            r#"{"sessionId":"s-2","backendId":"claude"}"#,
+        ),
+        (
+            2,
+            0,
+            "journal-replay",
+            r#"{"backendId":"pi","sessionId":"s-1"}"#,
+        ),
+    ];
+    for (generation, index, origin, session) in patches {
+        connection
+            .execute(
+                "UPDATE calls SET origin = ?1, session = ?2
+                 WHERE generation = ?3 AND call_index = ?4",
+                rusqlite::params![origin, session, generation, index],
+            )
+            .expect("patch");
+    }
+    let version: i64 = connection
+        .query_row("SELECT version FROM runs", [], |row| row.get(0))
+        .expect("version");
+    drop(connection);
+
+    let store = SqliteStore::open(folder.path()).expect("open version 11");
+    let id = run_id("lq3k2m1-abc123");
+    let expected: Value =
+        serde_json::from_str(include_str!("../../testdata/v1_sample.expected.json"))
+            .expect("expected records parse");
+    let mut calls: Vec<CallRecord> =
+        serde_json::from_value(expected["calls"].clone()).expect("calls");
+    assert_eq!(calls.len(), 4);
+    calls[0].origin = CallOrigin::Engine;
+    calls[1].origin = CallOrigin::Headless;
+    calls[2].origin = CallOrigin::JournalReplay;
+    for (call, (_, _, _, session)) in calls.iter_mut().zip(patches) {
+        call.session = Some(serde_json::from_str(session).expect("session"));
+    }
+    assert_eq!(store.calls(&id).await.expect("calls"), calls);
+    let stored = |store: &SqliteStore| -> Vec<(String, String, String)> {
+        store
+            .connection()
+            .prepare(
+                "SELECT outcome, origin, typeof(session) FROM calls
+                 ORDER BY generation, call_index",
+            )
+            .expect("prepare")
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("columns")
+    };
+    let owned = |(a, b, c): (&str, &str, &str)| (a.to_owned(), b.to_owned(), c.to_owned());
+    assert_eq!(
+        stored(&store),
+        [
+            ("0", "4", "blob"),
+            ("1", "3", "text"),
+            ("0", "1", "text"),
+            ("2", "2", "null"),
+        ]
+        .map(owned)
+    );
+    let after = store.run_version(&id).await.expect("version").expect("run");
+    assert_eq!(after.version, version as u64, "no bump by the conversion");
+    let status = store
+        .status_call_tail(&id, 10, false)
+        .await
+        .expect("status tail");
+    let shown: Vec<_> = status.calls.iter().map(|c| (c.outcome, c.origin)).collect();
+    assert_eq!(shown, [(calls[2].outcome, calls[2].origin)]);
+    // A new runner row: codes and the bare session id, read back as written.
+    let mut fresh = call(2, 3, 9);
+    fresh.session = Some(json!({"backendId": "claude", "sessionId": "s-9"}));
+    store
+        .append_call(&id, write(&fresh, &[], &[]), Fence("token-a"))
+        .await
+        .expect("append");
+    let back = store.calls(&id).await.expect("calls");
+    assert_eq!(back.iter().find(|call| call.index == 3), Some(&fresh));
+    assert_eq!(stored(&store)[4], owned(("0", "0", "blob")));
+}
