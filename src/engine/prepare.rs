@@ -13,20 +13,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use crate::engine::companions;
-use crate::engine::driver::{self, DriverSetup, Outcome, Persistence};
-use crate::engine::journal::ReplayPool;
-use crate::engine::permissions::PermissionBroker;
+use crate::engine::driver::{self, Outcome};
 use crate::engine::routing::{BackendLookup, RoutingSnapshot};
 use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport};
 use crate::engine::schema;
 use crate::engine::script::{self, AnalyzedScript, MAX_SCRIPT_BYTES};
 use crate::engine::sources::Sources;
 use crate::engine::vm::{NestedResolver, VmLimits};
-use crate::model::{CallKind, Limits, RunId, RunStatus, Usage};
+use crate::model::{CallKind, RunStatus};
 use crate::util::safe_file;
+
+mod dry;
+
+use dry::{DryInput, DryRun};
 
 /// How long the dry run may take.
 pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
@@ -300,11 +301,25 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
     check_args(&analyzed, &input.args)?;
     let files = companions::read(input.sources.clone(), input.project_dir, &analyzed.files).await?;
     let declared = declared_backends(&analyzed);
+    if let Some(existing) = input.existing_routing {
+        check_no_new_backends(existing, &declared, input.backends.as_ref())?;
+    }
+    let nested_used = Arc::new(AtomicBool::new(false));
+    // The VM runs the script while the routing is read: it needs none of it (`dry.rs`).
+    let dry = DryRun::start(DryInput {
+        analyzed: &analyzed,
+        args: &input.args,
+        project_dir: input.project_dir,
+        files: Arc::new(files.clone()),
+        backends: input.backends.clone(),
+        runner: input.runner.clone(),
+        vm_limits: input.vm_limits,
+        nested: input
+            .nested
+            .map(|resolve| noting_use(resolve, nested_used.clone())),
+    });
     let routing = match input.existing_routing {
-        Some(existing) => {
-            check_no_new_backends(existing, &declared, input.backends.as_ref())?;
-            existing.clone()
-        }
+        Some(existing) => existing.clone(),
         None => {
             let sources = input.sources.clone();
             capture_routing(
@@ -316,22 +331,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
             .await?
         }
     };
-    let dry_routing = approving(&routing, &declared);
-    let nested_used = Arc::new(AtomicBool::new(false));
-    let outcome = dry_run(
-        &analyzed,
-        &input.args,
-        input.project_dir,
-        Arc::new(files.clone()),
-        dry_routing,
-        input.backends.clone(),
-        input.runner.clone(),
-        input.vm_limits,
-        input
-            .nested
-            .map(|resolve| noting_use(resolve, nested_used.clone())),
-    )
-    .await?;
+    let outcome = dry.finish(approving(&routing, &declared)).await?;
     check_dry_outcome(&outcome)?;
     let known_result = (outcome.script_events == 0 && !nested_used.load(Ordering::SeqCst))
         .then(|| outcome.result.clone());
@@ -720,60 +720,4 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
         }
     }
     Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn dry_run(
-    analyzed: &AnalyzedScript,
-    args: &Value,
-    project_dir: &Path,
-    files: Arc<BTreeMap<String, String>>,
-    routing: RoutingSnapshot,
-    backends: Arc<dyn BackendLookup>,
-    runner: Arc<dyn AgentRunner>,
-    vm_limits: VmLimits,
-    nested: Option<crate::engine::vm::NestedResolver>,
-) -> Result<Outcome, Rejection> {
-    let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let setup = DriverSetup {
-        run_id: RunId::parse("dryrun-0").expect("valid id"),
-        generation: 1,
-        body: analyzed.body.clone(),
-        args: args.clone(),
-        cwd: project_dir.to_path_buf(),
-        phases: analyzed.phases.clone(),
-        meta_model: analyzed.model.clone(),
-        limits: Limits {
-            max_agents: 10_000,
-            concurrency: 16,
-            agent_retries: 0,
-        },
-        routing,
-        backends,
-        runner,
-        persistence: Persistence::DryRun,
-        pool: ReplayPool::default(),
-        answers: Vec::new(),
-        last_event_seq: 0,
-        next_settlement: 0,
-        agent_timeout: Duration::from_secs(30),
-        vm_limits,
-        broker: PermissionBroker::new(None),
-        notices: None,
-        usage: Usage::default(),
-        current_phase: analyzed.phases.first().map(|p| p.title.clone()),
-        nested,
-        files,
-        live: Arc::default(),
-    };
-    let run = driver::run(setup, control_rx);
-    tokio::pin!(run);
-    tokio::select! {
-        outcome = &mut run => Ok(outcome),
-        _ = tokio::time::sleep(DRY_RUN_LIMIT) => {
-            let _ = control_tx.send(driver::Control::Stop);
-            let _ = run.await;
-            Err(Rejection::new(format!("the mocked dry run did not finish within {} s", DRY_RUN_LIMIT.as_secs())))
-        }
-    }
 }

@@ -266,7 +266,11 @@ fn run(
     spare: Option<Spare>,
 ) -> (Result<Option<Value>, ScriptFailure>, Option<Spent>) {
     // A spare was made for this script alone (`vm/pool.rs`); without one, a new pair now.
-    let Spare { runtime, context } = match spare.map_or_else(Spare::create, Ok) {
+    let Spare {
+        prelude,
+        context,
+        runtime,
+    } = match spare.map_or_else(Spare::create, Ok) {
         Ok(spare) => spare,
         Err(error) => return (Err(ScriptFailure::script_error(error)), None),
     };
@@ -299,7 +303,7 @@ fn run(
     let files = script.files.clone();
 
     let started = context.with(|ctx| {
-        let helpers = install_host(&ctx, events, &resolvers, nested, files)
+        let helpers = install_host(&ctx, prelude, events, &resolvers, nested, files)
             .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
         // The first slice: from here until the thread first waits for the driver.
         clock.begin();
@@ -481,11 +485,17 @@ fn settled(
 /// The host functions live only in a record passed to the prelude, never on the global.
 fn install_host<'js>(
     ctx: &Ctx<'js>,
+    loaded: Option<Persistent<Function<'static>>>,
     events: &mpsc::UnboundedSender<VmEvent>,
     resolvers: &Resolvers,
     nested: Option<NestedResolver>,
     files: Arc<BTreeMap<String, String>>,
 ) -> rquickjs::Result<Helpers> {
+    // The spare's prelude (`vm/pool.rs`) if it has one, else loaded now.
+    let prelude = match loaded {
+        Some(loaded) => loaded.restore(ctx)?,
+        None => load_prelude(ctx)?,
+    };
     // QuickJS-ng's `performance` reads the monotonic clock; the prelude puts a refusing stub
     // in its place, and nothing else refers to the real object.
     ctx.globals().remove("performance")?;
@@ -553,7 +563,6 @@ fn install_host<'js>(
             },
         )?,
     )?;
-    let prelude = load_prelude(ctx)?;
     let helpers: rquickjs::Object = prelude.call((ctx.globals(), host))?;
     let helper = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
         let function: Function = helpers.get(name)?;

@@ -186,7 +186,40 @@ pub struct Outcome {
 
 /// Runs one generation to its end.
 pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Control>) -> Outcome {
-    let (vm_tx, vm_rx) = mpsc::unbounded_channel();
+    let started = start_script(&mut setup);
+    run_started(setup, started, control).await
+}
+
+/// A generation's script running on its VM before its driver exists. The VM only queues its
+/// events until [`run_started`] takes them, in the order it sent them, so a driver that
+/// starts later sees exactly what it would have seen from [`run`].
+pub struct StartedScript {
+    vm: vm::VmHandle,
+    events: mpsc::UnboundedReceiver<VmEvent>,
+}
+
+impl StartedScript {
+    /// Halts the script and frees its VM handle on the blocking pool: dropping the handle
+    /// waits for the job to reach its next interrupt check, which an async worker must not.
+    pub fn discard(self) {
+        let StartedScript { vm, events } = self;
+        drop(events);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                vm.halt();
+                drop(runtime.spawn_blocking(move || drop(vm)));
+            }
+            Err(_) => drop(vm),
+        }
+    }
+}
+
+/// Starts `setup`'s script on a VM: everything the VM needs is the script, its args, cwd,
+/// companion files, nested resolver and limits, none of it the routing, so preparation
+/// starts the dry run's VM while it reads the routing and fills it in before
+/// [`run_started`].
+pub fn start_script(setup: &mut DriverSetup) -> StartedScript {
+    let (vm_tx, events) = mpsc::unbounded_channel();
     let script = VmScript {
         body: setup.body.clone(),
         args: setup.args.clone(),
@@ -197,8 +230,18 @@ pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Contro
         call_paths: !matches!(setup.persistence, Persistence::DryRun),
     };
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
+    StartedScript { vm, events }
+}
+
+/// Drives the generation of a script [`start_script`] started with this `setup`.
+pub async fn run_started(
+    setup: DriverSetup,
+    started: StartedScript,
+    control: mpsc::UnboundedReceiver<Control>,
+) -> Outcome {
+    let StartedScript { vm, events } = started;
     let driver = Driver::new(setup, Some(vm));
-    driver.run(vm_rx, control).await
+    driver.run(events, control).await
 }
 
 /// Ends a generation whose script already settled with `result` without running it: the

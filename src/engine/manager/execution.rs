@@ -28,6 +28,9 @@ pub(super) struct Start {
     /// Checkpoint answers a resume brought.
     answers: Vec<CheckpointAnswer>,
     /// The script's result when preparation already computed it ([`driver::settle_known`]).
+    /// Only admission sets it, for the run row it created a moment ago: generation 1, no call
+    /// row and no event yet, so its replay pool is empty and its event sequence and
+    /// settlement ordinal start at 0 without reading them back.
     known: Option<Option<Value>>,
 }
 
@@ -47,7 +50,8 @@ impl Engine {
     /// ([`crate::engine::prepare::Prepared::known_result`]): the generation settles with it,
     /// and no VM runs the script a second time.
     pub(super) fn spawn_known(&self, record: RunRecord, lease: Lease, result: Option<Value>) {
-        self.spawn_generation(record, lease, None, Vec::new(), Some(result));
+        let nothing_to_replay = Some(ReplayPool::default());
+        self.spawn_generation(record, lease, nothing_to_replay, Vec::new(), Some(result));
     }
 
     fn spawn_generation(
@@ -110,8 +114,9 @@ impl Engine {
             answers,
             known,
         } = start;
+        let fresh = known.is_some();
         let setup = self
-            .driver_setup(&mut record, &lease, pool, answers, view)
+            .driver_setup(&mut record, &lease, (pool, fresh), answers, view)
             .await;
         if let Some(setup) = setup {
             let outcome = match known {
@@ -146,7 +151,7 @@ impl Engine {
         &self,
         record: &mut RunRecord,
         lease: &Lease,
-        pool: Option<ReplayPool>,
+        (pool, fresh): (Option<ReplayPool>, bool),
         answers: Vec<CheckpointAnswer>,
         view: Arc<Mutex<LiveView>>,
     ) -> Option<DriverSetup> {
@@ -158,8 +163,15 @@ impl Engine {
                 Some(pool) => pool,
                 None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
             };
-            let last_seq = store.last_event_seq(&run_id).await?;
-            let next_settlement = store.next_settlement_ordinal(&run_id).await?;
+            // A fresh run (see `Start::known`) has no event and no settled call to count.
+            let (last_seq, next_settlement) = if fresh {
+                (0, 0)
+            } else {
+                (
+                    store.last_event_seq(&run_id).await?,
+                    store.next_settlement_ordinal(&run_id).await?,
+                )
+            };
             Ok::<_, StoreError>((routing, pool, last_seq, next_settlement))
         }
         .await;

@@ -648,5 +648,10 @@ async fn only_a_script_that_asks_its_host_nothing_reuses_its_dry_run() {
             .collect();
         assert_eq!(kinds.last(), Some(&"complete"), "{body}: {kinds:?}");
         assert_eq!(kinds.contains(&"log"), body.contains("log("), "{kinds:?}");
+        // The known result's generation starts its sequence at 0 without reading it back,
+        // exactly where an executed one that reads it starts: 1, 2, ... with no gap.
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        let expected_seqs: Vec<u64> = (1..=events.len() as u64).collect();
+        assert_eq!(seqs, expected_seqs, "{body}");
     }
 }

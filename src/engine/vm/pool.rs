@@ -9,7 +9,8 @@
 //! runtime (QuickJS frees every object of a runtime with it), so no object of one script is
 //! reachable from another's: they share the OS thread and nothing JavaScript. The spare's
 //! per-script settings (heap cap, stack size, interrupt handler) are applied by the script's
-//! job before anything runs in it.
+//! job before anything of the script runs in it; the spare's only code that ran before is the
+//! prelude's module, loaded ahead from its bytecode (trusted code, no script's value in it).
 //!
 //! At most [`MAX_IDLE`] threads wait, each for at most [`IDLE_FOR`]; more VMs than that at once
 //! start threads of their own that end with their script.
@@ -18,11 +19,11 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use rquickjs::{Context, Runtime};
+use rquickjs::{Context, Function, Persistent, Runtime};
 
 /// Idle threads kept, each with a spare. Admission needs two VMs one after the other (the
 /// dry run, then the execution), so a few idle threads serve parallel clients; each spare
-/// costs about 0.2 MiB of heap while it waits.
+/// costs about 0.2 MiB of heap while it waits, and its loaded prelude some more.
 const MAX_IDLE: usize = 4;
 /// How long an idle thread waits for a script before it ends (with its spare), so an idle
 /// daemon gives the memory back.
@@ -34,18 +35,33 @@ const STACK_SIZE: usize = 16 << 20;
 /// A fresh runtime and its context, created on the thread that will run them; never used by
 /// more than one script.
 pub(super) struct Spare {
-    pub runtime: Runtime,
+    /// The prelude's function, loaded from its bytecode into `context` ahead of the script
+    /// (it does not depend on the script; the script's job hands it its host functions).
+    /// `None` when loading failed: the job loads it then, and reports why it cannot. First
+    /// of the fields, so it is released before the context and runtime are freed.
+    pub prelude: Option<Persistent<Function<'static>>>,
     pub context: Context,
+    pub runtime: Runtime,
 }
 
 impl Spare {
-    /// A new runtime and full context, with nothing of any script in them.
+    /// A new runtime and full context with the prelude's function loaded, nothing of any
+    /// script in them.
     pub fn create() -> Result<Spare, String> {
         let runtime =
             Runtime::new().map_err(|e| format!("cannot start the script runtime: {e}"))?;
         let context = Context::full(&runtime)
             .map_err(|e| format!("cannot create the script context: {e}"))?;
-        Ok(Spare { runtime, context })
+        let prelude = context.with(|ctx| {
+            super::prelude::load_prelude(&ctx)
+                .ok()
+                .map(|prelude| Persistent::save(&ctx, prelude))
+        });
+        Ok(Spare {
+            prelude,
+            context,
+            runtime,
+        })
     }
 }
 
@@ -228,6 +244,19 @@ mod tests {
             threads.len()
         );
         assert!(spares >= 10, "only {spares} of 20 jobs got a spare");
+    }
+
+    /// A spare comes with the prelude's function loaded; dropped unused (as an idle thread
+    /// that times out drops it), it releases the function before its runtime is freed,
+    /// which QuickJS would otherwise abort on.
+    #[test]
+    fn a_spare_holds_the_prelude_and_frees_it_first() {
+        let spare = Spare::create().expect("a spare");
+        assert!(
+            spare.prelude.is_some(),
+            "the spare's prelude was not loaded"
+        );
+        drop(spare);
     }
 
     #[test]
