@@ -23,15 +23,21 @@ use crate::util::now_ms;
 
 /// What a generation starts from, besides its record and lease.
 pub(super) struct Start {
-    /// The journal's rows a resumed generation replays (`None`: read from the store).
-    pool: Option<ReplayPool>,
+    /// Where its replay pool, last event and next settlement ordinal come from.
+    history: History,
     /// Checkpoint answers a resume brought.
     answers: Vec<CheckpointAnswer>,
     /// The script's result when preparation already computed it ([`driver::settle_known`]).
-    /// Only admission sets it, for the run row it created a moment ago: generation 1, no call
-    /// row and no event yet, so its replay pool is empty and its event sequence and
-    /// settlement ordinal start at 0 without reading them back.
     known: Option<Option<Value>>,
+}
+
+/// A generation's history in the store.
+enum History {
+    /// Read from the store, but for the journal's rows a resume already read (`Some`).
+    Stored(Option<ReplayPool>),
+    /// None yet: the run row admission created a moment ago (generation 1, no call row, no
+    /// event), so the pool is empty and the sequence and ordinal start at 0, unread.
+    Fresh,
 }
 
 impl Engine {
@@ -43,22 +49,21 @@ impl Engine {
         pool: Option<ReplayPool>,
         answers: Vec<CheckpointAnswer>,
     ) {
-        self.spawn_generation(record, lease, pool, answers, None);
+        self.spawn_generation(record, lease, History::Stored(pool), answers, None);
     }
 
     /// [`Engine::spawn_execution`] of a new run whose result preparation already knows
     /// ([`crate::engine::prepare::Prepared::known_result`]): the generation settles with it,
     /// and no VM runs the script a second time.
     pub(super) fn spawn_known(&self, record: RunRecord, lease: Lease, result: Option<Value>) {
-        let nothing_to_replay = Some(ReplayPool::default());
-        self.spawn_generation(record, lease, nothing_to_replay, Vec::new(), Some(result));
+        self.spawn_generation(record, lease, History::Fresh, Vec::new(), Some(result));
     }
 
     fn spawn_generation(
         &self,
         record: RunRecord,
         lease: Lease,
-        pool: Option<ReplayPool>,
+        history: History,
         answers: Vec<CheckpointAnswer>,
         known: Option<Option<Value>>,
     ) {
@@ -87,7 +92,7 @@ impl Engine {
                     record,
                     lease,
                     Start {
-                        pool,
+                        history,
                         answers,
                         known,
                     },
@@ -110,13 +115,12 @@ impl Engine {
     ) {
         let run_id = record.run_id.clone();
         let Start {
-            pool,
+            history,
             answers,
             known,
         } = start;
-        let fresh = known.is_some();
         let setup = self
-            .driver_setup(&mut record, &lease, (pool, fresh), answers, view)
+            .driver_setup(&mut record, &lease, history, answers, view)
             .await;
         if let Some(setup) = setup {
             let outcome = match known {
@@ -151,7 +155,7 @@ impl Engine {
         &self,
         record: &mut RunRecord,
         lease: &Lease,
-        (pool, fresh): (Option<ReplayPool>, bool),
+        history: History,
         answers: Vec<CheckpointAnswer>,
         view: Arc<Mutex<LiveView>>,
     ) -> Option<DriverSetup> {
@@ -159,18 +163,16 @@ impl Engine {
         let run_id = record.run_id.clone();
         let stored_state = async {
             let routing = stored_routing(record)?;
-            let pool = match pool {
-                Some(pool) => pool,
-                None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
-            };
-            // A fresh run (see `Start::known`) has no event and no settled call to count.
-            let (last_seq, next_settlement) = if fresh {
-                (0, 0)
-            } else {
-                (
+            let (pool, last_seq, next_settlement) = match history {
+                History::Fresh => (ReplayPool::default(), 0, 0),
+                History::Stored(pool) => (
+                    match pool {
+                        Some(pool) => pool,
+                        None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
+                    },
                     store.last_event_seq(&run_id).await?,
                     store.next_settlement_ordinal(&run_id).await?,
-                )
+                ),
             };
             Ok::<_, StoreError>((routing, pool, last_seq, next_settlement))
         }

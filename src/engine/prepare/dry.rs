@@ -55,8 +55,9 @@ impl DryRun {
 
     /// Drives the dry run under `routing` to its outcome, within [`DRY_RUN_LIMIT`].
     pub async fn finish(mut self, routing: RoutingSnapshot) -> Result<Outcome, Rejection> {
+        // Both stand until here: `finish` takes the dry run, and only `Drop` runs after it.
         let (Some(mut setup), Some(started)) = (self.setup.take(), self.started.take()) else {
-            return Err(Rejection::new("the dry run was already finished"));
+            unreachable!("a dry run is finished once");
         };
         setup.routing = routing;
         let (control_tx, control_rx) = mpsc::unbounded_channel();
