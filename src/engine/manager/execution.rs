@@ -34,7 +34,7 @@ pub(super) struct Start {
 /// A generation's history in the store.
 enum History {
     /// Read from the store, but for the journal's rows a resume already read (`Some`).
-    Stored(Option<ReplayPool>),
+    Stored(Option<Box<ReplayPool>>),
     /// None yet: the run row admission created a moment ago (generation 1, no call row, no
     /// event), so the pool is empty and the sequence and ordinal start at 0, unread.
     Fresh,
@@ -49,7 +49,13 @@ impl Engine {
         pool: Option<ReplayPool>,
         answers: Vec<CheckpointAnswer>,
     ) {
-        self.spawn_generation(record, lease, History::Stored(pool), answers, None);
+        self.spawn_generation(
+            record,
+            lease,
+            History::Stored(pool.map(Box::new)),
+            answers,
+            None,
+        );
     }
 
     /// [`Engine::spawn_execution`] of a new run whose result preparation already knows
@@ -167,7 +173,7 @@ impl Engine {
                 History::Fresh => (ReplayPool::default(), 0, 0),
                 History::Stored(pool) => (
                     match pool {
-                        Some(pool) => pool,
+                        Some(pool) => *pool,
                         None => ReplayPool::new(store.replay_pool(&run_id).await?, false),
                     },
                     store.last_event_seq(&run_id).await?,
