@@ -279,6 +279,7 @@ pub(super) fn record_total(
         )
         .and_then(|mut statement| statement.execute(rusqlite::params![run_key, generation, total]))
         .context(doing)?;
+    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
@@ -321,9 +322,11 @@ pub(super) fn append(
                 )));
             }
         }
-        insert_events(&transaction, run_key, run_id, write.events)?;
     }
+    let events = writes.iter().flat_map(|write| write.events);
+    insert_events(&transaction, run_key, run_id, events)?;
     forget_totals(&transaction, run_key, run_id, writes)?;
+    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
@@ -352,38 +355,37 @@ fn insert_call(
                  superseded_by, kind, hash, path, inputs_hash, label, phase, outcome, origin,
                  aborted, attempts, model_requested, model_resolved, backend_id, resolved_cwd,
                  usage, error, replay, session, result)
-             VALUES (:run_key, :generation, :call_index, :settlement_ordinal, :superseded_by,
-                 :kind, :hash, :path, :inputs_hash, :label, :phase, :outcome, :origin, :aborted,
-                 :attempts, :model_requested, :model_resolved, :backend_id, :resolved_cwd,
-                 :usage, :error, :replay, :session, :result)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                 ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
         )
+        // Positional, in the columns' order: binding 24 names looks each one up among all.
         .and_then(|mut statement| {
-            statement.execute(rusqlite::named_params! {
-                ":run_key": run_key,
-                ":generation": call.generation,
-                ":call_index": call.index,
-                ":settlement_ordinal": settlement_ordinal,
-                ":superseded_by": call.superseded_by,
-                ":kind": call.kind.as_str(),
-                ":hash": super::hashes::stored(&call.hash),
-                ":path": call.path,
-                ":inputs_hash": super::hashes::stored_optional(call.inputs_hash.as_deref()),
-                ":label": call.label,
-                ":phase": call.phase,
-                ":outcome": super::call_codes::outcome_code(call.outcome),
-                ":origin": super::call_codes::origin_code(call.origin),
-                ":aborted": call.aborted,
-                ":attempts": call.attempts,
-                ":model_requested": call.model_requested,
-                ":model_resolved": call.model_resolved,
-                ":backend_id": call.backend_id,
-                ":resolved_cwd": call.resolved_cwd,
-                ":usage": usage,
-                ":error": error,
-                ":replay": replay,
-                ":session": session,
-                ":result": result,
-            })
+            statement.execute(rusqlite::params![
+                run_key,
+                call.generation,
+                call.index,
+                settlement_ordinal,
+                call.superseded_by,
+                call.kind.as_str(),
+                super::hashes::stored(&call.hash),
+                call.path,
+                super::hashes::stored_optional(call.inputs_hash.as_deref()),
+                call.label,
+                call.phase,
+                super::call_codes::outcome_code(call.outcome),
+                super::call_codes::origin_code(call.origin),
+                call.aborted,
+                call.attempts,
+                call.model_requested,
+                call.model_resolved,
+                call.backend_id,
+                call.resolved_cwd,
+                usage,
+                error,
+                replay,
+                session,
+                result,
+            ])
         })
         .context(doing)
         .map(drop)

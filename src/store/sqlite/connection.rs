@@ -25,6 +25,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0010_hash_bytes.sql"),
     include_str!("../migrations/sqlite/0011_event_blocks.sql"),
     include_str!("../migrations/sqlite/0012_call_codes.sql"),
+    include_str!("../migrations/sqlite/0013_versions_per_write.sql"),
 ];
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL

@@ -10,6 +10,11 @@
 //! the event type and the stored text, each as a 4-byte little-endian length and its UTF-8
 //! bytes. The event's seq is the block's first seq plus its position.
 
+use std::cell::RefCell;
+
+use miniz_oxide::deflate::core::{
+    CompressorOxide, TDEFLFlush, TDEFLStatus, compress_to_output, create_comp_flags_from_zip_params,
+};
 use rusqlite::{Connection, Transaction};
 
 use super::connection::Context;
@@ -21,6 +26,44 @@ use crate::store::{StoreError, StoreResult};
 /// of neighbouring events; higher levels shrink a block by a few per cent more for several
 /// times the CPU.
 const LEVEL: u8 = 1;
+
+thread_local! {
+    /// This thread's compressor, made once and reset for each block. Making one per block
+    /// (what `compress_to_vec` does) allocates about 300 KiB of tables each time, and the
+    /// fresh pages a larger block reaches into fault in one by one: a block of 7 KiB (the
+    /// events of a fan-out commit, or of a replayed batch) took 66 µs of CPU that way and
+    /// takes 19 µs reset; a block of one call's events costs the same either way (about
+    /// 17 µs, the block's own Huffman codes and the reset), and the bytes are the same
+    /// (docs/performance.md, "Issue 18: version bumps per transaction, one block per
+    /// commit"). Store writes run on the few threads of the daemon's runtime, so the few
+    /// hundred KiB each stay with those threads.
+    static COMPRESSOR: RefCell<Option<Box<CompressorOxide>>> = const { RefCell::new(None) };
+}
+
+/// Deflates `body` (raw deflate, no zlib wrapper, as `compress_to_vec` makes it) with this
+/// thread's compressor.
+fn deflate(body: &[u8]) -> Vec<u8> {
+    COMPRESSOR.with_borrow_mut(|slot| {
+        let compressor = slot.get_or_insert_with(|| {
+            let flags = create_comp_flags_from_zip_params(LEVEL.into(), 0, 0);
+            Box::new(CompressorOxide::new(flags))
+        });
+        compressor.reset();
+        let mut deflated = Vec::with_capacity(body.len() / 4 + 16);
+        let (status, _) = compress_to_output(compressor, body, TDEFLFlush::Finish, |chunk| {
+            deflated.extend_from_slice(chunk);
+            true
+        });
+        // With all of the input given and an output that takes everything, deflate ends in
+        // one call. Should it not, the compressor is dropped and the block made the old way,
+        // never stored cut short.
+        if status == TDEFLStatus::Done {
+            return deflated;
+        }
+        *slot = None;
+        miniz_oxide::deflate::compress_to_vec(body, LEVEL)
+    })
+}
 
 /// The largest body a block may inflate to: every event of a block is at most
 /// `MAX_EVENT_BYTES` of JSON, and a block holds one append's events, so a body beyond this is
@@ -65,7 +108,7 @@ fn encode(events: &[StoredEvent]) -> Vec<u8> {
             body.extend_from_slice(text.as_bytes());
         }
     }
-    miniz_oxide::deflate::compress_to_vec(&body, LEVEL)
+    deflate(&body)
 }
 
 /// Reads a body's entries back; anything that is not what [`encode`] writes for seqs
@@ -257,6 +300,35 @@ mod tests {
         ];
         let body = encode(&events);
         assert_eq!(decode(&run, 7, 9, &body).expect("decode"), events);
+    }
+
+    /// The compressor a thread keeps carries nothing from one block into the next: blocks
+    /// of different sizes in turn, a large one between small ones, each decode to their own
+    /// events and are byte for byte what a compressor of their own makes.
+    #[test]
+    fn blocks_made_one_after_another_on_a_thread_are_those_of_a_fresh_compressor() {
+        let run = RunId::parse("run-0").expect("valid id");
+        let block = |first: u64, count: u64, text: &str| -> Vec<StoredEvent> {
+            (first..first + count)
+                .map(|seq| stored(seq, &format!("{text}{seq}"), 0))
+                .collect()
+        };
+        for events in [
+            block(1, 6, r#"{"scope":"root","label":"agent "#),
+            block(7, 2, "x"),
+            block(9, 400, &"a long, repeated text ".repeat(40)),
+            block(409, 3, r#"{"callIndex":"#),
+            block(412, 6, r#"{"scope":"root","label":"agent "#),
+        ] {
+            let body = encode(&events);
+            let (first, last) = (events[0].seq, events[events.len() - 1].seq);
+            assert_eq!(decode(&run, first, last, &body).expect("decode"), events);
+            let inflated = miniz_oxide::inflate::decompress_to_vec(&body).expect("inflate");
+            assert_eq!(
+                body,
+                miniz_oxide::deflate::compress_to_vec(&inflated, LEVEL)
+            );
+        }
     }
 
     #[test]

@@ -108,6 +108,7 @@ pub(super) fn append(
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
     insert_events(&transaction, run_key, run_id, events)?;
+    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
@@ -241,14 +242,16 @@ pub(super) fn log_tail(
 
 /// Appends events after checking that they continue the run's stream densely: each run of
 /// two or more consecutive events that are not `log` lines as one block (migration 11),
-/// every other event as a row.
-pub(super) fn insert_events(
+/// every other event as a row. The events of one transaction are one append, whichever
+/// call writes they came with, so a commit of several settled calls stores one block.
+pub(super) fn insert_events<'e>(
     transaction: &Transaction<'_>,
     run_key: i64,
     run_id: &RunId,
-    events: &[EventRecord],
+    events: impl IntoIterator<Item = &'e EventRecord>,
 ) -> StoreResult<()> {
-    if events.is_empty() {
+    let mut events = events.into_iter().peekable();
+    if events.peek().is_none() {
         return Ok(());
     }
     let keys = EventKeys::of(run_key, run_id)?;
@@ -277,13 +280,13 @@ pub(super) fn insert_events(
 }
 
 /// The events as stored, checked to continue the stream at `first_seq` and to fit the range.
-fn to_store(
+fn to_store<'e>(
     keys: EventKeys,
     run_id: &RunId,
     first_seq: u64,
-    events: &[EventRecord],
+    events: impl Iterator<Item = &'e EventRecord>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let mut stored = Vec::with_capacity(events.len());
+    let mut stored = Vec::with_capacity(events.size_hint().0);
     for (expected, event) in (first_seq..).zip(events) {
         if event.seq != expected {
             return Err(StoreError::Io(format!(

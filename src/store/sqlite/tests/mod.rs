@@ -614,3 +614,109 @@ async fn migration_12_stores_call_codes_and_bare_sessions_and_reads_them_back() 
     assert_eq!(back.iter().find(|call| call.index == 3), Some(&fresh));
     assert_eq!(stored(&store)[4], owned(("0", "0", "blob")));
 }
+
+/// Migration 13: no trigger fires per row of the call and event tables; the store's own bump
+/// keeps what status caches rely on. A running run's calls, supersessions, event blocks and
+/// event rows leave its version where it was; once it is not running, each such write
+/// transaction moves it to a value it never had (several rows in one transaction: once).
+#[tokio::test]
+async fn call_and_event_writes_bump_the_version_once_per_transaction_and_never_while_running() {
+    let (_folder, store, mut record) = store_with_run().await;
+    let triggers: Vec<String> = store
+        .connection()
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("names");
+    assert_eq!(
+        triggers,
+        [
+            "checkpoint_answers_version_insert",
+            "run_scripts_version_update",
+            "runs_version_insert",
+            "runs_version_update",
+        ]
+    );
+    let id = record.run_id.clone();
+    let fence = Fence("token-a");
+    let version = |store: &SqliteStore| {
+        let connection = store.connection();
+        super::versions::run_version(&connection, &id).expect("version")
+    };
+    let running = version(&store);
+    let (first, second) = (call(1, 0, 1), call(1, 1, 2));
+    let events = [
+        event(1, "agentStart"),
+        event(2, "agentEnd"),
+        log_event(3, "x"),
+    ];
+    store
+        .append_calls(&id, &[write(&first, &[], &events)], fence)
+        .await
+        .expect("call while running");
+    store
+        .append_calls(&id, &[write(&second, &[(1, 0)], &[])], fence)
+        .await
+        .expect("superseding call while running");
+    store
+        .append_events(&id, &[event(4, "phase"), event(5, "phase")], fence)
+        .await
+        .expect("a block while running");
+    store
+        .record_call_total(&id, 1, 2, fence)
+        .await
+        .expect("total while running");
+    assert_eq!(version(&store), running, "writes of a running run");
+
+    record.status = RunStatus::Completed;
+    store
+        .update_run(&record, ScriptChange::Unchanged, fence)
+        .await
+        .expect("complete");
+    let completed = version(&store);
+    assert!(completed.version > running.version);
+    let scalar = |store: &SqliteStore, sql: &str| -> i64 {
+        store
+            .connection()
+            .query_row(sql, [], |row| row.get(0))
+            .expect(sql)
+    };
+    let clock = |store: &SqliteStore| scalar(store, "SELECT value FROM run_version_clock");
+    let blocks = |store: &SqliteStore| scalar(store, "SELECT count(*) FROM event_blocks");
+    let before = clock(&store);
+    let (third, fourth) = (call(1, 2, 3), call(1, 3, 4));
+    let blocks_before = blocks(&store);
+    let more = [event(6, "agentStart"), event(7, "agentEnd")];
+    let most = [event(8, "agentStart"), event(9, "agentEnd")];
+    store
+        .append_calls(
+            &id,
+            &[write(&third, &[], &more), write(&fourth, &[(1, 1)], &most)],
+            fence,
+        )
+        .await
+        .expect("two calls of a completed run");
+    let after_calls = version(&store);
+    assert_eq!(
+        clock(&store),
+        before + 1,
+        "one bump for the whole transaction"
+    );
+    assert_eq!(after_calls.version, (before + 1) as u64);
+    assert_eq!(
+        blocks(&store),
+        blocks_before + 1,
+        "one block for the commit"
+    );
+    let read = store.events(&id, 5, 100).await.expect("events");
+    assert_eq!(read, [more, most].concat());
+    store
+        .append_events(&id, &[event(10, "phase"), event(11, "phase")], fence)
+        .await
+        .expect("a block of a completed run");
+    let after_block = version(&store);
+    assert!(after_block.version > after_calls.version, "event block");
+    assert_eq!(after_block.status, RunStatus::Completed);
+}
