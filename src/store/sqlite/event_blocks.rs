@@ -35,7 +35,7 @@ thread_local! {
     /// takes 19 µs reset; a block of one call's events costs the same either way (about
     /// 17 µs, the block's own Huffman codes and the reset), and the bytes are the same
     /// (docs/performance.md, "Issue 18: version bumps per transaction, one block per
-    /// commit"). Store writes run on the few threads of the daemon's runtime, so the few
+    /// commit, a kept compressor"). Store writes run on the few threads of the daemon's runtime, so the few
     /// hundred KiB each stay with those threads.
     static COMPRESSOR: RefCell<Option<Box<CompressorOxide>>> = const { RefCell::new(None) };
 }

@@ -5,7 +5,8 @@
 -- A trigger's program frame is allocated and zeroed for every inserted row before its WHEN
 -- clause can find the run running, which is nearly every row these tables take: a settled
 -- call fired two to four of them, about 25 k instructions per call that bumped nothing
--- (docs/performance.md, "Issue 18: replay, third pass" and "the version bump per write").
+-- (docs/performance.md, "Issue 18: replay, third pass" and "Issue 18: version bumps per
+-- transaction, one block per commit, a kept compressor").
 -- These tables are written only inside the store's three call and event transactions
 -- (append_calls, append_events, record_call_total), and each of those now ends with the
 -- same bump the triggers made, once: when the run's stored status is not 'running', the
