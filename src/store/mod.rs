@@ -312,6 +312,27 @@ pub trait Store: Send + Sync + 'static {
         fence: Fence<'_>,
     ) -> StoreResult<()>;
 
+    /// A stopped generation's last writes: its last events, then its call count
+    /// ([`Store::record_call_total`]) when it wrote rows, fenced like both. SQLite makes them
+    /// one transaction; this default makes them one after the other, and stops at the first
+    /// refused.
+    async fn close_generation(
+        &self,
+        run_id: &RunId,
+        events: &[EventRecord],
+        call_total: Option<(u32, u64)>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        if !events.is_empty() {
+            self.append_events(run_id, events, fence).await?;
+        }
+        if let Some((generation, total)) = call_total {
+            self.record_call_total(run_id, generation, total, fence)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The checkpoint rows not superseded, of every generation, ordered by (generation,
     /// settlement ordinal), at a cost that grows with the run's checkpoints, not its calls.
     async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
@@ -376,6 +397,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Clears the lease if `token` still holds it.
     async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()>;
+
+    /// A generation's outcome and the end of its lease: the run row rewritten as
+    /// [`Store::update_run`] does with `ScriptChange::Unchanged`, fenced by `lease_token`, then
+    /// that lease released as [`Store::release_lease`] does. SQLite makes them one
+    /// transaction, which a refused row leaves unwritten as a whole; this default makes them
+    /// one after the other, releases the lease even when the row was refused, and answers
+    /// the row's error.
+    async fn record_outcome(&self, record: &RunRecord, lease_token: &str) -> StoreResult<()> {
+        let updated = self
+            .update_run(record, ScriptChange::Unchanged, Fence(lease_token))
+            .await;
+        let released = self.release_lease(&record.run_id, lease_token).await;
+        updated.and(released)
+    }
 
     /// Runs, newest `started_at` first, optionally of one project, at most `limit`.
     async fn list_runs(

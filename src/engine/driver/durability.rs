@@ -16,8 +16,8 @@
 //!
 //! The generation counts the non-checkpoint rows it wrote ([`Driver::settled_calls`]):
 //! the live view shows the count to status while the generation runs, and
-//! [`Driver::record_call_total`] records it in the store when it stops, after its last row,
-//! so status never counts a run's rows.
+//! [`Driver::close_generation`] records it in the store with the last events when it stops,
+//! after its last row, so status never counts a run's rows.
 //!
 //! Under a lease policy that expires leases (`LeasePolicy::Ttl`) the driver's loop renews
 //! the lease every `renew_every` ([`Driver::beat`]), with the store's clock and under a
@@ -184,24 +184,29 @@ impl Driver {
         }
     }
 
-    /// Records the generation's count in the store, so status of the stopped run reads it
-    /// instead of counting rows. Called once, after the generation's last write; nothing to
-    /// record for a generation that wrote no row.
-    pub(super) async fn record_call_total(&mut self) -> Result<(), LostWrite> {
-        if self.settled_calls == 0 {
-            return Ok(());
-        }
+    /// The generation's last writes, once no row of it can follow: the events still
+    /// buffered and its count of rows, so status of the stopped run reads the count instead
+    /// of counting rows (nothing to count for a generation that wrote no row), in one store
+    /// call ([`Store::close_generation`], one transaction on SQLite). Events a failed write
+    /// did not store stay buffered.
+    pub(super) async fn close_generation(&mut self) -> Result<(), LostWrite> {
+        self.flush_replays().await?;
         let Some((store, lease_token)) = self.target()? else {
+            self.events.take();
             return Ok(());
         };
-        store
-            .record_call_total(
-                &self.setup.run_id,
-                self.setup.generation,
-                self.settled_calls,
-                Fence(&lease_token),
-            )
-            .await?;
+        let events = self.events.take();
+        let total = (self.settled_calls > 0).then_some((self.setup.generation, self.settled_calls));
+        if events.is_empty() && total.is_none() {
+            return Ok(());
+        }
+        if let Err(error) = store
+            .close_generation(&self.setup.run_id, &events, total, Fence(&lease_token))
+            .await
+        {
+            self.events.restore(events);
+            return Err(error.into());
+        }
         Ok(())
     }
 

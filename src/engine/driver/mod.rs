@@ -730,11 +730,8 @@ impl Driver {
         if let Err(lost) = self.flush_replays().await {
             self.on_lost_write(lost);
         }
-        if let Err(lost) = self.flush_events().await {
-            self.on_lost_write(lost);
-        }
-        // Last, once no row of the generation can follow.
-        if let Err(lost) = self.record_call_total().await {
+        // Last, once no row of the generation can follow: its events and its count.
+        if let Err(lost) = self.close_generation().await {
             self.on_lost_write(lost);
         }
         outcome.usage = self.setup.usage;

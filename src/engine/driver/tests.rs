@@ -320,7 +320,7 @@ async fn the_live_view_counts_the_rows_written_and_the_store_gets_the_count_once
     // Not in the store until the generation stops: a settled call writes only its own row.
     assert_eq!(world.recorded_count(), None);
     driver.settled_calls = 6;
-    assert!(driver.record_call_total().await.is_ok());
+    assert!(driver.close_generation().await.is_ok());
     assert_eq!(world.recorded_count(), Some((1, 6)), "the driver's count");
 }
 
@@ -329,11 +329,11 @@ async fn a_refused_count_is_a_lost_write_and_the_dry_run_records_none() {
     let world = world().await;
     let mut refused = world.driver(Some("a-lapsed-lease"));
     refused.settled_calls = 1;
-    assert!(refused.record_call_total().await.is_err());
+    assert!(refused.close_generation().await.is_err());
     let mut dry = world.driver(None);
     assert_eq!(dry.setup.live.lock().expect("view").settled_calls, None);
     dry.settled_calls = 1;
-    assert!(dry.record_call_total().await.is_ok());
+    assert!(dry.close_generation().await.is_ok());
 }
 
 #[tokio::test]

@@ -142,15 +142,12 @@ impl Engine {
                 return;
             }
         }
-        if let Err(error) = self
-            .inner
-            .store
-            .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))
-            .await
-        {
+        // The outcome and the lease's release in one write; should it fail, the lease is
+        // still given up, so that nothing waits for a lease no execution holds any more.
+        if let Err(error) = self.inner.store.record_outcome(&record, &lease.token).await {
             tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
+            let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
         }
-        let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
         self.finish_live(&run_id, record.generation, record.status);
     }
 

@@ -223,3 +223,83 @@ pub async fn renewal_needs_the_token_that_holds_the_lease<B: Backend>(backend: &
     );
     assert_eq!(store.lease(id).await.expect("lease"), None);
 }
+
+/// A generation ends in two fenced writes: `close_generation` appends its last events and
+/// records its call count, `record_outcome` rewrites the run row and releases the lease. A
+/// token that does not hold the lease writes nothing of either, and once the lease is
+/// released its token fences what follows.
+pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    let fence = Fence("token-a");
+    store
+        .append_call(
+            id,
+            write(&call(1, 0, 1), &[], &[event(1, "agentStart")]),
+            fence,
+        )
+        .await
+        .expect("the generation's row");
+    let last = [event(2, "agentEnd"), event(3, "complete")];
+    // A count the rows do not give (7 for one row), so that a recorded count shows.
+    assert_fenced(
+        store
+            .close_generation(id, &last, Some((1, 7)), Fence("token-b"))
+            .await,
+        "close_generation",
+    );
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), 1, "no event");
+    assert_eq!(
+        store.call_tail(id, 5).await.expect("tail").total,
+        1,
+        "no count"
+    );
+    store
+        .close_generation(id, &last, Some((1, 7)), fence)
+        .await
+        .expect("close the generation");
+    let types: Vec<_> = (store.events(id, 0, 10).await.expect("events").iter())
+        .map(|event| event.event["type"].clone())
+        .collect();
+    assert_eq!(types, ["agentStart", "agentEnd", "complete"]);
+    assert_eq!(store.call_tail(id, 5).await.expect("tail").total, 7);
+    store
+        .close_generation(id, &[], None, fence)
+        .await
+        .expect("nothing to write");
+
+    let done = RunRecord {
+        status: RunStatus::Completed,
+        result: Some(serde_json::json!({"answer": 42})),
+        updated_at: record.updated_at + 1,
+        ..record.clone()
+    };
+    assert_fenced(
+        store.record_outcome(&done, "token-b").await,
+        "record_outcome",
+    );
+    assert_eq!(
+        store.load_run(id).await.expect("run").status,
+        RunStatus::Running
+    );
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(lease("token-a"))
+    );
+    store
+        .record_outcome(&done, "token-a")
+        .await
+        .expect("record the outcome");
+    let stored = store.load_run(id).await.expect("run");
+    assert_eq!(
+        (stored.status, stored.result),
+        (RunStatus::Completed, done.result)
+    );
+    assert_eq!(store.lease(id).await.expect("lease"), None, "released");
+    assert_fenced(
+        store
+            .close_generation(id, &[event(4, "log")], None, fence)
+            .await,
+        "a write after the release",
+    );
+}

@@ -125,6 +125,11 @@ async fn call_and_event_writes(store: &dyn Store, id: &RunId, seen: &mut HashSet
         RunStatus::Completed,
     )
     .await;
+    store
+        .close_generation(id, &[log_event(2, "the last line")], Some((1, 3)), fence)
+        .await
+        .expect("close");
+    expect_new(store, id, seen, "close_generation", RunStatus::Completed).await;
 }
 
 /// A checkpoint answer and the lease's release.
@@ -149,6 +154,22 @@ async fn answer_and_release(store: &dyn Store, id: &RunId, seen: &mut HashSet<u6
     .await;
     store.release_lease(id, "token-a").await.expect("release");
     expect_new(store, id, seen, "release_lease", RunStatus::Completed).await;
+    // Held again, for the write that ends a generation: the row and the release together.
+    assert!(
+        store
+            .acquire_lease(id, None, &lease("token-c"))
+            .await
+            .expect("acquire")
+    );
+    let held = store.run_version(id).await.expect("version").expect("kept");
+    seen.insert(held.version);
+    let mut record = store.load_run(id).await.expect("run");
+    record.error_message = Some("noted".to_owned());
+    store
+        .record_outcome(&record, "token-c")
+        .await
+        .expect("outcome and release");
+    expect_new(store, id, seen, "record_outcome", RunStatus::Completed).await;
 }
 
 /// Another run never shares a version; a run deleted and created again starts on a new one;

@@ -269,9 +269,23 @@ pub(super) fn record_total(
     fence: Fence<'_>,
 ) -> StoreResult<()> {
     let doing = || format!("record the call count of generation {generation} of run {run_id}");
-    let total = to_sql_integer(total, "call count")?;
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    record_total_in(&transaction, (run_key, run_id), generation, total)?;
+    super::versions::touch(&transaction, run_key, run_id)?;
+    transaction.commit().context(doing)
+}
+
+/// [`record_total`]'s row for the run `run_key` (already fenced) inside `transaction`,
+/// without the version bump, which the transaction makes once at its end.
+pub(super) fn record_total_in(
+    transaction: &Transaction<'_>,
+    (run_key, run_id): (i64, &RunId),
+    generation: u32,
+    total: u64,
+) -> StoreResult<()> {
+    let doing = || format!("record the call count of generation {generation} of run {run_id}");
+    let total = to_sql_integer(total, "call count")?;
     transaction
         .prepare_cached(
             "INSERT INTO call_tallies (run_key, generation, calls) VALUES (?1, ?2, ?3)
@@ -279,8 +293,7 @@ pub(super) fn record_total(
         )
         .and_then(|mut statement| statement.execute(rusqlite::params![run_key, generation, total]))
         .context(doing)?;
-    super::versions::touch(&transaction, run_key, run_id)?;
-    transaction.commit().context(doing)
+    Ok(())
 }
 
 pub(super) fn append(

@@ -2,7 +2,7 @@
 //! compare-and-swap that hands it over, the renewal of its expiry and its release. The fence
 //! check of every execution write reads the same `lease_token` column (`rows.rs`).
 
-use rusqlite::{Connection, ToSql};
+use rusqlite::{Connection, ToSql, Transaction};
 
 use super::connection::{Context, write_transaction};
 use super::rows::{RowReader, run_key, to_sql_integer};
@@ -128,6 +128,17 @@ pub(super) fn release(connection: &mut Connection, run_id: &RunId, token: &str) 
     let doing = || format!("release the lease of run {run_id}");
     let transaction = write_transaction(connection, doing)?;
     let run_key = run_key(&transaction, run_id)?;
+    release_in(&transaction, run_key, run_id, token)?;
+    transaction.commit().context(doing)
+}
+
+/// [`release`] of the run `run_key` inside `transaction`.
+pub(super) fn release_in(
+    transaction: &Transaction<'_>,
+    run_key: i64,
+    run_id: &RunId,
+    token: &str,
+) -> StoreResult<()> {
     transaction
         .prepare_cached(
             "UPDATE runs SET lease_token = NULL, lease_owner_id = NULL, lease_pid = NULL,
@@ -136,6 +147,6 @@ pub(super) fn release(connection: &mut Connection, run_id: &RunId, token: &str) 
              WHERE run_key = ?1 AND lease_token = ?2",
         )
         .and_then(|mut statement| statement.execute(rusqlite::params![run_key, token]))
-        .context(doing)?;
-    transaction.commit().context(doing)
+        .context(|| format!("release the lease of run {run_id}"))?;
+    Ok(())
 }

@@ -39,6 +39,7 @@ mod call_codes;
 mod calls;
 mod connection;
 mod control;
+mod endings;
 mod event_blocks;
 mod events;
 mod hashes;
@@ -199,6 +200,16 @@ impl Store for SqliteStore {
         calls::record_total(&mut self.connection(), run_id, generation, total, fence)
     }
 
+    async fn close_generation(
+        &self,
+        run_id: &RunId,
+        events: &[EventRecord],
+        call_total: Option<(u32, u64)>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        endings::close_generation(&mut self.connection(), run_id, events, call_total, fence)
+    }
+
     async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         calls::checkpoints(&self.connection(), run_id)
     }
@@ -280,6 +291,10 @@ impl Store for SqliteStore {
 
     async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()> {
         leases::release(&mut self.connection(), run_id, token)
+    }
+
+    async fn record_outcome(&self, record: &RunRecord, lease_token: &str) -> StoreResult<()> {
+        endings::record_outcome(&mut self.connection(), record, lease_token)
     }
 
     async fn list_runs(

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OptionalExtension, ToSql};
+use rusqlite::{Connection, OptionalExtension, ToSql, Transaction};
 
 use super::connection::{Context, write_transaction};
 use super::leases::LeaseRow;
@@ -95,6 +95,20 @@ pub(super) fn update(
     script: ScriptChange,
     fence: Fence<'_>,
 ) -> StoreResult<()> {
+    let doing = || format!("update run {}", record.run_id);
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, &record.run_id, fence)?;
+    update_in(&transaction, run_key, record, script)?;
+    transaction.commit().context(doing)
+}
+
+/// [`update`]'s rewrite of the row `run_key` (already fenced) inside `transaction`.
+pub(super) fn update_in(
+    transaction: &Transaction<'_>,
+    run_key: i64,
+    record: &RunRecord,
+    script: ScriptChange,
+) -> StoreResult<()> {
     let run_id = &record.run_id;
     let doing = || format!("update run {run_id}");
     let run_row = RunRow::new(record)?;
@@ -102,9 +116,6 @@ pub(super) fn update(
         ScriptChange::Changed => Some(ScriptRow::new(record)?),
         ScriptChange::Unchanged => None,
     };
-
-    let transaction = write_transaction(connection, doing)?;
-    let run_key = fenced_run_key(&transaction, run_id, fence)?;
     let mut parameters: Vec<(&str, &dyn ToSql)> = vec![(":run_key", &run_key)];
     parameters.extend(run_row.parameters());
     transaction
@@ -134,7 +145,7 @@ pub(super) fn update(
             .and_then(|mut statement| statement.execute(parameters.as_slice()))
             .context(doing)?;
     }
-    transaction.commit().context(doing)
+    Ok(())
 }
 
 pub(super) fn list(
