@@ -187,45 +187,35 @@ impl Driver {
     /// The generation's last writes, once no row of it can follow: the events still
     /// buffered and its count of rows, so status of the stopped run reads the count instead
     /// of counting rows (nothing to count for a generation that wrote no row), in one store
-    /// call ([`Store::close_generation`], one transaction on SQLite). Events a failed write
-    /// did not store stay buffered.
+    /// call ([`Store::close_generation`], one transaction on SQLite).
     pub(super) async fn close_generation(&mut self) -> Result<(), LostWrite> {
+        let total = (self.settled_calls > 0).then_some((self.setup.generation, self.settled_calls));
+        self.write_events(total).await
+    }
+
+    /// Writes the buffered events (after any buffered replays).
+    pub(super) async fn flush_events(&mut self) -> Result<(), LostWrite> {
+        self.write_events(None).await
+    }
+
+    /// Writes the buffered events after any buffered replays, with the generation's count
+    /// `total` when it is closing. Events a failed write did not store stay buffered.
+    async fn write_events(&mut self, total: Option<(u32, u64)>) -> Result<(), LostWrite> {
         self.flush_replays().await?;
         let Some((store, lease_token)) = self.target()? else {
             self.events.take();
             return Ok(());
         };
         let events = self.events.take();
-        let total = (self.settled_calls > 0).then_some((self.setup.generation, self.settled_calls));
         if events.is_empty() && total.is_none() {
             return Ok(());
         }
-        if let Err(error) = store
-            .close_generation(&self.setup.run_id, &events, total, Fence(&lease_token))
-            .await
-        {
-            self.events.restore(events);
-            return Err(error.into());
-        }
-        Ok(())
-    }
-
-    /// Writes the buffered events (after any buffered replays). Events a failed write did
-    /// not store stay buffered.
-    pub(super) async fn flush_events(&mut self) -> Result<(), LostWrite> {
-        self.flush_replays().await?;
-        let Some((store, lease_token)) = self.target()? else {
-            self.events.take();
-            return Ok(());
+        let (run_id, fence) = (&self.setup.run_id, Fence(&lease_token));
+        let written = match total {
+            None => store.append_events(run_id, &events, fence).await,
+            Some(_) => store.close_generation(run_id, &events, total, fence).await,
         };
-        let events = self.events.take();
-        if events.is_empty() {
-            return Ok(());
-        }
-        if let Err(error) = store
-            .append_events(&self.setup.run_id, &events, Fence(&lease_token))
-            .await
-        {
+        if let Err(error) = written {
             self.events.restore(events);
             return Err(error.into());
         }
