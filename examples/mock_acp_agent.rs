@@ -8,7 +8,11 @@
 //! listed on [`Settings`]) reproduce the quirks of real adapters: auth-gated sessions, agents
 //! that ignore stdin EOF, agents that answer a cancel with `end_turn`.
 //!
-//! Only std and serde_json: the main thread reads stdin, every prompt turn runs on its own
+//! Without directives a turn echoes the prompt (`ECHO: <text>`), except a prompt that asks for
+//! JSON matching a schema, which gets a value made from that schema by the engine's dry-run
+//! fabricator (`agentprism::engine::schema::fabricate`, the one use of the crate here).
+//!
+//! Only std and serde_json besides that: the main thread reads stdin, every prompt turn runs on its own
 //! worker thread (so sessions run concurrently and a turn can wait while the reader keeps
 //! delivering cancels and client responses), and every write to stdout goes through one
 //! mutex so that lines never interleave.
@@ -750,6 +754,7 @@ impl Turn<'_> {
         let reply = self
             .reply
             .take()
+            .or_else(|| schema_answer(&user_text))
             .unwrap_or_else(|| format!("ECHO: {user_text}"));
         let message_id = self.message_id();
         for chunk in split_chunks(&reply, self.chunks) {
@@ -994,6 +999,24 @@ impl Turn<'_> {
         self.agent.send_update(&self.session_id, update);
     }
 }
+
+/// The answer to a prompt that asks for structured output (an `agent()` call with a
+/// `schema`): a fenced JSON value made from the schema by the engine's own dry-run fabricator,
+/// so a script that declares schemas runs against the mock without `@mock json` lines.
+/// `None` when the prompt quotes no schema in the engine's output instructions.
+fn schema_answer(user_text: &str) -> Option<String> {
+    let after = user_text
+        .rfind(SCHEMA_INSTRUCTION)
+        .map(|at| &user_text[at + SCHEMA_INSTRUCTION.len()..])?;
+    let body = after.split_once("```json\n")?.1;
+    let schema: Value = serde_json::from_str(body.split_once("\n```")?.0).ok()?;
+    let value = agentprism::engine::schema::fabricate(&schema);
+    Some(format!("```json\n{value}\n```"))
+}
+
+/// The words the engine puts before the schema it wants an answer to match, in its first
+/// prompt and in each re-prompt (`src/engine/schema.rs`).
+const SCHEMA_INSTRUCTION: &str = "this JSON Schema";
 
 /// `@mock verb args` → `(verb, args)`; anything else is user text.
 fn parse_directive(line: &str) -> Option<(&str, &str)> {

@@ -479,10 +479,22 @@ fn check_dry_outcome(outcome: &Outcome) -> Result<(), Rejection> {
         .unwrap_or_else(|| "SCRIPT_ERROR".into());
     // QuickJS messages may quote the source; whatever they quote is redacted.
     let (reason, _) = crate::engine::redact::redact_text(&reason);
+    let provenance = if outcome.dry_calls.is_empty() {
+        ""
+    } else {
+        DRY_VALUES_NOTE
+    };
     Err(Rejection::new(format!(
-        "the mocked dry run failed: {code}: {reason}"
+        "the mocked dry run failed: {code}: {reason}{provenance}"
     )))
 }
+
+/// Added to a dry run's failure once the script had answers: the failure may come from code
+/// that handles a made-up answer as if an agent had written it (docs/dry-run.md).
+const DRY_VALUES_NOTE: &str = " (the dry run calls no agent: each agent() answer it got was \
+    \"[dry-run] mock output for <label>\", or a value made from the call's schema, and each \
+    checkpoint() answer true, \"\" or its first choice; code that handles answers must accept \
+    these values too, see docs/dry-run.md)";
 
 /// Every agent call the dry run reached needs a route; the error lists the catalog.
 fn check_every_call_routed(

@@ -163,3 +163,47 @@ async fn the_tool_rejects_an_unknown_backend_and_a_failed_probe() {
     )
     .await;
 }
+
+/// A dry run that fails after made-up answers says that the answers were the dry run's and
+/// what they look like, so code written for a live answer is not a mystery.
+#[test]
+fn a_dry_run_failure_after_made_up_answers_says_where_they_came_from() {
+    let ctx = TestContext::new().with_mock_backend(json!({}));
+    let path = ctx.write(
+        "wf.js",
+        "export const meta = { name: 'dry', description: 'dry run values', model: 'mock' };\n\
+         const listed = await agent('List the files');\n\
+         return listed.files.map((file) => file.trim());\n",
+    );
+    let finished = ctx.run(&["run", path.to_str().unwrap()]);
+    assert_eq!(finished.code(), 2, "{}", finished.stderr);
+    for needle in [
+        "TypeError",
+        "the dry run calls no agent",
+        "[dry-run] mock output for <label>",
+        "docs/dry-run.md",
+    ] {
+        assert!(
+            finished.stderr.contains(needle),
+            "{needle:?} in:\n{}",
+            finished.stderr
+        );
+    }
+    assert_eq!(runs_listed(&ctx), 0);
+
+    // A script that fails before any answer gets no such note: nothing made up was involved.
+    let early = ctx.write(
+        "early.js",
+        "export const meta = { name: 'dry', description: 'dry run values', model: 'mock' };\n\
+         null.x;\n\
+         return await agent('never');\n",
+    );
+    let finished = ctx.run(&["run", early.to_str().unwrap()]);
+    assert_eq!(finished.code(), 2, "{}", finished.stderr);
+    assert!(finished.stderr.contains("TypeError"), "{}", finished.stderr);
+    assert!(
+        !finished.stderr.contains("docs/dry-run.md"),
+        "{}",
+        finished.stderr
+    );
+}

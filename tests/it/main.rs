@@ -26,6 +26,7 @@ mod monitor_browser;
 mod notify;
 mod pack;
 mod pg_store;
+mod readme;
 mod run_control;
 mod security_engine;
 mod security_files;

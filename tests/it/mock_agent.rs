@@ -749,3 +749,40 @@ fn is_alive(pid: i32) -> bool {
     let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
     !matches!(state, None | Some(Some('Z' | 'X')))
 }
+
+#[test]
+fn a_prompt_that_asks_for_a_schema_gets_a_value_that_matches_it() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "files": { "type": "array", "items": { "type": "string" }, "maxItems": 5 },
+            "verdict": { "enum": ["ok", "broken"] },
+            "score": { "type": "integer", "minimum": 3 }
+        },
+        "required": ["files", "verdict", "score"]
+    });
+    let prompt = format!(
+        "List the files.\n\n{}",
+        agentprism::engine::schema::output_instructions(&schema)
+    );
+    let mut agent = MockAgent::spawn(&[]);
+    agent.initialize();
+    let session_id = agent.new_session();
+    let (messages, response) = agent.prompt(&session_id, &prompt);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let text = reply_text(&messages);
+    let value = agentprism::engine::schema::extract_json(&text)
+        .unwrap_or_else(|| panic!("no JSON in the answer: {text}"));
+    agentprism::engine::schema::validate(&schema, &value)
+        .unwrap_or_else(|error| panic!("{value} does not match: {error}"));
+    assert_eq!(value["verdict"], "ok", "{value}");
+    assert_eq!(value["score"], 3, "{value}");
+
+    // The engine's re-prompt quotes the schema the same way; an explicit reply still wins.
+    let repair = agentprism::engine::schema::repair_instructions("not JSON", &schema);
+    let (messages, _) = agent.prompt(&session_id, &repair);
+    let again = agentprism::engine::schema::extract_json(&reply_text(&messages));
+    assert_eq!(again.as_ref(), Some(&value));
+    let (messages, _) = agent.prompt(&session_id, &format!("{prompt}\n@mock reply plain"));
+    assert_eq!(reply_text(&messages), "plain");
+}
