@@ -16,6 +16,7 @@
 //! its own group and gets only a death signal of its own, which does not reach its children.
 
 use std::collections::VecDeque;
+use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -159,6 +160,14 @@ pub async fn spawn_agent(
         .chain(backend.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ");
+    if Path::new(&backend.command).file_name() == Some(OsStr::new("npx")) {
+        // npx downloads the adapter on its first start: say so, or a `validate` or `config`
+        // that waits for it looks hung.
+        crate::logging::notice(format_args!(
+            "backend {}: starting `{command_line}` (npx downloads the adapter on its first start, which can take a minute)",
+            backend.id
+        ));
+    }
     let (command, owner_end) = agent_command(backend, base_env, supervision)?;
     let records = supervision
         .records

@@ -207,3 +207,27 @@ fn a_dry_run_failure_after_made_up_answers_says_where_they_came_from() {
         finished.stderr
     );
 }
+
+/// A backend started through `npx` may spend a while downloading its adapter: the command
+/// line says so on stderr as it starts it, instead of waiting silently.
+#[test]
+fn starting_a_backend_through_npx_says_it_may_download() {
+    let ctx = TestContext::new();
+    let npx = ctx.write(
+        "bin/npx",
+        &format!("#!/bin/sh\nexec {} \"$@\"\n", mock_agent_binary().display()),
+    );
+    std::fs::set_permissions(&npx, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let backends = json!({"viaNpx": {"command": npx, "args": ["-y", "some-acp-adapter"]}});
+    let ctx = ctx.set("AGENTPRISM_BACKENDS", backends.to_string());
+    let path = ctx.write("wf.js", &script("viaNpx"));
+    let finished = ctx.run(&["validate", path.to_str().unwrap()]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("backend viaNpx: starting `")
+            && finished.stderr.contains("npx downloads the adapter"),
+        "{}",
+        finished.stderr
+    );
+}
