@@ -25,6 +25,16 @@ pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 pub const LATEST_LEGACY_VERSION: &str = "2025-11-25";
 /// What a legacy HTTP request without `MCP-Protocol-Version` is assumed to speak.
 pub const DEFAULT_LEGACY_VERSION: &str = "2025-03-26";
+/// The first version whose clients read an SSE event with empty data (the priming event that
+/// gives a stream its first id) and act on `retry:`; older clients parse the empty data as a
+/// message and fail, so their streams carry neither.
+pub const PRIMING_SINCE: &str = "2025-11-25";
+
+/// Whether a stream of a client speaking `version` starts with a priming event and ends with
+/// a `retry:` hint. Versions are ISO dates, so their order is their text's.
+pub fn primes_streams(version: &str) -> bool {
+    version >= PRIMING_SINCE
+}
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";

@@ -18,6 +18,7 @@ mod hosts;
 mod interop;
 mod mcp_core;
 mod mcp_defects;
+mod mcp_eras;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;

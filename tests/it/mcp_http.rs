@@ -17,16 +17,16 @@ use super::mcp_core::{Hold, TestHandler, modern_meta};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-struct TestServer {
+pub(super) struct TestServer {
     address: SocketAddr,
-    hub: NotificationHub,
-    server: Arc<McpServer>,
+    pub(super) hub: NotificationHub,
+    pub(super) server: Arc<McpServer>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl TestServer {
-    async fn start(options: HttpOptions) -> TestServer {
+    pub(super) async fn start(options: HttpOptions) -> TestServer {
         let (server, hub) = TestHandler::server();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -43,7 +43,7 @@ impl TestServer {
         }
     }
 
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(WAIT, self.task.take().unwrap())
             .await
@@ -56,7 +56,12 @@ impl TestServer {
         self.address.to_string()
     }
 
-    async fn request(&self, method: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    pub(super) async fn request(
+        &self,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Reply {
         let mut all = vec![("Host", self.host())];
         all.extend(
             headers
@@ -66,7 +71,7 @@ impl TestServer {
         raw_request(self.address, method, &all, body.as_bytes()).await
     }
 
-    async fn post(&self, headers: &[(&str, &str)], body: &Value) -> Reply {
+    pub(super) async fn post(&self, headers: &[(&str, &str)], body: &Value) -> Reply {
         let mut all = vec![
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
@@ -76,9 +81,14 @@ impl TestServer {
     }
 
     async fn initialize(&self) -> String {
+        self.initialize_as("2025-11-25").await
+    }
+
+    /// A legacy session that negotiated `version`.
+    pub(super) async fn initialize_as(&self, version: &str) -> String {
         let reply = self
             .post(&[], &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}
+                "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}
             }}))
             .await;
         assert_eq!(reply.status, 200);
@@ -116,8 +126,8 @@ async fn raw_request(
 }
 
 /// A response whose body is read as it arrives (chunked or sized).
-struct Reply {
-    status: u16,
+pub(super) struct Reply {
+    pub(super) status: u16,
     headers: Vec<(String, String)>,
     reader: BufReader<TcpStream>,
     chunked: bool,
@@ -178,7 +188,7 @@ impl Reply {
         }
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -230,7 +240,7 @@ impl Reply {
         true
     }
 
-    async fn text(mut self) -> String {
+    pub(super) async fn text(mut self) -> String {
         while self.fill().await {}
         String::from_utf8(self.buffer).unwrap()
     }
@@ -238,6 +248,25 @@ impl Reply {
     async fn json(self) -> Value {
         let text = self.text().await;
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+
+    /// The next SSE frame exactly as sent, without its closing blank line (comments too);
+    /// `None` at the end of the body.
+    pub(super) async fn frame(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                return Some(String::from_utf8(block[..end].to_vec()).unwrap());
+            }
+            if !self.fill().await {
+                assert!(
+                    self.buffer.is_empty(),
+                    "a partial frame at the end: {:?}",
+                    self.buffer
+                );
+                return None;
+            }
+        }
     }
 
     /// The next SSE event that has an id, data or retry (comments are skipped); `None` at end.

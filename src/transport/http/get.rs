@@ -39,13 +39,17 @@ pub(super) async fn get(state: Arc<State>, parts: Parts) -> HttpResponse {
     else {
         return plain(StatusCode::NOT_FOUND, "session not found");
     };
+    let primes = crate::mcp::scope::primes_streams(&session.version);
     let (stream, cursor, priming) = match header(headers, "last-event-id").and_then(parse_event_id)
     {
-        Some((stream, after)) => (stream, after, None),
+        Some((stream, after)) => (stream, Some(after), None),
         None => {
-            let (stream, priming) = record_standalone(&state, &session);
-            let cursor = parse_event_id(&priming).map_or(0, |(_, sequence)| sequence);
-            (stream, cursor, Some(priming))
+            let (stream, priming) = record_standalone(&state, &session, primes);
+            let cursor = priming
+                .as_deref()
+                .and_then(parse_event_id)
+                .map(|(_, sequence)| sequence);
+            (stream, cursor, priming)
         }
     };
     let (body_sender, body_receiver) = mpsc::channel::<Bytes>(64);
@@ -74,12 +78,12 @@ pub(super) async fn delete(state: Arc<State>, parts: Parts) -> HttpResponse {
     }
 }
 
-/// Opens the session's standalone stream and starts its recorder; returns the stream and
-/// the id of its priming event.
-fn record_standalone(state: &State, session: &Arc<Session>) -> (u64, String) {
+/// Opens the session's standalone stream and starts its recorder; returns the stream and,
+/// for a client that reads one (`primes`), the id of its priming event.
+fn record_standalone(state: &State, session: &Arc<Session>, primes: bool) -> (u64, Option<String>) {
     let mut events = state.server.events_of(session.clone());
     let (stream, recording) = session.open_standalone_stream();
-    let priming = session.record_event(stream, String::new());
+    let priming = primes.then(|| session.record_event(stream, String::new()));
     let recorder = session.clone();
     state.tasks.spawn(async move {
         loop {
@@ -109,10 +113,12 @@ struct StreamReader {
 }
 
 impl StreamReader {
-    /// Sends the priming event (or a `resumed` comment), then follows the log from `cursor`:
-    /// replayed and live events alike come from it, until the stream finishes (a POST stream
-    /// after its response, a GET stream when a newer one replaced it or the session ended).
-    async fn run(mut self, state: &State, cursor: u64, priming: Option<String>) {
+    /// Sends the priming event (or a `resumed` comment for a reconnection; nothing for a new
+    /// stream of a client that predates priming), then follows the log after `cursor` (all of
+    /// it when `None`): replayed and live events alike come from it, until the stream finishes
+    /// (a POST stream after its response, a GET stream when a newer one replaced it or the
+    /// session ended).
+    async fn run(mut self, state: &State, cursor: Option<u64>, priming: Option<String>) {
         let retry_ms = state.options.retry_ms;
         let pump = &mut self.pump;
         let session = &self.session;
@@ -124,9 +130,10 @@ impl StreamReader {
                 pump.send(format!("id: {id}\nretry: {retry_ms}\ndata: \n\n"))
                     .await;
             }
-            None => pump.comment("resumed").await,
+            None if cursor.is_some() => pump.comment("resumed").await,
+            None => {}
         }
-        let mut cursor = Some(cursor);
+        let mut cursor = cursor;
         loop {
             let changed = session.stream_change_listener();
             match session.replay(self.stream, cursor) {

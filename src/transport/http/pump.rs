@@ -37,12 +37,24 @@ impl Pump {
         }
     }
 
-    /// The priming event: an id to resume from, the reconnection delay, empty data.
+    /// Whether this stream's client reads a priming event and `retry:` hints: a legacy
+    /// session that negotiated 2025-11-25 or later, and every stateless (2026-07-28) request.
+    pub(super) fn primes(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_none_or(|session| crate::mcp::scope::primes_streams(&session.version))
+    }
+
+    /// Opens the stream; for a client that reads one, with the priming event: an id to resume
+    /// from, the reconnection delay, empty data.
     pub(super) async fn open(&mut self, retry_ms: u64) {
         if let Some(session) = &self.session
             && self.stream.is_none()
         {
             self.stream = Some(session.open_stream());
+        }
+        if !self.primes() {
+            return;
         }
         let id = self.next_id(String::new());
         self.send(format!("id: {id}\nretry: {retry_ms}\ndata: \n\n"))
@@ -67,8 +79,12 @@ impl Pump {
         self.send(format!(": {text}\n\n")).await;
     }
 
+    /// The reconnection delay, before a stream the client should reopen ends; nothing for a
+    /// client that predates `retry:` handling.
     pub(super) async fn retry(&mut self, retry_ms: u64) {
-        self.send(format!("retry: {retry_ms}\n\n")).await;
+        if self.primes() {
+            self.send(format!("retry: {retry_ms}\n\n")).await;
+        }
     }
 
     fn next_id(&mut self, data: String) -> String {
