@@ -16,6 +16,9 @@ pub const ALLOW_SCRIPT_BACKENDS: &str = "AGENTPRISM_ALLOW_SCRIPT_BACKENDS";
 pub const ACP_INIT_TIMEOUT_MS: &str = "AGENTPRISM_ACP_INIT_TIMEOUT_MS";
 /// Long-lived ACP processes per backend (default 1, at least 1).
 pub const ACP_POOL_SIZE: &str = "AGENTPRISM_ACP_POOL_SIZE";
+/// How long a pooled ACP process may sit with no session before it is stopped, in ms
+/// (default 60000; `0` keeps idle processes until the process exits).
+pub const ACP_IDLE_TTL_MS: &str = "AGENTPRISM_ACP_IDLE_TTL_MS";
 /// Per-attempt ceiling of one agent prompt turn, in ms (default 1800000 = 30 min).
 pub const AGENT_TIMEOUT_MS: &str = "AGENTPRISM_AGENT_TIMEOUT_MS";
 /// Longest synchronous stretch of script code before it is stopped as a runaway, in ms

@@ -12,6 +12,7 @@ pub mod connection;
 mod failure;
 pub mod groups;
 pub mod lookup;
+mod idle;
 mod pool;
 pub mod process;
 pub mod reaper;
@@ -48,6 +49,9 @@ pub struct AcpConfig {
     pub cancel_grace: Duration,
     /// Per shutdown phase (after EOF, after SIGTERM), capped by the shutdown deadline.
     pub shutdown_grace: Duration,
+    /// How long a pooled process may sit with no session before it is stopped; `None` keeps
+    /// it until shutdown.
+    pub idle_ttl: Option<Duration>,
     /// The environment every agent inherits (plus its backend's `env`).
     pub base_env: EnvSnapshot,
     /// Reaper and group records; the default has neither (see [`process::Supervision`]).
@@ -62,18 +66,25 @@ impl AcpConfig {
             init_timeout: Duration::from_millis(60_000),
             cancel_grace: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
+            idle_ttl: Some(idle::DEFAULT_IDLE_TTL),
             base_env,
             supervision: process::Supervision::default(),
         }
     }
 
-    /// Reads `AGENTPRISM_ACP_POOL_SIZE` and `AGENTPRISM_ACP_INIT_TIMEOUT_MS`; `env` is also
-    /// the agents' base environment. Errors name the variable.
+    /// Reads `AGENTPRISM_ACP_POOL_SIZE`, `AGENTPRISM_ACP_INIT_TIMEOUT_MS` and
+    /// `AGENTPRISM_ACP_IDLE_TTL_MS` (`0`: idle processes stay); `env` is also the agents'
+    /// base environment. Errors name the variable.
     pub fn from_env(env: &EnvSnapshot) -> Result<AcpConfig, String> {
         let mut config = AcpConfig::new(env.clone());
         let pool_size = env.u64_or(env::ACP_POOL_SIZE, 1)?;
         config.pool_size = usize::try_from(pool_size).unwrap_or(usize::MAX).max(1);
         config.init_timeout = Duration::from_millis(env.u64_or(env::ACP_INIT_TIMEOUT_MS, 60_000)?);
+        let default_idle = u64::try_from(idle::DEFAULT_IDLE_TTL.as_millis()).unwrap_or(u64::MAX);
+        config.idle_ttl = match env.u64_or(env::ACP_IDLE_TTL_MS, default_idle)? {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        };
         Ok(config)
     }
 }
@@ -171,6 +182,10 @@ impl AgentRunner for AcpRunner {
             }
         }
         report
+    }
+
+    async fn release_probed(&self) {
+        self.pool.release_unprompted().await;
     }
 
     async fn shutdown(&self, deadline: Duration) {

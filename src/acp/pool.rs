@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 use crate::acp::AcpConfig;
 use crate::acp::connection::{CloseReason, Connection, RpcError};
 use crate::acp::failure::{execution, rpc_failure, with_stderr};
+use crate::acp::idle::{self, Idle};
 use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
 
@@ -56,6 +57,12 @@ pub(crate) struct AgentHost {
     /// pi-acp, which drops a provider's error and ends the turn empty: the error is then read
     /// from pi's session file (see `session::pi_turn_error`).
     pub pi_agent_dir: Option<std::path::PathBuf>,
+    /// Since when the process has had no session (`None` while it has one): the idle
+    /// reaper ends it once that lasted the idle time.
+    idle_since: Mutex<Option<Instant>>,
+    /// Set once a session sent a prompt on it: a process that only answered probes is what
+    /// `config` ends at once.
+    prompted: AtomicBool,
 }
 
 impl AgentHost {
@@ -74,6 +81,20 @@ impl AgentHost {
     /// Open sessions on this process (leases, including the caller's own).
     pub fn sessions(&self) -> usize {
         self.load.load(Ordering::Relaxed)
+    }
+
+    /// When its last session ended, if it has none now.
+    pub fn idle_since(&self) -> Option<Instant> {
+        *lock(&self.idle_since)
+    }
+
+    pub fn prompted(&self) -> bool {
+        self.prompted.load(Ordering::Relaxed)
+    }
+
+    /// A session is about to prompt the agent.
+    pub fn mark_prompted(&self) {
+        self.prompted.store(true, Ordering::Relaxed);
     }
 
     /// Takes the process out of the pool without killing it; see `retired`.
@@ -116,6 +137,9 @@ impl AgentHost {
 /// process group.
 pub(crate) struct Lease {
     host: Arc<AgentHost>,
+    /// The pool's idle reaper, told when a pooled process's last session ends; `None` for a
+    /// process outside the pool, which ends with its lease.
+    idle: Option<Arc<Idle>>,
 }
 
 impl Lease {
@@ -126,26 +150,38 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.host.load.fetch_sub(1, Ordering::Relaxed);
+        // The idle mark is set under the load's last decrement; an `acquire` clears it under
+        // its group lock before it increments, and the reaper only takes a process whose load
+        // is zero under that same lock.
+        let mut since = lock(&self.host.idle_since);
+        if self.host.load.fetch_sub(1, Ordering::Relaxed) == 1 {
+            *since = Some(Instant::now());
+            drop(since);
+            if let Some(idle) = &self.idle {
+                idle.released();
+            }
+        }
     }
 }
 
-type Group = Arc<tokio::sync::Mutex<Vec<Arc<AgentHost>>>>;
+pub(crate) type Group = Arc<tokio::sync::Mutex<Vec<Arc<AgentHost>>>>;
 
 pub(crate) struct Pool {
     config: AcpConfig,
     /// Owns every reader, writer, stderr and waiter task of every process.
     tracker: TaskTracker,
-    groups: Mutex<HashMap<String, Group>>,
+    groups: Arc<Mutex<HashMap<String, Group>>>,
+    idle: Arc<Idle>,
     shut_down: AtomicBool,
 }
 
 impl Pool {
     pub fn new(config: AcpConfig) -> Pool {
         Pool {
+            idle: Arc::new(Idle::new(config.idle_ttl)),
             config,
             tracker: TaskTracker::new(),
-            groups: Mutex::new(HashMap::new()),
+            groups: Arc::new(Mutex::new(HashMap::new())),
             shut_down: AtomicBool::new(false),
         }
     }
@@ -174,25 +210,41 @@ impl Pool {
         // One command line and environment per group, so one adapter: all or none exclusive.
         let exclusive = hosts.first().is_some_and(|host| host.exclusive);
         let loads: Vec<usize> = hosts.iter().map(|host| host.sessions()).collect();
-        let host = match pick(&loads, exclusive, self.config.pool_size) {
-            Pick::Reuse(index) => hosts[index].clone(),
+        let (host, pooled) = match pick(&loads, exclusive, self.config.pool_size) {
+            Pick::Reuse(index) => (hosts[index].clone(), true),
             Pick::Spawn { pooled } => {
                 let host = Arc::new(start_host(backend, &self.config, &self.tracker).await?);
                 if pooled {
                     hosts.push(host.clone());
+                    self.idle
+                        .start(&self.groups, self.config.shutdown_grace, &self.tracker);
                 } else {
                     tracing::debug!(backend = %backend.id, pid = host.process.pid(), "every pooled process holds a session; this one ends with its session");
                 }
-                host
+                (host, pooled)
             }
         };
-        host.load.fetch_add(1, Ordering::Relaxed);
-        Ok(Lease { host })
+        {
+            let mut since = lock(&host.idle_since);
+            *since = None;
+            host.load.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Lease {
+            host,
+            idle: pooled.then(|| self.idle.clone()),
+        })
+    }
+
+    /// Ends at once the pooled processes that have no session and never ran a prompt: the
+    /// ones a `config` probe started.
+    pub async fn release_unprompted(&self) {
+        idle::release_unprompted(&self.groups, self.config.shutdown_grace, &self.tracker).await;
     }
 
     /// EOF, then SIGTERM, then SIGKILL on every process group, all within `deadline`.
     pub async fn shutdown(&self, deadline: Duration) {
         self.shut_down.store(true, Ordering::Relaxed);
+        self.idle.stop();
         let end = Instant::now() + deadline;
         let groups: Vec<Group> = lock(&self.groups).drain().map(|(_, group)| group).collect();
         let mut hosts = Vec::new();
@@ -218,7 +270,7 @@ impl Pool {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -283,6 +335,8 @@ async fn start_host(
         killed: AtomicBool::new(false),
         retired: AtomicBool::new(false),
         exclusive,
+        idle_since: Mutex::new(None),
+        prompted: AtomicBool::new(false),
         pi_agent_dir: agent_name
             .eq_ignore_ascii_case("pi-acp")
             .then(|| pi_agent_dir(backend, config))

@@ -412,6 +412,7 @@ impl AgentSession for AcpSession {
         cancel: CancellationToken,
     ) -> Result<TurnOutput, AgentFailure> {
         let host = self.host().clone();
+        host.mark_prompted();
         let backend = host.backend.id.clone();
         let mut params = json!({"sessionId": self.session_id, "prompt": turn.prompt});
         if let Some(meta) = turn.meta {

@@ -400,7 +400,24 @@ fn config_reads_pool_size_and_init_timeout_and_names_bad_variables() {
         (defaults.pool_size, defaults.init_timeout),
         (1, Duration::from_secs(60))
     );
-    for variable in ["AGENTPRISM_ACP_POOL_SIZE", "AGENTPRISM_ACP_INIT_TIMEOUT_MS"] {
+    assert_eq!(defaults.idle_ttl, Some(Duration::from_secs(60)));
+    let kept = AcpConfig::from_env(&EnvSnapshot::from_pairs([(
+        "AGENTPRISM_ACP_IDLE_TTL_MS",
+        "0",
+    )]))
+    .expect("config");
+    assert_eq!(kept.idle_ttl, None, "0 keeps idle processes");
+    let short = AcpConfig::from_env(&EnvSnapshot::from_pairs([(
+        "AGENTPRISM_ACP_IDLE_TTL_MS",
+        "2500",
+    )]))
+    .expect("config");
+    assert_eq!(short.idle_ttl, Some(Duration::from_millis(2500)));
+    for variable in [
+        "AGENTPRISM_ACP_POOL_SIZE",
+        "AGENTPRISM_ACP_INIT_TIMEOUT_MS",
+        "AGENTPRISM_ACP_IDLE_TTL_MS",
+    ] {
         let error = AcpConfig::from_env(&EnvSnapshot::from_pairs([(variable, "lots")]))
             .expect_err("bad number");
         assert!(error.contains(variable), "{error}");

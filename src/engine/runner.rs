@@ -272,6 +272,11 @@ pub trait AgentRunner: Send + Sync + 'static {
         cwd: &std::path::Path,
     ) -> ProbeReport;
 
+    /// Stops at once the backend processes that hold no session and never ran a prompt: what
+    /// probes alone started (`config` calls it once its probes are done). Processes that
+    /// served prompts stay for their idle time.
+    async fn release_probed(&self) {}
+
     /// Stops every backend process (EOF, then TERM, then KILL on each process group), within
     /// `deadline`.
     async fn shutdown(&self, deadline: Duration);

@@ -796,3 +796,109 @@ async fn resume_reattaches_a_known_session_and_falls_back_to_a_new_one() {
     assert_ne!(fresh_reference, reference);
     runner.shutdown(Duration::from_secs(3)).await;
 }
+
+/// A pooled process that has had no session for the idle time is stopped; within it, the next
+/// session reuses the warm process.
+#[tokio::test]
+async fn an_idle_process_is_stopped_after_the_idle_time_and_reused_before_it() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let pid_file = folder.path().join("pids");
+    let mut settings = config();
+    let idle = Duration::from_millis(1500);
+    settings.idle_ttl = Some(idle);
+    let runner = AcpRunner::new(settings);
+    let backend = mock_backend(
+        "mock",
+        &[("MOCK_ACP_PID_FILE", &pid_file.display().to_string())],
+    );
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    prompt(&mut session, turn("one"), CancellationToken::new())
+        .await
+        .expect("turn");
+    let pid = wait_for_pids(&pid_file, 1).await[0];
+    drop(session);
+    // Well within the idle time: the same process serves the next session.
+    let mut again = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let released = Instant::now();
+    prompt(&mut again, turn("two"), CancellationToken::new())
+        .await
+        .expect("turn");
+    drop(again);
+    assert_eq!(
+        wait_for_pids(&pid_file, 1).await,
+        vec![pid],
+        "no second process"
+    );
+    assert!(is_alive(pid), "stopped while a session could still come");
+    wait_gone(pid, idle + DEADLINE).await;
+    assert!(
+        released.elapsed() >= idle,
+        "stopped after {:?}, before the idle time",
+        released.elapsed()
+    );
+    // The next session starts a fresh process.
+    let mut fresh = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let output = prompt(&mut fresh, turn("three"), CancellationToken::new())
+        .await
+        .expect("turn");
+    assert_eq!(output.text, "ECHO: three");
+    assert_eq!(wait_for_pids(&pid_file, 2).await.len(), 2);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
+/// `release_probed` (what `config` calls after its probes) ends the processes only probes
+/// used, at once, and keeps the ones that served a prompt.
+#[tokio::test]
+async fn processes_started_only_for_probes_are_released_at_once() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let probed_pids = folder.path().join("probed");
+    let prompted_pids = folder.path().join("prompted");
+    let runner = AcpRunner::new(config());
+    let probed = mock_backend(
+        "probed",
+        &[("MOCK_ACP_PID_FILE", &probed_pids.display().to_string())],
+    );
+    let prompted = mock_backend(
+        "prompted",
+        &[("MOCK_ACP_PID_FILE", &prompted_pids.display().to_string())],
+    );
+    let report = runner.probe(&probed, None, &std::env::temp_dir()).await;
+    assert!(report.probed, "{report:?}");
+    let mut session = open(
+        &runner,
+        session_spec(&prompted),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    prompt(&mut session, turn("work"), CancellationToken::new())
+        .await
+        .expect("turn");
+    drop(session);
+    let report = runner.probe(&prompted, None, &std::env::temp_dir()).await;
+    assert!(report.probed, "{report:?}");
+    let probed_pid = wait_for_pids(&probed_pids, 1).await[0];
+    let prompted_pid = wait_for_pids(&prompted_pids, 1).await[0];
+    runner.release_probed().await;
+    wait_gone(probed_pid, DEADLINE).await;
+    assert!(
+        is_alive(prompted_pid),
+        "a process that served a prompt stays warm"
+    );
+    runner.shutdown(Duration::from_secs(3)).await;
+    wait_gone(prompted_pid, DEADLINE).await;
+}

@@ -110,6 +110,8 @@ pub(super) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Val
             _ = &mut deadline => break,
         }
     }
+    // Discovery is not work: the adapters it started hold memory the user is not using.
+    engine.runner().release_probed().await;
     let harnesses: Vec<Value> = entries
         .into_iter()
         .zip(&targets)
