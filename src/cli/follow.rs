@@ -20,8 +20,11 @@ use crate::engine::runner::PermissionOutcome;
 use crate::engine::{Engine, StatusQuery};
 use crate::model::RunId;
 
-/// How often a foreground run looks for stop requests made by other processes.
-const FOREGROUND_INTENT_POLL: Duration = Duration::from_secs(1);
+/// How often a foreground run looks for stop and cancel requests made by other processes. A
+/// foreground run has no control socket, so this is how soon `agentprism stop` in another
+/// terminal, which waits for the run to settle, gets its answer; a look is one indexed read
+/// of the store when nothing is pending.
+const FOREGROUND_INTENT_POLL: Duration = Duration::from_millis(250);
 
 /// Follows a run executing in this process until it settles, showing progress on stderr and
 /// answering permission requests; then prints the result and maps the status to an exit code.

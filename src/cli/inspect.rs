@@ -212,11 +212,17 @@ pub(super) async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {
             note!("run {run_id}: cancelled call {}", cancelled["callIndex"]);
         } else if status.get("alreadyTerminal") == Some(&Value::Bool(true)) {
             note!("run {run_id} had already ended ({state})");
-        } else if let Some(pid) = control
+        } else if let Some(owner) = control
             .filter(|c| c.get("cold").is_none())
-            .and_then(|c| c.pointer("/owner/pid"))
+            .and_then(|c| c.get("owner"))
         {
-            note!("run {run_id}: {state} (stopped by daemon pid {pid})");
+            // An owner without a control protocol is a foreground `agentprism run`.
+            let holder = if owner.get("controlProtocol") == Some(&json!(0)) {
+                "process"
+            } else {
+                "daemon"
+            };
+            note!("run {run_id}: {state} (stopped by {holder} pid {})", owner["pid"]);
         } else {
             note!("run {run_id}: {state}");
         }

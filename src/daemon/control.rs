@@ -283,10 +283,13 @@ impl OwnerRoute for LeaseRoute {
             reason,
         };
         let Some(record) = record else {
-            return Err(unreachable(format!(
-                "process {} holds the run but is no daemon with a control socket (no instance record names owner {})",
-                lease.pid, lease.owner_id
-            )));
+            return Err(Unforwarded::NoControlSocket {
+                owner: owner.clone(),
+                reason: format!(
+                    "process {} holds the run and is no daemon with a control socket (no daemon record names owner {})",
+                    lease.pid, lease.owner_id
+                ),
+            });
         };
         if record.control_protocol < 1 {
             return Err(unreachable(format!(
@@ -321,7 +324,7 @@ impl OwnerRoute for LeaseRoute {
         }
     }
 
-    async fn terminate_superseded_owner(&self, lease: &Lease) -> Result<(), String> {
+    async fn verify_superseded_owner(&self, lease: &Lease) -> Result<(), String> {
         if lease.owner_id == self.from.instance_id || lease.pid == std::process::id() {
             return Err("the run's owner is this process".into());
         }
@@ -333,7 +336,7 @@ impl OwnerRoute for LeaseRoute {
             .flatten()
             .ok_or_else(|| {
                 format!(
-                    "process {} holding the run is not a live daemon whose record names instance {}",
+                    "process {} holding the run is no daemon (no live daemon record names instance {}), so it cannot be superseded; only a superseded daemon may be ended",
                     lease.pid, lease.owner_id
                 )
             })?;
@@ -343,11 +346,19 @@ impl OwnerRoute for LeaseRoute {
                 record.pid, record.instance_id
             ));
         }
+        Ok(())
+    }
+
+    async fn terminate_superseded_owner(&self, lease: &Lease) -> Result<(), String> {
+        let gone = || !identity_liveness(lease.pid, lease.proc_start, None).is_alive();
+        if let Err(reason) = self.verify_superseded_owner(lease).await {
+            // Gone since it was verified: there is nothing left to end.
+            return if gone() { Ok(()) } else { Err(reason) };
+        }
         let target = SignalTarget {
             pid: lease.pid,
             start_time: lease.proc_start,
         };
-        let gone = || !identity_liveness(lease.pid, lease.proc_start, None).is_alive();
         for (signal, wait) in [
             (Signal::SIGTERM, FORCE_TERM_WAIT),
             (Signal::SIGKILL, FORCE_KILL_WAIT),

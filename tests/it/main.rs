@@ -42,6 +42,7 @@ mod service;
 mod shim;
 mod snapshots;
 mod status_cache;
+mod stop_answers;
 mod succession;
 mod support;
 mod tasks;

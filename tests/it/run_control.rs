@@ -537,55 +537,6 @@ fn force_owner_ends_a_superseded_owner_and_stops_the_run() {
     assert_eq!(acks[0]["op"], pending.json()["control"]["operationId"]);
 }
 
-/// A foreground `agentprism run` has no control socket: a stop from another process is
-/// pending (the owner speaks no control protocol), and the foreground process carries out
-/// the recorded intent itself.
-#[test]
-fn a_foreground_run_picks_up_a_pending_stop() {
-    let world = World::new();
-    let script = world.ctx.write("slow.js", &slow_script());
-    let script = script.to_string_lossy().into_owned();
-    let mut command = world
-        .ctx
-        .command(&["run", &script, "--permissions", "reject"]);
-    let log = world.ctx.path("foreground.log");
-    let child = command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("foreground log"))
-        .spawn()
-        .expect("spawn agentprism run");
-    let mut foreground = Process { child: Some(child) };
-    let run_id = wait_for("the foreground run", || {
-        if let Some(status) = foreground.child.as_mut().and_then(|c| c.try_wait().ok()?) {
-            panic!(
-                "`agentprism run` ended ({status}) before its run was seen running:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        let listed = world.run(&["runs", "--all", "--json"]);
-        listed.json().as_array()?.first().and_then(|run| {
-            (run["status"] == "running").then(|| run["runId"].as_str().unwrap().to_owned())
-        })
-    });
-
-    let pending = world.run(&["stop", &run_id]);
-    assert_eq!(pending.code(), 1, "{}", pending.stderr);
-    let control = pending.json()["control"].clone();
-    assert_eq!(control["state"], "pending", "{control}");
-    assert_eq!(control["owner"]["pid"], foreground.pid());
-    assert_eq!(control["owner"]["controlProtocol"], 0);
-
-    let exit = foreground.wait();
-    assert_eq!(exit.code(), Some(1), "a stopped run exits 1");
-    assert_eq!(world.status(&run_id)["status"], "aborted");
-    assert_eq!(world.stopped_events(&run_id), 1);
-    let acks = wait_for("the foreground's ack", || {
-        Some(world.acks(&run_id)).filter(|acks| !acks.is_empty())
-    });
-    assert_eq!(acks[0]["op"], control["operationId"]);
-}
-
 /// `stop --call N` reaches a foreground run, which has no control socket, through a durable
 /// cancel intent that it carries out within a second; the sibling call goes on.
 #[test]

@@ -33,8 +33,8 @@ impl Engine {
             let answer = match self.forward(&lease, &op, &body).await {
                 Ok(answer) => answer,
                 // An owner with no control socket (a foreground `agentprism run`) reads
-                // intents every second: leave it one and wait for its answer.
-                Err(Unforwarded::Unreachable { .. }) => {
+                // intents every 250 ms: leave it one and wait for its answer.
+                Err(Unforwarded::Unreachable { .. } | Unforwarded::NoControlSocket { .. }) => {
                     return self.cancel_agent_by_intent(run_id, index, query).await;
                 }
                 Err(unforwarded) => {

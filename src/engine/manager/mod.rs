@@ -71,7 +71,7 @@ pub const STOP_WAIT: Duration = Duration::from_secs(10);
 /// How long `status` waits for another process to list a run's pending permissions.
 pub const REMOTE_STATUS_WAIT: Duration = Duration::from_secs(1);
 /// How long a cancel of one call waits for an owner without a control socket to answer its
-/// intent (a foreground run reads intents every second).
+/// intent (a foreground run looks for intents every 250 ms).
 pub const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// How often that wait looks for the acknowledgement.
 pub(super) const INTENT_POLL: Duration = Duration::from_millis(50);

@@ -17,8 +17,14 @@ pub trait OwnerRoute: Send + Sync {
     /// its answer without `ok`.
     async fn forward(&self, lease: &Lease, op: &str, body: &Value) -> Result<Value, Unforwarded>;
 
-    /// Ends the holder of `lease` for `forceOwner`: only a superseded daemon that still
-    /// holds the lease and is not this process; SIGTERM, then SIGKILL. `Ok` once it is gone.
+    /// Whether `forceOwner` may end the holder of `lease`: a superseded daemon that still
+    /// holds the lease and is not this process. Signals nothing; `Err` says why not. A stop
+    /// asks this before it records anything, so that a refused `forceOwner` leaves no trace.
+    async fn verify_superseded_owner(&self, lease: &Lease) -> Result<(), String>;
+
+    /// Ends the holder of `lease` for `forceOwner`, checking again right before the signals
+    /// what [`OwnerRoute::verify_superseded_owner`] checks (the identity may have changed
+    /// since); SIGTERM, then SIGKILL. `Ok` once it is gone.
     async fn terminate_superseded_owner(&self, lease: &Lease) -> Result<(), String>;
 }
 
@@ -27,9 +33,15 @@ pub trait OwnerRoute: Send + Sync {
 pub enum Unforwarded {
     /// The lease's process is gone (or is another process now).
     NoLiveOwner,
-    /// The owner lives but could not be asked: no control socket, not answering, another
-    /// key, or no control protocol at all. `owner` is the `control.owner` document.
+    /// The owner lives but could not be asked: a daemon whose control socket is gone or not
+    /// answering, another key, no control protocol at all, or no route from this process.
+    /// `owner` is the `control.owner` document.
     Unreachable { owner: Value, reason: String },
+    /// The owner lives and is no daemon (no daemon record names it, as with a foreground
+    /// `agentprism run`): it has no control socket, and learns of a stop or a cancel only
+    /// from the intent the caller records, which a foreground run looks for several times a
+    /// second. `owner` is the `control.owner` document.
+    NoControlSocket { owner: Value, reason: String },
     /// The owner answered with a refusal: its wire code and message.
     Refused { code: String, message: String },
 }
@@ -107,10 +119,12 @@ pub(super) fn unforwarded_error(
             "run {run_id} has no live owner process (pid {} has ended); {action} needs the process executing the run",
             lease.pid
         ))),
-        Unforwarded::Unreachable { reason, .. } => EngineError::Rejected(Rejected::Owner(format!(
-            "run {run_id} is executing in process {}, which cannot be reached for {action}: {reason}",
-            lease.pid
-        ))),
+        Unforwarded::Unreachable { reason, .. } | Unforwarded::NoControlSocket { reason, .. } => {
+            EngineError::Rejected(Rejected::Owner(format!(
+                "run {run_id} is executing in process {}, which cannot be reached for {action}: {reason}",
+                lease.pid
+            )))
+        }
         Unforwarded::Refused { code, message } => {
             if code == "UNKNOWN_RUN" {
                 return EngineError::UnknownRun(run_id.clone());

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use crate::engine::approval;
 use crate::engine::driver::Control;
 use crate::engine::manager::{
-    ControlState, Engine, EngineError, EngineResult, PAUSE_WAIT, PauseAnswer, Rejected, STOP_WAIT,
-    StopAnswer, Unforwarded, lease_owner,
+    ControlState, Engine, EngineError, EngineResult, INTENT_POLL, PAUSE_WAIT, PauseAnswer,
+    Rejected, STOP_WAIT, StopAnswer, Unforwarded, lease_owner,
 };
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, PauseReason, RunId, RunRecord, RunStatus};
@@ -29,9 +29,12 @@ impl Engine {
     /// (`force_owner`, whole-run stops only; daemon.md 1.10 step 9).
     ///
     /// A run executing in another live process is stopped there: the stop is recorded as a
-    /// durable intent and forwarded to the lease holder. When the holder cannot be reached
+    /// durable intent and forwarded to the lease holder, or, when the holder is no daemon
+    /// and so has no control socket, waited for until the holder has carried the intent out.
+    /// When the holder cannot be reached, or has not settled the run within [`STOP_WAIT`],
     /// the answer carries `control: {state:"pending", operationId, requestedAt, owner}` and
-    /// the intent stays for the owner to carry out; a retry reuses its operation id.
+    /// the intent stays for the owner to carry out; a retry reuses its operation id. A
+    /// `forceOwner` the holder does not qualify for is refused before anything is recorded.
     pub async fn stop_with(
         &self,
         run_id: &RunId,
@@ -81,21 +84,10 @@ impl Engine {
         query: &StatusQuery,
     ) -> EngineResult<StopAnswer> {
         let run_id = &record.run_id;
-        let intent = self
-            .inner
-            .store
-            .put_intent(&ControlIntent::new(run_id, IntentAction::Stop, None))
-            .await
-            .map_err(|error| match error {
-                StoreError::UnknownRun(_) => EngineError::from(error),
-                error => EngineError::Rejected(Rejected::Unrecorded(format!(
-                    "cannot record the stop request for run {run_id}: {error}"
-                ))),
-            })?;
         if force_owner {
-            self.end_superseded_owner(lease).await?;
-            return self.stop_cold_acknowledged(run_id, &intent, query).await;
+            return self.stop_forced(run_id, lease, query).await;
         }
+        let intent = self.record_stop(run_id).await?;
         let body = json!({"action": "stop", "runId": run_id});
         let forwarded = self.forward(lease, &intent.op, &body).await;
         let owner = match &forwarded {
@@ -107,7 +99,13 @@ impl Engine {
                     .stop_pending(run_id, &intent, owner.clone(), reason, query)
                     .await;
             }
+            Err(Unforwarded::NoControlSocket { owner, reason }) => {
+                return self
+                    .stop_through_intent(run_id, &intent, owner.clone(), reason, query)
+                    .await;
+            }
             Err(Unforwarded::Refused { code, message }) if code == "UNKNOWN_RUN" => {
+                self.withdraw(&intent, message).await;
                 return Err(EngineError::Rejected(Rejected::Owner(format!(
                     "the owner of run {run_id} (pid {}) does not know it: {message}",
                     lease.pid
@@ -147,6 +145,7 @@ impl Engine {
                     // The owner let go between our look and its answer: stop it here.
                     return self.stop_cold_acknowledged(run_id, &intent, query).await;
                 }
+                self.withdraw(&intent, &message).await;
                 Err(EngineError::Rejected(Rejected::Owner(format!(
                     "the owner of run {run_id} (pid {}) refused the stop: {message}",
                     lease.pid
@@ -156,19 +155,94 @@ impl Engine {
         }
     }
 
-    /// `forceOwner`: ends the superseded daemon that still holds `lease`.
-    async fn end_superseded_owner(&self, lease: &Lease) -> EngineResult<()> {
-        let route = self.inner.route.get().ok_or_else(|| {
-            EngineError::Rejected(Rejected::Owner(
-                "forceOwner: this process cannot verify or end other owners".into(),
-            ))
-        })?;
+    /// `forceOwner` (daemon.md 1.10 step 9): ends the superseded daemon holding `lease`, then
+    /// stops the run here. Whether that daemon may be ended is settled before anything is
+    /// recorded, so a refusal leaves the store, the run and its owner as they were.
+    async fn stop_forced(
+        &self,
+        run_id: &RunId,
+        lease: &Lease,
+        query: &StatusQuery,
+    ) -> EngineResult<StopAnswer> {
+        let refused = |reason: String| {
+            EngineError::Rejected(Rejected::Owner(format!("forceOwner refused: {reason}")))
+        };
+        let route = self
+            .inner
+            .route
+            .get()
+            .ok_or_else(|| refused("this process cannot verify or end other owners".into()))?;
         route
-            .terminate_superseded_owner(lease)
+            .verify_superseded_owner(lease)
             .await
-            .map_err(|reason| {
-                EngineError::Rejected(Rejected::Owner(format!("forceOwner refused: {reason}")))
+            .map_err(refused)?;
+        let intent = self.record_stop(run_id).await?;
+        if let Err(reason) = route.terminate_superseded_owner(lease).await {
+            // The owner lives on, and the recorded intent is its to carry out.
+            let reason = format!("forceOwner could not end the owner: {reason}");
+            return self
+                .stop_pending(run_id, &intent, lease_owner(lease), &reason, query)
+                .await;
+        }
+        self.stop_cold_acknowledged(run_id, &intent, query).await
+    }
+
+    /// Records the durable stop intent of `run_id` (or finds the unacknowledged one a
+    /// previous stop left), whose operation id the owner acknowledges.
+    async fn record_stop(&self, run_id: &RunId) -> EngineResult<ControlIntent> {
+        self.inner
+            .store
+            .put_intent(&ControlIntent::new(run_id, IntentAction::Stop, None))
+            .await
+            .map_err(|error| match error {
+                StoreError::UnknownRun(_) => EngineError::from(error),
+                error => EngineError::Rejected(Rejected::Unrecorded(format!(
+                    "cannot record the stop request for run {run_id}: {error}"
+                ))),
             })
+    }
+
+    /// A stop of a run whose owner has no control socket (a foreground `agentprism run`):
+    /// that owner finds the recorded intent itself, so the stop reads the store every
+    /// [`INTENT_POLL`] for up to [`STOP_WAIT`] until the run has settled, and is pending only
+    /// if it has not by then. An owner that lets go of the run without stopping it (it
+    /// ended, or the run paused) leaves it to be stopped here.
+    async fn stop_through_intent(
+        &self,
+        run_id: &RunId,
+        intent: &ControlIntent,
+        owner: Value,
+        reason: &str,
+        query: &StatusQuery,
+    ) -> EngineResult<StopAnswer> {
+        let deadline = tokio::time::Instant::now() + STOP_WAIT;
+        loop {
+            let current = self.load_reconciled(run_id).await?;
+            if current.status.is_terminal() {
+                let already = current.status != RunStatus::Aborted;
+                return self.stop_settled(intent, owner, already, query).await;
+            }
+            if self.foreign_owner(run_id).await?.is_none() {
+                return self.stop_cold_acknowledged(run_id, intent, query).await;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let reason = format!(
+                    "{reason}, and it has not carried out the recorded stop within {} s",
+                    STOP_WAIT.as_secs()
+                );
+                return self
+                    .stop_pending(run_id, intent, owner, &reason, query)
+                    .await;
+            }
+            tokio::time::sleep(INTENT_POLL).await;
+        }
+    }
+
+    /// Acknowledges a stop intent whose caller is told the stop was refused, so that no
+    /// owner carries it out later.
+    async fn withdraw(&self, intent: &ControlIntent, reason: &str) {
+        let refused = json!({"state": "refused", "operationId": intent.op, "reason": reason});
+        self.acknowledge(&intent.run_id, &intent.op, refused).await;
     }
 
     /// The run settled in its owner's process: the intent is acknowledged as settled.
