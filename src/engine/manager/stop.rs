@@ -59,12 +59,23 @@ impl Engine {
             let settled = tokio::time::timeout(STOP_WAIT, self.wait(run_id))
                 .await
                 .is_ok();
-            let mut answer = StopAnswer::of(self.status(run_id, query).await?);
-            answer.stopped = Some(settled);
             if !settled {
-                let op = uuid::Uuid::new_v4().to_string();
-                answer.control = Some(ControlState::pending(op));
+                // Still stopping: the request is recorded, so its operation id is one a retry
+                // and `status` find, and the intent scan acknowledges it once the run settles.
+                let intent = ControlIntent::new(run_id, IntentAction::Stop, None);
+                let intent = self.inner.store.put_intent(&intent).await?;
+                return self
+                    .stop_pending(
+                        run_id,
+                        &intent,
+                        self.owner_summary(),
+                        "this process is still stopping the run",
+                        query,
+                    )
+                    .await;
             }
+            let mut answer = StopAnswer::of(self.status(run_id, query).await?);
+            answer.stopped = Some(true);
             return Ok(answer);
         }
         if record.status == RunStatus::Running
