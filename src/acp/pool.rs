@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 use crate::acp::AcpConfig;
 use crate::acp::connection::{CloseReason, Connection, RpcError};
 use crate::acp::failure::{execution, rpc_failure, with_stderr};
-use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
+use crate::acp::process::{AgentProcess, StderrMark, spawn_agent, wait_exit};
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
 
 /// The ACP protocol version we speak.
@@ -99,14 +99,16 @@ impl AgentHost {
         self.capability("/sessionCapabilities/close")
     }
 
-    /// Maps an error from `method` on this host to a failure, with auth methods and stderr.
-    pub fn failure(&self, method: &str, error: RpcError) -> AgentFailure {
+    /// Maps an error from `method` on this host to a failure, with auth methods and what
+    /// the agent wrote to stderr since `began` (the request's own part of a shared process's
+    /// stderr).
+    pub async fn failure(&self, method: &str, error: RpcError, began: StderrMark) -> AgentFailure {
         rpc_failure(
             &self.backend.id,
             method,
             error,
             &self.auth_methods,
-            &self.process.stderr_tail(),
+            &self.process.stderr_since(began).await,
         )
     }
 }
@@ -318,7 +320,8 @@ async fn initialize(
                 config.init_timeout.as_millis(),
                 process.command_line()
             );
-            return Err(execution(with_stderr(message, &process.stderr_tail())));
+            let stderr = process.stderr_since(StderrMark::default()).await;
+            return Err(execution(with_stderr(message, &stderr)));
         }
         Ok(Err(error)) => {
             return Err(rpc_failure(
@@ -326,7 +329,7 @@ async fn initialize(
                 "initialize",
                 error,
                 &[],
-                &process.stderr_tail(),
+                &process.stderr_since(StderrMark::default()).await,
             ));
         }
         Ok(Ok(result)) => result,

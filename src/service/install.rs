@@ -25,7 +25,7 @@ use crate::env::EnvSnapshot;
 /// environment when the installing shell has them: the credentials and endpoints the agent
 /// backends read, and proxy settings. PATH is always copied. HOME, USER and
 /// `XDG_RUNTIME_DIR` are not: the manager sets them.
-pub const PASSED_THROUGH: [&str; 19] = [
+pub const PASSED_THROUGH: [&str; 20] = [
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
@@ -45,6 +45,8 @@ pub const PASSED_THROUGH: [&str; 19] = [
     "HTTP_PROXY",
     "NO_PROXY",
     "SSL_CERT_FILE",
+    // Claude Code's permission to run as root (docs/adapters.md, "Running as root").
+    "IS_SANDBOX",
 ];
 
 /// The version of `managed.json`'s format.

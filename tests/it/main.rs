@@ -1,6 +1,7 @@
 //! Integration tests, one module per area.
 mod a2a;
 mod acp;
+mod acp_stderr;
 mod adapters;
 mod admission;
 mod architecture;
