@@ -11,6 +11,7 @@ mod companions;
 mod control;
 mod control_daemon;
 mod daemon;
+mod daemon_idle;
 mod discovery;
 mod engine;
 mod host_env;
