@@ -13,10 +13,10 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+use super::tools::Tools;
 use super::{Manager, Result, ServiceError, launchd, systemd};
 use crate::discovery::fingerprint;
 use crate::env::EnvSnapshot;
@@ -95,6 +95,9 @@ pub struct InstallReport {
     /// Names (never values) of the variables captured into the daemon's environment.
     pub environment: Vec<String>,
     pub fingerprint: Option<String>,
+    /// What uninstall could not do, each with why and what the user can do instead; the
+    /// command fails when it is not empty.
+    pub not_done: Vec<String>,
 }
 
 impl InstallPaths {
@@ -237,6 +240,13 @@ pub fn install(manager: Manager, paths: &InstallPaths, env: &EnvSnapshot) -> Res
     let unit = match manager {
         Manager::Systemd => {
             let systemctl = tools.require("systemctl", SYSTEMCTL_HINT)?;
+            // Before anything is written, so a refusal stores nothing.
+            if let Err(unreachable) = reach_user_manager(&tools, &systemctl, &mut report) {
+                return Err(ServiceError::Refused(format!(
+                    "{unreachable}, so nothing was installed. {}",
+                    no_user_manager_hint(paths.uid)
+                )));
+            }
             let unit_dir = paths.systemd_user_dir();
             for unit in systemd::unit_files(&paths.binary, &paths.daemon_env())? {
                 let path = unit_dir.join(unit.name);
@@ -316,8 +326,23 @@ pub fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport
             let unit_dir = paths.systemd_user_dir();
             let installed = unit_dir.join(systemd::ENTRY_UNIT).exists()
                 || unit_dir.join(systemd::TEMPLATE_UNIT).exists();
-            let systemctl = tools.find("systemctl");
-            if let (true, Some(systemctl)) = (installed, &systemctl) {
+            let systemctl = match tools.find("systemctl") {
+                Some(systemctl) if installed => {
+                    match reach_user_manager(&tools, &systemctl, &mut report) {
+                        Ok(()) => Some(systemctl),
+                        // The files are ours to remove whether or not a manager listens.
+                        Err(unreachable) => {
+                            report.not_done.push(format!(
+                                "could not disable {} or stop the managed daemons:                                  {unreachable}. The unit files and the link that enabled                                  them are removed all the same; a user manager of this user                                  running elsewhere (another login session) keeps the units                                  loaded until `systemctl --user daemon-reload` there, and                                  `agentprism daemon stop --all` stops every daemon of this                                  user and persistence root",
+                                systemd::ENTRY_UNIT
+                            ));
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            if let Some(systemctl) = &systemctl {
                 tools.run(
                     systemctl,
                     &["--user", "disable", "--now", systemd::ENTRY_UNIT],
@@ -327,12 +352,15 @@ pub fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport
                 let stop = systemd::stop_all_args();
                 let stop: Vec<&str> = stop.iter().map(String::as_str).collect();
                 tools.run(systemctl, &stop, &[], &mut report)?;
+            } else {
+                // What `disable` removes, when no manager could.
+                remove_enablement_link(&unit_dir, &mut report)?;
             }
             for name in [systemd::ENTRY_UNIT, systemd::TEMPLATE_UNIT] {
                 remove_file(&unit_dir.join(name), &mut report)?;
             }
             remove_file(&paths.daemon_env(), &mut report)?;
-            if let (true, Some(systemctl)) = (installed, &systemctl) {
+            if let Some(systemctl) = &systemctl {
                 tools.run(systemctl, &["--user", "daemon-reload"], &[], &mut report)?;
             }
         }
@@ -393,99 +421,58 @@ pub fn start_managed(record: &ManagedRecord, paths: &InstallPaths, version: &str
     Ok(())
 }
 
+/// Asks the user's systemd manager for its version: `Err` (saying what systemctl answered)
+/// when there is no manager to talk to, typically no user bus outside a login session.
+fn reach_user_manager(
+    tools: &Tools,
+    systemctl: &Path,
+    report: &mut InstallReport,
+) -> Result<(), String> {
+    match tools.run(
+        systemctl,
+        &["--user", "show", "--property=Version"],
+        &[],
+        report,
+    ) {
+        Ok(_) => Ok(()),
+        Err(ServiceError::CommandFailed {
+            command, output, ..
+        }) => Err(format!(
+            "the systemd user manager cannot be reached (`{command}`: {output})"
+        )),
+        Err(other) => Err(format!(
+            "the systemd user manager cannot be reached ({other})"
+        )),
+    }
+}
+
+/// What to do without a reachable user manager.
+fn no_user_manager_hint(uid: u32) -> String {
+    format!(
+        "systemd runs a user's manager during a login session (a console, ssh or desktop \
+         login; not `su` or `sudo`), whose XDG_RUNTIME_DIR is /run/user/{uid}, and from boot \
+         on after `loginctl enable-linger $USER`: log in that way (after enabling lingering, \
+         log in again) and run `agentprism daemon install` again. Without a service manager \
+         nothing needs installing: the agentprism-workflow shim an MCP host starts spawns the \
+         daemon itself, and `agentprism daemon run` runs it in the foreground"
+    )
+}
+
+/// Removes `default.target.wants/agentprism.service` when it is the link `enable` made to
+/// our unit (a symlink whose target is named like it); anything else there is left alone.
+fn remove_enablement_link(unit_dir: &Path, report: &mut InstallReport) -> Result<()> {
+    let link = unit_dir.join(systemd::WANTED_BY).join(systemd::ENTRY_UNIT);
+    let ours = std::fs::read_link(&link)
+        .is_ok_and(|target| target.file_name() == Some(OsStr::new(systemd::ENTRY_UNIT)));
+    if ours {
+        remove_file(&link, report)?;
+    }
+    Ok(())
+}
+
 const SYSTEMCTL_HINT: &str = "there is no systemd user manager here; the daemon keeps being \
     self-spawned by the shim, which needs no install";
 const LAUNCHCTL_HINT: &str = "launchd is only on macOS; elsewhere use the systemd install";
-
-/// Finds and runs the manager's command-line tools on an explicit PATH.
-struct Tools {
-    search_path: OsString,
-}
-
-impl Tools {
-    fn new(search_path: OsString) -> Tools {
-        Tools { search_path }
-    }
-
-    fn find(&self, tool: &str) -> Option<PathBuf> {
-        use std::os::unix::fs::PermissionsExt;
-        std::env::split_paths(&self.search_path)
-            .map(|dir| dir.join(tool))
-            .find(|candidate| {
-                std::fs::metadata(candidate)
-                    .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-            })
-    }
-
-    fn require(&self, tool: &str, hint: &'static str) -> Result<PathBuf> {
-        self.find(tool).ok_or_else(|| ServiceError::ToolMissing {
-            tool: tool.into(),
-            hint,
-        })
-    }
-
-    /// Runs `program args`; exit 0 or one of `accepted` is success, anything else an error
-    /// carrying the command's output.
-    fn run<S: AsRef<str>>(
-        &self,
-        program: &Path,
-        args: &[S],
-        accepted: &[i32],
-        report: &mut InstallReport,
-    ) -> Result<i32> {
-        let shown = std::iter::once(
-            program
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        )
-        .chain(args.iter().map(|arg| arg.as_ref().to_string()))
-        .collect::<Vec<_>>()
-        .join(" ");
-        report.commands.push(shown.clone());
-        let mut attempts = 0;
-        let output = loop {
-            let result = Command::new(program)
-                .args(args.iter().map(AsRef::as_ref))
-                .stdin(Stdio::null())
-                .output();
-            match result {
-                // A program written moments ago (the tests' fakes) can be briefly busy when
-                // another thread forked while its write handle was open.
-                Err(e)
-                    if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
-                        && attempts < 50 =>
-                {
-                    attempts += 1;
-                    std::thread::yield_now();
-                }
-                Err(e) => return Err(ServiceError::io("run", program, e)),
-                Ok(output) => break output,
-            }
-        };
-        let code = output.status.code();
-        match code {
-            Some(0) => Ok(0),
-            Some(code) if accepted.contains(&code) => Ok(code),
-            _ => {
-                let mut text = String::from_utf8_lossy(&output.stderr).trim().to_string();
-                let stdout = String::from_utf8_lossy(&output.stdout);
-                if !stdout.trim().is_empty() {
-                    text = format!("{text}\n{}", stdout.trim());
-                }
-                Err(ServiceError::CommandFailed {
-                    command: shown,
-                    status: output.status.to_string(),
-                    output: if text.is_empty() {
-                        "(no output)".into()
-                    } else {
-                        text
-                    },
-                })
-            }
-        }
-    }
-}
 
 fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -609,6 +596,7 @@ mod tests {
         assert_eq!(
             fixture.calls(),
             [
+                "systemctl --user show --property=Version",
                 "systemctl --user daemon-reload",
                 "systemctl --user enable --now agentprism.service"
             ]
@@ -685,6 +673,71 @@ mod tests {
         assert!(!fixture.paths.systemd_user_dir().exists());
     }
 
+    /// No user bus (outside a login session): install refuses before it writes anything,
+    /// saying what to do, and uninstall still removes every file it owns and says what it
+    /// could not do.
+    #[test]
+    fn without_a_user_manager_install_writes_nothing_and_uninstall_still_cleans_up() {
+        let fixture = Fixture::new();
+        fixture.fake("systemctl", &[("*show*", 1)]);
+        let error = install(Manager::Systemd, &fixture.paths, &env()).unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, ServiceError::Refused(_)), "{text}");
+        for needed in [
+            "systemctl says no",
+            "nothing was installed",
+            "loginctl enable-linger",
+            "agentprism daemon run",
+        ] {
+            assert!(text.contains(needed), "{needed}: {text}");
+        }
+        assert_eq!(
+            fixture.calls(),
+            ["systemctl --user show --property=Version"]
+        );
+        assert!(!fixture.paths.home.join(".config").exists());
+
+        // What an install that could reach the manager left, then the manager went away.
+        fixture.fake("systemctl", &[]);
+        install(Manager::Systemd, &fixture.paths, &env()).unwrap();
+        let unit_dir = fixture.paths.systemd_user_dir();
+        let wants = unit_dir.join(systemd::WANTED_BY);
+        std::fs::create_dir_all(&wants).unwrap();
+        std::os::unix::fs::symlink(
+            unit_dir.join(systemd::ENTRY_UNIT),
+            wants.join(systemd::ENTRY_UNIT),
+        )
+        .unwrap();
+        fixture.fake("systemctl", &[("*show*", 1)]);
+        let before = fixture.calls().len();
+        let report = uninstall(Manager::Systemd, &fixture.paths).unwrap();
+        assert_eq!(
+            fixture.calls()[before..],
+            ["systemctl --user show --property=Version"]
+        );
+        assert_eq!(report.files_removed.len(), 5, "{report:?}");
+        for gone in [
+            fixture.paths.managed_record(),
+            unit_dir.join(systemd::ENTRY_UNIT),
+            unit_dir.join(systemd::TEMPLATE_UNIT),
+            wants.join(systemd::ENTRY_UNIT),
+            fixture.paths.daemon_env(),
+        ] {
+            assert!(
+                std::fs::symlink_metadata(&gone).is_err(),
+                "{}",
+                gone.display()
+            );
+        }
+        let [undone] = report.not_done.as_slice() else {
+            panic!("{report:?}");
+        };
+        assert!(
+            undone.contains("systemctl says no") && undone.contains("daemon stop --all"),
+            "{undone}"
+        );
+    }
+
     #[test]
     fn systemd_uninstall_stops_every_generation_and_is_idempotent() {
         let fixture = Fixture::new();
@@ -692,14 +745,16 @@ mod tests {
         install(Manager::Systemd, &fixture.paths, &env()).unwrap();
         let report = uninstall(Manager::Systemd, &fixture.paths).unwrap();
         assert_eq!(
-            fixture.calls()[2..],
+            fixture.calls()[3..],
             [
+                "systemctl --user show --property=Version",
                 "systemctl --user disable --now agentprism.service",
                 "systemctl --user stop agentprism.service agentprism@*.service",
                 "systemctl --user daemon-reload"
             ]
         );
         assert_eq!(report.files_removed.len(), 4);
+        assert!(report.not_done.is_empty());
         assert!(!fixture.paths.daemon_env().exists());
         assert!(read_managed(&fixture.paths).is_none());
         let again = uninstall(Manager::Systemd, &fixture.paths).unwrap();

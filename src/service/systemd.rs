@@ -19,6 +19,8 @@ pub const ENTRY_UNIT: &str = "agentprism.service";
 pub const TEMPLATE_UNIT: &str = "agentprism@.service";
 /// Glob matching every generation instance (for `systemctl --user stop`).
 pub const INSTANCE_GLOB: &str = "agentprism@*.service";
+/// The folder `systemctl --user enable` links [`ENTRY_UNIT`] into (its `WantedBy=`).
+pub const WANTED_BY: &str = "default.target.wants";
 
 /// `systemd/agentprism.service` as shipped.
 pub const ENTRY_UNIT_TEXT: &str = include_str!("../../systemd/agentprism.service");
@@ -178,6 +180,7 @@ mod tests {
         }
         assert!(setting(TEMPLATE_UNIT_TEXT, "ExecStart")[0].ends_with("--expect-version=%i"));
         assert_eq!(setting(ENTRY_UNIT_TEXT, "WantedBy"), ["default.target"]);
+        assert_eq!(WANTED_BY, "default.target.wants");
     }
 
     #[test]
