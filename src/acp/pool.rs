@@ -26,7 +26,8 @@ use tokio_util::task::TaskTracker;
 use crate::acp::AcpConfig;
 use crate::acp::connection::{CloseReason, Connection, RpcError};
 use crate::acp::failure::{execution, rpc_failure, with_stderr};
-use crate::acp::process::{AgentProcess, StderrMark, spawn_agent, wait_exit};
+use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
+use crate::acp::stderr::StderrMark;
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
 
 /// The ACP protocol version we speak.

@@ -15,13 +15,12 @@
 //! reaper (library embedders and unit tests, whose binary is not agentprism) the agent leads
 //! its own group and gets only a death signal of its own, which does not reach its children.
 
-use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -34,6 +33,7 @@ use tokio_util::task::TaskTracker;
 use crate::acp::groups::{self, GroupRecord};
 use crate::acp::reaper;
 use crate::acp::registry::override_variable;
+use crate::acp::stderr::{self, StderrMark, StderrTail};
 use crate::engine::runner::BackendSpec;
 use crate::env::EnvSnapshot;
 
@@ -73,15 +73,6 @@ pub fn own_binary() -> std::io::Result<PathBuf> {
 /// How long a reaper may take to say whether the agent started.
 const REAPER_REPORT_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How much of an agent's stderr we keep for error messages.
-const STDERR_TAIL_BYTES: usize = 8 * 1024;
-
-/// How long a failure waits for the stderr drain to read what the pipe holds.
-const STDERR_CATCH_UP: Duration = Duration::from_secs(1);
-
-/// Catch-up requests that may wait for the drain at once (one per failing request).
-const CATCH_UP_REQUESTS: usize = 16;
-
 /// A running agent process. Dropping it sends SIGKILL to its process group.
 pub struct AgentProcess {
     backend: String,
@@ -105,87 +96,6 @@ pub struct AgentProcess {
     /// reaped), so drop does not signal a process group id that the system may since have
     /// handed to someone else.
     swept: Arc<AtomicBool>,
-}
-
-/// The last few KiB an agent wrote to stderr; shared with the task that drains the pipe.
-///
-/// One adapter process serves many sessions and probes, so its stderr holds the words of
-/// every one of them: a failure quotes only what was written since its own request began
-/// ([`StderrTail::mark`], [`StderrTail::since`]), after [`StderrTail::catch_up`] has let the
-/// drain read whatever the agent wrote before it answered.
-pub struct StderrTail {
-    kept: Mutex<KeptBytes>,
-    /// Asks the draining task to read what the pipe holds now; closed once it hit EOF.
-    catch_up: tokio::sync::mpsc::Sender<oneshot::Sender<()>>,
-}
-
-/// A position in an agent's stderr: how many bytes it had written when the mark was taken.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StderrMark(u64);
-
-#[derive(Default)]
-struct KeptBytes {
-    bytes: VecDeque<u8>,
-    /// Every byte ever kept (before trimming to the tail), so marks stay meaningful.
-    written: u64,
-}
-
-impl StderrTail {
-    /// A tail with no drain behind it (an agent whose stderr is not piped).
-    fn detached() -> StderrTail {
-        let (catch_up, _) = tokio::sync::mpsc::channel(1);
-        StderrTail {
-            kept: Mutex::new(KeptBytes::default()),
-            catch_up,
-        }
-    }
-
-    fn kept(&self) -> std::sync::MutexGuard<'_, KeptBytes> {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn push(&self, line: &[u8]) {
-        let mut kept = self.kept();
-        kept.bytes.extend(line);
-        kept.bytes.push_back(b'\n');
-        kept.written += line.len() as u64 + 1;
-        let excess = kept.bytes.len().saturating_sub(STDERR_TAIL_BYTES);
-        kept.bytes.drain(..excess);
-    }
-
-    /// The current end of the stderr, to quote only what comes after it.
-    pub fn mark(&self) -> StderrMark {
-        StderrMark(self.kept().written)
-    }
-
-    /// The kept text, trimmed (lossy at a cut multibyte character).
-    pub fn text(&self) -> String {
-        self.since(StderrMark::default())
-    }
-
-    /// What was written after `mark` (as far as the tail still holds it), trimmed.
-    pub fn since(&self, mark: StderrMark) -> String {
-        let kept = self.kept();
-        let new = usize::try_from(kept.written.saturating_sub(mark.0)).unwrap_or(usize::MAX);
-        let skip = kept.bytes.len().saturating_sub(new);
-        let bytes: Vec<u8> = kept.bytes.iter().skip(skip).copied().collect();
-        String::from_utf8_lossy(&bytes).trim().to_owned()
-    }
-
-    /// Waits (at most `limit`) until the drain has read every byte the pipe holds now. An
-    /// agent writes its stderr before it answers on stdout, so after an answer arrived this
-    /// makes the tail hold what the agent said about it.
-    pub async fn catch_up(&self, limit: Duration) {
-        let (reply, done) = oneshot::channel();
-        let _ = tokio::time::timeout(limit, async {
-            if self.catch_up.send(reply).await.is_ok() {
-                let _ = done.await;
-            }
-        })
-        .await;
-    }
 }
 
 /// Variables a child must not inherit: they belong to our service manager (sd_notify, socket
@@ -236,18 +146,8 @@ pub async fn spawn_agent(
     let stdout = child.stdout.take();
     let stderr = match child.stderr.take() {
         Some(pipe) => {
-            let (catch_up, requests) = tokio::sync::mpsc::channel(CATCH_UP_REQUESTS);
-            let stderr = Arc::new(StderrTail {
-                kept: Mutex::new(KeptBytes::default()),
-                catch_up,
-            });
-            let drain = Drain {
-                tail: stderr.clone(),
-                requests,
-                backend: backend.id.clone(),
-                pid,
-            };
-            tracker.spawn(drain.run(pipe));
+            let (stderr, drain) = stderr::drain(pipe, backend.id.clone(), pid);
+            tracker.spawn(drain);
             stderr
         }
         None => Arc::new(StderrTail::detached()),
@@ -336,74 +236,6 @@ fn agent_command(
         .process_group(0)
         .kill_on_drop(true);
     Ok((command, owner_end))
-}
-
-/// The task that copies an agent's stderr, line by line, into its bounded tail and the debug
-/// log, and reads the pipe dry whenever a failure asks it to ([`StderrTail::catch_up`]).
-struct Drain {
-    tail: Arc<StderrTail>,
-    requests: tokio::sync::mpsc::Receiver<oneshot::Sender<()>>,
-    backend: String,
-    pid: u32,
-}
-
-impl Drain {
-    async fn run(mut self, mut pipe: tokio::process::ChildStderr) {
-        let mut line = Vec::new();
-        let mut chunk = vec![0u8; 4096];
-        loop {
-            tokio::select! {
-                read = pipe.read(&mut chunk) => match read {
-                    Ok(0) | Err(_) => break,
-                    Ok(count) => self.take(&mut line, &chunk[..count]),
-                },
-                Some(reply) = self.requests.recv() => {
-                    // What the pipe holds now was written before the caller's answer arrived.
-                    while unread_bytes(&pipe) > 0 {
-                        match pipe.read(&mut chunk).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(count) => self.take(&mut line, &chunk[..count]),
-                        }
-                    }
-                    let _ = reply.send(());
-                }
-            }
-        }
-        if !line.is_empty() {
-            self.keep(&line);
-        }
-    }
-
-    /// Adds `bytes` to the partial `line`, keeping every line they complete.
-    fn take(&self, line: &mut Vec<u8>, bytes: &[u8]) {
-        for piece in bytes.split_inclusive(|byte| *byte == b'\n') {
-            match piece.strip_suffix(b"\n") {
-                Some(end) => {
-                    line.extend_from_slice(end);
-                    self.keep(line);
-                    line.clear();
-                }
-                None => line.extend_from_slice(piece),
-            }
-        }
-    }
-
-    fn keep(&self, line: &[u8]) {
-        tracing::debug!(backend = %self.backend, pid = self.pid, "stderr: {}", String::from_utf8_lossy(line));
-        self.tail.push(line);
-    }
-}
-
-/// Bytes waiting in the pipe (FIONREAD); 0 when that cannot be asked.
-fn unread_bytes(pipe: &tokio::process::ChildStderr) -> usize {
-    let mut count: nix::libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer, which points at `count`; the fd
-    // is open for as long as `pipe` is borrowed.
-    let done = unsafe { nix::libc::ioctl(pipe.as_raw_fd(), nix::libc::FIONREAD, &mut count) };
-    if done < 0 {
-        return 0;
-    }
-    usize::try_from(count).unwrap_or(0)
 }
 
 /// Waits for the child, so it is reaped as soon as it exits (kill_on_drop still covers a
@@ -697,7 +529,7 @@ impl AgentProcess {
     /// What the agent wrote to stderr after `mark`, once the drain has read what the pipe
     /// holds: the part of a shared adapter's stderr that belongs to one failed request.
     pub async fn stderr_since(&self, mark: StderrMark) -> String {
-        self.stderr.catch_up(STDERR_CATCH_UP).await;
+        self.stderr.catch_up().await;
         self.stderr.since(mark)
     }
 
