@@ -34,7 +34,8 @@ pub const LOG: &str = "AGENTPRISM_LOG";
 /// TCP port the daemon binds on 127.0.0.1 (default 29888; `0` picks an ephemeral port).
 pub const DAEMON_PORT: &str = "AGENTPRISM_DAEMON_PORT";
 /// How long the daemon stays up with no sessions, executions or requests, in ms (default
-/// 900000 = 15 min; `0` disables idle exit). Not part of the family fingerprint.
+/// 900000 = 15 min; `0` disables idle exit), counted from the moment the last one ended.
+/// Not part of the family fingerprint.
 pub const DAEMON_IDLE_TTL_MS: &str = "AGENTPRISM_DAEMON_IDLE_TTL_MS";
 /// How long a session with no open connection is kept before eviction, in ms (default 300000
 /// = 5 min). Not part of the family fingerprint.
@@ -52,8 +53,10 @@ pub const DAEMON_ALLOW_OTHER_USERS: &str = "AGENTPRISM_DAEMON_ALLOW_OTHER_USERS"
 /// Path of the `agentprism` binary the shim spawns as the daemon (default: the one next to
 /// the shim, then `PATH`). Also recognised by `daemon status` as a daemon binary.
 pub const DAEMON_BIN: &str = "AGENTPRISM_DAEMON_BIN";
-/// How often the daemon checks idleness and evicts dead-client sessions, in ms (default
-/// 60000). Tests shorten it. Part of the family fingerprint (it only ever differs in tests).
+/// How often the daemon evicts dead-client sessions and re-reads stop intents, in ms (default
+/// 60000; the family pointer is checked at least every 2 s). A test knob: tests shorten it to
+/// see evictions sooner; the idle exit does not depend on it. Part of the family fingerprint
+/// (it only ever differs in tests).
 pub const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
 /// `1` turns on test-only daemon routes (`POST /debug/evict?session=<id>`). Honoured only by
 /// debug builds and builds with the `test-hooks` feature; a release build ignores it.

@@ -14,6 +14,7 @@
 
 use serde_json::{Value, json};
 
+use crate::acp::advice;
 use crate::acp::connection::{RpcError, codes};
 use crate::engine::runner::{AgentFailure, FailureKind};
 
@@ -26,15 +27,21 @@ pub(crate) fn execution(message: impl Into<String>) -> AgentFailure {
     AgentFailure::new(FailureKind::Execution, message)
 }
 
-/// Appends the end of the agent's stderr, if any, to `message`.
+/// Appends the end of the agent's stderr, if any, to `message`, and the advice for a known
+/// setup problem either of them shows ([`advice`]).
 pub(crate) fn with_stderr(message: String, stderr_tail: &str) -> String {
-    if stderr_tail.is_empty() {
-        return message;
+    let advice = advice::for_failure(&[&message, stderr_tail]);
+    let mut message = message;
+    if !stderr_tail.is_empty() {
+        message = format!(
+            "{message}; agent stderr (last lines): {}",
+            tail(stderr_tail, STDERR_LIMIT)
+        );
     }
-    format!(
-        "{message}; agent stderr (last lines): {}",
-        tail(stderr_tail, STDERR_LIMIT)
-    )
+    match advice {
+        Some(advice) => format!("{message}. {advice}"),
+        None => message,
+    }
 }
 
 /// Maps an error from `method` on `backend`.

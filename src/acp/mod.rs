@@ -1,12 +1,15 @@
 //! The Agent Client Protocol runner: the engine's [`AgentRunner`] over real agent processes.
 //!
 //! Reading order: [`registry`] decides which command a backend name runs; [`process`] spawns
-//! it in its own process group, led by a [`reaper`] that ends the group with its owner, and
-//! [`groups`] records each group so the next owner can end what a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
-//! long-lived initialized processes per backend; a session opens, configures and prompts on
-//! one of them; `failure` maps ACP errors to the engine's failure kinds, and `chatter`
-//! keeps adapter warnings and retry notices out of answers.
+//! it in its own process group (its stderr kept by [`stderr`]), led by a [`reaper`] that ends
+//! the group with its owner, and [`groups`] records each group so the next owner can end what
+//! a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps long-lived
+//! initialized processes per backend; a session opens, configures and prompts on one of them;
+//! `failure` maps ACP errors to the engine's failure kinds (with `advice` for failures that
+//! show a setup problem), and `chatter` keeps adapter warnings and retry notices out of
+//! answers.
 
+mod advice;
 mod chatter;
 pub mod connection;
 mod failure;
@@ -18,6 +21,7 @@ pub mod process;
 pub mod reaper;
 pub mod registry;
 mod session;
+pub mod stderr;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -28,6 +28,7 @@ use crate::acp::connection::{CloseReason, Connection, RpcError};
 use crate::acp::failure::{execution, rpc_failure, with_stderr};
 use crate::acp::idle::{self, Idle};
 use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
+use crate::acp::stderr::StderrMark;
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
 
 /// The ACP protocol version we speak.
@@ -120,14 +121,16 @@ impl AgentHost {
         self.capability("/sessionCapabilities/close")
     }
 
-    /// Maps an error from `method` on this host to a failure, with auth methods and stderr.
-    pub fn failure(&self, method: &str, error: RpcError) -> AgentFailure {
+    /// Maps an error from `method` on this host to a failure, with auth methods and what
+    /// the agent wrote to stderr since `began` (the request's own part of a shared process's
+    /// stderr).
+    pub async fn failure(&self, method: &str, error: RpcError, began: StderrMark) -> AgentFailure {
         rpc_failure(
             &self.backend.id,
             method,
             error,
             &self.auth_methods,
-            &self.process.stderr_tail(),
+            &self.process.stderr_since(began).await,
         )
     }
 }
@@ -372,7 +375,8 @@ async fn initialize(
                 config.init_timeout.as_millis(),
                 process.command_line()
             );
-            return Err(execution(with_stderr(message, &process.stderr_tail())));
+            let stderr = process.stderr_since(StderrMark::default()).await;
+            return Err(execution(with_stderr(message, &stderr)));
         }
         Ok(Err(error)) => {
             return Err(rpc_failure(
@@ -380,7 +384,7 @@ async fn initialize(
                 "initialize",
                 error,
                 &[],
-                &process.stderr_tail(),
+                &process.stderr_since(StderrMark::default()).await,
             ));
         }
         Ok(Ok(result)) => result,

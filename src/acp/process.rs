@@ -15,19 +15,18 @@
 //! reaper (library embedders and unit tests, whose binary is not agentprism) the agent leads
 //! its own group and gets only a death signal of its own, which does not reach its children.
 
-use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 use tokio_util::task::TaskTracker;
@@ -35,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::acp::groups::{self, GroupRecord};
 use crate::acp::reaper;
 use crate::acp::registry::override_variable;
+use crate::acp::stderr::{self, StderrMark, StderrTail};
 use crate::engine::runner::BackendSpec;
 use crate::env::EnvSnapshot;
 
@@ -74,9 +74,6 @@ pub fn own_binary() -> std::io::Result<PathBuf> {
 /// How long a reaper may take to say whether the agent started.
 const REAPER_REPORT_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How much of an agent's stderr we keep for error messages.
-const STDERR_TAIL_BYTES: usize = 8 * 1024;
-
 /// A running agent process. Dropping it sends SIGKILL to its process group.
 pub struct AgentProcess {
     backend: String,
@@ -100,38 +97,6 @@ pub struct AgentProcess {
     /// reaped), so drop does not signal a process group id that the system may since have
     /// handed to someone else.
     swept: Arc<AtomicBool>,
-}
-
-/// The last few KiB an agent wrote to stderr; shared with the task that drains the pipe.
-#[derive(Default)]
-pub struct StderrTail {
-    bytes: Mutex<VecDeque<u8>>,
-}
-
-impl StderrTail {
-    fn push(&self, line: &[u8]) {
-        let mut bytes = self
-            .bytes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        bytes.extend(line);
-        bytes.push_back(b'\n');
-        let excess = bytes.len().saturating_sub(STDERR_TAIL_BYTES);
-        bytes.drain(..excess);
-    }
-
-    /// The kept text, trimmed (lossy at a cut multibyte character).
-    pub fn text(&self) -> String {
-        let bytes = self
-            .bytes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (front, back) = bytes.as_slices();
-        let mut all = Vec::with_capacity(bytes.len());
-        all.extend_from_slice(front);
-        all.extend_from_slice(back);
-        String::from_utf8_lossy(&all).trim().to_owned()
-    }
 }
 
 /// Variables a child must not inherit: they belong to our service manager (sd_notify, socket
@@ -188,10 +153,14 @@ pub async fn spawn_agent(
         .ok_or_else(|| format!("backend {}: `{command_line}` exited at once", backend.id))?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
-    let stderr = Arc::new(StderrTail::default());
-    if let Some(pipe) = child.stderr.take() {
-        tracker.spawn(drain_stderr(pipe, stderr.clone(), backend.id.clone(), pid));
-    }
+    let stderr = match child.stderr.take() {
+        Some(pipe) => {
+            let (stderr, drain) = stderr::drain(pipe, backend.id.clone(), pid);
+            tracker.spawn(drain);
+            stderr
+        }
+        None => Arc::new(StderrTail::detached()),
+    };
     let (exit_tx, exit) = watch::channel(None);
     let swept = Arc::new(AtomicBool::new(false));
     tracker.spawn(watch_exit(child, pid, swept.clone(), exit_tx));
@@ -276,28 +245,6 @@ fn agent_command(
         .process_group(0)
         .kill_on_drop(true);
     Ok((command, owner_end))
-}
-
-/// Copies the agent's stderr, line by line, into its bounded tail and the debug log.
-async fn drain_stderr(
-    pipe: tokio::process::ChildStderr,
-    tail: Arc<StderrTail>,
-    backend: String,
-    pid: u32,
-) {
-    let mut lines = tokio::io::BufReader::new(pipe);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match lines.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                let trimmed = line.strip_suffix(b"\n").unwrap_or(&line);
-                tracing::debug!(backend = %backend, pid, "stderr: {}", String::from_utf8_lossy(trimmed));
-                tail.push(trimmed);
-            }
-        }
-    }
 }
 
 /// Waits for the child, so it is reaped as soon as it exits (kill_on_drop still covers a
@@ -581,6 +528,18 @@ impl AgentProcess {
 
     pub fn stderr_tail(&self) -> String {
         self.stderr.text()
+    }
+
+    /// The current end of the agent's stderr, taken when a request starts.
+    pub fn stderr_mark(&self) -> StderrMark {
+        self.stderr.mark()
+    }
+
+    /// What the agent wrote to stderr after `mark`, once the drain has read what the pipe
+    /// holds: the part of a shared adapter's stderr that belongs to one failed request.
+    pub async fn stderr_since(&self, mark: StderrMark) -> String {
+        self.stderr.catch_up().await;
+        self.stderr.since(mark)
     }
 
     pub fn stderr_handle(&self) -> Arc<StderrTail> {

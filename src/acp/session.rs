@@ -240,9 +240,10 @@ async fn setup_call(
     method: &'static str,
     params: Value,
 ) -> Result<Value, AgentFailure> {
+    let began = host.process.stderr_mark();
     match tokio::time::timeout(setup_timeout, host.connection.request(method, params)).await {
         Ok(Ok(result)) => Ok(result),
-        Ok(Err(error)) => Err(host.failure(method, error)),
+        Ok(Err(error)) => Err(host.failure(method, error, began).await),
         Err(_) => Err(execution(format!(
             "backend {} did not answer {method} within {} ms",
             host.backend.id,
@@ -419,22 +420,27 @@ impl AgentSession for AcpSession {
             params["_meta"] = meta;
         }
         let turn_cancelled = self.sink.begin_turn();
+        let began = host.process.stderr_mark();
         let request = host.connection.request("session/prompt", params);
         tokio::pin!(request);
         let interrupted = tokio::select! {
             answer = &mut request => {
                 let text = self.sink.end_turn();
+                let answer = match answer {
+                    Ok(answer) => answer,
+                    Err(error) => return Err(host.failure("session/prompt", error, began).await),
+                };
                 if text.trim().is_empty()
-                    && answer.is_ok()
                     && let Some(dir) = &host.pi_agent_dir
                     && let Some(error) = pi_turn_error(dir, &self.session_id).await
                 {
                     return Err(host.failure(
                         "session/prompt",
                         RpcError::Remote { code: -32603, message: error, data: None },
-                    ));
+                        began,
+                    ).await);
                 }
-                return finish_turn(&host, answer, text);
+                return finish_turn(&host, &answer, text);
             }
             _ = cancel.cancelled() => FailureKind::Cancelled,
             _ = tokio::time::sleep(turn.timeout) => FailureKind::Timeout,
@@ -492,13 +498,8 @@ impl AgentSession for AcpSession {
     clippy::result_large_err,
     reason = "AgentFailure is the runner trait's error type; prompt returns it unboxed"
 )]
-fn finish_turn(
-    host: &AgentHost,
-    answer: Result<Value, RpcError>,
-    text: String,
-) -> Result<TurnOutput, AgentFailure> {
+fn finish_turn(host: &AgentHost, result: &Value, text: String) -> Result<TurnOutput, AgentFailure> {
     let backend = &host.backend.id;
-    let result = answer.map_err(|error| host.failure("session/prompt", error))?;
     let stop = result
         .get("stopReason")
         .and_then(Value::as_str)

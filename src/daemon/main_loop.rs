@@ -4,8 +4,12 @@
 //!
 //! Ordering rules the loop keeps: the pointer is checked only while current (a lame duck never
 //! becomes current again); a lame duck sweeps its idle sessions every [`DRAIN_SWEEP`] and also
-//! as soon as a run settles, and exits once nothing is left; the idle clock starts at the
-//! first non-busy tick and any busy tick resets it.
+//! as soon as a run settles, and exits once nothing is left. The idle clock starts when the
+//! last session, request or run ends (the MCP server's activity and the engine's settle
+//! notices say when) and stops at the next one; a timer set to the moment the clock reaches
+//! the idle lifetime ends the daemon, so it exits one lifetime after it went idle, whatever
+//! the tick. The tick only sweeps sessions of dead clients and refreshes the stop-intent
+//! count, and catches an idleness no notice announced (intents acknowledged).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,8 +44,13 @@ use crate::transport::http::HttpOptions;
 /// Every reason the daemon's main loop wakes up.
 #[derive(Debug)]
 pub(super) enum Event {
-    /// Time to check idleness and evict sessions of dead clients.
+    /// Time to evict sessions of dead clients and refresh the stop-intent count.
     Tick,
+    /// A session or request began or ended, or a run settled: the daemon may have become
+    /// idle, or busy again.
+    Activity,
+    /// The daemon has been idle for its whole idle lifetime (if nothing happened since).
+    IdleDeadline,
     /// SIGTERM or SIGINT: exit now.
     Signal(&'static str),
     /// The test hook asked to evict this session.
@@ -130,7 +139,12 @@ pub(super) struct Daemon {
     control_shutdowns: mpsc::UnboundedReceiver<String>,
     /// Successors, announced over the control socket or found in the pointer.
     supersessions: mpsc::UnboundedReceiver<String>,
-    /// When the daemon was first seen idle; `None` while busy.
+    /// Changes when an MCP session or request begins or ends.
+    activity: tokio::sync::watch::Receiver<u64>,
+    /// Run notices: a settled run may have been the last work (idle clock, lame duck's
+    /// drain). `None` once the engine closed the channel.
+    notices: Option<broadcast::Receiver<RunNotice>>,
+    /// When the daemon last became idle; `None` while busy.
     idle_since: Option<Instant>,
     /// Set once, when the daemon turns lame duck.
     lame_duck: Option<LameDuck>,
@@ -138,11 +152,9 @@ pub(super) struct Daemon {
 
 /// What only a lame duck waits on.
 struct LameDuck {
-    /// The sweep that closes idle sessions and checks whether the daemon may exit.
+    /// The sweep that closes idle sessions and checks whether the daemon may exit (a settled
+    /// run makes it check at once rather than at the next sweep).
     sweep: Interval,
-    /// Run notices: a settled run may be the last one, so it checks at once rather than at
-    /// the next sweep.
-    notices: broadcast::Receiver<RunNotice>,
     /// The run count last sent as STATUS, so systemd hears only changes.
     reported_runs: Option<usize>,
 }
@@ -250,6 +262,9 @@ impl Daemon {
                 .handle()
                 .spawn(tasks.track_future(control.serve(handler, shutdown.clone())));
         }
+        // Subscribed before anything is served, so no session or run can end unnoticed.
+        let activity = services.server.activity();
+        let notices = services.engine.subscribe();
         Ok(Daemon {
             settings: start.settings,
             paths: start.paths,
@@ -267,6 +282,8 @@ impl Daemon {
             evictions,
             control_shutdowns,
             supersessions,
+            activity,
+            notices: Some(notices),
             idle_since: None,
             lame_duck: None,
         })
@@ -324,6 +341,7 @@ impl Daemon {
     /// The main loop: waits for events until one says to exit.
     pub(super) async fn run(&mut self) -> Result<ExitReason> {
         let mut wake = Wake::install(&self.settings, &self.notifier)?;
+        self.on_activity();
         loop {
             let event = self.next_event(&mut wake).await;
             if let Some(reason) = self.handle_event(event).await {
@@ -335,10 +353,8 @@ impl Daemon {
     /// Waits on every source at once and names the first that is ready.
     pub(super) async fn next_event(&mut self, wake: &mut Wake) -> Event {
         loop {
-            let (sweep, notices) = match &mut self.lame_duck {
-                Some(lame) => (Some(&mut lame.sweep), Some(&mut lame.notices)),
-                None => (None, None),
-            };
+            let idle_deadline = self.idle_deadline();
+            let sweep = self.lame_duck.as_mut().map(|lame| &mut lame.sweep);
             let current = !self.health.is_lame_duck();
             return tokio::select! {
                 _ = wake.tick.tick() => Event::Tick,
@@ -350,9 +366,17 @@ impl Daemon {
                 Some(successor) = self.supersessions.recv() => Event::Superseded(successor),
                 _ = wake.pointer_check.tick(), if current => Event::PointerCheck,
                 _ = next_tick(sweep) => Event::Drain,
-                notice = next_notice(notices) => match notice {
+                () = next_change(&mut self.activity) => Event::Activity,
+                () = until(idle_deadline) => Event::IdleDeadline,
+                notice = next_notice(self.notices.as_mut()) => match notice {
                     // Lagged: some notices were missed, one of them may have been a settle.
-                    Ok(RunNotice::Settled { .. }) | Err(_) => Event::Drain,
+                    Ok(RunNotice::Settled { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if current { Event::Activity } else { Event::Drain }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        self.notices = None;
+                        continue;
+                    }
                     Ok(_) => continue,
                 },
                 ended = &mut self.http => Event::ServerStopped(match ended {
@@ -368,6 +392,8 @@ impl Daemon {
     pub(super) async fn handle_event(&mut self, event: Event) -> Option<ExitReason> {
         match event {
             Event::Tick => return self.on_tick().await,
+            Event::Activity => self.on_activity(),
+            Event::IdleDeadline => return self.idle_exit(),
             Event::Signal(name) => return Some(ExitReason::Signal(name)),
             Event::Evict(session) => {
                 let evicted = self.services.server.evict_session(&session).await;
@@ -385,8 +411,9 @@ impl Daemon {
         None
     }
 
-    /// Evicts sessions of dead clients, refreshes the unacknowledged-intent count, and exits
-    /// once idle for the idle lifetime.
+    /// Evicts sessions of dead clients and refreshes the unacknowledged-intent count; the
+    /// daemon may have become idle without any notice (intents acknowledged), or be idle long
+    /// enough already.
     async fn on_tick(&mut self) -> Option<ExitReason> {
         evict_dead_sessions(&self.services.server, self.settings.session_ttl).await;
         // Stop intents for runs we own are carried out here as well as when they arrive;
@@ -394,13 +421,32 @@ impl Daemon {
         self.refresh_unacked_intents().await;
         if !self.health.drained() {
             self.idle_since = None;
+        } else if self.idle_since.is_none() {
+            self.idle_since = Some(Instant::now());
+        }
+        self.idle_exit()
+    }
+
+    /// Something began or ended: the idle clock starts now if nothing keeps the daemon busy,
+    /// and stops otherwise.
+    fn on_activity(&mut self) {
+        self.idle_since = self.health.drained().then(Instant::now);
+    }
+
+    /// When the idle clock reaches the idle lifetime; `None` while busy or without one.
+    fn idle_deadline(&self) -> Option<Instant> {
+        Some(self.idle_since? + self.settings.idle_ttl?)
+    }
+
+    /// Exits when the daemon is still idle and has been for its idle lifetime.
+    fn idle_exit(&mut self) -> Option<ExitReason> {
+        if !self.health.drained() {
+            self.idle_since = None;
             return None;
         }
+        let ttl = self.settings.idle_ttl?;
         let since = *self.idle_since.get_or_insert_with(Instant::now);
-        match self.settings.idle_ttl {
-            Some(ttl) if since.elapsed() >= ttl => Some(ExitReason::Idle(ttl)),
-            _ => None,
-        }
+        (since.elapsed() >= ttl).then_some(ExitReason::Idle(ttl))
     }
 
     async fn refresh_unacked_intents(&self) {
@@ -457,7 +503,6 @@ impl Daemon {
         ));
         self.lame_duck = Some(LameDuck {
             sweep: delayed_interval(DRAIN_SWEEP),
-            notices: self.services.engine.subscribe(),
             reported_runs: None,
         });
     }
@@ -575,6 +620,21 @@ async fn next_notice(
 ) -> Result<RunNotice, broadcast::error::RecvError> {
     match receiver {
         Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next change of `activity`; never, once its sender is gone.
+async fn next_change(activity: &mut tokio::sync::watch::Receiver<u64>) {
+    if activity.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Sleeps until `deadline`; never, without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
         None => std::future::pending().await,
     }
 }

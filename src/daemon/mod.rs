@@ -9,8 +9,9 @@
 //! serve `/mcp`, `/healthz` and the run monitor panel at `/ui` (`panel.rs`), publish its
 //! instance record, and claim the family pointer by compare-and-swap (`publish.rs`). If a healthy daemon of the family already holds the
 //! pointer it exits 0 ("already running"). Then its main loop (`main_loop.rs`) waits on one
-//! event at a time: a tick (idle check, dead-client session eviction), a signal, a test hook,
-//! a control-socket shutdown, a successor, or the HTTP server ending. On the way out it clears
+//! event at a time: activity (a session, request or run began or ended) and the idle deadline
+//! it sets, a tick (dead-client session eviction), a signal, a test hook, a control-socket
+//! shutdown, a successor, or the HTTP server ending. On the way out it clears
 //! the pointer if it still names this instance, stops taking requests, interrupts live runs
 //! within a bounded drain (they stay resumable as `paused/interrupted`) and removes its record.
 //!
@@ -50,7 +51,8 @@ use probe::Probe;
 
 /// The port a daemon binds unless `--port` or `AGENTPRISM_DAEMON_PORT` says otherwise.
 pub const DEFAULT_PORT: u16 = 29888;
-/// Default interval of the idle check and session eviction.
+/// Default interval of the dead-client session sweep and the stop-intent refresh (the idle
+/// exit has a timer of its own).
 pub const DEFAULT_TICK: Duration = Duration::from_secs(60);
 /// Default idle lifetime: 15 minutes with no sessions, executions or requests.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(15 * 60);

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::answer::ToolAnswer;
@@ -159,6 +159,9 @@ pub struct McpServer {
     /// The handler's capabilities plus `logging`, read once: every request checks them, and
     /// rebuilding the JSON each time was a tenth of what a `ping` cost the core.
     capabilities: Value,
+    /// Bumped after a session or an in-flight request begins or ends, so the daemon times
+    /// its idle exit from the moment the last one ended ([`McpServer::activity`]).
+    activity: watch::Sender<u64>,
 }
 
 /// One request being handled: its cancellation, and whether the client asked for it.
@@ -178,7 +181,19 @@ impl McpServer {
             inflight: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             client_requests: Arc::new(ClientRequests::default()),
+            activity: watch::Sender::new(0),
         }
+    }
+
+    /// Changes whenever a session or an in-flight request began or ended; read the counts
+    /// ([`McpServer::session_count`], [`McpServer::inflight_count`]) after it changed.
+    pub fn activity(&self) -> watch::Receiver<u64> {
+        self.activity.subscribe()
+    }
+
+    fn note_activity(&self) {
+        self.activity
+            .send_modify(|count| *count = count.wrapping_add(1));
     }
 
     pub fn handler(&self) -> &Arc<dyn McpHandler> {
@@ -238,6 +253,7 @@ impl McpServer {
         let Some(session) = removed else {
             return false;
         };
+        self.note_activity();
         session.closed.cancel();
         self.handler.session_closed(id).await;
         true
@@ -430,6 +446,7 @@ impl McpServer {
                 by_client: cancelled_by_client.clone(),
             },
         );
+        self.note_activity();
         let (sender, mut receiver) = mpsc::unbounded_channel::<Notification>();
         let notifier = RequestNotifier::with_requests(sender, self.client_requests.clone());
         let context = request_context(request, scope, transport, token.clone(), notifier);
@@ -463,6 +480,7 @@ impl McpServer {
             forwarder.forward(notification);
         }
         self.inflight.lock().expect("inflight lock").remove(&key);
+        self.note_activity();
         if cancelled_by_client.load(Ordering::Relaxed) {
             return None;
         }
@@ -524,6 +542,7 @@ impl McpServer {
             .lock()
             .expect("sessions lock")
             .insert(session_id.clone(), session);
+        self.note_activity();
         let result = dispatch::initialize_result(self.handler.as_ref(), version, &capabilities);
         Outcome {
             response: Some(jsonrpc::success_response(&request.id, result)),

@@ -13,10 +13,10 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+use super::tools::Tools;
 use super::{Manager, Result, ServiceError, launchd, systemd};
 use crate::discovery::fingerprint;
 use crate::env::EnvSnapshot;
@@ -25,7 +25,7 @@ use crate::env::EnvSnapshot;
 /// environment when the installing shell has them: the credentials and endpoints the agent
 /// backends read, and proxy settings. PATH is always copied. HOME, USER and
 /// `XDG_RUNTIME_DIR` are not: the manager sets them.
-pub const PASSED_THROUGH: [&str; 19] = [
+pub const PASSED_THROUGH: [&str; 20] = [
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
@@ -45,6 +45,8 @@ pub const PASSED_THROUGH: [&str; 19] = [
     "HTTP_PROXY",
     "NO_PROXY",
     "SSL_CERT_FILE",
+    // Claude Code's permission to run as root (docs/adapters.md, "Running as root").
+    "IS_SANDBOX",
 ];
 
 /// The version of `managed.json`'s format.
@@ -93,6 +95,9 @@ pub struct InstallReport {
     /// Names (never values) of the variables captured into the daemon's environment.
     pub environment: Vec<String>,
     pub fingerprint: Option<String>,
+    /// What uninstall could not do, each with why and what the user can do instead; the
+    /// command fails when it is not empty.
+    pub not_done: Vec<String>,
 }
 
 impl InstallPaths {
@@ -235,6 +240,13 @@ pub fn install(manager: Manager, paths: &InstallPaths, env: &EnvSnapshot) -> Res
     let unit = match manager {
         Manager::Systemd => {
             let systemctl = tools.require("systemctl", SYSTEMCTL_HINT)?;
+            // Before anything is written, so a refusal stores nothing.
+            if let Err(unreachable) = systemd::reach_user_manager(&tools, &systemctl, &mut report) {
+                return Err(ServiceError::Refused(format!(
+                    "{unreachable}, so nothing was installed. {}",
+                    systemd::no_user_manager_hint(paths.uid)
+                )));
+            }
             let unit_dir = paths.systemd_user_dir();
             for unit in systemd::unit_files(&paths.binary, &paths.daemon_env())? {
                 let path = unit_dir.join(unit.name);
@@ -314,8 +326,23 @@ pub fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport
             let unit_dir = paths.systemd_user_dir();
             let installed = unit_dir.join(systemd::ENTRY_UNIT).exists()
                 || unit_dir.join(systemd::TEMPLATE_UNIT).exists();
-            let systemctl = tools.find("systemctl");
-            if let (true, Some(systemctl)) = (installed, &systemctl) {
+            let systemctl = match tools.find("systemctl") {
+                Some(systemctl) if installed => {
+                    match systemd::reach_user_manager(&tools, &systemctl, &mut report) {
+                        Ok(()) => Some(systemctl),
+                        // The files are ours to remove whether or not a manager listens.
+                        Err(unreachable) => {
+                            report.not_done.push(format!(
+                                "could not disable {} or stop the managed daemons:                                  {unreachable}. The unit files and the link that enabled                                  them are removed all the same; a user manager of this user                                  running elsewhere (another login session) keeps the units                                  loaded until `systemctl --user daemon-reload` there, and                                  `agentprism daemon stop --all` stops every daemon of this                                  user and persistence root",
+                                systemd::ENTRY_UNIT
+                            ));
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            if let Some(systemctl) = &systemctl {
                 tools.run(
                     systemctl,
                     &["--user", "disable", "--now", systemd::ENTRY_UNIT],
@@ -325,12 +352,15 @@ pub fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport
                 let stop = systemd::stop_all_args();
                 let stop: Vec<&str> = stop.iter().map(String::as_str).collect();
                 tools.run(systemctl, &stop, &[], &mut report)?;
+            } else {
+                // What `disable` removes, when no manager could.
+                systemd::remove_enablement_link(&unit_dir, &mut report)?;
             }
             for name in [systemd::ENTRY_UNIT, systemd::TEMPLATE_UNIT] {
                 remove_file(&unit_dir.join(name), &mut report)?;
             }
             remove_file(&paths.daemon_env(), &mut report)?;
-            if let (true, Some(systemctl)) = (installed, &systemctl) {
+            if let Some(systemctl) = &systemctl {
                 tools.run(systemctl, &["--user", "daemon-reload"], &[], &mut report)?;
             }
         }
@@ -395,96 +425,6 @@ const SYSTEMCTL_HINT: &str = "there is no systemd user manager here; the daemon 
     self-spawned by the shim, which needs no install";
 const LAUNCHCTL_HINT: &str = "launchd is only on macOS; elsewhere use the systemd install";
 
-/// Finds and runs the manager's command-line tools on an explicit PATH.
-struct Tools {
-    search_path: OsString,
-}
-
-impl Tools {
-    fn new(search_path: OsString) -> Tools {
-        Tools { search_path }
-    }
-
-    fn find(&self, tool: &str) -> Option<PathBuf> {
-        use std::os::unix::fs::PermissionsExt;
-        std::env::split_paths(&self.search_path)
-            .map(|dir| dir.join(tool))
-            .find(|candidate| {
-                std::fs::metadata(candidate)
-                    .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-            })
-    }
-
-    fn require(&self, tool: &str, hint: &'static str) -> Result<PathBuf> {
-        self.find(tool).ok_or_else(|| ServiceError::ToolMissing {
-            tool: tool.into(),
-            hint,
-        })
-    }
-
-    /// Runs `program args`; exit 0 or one of `accepted` is success, anything else an error
-    /// carrying the command's output.
-    fn run<S: AsRef<str>>(
-        &self,
-        program: &Path,
-        args: &[S],
-        accepted: &[i32],
-        report: &mut InstallReport,
-    ) -> Result<i32> {
-        let shown = std::iter::once(
-            program
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        )
-        .chain(args.iter().map(|arg| arg.as_ref().to_string()))
-        .collect::<Vec<_>>()
-        .join(" ");
-        report.commands.push(shown.clone());
-        let mut attempts = 0;
-        let output = loop {
-            let result = Command::new(program)
-                .args(args.iter().map(AsRef::as_ref))
-                .stdin(Stdio::null())
-                .output();
-            match result {
-                // A program written moments ago (the tests' fakes) can be briefly busy when
-                // another thread forked while its write handle was open.
-                Err(e)
-                    if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
-                        && attempts < 50 =>
-                {
-                    attempts += 1;
-                    std::thread::yield_now();
-                }
-                Err(e) => return Err(ServiceError::io("run", program, e)),
-                Ok(output) => break output,
-            }
-        };
-        let code = output.status.code();
-        match code {
-            Some(0) => Ok(0),
-            Some(code) if accepted.contains(&code) => Ok(code),
-            _ => {
-                let mut text = String::from_utf8_lossy(&output.stderr).trim().to_string();
-                let stdout = String::from_utf8_lossy(&output.stdout);
-                if !stdout.trim().is_empty() {
-                    text = format!("{text}\n{}", stdout.trim());
-                }
-                Err(ServiceError::CommandFailed {
-                    command: shown,
-                    status: output.status.to_string(),
-                    output: if text.is_empty() {
-                        "(no output)".into()
-                    } else {
-                        text
-                    },
-                })
-            }
-        }
-    }
-}
-
 fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -497,7 +437,7 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     crate::util::write_atomic(path, bytes, mode).map_err(|e| ServiceError::io("write", path, e))
 }
 
-fn remove_file(path: &Path, report: &mut InstallReport) -> Result<()> {
+pub(super) fn remove_file(path: &Path, report: &mut InstallReport) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => {
             report.files_removed.push(path.to_path_buf());
@@ -518,320 +458,4 @@ fn ensure_private_dir(dir: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
-    use super::*;
-
-    /// A temporary HOME with a `bin/` of fake tools that append their arguments to a log
-    /// and exit with the code chosen for the first matching argument pattern.
-    struct Fixture {
-        _temp: tempfile::TempDir,
-        paths: InstallPaths,
-        log: PathBuf,
-    }
-
-    impl Fixture {
-        fn new() -> Fixture {
-            let temp = tempfile::tempdir().unwrap();
-            let home = temp.path().join("home");
-            std::fs::create_dir_all(&home).unwrap();
-            let bin = temp.path().join("bin");
-            std::fs::create_dir_all(&bin).unwrap();
-            let binary = home.join(".local/bin/agentprism");
-            std::fs::create_dir_all(binary.parent().unwrap()).unwrap();
-            std::fs::write(&binary, b"").unwrap();
-            let log = temp.path().join("calls.log");
-            let paths = InstallPaths {
-                log: home.join(".agentprism/workflows/logs/daemon.log"),
-                home,
-                binary,
-                uid: 501,
-                tool_path: bin.into_os_string(),
-            };
-            Fixture {
-                _temp: temp,
-                paths,
-                log,
-            }
-        }
-
-        /// Writes a fake `tool`; `rules` are (shell `case` pattern over "$*", exit code).
-        fn fake(&self, tool: &str, rules: &[(&str, i32)]) {
-            let mut script = format!(
-                "#!/bin/sh\nprintf '%s\\n' \"{tool} $*\" >> '{}'\ncase \"$*\" in\n",
-                self.log.display()
-            );
-            for (pattern, code) in rules {
-                script.push_str(&format!(
-                    "  {pattern}) echo '{tool} says no' >&2; exit {code};;\n"
-                ));
-            }
-            script.push_str("esac\nexit 0\n");
-            let path = Path::new(&self.paths.tool_path).join(tool);
-            std::fs::write(&path, script).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-
-        fn calls(&self) -> Vec<String> {
-            std::fs::read_to_string(&self.log)
-                .unwrap_or_default()
-                .lines()
-                .map(str::to_string)
-                .collect()
-        }
-    }
-
-    fn env() -> EnvSnapshot {
-        EnvSnapshot::from_pairs([
-            ("HOME", "/ignored"),
-            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ("AGENTPRISM_BACKENDS", r#"{"a":{"command":"$HOME/x"}}"#),
-            ("AGENTPRISM_DAEMON_IDLE_TTL_MS", "60000"),
-            ("CODEX_ACP_MODEL", "o3"),
-            ("ANTHROPIC_API_KEY", "sk-test"),
-            ("UNRELATED_SECRET", "nope"),
-            ("TERM", "xterm"),
-        ])
-    }
-
-    fn mode(path: &Path) -> u32 {
-        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
-    }
-
-    #[test]
-    fn systemd_install_writes_units_env_and_record_then_enables() {
-        let fixture = Fixture::new();
-        fixture.fake("systemctl", &[]);
-        let report = install(Manager::Systemd, &fixture.paths, &env()).unwrap();
-        assert_eq!(
-            fixture.calls(),
-            [
-                "systemctl --user daemon-reload",
-                "systemctl --user enable --now agentprism.service"
-            ]
-        );
-        let paths = &fixture.paths;
-        let unit_dir = paths.systemd_user_dir();
-        let entry = std::fs::read_to_string(unit_dir.join("agentprism.service")).unwrap();
-        assert!(entry.contains(&format!(
-            "ExecStart={} daemon run --managed=systemd --supersede\n",
-            paths.binary.display()
-        )));
-        assert!(entry.contains(&format!(
-            "EnvironmentFile=-{}\n",
-            paths.daemon_env().display()
-        )));
-        assert!(unit_dir.join("agentprism@.service").exists());
-
-        let env_file = std::fs::read_to_string(paths.daemon_env()).unwrap();
-        assert_eq!(mode(&paths.daemon_env()), 0o600);
-        assert_eq!(mode(&paths.config_dir()), 0o700);
-        assert!(
-            env_file.contains(
-                "AGENTPRISM_BACKENDS=\"{\\\"a\\\":{\\\"command\\\":\\\"\\$HOME/x\\\"}}\"\n"
-            )
-        );
-        assert!(env_file.contains("ANTHROPIC_API_KEY=\"sk-test\"\n"));
-        assert!(env_file.contains("PATH=\"/usr/local/bin:/usr/bin:/bin\"\n"));
-        assert!(!env_file.contains("UNRELATED_SECRET") && !env_file.contains("TERM"));
-        assert_eq!(
-            report.environment,
-            [
-                "AGENTPRISM_BACKENDS",
-                "AGENTPRISM_DAEMON_IDLE_TTL_MS",
-                "ANTHROPIC_API_KEY",
-                "CODEX_ACP_MODEL",
-                "PATH"
-            ]
-        );
-
-        let record = read_managed(paths).unwrap();
-        assert_eq!(mode(&paths.managed_record()), 0o600);
-        assert_eq!(record.manager, "systemd");
-        assert_eq!(record.unit, "agentprism@.service");
-        // The family of a shim with the same relevant environment.
-        assert_eq!(
-            record.fingerprint,
-            fingerprint::fingerprint_of_snapshot(&env())
-        );
-        assert_eq!(
-            report.fingerprint.as_deref(),
-            Some(record.fingerprint.as_str())
-        );
-    }
-
-    #[test]
-    fn a_failing_enable_is_reported_and_leaves_no_managed_record() {
-        let fixture = Fixture::new();
-        fixture.fake("systemctl", &[("*enable*", 1)]);
-        let error = install(Manager::Systemd, &fixture.paths, &env()).unwrap_err();
-        let text = error.to_string();
-        assert!(
-            text.contains("systemctl --user enable --now agentprism.service")
-                && text.contains("systemctl says no"),
-            "{text}"
-        );
-        assert!(read_managed(&fixture.paths).is_none());
-    }
-
-    #[test]
-    fn without_systemctl_install_explains_self_spawn() {
-        let fixture = Fixture::new();
-        let error = install(Manager::Systemd, &fixture.paths, &env()).unwrap_err();
-        assert!(matches!(error, ServiceError::ToolMissing { .. }), "{error}");
-        assert!(!fixture.paths.systemd_user_dir().exists());
-    }
-
-    #[test]
-    fn systemd_uninstall_stops_every_generation_and_is_idempotent() {
-        let fixture = Fixture::new();
-        fixture.fake("systemctl", &[]);
-        install(Manager::Systemd, &fixture.paths, &env()).unwrap();
-        let report = uninstall(Manager::Systemd, &fixture.paths).unwrap();
-        assert_eq!(
-            fixture.calls()[2..],
-            [
-                "systemctl --user disable --now agentprism.service",
-                "systemctl --user stop agentprism.service agentprism@*.service",
-                "systemctl --user daemon-reload"
-            ]
-        );
-        assert_eq!(report.files_removed.len(), 4);
-        assert!(!fixture.paths.daemon_env().exists());
-        assert!(read_managed(&fixture.paths).is_none());
-        let again = uninstall(Manager::Systemd, &fixture.paths).unwrap();
-        assert!(again.commands.is_empty() && again.files_removed.is_empty());
-    }
-
-    #[test]
-    fn launchd_install_boots_out_then_bootstraps_with_codes_checked() {
-        let fixture = Fixture::new();
-        // Not loaded yet: bootout says "no such process" (3), which install accepts.
-        fixture.fake("launchctl", &[("bootout*", 3)]);
-        install(Manager::Launchd, &fixture.paths, &env()).unwrap();
-        let plist = fixture.paths.plist();
-        assert_eq!(
-            fixture.calls(),
-            [
-                "launchctl bootout gui/501/dev.agentprism.daemon".to_string(),
-                "launchctl enable gui/501/dev.agentprism.daemon".to_string(),
-                format!("launchctl bootstrap gui/501 {}", plist.display()),
-            ]
-        );
-        assert_eq!(mode(&plist), 0o600);
-        let parsed = launchd::tests::parse_plist(&std::fs::read_to_string(&plist).unwrap());
-        assert_eq!(
-            parsed
-                .get("EnvironmentVariables")
-                .get("ANTHROPIC_API_KEY")
-                .string(),
-            "sk-test"
-        );
-        let record = read_managed(&fixture.paths).unwrap();
-        assert_eq!(
-            (record.manager.as_str(), record.unit.as_str()),
-            ("launchd", launchd::LABEL)
-        );
-    }
-
-    #[test]
-    fn launchd_failures_are_not_swallowed() {
-        for (rule, expected) in [("bootout*", "bootout"), ("bootstrap*", "bootstrap")] {
-            let fixture = Fixture::new();
-            fixture.fake("launchctl", &[(rule, 5)]);
-            let error = install(Manager::Launchd, &fixture.paths, &env()).unwrap_err();
-            match error {
-                ServiceError::CommandFailed {
-                    command, status, ..
-                } => {
-                    assert!(command.starts_with(&format!("launchctl {expected}")));
-                    assert!(status.contains('5'), "{status}");
-                }
-                other => panic!("{other}"),
-            }
-            assert!(read_managed(&fixture.paths).is_none());
-        }
-    }
-
-    #[test]
-    fn launchd_uninstall_boots_out_and_removes_the_plist() {
-        let fixture = Fixture::new();
-        fixture.fake("launchctl", &[]);
-        install(Manager::Launchd, &fixture.paths, &env()).unwrap();
-        uninstall(Manager::Launchd, &fixture.paths).unwrap();
-        assert_eq!(
-            fixture.calls().last().unwrap(),
-            "launchctl bootout gui/501/dev.agentprism.daemon"
-        );
-        assert!(!fixture.paths.plist().exists());
-        assert!(read_managed(&fixture.paths).is_none());
-        // Not loaded any more (113): still fine.
-        fixture.fake("launchctl", &[("bootout*", 113)]);
-        uninstall(Manager::Launchd, &fixture.paths).unwrap();
-    }
-
-    #[test]
-    fn stable_binary_prefers_local_bin_then_a_plain_symlink() {
-        let temp = tempfile::tempdir().unwrap();
-        let home = temp.path().join("home");
-        let cellar = temp.path().join("Cellar/agentprism/0.1.0/bin");
-        std::fs::create_dir_all(&cellar).unwrap();
-        let real = cellar.join("agentprism");
-        std::fs::write(&real, b"").unwrap();
-        let brew_bin = temp.path().join("brew/bin");
-        std::fs::create_dir_all(&brew_bin).unwrap();
-        std::os::unix::fs::symlink(&real, brew_bin.join("agentprism")).unwrap();
-        let search = std::env::join_paths([Path::new("/nonexistent"), &brew_bin]).unwrap();
-        assert_eq!(
-            stable_binary(&home, &real, &search).unwrap(),
-            brew_bin.join("agentprism")
-        );
-        assert!(stable_binary(&home, &real, OsStr::new("/nonexistent")).is_err());
-        let local = home.join(".local/bin/agentprism");
-        std::fs::create_dir_all(local.parent().unwrap()).unwrap();
-        std::fs::write(&local, b"").unwrap();
-        assert_eq!(stable_binary(&home, &real, &search).unwrap(), local);
-    }
-
-    #[test]
-    fn managed_start_asks_for_the_shims_generation() {
-        let fixture = Fixture::new();
-        fixture.fake("systemctl", &[("*0.3.0*", 1)]);
-        install(Manager::Systemd, &fixture.paths, &env()).unwrap();
-        let record = read_managed(&fixture.paths).unwrap();
-        start_managed(&record, &fixture.paths, "0.2.0+build").unwrap();
-        assert_eq!(
-            fixture.calls().last().unwrap(),
-            "systemctl --user start agentprism@0.2.0.service"
-        );
-        assert!(matches!(
-            start_managed(&record, &fixture.paths, "0.3.0"),
-            Err(ServiceError::CommandFailed { .. })
-        ));
-    }
-
-    #[test]
-    fn env_file_escapes_what_systemd_unescapes() {
-        let text = render_env_file(&[("A".into(), "x\"y\\z`$w".into())]);
-        assert!(text.ends_with("A=\"x\\\"y\\\\z\\`\\$w\"\n"), "{text}");
-    }
-
-    #[test]
-    fn frozen_managed_record_still_reads() {
-        let sample = r#"{
-  "version": 1,
-  "manager": "systemd",
-  "unit": "agentprism@.service",
-  "fingerprint": "0123456789abcdef",
-  "binary": "/home/u/.local/bin/agentprism"
-}"#;
-        let record: ManagedRecord = serde_json::from_str(sample).unwrap();
-        assert_eq!(record.fingerprint, "0123456789abcdef");
-        assert_eq!(
-            serde_json::to_string_pretty(&record).unwrap(),
-            sample,
-            "managed.json's format changed: bump MANAGED_RECORD_VERSION"
-        );
-    }
-}
+mod tests;

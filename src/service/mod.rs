@@ -10,6 +10,7 @@ pub mod install;
 pub mod launchd;
 pub mod notify;
 pub mod systemd;
+mod tools;
 
 use std::path::{Path, PathBuf};
 

@@ -8,10 +8,15 @@
 //! crashes is restarted on its own without touching its draining predecessor, and a lame duck
 //! that exits 0 stays down (`Restart=on-failure`). The design and the alternatives are in
 //! `docs/service.md`.
+//!
+//! Install and uninstall first ask whether the user's manager can be reached at all (there is
+//! none without a login session or lingering), so install refuses before writing and
+//! uninstall can remove its files without one.
 
 use std::path::Path;
 
-use super::{Result, ServiceError};
+use super::tools::Tools;
+use super::{InstallReport, Result, ServiceError};
 
 /// The unit a user enables (`systemctl --user enable --now agentprism`).
 pub const ENTRY_UNIT: &str = "agentprism.service";
@@ -19,6 +24,8 @@ pub const ENTRY_UNIT: &str = "agentprism.service";
 pub const TEMPLATE_UNIT: &str = "agentprism@.service";
 /// Glob matching every generation instance (for `systemctl --user stop`).
 pub const INSTANCE_GLOB: &str = "agentprism@*.service";
+/// The folder `systemctl --user enable` links [`ENTRY_UNIT`] into (its `WantedBy=`).
+pub const WANTED_BY: &str = "default.target.wants";
 
 /// `systemd/agentprism.service` as shipped.
 pub const ENTRY_UNIT_TEXT: &str = include_str!("../../systemd/agentprism.service");
@@ -142,6 +149,55 @@ fn unit_path(path: &Path) -> Result<String> {
     Ok(text.replace('%', "%%"))
 }
 
+/// Asks the user's systemd manager for its version: `Err` (saying what systemctl answered)
+/// when there is no manager to talk to, typically no user bus outside a login session.
+pub(super) fn reach_user_manager(
+    tools: &Tools,
+    systemctl: &Path,
+    report: &mut InstallReport,
+) -> Result<(), String> {
+    match tools.run(
+        systemctl,
+        &["--user", "show", "--property=Version"],
+        &[],
+        report,
+    ) {
+        Ok(_) => Ok(()),
+        Err(ServiceError::CommandFailed {
+            command, output, ..
+        }) => Err(format!(
+            "the systemd user manager cannot be reached (`{command}`: {output})"
+        )),
+        Err(other) => Err(format!(
+            "the systemd user manager cannot be reached ({other})"
+        )),
+    }
+}
+
+/// What to do without a reachable user manager.
+pub(super) fn no_user_manager_hint(uid: u32) -> String {
+    format!(
+        "systemd runs a user's manager during a login session (a console, ssh or desktop \
+         login; not `su` or `sudo`), whose XDG_RUNTIME_DIR is /run/user/{uid}, and from boot \
+         on after `loginctl enable-linger $USER`: log in that way (after enabling lingering, \
+         log in again) and run `agentprism daemon install` again. Without a service manager \
+         nothing needs installing: the agentprism-workflow shim an MCP host starts spawns the \
+         daemon itself, and `agentprism daemon run` runs it in the foreground"
+    )
+}
+
+/// Removes `default.target.wants/agentprism.service` when it is the link `enable` made to
+/// our unit (a symlink whose target is named like it); anything else there is left alone.
+pub(super) fn remove_enablement_link(unit_dir: &Path, report: &mut InstallReport) -> Result<()> {
+    let link = unit_dir.join(WANTED_BY).join(ENTRY_UNIT);
+    let ours = std::fs::read_link(&link)
+        .is_ok_and(|target| target.file_name() == Some(std::ffi::OsStr::new(ENTRY_UNIT)));
+    if ours {
+        super::install::remove_file(&link, report)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +234,7 @@ mod tests {
         }
         assert!(setting(TEMPLATE_UNIT_TEXT, "ExecStart")[0].ends_with("--expect-version=%i"));
         assert_eq!(setting(ENTRY_UNIT_TEXT, "WantedBy"), ["default.target"]);
+        assert_eq!(WANTED_BY, "default.target.wants");
     }
 
     #[test]

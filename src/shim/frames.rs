@@ -4,12 +4,14 @@
 //! the resource a (un)subscribe names and the request a cancellation names. Everything else
 //! passes through as the bytes the host wrote.
 
-use std::io::BufRead;
-
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-/// The largest frame the shim accepts; a longer line is answered with an error and skipped.
+pub use crate::transport::lines::{Line, read_lines};
+
+/// The largest frame the shim accepts; a longer line is answered with an error as soon as it
+/// passes the limit, and the rest of it is skipped unread ([`read_lines`]: no more than this
+/// much of a line is ever held).
 pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 /// `_meta` key that marks a 2026-07-28 (stateless) request.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -19,68 +21,6 @@ pub mod codes {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const INTERNAL_ERROR: i64 = -32603;
-}
-
-/// One line read from stdin.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    Text(Vec<u8>),
-    /// A line longer than the limit, already skipped; its length so far.
-    TooLong(usize),
-}
-
-/// Reads lines until EOF or until `sink` returns false. A line over `limit` bytes is skipped
-/// to its newline without being kept in memory. Blank lines are dropped.
-pub fn read_lines(
-    mut reader: impl BufRead,
-    limit: usize,
-    mut sink: impl FnMut(Line) -> bool,
-) -> std::io::Result<()> {
-    let mut line = Vec::new();
-    let mut skipped: Option<usize> = None;
-    loop {
-        let available = match reader.fill_buf() {
-            Ok(available) => available,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(error) => return Err(error),
-        };
-        if available.is_empty() {
-            // EOF: a last line without a newline still counts.
-            if let Some(length) = skipped {
-                sink(Line::TooLong(length));
-            } else if !line.iter().all(u8::is_ascii_whitespace) {
-                sink(Line::Text(line));
-            }
-            return Ok(());
-        }
-        let (chunk, complete) = match available.iter().position(|&b| b == b'\n') {
-            Some(end) => (&available[..end], true),
-            None => (available, false),
-        };
-        let used = chunk.len() + usize::from(complete);
-        match &mut skipped {
-            Some(length) => *length += chunk.len(),
-            None if line.len() + chunk.len() > limit => {
-                skipped = Some(line.len() + chunk.len());
-                line = Vec::new();
-            }
-            None => line.extend_from_slice(chunk),
-        }
-        reader.consume(used);
-        if complete {
-            let keep_going = match skipped.take() {
-                Some(length) => sink(Line::TooLong(length)),
-                None if line.iter().all(u8::is_ascii_whitespace) => {
-                    line.clear();
-                    true
-                }
-                None => sink(Line::Text(std::mem::take(&mut line))),
-            };
-            if !keep_going {
-                return Ok(());
-            }
-        }
-    }
 }
 
 /// Whether a frame asks for an answer, is a notification, or answers the server.
@@ -219,31 +159,6 @@ pub fn header_value(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines(input: &[u8], limit: usize) -> Vec<Line> {
-        let mut out = Vec::new();
-        read_lines(std::io::BufReader::with_capacity(4, input), limit, |line| {
-            out.push(line);
-            true
-        })
-        .unwrap();
-        out
-    }
-
-    #[test]
-    fn lines_blank_lines_long_lines_and_a_last_line_without_newline() {
-        let got = lines(b"{\"a\":1}\n\n  \n0123456789ABC\n{\"b\":2}\n{\"c\"", 10);
-        assert_eq!(
-            got,
-            vec![
-                Line::Text(b"{\"a\":1}".to_vec()),
-                Line::TooLong(13),
-                Line::Text(b"{\"b\":2}".to_vec()),
-                Line::Text(b"{\"c\"".to_vec()),
-            ]
-        );
-        assert_eq!(lines(b"0123456789ABCDEF", 10), vec![Line::TooLong(16)]);
-    }
 
     #[test]
     fn inspection_of_each_kind() {

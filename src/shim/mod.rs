@@ -269,12 +269,12 @@ fn read_stdin(events: mpsc::UnboundedSender<Event>, output: Output) {
                             true
                         }
                     },
-                    Line::TooLong(length) => {
+                    Line::TooLong => {
                         output.write_value(&frames::error_response(
                             &serde_json::Value::Null,
                             codes::INVALID_REQUEST,
                             &format!(
-                                "frame of {length} bytes exceeds the {} MiB limit",
+                                "a frame over the {} MiB limit; it was skipped unread",
                                 MAX_FRAME_BYTES >> 20
                             ),
                         ));

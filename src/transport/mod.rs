@@ -9,6 +9,7 @@
 pub mod connection;
 mod in_place;
 pub mod http;
+pub mod lines;
 pub mod peer;
 pub mod stdio;
 

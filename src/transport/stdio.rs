@@ -7,13 +7,17 @@
 //! stdio session, and requests carrying a protocol version in `_meta` are served statelessly
 //! beside it, so a `server/discover` probe before `initialize` gets a real answer. End of
 //! input cancels whatever is still running and returns.
+//!
+//! Input is read with a bound ([`super::lines`]): no more than [`MAX_LINE_BYTES`] of a line is
+//! ever held, and a longer line is refused with -32600 as soon as it passes the limit, its
+//! rest discarded as it arrives.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::mcp::handler::{McpError, codes};
 use crate::mcp::jsonrpc::{self, Message};
 use crate::mcp::server::{McpServer, SessionEvents, TransportContext, TransportKind};
+use crate::transport::lines::{AsyncLines, Line};
 
 /// The largest line accepted, the same cap as an HTTP body.
 pub const MAX_LINE_BYTES: usize = crate::transport::http::MAX_BODY_BYTES;
@@ -33,7 +38,7 @@ pub async fn serve_stdio(
     input: impl AsyncRead + Unpin,
     output: impl AsyncWrite + Unpin,
 ) -> anyhow::Result<()> {
-    let mut reader = BufReader::new(input);
+    let mut lines = AsyncLines::new(BufReader::new(input), MAX_LINE_BYTES);
     let mut output = output;
     let (outgoing, mut outgoing_receiver) = mpsc::unbounded_channel::<Value>();
     let mut connection = Connection {
@@ -46,18 +51,14 @@ pub async fn serve_stdio(
         session_events: None,
     };
     let shutdown = connection.server.shutdown_token();
-    let mut line = Vec::new();
     loop {
         tokio::select! {
-            // `read_until` keeps partial input in `line` if another branch wins, so the line
-            // is only cleared once it has been taken.
-            read = reader.read_until(b'\n', &mut line) => {
-                let read = read.context("reading a message from stdin")?;
-                if read == 0 && line.is_empty() {
-                    break;
-                }
-                connection.on_line(std::mem::take(&mut line)).await;
-            }
+            // Cancel-safe: a line read in part stays in `lines` if another branch wins.
+            read = lines.next() => match read.context("reading a message from stdin")? {
+                Some(Line::Text(line)) => connection.on_line(line).await,
+                Some(Line::TooLong) => connection.refuse_too_long(),
+                None => break,
+            },
             Some(message) = outgoing_receiver.recv() => {
                 write_line(&mut output, &message).await?;
             }
@@ -92,18 +93,26 @@ struct Connection {
 }
 
 impl Connection {
-    /// Handles one input line: a refusal for an oversized or malformed one, `initialize` in
-    /// order (later messages depend on the session it sets), other requests concurrently.
+    /// A line over [`MAX_LINE_BYTES`]: its id is unknown (it was never read whole), so the
+    /// refusal answers `null`.
+    fn refuse_too_long(&self) {
+        let error = McpError::new(
+            codes::INVALID_REQUEST,
+            format!(
+                "message too large: a line over the limit of {MAX_LINE_BYTES} bytes; it was \
+                 discarded unread"
+            ),
+        );
+        let _ = self
+            .outgoing
+            .send(jsonrpc::error_response(&Value::Null, &error));
+    }
+
+    /// Handles one input line: a refusal for a malformed one, `initialize` in order (later
+    /// messages depend on the session it sets), other requests concurrently.
     async fn on_line(&mut self, taken: Vec<u8>) {
         let text = trim_line(&taken);
         if text.is_empty() {
-            return;
-        }
-        if taken.len() > MAX_LINE_BYTES {
-            let error = McpError::new(codes::INVALID_REQUEST, "message too large");
-            let _ = self
-                .outgoing
-                .send(jsonrpc::error_response(&Value::Null, &error));
             return;
         }
         let message = match jsonrpc::parse(text) {

@@ -1,6 +1,7 @@
 //! Integration tests, one module per area.
 mod a2a;
 mod acp;
+mod acp_stderr;
 mod adapters;
 mod admission;
 mod architecture;
@@ -10,6 +11,7 @@ mod companions;
 mod control;
 mod control_daemon;
 mod daemon;
+mod daemon_idle;
 mod discovery;
 mod engine;
 mod host_env;

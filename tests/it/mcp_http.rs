@@ -577,6 +577,48 @@ async fn concurrent_streams_and_cancellation_by_notification() {
     server.stop().await;
 }
 
+/// A legacy request cancelled by `notifications/cancelled` before it sent anything gets no
+/// response, yet its POST is still answered the way a request's must be (an SSE stream, not
+/// the 202 that only notifications and responses get): the stream ends at once, empty.
+#[tokio::test]
+async fn a_legacy_request_cancelled_before_it_sent_anything_gets_an_empty_stream() {
+    let server = TestServer::start(HttpOptions::default()).await;
+    let session = server.initialize().await;
+    let headers = [
+        ("Mcp-Session-Id", session.clone()),
+        ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+    ];
+    let hold = Hold::named("legacy-cancelled");
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "hold", "arguments": {"key": "legacy-cancelled"}}});
+    let (address, host) = (server.address, server.host());
+    let answer = tokio::spawn(async move {
+        let mut all = vec![
+            ("Host", host),
+            ("Content-Type", "application/json".to_owned()),
+            ("Accept", "application/json, text/event-stream".to_owned()),
+        ];
+        all.extend(headers);
+        raw_request(address, "POST", &all, call.to_string().as_bytes()).await
+    });
+    tokio::time::timeout(WAIT, hold.started.acquire())
+        .await
+        .expect("the handler never started")
+        .unwrap()
+        .forget();
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "the user stopped it"}});
+    let notified = server.post(&legacy_headers(&session), &cancel).await;
+    assert_eq!(notified.status, 202);
+    // The handler ignores cancellation; once it ends, its answer is dropped.
+    hold.release.add_permits(1);
+    let reply = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+    assert_eq!(reply.text().await, "", "a cancelled request was answered");
+    server.stop().await;
+}
+
 /// A legacy request whose answer is plain JSON keeps running when its client disconnects
 /// mid-request, and finishes: its handler leaves the closed connection for the server's
 /// tracker instead of being dropped with it.

@@ -173,3 +173,51 @@ async fn eof_cancels_requests_in_flight_and_returns() {
     let (response, _) = client.response(json!(1)).await;
     assert_eq!(response["result"]["content"][0]["text"], "cancelled");
 }
+
+/// A line longer than the limit is refused as soon as it passes the limit, not when (or if)
+/// its newline comes, and its rest is discarded as it arrives: the writer of an endless line
+/// gets -32600 while still writing, and the connection serves the next line after it.
+#[tokio::test]
+async fn an_over_long_line_is_refused_before_its_newline_and_the_next_line_is_served() {
+    let (mut client, task, _hub) = start();
+    let limit = agentprism::transport::stdio::MAX_LINE_BYTES;
+    // The writer owns the input while it writes; a stand-in holds its place.
+    let mut input = std::mem::replace(&mut client.input, tokio::io::duplex(1).0);
+    let writer = tokio::spawn(async move {
+        let piece = vec![b'x'; 64 * 1024];
+        let mut written = 0;
+        while written <= limit + piece.len() {
+            input.write_all(&piece).await.unwrap();
+            written += piece.len();
+        }
+        input
+    });
+    let refusal = client.line().await;
+    assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    assert_eq!(refusal["id"], Value::Null);
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("message too large"),
+        "{refusal}"
+    );
+    let mut input = tokio::time::timeout(WAIT, writer).await.unwrap().unwrap();
+    // The end of the long line, then a request of its own.
+    input.write_all(b"xxxx\n").await.unwrap();
+    client.input = input;
+    client
+        .send(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+            "params": {"_meta": modern_meta()}}),
+        )
+        .await;
+    let (discover, _) = client.response(json!(1)).await;
+    assert_eq!(discover["result"]["resultType"], "complete", "{discover}");
+    drop(client.input);
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the server ends at EOF")
+        .unwrap()
+        .unwrap();
+}

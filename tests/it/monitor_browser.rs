@@ -17,7 +17,8 @@
 //! wide and the narrow layout (`AGENTPRISM_MONITOR_SCREENSHOTS=<dir>` copies them there, which
 //! is how `docs/monitor/*.png` are refreshed). Without Node, the packages or chromium the test
 //! fails and names the install step. A second test checks the panel's own limits: under
-//! 200 KiB, the strict CSP (script-src: the hash of its one script), no external URL.
+//! 200 KiB, the strict CSP (script-src: the hash of its one script), no external URL; a third
+//! that each blob URL the script makes is revoked after its click.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -172,4 +173,48 @@ fn the_panel_is_self_contained_small_and_under_a_strict_csp() {
     assert_eq!(lower.matches("<script").count(), 1, "one inline script");
     assert!(!lower.contains("<script src"), "no script file");
     assert!(!lower.contains("<link"), "no linked style or icon");
+}
+
+/// Every blob URL the panel makes (the result download outside a host that downloads files
+/// itself) is revoked once its download has started, on a later task: the URL would
+/// otherwise keep the result's bytes alive for as long as the page is open. Checked on the
+/// script's text, since this machine's browser test needs Chromium and the test packages.
+#[test]
+fn every_blob_url_the_panel_makes_is_revoked_after_its_download_starts() {
+    let script = PANEL
+        .split_once("<script>")
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map(|(script, _)| script)
+        .expect("run-monitor.html has an inline script");
+    let created: Vec<usize> = script
+        .match_indices("URL.createObjectURL(")
+        .map(|(at, _)| at)
+        .collect();
+    assert!(!created.is_empty(), "the panel makes no blob URL any more");
+    for at in created {
+        // The statement that makes the URL names it: `const <name> = URL.createObjectURL(`.
+        let before = &script[..at];
+        let name = before
+            .trim_end()
+            .strip_suffix('=')
+            .and_then(|rest| rest.trim_end().rsplit(' ').next())
+            .unwrap_or_else(|| {
+                panic!(
+                    "a blob URL that is not kept in a name: {}",
+                    &script[at..at + 60]
+                )
+            });
+        let rest = &script[at..];
+        let click = rest
+            .find(".click()")
+            .unwrap_or_else(|| panic!("blob URL `{name}` is never clicked"));
+        let revoke = format!("setTimeout(() => URL.revokeObjectURL({name}), 0)");
+        let revoked = rest.find(&revoke).unwrap_or_else(|| {
+            panic!("blob URL `{name}` is not revoked on a later task ({revoke})")
+        });
+        assert!(
+            click < revoked,
+            "blob URL `{name}` is revoked before its click"
+        );
+    }
 }

@@ -304,3 +304,79 @@ fn the_deb_is_reproducible_and_has_its_control_fields() {
         "{unit}"
     );
 }
+
+/// `agentprism daemon install` and `uninstall` where no user manager can be reached: the
+/// real `systemctl` with neither `XDG_RUNTIME_DIR` nor `DBUS_SESSION_BUS_ADDRESS` (as under
+/// `su`, in a container, or on this machine, where systemd is not PID 1). Install refuses
+/// before writing anything and says what to do; uninstall removes what an earlier install left
+/// and says what it could not do.
+#[test]
+fn without_a_user_bus_install_writes_nothing_and_uninstall_removes_the_files() {
+    const SYSTEMCTL: &str = "/usr/bin/systemctl";
+    assert!(
+        Path::new(SYSTEMCTL).exists(),
+        "{SYSTEMCTL} is needed: install systemd (the package, not a running one)"
+    );
+    let ctx =
+        crate::support::context::TestContext::new().set("PATH", "/usr/local/bin:/usr/bin:/bin");
+    assert!(
+        !ctx.env.contains_key("XDG_RUNTIME_DIR")
+            && !ctx.env.contains_key("DBUS_SESSION_BUS_ADDRESS")
+    );
+    let home = ctx.path("home");
+    let config = home.join(".config");
+
+    let install = ctx.run(&["daemon", "install"]);
+    assert_eq!(install.code(), 1, "{}\n{}", install.stdout, install.stderr);
+    for needed in [
+        "cannot be reached",
+        "nothing was installed",
+        "loginctl enable-linger",
+        "agentprism daemon run",
+    ] {
+        assert!(
+            install.stderr.contains(needed),
+            "{needed}: {}",
+            install.stderr
+        );
+    }
+    assert!(!config.exists(), "install wrote under {}", config.display());
+
+    // What an install that failed at `daemon-reload` used to leave behind.
+    let units = config.join("systemd/user");
+    let owned = [
+        units.join("agentprism.service"),
+        units.join("agentprism@.service"),
+        config.join("agentprism/daemon.env"),
+    ];
+    for file in &owned {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, "left over\n").unwrap();
+    }
+    let uninstall = ctx.run(&["daemon", "uninstall"]);
+    assert_eq!(
+        uninstall.code(),
+        1,
+        "{}\n{}",
+        uninstall.stdout,
+        uninstall.stderr
+    );
+    for file in &owned {
+        assert!(!file.exists(), "{} is still there", file.display());
+        assert!(
+            uninstall
+                .stdout
+                .contains(&format!("removed {}", file.display())),
+            "{}",
+            uninstall.stdout
+        );
+    }
+    assert!(
+        uninstall
+            .stderr
+            .contains("could not disable agentprism.service")
+            && uninstall.stderr.contains("cannot be reached"),
+        "{}",
+        uninstall.stderr
+    );
+}

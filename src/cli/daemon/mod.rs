@@ -176,7 +176,8 @@ pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result
 }
 
 /// `daemon install` (`installing`) or `daemon uninstall`: prints what was done; any refusal
-/// or failed manager command exits 1 with its output.
+/// or failed manager command exits 1 with its output, and so does an uninstall that removed
+/// its files but could not reach the manager (saying what is left to do).
 fn install(env: &EnvSnapshot, installing: bool) -> Result<u8> {
     let exe = std::env::current_exe().context("finding the running agentprism binary")?;
     let paths = service::InstallPaths::from_env(env, &exe)?;
@@ -214,7 +215,13 @@ fn install(env: &EnvSnapshot, installing: bool) -> Result<u8> {
             manager.as_str()
         );
     }
-    Ok(0)
+    for undone in &report.not_done {
+        note!(
+            "agentprism: daemon {}: {undone}",
+            if installing { "install" } else { "uninstall" }
+        );
+    }
+    Ok(if report.not_done.is_empty() { 0 } else { 1 })
 }
 
 async fn start(env: &EnvSnapshot) -> Result<u8> {

@@ -5,7 +5,8 @@
 //! against the body, or the legacy session and its `MCP-Protocol-Version`), and the
 //! [`Resolution`] goes to the core with the request. The answer is plain JSON unless the
 //! request emits a notification first: then it becomes an SSE stream that carries the
-//! notifications and ends with the response.
+//! notifications and ends with the response. A request its client cancelled gets no
+//! response: its stream ends without one (an empty stream when nothing was sent yet).
 //!
 //! A POST to a per-method path (`<path>/<method>`) is the same exchange once its body is
 //! checked to be that method: a gateway that allowed the path has allowed exactly the
@@ -279,7 +280,7 @@ async fn answer(
         biased;
         outcome = &mut handler => match notes.try_recv() {
             Ok(note) => (note, answered_already(outcome)),
-            Err(_) => return outcome_response(outcome),
+            Err(_) => return request_outcome_response(outcome),
         },
         Some(note) = notes.recv() => (note, handler.detach()),
     };
@@ -305,6 +306,20 @@ async fn answer(
         stream.run(&state_for_stream, first_note).await;
     });
     sse_response(body_receiver)
+}
+
+/// The answer to a request whose outcome came before any notification. A request the client
+/// cancelled (`notifications/cancelled`) has no response, as the cancellation utility asks;
+/// since a request's POST must still be answered with JSON or an SSE stream (202 is for
+/// notifications and responses only), it gets an SSE stream that ends at once, with no
+/// event. Without a priming event id the client has nothing to resume, so it does not
+/// reconnect for it.
+fn request_outcome_response(outcome: Outcome) -> HttpResponse {
+    if outcome.response.is_none() && outcome.json.is_none() {
+        let (_ended, body) = mpsc::channel::<Bytes>(1);
+        return sse_response(body);
+    }
+    outcome_response(outcome)
 }
 
 /// An outcome already in hand, as the stream's `done` channel carries one.
