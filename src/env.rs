@@ -40,9 +40,6 @@ pub const DAEMON_IDLE_TTL_MS: &str = "AGENTPRISM_DAEMON_IDLE_TTL_MS";
 /// How long a session with no open connection is kept before eviction, in ms (default 300000
 /// = 5 min). Not part of the family fingerprint.
 pub const SESSION_TTL_MS: &str = "AGENTPRISM_SESSION_TTL_MS";
-/// Upper bound of one REPL workspace drain during shutdown or supersession, in ms. Not part
-/// of the family fingerprint.
-pub const REPL_DRAIN_BOUND_MS: &str = "AGENTPRISM_REPL_DRAIN_BOUND_MS";
 /// Extra `Origin` values the daemon accepts besides loopback http origins, comma-separated
 /// exact matches.
 pub const DAEMON_ALLOWED_ORIGINS: &str = "AGENTPRISM_DAEMON_ALLOWED_ORIGINS";

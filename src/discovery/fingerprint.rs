@@ -18,10 +18,9 @@ pub const PREFIXES: [&str; 4] = ["AGENTPRISM_", "OPENCODE_ACP_", "PI_ACP_", "COD
 /// daemon, not what it computes, so shims differing only in them share one daemon.
 /// `AGENTPRISM_LOG` only changes what is logged, and `AGENTPRISM_TEST_VERSION` is the version
 /// (which differs between generations of one family), hence they are here too.
-pub const EXCLUDED: [&str; 5] = [
+pub const EXCLUDED: [&str; 4] = [
     env::DAEMON_IDLE_TTL_MS,
     env::SESSION_TTL_MS,
-    env::REPL_DRAIN_BOUND_MS,
     env::LOG,
     env::TEST_VERSION,
 ];
