@@ -4,11 +4,13 @@
 //! it in its own process group, led by a [`reaper`] that ends the group with its owner, and
 //! [`groups`] records each group so the next owner can end what a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
 //! long-lived initialized processes per backend; a session opens, configures and prompts on
-//! one of them; `failure` maps ACP errors to the engine's failure kinds, and `chatter`
-//! keeps adapter warnings and retry notices out of answers.
+//! one of them; `content` fits a turn's content blocks to what the agent accepts (a text note
+//! in place of an image it cannot take); `failure` maps ACP errors to the engine's failure
+//! kinds, and `chatter` keeps adapter warnings and retry notices out of answers.
 
 mod chatter;
 pub mod connection;
+mod content;
 mod failure;
 pub mod groups;
 pub mod lookup;
