@@ -15,6 +15,8 @@ use crate::model::{Lease, OperationReceipt, RunRecord, RunStatus};
 use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{Fence, ScriptChange, SqliteStore, StoreError};
 
+mod dsl;
+
 struct World {
     _folder: tempfile::TempDir,
     project: PathBuf,
