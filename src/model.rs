@@ -203,6 +203,11 @@ pub struct Limits {
     pub max_agents: u32,
     pub concurrency: u32,
     pub agent_retries: u32,
+    /// The per-attempt ceiling of every agent call of the current generation: the executing
+    /// process's `AGENTPRISM_AGENT_TIMEOUT_MS`, recorded when a generation is admitted,
+    /// approved or resumed (a call's `timeoutMs` can only shorten it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_timeout_ms: Option<u64>,
 }
 
 impl Default for Limits {
@@ -211,6 +216,7 @@ impl Default for Limits {
             max_agents: 1000,
             concurrency: 8,
             agent_retries: 0,
+            agent_timeout_ms: None,
         }
     }
 }
@@ -233,17 +239,27 @@ impl Limits {
             agent_retries: agent_retries
                 .map(|v| v.clamp(0, 3) as u32)
                 .unwrap_or(self.agent_retries),
+            agent_timeout_ms: self.agent_timeout_ms,
         }
     }
 
-    /// The echoed shape `{maxAgents,tokenBudget:null,concurrency,agentRetries,agentTimeoutMs:null}`.
+    /// The limits with `ceiling` as the per-attempt agent timeout in force.
+    pub fn with_agent_timeout(self, ceiling: std::time::Duration) -> Limits {
+        Limits {
+            agent_timeout_ms: Some(u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX)),
+            ..self
+        }
+    }
+
+    /// The echoed shape `{maxAgents,tokenBudget:null,concurrency,agentRetries,agentTimeoutMs}`;
+    /// `agentTimeoutMs` is null only for a run whose ceiling was never recorded.
     pub fn to_json(self) -> Value {
         serde_json::json!({
             "maxAgents": self.max_agents,
             "tokenBudget": null,
             "concurrency": self.concurrency,
             "agentRetries": self.agent_retries,
-            "agentTimeoutMs": null,
+            "agentTimeoutMs": self.agent_timeout_ms,
         })
     }
 }
@@ -663,7 +679,8 @@ mod tests {
             Limits {
                 max_agents: 1,
                 concurrency: 16,
-                agent_retries: 3
+                agent_retries: 3,
+                agent_timeout_ms: None,
             }
         );
     }

@@ -153,31 +153,48 @@ pub(crate) fn is_usage_limit(message: &str, data: &str) -> bool {
     .any(|needle| text.contains(needle))
 }
 
-/// When the limit lifts, if the provider said: a 429 body's `resets_in_seconds` (or
-/// `resets_at`, Unix seconds), a `retry-after` quoted in the text, else the provider's words
+/// When the limit lifts, if the provider said: a number of seconds in a body (`resets_in_seconds`,
+/// `resetsInSeconds`) or a quoted `retry-after`, as the time it ends (from now); a body's
+/// `resets_at`/`resetsAt` (Unix seconds, or an RFC 3339 time); else the provider's words
 /// ("try again at …", "resets …") up to the end of that sentence.
 pub(crate) fn reset_hint(text: &str) -> Option<String> {
+    reset_hint_at(text, std::time::SystemTime::now())
+}
+
+/// [`reset_hint`] with `now` as the present, so a relative wait becomes a time.
+fn reset_hint_at(text: &str, now: std::time::SystemTime) -> Option<String> {
     let lower = text.to_ascii_lowercase();
+    // Field names in either spelling: adapters pass bodies as snake_case or camelCase JSON.
     for key in [
         "resets_in_seconds",
+        "resetsinseconds",
         "retry-after",
         "retry_after",
+        "retryafter",
         "retry after",
     ] {
         if let Some(seconds) = number_after(&lower, key) {
-            return Some(format!("resets in {}", spell_seconds(seconds)));
+            let at = now + std::time::Duration::from_secs(seconds);
+            return Some(format!(
+                "resets at {} (in {})",
+                humantime::format_rfc3339_seconds(at),
+                spell_seconds(seconds)
+            ));
         }
     }
-    if let Some(at) = number_after(&lower, "resets_at") {
-        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at);
-        return Some(format!(
-            "resets at {}",
-            humantime::format_rfc3339_seconds(at)
-        ));
+    for key in ["resets_at", "resetsat"] {
+        if let Some(at) = time_after(text, &lower, key) {
+            return Some(format!(
+                "resets at {}",
+                humantime::format_rfc3339_seconds(at)
+            ));
+        }
     }
-    let start = ["try again at", "try again in", "resets"]
+    // Words, not field names: "resets" must stand alone ("resets at 5 PM", "resets in 2
+    // hours"), so a field such as `resetsInSeconds` with no number is not taken for a time.
+    let start = ["try again at", "try again in", "resets "]
         .iter()
-        .filter_map(|needle| lower.find(needle))
+        .filter_map(|needle| word_at(&lower, needle))
         .min()?;
     let rest = &text[start..];
     let end = rest
@@ -190,20 +207,59 @@ pub(crate) fn reset_hint(text: &str) -> Option<String> {
     (!hint.is_empty()).then_some(hint)
 }
 
-/// The whole number that follows `key` (after quotes, colons, `=` and spaces), if any.
-fn number_after(text: &str, key: &str) -> Option<u64> {
-    let start = text.find(key)? + key.len();
-    let rest = text[start..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+/// Where `needle` first starts a word in `text` (no letter, digit or `_` just before it).
+fn word_at(text: &str, needle: &str) -> Option<usize> {
+    text.match_indices(needle)
+        .map(|(index, _)| index)
+        .find(|&index| {
+            !text[..index]
+                .chars()
+                .next_back()
+                .is_some_and(|before| before.is_alphanumeric() || before == '_')
+        })
 }
 
-/// `3600` → "3600 s (about 1 h)"; short waits stay in seconds.
+/// The whole number that follows some occurrence of `key` (after quotes, colons, `=` and
+/// spaces), if any; the start of a date or time (`2026-…`, `15:30`) is not one.
+fn number_after(text: &str, key: &str) -> Option<u64> {
+    text.match_indices(key).find_map(|(index, _)| {
+        let rest = text[index + key.len()..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if rest[digits..].starts_with(['-', ':']) {
+            return None;
+        }
+        rest[..digits].parse().ok()
+    })
+}
+
+/// The time after `key` (found in `lower`, read from `text`): Unix seconds (milliseconds
+/// when the number is too large for seconds) or an RFC 3339 time.
+fn time_after(text: &str, lower: &str, key: &str) -> Option<std::time::SystemTime> {
+    if let Some(number) = number_after(lower, key) {
+        let seconds = if number > 100_000_000_000 {
+            number / 1000
+        } else {
+            number
+        };
+        return Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds));
+    }
+    lower.match_indices(key).find_map(|(index, _)| {
+        let rest = text[index + key.len()..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
+        let end = rest
+            .find(|ch: char| {
+                ch == '"' || ch == '\'' || ch == ',' || ch == '}' || ch.is_whitespace()
+            })
+            .unwrap_or(rest.len());
+        humantime::parse_rfc3339_weak(&rest[..end]).ok()
+    })
+}
+
+/// `3600` → "3600 s, about 1 h"; short waits stay in seconds.
 fn spell_seconds(seconds: u64) -> String {
     match seconds {
         0..=119 => format!("{seconds} s"),
-        120..=3599 => format!("{seconds} s (about {} min)", seconds.div_ceil(60)),
-        _ => format!("{seconds} s (about {} h)", seconds.div_ceil(3600)),
+        120..=3599 => format!("{seconds} s, about {} min", seconds.div_ceil(60)),
+        _ => format!("{seconds} s, about {} h", seconds.div_ceil(3600)),
     }
 }
 
@@ -411,9 +467,10 @@ mod tests {
             "",
         );
         assert_eq!(failure.kind, FailureKind::UsageLimit);
-        assert_eq!(
-            failure.reset_hint.as_deref(),
-            Some("resets in 3600 s (about 1 h)")
+        let hint = failure.reset_hint.expect("a hint");
+        assert!(
+            hint.starts_with("resets at ") && hint.ends_with(" (in 3600 s, about 1 h)"),
+            "{hint}"
         );
         let failure = rpc_failure(
             "claude",
@@ -426,12 +483,61 @@ mod tests {
             &[],
             "",
         );
-        assert_eq!(failure.reset_hint.as_deref(), Some("resets in 90 s"));
+        let hint = failure.reset_hint.expect("a hint");
+        assert!(hint.ends_with(" (in 90 s)"), "{hint}");
         assert_eq!(
             reset_hint("resets_at: 0").as_deref(),
             Some("resets at 1970-01-01T00:00:00Z")
         );
         assert_eq!(reset_hint("API Error: 429 rate_limit_error"), None);
+    }
+
+    /// A body's wait in seconds, in either spelling, becomes the time the limit lifts.
+    #[test]
+    fn a_wait_in_seconds_becomes_the_time_the_limit_lifts() {
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_767_268_800);
+        for text in [
+            r#"{"error":{"type":"usage_limit_reached","resetsInSeconds":3600}}"#,
+            r#"{"resets_in_seconds": 3600}"#,
+            r#"{"retryAfter":"3600"}"#,
+        ] {
+            assert_eq!(
+                reset_hint_at(text, now).as_deref(),
+                Some("resets at 2026-01-01T13:00:00Z (in 3600 s, about 1 h)"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            reset_hint_at(r#"{"resetsAt":"2026-01-01T15:30:00Z"}"#, now).as_deref(),
+            Some("resets at 2026-01-01T15:30:00Z")
+        );
+        assert_eq!(
+            reset_hint_at(r#"{"resetsAt":1767281400000}"#, now).as_deref(),
+            Some("resets at 2026-01-01T15:30:00Z")
+        );
+        // A field name is never taken for the provider's words.
+        assert_eq!(reset_hint_at(r#"{"resetsInSeconds":null}"#, now), None);
+        assert_eq!(
+            reset_hint_at("Your limit resets tomorrow at 9.", now).as_deref(),
+            Some("resets tomorrow at 9")
+        );
+    }
+
+    /// The usage-limit error as an adapter sends it: the wait in `data.resetsInSeconds`.
+    #[test]
+    fn a_usage_limit_with_resets_in_seconds_hints_a_time() {
+        let data = json!({"errorKind": "usage_limit", "resetsInSeconds": 5400});
+        let failure = rpc_failure(
+            "claude",
+            "session/prompt",
+            remote(-32603, "Internal error: usage limit reached", Some(data)),
+            &[],
+            "",
+        );
+        assert_eq!(failure.kind, FailureKind::UsageLimit);
+        let hint = failure.reset_hint.expect("a hint");
+        assert!(hint.starts_with("resets at 20"), "{hint}");
+        assert!(hint.ends_with(" (in 5400 s, about 2 h)"), "{hint}");
     }
 
     #[test]

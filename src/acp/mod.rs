@@ -4,14 +4,16 @@
 //! it in its own process group (its stderr kept by [`stderr`]), led by a [`reaper`] that ends
 //! the group with its owner, and [`groups`] records each group so the next owner can end what
 //! a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps long-lived
-//! initialized processes per backend; a session opens, configures and prompts on one of them;
-//! `failure` maps ACP errors to the engine's failure kinds (with `advice` for failures that
-//! show a setup problem), and `chatter` keeps adapter warnings and retry notices out of
-//! answers.
+//! initialized processes per backend and `idle` stops the ones nobody uses; a session opens,
+//! configures and prompts on one of them; `content` fits a turn's content blocks to what the
+//! agent accepts (a text note in place of an image it cannot take); `failure` maps ACP errors
+//! to the engine's failure kinds (with `advice` for failures that show a setup problem), and
+//! `chatter` keeps adapter warnings and retry notices out of answers.
 
 mod advice;
 mod chatter;
 pub mod connection;
+mod content;
 mod failure;
 pub mod groups;
 pub mod lookup;

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::acp::connection::{RpcError, SessionHandler};
+use crate::acp::content;
 use crate::acp::failure::execution;
 use crate::acp::pool::{AgentHost, Lease};
 use crate::engine::runner::{
@@ -415,7 +416,8 @@ impl AgentSession for AcpSession {
         let host = self.host().clone();
         host.mark_prompted();
         let backend = host.backend.id.clone();
-        let mut params = json!({"sessionId": self.session_id, "prompt": turn.prompt});
+        let prompt = content::for_agent(turn.prompt, &host.capabilities, &backend);
+        let mut params = json!({"sessionId": self.session_id, "prompt": prompt});
         if let Some(meta) = turn.meta {
             params["_meta"] = meta;
         }

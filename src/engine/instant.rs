@@ -5,8 +5,8 @@
 //! instructions) gets the schema's fabricated mock value, so structured calls validate.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,6 +25,9 @@ use crate::model::Usage;
 #[derive(Default)]
 pub struct InstantRunner {
     prompts: Arc<AtomicU64>,
+    /// Every turn's prompt blocks, kept only by a runner made with
+    /// [`InstantRunner::recording`], so the plain runner's turn costs nothing more.
+    turns: Option<Arc<Mutex<Vec<Vec<Value>>>>>,
 }
 
 impl InstantRunner {
@@ -32,14 +35,32 @@ impl InstantRunner {
         Arc::new(InstantRunner::default())
     }
 
+    /// A runner that also keeps what it was sent ([`InstantRunner::turns`]).
+    pub fn recording() -> Arc<InstantRunner> {
+        Arc::new(InstantRunner {
+            turns: Some(Arc::default()),
+            ..InstantRunner::default()
+        })
+    }
+
     /// How many prompt turns it answered.
     pub fn prompts(&self) -> u64 {
         self.prompts.load(Ordering::Relaxed)
+    }
+
+    /// The prompt blocks of every turn it answered, in the order they came; empty unless
+    /// made with [`InstantRunner::recording`].
+    pub fn turns(&self) -> Vec<Vec<Value>> {
+        self.turns
+            .as_ref()
+            .and_then(|turns| turns.lock().ok().map(|turns| turns.clone()))
+            .unwrap_or_default()
     }
 }
 
 struct InstantSession {
     prompts: Arc<AtomicU64>,
+    turns: Option<Arc<Mutex<Vec<Vec<Value>>>>>,
 }
 
 #[async_trait]
@@ -52,6 +73,7 @@ impl AgentRunner for InstantRunner {
         let _ = spec;
         Ok(Box::new(InstantSession {
             prompts: self.prompts.clone(),
+            turns: self.turns.clone(),
         }))
     }
 
@@ -70,6 +92,11 @@ impl AgentSession for InstantSession {
         _cancel: CancellationToken,
     ) -> Result<TurnOutput, AgentFailure> {
         self.prompts.fetch_add(1, Ordering::Relaxed);
+        if let Some(turns) = &self.turns
+            && let Ok(mut turns) = turns.lock()
+        {
+            turns.push(turn.prompt.clone());
+        }
         let text = turn
             .prompt
             .iter()

@@ -24,6 +24,7 @@
   const stringify = JSON.stringify;
   const parse = JSON.parse;
   const isFinite = Number.isFinite;
+  const isInteger = Number.isInteger;
   const isArray = Array.isArray;
   const getPrototypeOf = Object.getPrototypeOf;
   const keys = Object.keys;
@@ -198,6 +199,43 @@
   };
   const joinArgs = (values) => values.map(text).join(" ");
 
+  // A helper's options: an object (or nothing) whose every key the helper knows, so a typo
+  // or an option of another product is an error instead of being ignored.
+  function helperOptions(helper, options, known) {
+    if (options === undefined || options === null) return {};
+    if (!isPlainObject(options)) throw new TypeError(helper + "(): options must be an object");
+    const names = keys(options);
+    for (let i = 0; i < names.length; i++) {
+      let found = false;
+      for (let k = 0; k < known.length; k++) if (known[k] === names[i]) found = true;
+      if (!found)
+        throw new TypeError(
+          helper + "() option " + stringify(names[i]) + " is not known; known options: " + known.join(", ")
+        );
+    }
+    return options;
+  }
+
+  // A count option: a whole number of at least 1, or `fallback` when left out.
+  function countOption(helper, name, value, fallback) {
+    if (value === undefined || value === null) return fallback;
+    if (typeof value !== "number" || !isInteger(value) || value < 1)
+      throw new TypeError(helper + "() option " + name + " must be a whole number of at least 1, got " + text(value));
+    return value;
+  }
+
+  // verify()'s lens: one string for every reviewer, or an array whose entries reviewers
+  // take in turn (reviewer i gets entry i modulo its length); none when left out.
+  function lensList(lens) {
+    if (lens === undefined || lens === null) return [];
+    const list = typeof lens === "string" ? [lens] : lens;
+    const valid =
+      isArray(list) && list.length > 0 && list.every((entry) => typeof entry === "string" && entry.trim() !== "");
+    if (!valid)
+      throw new TypeError("verify() option lens must be a non-empty string or a non-empty array of them, got " + text(lens));
+    return list;
+  }
+
   // Builds the DSL for one scope: the root script, or one nested workflow() invocation.
   function makeDsl(scope, args, cwd) {
     const call = (kind, payload) =>
@@ -280,12 +318,18 @@
     }
 
     async function verify(item, options) {
-      const settings = Object.assign({ reviewers: 2, threshold: 0.5 }, options || {});
-      const lens = settings.lens ? "\nFocus on: " + settings.lens : "";
+      const settings = helperOptions("verify", options, ["reviewers", "threshold", "lens"]);
+      const reviewers = countOption("verify", "reviewers", settings.reviewers, 2);
+      const threshold = settings.threshold === undefined || settings.threshold === null ? 0.5 : settings.threshold;
+      if (typeof threshold !== "number" || !(threshold >= 0 && threshold <= 1))
+        throw new TypeError("verify() option threshold must be a number from 0 to 1, got " + text(threshold));
+      const lenses = lensList(settings.lens);
       const votes = await parallel(
-        Array.from({ length: settings.reviewers }, (_, i) => () =>
+        Array.from({ length: reviewers }, (_, i) => () =>
           agent(
-            "Try to refute the following claim. Answer real=true only if it holds up." + lens + "\n\n" + text(item),
+            "Try to refute the following claim. Answer real=true only if it holds up." +
+              (lenses.length ? "\nFocus on: " + lenses[i % lenses.length] : "") +
+              "\n\n" + text(item),
             {
               label: "verify " + i,
               schema: {
@@ -300,17 +344,20 @@
       const counted = votes.filter((vote) => vote !== null);
       const realCount = counted.filter((vote) => vote.real === true).length;
       const total = counted.length;
-      return { real: total > 0 && realCount / total >= settings.threshold, realCount, total, votes };
+      return { real: total > 0 && realCount / total >= threshold, realCount, total, votes };
     }
 
     async function judgePanel(attempts, options) {
-      const settings = Object.assign({ judges: 3 }, options || {});
+      const settings = helperOptions("judgePanel", options, ["judges", "rubric"]);
+      const judges = countOption("judgePanel", "judges", settings.judges, 3);
+      if (settings.rubric !== undefined && settings.rubric !== null && typeof settings.rubric !== "string")
+        throw new TypeError("judgePanel() option rubric must be a string, got " + text(settings.rubric));
       if (!Array.isArray(attempts) || attempts.length === 0)
         throw new TypeError("judgePanel(attempts, options): attempts must be a non-empty array");
       const rubric = settings.rubric ? "\nRubric: " + settings.rubric : "";
       const judgments = await parallel(
         attempts.flatMap((attempt, a) =>
-          Array.from({ length: settings.judges }, (_, j) => () =>
+          Array.from({ length: judges }, (_, j) => () =>
             agent("Score this attempt from 0 to 10." + rubric + "\n\n" + text(attempt), {
               label: "judge " + a + "." + j,
               schema: { type: "object", properties: { score: { type: "number" } }, required: ["score"] },
@@ -321,7 +368,7 @@
       let best = null;
       attempts.forEach((attempt, index) => {
         const scores = judgments
-          .slice(index * settings.judges, (index + 1) * settings.judges)
+          .slice(index * judges, (index + 1) * judges)
           .filter((judgment) => judgment !== null)
           .map((judgment) => judgment.score);
         const score = scores.length ? scores.reduce((a, b) => a + b, 0) / scores.length : -Infinity;
@@ -334,7 +381,7 @@
     async function loopUntilDry(options) {
       const settings = Object.assign(
         { key: (item) => stringify(item), consecutiveEmpty: 2, maxRounds: 50 },
-        options || {}
+        helperOptions("loopUntilDry", options, ["round", "key", "consecutiveEmpty", "maxRounds"])
       );
       if (typeof settings.round !== "function") throw new TypeError("loopUntilDry({round}): round must be a function");
       const seen = new Set();
@@ -379,28 +426,37 @@
     }
 
     async function retry(thunk, options) {
-      const settings = Object.assign({ attempts: 3 }, options || {});
+      const settings = helperOptions("retry", options, ["attempts", "until"]);
+      const attempts = countOption("retry", "attempts", settings.attempts, 3);
+      if (typeof thunk !== "function") throw new TypeError("retry(thunk, options?): thunk must be a function");
       let last = null;
-      for (let i = 0; i < settings.attempts; i++) {
+      for (let i = 0; i < attempts; i++) {
         last = await thunk(i);
         if (!settings.until || settings.until(last)) return last;
       }
       return last;
     }
 
+    // The verdict passes when it is `true` or an object with a truthy `ok`; the next
+    // attempt gets the failed verdict's `feedback` (undefined when it has none), as the
+    // TypeScript product's gate does.
     async function gate(thunk, validator, options) {
-      const settings = Object.assign({ attempts: 3 }, options || {});
+      const settings = helperOptions("gate", options, ["attempts"]);
+      const attempts = countOption("gate", "attempts", settings.attempts, 3);
+      if (typeof thunk !== "function" || typeof validator !== "function")
+        throw new TypeError("gate(thunk, validator, options?): thunk and validator must be functions");
       let feedback = undefined;
       let value = null;
       let verdict = null;
-      for (let i = 0; i < settings.attempts; i++) {
+      for (let i = 0; i < attempts; i++) {
         value = await thunk(feedback, i);
         verdict = await validator(value);
-        const ok = verdict === true || (isPlainObject(verdict) && !!verdict.ok);
-        if (ok) return { ok: true, value, verdict, attempts: i + 1 };
-        feedback = isPlainObject(verdict) ? verdict.feedback !== undefined ? verdict.feedback : verdict : verdict;
+        if (verdict === undefined) verdict = null;
+        const isObject = verdict !== null && typeof verdict === "object";
+        if (verdict === true || (isObject && !!verdict.ok)) return { ok: true, value, verdict, attempts: i + 1 };
+        feedback = isObject ? verdict.feedback : undefined;
       }
-      return { ok: false, value, verdict, attempts: settings.attempts };
+      return { ok: false, value, verdict, attempts };
     }
 
     function log(...values) {

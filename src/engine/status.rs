@@ -1,8 +1,9 @@
 //! The bounded status view of a run (engine.md 6.4), shared by `status`, `stop` and `pause`.
 //!
-//! Everything but `outcome` fits in 24,576 JSON bytes: when it would not, the oldest calls
-//! go first, then log lines, then phases. Previews are redacted and capped; prompts, args,
-//! hashes, session ids and the script never appear.
+//! Everything but `outcome` fits in 24,576 JSON bytes: when it would not, result previews
+//! are shortened first, then log lines and calls give way, oldest first, calls keeping room
+//! before log lines (`status/fit.rs` has the exact order). Previews are redacted and capped;
+//! prompts, args, hashes, session ids and the script never appear.
 
 use std::path::PathBuf;
 

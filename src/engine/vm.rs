@@ -304,6 +304,9 @@ fn run(
     let nested = script.nested.take();
     let files = script.files.clone();
 
+    // Tracked from the first statement: a rejection floated before the script's first
+    // `await` happens while it is being started.
+    track_rejections(&runtime, &unhandled);
     let started = context.with(|ctx| {
         let helpers = install_host(&ctx, prelude, events, &resolvers, nested, files)
             .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
@@ -316,7 +319,9 @@ fn run(
     let (helpers, main) = match started {
         Ok(started) => started,
         Err(failure) => {
+            runtime.set_host_promise_rejection_tracker(None);
             resolvers.borrow_mut().clear();
+            unhandled.borrow_mut().clear();
             let spent = Spent {
                 context: Some(context),
                 runtime,
@@ -362,21 +367,22 @@ fn drive(
     replies: &std_mpsc::Receiver<VmReply>,
     halt: &AtomicBool,
 ) -> Result<Option<Value>, ScriptFailure> {
-    track_rejections(runtime, unhandled);
     loop {
         run_jobs(runtime, clock, limits, halt)?;
         if halt.load(Ordering::SeqCst) {
             return Err(ScriptFailure::script_error("halted"));
         }
-        let settled = settled(context, main, helpers, clock, limits);
-        if let Some(result) = settled {
-            return result;
+        // A script that ended with its own error fails with it; one that returned fails
+        // all the same when it floated a rejection it never handled (reading the result
+        // runs its getters, which can float one too).
+        if let Some(result) = settled(context, main, helpers, clock, limits) {
+            return match (result, take_unhandled(context, main, unhandled)) {
+                (Ok(_), Some(failure)) => Err(failure),
+                (result, _) => result,
+            };
         }
-        if let Some((_, failure)) = unhandled.borrow_mut().drain(..).next() {
-            return Err(ScriptFailure {
-                message: format!("unhandled promise rejection: {}", failure.message),
-                ..failure
-            });
+        if let Some(failure) = take_unhandled(context, main, unhandled) {
+            return Err(failure);
         }
         if resolvers.borrow().is_empty() {
             return Err(ScriptFailure::script_error(
@@ -401,8 +407,33 @@ fn drive(
     }
 }
 
-/// Records rejections no handler took (and forgets them once one does), so a script that
-/// only waits on an unhandled rejection fails with it.
+/// The first rejection no handler took, as the failure it makes. The script's own promise
+/// (`main`) is not one: its rejection is the script's outcome.
+fn take_unhandled(
+    context: &Context,
+    main: &Persistent<Promise<'static>>,
+    unhandled: &Unhandled,
+) -> Option<ScriptFailure> {
+    let floated: Vec<_> = unhandled.borrow_mut().drain(..).collect();
+    let (_, failure) = context.with(|ctx| {
+        let main = main.clone().restore(&ctx).ok()?.into_value();
+        floated.into_iter().find(|(promise, _)| {
+            promise
+                .clone()
+                .restore(&ctx)
+                .map_or(true, |promise| promise != main)
+        })
+    })?;
+    Some(ScriptFailure {
+        message: format!("unhandled promise rejection: {}", failure.message),
+        ..failure
+    })
+}
+
+/// Records rejections no handler took (and forgets them once one does). Whatever is left
+/// once the queued jobs have run counts as unhandled: the script next waits for the host or
+/// has ended, and a handler added after a host answer comes too late (as in Node, where a
+/// rejection is unhandled once the microtask queue drains).
 fn track_rejections(runtime: &Runtime, unhandled: &Unhandled) {
     let unhandled = unhandled.clone();
     runtime.set_host_promise_rejection_tracker(Some(Box::new(

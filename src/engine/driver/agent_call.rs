@@ -344,9 +344,7 @@ impl Driver {
             label: call.label.clone(),
         };
         let mut prompt_blocks = vec![json!({"type": "text", "text": full_prompt})];
-        if let Some(Value::Array(images)) = &options.images {
-            prompt_blocks.extend(images.iter().cloned());
-        }
+        prompt_blocks.extend(options.image_blocks.iter().cloned());
         AgentTask {
             index: call.index,
             label: call.label.clone(),

@@ -89,16 +89,13 @@ impl Driver {
             path,
             options,
         } = CallPayload::parse(payload);
-        let kind = options
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("confirm")
-            .to_owned();
-        let choices = options.get("choices").cloned();
-        if let Err(message) = check_kind(&kind, choices.as_ref()) {
-            self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
-            return None;
-        }
+        let (kind, choices) = match checkpoint_options(&options) {
+            Ok(checked) => checked,
+            Err(message) => {
+                self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+                return None;
+            }
+        };
         if self.agent_count >= self.setup.limits.max_agents {
             self.reject(
                 call_id,
@@ -239,48 +236,123 @@ impl Driver {
     }
 }
 
-/// The kind must be `confirm`, `input` or `select`, and a `select` needs string choices.
-fn check_kind(kind: &str, choices: Option<&Value>) -> Result<(), String> {
-    if !matches!(kind, "confirm" | "input" | "select") {
+/// The options `checkpoint()` takes.
+const CHECKPOINT_OPTIONS: &[&str] = &["kind", "choices"];
+
+/// Options of the TypeScript product that answer a checkpoint without a person: there are
+/// none here, an unanswered checkpoint always pauses the run.
+const AUTO_ANSWER_OPTIONS: &[&str] = &["headless", "default", "timeoutMs"];
+
+/// `checkpoint()` options after their checks: the kind (`confirm` when left out) and the
+/// choices of a `select`. Every option is known, `kind` is `confirm`, `input` or `select`,
+/// and `choices`, a non-empty array of strings, goes with `select` only.
+fn checkpoint_options(options: &Value) -> Result<(String, Option<Value>), String> {
+    let Some(map) = options.as_object() else {
+        return Err("checkpoint() options must be an object".into());
+    };
+    if let Some(unknown) = map
+        .keys()
+        .find(|key| !CHECKPOINT_OPTIONS.contains(&key.as_str()))
+    {
+        let known = CHECKPOINT_OPTIONS.join(", ");
+        if AUTO_ANSWER_OPTIONS.contains(&unknown.as_str()) {
+            return Err(format!(
+                "checkpoint() option {unknown:?} is not known: there is no `headless` or \
+                 `default` checkpoint option (nor `timeoutMs`); an unanswered checkpoint \
+                 pauses the run until a resume answers it. Known options: {known}"
+            ));
+        }
         return Err(format!(
-            "checkpoint kind must be confirm, input or select, got {kind:?}"
+            "checkpoint() option {unknown:?} is not known; known options: {known}"
         ));
     }
+    let kind = match map.get("kind") {
+        None | Some(Value::Null) => "confirm",
+        Some(Value::String(kind)) if matches!(kind.as_str(), "confirm" | "input" | "select") => {
+            kind.as_str()
+        }
+        Some(other) => {
+            return Err(format!(
+                "checkpoint() option kind must be \"confirm\", \"input\" or \"select\", got {other}"
+            ));
+        }
+    };
+    let choices = map.get("choices").filter(|choices| !choices.is_null());
     if kind == "select" {
         let valid = choices
             .and_then(Value::as_array)
             .is_some_and(|list| !list.is_empty() && list.iter().all(Value::is_string));
         if !valid {
             return Err(
-                "checkpoint kind select needs choices: a non-empty array of strings".into(),
+                "checkpoint() kind \"select\" needs the option choices: a non-empty array of strings"
+                    .into(),
             );
         }
+    } else if choices.is_some() {
+        return Err(format!(
+            "checkpoint() option choices goes with kind \"select\" only, not {kind:?}"
+        ));
     }
-    Ok(())
+    Ok((kind.to_owned(), choices.cloned()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn refused(options: Value) -> String {
+        checkpoint_options(&options).expect_err("refused")
+    }
+
     #[test]
     fn a_checkpoint_kind_is_one_of_three_and_select_needs_string_choices() {
-        assert!(check_kind("confirm", None).is_ok());
-        assert!(check_kind("input", None).is_ok());
-        assert!(check_kind("select", Some(&json!(["a", "b"]))).is_ok());
         assert_eq!(
-            check_kind("pick", None).unwrap_err(),
-            "checkpoint kind must be confirm, input or select, got \"pick\""
+            checkpoint_options(&json!({})).unwrap(),
+            ("confirm".to_owned(), None)
         );
-        for choices in [
-            None,
-            Some(json!([])),
-            Some(json!(["a", 1])),
-            Some(json!("a")),
-        ] {
+        assert_eq!(
+            checkpoint_options(&json!({"kind": "input", "choices": null})).unwrap(),
+            ("input".to_owned(), None)
+        );
+        assert_eq!(
+            checkpoint_options(&json!({"kind": "select", "choices": ["a", "b"]})).unwrap(),
+            ("select".to_owned(), Some(json!(["a", "b"])))
+        );
+        assert_eq!(
+            refused(json!({"kind": "pick"})),
+            "checkpoint() option kind must be \"confirm\", \"input\" or \"select\", got \"pick\""
+        );
+        assert_eq!(
+            refused(json!({"kind": 3})),
+            "checkpoint() option kind must be \"confirm\", \"input\" or \"select\", got 3"
+        );
+        for choices in [json!(null), json!([]), json!(["a", 1]), json!("a")] {
             assert_eq!(
-                check_kind("select", choices.as_ref()).unwrap_err(),
-                "checkpoint kind select needs choices: a non-empty array of strings"
+                refused(json!({"kind": "select", "choices": choices})),
+                "checkpoint() kind \"select\" needs the option choices: a non-empty array of strings"
+            );
+        }
+        assert_eq!(
+            refused(json!({"choices": ["a"]})),
+            "checkpoint() option choices goes with kind \"select\" only, not \"confirm\""
+        );
+    }
+
+    #[test]
+    fn unknown_checkpoint_options_are_refused_by_name() {
+        assert_eq!(
+            refused(json!({"kidn": "input"})),
+            "checkpoint() option \"kidn\" is not known; known options: kind, choices"
+        );
+        for name in ["headless", "default", "timeoutMs"] {
+            let message = refused(json!({ name: true }));
+            assert!(
+                message.starts_with(&format!("checkpoint() option \"{name}\" is not known: there is no `headless` or `default` checkpoint option")),
+                "{message}"
+            );
+            assert!(
+                message.ends_with("Known options: kind, choices"),
+                "{message}"
             );
         }
     }

@@ -43,7 +43,10 @@ pub(super) struct AgentOptions {
     pub(super) isolation: Option<String>,
     pub(super) cwd: Option<String>,
     pub(super) mcp_servers: Option<Value>,
+    /// As the script gave them (the inputs hash covers them so).
     pub(super) images: Option<Value>,
+    /// `images` as ACP `image` content blocks, in order.
+    pub(super) image_blocks: Vec<Value>,
     pub(super) meta: Option<Value>,
     pub(super) prompt_meta: Option<Value>,
     pub(super) keep_session: Option<bool>,
@@ -104,6 +107,11 @@ impl AgentOptions {
                 "agent() option cwd must be an absolute path, got {cwd:?}"
             ));
         }
+        let images = array(map, "images")?;
+        let image_blocks = match &images {
+            Some(Value::Array(items)) => image_blocks(items)?,
+            _ => Vec::new(),
+        };
         let timeout_ms = timeout_ms(map)?;
         let retries = retries(map)?;
         let keep_session = keep_session(map)?;
@@ -119,7 +127,8 @@ impl AgentOptions {
             isolation,
             cwd,
             mcp_servers: array(map, "mcpServers")?,
-            images: array(map, "images")?,
+            images,
+            image_blocks,
             meta: object(map, "meta")?,
             prompt_meta: object(map, "promptMeta")?,
             keep_session,
@@ -152,6 +161,105 @@ fn array(map: &Map<String, Value>, key: &str) -> Result<Option<Value>, String> {
         Some(value @ Value::Array(_)) => Ok(Some(value.clone())),
         Some(_) => Err(format!("agent() option {key} must be an array")),
     }
+}
+
+/// `images`: each item `{data, mimeType, uri?}` (an ACP image block's fields; `type:"image"`
+/// may be given too), `data` the image's bytes in base64, `mimeType` an `image/…` type.
+/// Returns the items as ACP `image` content blocks.
+fn image_blocks(items: &[Value]) -> Result<Vec<Value>, String> {
+    const EXPECTED: &str = "{data, mimeType, uri?}: data the image in base64, mimeType \"image/…\"";
+    let mut blocks = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("agent() option images[{index}]");
+        let Some(fields) = item.as_object() else {
+            return Err(format!(
+                "{at} must be an object {EXPECTED}, got {}",
+                shown(item)
+            ));
+        };
+        if let Some(unknown) = fields
+            .keys()
+            .find(|key| !matches!(key.as_str(), "type" | "data" | "mimeType" | "uri"))
+        {
+            return Err(format!(
+                "{at} has an unknown field {unknown:?}; expected {EXPECTED}"
+            ));
+        }
+        if let Some(kind) = fields.get("type")
+            && kind != "image"
+        {
+            return Err(format!(
+                "{at}.type must be \"image\" when given, got {}",
+                shown(kind)
+            ));
+        }
+        let data = match fields.get("data") {
+            Some(Value::String(data)) if is_base64(data) => data,
+            Some(other) => {
+                return Err(format!(
+                    "{at}.data must be the image's bytes as a non-empty base64 string, got {}",
+                    shown(other)
+                ));
+            }
+            None => return Err(format!("{at} has no data; expected {EXPECTED}")),
+        };
+        let mime_type = match fields.get("mimeType") {
+            Some(Value::String(mime)) if is_image_mime(mime) => mime,
+            Some(other) => {
+                return Err(format!(
+                    "{at}.mimeType must be an image media type such as \"image/png\", got {}",
+                    shown(other)
+                ));
+            }
+            None => return Err(format!("{at} has no mimeType; expected {EXPECTED}")),
+        };
+        let mut block = serde_json::json!({"type": "image", "data": data, "mimeType": mime_type});
+        match fields.get("uri") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(uri)) if !uri.trim().is_empty() => block["uri"] = uri.clone().into(),
+            Some(other) => {
+                return Err(format!(
+                    "{at}.uri must be a non-empty string when given, got {}",
+                    shown(other)
+                ));
+            }
+        }
+        blocks.push(block);
+    }
+    Ok(blocks)
+}
+
+/// A value as an error shows it: its JSON, cut short (an image's data can be megabytes).
+fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(40) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Standard base64 with padding: letters, digits, `+`, `/`, and `=` only at the end.
+fn is_base64(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let body = bytes
+        .strip_suffix(b"==")
+        .or_else(|| bytes.strip_suffix(b"="))
+        .unwrap_or(bytes);
+    !bytes.is_empty()
+        && bytes.len().is_multiple_of(4)
+        && body
+            .iter()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'/'))
+}
+
+/// `image/<subtype>`, the subtype a non-empty token.
+fn is_image_mime(mime: &str) -> bool {
+    mime.strip_prefix("image/").is_some_and(|subtype| {
+        !subtype.is_empty()
+            && subtype
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&byte))
+    })
 }
 
 /// `configOptions`: string or boolean values by id, sorted by id; `model` is not one.
@@ -287,6 +395,57 @@ mod tests {
             .map(|(id, _)| id.as_str())
             .collect();
         assert_eq!(ids, ["a", "z"]);
+    }
+
+    #[test]
+    fn images_become_acp_image_blocks() {
+        let options = AgentOptions::parse(&json!({"images": [
+            {"data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "image", "data": "R0lGOD==", "mimeType": "image/gif", "uri": "file:///a.gif"},
+        ]}))
+        .expect("valid images");
+        assert_eq!(
+            options.image_blocks,
+            vec![
+                json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}),
+                json!({"type": "image", "data": "R0lGOD==", "mimeType": "image/gif", "uri": "file:///a.gif"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_image_is_refused_naming_its_index_and_what_was_expected() {
+        let image = |item: Value| {
+            refused(json!({"images": [{"data": "AAAA", "mimeType": "image/png"}, item]}))
+        };
+        assert_eq!(
+            image(json!("shot.png")),
+            "agent() option images[1] must be an object {data, mimeType, uri?}: data the image in base64, mimeType \"image/…\", got \"shot.png\""
+        );
+        assert_eq!(
+            image(json!({"mimeType": "image/png"})),
+            "agent() option images[1] has no data; expected {data, mimeType, uri?}: data the image in base64, mimeType \"image/…\""
+        );
+        assert_eq!(
+            image(json!({"data": "not base64!", "mimeType": "image/png"})),
+            "agent() option images[1].data must be the image's bytes as a non-empty base64 string, got \"not base64!\""
+        );
+        assert_eq!(
+            image(json!({"data": "AAAA", "mimeType": "text/plain"})),
+            "agent() option images[1].mimeType must be an image media type such as \"image/png\", got \"text/plain\""
+        );
+        assert_eq!(
+            image(json!({"data": "AAAA", "mimeType": "image/png", "path": "/x"})),
+            "agent() option images[1] has an unknown field \"path\"; expected {data, mimeType, uri?}: data the image in base64, mimeType \"image/…\""
+        );
+        assert_eq!(
+            image(json!({"type": "text", "data": "AAAA", "mimeType": "image/png"})),
+            "agent() option images[1].type must be \"image\" when given, got \"text\""
+        );
+        assert_eq!(
+            image(json!({"data": "AAAA", "mimeType": "image/png", "uri": 5})),
+            "agent() option images[1].uri must be a non-empty string when given, got 5"
+        );
     }
 
     #[test]

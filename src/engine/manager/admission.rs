@@ -169,6 +169,7 @@ impl Engine {
             run_id.clone(),
             (script_source, script_file.clone()),
             needs_setup,
+            self.inner.config.agent_timeout,
         );
         let lease = self
             .new_lease()
@@ -242,12 +243,15 @@ fn admitted_record(
     run_id: RunId,
     (script_source, script_file): (ScriptSource, PathBuf),
     needs_setup: bool,
+    agent_timeout: std::time::Duration,
 ) -> RunRecord {
-    let limits = Limits::default().with_overrides(
-        request.limits.max_agents,
-        request.limits.concurrency,
-        request.limits.agent_retries,
-    );
+    let limits = Limits::default()
+        .with_overrides(
+            request.limits.max_agents,
+            request.limits.concurrency,
+            request.limits.agent_retries,
+        )
+        .with_agent_timeout(agent_timeout);
     let mut routing = prepared.routing.clone();
     if !needs_setup {
         routing

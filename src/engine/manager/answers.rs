@@ -87,6 +87,9 @@ impl Engine {
         routing.seal();
         record.routing = serde_json::to_value(&routing).unwrap_or(Value::Null);
         record.status = RunStatus::Running;
+        record.limits = record
+            .limits
+            .with_agent_timeout(self.inner.config.agent_timeout);
         self.inner
             .store
             .update_run(&record, ScriptChange::Unchanged, Fence(&lease.token))

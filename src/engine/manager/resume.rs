@@ -66,7 +66,12 @@ impl Engine {
             let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
             self.acknowledge(&run_id, &intent.op, retired).await;
         }
-        begin_generation(&mut record, &request, revised);
+        begin_generation(
+            &mut record,
+            &request,
+            revised,
+            self.inner.config.agent_timeout,
+        );
         let operation_id = request
             .operation_id
             .clone()
@@ -303,13 +308,21 @@ fn check_resumable(record: &RunRecord) -> EngineResult<()> {
 
 /// The run row of the new generation: the next generation number, the request's limits,
 /// the revision if any, and the last generation's outcome cleared.
-fn begin_generation(record: &mut RunRecord, request: &ResumeRequest, revised: bool) {
+fn begin_generation(
+    record: &mut RunRecord,
+    request: &ResumeRequest,
+    revised: bool,
+    agent_timeout: std::time::Duration,
+) {
     record.generation += 1;
-    record.limits = record.limits.with_overrides(
-        request.limits.max_agents,
-        request.limits.concurrency,
-        request.limits.agent_retries,
-    );
+    record.limits = record
+        .limits
+        .with_overrides(
+            request.limits.max_agents,
+            request.limits.concurrency,
+            request.limits.agent_retries,
+        )
+        .with_agent_timeout(agent_timeout);
     if revised {
         record.script_revisions.push(ScriptRevision {
             generation: record.generation,

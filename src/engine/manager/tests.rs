@@ -15,6 +15,8 @@ use crate::model::{Lease, OperationReceipt, RunRecord, RunStatus};
 use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{Fence, ScriptChange, SqliteStore, StoreError};
 
+mod dsl;
+
 struct World {
     _folder: tempfile::TempDir,
     project: PathBuf,
@@ -535,6 +537,57 @@ async fn status_counts_every_call_but_shows_the_last_ones() {
     assert_eq!(shown(&document), vec![7, 8, 9]);
     assert_eq!(document["truncation"]["calls"]["total"], 30);
     assert_eq!(document["truncation"]["calls"]["matched"], 10);
+}
+
+/// 60 calls with 512-byte results and 60 long log lines: asking for 50 and 50 shows 50
+/// calls (their previews shortened to fit), never fewer than the default 20 and 20 shows.
+#[tokio::test]
+async fn asking_status_for_more_calls_and_lines_never_shows_fewer_calls() {
+    let world = world();
+    let script = "export const meta = { name: 'many', description: 'd', model: 'claude' };\n\
+                  for (let i = 0; i < 60; i++) {\n\
+                    await agent('answer ' + i + ' ' + 'x'.repeat(600));\n\
+                    log('line ' + i + ' ' + 'l'.repeat(600));\n\
+                  }\n\
+                  return 'done';";
+    let run_id = world.settled(script).await;
+    let status = |last_n, log_lines| {
+        let query = StatusQuery {
+            last_n,
+            log_lines,
+            label_glob: None,
+        };
+        let engine = &world.engine;
+        let run_id = &run_id;
+        async move { json!(engine.status(run_id, &query).await.expect("status")) }
+    };
+    let default = status(20, 20).await;
+    let most = status(50, 50).await;
+    for document in [&default, &most] {
+        let mut structured = document.clone();
+        structured
+            .as_object_mut()
+            .expect("object")
+            .remove("outcome");
+        let bytes = serde_json::to_vec(&structured).expect("json").len();
+        assert!(
+            bytes <= crate::engine::status::MAX_STRUCTURED_BYTES,
+            "{bytes}"
+        );
+    }
+    let calls = |document: &Value| document["calls"].as_array().expect("calls").len();
+    let lines = |document: &Value| {
+        document["logTail"]["lines"]
+            .as_array()
+            .expect("lines")
+            .len()
+    };
+    assert_eq!(calls(&default), 20, "{:#}", default["truncation"]);
+    assert_eq!(calls(&most), 50, "{:#}", most["truncation"]);
+    assert!(lines(&most) > 0, "{:#}", most["truncation"]);
+    assert_eq!(most["truncation"]["byteCapApplied"], true);
+    assert!(most["truncation"]["calls"]["shortenedResults"].as_u64() > Some(0));
+    assert_eq!(most["calls"][49]["index"], 59, "the newest calls are shown");
 }
 
 /// A run whose execution died without recording its call count gets it recorded when the

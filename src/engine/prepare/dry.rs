@@ -107,6 +107,7 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
             max_agents: 10_000,
             concurrency: 16,
             agent_retries: 0,
+            agent_timeout_ms: None,
         },
         routing: RoutingSnapshot::default(),
         backends,

@@ -615,7 +615,7 @@ fn accepts_backends() {
     let script = ok(
         "export const meta = { name: 'n', description: 'd', backends: {
         'my-agent.v2': { command: 'my-agent', args: ['--acp'], env: { TOKEN_FILE: '/x' },
-                         sessionMeta: { a: 1 }, structuredOutputTool: true },
+                         sessionMeta: { a: 1 }, structuredOutputTool: false },
         other_1: { command: 'o' },
     } };",
     );
@@ -623,7 +623,7 @@ fn accepts_backends() {
         script.backends,
         Some(json!({
             "my-agent.v2": {"command": "my-agent", "args": ["--acp"], "env": {"TOKEN_FILE": "/x"},
-                            "sessionMeta": {"a": 1}, "structuredOutputTool": true},
+                            "sessionMeta": {"a": 1}, "structuredOutputTool": false},
             "other_1": {"command": "o"},
         }))
     );
@@ -665,6 +665,10 @@ fn rejects_bad_backends() {
         (
             "{ x: { command: 'c', structuredOutputTool: 'yes' } }",
             "meta.backends.x.structuredOutputTool must be true or false",
+        ),
+        (
+            "{ x: { command: 'c', structuredOutputTool: true } }",
+            "meta.backends.x.structuredOutputTool: true is not supported",
         ),
         (
             "{ x: { command: 'c', arg: [] } }",

@@ -207,6 +207,7 @@ pub fn full_run_record(id: &str) -> RunRecord {
             max_agents: 50,
             concurrency: 4,
             agent_retries: 2,
+            agent_timeout_ms: None,
         },
         phases: vec![Phase {
             title: "Read".to_owned(),

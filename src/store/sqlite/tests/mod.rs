@@ -66,6 +66,7 @@ fn full_run_record() -> RunRecord {
             max_agents: 50,
             concurrency: 4,
             agent_retries: 2,
+            agent_timeout_ms: None,
         },
         phases: vec![
             Phase {
