@@ -3,8 +3,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     let key = std::env::var_os(agentprism::pack::WORKFLOWS_KEY_VARIABLE);
     if key.is_some() {
@@ -17,5 +15,8 @@ fn main() -> ExitCode {
     }
     agentprism::pack::keep_environment_key(key.map(|value| value.to_string_lossy().into_owned()));
     agentprism::logging::init_stderr();
-    agentprism::cli::run(agentprism::cli::Cli::parse())
+    match agentprism::cli::parse() {
+        Ok(cli) => agentprism::cli::run(cli),
+        Err(code) => code,
+    }
 }

@@ -26,9 +26,11 @@ pub enum Command {
     Run(RunArgs),
     /// Show a run's status.
     Status(StatusArgs),
+    /// Pause a run a daemon executes; it stays resumable (`resume`).
+    Pause(PauseArgs),
     /// Continue a paused, stopped or failed run under the same id.
     Resume(ResumeArgs),
-    /// List runs, or delete one (`runs rm <runId>`).
+    /// List runs, or delete one (`runs rm <RUN_ID>`).
     Runs(RunsArgs),
     /// Stop a run (or one agent call with --call).
     Stop(StopArgs),
@@ -36,6 +38,9 @@ pub enum Command {
     Setup(SetupArgs),
     /// Print a completed run's exact result JSON.
     Result(ResultArgs),
+    /// Probe the backends a script can route to: their models, modes and options (zero
+    /// tokens).
+    Config(ConfigArgs),
     /// Serve the `workflow` MCP server over stdio or loopback HTTP.
     Serve(ServeArgs),
     /// Pack a folder of workflows into an encrypted workflows pack (docs/pack.md).
@@ -45,11 +50,7 @@ pub enum Command {
     /// Print the URL of the run monitor panel on the daemon (starting it if needed).
     Monitor(super::monitor::MonitorArgs),
     /// Print a shell completion script (bash, zsh or fish); the packages ship its output.
-    #[command(hide = true)]
-    Completions {
-        #[arg(value_enum)]
-        shell: CompletionShell,
-    },
+    Completions(CompletionsArgs),
     /// Internal: leads one agent's process group and ends it with its owner
     /// (`src/acp/reaper.rs`); started by agentprism itself, never by hand.
     #[command(name = "agent-reaper", hide = true)]
@@ -64,6 +65,13 @@ pub struct ReaperArgs {
     /// The agent's command and arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write the script for.
+    #[arg(value_enum)]
+    pub shell: CompletionShell,
 }
 
 /// The shells `completions` writes scripts for: the ones the packages ship.
@@ -168,7 +176,7 @@ pub struct ScriptArgs {
     /// The project directory the run belongs to (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub project_dir: Option<PathBuf>,
-    /// Script input as a JSON value.
+    /// Script input (the `args` global) as a JSON value.
     #[arg(long, value_name = "JSON", conflicts_with = "args_file")]
     pub args: Option<String>,
     /// Script input read from a JSON file.
@@ -179,13 +187,13 @@ pub struct ScriptArgs {
 #[derive(Debug, Args)]
 pub struct LimitArgs {
     /// Most agent calls the run may make (1..10000, default 1000).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub max_agents: Option<i64>,
     /// Agent calls running at once (1..16, default 8).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub concurrency: Option<i64>,
     /// Retries of a failed agent call (0..3, default 0).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub agent_retries: Option<i64>,
 }
 
@@ -194,7 +202,7 @@ pub struct ForegroundArgs {
     /// How to answer agents' permission requests: ask (on a terminal), allow, or reject.
     #[arg(long, value_name = "POLICY")]
     pub permissions: Option<String>,
-    /// Print the final status document instead of only the result.
+    /// Print the final status document as JSON instead of only the result.
     #[arg(long)]
     pub json: bool,
 }
@@ -223,15 +231,16 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// The run's id, as `run` printed it (`agentprism runs` lists them).
     pub run_id: String,
     /// Latest calls to show (1..50).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20)]
     pub last: usize,
     /// Log lines to show (0..50).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20)]
     pub logs: usize,
     /// Only calls whose label matches this glob.
-    #[arg(long)]
+    #[arg(long, value_name = "GLOB")]
     pub label: Option<String>,
     /// Print the whole status document as JSON.
     #[arg(long)]
@@ -239,7 +248,18 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The run to pause.
+    pub run_id: String,
+    /// Print the whole answer (the status document with `pauseRequested` and `paused`) as
+    /// JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ResumeArgs {
+    /// The run to continue.
     pub run_id: String,
     /// A checkpoint answer `INDEX=VALUE`; VALUE is JSON (`true`, `"text"`) or plain text.
     #[arg(long = "reply", value_name = "INDEX=VALUE")]
@@ -251,17 +271,21 @@ pub struct ResumeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct RunsArgs {
     #[command(subcommand)]
     pub action: Option<RunsAction>,
     /// Only runs of this project (default: the current directory).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "all")]
     pub project_dir: Option<PathBuf>,
     /// Runs of every project.
     #[arg(long)]
     pub all: bool,
-    #[arg(long, default_value_t = 50)]
+    /// Most runs to list, newest first.
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
+    /// Print the list as JSON: each run's id, project, workflow name, status, pause reason,
+    /// start and last change (ISO 8601) and whether it has a result.
     #[arg(long)]
     pub json: bool,
 }
@@ -269,14 +293,18 @@ pub struct RunsArgs {
 #[derive(Debug, Subcommand)]
 pub enum RunsAction {
     /// Delete a run record and its stored script copy (never a caller's own script file).
-    Rm { run_id: String },
+    Rm {
+        /// The run to delete.
+        run_id: String,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct StopArgs {
+    /// The run to stop.
     pub run_id: String,
-    /// Cancel only this live agent call.
-    #[arg(long = "call")]
+    /// Cancel only this live agent call (its index, as `status` lists it).
+    #[arg(long = "call", value_name = "INDEX")]
     pub call_index: Option<u32>,
     /// Also end the run's owner if it is a superseded daemon that still holds the run
     /// (SIGTERM, then SIGKILL); whole-run stops only.
@@ -286,6 +314,7 @@ pub struct StopArgs {
 
 #[derive(Debug, Args)]
 pub struct SetupArgs {
+    /// The run waiting for its backends' approval.
     pub run_id: String,
     /// Approve the declared backends.
     #[arg(long, conflicts_with = "decline")]
@@ -299,5 +328,27 @@ pub struct SetupArgs {
 
 #[derive(Debug, Args)]
 pub struct ResultArgs {
+    /// The completed run.
     pub run_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// The folder the probes' sessions open in (default: the current directory); a backend
+    /// may read project settings from it.
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+    /// A backend to probe (repeatable; default: every registered backend).
+    #[arg(long = "harness", value_name = "NAME")]
+    pub harnesses: Vec<String>,
+    /// An exact `BACKEND/MODEL` route to probe for its modes and options (repeatable).
+    #[arg(long = "model-spec", value_name = "BACKEND/MODEL")]
+    pub model_specs: Vec<String>,
+    /// Keep only model choices containing this text (case-insensitive, `*` matches any
+    /// run), or matching `/PATTERN/` (`.`, `*`, `^`, `$`).
+    #[arg(long, value_name = "FILTER")]
+    pub model_filter: Option<String>,
+    /// Print the whole config document as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -1,47 +1,96 @@
 //! The commands that execute a run in this process: `validate` (a dry run), `run`, `resume`
 //! and `setup`. Each builds its engine through the composition root, admits or continues the
-//! run, then hands it to [`super::follow`].
+//! run, then hands it to [`super::follow`]; a run whose every agent call failed exits 1 even
+//! though it completed.
 
 use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::args::{ResumeArgs, RunArgs, SetupArgs, ValidateArgs};
+use super::args::{ForegroundArgs, ResumeArgs, RunArgs, SetupArgs, ValidateArgs};
 use super::follow::follow;
 use super::input::{
     engine_error, guarded, input_error, limits, parse_args, parse_run_id, project_dir, script_input,
 };
-use super::{EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED};
+use super::{
+    EXIT_COMPLETED, EXIT_DRY_RUN_FAILED, EXIT_FAILED, EXIT_INVALID_SCRIPT, EXIT_PAUSED,
+    EXIT_UNCHECKED,
+};
 use crate::app::foreground_engine;
-use crate::engine::{ResumeRequest, RunRequest};
+use crate::engine::events::RunNotice;
+use crate::engine::manager::Rejected;
+use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest};
 use crate::env::EnvSnapshot;
-use crate::model::RunStatus;
+use crate::model::{CallKind, RunId, RunStatus};
 
+/// `validate <script>`: the engine's preparation without admitting a run. Exit codes as the
+/// TypeScript product's `validate`: 0 valid, 1 the script fails its static checks
+/// ([`EXIT_INVALID_SCRIPT`]), 2 its mocked dry run or routing fails ([`EXIT_DRY_RUN_FAILED`]),
+/// 3 it could not be checked ([`EXIT_UNCHECKED`]: a usage error, an unreadable file, a bad
+/// setting, or an operational failure).
 pub(super) async fn validate(env: &EnvSnapshot, args: ValidateArgs) -> Result<u8> {
-    guarded(async {
-        let engine = foreground_engine(env, !args.no_probe).await?;
-        let project = project_dir(args.script.project_dir.as_deref())?;
-        let script = script_input(&args.script.script)?;
-        let input = parse_args(&args.script)?;
-        let prepared = engine
-            .validate(&project, &script, input)
-            .await
-            .map_err(engine_error)?;
-        let report = json!({
-            "valid": true,
-            "name": prepared.analyzed.name,
-            "description": prepared.analyzed.description,
-            "dryRunCalls": prepared.dry_calls,
-            "warnings": prepared.warnings,
-            "probes": prepared.probes,
-            "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
-        });
-        say!("{}", serde_json::to_string_pretty(&report)?);
-        engine.runner().shutdown(Duration::from_secs(5)).await;
-        Ok(EXIT_COMPLETED)
+    match check_script(env, &args).await {
+        Ok(()) => Ok(EXIT_COMPLETED),
+        Err(error) => {
+            note!("agentprism: {error:#}");
+            Ok(error
+                .downcast_ref::<Verdict>()
+                .map_or(EXIT_UNCHECKED, |verdict| verdict.code))
+        }
+    }
+}
+
+/// The engine's verdict on a script that was checked and failed: the exit code and message.
+#[derive(Debug)]
+struct Verdict {
+    code: u8,
+    message: String,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Verdict {}
+
+/// A failed preparation as `validate` tells it: a verdict on the script when the engine
+/// checked it, anything else as an engine error (exit 3).
+fn verdict(error: EngineError) -> anyhow::Error {
+    let code = match &error {
+        EngineError::Rejected(Rejected::Parse(_)) => EXIT_INVALID_SCRIPT,
+        EngineError::Rejected(Rejected::Script(_) | Rejected::Routing(_)) => EXIT_DRY_RUN_FAILED,
+        _ => return engine_error(error),
+    };
+    anyhow::Error::new(Verdict {
+        code,
+        message: error.to_string(),
     })
-    .await
+}
+
+async fn check_script(env: &EnvSnapshot, args: &ValidateArgs) -> Result<()> {
+    let engine = foreground_engine(env, !args.no_probe).await?;
+    let project = project_dir(args.script.project_dir.as_deref())?;
+    let script = script_input(&args.script.script)?;
+    let input = parse_args(&args.script)?;
+    let prepared = engine
+        .validate(&project, &script, input)
+        .await
+        .map_err(verdict)?;
+    let report = json!({
+        "valid": true,
+        "name": prepared.analyzed.name,
+        "description": prepared.analyzed.description,
+        "dryRunCalls": prepared.dry_calls,
+        "warnings": prepared.warnings,
+        "probes": prepared.probes,
+        "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
+    });
+    say!("{}", serde_json::to_string_pretty(&report)?);
+    engine.runner().shutdown(Duration::from_secs(5)).await;
+    Ok(())
 }
 
 pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> {
@@ -97,7 +146,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
                 .await
                 .map_err(engine_error)?;
         }
-        follow(&engine, &admission.run_id, &mut notices, &args.foreground).await
+        follow_run(&engine, &admission.run_id, &mut notices, &args.foreground).await
     })
     .await
 }
@@ -134,7 +183,7 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
             note!("the script file changed: continuing with the revised script");
         }
         note!("run {run_id} resumed");
-        follow(&engine, &run_id, &mut notices, &args.foreground).await
+        follow_run(&engine, &run_id, &mut notices, &args.foreground).await
     })
     .await
 }
@@ -178,7 +227,48 @@ pub(super) async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
             note!("{answer}");
             return Ok(EXIT_COMPLETED);
         }
-        follow(&engine, &run_id, &mut notices, &args.foreground).await
+        follow_run(&engine, &run_id, &mut notices, &args.foreground).await
     })
     .await
+}
+
+/// [`follow`], except that a run which completed although every agent call it made failed
+/// exits 1: its result is built from failures, and a script checking the exit code must not
+/// take it for a success. The failed calls are listed above it (`report_failed_calls`).
+async fn follow_run(
+    engine: &Engine,
+    run_id: &RunId,
+    notices: &mut tokio::sync::broadcast::Receiver<RunNotice>,
+    options: &ForegroundArgs,
+) -> Result<u8> {
+    let code = follow(engine, run_id, notices, options).await?;
+    if code != EXIT_COMPLETED {
+        return Ok(code);
+    }
+    match every_agent_call_failed(engine, run_id).await {
+        Some(count) => {
+            note!(
+                "run {run_id} completed, but {} failed: exit {EXIT_FAILED}",
+                if count == 1 {
+                    "its only agent call".to_owned()
+                } else {
+                    format!("all {count} of its agent calls")
+                }
+            );
+            Ok(EXIT_FAILED)
+        }
+        None => Ok(code),
+    }
+}
+
+/// How many agent calls the run's latest journal has when it has some and every one failed.
+/// A journal that cannot be read tells nothing, and leaves the exit code as it was.
+async fn every_agent_call_failed(engine: &Engine, run_id: &RunId) -> Option<usize> {
+    let calls = engine.store().latest_calls(run_id).await.ok()?;
+    let agents: Vec<_> = calls
+        .iter()
+        .filter(|call| call.kind == CallKind::Agent)
+        .collect();
+    let all_failed = !agents.is_empty() && agents.iter().all(|call| call.error.is_some());
+    all_failed.then_some(agents.len())
 }

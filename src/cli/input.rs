@@ -1,6 +1,7 @@
 //! Turning the user's input into engine requests, and engine errors into the command line's
 //! words and exit codes: input errors (exit 2, nothing persisted), the project directory,
-//! `--args`, run ids, limits, and the rewording of engine messages into CLI commands.
+//! `--args`, run ids, limits, and engine rejections told in CLI flags and commands, chosen by
+//! the rejection's kind and field.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,7 @@ use serde_json::Value;
 use super::EXIT_REJECTED;
 use super::args::{LimitArgs, ScriptArgs};
 use crate::app::SettingsError;
+use crate::engine::manager::Rejected;
 use crate::engine::{EngineError, LimitOverrides, ScriptInput};
 use crate::model::RunId;
 
@@ -74,10 +76,11 @@ pub(super) fn limits(args: &LimitArgs) -> LimitOverrides {
     }
 }
 
-/// Maps engine errors to exit codes: rejections are input errors (2).
+/// Maps engine errors to exit codes: rejections are input errors (2), in the command line's
+/// words ([`rejection_text`]).
 pub(super) fn engine_error(error: EngineError) -> anyhow::Error {
     match error {
-        EngineError::Rejected(message) => input_error(cli_wording(&message.to_string())),
+        EngineError::Rejected(rejected) => input_error(rejection_text(&rejected)),
         EngineError::UnknownRun(run_id) => {
             input_error(format!("No workflow run found for runId \"{run_id}\""))
         }
@@ -85,29 +88,79 @@ pub(super) fn engine_error(error: EngineError) -> anyhow::Error {
     }
 }
 
-/// Engine messages name the `workflow` tool's actions and fields, which mean nothing on the
-/// command line: they become the commands and flags that do the same.
-pub(super) fn cli_wording(message: &str) -> String {
-    let mut text = message.to_owned();
-    if text.contains("answer it with setup-response") {
-        let run_id = text
-            .strip_prefix("run ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or("<runId>")
-            .to_owned();
-        text = text.replace(
-            "answer it with setup-response",
-            &format!("answer it with `agentprism setup {run_id} --approve` (or --decline)"),
-        );
+/// A rejection in the command line's words. Engine messages name the `workflow` tool's
+/// fields, which mean nothing here: each one the message names as a word becomes the flag
+/// that sets it. The rejection's kind, not its wording, decides the rest: an invalid field
+/// the message does not name (a reworded message) is put in front as its flag, so the flag
+/// is always named; a run that waits for its setup answer is pointed at `agentprism setup`.
+pub(super) fn rejection_text(rejected: &Rejected) -> String {
+    match rejected {
+        Rejected::InvalidInput { field, message } => match flag_of(field) {
+            Some(flag) if !contains_word(message, field) => {
+                format!("{flag}: {}", in_flags(message))
+            }
+            _ => in_flags(message),
+        },
+        Rejected::AwaitingSetup(run_id) => format!(
+            "run {run_id} is waiting for a setup answer; answer it with `agentprism setup {run_id} --approve` (or --decline)"
+        ),
+        other => in_flags(&other.to_string()),
     }
-    for (tool, cli) in [
-        ("callIndex ", "--call "),
-        ("forceOwner", "--force-owner"),
-        ("checkpointReplies", "--reply INDEX=VALUE"),
-    ] {
-        text = text.replace(tool, cli);
+}
+
+/// `message` with every field of [`FIELD_FLAGS`] it names as a word replaced by its flag.
+fn in_flags(message: &str) -> String {
+    FIELD_FLAGS
+        .iter()
+        .fold(message.to_owned(), |text, (field, flag)| {
+            replace_word(&text, field, flag)
+        })
+}
+
+/// The `workflow` tool's fields that a command line flag or argument carries, and that one.
+/// The tool's other fields (`offset`, `setupId`, `response`, `permissionId`) have no flag:
+/// the commands fill them in themselves.
+const FIELD_FLAGS: [(&str, &str); 5] = [
+    ("callIndex", "--call"),
+    ("forceOwner", "--force-owner"),
+    ("checkpointReplies", "--reply"),
+    ("projectDir", "--project-dir"),
+    ("runId", "<RUN_ID>"),
+];
+
+fn flag_of(field: &str) -> Option<&'static str> {
+    FIELD_FLAGS
+        .iter()
+        .find(|(name, _)| *name == field)
+        .map(|(_, flag)| *flag)
+}
+
+/// Where `word` occurs in `text` as a whole word (not inside a longer identifier).
+fn word_positions<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let is_part = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + word.len()..].chars().next();
+            !before.is_some_and(is_part) && !after.is_some_and(is_part)
+        })
+}
+
+fn contains_word(text: &str, word: &str) -> bool {
+    word_positions(text, word).next().is_some()
+}
+
+fn replace_word(text: &str, word: &str, with: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    for at in word_positions(text, word) {
+        out.push_str(&text[copied..at]);
+        out.push_str(with);
+        copied = at + word.len();
     }
-    text
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// Runs a command body, turning input errors into exit code 2.
@@ -129,4 +182,100 @@ fn is_input(error: &anyhow::Error) -> bool {
         || error
             .downcast_ref::<SettingsError>()
             .is_some_and(SettingsError::is_input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(field: &'static str, message: &str) -> String {
+        engine_error(EngineError::Rejected(Rejected::InvalidInput {
+            field,
+            message: message.to_owned(),
+        }))
+        .to_string()
+    }
+
+    #[test]
+    fn a_field_the_message_names_becomes_its_flag() {
+        assert_eq!(
+            shown(
+                "callIndex",
+                "callIndex 7 is not a live agent call of run r-1; live calls: none"
+            ),
+            "--call 7 is not a live agent call of run r-1; live calls: none"
+        );
+        assert_eq!(
+            shown(
+                "forceOwner",
+                "forceOwner cannot be combined with callIndex: callIndex cancels one live call"
+            ),
+            "--force-owner cannot be combined with --call: --call cancels one live call"
+        );
+        assert_eq!(
+            shown("projectDir", "projectDir /x is not an existing directory"),
+            "--project-dir /x is not an existing directory"
+        );
+    }
+
+    /// The flag comes from the rejection's field, so an engine message that no longer names
+    /// the field (or never did) still yields the right flag.
+    #[test]
+    fn a_reworded_message_still_names_the_flag() {
+        assert_eq!(
+            shown(
+                "callIndex",
+                "there is no live agent call numbered 7 in run r-1"
+            ),
+            "--call: there is no live agent call numbered 7 in run r-1"
+        );
+        assert_eq!(
+            shown(
+                "checkpointReplies",
+                "checkpoint 3 is not waiting for an answer"
+            ),
+            "--reply: checkpoint 3 is not waiting for an answer"
+        );
+        assert_eq!(
+            shown("forceOwner", "only a superseded owner may be ended"),
+            "--force-owner: only a superseded owner may be ended"
+        );
+    }
+
+    #[test]
+    fn only_whole_words_are_replaced_and_fields_without_a_flag_are_left_alone() {
+        assert_eq!(
+            shown(
+                "callIndex",
+                "callIndexes must be listed; callIndex 2 is not"
+            ),
+            "callIndexes must be listed; --call 2 is not"
+        );
+        assert_eq!(
+            shown("offset", "offset 9 is past the end of the result (3 bytes)"),
+            "offset 9 is past the end of the result (3 bytes)"
+        );
+    }
+
+    #[test]
+    fn fields_named_by_other_kinds_become_flags_too() {
+        let text = engine_error(EngineError::Rejected(Rejected::Owner(
+            "run r-1 has no live owner process, so callIndex 4 is not a live agent call".into(),
+        )))
+        .to_string();
+        assert_eq!(
+            text,
+            "run r-1 has no live owner process, so --call 4 is not a live agent call"
+        );
+    }
+
+    #[test]
+    fn a_run_awaiting_setup_is_pointed_at_the_setup_command() {
+        let run_id = RunId::parse("r-1").expect("valid id");
+        let text = engine_error(EngineError::Rejected(Rejected::AwaitingSetup(run_id))).to_string();
+        assert_eq!(
+            text,
+            "run r-1 is waiting for a setup answer; answer it with `agentprism setup r-1 --approve` (or --decline)"
+        );
+    }
 }

@@ -1,16 +1,18 @@
-//! The commands that look at or act on stored runs without executing them: `status`, `runs`
-//! (list, `rm`), `stop` and `result`.
+//! The commands that look at or act on stored runs without executing them: `status`,
+//! `pause`, `runs` (list, `rm`), `stop` and `result`.
 
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::args::{ResultArgs, RunsAction, RunsArgs, StatusArgs, StopArgs};
+use super::args::{PauseArgs, ResultArgs, RunsAction, RunsArgs, StatusArgs, StopArgs};
 use super::follow::report_failed_calls;
 use super::input::{engine_error, guarded, input_error, parse_run_id, project_dir};
 use super::{EXIT_COMPLETED, EXIT_FAILED};
 use crate::app::foreground_engine;
 use crate::engine::{EngineError, StatusQuery};
 use crate::env::EnvSnapshot;
+use crate::model::{RunStatus, RunSummary};
+use crate::util::iso_time;
 
 /// `status <runId>`: the bounded status document, as text or `--json`.
 pub(super) async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
@@ -38,6 +40,50 @@ pub(super) async fn status(env: &EnvSnapshot, args: StatusArgs) -> Result<u8> {
         }
         print_status(&status);
         report_failed_calls(&engine, &run_id).await;
+        Ok(EXIT_COMPLETED)
+    })
+    .await
+}
+
+/// `pause <runId>`: the engine's pause, as the `workflow` tool's `pause` action asks it. 0
+/// once the run is paused (now, or it already was); 1 when the pause is asked but the run
+/// has not paused yet (its running agent calls finish first); 2 when there is nothing to
+/// pause (the run has ended or waits for its setup answer) or the request is refused.
+pub(super) async fn pause(env: &EnvSnapshot, args: PauseArgs) -> Result<u8> {
+    guarded(async {
+        let engine = foreground_engine(env, false).await?;
+        let run_id = parse_run_id(&args.run_id)?;
+        let answer = engine
+            .pause(&run_id, &StatusQuery::default())
+            .await
+            .map_err(engine_error)?;
+        let state = answer.status.status;
+        if !answer.pause_requested && !answer.paused {
+            let why = match state {
+                RunStatus::Pending => "it waits for its backends' approval (`agentprism setup`)",
+                state if state.is_terminal() => "it has ended",
+                _ => "it is not executing",
+            };
+            return Err(input_error(format!(
+                "run {run_id} is {}: nothing to pause, {why}",
+                state.as_str()
+            )));
+        }
+        if args.json {
+            say!("{}", serde_json::to_string_pretty(&answer)?);
+        }
+        if !answer.paused {
+            note!(
+                "run {run_id}: pause requested; the run pauses once its running agent calls finish (`agentprism status {run_id}` shows it)"
+            );
+            return Ok(EXIT_FAILED);
+        }
+        let how = if answer.pause_requested {
+            "paused"
+        } else {
+            "was already paused"
+        };
+        note!("run {run_id} {how}; continue it with `agentprism resume {run_id}`");
         Ok(EXIT_COMPLETED)
     })
     .await
@@ -163,21 +209,62 @@ pub(super) async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
             .await
             .map_err(engine_error)?;
         if args.json {
-            say!("{}", serde_json::to_string_pretty(&list)?);
-            return Ok(EXIT_COMPLETED);
+            let rows: Vec<Value> = list.iter().map(run_row).collect();
+            say!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            for run in &list {
+                say!(
+                    "{:<24} {:<10} {:<24} {}",
+                    run.run_id.as_str(),
+                    run.status.as_str(),
+                    iso_time(run.started_at),
+                    run.workflow_name
+                );
+            }
         }
-        for run in list {
-            say!(
-                "{:<24} {:<10} {:<24} {}",
-                run.run_id.as_str(),
-                run.status.as_str(),
-                crate::util::iso_time(run.started_at),
-                run.workflow_name
-            );
+        if list.is_empty() {
+            let elsewhere = match &project {
+                Some(_) => !engine.list(None, 1).await.map_err(engine_error)?.is_empty(),
+                None => false,
+            };
+            note!("{}", no_runs_hint(project.as_deref(), elsewhere));
         }
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+/// What `runs` says on stderr when it lists nothing: which runs it looked at, and how to see
+/// others (`--all` lists every project's, `--project-dir` another project's).
+fn no_runs_hint(project: Option<&std::path::Path>, elsewhere: bool) -> String {
+    match (project, elsewhere) {
+        (None, _) => "no runs in any project".to_owned(),
+        (Some(project), true) => format!(
+            "no runs of project {}; other projects have runs: `agentprism runs --all` lists every project's, `--project-dir DIR` one project's",
+            project.display()
+        ),
+        (Some(project), false) => format!(
+            "no runs of project {}, nor of any other yet (`agentprism runs --all` lists every project's, `--project-dir DIR` one project's)",
+            project.display()
+        ),
+    }
+}
+
+/// One run of `runs --json`, with its times in ISO 8601 as the status document has them.
+fn run_row(run: &RunSummary) -> Value {
+    let mut row = json!({
+        "runId": run.run_id,
+        "projectDir": run.project_dir,
+        "workflowName": run.workflow_name,
+        "status": run.status,
+        "startedAt": iso_time(run.started_at),
+        "updatedAt": iso_time(run.updated_at),
+        "hasResult": run.has_result,
+    });
+    if let Some(reason) = run.pause_reason {
+        row["pauseReason"] = json!(reason);
+    }
+    row
 }
 
 pub(super) async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {

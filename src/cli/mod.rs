@@ -2,14 +2,16 @@
 //! drive the engine in the foreground. Each command builds what it needs through the
 //! composition root (`crate::app`) and keeps only the words, flags and exit codes:
 //! `foreground.rs` (`validate`, `run`, `resume`, `setup`) and `follow.rs` (watching a run
-//! execute here, `progress.rs` its display), `inspect.rs` (`status`, `runs`, `stop`,
-//! `result`), `monitor.rs` (the run monitor's URL on the daemon), `serve.rs`, `input.rs`
-//! (input errors, engine errors in CLI words), `daemon/` (`agentprism daemon …`).
+//! execute here, `progress.rs` its display), `inspect.rs` (`status`, `pause`, `runs`, `stop`,
+//! `result`), `config.rs` (the backends' probes), `monitor.rs` (the run monitor's URL on the
+//! daemon), `serve.rs`, `completions.rs`, `input.rs` (input errors, engine errors in CLI
+//! words), `daemon/` (`agentprism daemon …`).
 //!
-//! Exit codes of `run`, `resume` and `setup`: 0 completed, 1 failed or stopped, 2 rejected
-//! (bad input, nothing persisted), 3 paused or waiting for setup, 130 interrupted by Ctrl-C,
-//! 143 by SIGTERM, 129 by SIGHUP (the run is left paused/interrupted and resumable, and the
-//! resume command is printed).
+//! Exit codes of `run`, `resume` and `setup`: 0 completed, 1 failed or stopped (or completed
+//! with every agent call failed), 2 rejected (bad input, nothing persisted), 3 paused or
+//! waiting for setup, 130 interrupted by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the run is
+//! left paused/interrupted and resumable, and the resume command is printed). `validate` has
+//! codes of its own (`foreground::validate`); `docs/cli.md` has every command's.
 
 /// `println!` that never panics on a closed stdout (`src/output.rs`).
 macro_rules! say {
@@ -32,6 +34,8 @@ macro_rules! note_partial {
 }
 
 mod args;
+mod completions;
+mod config;
 pub mod daemon;
 mod follow;
 mod foreground;
@@ -50,10 +54,11 @@ use anyhow::Result;
 use crate::env::EnvSnapshot;
 
 pub use args::{
-    Cli, Command, CompletionShell, ForegroundArgs, LimitArgs, PackArgs, ReaperArgs, ResultArgs,
-    ResumeArgs, RunArgs, RunsAction, RunsArgs, ScriptArgs, ServeArgs, SetupArgs, StatusArgs,
-    StopArgs, ValidateArgs,
+    Cli, Command, CompletionShell, CompletionsArgs, ConfigArgs, ForegroundArgs, LimitArgs,
+    PackArgs, PauseArgs, ReaperArgs, ResultArgs, ResumeArgs, RunArgs, RunsAction, RunsArgs,
+    ScriptArgs, ServeArgs, SetupArgs, StatusArgs, StopArgs, ValidateArgs,
 };
+pub use completions::public_command;
 
 /// Exit code of a completed run.
 pub const EXIT_COMPLETED: u8 = 0;
@@ -69,6 +74,35 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 pub const EXIT_TERMINATED: u8 = 143;
 /// Interrupted by SIGHUP (128 + 1).
 pub const EXIT_HANGUP: u8 = 129;
+/// `validate`: the script fails its static checks (syntax, the `meta` literal, ...).
+pub const EXIT_INVALID_SCRIPT: u8 = 1;
+/// `validate`: the script's mocked dry run, or its routing, fails.
+pub const EXIT_DRY_RUN_FAILED: u8 = 2;
+/// `validate`: the script could not be checked (a usage error, an unreadable file, a bad
+/// setting, an operational failure).
+pub const EXIT_UNCHECKED: u8 = 3;
+
+/// Parses the process's arguments. On a usage error, clap's message is printed and the
+/// error is the exit code: 2, or [`EXIT_UNCHECKED`] for `validate`, whose 1 and 2 are
+/// verdicts on a script; `--help` and `--version` print and exit 0.
+pub fn parse() -> Result<Cli, ExitCode> {
+    use clap::Parser;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    Cli::try_parse_from(&args).map_err(|error| {
+        // A closed stdout or stderr has nowhere to take the message: the code still tells.
+        let _ = error.print();
+        if error.exit_code() == 0 {
+            return ExitCode::SUCCESS;
+        }
+        // agentprism has no options before its command, so the command is the first argument.
+        let validating = args.get(1).is_some_and(|command| command == "validate");
+        ExitCode::from(if validating {
+            EXIT_UNCHECKED
+        } else {
+            EXIT_REJECTED
+        })
+    })
+}
 
 /// Runs the command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
@@ -113,31 +147,18 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Validate(args) => foreground::validate(&env, args).await,
         Command::Run(args) => foreground::run_command(&env, args).await,
         Command::Status(args) => inspect::status(&env, args).await,
+        Command::Pause(args) => inspect::pause(&env, args).await,
         Command::Resume(args) => foreground::resume(&env, args).await,
         Command::Runs(args) => inspect::runs(&env, args).await,
         Command::Stop(args) => inspect::stop(&env, args).await,
         Command::Setup(args) => foreground::setup(&env, args).await,
         Command::Result(args) => inspect::result(&env, args).await,
+        Command::Config(args) => config::config(&env, args).await,
         Command::Serve(args) => serve::serve(&env, args).await,
         Command::Pack(args) => pack::pack(args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
         Command::Monitor(args) => monitor::monitor(&env, args).await,
-        Command::Completions { shell } => completions(shell),
+        Command::Completions(args) => completions::completions(args.shell),
         Command::AgentReaper(_) => unreachable!("handled before the runtime starts"),
     }
-}
-
-/// `completions <shell>`: the script goes to stdout. It is generated into memory first, so a
-/// closed stdout cannot panic inside the generator.
-fn completions(shell: CompletionShell) -> Result<u8> {
-    use clap::CommandFactory;
-    let shell = match shell {
-        CompletionShell::Bash => clap_complete::Shell::Bash,
-        CompletionShell::Zsh => clap_complete::Shell::Zsh,
-        CompletionShell::Fish => clap_complete::Shell::Fish,
-    };
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "agentprism", &mut script);
-    say_partial!("{}", String::from_utf8_lossy(&script));
-    Ok(EXIT_COMPLETED)
 }

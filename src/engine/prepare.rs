@@ -54,18 +54,38 @@ pub struct Rejection {
 /// What a preparation failure is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
-    /// The script itself: reading it, its static checks, `args`, the dry run.
+    /// The script file could not be read: its path, its kind of file, its size.
+    Unreadable,
+    /// The script's text: UTF-8, a NUL, the `meta` literal, the syntax and the static checks.
+    Parse,
+    /// What the script does: `args` against its input schema, its companion files, the dry run.
     Script,
     /// Where its calls go: a call without a route, a backend that cannot serve it.
     Routing,
 }
 
 impl Rejection {
-    /// A failure of the script itself.
+    /// A failure of what the script does.
     pub fn new(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
             cause: Cause::Script,
+        }
+    }
+
+    /// A script file that could not be read.
+    pub fn unreadable(message: impl Into<String>) -> Rejection {
+        Rejection {
+            message: message.into(),
+            cause: Cause::Unreadable,
+        }
+    }
+
+    /// A script text that fails its static checks.
+    pub fn parse(message: impl Into<String>) -> Rejection {
+        Rejection {
+            message: message.into(),
+            cause: Cause::Parse,
         }
     }
 
@@ -130,7 +150,7 @@ pub async fn read_script(
         }),
         ScriptInput::Path(path) => {
             if !path.is_absolute() {
-                return Err(Rejection::new(format!(
+                return Err(Rejection::unreadable(format!(
                     "scriptPath must be an absolute path, got {}",
                     path.display()
                 )));
@@ -138,7 +158,7 @@ pub async fn read_script(
             let contents = sources
                 .read_script(path)
                 .await
-                .map_err(|error| Rejection::new(format!("scriptPath {error}")))?;
+                .map_err(|error| Rejection::unreadable(format!("scriptPath {error}")))?;
             check_named_script(path, &contents.path, &contents.bytes)?;
             Ok(ScriptBytes {
                 bytes: contents.bytes,
@@ -161,7 +181,7 @@ pub async fn reread_script(
             Ok(Some(contents.bytes))
         }
         Err(error) if error.is_not_found() => Ok(None),
-        Err(error) => Err(Rejection::new(format!("the script file {error}"))),
+        Err(error) => Err(Rejection::unreadable(format!("the script file {error}"))),
     }
 }
 
@@ -215,7 +235,7 @@ fn check_named_script(given: &Path, resolved: &Path, bytes: &[u8]) -> Result<(),
         }
         _ => String::new(),
     };
-    Err(Rejection::new(format!(
+    Err(Rejection::parse(format!(
         "SCRIPT_VALIDATION_ERROR: {shown} is not a workflow script{position}: a script is UTF-8 \
          text that starts with `export const meta = {{ ... }}`. Its name does not end in .js, .mjs \
          or .cjs, so nothing of its contents is quoted"
@@ -297,7 +317,7 @@ pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
     check_no_nul(&input.bytes)?;
     let analyzed = analyze(&input.bytes)?;
     let text = String::from_utf8(input.bytes)
-        .map_err(|_| Rejection::new("the script is not valid UTF-8"))?;
+        .map_err(|_| Rejection::parse("the script is not valid UTF-8"))?;
     check_args(&analyzed, &input.args)?;
     let files = companions::read(input.sources.clone(), input.project_dir, &analyzed.files).await?;
     let declared = declared_backends(&analyzed);
@@ -416,10 +436,21 @@ fn check_args(analyzed: &AnalyzedScript, args: &Value) -> Result<(), Rejection> 
     let Some(input_schema) = &analyzed.input_schema else {
         return Ok(());
     };
-    schema::check_schema(input_schema)
-        .map_err(|e| Rejection::new(format!("meta.inputSchema is not a valid JSON Schema: {e}")))?;
+    schema::check_schema(input_schema).map_err(|e| {
+        Rejection::parse(format!("meta.inputSchema is not a valid JSON Schema: {e}"))
+    })?;
     schema::validate(input_schema, args)
         .map_err(|e| Rejection::new(format!("args do not match meta.inputSchema: {e}")))
+}
+
+/// The static checks alone, with the VM's parse of the body: what `validate` runs before
+/// preparation, so that a syntax error is told as one (preparation finds it only when the dry
+/// run starts the script, and tells it as the dry run's failure).
+pub fn check_static(bytes: &[u8], limits: VmLimits) -> Result<(), Rejection> {
+    check_no_nul(bytes)?;
+    let analyzed = analyze(bytes)?;
+    crate::engine::vm::check_syntax(&analyzed.body, limits)
+        .map_err(|error| Rejection::parse(format!("SCRIPT_VALIDATION_ERROR: {error}")))
 }
 
 /// The static analysis, its error as a `SCRIPT_VALIDATION_ERROR` with the position.
@@ -432,7 +463,7 @@ fn analyze(bytes: &[u8]) -> Result<AnalyzedScript, Rejection> {
             (Some(line), None) => format!(" (line {line})"),
             _ => String::new(),
         };
-        Rejection::new(format!(
+        Rejection::parse(format!(
             "SCRIPT_VALIDATION_ERROR: {}{position}",
             error.message
         ))
@@ -614,7 +645,7 @@ async fn run_probes(
 /// [`script::check_no_nul`] as a rejection.
 fn check_no_nul(bytes: &[u8]) -> Result<(), Rejection> {
     script::check_no_nul(bytes)
-        .map_err(|error| Rejection::new(format!("SCRIPT_VALIDATION_ERROR: {}", error.message)))
+        .map_err(|error| Rejection::parse(format!("SCRIPT_VALIDATION_ERROR: {}", error.message)))
 }
 
 /// `60 s`, or `1500 ms` for a limit that is not whole seconds.

@@ -51,6 +51,8 @@ pub use skills::{SKILL_NAME, SKILL_URI};
 pub use workflow::{
     ACTIONS, IDEMPOTENCY_KEY_META, OBSERVATION_CEILING, PREPARATION_CEILING, TOOL_NAME,
 };
+/// The `config` action's probes, which `agentprism config` shares.
+pub(crate) use workflow::{ConfigInput, config as probe_backends};
 
 /// Settings of a [`WorkflowServer`].
 #[derive(Clone, Debug)]

@@ -406,7 +406,7 @@ fn ctrl_c_leaves_the_run_paused_and_resumable_with_exit_130() {
     );
 }
 
-/// The packages ship `agentprism completions <shell>`; it is hidden from `--help`.
+/// The packages ship `agentprism completions <shell>`, and `--help` lists it.
 #[test]
 fn completions_are_printed_for_the_packaged_shells_only() {
     let ctx = TestContext::new();
@@ -426,5 +426,5 @@ fn completions_are_printed_for_the_packaged_shells_only() {
     }
     assert_eq!(ctx.run(&["completions", "powershell"]).code(), 2);
     let help = ctx.run(&["--help"]);
-    assert!(!help.stdout.contains("completions"), "{}", help.stdout);
+    assert!(help.stdout.contains("completions"), "{}", help.stdout);
 }

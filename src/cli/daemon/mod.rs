@@ -43,12 +43,15 @@ pub enum DaemonCommand {
     /// Stop this environment's daemon (`--all`: every agentprism daemon of this user and
     /// persistence root).
     Stop {
+        /// Stop every agentprism daemon of this user and persistence root, whatever its
+        /// environment.
         #[arg(long)]
         all: bool,
     },
     /// List daemons (current, draining, other family, untracked, unresponsive); exit 0 iff
     /// this environment's daemon is running.
     Status {
+        /// Print the listing as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -56,6 +59,7 @@ pub enum DaemonCommand {
     Url,
     /// Print the daemon log (`-f` follows it).
     Logs {
+        /// Keep printing lines as the daemon writes them, until Ctrl-C.
         #[arg(short = 'f', long)]
         follow: bool,
     },

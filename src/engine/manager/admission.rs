@@ -68,7 +68,9 @@ impl Engine {
         Ok(count)
     }
 
-    /// Preparation only (the CLI's `validate`): nothing is persisted.
+    /// Preparation only (the CLI's `validate`): nothing is persisted. The static checks and
+    /// the VM's parse of the body come first, so a syntax error is a [`Rejected::Parse`]
+    /// rather than the dry run's failure.
     pub async fn validate(
         &self,
         project_dir: &Path,
@@ -79,6 +81,7 @@ impl Engine {
         let bytes = prepare::read_script(self.inner.sources.as_ref(), script)
             .await?
             .bytes;
+        prepare::check_static(&bytes, self.inner.config.vm_limits)?;
         let run_id = RunId::parse("validate-0").expect("valid id");
         let input = self.prepare_input(bytes, args, project_dir, &run_id, None);
         Ok(prepare::prepare(input).await?)

@@ -47,8 +47,16 @@ pub enum Rejected {
     /// A capacity cap: the project's active runs, or every run this process executes.
     #[error("{0}")]
     Capacity(String),
-    /// The script (or a revision of it) failed preparation: static checks, `args`, the
-    /// mocked dry run, or reading the file.
+    /// The script file (or a revision of it) could not be read: its path, its kind of file,
+    /// its size.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The script's text (or a revision's) fails its static checks: UTF-8, a NUL, the `meta`
+    /// literal, the syntax, a nondeterministic call.
+    #[error("{0}")]
+    Parse(String),
+    /// The script (or a revision of it) failed what it does in preparation: `args` against
+    /// its input schema, its companion files, the mocked dry run.
     #[error("{0}")]
     Script(String),
     /// A call has no route, or a routed backend cannot serve it (probes, modes, options,
@@ -106,6 +114,8 @@ impl From<StoreError> for EngineError {
 impl From<Rejection> for Rejected {
     fn from(rejection: Rejection) -> Self {
         match rejection.cause {
+            Cause::Unreadable => Rejected::Unreadable(rejection.message),
+            Cause::Parse => Rejected::Parse(rejection.message),
             Cause::Script => Rejected::Script(rejection.message),
             Cause::Routing => Rejected::Routing(rejection.message),
         }
@@ -160,10 +170,17 @@ mod tests {
     fn preparation_rejections_keep_their_cause() {
         let routing: Rejected = Rejection::routing("missing routing: a@0").into();
         assert_eq!(routing, Rejected::Routing("missing routing: a@0".into()));
-        let script: Rejected = Rejection::new("SCRIPT_VALIDATION_ERROR: x").into();
+        let script: Rejected = Rejection::new("the mocked dry run failed: x").into();
         assert_eq!(
             script,
-            Rejected::Script("SCRIPT_VALIDATION_ERROR: x".into())
+            Rejected::Script("the mocked dry run failed: x".into())
+        );
+        let parse: Rejected = Rejection::parse("SCRIPT_VALIDATION_ERROR: x").into();
+        assert_eq!(parse, Rejected::Parse("SCRIPT_VALIDATION_ERROR: x".into()));
+        let unreadable: Rejected = Rejection::unreadable("scriptPath x: not found").into();
+        assert_eq!(
+            unreadable,
+            Rejected::Unreadable("scriptPath x: not found".into())
         );
     }
 

@@ -24,9 +24,9 @@ use super::reply::{OBSERVATION_CEILING, tool_error};
 /// A select with more choices than this is summarised instead of listed.
 const MAX_CHOICES: usize = 24;
 
-/// A validated `config` request.
+/// A validated `config` request (the action's, or `agentprism config`'s).
 #[derive(Debug)]
-pub(super) struct ConfigInput {
+pub(crate) struct ConfigInput {
     pub project_dir: PathBuf,
     pub harnesses: Option<Vec<String>>,
     pub model_specs: Option<Vec<String>>,
@@ -41,7 +41,7 @@ struct Target {
 
 /// Probes the backends `input` names (all registered ones by default) within
 /// [`OBSERVATION_CEILING`] and summarises what a script may route to.
-pub(super) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Value> {
+pub(crate) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Value> {
     if !input.project_dir.is_dir() {
         return Ok(tool_error(format!(
             "projectDir {} is not an existing directory",

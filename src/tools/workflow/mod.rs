@@ -37,6 +37,7 @@ use actions::Actions;
 use parse::Action;
 use receipts::{ReceiptBook, Uncached, receipt_key};
 
+pub(crate) use config::{ConfigInput, config};
 pub use receipts::IDEMPOTENCY_KEY_META;
 pub use reply::{OBSERVATION_CEILING, PREPARATION_CEILING};
 pub use schema::{ACTIONS, TOOL_NAME};
