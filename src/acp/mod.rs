@@ -5,13 +5,16 @@
 //! [`groups`] records each group so the next owner can end what a dead one left; [`connection`] speaks NDJSON JSON-RPC to it; the pool keeps
 //! long-lived initialized processes per backend; a session opens, configures and prompts on
 //! one of them; `failure` maps ACP errors to the engine's failure kinds, and `chatter`
-//! keeps adapter warnings and retry notices out of answers.
+//! keeps adapter warnings and retry notices out of answers. A probe's report of the session
+//! it opened is put together by `catalog`, with pi's own model preferences from `pi_scope`.
 
+pub(crate) mod catalog;
 mod chatter;
 pub mod connection;
 mod failure;
 pub mod groups;
 pub mod lookup;
+pub(crate) mod pi_scope;
 mod pool;
 pub mod process;
 pub mod reaper;
@@ -148,6 +151,7 @@ impl AgentRunner for AcpRunner {
         };
         report.started = true;
         report.auth_methods = lease.host().auth_methods.clone();
+        let pi_agent_dir = lease.host().pi_agent_dir.clone();
         let config = self.pool.config();
         let opened = session::open(
             lease,
@@ -159,11 +163,8 @@ impl AgentRunner for AcpRunner {
         .await;
         match opened {
             Ok((session, info)) => {
-                report.probed = true;
-                report.modes = info.modes;
-                report.config_options = info.config_options;
-                report.current_model = info.current_model;
                 Box::new(session).close().await;
+                catalog::record_session(&mut report, info, pi_agent_dir.as_deref(), cwd).await;
             }
             Err(failure) => {
                 report.auth_required = failure.kind == FailureKind::AuthRequired;

@@ -7,6 +7,7 @@ mod architecture;
 mod cli;
 mod cli_output;
 mod companions;
+mod config_catalogs;
 mod control;
 mod control_daemon;
 mod daemon;
