@@ -226,9 +226,7 @@ async fn claude_and_codex_list_their_small_catalogs_whole() {
         let recorded = fixture(name);
         let session = &recorded["session/new"];
         let summary = &summaries(&[recorded_report(name, false, None).await], None)[0];
-        assert_eq!(summary["modelsFrom"], "catalog", "{name}: {summary:#}");
         assert_eq!(strings(&summary["models"]), model_values(session), "{name}");
-        assert_eq!(summary["browse"], json!([]), "{name}");
         let mode_ids: Vec<Value> = session["modes"]["availableModes"]
             .as_array()
             .expect("modes")
@@ -256,6 +254,8 @@ async fn claude_and_codex_list_their_small_catalogs_whole() {
             .collect();
         assert_eq!(listed["values"], json!(values), "{name}");
         assert_eq!(listed["currentValue"], thought["currentValue"], "{name}");
+        assert_eq!(summary["modelsFrom"], "catalog", "{name}");
+        assert_eq!(summary["browse"], json!([]), "{name}");
     }
     let claude = &summaries(&[recorded_report("claude", false, None).await], None)[0];
     assert!(
@@ -293,9 +293,9 @@ async fn pi_lists_its_enabled_models_among_the_authenticated_ones() {
             }
         }
     }
-    assert_eq!(summary["modelsFrom"], "enabledModels", "{summary:#}");
-    assert_eq!(strings(&summary["models"]), expected);
+    assert_eq!(strings(&summary["models"]), expected, "{summary:#}");
     assert_eq!(strings(&summary["unmatchedPatterns"]), unmatched);
+    assert_eq!(summary["modelsFrom"], "enabledModels");
     assert_eq!(
         unmatched,
         ["xai/grok-4.7"],
@@ -351,7 +351,6 @@ async fn opencode_lists_direct_models_before_aggregator_browse_groups() {
     let offered = model_values(&recorded["session/new"]);
     let provider = |value: &str| value.split_once('/').expect("provider/model").0.to_owned();
     let summary = &summaries(&[recorded_report("opencode", false, None).await], None)[0];
-    assert_eq!(summary["modelsFrom"], "catalog");
     // In the recording only Anthropic and OpenAI are providers of their own models.
     let direct: Vec<String> = offered
         .iter()
@@ -360,6 +359,7 @@ async fn opencode_lists_direct_models_before_aggregator_browse_groups() {
         .collect();
     assert!(!direct.is_empty());
     assert_eq!(strings(&summary["models"]), direct);
+    assert_eq!(summary["modelsFrom"], "catalog");
     let browse = summary["browse"].as_array().expect("browse");
     let selectors: Vec<&str> = browse
         .iter()
@@ -581,18 +581,10 @@ async fn partial_probe_failures_preserve_healthy_catalogs() {
         ],
         None,
     );
-    assert_eq!(mixed[0], alone_claude[0]);
-    assert_eq!(mixed[2], alone_opencode[0]);
-    assert_eq!(mixed[1]["probed"], false);
-    assert_eq!(mixed[1]["authRequired"], true);
-    assert_eq!(mixed[1]["error"], "Authentication required");
-    assert_eq!(mixed[3]["probed"], false);
-    assert_eq!(mixed[4]["modelsFrom"], "enabledModels");
-
+    // pi settings that cannot be read leave pi's catalog whole, with the reason.
     let broken = PiPlace::new("{\"enabledModels\": [");
     let pi = &summaries(&[recorded_report("pi", false, Some(&broken)).await], None)[0];
     assert_eq!(pi["probed"], true);
-    assert_eq!(pi["modelsFrom"], "catalog", "{pi:#}");
     assert!(
         pi["enabledModelsError"]
             .as_str()
@@ -601,4 +593,13 @@ async fn partial_probe_failures_preserve_healthy_catalogs() {
     );
     assert!(!strings(&pi["models"]).is_empty());
     assert!(!pi["browse"].as_array().expect("browse").is_empty());
+    assert_eq!(pi["modelsFrom"], "catalog");
+
+    assert_eq!(mixed[0], alone_claude[0]);
+    assert_eq!(mixed[2], alone_opencode[0]);
+    assert_eq!(mixed[1]["probed"], false);
+    assert_eq!(mixed[1]["authRequired"], true);
+    assert_eq!(mixed[1]["error"], "Authentication required");
+    assert_eq!(mixed[3]["probed"], false);
+    assert_eq!(mixed[4]["modelsFrom"], "enabledModels");
 }
