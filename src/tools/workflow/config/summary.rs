@@ -23,7 +23,7 @@ use crate::engine::runner::ProbeReport;
 /// Providers that resell many vendors' models, as `(provider id, display name)`: their
 /// models are browsed by group, never listed unasked. OpenCode and pi name providers after
 /// models.dev, so `vercel` (OpenCode) and `vercel-ai-gateway` (pi) are the same gateway.
-pub(super) const AGGREGATORS: [(&str, &str); 8] = [
+const AGGREGATORS: [(&str, &str); 8] = [
     ("openrouter", "OpenRouter"),
     ("opencode", "OpenCode Zen"),
     ("opencode-go", "OpenCode Go"),

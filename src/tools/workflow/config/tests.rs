@@ -1,4 +1,10 @@
+//! Tests of `config`: the model filter and the choice cap, and, over the adapters' recorded
+//! catalogs, the authoring summary sentence by sentence.
+
+use std::path::{Path, PathBuf};
+
 use super::*;
+use crate::acp::catalog;
 
 #[test]
 fn model_filters_match_as_documented() {
@@ -48,10 +54,6 @@ fn large_selects_become_summaries() {
 // The recorded catalogs of the four adapters (tests/fixtures/catalogs/, see record.py there),
 // put through the code a probe runs on live answers (`acp::catalog`) and then through the
 // summary `config` answers with, one test per sentence of the seed's config paragraph.
-
-use std::path::{Path, PathBuf};
-
-use crate::acp::catalog;
 
 fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
