@@ -8,9 +8,12 @@
 //! configures and prompts on one of them; `content` fits a turn's content blocks to what the
 //! agent accepts (a text note in place of an image it cannot take); `failure` maps ACP errors
 //! to the engine's failure kinds (with `advice` for failures that show a setup problem), and
-//! `chatter` keeps adapter warnings and retry notices out of answers.
+//! `chatter` keeps adapter warnings and retry notices out of answers. A probe's report of the
+//! session it opened is put together by `catalog`, with pi's own model preferences from
+//! `pi_scope`.
 
 mod advice;
+pub(crate) mod catalog;
 mod chatter;
 pub mod connection;
 mod content;
@@ -18,6 +21,7 @@ mod failure;
 pub mod groups;
 pub mod lookup;
 mod idle;
+pub(crate) mod pi_scope;
 mod pool;
 pub mod process;
 pub mod reaper;
@@ -165,6 +169,7 @@ impl AgentRunner for AcpRunner {
         };
         report.started = true;
         report.auth_methods = lease.host().auth_methods.clone();
+        let pi_agent_dir = lease.host().pi_agent_dir.clone();
         let config = self.pool.config();
         let opened = session::open(
             lease,
@@ -176,11 +181,8 @@ impl AgentRunner for AcpRunner {
         .await;
         match opened {
             Ok((session, info)) => {
-                report.probed = true;
-                report.modes = info.modes;
-                report.config_options = info.config_options;
-                report.current_model = info.current_model;
                 Box::new(session).close().await;
+                catalog::record_session(&mut report, info, pi_agent_dir.as_deref(), cwd).await;
             }
             Err(failure) => {
                 report.auth_required = failure.kind == FailureKind::AuthRequired;

@@ -287,7 +287,7 @@ async fn reattach(
 }
 
 /// Modes, config options and the current model from a `session/new|load|resume` answer.
-fn session_info(result: &Value) -> SessionInfo {
+pub(crate) fn session_info(result: &Value) -> SessionInfo {
     let list = |found: Option<&Value>| found.and_then(Value::as_array).cloned().unwrap_or_default();
     let config_options = list(result.get("configOptions"));
     let current_model = model_option(&config_options)
@@ -384,7 +384,7 @@ fn option_id(option: &Value) -> Option<String> {
 }
 
 /// `session/set_config_option` answers with every option's new state.
-fn refresh_options(info: &mut SessionInfo, answer: &Value) {
+pub(crate) fn refresh_options(info: &mut SessionInfo, answer: &Value) {
     if let Some(options) = answer.get("configOptions").and_then(Value::as_array) {
         info.config_options = options.clone();
     }

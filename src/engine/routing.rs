@@ -324,6 +324,9 @@ pub fn route_spec(
                 "model spec {spec:?} names backend {head:?} with an empty model"
             ));
         }
+        if is_browse_selector(rest) {
+            return Err(browse_selector(spec, rest));
+        }
         return Ok(Route {
             spec: spec.to_owned(),
             backend,
@@ -333,6 +336,9 @@ pub fn route_spec(
     let Some(fallback) = backends.default_backend() else {
         return Err(unknown_backend(spec, snapshot, backends));
     };
+    if is_browse_selector(spec) {
+        return Err(browse_selector(spec, spec));
+    }
     let backend = lookup(&fallback).ok_or_else(|| {
         format!("model spec {spec:?} names no backend and the default backend {fallback:?} is not available")
     })?;
@@ -341,6 +347,18 @@ pub fn route_spec(
         backend,
         model: Some(spec.to_owned()),
     })
+}
+
+/// Whether a model is one of `config`'s browse selectors (`openrouter/*`): a group of
+/// models to list with `modelFilter`, which no agent can run.
+pub fn is_browse_selector(model: &str) -> bool {
+    model.contains('*')
+}
+
+fn browse_selector(spec: &str, model: &str) -> String {
+    format!(
+        "model spec {spec:?} is a browse selector, not a model: pass {model:?} to config as modelFilter to list its models, then route to one of them"
+    )
 }
 
 /// The routing error for a spec that names no registered backend while
@@ -422,6 +440,35 @@ mod tests {
             error.contains("\"nosuch\", which is not registered"),
             "{error}"
         );
+    }
+
+    /// `config`'s browse selectors list models; a route to one is refused with the way to
+    /// expand it, on a named backend and on the default one alike.
+    #[test]
+    fn browse_selectors_cannot_dispatch() {
+        let snapshot = RoutingSnapshot::default();
+        let named = NamedBackends::new(["opencode", "pi"]);
+        for spec in ["opencode/openrouter/*", "pi/openrouter/anthropic/*"] {
+            let error = route_spec(spec, &snapshot, &named).unwrap_err();
+            assert!(
+                error.contains("is a browse selector, not a model")
+                    && error.contains("modelFilter"),
+                "{error}"
+            );
+        }
+        let error = route_spec(
+            "openrouter/*",
+            &snapshot,
+            &WithDefault(NamedBackends::new(["opencode"]), "opencode"),
+        )
+        .unwrap_err();
+        assert!(error.contains("is a browse selector"), "{error}");
+        let route = route_spec(
+            "opencode/openrouter/anthropic/claude-sonnet-4.6",
+            &snapshot,
+            &named,
+        );
+        assert!(route.is_ok(), "an exact model still routes");
     }
 
     /// A lookup with `AGENTPRISM_DEFAULT_BACKEND` set: other specs go to it verbatim.

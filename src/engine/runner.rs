@@ -242,7 +242,9 @@ pub struct ProbeReport {
     pub auth_required: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_model: Option<String>,
-    /// `[{id,name,description?}]` as the agent advertised them.
+    /// `[{id,name,description?,_meta?}]` as the agent advertised them: its ACP modes, or,
+    /// from an agent that offers modes only as a `category:"mode"` config option
+    /// (opencode), that option's choices under the same keys.
     #[serde(default)]
     pub modes: Vec<Value>,
     /// The raw ACP `configOptions`.
@@ -251,6 +253,29 @@ pub struct ProbeReport {
     /// The auth methods `initialize` advertised.
     #[serde(default)]
     pub auth_methods: Vec<Value>,
+    /// The models the agent's own settings prefer, where it keeps such a list outside ACP
+    /// (pi's `enabledModels`), matched against the models the session offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_models: Option<PreferredModels>,
+}
+
+/// An agent's own model preferences (pi's `enabledModels` patterns), resolved the way the
+/// agent resolves them against the models it is authenticated for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreferredModels {
+    /// The settings file the patterns come from (a later layer replaces the list whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<PathBuf>,
+    /// The patterns, as written.
+    pub patterns: Vec<String>,
+    /// The offered models the patterns select, each once, in pattern order.
+    pub models: Vec<String>,
+    /// Patterns that select no offered model (a typo, or a provider without credentials).
+    pub unmatched: Vec<String>,
+    /// A settings file that exists but could not be read or parsed; the agent skips it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Runs agent sessions. One runner serves every run of a process; implementations pool

@@ -10,6 +10,7 @@ mod cli_help;
 mod cli_output;
 mod cli_truth;
 mod companions;
+mod config_catalogs;
 mod control;
 mod control_daemon;
 mod daemon;

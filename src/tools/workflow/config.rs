@@ -1,6 +1,7 @@
 //! `action:"config"`: live discovery of the backends a script can route to, by zero-token
 //! probes (a session opened, nothing prompted), so an author pins only models, modes and
-//! options that exist here.
+//! options that exist here. The answer carries each catalog as probed (`harnesses`) and the
+//! compact `authoringSummary` built from the same reports (`summary`).
 //!
 //! Catalogs stay bounded: a select option with more than [`MAX_CHOICES`] choices is replaced
 //! by a summary grouped by provider prefix, and `modelFilter` narrows model lists so a large
@@ -20,6 +21,8 @@ use crate::engine::runner::ProbeReport;
 use crate::mcp::handler::McpResult;
 
 use super::reply::{OBSERVATION_CEILING, tool_error};
+
+mod summary;
 
 /// A select with more choices than this is summarised instead of listed.
 const MAX_CHOICES: usize = 24;
@@ -76,17 +79,17 @@ pub(crate) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Val
 
     // Probe concurrently; the set aborts unfinished probes when dropped at the deadline.
     let mut probes = JoinSet::new();
-    let mut entries: Vec<Option<Value>> = vec![None; targets.len()];
+    let mut reports: Vec<Option<ProbeReport>> = vec![None; targets.len()];
     for (slot, target) in targets.iter().enumerate() {
         let Some(spec) = lookup.backend(&target.backend) else {
-            entries[slot] = Some(json!({
-                "backend": target.backend,
-                "model": target.model,
-                "probed": false,
-                "error": format!("unknown backend {:?}; registered backends: {}", target.backend, known.join(", ")),
-                "modes": [],
-                "configOptions": [],
-            }));
+            reports[slot] = Some(unprobed(
+                &target.backend,
+                format!(
+                    "unknown backend {:?}; registered backends: {}",
+                    target.backend,
+                    known.join(", ")
+                ),
+            ));
             continue;
         };
         let runner = engine.runner().clone();
@@ -104,7 +107,7 @@ pub(crate) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Val
             joined = probes.join_next() => {
                 // A panicked probe leaves its slot empty; it is reported as unfinished.
                 if let Some(Ok((slot, report))) = joined {
-                    entries[slot] = Some(harness_entry(&report, targets[slot].model.as_deref(), filter.as_ref()));
+                    reports[slot] = Some(report);
                 }
             }
             _ = &mut deadline => break,
@@ -112,34 +115,58 @@ pub(crate) async fn config(engine: &Engine, input: ConfigInput) -> McpResult<Val
     }
     // Discovery is not work: the adapters it started hold memory the user is not using.
     engine.runner().release_probed().await;
-    let harnesses: Vec<Value> = entries
+    let probed: Vec<Probed> = reports
         .into_iter()
-        .zip(&targets)
-        .map(|(entry, target)| {
-            entry.unwrap_or_else(|| {
-                json!({
-                    "backend": target.backend,
-                    "model": target.model,
-                    "probed": false,
-                    "error": format!("the probe did not finish within {} s", OBSERVATION_CEILING.as_secs()),
-                    "modes": [],
-                    "configOptions": [],
-                })
-            })
+        .zip(targets)
+        .map(|(report, target)| Probed {
+            report: report.unwrap_or_else(|| {
+                unprobed(
+                    &target.backend,
+                    format!(
+                        "the probe did not finish within {} s",
+                        OBSERVATION_CEILING.as_secs()
+                    ),
+                )
+            }),
+            model: target.model,
         })
         .collect();
-    let summary = authoring_summary(&harnesses);
-    let text = summary_text(&harnesses);
-    let document = json!({
-        "action": "config",
-        "projectDir": input.project_dir,
-        "harnesses": harnesses,
-        "authoringSummary": summary,
-    });
-    Ok(json!({
+    Ok(answer(&input.project_dir, &probed, filter.as_ref()))
+}
+
+/// One probe's outcome, with the exact model it was asked for.
+struct Probed {
+    model: Option<String>,
+    report: ProbeReport,
+}
+
+/// The report of a probe that never ran.
+fn unprobed(backend: &str, error: String) -> ProbeReport {
+    ProbeReport {
+        backend: backend.to_owned(),
+        error: Some(error),
+        ..ProbeReport::default()
+    }
+}
+
+/// The tool answer: every catalog as probed (shaped by the filter and the choice cap), the
+/// authoring summary, and a text digest.
+fn answer(project_dir: &std::path::Path, probed: &[Probed], filter: Option<&Filter>) -> Value {
+    let harnesses: Vec<Value> = probed
+        .iter()
+        .map(|probe| harness_entry(&probe.report, probe.model.as_deref(), filter))
+        .collect();
+    let summary = summary::authoring_summary(probed, filter);
+    let text = summary::summary_text(&summary);
+    json!({
         "content": [{"type": "text", "text": text}],
-        "structuredContent": document,
-    }))
+        "structuredContent": {
+            "action": "config",
+            "projectDir": project_dir,
+            "harnesses": harnesses,
+            "authoringSummary": summary,
+        },
+    })
 }
 
 fn harness_entry(report: &ProbeReport, model: Option<&str>, filter: Option<&Filter>) -> Value {
@@ -242,94 +269,6 @@ fn shape_option(option: &Value, filter: Option<&Filter>) -> Value {
     shaped
 }
 
-/// The compact view an author needs: per backend, how to route to it and what to pin.
-fn authoring_summary(harnesses: &[Value]) -> Value {
-    let backends: Vec<Value> = harnesses
-        .iter()
-        .map(|entry| {
-            let backend = entry["backend"].as_str().unwrap_or_default();
-            let mut summary = json!({
-                "backend": backend,
-                "probed": entry["probed"],
-                "route": backend,
-            });
-            if let Some(model) = entry["model"].as_str() {
-                summary["route"] = Value::String(format!("{backend}/{model}"));
-            }
-            if let Some(current) = entry["currentModel"].as_str() {
-                summary["currentModel"] = Value::String(current.to_owned());
-            }
-            if let Some(error) = entry["error"].as_str() {
-                summary["error"] = Value::String(error.to_owned());
-            }
-            let modes: Vec<&str> = entry["modes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|mode| mode["id"].as_str())
-                .collect();
-            summary["modes"] = json!(modes);
-            if let Some(option) = entry["configOptions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|option| is_model_option(option))
-            {
-                if let Some(options) = option["options"].as_array() {
-                    let models: Vec<&str> =
-                        options.iter().filter_map(|c| c["value"].as_str()).collect();
-                    summary["models"] = json!(models);
-                } else if let Some(groups) = option.pointer("/choiceSummary/groups") {
-                    summary["modelGroups"] = groups.clone();
-                    summary["modelsTruncated"] = Value::Bool(true);
-                }
-            }
-            summary
-        })
-        .collect();
-    json!({
-        "backends": backends,
-        "howToRoute": "Set model on agent(), a phase, or meta.model: \"<backend>\" keeps that backend's default model, \"<backend>/<model>\" picks one of its models verbatim. Mode and configOptions values must be ones listed here. Narrow large catalogs with modelFilter; probe exact routes with modelSpecs.",
-    })
-}
-
-fn summary_text(harnesses: &[Value]) -> String {
-    let mut lines =
-        vec!["Backends (route with model:\"<backend>\" or \"<backend>/<model>\"):".to_owned()];
-    for entry in harnesses {
-        let backend = entry["backend"].as_str().unwrap_or_default();
-        let state = if entry["probed"] == true {
-            format!(
-                "ready{}",
-                entry["currentModel"]
-                    .as_str()
-                    .map(|m| format!(", default model {m}"))
-                    .unwrap_or_default()
-            )
-        } else {
-            format!(
-                "not usable: {}",
-                entry["error"].as_str().unwrap_or("probe failed")
-            )
-        };
-        let modes: Vec<&str> = entry["modes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|mode| mode["id"].as_str())
-            .collect();
-        let mut line = format!("- {backend}: {state}");
-        if !modes.is_empty() {
-            line.push_str(&format!("; modes {}", modes.join(", ")));
-        }
-        lines.push(line);
-    }
-    lines.push(
-        "The structured content lists models, modes and config options per backend.".to_owned(),
-    );
-    lines.join("\n")
-}
-
 /// The `modelFilter` matcher.
 struct Filter {
     source: String,
@@ -425,51 +364,4 @@ fn regex_here(pattern: &[char], text: &[char]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn model_filters_match_as_documented() {
-        let substring = Filter::new("GPT");
-        assert!(substring.matches("openai/gpt-5 GPT-5"));
-        assert!(!substring.matches("claude-sonnet"));
-        let glob = Filter::new("openrouter/*free");
-        assert!(glob.matches("openrouter/meta/llama:free"));
-        assert!(!glob.matches("openai/gpt-5"));
-        let pattern = Filter::new("/^openrouter\\/.*mini$/");
-        assert!(pattern.matches("openrouter/openai/gpt-5-mini"));
-        assert!(!pattern.matches("x openrouter/openai/gpt-5-mini"));
-        assert!(!pattern.matches("openrouter/openai/gpt-5-mini-high"));
-        assert!(Filter::new("/g.t/").matches("gpt"));
-    }
-
-    #[test]
-    fn large_selects_become_summaries() {
-        let options: Vec<Value> = (0..40)
-            .map(|i| json!({"value": format!("{}/m{i}", if i % 2 == 0 { "openrouter" } else { "direct" }), "name": format!("M{i}")}))
-            .collect();
-        let option = json!({"id": "model", "category": "model", "type": "select", "currentValue": "x", "options": options});
-        let shaped = shape_option(&option, None);
-        assert_eq!(shaped["truncated"], true);
-        assert_eq!(shaped["choiceSummary"]["total"], 40);
-        assert!(shaped.get("options").is_none());
-        let filtered = shape_option(&option, Some(&Filter::new("openrouter/m1")));
-        assert!(filtered.get("truncated").is_none(), "{filtered}");
-        let values: Vec<&str> = filtered["options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|c| c["value"].as_str())
-            .collect();
-        assert_eq!(
-            values,
-            [
-                "openrouter/m10",
-                "openrouter/m12",
-                "openrouter/m14",
-                "openrouter/m16",
-                "openrouter/m18"
-            ]
-        );
-    }
-}
+mod tests;

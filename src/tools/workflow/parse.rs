@@ -183,6 +183,9 @@ impl Input<'_> {
             project_dir: self.project_dir(default_project)?,
             harnesses: self.name_list("harnesses", |_| Ok(()))?,
             model_specs: self.name_list("modelSpecs", |spec| match spec.split_once('/') {
+                Some((_, model)) if crate::engine::routing::is_browse_selector(model) => Err(format!(
+                    "{spec:?} is a browse selector, not a model; pass {model:?} as modelFilter to list its models"
+                )),
                 Some((backend, model)) if !backend.is_empty() && !model.is_empty() => Ok(()),
                 _ => Err(format!("{spec:?} is not a backend/model route")),
             })?,
