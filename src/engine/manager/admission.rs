@@ -145,12 +145,21 @@ impl Engine {
             &run_id,
             None,
         );
-        let prepared = tokio::select! {
-            prepared = prepare::prepare(input) => prepared?,
-            _ = cancel.cancelled() => {
-                return Err(EngineError::Rejected(Rejected::Cancelled("the request was cancelled before the run was admitted; nothing was stored".into())));
-            }
+        let cancelled = || {
+            EngineError::Rejected(Rejected::Cancelled(
+                "the request was cancelled before the run was admitted; nothing was stored".into(),
+            ))
         };
+        // A request cancelled before or during preparation is refused whatever finishes
+        // first: the cancellation is looked at first, and again once preparation is done.
+        let prepared = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(cancelled()),
+            prepared = prepare::prepare(input) => prepared?,
+        };
+        if cancel.is_cancelled() {
+            return Err(cancelled());
+        }
         let (script_source, script_file) = match &request.script {
             ScriptInput::Inline(_) => (
                 ScriptSource::Inline,
