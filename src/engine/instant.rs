@@ -21,10 +21,11 @@ use crate::engine::runner::{
 };
 use crate::model::Usage;
 
-/// Answers instantly; counts the prompts it served.
+/// Answers instantly; counts the prompts and probes it served.
 #[derive(Default)]
 pub struct InstantRunner {
     prompts: Arc<AtomicU64>,
+    probes: AtomicU64,
     /// Every turn's prompt blocks, kept only by a runner made with
     /// [`InstantRunner::recording`], so the plain runner's turn costs nothing more.
     turns: Option<Arc<Mutex<Vec<Vec<Value>>>>>,
@@ -46,6 +47,11 @@ impl InstantRunner {
     /// How many prompt turns it answered.
     pub fn prompts(&self) -> u64 {
         self.prompts.load(Ordering::Relaxed)
+    }
+
+    /// How many probes it answered.
+    pub fn probes(&self) -> u64 {
+        self.probes.load(Ordering::Relaxed)
     }
 
     /// The prompt blocks of every turn it answered, in the order they came; empty unless
@@ -78,6 +84,7 @@ impl AgentRunner for InstantRunner {
     }
 
     async fn probe(&self, backend: &BackendSpec, model: Option<&str>, _cwd: &Path) -> ProbeReport {
+        self.probes.fetch_add(1, Ordering::Relaxed);
         started_probe(backend, model)
     }
 

@@ -1028,6 +1028,23 @@ async fn config_probes_backends() {
     assert!(is_error(&missing_dir));
 }
 
+/// A host that asks `config` the same question twice within the cache's time gets the first
+/// answer without a second round of probes; another question probes.
+#[tokio::test]
+async fn a_repeated_config_answers_without_probing_again() {
+    let s = setup();
+    let question = json!({"action": "config", "projectDir": s.h.project});
+    let first = s.call(question.clone()).await;
+    assert_eq!(s.h.runner.probes(), 3, "one probe per registered backend");
+    let again = s.call(question).await;
+    assert_eq!(s.h.runner.probes(), 3, "answered from the first call");
+    assert_eq!(again, first);
+    let other = s
+        .call(json!({"action": "config", "projectDir": s.h.project, "harnesses": ["codex"]}))
+        .await;
+    assert_eq!(s.h.runner.probes(), 4, "{other:#}");
+}
+
 /// The skill: list entry, digests over the served bytes, get, directory reads.
 #[tokio::test]
 async fn the_skill_is_served_with_matching_digests() {

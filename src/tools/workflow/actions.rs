@@ -37,6 +37,8 @@ pub(super) struct Actions {
     pub(super) list_changes: mpsc::UnboundedSender<()>,
     /// Finished `status` answers of runs that are not running, checked by run version.
     pub(super) status_cache: StatusCache,
+    /// Recent `config` answers, so a host that asks twice does not start every backend twice.
+    pub(super) config_cache: config::ConfigCache,
 }
 
 impl Actions {
@@ -170,6 +172,10 @@ impl Actions {
 
     async fn config(&self, input: ConfigInput) -> McpResult<Value> {
         let project_dir = input.project_dir.clone();
+        let key = input.cache_key();
+        if let Some(answer) = self.config_cache.get(&key) {
+            return Ok(answer);
+        }
         let mut answer = observe(config::config(&self.engine, input)).await?;
         if let Some(document) = answer.get_mut("structuredContent") {
             document["next"] = json!({
@@ -178,6 +184,7 @@ impl Actions {
                 "script": "<the workflow script text>",
             });
         }
+        self.config_cache.put(key, &answer);
         Ok(answer)
     }
 

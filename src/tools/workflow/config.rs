@@ -36,6 +36,63 @@ pub(crate) struct ConfigInput {
     pub model_filter: Option<String>,
 }
 
+impl ConfigInput {
+    /// What makes two requests the same question.
+    pub(crate) fn cache_key(&self) -> String {
+        json!([
+            self.project_dir,
+            self.harnesses,
+            self.model_specs,
+            self.model_filter
+        ])
+        .to_string()
+    }
+}
+
+/// How long the `workflow` tool answers a repeated `config` request from its last answer:
+/// long enough for a host that asks twice in a row, short enough that fixed credentials or a
+/// new adapter show up at the next question.
+pub(crate) const CONFIG_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Recent answers kept, newest last.
+const CONFIG_CACHE_ENTRIES: usize = 8;
+
+/// The `workflow` tool's recent `config` answers (the CLI's `config` always probes).
+#[derive(Default)]
+pub(crate) struct ConfigCache {
+    entries: std::sync::Mutex<std::collections::VecDeque<(std::time::Instant, String, Value)>>,
+}
+
+impl ConfigCache {
+    /// The answer to `key` given less than [`CONFIG_CACHE_TTL`] ago.
+    pub(crate) fn get(&self, key: &str) -> Option<Value> {
+        let mut entries = self.lock();
+        entries.retain(|(at, _, _)| at.elapsed() < CONFIG_CACHE_TTL);
+        entries
+            .iter()
+            .find(|(_, stored, _)| stored == key)
+            .map(|(_, _, answer)| answer.clone())
+    }
+
+    pub(crate) fn put(&self, key: String, answer: &Value) {
+        let mut entries = self.lock();
+        entries.retain(|(_, stored, _)| *stored != key);
+        entries.push_back((std::time::Instant::now(), key, answer.clone()));
+        while entries.len() > CONFIG_CACHE_ENTRIES {
+            entries.pop_front();
+        }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(std::time::Instant, String, Value)>>
+    {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// One probe to make: a backend, optionally with an exact model.
 struct Target {
     backend: String,

@@ -64,6 +64,7 @@ impl WorkflowTool {
                 tracker,
                 list_changes,
                 status_cache: status_cache::StatusCache::default(),
+                config_cache: config::ConfigCache::default(),
             },
             default_project,
             receipts: ReceiptBook::default(),
