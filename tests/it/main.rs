@@ -12,6 +12,7 @@ mod control_daemon;
 mod daemon;
 mod discovery;
 mod engine;
+mod host_answers;
 mod host_env;
 mod http_guards;
 mod hosts;
