@@ -8,9 +8,11 @@
 //!   from the `status` answer that the run completed and which `result` call comes next, pages
 //!   the whole result by each page's `next`, and the chunks it was shown, joined, are the exact
 //!   result the result resource serves.
-//! - **Claude Code channels.** With `--dangerously-load-development-channels`, a channel
-//!   message reaches the model only over the 2025 handshake (`MCP_PROTOCOL_NEGOTIATION=legacy`);
-//!   over 2026-07-28, Claude Code's default, it registers no channel and says why in its log.
+//! - **Claude Code channels.** Claude Code registers channels only in its interactive mode, so
+//!   these tests run it on a terminal (`script`, util-linux). The command docs/hosts.md gives
+//!   (`MCP_PROTOCOL_NEGOTIATION=legacy` and the development flag) gets a channel message to the
+//!   model; over 2026-07-28, Claude Code's default, it registers no channel and says why in
+//!   its `--debug` log.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -156,6 +158,193 @@ fn pages_a_large_result(host: Host) {
         joined.len(),
         expected.len()
     );
+}
+
+/// The documented way to get channel messages (docs/hosts.md and docs/monitor.md give the
+/// same command) delivers one to the model: Claude Code registers the channel, and the run's
+/// end arrives as a `<channel …>` message that starts the model's next turn.
+#[test]
+fn claude_code_gets_channel_messages_as_the_docs_say() {
+    let (env, args) = documented_channel_command();
+    let assignments: Vec<(&str, &str)> =
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let channel = ChannelSession::start(&assignments, &args);
+    channel.release_the_run();
+    let message = channel
+        .fake
+        .wait_for("a channel message", CHANNEL_DEADLINE, |steps| {
+            steps.iter().find_map(|step| match step {
+                Step::Answered { text } => {
+                    text.strip_prefix("FAKE-DONE channel: ").map(str::to_owned)
+                }
+                _ => None,
+            })
+        });
+    let run_id = &channel.run_id;
+    assert!(
+        message.starts_with(&format!(
+            "<channel source=\"{SERVER}\" run_id=\"{run_id}\" kind=\"terminal\" status=\"completed\""
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("Workflow run {run_id} (told) completed.")),
+        "{message}"
+    );
+    assert!(
+        channel
+            .debug_log()
+            .contains("Channel notifications registered")
+    );
+}
+
+/// Without `MCP_PROTOCOL_NEGOTIATION`, Claude Code negotiates 2026-07-28 and registers no
+/// channel: it has no stream to take one on in that era, and says so in its log.
+#[test]
+fn claude_code_registers_no_channel_over_2026_07_28() {
+    let (_, args) = documented_channel_command();
+    let channel = ChannelSession::start(&[], &args);
+    let skipped = "Channel notifications skipped: connection negotiated a modern protocol revision with no unsolicited notification path";
+    let started = Instant::now();
+    while !channel.debug_log().contains(skipped) {
+        assert!(
+            started.elapsed() < CHANNEL_DEADLINE,
+            "Claude Code never said why it registered no channel:\n{}",
+            channel.debug_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = channel.debug_log();
+    assert!(
+        log.contains(r#""protocolEra":"modern","negotiatedProtocolVersion":"2026-07-28""#),
+        "{log}"
+    );
+    assert!(!log.contains("Channel notifications registered"), "{log}");
+}
+
+/// How long Claude Code may take to start, connect and answer in its interactive mode.
+const CHANNEL_DEADLINE: Duration = Duration::from_secs(90);
+
+/// The channel command of docs/hosts.md, which docs/monitor.md repeats: its environment
+/// assignments and the arguments after `claude`.
+fn documented_channel_command() -> (Vec<(String, String)>, Vec<String>) {
+    let command_in = |doc: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(doc);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        text.lines()
+            .find(|line| line.contains("--dangerously-load-development-channels"))
+            .unwrap_or_else(|| panic!("{doc} gives no channel command"))
+            .trim()
+            .to_owned()
+    };
+    let command = command_in("docs/hosts.md");
+    assert_eq!(
+        command,
+        command_in("docs/monitor.md"),
+        "the two docs give one command"
+    );
+    let mut words = command.split_whitespace();
+    let mut env = Vec::new();
+    let args = loop {
+        match words.next() {
+            Some("claude") => break words.map(str::to_owned).collect::<Vec<_>>(),
+            Some(word) => {
+                let (key, value) = word
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("not `VAR=value` or `claude`: {word} in {command}"));
+                env.push((key.to_owned(), value.to_owned()));
+            }
+            None => panic!("no `claude` in {command}"),
+        }
+    };
+    (env, args)
+}
+
+/// Claude Code in its interactive mode (it registers channels only there, never in `-p`),
+/// driven by `FAKE-PLAN: channel`: it runs a workflow that waits for a file and ends its turn.
+struct ChannelSession {
+    fake: FakeHostModel,
+    run_id: String,
+    release: PathBuf,
+    debug_dir: PathBuf,
+    _session: Interactive,
+    _setup: HostSetup,
+    _world: World,
+}
+
+impl ChannelSession {
+    fn start(env: &[(&str, &str)], args: &[String]) -> ChannelSession {
+        let deps = Deps::find();
+        let world = World::with(|context| context.with_mock_backend(json!({})));
+        let release = world.context.path("release-the-agent");
+        let script = format!(
+            "export const meta = {{ name: 'told', description: 'ends while the host waits', model: 'mock' }};\n\
+             const reply = await agent('wait\\n@mock wait_file {}');\n\
+             return {{ reply }};\n",
+            release.display()
+        );
+        let fake = FakeHostModel::start(Plan {
+            server: SERVER.to_owned(),
+            run_arguments: json!({"action": "run", "projectDir": world.context.project(), "script": script}),
+            pause_after_run: Duration::ZERO,
+        });
+        let setup = HostSetup::new(Host::ClaudeCode, &world, &fake, &deps, env);
+        let mut arguments: Vec<&str> = args.iter().map(String::as_str).collect();
+        arguments.push("--debug");
+        let mut session = setup.spawn_interactive(
+            "channel",
+            "FAKE-PLAN: channel. Run the workflow and wait for its message.",
+            &arguments,
+        );
+        // Claude Code asks once per start whether the development channel is meant.
+        session.answer("I am using this for local development", "\r");
+        let run_id = fake.wait_for("the run's acknowledgement", CHANNEL_DEADLINE, |steps| {
+            steps.iter().find_map(|step| match step {
+                Step::Output { action, text } if action == "run" => {
+                    Some(run_id_in_text(text).unwrap_or_else(|| panic!("no run id in {text}")))
+                }
+                _ => None,
+            })
+        });
+        ChannelSession {
+            debug_dir: world.context.path("host-home/.claude/debug"),
+            fake,
+            run_id,
+            release,
+            _session: session,
+            _setup: setup,
+            _world: world,
+        }
+    }
+
+    /// Lets the run's agent answer, so the run completes.
+    fn release_the_run(&self) {
+        std::fs::write(&self.release, "").expect("release the agent");
+    }
+
+    /// Everything Claude Code's `--debug` wrote so far.
+    fn debug_log(&self) -> String {
+        let Ok(entries) = std::fs::read_dir(&self.debug_dir) else {
+            return String::new();
+        };
+        entries
+            .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
+            .collect()
+    }
+}
+
+/// A run id in a tool output: after `runId` (an acknowledgement), or the server-side task
+/// Claude Code says it started (2026-07-28 makes `run` a task whose id is the run id).
+fn run_id_in_text(text: &str) -> Option<String> {
+    let (_, rest) = text
+        .split_once("\"runId\":\"")
+        .or_else(|| text.split_once("server-side task "))?;
+    let id: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    (!id.is_empty()).then_some(id)
 }
 
 /// The result page in a tool output: the first JSON object in it with a `chunk`.
@@ -390,6 +579,128 @@ impl HostSetup {
             stdout,
             stderr,
         }
+    }
+}
+
+impl HostSetup {
+    /// Starts Claude Code's interactive mode with `prompt` as its first message, on a
+    /// terminal of its own (`script` allocates it), after marking onboarding, the project's
+    /// trust dialog and the API key as answered in its configuration.
+    fn spawn_interactive(&self, label: &str, prompt: &str, extra_args: &[&str]) -> Interactive {
+        let key = "fake-key";
+        let config = json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            "customApiKeyResponses": {"approved": [key], "rejected": []},
+            "projects": {self.project.display().to_string(): {"hasTrustDialogAccepted": true}},
+            // Claude Code's channels are behind its `tengu_harbor` feature flag, which its
+            // service turns on for accounts in the research preview; offline, the test gives
+            // the value in the flags cache and lets Claude Code read it
+            // (`CLAUDE_CODE_GB_DISK_CACHE_WHEN_TELEMETRY_OFF`).
+            "cachedGrowthBookFeatures": {"tengu_harbor": true},
+        });
+        let home = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| PathBuf::from(v))
+            .expect("HOME");
+        write(&home.join(".claude.json"), &config.to_string());
+        let mut words = vec![self.binary.display().to_string(), prompt.to_owned()];
+        words.extend([
+            "--mcp-config".to_owned(),
+            self.mcp_config.display().to_string(),
+            "--strict-mcp-config".to_owned(),
+            "--allowedTools".to_owned(),
+            format!("mcp__{SERVER}__workflow"),
+        ]);
+        words.extend(extra_args.iter().map(|arg| (*arg).to_owned()));
+        let command: Vec<String> = words
+            .iter()
+            .map(|word| format!("'{}'", word.replace('\'', "'\\''")))
+            .collect();
+        let stdout = self.output_dir.join(format!("{label}.screen"));
+        let child = Command::new("script")
+            .args(["-qfec", &format!("exec {}", command.join(" ")), "/dev/null"])
+            .env_clear()
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
+            .env("TERM", "xterm-256color")
+            .env("CLAUDE_CODE_GB_DISK_CACHE_WHEN_TELEMETRY_OFF", "1")
+            .current_dir(&self.project)
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(create(&stdout))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("spawn script (util-linux) for Claude Code: {error}"));
+        Interactive {
+            child,
+            screen: stdout,
+        }
+    }
+}
+
+/// An interactive host on a terminal; its process group is killed when it is dropped.
+struct Interactive {
+    child: Child,
+    /// What the terminal was sent.
+    screen: PathBuf,
+}
+
+impl Interactive {
+    /// Waits until the terminal shows `text` (compared without spaces, as cursor moves
+    /// stand between the words), then types `keys`.
+    fn answer(&mut self, text: &str, keys: &str) {
+        let wanted: String = text.split_whitespace().collect();
+        let started = Instant::now();
+        loop {
+            let shown = visible(&std::fs::read(&self.screen).unwrap_or_default());
+            if shown.contains(&wanted) {
+                break;
+            }
+            assert!(
+                started.elapsed() < CHANNEL_DEADLINE,
+                "the terminal never showed {text:?}: {shown}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("the terminal's input");
+        stdin
+            .write_all(keys.as_bytes())
+            .expect("type on the terminal");
+        stdin.flush().expect("type on the terminal");
+    }
+}
+
+/// The printable text of terminal output, without escape sequences and whitespace.
+fn visible(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut shown = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-letter; other escapes: ESC and one character.
+            if chars.next_if_eq(&'[').is_some() {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() || c == '~' {
+                        break;
+                    }
+                }
+            } else {
+                chars.next();
+            }
+        } else if !c.is_whitespace() && !c.is_control() {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
+impl Drop for Interactive {
+    fn drop(&mut self) {
+        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        let _ = self.child.wait();
     }
 }
 
