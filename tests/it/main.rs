@@ -17,6 +17,7 @@ mod daemon;
 mod daemon_idle;
 mod discovery;
 mod engine;
+mod host_answers;
 mod host_env;
 mod http_guards;
 mod hosts;

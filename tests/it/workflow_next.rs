@@ -44,18 +44,22 @@ async fn a_completed_run_points_at_its_result_pages_until_the_last() {
             "{HEADER}await agent('a');\nreturn 'y'.repeat(20000);"
         ))
         .await;
-    let (next, answer) = s.next_of(status).await;
+    let (mut next, answer) = s.next_of(status).await;
     assert_eq!(
         next,
-        json!({"action": "result", "runId": run_id, "offset": 0, "maxBytes": 8192}),
+        json!({"action": "result", "runId": run_id, "offset": 0, "maxBytes": 4096}),
         "{answer:#}"
     );
-    let (next, _) = s.next_of(next).await;
-    assert_eq!(
-        next,
-        json!({"action": "result", "runId": run_id, "offset": 8192, "maxBytes": 8192})
-    );
-    let (next, _) = s.next_of(next).await;
+    // 20,002 bytes: four full pages and a last one, each naming the following page.
+    for offset in [4096, 8192, 12288, 16384] {
+        let (following, page) = s.next_of(next).await;
+        assert_eq!(page["structuredContent"]["hasMore"], true, "{page:#}");
+        assert_eq!(
+            following,
+            json!({"action": "result", "runId": run_id, "offset": offset, "maxBytes": 4096})
+        );
+        next = following;
+    }
     let (last, page) = s.next_of(next).await;
     assert_eq!(page["structuredContent"]["hasMore"], false, "{page:#}");
     assert_eq!(last, Value::Null, "nothing follows the last page");

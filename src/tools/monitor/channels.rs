@@ -10,8 +10,11 @@
 //! - **Nothing replayed.** Following through `status` first marks the messages that status
 //!   answer already carried as seen; `run` and `resume` start from nothing (the run, or its
 //!   new generation, has said nothing yet).
-//! - **2025 era only.** Claude Code registers a channel only over the 2025 handshake, and only
-//!   a legacy session has a stream to push on, so 2026-07-28 requests never follow a run.
+//! - **2025 era only.** Claude Code registers a channel only on a connection that negotiated
+//!   a 2025 version (2.1.332 negotiates 2026-07-28 unless started with
+//!   `MCP_PROTOCOL_NEGOTIATION=legacy`, and then takes channel notifications on no stream),
+//!   and only a legacy session has a stream to push on, so 2026-07-28 requests never follow
+//!   a run. `tests/it/host_answers.rs` pins both sides with the real Claude Code.
 //! - **Once.** A message goes out only if it was not seen by this session's following and
 //!   its claim in the sender's own receipt ledger (scope: the session) is the first, so two
 //!   evaluations racing over the same event send it once. The sender does not claim in the

@@ -287,12 +287,14 @@ impl Actions {
     async fn result(&self, run_id: RunId, offset: usize, max_bytes: usize) -> McpResult<Value> {
         match self.engine.result_page(&run_id, offset, max_bytes).await {
             Ok(page) => {
-                let mut page = json!(page);
+                let page = json!(page);
                 let links = vec![
                     resources::result_link(&run_id),
                     resources::events_link(&run_id),
                 ];
-                page["next"] = text::next_for_result(&page, max_bytes);
+                let next = text::next_for_result(&page, max_bytes);
+                let page = text::page_with_next(page, next);
+                // The text is the page itself: a host that shows only the text learns the same.
                 Ok(structured(page.to_string(), page, links))
             }
             Err(error) => engine_failure(error),

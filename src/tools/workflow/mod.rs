@@ -106,11 +106,7 @@ pub(super) async fn status_document(
         .status(run_id, &crate::engine::StatusQuery::default())
         .await
     {
-        Ok(status) => {
-            let mut document = serde_json::json!(status);
-            document["next"] = text::next_for_status(&document);
-            Ok(Ok(document))
-        }
+        Ok(status) => Ok(Ok(reply::status_document(serde_json::json!(status)))),
         Err(error) => reply::engine_failure(error).map(Err),
     }
 }

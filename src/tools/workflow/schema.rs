@@ -71,6 +71,13 @@ pub(super) const NAME_LIST_MAX: usize = 32;
 pub(super) const MODEL_FILTER_MAX: usize = 128;
 pub(super) const ID_MAX: usize = 256;
 
+/// Claude Code's `anthropic/maxResultSizeChars` for this tool: an answer up to this many
+/// characters stays whole in the conversation, and a longer one (the status of a run with a
+/// large result) is saved to a file with its first 2 KB shown to the model, where the
+/// run's status and the next call lead. Without it Claude Code replaces an answer over
+/// ~25,000 tokens with a notice naming only the file. Other hosts ignore the key.
+pub(super) const CLAUDE_CODE_MAX_RESULT_CHARS: u64 = 100_000;
+
 /// The `tools/list` entry.
 pub(super) fn definition() -> Value {
     let names: Vec<&str> = ACTIONS.iter().map(|(name, _)| *name).collect();
@@ -114,6 +121,7 @@ pub(super) fn definition() -> Value {
                 "forceOwner": {"type": "boolean", "description": "stop: if the run's owner is a superseded server process that cannot stop it, end that process (it may be running other runs) and stop the run here; not with callIndex."}
             }
         },
+        "_meta": {"anthropic/maxResultSizeChars": CLAUDE_CODE_MAX_RESULT_CHARS},
         "annotations": {
             "title": "Workflow runs",
             "readOnlyHint": false,

@@ -8,6 +8,11 @@
 //! run on, ready to send, with a value in `<angle brackets>` where only the user or the model
 //! can choose it (a checkpoint answer, a permission option). `next` is `null` when nothing is
 //! left to do. Its shapes are listed in docs/api.md ("What to do next").
+//!
+//! A host may keep only part of a large answer: Claude Code shows the first 2 KB of one it
+//! moves to a file, Codex the first and last ~6 KB. So the facts a model needs to go on (the
+//! run's status, its result's size, the next call) lead both the text and the document
+//! ([`lead_with`]), ahead of anything large.
 
 use std::fmt::Write;
 
@@ -15,9 +20,11 @@ use serde_json::{Value, json};
 
 use crate::engine::status::MAX_TEXT_BYTES;
 
-/// The page size `next` suggests for `result`: half the maximum, so that a page with its
-/// JSON escaping stays under the ~12 KB at which some hosts (Codex) cut tool output.
-const RESULT_PAGE_BYTES: usize = 8_192;
+/// The page size every `next` suggests for `result`. A page's chunk is a JSON string inside
+/// the answer, so escaping can double its bytes (a result of quotes or backslashes); 4,096
+/// bytes stay whole, with the page's other fields, under the ~12,000 bytes of a tool output
+/// Codex keeps whole (it cuts the middle of a longer one), and far under Claude Code's limit.
+pub(super) const RESULT_PAGE_BYTES: usize = 4_096;
 
 /// Longest single line we quote from a preview, log or label.
 const LINE_CAP: usize = 240;
@@ -131,6 +138,7 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
         out.push('\n');
     }
     run_line(&mut out, status);
+    result_and_next(&mut out, status);
     waits(&mut out, status);
     calls(&mut out, status);
     if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
@@ -140,12 +148,6 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
         for line in lines {
             let _ = writeln!(out, "  {}", cap(line.as_str().unwrap_or_default()));
         }
-    }
-    if let Some(uri) = status["resultUri"].as_str() {
-        let _ = writeln!(
-            out,
-            "Result: read {uri}, or page it with action \"result\"."
-        );
     }
     if let Some(uri) = status["eventsUri"].as_str() {
         let _ = write!(out, "Events: {uri}");
@@ -177,6 +179,21 @@ fn run_line(out: &mut String, status: &Value) {
         .and_then(Value::as_str)
     {
         let _ = writeln!(out, "Error: {}", cap(message));
+    }
+}
+
+/// The result's size and where to read it, and the next call written out whole, right after
+/// the run line: the lines a model must not miss when a host keeps only the start.
+fn result_and_next(out: &mut String, status: &Value) {
+    if let (Some(uri), Some(bytes)) = (status["resultUri"].as_str(), status["resultBytes"].as_u64())
+    {
+        let _ = writeln!(
+            out,
+            "Result: {bytes} bytes of JSON at {uri}. Page it with the next call, continuing at each page's endOffset until hasMore is false."
+        );
+    }
+    if !status["next"].is_null() {
+        let _ = writeln!(out, "Next call: {}", status["next"]);
     }
 }
 
@@ -353,7 +370,8 @@ pub(super) fn next_for_status(document: &Value) -> Value {
     }
 }
 
-/// `next` of a result page: the following page, or nothing after the last.
+/// `next` of a result page: the following page, or nothing after the last. Its size is the
+/// one asked for, but never more than [`RESULT_PAGE_BYTES`].
 pub(super) fn next_for_result(page: &Value, max_bytes: usize) -> Value {
     if page["hasMore"] != true {
         return Value::Null;
@@ -362,13 +380,117 @@ pub(super) fn next_for_result(page: &Value, max_bytes: usize) -> Value {
         "action": "result",
         "runId": page["runId"],
         "offset": page["endOffset"],
-        "maxBytes": max_bytes,
+        "maxBytes": max_bytes.min(RESULT_PAGE_BYTES),
     })
+}
+
+/// A result page with its `next` ahead of its `chunk`, which comes last: a host that cuts a
+/// page still shows where the following one starts.
+pub(super) fn page_with_next(page: Value, next: Value) -> Value {
+    let Value::Object(fields) = page else {
+        return page;
+    };
+    let mut ordered = serde_json::Map::with_capacity(fields.len() + 1);
+    let mut chunk = None;
+    for (key, value) in fields {
+        if key == "chunk" {
+            chunk = Some(value);
+        } else {
+            ordered.insert(key, value);
+        }
+    }
+    ordered.insert("next".to_owned(), next);
+    if let Some(chunk) = chunk {
+        ordered.insert("chunk".to_owned(), chunk);
+    }
+    Value::Object(ordered)
+}
+
+/// `document` with `lead` first, in that order, and then its other fields in their own order.
+/// A lead value of `null` or absent from `document` still takes its place when given here.
+pub(super) fn lead_with(document: Value, lead: Vec<(&str, Value)>) -> Value {
+    let Value::Object(fields) = document else {
+        return document;
+    };
+    let mut ordered = serde_json::Map::with_capacity(fields.len() + lead.len());
+    for (key, value) in lead {
+        ordered.insert(key.to_owned(), value);
+    }
+    for (key, value) in fields {
+        if !ordered.contains_key(&key) {
+            ordered.insert(key, value);
+        }
+    }
+    Value::Object(ordered)
+}
+
+/// The bytes of `value` as JSON text (`JSON.stringify`), counted without building the text.
+pub(super) fn json_bytes(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A page names the following one ahead of its chunk, which comes last, at no more than
+    /// the page size every host shows whole; the last page names none.
+    #[test]
+    fn a_result_page_names_the_next_page_before_its_chunk() {
+        let page = json!({"action": "result", "runId": "ma-b", "totalBytes": 20000, "offset": 0,
+            "endOffset": 16384, "hasMore": true, "chunk": "x"});
+        let next = next_for_result(&page, 16_384);
+        assert_eq!(
+            next,
+            json!({"action": "result", "runId": "ma-b", "offset": 16384, "maxBytes": RESULT_PAGE_BYTES})
+        );
+        assert_eq!(
+            next_for_result(&page, 100)["maxBytes"],
+            100,
+            "a smaller page stays"
+        );
+        let shaped = page_with_next(page, next);
+        let keys: Vec<&str> = shaped
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "action",
+                "runId",
+                "totalBytes",
+                "offset",
+                "endOffset",
+                "hasMore",
+                "next",
+                "chunk"
+            ]
+        );
+        let last = json!({"runId": "ma-b", "endOffset": 20000, "hasMore": false, "chunk": "y"});
+        assert_eq!(next_for_result(&last, 4096), Value::Null);
+    }
+
+    #[test]
+    fn json_bytes_counts_the_text_json_writes() {
+        let value = json!({"a": "é \" \\ \n 🙂", "b": [1, 2.5, null, true]});
+        assert_eq!(json_bytes(&value), value.to_string().len());
+    }
 
     /// A permission waiting for an answer comes before polling: the run cannot go on
     /// without it, and the option ids the request advertised are the choice.

@@ -85,8 +85,8 @@ async fn only_the_launcher_is_associated_with_the_panel_and_the_feeds_are_app_on
     };
     assert_eq!(
         meta("workflow"),
-        None,
-        "the workflow tool never opens a panel"
+        Some(json!({"anthropic/maxResultSizeChars": 100000})),
+        "the workflow tool never opens a panel (its only `_meta` is Claude Code's result size)"
     );
     assert_eq!(
         meta("workflow_monitor"),

@@ -30,6 +30,9 @@ use tokio::net::TcpListener;
 
 use super::http1::{Handler, RecordedRequest, Response, accept_loop, json_response, lock};
 
+mod answers;
+pub use answers::{next_call_in, stated_status};
+
 /// What the fake model does with its turns.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -316,6 +319,9 @@ impl State {
             return self.confused("the host did not list the workflow tool");
         }
         let tool = conversation.workflow.as_ref().expect("checked above");
+        if let Some(decision) = self.decide_answers(conversation, tool) {
+            return decision;
+        }
         let workflow = |input: Value| Move::Call {
             name: tool.name.clone(),
             namespace: tool.namespace.clone(),
