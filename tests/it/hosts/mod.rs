@@ -16,9 +16,9 @@
 //!    terminal, reads `result` and answers; the answer and the result crossed the host.
 //!
 //! Gemini CLI, Qwen Code and opencode, one scenario per transport, in three host sessions and
-//! without the pauses (they exist for Codex's thread retirement):
-//! 1. `run`, then `status` (the run's agent waits for a file that never comes), and the host
-//!    is killed with SIGKILL mid-run: the run keeps running in the daemon.
+//! without the 15 s pauses (they exist for Codex's thread retirement):
+//! 1. `run` (6 s of preparation), then `status` (the run's agent waits for a file that never
+//!    comes), and the host is killed with SIGKILL mid-run: the run keeps running in the daemon.
 //! 2. A new session looks at the run with `status`, `stop`s it, and polls `status` until it
 //!    reads `aborted`, then reads `result`.
 //! 3. Another session finds the run terminal at its first `status` and reads `result`.
@@ -46,6 +46,9 @@ const PAUSE: Duration = Duration::from_secs(15);
 /// From the first host's start to the parked `status`: start-up, 15 s preparation, 15 s
 /// pause, and headroom for two loaded cores.
 const FIRST_SESSION_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a `run` of Gemini CLI, Qwen Code and opencode prepares: longer than the 5 s
+/// opencode gives an MCP server's requests by default, which does not bound tool calls.
+const PREPARATION: Duration = Duration::from_secs(6);
 /// A later host session: start-up and a few quick calls.
 const LATER_SESSION_DEADLINE: Duration = Duration::from_secs(90);
 
@@ -244,7 +247,7 @@ fn paused_scenario(host: Host, transport: Transport) {
 /// that finds it stopped.
 fn stop_scenario(host: Host, transport: Transport) {
     let started = Instant::now();
-    let stage = Stage::new(host, transport, Duration::ZERO, Duration::ZERO);
+    let stage = Stage::new(host, transport, PREPARATION, Duration::ZERO);
     let run_id = stage.run_and_kill_the_host(host, transport, LATER_SESSION_DEADLINE);
     assert_eq!(
         actions_of(&stage.fake.steps()),
@@ -288,6 +291,11 @@ fn stop_scenario(host: Host, transport: Transport) {
         &run_id,
     );
     assert_eq!(actions_of(&steps), ["status", "result"], "{host:?}/{transport:?}");
+    let result = output_of(&steps, "result");
+    assert!(
+        result.contains("has no result: it is aborted"),
+        "the result answer through the host: {result}"
+    );
     assert_eq!(stage.world.context.status(&run_id)["status"], "aborted");
     assert_paths_faked(&stage.fake);
     eprintln!("{host:?}/{transport:?}: done in {:?}", started.elapsed());
