@@ -401,9 +401,17 @@ async fn every_field_is_typed_and_args_takes_only_an_object() {
     }
     assert_eq!(properties["args"]["type"], "object");
 
-    for args in [json!([1, 2]), json!("text"), json!(3), json!(null), json!(true)] {
+    for args in [
+        json!([1, 2]),
+        json!("text"),
+        json!(3),
+        json!(null),
+        json!(true),
+    ] {
         let refused = s
-            .invalid(json!({"action": "run", "projectDir": s.h.project, "script": HI, "args": args}))
+            .invalid(
+                json!({"action": "run", "projectDir": s.h.project, "script": HI, "args": args}),
+            )
             .await;
         let message = text_of(&refused);
         assert!(

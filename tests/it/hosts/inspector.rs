@@ -64,7 +64,11 @@ fn list_tools(deps: &Deps, world: &World, target: &[&str]) {
             line.contains("warn") || line.contains("error")
         })
         .collect();
-    assert!(complaints.is_empty(), "the Inspector complained: {}", describe());
+    assert!(
+        complaints.is_empty(),
+        "the Inspector complained: {}",
+        describe()
+    );
     let listed: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|error| panic!("the Inspector's JSON ({error}): {}", describe()));
     let workflow = listed["tools"]

@@ -164,7 +164,12 @@ impl Stage {
     }
 
     /// Session 1: `run`, `status`, and the host killed while the fake parks; the run lives on.
-    fn run_and_kill_the_host(&self, host: Host, transport: Transport, deadline: Duration) -> String {
+    fn run_and_kill_the_host(
+        &self,
+        host: Host,
+        transport: Transport,
+        deadline: Duration,
+    ) -> String {
         let started = Instant::now();
         let mut first = self
             .setup
@@ -236,8 +241,16 @@ fn paused_scenario(host: Host, transport: Transport) {
         "the result through the host: {result}"
     );
     let actions = actions_of(&stage.fake.steps());
-    assert_eq!(actions.first().map(String::as_str), Some("run"), "{actions:?}");
-    assert_eq!(actions.last().map(String::as_str), Some("result"), "{actions:?}");
+    assert_eq!(
+        actions.first().map(String::as_str),
+        Some("run"),
+        "{actions:?}"
+    );
+    assert_eq!(
+        actions.last().map(String::as_str),
+        Some("result"),
+        "{actions:?}"
+    );
     assert_eq!(stage.world.context.status(&run_id)["status"], "completed");
     assert_paths_faked(&stage.fake);
     eprintln!("{host:?}/{transport:?}: done in {:?}", started.elapsed());
@@ -266,7 +279,11 @@ fn stop_scenario(host: Host, transport: Transport) {
         ["status", "stop", "status"],
         "{host:?}/{transport:?}: {actions:?}"
     );
-    assert_eq!(actions.last().map(String::as_str), Some("result"), "{actions:?}");
+    assert_eq!(
+        actions.last().map(String::as_str),
+        Some("result"),
+        "{actions:?}"
+    );
     let stopped = output_of(&steps, "stop");
     assert!(
         stopped.to_lowercase().contains("stopped"),
@@ -290,7 +307,11 @@ fn stop_scenario(host: Host, transport: Transport) {
         &format!("FAKE-PLAN: check {run_id}. Report the run's result."),
         &run_id,
     );
-    assert_eq!(actions_of(&steps), ["status", "result"], "{host:?}/{transport:?}");
+    assert_eq!(
+        actions_of(&steps),
+        ["status", "result"],
+        "{host:?}/{transport:?}"
+    );
     let result = output_of(&steps, "result");
     assert!(
         result.contains("has no result: it is aborted"),
@@ -338,7 +359,12 @@ fn assert_tool_listed(fake: &FakeHostModel, host: Host) {
     let flat = format!("mcp__{SERVER}__workflow");
     let expected = match host {
         Host::ClaudeCode => ("anthropic", None, flat.as_str(), None),
-        Host::Codex => ("responses", Some("mcp__agentprism_workflow"), "workflow", None),
+        Host::Codex => (
+            "responses",
+            Some("mcp__agentprism_workflow"),
+            "workflow",
+            None,
+        ),
         Host::GeminiCli => ("gemini", None, "mcp_agentprism-workflow_workflow", None),
         // Qwen Code defers MCP tools: the schema came in `tool_search`'s answer.
         Host::QwenCode => ("chat", None, flat.as_str(), Some("tool_call")),

@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use super::process::{
-    HostProcess, Sweeper, command_line, create, processes_with_home, write,
-};
+use super::process::{HostProcess, Sweeper, command_line, create, processes_with_home, write};
 use super::{Host, SERVER};
 use crate::shim::World;
 use crate::support::fake_host_model::FakeHostModel;
@@ -151,7 +149,11 @@ impl HostSetup {
                 vec!["--expose-gc".into(), deps.get("qwen_entry")],
                 qwen_code(&inputs),
             ),
-            Host::Opencode => (deps.get("opencode_bin"), vec!["run".into()], opencode(&inputs)),
+            Host::Opencode => (
+                deps.get("opencode_bin"),
+                vec!["run".into()],
+                opencode(&inputs),
+            ),
         };
         env.extend(host_env);
         HostSetup {

@@ -50,6 +50,9 @@ pub(super) fn conversation(body: &Value, state: &State) -> Conversation {
             _ => {}
         }
     }
+    // Only a request that offers the tool, or the way to it, is the main conversation: a side
+    // query can quote the whole transcript (Qwen Code's classifier of untrusted tool calls).
+    conversation.mentions_workflow &= conversation.workflow.is_some() || bridge;
     // A reviewed deferred tool counts as listed: its declaration came in the search's answer.
     if conversation.workflow.is_none() && bridge {
         let declaration = conversation
@@ -118,8 +121,10 @@ pub(super) fn reply(state: &State, streamed: bool, body: &Value, next: Move) -> 
         events.push(chunk(json!({"content": message["content"]}), Value::Null));
     }
     events.push(chunk(json!({}), json!(finish)));
-    events.push(json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
-        "choices": [], "usage": usage}));
+    events.push(
+        json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+        "choices": [], "usage": usage}),
+    );
     sse_response(&events, false)
 }
 
@@ -172,4 +177,36 @@ fn declared_in(output: &str, state: &State) -> Option<Value> {
             .is_workflow(function["name"].as_str()?, None)
             .then_some(function)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_call_of_the_bridge_is_a_call_of_the_tool_it_carries() {
+        let call = json!({"id": "c1", "type": "function", "function": {"name": "tool_call",
+            "arguments": "{\"name\":\"mcp__s__workflow\",\"arguments\":{\"action\":\"run\"}}"}});
+        let past = past_call(&call);
+        assert_eq!(
+            (past.id.as_str(), past.name.as_str()),
+            ("c1", "mcp__s__workflow")
+        );
+        assert_eq!(past.input, json!({"action": "run"}));
+        let plain = json!({"id": "c2", "function": {"name": "grep", "arguments": "{\"q\":1}"}});
+        assert_eq!(past_call(&plain).input, json!({"q": 1}));
+    }
+
+    #[test]
+    fn a_search_answer_yields_the_declaration_and_nothing_else() {
+        let state = State::for_tests("agentprism-workflow");
+        let declaration = json!({"name": "mcp__agentprism-workflow__workflow",
+            "description": "d", "parametersJsonSchema": {"type": "object"}});
+        let other = json!({"name": "mcp__agentprism-workflow__workflow_monitor"});
+        let output = format!(
+            "<functions>\n<function>{other}</function>\n<function>{declaration}</function>\n</functions>"
+        );
+        assert_eq!(declared_in(&output, &state), Some(declaration));
+        assert_eq!(declared_in("Not found: x", &state), None);
+    }
 }

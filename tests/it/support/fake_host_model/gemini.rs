@@ -19,7 +19,12 @@ pub(super) fn conversation(body: &Value, state: &State) -> Conversation {
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|tool| tool["functionDeclarations"].as_array().into_iter().flatten());
+        .flat_map(|tool| {
+            tool["functionDeclarations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        });
     for function in declarations {
         let name = function["name"].as_str().unwrap_or_default();
         if state.is_workflow(name, None) {
@@ -121,7 +126,10 @@ fn instance_of(schema: &Value) -> Value {
     if let Some(first) = schema["enum"].as_array().and_then(|values| values.first()) {
         return first.clone();
     }
-    let kind = schema["type"].as_str().unwrap_or("object").to_ascii_lowercase();
+    let kind = schema["type"]
+        .as_str()
+        .unwrap_or("object")
+        .to_ascii_lowercase();
     match kind.as_str() {
         "string" => json!("fake"),
         "integer" | "number" => {
@@ -138,5 +146,43 @@ fn instance_of(schema: &Value) -> Value {
             }
             Value::Object(object)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_side_query_gets_an_instance_of_its_schema() {
+        let body = json!({"generationConfig": {"responseMimeType": "application/json",
+            "responseJsonSchema": {"type": "OBJECT", "required": ["reason", "score", "mode"],
+                "properties": {"reason": {"type": "STRING"}, "score": {"type": "INTEGER", "minimum": 3},
+                    "mode": {"type": "STRING", "enum": ["fast", "slow"]}, "extra": {"type": "STRING"}}}}});
+        assert_eq!(
+            json_side_answer(&body),
+            Some(json!({"reason": "fake", "score": 3, "mode": "fast"}))
+        );
+        assert_eq!(json_side_answer(&json!({"contents": []})), None);
+    }
+
+    #[test]
+    fn calls_and_responses_pair_by_id() {
+        let state = State::for_tests("agentprism-workflow");
+        let body = json!({
+            "tools": [{"functionDeclarations": [{"name": "mcp_agentprism-workflow_workflow",
+                "description": "d", "parametersJsonSchema": {"type": "object"}}]}],
+            "contents": [
+                {"role": "user", "parts": [{"text": "FAKE-PLAN: run"}]},
+                {"role": "model", "parts": [{"functionCall": {"id": "g1",
+                    "name": "mcp_agentprism-workflow_workflow", "args": {"action": "run"}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"id": "g1",
+                    "name": "mcp_agentprism-workflow_workflow", "response": {"output": "ok"}}}]},
+            ],
+        });
+        let conversation = conversation(&body, &state);
+        assert!(conversation.workflow.is_some());
+        assert_eq!(conversation.texts, ["FAKE-PLAN: run"]);
+        assert_eq!(conversation.calls[0].output.as_deref(), Some("ok"));
     }
 }

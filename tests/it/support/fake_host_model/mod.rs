@@ -288,6 +288,22 @@ impl Conversation {
 }
 
 impl State {
+    /// A state no server uses, for the wire modules' own tests.
+    #[cfg(test)]
+    fn for_tests(server: &str) -> State {
+        State {
+            plan: Plan {
+                server: server.to_owned(),
+                run_arguments: Value::Null,
+                pause_after_run: Duration::ZERO,
+            },
+            requests: Mutex::new(Vec::new()),
+            record: Mutex::new(Record::default()),
+            changed: Condvar::new(),
+            serial: AtomicU64::new(0),
+        }
+    }
+
     fn push(&self, step: Step) {
         lock(&self.record).steps.push(step);
         self.changed.notify_all();
@@ -358,12 +374,16 @@ impl State {
         let now = Duration::ZERO;
         let Some(tool) = conversation.workflow.as_ref() else {
             if let Some(search) = &conversation.tool_search {
-                let searched = conversation.calls.iter().any(|call| &call.name == search);
-                if !searched {
+                let searched = conversation.calls.iter().find(|call| &call.name == search);
+                let Some(searched) = searched else {
                     let query = format!("select:mcp__{}__workflow", self.plan.server);
                     let input = json!({"query": query, "max_results": 1});
                     return (call(search, None, input), now);
-                }
+                };
+                return self.confused(&format!(
+                    "the host's {search} did not find the workflow tool: {:?}",
+                    searched.output
+                ));
             }
             return self.confused("the host did not list the workflow tool");
         };
@@ -428,7 +448,8 @@ impl State {
     /// Whether the conversation already holds a `workflow` call of `action`.
     fn called(&self, conversation: &Conversation, action: &str) -> bool {
         conversation.calls.iter().any(|call| {
-            self.is_workflow(&call.name, call.namespace.as_deref()) && call.input["action"] == action
+            self.is_workflow(&call.name, call.namespace.as_deref())
+                && call.input["action"] == action
         })
     }
 
@@ -508,7 +529,11 @@ impl State {
                 self.push(Step::Called {
                     arguments: input.clone(),
                 });
-                match conversation.workflow.as_ref().and_then(|tool| tool.bridge.clone()) {
+                match conversation
+                    .workflow
+                    .as_ref()
+                    .and_then(|tool| tool.bridge.clone())
+                {
                     Some(bridge) => call(&bridge, None, json!({"name": name, "arguments": input})),
                     None => Move::Call {
                         name,
@@ -646,7 +671,11 @@ fn sse_response(events: &[Value], named: bool) -> Response {
             _ => format!("data: {event}\n\n"),
         })
         .collect();
-    if !named && events.iter().any(|event| event["object"] == "chat.completion.chunk") {
+    if !named
+        && events
+            .iter()
+            .any(|event| event["object"] == "chat.completion.chunk")
+    {
         body.push_str("data: [DONE]\n\n");
     }
     Response {
@@ -671,7 +700,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_ids_and_statuses_are_found_in_either_hosts_quoting() {
+    fn the_prompt_chooses_the_branch() {
+        let texts = |text: &str| vec!["context".to_owned(), text.to_owned()];
+        assert!(matches!(
+            branch_of(&texts("FAKE-PLAN: run. Go")),
+            Branch::Run
+        ));
+        assert!(
+            matches!(branch_of(&texts("FAKE-PLAN: stop ab1-cd2. Stop it")), Branch::Stop(id) if id == "ab1-cd2")
+        );
+        assert!(
+            matches!(branch_of(&texts("FAKE-PLAN: check ab1-cd2.")), Branch::Check(id) if id == "ab1-cd2")
+        );
+    }
+
+    #[test]
+    fn every_hosts_spelling_of_the_tool_is_the_workflow_tool() {
+        let state = State::for_tests("agentprism-workflow");
+        for (name, namespace) in [
+            ("mcp__agentprism-workflow__workflow", None),
+            ("workflow", Some("mcp__agentprism_workflow")),
+            ("mcp_agentprism-workflow_workflow", None),
+            ("agentprism-workflow_workflow", None),
+        ] {
+            assert!(state.is_workflow(name, namespace), "{name} {namespace:?}");
+        }
+        assert!(!state.is_workflow("agentprism-workflow_workflow_monitor", None));
+        assert!(!state.is_workflow("workflow", None));
+    }
+
+    #[test]
+    fn run_ids_and_statuses_are_found_in_any_hosts_quoting() {
         assert_eq!(
             run_id_in(r#"{"runId":"abc123-x9z","status":"running"}"#).as_deref(),
             Some("abc123-x9z")
