@@ -385,6 +385,49 @@ async fn invalid_input_is_rejected_with_the_accepted_fields() {
     assert_eq!(unknown_tool.unwrap_err().code, codes::INVALID_PARAMS);
 }
 
+/// Every field declares its `type`, which the MCP Inspector's portability check and
+/// Gemini-style function declarations want; `args` is therefore an object, and other JSON in
+/// it is refused with an error naming `args`, storing nothing.
+#[tokio::test]
+async fn every_field_is_typed_and_args_takes_only_an_object() {
+    let s = setup();
+    let list = s.server.list_tools(&fresh(), None).await.unwrap();
+    let properties = list["tools"][0]["inputSchema"]["properties"]
+        .as_object()
+        .unwrap()
+        .clone();
+    for (field, schema) in &properties {
+        assert!(schema["type"].is_string(), "{field}: {schema}");
+    }
+    assert_eq!(properties["args"]["type"], "object");
+
+    for args in [
+        json!([1, 2]),
+        json!("text"),
+        json!(3),
+        json!(null),
+        json!(true),
+    ] {
+        let refused = s
+            .invalid(
+                json!({"action": "run", "projectDir": s.h.project, "script": HI, "args": args}),
+            )
+            .await;
+        let message = text_of(&refused);
+        assert!(
+            message.contains("field \"args\" must be a JSON object"),
+            "{args}: {refused}"
+        );
+        assert_eq!(refused["structuredContent"]["error"]["field"], "args");
+    }
+    assert!(s.h.engine.list(None, 50).await.unwrap().is_empty());
+    assert!(!s.h.runs_dir().exists() || walk_count(&s.h.runs_dir()) == 0);
+    let accepted = s
+        .call(json!({"action": "run", "projectDir": s.h.project, "script": HI, "args": {"n": 1}}))
+        .await;
+    assert!(!is_error(&accepted), "{accepted}");
+}
+
 /// Decision 7: an unknown run id is the same tool error for every action.
 #[tokio::test]
 async fn unknown_runs_are_tool_errors_with_one_text() {

@@ -217,11 +217,19 @@ impl Input<'_> {
         Ok(RunRequest {
             project_dir,
             script,
-            args: self
-                .fields
-                .get("args")
-                .cloned()
-                .unwrap_or_else(|| json!({})),
+            args: match self.fields.get("args") {
+                None => json!({}),
+                Some(args @ Value::Object(_)) => args.clone(),
+                Some(other) => {
+                    return Err(self.error(
+                        "args",
+                        format!(
+                            "must be a JSON object, got {}; put other input inside one, e.g. {{\"items\": [...]}}",
+                            kind_of(other)
+                        ),
+                    ));
+                }
+            },
             limits: self.limits()?,
             caller: None,
         })

@@ -4,7 +4,9 @@
 //! The schema is flat and strict because hosts (the Anthropic API among them) reject
 //! top-level `oneOf`/`anyOf`/`allOf` in a tool's input schema. So it lists every field once,
 //! and `parse.rs` enforces which action accepts which field. The bounds below are shared by
-//! the schema and the validation, so the two cannot drift.
+//! the schema and the validation, so the two cannot drift. Every field has a `type`: an
+//! untyped one (`args` once was) is flagged by the MCP Inspector's portability check, and
+//! Gemini-style function declarations take one `type` per field; so `args` is an object.
 
 use serde_json::{Value, json};
 
@@ -100,7 +102,7 @@ pub(super) fn definition() -> Value {
                 "projectDir": {"type": "string", "minLength": 1, "description": "config, run: absolute project directory; the run's working directory."},
                 "script": {"type": "string", "minLength": 1, "description": "run: the script text (at most 1 MiB), first statement `export const meta = { name, description }`. Exactly one of script and scriptPath."},
                 "scriptPath": {"type": "string", "minLength": 1, "description": "run: absolute path of a script file on the server. Exactly one of script and scriptPath."},
-                "args": {"description": "run: strict-JSON input for the script (`args` inside it), checked against meta.inputSchema."},
+                "args": {"type": "object", "description": "run: a JSON object, the script's input (`args` inside it), checked against meta.inputSchema (default {})."},
                 "maxAgents": limit("run, resume: cap on agent and checkpoint calls (default 1000, clamped to 1..10000)."),
                 "concurrency": limit("run, resume: agents at once (default 8, clamped to 1..16)."),
                 "agentRetries": limit("run, resume: retries of a failed agent call (default 0, clamped to 0..3)."),

@@ -1,24 +1,33 @@
-//! A scripted fake model for real MCP hosts: the model behind Claude Code (the Anthropic
-//! Messages API, streamed as server-sent events) and behind Codex (the OpenAI Responses API,
-//! `wire_api = "responses"`, streamed), on loopback. Where a real model would decide, this one
-//! follows a [`Plan`] through the host's `workflow` tool: `run`, then `status` until the run is
-//! terminal, then `result`, and finally a text answer naming the run (`FAKE-DONE <runId>`).
+//! A scripted fake model for real MCP hosts, on loopback, speaking each host's API: the
+//! Anthropic Messages API (Claude Code), the OpenAI Responses API (Codex), the Gemini API
+//! (Gemini CLI) and the OpenAI Chat Completions API (Qwen Code, opencode), each in its own
+//! module here. Where a real model would decide, this one follows a [`Plan`] through the
+//! host's `workflow` tool, the same plan whatever the wire: `run`, then `status` until the
+//! run is terminal, then `result`, and finally a text answer naming the run
+//! (`FAKE-DONE <runId>`).
 //!
-//! The prompt chooses the plan's branch: `FAKE-PLAN: run` starts the plan's script and, after
+//! The prompt chooses the plan's branch. `FAKE-PLAN: run` starts the plan's script and, after
 //! the first `status` that is not terminal, *parks*: it never answers, so the test can kill the
-//! host mid-run. `FAKE-PLAN: check <runId>` polls that run to the end instead. After `run`
-//! answers, the fake waits [`Plan::pause_after_run`] before its next call, which is the idle
-//! stretch a host's MCP connection must survive.
+//! host mid-run. `FAKE-PLAN: check <runId>` polls that run to the end instead, and
+//! `FAKE-PLAN: stop <runId>` stops it after the first `status` that is not terminal, then
+//! polls it to the end. After `run` answers, the fake waits [`Plan::pause_after_run`] before
+//! its next call, which is the idle stretch a host's MCP connection must survive.
 //!
 //! Everything the host sent is recorded: the raw requests, the `workflow` tool definition as
 //! each host listed it (with its schema), every tool output the host returned and each move the
 //! fake made, so a test asserts on what crossed the host rather than on the host's console.
 //! A request that is not the main conversation (no `workflow` tool anywhere in it, such as a
-//! host's side query) gets a short text answer. Claude Code defers MCP tools behind its
-//! `ToolSearch` tool; the fake then loads the tool with `select:<name>` first, as a model does.
+//! host's side query for a title) gets a short text answer. Hosts that defer MCP tools behind
+//! a search tool (Claude Code's `ToolSearch`, Qwen Code's `tool_search`) get a
+//! `select:<name>` search first, as a model does.
 //!
 //! The fake runs on a runtime of its own (a thread), so synchronous tests can use it; dropping
 //! the [`FakeHostModel`] stops it and every connection, parked ones included.
+
+mod anthropic;
+mod chat;
+mod gemini;
+mod responses;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,14 +64,17 @@ pub struct FakeHostModel {
 /// The `workflow` tool as a host listed it to the model.
 #[derive(Clone, Debug)]
 pub struct ListedTool {
-    /// `anthropic` or `responses`.
+    /// `anthropic`, `responses`, `gemini` or `chat`.
     pub api: &'static str,
     /// The name the model calls it by (Codex adds the namespace it sits in).
     pub name: String,
     pub namespace: Option<String>,
     pub description: String,
-    /// `input_schema` (Anthropic) or `parameters` (Responses).
+    /// `input_schema` (Anthropic), `parameters` (Responses, Chat Completions) or
+    /// `parametersJsonSchema` (Gemini, and Qwen Code's tool search).
     pub schema: Value,
+    /// The host's tool that calls this one when it stays deferred (Qwen Code's `tool_call`).
+    pub bridge: Option<String>,
 }
 
 /// One thing that happened between the host and the fake, in order.
@@ -98,14 +110,16 @@ struct Record {
     seen_outputs: Vec<String>,
 }
 
-/// The two wire dialects.
+/// The wire dialects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Api {
     Anthropic,
     Responses,
+    Gemini,
+    Chat,
 }
 
-/// The conversation so far, as either API carries it.
+/// The conversation so far, as any API carries it.
 #[derive(Debug, Default)]
 struct Conversation {
     /// Every user text, in order.
@@ -113,8 +127,8 @@ struct Conversation {
     calls: Vec<PastCall>,
     /// The `workflow` tool, when the host listed it in this request.
     workflow: Option<ListedTool>,
-    /// The host offers Claude Code's `ToolSearch` (MCP tools deferred behind it).
-    tool_search: bool,
+    /// The host's tool search, when it offers one (MCP tools deferred behind it).
+    tool_search: Option<String>,
     /// The body names the `workflow` tool somewhere (listed or deferred).
     mentions_workflow: bool,
 }
@@ -138,6 +152,16 @@ enum Move {
     },
     Text(String),
     Park,
+}
+
+/// Which run the prompt follows, and how.
+enum Branch {
+    /// Start the plan's script, look once, park.
+    Run,
+    /// Poll this run to its end.
+    Check(String),
+    /// Stop this run once it is seen not terminal, then poll it to its end.
+    Stop(String),
 }
 
 impl FakeHostModel {
@@ -184,12 +208,14 @@ impl FakeHostModel {
         }
     }
 
-    /// `http://127.0.0.1:<port>`: Claude Code's `ANTHROPIC_BASE_URL`.
+    /// `http://127.0.0.1:<port>`: Claude Code's `ANTHROPIC_BASE_URL`, Gemini CLI's
+    /// `GOOGLE_GEMINI_BASE_URL`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.address)
     }
 
-    /// `http://127.0.0.1:<port>/v1`: a Codex model provider's `base_url`.
+    /// `http://127.0.0.1:<port>/v1`: a Codex model provider's `base_url`, Qwen Code's
+    /// `OPENAI_BASE_URL`, an opencode provider's `baseURL`.
     pub fn openai_base_url(&self) -> String {
         format!("http://{}/v1", self.address)
     }
@@ -255,7 +281,32 @@ impl Drop for FakeHostModel {
     }
 }
 
+impl Conversation {
+    /// Pairs a tool output with the call it answers.
+    fn answer(&mut self, id: &str, output: String) {
+        if let Some(call) = self.calls.iter_mut().find(|call| call.id == id) {
+            call.output = Some(output);
+        }
+    }
+}
+
 impl State {
+    /// A state no server uses, for the wire modules' own tests.
+    #[cfg(test)]
+    fn for_tests(server: &str) -> State {
+        State {
+            plan: Plan {
+                server: server.to_owned(),
+                run_arguments: Value::Null,
+                pause_after_run: Duration::ZERO,
+            },
+            requests: Mutex::new(Vec::new()),
+            record: Mutex::new(Record::default()),
+            changed: Condvar::new(),
+            serial: AtomicU64::new(0),
+        }
+    }
+
     fn push(&self, step: Step) {
         lock(&self.record).steps.push(step);
         self.changed.notify_all();
@@ -291,34 +342,54 @@ impl State {
         self.changed.notify_all();
     }
 
+    /// The names hosts give agentprism's `workflow` tool: `mcp__<server>__workflow` (Claude
+    /// Code, Qwen Code; Codex as namespace `mcp__<server>` and name `workflow`),
+    /// `mcp_<server>_workflow` (Gemini CLI) and `<server>_workflow` (opencode).
+    fn workflow_names(&self) -> [String; 3] {
+        let server = &self.plan.server;
+        [
+            format!("mcp__{server}__workflow"),
+            format!("mcp_{server}_workflow"),
+            format!("{server}_workflow"),
+        ]
+    }
+
     /// Whether a tool name (with the namespace Codex puts MCP tools in) is agentprism's
-    /// `workflow` tool: `mcp__<server>__workflow`, or `workflow` in namespace `mcp__<server>`.
-    /// Codex spells the server name with `_` for `-`.
+    /// `workflow` tool. Codex spells the server name with `_` for `-`.
     fn is_workflow(&self, name: &str, namespace: Option<&str>) -> bool {
         let full = match namespace {
             Some(namespace) => format!("{namespace}__{name}"),
             None => name.to_owned(),
         };
-        let wanted = format!("mcp__{}__workflow", self.plan.server);
-        full.replace('-', "_") == wanted.replace('-', "_")
+        let full = full.replace('-', "_");
+        self.workflow_names()
+            .iter()
+            .any(|wanted| wanted.replace('-', "_") == full)
+    }
+
+    /// Whether a text names the `workflow` tool (the reminder a deferring host sends).
+    fn names_workflow(&self, text: &str) -> bool {
+        self.workflow_names().iter().any(|name| text.contains(name))
     }
 
     /// The fake's next move in the main conversation, and how long it thinks first.
     fn decide(&self, conversation: &Conversation) -> (Move, Duration) {
         let now = Duration::ZERO;
-        if conversation.workflow.is_none() {
-            let searched = conversation
-                .calls
-                .iter()
-                .any(|call| call.name == "ToolSearch");
-            if conversation.tool_search && !searched {
-                let query = format!("select:mcp__{}__workflow", self.plan.server);
-                let input = json!({"query": query, "max_results": 1});
-                return (call("ToolSearch", None, input), now);
+        let Some(tool) = conversation.workflow.as_ref() else {
+            if let Some(search) = &conversation.tool_search {
+                let searched = conversation.calls.iter().find(|call| &call.name == search);
+                let Some(searched) = searched else {
+                    let query = format!("select:mcp__{}__workflow", self.plan.server);
+                    let input = json!({"query": query, "max_results": 1});
+                    return (call(search, None, input), now);
+                };
+                return self.confused(&format!(
+                    "the host's {search} did not find the workflow tool: {:?}",
+                    searched.output
+                ));
             }
             return self.confused("the host did not list the workflow tool");
-        }
-        let tool = conversation.workflow.as_ref().expect("checked above");
+        };
         if let Some(decision) = self.decide_answers(conversation, tool) {
             return decision;
         }
@@ -327,28 +398,24 @@ impl State {
             namespace: tool.namespace.clone(),
             input,
         };
-        let check = conversation.texts.iter().find_map(|text| {
-            let (_, rest) = text.split_once("FAKE-PLAN: check ")?;
-            let run_id: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            Some(run_id)
-        });
+        let branch = branch_of(&conversation.texts);
         let last = conversation
             .calls
             .iter()
             .rev()
             .find(|call| self.is_workflow(&call.name, call.namespace.as_deref()));
         let Some(last) = last else {
-            return match check {
-                Some(run_id) => (workflow(status_arguments(&run_id)), now),
-                None => (workflow(self.plan.run_arguments.clone()), now),
+            return match branch {
+                Branch::Run => (workflow(self.plan.run_arguments.clone()), now),
+                Branch::Check(run_id) | Branch::Stop(run_id) => {
+                    (workflow(status_arguments(&run_id)), now)
+                }
             };
         };
         let Some(output) = &last.output else {
             return self.confused(&format!("no output for call {}", last.id));
         };
+        let run_id = last.input["runId"].as_str().unwrap_or_default().to_owned();
         match last.input["action"].as_str().unwrap_or_default() {
             "run" => match run_id_in(output) {
                 Some(run_id) => (
@@ -357,31 +424,39 @@ impl State {
                 ),
                 None => self.confused(&format!("no run id in the run output: {output}")),
             },
-            "status" => {
-                let run_id = last.input["runId"].as_str().unwrap_or_default().to_owned();
-                match run_status_in(output).as_deref() {
-                    Some("completed" | "failed" | "stopped" | "aborted") => (
-                        workflow(json!({"action": "result", "runId": run_id, "maxBytes": 8192})),
-                        now,
-                    ),
-                    Some(_) if check.is_none() => {
+            "status" => match run_status_in(output).as_deref() {
+                Some("completed" | "failed" | "stopped" | "aborted") => (
+                    workflow(json!({"action": "result", "runId": run_id, "maxBytes": 8192})),
+                    now,
+                ),
+                Some(_) => match branch {
+                    Branch::Run => {
                         self.push(Step::Parked { run_id });
                         (Move::Park, now)
                     }
+                    Branch::Stop(_) if !self.called(conversation, "stop") => {
+                        (workflow(json!({"action": "stop", "runId": run_id})), now)
+                    }
                     // A model polling a run waits a little between looks.
-                    Some(_) => (
+                    _ => (
                         workflow(status_arguments(&run_id)),
                         Duration::from_millis(250),
                     ),
-                    None => self.confused(&format!("no run status in: {output}")),
-                }
-            }
-            "result" => {
-                let run_id = last.input["runId"].as_str().unwrap_or_default();
-                (Move::Text(format!("FAKE-DONE {run_id}")), now)
-            }
+                },
+                None => self.confused(&format!("no run status in: {output}")),
+            },
+            "stop" => (workflow(status_arguments(&run_id)), now),
+            "result" => (Move::Text(format!("FAKE-DONE {run_id}")), now),
             other => self.confused(&format!("an output for an action it never asked: {other}")),
         }
+    }
+
+    /// Whether the conversation already holds a `workflow` call of `action`.
+    fn called(&self, conversation: &Conversation, action: &str) -> bool {
+        conversation.calls.iter().any(|call| {
+            self.is_workflow(&call.name, call.namespace.as_deref())
+                && call.input["action"] == action
+        })
     }
 
     fn confused(&self, problem: &str) -> (Move, Duration) {
@@ -396,10 +471,13 @@ impl State {
 
     /// Routes one request.
     async fn answer(&self, request: &RecordedRequest) -> Response {
-        let api = match (request.method.as_str(), request.path.as_str()) {
+        let path = request.path.as_str();
+        let api = match (request.method.as_str(), path) {
             ("HEAD", _) => return text_response(200, ""),
             ("POST", "/v1/messages") => Api::Anthropic,
             ("POST", "/v1/responses") => Api::Responses,
+            ("POST", "/v1/chat/completions") => Api::Chat,
+            ("POST", _) if path.starts_with("/v1beta/models/") => Api::Gemini,
             ("POST", "/v1/messages/count_tokens") => {
                 return json_response(200, &json!({"input_tokens": request.body.len() / 4 + 1}));
             }
@@ -413,29 +491,28 @@ impl State {
             return json_response(400, &json!({"error": {"message": "body is not JSON"}}));
         };
         let conversation = match api {
-            Api::Anthropic => anthropic_conversation(&body, self),
-            Api::Responses => responses_conversation(&body, self),
+            Api::Anthropic => anthropic::conversation(&body, self),
+            Api::Responses => responses::conversation(&body, self),
+            Api::Gemini => gemini::conversation(&body, self),
+            Api::Chat => chat::conversation(&body, self),
         };
-        let streamed = body.get("stream").and_then(Value::as_bool) == Some(true);
+        let streamed = match api {
+            Api::Gemini => path.ends_with(":streamGenerateContent"),
+            _ => body.get("stream").and_then(Value::as_bool) == Some(true),
+        };
         let main = conversation.workflow.is_some() || conversation.mentions_workflow;
         if !main {
-            // A side request of the host (a title, a summary): any short text will do.
-            return self.reply(api, streamed, &body, Move::Text("OK".to_owned()));
+            // A side request of the host (a title, a summary, a routing decision).
+            let text = match api {
+                Api::Gemini => gemini::json_side_answer(&body).map(|answer| answer.to_string()),
+                _ => None,
+            };
+            let next = Move::Text(text.unwrap_or_else(|| "OK".to_owned()));
+            return self.reply(api, streamed, &body, next);
         }
         self.observe(&conversation);
         let (next, think) = self.decide(&conversation);
-        if let Move::Call { input, name, .. } = &next
-            && name != "ToolSearch"
-        {
-            self.push(Step::Called {
-                arguments: input.clone(),
-            });
-        }
-        if let Move::Text(text) = &next
-            && text.starts_with("FAKE-DONE")
-        {
-            self.push(Step::Answered { text: text.clone() });
-        }
+        let next = self.record_move(&conversation, next);
         if matches!(next, Move::Park) {
             // The test kills the host while this request waits; dropping the fake ends it.
             std::future::pending::<()>().await;
@@ -446,12 +523,68 @@ impl State {
         self.reply(api, streamed, &body, next)
     }
 
-    fn reply(&self, api: Api, streamed: bool, body: &Value, next: Move) -> Response {
-        match api {
-            Api::Anthropic => anthropic_reply(self, streamed, body, next),
-            Api::Responses => responses_reply(self, next),
+    /// Records a move in the steps, and sends a call of a deferred `workflow` through the
+    /// host's bridge tool.
+    fn record_move(&self, conversation: &Conversation, next: Move) -> Move {
+        match next {
+            Move::Call {
+                name,
+                namespace,
+                input,
+            } if self.is_workflow(&name, namespace.as_deref()) => {
+                self.push(Step::Called {
+                    arguments: input.clone(),
+                });
+                match conversation
+                    .workflow
+                    .as_ref()
+                    .and_then(|tool| tool.bridge.clone())
+                {
+                    Some(bridge) => call(&bridge, None, json!({"name": name, "arguments": input})),
+                    None => Move::Call {
+                        name,
+                        namespace,
+                        input,
+                    },
+                }
+            }
+            Move::Text(text) if text.starts_with("FAKE-DONE") => {
+                self.push(Step::Answered { text: text.clone() });
+                Move::Text(text)
+            }
+            other => other,
         }
     }
+
+    fn reply(&self, api: Api, streamed: bool, body: &Value, next: Move) -> Response {
+        match api {
+            Api::Anthropic => anthropic::reply(self, streamed, body, next),
+            Api::Responses => responses::reply(self, next),
+            Api::Gemini => gemini::reply(self, streamed, body, next),
+            Api::Chat => chat::reply(self, streamed, body, next),
+        }
+    }
+}
+
+/// The branch the prompt chose: `FAKE-PLAN: run`, `check <runId>` or `stop <runId>`.
+fn branch_of(texts: &[String]) -> Branch {
+    let run_id_after = |marker: &str| {
+        texts.iter().find_map(|text| {
+            let (_, rest) = text.split_once(marker)?;
+            let run_id: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            Some(run_id)
+        })
+    };
+    if let Some(run_id) = run_id_after("FAKE-PLAN: check ") {
+        return Branch::Check(run_id);
+    }
+    if let Some(run_id) = run_id_after("FAKE-PLAN: stop ") {
+        return Branch::Stop(run_id);
+    }
+    Branch::Run
 }
 
 impl Handler for State {
@@ -521,7 +654,7 @@ fn run_status_in(output: &str) -> Option<String> {
     (!status.is_empty()).then_some(status)
 }
 
-/// The text of a tool output in either API: a string, or an array of text blocks.
+/// The text of a tool output in any API: a string, or an array of text blocks.
 fn output_text(content: &Value) -> String {
     match content {
         Value::String(text) => text.clone(),
@@ -534,224 +667,23 @@ fn output_text(content: &Value) -> String {
     }
 }
 
-fn anthropic_conversation(body: &Value, state: &State) -> Conversation {
-    let mut conversation = Conversation {
-        mentions_workflow: body
-            .to_string()
-            .contains(&format!("mcp__{}__workflow", state.plan.server)),
-        ..Conversation::default()
-    };
-    for tool in body["tools"].as_array().into_iter().flatten() {
-        let name = tool["name"].as_str().unwrap_or_default();
-        if name == "ToolSearch" {
-            conversation.tool_search = true;
-        }
-        if state.is_workflow(name, None) {
-            conversation.workflow = Some(ListedTool {
-                api: "anthropic",
-                name: name.to_owned(),
-                namespace: None,
-                description: tool["description"].as_str().unwrap_or_default().to_owned(),
-                schema: tool["input_schema"].clone(),
-            });
-        }
-    }
-    for message in body["messages"].as_array().into_iter().flatten() {
-        let blocks = match &message["content"] {
-            Value::String(text) => vec![json!({"type": "text", "text": text})],
-            Value::Array(blocks) => blocks.clone(),
-            _ => Vec::new(),
-        };
-        for block in blocks {
-            match (message["role"].as_str(), block["type"].as_str()) {
-                (Some("user"), Some("text")) => conversation
-                    .texts
-                    .push(block["text"].as_str().unwrap_or_default().to_owned()),
-                (Some("assistant"), Some("tool_use")) => conversation.calls.push(PastCall {
-                    id: block["id"].as_str().unwrap_or_default().to_owned(),
-                    name: block["name"].as_str().unwrap_or_default().to_owned(),
-                    namespace: None,
-                    input: block["input"].clone(),
-                    output: None,
-                }),
-                (Some("user"), Some("tool_result")) => {
-                    let id = block["tool_use_id"].as_str().unwrap_or_default();
-                    if let Some(call) = conversation.calls.iter_mut().find(|c| c.id == id) {
-                        call.output = Some(output_text(&block["content"]));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    conversation
-}
-
-fn responses_conversation(body: &Value, state: &State) -> Conversation {
-    let mut conversation = Conversation {
-        mentions_workflow: false,
-        ..Conversation::default()
-    };
-    for tool in body["tools"].as_array().into_iter().flatten() {
-        // Codex groups an MCP server's tools in a namespace; older versions list them flat.
-        let (namespace, members) = match tool["type"].as_str() {
-            Some("namespace") => (
-                tool["name"].as_str().map(str::to_owned),
-                tool["tools"].as_array().cloned().unwrap_or_default(),
-            ),
-            _ => (None, vec![tool.clone()]),
-        };
-        for member in members {
-            let name = member["name"].as_str().unwrap_or_default();
-            if state.is_workflow(name, namespace.as_deref()) {
-                conversation.workflow = Some(ListedTool {
-                    api: "responses",
-                    name: name.to_owned(),
-                    namespace: namespace.clone(),
-                    description: member["description"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    schema: member["parameters"].clone(),
-                });
-            }
-        }
-    }
-    conversation.mentions_workflow = conversation.workflow.is_some();
-    for item in body["input"].as_array().into_iter().flatten() {
-        match item["type"].as_str() {
-            Some("message") if item["role"] == "user" => {
-                for part in item["content"].as_array().into_iter().flatten() {
-                    if let Some(text) = part["text"].as_str() {
-                        conversation.texts.push(text.to_owned());
-                    }
-                }
-            }
-            Some("function_call") => conversation.calls.push(PastCall {
-                id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                name: item["name"].as_str().unwrap_or_default().to_owned(),
-                namespace: item["namespace"].as_str().map(str::to_owned),
-                input: item["arguments"]
-                    .as_str()
-                    .and_then(|text| serde_json::from_str(text).ok())
-                    .unwrap_or(Value::Null),
-                output: None,
-            }),
-            Some("function_call_output") => {
-                let id = item["call_id"].as_str().unwrap_or_default();
-                if let Some(call) = conversation.calls.iter_mut().find(|c| c.id == id) {
-                    call.output = Some(output_text(&item["output"]));
-                }
-            }
-            _ => {}
-        }
-    }
-    conversation
-}
-
-fn anthropic_reply(state: &State, streamed: bool, body: &Value, next: Move) -> Response {
-    let model = body["model"].as_str().unwrap_or("claude-fake").to_owned();
-    let (block, stop_reason) = match next {
-        Move::Call { name, input, .. } => (
-            json!({"type": "tool_use", "id": state.next_id("toolu_fake_"), "name": name, "input": input}),
-            "tool_use",
-        ),
-        Move::Text(text) => (json!({"type": "text", "text": text}), "end_turn"),
-        Move::Park => unreachable!("a parked turn is never answered"),
-    };
-    let usage = json!({"input_tokens": 10, "output_tokens": 10});
-    if !streamed {
-        return json_response(
-            200,
-            &json!({
-                "id": state.next_id("msg_fake_"),
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": [block],
-                "stop_reason": stop_reason,
-                "stop_sequence": null,
-                "usage": usage,
-            }),
-        );
-    }
-    // The block opens empty and its content follows as a delta, as the real API streams it.
-    let (start, delta) = if block["type"] == "tool_use" {
-        (
-            json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
-            json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
-        )
-    } else {
-        (
-            json!({"type": "text", "text": ""}),
-            json!({"type": "text_delta", "text": block["text"]}),
-        )
-    };
-    let events = [
-        json!({"type": "message_start", "message": {
-            "id": state.next_id("msg_fake_"), "type": "message", "role": "assistant",
-            "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 10, "output_tokens": 0}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": start}),
-        json!({"type": "content_block_delta", "index": 0, "delta": delta}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-            "usage": {"output_tokens": 10}}),
-        json!({"type": "message_stop"}),
-    ];
-    sse_response(&events)
-}
-
-fn responses_reply(state: &State, next: Move) -> Response {
-    let response_id = state.next_id("resp_fake_");
-    let item = match next {
-        Move::Call {
-            name,
-            namespace,
-            input,
-        } => {
-            let mut item = json!({
-                "type": "function_call",
-                "id": state.next_id("fc_fake_"),
-                "call_id": state.next_id("call_fake_"),
-                "name": name,
-                "arguments": input.to_string(),
-            });
-            if let Some(namespace) = namespace {
-                item["namespace"] = Value::String(namespace);
-            }
-            item
-        }
-        Move::Text(text) => json!({
-            "type": "message",
-            "id": state.next_id("msg_fake_"),
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
-        }),
-        Move::Park => unreachable!("a parked turn is never answered"),
-    };
-    let events = [
-        json!({"type": "response.created", "response": {"id": response_id}}),
-        json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
-        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
-        json!({"type": "response.completed", "response": {
-            "id": response_id,
-            "usage": {"input_tokens": 10, "input_tokens_details": null, "output_tokens": 10,
-                "output_tokens_details": null, "total_tokens": 20}}}),
-    ];
-    sse_response(&events)
-}
-
-fn sse_response(events: &[Value]) -> Response {
-    let body: String = events
+/// Server-sent events, one JSON document per event: `named` puts each event's `type` on an
+/// `event:` line (Anthropic, Responses); the Chat Completions stream ends in `data: [DONE]`.
+fn sse_response(events: &[Value], named: bool) -> Response {
+    let mut body: String = events
         .iter()
-        .map(|event| {
-            format!(
-                "event: {}\ndata: {event}\n\n",
-                event["type"].as_str().unwrap_or_default()
-            )
+        .map(|event| match (named, event["type"].as_str()) {
+            (true, Some(kind)) => format!("event: {kind}\ndata: {event}\n\n"),
+            _ => format!("data: {event}\n\n"),
         })
         .collect();
+    if !named
+        && events
+            .iter()
+            .any(|event| event["object"] == "chat.completion.chunk")
+    {
+        body.push_str("data: [DONE]\n\n");
+    }
     Response {
         status: 200,
         content_type: "text/event-stream",
@@ -774,7 +706,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_ids_and_statuses_are_found_in_either_hosts_quoting() {
+    fn the_prompt_chooses_the_branch() {
+        let texts = |text: &str| vec!["context".to_owned(), text.to_owned()];
+        assert!(matches!(
+            branch_of(&texts("FAKE-PLAN: run. Go")),
+            Branch::Run
+        ));
+        assert!(
+            matches!(branch_of(&texts("FAKE-PLAN: stop ab1-cd2. Stop it")), Branch::Stop(id) if id == "ab1-cd2")
+        );
+        assert!(
+            matches!(branch_of(&texts("FAKE-PLAN: check ab1-cd2.")), Branch::Check(id) if id == "ab1-cd2")
+        );
+    }
+
+    #[test]
+    fn every_hosts_spelling_of_the_tool_is_the_workflow_tool() {
+        let state = State::for_tests("agentprism-workflow");
+        for (name, namespace) in [
+            ("mcp__agentprism-workflow__workflow", None),
+            ("workflow", Some("mcp__agentprism_workflow")),
+            ("mcp_agentprism-workflow_workflow", None),
+            ("agentprism-workflow_workflow", None),
+        ] {
+            assert!(state.is_workflow(name, namespace), "{name} {namespace:?}");
+        }
+        assert!(!state.is_workflow("agentprism-workflow_workflow_monitor", None));
+        assert!(!state.is_workflow("workflow", None));
+    }
+
+    #[test]
+    fn run_ids_and_statuses_are_found_in_any_hosts_quoting() {
         assert_eq!(
             run_id_in(r#"{"runId":"abc123-x9z","status":"running"}"#).as_deref(),
             Some("abc123-x9z")
