@@ -284,17 +284,19 @@ async fn url(env: &EnvSnapshot) -> Result<u8> {
     Ok(0)
 }
 
-/// Registration snippets for `daemon url`. `token` is the bearer token, given only where the
-/// daemon requires it (no kernel lookup of a connection's user): the HTTP snippets then carry
-/// it as a header.
+/// Registration snippets for `daemon url`: for each host the suite drives, the HTTP
+/// registration `docs/hosts.md` shows (for the port of the running daemon), then the stdio one
+/// every `mcpServers` host reads. `token` is the bearer token, given only where the daemon
+/// requires it (no kernel lookup of a connection's user): the HTTP snippets then carry it as a
+/// header.
 pub fn registration_snippets(url: &str, token: Option<&str>) -> String {
-    let (claude_header, codex_header) = match token {
-        Some(token) => (
-            format!(" --header \"Authorization: Bearer {token}\""),
-            format!("http_headers = {{ \"Authorization\" = \"Bearer {token}\" }}\n"),
-        ),
-        None => (String::new(), String::new()),
-    };
+    let header =
+        |format: &dyn Fn(&str) -> String| token.map(|token| format(token)).unwrap_or_default();
+    let claude_header = header(&|token| format!(" --header \"Authorization: Bearer {token}\""));
+    let codex_header =
+        header(&|token| format!("http_headers = {{ \"Authorization\" = \"Bearer {token}\" }}\n"));
+    let json_header =
+        header(&|token| format!(", \"headers\": {{ \"Authorization\": \"Bearer {token}\" }}"));
     format!(
         "# Claude Code\n\
          claude mcp add --transport http agentprism-workflow {url}{claude_header}\n\
@@ -303,9 +305,20 @@ pub fn registration_snippets(url: &str, token: Option<&str>) -> String {
          [mcp_servers.agentprism-workflow]\n\
          url = \"{url}\"\n\
          {codex_header}\
+         tool_timeout_sec = 180\n\
+         default_tools_approval_mode = \"approve\"\n\
          \n\
-         # Any MCP host, through the stdio shim (starts the daemon on demand)\n\
-         {{\n  \"mcpServers\": {{\n    \"agentprism-workflow\": {{\n      \"command\": \"agentprism-workflow\",\n      \"args\": []\n    }}\n  }}\n}}\n"
+         # Gemini CLI (~/.gemini/settings.json; trust the project folder in ~/.gemini/trustedFolders.json)\n\
+         {{ \"mcpServers\": {{ \"agentprism-workflow\": {{ \"httpUrl\": \"{url}\", \"trust\": true{json_header} }} }} }}\n\
+         \n\
+         # Qwen Code (~/.qwen/settings.json; trust the project folder in ~/.qwen/trustedFolders.json)\n\
+         {{ \"mcpServers\": {{ \"agentprism-workflow\": {{ \"httpUrl\": \"{url}\", \"trust\": true{json_header} }} }} }}\n\
+         \n\
+         # opencode (~/.config/opencode/opencode.json)\n\
+         {{ \"mcp\": {{ \"agentprism-workflow\": {{ \"type\": \"remote\", \"url\": \"{url}\"{json_header} }} }} }}\n\
+         \n\
+         # Any mcpServers host, through the stdio shim (starts the daemon on demand; docs/hosts.md has each host's form)\n\
+         {{ \"mcpServers\": {{ \"agentprism-workflow\": {{ \"type\": \"stdio\", \"command\": \"agentprism-workflow\", \"args\": [] }} }} }}\n"
     )
 }
 
@@ -392,15 +405,56 @@ mod tests {
         assert!(text.contains(
             "claude mcp add --transport http agentprism-workflow http://127.0.0.1:4242/mcp\n"
         ));
-        assert!(text.contains(
-            "[mcp_servers.agentprism-workflow]\nurl = \"http://127.0.0.1:4242/mcp\"\n\n"
-        ));
+        assert!(
+            text.contains(
+                "[mcp_servers.agentprism-workflow]\nurl = \"http://127.0.0.1:4242/mcp\"\n"
+            )
+        );
         assert!(!text.contains("Authorization"));
-        let json_start = text.find('{').unwrap();
-        let shim: Value = serde_json::from_str(&text[json_start..]).unwrap();
+        // Every JSON line parses, and the last is the stdio shim's entry.
+        let objects: Vec<Value> = text
+            .lines()
+            .filter(|line| line.starts_with('{'))
+            .map(|line| serde_json::from_str(line).expect(line))
+            .collect();
+        assert_eq!(objects.len(), 4, "{text}");
+        let shim = objects.last().unwrap();
+        assert_eq!(shim["mcpServers"]["agentprism-workflow"]["type"], "stdio");
         assert_eq!(
             shim["mcpServers"]["agentprism-workflow"]["command"],
             "agentprism-workflow"
         );
+    }
+
+    /// `daemon url` prints exactly what `docs/hosts.md` shows: each snippet, for the default
+    /// port, is a block or line of that page.
+    #[test]
+    fn every_snippet_is_the_one_the_hosts_doc_shows() {
+        let text = registration_snippets("http://127.0.0.1:29888/mcp", None);
+        let doc = include_str!("../../../docs/hosts.md");
+        for snippet in text.split("\n\n") {
+            let body: String = snippet
+                .lines()
+                .filter(|line| !line.starts_with('#'))
+                .map(|line| format!("{line}\n"))
+                .collect();
+            assert!(
+                doc.contains(&body),
+                "docs/hosts.md does not show this snippet of `daemon url`:\n{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_snippets_carry_the_token_as_a_header() {
+        let text = registration_snippets("http://127.0.0.1:4242/mcp", Some("tok_en"));
+        let with_header = text
+            .lines()
+            .filter(|line| line.starts_with('{') && line.contains("Bearer tok_en"))
+            .count();
+        assert_eq!(with_header, 3, "Gemini CLI, Qwen Code and opencode: {text}");
+        for line in text.lines().filter(|line| line.starts_with('{')) {
+            serde_json::from_str::<Value>(line).expect(line);
+        }
     }
 }
