@@ -290,8 +290,7 @@ async fn url(env: &EnvSnapshot) -> Result<u8> {
 /// requires it (no kernel lookup of a connection's user): the HTTP snippets then carry it as a
 /// header.
 pub fn registration_snippets(url: &str, token: Option<&str>) -> String {
-    let header =
-        |format: &dyn Fn(&str) -> String| token.map(|token| format(token)).unwrap_or_default();
+    let header = |format: &dyn Fn(&str) -> String| token.map(format).unwrap_or_default();
     let claude_header = header(&|token| format!(" --header \"Authorization: Bearer {token}\""));
     let codex_header =
         header(&|token| format!("http_headers = {{ \"Authorization\" = \"Bearer {token}\" }}\n"));
