@@ -145,21 +145,7 @@ impl Engine {
             &run_id,
             None,
         );
-        let cancelled = || {
-            EngineError::Rejected(Rejected::Cancelled(
-                "the request was cancelled before the run was admitted; nothing was stored".into(),
-            ))
-        };
-        // A request cancelled before or during preparation is refused whatever finishes
-        // first: the cancellation is looked at first, and again once preparation is done.
-        let prepared = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(cancelled()),
-            prepared = prepare::prepare(input) => prepared?,
-        };
-        if cancel.is_cancelled() {
-            return Err(cancelled());
-        }
+        let prepared = prepare_unless_cancelled(input, cancel).await?;
         let (script_source, script_file) = match &request.script {
             ScriptInput::Inline(_) => (
                 ScriptSource::Inline,
@@ -331,4 +317,27 @@ pub(super) fn check_project_dir(project_dir: &Path) -> EngineResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Prepares a run unless `cancel` fires first. A request cancelled before or during
+/// preparation is refused whatever finishes first: the cancellation is looked at first, and
+/// again once preparation is done.
+async fn prepare_unless_cancelled(
+    input: PrepareInput<'_>,
+    cancel: &CancellationToken,
+) -> EngineResult<Prepared> {
+    let cancelled = || {
+        EngineError::Rejected(Rejected::Cancelled(
+            "the request was cancelled before the run was admitted; nothing was stored".into(),
+        ))
+    };
+    let prepared = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Err(cancelled()),
+        prepared = prepare::prepare(input) => prepared?,
+    };
+    if cancel.is_cancelled() {
+        return Err(cancelled());
+    }
+    Ok(prepared)
 }
