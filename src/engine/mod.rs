@@ -9,7 +9,6 @@
 //! copies), the `runner` traits, and `sources` (scripts and the files they name).
 
 pub mod approval;
-pub mod companions;
 pub mod driver;
 pub mod events;
 pub mod glob;

@@ -3,10 +3,9 @@
 //! written down, so it survives the caller, an owner that is briefly unreachable, and
 //! retries; the owner carries it out and acknowledges it. The first acknowledgement wins.
 //!
-//! These replace the `.control/<runId>/<op>.request.json` and `.ack.json` files of
-//! `engine/intents.rs` with the same semantics: a retry of the same request reuses the
-//! pending intent (same operation id), an acknowledged intent is done, and a new request
-//! after an acknowledgement is a new operation.
+//! A retry of the same request reuses the pending intent (same operation id), an
+//! acknowledged intent is done, and a new request after an acknowledgement is a new
+//! operation.
 
 use serde_json::{Map, Value};
 

@@ -1,5 +1,9 @@
 //! `agent()` calls: the checks, the index and label, the route, the call's identity, and then
 //! either a replay of a recorded row or a live agent task under the run's concurrency.
+//!
+//! A live task's first step is polled here, on the driver's own task, and the task is spawned
+//! only if that step waits: a runner that answers at once (the instant runner, a replay-like
+//! answer) then costs no hand-off to another task.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -13,12 +17,13 @@ use tokio_util::task::TaskTracker;
 use crate::engine::driver::options::{AgentOptions, CallPayload};
 use crate::engine::driver::progress::Progress;
 use crate::engine::driver::task::AgentTask;
-use crate::engine::driver::{Driver, DryCall, InFlight, LiveCall};
+use crate::engine::driver::{Driver, DryCall, InFlight};
 use crate::engine::events::Fields;
 use crate::engine::journal::{self, AgentIdentity, ReplayDecision};
 use crate::engine::preview;
 use crate::engine::routing::{self, AgentDefinition, Route, RouteRequest};
 use crate::engine::runner::{BackendOrigin, BackendSpec, SessionSpec};
+use crate::engine::status::LiveCall;
 use crate::engine::vm::VmReply;
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, ReplayInfo, Usage};
 

@@ -40,13 +40,13 @@ use crate::engine::journal::ReplayPool;
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::routing::{BackendLookup, Route, RoutingSnapshot};
 use crate::engine::runner::AgentRunner;
+use crate::engine::status::LiveView;
 use crate::engine::vm::{self, ScriptFailure, VmEvent, VmLimits, VmReply, VmScript};
 use crate::model::{
     CallKind, CallRecord, CheckpointAnswer, Limits, PauseReason, Phase, RunId, RunStatus, Usage,
 };
 use crate::store::{LeasePolicy, Store};
 
-pub use live::{LiveCall, LiveView};
 use progress::Progress;
 use task::Activity;
 

@@ -4,8 +4,8 @@
 //! each checked against the digest the run recorded ([`Engine::reveal`]), so a resume after
 //! the pack changed is refused instead of running a different script under the same id.
 
-use crate::engine::companions::MAX_COMPANION_BYTES;
 use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected};
+use crate::engine::prepare::companions::MAX_COMPANION_BYTES;
 use crate::engine::sources::SourceError;
 use crate::model::{RunRecord, ScriptSource, content_digest};
 

@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::driver::{self, Control, DriverSetup, LiveView, Persistence};
+use crate::engine::driver::{self, Control, DriverSetup, Persistence};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::error::corrupt;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
 use crate::engine::routing::RoutingSnapshot;
 use crate::engine::script;
+use crate::engine::status::LiveView;
 use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
 use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError, StoreResult};
 

@@ -37,7 +37,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
-use crate::engine::driver::{Control, LiveView};
+use crate::engine::driver::Control;
 use crate::engine::events::RunNotice;
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::prepare;
@@ -45,6 +45,7 @@ use crate::engine::routing::BackendLookup;
 use crate::engine::runner::AgentRunner;
 use crate::engine::script;
 use crate::engine::sources::{DiskSources, Sources};
+use crate::engine::status::LiveView;
 use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::Store;

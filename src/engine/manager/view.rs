@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::driver::{LiveCall, LiveView};
 use crate::engine::manager::{
     Engine, EngineResult, LiveCallStatus, LiveStatus, REMOTE_STATUS_WAIT, Unforwarded,
 };
 use crate::engine::status::{self, StatusDocument, StatusQuery};
+use crate::engine::status::{LiveCall, LiveView};
 use crate::model::{RunId, RunStatus};
 
 impl Engine {

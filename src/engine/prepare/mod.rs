@@ -1,10 +1,16 @@
 //! Preparation (engine.md 3): everything a script must pass before a run is admitted.
 //!
 //! Structure and meta (static), `args` against `meta.inputSchema`, the companion files of
-//! `meta.files` (read through the sources port, `companions`), the mocked dry run (the
+//! `meta.files` (read through the sources port, `companions.rs`), the mocked dry run (the
 //! real engine with fabricated agent answers, nothing persisted), the routing check (every
 //! call the dry run reached needs a route; no fallback), and zero-token probes of each
 //! routed `{backend, model}`. Nothing is written anywhere until the caller admits the run.
+//!
+//! The dry run sends no call paths (only call rows and replay read them). Its result becomes
+//! the run's ([`Prepared::known_result`], settled by `driver::settle_known` with no second VM)
+//! only when the script completed without asking its host anything — no agent, checkpoint,
+//! log, phase or nested workflow — because such a script depends on nothing but its body,
+//! args, cwd and companion texts, which admission freezes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +20,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::engine::companions;
 use crate::engine::driver::{self, Outcome};
 use crate::engine::routing::{BackendLookup, RoutingSnapshot};
 use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport};
@@ -25,9 +30,12 @@ use crate::engine::vm::{NestedResolver, VmLimits};
 use crate::model::{CallKind, RunStatus};
 use crate::util::safe_file;
 
+pub mod companions;
 mod dry;
+mod rejection;
 
 use dry::{DryInput, DryRun};
+pub use rejection::{Cause, Rejection};
 
 /// How long the dry run may take.
 pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
@@ -42,66 +50,6 @@ pub enum ScriptInput {
     Inline(String),
     /// An absolute path to a regular file.
     Path(PathBuf),
-}
-
-/// A preparation failure: a tool error with no run behind it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Rejection {
-    pub message: String,
-    pub cause: Cause,
-}
-
-/// What a preparation failure is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
-    /// The script file could not be read: its path, its kind of file, its size.
-    Unreadable,
-    /// The script's text: UTF-8, a NUL, the `meta` literal, the syntax and the static checks.
-    Parse,
-    /// What the script does: `args` against its input schema, its companion files, the dry run.
-    Script,
-    /// Where its calls go: a call without a route, a backend that cannot serve it.
-    Routing,
-}
-
-impl Rejection {
-    /// A failure of what the script does.
-    pub fn new(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Script,
-        }
-    }
-
-    /// A script file that could not be read.
-    pub fn unreadable(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Unreadable,
-        }
-    }
-
-    /// A script text that fails its static checks.
-    pub fn parse(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Parse,
-        }
-    }
-
-    /// A failure of routing: no route, or a backend that cannot serve a call.
-    pub fn routing(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Routing,
-        }
-    }
-}
-
-impl std::fmt::Display for Rejection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 /// A script that passed preparation.

@@ -1,6 +1,6 @@
 //! `meta.files`: the companion files a script declares, as a plain array literal of relative
 //! paths (`files: ["prompts/review.md", "schemas/out.json"]`). The shape and the path rules
-//! are checked here, statically; preparation reads the files (`engine::companions`).
+//! are checked here, statically; preparation reads the files (`engine::prepare::companions`).
 //!
 //! A path is relative to the run's project folder and stays inside it: not absolute, `/`
 //! between folders, no empty, `.` or `..` component, no hidden component (one that starts

@@ -2,7 +2,7 @@
 //!
 //! Everything but `outcome` fits in 24,576 JSON bytes: when it would not, result previews
 //! are shortened first, then log lines and calls give way, oldest first, calls keeping room
-//! before log lines (`status/fit.rs` has the exact order). Previews are redacted and capped;
+//! before log lines (`fit/` has the exact order). Previews are redacted and capped;
 //! prompts, args, hashes, session ids and the script never appear.
 
 use std::path::PathBuf;
@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engine::driver::LiveView;
 use crate::engine::glob;
 use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
@@ -21,6 +20,9 @@ use crate::model::{
 use crate::store::{CallSummary, Store, StoreResult};
 
 mod fit;
+mod live;
+
+pub use live::{LiveCall, LiveView};
 
 /// Cap of the status projection without `outcome`.
 pub const MAX_STRUCTURED_BYTES: usize = 24_576;

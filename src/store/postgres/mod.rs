@@ -22,8 +22,8 @@
 //! This file holds the handle and the trait's dispatch; `connection.rs` (settings, pool,
 //! errors), `migrations.rs`, `rows.rs` (column conversions, run keys, the fence), `runs.rs`,
 //! `calls.rs`, `events.rs`, `answers.rs` (checkpoint answers, receipts), `leases.rs`,
-//! `control.rs` (intents) and `scripts.rs` (inline script copies, local files) hold the
-//! statements.
+//! and `control.rs` (intents) hold the statements; the inline script copies are local files
+//! (`store/script_copies.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -16,8 +16,8 @@
 //! conversions, run keys, the fence check), `runs.rs`, `calls.rs`, `events.rs`,
 //! `answers.rs` (checkpoint answers, receipts), `leases.rs`, `control.rs` (intents),
 //! `housekeeping.rs` (run counts, finished runs), `versions.rs` (the run version status's answer
-//! cache checks), `status_reads.rs` (the narrow call tail status reads) and `scripts.rs` (inline
-//! script copies, the one part of a run kept as a file).
+//! cache checks), `status_reads.rs` (the narrow call tail status reads); the inline script copies, the one
+//! part of a run kept as a file, are `store/script_copies.rs`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};

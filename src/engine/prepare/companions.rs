@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::engine::prepare::Rejection;
+use super::rejection::Rejection;
 use crate::engine::sources::Sources;
 use crate::util::safe_file;
 
