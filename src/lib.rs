@@ -13,12 +13,20 @@ pub mod output;
 pub mod util;
 /// The process's Prometheus metrics (`/metrics`).
 pub mod metrics;
+/// The telemetry port (traces and metrics of runs) and its no-op default.
+pub mod telemetry;
 /// The durable run model shared by engine, store and front ends.
 pub mod model;
+/// Run budgets: spending limits and the decisions the engine takes from them.
+pub mod budget;
+/// Durable timers stored with a run (the resume at a usage reset) and their store port.
+pub mod timers;
 /// The encrypted workflows pack (DMPK): its format, key, reader and writer.
 pub mod pack;
 /// The run store trait and its SQLite implementation.
 pub mod store;
+/// Workspaces: the port for a git worktree of its own per isolated agent call.
+pub mod workspace;
 /// The workflow engine: scripts, journal, replay, preparation, execution.
 pub mod engine;
 /// The ACP agent runner: processes, sessions, pool, backend registry.

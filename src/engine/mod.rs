@@ -19,6 +19,7 @@ pub mod permissions;
 pub mod prepare;
 pub mod preview;
 pub mod redact;
+pub mod reopen;
 pub mod routing;
 pub mod runner;
 pub mod schema;
