@@ -1,5 +1,6 @@
 //! `agentprism`: takes the workflows-pack key out of the environment, parses the command
-//! line and maps the outcome to an exit code.
+//! line and maps the outcome to an exit code. The key leaves the environment in the first
+//! statement, before any thread exists, because removing a variable is only sound then.
 
 use std::process::ExitCode;
 

@@ -7,7 +7,8 @@
 //! built as [`Fields`]: their keys are fixed, their numbers and enum-like strings are stored
 //! as they are, and only their free texts (labels, previews, messages, error texts) are
 //! redacted and capped, which gives the same record as projecting the whole event
-//! ([`EventLog::push`]) without walking what redaction cannot change.
+//! ([`EventLog::push`]) without walking what redaction cannot change. The dry run's log
+//! ([`EventLog::discarding`]) numbers events and builds none.
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;

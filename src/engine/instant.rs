@@ -1,5 +1,7 @@
 //! In-process agent runners without processes or tokens: one that answers every prompt at
-//! once, and one whose turns wait until cancelled ([`HeldRunner`]). For embedding hosts' tests, the engine's own tests and the overhead benchmark.
+//! once, and one whose turns wait until cancelled ([`HeldRunner`]). For embedding hosts'
+//! tests, the engine's own tests and the overhead benchmark; a test that needs to see what
+//! was sent keeps every turn's content blocks ([`InstantRunner::recording`]).
 //!
 //! A prompt gets `ECHO: <prompt text>`; a prompt asking for JSON (it carries the schema
 //! instructions) gets the schema's fabricated mock value, so structured calls validate.

@@ -13,6 +13,12 @@
 //! Errors are [`FileError`]s: they name the path and say what it is, never what it holds,
 //! and `is_not_found` tells a missing file from an unreadable one. A project file named by a
 //! relative path can also be refused for the path itself ([`SourceError::InvalidPath`]).
+//!
+//! A source that is confidential ([`Sources::confidential`], a pack) makes its runs
+//! `ScriptSource::Pack`: the manager (`manager/confidential.rs`) hands the store digests in
+//! place of the script and companion texts and reads the texts from the pack again before a
+//! resume or a setup answer executes, refusing a changed digest. So a pack run's texts never
+//! reach the store, and a pack run has no script copy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
