@@ -5,7 +5,7 @@
 //! and `super::status::Y` in `src/engine/driver/mod.rs` is `engine::status`. Paths are kept
 //! to their first two segments, which is as deep as a rule names a room.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::lex::{Token, lex};
@@ -278,6 +278,81 @@ pub(super) fn violations(root: &Path, rules: &[Rule]) -> Vec<String> {
     out
 }
 
+/// The circles among the top-level modules (`inside` is `None`) or among the rooms of one
+/// module (`Some("engine")`): each group of two or more that reach one another through their
+/// imports, with one `file:line` per import inside the group. A circle has no bottom, so no
+/// rule can say which way it should point.
+pub(super) fn circles(root: &Path, inside: Option<&str>) -> Vec<String> {
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    // (from, to) → where the first such import is.
+    let mut edges: BTreeMap<(String, String), String> = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let Some(path) = module_path(relative) else {
+            continue;
+        };
+        let from = match inside {
+            None => path[0].clone(),
+            Some(module) if path[0] == module && path.len() > 1 => path[1].clone(),
+            Some(_) => continue,
+        };
+        let source = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        for reference in references(&source, &path) {
+            let to = match inside {
+                None => reference.path[0].clone(),
+                Some(module) if reference.path[0] == module && reference.path.len() > 1 => {
+                    reference.path[1].clone()
+                }
+                Some(_) => continue,
+            };
+            if to != from {
+                edges
+                    .entry((from.clone(), to))
+                    .or_insert_with(|| format!("src/{}:{}", relative.display(), reference.line));
+            }
+        }
+    }
+    let nodes: BTreeSet<&String> = edges.keys().flat_map(|(a, b)| [a, b]).collect();
+    let reaches = |start: &String| {
+        let mut seen: BTreeSet<&String> = BTreeSet::new();
+        let mut stack = vec![start];
+        while let Some(node) = stack.pop() {
+            for ((from, to), _) in &edges {
+                if from == node && seen.insert(to) {
+                    stack.push(to);
+                }
+            }
+        }
+        seen
+    };
+    let reach: BTreeMap<&String, BTreeSet<&String>> =
+        nodes.iter().map(|node| (*node, reaches(node))).collect();
+    let mut out = Vec::new();
+    let mut placed: BTreeSet<&String> = BTreeSet::new();
+    for node in &nodes {
+        if placed.contains(node) || !reach[node].contains(node) {
+            continue;
+        }
+        let group: BTreeSet<&String> = reach[node]
+            .iter()
+            .filter(|other| reach[*other].contains(node))
+            .copied()
+            .collect();
+        placed.extend(group.iter().copied());
+        let imports: Vec<String> = edges
+            .iter()
+            .filter(|((from, to), _)| group.contains(from) && group.contains(to))
+            .map(|((from, to), at)| format!("{from} → {to} ({at})"))
+            .collect();
+        let names: Vec<&str> = group.iter().map(|name| name.as_str()).collect();
+        out.push(format!("{}: {}", names.join(", "), imports.join("; ")));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +486,23 @@ use crate::store::Store;
                 "src/engine/status/mod.rs:2: uses crate::engine::driver, but `engine::status` imports nothing from `engine::driver` (ARCHITECTURE.md:5)",
             ]
         );
+        assert_eq!(
+            circles(dir.path(), Some("engine")),
+            Vec::<String>::new(),
+            "manager → status and status → driver make no circle"
+        );
+        std::fs::write(
+            dir.path().join("src/engine/driver.rs"),
+            "//! x\nuse crate::engine::status::LiveView;\n",
+        )
+        .unwrap();
+        assert_eq!(
+            circles(dir.path(), Some("engine")),
+            [
+                "driver, status: driver → status (src/engine/driver.rs:2); status → driver (src/engine/status/mod.rs:2)"
+            ]
+        );
+        assert_eq!(circles(dir.path(), None), Vec::<String>::new());
         assert!(is_declared(dir.path(), "engine::status"));
         assert!(!is_declared(dir.path(), "engine::companions"));
         assert!(!is_declared(dir.path(), "store"));
