@@ -5,14 +5,14 @@
 //! A budget is policy over numbers the engine already journals, not a port to the world:
 //! spend is the sum of the settled calls' usage, which the store keeps with each call row, so
 //! it survives crashes and restarts exactly, and a replayed call adds nothing because it
-//! writes no new usage. The engine will call a [`Budget`] at three points:
-//! - at admission and at `resume` (which may raise the limits), [`Budget::check_units`]
+//! writes no new usage. The engine will call a `Budget` at three points:
+//! - at admission and at `resume` (which may raise the limits), `Budget::check_units`
 //!   refuses a limit whose unit a routed backend cannot report (a cost limit over an adapter
 //!   that reports no cost), so no limit is accepted and ignored;
-//! - before the driver starts a live agent call, [`Budget::may_start`]: once the spend has
+//! - before the driver starts a live agent call, `Budget::may_start`: once the spend has
 //!   reached a limit no new call starts, and the run pauses with its own pause reason naming
 //!   the limit, the spend and the limit;
-//! - after each settled call, [`Budget::crossed`] names the limits whose warning threshold
+//! - after each settled call, `Budget::crossed` names the limits whose warning threshold
 //!   the call crossed, for the one warning event each.
 //!
 //! Invariants: calls already running when a limit is reached finish, and their usage counts;

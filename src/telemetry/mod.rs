@@ -4,19 +4,19 @@
 //! metrics of tokens, cost, call durations, runs by status and pauses by reason. The
 //! OpenTelemetry implementation (OTLP exporters configured by the standard environment
 //! variables) will live in this folder, and the composition root will choose it when the
-//! variables ask for it. Today the only implementation is [`NoTelemetry`], which records
+//! variables ask for it. Today the only implementation is `NoTelemetry`, which records
 //! nothing, and nothing calls the port.
 //!
 //! Beside it: the Prometheus `/metrics` of `metrics/` stay as they are, and logs stay in our
 //! log files.
 //!
-//! Trace context travels as W3C `traceparent` text ([`TraceContext`]): a `traceparent` in an
+//! Trace context travels as W3C `traceparent` text (`TraceContext`): a `traceparent` in an
 //! MCP request's `_meta` makes the run a child of the caller's trace (the servers read it and
 //! hand it to the engine with the run request), and the engine passes the current span's
 //! context to the agent in `_meta` on `session/prompt`. A resumed run continues its trace
 //! (with linked spans where a new root is needed).
 //!
-//! Invariants: when telemetry is off ([`Telemetry::enabled`] is `false`), callers build no
+//! Invariants: when telemetry is off (`Telemetry::enabled` is `false`), callers build no
 //! attributes and the port costs one branch per call site; a span's attributes never carry
 //! prompts, args, results or credentials (only ids, names, counts and codes); a failure to
 //! export never reaches a run.

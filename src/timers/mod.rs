@@ -4,20 +4,20 @@
 //! `resume`. Nothing schedules a timer yet: such a pause waits for its owner, as its
 //! `resetHint` says.
 //!
-//! Who does what, once a backend implements [`TimerStore`]:
+//! Who does what, once a backend implements `TimerStore`:
 //! - the adapter failure parser (`acp`) reads the reset moment out of a usage-limit error;
 //! - the engine schedules a timer when it records such a pause, and cancels the run's timer
 //!   on a manual `resume`, `stop` or edit;
-//! - the store keeps timers with their run ([`TimerStore`]), so they survive restarts,
+//! - the store keeps timers with their run (`TimerStore`), so they survive restarts,
 //!   succession and replica takeover;
 //! - the process that serves runs (the daemon's tick, serve's sweep) asks the engine to fire
 //!   what is due; the engine claims each timer before acting, and resumes the run as its
 //!   owner.
 //!
 //! Invariants: a timer fires at most once, whichever process claims it first
-//! ([`TimerStore::claim`] is a compare-and-set); a run has at most one timer of a kind, and
+//! (`TimerStore::claim` is a compare-and-set); a run has at most one timer of a kind, and
 //! scheduling replaces it; automatic resumes of one run are capped
-//! ([`MAX_AUTOMATIC_RESUMES`]) so a wrong parse cannot loop; a pause without a known reset
+//! (`MAX_AUTOMATIC_RESUMES`) so a wrong parse cannot loop; a pause without a known reset
 //! schedules nothing and says so; a run or a process may opt out, and then nothing is stored.
 //!
 //! This module imports nothing from the engine or any server, so a store backend can

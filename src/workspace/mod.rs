@@ -6,20 +6,20 @@
 //! implementation has no workspaces to offer.
 //!
 //! The life of a workspace, as the engine will call it:
-//! 1. At admission, [`Workspaces::base`] records where every isolated call of the run starts
+//! 1. At admission, `Workspaces::base` records where every isolated call of the run starts
 //!    from: the repository, the base commit, the project folder's place inside the
 //!    repository, and whether the user's tree had uncommitted changes (they are not in the
 //!    base). The engine stores the base with the run, so a resumed run isolates from the same
 //!    commit.
-//! 2. When an isolated call starts live, [`Workspaces::open`] makes its worktree; the agent's
-//!    session `cwd` is [`Workspace::cwd`].
-//! 3. When the call ends, [`Workspaces::finish`] commits what the agent changed (tracked and
+//! 2. When an isolated call starts live, `Workspaces::open` makes its worktree; the agent's
+//!    session `cwd` is `Workspace::cwd`.
+//! 3. When the call ends, `Workspaces::finish` commits what the agent changed (tracked and
 //!    untracked, not ignored) on the call's own branch, removes the worktree, and reports the
-//!    [`Changes`] the call's record carries; a call that changed nothing leaves no branch.
-//!    A stopped or failed call's worktree goes through [`Workspaces::discard`].
-//! 4. At start-up, [`Workspaces::sweep`] removes the worktrees of calls that no longer run.
+//!    `Changes` the call's record carries; a call that changed nothing leaves no branch.
+//!    A stopped or failed call's worktree goes through `Workspaces::discard`.
+//! 4. At start-up, `Workspaces::sweep` removes the worktrees of calls that no longer run.
 //! 5. The command line lists a run's branches and brings one onto the project's current branch
-//!    ([`Workspaces::apply`]); a script reads a bounded diff ([`Workspaces::diff`]).
+//!    (`Workspaces::apply`); a script reads a bounded diff (`Workspaces::diff`).
 //!
 //! Invariants the implementation keeps:
 //! - Worktrees live under the state directory, never inside the user's tree, and no two calls
@@ -34,7 +34,7 @@
 //!   detached HEAD or an unreadable `.git` is an error naming the folder and what is needed;
 //!   an isolated call never falls back to the shared tree.
 //! - Many calls may open workspaces at once; git's own locks never make one of them fail.
-//! - [`Workspaces::apply`] reports conflicts without leaving a half-applied tree.
+//! - `Workspaces::apply` reports conflicts without leaving a half-applied tree.
 //!
 //! This module imports nothing from the engine, the store or any server: it knows folders,
 //! commits and branches, and the engine maps its answers onto the run model.

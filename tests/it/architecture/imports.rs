@@ -320,7 +320,7 @@ pub(super) fn circles(root: &Path, inside: Option<&str>) -> Vec<String> {
         let mut seen: BTreeSet<&String> = BTreeSet::new();
         let mut stack = vec![start];
         while let Some(node) = stack.pop() {
-            for ((from, to), _) in &edges {
+            for (from, to) in edges.keys() {
                 if from == node && seen.insert(to) {
                     stack.push(to);
                 }
