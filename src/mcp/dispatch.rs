@@ -126,22 +126,21 @@ async fn call_tool(
         Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
     };
     let tools = handler.tools();
-    let mut task = None;
-    let mut answer = None;
-    if let Some(backing) = handler.tasks() {
-        let support = tools
-            .task_support(ctx, name)
-            .unwrap_or_else(|| backing.task_support(name));
-        if let Some(routed) = task_wire::call(backing, support, ctx, params, name, arguments).await
-        {
-            let (value, created) = routed?;
-            answer = Some(ToolAnswer::Value(value));
-            task = created;
+    let routed = match handler.tasks() {
+        Some(backing) => {
+            let support = tools
+                .task_support(ctx, name)
+                .unwrap_or_else(|| backing.task_support(name));
+            task_wire::call(backing, support, ctx, params, name, arguments).await
         }
-    }
-    let answer = match answer {
-        Some(answer) => answer,
-        None => tools.call(ctx, name, arguments).await?,
+        None => None,
+    };
+    let (answer, task) = match routed {
+        Some(routed) => {
+            let (value, task) = routed?;
+            (ToolAnswer::Value(value), task)
+        }
+        None => (tools.call(ctx, name, arguments).await?, None),
     };
     tools.tell(&AnsweredCall {
         session: ctx.session_id.as_deref(),
