@@ -19,7 +19,7 @@ use agentprism::mcp::tasks::{
 };
 use agentprism::mcp::{
     McpError, McpHandler, McpResult, McpServer, NotificationHub, RequestContext, ServerEvent,
-    ServerInfo, ServerOptions,
+    ServerInfo, ServerOptions, Tool, ToolAnswer, ToolHandler, ToolRegistry,
 };
 use agentprism::transport::{HttpOptions, serve};
 use async_trait::async_trait;
@@ -32,7 +32,13 @@ const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
 
 struct Fixture {
     hub: NotificationHub,
+    tools: ToolRegistry,
     tasks: FixtureTasks,
+}
+
+/// Answers `tools/call` for every tool of the fixture.
+struct FixtureTools {
+    hub: NotificationHub,
 }
 
 /// The task tools, on the core's in-memory task table.
@@ -142,102 +148,152 @@ fn tool(name: &str, description: &str) -> Value {
     json!({"name": name, "description": description, "inputSchema": {"type": "object", "properties": {}}})
 }
 
-#[async_trait]
-impl McpHandler for Fixture {
-    fn server_info(&self) -> ServerInfo {
-        ServerInfo {
-            name: "agentprism-conformance-fixture".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            title: Some("agentprism conformance fixture".into()),
+/// Every tool of the fixture, as `tools/list` shows it to every client (`execution` included).
+fn definitions() -> Vec<Value> {
+    let json_schema_tool = json!({
+        "name": "json_schema_2020_12_tool",
+        "description": "Tool with JSON Schema 2020-12 features",
+        "inputSchema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "$defs": {
+                "address": {
+                    "$anchor": "addressDef",
+                    "type": "object",
+                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}}
+                }
+            },
+            "properties": {
+                "name": {"type": "string"},
+                "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"},
+                "email": {"type": "string"}
+            },
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
+            "additionalProperties": false
         }
-    }
-
-    fn instructions(&self) -> Option<String> {
-        Some("Test fixture for the MCP conformance suites.".into())
-    }
-
-    fn capabilities(&self) -> Value {
-        json!({
-            "tools": {"listChanged": true},
-            "resources": {"subscribe": true, "listChanged": true},
-            "prompts": {"listChanged": true},
-            "completions": {},
-            "logging": {},
-        })
-    }
-
-    fn hub(&self) -> &NotificationHub {
-        &self.hub
-    }
-
-    fn tasks(&self) -> Option<&dyn TaskHandler> {
-        Some(&self.tasks)
-    }
-
-    async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
-        let json_schema_tool = json!({
-            "name": "json_schema_2020_12_tool",
-            "description": "Tool with JSON Schema 2020-12 features",
-            "inputSchema": {
-                "$schema": "https://json-schema.org/draft/2020-12/schema",
-                "type": "object",
-                "$defs": {
-                    "address": {
-                        "$anchor": "addressDef",
-                        "type": "object",
-                        "properties": {"street": {"type": "string"}, "city": {"type": "string"}}
-                    }
-                },
-                "properties": {
-                    "name": {"type": "string"},
-                    "address": {"$ref": "#/$defs/address"},
-                    "contactMethod": {"type": "string", "enum": ["phone", "email"]},
-                    "phone": {"type": "string"},
-                    "email": {"type": "string"}
-                },
-                "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
-                "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
-                "then": {"required": ["phone"]},
-                "else": {"required": ["email"]},
-                "additionalProperties": false
-            }
-        });
-        Ok(json!({"tools": [
-            tool("test_simple_text", "Returns simple text"),
-            tool("test_image_content", "Returns an image"),
-            tool("test_audio_content", "Returns audio"),
-            tool("test_embedded_resource", "Returns an embedded resource"),
-            tool("test_multiple_content_types", "Returns text, image and resource"),
-            tool("test_tool_with_logging", "Logs three messages while running"),
-            tool("test_tool_with_progress", "Reports progress while running"),
-            tool("test_error_handling", "Always fails"),
-            json_schema_tool,
-            tool("test_missing_capability", "Needs the client's sampling capability"),
-            tool("test_streaming_elicitation", "Answers on a request-scoped stream"),
-            tool("test_logging_tool", "Logs one message"),
-            tool("test_trigger_tool_change", "Publishes tools/list_changed"),
-            tool("test_trigger_prompt_change", "Publishes prompts/list_changed"),
-            json!({"name": "greet", "description": "Says hello to name", "inputSchema": {
-                "type": "object", "properties": {"name": {"type": "string"}}
-            }}),
-            task_tool("slow_compute", "Sleeps `seconds`, then answers", "optional", json!({
+    });
+    vec![
+        tool("test_simple_text", "Returns simple text"),
+        tool("test_image_content", "Returns an image"),
+        tool("test_audio_content", "Returns audio"),
+        tool("test_embedded_resource", "Returns an embedded resource"),
+        tool(
+            "test_multiple_content_types",
+            "Returns text, image and resource",
+        ),
+        tool(
+            "test_tool_with_logging",
+            "Logs three messages while running",
+        ),
+        tool("test_tool_with_progress", "Reports progress while running"),
+        tool("test_error_handling", "Always fails"),
+        json_schema_tool,
+        tool(
+            "test_missing_capability",
+            "Needs the client's sampling capability",
+        ),
+        tool(
+            "test_streaming_elicitation",
+            "Answers on a request-scoped stream",
+        ),
+        tool("test_logging_tool", "Logs one message"),
+        tool("test_trigger_tool_change", "Publishes tools/list_changed"),
+        tool(
+            "test_trigger_prompt_change",
+            "Publishes prompts/list_changed",
+        ),
+        json!({"name": "greet", "description": "Says hello to name", "inputSchema": {
+            "type": "object", "properties": {"name": {"type": "string"}}
+        }}),
+        task_tool(
+            "slow_compute",
+            "Sleeps `seconds`, then answers",
+            "optional",
+            json!({
                 "seconds": {"type": "number"}, "label": {"type": "string"}
-            })),
-            task_tool("failing_job", "Fails as a tool after about a second", "required", json!({})),
-            task_tool("protocol_error_job", "Fails with a protocol error", "optional", json!({})),
-            task_tool("confirm_delete", "Asks to confirm, then answers", "optional", json!({
+            }),
+        ),
+        task_tool(
+            "failing_job",
+            "Fails as a tool after about a second",
+            "required",
+            json!({}),
+        ),
+        task_tool(
+            "protocol_error_job",
+            "Fails with a protocol error",
+            "optional",
+            json!({}),
+        ),
+        task_tool(
+            "confirm_delete",
+            "Asks to confirm, then answers",
+            "optional",
+            json!({
                 "filename": {"type": "string"}
-            })),
-            task_tool("multi_input", "Asks two questions at once", "optional", json!({})),
-            task_tool("test_tool_with_task", "Asks a name, then answers as a task", "required", json!({})),
-        ]}))
-    }
+            }),
+        ),
+        task_tool(
+            "multi_input",
+            "Asks two questions at once",
+            "optional",
+            json!({}),
+        ),
+        task_tool(
+            "test_tool_with_task",
+            "Asks a name, then answers as a task",
+            "required",
+            json!({}),
+        ),
+    ]
+}
 
-    async fn call_tool(
+/// The registry of every tool in [`definitions`], each with the task support its `execution`
+/// field declares, all answered by one [`FixtureTools`].
+fn registry(hub: &NotificationHub) -> ToolRegistry {
+    let handler = Arc::new(FixtureTools { hub: hub.clone() });
+    let mut tools = ToolRegistry::new();
+    for definition in definitions() {
+        let support = match definition
+            .pointer("/execution/taskSupport")
+            .and_then(Value::as_str)
+        {
+            Some("required") => TaskSupport::Required,
+            Some("optional") => TaskSupport::Optional,
+            _ => TaskSupport::Forbidden,
+        };
+        tools
+            .register(Tool::new(definition, handler.clone()).with_task_support(support))
+            .expect("the fixture's tool definitions are valid");
+    }
+    tools
+}
+
+#[async_trait]
+impl ToolHandler for FixtureTools {
+    async fn call(
         &self,
         ctx: &RequestContext,
         name: &str,
-        arguments: Value,
+        arguments: &Value,
+    ) -> McpResult<ToolAnswer> {
+        self.answer(ctx, name, arguments)
+            .await
+            .map(ToolAnswer::Value)
+    }
+}
+
+impl FixtureTools {
+    async fn answer(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: &Value,
     ) -> McpResult<Value> {
         let log = |message: &str| {
             ctx.notifier.notify(
@@ -320,11 +376,11 @@ impl McpHandler for Fixture {
             }
             "greet" => Ok(text(&format!(
                 "Hello, {}!",
-                string_argument(&arguments, "name", "World")
+                string_argument(arguments, "name", "World")
             ))),
             "slow_compute" | "protocol_error_job" | "confirm_delete" | "multi_input" => {
                 // Without a task: the same job, waited for (no input can arrive this way).
-                match job(name, &arguments) {
+                match job(name, arguments) {
                     Some(job) => match job(TaskInput::detached()).await {
                         TaskOutcome::Result(result) => Ok(result),
                         TaskOutcome::Error(error) => Err(error),
@@ -334,6 +390,47 @@ impl McpHandler for Fixture {
             }
             _ => Err(McpError::invalid_params(format!("unknown tool {name}"))),
         }
+    }
+}
+
+#[async_trait]
+impl McpHandler for Fixture {
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: "agentprism-conformance-fixture".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            title: Some("agentprism conformance fixture".into()),
+        }
+    }
+
+    fn instructions(&self) -> Option<String> {
+        Some("Test fixture for the MCP conformance suites.".into())
+    }
+
+    fn capabilities(&self) -> Value {
+        json!({
+            "tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "prompts": {"listChanged": true},
+            "completions": {},
+            "logging": {},
+        })
+    }
+
+    fn hub(&self) -> &NotificationHub {
+        &self.hub
+    }
+
+    fn tasks(&self) -> Option<&dyn TaskHandler> {
+        Some(&self.tasks)
+    }
+
+    fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        Ok(json!({"tools": definitions()}))
     }
 
     async fn list_resources(
@@ -463,16 +560,6 @@ impl McpHandler for Fixture {
 
 #[async_trait]
 impl TaskHandler for FixtureTasks {
-    fn task_support(&self, tool: &str) -> TaskSupport {
-        match tool {
-            "failing_job" | "test_tool_with_task" => TaskSupport::Required,
-            "slow_compute" | "protocol_error_job" | "confirm_delete" | "multi_input" => {
-                TaskSupport::Optional
-            }
-            _ => TaskSupport::Forbidden,
-        }
-    }
-
     async fn create(&self, ctx: &RequestContext, call: TaskCall) -> McpResult<Created> {
         let ttl = call.ttl_ms.unwrap_or(FIXTURE_TTL_MS);
         if call.name == "test_tool_with_task" {
@@ -545,6 +632,7 @@ async fn main() -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     let hub = NotificationHub::new();
     let handler = Arc::new(Fixture {
+        tools: registry(&hub),
         tasks: FixtureTasks {
             memory: MemoryTasks::new(hub.clone()),
         },

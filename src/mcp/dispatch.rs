@@ -13,6 +13,7 @@ use super::answer::ToolAnswer;
 use super::events;
 use super::handler::{McpError, McpHandler, McpResult, RequestContext};
 use super::jsonrpc::Request;
+use super::observer::AnsweredCall;
 use super::scope::{LEGACY_VERSIONS, META_SERVER_INFO, MODERN_VERSIONS};
 use super::session::Session;
 use super::tasks::{self, wire as task_wire};
@@ -107,30 +108,48 @@ fn declares(capabilities: &Value, name: &str) -> bool {
     capabilities.get(name).is_some_and(|c| !c.is_null())
 }
 
-/// `tools/call`: through the task backing when the call asks to be a task, else the
-/// handler's answer as it gave it.
+/// `tools/call`: through the task backing when the call asks to be a task, else straight to
+/// the registry's tool; then the registry's observers are told of the answer.
 async fn call_tool(
     handler: &dyn McpHandler,
     ctx: &RequestContext,
     params: &Value,
 ) -> McpResult<ToolAnswer> {
     let name = string_param(params, "name")?;
+    let none_given;
     let arguments = match params.get("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(arguments @ Value::Object(_)) => arguments.clone(),
+        None | Some(Value::Null) => {
+            none_given = Value::Object(Map::new());
+            &none_given
+        }
+        Some(arguments @ Value::Object(_)) => arguments,
         Some(_) => return Err(McpError::invalid_params("arguments must be an object")),
     };
-    if let Some(backing) = handler.tasks() {
-        let support = handler
-            .tools()
-            .task_support(ctx, name)
-            .unwrap_or_else(|| backing.task_support(name));
-        let answered = task_wire::call(backing, support, ctx, params, name, &arguments);
-        if let Some(answer) = answered.await {
-            return answer.map(ToolAnswer::Value);
+    let tools = handler.tools();
+    let routed = match handler.tasks() {
+        Some(backing) => {
+            let support = tools
+                .task_support(ctx, name)
+                .unwrap_or_else(|| backing.task_support(name));
+            task_wire::call(backing, support, ctx, params, name, arguments).await
         }
-    }
-    handler.call_tool_answer(ctx, name, arguments).await
+        None => None,
+    };
+    let (answer, task) = match routed {
+        Some(routed) => {
+            let (value, task) = routed?;
+            (ToolAnswer::Value(value), task)
+        }
+        None => (tools.call(ctx, name, arguments).await?, None),
+    };
+    tools.tell(&AnsweredCall {
+        session: ctx.session_id.as_deref(),
+        tool: name,
+        arguments,
+        answer: &answer,
+        task: task.as_ref(),
+    });
+    Ok(answer)
 }
 
 /// Every method but `tools/call`.

@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::answer::ToolAnswer;
 pub use super::context::{
     Era, McpError, McpResult, Notification, RequestContext, RequestNotifier, codes,
 };
@@ -95,10 +94,13 @@ pub trait McpHandler: Send + Sync + 'static {
     /// The hub this handler publishes on.
     fn hub(&self) -> &NotificationHub;
 
-    /// The tools this handler serves: when each is listed, to whom it is visible and which
-    /// [`ToolHandler`](super::registry::ToolHandler) answers it. The default `list_tools` and
-    /// `call_tool` answer from it, and the core marks a modern `tools/list` `cacheScope:
-    /// "private"` when [`ToolRegistry::varies_by_client`] says the list depends on who asks.
+    /// The tools this handler serves: when each is listed, to whom it is visible, which
+    /// [`ToolHandler`](super::registry::ToolHandler) answers it, and who observes the answers.
+    /// The core answers every `tools/call` from it (an unknown tool is a JSON-RPC error;
+    /// arguments the tool refuses and failures of the tool itself are results with `isError:
+    /// true`, MCP 2025-11-25, so the model can correct itself). The default `list_tools`
+    /// answers from it too, and the core marks a modern `tools/list` `cacheScope: "private"`
+    /// when [`ToolRegistry::varies_by_client`] says the list depends on who asks.
     fn tools(&self) -> &ToolRegistry {
         static NO_TOOLS: ToolRegistry = ToolRegistry::new();
         &NO_TOOLS
@@ -110,37 +112,11 @@ pub trait McpHandler: Send + Sync + 'static {
         None
     }
 
-    /// `tools/list`. A handler that overrides this instead of registering its tools (a fixed
-    /// list, such as the conformance fixture's) must give every client the same list.
+    /// `tools/list`. A handler that overrides this (a fixed list written out, such as the
+    /// conformance fixture's) must give every client the same list, and list only tools its
+    /// registry answers.
     async fn list_tools(&self, ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
         Ok(self.tools().list(ctx))
-    }
-
-    /// `tools/call`. An unknown tool is a JSON-RPC error; arguments the tool refuses and
-    /// failures of the tool itself are results with `isError: true` (MCP 2025-11-25), so
-    /// the model can correct itself.
-    async fn call_tool(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        arguments: Value,
-    ) -> McpResult<Value> {
-        self.tools().call(ctx, name, arguments).await
-    }
-
-    /// `tools/call` as the core asks it: the answer may carry its JSON text already written
-    /// (a kept answer). The default answers with [`McpHandler::call_tool`], so a handler that
-    /// overrides that one is still the one that answers; a handler whose registered tools
-    /// prepare answers overrides this to ask [`ToolRegistry::call_answer`].
-    async fn call_tool_answer(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        arguments: Value,
-    ) -> McpResult<ToolAnswer> {
-        self.call_tool(ctx, name, arguments)
-            .await
-            .map(ToolAnswer::Value)
     }
 
     async fn list_resources(

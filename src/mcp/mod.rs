@@ -2,7 +2,8 @@
 //! with sessions, and the stateless 2026-07-28 form), shared by every transport.
 //!
 //! Reading order: `jsonrpc` (one message), `context` (what a handler is told), `registry`
-//! (tools and their listing rules), `handler` (the boundary a server implements), `scope`
+//! (tools, their listing rules and the observers of their answers), `observer` (the hook
+//! those observers implement), `handler` (the boundary a server implements), `scope`
 //! (era and session, resolved once), `server` (running a request), `dispatch` (method
 //! routing), `shape` (era shaping), `events` (server-wide changes), `session` (legacy
 //! sessions and their stream logs), `tasks` (tool calls answered as tasks, both eras). Nothing here knows the engine, the store or a socket.
@@ -13,6 +14,7 @@ mod dispatch;
 mod events;
 pub mod handler;
 pub mod jsonrpc;
+pub mod observer;
 pub mod registry;
 pub mod scope;
 pub mod server;
@@ -25,6 +27,7 @@ pub use handler::{
     Era, McpError, McpHandler, McpResult, Notification, NotificationHub, RequestContext,
     RequestNotifier, ServerEvent, ServerInfo,
 };
+pub use observer::{AnsweredCall, CallObserver};
 pub use registry::{Listing, RegistryError, Tool, ToolHandler, ToolRegistry, Visibility};
 pub use scope::{RequestEra, Resolution, Scope};
 pub use server::{

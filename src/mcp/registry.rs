@@ -25,6 +25,9 @@
 //!   `execution.taskSupport` only to clients that speak tasks in their era, so the listing
 //!   of every other client is unchanged; the core asks [`ToolRegistry::task_support`] when a
 //!   call may become a task (`docs/tasks.md`).
+//! - **Observers.** What a server learns from the answers of its tools (which runs a session
+//!   named, which session created a task) it learns from the [`CallObserver`]s registered
+//!   here, which the core tells of every answered call; no tool is wrapped for it.
 //!
 //! The list keeps registration order, so every client that is offered the same tools gets
 //! them in the same order (2026-07-28 S6).
@@ -36,6 +39,7 @@ use serde_json::{Map, Value, json};
 
 use super::answer::ToolAnswer;
 use super::context::{McpError, McpResult, RequestContext, codes};
+use super::observer::{AnsweredCall, CallObserver};
 use super::tasks::{TaskSupport, client_speaks_tasks};
 
 /// The MCP Apps extension's key under `capabilities.extensions`.
@@ -87,21 +91,17 @@ impl Visibility {
 }
 
 /// Answers `tools/call` for the tools registered with it. One handler may serve several
-/// tools (a folder of workflows, one tool each), so it is told the name.
+/// tools (a folder of workflows, one tool each), so it is told the name. The answer may carry
+/// its JSON text already written ([`ToolAnswer::Prepared`], a kept answer); a plain result is
+/// `Ok(value.into())`.
 #[async_trait]
 pub trait ToolHandler: Send + Sync + 'static {
-    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value>;
-
-    /// The same call for the core, whose answer may carry its JSON text (a kept answer); a
-    /// handler that prepares none leaves this to [`ToolHandler::call`].
-    async fn call_answer(
+    async fn call(
         &self,
         ctx: &RequestContext,
         name: &str,
-        arguments: Value,
-    ) -> McpResult<ToolAnswer> {
-        self.call(ctx, name, arguments).await.map(ToolAnswer::Value)
-    }
+        arguments: &Value,
+    ) -> McpResult<ToolAnswer>;
 }
 
 /// One tool to register: its `tools/list` definition, its listing rule, its visibility and
@@ -220,16 +220,31 @@ impl Requirement {
     }
 }
 
-/// The tools of one handler, in registration order.
+/// The tools of one handler, in registration order, and the observers of their answers.
 #[derive(Default)]
 pub struct ToolRegistry {
     entries: Vec<Entry>,
+    observers: Vec<Arc<dyn CallObserver>>,
 }
 
 impl ToolRegistry {
     pub const fn new() -> ToolRegistry {
         ToolRegistry {
             entries: Vec::new(),
+            observers: Vec::new(),
+        }
+    }
+
+    /// Adds an observer the core tells of every successful `tools/call` answer, in
+    /// registration order.
+    pub fn observe(&mut self, observer: Arc<dyn CallObserver>) {
+        self.observers.push(observer);
+    }
+
+    /// Tells every observer of an answered call.
+    pub(super) fn tell(&self, call: &AnsweredCall<'_>) {
+        for observer in &self.observers {
+            observer.answered(call);
         }
     }
 
@@ -321,24 +336,14 @@ impl ToolRegistry {
         Some(entry.task_support)
     }
 
-    /// `tools/call`: the tool's handler, if this client is offered the tool.
+    /// `tools/call`: the tool's handler, if this client is offered the tool, with its answer
+    /// as it gave it. Observers are not told here: the core tells them once the call is
+    /// answered, whichever way it went (a plain call or a task).
     pub async fn call(
         &self,
         ctx: &RequestContext,
         name: &str,
-        arguments: Value,
-    ) -> McpResult<Value> {
-        self.call_answer(ctx, name, arguments)
-            .await
-            .map(ToolAnswer::into_value)
-    }
-
-    /// `tools/call` as the core asks it: the same checks, the handler's answer as it gave it.
-    pub async fn call_answer(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        arguments: Value,
+        arguments: &Value,
     ) -> McpResult<ToolAnswer> {
         let Some(entry) = self.entries.iter().find(|entry| entry.name == name) else {
             return Err(McpError::invalid_params(format!(
@@ -349,7 +354,7 @@ impl ToolRegistry {
         if let Some(requirement) = entry.missing(ctx) {
             return Err(held_back(ctx, name, requirement));
         }
-        entry.handler.call_answer(ctx, name, arguments).await
+        entry.handler.call(ctx, name, arguments).await
     }
 
     /// The tools this client is offered, as an unknown-tool error names them.
@@ -450,9 +455,9 @@ mod tests {
             &self,
             _ctx: &RequestContext,
             name: &str,
-            _arguments: Value,
-        ) -> McpResult<Value> {
-            Ok(json!({"content": [{"type": "text", "text": name}]}))
+            _arguments: &Value,
+        ) -> McpResult<ToolAnswer> {
+            Ok(json!({"content": [{"type": "text", "text": name}]}).into())
         }
     }
 

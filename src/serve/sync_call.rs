@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::engine::events::RunNotice;
 use crate::engine::manager::exact_result;
 use crate::engine::{RunRequest, ScriptInput, StatusQuery};
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::mcp::registry::ToolHandler;
 use crate::mcp::tasks::{
@@ -37,11 +38,30 @@ pub struct SyncCalls {
 
 #[async_trait]
 impl ToolHandler for SyncCalls {
-    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
+    async fn call(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: &Value,
+    ) -> McpResult<ToolAnswer> {
+        self.run_to_the_end(ctx, name, arguments)
+            .await
+            .map(ToolAnswer::Value)
+    }
+}
+
+impl SyncCalls {
+    /// Runs workflow `name` with `arguments` inside the request; its answer.
+    async fn run_to_the_end(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: &Value,
+    ) -> McpResult<Value> {
         let Some(workflow) = self.api.folder.get(name) else {
             return Ok(tool_error(format!("no workflow is named {name:?}")));
         };
-        if let Err(error) = check_size(&arguments) {
+        if let Err(error) = check_size(arguments) {
             return Ok(tool_error(error.to_string()));
         }
         let engine = &self.api.engine;
@@ -49,7 +69,7 @@ impl ToolHandler for SyncCalls {
         let request = RunRequest {
             project_dir: self.api.folder.root.clone(),
             script: ScriptInput::Path(workflow.path.clone()),
-            args: arguments,
+            args: arguments.clone(),
             limits: Default::default(),
             caller: Some(SYNC_CALLER.to_owned()),
         };
@@ -71,9 +91,7 @@ impl ToolHandler for SyncCalls {
         let _ = engine.delete(&run_id).await;
         Ok(answer)
     }
-}
 
-impl SyncCalls {
     /// Waits for the run to settle, reporting progress and stopping it when the request is
     /// cancelled or it waits for an answer. Returns its final record.
     async fn follow(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::mcp::registry::ToolHandler;
 
@@ -171,11 +172,16 @@ pub struct RunTools {
 
 #[async_trait]
 impl ToolHandler for RunTools {
-    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
+    async fn call(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: &Value,
+    ) -> McpResult<ToolAnswer> {
         let Some(method) = RunMethod::from_tool(name) else {
-            return Ok(tool_error(format!("unknown tool {name}")));
+            return Ok(tool_error(format!("unknown tool {name}")).into());
         };
-        match answer(&self.api, ctx, method, &arguments).await {
+        match answer(&self.api, ctx, method, arguments).await {
             Ok(document) => {
                 let mut result = text_result(document.to_string());
                 if method == RunMethod::Start
@@ -188,9 +194,9 @@ impl ToolHandler for RunTools {
                         .extend(super::resources::run_links(run_id));
                 }
                 result["structuredContent"] = document;
-                Ok(result)
+                Ok(result.into())
             }
-            Err(error) => Ok(tool_error(error.to_string())),
+            Err(error) => Ok(tool_error(error.to_string()).into()),
         }
     }
 }

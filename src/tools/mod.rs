@@ -11,12 +11,14 @@
 //! store, so a second server process over the same store serves the same resources.
 //!
 //! Layout, each depending only on the ones after it: this file (the server: its one `impl`,
-//! the handler methods, the tool registry it serves from), `bridge` (notices to hub events),
-//! `monitor/` (the run monitor: its launcher and app-only tools, the panel resource, the
-//! automatic messages, the receipt ledger and the Claude Code channels, `docs/monitor.md`),
-//! `workflow/` (the tool: schema, validation, exact retries, engine work, answers, backend
-//! discovery), `resources` (URIs, the events document, listings, completion), `skills` (the
-//! embedded authoring skill and the skills extension methods), `prompt`.
+//! the handler methods, the tool registry it serves from and the observers of its answers),
+//! `bridge` (notices to hub events), `monitor/` (the run monitor: its launcher and app-only
+//! tools, the panel resource, the automatic messages, the receipt ledger and the Claude Code
+//! channels, `docs/monitor.md`), `workflow/` (the tool: schema, validation, exact retries,
+//! engine work, answers, backend discovery, and its tasks), `session_runs` (the capped
+//! session→run table the channels and the tasks share), `resources` (URIs, the events
+//! document, listings, completion), `skills` (the embedded authoring skill and the skills
+//! extension methods), `prompt`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
-use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{
     McpHandler, McpResult, NotificationHub, RequestContext, ServerEvent, ServerInfo,
 };
@@ -39,11 +40,12 @@ mod bridge;
 pub mod monitor;
 mod prompt;
 mod resources;
+mod session_runs;
 mod skills;
 mod workflow;
 
 use bridge::Bridge;
-use monitor::{Channels, FollowingTool, Monitor, ReceiptLedger};
+use monitor::{ChannelObserver, Channels, Monitor, ReceiptLedger};
 use resources::Resources;
 use workflow::{WorkflowTasks, WorkflowTool};
 
@@ -108,7 +110,8 @@ pub struct WorkflowServer {
     /// Where resource changes are published for sessions and listen streams.
     hub: NotificationHub,
     /// The tools `tools/list` and `tools/call` answer from: the `workflow` tool, then the
-    /// run monitor's launcher and app-only tools (listed to MCP Apps clients only).
+    /// run monitor's launcher and app-only tools (listed to MCP Apps clients only); observed
+    /// by the channels and the tasks layer.
     tools: ToolRegistry,
     /// The `workflow` tool again, to forget a closed session's receipts.
     workflow: Arc<WorkflowTool>,
@@ -136,13 +139,10 @@ impl WorkflowServer {
         ));
         let hub = NotificationHub::new();
         let channels = Arc::new(Channels::new(engine.clone(), hub.clone(), tracker.clone()));
+        let tasks = WorkflowTasks::new(engine.clone(), workflow.clone(), hub.clone());
         let mut tools = ToolRegistry::new();
         tools
-            .register(WorkflowTool::registration(Arc::new(FollowingTool {
-                inner: workflow.clone(),
-                channels: channels.clone(),
-                memo: Default::default(),
-            })))
+            .register(WorkflowTool::registration(workflow.clone()))
             .expect("the workflow tool's definition is valid");
         let monitor = Arc::new(Monitor {
             engine: engine.clone(),
@@ -154,7 +154,11 @@ impl WorkflowServer {
                 .register(tool)
                 .expect("the run monitor's tool definitions are valid");
         }
-        let tasks = WorkflowTasks::new(engine.clone(), workflow.clone(), hub.clone());
+        tools.observe(Arc::new(ChannelObserver {
+            channels: channels.clone(),
+            memo: Default::default(),
+        }));
+        tools.observe(tasks.observer());
         let server = Arc::new(WorkflowServer {
             engine,
             options,
@@ -270,15 +274,6 @@ impl McpHandler for WorkflowServer {
 
     fn tools(&self) -> &ToolRegistry {
         &self.tools
-    }
-
-    async fn call_tool_answer(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        arguments: Value,
-    ) -> McpResult<ToolAnswer> {
-        self.tools.call_answer(ctx, name, arguments).await
     }
 
     async fn list_resources(

@@ -127,8 +127,10 @@ impl Tool {
             crate::workflow_tool::context(Some("s"), json!(uuid::Uuid::new_v4().to_string()));
         let arguments = json!({"action": "run", "projectDir": self.project, "script": script});
         self.server
-            .call_tool(&context, "workflow", arguments)
+            .tools()
+            .call(&context, "workflow", &arguments)
             .await
+            .map(agentprism::mcp::ToolAnswer::into_value)
             .unwrap_or_else(|error| panic!("{error}"))
     }
 

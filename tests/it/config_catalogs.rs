@@ -110,8 +110,10 @@ impl Replay {
             arguments[key] = value.clone();
         }
         self.server
-            .call_tool(&context, "workflow", arguments)
+            .tools()
+            .call(&context, "workflow", &arguments)
             .await
+            .map(agentprism::mcp::ToolAnswer::into_value)
             .unwrap_or_else(|error| panic!("{error}"))
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use agentprism::mcp::handler::codes;
 use agentprism::mcp::{
     McpError, McpHandler, McpResult, McpServer, NotificationHub, RequestContext, ServerInfo,
-    ServerOptions,
+    ServerOptions, Tool, ToolAnswer, ToolHandler, ToolRegistry,
 };
 use agentprism::transport::http::{HttpBody, Intercept, MAX_PRINCIPAL_BYTES};
 use agentprism::transport::peer::Access;
@@ -31,7 +31,44 @@ const ONE_MIB: usize = 1_048_576;
 
 /// Tool `whoami` answers the request's principal; `progress` sends a notification first
 /// (so its answer is an SSE stream); custom method `run/status` echoes its params.
-struct GuardHandler(NotificationHub);
+struct GuardHandler(NotificationHub, ToolRegistry);
+
+impl GuardHandler {
+    fn new() -> GuardHandler {
+        let mut tools = ToolRegistry::new();
+        for name in ["whoami", "progress"] {
+            let definition = json!({"name": name, "inputSchema": {"type": "object"}});
+            tools
+                .register(Tool::new(definition, Arc::new(GuardTools)))
+                .expect("a valid tool");
+        }
+        GuardHandler(NotificationHub::new(), tools)
+    }
+}
+
+/// Answers the tools of [`GuardHandler`].
+struct GuardTools;
+
+#[async_trait]
+impl ToolHandler for GuardTools {
+    async fn call(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        _arguments: &Value,
+    ) -> McpResult<ToolAnswer> {
+        let answer = match name {
+            "whoami" => Ok(json!({"content": [], "structuredContent": {
+                "principal": ctx.principal, "session": ctx.session_id}})),
+            "progress" => {
+                ctx.progress(1.0, Some(2.0), None);
+                Ok(json!({"content": [{"type": "text", "text": "done"}]}))
+            }
+            _ => Err(McpError::invalid_params(format!("unknown tool {name}"))),
+        };
+        answer.map(ToolAnswer::Value)
+    }
+}
 
 #[async_trait]
 impl McpHandler for GuardHandler {
@@ -51,29 +88,8 @@ impl McpHandler for GuardHandler {
         &self.0
     }
 
-    async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
-        let schema = json!({"type": "object"});
-        Ok(json!({"tools": [
-            {"name": "whoami", "inputSchema": schema},
-            {"name": "progress", "inputSchema": schema},
-        ]}))
-    }
-
-    async fn call_tool(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        _arguments: Value,
-    ) -> McpResult<Value> {
-        match name {
-            "whoami" => Ok(json!({"content": [], "structuredContent": {
-                "principal": ctx.principal, "session": ctx.session_id}})),
-            "progress" => {
-                ctx.progress(1.0, Some(2.0), None);
-                Ok(json!({"content": [{"type": "text", "text": "done"}]}))
-            }
-            _ => Err(McpError::invalid_params(format!("unknown tool {name}"))),
-        }
+    fn tools(&self) -> &ToolRegistry {
+        &self.1
     }
 
     async fn read_resource(&self, _ctx: &RequestContext, uri: &str) -> McpResult<Value> {
@@ -126,7 +142,7 @@ struct Served {
 
 impl Served {
     async fn start(options: HttpOptions) -> Served {
-        let handler = Arc::new(GuardHandler(NotificationHub::new()));
+        let handler = Arc::new(GuardHandler::new());
         let server = Arc::new(McpServer::new(handler, ServerOptions::default()));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -484,7 +500,7 @@ async fn without_the_option_the_principal_is_none_and_a_principal_needs_a_token(
             ..folder_options()
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let handler = Arc::new(GuardHandler(NotificationHub::new()));
+        let handler = Arc::new(GuardHandler::new());
         let server = Arc::new(McpServer::new(handler, ServerOptions::default()));
         let refused = serve(listener, server, options, std::future::pending())
             .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agentprism::mcp::handler::codes;
 use agentprism::mcp::{
     McpError, McpHandler, McpResult, McpServer, NotificationHub, RequestContext, ServerInfo,
-    ServerOptions, TransportContext, TransportKind,
+    ServerOptions, Tool, ToolAnswer, ToolHandler, ToolRegistry, TransportContext, TransportKind,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -19,12 +19,26 @@ use tokio::sync::{Semaphore, mpsc};
 /// no prompts, so prompt methods must be -32601.
 pub struct TestHandler {
     pub hub: NotificationHub,
+    tools: ToolRegistry,
 }
+
+/// Answers the tools of [`TestHandler`].
+struct TestTools;
 
 impl TestHandler {
     pub fn server() -> (Arc<McpServer>, NotificationHub) {
         let hub = NotificationHub::new();
-        let handler = Arc::new(TestHandler { hub: hub.clone() });
+        let mut tools = ToolRegistry::new();
+        for name in ["echo", "progress", "wait_for_cancel", "hold"] {
+            let definition = json!({"name": name, "inputSchema": {"type": "object"}});
+            tools
+                .register(Tool::new(definition, Arc::new(TestTools)))
+                .expect("a valid tool");
+        }
+        let handler = Arc::new(TestHandler {
+            hub: hub.clone(),
+            tools,
+        });
         (
             Arc::new(McpServer::new(handler, ServerOptions::default())),
             hub,
@@ -33,39 +47,14 @@ impl TestHandler {
 }
 
 #[async_trait]
-impl McpHandler for TestHandler {
-    fn server_info(&self) -> ServerInfo {
-        ServerInfo {
-            name: "test".into(),
-            version: "1.0.0".into(),
-            title: None,
-        }
-    }
-
-    fn capabilities(&self) -> Value {
-        json!({"tools": {"listChanged": true}, "resources": {"subscribe": true, "listChanged": true}})
-    }
-
-    fn hub(&self) -> &NotificationHub {
-        &self.hub
-    }
-
-    async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
-        let schema = json!({"type": "object"});
-        Ok(json!({"tools": [
-            {"name": "echo", "inputSchema": schema},
-            {"name": "progress", "inputSchema": schema},
-            {"name": "wait_for_cancel", "inputSchema": schema},
-        ]}))
-    }
-
-    async fn call_tool(
+impl ToolHandler for TestTools {
+    async fn call(
         &self,
         ctx: &RequestContext,
         name: &str,
-        arguments: Value,
-    ) -> McpResult<Value> {
-        match name {
+        arguments: &Value,
+    ) -> McpResult<ToolAnswer> {
+        let answer = match name {
             "echo" => Ok(json!({"content": [{"type": "text", "text": arguments.to_string()}]})),
             "progress" => {
                 ctx.progress(1.0, Some(2.0), None);
@@ -101,7 +90,40 @@ impl McpHandler for TestHandler {
                 Ok(json!({"content": [{"type": "text", "text": "held"}]}))
             }
             _ => Err(McpError::invalid_params(format!("unknown tool {name}"))),
+        };
+        answer.map(ToolAnswer::Value)
+    }
+}
+
+#[async_trait]
+impl McpHandler for TestHandler {
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: "test".into(),
+            version: "1.0.0".into(),
+            title: None,
         }
+    }
+
+    fn capabilities(&self) -> Value {
+        json!({"tools": {"listChanged": true}, "resources": {"subscribe": true, "listChanged": true}})
+    }
+
+    fn hub(&self) -> &NotificationHub {
+        &self.hub
+    }
+
+    async fn list_tools(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        let schema = json!({"type": "object"});
+        Ok(json!({"tools": [
+            {"name": "echo", "inputSchema": schema},
+            {"name": "progress", "inputSchema": schema},
+            {"name": "wait_for_cancel", "inputSchema": schema},
+        ]}))
+    }
+
+    fn tools(&self) -> &ToolRegistry {
+        &self.tools
     }
 
     async fn read_resource(&self, _ctx: &RequestContext, uri: &str) -> McpResult<Value> {

@@ -36,8 +36,10 @@ fn run_id_of(result: &Value) -> agentprism::model::RunId {
 impl Setup {
     async fn tool(&self, ctx: &RequestContext, arguments: Value) -> Value {
         self.server
-            .call_tool(ctx, "workflow", arguments.clone())
+            .tools()
+            .call(ctx, "workflow", &arguments)
             .await
+            .map(agentprism::mcp::ToolAnswer::into_value)
             .unwrap_or_else(|e| panic!("{arguments}: {e}"))
     }
 
@@ -103,8 +105,10 @@ async fn a_stateless_resume_receipt_goes_stale_once_its_generation_ends() {
 
     let restarted = WorkflowServer::new(s.h.engine.clone(), WorkflowServerOptions::default());
     let durable = restarted
-        .call_tool(&stateless(json!(1)), "workflow", resume.clone())
+        .tools()
+        .call(&stateless(json!(1)), "workflow", &resume)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert_eq!(
         generation(&durable),
@@ -223,8 +227,10 @@ async fn invalid_tool_input_is_a_tool_execution_error() {
     );
     let unknown = s
         .server
-        .call_tool(&stateless(json!(2)), "nope", json!({}))
+        .tools()
+        .call(&stateless(json!(2)), "nope", &json!({}))
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap_err();
     assert_eq!(
         unknown.code,

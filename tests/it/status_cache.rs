@@ -33,12 +33,14 @@ async fn completed_run(s: &Setup) -> RunId {
 
 async fn status(server: &WorkflowServer, run_id: &RunId) -> Value {
     server
-        .call_tool(
+        .tools()
+        .call(
             &fresh(),
             "workflow",
-            json!({"action": "status", "runId": run_id}),
+            &json!({"action": "status", "runId": run_id}),
         )
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .expect("status")
 }
 
@@ -332,8 +334,10 @@ fn live_setup() -> LiveSetup {
 impl LiveSetup {
     async fn call(&self, arguments: Value) -> Value {
         self.server
-            .call_tool(&fresh(), "workflow", arguments)
+            .tools()
+            .call(&fresh(), "workflow", &arguments)
             .await
+            .map(agentprism::mcp::ToolAnswer::into_value)
             .expect("tool call")
     }
 

@@ -54,8 +54,10 @@ impl Setup {
     /// One `workflow` call in a legacy session with a fresh request id.
     pub(crate) async fn call(&self, arguments: Value) -> Value {
         self.server
-            .call_tool(&fresh(), "workflow", arguments.clone())
+            .tools()
+            .call(&fresh(), "workflow", &arguments)
             .await
+            .map(agentprism::mcp::ToolAnswer::into_value)
             .unwrap_or_else(|e| panic!("{arguments}: {e}"))
     }
 
@@ -381,7 +383,12 @@ async fn invalid_input_is_rejected_with_the_accepted_fields() {
         );
     }
     // An unknown tool is still a protocol error.
-    let unknown_tool = s.server.call_tool(&fresh(), "other", json!({})).await;
+    let unknown_tool = s
+        .server
+        .tools()
+        .call(&fresh(), "other", &json!({}))
+        .await
+        .map(agentprism::mcp::ToolAnswer::into_value);
     assert_eq!(unknown_tool.unwrap_err().code, codes::INVALID_PARAMS);
 }
 
@@ -843,21 +850,27 @@ async fn exact_retries_return_the_first_answer() {
     let arguments = json!({"action": "run", "projectDir": s.h.project, "script": HI});
     let first = s
         .server
-        .call_tool(&context(Some("a"), json!(7)), "workflow", arguments.clone())
+        .tools()
+        .call(&context(Some("a"), json!(7)), "workflow", &arguments)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     let again = s
         .server
-        .call_tool(&context(Some("a"), json!(7)), "workflow", arguments.clone())
+        .tools()
+        .call(&context(Some("a"), json!(7)), "workflow", &arguments)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert_eq!(first, again);
     assert_eq!(s.h.engine.list(None, 50).await.unwrap().len(), 1);
     // A new id, or the same id in another session, is a new request.
     let other = s
         .server
-        .call_tool(&context(Some("b"), json!(7)), "workflow", arguments.clone())
+        .tools()
+        .call(&context(Some("b"), json!(7)), "workflow", &arguments)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert_ne!(
         other["structuredContent"]["runId"],
@@ -871,21 +884,27 @@ async fn exact_retries_return_the_first_answer() {
     };
     let stateless = s
         .server
-        .call_tool(&keyed(), "workflow", arguments.clone())
+        .tools()
+        .call(&keyed(), "workflow", &arguments)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     let stateless_again = s
         .server
-        .call_tool(&keyed(), "workflow", arguments.clone())
+        .tools()
+        .call(&keyed(), "workflow", &arguments)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert_eq!(stateless, stateless_again);
     let mut changed = arguments.clone();
     changed["concurrency"] = json!(2);
     let conflicting = s
         .server
-        .call_tool(&keyed(), "workflow", changed)
+        .tools()
+        .call(&keyed(), "workflow", &changed)
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert!(is_error(&conflicting), "{conflicting:#}");
     assert!(
@@ -903,23 +922,27 @@ async fn exact_retries_return_the_first_answer() {
     for id in 100..104 {
         let ack = s
             .server
-            .call_tool(
+            .tools()
+            .call(
                 &context(Some("a"), json!(id)),
                 "workflow",
-                json!({"action": "run", "projectDir": s.h.project, "script": NEEDS_SETUP}),
+                &json!({"action": "run", "projectDir": s.h.project, "script": NEEDS_SETUP}),
             )
             .await
+            .map(agentprism::mcp::ToolAnswer::into_value)
             .unwrap();
         assert_eq!(ack["structuredContent"]["status"], "pending", "{ack:#}");
     }
     let retry = s
         .server
-        .call_tool(
+        .tools()
+        .call(
             &context(Some("a"), json!(103)),
             "workflow",
-            json!({"action": "run", "projectDir": s.h.project, "script": NEEDS_SETUP}),
+            &json!({"action": "run", "projectDir": s.h.project, "script": NEEDS_SETUP}),
         )
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert_eq!(retry["structuredContent"]["accepted"], true, "{retry:#}");
 }
@@ -934,12 +957,14 @@ async fn preparation_reports_progress_and_honours_cancellation() {
     ctx.notifier = RequestNotifier::new(sender);
     let ack = s
         .server
-        .call_tool(
+        .tools()
+        .call(
             &ctx,
             "workflow",
-            json!({"action": "run", "projectDir": s.h.project, "script": HI}),
+            &json!({"action": "run", "projectDir": s.h.project, "script": HI}),
         )
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert_eq!(ack["structuredContent"]["accepted"], true);
     let mut messages = Vec::new();
@@ -963,12 +988,14 @@ async fn preparation_reports_progress_and_honours_cancellation() {
     let before = s.h.engine.list(None, 50).await.unwrap().len();
     let result = s
         .server
-        .call_tool(
+        .tools()
+        .call(
             &cancelled,
             "workflow",
-            json!({"action": "run", "projectDir": s.h.project, "script": HI}),
+            &json!({"action": "run", "projectDir": s.h.project, "script": HI}),
         )
         .await
+        .map(agentprism::mcp::ToolAnswer::into_value)
         .unwrap();
     assert!(is_error(&result), "{result:#}");
     assert_eq!(s.h.engine.list(None, 50).await.unwrap().len(), before);

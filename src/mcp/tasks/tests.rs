@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::mcp::handler::{McpHandler, NotificationHub, ServerInfo};
+use crate::mcp::observer::{AnsweredCall, CallObserver};
 use crate::mcp::registry::{Tool, ToolHandler, ToolRegistry};
 use crate::mcp::server::{McpServer, ServerOptions, TransportContext, TransportKind};
 
@@ -23,8 +24,13 @@ struct Echo;
 
 #[async_trait]
 impl ToolHandler for Echo {
-    async fn call(&self, _ctx: &RequestContext, name: &str, _arguments: Value) -> McpResult<Value> {
-        Ok(json!({"content": [{"type": "text", "text": name}]}))
+    async fn call(
+        &self,
+        _ctx: &RequestContext,
+        name: &str,
+        _arguments: &Value,
+    ) -> McpResult<crate::mcp::ToolAnswer> {
+        Ok(json!({"content": [{"type": "text", "text": name}]}).into())
     }
 }
 
@@ -94,7 +100,15 @@ impl McpHandler for Handler {
 }
 
 fn server() -> McpServer {
+    server_observed_by(None)
+}
+
+/// The test server, its registry's answers observed by `observer`.
+fn server_observed_by(observer: Option<Arc<dyn CallObserver>>) -> McpServer {
     let mut tools = ToolRegistry::new();
+    if let Some(observer) = observer {
+        tools.observe(observer);
+    }
     let tool = |name: &str, support| {
         Tool::new(
             json!({"name": name, "inputSchema": {"type": "object"}}),
@@ -444,3 +458,54 @@ async fn a_listen_stream_tells_of_watched_tasks_and_watches_at_most_64() {
 }
 
 const MAX_WATCHED: usize = super::wire::MAX_WATCHED_TASKS;
+
+/// Writes down what it is told, one JSON object per answered call.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<Value>>);
+
+impl CallObserver for Recorder {
+    fn answered(&self, call: &AnsweredCall<'_>) {
+        self.0.lock().expect("recorder lock").push(json!({
+            "session": call.session,
+            "tool": call.tool,
+            "arguments": call.arguments,
+            "task": call.task.map(|task| task.task_id.clone()),
+            "answer": call.answer.value(),
+        }));
+    }
+}
+
+/// The one hook: a plain call and a call that became a task are both told, with the
+/// session, the arguments and the task; refusals are not; a stateless call has no session.
+#[tokio::test]
+async fn observers_are_told_of_each_answered_call_and_the_task_it_became() {
+    let recorder = Arc::new(Recorder::default());
+    let server = server_observed_by(Some(recorder.clone()));
+    let (session, _) = initialize(&server, json!({"tasks": {}})).await;
+    let arguments = json!({"name": "plain", "arguments": {"x": 1}});
+    legacy(&server, &session, "tools/call", arguments).await;
+    let created = legacy(
+        &server,
+        &session,
+        "tools/call",
+        json!({"name": "ask", "task": {}}),
+    )
+    .await;
+    let task_id = created["result"]["task"]["taskId"].clone();
+    assert!(task_id.is_string(), "{created}");
+    let unknown = legacy(&server, &session, "tools/call", json!({"name": "nope"})).await;
+    assert_eq!(code(&unknown), codes::INVALID_PARAMS);
+    let task_only = legacy(&server, &session, "tools/call", json!({"name": "only"})).await;
+    assert_eq!(code(&task_only), codes::METHOD_NOT_FOUND);
+    modern(&server, false, "tools/call", json!({"name": "plain"})).await;
+    let plain = json!({"content": [{"type": "text", "text": "plain"}]});
+    let told = recorder.0.lock().expect("recorder lock").clone();
+    assert_eq!(
+        told,
+        [
+            json!({"session": session, "tool": "plain", "arguments": {"x": 1}, "task": null, "answer": plain}),
+            json!({"session": session, "tool": "ask", "arguments": {}, "task": task_id, "answer": created["result"]}),
+            json!({"session": null, "tool": "plain", "arguments": {}, "task": null, "answer": plain}),
+        ]
+    );
+}

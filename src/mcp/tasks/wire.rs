@@ -34,7 +34,8 @@ pub(in crate::mcp) fn add_capability(capabilities: &mut Value, modern: bool) {
 }
 
 /// A `tools/call` to a handler that backs tasks: `Some` when the task rules answer it (a
-/// task, a refusal, or the handler's immediate answer), `None` to call the tool as usual.
+/// task, a refusal, or the handler's immediate answer), with the task it created if it
+/// created one; `None` to call the tool as usual.
 pub(in crate::mcp) async fn call(
     tasks: &dyn TaskHandler,
     support: TaskSupport,
@@ -42,7 +43,7 @@ pub(in crate::mcp) async fn call(
     params: &Value,
     name: &str,
     arguments: &Value,
-) -> Option<McpResult<Value>> {
+) -> Option<McpResult<(Value, Option<TaskState>)>> {
     let modern = ctx.era.is_modern();
     let wants_task = if modern {
         client_speaks_tasks(ctx)
@@ -84,9 +85,9 @@ pub(in crate::mcp) async fn call(
         input_responses: params.get("inputResponses").cloned(),
     };
     Some(match tasks.create(ctx, call).await {
-        Ok(Created::Task(state)) if modern => Ok(created_modern(&state)),
-        Ok(Created::Task(state)) => Ok(json!({"task": legacy_task(&state)})),
-        Ok(Created::Answer(answer)) => Ok(answer),
+        Ok(Created::Task(state)) if modern => Ok((created_modern(&state), Some(state))),
+        Ok(Created::Task(state)) => Ok((json!({"task": legacy_task(&state)}), Some(state))),
+        Ok(Created::Answer(answer)) => Ok((answer, None)),
         Err(error) => Err(error),
     })
 }

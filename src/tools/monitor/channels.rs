@@ -25,12 +25,13 @@
 //! successful `workflow` call that names a followed run (a cold stop or a declined setup
 //! settles without a notice), and right after a session starts following. Each evaluation
 //! builds the run's status document once, through the `workflow` tool's own builder; after a
-//! `status` call the answer is that document, so none is built.
+//! `status` call the answer is that document, so none is built. The calls are learnt from
+//! the MCP core's answer hook ([`ChannelObserver`], a [`CallObserver`]); the tool itself
+//! knows nothing of channels.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 
-use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -38,10 +39,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
 use crate::engine::events::RunNotice;
-use crate::mcp::handler::{McpResult, NotificationHub, RequestContext, ServerEvent};
-use crate::mcp::registry::ToolHandler;
-use crate::mcp::{PreparedResult, ToolAnswer};
+use crate::mcp::handler::{NotificationHub, ServerEvent};
+use crate::mcp::{AnsweredCall, CallObserver, PreparedResult, ToolAnswer};
 use crate::model::RunId;
+use crate::tools::session_runs::SessionRuns;
+use crate::tools::workflow::TOOL_NAME;
 
 use super::ledger::{ReceiptLedger, session_scope};
 use super::messages::{AutoMessage, automatic_messages};
@@ -64,17 +66,9 @@ pub(crate) struct Channels {
     /// Evaluations started by a request run here, so the answer is not held up by them and
     /// the server's shutdown waits for them.
     tracker: TaskTracker,
-    following: Mutex<Following>,
-}
-
-#[derive(Default)]
-struct Following {
     /// Per run, per session: the event ids already seen (pruned to the run's current
     /// messages on every evaluation, so it stays as small as they are).
-    by_run: HashMap<RunId, HashMap<String, HashSet<String>>>,
-    /// Per session, the runs it follows in the order it named them (for the cap, and to
-    /// forget a closed session).
-    by_session: HashMap<String, VecDeque<RunId>>,
+    following: Mutex<SessionRuns<HashSet<String>>>,
 }
 
 impl Channels {
@@ -84,7 +78,7 @@ impl Channels {
             hub,
             sent: ReceiptLedger::default(),
             tracker,
-            following: Mutex::default(),
+            following: Mutex::new(SessionRuns::new(MAX_FOLLOWED_RUNS)),
         }
     }
 
@@ -106,10 +100,7 @@ impl Channels {
                 Ok(RunNotice::Event { .. }) => {}
                 // Missed notices: look at every followed run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let runs: Vec<RunId> = {
-                        let following = self.following.lock().expect("channels lock");
-                        following.by_run.keys().cloned().collect()
-                    };
+                    let runs = self.following.lock().expect("channels lock").runs();
                     for run_id in runs {
                         self.evaluate(&run_id).await;
                     }
@@ -122,12 +113,12 @@ impl Channels {
     /// `session` follows `run_id`, having seen `seen` already.
     fn follow(&self, session: &str, run_id: &RunId, seen: Vec<String>) {
         let mut following = self.following.lock().expect("channels lock");
-        following.follow(session, run_id, seen);
+        following.name(session, run_id).or_default().extend(seen);
     }
 
     fn is_followed(&self, run_id: &RunId) -> bool {
         let following = self.following.lock().expect("channels lock");
-        following.by_run.contains_key(run_id)
+        following.has_run(run_id)
     }
 
     /// A legacy session ended: it follows nothing any more.
@@ -158,7 +149,7 @@ impl Channels {
     fn send_messages(&self, run_id: &RunId, messages: &[AutoMessage]) {
         let current: HashSet<&str> = messages.iter().map(|m| m.event_id.as_str()).collect();
         let mut following = self.following.lock().expect("channels lock");
-        let Some(sessions) = following.by_run.get_mut(run_id) else {
+        let Some(sessions) = following.sessions_mut(run_id) else {
             return;
         };
         for (session, seen) in sessions.iter_mut() {
@@ -180,45 +171,6 @@ impl Channels {
     }
 }
 
-impl Following {
-    fn follow(&mut self, session: &str, run_id: &RunId, seen: Vec<String>) {
-        let named = self.by_session.entry(session.to_owned()).or_default();
-        if !named.contains(run_id) {
-            named.push_back(run_id.clone());
-            while named.len() > MAX_FOLLOWED_RUNS {
-                if let Some(oldest) = named.pop_front() {
-                    forget(&mut self.by_run, &oldest, session);
-                }
-            }
-        }
-        self.by_run
-            .entry(run_id.clone())
-            .or_default()
-            .entry(session.to_owned())
-            .or_default()
-            .extend(seen);
-    }
-
-    fn session_closed(&mut self, session: &str) {
-        for run_id in self.by_session.remove(session).unwrap_or_default() {
-            forget(&mut self.by_run, &run_id, session);
-        }
-    }
-}
-
-fn forget(
-    by_run: &mut HashMap<RunId, HashMap<String, HashSet<String>>>,
-    run_id: &RunId,
-    session: &str,
-) {
-    if let Some(sessions) = by_run.get_mut(run_id) {
-        sessions.remove(session);
-        if sessions.is_empty() {
-            by_run.remove(run_id);
-        }
-    }
-}
-
 /// The `notifications/claude/channel` params: `{content, meta:{run_id, kind, status,
 /// event_id}}`, every meta value a string (Claude Code shows them as tag attributes).
 pub(crate) fn notification(run_id: &RunId, message: &AutoMessage) -> Value {
@@ -233,10 +185,9 @@ pub(crate) fn notification(run_id: &RunId, message: &AutoMessage) -> Value {
     })
 }
 
-/// The `workflow` tool as the channels see it: its answers tell which runs a session named.
-pub(crate) struct FollowingTool {
-    /// The workflow tool itself.
-    pub(crate) inner: Arc<dyn ToolHandler>,
+/// What the channels learn from the `workflow` tool's answers, told by the MCP core after
+/// each call: which runs a session named, and a status document's new messages.
+pub(crate) struct ChannelObserver {
     /// Who follows what; told of every successful answer.
     pub(crate) channels: Arc<Channels>,
     /// The messages of the kept status answers read last: a run polled between changes is
@@ -293,33 +244,13 @@ impl MessageMemo {
     }
 }
 
-#[async_trait]
-impl ToolHandler for FollowingTool {
-    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
-        self.call_answer(ctx, name, arguments)
-            .await
-            .map(ToolAnswer::into_value)
-    }
-
-    /// The workflow tool's answer as it gave it (a kept status answer keeps its text); the
-    /// channels read it in place.
-    async fn call_answer(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        arguments: Value,
-    ) -> McpResult<ToolAnswer> {
-        let action = arguments["action"].as_str().map(str::to_owned);
-        let answer = self.inner.call_answer(ctx, name, arguments).await?;
-        self.follow(ctx, action.as_deref(), &answer);
-        Ok(answer)
-    }
-}
-
-impl FollowingTool {
-    /// What `answer` to `action` tells the channels: the runs a session named, and a status
-    /// document's new messages.
-    fn follow(&self, ctx: &RequestContext, action: Option<&str>, tool_answer: &ToolAnswer) {
+impl CallObserver for ChannelObserver {
+    /// The answer is read in place: a kept status answer keeps its text.
+    fn answered(&self, call: &AnsweredCall<'_>) {
+        if call.tool != TOOL_NAME || call.task.is_some() {
+            return;
+        }
+        let tool_answer = call.answer;
         let answer = tool_answer.value();
         if answer["isError"] == true {
             return;
@@ -331,15 +262,12 @@ impl FollowingTool {
         else {
             return;
         };
-        let session = match (&ctx.era, &ctx.session_id) {
-            (crate::mcp::handler::Era::Legacy { .. }, Some(session)) => Some(session),
-            _ => None,
-        };
+        let action = call.action();
         // A status answer is the run's status document: its messages are read once, for
         // what the session has seen and for what the followers have not.
         let messages =
             (action == Some("status")).then(|| self.memo.messages(tool_answer, document));
-        match (action, session, &messages) {
+        match (action, call.session, &messages) {
             (Some("run" | "resume"), Some(session), _) => {
                 self.channels.follow(session, &run_id, Vec::new());
             }
@@ -405,48 +333,5 @@ mod tests {
         let paused = kept("paused");
         assert_eq!(kinds(&read(&paused)), [("paused", "paused")]);
         assert_eq!(kinds(&read(&completed)), [("terminal", "completed")]);
-    }
-
-    fn run(index: usize) -> RunId {
-        RunId::parse(&format!("run{index}-abc")).unwrap()
-    }
-
-    fn follows(following: &Following, session: &str, run_id: &RunId) -> bool {
-        following
-            .by_run
-            .get(run_id)
-            .is_some_and(|sessions| sessions.contains_key(session))
-    }
-
-    #[test]
-    fn a_session_follows_at_most_its_cap_and_forgets_the_oldest_named() {
-        let mut following = Following::default();
-        for index in 0..MAX_FOLLOWED_RUNS {
-            following.follow("a", &run(index), Vec::new());
-        }
-        // At the cap everything named is followed; naming a followed run again changes
-        // nothing but what it has seen.
-        following.follow("a", &run(0), vec!["seen".to_owned()]);
-        assert!((0..MAX_FOLLOWED_RUNS).all(|index| follows(&following, "a", &run(index))));
-        assert_eq!(following.by_run[&run(0)]["a"].len(), 1);
-        // One more forgets the one named longest ago, and only it.
-        following.follow("a", &run(MAX_FOLLOWED_RUNS), Vec::new());
-        assert!(!follows(&following, "a", &run(0)));
-        assert!(!following.by_run.contains_key(&run(0)));
-        assert!(follows(&following, "a", &run(1)));
-        assert!(follows(&following, "a", &run(MAX_FOLLOWED_RUNS)));
-        assert_eq!(following.by_session["a"].len(), MAX_FOLLOWED_RUNS);
-    }
-
-    #[test]
-    fn a_closed_session_follows_nothing_and_others_keep_theirs() {
-        let mut following = Following::default();
-        following.follow("a", &run(1), Vec::new());
-        following.follow("b", &run(1), Vec::new());
-        following.session_closed("a");
-        assert!(!follows(&following, "a", &run(1)));
-        assert!(follows(&following, "b", &run(1)));
-        following.session_closed("b");
-        assert!(following.by_run.is_empty() && following.by_session.is_empty());
     }
 }

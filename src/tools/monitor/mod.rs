@@ -9,7 +9,7 @@
 //! anyone (static bytes, no run data). Layout: `tools` (the four tools' inputs and answers),
 //! `messages` (the automatic messages, the one function the panel and the channels share),
 //! `ledger` (the host-scoped receipt ledger), `channels` (the Claude Code sender and the
-//! `workflow` tool wrapper that tells it which runs a session named).
+//! observer of the `workflow` tool's answers that tells it which runs a session named).
 
 use std::sync::{Arc, LazyLock};
 
@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::engine::Engine;
+use crate::mcp::ToolAnswer;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::mcp::registry::{
     APPS_EXTENSION, APPS_MIME_TYPE, Listing, Tool, ToolHandler, Visibility,
@@ -30,7 +31,7 @@ mod messages;
 mod tools;
 
 pub use channels::{CHANNEL_CAPABILITY, CHANNEL_METHOD};
-pub(super) use channels::{Channels, FollowingTool};
+pub(super) use channels::{ChannelObserver, Channels};
 pub(super) use ledger::ReceiptLedger;
 
 /// The model-facing launcher, the only tool associated with the panel resource.
@@ -185,24 +186,30 @@ impl Monitor {
 
 #[async_trait]
 impl ToolHandler for Monitor {
-    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
-        match name {
-            MONITOR_TOOL => tools::monitor(&self.engine, &arguments).await,
+    async fn call(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        arguments: &Value,
+    ) -> McpResult<ToolAnswer> {
+        let answer = match name {
+            MONITOR_TOOL => tools::monitor(&self.engine, arguments).await,
             RUNS_TOOL => {
-                tools::runs(&self.engine, self.default_project.as_deref(), &arguments).await
+                tools::runs(&self.engine, self.default_project.as_deref(), arguments).await
             }
             EVENTS_TOOL => {
                 let resources = Resources {
                     engine: &self.engine,
                     project: self.default_project.as_deref(),
                 };
-                tools::events(resources, &arguments).await
+                tools::events(resources, arguments).await
             }
             NOTIFICATIONS_TOOL => {
-                tools::notifications(&self.engine, &self.ledger, ctx, &arguments).await
+                tools::notifications(&self.engine, &self.ledger, ctx, arguments).await
             }
             other => Err(McpError::invalid_params(format!("unknown tool {other:?}"))),
-        }
+        };
+        answer.map(ToolAnswer::Value)
     }
 }
 

@@ -72,10 +72,9 @@ impl WorkflowTool {
     }
 
     /// The registration: listed to every client, visible to model and app; `run` and
-    /// `resume` may run as tasks (`tasks.rs`). `handler` is this tool, or a wrapper around
-    /// it that sees its answers (the run monitor's channels).
-    pub(super) fn registration(handler: Arc<dyn ToolHandler>) -> Tool {
-        Tool::new(schema::definition(), handler).with_task_support(TaskSupport::Optional)
+    /// `resume` may run as tasks (`tasks.rs`).
+    pub(super) fn registration(tool: Arc<WorkflowTool>) -> Tool {
+        Tool::new(schema::definition(), tool).with_task_support(TaskSupport::Optional)
     }
 
     /// Validates and carries out one call without the exact-retry receipts: the task glue's
@@ -113,20 +112,14 @@ pub(super) async fn status_document(
 
 #[async_trait]
 impl ToolHandler for WorkflowTool {
-    async fn call(&self, ctx: &RequestContext, name: &str, arguments: Value) -> McpResult<Value> {
-        self.call_answer(ctx, name, arguments)
-            .await
-            .map(ToolAnswer::into_value)
-    }
-
     /// `status` may answer with a kept answer's text; every other action with a value.
-    async fn call_answer(
+    async fn call(
         &self,
         ctx: &RequestContext,
         _name: &str,
-        arguments: Value,
+        arguments: &Value,
     ) -> McpResult<ToolAnswer> {
-        let action = match parse::parse(&arguments, self.default_project.as_deref()) {
+        let action = match parse::parse(arguments, self.default_project.as_deref()) {
             Ok(action) => action,
             // Bad input is the model's to correct: a tool execution error, not a protocol one.
             Err(error) => return Ok(reply::invalid_input(error).into()),
@@ -137,7 +130,7 @@ impl ToolHandler for WorkflowTool {
         // Boxed: run and resume hold far more state than a status does, and this future
         // (boxed again by `async_trait`) is as large as its largest branch, copied whole into
         // its box on every call: 17k instructions of a kept status answer's 120k.
-        Box::pin(self.answer(ctx, action, &arguments))
+        Box::pin(self.answer(ctx, action, arguments))
             .await
             .map(ToolAnswer::Value)
     }

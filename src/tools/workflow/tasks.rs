@@ -12,7 +12,9 @@
 //! that no longer waits is ignored, so the first answer wins.
 //!
 //! Status notifications (2025-11-25): the legacy session that created a run task is told of
-//! each status change as `notifications/tasks/status`, once per change. The changes are learnt
+//! each status change as `notifications/tasks/status`, once per change. Which session created
+//! which run task is learnt from the MCP core's answer hook (the [`StatusNotifier`] is a
+//! [`CallObserver`]), so creating a task and watching it are apart. The changes are learnt
 //! from the engine's run notices (a permission request, a settlement, and the first event
 //! after a wait), and after this server's own answers and cancels, which may settle a run
 //! without a notice; a run driven by another process over the same store sends this engine no
@@ -20,7 +22,6 @@
 //! `tasks/result` waits on) wakes on the same notices, with a slow read as the fallback for
 //! such a run.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +30,6 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::Engine;
 use crate::engine::events::RunNotice;
-use crate::mcp::NotificationHub;
 use crate::mcp::handler::{McpError, McpResult, RequestContext};
 use crate::mcp::handler::{ServerEvent, codes};
 use crate::mcp::registry::ToolHandler;
@@ -38,7 +38,9 @@ use crate::mcp::tasks::{
     Created, DEFAULT_POLL_INTERVAL_MS, MemoryTasks, TaskCall, TaskHandler, TaskOutcome, TaskPage,
     TaskState, TaskStatus, accepted_content, form_request, unknown_task,
 };
+use crate::mcp::{AnsweredCall, CallObserver, NotificationHub};
 use crate::model::RunId;
+use crate::tools::session_runs::SessionRuns;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -78,19 +80,12 @@ pub(crate) struct StatusNotifier {
     engine: Engine,
     /// Where the notifications go out, addressed to one session each.
     hub: NotificationHub,
-    watching: Mutex<Watching>,
+    /// Per run, per session: the status that session last saw (in the create answer or a
+    /// notification).
+    watching: Mutex<SessionRuns<TaskStatus>>,
     /// One evaluation at a time, so a stale read never overwrites a newer status (which
     /// would send a change back and forth).
     evaluating: tokio::sync::Mutex<()>,
-}
-
-#[derive(Default)]
-struct Watching {
-    /// Per run, per session: the status that session last saw (in the create answer or a
-    /// notification).
-    by_run: HashMap<String, HashMap<String, TaskStatus>>,
-    /// Per session, its run tasks in creation order, for the cap and for a closed session.
-    by_session: HashMap<String, VecDeque<String>>,
 }
 
 impl WorkflowTasks {
@@ -107,7 +102,7 @@ impl WorkflowTasks {
             notifier: Arc::new(StatusNotifier {
                 engine,
                 hub,
-                watching: Mutex::default(),
+                watching: Mutex::new(SessionRuns::new(MAX_NOTIFIED_TASKS)),
                 evaluating: tokio::sync::Mutex::new(()),
             }),
         }
@@ -121,6 +116,12 @@ impl WorkflowTasks {
         shutdown: CancellationToken,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.notifier.clone().run(notices, shutdown)
+    }
+
+    /// What watches the run tasks sessions create: register it with the registry's
+    /// observers.
+    pub(crate) fn observer(&self) -> Arc<dyn CallObserver> {
+        self.notifier.clone()
     }
 
     /// A legacy session ended: nobody is told of its tasks any more.
@@ -220,8 +221,9 @@ impl TaskHandler for WorkflowTasks {
         let job = matches!(action, Some("run" | "resume"));
         let answer = self
             .tool
-            .call(ctx, TOOL_NAME, call.arguments.clone())
-            .await?;
+            .call(ctx, TOOL_NAME, &call.arguments)
+            .await?
+            .into_value();
         let run_id = answer
             .pointer("/structuredContent/runId")
             .and_then(Value::as_str);
@@ -230,10 +232,6 @@ impl TaskHandler for WorkflowTasks {
         };
         remember_started(&mut self.started.lock().expect("started lock"), run_id);
         let state = self.run_task(ctx, run_id).await?.0;
-        if let (false, Some(session)) = (ctx.era.is_modern(), ctx.session_id.as_deref()) {
-            let mut watching = self.notifier.watching.lock().expect("watching lock");
-            watching.watch(session, run_id, state.status);
-        }
         Ok(Created::Task(state))
     }
 
@@ -376,20 +374,17 @@ impl StatusNotifier {
                     let run_id = match &notice {
                         RunNotice::Permission { run_id, .. }
                         | RunNotice::Settled { run_id, .. }
-                        | RunNotice::Event { run_id, .. } => run_id.as_str().to_owned(),
+                        | RunNotice::Event { run_id, .. } => run_id,
                     };
-                    if self.worth_reading(&notice, &run_id) {
-                        self.evaluate(&run_id).await;
+                    if self.worth_reading(&notice, run_id) {
+                        self.evaluate(run_id.as_str()).await;
                     }
                 }
                 // Missed notices: look at every watched run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let runs: Vec<String> = {
-                        let watching = self.watching.lock().expect("watching lock");
-                        watching.by_run.keys().cloned().collect()
-                    };
+                    let runs = self.watching.lock().expect("watching lock").runs();
                     for run_id in runs {
-                        self.evaluate(&run_id).await;
+                        self.evaluate(run_id.as_str()).await;
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
@@ -398,37 +393,31 @@ impl StatusNotifier {
     }
 
     /// Whether some session watches `run_id` and `notice` may have changed what it saw.
-    fn worth_reading(&self, notice: &RunNotice, run_id: &str) -> bool {
+    fn worth_reading(&self, notice: &RunNotice, run_id: &RunId) -> bool {
         let watching = self.watching.lock().expect("watching lock");
-        watching.by_run.get(run_id).is_some_and(|sessions| {
+        watching.sessions(run_id).is_some_and(|sessions| {
             sessions
                 .values()
-                .any(|status| concerns(notice, run_id, *status))
+                .any(|status| concerns(notice, run_id.as_str(), *status))
         })
     }
 
     /// Reads run `run_id`'s status and tells each watching session whose last seen status
     /// differs; a terminal status is the last one sent.
     async fn evaluate(&self, run_id: &str) {
-        if !self
-            .watching
-            .lock()
-            .expect("watching lock")
-            .by_run
-            .contains_key(run_id)
-        {
-            return;
-        }
-        let _one_at_a_time = self.evaluating.lock().await;
         let Ok(id) = RunId::parse(run_id) else {
             return;
         };
+        if !self.watching.lock().expect("watching lock").has_run(&id) {
+            return;
+        }
+        let _one_at_a_time = self.evaluating.lock().await;
         let Ok(Ok(document)) = super::status_document(&self.engine, &id).await else {
             return;
         };
         let state = task_of(run_id, &document);
         let mut watching = self.watching.lock().expect("watching lock");
-        let Some(sessions) = watching.by_run.get_mut(run_id) else {
+        let Some(sessions) = watching.sessions_mut(&id) else {
             return;
         };
         for (session, seen) in sessions.iter_mut() {
@@ -442,53 +431,32 @@ impl StatusNotifier {
             }
         }
         if state.status.is_terminal() {
-            watching.forget_run(run_id);
+            // A terminal run: nobody is told of it again (a resume on a task request watches
+            // anew).
+            watching.forget_run(&id);
         }
     }
 }
 
-impl Watching {
-    fn watch(&mut self, session: &str, run_id: &str, status: TaskStatus) {
-        let named = self.by_session.entry(session.to_owned()).or_default();
-        if !named.iter().any(|known| known == run_id) {
-            named.push_back(run_id.to_owned());
-            while named.len() > MAX_NOTIFIED_TASKS {
-                if let Some(oldest) = named.pop_front() {
-                    forget(&mut self.by_run, &oldest, session);
-                }
-            }
+impl CallObserver for StatusNotifier {
+    /// A legacy session created a run task: from now on it is told of the run's status
+    /// changes, starting from the status its create answer showed. A run task's id is its
+    /// runId; an action answered at once as a task has an id of its own, and is not watched.
+    fn answered(&self, call: &AnsweredCall<'_>) {
+        let (Some(session), Some(task)) = (call.session, call.task) else {
+            return;
+        };
+        if call.tool != TOOL_NAME || !matches!(call.action(), Some("run" | "resume")) {
+            return;
         }
-        self.by_run
-            .entry(run_id.to_owned())
-            .or_default()
-            .insert(session.to_owned(), status);
-    }
-
-    fn session_closed(&mut self, session: &str) {
-        for run_id in self.by_session.remove(session).unwrap_or_default() {
-            forget(&mut self.by_run, &run_id, session);
-        }
-    }
-
-    /// A terminal run: nobody is told of it again (a resume on a task request watches anew).
-    fn forget_run(&mut self, run_id: &str) {
-        for session in self.by_run.remove(run_id).unwrap_or_default().keys() {
-            if let Some(named) = self.by_session.get_mut(session) {
-                named.retain(|known| known != run_id);
-                if named.is_empty() {
-                    self.by_session.remove(session);
-                }
-            }
-        }
-    }
-}
-
-fn forget(by_run: &mut HashMap<String, HashMap<String, TaskStatus>>, run_id: &str, session: &str) {
-    if let Some(sessions) = by_run.get_mut(run_id) {
-        sessions.remove(session);
-        if sessions.is_empty() {
-            by_run.remove(run_id);
-        }
+        let Ok(run_id) = RunId::parse(&task.task_id) else {
+            return;
+        };
+        let mut watching = self.watching.lock().expect("watching lock");
+        watching
+            .name(session, &run_id)
+            .and_modify(|seen| *seen = task.status)
+            .or_insert(task.status);
     }
 }
 
@@ -668,43 +636,6 @@ fn remember_started(started: &mut Vec<String>, run_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn watches(watching: &Watching, session: &str, run_id: &str) -> bool {
-        watching
-            .by_run
-            .get(run_id)
-            .is_some_and(|sessions| sessions.contains_key(session))
-    }
-
-    #[test]
-    fn a_session_is_told_of_at_most_its_cap_of_tasks_and_forgets_the_oldest() {
-        let mut watching = Watching::default();
-        for index in 0..MAX_NOTIFIED_TASKS {
-            watching.watch("a", &format!("run-{index}"), TaskStatus::Working);
-        }
-        assert!(watches(&watching, "a", "run-0"), "the cap itself is kept");
-        assert_eq!(watching.by_session["a"].len(), MAX_NOTIFIED_TASKS);
-        watching.watch("a", "one-more", TaskStatus::Working);
-        assert!(!watches(&watching, "a", "run-0"), "the oldest is forgotten");
-        assert!(watches(&watching, "a", "run-1"));
-        assert!(watches(&watching, "a", "one-more"));
-        assert_eq!(watching.by_session["a"].len(), MAX_NOTIFIED_TASKS);
-        assert_eq!(watching.by_run.len(), MAX_NOTIFIED_TASKS);
-    }
-
-    #[test]
-    fn a_closed_session_and_a_finished_run_are_forgotten_and_others_kept() {
-        let mut watching = Watching::default();
-        watching.watch("a", "shared", TaskStatus::Working);
-        watching.watch("b", "shared", TaskStatus::Working);
-        watching.watch("b", "own", TaskStatus::InputRequired);
-        watching.session_closed("a");
-        assert!(!watches(&watching, "a", "shared"));
-        assert!(watches(&watching, "b", "shared"));
-        watching.forget_run("shared");
-        assert!(!watching.by_run.contains_key("shared"));
-        assert_eq!(watching.by_session["b"], ["own"]);
-    }
 
     #[test]
     fn events_matter_only_to_a_task_that_waits() {
