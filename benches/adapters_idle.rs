@@ -1,10 +1,11 @@
-//! What a `config` call leaves running: the daemon's RSS plus that of every process below it
-//! (the adapters `config` started to probe), right after the call and then every 15 s for two
-//! minutes. The four built-in backends run their real adapters, pinned and installed by
-//! `scripts/install-test-deps` (run it first), pointed at by the same `AGENTPRISM_*_ACP_CMD`
-//! variables a user sets; nothing reaches the network (the probes' sessions fail or succeed
-//! offline, which is what a user without credentials sees). Goal: under 50 MB two minutes
-//! after the call. Run with `cargo bench --bench adapters_idle` (release build).
+//! What a `config` call leaves running (area `adapters_idle` of `docs/performance.md`): the
+//! daemon's RSS plus that of every process below it (the adapters `config` started to probe),
+//! right after the call and then every 15 s for two minutes. The four built-in backends run
+//! their real adapters, pinned and installed by `scripts/install-test-deps` (run it first),
+//! pointed at by the same `AGENTPRISM_*_ACP_CMD` variables a user sets; nothing reaches the
+//! network (the probes' sessions fail or succeed offline, which is what a user without
+//! credentials sees). Goal: under 50 MB two minutes after the call. Run with `cargo bench
+//! --bench adapters_idle` (release build) or `scripts/measure adapters_idle`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,8 +14,8 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::World;
 use support::http::{Client, Daemon};
+use support::{World, figure};
 
 /// How long the bench watches after the call.
 const WATCH: Duration = Duration::from_secs(120);
@@ -73,6 +74,12 @@ fn main() {
     let mut client = Client::connect(daemon.port);
     let before = tree_rss_mib(daemon.pid);
     println!("daemon and children before config: {before:.1} MiB");
+    figure(
+        "adapters_idle",
+        "daemon and its children before `config`",
+        format!("{before:.1} MiB"),
+        "-",
+    );
     let started = Instant::now();
     let answer = client.request(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "workflow", "arguments": {
@@ -100,6 +107,12 @@ fn main() {
     println!(
         "idle two minutes after config: {last:.1} MiB (goal < {GOAL_MIB} MiB: {})",
         if last < GOAL_MIB { "met" } else { "not met" }
+    );
+    figure(
+        "adapters_idle",
+        "daemon and its children two minutes after `config` of the four backends",
+        format!("{last:.1} MiB"),
+        "< 50 MB",
     );
 }
 

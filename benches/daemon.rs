@@ -1,7 +1,7 @@
-//! Daemon and shim figures of issue 4 (docs/performance-daemon.md): shim start to the
+//! Daemon and shim figures (area `daemon` of `docs/performance.md`): shim start to the
 //! `initialize` answer with the daemon running and without one, idle RSS of shim and daemon,
 //! daemon RSS after 50 runs, and the shim's proxy overhead per request against direct HTTP.
-//! Run with `cargo bench --bench daemon` (release build). Everything happens under a temp
+//! Run with `cargo bench --bench daemon` (release build) or `scripts/measure daemon`. Everything happens under a temp
 //! HOME with `AGENTPRISM_DAEMON_PORT=0`; every daemon started is killed at the end.
 
 use std::io::{Read, Write};
@@ -11,7 +11,7 @@ use serde_json::json;
 
 mod support;
 
-use support::{World, initialize_params, ms, percentile, report, rss_kib, settle};
+use support::{World, figure, initialize_params, ms, percentile, report, rss_kib, settle};
 
 fn main() {
     let temp = tempfile::tempdir().expect("temp dir");
@@ -31,6 +31,12 @@ fn main() {
         shim.close();
     }
     report("shim start to initialize answer, daemon running", &mut warm);
+    figure(
+        "daemon",
+        "shim start to `initialize` answer, daemon running: p50",
+        format!("{:.1} ms", ms(percentile(&mut warm, 50))),
+        "< 10 ms",
+    );
 
     let mut cold = Vec::new();
     for round in 0..8 {
@@ -46,16 +52,32 @@ fn main() {
         "shim start to initialize answer, no daemon (spawns it)",
         &mut cold,
     );
+    figure(
+        "daemon",
+        "shim start to `initialize` answer, no daemon (spawns it): p50",
+        format!("{:.1} ms", ms(percentile(&mut cold, 50))),
+        "< 60 ms",
+    );
 
     first.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     first.request(2, "tools/list", json!({}));
     settle();
-    println!(
-        "idle RSS of the shim: {:.1} MiB",
-        rss_kib(first.child.id() as i32) as f64 / 1024.0
+    let shim_rss = rss_kib(first.child.id() as i32) as f64 / 1024.0;
+    println!("idle RSS of the shim: {shim_rss:.1} MiB");
+    figure(
+        "daemon",
+        "idle RSS of the shim",
+        format!("{shim_rss:.1} MiB"),
+        "< 4 MiB",
     );
     let idle = rss_kib(daemon);
     println!("idle RSS of the daemon: {:.1} MiB", idle as f64 / 1024.0);
+    figure(
+        "daemon",
+        "idle RSS of the daemon",
+        format!("{:.1} MiB", idle as f64 / 1024.0),
+        "< 12 MiB",
+    );
 
     // Proxy overhead: the same request through the shim and straight over HTTP.
     let session = first.session.clone();
@@ -77,6 +99,12 @@ fn main() {
         ms(shim_p50),
         ms(direct_p50),
         ms(shim_p50.saturating_sub(direct_p50))
+    );
+    figure(
+        "daemon",
+        "shim proxy overhead per request (`ping` p50 through the shim minus direct HTTP)",
+        format!("{:.3} ms", ms(shim_p50.saturating_sub(direct_p50))),
+        "< 0.2 ms",
     );
 
     let script = "export const meta = { name: 'bench', description: 'd' };\nreturn 1;\n";
@@ -108,6 +136,12 @@ fn main() {
         "daemon RSS after 50 runs: {:.1} MiB ({:+.1} MiB against idle)",
         after as f64 / 1024.0,
         (after as f64 - idle as f64) / 1024.0
+    );
+    figure(
+        "daemon",
+        "daemon RSS after 50 small runs, against idle",
+        format!("{:+.1} MiB", (after as f64 - idle as f64) / 1024.0),
+        "< +2 MiB",
     );
     first.close();
 

@@ -1,9 +1,9 @@
-//! MCP server latency: `tools/list`, a `status` lookup and 0-agent run admission over
-//! Streamable HTTP, with 1 and 16 concurrent clients, against the release `agentprism serve
-//! --http`. Prints one line per figure with the goal beside it.
+//! MCP server latency (area `mcp` of `docs/performance.md`): `tools/list`, a `status` lookup
+//! and 0-agent run admission over Streamable HTTP, with 1 and 16 concurrent clients, against
+//! the release `agentprism serve --http`. Prints one line per figure with the goal beside it.
 //!
-//! Run with `cargo bench --bench mcp` (it builds the release binaries first if they are
-//! missing or stale: `cargo build --release --bins --examples`).
+//! Run with `cargo bench --bench mcp` or `scripts/measure mcp`, after `cargo build --release
+//! --bins --examples` (the bench stops with that command when a binary is missing).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+mod support;
+
+use support::figure;
 
 const SAMPLES_PER_CLIENT: usize = 400;
 
@@ -271,20 +275,40 @@ async fn main() {
     }
     admissions.sort();
     println!(
-        "0-agent run admission (1 client, n={}): p50 {} p99 {}   goal p50 < 1 ms; earlier implementation 9.3 ms",
+        "0-agent run admission (1 client, n={}): p50 {} p99 {}   goal p50 < 1 ms",
         admissions.len(),
         micros(percentile(&admissions, 0.5)),
         micros(percentile(&admissions, 0.99))
     );
+    figure(
+        "mcp",
+        "0-agent run admission, 1 client: p50 / p99",
+        format!(
+            "{} / {}",
+            micros(percentile(&admissions, 0.5)),
+            micros(percentile(&admissions, 0.99))
+        ),
+        "p50 < 1 ms",
+    );
 
     for clients in [1, 16] {
         let samples = measure(&address, clients, "tools/list", json!({})).await;
+        let plural = if clients == 1 { "" } else { "s" };
         println!(
-            "tools/list ({clients} client{}, n={}): p50 {} p99 {}   goal p50 < 0.3 ms, p99 < 1 ms; earlier implementation 2.9 / 7.3 ms",
-            if clients == 1 { "" } else { "s" },
+            "tools/list ({clients} client{plural}, n={}): p50 {} p99 {}   goal p50 < 0.3 ms, p99 < 1 ms",
             samples.len(),
             micros(percentile(&samples, 0.5)),
             micros(percentile(&samples, 0.99))
+        );
+        figure(
+            "mcp",
+            &format!("`tools/list`, {clients} client{plural}: p50 / p99"),
+            format!(
+                "{} / {}",
+                micros(percentile(&samples, 0.5)),
+                micros(percentile(&samples, 0.99))
+            ),
+            "p50 < 0.3 ms, p99 < 1 ms",
         );
         let samples = measure(
             &address,
@@ -294,11 +318,20 @@ async fn main() {
         )
         .await;
         println!(
-            "status lookup ({clients} client{}, n={}): p50 {} p99 {}   goal p50 < 0.1 ms, p99 < 1 ms; earlier implementation 0.55 / 4.2 ms",
-            if clients == 1 { "" } else { "s" },
+            "status lookup ({clients} client{plural}, n={}): p50 {} p99 {}   goal p50 < 0.1 ms, p99 < 1 ms",
             samples.len(),
             micros(percentile(&samples, 0.5)),
             micros(percentile(&samples, 0.99))
+        );
+        figure(
+            "mcp",
+            &format!("`status` of a completed run, {clients} client{plural}: p50 / p99"),
+            format!(
+                "{} / {}",
+                micros(percentile(&samples, 0.5)),
+                micros(percentile(&samples, 0.99))
+            ),
+            "p50 < 0.1 ms, p99 < 1 ms",
         );
     }
 }

@@ -1,5 +1,5 @@
-//! The cost of the connection owner check (issue: only the daemon's own user gets in; goal
-//! under 50 µs per new connection). Two figures:
+//! The cost of the connection owner check (area `peer` of `docs/performance.md`; only the
+//! daemon's own user gets in, and the goal is under 50 µs per new connection). Two figures:
 //! - the `sock_diag` lookup alone ([`socket_owner`]) for 2,000 freshly accepted loopback
 //!   connections, after 200 of warm-up: p50/p90/p99 and the mean;
 //! - the whole check as the listener makes it ([`classify`] with the owner policy), same
@@ -11,6 +11,8 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use agentprism::transport::peer::{Access, Caller, classify, socket_owner};
+
+mod support;
 
 const WARM_UP: usize = 200;
 const SAMPLES: usize = 2_000;
@@ -41,6 +43,19 @@ fn main() {
     }
     report("sock_diag lookup", &mut lookup);
     report("owner check (classify)", &mut check);
+    let p50 = |samples: &[Duration]| micros(samples[(samples.len() - 1) / 2]);
+    support::figure(
+        "peer",
+        "`sock_diag` lookup of a new connection's owner: p50",
+        format!("{:.1} µs", p50(&lookup)),
+        "< 50 µs",
+    );
+    support::figure(
+        "peer",
+        "the whole owner check (`classify`): p50",
+        format!("{:.1} µs", p50(&check)),
+        "< 50 µs",
+    );
     println!("goal: p50 under 50 µs per new connection");
 }
 

@@ -1,5 +1,5 @@
-//! What serve replicas sharing one store cost (issue 15's figures, docs/performance.md
-//! "Replicas"). In this process: each replica is a `FolderServer` over an engine of its own,
+//! What serve replicas sharing one store cost (area `replicas` of `docs/performance.md`). In
+//! this process: each replica is a `FolderServer` over an engine of its own,
 //! with its own handle on one SQLite persistence root (its own connections, as a separate
 //! process would have) and its own lease owner id, under `LeasePolicy::Ttl`; requests go
 //! through the MCP core (`McpServer::handle_bytes`, no socket) as stateless 2026-07-28
@@ -19,8 +19,8 @@
 //! Each figure on SQLite (one persistence root) and on PostgreSQL (a database of the private
 //! test cluster, `agentprism::testing::PgCluster`, over loopback TCP).
 //!
-//! Run with `cargo bench --bench replicas` (release). Wall times on a shared machine are
-//! noisy.
+//! Run with `cargo bench --bench replicas` (release) or `scripts/measure replicas`. Wall
+//! times on a shared machine are noisy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +37,8 @@ use agentprism::store::{LeasePolicy, PgOptions, PostgresStore, SqliteStore, Stor
 use agentprism::testing::PgCluster;
 use serde_json::{Value, json};
 
+mod support;
+
 const RUNS: usize = 60;
 const STATUS_SAMPLES: usize = 2_000;
 const RENEWALS: usize = 1_000;
@@ -47,11 +49,11 @@ fn main() {
     let folder = write_folder(base.path());
     let runtime = runtime();
     println!("SQLite (one persistence root):");
-    measure(&runtime, base.path(), &folder, |name| {
+    measure(&runtime, "SQLite", base.path(), &folder, |name| {
         Box::pin(std::future::ready(Location::Sqlite(base.path().join(name))))
     });
     println!("PostgreSQL (the private test cluster, one database per measurement):");
-    measure(&runtime, base.path(), &folder, |_| {
+    measure(&runtime, "PostgreSQL", base.path(), &folder, |_| {
         Box::pin(async { Location::Postgres(PgCluster::shared().create_database().await.url) })
     });
 }
@@ -82,6 +84,7 @@ type NewLocation<'a> =
 
 fn measure<'a>(
     runtime: &tokio::runtime::Runtime,
+    backend: &str,
     base: &'a Path,
     folder: &'a Path,
     new_location: impl Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = Location> + 'a>>
@@ -110,14 +113,24 @@ fn measure<'a>(
                 elapsed.as_secs_f64(),
                 RUNS as f64 / elapsed.as_secs_f64()
             );
+            support::figure(
+                "replicas",
+                &format!("{backend}: runs/s, {count} replica(s), {RUNS} runs of 10 calls"),
+                format!("{:.1}/s", RUNS as f64 / elapsed.as_secs_f64()),
+                "-",
+            );
             if count == 3 {
                 let mut status = status_elsewhere(&replicas, &run_ids).await;
-                report("run/status through another replica", &mut status);
+                report(backend, "`run/status` through another replica", &mut status);
             }
         }
         let location = new_location("store-renew").await;
         let mut renewals = renewal_cost(&location, base, folder).await;
-        report("lease renewal (clock_ms + renew_lease)", &mut renewals);
+        report(
+            backend,
+            "a lease renewal (`clock_ms` + `renew_lease`)",
+            &mut renewals,
+        );
     });
     let location = runtime.block_on(new_location("store-takeover"));
     let takeover = takeover(&location, base, folder, runtime);
@@ -126,6 +139,18 @@ fn measure<'a>(
         TAKEOVER_TTL.as_millis(),
         takeover.as_secs_f64() * 1e3,
         (takeover.as_secs_f64() - TAKEOVER_TTL.as_secs_f64()) * 1e3
+    );
+    support::figure(
+        "replicas",
+        &format!(
+            "{backend}: takeover, death to completed resume ({} ms TTL)",
+            TAKEOVER_TTL.as_millis()
+        ),
+        format!(
+            "TTL + {:.0} ms",
+            (takeover.as_secs_f64() - TAKEOVER_TTL.as_secs_f64()) * 1e3
+        ),
+        "TTL + < 1 s",
     );
 }
 
@@ -325,7 +350,7 @@ fn takeover(
     died.elapsed()
 }
 
-fn report(what: &str, samples: &mut [Duration]) {
+fn report(backend: &str, what: &str, samples: &mut [Duration]) {
     samples.sort();
     let at = |p: usize| samples[(samples.len() * p / 100).min(samples.len() - 1)];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -334,5 +359,11 @@ fn report(what: &str, samples: &mut [Duration]) {
         ms(at(50)),
         ms(at(99)),
         samples.len()
+    );
+    support::figure(
+        "replicas",
+        &format!("{backend}: {what}: p50 / p99"),
+        format!("{:.3} / {:.3} ms", ms(at(50)), ms(at(99))),
+        "-",
     );
 }

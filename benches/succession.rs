@@ -1,6 +1,6 @@
-//! Succession figures of issue 5 (docs/performance.md): the time from a newer shim's first
-//! request to its successor daemon answering it, with an older daemon executing one workflow;
-//! and the time from the last run finishing on the lame duck to its exit.
+//! Succession figures (area `succession` of `docs/performance.md`): the time from a newer
+//! shim's first request to its successor daemon answering it, with an older daemon executing
+//! one workflow; and the time from the last run finishing on the lame duck to its exit.
 //!
 //! Two versions from one build need `AGENTPRISM_TEST_VERSION`, which only debug builds and the
 //! `version-override` feature honour, so this bench requires that feature:
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::{World, initialize_params, process_gone, report};
+use support::{World, figure, initialize_params, ms, percentile, process_gone, report};
 
 const ROUNDS: usize = 8;
 
@@ -113,6 +113,26 @@ fn main() {
         "lame duck: the run's last update (store) to the daemon's exit",
         &mut run_end_to_exit,
     );
+    for (name, samples, goal) in [
+        (
+            "newer shim started to its `initialize` answered by the successor: p50",
+            &mut takeover,
+            "< 150 ms",
+        ),
+        (
+            "the held call released to the lame duck's exit: p50",
+            &mut release_to_exit,
+            "-",
+        ),
+        (
+            "the run's last store update to the lame duck's exit: p50",
+            &mut run_end_to_exit,
+            "< 1 s",
+        ),
+    ] {
+        let p50 = ms(percentile(samples, 50));
+        figure("succession", name, format!("{p50:.1} ms"), goal);
+    }
     for pid in daemons {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),

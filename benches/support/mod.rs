@@ -1,6 +1,7 @@
-//! What the daemon and succession benches share: a private world (HOME, persistence root,
-//! project, ephemeral ports) whose shims are real `agentprism-workflow` processes, and the
-//! figures' arithmetic. Each bench includes it with `mod support;`.
+//! What the benches share: a private world (HOME, persistence root, project, ephemeral
+//! ports) whose shims are real `agentprism-workflow` processes, the figures' arithmetic, and
+//! the one machine-readable line per figure that `scripts/measure` collects ([`figure`]).
+//! Each bench includes it with `mod support;`.
 
 #![allow(dead_code)]
 
@@ -16,6 +17,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub const SHIM: &str = env!("CARGO_BIN_EXE_agentprism-workflow");
+
+/// Prints one figure as a line `scripts/measure` reads:
+/// `figure: <area> | <figure> | <value> | <goal>`, with `-` for a figure that has no goal.
+/// The area is the bench's name, so `scripts/measure <area>` refreshes exactly its figures.
+/// The prose lines around it are for a reader; this line is the contract.
+pub fn figure(area: &str, name: &str, value: impl std::fmt::Display, goal: &str) {
+    println!("figure: {area} | {name} | {value} | {goal}");
+}
 
 pub struct World {
     pub env: Vec<(String, String)>,

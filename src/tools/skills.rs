@@ -260,8 +260,8 @@ mod tests {
         assert!(front["description"].as_str().is_some_and(|d| d.len() > 20));
     }
 
-    /// Issue 10, defect 3: the TypeScript SDK's SkillsClient throws on a 2026-07-28
-    /// directory page without its caching fields.
+    /// The TypeScript SDK's SkillsClient throws on a 2026-07-28 directory page without its
+    /// caching fields.
     #[test]
     fn directory_pages_carry_the_caching_fields() {
         for uri in [

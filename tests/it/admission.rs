@@ -1,4 +1,4 @@
-//! Admission refusals from routing and probes (issue 11): with `AGENTPRISM_DEFAULT_BACKEND`
+//! Admission refusals from routing and probes: with `AGENTPRISM_DEFAULT_BACKEND`
 //! unset, a model spec that names no backend (`mokc`) is a routing error listing the
 //! backends, and a probe that fails for any reason but credentials rejects the run naming
 //! the backend and the reason; a credential failure only warns. Each through the CLI (exit 2,

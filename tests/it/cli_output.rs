@@ -1,6 +1,5 @@
 //! What the command line prints, and that printing never ends it badly: a closed stdout,
-//! probe limits, failed calls' messages, signal hints, and user-facing wording (issue 10
-//! defects 11, 12 and 14).
+//! probe limits, failed calls' messages, signal hints, and user-facing wording.
 
 use std::process::Stdio;
 use std::time::Duration;

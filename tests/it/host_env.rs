@@ -1,5 +1,5 @@
-//! What a host's environment does to the agents of the daemon it starts (issue 10 defect 10),
-//! and what a model driving the tool through a real shim is told to do next (defect 9), end
+//! What a host's environment does to the agents of the daemon it starts, and what a model
+//! driving the tool through a real shim is told to do next (`structuredContent.next`), end
 //! to end: a shim launched as Claude Code launches it, the daemon it spawns, the mock agent.
 
 use std::time::{Duration, Instant};

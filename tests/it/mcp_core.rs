@@ -480,7 +480,7 @@ async fn notifications_cancelled_cancels_the_matching_request_which_gets_no_resp
         .await
         .unwrap()
         .unwrap();
-    // The client gave up on the request: it gets no response at all (defect 8 of issue 10).
+    // The client gave up on the request: it gets no response at all.
     assert_eq!(outcome.response, None, "{outcome:?}");
     assert_eq!(outcome.status, 202);
 }

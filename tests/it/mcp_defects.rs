@@ -1,5 +1,4 @@
-//! Regression tests for the MCP defects of issue 10 (defects 2 to 8), each failing before
-//! its fix: stateless exact retries, skill directory caching fields, GET stream replay,
+//! Regression tests for MCP behaviours real clients depend on: stateless exact retries, skill directory caching fields, GET stream replay,
 //! `subscriptions/listen` acknowledgements, `list_changed` per admission and deletion, no
 //! progress after admission, and tool-call error shaping.
 
@@ -49,7 +48,7 @@ impl Setup {
         run_id_of(&self.tool(&stateless(json!(1)), arguments).await)
     }
 }
-/// Defect 2: stateless ids restart at 1 in every client, so id + arguments is no identity.
+/// Stateless ids restart at 1 in every client, so id + arguments is no identity.
 /// Two clients' `run`s with the same id and script are two runs; only the same
 /// `_meta["agentprism/idempotencyKey"]` with the same arguments is a retry.
 #[tokio::test]
@@ -82,7 +81,7 @@ async fn stateless_runs_are_retries_only_by_idempotency_key() {
     assert_eq!(s.tool(&bad, arguments).await["isError"], true);
 }
 
-/// Defect 2: a stateless `resume` receipt answers only while the generation it started is
+/// A stateless `resume` receipt answers only while the generation it started is
 /// the latest and still going. Once that generation paused (or was stopped), the same id
 /// and arguments resume the run again, in memory and through the engine's durable receipt
 /// (a new server over the same engine has no in-memory receipts).
@@ -119,7 +118,7 @@ async fn a_stateless_resume_receipt_goes_stale_once_its_generation_ends() {
     assert_eq!(record.generation, 4);
 }
 
-/// Defect 6: a run admitted and settled within the coalescing window changes the resource
+/// A run admitted and settled within the coalescing window changes the resource
 /// list once, not once for the admission and again for its result; a run that pauses
 /// changes it once too.
 #[tokio::test]
@@ -172,7 +171,7 @@ async fn one_admission_is_one_list_change() {
     }
 }
 
-/// Defect 7: no progress notification after admission: sent that close to the response, it
+/// No progress notification after admission: sent that close to the response, it
 /// can arrive after it, when the client no longer knows the token.
 #[tokio::test]
 async fn no_progress_follows_admission() {
@@ -202,7 +201,7 @@ async fn no_progress_follows_admission() {
     }
 }
 
-/// Defect 8: input the tool refuses is a tool execution error the model can correct: the
+/// Input the tool refuses is a tool execution error the model can correct: the
 /// same text, `isError: true`, `structuredContent.error = {action, field, accepted}`; an
 /// unknown tool stays -32602.
 #[tokio::test]
@@ -243,7 +242,7 @@ fn core(s: &Setup) -> Arc<McpServer> {
     Arc::new(McpServer::new(s.server.clone(), ServerOptions::default()))
 }
 
-/// Defect 5: `subscriptions/listen` acknowledges only URIs it will honour: the canonical
+/// `subscriptions/listen` acknowledges only URIs it will honour: the canonical
 /// events URI of an existing run, not a query URI nor an unknown run's.
 #[tokio::test]
 async fn listen_acknowledges_only_subscribable_uris() {
@@ -287,7 +286,7 @@ async fn listen_acknowledges_only_subscribable_uris() {
     tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
 }
 
-/// Defect 8: a request cancelled with `notifications/cancelled` gets no response, and
+/// A request cancelled with `notifications/cancelled` gets no response, and
 /// `resource_link` blocks reach only sessions at 2025-06-18 or newer.
 #[tokio::test]
 async fn resource_links_go_only_to_sessions_that_know_them() {
@@ -331,7 +330,7 @@ async fn resource_links_go_only_to_sessions_that_know_them() {
     }
 }
 
-/// Defect 6: with a daemon running, `agentprism runs rm` goes through it (the signed control
+/// With a daemon running, `agentprism runs rm` goes through it (the signed control
 /// socket), so its MCP sessions hear `resources/list_changed`.
 #[test]
 fn runs_rm_through_the_daemon_tells_its_sessions() {

@@ -898,7 +898,7 @@ async fn resource_subscription_updates_arrive_on_the_get_stream() {
     server.stop().await;
 }
 
-/// Issue 10, defect 4: notifications sent while a session's GET stream is disconnected are
+/// Notifications sent while a session's GET stream is disconnected are
 /// logged, and a GET with `Last-Event-ID` gets them, then goes on live.
 #[tokio::test]
 async fn a_reconnected_get_stream_replays_what_it_missed() {

@@ -1,4 +1,4 @@
-//! The run monitor (issue 16, `docs/monitor.md`): capability gating of `workflow_monitor`,
+//! The run monitor (`docs/monitor.md`): capability gating of `workflow_monitor`,
 //! the app-only tools and the panel resource in both eras (`gating`), the app-only tools'
 //! shapes and limit edges and the receipt ledger (`app_tools`), Claude Code channel
 //! notifications to the legacy sessions that named a run (`channels`; end to end on a

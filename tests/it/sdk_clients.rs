@@ -9,7 +9,7 @@
 //! resource; see its docstring for the steps. Two clients drive at once, first with the same
 //! script and then with one script each, and every client must get a run of its own: their
 //! JSON-RPC ids start at the same number, so a server that recognised stateless retries by id
-//! and arguments (issue 10, defect 2) would hand both clients one run.
+//! and arguments would hand both clients one run.
 //!
 //! The venv comes from `scripts/install-test-deps`, named in the manifest it writes. Without
 //! it these tests fail and say how to install it: a skipped client test would read as a pass.

@@ -12,8 +12,8 @@
 //! prints, that all four runs are distinct, that each carries its own client's result, and that
 //! in the identical round both clients sent `run` with the same JSON-RPC id and the same
 //! arguments. That is the collision a server keying stateless retries by id and arguments
-//! (issue 10, defect 2) would answer with one run for both. Over HTTP the two clients share one
-//! server, so defect 2 would fail the modern modes there; over stdio each client launches its
+//! would answer with one run for both. Over HTTP the two clients share one
+//! server, so such a server would fail the modern modes there; over stdio each client launches its
 //! own server and the test checks only that both reach the same run store without mixing.
 //!
 //! Without the SDKs or Node these tests fail and name the install command; the process
@@ -173,7 +173,7 @@ fn drive(mode: Mode, transport: Transport) {
             run_ids.push(run["runId"].as_str().expect("runId").to_owned());
         }
         if round == "identical" {
-            // The precondition for defect 2: the same id and arguments from two clients.
+            // The precondition for that collision: the same id and arguments from two clients.
             let request_ids: Vec<&Value> =
                 in_round.iter().map(|run| &run["runRequestId"]).collect();
             assert!(

@@ -1,4 +1,4 @@
-//! The engine's guards against hostile scripts and hostile use (issue 9, findings 4 to 6),
+//! The engine's guards against hostile scripts and hostile use (docs/security.md),
 //! through the real daemon over HTTP and the real CLI: a declined or cancelled backend
 //! approval is final and shows everything it would run; clocks and the prelude's helpers
 //! are out of a script's reach; a microtask loop after an agent call ends the run within one
@@ -165,7 +165,7 @@ fn assert_refused_as_declined(daemon: &Daemon, run_id: &str) {
     assert_eq!(cli_status["generation"], 1, "{cli_status:#}");
 }
 
-/// Finding 4: the approval request shows the exact command line, every env entry (only
+/// The approval request shows the exact command line, every env entry (only
 /// secret-looking names masked); declining over MCP is final for MCP and CLI resumes alike,
 /// and no agent, declared or built in, is ever prompted.
 #[test]
@@ -214,7 +214,7 @@ fn a_declined_approval_over_mcp_is_final_and_shows_what_it_would_run() {
     assert_eq!(daemon.agent_messages(), "", "an agent was started");
 }
 
-/// Finding 4 with the CLI: `run` prints the command line it asks about, `setup --decline`
+/// The same with the CLI: `run` prints the command line it asks about, `setup --decline`
 /// says the run cannot be resumed, and `resume` refuses it with the reason. A cancelled
 /// approval (`cancel`, or a `stop` while the run waits) is final the same way.
 #[test]
@@ -270,7 +270,7 @@ fn a_declined_or_cancelled_approval_from_the_cli_is_final() {
     assert_eq!(daemon.agent_messages(), "", "an agent was started");
 }
 
-/// Finding 5, clocks: `performance.now()` and `performance.timeOrigin` are refused before
+/// Clocks: `performance.now()` and `performance.timeOrigin` are refused before
 /// admission when written directly, and aliases of them, `WeakRef` and the real `Date`
 /// constructor are refused when the script runs.
 #[test]
@@ -329,7 +329,7 @@ fn refusal_or_failure(daemon: &Daemon, project: &Path, script: &str) -> String {
     status.to_string()
 }
 
-/// Finding 5, helpers: a script sees no `__ap_*` global, cannot fish the helpers out of stack
+/// Helpers: a script sees no `__ap_*` global, cannot fish the helpers out of stack
 /// frames, and setting one (or replacing the built-ins they use) neither forges a result nor
 /// a host error.
 #[test]
@@ -377,7 +377,7 @@ fn the_prelude_helpers_are_out_of_reach() {
     assert!(text.contains("strict JSON"), "{text}");
 }
 
-/// Finding 5, the slice: after one real agent answer, `while (true) await null` (each turn a
+/// The slice: after one real agent answer, `while (true) await null` (each turn a
 /// fresh microtask) ends the run with SCRIPT_ERROR once one slice has passed. The dry run
 /// is left alone: its fabricated answer starts with `[dry-run]`.
 #[test]
@@ -412,7 +412,7 @@ fn a_microtask_loop_after_an_agent_call_ends_the_run_within_the_slice() {
     assert_eq!(status["status"], "completed", "{status:#}");
 }
 
-/// Finding 6: with `AGENTPRISM_DAEMON_MAX_RUNS=3`, three executing runs in two projects are
+/// With `AGENTPRISM_DAEMON_MAX_RUNS=3`, three executing runs in two projects are
 /// admitted while a parked setup waits in a third; the fourth run is refused with the
 /// limit's name, approving the parked setup is refused too, and once a run ends there is
 /// room again.

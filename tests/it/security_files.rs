@@ -1,4 +1,4 @@
-//! Files named by callers, through the real daemon over HTTP (issue 9, findings 2 and 3): a
+//! Files named by callers, through the real daemon over HTTP (docs/security.md): a
 //! run's recorded `scriptPath` swapped for a symlink, a FIFO, a link to `/dev/zero` or an
 //! oversize file is refused by `resources/read` and by a resume with an error that names the
 //! path and what it is, never its contents; FIFO reads stall nothing else (a bystander run

@@ -1,5 +1,5 @@
-//! Who reaches the daemon, and how long a connection may dawdle (issue: only the daemon's
-//! own user gets in). Against the real daemon:
+//! Who reaches the daemon, and how long a connection may dawdle (only the daemon's own
+//! user gets in). Against the real daemon:
 //! - another uid (`python3` as `nobody`, started by this root test) gets the implementation
 //!   name from `/healthz` and 403 on every other path, the reproduction included (a script
 //!   backend and its setup answer), and the daemon logs the refusal;

@@ -1,4 +1,4 @@
-//! Finding 8 of the security issue: no agent process survives its owner. Every agent here is
+//! No agent process survives its owner (docs/security.md). Every agent here is
 //! the mock agent as real adapters behave at their worst: it ignores stdin EOF
 //! (`MOCK_ACP_EXIT_ON_EOF=0`) and keeps a `sleep 300` child in its process group
 //! (`MOCK_ACP_SPAWN_CHILD=1`). The owners are the real binaries: a foreground `agentprism run`,

@@ -1,5 +1,5 @@
 //! The folder server (`agentprism serve <dir>`, docs/serve.md) driven by the official MCP SDK
-//! clients: issue 13's acceptance run. The fixture folder `tests/fixtures/serve` (`echo`
+//! clients, end to end. The fixture folder `tests/fixtures/serve` (`echo`
 //! without agents, `review` with a companion file, `approval` with a checkpoint, `slow` with
 //! three mock agent steps) is copied into the test's own temp folder and served over
 //! Streamable HTTP (`--http 127.0.0.1:0`, a server this test starts) and over stdio (a server

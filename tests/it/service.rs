@@ -342,7 +342,7 @@ fn without_a_user_bus_install_writes_nothing_and_uninstall_removes_the_files() {
     }
     assert!(!config.exists(), "install wrote under {}", config.display());
 
-    // What an install that failed at `daemon-reload` used to leave behind.
+    // Files an earlier install left behind (one made while a user manager was reachable).
     let units = config.join("systemd/user");
     let owned = [
         units.join("agentprism.service"),

@@ -727,7 +727,7 @@ fn wait_completed(shim: &mut Shim, run_id: &str) {
     assert!(text.contains("done"), "{result:#}");
 }
 
-/// The acceptance test of issue 4: a workflow started through one shim that is then killed
+/// The shim's promise to a host: a workflow started through one shim that is then killed
 /// with SIGKILL completes, and a second shim in a new host session reads its status and
 /// result.
 #[test]
@@ -798,9 +798,9 @@ fn in_process_mode_serves_without_a_daemon() {
     );
 }
 
-/// Issue 10, defect 1: a host that spawns the shim from a worker thread and then retires that
-/// thread (Codex does after about 10 s idle) keeps its shim. `PR_SET_PDEATHSIG` fired on the
-/// thread's exit and ended the shim, so the next call failed with "Transport closed".
+/// A host that spawns the shim from a worker thread and then retires that thread (Codex
+/// does after about 10 s idle) keeps its shim. `PR_SET_PDEATHSIG` would fire on the thread's
+/// exit and end the shim, so the next call would fail with "Transport closed".
 #[test]
 fn a_shim_outlives_the_thread_that_spawned_it() {
     let world = World::new();
@@ -826,7 +826,7 @@ fn a_shim_outlives_the_thread_that_spawned_it() {
     );
 }
 
-/// The other half of defect 1: the shim still ends with its host *process*, even while the
+/// The other half of the rule above: the shim still ends with its host *process*, even while the
 /// host's stdin pipe stays open (here the test holds it, so EOF cannot be what ends it).
 #[test]
 fn a_shim_ends_when_its_parent_process_dies() {

@@ -1,4 +1,4 @@
-//! `structuredContent.next` (issue 10 defect 9): hosts show the model the structured result,
+//! `structuredContent.next`: hosts show the model the structured result,
 //! not the text, so every answer names the one call that moves the run on. Driven through
 //! the workflow server's `McpHandler`, with the in-process instant runner.
 

@@ -61,8 +61,8 @@ impl Setup {
             .unwrap_or_else(|e| panic!("{arguments}: {e}"))
     }
 
-    /// A call the tool refuses as invalid input: a tool execution error (issue 10, defect 8)
-    /// with `structuredContent.error` naming the field.
+    /// A call the tool refuses as invalid input: a tool execution error with
+    ///  `structuredContent.error` naming the field.
     async fn invalid(&self, arguments: Value) -> Value {
         let result = self.call(arguments.clone()).await;
         assert!(is_error(&result), "{arguments}: {result}");
@@ -980,7 +980,7 @@ async fn preparation_reports_progress_and_honours_cancellation() {
     }
     assert!(messages[0].starts_with("preparing"), "{messages:?}");
     // Nothing after admission: a notification sent that close to the response can arrive
-    // after it, when the client no longer knows the token (issue 10, defect 7).
+    // after it, when the client no longer knows the token.
     assert_eq!(messages.len(), 1, "{messages:?}");
 
     let cancelled = fresh();

@@ -1,4 +1,4 @@
-//! The systemd VM test (issue 19, daemon.md scenario 27): the package's user units, under a
+//! The systemd VM test (daemon.md scenario 27): the package's user units, under a
 //! real systemd user manager, in a Debian VM booted with qemu under software emulation.
 //!
 //! The shell scripts beside this file do the work: `build-image` makes the image once into

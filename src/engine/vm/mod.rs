@@ -19,7 +19,8 @@
 //!
 //! The prelude is parsed once per process: the first VM compiles it as a module and keeps the
 //! bytecode (`vm/prelude.rs`), and every later VM loads that bytecode instead of parsing
-//! the 19 KiB source again (most of a 0-agent admission's CPU went to parsing it twice).
+//! the 19 KiB source again: parsing it is most of what starting a VM costs, and every
+//! admission starts at least one.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};

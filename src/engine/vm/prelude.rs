@@ -1,6 +1,6 @@
 //! The prelude, parsed once per process: the first VM compiles `prelude.js` as a module and
 //! keeps its bytecode, and every later VM loads that bytecode instead of parsing the 19 KiB
-//! source again (most of a 0-agent admission's CPU went to parsing it twice). It also holds
+//! source again (parsing it is most of what starting a VM costs). It also holds
 //! the host side of the prelude's `callPath` ([`call_path`]): the prelude takes the stack
 //! text of a fresh `Error` and the host reads the script's frames out of it, which costs a
 //! fraction of splitting and matching it with JavaScript strings and regexps on every call.

@@ -129,7 +129,7 @@ impl ToolHandler for WorkflowTool {
         }
         // Boxed: run and resume hold far more state than a status does, and this future
         // (boxed again by `async_trait`) is as large as its largest branch, copied whole into
-        // its box on every call: 17k instructions of a kept status answer's 120k.
+        // its box on every call, which a status answer, the most frequent call, should not pay.
         Box::pin(self.answer(ctx, action, arguments))
             .await
             .map(ToolAnswer::Value)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The eight checks of issue 19 (daemon.md scenario 27), inside the VM, against the real user
+# The eight checks of the systemd VM test (daemon.md scenario 27), inside the VM, against the real user
 # manager of the lingering user `tester`: the package's units, sd-notify, the watchdog,
 # restarts, succession to agentprism@<version>, socket activation, install/uninstall, a run
 # through the stdio shim with the mock agent, and a clean stop. Runs as root (it needs nft
