@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::manager::{LEASE_EXPIRED, LiveStatus};
-use crate::model::{PauseReason, RunId, RunRecord, RunStatus};
+use crate::model::{CheckpointWait, PauseReason, RunId, RunRecord, RunStatus};
 
 /// The status object, serialised in this field order.
 #[derive(Clone, Debug, Serialize)]
@@ -44,7 +44,7 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumable: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<Value>,
+    pub checkpoint: Option<CheckpointWait>,
     pub calls: CallCounts,
     pub generation: u32,
 }
