@@ -347,4 +347,26 @@ mod tests {
             json!(["-c", "id > ~/pwned; echo 'done'"])
         );
     }
+
+    /// The setup admission stores and the run answer shows, byte for byte as the engine
+    /// has always written it (only the request id is fresh each time).
+    #[test]
+    fn the_setup_json_keeps_its_bytes() {
+        let mut declared = BTreeMap::new();
+        declared.insert(
+            "evil".to_owned(),
+            spec(
+                "/opt/mine-acp",
+                &["--flag"],
+                &[("OPENAI_API_KEY", "sk"), ("LD_PRELOAD", "/tmp/x.so")],
+            ),
+        );
+        let setup = backend_approval_setup(&declared);
+        let text = serde_json::to_string(&setup).expect("serialize");
+        let expected = r#"{"state":"input-required","request":{"id":"ID","kind":"backend-approval","title":"Approve the script's agent backends","message":"The script declares backends that run these commands as you (environment first, values of secret-looking names masked):\n  evil: env LD_PRELOAD=/tmp/x.so OPENAI_API_KEY=<masked> /opt/mine-acp --flag\nApprove only if you trust every one. Declining is final: the run stays aborted and cannot be resumed.","backends":[{"name":"evil","command":"/opt/mine-acp","args":["--flag"],"env":{"LD_PRELOAD":"/tmp/x.so","OPENAI_API_KEY":"<masked>"},"commandLine":"env LD_PRELOAD=/tmp/x.so OPENAI_API_KEY=<masked> /opt/mine-acp --flag"}],"requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"],"additionalProperties":false}}}"#;
+        assert_eq!(
+            text,
+            expected.replace("\"ID\"", &json!(setup.request.id).to_string())
+        );
+    }
 }

@@ -577,6 +577,9 @@ pub struct CallRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayInfo>,
     /// The ACP session this call ran in, kept for continuation after auth or usage pauses.
+    /// JSON: the runner port's opaque reference (`AgentSession::session_ref`),
+    /// whose shape each runner chooses (the ACP runner's is `{backendId, sessionId}`); the
+    /// engine only reads `sessionId` back to ask the same runner to reattach.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Value>,
     pub settlement_ordinal: u64,
@@ -592,7 +595,9 @@ pub struct CallRecord {
 pub struct EventRecord {
     pub seq: u64,
     pub timestamp: i64,
-    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`.
+    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`. JSON:
+    /// each event type has its own members, many carrying previews of agents' and scripts'
+    /// values, and the stream is served to readers exactly as it was appended.
     pub event: Value,
     pub redacted: bool,
     pub truncated: bool,
@@ -604,6 +609,7 @@ pub struct EventRecord {
 pub struct CheckpointAnswer {
     pub call_index: u32,
     pub hash: String,
+    /// The user's answer, handed to the script as it is.
     pub answer: Value,
     pub answered_at: i64,
 }
@@ -615,6 +621,9 @@ pub struct OperationReceipt {
     pub operation_id: String,
     pub generation: u32,
     pub input_digest: String,
+    /// The answer the resume gave, returned again on a retry. JSON: it is the engine's
+    /// admission answer, a type of the engine, which this layer does not know; the engine
+    /// decodes it and reports a receipt that does not parse as a corrupt record.
     pub response: Value,
     pub created_at: i64,
 }

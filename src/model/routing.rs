@@ -69,3 +69,43 @@ pub enum BackendOrigin {
     Host,
     Script,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot as admission writes it (every key, agents and backends with their optional
+    /// fields) reads back to the same text, byte for byte.
+    #[test]
+    fn a_snapshot_as_written_reads_back_to_the_same_json() {
+        let text = r#"{"tiers":{"small":"codex/mini"},"agents":{"plain":{"rolePrompt":"Hi.","digest":"aa"},"reviewer":{"model":"codex","tools":["Read","Grep"],"disallowedTools":["Bash"],"isolation":"worktree","rolePrompt":"You review code.","digest":"bb"}},"scriptBackends":{"bare":{"id":"bare","command":"bare-acp","args":[],"env":{},"origin":"script"},"mine":{"id":"mine","command":"/opt/mine-acp","args":["--flag"],"env":{"A":"1"},"sessionMeta":{"x":[1,2]},"origin":"script"}},"integrity":"3c1d"}"#;
+        let snapshot: RoutingSnapshot = serde_json::from_str(text).expect("snapshot");
+        assert_eq!(snapshot.agents["reviewer"].tools, ["Read", "Grep"]);
+        assert_eq!(
+            snapshot.script_backends["mine"].origin,
+            BackendOrigin::Script
+        );
+        assert_eq!(serde_json::to_string(&snapshot).expect("serialize"), text);
+        let empty = r#"{"tiers":{},"agents":{},"scriptBackends":{},"integrity":""}"#;
+        let snapshot: RoutingSnapshot = serde_json::from_str(empty).expect("empty");
+        assert_eq!(snapshot, RoutingSnapshot::default());
+        assert_eq!(serde_json::to_string(&snapshot).expect("serialize"), empty);
+    }
+
+    /// Not a snapshot, or one with a key this shape does not have, is refused rather than
+    /// read as an empty snapshot that would route the run anew.
+    #[test]
+    fn a_snapshot_that_does_not_fit_is_refused() {
+        for text in [
+            r#""not a snapshot""#,
+            r#"{"tiers":{"small":3}}"#,
+            r#"{"tiers":{},"integrity":"a","tierz":{}}"#,
+            r#"{"agents":{"a":{"digest":"d"}}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<RoutingSnapshot>(text).is_err(),
+                "{text}"
+            );
+        }
+    }
+}
