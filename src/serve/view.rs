@@ -10,7 +10,7 @@
 //! | `result` | `completed` | the value the script returned (the original called it `vars`) |
 //! | `error` | `failed`, `canceled` | the failure message |
 //! | `resumable` | not `working`, not `completed` | whether `run/resume` can continue it |
-//! | `checkpoint` | `input_required` at a checkpoint | `{callIndex, prompt, kind, choices}`: answer it with `checkpointReplies` |
+//! | `checkpoint` | `input_required` at a checkpoint | `{callIndex, hash, prompt, kind, choices}`: answer it with `checkpointReplies` |
 //! | `calls` | always | `{running}` live, `{settled}` otherwise |
 //! | `generation` | always | 1, plus one per resume |
 //!
