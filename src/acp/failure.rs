@@ -12,11 +12,12 @@
 //!
 //! Messages are bounded because they end up in run events and journals.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::acp::advice;
 use crate::acp::connection::{RpcError, codes};
 use crate::engine::runner::{AgentFailure, FailureKind};
+use crate::model::{AuthContext, AuthMethod};
 
 /// Longest agent-provided message we copy into a failure.
 const MESSAGE_LIMIT: usize = 2000;
@@ -92,21 +93,23 @@ pub(crate) fn rpc_failure(
 
 /// `{backendId, methods:[{id, type?, name?}]}`: only identifiers and labels, never anything a
 /// method might carry besides (descriptions can embed URLs with tokens, `_meta` anything).
-pub(crate) fn auth_context(backend: &str, methods: &[Value]) -> Value {
-    let methods: Vec<Value> = methods
+pub(crate) fn auth_context(backend: &str, methods: &[Value]) -> AuthContext {
+    let text =
+        |method: &Value, field: &str| method.get(field).and_then(Value::as_str).map(str::to_owned);
+    let methods = methods
         .iter()
         .filter_map(|method| {
-            let id = method.get("id")?.as_str()?;
-            let mut entry = json!({"id": id});
-            for field in ["type", "name"] {
-                if let Some(value) = method.get(field).and_then(Value::as_str) {
-                    entry[field] = json!(value);
-                }
-            }
-            Some(entry)
+            Some(AuthMethod {
+                id: text(method, "id")?,
+                kind: text(method, "type"),
+                name: text(method, "name"),
+            })
         })
         .collect();
-    json!({"backendId": backend, "methods": methods})
+    AuthContext {
+        backend_id: backend.to_owned(),
+        methods,
+    }
 }
 
 /// A provider's 401/403 in the words an adapter passes on. Only wordings that cannot describe
@@ -290,6 +293,7 @@ fn tail(text: &str, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn remote(code: i64, message: &str, data: Option<Value>) -> RpcError {
         RpcError::Remote {
@@ -305,8 +309,8 @@ mod tests {
         let failure = rpc_failure("pi", "session/new", remote(-32000, "auth", None), &init, "");
         assert_eq!(failure.kind, FailureKind::AuthRequired);
         assert_eq!(
-            failure.auth_context,
-            Some(json!({"backendId": "pi", "methods": [{"id": "login", "name": "Log in"}]}))
+            json!(failure.auth_context),
+            json!({"backendId": "pi", "methods": [{"id": "login", "name": "Log in"}]})
         );
         let data = json!({"authMethods": [{"id": "key", "type": "env_var", "_meta": {"x": 1}}]});
         let failure = rpc_failure(
@@ -317,8 +321,8 @@ mod tests {
             "",
         );
         assert_eq!(
-            failure.auth_context,
-            Some(json!({"backendId": "pi", "methods": [{"id": "key", "type": "env_var"}]}))
+            json!(failure.auth_context),
+            json!({"backendId": "pi", "methods": [{"id": "key", "type": "env_var"}]})
         );
     }
 
@@ -422,8 +426,8 @@ mod tests {
             let failure = rpc_failure(backend, "session/prompt", error, &init, "");
             assert_eq!(failure.kind, FailureKind::AuthRequired, "{shown}");
             assert_eq!(
-                failure.auth_context,
-                Some(json!({"backendId": backend, "methods": [{"id": "login", "name": "Log in"}]})),
+                json!(failure.auth_context),
+                json!({"backendId": backend, "methods": [{"id": "login", "name": "Log in"}]}),
                 "{shown}"
             );
         }

@@ -496,10 +496,6 @@ impl AgentSession for AcpSession {
     }
 }
 
-#[expect(
-    clippy::result_large_err,
-    reason = "AgentFailure is the runner trait's error type; prompt returns it unboxed"
-)]
 fn finish_turn(host: &AgentHost, result: &Value, text: String) -> Result<TurnOutput, AgentFailure> {
     let backend = &host.backend.id;
     let stop = result

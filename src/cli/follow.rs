@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::args::ForegroundArgs;
 use super::input::{engine_error, input_error};
@@ -17,8 +17,9 @@ use super::{
 };
 use crate::engine::events::RunNotice;
 use crate::engine::runner::PermissionOutcome;
+use crate::engine::status::StatusOutcome;
 use crate::engine::{Engine, StatusQuery};
-use crate::model::RunId;
+use crate::model::{CheckpointKind, RunId};
 
 /// How often a foreground run looks for stop and cancel requests made by other processes. A
 /// foreground run has no control socket, so this is how soon `agentprism stop` in another
@@ -103,11 +104,11 @@ async fn settle(
     interrupted: Interrupted,
     options: &ForegroundArgs,
 ) -> Result<u8> {
-    let status = engine
+    let document = engine
         .status(run_id, &StatusQuery::default())
         .await
         .map_err(engine_error)?;
-    let status = serde_json::json!(status);
+    let status = serde_json::json!(document);
     let state = status
         .get("status")
         .and_then(Value::as_str)
@@ -130,7 +131,11 @@ async fn settle(
             EXIT_COMPLETED
         }
         "paused" => {
-            report_paused(run_id, &status, &outcome);
+            report_paused(
+                run_id,
+                document.reason.as_deref(),
+                document.outcome.as_ref(),
+            );
             interrupted_code.unwrap_or(EXIT_PAUSED)
         }
         "failed" => {
@@ -155,45 +160,31 @@ async fn settle(
 
 /// Why a run paused and the command that continues it: with a checkpoint answer when it waits
 /// on one, else after credentials or a usage-limit reset.
-fn report_paused(run_id: &RunId, status: &Value, outcome: &Value) {
-    let reason = status
-        .get("reason")
-        .and_then(Value::as_str)
-        .unwrap_or("requested");
-    note!("run {run_id} paused: {reason}");
-    let Some(context) = outcome.get("checkpointContext") else {
-        if let Some(auth) = outcome.get("authContext") {
-            note!("the backend needs credentials: {auth}");
+fn report_paused(run_id: &RunId, reason: Option<&str>, outcome: Option<&StatusOutcome>) {
+    note!("run {run_id} paused: {}", reason.unwrap_or("requested"));
+    let Some(context) = outcome.and_then(|outcome| outcome.checkpoint_context.as_ref()) else {
+        if let Some(auth) = outcome.and_then(|outcome| outcome.auth_context.as_ref()) {
+            note!("the backend needs credentials: {}", json!(auth));
         }
-        if let Some(hint) = outcome.get("resetHint") {
-            note!("usage limit; resets: {hint}");
+        if let Some(hint) = outcome.and_then(|outcome| outcome.reset_hint.as_deref()) {
+            note!("usage limit; resets: {}", json!(hint));
         }
         note!("continue with:\n  agentprism resume {run_id}");
         return;
     };
-    let index = context
-        .get("callIndex")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    note!(
-        "checkpoint {index}: {}",
-        context
-            .get("prompt")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    );
-    let example = match context.get("kind").and_then(Value::as_str) {
-        Some("input") => "'\"your answer\"'".to_owned(),
-        Some("select") => format!(
+    note!("checkpoint {}: {}", context.call_index, context.prompt);
+    let example = match context.kind {
+        CheckpointKind::Input => "'\"your answer\"'".to_owned(),
+        CheckpointKind::Select => format!(
             "'{}'",
-            context
-                .pointer("/choices/0")
-                .cloned()
-                .unwrap_or(Value::Null)
+            json!(context.choices.as_ref().and_then(|choices| choices.first()))
         ),
-        _ => "true".to_owned(),
+        CheckpointKind::Confirm => "true".to_owned(),
     };
-    note!("continue with:\n  agentprism resume {run_id} --reply {index}={example}");
+    note!(
+        "continue with:\n  agentprism resume {run_id} --reply {}={example}",
+        context.call_index
+    );
 }
 
 /// How many failed calls [`report_failed_calls`] lists one by one.

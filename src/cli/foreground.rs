@@ -118,17 +118,13 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
             let setup_id = admission
                 .setup
                 .as_ref()
-                .and_then(|s| s.pointer("/request/id"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+                .map(|setup| setup.request.id.clone())
+                .unwrap_or_default();
             if !args.approve_backends {
                 let message = admission
                     .setup
                     .as_ref()
-                    .and_then(|s| s.pointer("/request/message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                    .map_or("", |setup| setup.request.message.as_str());
                 note!("{message}");
                 note!(
                     "The run waits for approval. Continue with:\n  agentprism setup {} --approve",
@@ -202,10 +198,8 @@ pub(super) async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
         let setup_id = record
             .setup
             .as_ref()
-            .and_then(|s| s.pointer("/request/id"))
-            .and_then(Value::as_str)
-            .ok_or_else(|| input_error(format!("run {run_id} has no setup request")))?
-            .to_owned();
+            .map(|setup| setup.request.id.clone())
+            .ok_or_else(|| input_error(format!("run {run_id} has no setup request")))?;
         let response = if args.approve {
             json!({"action": "accept", "content": {"approve": true}})
         } else {

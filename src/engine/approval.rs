@@ -13,10 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::engine::runner::BackendSpec;
-use crate::model::RunRecord;
+use crate::model::{RunRecord, SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend};
 
 /// The `reason` of a run whose backend approval was declined or cancelled.
 pub const SETUP_DECLINED: &str = "setup_declined";
@@ -25,39 +25,34 @@ pub const SETUP_DECLINED: &str = "setup_declined";
 pub const MASKED: &str = "<masked>";
 
 /// The pending setup of a run whose script declares `backends`.
-pub fn backend_approval_setup(declared: &BTreeMap<String, BackendSpec>) -> Value {
-    let backends: Vec<Value> = declared.values().map(describe_backend).collect();
+pub fn backend_approval_setup(declared: &BTreeMap<String, BackendSpec>) -> SetupWait {
+    let backends: Vec<ShownBackend> = declared.values().map(describe_backend).collect();
     let lines: Vec<String> = backends
         .iter()
-        .map(|backend| {
-            format!(
-                "{}: {}",
-                backend["name"].as_str().unwrap_or_default(),
-                backend["commandLine"].as_str().unwrap_or_default()
-            )
-        })
+        .map(|backend| format!("  {}: {}", backend.name, backend.command_line))
         .collect();
-    json!({
-        "state": "input-required",
-        "request": {
-            "id": uuid::Uuid::new_v4().to_string(),
-            "kind": "backend-approval",
-            "title": "Approve the script's agent backends",
-            "message": format!(
+    SetupWait {
+        state: SetupState::InputRequired,
+        request: SetupRequest {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind: SetupKind::BackendApproval,
+            title: "Approve the script's agent backends".to_owned(),
+            message: format!(
                 "The script declares backends that run these commands as you (environment first, \
                  values of secret-looking names masked):\n{}\nApprove only if you trust every one. \
                  Declining is final: the run stays aborted and cannot be resumed.",
-                lines.iter().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
+                lines.join("\n")
             ),
-            "backends": backends,
-            "requestedSchema": {
+            backends,
+            requested_schema: json!({
                 "type": "object",
                 "properties": {"approve": {"type": "boolean"}},
                 "required": ["approve"],
                 "additionalProperties": false
-            }
-        }
-    })
+            }),
+        },
+        answer: None,
+    }
 }
 
 /// Whether `record` is a run whose backend approval was declined or cancelled.
@@ -65,9 +60,7 @@ pub fn setup_declined(record: &RunRecord) -> bool {
     record
         .setup
         .as_ref()
-        .and_then(|setup| setup.get("state"))
-        .and_then(Value::as_str)
-        == Some("declined")
+        .is_some_and(|setup| setup.state == SetupState::Declined)
 }
 
 /// Whether `record` has no setup, or one whose approval was given. A run whose setup was
@@ -76,7 +69,7 @@ pub fn setup_approved(record: &RunRecord) -> bool {
     record
         .setup
         .as_ref()
-        .is_none_or(|setup| setup.get("state").and_then(Value::as_str) == Some("approved"))
+        .is_none_or(|setup| setup.state == SetupState::Approved)
 }
 
 /// Records an unanswered setup as cancelled (a `stop` of a run waiting for approval).
@@ -85,20 +78,19 @@ pub fn cancel_pending_setup(record: &mut RunRecord) -> bool {
     let Some(setup) = record.setup.as_mut() else {
         return false;
     };
-    if setup.get("answer").is_some() {
+    if setup.answer.is_some() {
         return false;
     }
-    setup["answer"] = json!({"action": "cancel"});
-    setup["state"] = Value::String("declined".into());
+    setup.answer_with(json!({"action": "cancel"}), false);
     true
 }
 
 /// One backend as the request shows it: `{name, command, args, env, commandLine}`.
-fn describe_backend(backend: &BackendSpec) -> Value {
-    let env: serde_json::Map<String, Value> = backend
+fn describe_backend(backend: &BackendSpec) -> ShownBackend {
+    let env: BTreeMap<String, String> = backend
         .env
         .iter()
-        .map(|(name, value)| (name.clone(), Value::String(shown_value(name, value))))
+        .map(|(name, value)| (name.clone(), shown_value(name, value)))
         .collect();
     let mut words: Vec<String> = Vec::new();
     if !backend.env.is_empty() {
@@ -109,13 +101,13 @@ fn describe_backend(backend: &BackendSpec) -> Value {
     }
     words.push(shell_quote(&backend.command));
     words.extend(backend.args.iter().map(|arg| shell_quote(arg)));
-    json!({
-        "name": backend.id,
-        "command": backend.command,
-        "args": backend.args,
-        "env": env,
-        "commandLine": words.join(" "),
-    })
+    ShownBackend {
+        name: backend.id.clone(),
+        command: backend.command.clone(),
+        args: backend.args.clone(),
+        env,
+        command_line: words.join(" "),
+    }
 }
 
 /// `NAME=value` as one shell word, with the value masked if the name says it is a secret.
@@ -340,7 +332,7 @@ mod tests {
                 ],
             ),
         );
-        let setup = backend_approval_setup(&declared);
+        let setup = serde_json::to_value(backend_approval_setup(&declared)).unwrap();
         let request = &setup["request"];
         let expected = "env LD_PRELOAD=/tmp/evil.so NODE_OPTIONS='--require /tmp/x.js' \
                         OPENAI_API_KEY=<masked> /bin/sh -c 'id > ~/pwned; echo '\\''done'\\'''";
@@ -353,6 +345,28 @@ mod tests {
         assert_eq!(
             request["backends"][0]["args"],
             json!(["-c", "id > ~/pwned; echo 'done'"])
+        );
+    }
+
+    /// The setup admission stores and the run answer shows, byte for byte as the engine
+    /// has always written it (only the request id is fresh each time).
+    #[test]
+    fn the_setup_json_keeps_its_bytes() {
+        let mut declared = BTreeMap::new();
+        declared.insert(
+            "evil".to_owned(),
+            spec(
+                "/opt/mine-acp",
+                &["--flag"],
+                &[("OPENAI_API_KEY", "sk"), ("LD_PRELOAD", "/tmp/x.so")],
+            ),
+        );
+        let setup = backend_approval_setup(&declared);
+        let text = serde_json::to_string(&setup).expect("serialize");
+        let expected = r#"{"state":"input-required","request":{"id":"ID","kind":"backend-approval","title":"Approve the script's agent backends","message":"The script declares backends that run these commands as you (environment first, values of secret-looking names masked):\n  evil: env LD_PRELOAD=/tmp/x.so OPENAI_API_KEY=<masked> /opt/mine-acp --flag\nApprove only if you trust every one. Declining is final: the run stays aborted and cannot be resumed.","backends":[{"name":"evil","command":"/opt/mine-acp","args":["--flag"],"env":{"LD_PRELOAD":"/tmp/x.so","OPENAI_API_KEY":"<masked>"},"commandLine":"env LD_PRELOAD=/tmp/x.so OPENAI_API_KEY=<masked> /opt/mine-acp --flag"}],"requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"],"additionalProperties":false}}}"#;
+        assert_eq!(
+            text,
+            expected.replace("\"ID\"", &json!(setup.request.id).to_string())
         );
     }
 }

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::runner::BackendSpec;
@@ -33,39 +32,8 @@ pub trait BackendLookup: Send + Sync {
     fn names(&self) -> Vec<String>;
 }
 
-/// A named agent definition (`.agentprism/agents/<name>.md`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentDefinition {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub disallowed_tools: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<String>,
-    /// The body: a role prompt put before the call's prompt.
-    pub role_prompt: String,
-    /// sha256 of the file, part of the call's identity.
-    pub digest: String,
-}
-
-/// Routing inputs captured at admission.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RoutingSnapshot {
-    #[serde(default)]
-    pub tiers: BTreeMap<String, String>,
-    #[serde(default)]
-    pub agents: BTreeMap<String, AgentDefinition>,
-    /// Approved `meta.backends` (empty until approved).
-    #[serde(default)]
-    pub script_backends: BTreeMap<String, BackendSpec>,
-    /// sha256 over the canonical JSON of the three fields above.
-    #[serde(default)]
-    pub integrity: String,
-}
+/// The snapshot's durable shape lives in the run model; capturing and sealing it is here.
+pub use crate::model::routing::{AgentDefinition, RoutingSnapshot};
 
 /// Reads `<root>/model-tiers.json` into `snapshot.tiers`; a missing file means no tiers.
 fn read_tiers(

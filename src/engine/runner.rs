@@ -2,7 +2,6 @@
 //! session it opens on a routed backend and prompts turn by turn; the ACP implementation
 //! (`crate::acp`) and in-process test runners sit behind these traits.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,33 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::Usage;
+use crate::model::{AuthContext, Usage};
 
-/// A backend as the engine routes to it: where its command comes from and how to run it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BackendSpec {
-    /// The routing name (`claude`, `codex`, `opencode`, `pi`, or a custom name).
-    pub id: String,
-    pub command: String,
-    #[serde(default)]
-    pub args: Vec<String>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Merged into `session/new` `_meta`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_meta: Option<Value>,
-    /// Where it came from: `builtin`, `host` (AGENTPRISM_BACKENDS) or `script` (meta.backends).
-    pub origin: BackendOrigin,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendOrigin {
-    Builtin,
-    Host,
-    Script,
-}
+/// The backend shapes live with the routing snapshot that stores them.
+pub use crate::model::routing::{BackendOrigin, BackendSpec};
 
 /// Everything needed to open one agent session.
 #[derive(Clone, Debug)]
@@ -120,7 +96,7 @@ pub struct AgentFailure {
     pub kind: FailureKind,
     pub message: String,
     /// For `AuthRequired`: `{backendId, methods:[{id,type,name?}]}`, never secrets.
-    pub auth_context: Option<Value>,
+    pub auth_context: Option<AuthContext>,
     /// For `UsageLimit`: the provider's hint about when the limit resets, if any.
     pub reset_hint: Option<String>,
 }

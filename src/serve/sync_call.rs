@@ -155,8 +155,7 @@ fn answer_of(name: &str, record: &RunRecord) -> Value {
             let prompt = record
                 .checkpoint_context
                 .as_ref()
-                .and_then(|context| context["prompt"].as_str())
-                .unwrap_or("a checkpoint");
+                .map_or("a checkpoint", |context| context.prompt.as_str());
             tool_error(format!(
                 "{name} stopped at a checkpoint ({prompt}) that a synchronous tools/call cannot \
                  answer; start it with mhl_run_start and answer through mhl_run_resume"

@@ -10,7 +10,7 @@
 //! | `result` | `completed` | the value the script returned (the original called it `vars`) |
 //! | `error` | `failed`, `canceled` | the failure message |
 //! | `resumable` | not `working`, not `completed` | whether `run/resume` can continue it |
-//! | `checkpoint` | `input_required` at a checkpoint | `{callIndex, prompt, kind, choices}`: answer it with `checkpointReplies` |
+//! | `checkpoint` | `input_required` at a checkpoint | `{callIndex, hash, prompt, kind, choices}`: answer it with `checkpointReplies` |
 //! | `calls` | always | `{running}` live, `{settled}` otherwise |
 //! | `generation` | always | 1, plus one per resume |
 //!
@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::manager::{LEASE_EXPIRED, LiveStatus};
-use crate::model::{PauseReason, RunId, RunRecord, RunStatus};
+use crate::model::{CheckpointWait, PauseReason, RunId, RunRecord, RunStatus};
 
 /// The status object, serialised in this field order.
 #[derive(Clone, Debug, Serialize)]
@@ -44,7 +44,7 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumable: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<Value>,
+    pub checkpoint: Option<CheckpointWait>,
     pub calls: CallCounts,
     pub generation: u32,
 }

@@ -268,10 +268,8 @@ async fn auth_required_carries_the_advertised_methods() {
         .expect("auth required");
     assert_eq!(failure.kind, FailureKind::AuthRequired);
     assert_eq!(
-        failure.auth_context,
-        Some(
-            json!({"backendId": "gated", "methods": [{"id": "mock-login", "name": "Mock login"}]})
-        )
+        json!(failure.auth_context),
+        json!({"backendId": "gated", "methods": [{"id": "mock-login", "name": "Mock login"}]})
     );
     let report = runner.probe(&gated, None, &std::env::temp_dir()).await;
     assert!(!report.probed);

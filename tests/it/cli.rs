@@ -231,6 +231,49 @@ fn checkpoints_pause_with_exit_3_and_resume_with_a_reply() {
     assert_eq!(again.code(), 2, "a completed run cannot be resumed");
 }
 
+/// A paused `select` or `input` checkpoint is reported with its prompt and a reply of its
+/// kind; a reply that is not a choice is refused naming them, and one of them resumes.
+#[test]
+fn select_and_input_checkpoints_suggest_a_reply_of_their_kind() {
+    let ctx = TestContext::new();
+    let script = ctx.write("wf.js", &format!("{HEADER}const pick = await checkpoint('which?', {{kind: 'select', choices: ['red', 'blue']}});\nconst name = await checkpoint('name?', {{kind: 'input'}});\nreturn {{pick, name}};\n"));
+    let paused = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(paused.code(), 3, "{}", paused.stderr);
+    let run_id = paused.run_id();
+    for expected in [
+        "checkpoint 0: which?".to_owned(),
+        format!("agentprism resume {run_id} --reply 0='\"red\"'"),
+    ] {
+        assert!(
+            paused.stderr.contains(&expected),
+            "{expected}: {}",
+            paused.stderr
+        );
+    }
+    let wrong = ctx.run(&["resume", &run_id, "--reply", "0=\"green\""]);
+    assert_eq!(wrong.code(), 2);
+    assert!(
+        wrong.stderr.contains(r#"must be one of ["red","blue"]"#),
+        "{}",
+        wrong.stderr
+    );
+    let input = ctx.run(&["resume", &run_id, "--reply", "0=\"blue\""]);
+    assert_eq!(input.code(), 3, "{}", input.stderr);
+    for expected in [
+        "checkpoint 1: name?".to_owned(),
+        format!("agentprism resume {run_id} --reply 1='\"your answer\"'"),
+    ] {
+        assert!(
+            input.stderr.contains(&expected),
+            "{expected}: {}",
+            input.stderr
+        );
+    }
+    let done = ctx.run(&["resume", &run_id, "--reply", "1=\"Ada\""]);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert_eq!(done.json(), json!({"pick": "blue", "name": "Ada"}));
+}
+
 #[test]
 fn an_edited_call_runs_live_while_unchanged_calls_replay() {
     let ctx = TestContext::new();

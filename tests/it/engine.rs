@@ -472,7 +472,7 @@ async fn script_backends_wait_for_approval() {
     let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent', args: ['--acp'] } } };\nreturn await agent('x');";
     let admission = h.admit(script, Default::default()).await;
     assert_eq!(admission.status, RunStatus::Pending);
-    let setup = admission.setup.clone().unwrap();
+    let setup = json!(admission.setup.clone().unwrap());
     assert_eq!(setup["request"]["kind"], "backend-approval");
     let setup_id = setup["request"]["id"].as_str().unwrap().to_owned();
     let decline = json!({"action": "decline"});
@@ -509,10 +509,7 @@ async fn approved_script_backends_run() {
     let h = harness();
     let script = "export const meta = { name: 'x', description: 'd', model: 'mine', backends: { mine: { command: 'my-agent' } } };\nreturn await agent('x');";
     let admission = h.admit(script, Default::default()).await;
-    let setup_id = admission.setup.unwrap()["request"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let setup_id = admission.setup.unwrap().request.id;
     let bad = json!({"action": "accept", "content": {"approve": "yes"}});
     assert!(
         h.engine

@@ -7,7 +7,10 @@ use crate::engine::driver::options::CallPayload;
 use crate::engine::driver::{Driver, DryCall, Halt};
 use crate::engine::journal::{self, ReplayDecision};
 use crate::engine::vm::VmReply;
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, PauseReason, ReplayInfo, Usage};
+use crate::model::{
+    CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointKind, CheckpointWait, PauseReason,
+    ReplayInfo, Usage,
+};
 
 /// One checked `checkpoint()` call.
 struct Checkpoint {
@@ -16,10 +19,9 @@ struct Checkpoint {
     index: u32,
     prompt: String,
     path: Option<String>,
-    /// `confirm`, `input` or `select`.
-    kind: String,
+    kind: CheckpointKind,
     /// The choices of a `select`.
-    choices: Option<Value>,
+    choices: Option<Vec<String>>,
     hash: String,
     label: String,
 }
@@ -71,7 +73,13 @@ impl Driver {
             }
             return;
         }
-        let context = json!({"callIndex": checkpoint.index, "hash": checkpoint.hash, "prompt": checkpoint.prompt, "kind": checkpoint.kind, "choices": checkpoint.choices});
+        let context = CheckpointWait {
+            call_index: checkpoint.index,
+            hash: checkpoint.hash,
+            prompt: checkpoint.prompt,
+            kind: checkpoint.kind,
+            choices: checkpoint.choices,
+        };
         self.begin_halt(Halt::Pause {
             reason: PauseReason::CheckpointRequired,
             auth_context: None,
@@ -110,7 +118,8 @@ impl Driver {
         }
         self.agent_count += 1;
         let index = self.take_index(&scope);
-        let hash = journal::checkpoint_hash(&prompt, &kind, choices.as_ref());
+        let listed = choices.as_ref().map(|choices| json!(choices));
+        let hash = journal::checkpoint_hash(&prompt, kind.as_str(), listed.as_ref());
         Some(Checkpoint {
             call_id,
             scope,
@@ -135,15 +144,14 @@ impl Driver {
             mode: None,
             config_options: vec![],
         });
-        let answer = match checkpoint.kind.as_str() {
-            "confirm" => Value::Bool(true),
-            "input" => Value::String(String::new()),
-            _ => checkpoint
+        let answer = match checkpoint.kind {
+            CheckpointKind::Confirm => Value::Bool(true),
+            CheckpointKind::Input => Value::String(String::new()),
+            CheckpointKind::Select => checkpoint
                 .choices
                 .as_ref()
-                .and_then(|c| c.get(0))
-                .cloned()
-                .unwrap_or(Value::Null),
+                .and_then(|choices| choices.first())
+                .map_or(Value::Null, |first| Value::String(first.clone())),
         };
         self.reply(VmReply::Resolve {
             call_id: checkpoint.call_id,
@@ -246,7 +254,7 @@ const AUTO_ANSWER_OPTIONS: &[&str] = &["headless", "default", "timeoutMs"];
 /// `checkpoint()` options after their checks: the kind (`confirm` when left out) and the
 /// choices of a `select`. Every option is known, `kind` is `confirm`, `input` or `select`,
 /// and `choices`, a non-empty array of strings, goes with `select` only.
-fn checkpoint_options(options: &Value) -> Result<(String, Option<Value>), String> {
+fn checkpoint_options(options: &Value) -> Result<(CheckpointKind, Option<Vec<String>>), String> {
     let Some(map) = options.as_object() else {
         return Err("checkpoint() options must be an object".into());
     };
@@ -266,34 +274,42 @@ fn checkpoint_options(options: &Value) -> Result<(String, Option<Value>), String
             "checkpoint() option {unknown:?} is not known; known options: {known}"
         ));
     }
-    let kind = match map.get("kind") {
-        None | Some(Value::Null) => "confirm",
-        Some(Value::String(kind)) if matches!(kind.as_str(), "confirm" | "input" | "select") => {
-            kind.as_str()
-        }
-        Some(other) => {
-            return Err(format!(
-                "checkpoint() option kind must be \"confirm\", \"input\" or \"select\", got {other}"
-            ));
-        }
+    let kind = match map.get("kind").filter(|kind| !kind.is_null()) {
+        None => CheckpointKind::Confirm,
+        Some(given) => given
+            .as_str()
+            .and_then(CheckpointKind::parse)
+            .ok_or_else(|| {
+                format!(
+                    "checkpoint() option kind must be \"confirm\", \"input\" or \"select\", got {given}"
+                )
+            })?,
     };
     let choices = map.get("choices").filter(|choices| !choices.is_null());
-    if kind == "select" {
-        let valid = choices
+    if kind == CheckpointKind::Select {
+        let listed: Option<Vec<String>> = choices
             .and_then(Value::as_array)
-            .is_some_and(|list| !list.is_empty() && list.iter().all(Value::is_string));
-        if !valid {
-            return Err(
+            .filter(|list| !list.is_empty())
+            .and_then(|list| {
+                list.iter()
+                    .map(|choice| choice.as_str().map(str::to_owned))
+                    .collect()
+            });
+        return match listed {
+            Some(listed) => Ok((kind, Some(listed))),
+            None => Err(
                 "checkpoint() kind \"select\" needs the option choices: a non-empty array of strings"
                     .into(),
-            );
-        }
-    } else if choices.is_some() {
+            ),
+        };
+    }
+    if choices.is_some() {
         return Err(format!(
-            "checkpoint() option choices goes with kind \"select\" only, not {kind:?}"
+            "checkpoint() option choices goes with kind \"select\" only, not {:?}",
+            kind.as_str()
         ));
     }
-    Ok((kind.to_owned(), choices.cloned()))
+    Ok((kind, None))
 }
 
 #[cfg(test)]
@@ -308,15 +324,18 @@ mod tests {
     fn a_checkpoint_kind_is_one_of_three_and_select_needs_string_choices() {
         assert_eq!(
             checkpoint_options(&json!({})).unwrap(),
-            ("confirm".to_owned(), None)
+            (CheckpointKind::Confirm, None)
         );
         assert_eq!(
             checkpoint_options(&json!({"kind": "input", "choices": null})).unwrap(),
-            ("input".to_owned(), None)
+            (CheckpointKind::Input, None)
         );
         assert_eq!(
             checkpoint_options(&json!({"kind": "select", "choices": ["a", "b"]})).unwrap(),
-            ("select".to_owned(), Some(json!(["a", "b"])))
+            (
+                CheckpointKind::Select,
+                Some(vec!["a".to_owned(), "b".to_owned()])
+            )
         );
         assert_eq!(
             refused(json!({"kind": "pick"})),

@@ -281,7 +281,7 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CallKind, PauseReason};
+    use crate::model::{AuthContext, CallKind, PauseReason};
 
     fn row() -> CallRecord {
         CallRecord {
@@ -384,7 +384,10 @@ mod tests {
             reason: PauseReason::AuthRequired,
             code: "AUTH_REQUIRED".into(),
             message: "log in".into(),
-            auth_context: Some(json!({"method": "x"})),
+            auth_context: Some(AuthContext {
+                backend_id: "claude".into(),
+                methods: Vec::new(),
+            }),
             reset_hint: None,
             session: Some(json!({"sessionId": "s"})),
             usage: usage(0),

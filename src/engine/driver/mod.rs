@@ -43,7 +43,8 @@ use crate::engine::runner::AgentRunner;
 use crate::engine::status::LiveView;
 use crate::engine::vm::{self, ScriptFailure, VmEvent, VmLimits, VmReply, VmScript};
 use crate::model::{
-    CallKind, CallRecord, CheckpointAnswer, Limits, PauseReason, Phase, RunId, RunStatus, Usage,
+    AuthContext, CallKind, CallRecord, CheckpointAnswer, CheckpointWait, Limits, PauseReason,
+    Phase, RunId, RunStatus, Usage,
 };
 use crate::store::{LeasePolicy, Store};
 
@@ -163,9 +164,9 @@ pub struct Outcome {
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     pub result: Option<Value>,
-    pub auth_context: Option<Value>,
+    pub auth_context: Option<AuthContext>,
     pub reset_hint: Option<String>,
-    pub checkpoint_context: Option<Value>,
+    pub checkpoint_context: Option<CheckpointWait>,
     pub usage: Usage,
     pub current_phase: Option<String>,
     pub last_event_seq: u64,
@@ -310,9 +311,9 @@ enum Halt {
     Stop,
     Pause {
         reason: PauseReason,
-        auth_context: Option<Value>,
+        auth_context: Option<AuthContext>,
         reset_hint: Option<String>,
-        checkpoint_context: Option<Value>,
+        checkpoint_context: Option<CheckpointWait>,
     },
 }
 

@@ -18,7 +18,7 @@ use crate::engine::runner::{
     PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
 };
 use crate::engine::schema;
-use crate::model::{PauseReason, RunId, Usage};
+use crate::model::{AuthContext, PauseReason, RunId, Usage};
 
 /// Re-prompts after structured output fails validation, before `SCHEMA_NONCOMPLIANCE`.
 const SCHEMA_REPROMPTS: u32 = 2;
@@ -50,7 +50,7 @@ pub(super) enum TaskResult {
         reason: PauseReason,
         code: String,
         message: String,
-        auth_context: Option<Value>,
+        auth_context: Option<AuthContext>,
         reset_hint: Option<String>,
         session: Option<Value>,
         usage: Usage,

@@ -57,7 +57,7 @@ async fn world() -> World {
         auth_context: None,
         checkpoint_context: None,
         reset_hint: None,
-        routing: json!({}),
+        routing: RoutingSnapshot::default(),
         files: Default::default(),
         caller: None,
     };

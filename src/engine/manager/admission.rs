@@ -291,7 +291,7 @@ fn admitted_record(
         auth_context: None,
         checkpoint_context: None,
         reset_hint: None,
-        routing: serde_json::to_value(&routing).unwrap_or(Value::Null),
+        routing,
         files: prepared.files.clone(),
         caller: request.caller.clone(),
     }

@@ -4,8 +4,6 @@
 use serde_json::{Value, json};
 
 use crate::engine::approval;
-use crate::engine::manager::error::corrupt;
-use crate::engine::manager::execution::stored_routing;
 use crate::engine::manager::{
     Engine, EngineError, EngineResult, PermissionAnswer, Rejected, SetupAnswer,
 };
@@ -13,7 +11,7 @@ use crate::engine::permissions::{PendingPermission, PermissionError};
 use crate::engine::prepare;
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::script;
-use crate::model::{Lease, RunId, RunRecord, RunStatus};
+use crate::model::{Lease, RunId, RunRecord, RunStatus, SetupWait};
 use crate::store::{Fence, ScriptChange};
 use crate::util::now_ms;
 
@@ -31,8 +29,8 @@ impl Engine {
                 "run {run_id} has no setup request"
             ))));
         };
-        let approve = setup_approves(run_id, &setup, setup_id, response)?;
-        if let Some(answered) = setup.get("answer") {
+        let approve = setup_approves(&setup, setup_id, response)?;
+        if let Some(answered) = &setup.answer {
             if answered == response {
                 return Ok(setup_answer(run_id, setup_id, record.status, approve));
             }
@@ -65,13 +63,8 @@ impl Engine {
             None
         };
         let lease = self.take_free_lease(run_id).await?;
-        let mut answered = setup.clone();
-        answered["answer"] = response.clone();
-        answered["state"] = Value::String(if approve {
-            "approved".into()
-        } else {
-            "declined".into()
-        });
+        let mut answered = setup;
+        answered.answer_with(response.clone(), approve);
         record.setup = Some(answered);
         record.updated_at = now_ms();
         if !approve {
@@ -80,12 +73,11 @@ impl Engine {
         self.reveal(&mut record).await?;
         let analyzed = script::analyze(record.script.as_bytes())
             .map_err(|e| EngineError::Rejected(Rejected::Script(e.message)))?;
-        let mut routing = stored_routing(&record)?;
-        routing
+        record
+            .routing
             .script_backends
             .extend(prepare::declared_backends(&analyzed));
-        routing.seal();
-        record.routing = serde_json::to_value(&routing).unwrap_or(Value::Null);
+        record.routing.seal();
         record.status = RunStatus::Running;
         record.limits = record
             .limits
@@ -163,18 +155,8 @@ impl Engine {
 
 /// Whether `response` approves the run's backends: it must answer this setup request, and
 /// an `accept` must match the requested schema.
-fn setup_approves(
-    run_id: &RunId,
-    setup: &Value,
-    setup_id: &str,
-    response: &Value,
-) -> EngineResult<bool> {
-    // The engine writes every setup request with its id: one without is a corrupt record.
-    let request_id = setup
-        .pointer("/request/id")
-        .and_then(Value::as_str)
-        .ok_or_else(|| corrupt(run_id, "its setup request", "it has no id"))?;
-    if request_id != setup_id {
+fn setup_approves(setup: &SetupWait, setup_id: &str, response: &Value) -> EngineResult<bool> {
+    if setup.request.id != setup_id {
         return Err(EngineError::Rejected(Rejected::input(
             "setupId",
             format!("setupId {setup_id} does not match the run's setup request"),
@@ -187,16 +169,14 @@ fn setup_approves(
     match action {
         "accept" => {
             let content = response.get("content").cloned().unwrap_or(Value::Null);
-            let schema = setup
-                .pointer("/request/requestedSchema")
-                .cloned()
-                .unwrap_or(Value::Null);
-            crate::engine::schema::validate(&schema, &content).map_err(|e| {
-                EngineError::Rejected(Rejected::input(
-                    "response",
-                    format!("setup-response content does not match the requested schema: {e}"),
-                ))
-            })?;
+            crate::engine::schema::validate(&setup.request.requested_schema, &content).map_err(
+                |e| {
+                    EngineError::Rejected(Rejected::input(
+                        "response",
+                        format!("setup-response content does not match the requested schema: {e}"),
+                    ))
+                },
+            )?;
             Ok(content
                 .get("approve")
                 .and_then(Value::as_bool)

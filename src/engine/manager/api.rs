@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::engine::prepare::ScriptInput;
 use crate::engine::status::StatusDocument;
-use crate::model::{Limits, RunId, RunStatus, ScriptSource};
+use crate::model::{Limits, RunId, RunStatus, ScriptSource, SetupWait};
 
 /// Caller overrides of the run limits (clamped).
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,7 +53,7 @@ pub struct Admission {
     pub script_source: ScriptSource,
     pub script_file: PathBuf,
     pub limits: Limits,
-    pub setup: Option<Value>,
+    pub setup: Option<SetupWait>,
     pub warnings: Vec<String>,
     /// Resume only: `{scriptRevised, generation, operationId}`.
     pub continuation: Option<Value>,

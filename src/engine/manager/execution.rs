@@ -9,13 +9,11 @@ use tokio::sync::{mpsc, watch};
 use crate::engine::driver::{self, Control, DriverSetup, Persistence};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
-use crate::engine::manager::error::corrupt;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
-use crate::engine::routing::RoutingSnapshot;
 use crate::engine::script;
 use crate::engine::status::LiveView;
 use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
-use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError, StoreResult};
+use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError};
 
 /// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
 /// it stopped renewing (died, stalled or lost the store). The run is resumable.
@@ -166,7 +164,6 @@ impl Engine {
         let store = &self.inner.store;
         let run_id = record.run_id.clone();
         let stored_state = async {
-            let routing = stored_routing(record)?;
             let (pool, last_seq, next_settlement) = match history {
                 History::Fresh => (ReplayPool::default(), 0, 0),
                 History::Stored(pool) => (
@@ -178,10 +175,10 @@ impl Engine {
                     store.next_settlement_ordinal(&run_id).await?,
                 ),
             };
-            Ok::<_, StoreError>((routing, pool, last_seq, next_settlement))
+            Ok::<_, StoreError>((pool, last_seq, next_settlement))
         }
         .await;
-        let (routing, pool, last_seq, next_settlement) = match stored_state {
+        let (pool, last_seq, next_settlement) = match stored_state {
             Ok(state) => state,
             Err(error) => {
                 tracing::error!(run = %run_id, "cannot start execution: {error}");
@@ -214,7 +211,7 @@ impl Engine {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             limits: record.limits,
-            routing,
+            routing: record.routing.clone(),
             backends: self.inner.backends.clone(),
             runner: self.inner.runner.clone(),
             persistence: Persistence::Store {
@@ -381,11 +378,4 @@ fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
     if let Some(error) = &outcome.store_error {
         record.error_message = Some(format!("run store write failed: {error}"));
     }
-}
-
-/// The routing snapshot a run recorded at admission. One that does not parse is a corrupt
-/// record: an error, never an empty snapshot routing the run differently.
-pub(super) fn stored_routing(record: &RunRecord) -> StoreResult<RoutingSnapshot> {
-    serde_json::from_value(record.routing.clone())
-        .map_err(|error| corrupt(&record.run_id, "its routing snapshot does not parse", error))
 }

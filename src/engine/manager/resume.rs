@@ -8,14 +8,13 @@ use serde_json::{Value, json};
 use crate::engine::approval;
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::error::corrupt;
-use crate::engine::manager::execution::stored_routing;
 use crate::engine::manager::{
     Admission, Engine, EngineError, EngineResult, Rejected, ResumeRequest,
 };
 use crate::engine::prepare::{self, Rejection};
 use crate::model::{
-    CheckpointAnswer, Lease, OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision,
-    ScriptSource,
+    CheckpointAnswer, CheckpointKind, CheckpointWait, Lease, OperationReceipt, RunId, RunRecord,
+    RunStatus, ScriptRevision, ScriptSource,
 };
 use crate::store::{Fence, IntentScope, ScriptChange};
 use crate::util::{now_ms, sha256_hex};
@@ -168,8 +167,8 @@ impl Engine {
         for (index, answer) in &request.checkpoint_replies {
             let context = record
                 .checkpoint_context
-                .clone()
-                .filter(|c| c.get("callIndex").and_then(Value::as_u64) == Some(u64::from(*index)));
+                .as_ref()
+                .filter(|context| context.call_index == *index);
             let existing = self.inner.store.checkpoint_answers(run_id).await?;
             if let Some(previous) = existing.iter().find(|a| a.call_index == *index) {
                 if &previous.answer != answer {
@@ -188,25 +187,18 @@ impl Engine {
                         record
                             .checkpoint_context
                             .as_ref()
-                            .and_then(|c| c.get("callIndex"))
-                            .map(|i| format!(" (the run waits on checkpoint {i})"))
+                            .map(|waiting| format!(
+                                " (the run waits on checkpoint {})",
+                                waiting.call_index
+                            ))
                             .unwrap_or_default()
                     ),
                 )));
             };
-            validate_checkpoint_answer(&context, *index, answer)?;
-            // The engine records the hash with the checkpoint it waits on; without it the
-            // answer could not be matched to its call.
-            let hash = context.get("hash").and_then(Value::as_str).ok_or_else(|| {
-                corrupt(
-                    run_id,
-                    &format!("the waiting checkpoint {index}"),
-                    "it has no hash",
-                )
-            })?;
+            validate_checkpoint_answer(context, answer)?;
             answers.push(CheckpointAnswer {
                 call_index: *index,
-                hash: hash.to_owned(),
+                hash: context.hash.clone(),
                 answer: answer.clone(),
                 answered_at: now_ms(),
             });
@@ -218,8 +210,6 @@ impl Engine {
     /// now carries one.
     async fn take_revision(&self, record: &mut RunRecord) -> EngineResult<bool> {
         let run_id = &record.run_id;
-        // Read first: a corrupt snapshot fails the resume whether or not the script changed.
-        let routing = stored_routing(record)?;
         let current_text = prepare::reread_script(self.inner.sources.as_ref(), &record.script_file)
             .await
             .map_err(|r| {
@@ -234,7 +224,7 @@ impl Engine {
             record.args.clone(),
             &record.project_dir,
             run_id,
-            Some(&routing),
+            Some(&record.routing),
         );
         let prepared = prepare::prepare(input).await.map_err(|r| {
             let message = format!(
@@ -341,39 +331,29 @@ fn begin_generation(
     record.updated_at = now_ms();
 }
 
-pub(super) fn validate_checkpoint_answer(
-    context: &Value,
-    index: u32,
-    answer: &Value,
-) -> EngineResult<()> {
-    let kind = context
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("confirm");
-    let valid = match kind {
-        "confirm" => answer.is_boolean(),
-        "input" => answer.is_string(),
-        "select" => context
-            .get("choices")
-            .and_then(Value::as_array)
-            .is_some_and(|choices| choices.contains(answer)),
-        _ => false,
+fn validate_checkpoint_answer(context: &CheckpointWait, answer: &Value) -> EngineResult<()> {
+    let choices = context.choices.as_deref().unwrap_or_default();
+    let valid = match context.kind {
+        CheckpointKind::Confirm => answer.is_boolean(),
+        CheckpointKind::Input => answer.is_string(),
+        CheckpointKind::Select => answer
+            .as_str()
+            .is_some_and(|answer| choices.iter().any(|choice| choice == answer)),
     };
     if valid {
         return Ok(());
     }
-    let expected = match kind {
-        "confirm" => "true or false".to_owned(),
-        "input" => "a string".to_owned(),
-        _ => format!(
-            "one of {}",
-            context.get("choices").cloned().unwrap_or(Value::Null)
-        ),
+    let expected = match context.kind {
+        CheckpointKind::Confirm => "true or false".to_owned(),
+        CheckpointKind::Input => "a string".to_owned(),
+        CheckpointKind::Select => format!("one of {}", json!(context.choices)),
     };
     Err(EngineError::Rejected(Rejected::input(
         "checkpointReplies",
         format!(
-            "checkpoint {index} is a {kind} checkpoint: its answer must be {expected}, got {answer}"
+            "checkpoint {} is a {} checkpoint: its answer must be {expected}, got {answer}",
+            context.call_index,
+            context.kind.as_str()
         ),
     )))
 }

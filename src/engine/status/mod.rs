@@ -15,7 +15,8 @@ use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
 use crate::model::{
-    CallKind, CallOrigin, CallOutcome, Phase, RunId, RunRecord, RunStatus, ScriptRevision, Usage,
+    AuthContext, CallKind, CallOrigin, CallOutcome, CheckpointWait, Phase, RunId, RunRecord,
+    RunStatus, ScriptRevision, SetupWait, Usage,
 };
 use crate::store::{CallSummary, Store, StoreResult};
 
@@ -97,7 +98,7 @@ pub struct StatusDocument {
     pub result_uri: Option<String>,
     /// The setup request of a pending run.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub setup: Option<Value>,
+    pub setup: Option<SetupWait>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub script_revisions: Vec<ScriptRevision>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -215,9 +216,9 @@ pub struct StatusOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub auth_context: Option<Value>,
+    pub auth_context: Option<AuthContext>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint_context: Option<Value>,
+    pub checkpoint_context: Option<CheckpointWait>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reset_hint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -77,7 +77,7 @@ pub fn task(view: &RunView, version: Version, fresh: bool) -> Value {
     if state == TaskState::InputRequired
         && let Some(checkpoint) = &view.checkpoint
     {
-        metadata["checkpoint"] = checkpoint.clone();
+        metadata["checkpoint"] = json!(checkpoint);
     }
     let mut task = json!({
         "id": id,
@@ -107,8 +107,8 @@ fn status_text(view: &RunView, state: TaskState) -> Option<String> {
         TaskState::InputRequired => view
             .checkpoint
             .as_ref()
-            .and_then(|checkpoint| checkpoint["prompt"].as_str())
-            .map(|prompt| {
+            .map(|checkpoint| {
+                let prompt = &checkpoint.prompt;
                 format!(
                     "{prompt} (the run waits at a checkpoint, which A2A cannot answer: cancel \
                      the task, or drive the workflow through the MCP run API to answer it)"

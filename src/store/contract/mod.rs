@@ -26,8 +26,10 @@ use serde_json::json;
 
 use super::{CallWrite, Store, StoreError, StoreResult};
 use crate::model::{
-    CallKind, CallOrigin, CallOutcome, CallRecord, EventRecord, Lease, Limits, PauseReason, Phase,
-    RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource, Usage,
+    AuthContext, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointKind, CheckpointWait,
+    EventRecord, Lease, Limits, PauseReason, Phase, RoutingSnapshot, RunId, RunRecord, RunStatus,
+    ScriptRevision, ScriptSource, SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend,
+    Usage,
 };
 
 mod callers;
@@ -183,7 +185,10 @@ pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
         auth_context: None,
         checkpoint_context: None,
         reset_hint: None,
-        routing: json!({ "tiers": {}, "integrity": "abc" }),
+        routing: RoutingSnapshot {
+            integrity: "abc".to_owned(),
+            ..RoutingSnapshot::default()
+        },
         files: Default::default(),
         caller: None,
     }
@@ -224,9 +229,9 @@ pub fn full_run_record(id: &str) -> RunRecord {
             cost_usd: Some(0.25),
         },
         generation: 2,
-        setup: Some(json!({ "state": "done", "request": null })),
-        auth_context: Some(json!({ "backendId": "claude", "methods": [] })),
-        checkpoint_context: Some(json!({ "callIndex": 2, "hash": "cafe", "kind": "confirm" })),
+        setup: Some(approved_setup()),
+        auth_context: Some(auth_context()),
+        checkpoint_context: Some(waiting_checkpoint()),
         reset_hint: Some("resets at 5pm".to_owned()),
         files: [(
             "prompts/review.md".to_owned(),
@@ -235,6 +240,47 @@ pub fn full_run_record(id: &str) -> RunRecord {
         .into(),
         caller: Some("session:0f5e".to_owned()),
         ..run_record(id, PROJECT, 1_700_000_000_000)
+    }
+}
+
+/// A backend-approval setup answered with an approval, as the engine stores it.
+pub fn approved_setup() -> SetupWait {
+    SetupWait {
+        state: SetupState::Approved,
+        request: SetupRequest {
+            id: "setup-1".to_owned(),
+            kind: SetupKind::BackendApproval,
+            title: "Approve the script's agent backends".to_owned(),
+            message: "mine: /opt/mine-acp".to_owned(),
+            backends: vec![ShownBackend {
+                name: "mine".to_owned(),
+                command: "/opt/mine-acp".to_owned(),
+                args: Vec::new(),
+                env: [("OPENAI_API_KEY".to_owned(), "<masked>".to_owned())].into(),
+                command_line: "env OPENAI_API_KEY=<masked> /opt/mine-acp".to_owned(),
+            }],
+            requested_schema: json!({ "type": "object" }),
+        },
+        answer: Some(json!({ "action": "accept", "content": { "approve": true } })),
+    }
+}
+
+/// The sign-in a backend without advertised methods asks for.
+pub fn auth_context() -> AuthContext {
+    AuthContext {
+        backend_id: "claude".to_owned(),
+        methods: Vec::new(),
+    }
+}
+
+/// The `confirm` checkpoint 2 a run waits on.
+pub fn waiting_checkpoint() -> CheckpointWait {
+    CheckpointWait {
+        call_index: 2,
+        hash: "cafe".to_owned(),
+        prompt: "Ship it?".to_owned(),
+        kind: CheckpointKind::Confirm,
+        choices: None,
     }
 }
 

@@ -81,7 +81,7 @@ pub(super) fn acknowledgement(action: &str, admission: &Admission) -> Value {
         "limits": admission.limits.to_json(),
     });
     if let Some(setup) = &admission.setup {
-        ack["setup"] = setup.clone();
+        ack["setup"] = json!(setup);
     }
     if let Some(continuation) = &admission.continuation {
         ack["continuation"] = continuation.clone();

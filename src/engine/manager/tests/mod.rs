@@ -69,6 +69,30 @@ impl World {
         admission.run_id
     }
 
+    /// The database file under the world's state folder, for what the typed store cannot
+    /// write: a stored value that does not fit the run model.
+    fn database(&self) -> rusqlite::Connection {
+        let database = self._folder.path().join("state").join(DATABASE_FILE);
+        rusqlite::Connection::open(database).expect("open the database")
+    }
+
+    /// Rewrites one JSON column of the run's row through `change` of its parsed value, as a
+    /// damaged database or a foreign writer would leave it.
+    fn tamper_column(&self, run_id: &RunId, column: &str, change: impl FnOnce(&mut Value)) {
+        let connection = self.database();
+        let select = format!("SELECT {column} FROM runs WHERE run_id = ?1");
+        let text: String = connection
+            .query_row(&select, [run_id.as_str()], |row| row.get(0))
+            .expect("read the column");
+        let mut value: Value = serde_json::from_str(&text).expect("stored JSON");
+        change(&mut value);
+        let update = format!("UPDATE runs SET {column} = ?1 WHERE run_id = ?2");
+        let changed = connection
+            .execute(&update, [value.to_string().as_str(), run_id.as_str()])
+            .expect("write the column");
+        assert_eq!(changed, 1, "one row tampered");
+    }
+
     /// Rewrites the stored run row through `change`, under a lease of its own.
     async fn tamper(&self, run_id: &RunId, change: impl FnOnce(&mut RunRecord)) {
         let previous = self.store.lease(run_id).await.expect("lease");
@@ -125,13 +149,15 @@ fn keys(value: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// A stored routing snapshot that is not one fails the resume as a corrupt row naming its
+/// column, never an empty snapshot routing the run anew; nothing is written.
 #[tokio::test]
 async fn a_corrupt_routing_snapshot_fails_the_resume_instead_of_routing_anew() {
     let world = world();
     let run_id = world.settled(CHECKPOINT).await;
-    world
-        .tamper(&run_id, |record| record.routing = json!("not a snapshot"))
-        .await;
+    world.tamper_column(&run_id, "routing", |routing| {
+        *routing = json!("not a snapshot");
+    });
     let error = world
         .engine
         .resume(World::resume_request(&run_id, vec![(0, json!(true))]))
@@ -139,34 +165,60 @@ async fn a_corrupt_routing_snapshot_fails_the_resume_instead_of_routing_anew() {
         .expect_err("a corrupt snapshot is an error");
     let message = corrupt_message(error);
     assert!(
-        message.starts_with(&format!(
-            "run {run_id}: its routing snapshot does not parse: "
-        )),
+        message.starts_with(&format!("run {run_id}: column runs.routing: ")),
         "{message}"
     );
-    let record = world.store.load_run(&run_id).await.expect("load");
-    assert_eq!((record.status, record.generation), (RunStatus::Paused, 1));
+    let (status, generation): (String, u32) = world
+        .database()
+        .query_row(
+            "SELECT status, generation FROM runs WHERE run_id = ?1",
+            [run_id.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("read the row");
+    assert_eq!((status.as_str(), generation), ("paused", 1));
 }
 
+/// The checkpoint a run waits on is stored with its hash; one without is a corrupt row
+/// naming the column and the missing key, not an answer matched to nothing.
 #[tokio::test]
 async fn a_waiting_checkpoint_without_its_hash_is_a_corrupt_record() {
     let world = world();
     let run_id = world.settled(CHECKPOINT).await;
-    world
-        .tamper(&run_id, |record| {
-            if let Some(Value::Object(context)) = &mut record.checkpoint_context {
-                context.remove("hash");
-            }
-        })
-        .await;
+    world.tamper_column(&run_id, "checkpoint_context", |context| {
+        context.as_object_mut().expect("an object").remove("hash");
+    });
     let error = world
         .engine
         .resume(World::resume_request(&run_id, vec![(0, json!(true))]))
         .await
         .expect_err("no hash to match the answer to");
-    assert_eq!(
-        corrupt_message(error),
-        format!("run {run_id}: the waiting checkpoint 0: it has no hash")
+    let message = corrupt_message(error);
+    assert!(
+        message.starts_with(&format!("run {run_id}: column runs.checkpoint_context: "))
+            && message.contains("missing field `hash`"),
+        "{message}"
+    );
+}
+
+/// A stored checkpoint of a kind the engine does not have is corrupt, not a `confirm`.
+#[tokio::test]
+async fn a_waiting_checkpoint_of_an_unknown_kind_is_a_corrupt_record() {
+    let world = world();
+    let run_id = world.settled(CHECKPOINT).await;
+    world.tamper_column(&run_id, "checkpoint_context", |context| {
+        context["kind"] = json!("pick");
+    });
+    let error = world
+        .engine
+        .status(&run_id, &StatusQuery::default())
+        .await
+        .expect_err("an unknown kind");
+    let message = corrupt_message(error);
+    assert!(
+        message.starts_with(&format!("run {run_id}: column runs.checkpoint_context: "))
+            && message.contains("pick"),
+        "{message}"
     );
 }
 
@@ -475,29 +527,30 @@ async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_
     }
 }
 
+/// A stored setup request is matched to its answer by id; one without is a corrupt row
+/// naming the column and the missing key.
 #[tokio::test]
 async fn a_setup_request_without_its_id_is_a_corrupt_record() {
     let world = world();
     let run_id = world
         .settled("export const meta = { name: 's', description: 'd', model: 'mine', backends: {mine: {command: 'mine-acp'}} };\nreturn await agent('x');")
         .await;
-    world
-        .tamper(&run_id, |record| {
-            if let Some(Value::Object(request)) =
-                record.setup.as_mut().and_then(|s| s.get_mut("request"))
-            {
-                request.remove("id");
-            }
-        })
-        .await;
+    world.tamper_column(&run_id, "setup", |setup| {
+        setup["request"]
+            .as_object_mut()
+            .expect("a request")
+            .remove("id");
+    });
     let error = world
         .engine
         .setup_response(&run_id, "any", &json!({"action": "decline"}))
         .await
         .expect_err("no id to match");
-    assert_eq!(
-        corrupt_message(error),
-        format!("run {run_id}: its setup request: it has no id")
+    let message = corrupt_message(error);
+    assert!(
+        message.starts_with(&format!("run {run_id}: column runs.setup: "))
+            && message.contains("missing field `id`"),
+        "{message}"
     );
 }
 

@@ -16,7 +16,8 @@ use crate::model::{
 };
 use crate::store::StoreError;
 use crate::store::contract::{
-    OTHER_PROJECT, PROJECT, call, event, lease, log_event, run_id, run_record, write,
+    OTHER_PROJECT, PROJECT, approved_setup, auth_context, call, event, lease, log_event, run_id,
+    run_record, waiting_checkpoint, write,
 };
 
 mod events;
@@ -90,11 +91,9 @@ fn full_run_record() -> RunRecord {
             cost_usd: Some(0.25),
         },
         generation: 2,
-        setup: Some(json!({ "state": "done", "request": null })),
-        auth_context: Some(json!({ "backendId": "claude", "methods": [] })),
-        checkpoint_context: Some(json!({
-            "callIndex": 2, "hash": "cafe", "prompt": "Ship it?", "kind": "confirm"
-        })),
+        setup: Some(approved_setup()),
+        auth_context: Some(auth_context()),
+        checkpoint_context: Some(waiting_checkpoint()),
         reset_hint: Some("resets at 5pm".to_owned()),
         ..run_record("lq3k2m1-abc123", PROJECT, 1_700_000_000_000)
     }

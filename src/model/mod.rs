@@ -11,6 +11,15 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod routing;
+pub mod waits;
+
+pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
+pub use waits::{
+    AuthContext, AuthMethod, CheckpointKind, CheckpointWait, SetupKind, SetupRequest, SetupState,
+    SetupWait, ShownBackend,
+};
+
 /// The longest run id accepted anywhere.
 pub const MAX_RUN_ID_LEN: usize = 128;
 
@@ -364,8 +373,11 @@ pub struct RunRecord {
     pub script_source: ScriptSource,
     #[serde(default)]
     pub script_revisions: Vec<ScriptRevision>,
-    /// The parsed `meta` literal of the executing script.
+    /// The parsed `meta` literal of the executing script. JSON: it is the script author's
+    /// literal, with keys the engine does not know kept as written (the dry run warns of
+    /// them); the engine reads its known keys when it analyses the script.
     pub meta: Value,
+    /// The caller's `args`, handed to the script as they are: the user's JSON.
     pub args: Value,
     pub cwd: PathBuf,
     pub limits: Limits,
@@ -373,7 +385,8 @@ pub struct RunRecord {
     pub phases: Vec<Phase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_phase: Option<String>,
-    /// `None` while not completed or when the script returned `undefined`.
+    /// `None` while not completed or when the script returned `undefined`. JSON: whatever
+    /// the script returned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     pub started_at: i64,
@@ -384,18 +397,21 @@ pub struct RunRecord {
     pub stream_id: String,
     /// Incremented by every resume; the first execution is generation 1.
     pub generation: u32,
-    /// Setup state while pending: `{state, request}` as the `workflow` tool shows it.
+    /// The backend-approval setup, from admission on for a script that declares backends:
+    /// pending while unanswered, then kept with its answer (status shows it while pending).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<Value>,
+    pub setup: Option<SetupWait>,
+    /// The sign-in an agent asked for, while paused `auth_required`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auth_context: Option<Value>,
+    pub auth_context: Option<AuthContext>,
+    /// The checkpoint the run waits on, while paused `checkpoint_required`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint_context: Option<Value>,
+    pub checkpoint_context: Option<CheckpointWait>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_hint: Option<String>,
     /// Routing inputs captured at admission: tiers, agent definitions, approved backends, and
     /// their integrity hash. Reused by every resume.
-    pub routing: Value,
+    pub routing: RoutingSnapshot,
     /// The companion files `meta.files` declares, by their relative path, as read at admission
     /// (or at the latest accepted revision): the texts `file(path)` returns, frozen so that a
     /// resume and a replay see what the first generation saw. Stored with the script (for a
@@ -538,7 +554,8 @@ pub struct CallRecord {
     pub phase: Option<String>,
     pub outcome: CallOutcome,
     pub origin: CallOrigin,
-    /// The value handed to the script (only for `outcome == Result`).
+    /// The value handed to the script (only for `outcome == Result`). JSON: an agent's
+    /// answer or a checkpoint's, as the script received it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -560,6 +577,9 @@ pub struct CallRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayInfo>,
     /// The ACP session this call ran in, kept for continuation after auth or usage pauses.
+    /// JSON: the runner port's opaque reference (`AgentSession::session_ref`),
+    /// whose shape each runner chooses (the ACP runner's is `{backendId, sessionId}`); the
+    /// engine only reads `sessionId` back to ask the same runner to reattach.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Value>,
     pub settlement_ordinal: u64,
@@ -575,7 +595,9 @@ pub struct CallRecord {
 pub struct EventRecord {
     pub seq: u64,
     pub timestamp: i64,
-    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`.
+    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`. JSON:
+    /// each event type has its own members, many carrying previews of agents' and scripts'
+    /// values, and the stream is served to readers exactly as it was appended.
     pub event: Value,
     pub redacted: bool,
     pub truncated: bool,
@@ -587,6 +609,7 @@ pub struct EventRecord {
 pub struct CheckpointAnswer {
     pub call_index: u32,
     pub hash: String,
+    /// The user's answer, handed to the script as it is.
     pub answer: Value,
     pub answered_at: i64,
 }
@@ -598,6 +621,9 @@ pub struct OperationReceipt {
     pub operation_id: String,
     pub generation: u32,
     pub input_digest: String,
+    /// The answer the resume gave, returned again on a retry. JSON: it is the engine's
+    /// admission answer, a type of the engine, which this layer does not know; the engine
+    /// decodes it and reports a receipt that does not parse as a corrupt record.
     pub response: Value,
     pub created_at: i64,
 }
