@@ -108,7 +108,6 @@ pub(super) fn append(
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
     insert_events(&transaction, run_key, run_id, events)?;
-    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
@@ -129,7 +128,7 @@ pub(super) fn page(
     let Ok(after_key) = keys.key(after, run_id) else {
         return Ok(Vec::new());
     };
-    // Each seq is a row or an entry of a block (migration 11); both reads are in seq order
+    // Each seq is a row or an entry of a block; both reads are in seq order
     // and hold at least the first `limit` of their events above the cursor.
     let mut events = rows_after(connection, run_id, keys, after_key, limit)?;
     events.extend(event_blocks::after(
@@ -241,7 +240,7 @@ pub(super) fn log_tail(
 }
 
 /// Appends events after checking that they continue the run's stream densely: each run of
-/// two or more consecutive events that are not `log` lines as one block (migration 11),
+/// two or more consecutive events that are not `log` lines as one block,
 /// every other event as a row. The events of one transaction are one append, whichever
 /// call writes they came with, so a commit of several settled calls stores one block.
 pub(super) fn insert_events<'e>(

@@ -23,11 +23,8 @@ pub(super) fn stored(usage: &Usage) -> String {
     .expect("numbers always serialize")
 }
 
-/// The usage of stored text: the array of [`stored`] or the object rows held before.
+/// The usage of the stored text [`stored`] writes.
 pub(super) fn read(text: &str) -> Result<Usage, serde_json::Error> {
-    if !text.starts_with('[') {
-        return serde_json::from_str(text);
-    }
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
     enum Compact {
@@ -77,22 +74,18 @@ mod tests {
         }
     }
 
-    /// Rows written before migration 10 hold the object, and read as before.
+    /// Arrays of any other length, a negative count or any other JSON are not usage.
     #[test]
-    fn the_object_form_still_reads() {
-        let object = r#"{"inputTokens":10,"outputTokens":5,"totalTokens":15,"costUsd":0.5}"#;
-        let back = read(object).unwrap();
-        assert_eq!(
-            (back.input_tokens, back.total_tokens, back.cost_usd),
-            (10, 15, Some(0.5))
-        );
-        assert_eq!(read(&serde_json::to_string(&back).unwrap()).unwrap(), back);
-    }
-
-    /// Arrays of any other length, or with a negative count, are not usage.
-    #[test]
-    fn other_arrays_are_refused() {
-        for text in ["[]", "[1,2]", "[1,2,3,0.5,9]", "[-1,2,3]", "[1,2,3,\"x\"]"] {
+    fn other_texts_are_refused() {
+        let object = r#"{"inputTokens":10,"outputTokens":5,"totalTokens":15}"#;
+        for text in [
+            "[]",
+            "[1,2]",
+            "[1,2,3,0.5,9]",
+            "[-1,2,3]",
+            "[1,2,3,\"x\"]",
+            object,
+        ] {
             assert!(read(text).is_err(), "{text}");
         }
     }

@@ -82,7 +82,6 @@ CREATE TABLE calls (
     generation         INTEGER NOT NULL,
     call_index         INTEGER NOT NULL,
     settlement_ordinal INTEGER NOT NULL,
-    superseded_by      INTEGER,
     kind               TEXT    NOT NULL,
     hash               TEXT    NOT NULL,
     path               TEXT,
@@ -112,6 +111,7 @@ CREATE INDEX calls_checkpoints ON calls (run_key, generation, settlement_ordinal
 
 -- Which later generation superseded a call row (a resume replayed or re-executed it), as a
 -- small row of its own, so a replay writes new pages instead of rewriting the old rows'.
+-- A call row without one here is not superseded.
 CREATE TABLE call_supersessions (
     run_key       INTEGER NOT NULL REFERENCES runs (run_key) ON DELETE CASCADE,
     generation    INTEGER NOT NULL,
@@ -139,7 +139,7 @@ CREATE TABLE events (
     timestamp  INTEGER NOT NULL,
     redacted   INTEGER NOT NULL,
     truncated  INTEGER NOT NULL,
-    framed     INTEGER NOT NULL DEFAULT 0,
+    framed     INTEGER NOT NULL, -- 1: `event` lacks its leading type and runId members
     event      TEXT    NOT NULL  -- JSON event object
 );
 
@@ -199,10 +199,9 @@ CREATE INDEX control_intents_pending ON control_intents (requested_at, op)
 -- answer cached for a stopped run is checked with one indexed read, and a run deleted and
 -- created again under the same id never meets an answer cached for the old one. While a run
 -- runs nothing is bumped (status is not cached then), so a settling call writes no extra
--- page. The rows below are written rarely and by several statements, so triggers keep their
--- bumps; the call, supersession, tally and event tables are written only by the store's call
--- and event transactions, which bump once at their end instead (versions.rs `touch`): a
--- trigger per row would cost every settled call its frame even when it bumps nothing.
+-- page. The triggers below make every write of the run's tables keep this, whichever code
+-- writes them; child rows are deleted only with their run, so deletes need none (but the
+-- call counts', which a new call row of a stopped generation drops).
 CREATE TABLE run_version_clock (
     id    INTEGER PRIMARY KEY CHECK (id = 1),
     value INTEGER NOT NULL
@@ -235,4 +234,61 @@ WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
 BEGIN
     UPDATE run_version_clock SET value = value + 1;
     UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER calls_version_insert AFTER INSERT ON calls
+WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER call_supersessions_version_insert AFTER INSERT ON call_supersessions
+WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER call_supersessions_version_update AFTER UPDATE ON call_supersessions
+WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER call_tallies_version_insert AFTER INSERT ON call_tallies
+WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER call_tallies_version_update AFTER UPDATE ON call_tallies
+WHEN (SELECT status FROM runs WHERE run_key = NEW.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.run_key;
+END;
+
+CREATE TRIGGER call_tallies_version_delete AFTER DELETE ON call_tallies
+WHEN (SELECT status FROM runs WHERE run_key = OLD.run_key) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = OLD.run_key;
+END;
+
+-- An event's or a block's run is the high half of its key.
+CREATE TRIGGER events_version_insert AFTER INSERT ON events
+WHEN (SELECT status FROM runs WHERE run_key = NEW.event_key >> 32) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.event_key >> 32;
+END;
+
+CREATE TRIGGER event_blocks_version_insert AFTER INSERT ON event_blocks
+WHEN (SELECT status FROM runs WHERE run_key = NEW.block_key >> 32) IS NOT 'running'
+BEGIN
+    UPDATE run_version_clock SET value = value + 1;
+    UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = NEW.block_key >> 32;
 END;

@@ -1,4 +1,4 @@
-//! The events table's own encoding (migration 7): keys in a run's range of the rowid, texts
+//! The events table's own encoding: keys in a run's range of the rowid, texts
 //! stored without their frame, and the two limits that keying sets.
 
 use serde_json::json;
@@ -78,8 +78,9 @@ fn seed_row(store: &SqliteStore, seq: u64) {
     store
         .connection()
         .execute(
-            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, event)
-             VALUES (4294967296 + ?1, 'phase', 0, 0, 0, '{}')",
+            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, framed,
+                 event)
+             VALUES (4294967296 + ?1, 'phase', 0, 0, 0, 0, '{}')",
             [i64::try_from(seq).expect("fits")],
         )
         .expect("seed the row below the end");
@@ -205,7 +206,7 @@ async fn deleting_a_run_removes_only_its_range_of_events() {
         (&other, "token-b"),
         (&third, "token-c"),
     ] {
-        // Two rows of `events`, then a block (migration 11).
+        // Two rows of `events`, then a block.
         for seq in [1, 2] {
             store
                 .append_events(&run.run_id, &[event(seq, "phase")], Fence(token))
