@@ -1,10 +1,11 @@
 //! The `events` table, each run's append-only event stream with `seq` dense from 1: the
 //! checked append (inside the caller's transaction, so a call and its events commit
 //! together), pages by cursor, and the log tail. A row's key is [`EventKeys`]' run range plus
-//! its seq (migration 7), and its text is stored without the `"type"` and `"runId"` members
-//! every event starts with ([`frame`]), put back when read. Two or more consecutive events
-//! of one append that are not `log` lines are one row of `event_blocks` instead
-//! (migration 11, `event_blocks.rs`); reads merge the two tables in seq order.
+//! its seq, so the table's rowid B-tree is the only one an event row writes, and its text is
+//! stored without the `"type"` and `"runId"` members every event starts with ([`frame`]), put
+//! back when read (docs/store.md has the figures). Two or more consecutive events of one
+//! append that are not `log` lines are one row of `event_blocks` instead (`event_blocks.rs`);
+//! reads merge the two tables in seq order.
 
 use rusqlite::{Connection, Transaction};
 use serde_json::Value;

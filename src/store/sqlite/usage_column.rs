@@ -1,9 +1,8 @@
 //! A call row's token usage as it is stored: a JSON array `[input, output, total]`, or
 //! `[input, output, total, costUsd]` when the usage has a cost, instead of the object of
 //! `docs/api.md` (7 bytes instead of about 50 for a small call), so that four call rows fit a
-//! 1 KiB page instead of three (docs/performance.md, "Issue 18: bytes per call, SQLite side").
-//! Rows written before keep the object, which reads as it always did; both read back as the
-//! same `Usage` (an `f64` cost is written by serde_json in its shortest exact form).
+//! 1 KiB page instead of three (docs/store.md has the figures). It reads back as the same
+//! `Usage` (an `f64` cost is written by serde_json in its shortest exact form).
 
 use crate::model::Usage;
 
