@@ -199,9 +199,9 @@ CREATE INDEX control_intents_pending ON control_intents (requested_at, op)
 -- answer cached for a stopped run is checked with one indexed read, and a run deleted and
 -- created again under the same id never meets an answer cached for the old one. While a run
 -- runs nothing is bumped (status is not cached then), so a settling call writes no extra
--- page. The triggers below make every write of the run's tables keep this, whichever code
--- writes them; child rows are deleted only with their run, so deletes need none (but the
--- call counts', which a new call row of a stopped generation drops).
+-- page. The triggers below keep this for every write, whichever code makes it. Child rows
+-- are deleted only with their run, so deletes need no trigger, except for a call count,
+-- which a new call row of its generation drops.
 CREATE TABLE run_version_clock (
     id    INTEGER PRIMARY KEY CHECK (id = 1),
     value INTEGER NOT NULL
