@@ -14,19 +14,18 @@ use serde::de::DeserializeOwned;
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
 use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_sql_integer};
-use crate::model::{CallKind, CallRecord, RunId};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
 /// The columns every call read selects, in the order of [`CALL_COLUMNS`], from
 /// [`calls_from!`]: read by position, since looking a column up by name costs a scan of the
-/// row's column names per field. A row's supersession is its `call_supersessions` entry, else
-/// (rows superseded before migration 8) its own column.
+/// row's column names per field. A row's supersession is its `call_supersessions` entry.
 macro_rules! call_columns {
     () => {
         "c.generation, c.call_index, c.kind, c.hash, c.path, c.inputs_hash, c.label, c.phase, \
          c.outcome, c.origin, c.result, c.error, c.aborted, c.attempts, c.usage, \
          c.model_requested, c.model_resolved, c.backend_id, c.resolved_cwd, c.replay, \
-         c.session, c.settlement_ordinal, COALESCE(s.superseded_by,c.superseded_by)"
+         c.session, c.settlement_ordinal, s.superseded_by"
     };
 }
 
@@ -43,7 +42,7 @@ macro_rules! calls_from {
 /// Whether a row is superseded, in the terms of [`calls_from!`].
 macro_rules! not_superseded {
     () => {
-        "c.superseded_by IS NULL AND s.superseded_by IS NULL"
+        "s.superseded_by IS NULL"
     };
 }
 
@@ -272,12 +271,10 @@ pub(super) fn record_total(
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
     record_total_in(&transaction, (run_key, run_id), generation, total)?;
-    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
-/// [`record_total`]'s row for the run `run_key` (already fenced) inside `transaction`,
-/// without the version bump, which the transaction makes once at its end.
+/// [`record_total`]'s row for the run `run_key` (already fenced) inside `transaction`.
 pub(super) fn record_total_in(
     transaction: &Transaction<'_>,
     (run_key, run_id): (i64, &RunId),
@@ -339,7 +336,6 @@ pub(super) fn append(
     let events = writes.iter().flat_map(|write| write.events);
     insert_events(&transaction, run_key, run_id, events)?;
     forget_totals(&transaction, run_key, run_id, writes)?;
-    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
@@ -359,34 +355,32 @@ fn insert_call(
     let usage = super::usage_column::stored(&call.usage);
     let error = optional_json(call.error.as_ref(), "call error")?;
     let replay = optional_json(call.replay.as_ref(), "call replay")?;
-    let session =
-        super::call_codes::stored_session(call.session.as_ref(), call.backend_id.as_deref())?;
+    let session = optional_json(call.session.as_ref(), "call session")?;
     let result = optional_json(call.result.as_ref(), "call result")?;
     transaction
         .prepare_cached(
-            "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal,
-                 superseded_by, kind, hash, path, inputs_hash, label, phase, outcome, origin,
-                 aborted, attempts, model_requested, model_resolved, backend_id, resolved_cwd,
-                 usage, error, replay, session, result)
+            "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal, kind, hash,
+                 path, inputs_hash, label, phase, outcome, origin, aborted, attempts,
+                 model_requested, model_resolved, backend_id, resolved_cwd, usage, error, replay,
+                 session, result)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                 ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                 ?18, ?19, ?20, ?21, ?22, ?23)",
         )
-        // Positional, in the columns' order: binding 24 names looks each one up among all.
+        // Positional, in the columns' order: binding 23 names looks each one up among all.
         .and_then(|mut statement| {
             statement.execute(rusqlite::params![
                 run_key,
                 call.generation,
                 call.index,
                 settlement_ordinal,
-                call.superseded_by,
                 call.kind.as_str(),
                 super::hashes::stored(&call.hash),
                 call.path,
                 super::hashes::stored_optional(call.inputs_hash.as_deref()),
                 call.label,
                 call.phase,
-                super::call_codes::outcome_code(call.outcome),
-                super::call_codes::origin_code(call.origin),
+                call.outcome.as_str(),
+                call.origin.as_str(),
                 call.aborted,
                 call.attempts,
                 call.model_requested,
@@ -400,8 +394,25 @@ fn insert_call(
                 result,
             ])
         })
-        .context(doing)
-        .map(drop)
+        .context(doing)?;
+    // A record handed over already superseded keeps that as its supersession row.
+    if let Some(superseded_by) = call.superseded_by {
+        transaction
+            .prepare_cached(
+                "INSERT INTO call_supersessions (run_key, generation, call_index, superseded_by)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut statement| {
+                statement.execute(rusqlite::params![
+                    run_key,
+                    call.generation,
+                    call.index,
+                    superseded_by
+                ])
+            })
+            .context(doing)?;
+    }
+    Ok(())
 }
 
 /// Drops the recorded counts of the generations `writes` add rows to: they no longer hold.
@@ -447,10 +458,6 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         row,
         reader: RowReader::new(row, run_id, "calls"),
     };
-    let backend_id: Option<String> = columns.get(17)?;
-    let session = columns.decoded(20, |value| {
-        super::call_codes::read_session(value, backend_id.as_deref())
-    })?;
     Ok(CallRecord {
         generation: columns.get(0)?,
         index: columns.get(1)?,
@@ -460,8 +467,8 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         inputs_hash: columns.optional_hash(5)?,
         label: columns.get(6)?,
         phase: columns.get(7)?,
-        outcome: columns.decoded(8, super::call_codes::read_outcome)?,
-        origin: columns.decoded(9, super::call_codes::read_origin)?,
+        outcome: columns.parsed(8, CallOutcome::parse)?,
+        origin: columns.parsed(9, CallOrigin::parse)?,
         result: columns.optional_json(10)?,
         error: columns.optional_json(11)?,
         aborted: columns.get(12)?,
@@ -469,10 +476,10 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         usage: columns.usage(14)?,
         model_requested: columns.get(15)?,
         model_resolved: columns.get(16)?,
-        backend_id,
+        backend_id: columns.get(17)?,
         resolved_cwd: columns.get(18)?,
         replay: columns.optional_json(19)?,
-        session,
+        session: columns.optional_json(20)?,
         settlement_ordinal: columns.unsigned(21)?,
         superseded_by: columns.get(22)?,
     })
@@ -510,20 +517,11 @@ impl Columns<'_, '_> {
             .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
     }
 
-    /// The usage column, stored as `usage_column` writes it or as the object of older rows.
+    /// The usage column, stored as `usage_column` writes it.
     fn usage(&self, index: usize) -> StoreResult<crate::model::Usage> {
         let text: String = self.get(index)?;
         super::usage_column::read(&text)
             .map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
-    }
-
-    /// A column stored in one of `call_codes`' forms.
-    fn decoded<T>(
-        &self,
-        index: usize,
-        read: impl FnOnce(rusqlite::types::ValueRef<'_>) -> Result<T, String>,
-    ) -> StoreResult<T> {
-        read(self.value(index)?).map_err(|error| self.reader.corrupt(CALL_COLUMNS[index], error))
     }
 
     fn unsigned(&self, index: usize) -> StoreResult<u64> {
@@ -560,10 +558,10 @@ mod tests {
             .split(", ")
             .map(|column| {
                 let column = column.trim();
-                column.strip_prefix("c.").unwrap_or(match column {
-                    "COALESCE(s.superseded_by,c.superseded_by)" => "superseded_by",
-                    other => other,
-                })
+                column
+                    .strip_prefix("c.")
+                    .or_else(|| column.strip_prefix("s."))
+                    .unwrap_or(column)
             })
             .collect();
         assert_eq!(selected, CALL_COLUMNS);

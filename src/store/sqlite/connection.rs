@@ -11,22 +11,13 @@ use rusqlite::{Connection, FileControl, MAIN_DB, Transaction, TransactionBehavio
 use crate::store::{StoreError, StoreResult};
 
 /// Schema migrations in the order they apply; after migration `n` (1-based) the database's
-/// `user_version` is `n`. Append new files, never edit an applied one.
-pub(super) const MIGRATIONS: &[&str] = &[
-    include_str!("../migrations/sqlite/0001_initial.sql"),
-    include_str!("../migrations/sqlite/0002_runs_by_script.sql"),
-    include_str!("../migrations/sqlite/0003_fewer_call_indexes.sql"),
-    include_str!("../migrations/sqlite/0004_leases_intents_tallies.sql"),
-    include_str!("../migrations/sqlite/0005_checkpoint_rows.sql"),
-    include_str!("../migrations/sqlite/0006_caller_companions.sql"),
-    include_str!("../migrations/sqlite/0007_events_by_key.sql"),
-    include_str!("../migrations/sqlite/0008_call_supersessions.sql"),
-    include_str!("../migrations/sqlite/0009_run_versions.sql"),
-    include_str!("../migrations/sqlite/0010_hash_bytes.sql"),
-    include_str!("../migrations/sqlite/0011_event_blocks.sql"),
-    include_str!("../migrations/sqlite/0012_call_codes.sql"),
-    include_str!("../migrations/sqlite/0013_versions_per_write.sql"),
-];
+/// `user_version` is `n`. Append new files, never edit one a release shipped.
+pub(super) const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_initial.sql")];
+
+/// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the
+/// pre-release builds have none: their versions counted another series of scripts, and this
+/// build neither reads nor converts them (docs/store.md).
+pub(super) const APPLICATION_ID: i64 = 0x6167_7072;
 
 /// The page size of a new database. Every commit copies each page it touched into the WAL
 /// whole, and a settled call touches a handful of pages with rows of a few hundred bytes, so
@@ -161,34 +152,18 @@ fn is_busy(error: &rusqlite::Error) -> bool {
 }
 
 /// Applies the migrations the database lacks, all in one transaction, so a crash leaves the
-/// old version and a concurrent opener waits and then finds nothing left to do.
+/// old version and a concurrent opener waits and then finds nothing left to do. A store
+/// this build does not know (a pre-release one, another program's, a newer one) is refused
+/// unchanged.
 fn migrate(connection: &mut Connection, path: &Path) -> StoreResult<()> {
     let doing = || format!("migrate database {}", path.display());
     // The usual case, an up-to-date database, needs no write lock.
-    let version: i64 = connection
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .context(doing)?;
-    if usize::try_from(version).is_ok_and(|version| version == MIGRATIONS.len()) {
+    if schema_of(connection).context(doing)? == (APPLICATION_ID, MIGRATIONS.len() as i64) {
         return Ok(());
     }
     let transaction = write_transaction(connection, doing)?;
-    let version: i64 = transaction
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .context(doing)?;
-    let known = MIGRATIONS.len();
-    let applied = usize::try_from(version).map_err(|_| {
-        StoreError::Corrupt(format!(
-            "{} has the invalid schema version {version}",
-            path.display()
-        ))
-    })?;
-    if applied > known {
-        return Err(StoreError::Corrupt(format!(
-            "{} has schema version {applied}, but this agentprism knows versions up to \
-             {known}; use a newer agentprism for this persistence root",
-            path.display()
-        )));
-    }
+    let (application_id, version) = schema_of(&transaction).context(doing)?;
+    let applied = applied_migrations(path, application_id, version)?;
     for (number, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
         let version = number + 1;
         transaction
@@ -199,4 +174,41 @@ fn migrate(connection: &mut Connection, path: &Path) -> StoreResult<()> {
             .context(doing)?;
     }
     transaction.commit().context(doing)
+}
+
+/// The database's `application_id` and `user_version`.
+fn schema_of(connection: &Connection) -> rusqlite::Result<(i64, i64)> {
+    let application_id = connection.pragma_query_value(None, "application_id", |row| row.get(0))?;
+    let version = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    Ok((application_id, version))
+}
+
+/// How many of [`MIGRATIONS`] a database with these header values has applied, or why this
+/// build refuses it.
+fn applied_migrations(path: &Path, application_id: i64, version: i64) -> StoreResult<usize> {
+    let path = path.display();
+    let known = MIGRATIONS.len();
+    match (application_id, usize::try_from(version)) {
+        // A new, empty file.
+        (0, Ok(0)) => Ok(0),
+        (0, Ok(version)) => Err(StoreError::Io(format!(
+            "{path} was written by a pre-release agentprism (its schema version {version} \
+             predates this store format), and this agentprism neither reads nor converts such \
+             stores; nothing was changed. Move that persistence root aside (or delete {path} \
+             with its -wal and -shm files) to start with an empty store, or keep using the \
+             agentprism that wrote it"
+        ))),
+        (APPLICATION_ID, Ok(version)) if version <= known => Ok(version),
+        (APPLICATION_ID, Ok(version)) => Err(StoreError::Corrupt(format!(
+            "{path} has schema version {version}, but this agentprism knows versions up to \
+             {known}; use a newer agentprism for this persistence root"
+        ))),
+        (APPLICATION_ID, Err(_)) => Err(StoreError::Corrupt(format!(
+            "{path} has the invalid schema version {version}"
+        ))),
+        (other, _) => Err(StoreError::Io(format!(
+            "{path} is not an agentprism run store (its SQLite application id is {other}, \
+             an agentprism store's is {APPLICATION_ID}); nothing was changed"
+        ))),
+    }
 }

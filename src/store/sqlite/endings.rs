@@ -31,7 +31,6 @@ pub(super) fn close_generation(
     if let Some((generation, total)) = call_total {
         record_total_in(&transaction, (run_key, run_id), generation, total)?;
     }
-    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 

@@ -1,9 +1,9 @@
-//! The `event_blocks` table (migration 11): two or more consecutive events of one append
-//! (none a `log` line) stored as one row whose body is their rows deflated together. The
-//! events of a settled call repeat their keys and most of their values, so a block of a
-//! commit's events takes about a tenth of the bytes of their rows (docs/performance.md,
-//! "Issue 18: bytes per call, third pass"). `events.rs` decides what goes into a block and
-//! merges blocks with the plain rows when it reads.
+//! The `event_blocks` table: two or more consecutive events of one append (none a `log`
+//! line) stored as one row whose body is their rows deflated together. The events of a
+//! settled call repeat their keys and most of their values, so a block of a commit's events
+//! takes about a tenth of the bytes of their rows, and a store writes about half the bytes
+//! it would with a row per event (docs/store.md has the figures). `events.rs` decides what
+//! goes into a block and merges blocks with the plain rows when it reads.
 //!
 //! A body, before deflating, is one entry per event in seq order: the timestamp (8 bytes,
 //! little-endian, two's complement), a flags byte (1 redacted, 2 truncated, 4 framed), then
@@ -33,10 +33,9 @@ thread_local! {
     /// fresh pages a larger block reaches into fault in one by one: a block of 7 KiB (the
     /// events of a fan-out commit, or of a replayed batch) took 66 µs of CPU that way and
     /// takes 19 µs reset; a block of one call's events costs the same either way (about
-    /// 17 µs, the block's own Huffman codes and the reset), and the bytes are the same
-    /// (docs/performance.md, "Issue 18: version bumps per transaction, one block per
-    /// commit, a kept compressor"). Store writes run on the few threads of the daemon's runtime, so the few
-    /// hundred KiB each stay with those threads.
+    /// 17 µs, the block's own Huffman codes and the reset), and the bytes are the same.
+    /// Store writes run on the few threads of the daemon's runtime, so the few hundred KiB
+    /// each stay with those threads.
     static COMPRESSOR: RefCell<Option<Box<CompressorOxide>>> = const { RefCell::new(None) };
 }
 

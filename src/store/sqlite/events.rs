@@ -1,10 +1,11 @@
 //! The `events` table, each run's append-only event stream with `seq` dense from 1: the
 //! checked append (inside the caller's transaction, so a call and its events commit
 //! together), pages by cursor, and the log tail. A row's key is [`EventKeys`]' run range plus
-//! its seq (migration 7), and its text is stored without the `"type"` and `"runId"` members
-//! every event starts with ([`frame`]), put back when read. Two or more consecutive events
-//! of one append that are not `log` lines are one row of `event_blocks` instead
-//! (migration 11, `event_blocks.rs`); reads merge the two tables in seq order.
+//! its seq, so the table's rowid B-tree is the only one an event row writes, and its text is
+//! stored without the `"type"` and `"runId"` members every event starts with ([`frame`]), put
+//! back when read (docs/store.md has the figures). Two or more consecutive events of one
+//! append that are not `log` lines are one row of `event_blocks` instead (`event_blocks.rs`);
+//! reads merge the two tables in seq order.
 
 use rusqlite::{Connection, Transaction};
 use serde_json::Value;
@@ -108,7 +109,6 @@ pub(super) fn append(
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
     insert_events(&transaction, run_key, run_id, events)?;
-    super::versions::touch(&transaction, run_key, run_id)?;
     transaction.commit().context(doing)
 }
 
@@ -129,7 +129,7 @@ pub(super) fn page(
     let Ok(after_key) = keys.key(after, run_id) else {
         return Ok(Vec::new());
     };
-    // Each seq is a row or an entry of a block (migration 11); both reads are in seq order
+    // Each seq is a row or an entry of a block; both reads are in seq order
     // and hold at least the first `limit` of their events above the cursor.
     let mut events = rows_after(connection, run_id, keys, after_key, limit)?;
     events.extend(event_blocks::after(
@@ -241,7 +241,7 @@ pub(super) fn log_tail(
 }
 
 /// Appends events after checking that they continue the run's stream densely: each run of
-/// two or more consecutive events that are not `log` lines as one block (migration 11),
+/// two or more consecutive events that are not `log` lines as one block,
 /// every other event as a row. The events of one transaction are one append, whichever
 /// call writes they came with, so a commit of several settled calls stores one block.
 pub(super) fn insert_events<'e>(

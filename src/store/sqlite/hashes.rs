@@ -1,8 +1,8 @@
 //! Call hashes as they are stored: a hash of 64 lowercase hex digits (every hash the engine
 //! makes, a SHA-256) is kept as its 32 bytes, halving the two hash columns of each `calls`
-//! row (migration 10, docs/performance.md "Issue 18: bytes per call, SQLite side"); any other
-//! text is kept as text. A read gives back the text that was written, byte for byte: the hex
-//! of a 32-byte blob is lowercase, and only lowercase hex was turned into a blob.
+//! row, which a replay writes densely (docs/store.md has the figures); any other text is
+//! kept as text. A read gives back the text that was written, byte for byte: the hex of a
+//! 32-byte blob is lowercase, and only lowercase hex is turned into a blob.
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 

@@ -35,7 +35,6 @@ use crate::model::{
 };
 
 mod answers;
-mod call_codes;
 mod calls;
 mod connection;
 mod control;

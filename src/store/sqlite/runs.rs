@@ -367,7 +367,7 @@ pub(super) struct ScriptRow<'a> {
     script: &'a str,
     meta: String,
     script_revisions: String,
-    /// NULL when the script declares no companion files, as in rows written before them.
+    /// NULL when the script declares no companion files.
     files: Option<String>,
 }
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use super::calls::{TAIL_GENERATION, generation_total};
 use super::connection::Context;
 use super::rows::{RowReader, run_key};
-use crate::model::{CallKind, RunId};
+use crate::model::{CallKind, CallOrigin, CallOutcome, RunId};
 use crate::store::{CallSummary, StoreResult, SummaryTail};
 
 /// The shown columns, in the order [`SHOWN`] names them.
@@ -85,8 +85,8 @@ fn summary(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallSummary> {
         phase: columns.get(4)?,
         model_requested: columns.get(5)?,
         backend_id: columns.get(6)?,
-        outcome: columns.decoded(7, super::call_codes::read_outcome)?,
-        origin: columns.decoded(8, super::call_codes::read_origin)?,
+        outcome: columns.parsed(7, CallOutcome::parse)?,
+        origin: columns.parsed(8, CallOrigin::parse)?,
         result: columns.optional_json(9)?,
         error: columns.optional_json(10)?,
     })
@@ -103,19 +103,6 @@ impl Columns<'_, '_> {
         self.row
             .get(index)
             .map_err(|error| self.reader.corrupt(SHOWN[index], error))
-    }
-
-    /// A column stored in one of `call_codes`' forms.
-    fn decoded<T>(
-        &self,
-        index: usize,
-        read: fn(rusqlite::types::ValueRef<'_>) -> Result<T, String>,
-    ) -> StoreResult<T> {
-        let value = self
-            .row
-            .get_ref(index)
-            .map_err(|error| self.reader.corrupt(SHOWN[index], error))?;
-        read(value).map_err(|error| self.reader.corrupt(SHOWN[index], error))
     }
 
     fn optional_json<T: DeserializeOwned>(&self, index: usize) -> StoreResult<Option<T>> {

@@ -1,9 +1,8 @@
 //! A call row's token usage as it is stored: a JSON array `[input, output, total]`, or
 //! `[input, output, total, costUsd]` when the usage has a cost, instead of the object of
 //! `docs/api.md` (7 bytes instead of about 50 for a small call), so that four call rows fit a
-//! 1 KiB page instead of three (docs/performance.md, "Issue 18: bytes per call, SQLite side").
-//! Rows written before keep the object, which reads as it always did; both read back as the
-//! same `Usage` (an `f64` cost is written by serde_json in its shortest exact form).
+//! 1 KiB page instead of three (docs/store.md has the figures). It reads back as the same
+//! `Usage` (an `f64` cost is written by serde_json in its shortest exact form).
 
 use crate::model::Usage;
 
@@ -23,11 +22,8 @@ pub(super) fn stored(usage: &Usage) -> String {
     .expect("numbers always serialize")
 }
 
-/// The usage of stored text: the array of [`stored`] or the object rows held before.
+/// The usage of the stored text [`stored`] writes.
 pub(super) fn read(text: &str) -> Result<Usage, serde_json::Error> {
-    if !text.starts_with('[') {
-        return serde_json::from_str(text);
-    }
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
     enum Compact {
@@ -77,22 +73,18 @@ mod tests {
         }
     }
 
-    /// Rows written before migration 10 hold the object, and read as before.
+    /// Arrays of any other length, a negative count or any other JSON are not usage.
     #[test]
-    fn the_object_form_still_reads() {
-        let object = r#"{"inputTokens":10,"outputTokens":5,"totalTokens":15,"costUsd":0.5}"#;
-        let back = read(object).unwrap();
-        assert_eq!(
-            (back.input_tokens, back.total_tokens, back.cost_usd),
-            (10, 15, Some(0.5))
-        );
-        assert_eq!(read(&serde_json::to_string(&back).unwrap()).unwrap(), back);
-    }
-
-    /// Arrays of any other length, or with a negative count, are not usage.
-    #[test]
-    fn other_arrays_are_refused() {
-        for text in ["[]", "[1,2]", "[1,2,3,0.5,9]", "[-1,2,3]", "[1,2,3,\"x\"]"] {
+    fn other_texts_are_refused() {
+        let object = r#"{"inputTokens":10,"outputTokens":5,"totalTokens":15}"#;
+        for text in [
+            "[]",
+            "[1,2]",
+            "[1,2,3,0.5,9]",
+            "[-1,2,3]",
+            "[1,2,3,\"x\"]",
+            object,
+        ] {
             assert!(read(text).is_err(), "{text}");
         }
     }

@@ -1,45 +1,15 @@
 //! The run's change counter (`Store::run_version`): one read of the run row through its
-//! `run_id` index. Migration 9's triggers keep the counter for the rows of `runs`,
-//! `run_scripts` and `checkpoint_answers`; the call and event transactions call [`touch`]
-//! once instead of a trigger per row (migration 13).
+//! `run_id` index. The schema's triggers keep the counter: every write to a run's rows
+//! while its stored status is not 'running' gives it a value of the store-wide clock it
+//! never had.
 
-use rusqlite::{Connection, OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::connection::Context;
 use crate::model::{RunId, RunStatus};
 use crate::store::{RunVersion, StoreError, StoreResult};
 
 const READ: &str = "SELECT status, version FROM runs WHERE run_id = ?1";
-
-/// The clock moves only for a run whose stored status is not 'running' (what the triggers'
-/// `WHEN` said); for a running run this is one read of a row the fence read already cached.
-const ADVANCE: &str = "UPDATE run_version_clock SET value = value + 1
-     WHERE (SELECT status FROM runs WHERE run_key = ?1) IS NOT 'running'";
-const TAKE: &str =
-    "UPDATE runs SET version = (SELECT value FROM run_version_clock) WHERE run_key = ?1";
-
-/// Gives run `run_key` a new version when it is not running, inside `transaction`: what
-/// every write transaction to `calls`, `call_supersessions`, `events`, `event_blocks` and
-/// `call_tallies` ends with. Called after the writes, so a status the same transaction
-/// stored is the one it checks.
-pub(super) fn touch(
-    transaction: &Transaction<'_>,
-    run_key: i64,
-    run_id: &RunId,
-) -> StoreResult<()> {
-    let doing = || format!("advance the version of run {run_id}");
-    let advanced = transaction
-        .prepare_cached(ADVANCE)
-        .and_then(|mut statement| statement.execute([run_key]))
-        .context(doing)?;
-    if advanced > 0 {
-        transaction
-            .prepare_cached(TAKE)
-            .and_then(|mut statement| statement.execute([run_key]))
-            .context(doing)?;
-    }
-    Ok(())
-}
 
 pub(super) fn run_version(connection: &Connection, run_id: &RunId) -> StoreResult<RunVersion> {
     let doing = || format!("read the version of run {run_id}");

@@ -1,6 +1,7 @@
--- Schema version 1 of the PostgreSQL run store: the SQLite store's schema at its version 6
--- (src/store/migrations/sqlite/), in PostgreSQL's types, plus the indexes a shared store's
--- scans need (`scan`: listings across projects, housekeeping, the pending gauge).
+-- Schema version 1 of the PostgreSQL run store: the tables of the SQLite store
+-- (src/store/migrations/sqlite/) in PostgreSQL's types, with every call and event a plain
+-- row (docs/store.md says where the SQLite layout differs), plus the indexes a shared
+-- store's scans need (`scan`: listings across projects, housekeeping, the pending gauge).
 --
 -- Runs are referenced by a `run_key` inside the database so that the many call and event
 -- rows of a run carry eight bytes of key instead of the run id text. JSON stays TEXT, as

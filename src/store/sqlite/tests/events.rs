@@ -1,4 +1,4 @@
-//! The events table's own encoding (migration 7): keys in a run's range of the rowid, texts
+//! The events table's own encoding: keys in a run's range of the rowid, texts
 //! stored without their frame, and the two limits that keying sets.
 
 use serde_json::json;
@@ -78,8 +78,9 @@ fn seed_row(store: &SqliteStore, seq: u64) {
     store
         .connection()
         .execute(
-            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, event)
-             VALUES (4294967296 + ?1, 'phase', 0, 0, 0, '{}')",
+            "INSERT INTO events (event_key, event_type, timestamp, redacted, truncated, framed,
+                 event)
+             VALUES (4294967296 + ?1, 'phase', 0, 0, 0, 0, '{}')",
             [i64::try_from(seq).expect("fits")],
         )
         .expect("seed the row below the end");
@@ -205,7 +206,7 @@ async fn deleting_a_run_removes_only_its_range_of_events() {
         (&other, "token-b"),
         (&third, "token-c"),
     ] {
-        // Two rows of `events`, then a block (migration 11).
+        // Two rows of `events`, then a block.
         for seq in [1, 2] {
             store
                 .append_events(&run.run_id, &[event(seq, "phase")], Fence(token))
@@ -238,58 +239,6 @@ async fn deleting_a_run_removes_only_its_range_of_events() {
         .query_row("SELECT COUNT(*) FROM event_blocks", [], |row| row.get(0))
         .expect("count");
     assert_eq!(blocks, 2);
-}
-
-/// After migrations 7 and 8, a sample written by schema version 1 keeps its events (and takes
-/// new ones after them) and its supersession from the old column; a later supersession of
-/// the same row wins over the column, and a superseded row leaves the replay pool.
-#[tokio::test]
-async fn migrated_events_and_supersessions_continue() {
-    let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
-    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
-    connection
-        .pragma_update(None, "user_version", 1)
-        .expect("version 1");
-    connection
-        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
-        .expect("load sample");
-    drop(connection);
-    let store = SqliteStore::open(folder.path()).expect("open sample");
-    let id = run_id("lq3k2m1-abc123");
-    assert_eq!(store.last_event_seq(&id).await.expect("seq"), 5);
-    let framed: i64 = store
-        .connection()
-        .query_row("SELECT COUNT(*) FROM events WHERE framed = 1", [], |row| {
-            row.get(0)
-        })
-        .expect("count");
-    assert_eq!(framed, 0, "copied rows keep their text whole");
-    let pool_before = store.replay_pool(&id).await.expect("pool").len();
-    let rerun = call(3, 0, 1);
-    store
-        .append_call(
-            &id,
-            write(&rerun, &[(1, 0), (1, 1)], &[event(6, "agentEnd")]),
-            Fence("token-a"),
-        )
-        .await
-        .expect("generation 3");
-    let calls = store.calls(&id).await.expect("calls");
-    let superseded: Vec<(u32, u32, Option<u32>)> = calls
-        .iter()
-        .map(|call| (call.generation, call.index, call.superseded_by))
-        .collect();
-    assert_eq!(&superseded[..2], [(1, 0, Some(3)), (1, 1, Some(3))]);
-    // (1, 1) left the pool; (1, 0) had left it already; generation 3's row joined it.
-    assert_eq!(
-        store.replay_pool(&id).await.expect("pool").len(),
-        pool_before
-    );
-    let events = store.events(&id, 4, 10).await.expect("events");
-    let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
-    assert_eq!(seqs, [5, 6]);
-    assert_eq!(events[1], event(6, "agentEnd"));
 }
 
 fn count(store: &SqliteStore, table: &str) -> i64 {
@@ -394,55 +343,4 @@ async fn a_block_ends_at_the_last_seq_and_no_further() {
         }
         other => panic!("expected Io, got {other:?}"),
     }
-}
-
-/// A database of version 10 (events as rows only) opens at version 11 and reads its events
-/// as before; new events go on after them, in blocks, and a run that is not running has its
-/// version moved by a block as by a row.
-#[tokio::test]
-async fn a_version_10_database_reads_its_events_the_same_after_migration_11() {
-    let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = sample_at_version(folder.path(), 10);
-    // What version 10 holds: every event a row, its text whole (copied by migration 7).
-    let before: Vec<EventRecord> = connection
-        .prepare(
-            "SELECT event_key & 4294967295, timestamp, redacted, truncated, event
-             FROM events ORDER BY event_key",
-        )
-        .expect("prepare")
-        .query_map([], |row| {
-            let text: String = row.get(4)?;
-            Ok(EventRecord {
-                seq: row.get::<_, i64>(0)? as u64,
-                timestamp: row.get(1)?,
-                redacted: row.get(2)?,
-                truncated: row.get(3)?,
-                event: serde_json::from_str(&text).expect("stored JSON"),
-            })
-        })
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
-    drop(connection);
-    let id = run_id("lq3k2m1-abc123");
-    assert_eq!(before.len(), 5);
-    let store = SqliteStore::open(folder.path()).expect("open version 10");
-    assert_eq!(count(&store, "event_blocks"), 0);
-    assert_eq!(store.events(&id, 0, 100).await.expect("events"), before);
-    assert_eq!(store.last_event_seq(&id).await.expect("seq"), 5);
-    let version = store.run_version(&id).await.expect("version").expect("run");
-    let more = [event(6, "phase"), event(7, "phase")];
-    store
-        .append_events(&id, &more, Fence("token-a"))
-        .await
-        .expect("append a block");
-    assert_eq!(count(&store, "event_blocks"), 1);
-    let all = store.events(&id, 0, 100).await.expect("events");
-    assert_eq!(all[..5], before[..]);
-    assert_eq!(all[5..], more[..]);
-    let after = store.run_version(&id).await.expect("version").expect("run");
-    assert!(
-        after.version > version.version,
-        "a block moves a paused run's version"
-    );
 }

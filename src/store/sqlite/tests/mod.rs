@@ -1,5 +1,5 @@
 //! The SQLite store's own tests: what only this backend has (files, modes, WAL, pages,
-//! migrations, the frozen v1 sample, several connections) and the behaviour every method had
+//! migrations and the stores it refuses, several connections) and the behaviour every method had
 //! before the contract suite existed. The backend-independent rules run from
 //! `contract_tests.rs`, whose fixtures these tests share. This file holds the tests of opening, configuring
 //! and migrating a database; `records.rs` the round trips and rules of each table.
@@ -22,6 +22,7 @@ use crate::store::contract::{
 
 mod events;
 mod records;
+mod schema;
 
 /// Several openers of a database that does not exist yet race to create it and switch it
 /// to WAL; every one of them must get a working store (SQLite answers the WAL switch
@@ -234,97 +235,74 @@ async fn newer_schema_is_refused_naming_both_versions() {
     }
 }
 
-#[tokio::test]
-async fn frozen_v1_sample_reads_back() {
-    let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
-    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
-    connection
-        .pragma_update(None, "user_version", 1)
-        .expect("version 1");
-    connection
-        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
-        .expect("load sample");
-    drop(connection);
-
-    let store = SqliteStore::open(folder.path()).expect("open sample");
-    let expected: Value =
-        serde_json::from_str(include_str!("../../testdata/v1_sample.expected.json"))
-            .expect("expected records parse");
-    let field = |name: &str| expected[name].clone();
-    let id = run_id("lq3k2m1-abc123");
-    let run: RunRecord = serde_json::from_value(field("run")).expect("run");
-    let lease: Option<Lease> = serde_json::from_value(field("lease")).expect("lease");
-    let calls: Vec<CallRecord> = serde_json::from_value(field("calls")).expect("calls");
-    let events: Vec<EventRecord> = serde_json::from_value(field("events")).expect("events");
-    let answers: Vec<CheckpointAnswer> =
-        serde_json::from_value(field("checkpointAnswers")).expect("answers");
-    let receipts: Vec<OperationReceipt> =
-        serde_json::from_value(field("receipts")).expect("receipts");
-
-    assert_eq!(store.load_run(&id).await.expect("load run"), run);
-    assert_eq!(store.lease(&id).await.expect("lease"), lease);
-    assert_eq!(store.calls(&id).await.expect("calls"), calls);
-    assert_eq!(store.events(&id, 0, 100).await.expect("events"), events);
-    assert_eq!(
-        store.checkpoint_answers(&id).await.expect("answers"),
-        answers
-    );
-    assert_eq!(
-        store.receipt(&id, "op-1").await.expect("receipt").as_ref(),
-        receipts.first()
-    );
-    // The sample's shape, so an expected file emptied by mistake cannot pass.
-    assert_eq!(calls.len(), 4);
-    assert_eq!(calls[0].superseded_by, Some(2));
-    assert_eq!(events.len(), 5);
-    assert_eq!(store.replay_pool(&id).await.expect("pool").len(), 3);
-    assert_eq!(
-        store.log_tail(&id, 10).await.expect("log"),
-        (vec!["starting".to_owned(), "replayed call 0".to_owned()], 2)
-    );
-    let listed = store.list_runs(None, 10).await.expect("list");
-    assert_eq!(listed.len(), 1);
-    assert!(listed[0].has_result);
-}
-
-#[tokio::test]
-async fn migration_4_counts_the_calls_already_stored() {
-    let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
-    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
-    connection
-        .pragma_update(None, "user_version", 1)
-        .expect("version 1");
-    connection
-        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
-        .expect("load sample");
-    drop(connection);
-
-    let store = SqliteStore::open(folder.path()).expect("open sample");
-    let id = run_id("lq3k2m1-abc123");
-    let calls = store.calls(&id).await.expect("calls");
-    // Generation 2 holds one agent row and one checkpoint row.
-    assert_eq!(
-        store.call_tail(&id, 10).await.expect("tail"),
-        crate::store::CallTail {
-            generation: Some(2),
-            total: 1,
-            calls: vec![calls[2].clone()],
-        }
-    );
-    let lease = store.lease(&id).await.expect("lease").expect("held");
-    assert_eq!((lease.boot_id, lease.expires_at), (None, None));
-    // The tally keeps counting from what the migration found.
-    store
-        .append_call(&id, write(&call(2, 3, 9), &[], &[]), Fence("token-a"))
-        .await
-        .expect("append");
-    assert_eq!(store.call_tail(&id, 10).await.expect("tail").total, 2);
-}
-
 /// A cached statement bound with other values keeps its plan: status and the journal reads
 /// are never prepared again (the query planner stability guarantee is on).
+/// A store of a pre-release build (its own series of 13 migrations, no application id) is
+/// refused with a message naming the file and what to do, and left exactly as it was.
+#[test]
+fn a_pre_release_store_is_refused_and_left_unchanged() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let path = folder.path().join(DATABASE_FILE);
+    let connection = Connection::open(&path).expect("open");
+    connection
+        .execute_batch(
+            "CREATE TABLE runs (run_key INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
+             INSERT INTO runs (run_id) VALUES ('lq3k2m1-abc123');
+             PRAGMA user_version = 13;",
+        )
+        .expect("a pre-release store");
+    let before = schema::describe(&connection);
+    drop(connection);
+    match SqliteStore::open(folder.path()) {
+        Err(StoreError::Io(message)) => {
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("pre-release agentprism"), "{message}");
+            assert!(message.contains("schema version 13"), "{message}");
+            assert!(
+                message.contains("Move that persistence root aside"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("expected a refusal, got {other:?}"),
+        Ok(_) => panic!("a pre-release store was opened"),
+    }
+    let connection = Connection::open(&path).expect("open");
+    assert_eq!(schema::describe(&connection), before);
+    let header: (i64, i64, String) = connection
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version),
+                 (SELECT application_id FROM pragma_application_id),
+                 (SELECT run_id FROM runs)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .expect("read the store");
+    assert_eq!(header, (13, 0, "lq3k2m1-abc123".to_owned()));
+}
+
+/// A SQLite file of another program (another application id) is not taken for a store.
+#[test]
+fn another_programs_database_is_refused() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let path = folder.path().join(DATABASE_FILE);
+    let connection = Connection::open(&path).expect("open");
+    connection
+        .execute_batch("PRAGMA application_id = 42; PRAGMA user_version = 1;")
+        .expect("another database");
+    drop(connection);
+    match SqliteStore::open(folder.path()) {
+        Err(StoreError::Io(message)) => {
+            assert!(
+                message.contains("is not an agentprism run store"),
+                "{message}"
+            );
+            assert!(message.contains("application id is 42"), "{message}");
+        }
+        Err(other) => panic!("expected a refusal, got {other:?}"),
+        Ok(_) => panic!("another program's database was opened"),
+    }
+}
+
 #[tokio::test]
 async fn cached_statements_are_not_prepared_again_when_bound_anew() {
     let (_folder, store, record) = store_with_run().await;
@@ -418,209 +396,11 @@ async fn a_pack_run_is_stored_only_with_digests() {
     );
 }
 
-/// The frozen v1 sample in a database of `folder`, migrated to schema `version` as the build
-/// of that version left it.
-fn sample_at_version(folder: &Path, version: usize) -> Connection {
-    let connection = Connection::open(folder.join(DATABASE_FILE)).expect("open");
-    connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
-    connection
-        .execute_batch(include_str!("../../testdata/v1_sample.sql"))
-        .expect("load sample");
-    for migration in &MIGRATIONS[1..version] {
-        connection.execute_batch(migration).expect("migrate");
-    }
-    connection
-        .pragma_update(None, "user_version", version as i64)
-        .expect("user_version");
-    connection
-}
-
-/// Migration 10 turns the stored hashes of 64 lowercase hex digits into their 32 bytes and
-/// leaves every other hash text; every call reads back as it was written, and no run's
-/// version moves (the conversion changes nothing a read returns).
+/// The schema's triggers keep what status caches rely on: a running run's calls,
+/// supersessions, call counts, event blocks and event rows leave its version where it was;
+/// once it is not running, each such write moves it to a value it never had.
 #[tokio::test]
-async fn migration_10_stores_hex_hashes_as_bytes_and_reads_them_back() {
-    let lower = "0123456789abcdef".repeat(4);
-    let upper = lower.to_uppercase();
-    let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = sample_at_version(folder.path(), 9);
-    connection
-        .execute(
-            "UPDATE calls SET hash = ?1, inputs_hash = ?2 WHERE generation = 1 AND call_index = 0",
-            [&lower, &upper],
-        )
-        .expect("hex hashes");
-    connection
-        .execute(
-            "UPDATE calls SET inputs_hash = ?1 WHERE generation = 2 AND call_index = 0",
-            [&lower[..63]],
-        )
-        .expect("short hash");
-    let version: i64 = connection
-        .query_row("SELECT version FROM runs", [], |row| row.get(0))
-        .expect("version");
-    drop(connection);
-
-    let store = SqliteStore::open(folder.path()).expect("open version 9");
-    let id = run_id("lq3k2m1-abc123");
-    let calls = store.calls(&id).await.expect("calls");
-    let hashes: Vec<(&str, Option<&str>)> = calls
-        .iter()
-        .map(|call| (call.hash.as_str(), call.inputs_hash.as_deref()))
-        .collect();
-    assert_eq!(
-        hashes,
-        [
-            (lower.as_str(), Some(upper.as_str())),
-            ("hash-1", Some("inputs-1")),
-            ("hash-0", Some(&lower[..63])),
-            ("cafe", Some("inputs-2")),
-        ]
-    );
-    let types: Vec<(String, String)> = store
-        .connection()
-        .prepare(
-            "SELECT typeof(hash), typeof(inputs_hash) FROM calls ORDER BY generation, call_index",
-        )
-        .expect("prepare")
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("types");
-    assert_eq!(types[0], ("blob".to_owned(), "text".to_owned()));
-    assert!(
-        types[1..]
-            .iter()
-            .all(|pair| pair == &("text".to_owned(), "text".to_owned()))
-    );
-    let after = store.run_version(&id).await.expect("version").expect("run");
-    assert_eq!(after.version, version as u64, "no bump by the conversion");
-    // A new call's SHA-256 hashes are written as bytes and read back as text.
-    let mut fresh = call(2, 3, 9);
-    fresh.hash = lower.clone();
-    fresh.inputs_hash = Some(lower.clone());
-    store
-        .append_call(&id, write(&fresh, &[], &[]), Fence("token-a"))
-        .await
-        .expect("append");
-    let stored = store.calls(&id).await.expect("calls");
-    let last = stored
-        .iter()
-        .find(|call| call.index == 3)
-        .expect("new call");
-    assert_eq!(
-        (last.hash.as_str(), last.inputs_hash.as_deref()),
-        (lower.as_str(), Some(lower.as_str()))
-    );
-}
-
-/// Migration 12 stores outcome and origin as codes and a runner-shaped session as its bare
-/// id; every call reads back as it was written before, no run's version moves, and sessions
-/// of any other shape stay text. New rows are written in the short form and read back equal.
-#[tokio::test]
-async fn migration_12_stores_call_codes_and_bare_sessions_and_reads_them_back() {
-    let folder = tempfile::tempdir().expect("temporary folder");
-    let connection = sample_at_version(folder.path(), 11);
-    // Rows of every outcome, four origins, and sessions converted and kept.
-    let patches = [
-        (
-            1,
-            0,
-            "engine",
-            r#"{"backendId":"claude","sessionId":"s-1"}"#,
-        ),
-        (
-            1,
-            1,
-            "headless",
-            r#"{"sessionId":"s-2","backendId":"claude"}"#,
-        ),
-        (
-            2,
-            0,
-            "journal-replay",
-            r#"{"backendId":"pi","sessionId":"s-1"}"#,
-        ),
-    ];
-    for (generation, index, origin, session) in patches {
-        connection
-            .execute(
-                "UPDATE calls SET origin = ?1, session = ?2
-                 WHERE generation = ?3 AND call_index = ?4",
-                rusqlite::params![origin, session, generation, index],
-            )
-            .expect("patch");
-    }
-    let version: i64 = connection
-        .query_row("SELECT version FROM runs", [], |row| row.get(0))
-        .expect("version");
-    drop(connection);
-
-    let store = SqliteStore::open(folder.path()).expect("open version 11");
-    let id = run_id("lq3k2m1-abc123");
-    let expected: Value =
-        serde_json::from_str(include_str!("../../testdata/v1_sample.expected.json"))
-            .expect("expected records parse");
-    let mut calls: Vec<CallRecord> =
-        serde_json::from_value(expected["calls"].clone()).expect("calls");
-    assert_eq!(calls.len(), 4);
-    calls[0].origin = CallOrigin::Engine;
-    calls[1].origin = CallOrigin::Headless;
-    calls[2].origin = CallOrigin::JournalReplay;
-    for (call, (_, _, _, session)) in calls.iter_mut().zip(patches) {
-        call.session = Some(serde_json::from_str(session).expect("session"));
-    }
-    assert_eq!(store.calls(&id).await.expect("calls"), calls);
-    let stored = |store: &SqliteStore| -> Vec<(String, String, String)> {
-        store
-            .connection()
-            .prepare(
-                "SELECT outcome, origin, typeof(session) FROM calls
-                 ORDER BY generation, call_index",
-            )
-            .expect("prepare")
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("columns")
-    };
-    let owned = |(a, b, c): (&str, &str, &str)| (a.to_owned(), b.to_owned(), c.to_owned());
-    assert_eq!(
-        stored(&store),
-        [
-            ("0", "4", "blob"),
-            ("1", "3", "text"),
-            ("0", "1", "text"),
-            ("2", "2", "null"),
-        ]
-        .map(owned)
-    );
-    let after = store.run_version(&id).await.expect("version").expect("run");
-    assert_eq!(after.version, version as u64, "no bump by the conversion");
-    let status = store
-        .status_call_tail(&id, 10, false)
-        .await
-        .expect("status tail");
-    let shown: Vec<_> = status.calls.iter().map(|c| (c.outcome, c.origin)).collect();
-    assert_eq!(shown, [(calls[2].outcome, calls[2].origin)]);
-    // A new runner row: codes and the bare session id, read back as written.
-    let mut fresh = call(2, 3, 9);
-    fresh.session = Some(json!({"backendId": "claude", "sessionId": "s-9"}));
-    store
-        .append_call(&id, write(&fresh, &[], &[]), Fence("token-a"))
-        .await
-        .expect("append");
-    let back = store.calls(&id).await.expect("calls");
-    assert_eq!(back.iter().find(|call| call.index == 3), Some(&fresh));
-    assert_eq!(stored(&store)[4], owned(("0", "0", "blob")));
-}
-
-/// Migration 13: no trigger fires per row of the call and event tables; the store's own bump
-/// keeps what status caches rely on. A running run's calls, supersessions, event blocks and
-/// event rows leave its version where it was; once it is not running, each such write
-/// transaction moves it to a value it never had (several rows in one transaction: once).
-#[tokio::test]
-async fn call_and_event_writes_bump_the_version_once_per_transaction_and_never_while_running() {
+async fn call_and_event_writes_move_the_version_only_when_the_run_is_not_running() {
     let (_folder, store, mut record) = store_with_run().await;
     let triggers: Vec<String> = store
         .connection()
@@ -633,7 +413,15 @@ async fn call_and_event_writes_bump_the_version_once_per_transaction_and_never_w
     assert_eq!(
         triggers,
         [
+            "call_supersessions_version_insert",
+            "call_supersessions_version_update",
+            "call_tallies_version_delete",
+            "call_tallies_version_insert",
+            "call_tallies_version_update",
+            "calls_version_insert",
             "checkpoint_answers_version_insert",
+            "event_blocks_version_insert",
+            "events_version_insert",
             "run_scripts_version_update",
             "runs_version_insert",
             "runs_version_update",
@@ -699,12 +487,12 @@ async fn call_and_event_writes_bump_the_version_once_per_transaction_and_never_w
         .await
         .expect("two calls of a completed run");
     let after_calls = version(&store);
+    assert!(clock(&store) > before, "the clock moved");
     assert_eq!(
-        clock(&store),
-        before + 1,
-        "one bump for the whole transaction"
+        after_calls.version,
+        clock(&store) as u64,
+        "the run took the clock's latest value"
     );
-    assert_eq!(after_calls.version, (before + 1) as u64);
     assert_eq!(
         blocks(&store),
         blocks_before + 1,
