@@ -26,8 +26,10 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 
 use super::{
-    CallTail, CallWrite, Capabilities, ControlIntent, Fence, IntentAck, IntentScope, RunCounts,
-    ScriptChange, Store, StoreResult,
+    AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
+    ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
+    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    ScriptCopies, StoreResult,
 };
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
@@ -101,8 +103,7 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl Store for SqliteStore {
+impl Capable for SqliteStore {
     /// One database behind `BEGIN IMMEDIATE` transactions, shared by every process on the
     /// machine: all three hold.
     fn capabilities(&self) -> Capabilities {
@@ -112,13 +113,43 @@ impl Store for SqliteStore {
             scan: true,
         }
     }
+}
 
-    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {
-        runs::create(&mut self.connection(), record, lease)
-    }
-
+#[async_trait]
+impl RunReads for SqliteStore {
     async fn load_run(&self, run_id: &RunId) -> StoreResult<RunRecord> {
         runs::load(&self.connection(), run_id)
+    }
+
+    async fn list_runs(
+        &self,
+        project_dir: Option<&Path>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunSummary>> {
+        runs::list(&self.connection(), project_dir, limit)
+    }
+
+    async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>> {
+        runs::active(&self.connection(), project_dir)
+    }
+
+    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
+        runs::with_script(&self.connection(), script_file)
+    }
+
+    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
+        runs::caller(&self.connection(), run_id)
+    }
+
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<super::RunVersion>> {
+        versions::run_version(&self.connection(), run_id).map(Some)
+    }
+}
+
+#[async_trait]
+impl Runs for SqliteStore {
+    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {
+        runs::create(&mut self.connection(), record, lease)
     }
 
     async fn update_run(
@@ -130,38 +161,24 @@ impl Store for SqliteStore {
         runs::update(&mut self.connection(), record, script, fence)
     }
 
-    async fn append_call(
+    async fn set_run_caller(
         &self,
         run_id: &RunId,
-        write: CallWrite<'_>,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        calls::append(
-            &mut self.connection(),
-            run_id,
-            std::slice::from_ref(&write),
-            fence,
-        )
+        expected: Option<&str>,
+        caller: Option<&str>,
+    ) -> StoreResult<bool> {
+        runs::set_caller(&self.connection(), run_id, expected, caller)
     }
 
-    async fn append_calls(
-        &self,
-        run_id: &RunId,
-        writes: &[CallWrite<'_>],
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        calls::append(&mut self.connection(), run_id, writes, fence)
+    async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {
+        let deleted = runs::delete(&mut self.connection(), run_id)?;
+        scripts::delete_with_run(&self.root, run_id, &deleted);
+        Ok(())
     }
+}
 
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: &[EventRecord],
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        events::append(&mut self.connection(), run_id, events, fence)
-    }
-
+#[async_trait]
+impl CallReads for SqliteStore {
     async fn calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         calls::all(&self.connection(), run_id)
     }
@@ -190,6 +207,45 @@ impl Store for SqliteStore {
         calls::tail_rows(&self.connection(), run_id, limit)
     }
 
+    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        calls::checkpoints(&self.connection(), run_id)
+    }
+
+    async fn status_call_tail(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+        count: bool,
+    ) -> StoreResult<super::SummaryTail> {
+        status_reads::tail(&self.connection(), run_id, limit, count)
+    }
+}
+
+#[async_trait]
+impl Calls for SqliteStore {
+    async fn append_call(
+        &self,
+        run_id: &RunId,
+        write: CallWrite<'_>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        calls::append(
+            &mut self.connection(),
+            run_id,
+            std::slice::from_ref(&write),
+            fence,
+        )
+    }
+
+    async fn append_calls(
+        &self,
+        run_id: &RunId,
+        writes: &[CallWrite<'_>],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        calls::append(&mut self.connection(), run_id, writes, fence)
+    }
+
     async fn record_call_total(
         &self,
         run_id: &RunId,
@@ -199,21 +255,10 @@ impl Store for SqliteStore {
     ) -> StoreResult<()> {
         calls::record_total(&mut self.connection(), run_id, generation, total, fence)
     }
+}
 
-    async fn close_generation(
-        &self,
-        run_id: &RunId,
-        events: &[EventRecord],
-        call_total: Option<(u32, u64)>,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        endings::close_generation(&mut self.connection(), run_id, events, call_total, fence)
-    }
-
-    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-        calls::checkpoints(&self.connection(), run_id)
-    }
-
+#[async_trait]
+impl EventReads for SqliteStore {
     async fn events(
         &self,
         run_id: &RunId,
@@ -230,38 +275,24 @@ impl Store for SqliteStore {
     async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)> {
         events::log_tail(&self.connection(), run_id, limit)
     }
+}
 
-    async fn status_call_tail(
+#[async_trait]
+impl Events for SqliteStore {
+    async fn append_events(
         &self,
         run_id: &RunId,
-        limit: u32,
-        count: bool,
-    ) -> StoreResult<super::SummaryTail> {
-        status_reads::tail(&self.connection(), run_id, limit, count)
+        events: &[EventRecord],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        events::append(&mut self.connection(), run_id, events, fence)
     }
+}
 
-    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<super::RunVersion>> {
-        versions::run_version(&self.connection(), run_id).map(Some)
-    }
-
-    async fn put_checkpoint_answer(
-        &self,
-        run_id: &RunId,
-        answer: &CheckpointAnswer,
-    ) -> StoreResult<CheckpointAnswer> {
-        answers::put_checkpoint_answer(&mut self.connection(), run_id, answer)
-    }
-
+#[async_trait]
+impl AnswerReads for SqliteStore {
     async fn checkpoint_answers(&self, run_id: &RunId) -> StoreResult<Vec<CheckpointAnswer>> {
         answers::checkpoint_answers(&self.connection(), run_id)
-    }
-
-    async fn put_receipt(
-        &self,
-        run_id: &RunId,
-        receipt: &OperationReceipt,
-    ) -> StoreResult<OperationReceipt> {
-        answers::put_receipt(&mut self.connection(), run_id, receipt)
     }
 
     async fn receipt(
@@ -271,11 +302,36 @@ impl Store for SqliteStore {
     ) -> StoreResult<Option<OperationReceipt>> {
         answers::receipt(&self.connection(), run_id, operation_id)
     }
+}
 
+#[async_trait]
+impl Answers for SqliteStore {
+    async fn put_checkpoint_answer(
+        &self,
+        run_id: &RunId,
+        answer: &CheckpointAnswer,
+    ) -> StoreResult<CheckpointAnswer> {
+        answers::put_checkpoint_answer(&mut self.connection(), run_id, answer)
+    }
+
+    async fn put_receipt(
+        &self,
+        run_id: &RunId,
+        receipt: &OperationReceipt,
+    ) -> StoreResult<OperationReceipt> {
+        answers::put_receipt(&mut self.connection(), run_id, receipt)
+    }
+}
+
+#[async_trait]
+impl LeaseReads for SqliteStore {
     async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>> {
         leases::lease(&self.connection(), run_id)
     }
+}
 
+#[async_trait]
+impl Leases for SqliteStore {
     async fn acquire_lease(
         &self,
         run_id: &RunId,
@@ -292,56 +348,27 @@ impl Store for SqliteStore {
     async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()> {
         leases::release(&mut self.connection(), run_id, token)
     }
+}
 
-    async fn record_outcome(&self, record: &RunRecord, lease_token: &str) -> StoreResult<()> {
-        endings::record_outcome(&mut self.connection(), record, lease_token)
-    }
-
-    async fn list_runs(
-        &self,
-        project_dir: Option<&Path>,
-        limit: u32,
-    ) -> StoreResult<Vec<RunSummary>> {
-        runs::list(&self.connection(), project_dir, limit)
-    }
-
-    async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>> {
-        runs::active(&self.connection(), project_dir)
-    }
-
-    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
-        runs::with_script(&self.connection(), script_file)
-    }
-
-    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
-        runs::caller(&self.connection(), run_id)
-    }
-
-    async fn set_run_caller(
-        &self,
-        run_id: &RunId,
-        expected: Option<&str>,
-        caller: Option<&str>,
-    ) -> StoreResult<bool> {
-        runs::set_caller(&self.connection(), run_id, expected, caller)
-    }
-
-    async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {
-        let deleted = runs::delete(&mut self.connection(), run_id)?;
-        scripts::delete_with_run(&self.root, run_id, &deleted);
-        Ok(())
-    }
-
-    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent> {
-        control::put(&mut self.connection(), intent)
-    }
-
+#[async_trait]
+impl IntentReads for SqliteStore {
     async fn intent(&self, run_id: &RunId, op: &str) -> StoreResult<Option<ControlIntent>> {
         control::read(&self.connection(), run_id, op)
     }
 
     async fn pending_intents(&self, scope: IntentScope<'_>) -> StoreResult<Vec<ControlIntent>> {
         control::pending(&self.connection(), scope)
+    }
+
+    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>> {
+        control::ack(&self.connection(), run_id, op)
+    }
+}
+
+#[async_trait]
+impl Intents for SqliteStore {
+    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent> {
+        control::put(&mut self.connection(), intent)
     }
 
     async fn acknowledge_intent(
@@ -352,11 +379,10 @@ impl Store for SqliteStore {
     ) -> StoreResult<IntentAck> {
         control::acknowledge(&mut self.connection(), run_id, op, ack)
     }
+}
 
-    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>> {
-        control::ack(&self.connection(), run_id, op)
-    }
-
+#[async_trait]
+impl ScriptCopies for SqliteStore {
     async fn create_script_copy(
         &self,
         project_dir: &Path,
@@ -369,12 +395,32 @@ impl Store for SqliteStore {
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         scripts::delete(&self.root, project_dir, run_id)
     }
+}
 
+#[async_trait]
+impl Housekeeping for SqliteStore {
     async fn run_counts(&self) -> StoreResult<RunCounts> {
         housekeeping::counts(&self.connection())
     }
 
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
         housekeeping::terminal_before(&self.connection(), before_ms, limit)
+    }
+}
+
+#[async_trait]
+impl Endings for SqliteStore {
+    async fn close_generation(
+        &self,
+        run_id: &RunId,
+        events: &[EventRecord],
+        call_total: Option<(u32, u64)>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        endings::close_generation(&mut self.connection(), run_id, events, call_total, fence)
+    }
+
+    async fn record_outcome(&self, record: &RunRecord, lease_token: &str) -> StoreResult<()> {
+        endings::record_outcome(&mut self.connection(), record, lease_token)
     }
 }
