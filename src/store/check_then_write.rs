@@ -409,6 +409,17 @@ mod tests {
                 .await,
             "the taken-over holder's outcome",
         );
+        // A generation's ending is the two checked writes, not the inner store's own.
+        assert_fenced(
+            store
+                .close_generation(&id, &[event(2, "late")], Some((1, 0)), Fence("first"))
+                .await,
+            "the taken-over holder's closing events",
+        );
+        assert_fenced(
+            store.record_outcome(&record, "first").await,
+            "the taken-over holder's recorded outcome",
+        );
         assert_eq!(store.last_event_seq(&id).await.unwrap(), 1);
         store
             .update_run(&record, ScriptChange::Unchanged, Fence("second"))
