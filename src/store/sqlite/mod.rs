@@ -17,8 +17,8 @@
 //! process's write lock (up to 5 s), happens under `tokio::task::block_in_place`, so the
 //! runtime keeps its workers (`off_workers.rs`). What a call may hold a worker for is its
 //! own statements plus, every few MiB of WAL, the automatic checkpoint's writes and syncs.
-//! Running every call under `block_in_place` was measured at 7-9 µs of CPU per call (a
-//! thread hand-off, about 5% of an agent call's ~163 µs engine overhead);
+//! Running every call under `block_in_place` was measured at 4-9 µs of CPU per call (a
+//! thread hand-off, 2-6% of an agent call's ~163 µs engine overhead);
 //! `spawn_blocking` or a store thread would add copies of every argument to that, as their
 //! work must own its data.
 //!

@@ -12,11 +12,11 @@
 //!   `tokio::task::block_in_place`, which hands the thread's worker role to another thread
 //!   for the call's duration;
 //! - when SQLite finds the database locked it calls [`wait_for_lock`], the connection's busy
-//!   handler, which sleeps between retries under `block_in_place` too, so from the first
-//!   retry on the call is off the workers.
+//!   handler, which sleeps between retries under `block_in_place` too, so the call waits
+//!   off the workers.
 //!
-//! `block_in_place` on every call would cost about 7-9 µs of CPU each (a thread hand-off),
-//! some 5% of an agent call's engine overhead; this way an uncontended call pays nothing.
+//! `block_in_place` on every call would cost 4-9 µs of CPU each (a thread hand-off),
+//! 2-6% of an agent call's engine overhead; this way an uncontended call pays nothing.
 //! Where `block_in_place` cannot run (a current-thread runtime, as `#[tokio::test]` builds,
 //! or no runtime) the wait happens inline.
 
