@@ -17,10 +17,11 @@
 //! process's write lock (up to 5 s), happens under `tokio::task::block_in_place`, so the
 //! runtime keeps its workers (`off_workers.rs`). What a call may hold a worker for is its
 //! own statements plus, every few MiB of WAL, the automatic checkpoint's writes and syncs.
-//! Running every call under `block_in_place` was measured at 4-9 µs of CPU per call (a
-//! thread hand-off, 2-6% of an agent call's ~163 µs engine overhead);
-//! `spawn_blocking` or a store thread would add copies of every argument to that, as their
-//! work must own its data.
+//! Running every call under `block_in_place` was measured at 14 µs of CPU per call on an
+//! idle machine (a thread hand-off that wakes a second core; 4-9 µs under load), about 10%
+//! of an agent call's engine overhead (140-165 µs in `cargo bench --bench engine`), which
+//! this way does not change; `spawn_blocking` or a store thread would add copies of every
+//! argument to the hand-off, as their work must own its data.
 //!
 //! This file holds the handle and the trait's dispatch; each table's statements live in a
 //! file of their own: `connection.rs` (opening, settings, migrations), `rows.rs` (column

@@ -15,8 +15,8 @@
 //!   handler, which sleeps between retries under `block_in_place` too, so the call waits
 //!   off the workers.
 //!
-//! `block_in_place` on every call would cost 4-9 µs of CPU each (a thread hand-off),
-//! 2-6% of an agent call's engine overhead; this way an uncontended call pays nothing.
+//! `block_in_place` on every call would cost up to 14 µs of CPU each (a thread hand-off),
+//! about 10% of an agent call's engine overhead; this way an uncontended call pays nothing.
 //! Where `block_in_place` cannot run (a current-thread runtime, as `#[tokio::test]` builds,
 //! or no runtime) the wait happens inline.
 
