@@ -34,8 +34,6 @@ use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
 use crate::transport::peer::Access;
 
-mod check_then_write;
-
 /// What the root assembles for `daemon run` and `serve`: an engine and the MCP server over it.
 /// Defined beside the daemon, which consumes it and must not import this module.
 pub use crate::daemon::Services;
@@ -439,7 +437,7 @@ pub async fn replicate(
         }
         StoreLocation::Sqlite(_) => Arc::new(opened()?),
         #[cfg(any(debug_assertions, feature = "test-hooks"))]
-        StoreLocation::WithoutCas(_) => Arc::new(check_then_write::CheckThenWrite::without_cas(
+        StoreLocation::WithoutCas(_) => Arc::new(crate::store::CheckThenWrite::without_cas(
             Arc::new(opened()?),
         )),
         #[cfg(not(any(debug_assertions, feature = "test-hooks")))]
@@ -454,7 +452,7 @@ pub async fn replicate(
     let store: Arc<dyn Store> = if store.capabilities().fence {
         store
     } else {
-        Arc::new(check_then_write::CheckThenWrite::new(store))
+        Arc::new(crate::store::CheckThenWrite::new(store))
     };
     settings.store = StoreChoice::Opened(OpenedStore(store));
     settings.engine.lease_policy = LeasePolicy::Ttl(replica.lock_ttl);

@@ -193,7 +193,7 @@ const FAILED_CALLS_LISTED: usize = 10;
 /// "N of M agent calls failed" on stderr, with the first failures' codes and messages, when
 /// any agent call of the run's latest journal failed.
 pub(super) async fn report_failed_calls(engine: &Engine, run_id: &RunId) {
-    let Ok(calls) = engine.store().latest_calls(run_id).await else {
+    let Ok(calls) = engine.calls().latest_calls(run_id).await else {
         return;
     };
     let agents: Vec<_> = calls

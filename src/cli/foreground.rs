@@ -258,7 +258,7 @@ async fn follow_run(
 /// How many agent calls the run's latest journal has when it has some and every one failed.
 /// A journal that cannot be read tells nothing, and leaves the exit code as it was.
 async fn every_agent_call_failed(engine: &Engine, run_id: &RunId) -> Option<usize> {
-    let calls = engine.store().latest_calls(run_id).await.ok()?;
+    let calls = engine.calls().latest_calls(run_id).await.ok()?;
     let agents: Vec<_> = calls
         .iter()
         .filter(|call| call.kind == CallKind::Agent)

@@ -111,7 +111,7 @@ fn action(body: &Value) -> Result<&str, ControlError> {
 /// The refusal for a run this daemon does not execute: `NOT_OWNER` if the run exists,
 /// `UNKNOWN_RUN` if not.
 async fn not_executing(engine: &Engine, health: &Health, run_id: &RunId) -> ControlError {
-    match engine.store().load_run(run_id).await {
+    match engine.runs().load_run(run_id).await {
         Ok(_) => ControlError::NotOwner(format!(
             "run {run_id} is not executing in daemon pid {}",
             health.record.pid

@@ -27,7 +27,7 @@ pub const LOCK_TTL_VAR: &str = "MHL_SERVE_RUN_LOCK_TTL";
 /// test hooks are built in).
 pub const SWEEP_INTERVAL_VAR: &str = "MHL_SERVE_SWEEP_INTERVAL";
 
-/// The location scheme of the test-only store without `cas` (`CheckThenWrite::without_cas` in `app`).
+/// The location scheme of the test-only store without `cas` (`store::CheckThenWrite::without_cas`).
 const WITHOUT_CAS_SCHEME: &str = "test-nocas:";
 
 /// A setting of a replicated deployment that cannot be used; each message names the flag or

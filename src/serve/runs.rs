@@ -149,7 +149,7 @@ impl RunApi {
     /// The latest log lines and how many there are, for `run/logs` and the logs resource.
     pub async fn log_lines(&self, run_id: &RunId) -> Result<(Vec<String>, u64), RunError> {
         self.engine
-            .store()
+            .events()
             .log_tail(run_id, MAX_LOG_LINES)
             .await
             .map_err(|error| RunError::from(EngineError::Store(error)))

@@ -8,12 +8,12 @@
 //!   execution that makes it, and the store refuses it (`StoreError::Fenced`), writing
 //!   nothing, once another token holds the lease or none does. The check and the write are
 //!   one atomic step.
-//! - **Leases change hands by compare-and-swap on the token** (`Store::acquire_lease`).
+//! - **Leases change hands by compare-and-swap on the token** (`Leases::acquire_lease`).
 //!   Expiry is data, not a fence: a holder whose lease expired but was not taken over still
 //!   renews and writes. Whether an expired or orphaned lease *may* be taken over is the
 //!   caller's `LeasePolicy` (the daemon and the CLI: never while the holder process is
 //!   alive; serve replicas: after the TTL). A lapsed holder (its token replaced) can neither
-//!   renew (`Store::renew_lease`) nor write.
+//!   renew (`Leases::renew_lease`) nor write.
 //! - **First writer wins** for checkpoint answers (per call index), operation receipts (per
 //!   operation id and generation: a newer generation replaces an older one), control intents
 //!   (one pending intent per action and call) and their acknowledgements.
@@ -21,41 +21,43 @@
 //! - **Deleting a run deletes everything stored with it**: calls, events, answers,
 //!   receipts, control intents and acknowledgements, and its inline script copy.
 //! - **No path in the interface** but the inline script copy's `file://` location
-//!   (`Store::create_script_copy`): a shared backend has no persistence root to hand out.
+//!   (`ScriptCopies::create_script_copy`): a shared backend has no persistence root to hand out.
 //! - **Bad stored data is `StoreError::Corrupt`**, naming the run and the field; never a
 //!   default.
-//! - **The caller tag changes only by compare-and-set** (`Store::set_run_caller`): of two
+//! - **The caller tag changes only by compare-and-set** (`Runs::set_run_caller`): of two
 //!   calls expecting the same tag exactly one succeeds, and `update_run` never rewrites it.
 //! - **Companion files are part of the script snapshot**: written with the script at
 //!   admission and by `ScriptChange::Changed`, read back exactly by `load_run`.
 //! - **A pack run's texts never reach the store**: a `ScriptSource::Pack` record carries
 //!   `model::content_digest`s in place of its script and companion texts, and a backend
 //!   refuses one that does not (`StoreError::Confidential`), before writing anything.
-//! - **Bounded reads for status**: `Store::call_tail` and `Store::log_tail` read the tail
+//! - **Bounded reads for status**: `CallReads::call_tail` and `EventReads::log_tail` read the tail
 //!   of a run, not the run.
-//! - **A run's version changes with what status shows** (`Store::run_version`, where a
+//! - **A run's version changes with what status shows** (`RunReads::run_version`, where a
 //!   backend keeps one): every write to a run that is not running, to its row or anything
 //!   stored under it, gives it a version no run of the store had before.
 //!
-//! `sqlite` is the embedded backend (one database file per persistence root), `postgres` the
-//! shared one (several replicas on one database; docs/store.md), `location` opens either from
-//! one string; `lease` holds the takeover policy, `control` the durable control intents,
-//! `counts` what the pending gauge and housekeeping ask.
+//! `ports` holds the traits, one per concern with a read-only half where there are readers;
+//! `Store` is all of them. `sqlite` is the embedded backend (one database file per
+//! persistence root), `postgres` the shared one (several replicas on one database;
+//! docs/store.md), `location` opens either from one string, `check_then_write` puts the lease
+//! check in front of a backend that cannot fence; `lease` holds the takeover policy,
+//! `control` the durable control intents, `counts` what the pending gauge and housekeeping
+//! ask.
 
 use std::path::{Path, PathBuf};
 
-use async_trait::async_trait;
-
 use crate::model::{
-    CallError, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointAnswer, EventRecord, Lease,
-    OperationReceipt, RunId, RunRecord, RunStatus, RunSummary,
+    CallError, CallKind, CallOrigin, CallOutcome, CallRecord, EventRecord, RunId, RunStatus,
 };
 
 mod codec;
+pub mod check_then_write;
 pub mod control;
 pub mod counts;
 pub mod lease;
 pub mod location;
+pub mod ports;
 pub mod postgres;
 mod script_copies;
 pub mod sqlite;
@@ -63,10 +65,15 @@ pub mod sqlite;
 #[cfg(any(test, feature = "store-contract"))]
 pub mod contract;
 
+pub use check_then_write::CheckThenWrite;
 pub use control::{ControlIntent, IntentAck, IntentAction, IntentScope};
 pub use counts::RunCounts;
 pub use lease::{LapseReason, LeasePolicy, LeaseState};
 pub use location::{StoreLocation, open_location};
+pub use ports::{
+    AnswerReads, Answers, CallReads, Calls, Capable, Endings, EventReads, Events, Housekeeping,
+    IntentReads, Intents, LeaseReads, Leases, RunReads, Runs, ScriptCopies,
+};
 pub use postgres::{PgOptions, PostgresStore};
 pub use sqlite::SqliteStore;
 
@@ -151,7 +158,7 @@ pub struct CallWrite<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallTail {
     /// The latest generation that has any call row (checkpoint rows included), `None` when
-    /// the run has none: the generation [`Store::latest_calls`] would read.
+    /// the run has none: the generation [`CallReads::latest_calls`] would read.
     pub generation: Option<u32>,
     /// How many non-checkpoint rows that generation has.
     pub total: u64,
@@ -159,7 +166,7 @@ pub struct CallTail {
     pub calls: Vec<CallRecord>,
 }
 
-/// A call row as status shows it ([`Store::status_call_tail`]): the fields of a
+/// A call row as status shows it ([`CallReads::status_call_tail`]): the fields of a
 /// [`CallRecord`] a status entry reads, without usage, replay, session, hashes or path.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallSummary {
@@ -205,7 +212,7 @@ pub struct SummaryTail {
     pub calls: Vec<CallSummary>,
 }
 
-/// A run's status and its change counter, as an answer cache checks them ([`Store::run_version`]).
+/// A run's status and its change counter, as an answer cache checks them ([`RunReads::run_version`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunVersion {
     pub status: RunStatus,
@@ -216,323 +223,38 @@ pub struct RunVersion {
     pub version: u64,
 }
 
-/// The durable run store.
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// What this backend promises ([`Capabilities`]).
-    fn capabilities(&self) -> Capabilities;
+/// The durable run store: every port at once ([`ports`]), implemented for anything that
+/// implements them all. The engine holds an `Arc<dyn Store>`; a reader takes the read-only
+/// trait it needs (`&dyn RunReads`, …), which a `&dyn Store` coerces to.
+pub trait Store:
+    Capable
+    + Runs
+    + Calls
+    + Events
+    + Answers
+    + Leases
+    + Intents
+    + ScriptCopies
+    + Housekeeping
+    + Endings
+    + 'static
+{
+}
 
-    /// Creates the run and its first lease atomically (admission). Fails with
-    /// `AlreadyExists` if the id is taken.
-    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()>;
-
-    async fn load_run(&self, run_id: &RunId) -> StoreResult<RunRecord>;
-
-    /// Rewrites the run row, except its caller tag (see [`Store::set_run_caller`]).
-    /// `ScriptChange::Unchanged` leaves script, meta, revisions and companion files as
-    /// stored, so routine status updates never rewrite the script text.
-    async fn update_run(
-        &self,
-        record: &RunRecord,
-        script: ScriptChange,
-        fence: Fence<'_>,
-    ) -> StoreResult<()>;
-
-    /// Appends one settled call (journal entry + call record), supersedes the rows it
-    /// replaces and appends buffered events, in one durable transaction.
-    async fn append_call(
-        &self,
-        run_id: &RunId,
-        write: CallWrite<'_>,
-        fence: Fence<'_>,
-    ) -> StoreResult<()>;
-
-    /// Appends several settled calls in one transaction (replays and interrupted rows).
-    async fn append_calls(
-        &self,
-        run_id: &RunId,
-        writes: &[CallWrite<'_>],
-        fence: Fence<'_>,
-    ) -> StoreResult<()>;
-
-    /// Appends events; their `seq` values must continue the run's stream densely.
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: &[EventRecord],
-        fence: Fence<'_>,
-    ) -> StoreResult<()>;
-
-    /// Every call row of the run, ordered by (generation, settlement ordinal).
-    async fn calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
-
-    /// One past the highest settlement ordinal of the run's rows, superseded ones included
-    /// (0 when it has none): where a new generation's ordinals continue. A backend may
-    /// answer without reading the rows themselves.
-    async fn next_settlement_ordinal(&self, run_id: &RunId) -> StoreResult<u64> {
-        let calls = self.calls(run_id).await?;
-        Ok(calls
-            .iter()
-            .map(|call| call.settlement_ordinal + 1)
-            .max()
-            .unwrap_or(0))
-    }
-
-    /// Replay candidates and blockers: rows with `superseded_by` unset, ordered by
-    /// (generation, index).
-    async fn replay_pool(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
-
-    /// The call rows of the latest generation that has any, ascending by index.
-    async fn latest_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
-
-    /// The count and the last `limit` non-checkpoint rows of the latest generation that has
-    /// any rows. The rows cost an index walk, whatever the run's size; the count is the one
-    /// [`Store::record_call_total`] recorded, else counted (a generation still running, or
-    /// one whose process died: the cost then grows with the generation).
-    async fn call_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<CallTail>;
-
-    /// [`Store::call_tail`] without the count: the latest generation with any row and its
-    /// last `limit` non-checkpoint rows, ascending. For the generation a process executes,
-    /// which keeps its own count.
-    async fn call_tail_rows(
-        &self,
-        run_id: &RunId,
-        limit: u32,
-    ) -> StoreResult<(Option<u32>, Vec<CallRecord>)>;
-
-    /// Records how many non-checkpoint rows `generation` has, once it stopped running, so
-    /// [`Store::call_tail`] need not count them; fenced like every execution write. A row
-    /// appended to that generation later drops the record, so a recorded count is never
-    /// stale.
-    async fn record_call_total(
-        &self,
-        run_id: &RunId,
-        generation: u32,
-        total: u64,
-        fence: Fence<'_>,
-    ) -> StoreResult<()>;
-
-    /// A stopped generation's last writes: its last events, then its call count
-    /// ([`Store::record_call_total`]) when it wrote rows, fenced like both. SQLite makes them
-    /// one transaction; this default makes them one after the other, and stops at the first
-    /// refused.
-    async fn close_generation(
-        &self,
-        run_id: &RunId,
-        events: &[EventRecord],
-        call_total: Option<(u32, u64)>,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        if !events.is_empty() {
-            self.append_events(run_id, events, fence).await?;
-        }
-        if let Some((generation, total)) = call_total {
-            self.record_call_total(run_id, generation, total, fence)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// The checkpoint rows not superseded, of every generation, ordered by (generation,
-    /// settlement ordinal), at a cost that grows with the run's checkpoints, not its calls.
-    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
-
-    /// Events with `seq > after`, at most `limit`, ascending.
-    async fn events(&self, run_id: &RunId, after: u64, limit: u32)
-    -> StoreResult<Vec<EventRecord>>;
-
-    /// The highest event seq written (0 when none).
-    async fn last_event_seq(&self, run_id: &RunId) -> StoreResult<u64>;
-
-    /// The last `limit` log lines (events of type `log`) and the total count.
-    async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)>;
-
-    /// Records a checkpoint answer unless one exists for that index; returns the answer
-    /// that stands (first writer wins).
-    async fn put_checkpoint_answer(
-        &self,
-        run_id: &RunId,
-        answer: &CheckpointAnswer,
-    ) -> StoreResult<CheckpointAnswer>;
-
-    async fn checkpoint_answers(&self, run_id: &RunId) -> StoreResult<Vec<CheckpointAnswer>>;
-
-    /// Records an operation receipt unless one with that id exists for the same or a newer
-    /// generation (a receipt of an older generation is replaced: the operation resumed the
-    /// run again); returns the one that stands.
-    async fn put_receipt(
-        &self,
-        run_id: &RunId,
-        receipt: &OperationReceipt,
-    ) -> StoreResult<OperationReceipt>;
-
-    async fn receipt(
-        &self,
-        run_id: &RunId,
-        operation_id: &str,
-    ) -> StoreResult<Option<OperationReceipt>>;
-
-    async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>>;
-
-    /// The store's clock (Unix ms), which lease expiry is computed and judged with: a
-    /// shared backend answers with the database's clock, so replicas whose clocks drift
-    /// still agree on when a lease lapses. An embedded backend's clock is this host's.
-    async fn clock_ms(&self) -> StoreResult<i64> {
-        Ok(crate::util::now_ms())
-    }
-
-    /// Compare-and-swap: installs `lease` if the current lease token equals `expected`
-    /// (`None` = no lease). Returns whether it was installed. Expiry plays no part: taking
-    /// over an expired lease is this same CAS, once the caller's policy allows it.
-    async fn acquire_lease(
-        &self,
-        run_id: &RunId,
-        expected: Option<&str>,
-        lease: &Lease,
-    ) -> StoreResult<bool>;
-
-    /// Sets the expiry of the lease `token` holds to `until` (Unix ms): the holder's
-    /// heartbeat. `Fenced` once the token no longer holds the lease (taken over or released).
-    async fn renew_lease(&self, run_id: &RunId, token: &str, until: i64) -> StoreResult<()>;
-
-    /// Clears the lease if `token` still holds it.
-    async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()>;
-
-    /// A generation's outcome and the end of its lease: the run row rewritten as
-    /// [`Store::update_run`] does with `ScriptChange::Unchanged`, fenced by `lease_token`, then
-    /// that lease released as [`Store::release_lease`] does. SQLite makes them one
-    /// transaction, which a refused row leaves unwritten as a whole; this default makes them
-    /// one after the other, releases the lease even when the row was refused, and answers
-    /// the row's error.
-    async fn record_outcome(&self, record: &RunRecord, lease_token: &str) -> StoreResult<()> {
-        let updated = self
-            .update_run(record, ScriptChange::Unchanged, Fence(lease_token))
-            .await;
-        let released = self.release_lease(&record.run_id, lease_token).await;
-        updated.and(released)
-    }
-
-    /// Runs, newest `started_at` first, optionally of one project, at most `limit`.
-    async fn list_runs(
-        &self,
-        project_dir: Option<&Path>,
-        limit: u32,
-    ) -> StoreResult<Vec<RunSummary>>;
-
-    /// Runs of a project whose status is pending or running, oldest first: what admission
-    /// counts against the per-project cap (after reconciling runs whose holder died).
-    async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>>;
-
-    /// Runs whose recorded script file is `script_file`, newest first.
-    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>>;
-
-    /// The caller tag of `run_id` (`RunRecord::caller`): `None` when there is no such run,
-    /// `Some(None)` for a run stored without one. One indexed lookup, nothing decoded, so a
-    /// front end can check who owns a run before it reads anything else of it.
-    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>>;
-
-    /// Compare-and-set of the caller tag: installs `caller` if the stored tag equals
-    /// `expected` (`None` = no tag), atomically against every other handle on the same data.
-    /// Returns whether it was installed; `false` too when there is no such run. This is how a
-    /// new process reclaims a run by id exactly once. No other write changes the tag:
-    /// `update_run` leaves it as stored.
-    async fn set_run_caller(
-        &self,
-        run_id: &RunId,
-        expected: Option<&str>,
-        caller: Option<&str>,
-    ) -> StoreResult<bool>;
-
-    /// Deletes the run and everything stored with it (calls, events, answers, receipts,
-    /// control intents, its inline script copy).
-    async fn delete_run(&self, run_id: &RunId) -> StoreResult<()>;
-
-    /// Records a control intent for an existing run, unless one for the same action and call
-    /// is still unacknowledged (or one with the same `op` exists): returns the intent that
-    /// stands, so a retried request carries the first request's operation id.
-    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent>;
-
-    /// The intent `op` of `run_id`, acknowledged or not.
-    async fn intent(&self, run_id: &RunId, op: &str) -> StoreResult<Option<ControlIntent>>;
-
-    /// Unacknowledged intents, oldest `requested_at` first (then by `op`).
-    async fn pending_intents(&self, scope: IntentScope<'_>) -> StoreResult<Vec<ControlIntent>>;
-
-    /// Marks the intent `op` done; the first acknowledgement wins and is returned.
-    /// `UnknownIntent` if the run has no such intent.
-    async fn acknowledge_intent(
-        &self,
-        run_id: &RunId,
-        op: &str,
-        ack: &IntentAck,
-    ) -> StoreResult<IntentAck>;
-
-    /// The acknowledgement of `op`, if there is one.
-    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>>;
-
-    /// Writes `text` as the inline script copy of `run_id` and returns where it is: a file
-    /// the `file://` resource serves and edits (on SQLite `…/projects/<slug>/runs/{runId}
-    /// .script.js`, resolved, so later reads that refuse links accept it). Called before
-    /// admission; the run row keeps the text durably, so the copy needs no fsync.
-    async fn create_script_copy(
-        &self,
-        project_dir: &Path,
-        run_id: &RunId,
-        text: &str,
-    ) -> StoreResult<PathBuf>;
-
-    /// Removes the inline script copy of `run_id`, if there is one (an admission that failed
-    /// after writing it).
-    async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()>;
-
-    /// How many runs there are in each status, across projects: the pending gauge's and the
-    /// housekeeping's count. A `scan` backend answers with one indexed query; this default
-    /// reads every run's summary (and fails with `Unsupported` without `scan`).
-    async fn run_counts(&self) -> StoreResult<RunCounts> {
-        Ok(RunCounts::of(&self.list_runs(None, u32::MAX).await?))
-    }
-
-    /// Runs in a terminal status (completed, failed, aborted) last updated before
-    /// `before_ms` (the store's clock, Unix ms), oldest update first, at most `limit`: what
-    /// housekeeping deletes. A `scan` backend answers with one indexed query; this default
-    /// reads every run's summary (and fails with `Unsupported` without `scan`).
-    async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
-        let runs = self.list_runs(None, u32::MAX).await?;
-        Ok(counts::terminal_before(runs, before_ms, limit))
-    }
-
-    /// What status reads of the calls: [`Store::call_tail`] when `count`, else
-    /// [`Store::call_tail_rows`] (`total` unset), each row narrowed to a [`CallSummary`]. This
-    /// default narrows those reads; a backend may read only the shown columns instead.
-    async fn status_call_tail(
-        &self,
-        run_id: &RunId,
-        limit: u32,
-        count: bool,
-    ) -> StoreResult<SummaryTail> {
-        let (generation, calls, total) = if count {
-            let tail = self.call_tail(run_id, limit).await?;
-            (tail.generation, tail.calls, Some(tail.total))
-        } else {
-            let (generation, calls) = self.call_tail_rows(run_id, limit).await?;
-            (generation, calls, None)
-        };
-        Ok(SummaryTail {
-            generation,
-            total,
-            calls: calls.iter().map(CallSummary::from).collect(),
-        })
-    }
-
-    /// The run's status and change counter ([`RunVersion`]): one indexed read, so that a
-    /// cached `status` answer of a run that is not running can be checked on every call.
-    /// `Ok(None)` when this backend keeps no counter (this default: no existing method can
-    /// tell that nothing changed), and callers then must not cache. Fails with `UnknownRun`
-    /// for a run the store does not have, where the backend keeps a counter.
-    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<RunVersion>> {
-        let _ = run_id;
-        Ok(None)
-    }
+impl<T> Store for T where
+    T: Capable
+        + Runs
+        + Calls
+        + Events
+        + Answers
+        + Leases
+        + Intents
+        + ScriptCopies
+        + Housekeeping
+        + Endings
+        + 'static
+        + ?Sized
+{
 }
 
 /// The folder of a project inside the persistence root:

@@ -127,7 +127,7 @@ impl Bridge {
                 status == RunStatus::Completed.as_str()
                     && self
                         .engine
-                        .store()
+                        .runs()
                         .load_run(&run_id)
                         .await
                         .is_ok_and(|record| record.result.is_some())

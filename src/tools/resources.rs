@@ -312,7 +312,7 @@ impl Resources<'_> {
     async fn read_script(&self, uri: &str, path: &Path) -> McpResult<Value> {
         let owners = self
             .engine
-            .store()
+            .runs()
             .runs_with_script(path)
             .await
             .map_err(|error| McpError::internal(format!("run store: {error}")))?;
@@ -395,7 +395,7 @@ impl Resources<'_> {
 
     async fn end_of_stream(&self, run_id: &RunId) -> McpResult<u64> {
         self.engine
-            .store()
+            .events()
             .last_event_seq(run_id)
             .await
             .map_err(|error| McpError::internal(format!("run store: {error}")))
@@ -406,7 +406,7 @@ impl Resources<'_> {
         let run_id = &record.run_id;
         let events = self
             .engine
-            .store()
+            .events()
             .events(run_id, after, limit as u32)
             .await
             .map_err(|error| McpError::internal(format!("run store: {error}")))?;
@@ -461,7 +461,7 @@ impl Resources<'_> {
         for run in self.newest_runs().await? {
             let run_id = &run.run_id;
             let name = &run.workflow_name;
-            if let Ok(record) = self.engine.store().load_run(run_id).await {
+            if let Ok(record) = self.engine.runs().load_run(run_id).await {
                 listed.push(json!({
                     "uri": file_uri(&record.script_file),
                     "name": record.script_file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),

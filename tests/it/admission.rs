@@ -12,7 +12,7 @@ use agentprism::acp::{AcpConfig, AcpRunner};
 use agentprism::engine::{Engine, EngineConfig};
 use agentprism::env::EnvSnapshot;
 use agentprism::mcp::handler::McpHandler;
-use agentprism::store::{SqliteStore, Store};
+use agentprism::store::{RunReads, SqliteStore};
 use agentprism::tools::{WorkflowServer, WorkflowServerOptions};
 use serde_json::{Value, json};
 

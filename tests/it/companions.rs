@@ -12,7 +12,7 @@ use agentprism::engine::{
     Engine, EngineConfig, EngineError, ResumeRequest, RunRequest, ScriptInput, StatusQuery,
 };
 use agentprism::model::{RunId, RunStatus};
-use agentprism::store::{SqliteStore, Store};
+use agentprism::store::{RunReads, SqliteStore};
 use serde_json::{Value, json};
 
 use crate::engine::{Harness, harness};

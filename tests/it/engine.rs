@@ -9,7 +9,7 @@ use agentprism::engine::{
     Engine, EngineConfig, EngineError, ResumeRequest, RunRequest, ScriptInput, StatusQuery,
 };
 use agentprism::model::{CallOrigin, RunId, RunStatus};
-use agentprism::store::{SqliteStore, Store};
+use agentprism::store::{CallReads, EventReads, SqliteStore};
 use serde_json::{Value, json};
 
 pub use agentprism::engine::routing::NamedBackends;

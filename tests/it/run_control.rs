@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use agentprism::discovery::DaemonRecord;
 use agentprism::discovery::record::{read_own_record, write_record};
 use agentprism::model::RunId;
-use agentprism::store::{ControlIntent, IntentAction, SqliteStore, Store};
+use agentprism::store::{ControlIntent, EventReads, IntentAction, IntentReads, SqliteStore};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use agentprism::discovery::DaemonRecord;
 use agentprism::discovery::record::read_own_record;
 use agentprism::model::{Lease, RunId};
-use agentprism::store::{SqliteStore, Store};
+use agentprism::store::{LeaseReads, Leases, SqliteStore};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};

@@ -14,7 +14,7 @@ use crate::engine::instant::{HeldRunner, InstantRunner};
 use crate::engine::routing::NamedBackends;
 use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
 use crate::store::sqlite::DATABASE_FILE;
-use crate::store::{LeaseState, SqliteStore};
+use crate::store::{CallReads, EventReads, LeaseReads, LeaseState, Leases, Runs, SqliteStore};
 
 const LEASE: &str = "the-lease";
 

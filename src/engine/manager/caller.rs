@@ -10,7 +10,7 @@ impl Engine {
     /// The caller tag of `run_id`: `None` when there is no such run, `Some(None)` when the
     /// run has no tag. Reads neither the run row's JSON nor anything else of the run.
     pub async fn run_caller(&self, run_id: &RunId) -> EngineResult<Option<Option<String>>> {
-        Ok(self.inner.store.run_caller(run_id).await?)
+        Ok(self.runs().run_caller(run_id).await?)
     }
 
     /// Replaces the caller tag of `run_id` with `caller` if it is `expected` now: `true`

@@ -48,7 +48,7 @@ use crate::engine::sources::{DiskSources, Sources};
 use crate::engine::status::LiveView;
 use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
-use crate::store::Store;
+use crate::store::{CallReads, EventReads, RunReads, Store};
 
 pub use api::{
     Admission, ControlState, LimitOverrides, LiveCallStatus, LiveStatus, PauseAnswer,
@@ -218,8 +218,20 @@ impl Engine {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
+    /// The stored runs, read-only: what inspection outside the engine reads (records,
+    /// versions, listings). Every write goes through the engine's own methods.
+    pub fn runs(&self) -> &dyn RunReads {
+        self.inner.store.as_ref()
+    }
+
+    /// The stored call rows, read-only.
+    pub fn calls(&self) -> &dyn CallReads {
+        self.inner.store.as_ref()
+    }
+
+    /// The stored event streams and log lines, read-only.
+    pub fn events(&self) -> &dyn EventReads {
+        self.inner.store.as_ref()
     }
 
     pub fn backends(&self) -> &Arc<dyn BackendLookup> {

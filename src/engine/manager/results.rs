@@ -71,7 +71,7 @@ impl Engine {
         project_dir: Option<&Path>,
         limit: u32,
     ) -> EngineResult<Vec<RunSummary>> {
-        Ok(self.inner.store.list_runs(project_dir, limit).await?)
+        Ok(self.runs().list_runs(project_dir, limit).await?)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::model::{
     AuthContext, CallKind, CallOrigin, CallOutcome, CheckpointWait, Phase, RunId, RunRecord,
     RunStatus, ScriptRevision, SetupWait, Usage,
 };
-use crate::store::{CallSummary, Store, StoreResult};
+use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 
 mod fit;
 mod live;
@@ -243,9 +243,9 @@ pub struct CheckpointTaken {
     pub source: &'static str,
 }
 
-/// Builds the status document.
-pub async fn build(
-    store: &dyn Store,
+/// Builds the status document from the run's stored call rows and log lines (read-only).
+pub async fn build<S: CallReads + EventReads + ?Sized>(
+    store: &S,
     record: &RunRecord,
     live: Option<&LiveView>,
     permissions: &[PendingPermission],
@@ -303,7 +303,7 @@ pub async fn build(
 /// generation's tail (bounded, whatever the run's size; the live calls of a generation are
 /// bounded by its concurrency); a glob must see every row of the generation to match them.
 async fn shown_rows(
-    store: &dyn Store,
+    store: &(impl CallReads + ?Sized),
     record: &RunRecord,
     live: Option<&LiveView>,
     query: &StatusQuery,
@@ -323,7 +323,7 @@ async fn shown_rows(
     // count in the store.
     let counted_here = live.and_then(|live| live.settled_calls);
     let last_n = query.last_n as u32;
-    // Only the shown columns of the tail (`Store::status_call_tail`), counted unless counted
+    // Only the shown columns of the tail (`CallReads::status_call_tail`), counted unless counted
     // here.
     let tail = store
         .status_call_tail(&record.run_id, last_n, counted_here.is_none())
@@ -518,7 +518,7 @@ const OUTCOME_LOG_LINES: usize = 20;
 /// `outcome` of a paused or terminal run; `logs` are the run's last log lines, all of them
 /// for a completed run.
 async fn outcome(
-    store: &dyn Store,
+    store: &(impl CallReads + ?Sized),
     record: &RunRecord,
     mut logs: Vec<String>,
 ) -> StoreResult<StatusOutcome> {

@@ -32,8 +32,10 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 
 use super::{
-    CallTail, CallWrite, Capabilities, ControlIntent, Fence, IntentAck, IntentScope, RunCounts,
-    ScriptChange, Store, StoreResult,
+    AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
+    ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
+    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    ScriptCopies, StoreResult,
 };
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
@@ -170,8 +172,7 @@ impl PostgresStore {
     }
 }
 
-#[async_trait]
-impl Store for PostgresStore {
+impl Capable for PostgresStore {
     /// One database shared by every replica, with atomic conditional statements and row
     /// locks: all three hold.
     fn capabilities(&self) -> Capabilities {
@@ -181,216 +182,13 @@ impl Store for PostgresStore {
             scan: true,
         }
     }
+}
 
-    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {
-        let doing = || format!("create run {}", record.run_id);
-        within_deadline!(self, doing, |client| runs::create(
-            &mut client,
-            record,
-            lease
-        )
-        .await)
-    }
-
+#[async_trait]
+impl RunReads for PostgresStore {
     async fn load_run(&self, run_id: &RunId) -> StoreResult<RunRecord> {
         let doing = || format!("load run {run_id}");
         within_deadline!(self, doing, |client| runs::load(&client, run_id).await)
-    }
-
-    async fn update_run(
-        &self,
-        record: &RunRecord,
-        script: ScriptChange,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        let doing = || format!("update run {}", record.run_id);
-        within_deadline!(self, doing, |client| {
-            runs::update(&mut client, record, script, fence).await
-        })
-    }
-
-    async fn append_call(
-        &self,
-        run_id: &RunId,
-        write: CallWrite<'_>,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        let doing = || format!("append a call of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            calls::append(&mut client, run_id, std::slice::from_ref(&write), fence).await
-        })
-    }
-
-    async fn append_calls(
-        &self,
-        run_id: &RunId,
-        writes: &[CallWrite<'_>],
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        let doing = || format!("append calls of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            calls::append(&mut client, run_id, writes, fence).await
-        })
-    }
-
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: &[EventRecord],
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        let doing = || format!("append events of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            events::append(&mut client, run_id, events, fence).await
-        })
-    }
-
-    async fn calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-        self.read_calls(run_id, calls::Reading::All).await
-    }
-
-    async fn replay_pool(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-        self.read_calls(run_id, calls::Reading::ReplayPool).await
-    }
-
-    async fn latest_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-        self.read_calls(run_id, calls::Reading::Latest).await
-    }
-
-    async fn call_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<CallTail> {
-        let doing = || format!("read the last calls of run {run_id}");
-        within_deadline!(self, doing, |client| calls::tail(&client, run_id, limit)
-            .await)
-    }
-
-    async fn call_tail_rows(
-        &self,
-        run_id: &RunId,
-        limit: u32,
-    ) -> StoreResult<(Option<u32>, Vec<CallRecord>)> {
-        let doing = || format!("read the last calls of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            calls::tail_rows(&client, run_id, limit).await
-        })
-    }
-
-    async fn record_call_total(
-        &self,
-        run_id: &RunId,
-        generation: u32,
-        total: u64,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        let doing = || format!("record the call count of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            calls::record_total(&mut client, run_id, generation, total, fence).await
-        })
-    }
-
-    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-        self.read_calls(run_id, calls::Reading::Checkpoints).await
-    }
-
-    async fn events(
-        &self,
-        run_id: &RunId,
-        after: u64,
-        limit: u32,
-    ) -> StoreResult<Vec<EventRecord>> {
-        let doing = || format!("read events of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            events::page(&client, run_id, after, limit).await
-        })
-    }
-
-    async fn last_event_seq(&self, run_id: &RunId) -> StoreResult<u64> {
-        let doing = || format!("read the last event seq of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            events::last_event_seq(&client, run_id).await
-        })
-    }
-
-    async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)> {
-        let doing = || format!("read the log of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            events::log_tail(&client, run_id, limit).await
-        })
-    }
-
-    async fn put_checkpoint_answer(
-        &self,
-        run_id: &RunId,
-        answer: &CheckpointAnswer,
-    ) -> StoreResult<CheckpointAnswer> {
-        let doing = || format!("record a checkpoint answer of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            answers::put_checkpoint_answer(&client, run_id, answer).await
-        })
-    }
-
-    async fn checkpoint_answers(&self, run_id: &RunId) -> StoreResult<Vec<CheckpointAnswer>> {
-        let doing = || format!("read checkpoint answers of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            answers::checkpoint_answers(&client, run_id).await
-        })
-    }
-
-    async fn put_receipt(
-        &self,
-        run_id: &RunId,
-        receipt: &OperationReceipt,
-    ) -> StoreResult<OperationReceipt> {
-        let doing = || format!("record a receipt of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            answers::put_receipt(&client, run_id, receipt).await
-        })
-    }
-
-    async fn receipt(
-        &self,
-        run_id: &RunId,
-        operation_id: &str,
-    ) -> StoreResult<Option<OperationReceipt>> {
-        let doing = || format!("read receipt {operation_id} of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            answers::receipt(&client, run_id, operation_id).await
-        })
-    }
-
-    async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>> {
-        let doing = || format!("read the lease of run {run_id}");
-        within_deadline!(self, doing, |client| leases::lease(&client, run_id).await)
-    }
-
-    async fn clock_ms(&self) -> StoreResult<i64> {
-        let doing = || "read the database's clock".to_owned();
-        within_deadline!(self, doing, |client| leases::clock_ms(&client).await)
-    }
-
-    async fn acquire_lease(
-        &self,
-        run_id: &RunId,
-        expected: Option<&str>,
-        lease: &Lease,
-    ) -> StoreResult<bool> {
-        let doing = || format!("acquire the lease of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            leases::acquire(&client, run_id, expected, lease).await
-        })
-    }
-
-    async fn renew_lease(&self, run_id: &RunId, token: &str, until: i64) -> StoreResult<()> {
-        let doing = || format!("renew the lease of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            leases::renew(&client, run_id, token, until).await
-        })
-    }
-
-    async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()> {
-        let doing = || format!("release the lease of run {run_id}");
-        within_deadline!(self, doing, |client| {
-            leases::release(&client, run_id, token).await
-        })
     }
 
     async fn list_runs(
@@ -421,6 +219,31 @@ impl Store for PostgresStore {
         let doing = || format!("read the caller of run {run_id}");
         within_deadline!(self, doing, |client| runs::caller(&client, run_id).await)
     }
+}
+
+#[async_trait]
+impl Runs for PostgresStore {
+    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {
+        let doing = || format!("create run {}", record.run_id);
+        within_deadline!(self, doing, |client| runs::create(
+            &mut client,
+            record,
+            lease
+        )
+        .await)
+    }
+
+    async fn update_run(
+        &self,
+        record: &RunRecord,
+        script: ScriptChange,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("update run {}", record.run_id);
+        within_deadline!(self, doing, |client| {
+            runs::update(&mut client, record, script, fence).await
+        })
+    }
 
     async fn set_run_caller(
         &self,
@@ -441,13 +264,218 @@ impl Store for PostgresStore {
         scripts::delete_with_run(&self.options.script_copy_root, run_id, &deleted);
         Ok(())
     }
+}
 
-    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent> {
-        let doing = || format!("record a control intent of run {}", intent.run_id);
-        within_deadline!(self, doing, |client| control::put(&mut client, intent)
+#[async_trait]
+impl CallReads for PostgresStore {
+    async fn calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        self.read_calls(run_id, calls::Reading::All).await
+    }
+
+    async fn replay_pool(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        self.read_calls(run_id, calls::Reading::ReplayPool).await
+    }
+
+    async fn latest_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        self.read_calls(run_id, calls::Reading::Latest).await
+    }
+
+    async fn call_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<CallTail> {
+        let doing = || format!("read the last calls of run {run_id}");
+        within_deadline!(self, doing, |client| calls::tail(&client, run_id, limit)
             .await)
     }
 
+    async fn call_tail_rows(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+    ) -> StoreResult<(Option<u32>, Vec<CallRecord>)> {
+        let doing = || format!("read the last calls of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            calls::tail_rows(&client, run_id, limit).await
+        })
+    }
+
+    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        self.read_calls(run_id, calls::Reading::Checkpoints).await
+    }
+}
+
+#[async_trait]
+impl Calls for PostgresStore {
+    async fn append_call(
+        &self,
+        run_id: &RunId,
+        write: CallWrite<'_>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("append a call of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            calls::append(&mut client, run_id, std::slice::from_ref(&write), fence).await
+        })
+    }
+
+    async fn append_calls(
+        &self,
+        run_id: &RunId,
+        writes: &[CallWrite<'_>],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("append calls of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            calls::append(&mut client, run_id, writes, fence).await
+        })
+    }
+
+    async fn record_call_total(
+        &self,
+        run_id: &RunId,
+        generation: u32,
+        total: u64,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("record the call count of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            calls::record_total(&mut client, run_id, generation, total, fence).await
+        })
+    }
+}
+
+#[async_trait]
+impl EventReads for PostgresStore {
+    async fn events(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        let doing = || format!("read events of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            events::page(&client, run_id, after, limit).await
+        })
+    }
+
+    async fn last_event_seq(&self, run_id: &RunId) -> StoreResult<u64> {
+        let doing = || format!("read the last event seq of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            events::last_event_seq(&client, run_id).await
+        })
+    }
+
+    async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)> {
+        let doing = || format!("read the log of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            events::log_tail(&client, run_id, limit).await
+        })
+    }
+}
+
+#[async_trait]
+impl Events for PostgresStore {
+    async fn append_events(
+        &self,
+        run_id: &RunId,
+        events: &[EventRecord],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("append events of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            events::append(&mut client, run_id, events, fence).await
+        })
+    }
+}
+
+#[async_trait]
+impl AnswerReads for PostgresStore {
+    async fn checkpoint_answers(&self, run_id: &RunId) -> StoreResult<Vec<CheckpointAnswer>> {
+        let doing = || format!("read checkpoint answers of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            answers::checkpoint_answers(&client, run_id).await
+        })
+    }
+
+    async fn receipt(
+        &self,
+        run_id: &RunId,
+        operation_id: &str,
+    ) -> StoreResult<Option<OperationReceipt>> {
+        let doing = || format!("read receipt {operation_id} of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            answers::receipt(&client, run_id, operation_id).await
+        })
+    }
+}
+
+#[async_trait]
+impl Answers for PostgresStore {
+    async fn put_checkpoint_answer(
+        &self,
+        run_id: &RunId,
+        answer: &CheckpointAnswer,
+    ) -> StoreResult<CheckpointAnswer> {
+        let doing = || format!("record a checkpoint answer of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            answers::put_checkpoint_answer(&client, run_id, answer).await
+        })
+    }
+
+    async fn put_receipt(
+        &self,
+        run_id: &RunId,
+        receipt: &OperationReceipt,
+    ) -> StoreResult<OperationReceipt> {
+        let doing = || format!("record a receipt of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            answers::put_receipt(&client, run_id, receipt).await
+        })
+    }
+}
+
+#[async_trait]
+impl LeaseReads for PostgresStore {
+    async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>> {
+        let doing = || format!("read the lease of run {run_id}");
+        within_deadline!(self, doing, |client| leases::lease(&client, run_id).await)
+    }
+
+    async fn clock_ms(&self) -> StoreResult<i64> {
+        let doing = || "read the database's clock".to_owned();
+        within_deadline!(self, doing, |client| leases::clock_ms(&client).await)
+    }
+}
+
+#[async_trait]
+impl Leases for PostgresStore {
+    async fn acquire_lease(
+        &self,
+        run_id: &RunId,
+        expected: Option<&str>,
+        lease: &Lease,
+    ) -> StoreResult<bool> {
+        let doing = || format!("acquire the lease of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            leases::acquire(&client, run_id, expected, lease).await
+        })
+    }
+
+    async fn renew_lease(&self, run_id: &RunId, token: &str, until: i64) -> StoreResult<()> {
+        let doing = || format!("renew the lease of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            leases::renew(&client, run_id, token, until).await
+        })
+    }
+
+    async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()> {
+        let doing = || format!("release the lease of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            leases::release(&client, run_id, token).await
+        })
+    }
+}
+
+#[async_trait]
+impl IntentReads for PostgresStore {
     async fn intent(&self, run_id: &RunId, op: &str) -> StoreResult<Option<ControlIntent>> {
         let doing = || format!("read control intent {op} of run {run_id}");
         within_deadline!(self, doing, |client| control::read(&client, run_id, op)
@@ -457,6 +485,21 @@ impl Store for PostgresStore {
     async fn pending_intents(&self, scope: IntentScope<'_>) -> StoreResult<Vec<ControlIntent>> {
         let doing = || "list pending control intents".to_owned();
         within_deadline!(self, doing, |client| control::pending(&client, scope).await)
+    }
+
+    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>> {
+        let doing = || format!("read the acknowledgement of intent {op} of run {run_id}");
+        within_deadline!(self, doing, |client| control::ack(&client, run_id, op)
+            .await)
+    }
+}
+
+#[async_trait]
+impl Intents for PostgresStore {
+    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent> {
+        let doing = || format!("record a control intent of run {}", intent.run_id);
+        within_deadline!(self, doing, |client| control::put(&mut client, intent)
+            .await)
     }
 
     async fn acknowledge_intent(
@@ -470,13 +513,10 @@ impl Store for PostgresStore {
             control::acknowledge(&client, run_id, op, ack).await
         })
     }
+}
 
-    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>> {
-        let doing = || format!("read the acknowledgement of intent {op} of run {run_id}");
-        within_deadline!(self, doing, |client| control::ack(&client, run_id, op)
-            .await)
-    }
-
+#[async_trait]
+impl ScriptCopies for PostgresStore {
     async fn create_script_copy(
         &self,
         project_dir: &Path,
@@ -489,7 +529,10 @@ impl Store for PostgresStore {
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         scripts::delete(&self.options.script_copy_root, project_dir, run_id)
     }
+}
 
+#[async_trait]
+impl Housekeeping for PostgresStore {
     async fn run_counts(&self) -> StoreResult<RunCounts> {
         let doing = || "count the runs by status".to_owned();
         within_deadline!(self, doing, |client| runs::counts(&client).await)
@@ -502,6 +545,9 @@ impl Store for PostgresStore {
         })
     }
 }
+
+#[async_trait]
+impl Endings for PostgresStore {}
 
 impl PostgresStore {
     async fn read_calls(

@@ -11,7 +11,10 @@ use super::tests::{fresh, id, open};
 use super::{PgOptions, PostgresStore};
 use crate::model::RunStatus;
 use crate::store::contract::{PROJECT, RUN, event, expiring_lease, lease, run_record};
-use crate::store::{Fence, ScriptChange, SqliteStore, Store, StoreError};
+use crate::store::{
+    EventReads, Events, Fence, LeaseReads, Leases, RunReads, Runs, ScriptChange, SqliteStore,
+    StoreError,
+};
 use crate::testing::PgCluster;
 
 /// Two replicas (pools of their own) race the same compare-and-swap 60 times: each round

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use super::{PgOptions, PostgresStore};
 use crate::model::{RunId, RunStatus};
 use crate::store::contract::{PROJECT, RUN, call, expiring_lease, lease, run_record, write};
-use crate::store::{Fence, RunCounts, ScriptChange, SqliteStore, Store, StoreError};
+use crate::store::{
+    CallReads, Calls, Fence, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    SqliteStore, Store, StoreError,
+};
 use crate::testing::{PgCluster, PgDatabase, ProxyMode, TcpProxy};
 
 /// A folder for script copies and the options of a test store on it.

@@ -156,7 +156,7 @@ impl Actions {
         } else {
             None
         };
-        match self.engine.store().run_version(run_id).await {
+        match self.engine.runs().run_version(run_id).await {
             Ok(Some(version)) if live.is_some() || version.status != RunStatus::Running => {
                 Some(CacheableVersion {
                     status: version.status,
@@ -317,7 +317,7 @@ impl Actions {
         };
         answer["next"] = json!({"action": "status", "runId": run_id});
         let mut links = vec![resources::events_link(&run_id)];
-        if let Ok(record) = self.engine.store().load_run(&run_id).await {
+        if let Ok(record) = self.engine.runs().load_run(&run_id).await {
             links.insert(0, resources::script_link(&run_id, &record.script_file));
         }
         Ok(structured(

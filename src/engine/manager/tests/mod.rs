@@ -13,7 +13,9 @@ use crate::engine::routing::NamedBackends;
 use crate::engine::{ScriptInput, StatusQuery};
 use crate::model::{Lease, OperationReceipt, RunRecord, RunStatus};
 use crate::store::sqlite::DATABASE_FILE;
-use crate::store::{Fence, ScriptChange, SqliteStore, StoreError};
+use crate::store::{
+    Answers, Calls, Fence, LeaseReads, Leases, Runs, ScriptChange, SqliteStore, StoreError,
+};
 
 mod dsl;
 

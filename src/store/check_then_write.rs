@@ -1,21 +1,25 @@
-//! The check-then-write path for a store that cannot fence a write on the lease in the same
-//! atomic step (`Capabilities::fence` false): before each execution write, the lease is read
-//! and the write refused (`StoreError::Fenced`) unless the writer's token still holds it.
-//! Racy by nature (docs/serve.md, "Replicas"): a takeover between the check and the write
-//! lets that one write land. `app::replicate` puts it in front of such a store.
+//! A store wrapper for a backend that cannot fence a write on the lease in the same atomic
+//! step (`Capabilities::fence` false): before each execution write, the lease is read and
+//! the write refused (`StoreError::Fenced`) unless the writer's token still holds it. Racy by
+//! nature (docs/serve.md, "Replicas"): a takeover between the check and the write lets that
+//! one write land. Reads and the lease's own compare-and-swap pass straight through; a
+//! generation's two ending writes keep the `Endings` defaults, so each of their halves is
+//! checked. The composition root (`app::replicate`) puts it in front of such a store.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::{
+    AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
+    ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
+    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    ScriptCopies, Store, StoreError, StoreResult,
+};
 use crate::model::{
     CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
     RunSummary,
-};
-use crate::store::{
-    CallTail, CallWrite, Capabilities, ControlIntent, Fence, IntentAck, IntentScope, RunCounts,
-    ScriptChange, Store, StoreError, StoreResult,
 };
 
 /// `inner` with every fenced write checked against the lease first.
@@ -61,18 +65,47 @@ impl CheckThenWrite {
     }
 }
 
-#[async_trait]
-impl Store for CheckThenWrite {
+impl Capable for CheckThenWrite {
     fn capabilities(&self) -> Capabilities {
         self.capabilities
     }
+}
 
-    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {
-        self.inner.create_run(record, lease).await
-    }
-
+#[async_trait]
+impl RunReads for CheckThenWrite {
     async fn load_run(&self, run_id: &RunId) -> StoreResult<RunRecord> {
         self.inner.load_run(run_id).await
+    }
+
+    async fn list_runs(
+        &self,
+        project_dir: Option<&Path>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunSummary>> {
+        self.inner.list_runs(project_dir, limit).await
+    }
+
+    async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>> {
+        self.inner.active_runs(project_dir).await
+    }
+
+    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
+        self.inner.runs_with_script(script_file).await
+    }
+
+    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
+        self.inner.run_caller(run_id).await
+    }
+
+    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<crate::store::RunVersion>> {
+        self.inner.run_version(run_id).await
+    }
+}
+
+#[async_trait]
+impl Runs for CheckThenWrite {
+    async fn create_run(&self, record: &RunRecord, lease: &Lease) -> StoreResult<()> {
+        self.inner.create_run(record, lease).await
     }
 
     async fn update_run(
@@ -85,36 +118,22 @@ impl Store for CheckThenWrite {
         self.inner.update_run(record, script, fence).await
     }
 
-    async fn append_call(
+    async fn set_run_caller(
         &self,
         run_id: &RunId,
-        write: CallWrite<'_>,
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        self.check(run_id, fence).await?;
-        self.inner.append_call(run_id, write, fence).await
+        expected: Option<&str>,
+        caller: Option<&str>,
+    ) -> StoreResult<bool> {
+        self.inner.set_run_caller(run_id, expected, caller).await
     }
 
-    async fn append_calls(
-        &self,
-        run_id: &RunId,
-        writes: &[CallWrite<'_>],
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        self.check(run_id, fence).await?;
-        self.inner.append_calls(run_id, writes, fence).await
+    async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {
+        self.inner.delete_run(run_id).await
     }
+}
 
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: &[EventRecord],
-        fence: Fence<'_>,
-    ) -> StoreResult<()> {
-        self.check(run_id, fence).await?;
-        self.inner.append_events(run_id, events, fence).await
-    }
-
+#[async_trait]
+impl CallReads for CheckThenWrite {
     async fn calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         self.inner.calls(run_id).await
     }
@@ -143,6 +162,42 @@ impl Store for CheckThenWrite {
         self.inner.call_tail_rows(run_id, limit).await
     }
 
+    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
+        self.inner.checkpoint_calls(run_id).await
+    }
+
+    async fn status_call_tail(
+        &self,
+        run_id: &RunId,
+        limit: u32,
+        count: bool,
+    ) -> StoreResult<crate::store::SummaryTail> {
+        self.inner.status_call_tail(run_id, limit, count).await
+    }
+}
+
+#[async_trait]
+impl Calls for CheckThenWrite {
+    async fn append_call(
+        &self,
+        run_id: &RunId,
+        write: CallWrite<'_>,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.check(run_id, fence).await?;
+        self.inner.append_call(run_id, write, fence).await
+    }
+
+    async fn append_calls(
+        &self,
+        run_id: &RunId,
+        writes: &[CallWrite<'_>],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.check(run_id, fence).await?;
+        self.inner.append_calls(run_id, writes, fence).await
+    }
+
     async fn record_call_total(
         &self,
         run_id: &RunId,
@@ -155,11 +210,10 @@ impl Store for CheckThenWrite {
             .record_call_total(run_id, generation, total, fence)
             .await
     }
+}
 
-    async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-        self.inner.checkpoint_calls(run_id).await
-    }
-
+#[async_trait]
+impl EventReads for CheckThenWrite {
     async fn events(
         &self,
         run_id: &RunId,
@@ -176,38 +230,25 @@ impl Store for CheckThenWrite {
     async fn log_tail(&self, run_id: &RunId, limit: u32) -> StoreResult<(Vec<String>, u64)> {
         self.inner.log_tail(run_id, limit).await
     }
+}
 
-    async fn status_call_tail(
+#[async_trait]
+impl Events for CheckThenWrite {
+    async fn append_events(
         &self,
         run_id: &RunId,
-        limit: u32,
-        count: bool,
-    ) -> StoreResult<crate::store::SummaryTail> {
-        self.inner.status_call_tail(run_id, limit, count).await
+        events: &[EventRecord],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.check(run_id, fence).await?;
+        self.inner.append_events(run_id, events, fence).await
     }
+}
 
-    async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<crate::store::RunVersion>> {
-        self.inner.run_version(run_id).await
-    }
-
-    async fn put_checkpoint_answer(
-        &self,
-        run_id: &RunId,
-        answer: &CheckpointAnswer,
-    ) -> StoreResult<CheckpointAnswer> {
-        self.inner.put_checkpoint_answer(run_id, answer).await
-    }
-
+#[async_trait]
+impl AnswerReads for CheckThenWrite {
     async fn checkpoint_answers(&self, run_id: &RunId) -> StoreResult<Vec<CheckpointAnswer>> {
         self.inner.checkpoint_answers(run_id).await
-    }
-
-    async fn put_receipt(
-        &self,
-        run_id: &RunId,
-        receipt: &OperationReceipt,
-    ) -> StoreResult<OperationReceipt> {
-        self.inner.put_receipt(run_id, receipt).await
     }
 
     async fn receipt(
@@ -217,7 +258,29 @@ impl Store for CheckThenWrite {
     ) -> StoreResult<Option<OperationReceipt>> {
         self.inner.receipt(run_id, operation_id).await
     }
+}
 
+#[async_trait]
+impl Answers for CheckThenWrite {
+    async fn put_checkpoint_answer(
+        &self,
+        run_id: &RunId,
+        answer: &CheckpointAnswer,
+    ) -> StoreResult<CheckpointAnswer> {
+        self.inner.put_checkpoint_answer(run_id, answer).await
+    }
+
+    async fn put_receipt(
+        &self,
+        run_id: &RunId,
+        receipt: &OperationReceipt,
+    ) -> StoreResult<OperationReceipt> {
+        self.inner.put_receipt(run_id, receipt).await
+    }
+}
+
+#[async_trait]
+impl LeaseReads for CheckThenWrite {
     async fn lease(&self, run_id: &RunId) -> StoreResult<Option<Lease>> {
         self.inner.lease(run_id).await
     }
@@ -225,7 +288,10 @@ impl Store for CheckThenWrite {
     async fn clock_ms(&self) -> StoreResult<i64> {
         self.inner.clock_ms().await
     }
+}
 
+#[async_trait]
+impl Leases for CheckThenWrite {
     async fn acquire_lease(
         &self,
         run_id: &RunId,
@@ -242,50 +308,27 @@ impl Store for CheckThenWrite {
     async fn release_lease(&self, run_id: &RunId, token: &str) -> StoreResult<()> {
         self.inner.release_lease(run_id, token).await
     }
+}
 
-    async fn list_runs(
-        &self,
-        project_dir: Option<&Path>,
-        limit: u32,
-    ) -> StoreResult<Vec<RunSummary>> {
-        self.inner.list_runs(project_dir, limit).await
-    }
-
-    async fn active_runs(&self, project_dir: &Path) -> StoreResult<Vec<RunId>> {
-        self.inner.active_runs(project_dir).await
-    }
-
-    async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
-        self.inner.runs_with_script(script_file).await
-    }
-
-    async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
-        self.inner.run_caller(run_id).await
-    }
-
-    async fn set_run_caller(
-        &self,
-        run_id: &RunId,
-        expected: Option<&str>,
-        caller: Option<&str>,
-    ) -> StoreResult<bool> {
-        self.inner.set_run_caller(run_id, expected, caller).await
-    }
-
-    async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {
-        self.inner.delete_run(run_id).await
-    }
-
-    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent> {
-        self.inner.put_intent(intent).await
-    }
-
+#[async_trait]
+impl IntentReads for CheckThenWrite {
     async fn intent(&self, run_id: &RunId, op: &str) -> StoreResult<Option<ControlIntent>> {
         self.inner.intent(run_id, op).await
     }
 
     async fn pending_intents(&self, scope: IntentScope<'_>) -> StoreResult<Vec<ControlIntent>> {
         self.inner.pending_intents(scope).await
+    }
+
+    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>> {
+        self.inner.intent_ack(run_id, op).await
+    }
+}
+
+#[async_trait]
+impl Intents for CheckThenWrite {
+    async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent> {
+        self.inner.put_intent(intent).await
     }
 
     async fn acknowledge_intent(
@@ -296,11 +339,10 @@ impl Store for CheckThenWrite {
     ) -> StoreResult<IntentAck> {
         self.inner.acknowledge_intent(run_id, op, ack).await
     }
+}
 
-    async fn intent_ack(&self, run_id: &RunId, op: &str) -> StoreResult<Option<IntentAck>> {
-        self.inner.intent_ack(run_id, op).await
-    }
-
+#[async_trait]
+impl ScriptCopies for CheckThenWrite {
     async fn create_script_copy(
         &self,
         project_dir: &Path,
@@ -315,7 +357,10 @@ impl Store for CheckThenWrite {
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         self.inner.delete_script_copy(project_dir, run_id).await
     }
+}
 
+#[async_trait]
+impl Housekeeping for CheckThenWrite {
     async fn run_counts(&self) -> StoreResult<RunCounts> {
         self.inner.run_counts().await
     }
@@ -324,6 +369,9 @@ impl Store for CheckThenWrite {
         self.inner.terminal_before(before_ms, limit).await
     }
 }
+
+#[async_trait]
+impl Endings for CheckThenWrite {}
 
 #[cfg(test)]
 mod tests {
@@ -360,6 +408,17 @@ mod tests {
                 .update_run(&record, ScriptChange::Unchanged, Fence("first"))
                 .await,
             "the taken-over holder's outcome",
+        );
+        // A generation's ending is the two checked writes, not the inner store's own.
+        assert_fenced(
+            store
+                .close_generation(&id, &[event(2, "late")], Some((1, 0)), Fence("first"))
+                .await,
+            "the taken-over holder's closing events",
+        );
+        assert_fenced(
+            store.record_outcome(&record, "first").await,
+            "the taken-over holder's recorded outcome",
         );
         assert_eq!(store.last_event_seq(&id).await.unwrap(), 1);
         store
