@@ -6,6 +6,7 @@
 //! weeks cannot fill the disk. Its lifecycle lines ([`notice`]) are written whatever the
 //! filter says, so the log always tells when and why a daemon started and stopped.
 
+use crate::util::sync::Lock;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -52,10 +53,7 @@ struct LogWriter;
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match FILE_SINK.get() {
-            Some(sink) => match sink.lock() {
-                Ok(mut file) => file.write(buf),
-                Err(_) => Ok(buf.len()),
-            },
+            Some(sink) => sink.locked().write(buf),
             None => io::stderr().write(buf),
         }
     }

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::runner::AgentUpdate;
+use crate::util::sync::Lock;
 
 /// JSON-RPC error codes the client produces or branches on.
 pub mod codes {
@@ -114,9 +115,7 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        if let Ok(mut state) = self.shared.state.lock() {
-            state.pending.remove(&self.id);
-        }
+        self.shared.state.locked().pending.remove(&self.id);
     }
 }
 
@@ -168,7 +167,7 @@ impl Connection {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         {
-            let mut state = lock(&shared.state);
+            let mut state = shared.state.locked();
             if let Some(reason) = &state.closed_reason {
                 return Err(RpcError::Closed(closed_message(
                     &shared.backend,
@@ -211,11 +210,14 @@ impl Connection {
 
     /// Routes `session/update` and permission requests for `session_id` to `handler`.
     pub fn register_session(&self, session_id: &str, handler: Arc<dyn SessionHandler>) {
-        lock(&self.shared.sessions).insert(session_id.to_owned(), handler);
+        self.shared
+            .sessions
+            .locked()
+            .insert(session_id.to_owned(), handler);
     }
 
     pub fn unregister_session(&self, session_id: &str) {
-        lock(&self.shared.sessions).remove(session_id);
+        self.shared.sessions.locked().remove(session_id);
     }
 
     /// Closes our end of the stream; a well-behaved agent exits on EOF.
@@ -233,7 +235,7 @@ impl Connection {
     }
 
     fn closed_error(&self, method: &str) -> RpcError {
-        let state = lock(&self.shared.state);
+        let state = self.shared.state.locked();
         let reason = state
             .closed_reason
             .as_deref()
@@ -244,13 +246,6 @@ impl Connection {
 
 fn closed_message(backend: &str, reason: &str, method: &str) -> String {
     format!("backend {backend}: {reason} while waiting for {method}")
-}
-
-/// A poisoned lock only means another task panicked mid-update; the maps stay usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn write_loop<W>(
@@ -327,7 +322,7 @@ async fn read_loop<R>(
         reason = format!("{reason} (writing to it failed)");
     }
     let pending: Vec<Pending> = {
-        let mut state = lock(&shared.state);
+        let mut state = shared.state.locked();
         state.closed_reason = Some(reason.clone());
         state.pending.drain().map(|(_, pending)| pending).collect()
     };
@@ -335,7 +330,7 @@ async fn read_loop<R>(
         let message = closed_message(&shared.backend, &reason, &entry.method);
         let _ = entry.reply.send(Err(RpcError::Closed(message)));
     }
-    lock(&shared.sessions).clear();
+    shared.sessions.locked().clear();
     shared.closed.cancel();
 }
 
@@ -380,7 +375,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
                 let handler = params
                     .get("sessionId")
                     .and_then(Value::as_str)
-                    .and_then(|session| lock(&shared.sessions).get(session).cloned());
+                    .and_then(|session| shared.sessions.locked().get(session).cloned());
                 if let Some(handler) = handler {
                     handler.update(parse_update(params.get("update").unwrap_or(&Value::Null)));
                 }
@@ -392,7 +387,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
                 tracing::debug!(backend = %shared.backend, %id, "ignoring a response with an id we never used");
                 return;
             };
-            let entry = lock(&shared.state).pending.remove(&id);
+            let entry = shared.state.locked().pending.remove(&id);
             let Some(entry) = entry else {
                 tracing::debug!(backend = %shared.backend, id, "ignoring a response nobody waits for");
                 return;
@@ -436,7 +431,7 @@ async fn answer_request(
             let handler = params
                 .get("sessionId")
                 .and_then(Value::as_str)
-                .and_then(|session| lock(&shared.sessions).get(session).cloned());
+                .and_then(|session| shared.sessions.locked().get(session).cloned());
             match handler {
                 Some(handler) => Ok(handler.request_permission(params).await),
                 // Nobody can answer for a session we do not know; refusing is the safe default.

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::pool::{AgentHost, Group, lock};
+use super::pool::{AgentHost, Group};
+use crate::util::sync::Lock;
 
 /// The default idle time of a pooled process.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(60);
@@ -114,7 +115,7 @@ async fn reap(
     tracker: &TaskTracker,
     keep: impl Fn(&AgentHost, Instant) -> Option<Instant>,
 ) -> Option<Instant> {
-    let all: Vec<Group> = lock(groups).values().cloned().collect();
+    let all: Vec<Group> = groups.locked().values().cloned().collect();
     let now = Instant::now();
     let mut next: Option<Instant> = None;
     for group in all {

@@ -30,6 +30,7 @@ use crate::acp::idle::{self, Idle};
 use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
 use crate::acp::stderr::StderrMark;
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
+use crate::util::sync::Lock;
 
 /// The ACP protocol version we speak.
 const PROTOCOL_VERSION: u64 = 1;
@@ -86,7 +87,7 @@ impl AgentHost {
 
     /// When its last session ended, if it has none now.
     pub fn idle_since(&self) -> Option<Instant> {
-        *lock(&self.idle_since)
+        *self.idle_since.locked()
     }
 
     pub fn prompted(&self) -> bool {
@@ -156,7 +157,7 @@ impl Drop for Lease {
         // The idle mark is set under the load's last decrement; an `acquire` clears it under
         // its group lock before it increments, and the reaper only takes a process whose load
         // is zero under that same lock.
-        let mut since = lock(&self.host.idle_since);
+        let mut since = self.host.idle_since.locked();
         if self.host.load.fetch_sub(1, Ordering::Relaxed) == 1 {
             *since = Some(Instant::now());
             drop(since);
@@ -204,7 +205,7 @@ impl Pool {
             )));
         }
         let group = {
-            let mut groups = lock(&self.groups);
+            let mut groups = self.groups.locked();
             groups.entry(pool_key(backend)).or_default().clone()
         };
         let mut hosts = group.lock().await;
@@ -228,7 +229,7 @@ impl Pool {
             }
         };
         {
-            let mut since = lock(&host.idle_since);
+            let mut since = host.idle_since.locked();
             *since = None;
             host.load.fetch_add(1, Ordering::Relaxed);
         }
@@ -249,7 +250,12 @@ impl Pool {
         self.shut_down.store(true, Ordering::Relaxed);
         self.idle.stop();
         let end = Instant::now() + deadline;
-        let groups: Vec<Group> = lock(&self.groups).drain().map(|(_, group)| group).collect();
+        let groups: Vec<Group> = self
+            .groups
+            .locked()
+            .drain()
+            .map(|(_, group)| group)
+            .collect();
         let mut hosts = Vec::new();
         for group in groups {
             hosts.append(&mut *group.lock().await);
@@ -271,12 +277,6 @@ impl Pool {
         self.tracker.close();
         let _ = tokio::time::timeout_at(end, self.tracker.wait()).await;
     }
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Backends with the same id but a different command line or env get separate processes.

@@ -25,6 +25,7 @@ use crate::engine::runner::{
     PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
 };
 use crate::model::Usage;
+use crate::util::sync::Lock;
 
 /// What the agent told us about a freshly opened session (for probes).
 #[derive(Clone, Debug, Default)]
@@ -70,9 +71,7 @@ impl SessionSink {
     }
 
     fn turn(&self) -> std::sync::MutexGuard<'_, TurnState> {
-        self.turn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.turn.locked()
     }
 
     fn begin_turn(&self) -> CancellationToken {

@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::util::sync::Lock;
 use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 
@@ -54,9 +55,7 @@ impl StderrTail {
     }
 
     fn kept(&self) -> std::sync::MutexGuard<'_, KeptBytes> {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.kept.locked()
     }
 
     fn push(&self, line: &[u8]) {

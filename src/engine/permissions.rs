@@ -14,6 +14,7 @@ use crate::engine::events::RunNotice;
 use crate::engine::redact;
 use crate::engine::runner::{PermissionOutcome, PermissionRequest};
 use crate::model::RunId;
+use crate::util::sync::Lock;
 
 /// Largest serialized option list a request may have; larger ones are cancelled rather than
 /// shown partially.
@@ -93,15 +94,13 @@ impl PermissionBroker {
             tool_call,
         };
         let (sender, receiver) = oneshot::channel();
-        if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.insert(
-                permission_id.clone(),
-                Waiting {
-                    pending: pending.clone(),
-                    answer: sender,
-                },
-            );
-        }
+        self.waiting.locked().insert(
+            permission_id.clone(),
+            Waiting {
+                pending: pending.clone(),
+                answer: sender,
+            },
+        );
         if let (Some(notices), Ok(run_id)) = (&self.notices, RunId::parse(&request.run_id)) {
             let _ = notices.send(RunNotice::Permission {
                 run_id,
@@ -121,23 +120,19 @@ impl PermissionBroker {
     /// The requests waiting for one run, oldest first.
     pub fn pending(&self, run_id: &str) -> Vec<PendingPermission> {
         self.waiting
-            .lock()
-            .map(|waiting| {
-                waiting
-                    .values()
-                    .filter(|w| w.pending.run_id == run_id)
-                    .map(|w| w.pending.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+            .locked()
+            .values()
+            .filter(|w| w.pending.run_id == run_id)
+            .map(|w| w.pending.clone())
+            .collect()
     }
 
     /// Whether a request of `run_id` waits (`pending` without building the list).
     pub fn has_pending(&self, run_id: &str) -> bool {
         self.waiting
-            .lock()
-            .map(|waiting| waiting.values().any(|w| w.pending.run_id == run_id))
-            .unwrap_or(true)
+            .locked()
+            .values()
+            .any(|w| w.pending.run_id == run_id)
     }
 
     /// Answers a request of `run_id`.
@@ -147,10 +142,7 @@ impl PermissionBroker {
         permission_id: &str,
         outcome: PermissionOutcome,
     ) -> Result<(), PermissionError> {
-        let mut waiting = self
-            .waiting
-            .lock()
-            .map_err(|_| PermissionError::Unknown(permission_id.to_owned()))?;
+        let mut waiting = self.waiting.locked();
         let Some(entry) = waiting
             .get(permission_id)
             .filter(|w| w.pending.run_id == run_id)
@@ -190,8 +182,6 @@ struct Forget {
 
 impl Drop for Forget {
     fn drop(&mut self) {
-        if let Ok(mut waiting) = self.broker.waiting.lock() {
-            waiting.remove(&self.permission_id);
-        }
+        self.broker.waiting.locked().remove(&self.permission_id);
     }
 }

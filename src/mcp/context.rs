@@ -5,6 +5,7 @@
 //! A leaf of the MCP core: the handler boundary, the tool registry and the server all build
 //! on it, and it imports none of them.
 
+use crate::util::sync::Lock;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -176,10 +177,7 @@ impl ClientRequests {
     fn register(&self) -> (String, oneshot::Receiver<ClientAnswer>) {
         let id = format!("agentprism-{}", uuid::Uuid::new_v4().simple());
         let (sender, receiver) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("client requests lock")
-            .insert(id.clone(), sender);
+        self.pending.locked().insert(id.clone(), sender);
         (id, receiver)
     }
 
@@ -188,11 +186,7 @@ impl ClientRequests {
         let Some(id) = id.as_str() else {
             return false;
         };
-        let sender = self
-            .pending
-            .lock()
-            .expect("client requests lock")
-            .remove(id);
+        let sender = self.pending.locked().remove(id);
         match sender {
             Some(sender) => sender.send(answer).is_ok(),
             None => false,
@@ -201,10 +195,7 @@ impl ClientRequests {
 
     /// Forgets a request whose response nobody waits for any more.
     fn forget(&self, id: &str) {
-        self.pending
-            .lock()
-            .expect("client requests lock")
-            .remove(id);
+        self.pending.locked().remove(id);
     }
 }
 

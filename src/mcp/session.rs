@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use crate::util::sync::Lock;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -113,21 +114,15 @@ impl Session {
     }
 
     pub fn activity(&self) -> SessionActivity {
-        self.activity.lock().expect("session activity lock").clone()
+        self.activity.locked().clone()
     }
 
     pub fn is_subscribed(&self, uri: &str) -> bool {
-        self.subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .contains(uri)
+        self.subscriptions.locked().contains(uri)
     }
 
     pub(crate) fn touch(&self) {
-        self.activity
-            .lock()
-            .expect("session activity lock")
-            .last_activity = Instant::now();
+        self.activity.locked().last_activity = Instant::now();
     }
 
     /// Counts an open connection until the guard drops.
@@ -148,14 +143,14 @@ impl Session {
     }
 
     fn adjust(&self, change: impl FnOnce(&mut SessionActivity)) {
-        let mut activity = self.activity.lock().expect("session activity lock");
+        let mut activity = self.activity.locked();
         change(&mut activity);
         activity.last_activity = Instant::now();
     }
 
     /// Starts a new SSE stream and returns its number.
     pub fn open_stream(&self) -> u64 {
-        let mut logs = self.streams.lock().expect("stream logs lock");
+        let mut logs = self.streams.locked();
         logs.next_stream += 1;
         let stream = logs.next_stream;
         logs.streams.insert(stream, StreamLog::default());
@@ -172,8 +167,7 @@ impl Session {
         let recording = self.closed.child_token();
         let previous = self
             .current_standalone
-            .lock()
-            .expect("standalone lock")
+            .locked()
             .replace((stream, recording.clone()));
         if let Some((old, old_recording)) = previous {
             old_recording.cancel();
@@ -183,23 +177,17 @@ impl Session {
     }
 
     pub fn mark_standalone(&self, stream: u64) {
-        self.standalone
-            .lock()
-            .expect("standalone lock")
-            .insert(stream);
+        self.standalone.locked().insert(stream);
     }
 
     pub fn is_standalone(&self, stream: u64) -> bool {
-        self.standalone
-            .lock()
-            .expect("standalone lock")
-            .contains(&stream)
+        self.standalone.locked().contains(&stream)
     }
 
     /// Records an event on a stream and returns its event id (`<stream>-<sequence>`).
     pub fn record_event(&self, stream: u64, data: String) -> String {
         let id = {
-            let mut logs = self.streams.lock().expect("stream logs lock");
+            let mut logs = self.streams.locked();
             let log = logs.streams.entry(stream).or_default();
             let sequence = log.next_sequence;
             log.next_sequence += 1;
@@ -215,7 +203,7 @@ impl Session {
 
     pub fn finish_stream(&self, stream: u64) {
         {
-            let mut logs = self.streams.lock().expect("stream logs lock");
+            let mut logs = self.streams.locked();
             if let Some(log) = logs.streams.get_mut(&stream) {
                 log.finished = true;
             }
@@ -231,7 +219,7 @@ impl Session {
 
     /// Events of `stream` after `after` (a sequence number), or its state.
     pub fn replay(&self, stream: u64, after: Option<u64>) -> Replay {
-        let logs = self.streams.lock().expect("stream logs lock");
+        let logs = self.streams.locked();
         let Some(log) = logs.streams.get(&stream) else {
             return Replay::Unknown;
         };

@@ -26,6 +26,7 @@ use crate::daemon::spawn::{
 use crate::discovery::record::CONTROL_PROTOCOL;
 use crate::discovery::{DaemonRecord, Paths, RunControlKey, compare_versions};
 use crate::env::EnvSnapshot;
+use crate::util::sync::Lock;
 
 /// How long an older daemon without control is adopted while it finishes its work, at most.
 pub const BOOTSTRAP_CAP: Duration = Duration::from_secs(30 * 60);
@@ -106,8 +107,7 @@ impl Ensurer {
             count(&ready.health, "activeRuns") > 0 || count(&ready.health, "inflightRequests") > 0;
         let since = *self
             .deferred_since
-            .lock()
-            .expect("deferral lock")
+            .locked()
             .get_or_insert_with(Instant::now);
         if busy && since.elapsed() < BOOTSTRAP_CAP {
             eprintln!(
@@ -152,7 +152,7 @@ impl Ensurer {
     }
 
     fn end_deferral(&self) {
-        *self.deferred_since.lock().expect("deferral lock") = None;
+        *self.deferred_since.locked() = None;
     }
 }
 

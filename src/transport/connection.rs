@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::util::sync::Lock;
 use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -81,7 +82,7 @@ impl Activity {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every change below is a single assignment: a panic cannot leave it half made.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Marks a request open until the returned guard drops (with its response body).

@@ -12,6 +12,7 @@
 //! woken the ordinary way, so a connection that keeps yielding (tokio's cooperative budget
 //! ran out) still lets the others run.
 
+use crate::util::sync::Lock;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -59,7 +60,7 @@ impl Wake for Shared {
             Ok(_) | Err(WOKEN) => return,
             Err(_) => {}
         }
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let task = self.task.locked().clone();
         if let Some(task) = task {
             task.wake();
         }
@@ -93,7 +94,7 @@ impl<F: Future> Future for InPlace<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
         {
-            let mut task = this.shared.task.lock().unwrap_or_else(|e| e.into_inner());
+            let mut task = this.shared.task.locked();
             if !task.as_ref().is_some_and(|task| task.will_wake(cx.waker())) {
                 *task = Some(cx.waker().clone());
             }

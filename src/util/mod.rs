@@ -1,9 +1,10 @@
 //! Small helpers shared across modules: time, hashing, hex, durable file writes,
-//! (`safe_file`) the one way to read a file a caller named, and (`process`) the one
-//! process-liveness rule.
+//! (`safe_file`) the one way to read a file a caller named, (`process`) the one
+//! process-liveness rule, and (`sync`) the one lock policy.
 
 pub mod process;
 pub mod safe_file;
+pub(crate) mod sync;
 
 use std::io::Write;
 use std::path::Path;

@@ -45,6 +45,7 @@ use crate::model::{
     CallKind, CallRecord, CheckpointAnswer, Limits, PauseReason, Phase, RunId, RunStatus, Usage,
 };
 use crate::store::{LeasePolicy, Store};
+use crate::util::sync::Lock;
 
 pub use live::{LiveCall, LiveView};
 use progress::Progress;
@@ -392,9 +393,9 @@ impl Driver {
         let mut phase_by_scope = HashMap::new();
         phase_by_scope.insert("root".to_owned(), setup.current_phase.clone());
         let used_answers = vec![false; setup.answers.len()];
-        if let (Persistence::Store { .. }, Ok(mut view)) = (&setup.persistence, setup.live.lock()) {
+        if let Persistence::Store { .. } = &setup.persistence {
             // Status counts this generation's rows from here on, not in the store.
-            view.settled_calls = Some(0);
+            setup.live.locked().settled_calls = Some(0);
         }
         Driver {
             events,
@@ -580,11 +581,7 @@ impl Driver {
                 self.phase_by_scope
                     .insert(scope.clone(), Some(title.clone()));
                 if scope == "root" {
-                    self.setup
-                        .live
-                        .lock()
-                        .map(|mut live| live.current_phase = Some(title.clone()))
-                        .ok();
+                    self.setup.live.locked().current_phase = Some(title.clone());
                 }
                 self.events.push("phase", &scope, json!({"title": title}));
             }

@@ -48,6 +48,7 @@ use crate::engine::sources::{DiskSources, Sources};
 use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::Store;
+use crate::util::sync::Lock;
 
 pub use api::{
     Admission, ControlState, LimitOverrides, LiveCallStatus, LiveStatus, PauseAnswer,
@@ -168,8 +169,12 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Ok(mut preparing) = self.engine.inner.preparing.lock()
-            && let Some(count) = preparing.get_mut(&self.project_dir)
+        if let Some(count) = self
+            .engine
+            .inner
+            .preparing
+            .locked()
+            .get_mut(&self.project_dir)
         {
             *count = count.saturating_sub(1);
         }
@@ -274,9 +279,9 @@ impl Engine {
         let receiver = self
             .inner
             .live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(run_id).map(|l| l.settled.clone()));
+            .locked()
+            .get(run_id)
+            .map(|l| l.settled.clone());
         if let Some(mut receiver) = receiver {
             let _ = receiver.wait_for(|settled| *settled).await;
         }
@@ -285,32 +290,19 @@ impl Engine {
     /// Runs this process owns right now: executing generations plus preparations holding a
     /// capacity slot. The daemon counts them as work that keeps it from idling out.
     pub fn active_executions(&self) -> usize {
-        let live = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
-        let preparing: usize = self
-            .inner
-            .preparing
-            .lock()
-            .map(|preparing| preparing.values().sum())
-            .unwrap_or(0);
+        let live = self.inner.live.locked().len();
+        let preparing: usize = self.inner.preparing.locked().values().sum();
         live + preparing
     }
 
     /// The runs this process executes now.
     pub fn live_run_ids(&self) -> Vec<RunId> {
-        self.inner
-            .live
-            .lock()
-            .map(|live| live.keys().cloned().collect())
-            .unwrap_or_default()
+        self.inner.live.locked().keys().cloned().collect()
     }
 
     /// Whether this process executes `run_id` now.
     pub fn is_live(&self, run_id: &RunId) -> bool {
-        self.inner
-            .live
-            .lock()
-            .map(|live| live.contains_key(run_id))
-            .unwrap_or(false)
+        self.inner.live.locked().contains_key(run_id)
     }
 
     /// The revision of the live view of a run this process executes (`LiveView::revision`),
@@ -318,29 +310,23 @@ impl Engine {
     /// of its driver, with no permission request of the run waiting (those reach status from
     /// the broker, not through a step). `None` otherwise, and for a run not executed here.
     pub fn live_revision(&self, run_id: &RunId) -> Option<u64> {
-        let view = self.inner.live.lock().ok()?.get(run_id)?.view.clone();
-        let revision = view.lock().ok()?.revision;
+        let view = self.inner.live.locked().get(run_id)?.view.clone();
+        let revision = view.locked().revision;
         (revision % 2 == 0 && !self.inner.broker.has_pending(run_id.as_str())).then_some(revision)
     }
 
     pub(super) fn send_control(&self, run_id: &RunId, control: Control) -> bool {
         self.inner
             .live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(run_id).map(|l| l.control.send(control).is_ok()))
-            .unwrap_or(false)
+            .locked()
+            .get(run_id)
+            .is_some_and(|l| l.control.send(control).is_ok())
     }
 
     /// Interrupts every live run of this process (Ctrl-C, shutdown): they settle
     /// `paused/interrupted`, resumable.
     pub async fn interrupt_all(&self, deadline: Duration) {
-        let ids: Vec<RunId> = self
-            .inner
-            .live
-            .lock()
-            .map(|live| live.keys().cloned().collect())
-            .unwrap_or_default();
+        let ids: Vec<RunId> = self.inner.live.locked().keys().cloned().collect();
         for run_id in &ids {
             self.send_control(run_id, Control::Pause(PauseReason::Interrupted));
         }

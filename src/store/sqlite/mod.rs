@@ -20,7 +20,7 @@
 //! script copies, the one part of a run kept as a file).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use rusqlite::Connection;
@@ -52,6 +52,7 @@ mod usage_column;
 mod versions;
 
 use super::script_copies as scripts;
+use crate::util::sync::Lock;
 
 #[cfg(test)]
 mod contract_tests;
@@ -95,9 +96,7 @@ impl SqliteStore {
     fn connection(&self) -> MutexGuard<'_, Connection> {
         // A panic under the lock cannot leave a transaction half applied: a dropped rusqlite
         // `Transaction` rolls back. So the connection behind a poisoned lock is still sound.
-        self.connection
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.connection.locked()
     }
 }
 

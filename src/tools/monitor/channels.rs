@@ -45,6 +45,7 @@ use crate::model::RunId;
 
 use super::ledger::{ReceiptLedger, session_scope};
 use super::messages::{AutoMessage, automatic_messages};
+use crate::util::sync::Lock;
 
 /// The notification method Claude Code listens on.
 pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
@@ -107,7 +108,7 @@ impl Channels {
                 // Missed notices: look at every followed run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     let runs: Vec<RunId> = {
-                        let following = self.following.lock().expect("channels lock");
+                        let following = self.following.locked();
                         following.by_run.keys().cloned().collect()
                     };
                     for run_id in runs {
@@ -121,18 +122,18 @@ impl Channels {
 
     /// `session` follows `run_id`, having seen `seen` already.
     fn follow(&self, session: &str, run_id: &RunId, seen: Vec<String>) {
-        let mut following = self.following.lock().expect("channels lock");
+        let mut following = self.following.locked();
         following.follow(session, run_id, seen);
     }
 
     fn is_followed(&self, run_id: &RunId) -> bool {
-        let following = self.following.lock().expect("channels lock");
+        let following = self.following.locked();
         following.by_run.contains_key(run_id)
     }
 
     /// A legacy session ended: it follows nothing any more.
     pub(crate) fn session_closed(&self, session: &str) {
-        let mut following = self.following.lock().expect("channels lock");
+        let mut following = self.following.locked();
         following.session_closed(session);
     }
 
@@ -157,7 +158,7 @@ impl Channels {
     /// [`Channels::send_new`] for the messages of a status document already read.
     fn send_messages(&self, run_id: &RunId, messages: &[AutoMessage]) {
         let current: HashSet<&str> = messages.iter().map(|m| m.event_id.as_str()).collect();
-        let mut following = self.following.lock().expect("channels lock");
+        let mut following = self.following.locked();
         let Some(sessions) = following.by_run.get_mut(run_id) else {
             return;
         };
@@ -272,7 +273,7 @@ impl MessageMemo {
         let ToolAnswer::Prepared(prepared) = answer else {
             return automatic_messages(document).into();
         };
-        let mut memo = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memo = self.entries.locked();
         if let Some((_, messages)) = memo
             .entries
             .iter()

@@ -26,13 +26,14 @@
 //! over a single entry's share (a completed run's uncapped `outcome`) is not kept at all.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
 use crate::engine::StatusQuery;
 use crate::mcp::PreparedResult;
 use crate::model::RunId;
+use crate::util::sync::Lock;
 
 /// Answers kept at most, over all runs.
 pub const MAX_ENTRIES: usize = 256;
@@ -127,7 +128,7 @@ impl StatusCache {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every change below leaves the state consistent before anything that could panic.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.locked()
     }
 
     /// The answer kept for `run_id` and `query` under exactly `version`. One kept under

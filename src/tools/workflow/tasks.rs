@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorkflowTool;
 use super::schema::TOOL_NAME;
+use crate::util::sync::Lock;
 
 /// How long an already-completed task of a non-job action is kept unless asked otherwise.
 const IMMEDIATE_TTL_MS: u64 = 60 * 60 * 1000;
@@ -125,7 +126,7 @@ impl WorkflowTasks {
 
     /// A legacy session ended: nobody is told of its tasks any more.
     pub(crate) fn session_closed(&self, session: &str) {
-        let mut watching = self.notifier.watching.lock().expect("watching lock");
+        let mut watching = self.notifier.watching.locked();
         watching.session_closed(session);
     }
 
@@ -228,10 +229,10 @@ impl TaskHandler for WorkflowTasks {
         let (true, false, Some(run_id)) = (job, answer["isError"] == true, run_id) else {
             return Ok(self.answered(ctx, call.ttl_ms, answer));
         };
-        remember_started(&mut self.started.lock().expect("started lock"), run_id);
+        remember_started(&mut self.started.locked(), run_id);
         let state = self.run_task(ctx, run_id).await?.0;
         if let (false, Some(session)) = (ctx.era.is_modern(), ctx.session_id.as_deref()) {
-            let mut watching = self.notifier.watching.lock().expect("watching lock");
+            let mut watching = self.notifier.watching.locked();
             watching.watch(session, run_id, state.status);
         }
         Ok(Created::Task(state))
@@ -265,7 +266,7 @@ impl TaskHandler for WorkflowTasks {
     }
 
     async fn list(&self, ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<TaskPage> {
-        let started: Vec<String> = self.started.lock().expect("started lock").clone();
+        let started: Vec<String> = self.started.locked().clone();
         let mut tasks = Vec::new();
         for run_id in started.iter().rev() {
             if let Ok((state, _)) = self.run_task(ctx, run_id).await {
@@ -385,7 +386,7 @@ impl StatusNotifier {
                 // Missed notices: look at every watched run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     let runs: Vec<String> = {
-                        let watching = self.watching.lock().expect("watching lock");
+                        let watching = self.watching.locked();
                         watching.by_run.keys().cloned().collect()
                     };
                     for run_id in runs {
@@ -399,7 +400,7 @@ impl StatusNotifier {
 
     /// Whether some session watches `run_id` and `notice` may have changed what it saw.
     fn worth_reading(&self, notice: &RunNotice, run_id: &str) -> bool {
-        let watching = self.watching.lock().expect("watching lock");
+        let watching = self.watching.locked();
         watching.by_run.get(run_id).is_some_and(|sessions| {
             sessions
                 .values()
@@ -410,13 +411,7 @@ impl StatusNotifier {
     /// Reads run `run_id`'s status and tells each watching session whose last seen status
     /// differs; a terminal status is the last one sent.
     async fn evaluate(&self, run_id: &str) {
-        if !self
-            .watching
-            .lock()
-            .expect("watching lock")
-            .by_run
-            .contains_key(run_id)
-        {
+        if !self.watching.locked().by_run.contains_key(run_id) {
             return;
         }
         let _one_at_a_time = self.evaluating.lock().await;
@@ -427,7 +422,7 @@ impl StatusNotifier {
             return;
         };
         let state = task_of(run_id, &document);
-        let mut watching = self.watching.lock().expect("watching lock");
+        let mut watching = self.watching.locked();
         let Some(sessions) = watching.by_run.get_mut(run_id) else {
             return;
         };
