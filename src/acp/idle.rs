@@ -23,7 +23,7 @@ use super::pool::{AgentHost, Group};
 use crate::util::sync::Lock;
 
 /// The default idle time of a pooled process.
-pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(60);
+pub(super) const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(60);
 
 /// What the reaper of one pool shares with its leases.
 pub(crate) struct Idle {
@@ -37,7 +37,7 @@ pub(crate) struct Idle {
 }
 
 impl Idle {
-    pub fn new(ttl: Option<Duration>) -> Idle {
+    pub(super) fn new(ttl: Option<Duration>) -> Idle {
         Idle {
             ttl,
             released: Notify::new(),
@@ -47,12 +47,12 @@ impl Idle {
     }
 
     /// A process's last session ended.
-    pub fn released(&self) {
+    pub(super) fn released(&self) {
         self.released.notify_one();
     }
 
     /// Starts the reaper once, if idle processes expire at all.
-    pub fn start(
+    pub(super) fn start(
         self: &Arc<Idle>,
         groups: &Arc<Mutex<HashMap<String, Group>>>,
         grace: Duration,
@@ -85,7 +85,7 @@ impl Idle {
     }
 
     /// Shutdown: the reaper ends (shutdown stops the processes itself).
-    pub fn stop(&self) {
+    pub(super) fn stop(&self) {
         self.stop.cancel();
     }
 }

@@ -15,19 +15,19 @@
 mod advice;
 pub(crate) mod catalog;
 mod chatter;
-pub mod connection;
+pub(crate) mod connection;
 mod content;
 mod failure;
-pub mod groups;
+pub(crate) mod groups;
 pub mod lookup;
 mod idle;
 pub(crate) mod pi_scope;
 mod pool;
-pub mod process;
-pub mod reaper;
-pub mod registry;
+pub(crate) mod process;
+pub(crate) mod reaper;
+pub(crate) mod registry;
 mod session;
-pub mod stderr;
+pub(crate) mod stderr;
 
 use std::path::Path;
 use std::sync::Arc;

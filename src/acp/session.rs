@@ -55,7 +55,7 @@ struct TurnState {
 }
 
 impl SessionSink {
-    pub fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
+    pub(super) fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
         SessionSink {
             observer,
             run_id: spec.run_id.clone(),
@@ -88,7 +88,7 @@ impl SessionSink {
         std::mem::take(&mut turn.text)
     }
 
-    pub fn start_forwarding(&self) {
+    pub(super) fn start_forwarding(&self) {
         self.forward.store(true, Ordering::Relaxed);
     }
 }

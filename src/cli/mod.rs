@@ -36,7 +36,7 @@ macro_rules! note_partial {
 mod args;
 mod completions;
 mod config;
-pub mod daemon;
+pub(crate) mod daemon;
 mod follow;
 mod foreground;
 mod input;

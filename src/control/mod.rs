@@ -13,9 +13,9 @@
 //! checks the answer. What each kind *does* is the daemon's business: it implements
 //! [`ControlHandler`].
 
-pub mod client;
-pub mod server;
-pub mod socket;
+pub(crate) mod client;
+pub(crate) mod server;
+pub(crate) mod socket;
 pub mod wire;
 
 use std::time::Duration;
@@ -75,13 +75,13 @@ pub struct Peer {
 }
 
 /// Wire codes of refused and failed requests.
-pub mod codes {
+pub(crate) mod codes {
     /// The request was not verified (or the peer is another user); nothing was done.
-    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
-    pub const UNKNOWN_RUN: &str = "UNKNOWN_RUN";
-    pub const NOT_OWNER: &str = "NOT_OWNER";
-    pub const INVALID_OPERATION: &str = "INVALID_OPERATION";
-    pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
+    pub(crate) const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub(crate) const UNKNOWN_RUN: &str = "UNKNOWN_RUN";
+    pub(crate) const NOT_OWNER: &str = "NOT_OWNER";
+    pub(crate) const INVALID_OPERATION: &str = "INVALID_OPERATION";
+    pub(crate) const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
 }
 
 /// Why a verified request was not carried out: the handler's error, sent back as

@@ -6,17 +6,17 @@
 //! filesystem and process code: the HTTP transport sends the `/healthz` probe that completes
 //! identity and checks the answer with [`healthz::verify_identity`].
 
-pub mod fingerprint;
+pub(crate) mod fingerprint;
 pub mod healthz;
-pub mod key;
+pub(crate) mod key;
 pub mod liveness;
-pub mod paths;
+pub(crate) mod paths;
 pub mod pointer;
 pub mod process_table;
 pub mod record;
-pub mod spawn_lock;
-pub mod token;
-pub mod version;
+pub(crate) mod spawn_lock;
+pub(crate) mod token;
+pub(crate) mod version;
 
 use std::path::PathBuf;
 

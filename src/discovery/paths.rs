@@ -10,9 +10,9 @@ use super::{DiscoveryError, Result};
 use crate::env::{self, EnvSnapshot};
 
 /// Mode of every folder discovery creates.
-pub const FOLDER_MODE: u32 = 0o700;
+pub(crate) const FOLDER_MODE: u32 = 0o700;
 /// Mode of every file discovery creates.
-pub const FILE_MODE: u32 = 0o600;
+pub(crate) const FILE_MODE: u32 = 0o600;
 
 /// The discovery layout under one persistence root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ impl Paths {
 
 /// Creates `dir` with mode 0700 (its parent must exist), or checks an existing one: it must
 /// be a folder owned by us; a wider mode is narrowed to 0700.
-pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(FOLDER_MODE).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

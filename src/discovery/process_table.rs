@@ -425,7 +425,7 @@ pub(crate) mod pidfd {
     use nix::libc;
     use nix::sys::signal::Signal;
 
-    pub fn open(pid: i32) -> Result<OwnedFd, Errno> {
+    pub(crate) fn open(pid: i32) -> Result<OwnedFd, Errno> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is
         // passed.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -436,7 +436,7 @@ pub(crate) mod pidfd {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
-    pub fn send_signal(fd: &OwnedFd, signal: Signal) -> Result<(), Errno> {
+    pub(crate) fn send_signal(fd: &OwnedFd, signal: Signal) -> Result<(), Errno> {
         // SAFETY: a valid pidfd, a signal number, a null siginfo (the kernel fills in a
         // default one) and zero flags.
         let rc = unsafe {

@@ -8,25 +8,25 @@
 //! ports: the store (which also keeps the durable control intents and the inline script
 //! copies), the `runner` traits, and `sources` (scripts and the files they name).
 
-pub mod approval;
-pub mod companions;
-pub mod driver;
+pub(crate) mod approval;
+pub(crate) mod companions;
+pub(crate) mod driver;
 pub mod events;
-pub mod glob;
+pub(crate) mod glob;
 pub mod instant;
-pub mod journal;
+pub(crate) mod journal;
 pub mod manager;
-pub mod permissions;
-pub mod prepare;
-pub mod preview;
-pub mod redact;
+pub(crate) mod permissions;
+pub(crate) mod prepare;
+pub(crate) mod preview;
+pub(crate) mod redact;
 pub mod routing;
 pub mod runner;
 pub mod schema;
-pub mod script;
-pub mod sources;
-pub mod status;
-pub mod vm;
+pub(crate) mod script;
+pub(crate) mod sources;
+pub(crate) mod status;
+pub(crate) mod vm;
 
 pub use manager::{
     Admission, Engine, EngineConfig, EngineError, EngineResult, LimitOverrides, ResumeRequest,

@@ -18,7 +18,7 @@ use crate::util::sync::Lock;
 
 /// Largest serialized option list a request may have; larger ones are cancelled rather than
 /// shown partially.
-pub const MAX_OPTIONS_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_OPTIONS_BYTES: usize = 64 * 1024;
 
 /// A request waiting for an answer, as status shows it.
 #[derive(Clone, Debug)]
@@ -51,14 +51,14 @@ struct Waiting {
 
 /// Shared by every run of a process.
 #[derive(Clone, Default)]
-pub struct PermissionBroker {
+pub(crate) struct PermissionBroker {
     waiting: Arc<Mutex<BTreeMap<String, Waiting>>>,
     notices: Option<broadcast::Sender<RunNotice>>,
 }
 
 /// Why an answer was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PermissionError {
+pub(crate) enum PermissionError {
     #[error(
         "no pending permission request {0} for this run (it may have been answered, or its owner process ended)"
     )]
@@ -68,7 +68,7 @@ pub enum PermissionError {
 }
 
 impl PermissionBroker {
-    pub fn new(notices: Option<broadcast::Sender<RunNotice>>) -> PermissionBroker {
+    pub(crate) fn new(notices: Option<broadcast::Sender<RunNotice>>) -> PermissionBroker {
         PermissionBroker {
             waiting: Arc::default(),
             notices,
@@ -76,7 +76,7 @@ impl PermissionBroker {
     }
 
     /// Parks a request until it is answered; `Cancelled` if the broker drops it.
-    pub async fn ask(&self, request: PermissionRequest) -> PermissionOutcome {
+    pub(crate) async fn ask(&self, request: PermissionRequest) -> PermissionOutcome {
         let options_size = serde_json::to_string(&request.options)
             .map(|s| s.len())
             .unwrap_or(usize::MAX);
@@ -118,7 +118,7 @@ impl PermissionBroker {
     }
 
     /// The requests waiting for one run, oldest first.
-    pub fn pending(&self, run_id: &str) -> Vec<PendingPermission> {
+    pub(crate) fn pending(&self, run_id: &str) -> Vec<PendingPermission> {
         self.waiting
             .locked()
             .values()
@@ -128,7 +128,7 @@ impl PermissionBroker {
     }
 
     /// Whether a request of `run_id` waits (`pending` without building the list).
-    pub fn has_pending(&self, run_id: &str) -> bool {
+    pub(crate) fn has_pending(&self, run_id: &str) -> bool {
         self.waiting
             .locked()
             .values()
@@ -136,7 +136,7 @@ impl PermissionBroker {
     }
 
     /// Answers a request of `run_id`.
-    pub fn answer(
+    pub(crate) fn answer(
         &self,
         run_id: &str,
         permission_id: &str,

@@ -171,7 +171,7 @@ pub struct ClientRequests {
 }
 
 /// A client's response to a server-to-client request: its result, or its error object.
-pub type ClientAnswer = Result<Value, Value>;
+pub(crate) type ClientAnswer = Result<Value, Value>;
 
 impl ClientRequests {
     fn register(&self) -> (String, oneshot::Receiver<ClientAnswer>) {

@@ -39,7 +39,7 @@ use super::context::{McpError, McpResult, RequestContext, codes};
 use super::tasks::{TaskSupport, client_speaks_tasks};
 
 /// The MCP Apps extension's key under `capabilities.extensions`.
-pub const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
+pub(crate) const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
 /// The longest tool name MCP allows.
 const MAX_NAME_CHARS: usize = 128;
 
@@ -61,7 +61,7 @@ pub enum Listing {
 
 /// The MCP Apps HTML content type (`text/html;profile=mcp-app`), which a client lists in
 /// `extensions["io.modelcontextprotocol/ui"].mimeTypes` when it renders such views.
-pub const APPS_MIME_TYPE: &str = "text/html;profile=mcp-app";
+pub(crate) const APPS_MIME_TYPE: &str = "text/html;profile=mcp-app";
 
 /// Whom the host shows a tool to (MCP Apps `_meta.ui.visibility`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -28,18 +28,18 @@ pub const DEFAULT_LEGACY_VERSION: &str = "2025-03-26";
 /// The first version whose clients read an SSE event with empty data (the priming event that
 /// gives a stream its first id) and act on `retry:`; older clients parse the empty data as a
 /// message and fail, so their streams carry neither.
-pub const PRIMING_SINCE: &str = "2025-11-25";
+pub(crate) const PRIMING_SINCE: &str = "2025-11-25";
 
 /// Whether a stream of a client speaking `version` starts with a priming event and ends with
 /// a `retry:` hint. Versions are ISO dates, so their order is their text's.
-pub fn primes_streams(version: &str) -> bool {
+pub(crate) fn primes_streams(version: &str) -> bool {
     version >= PRIMING_SINCE
 }
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -128,7 +128,7 @@ pub fn unsupported_version(requested: &str) -> McpError {
 
 /// The error for a legacy session id nobody knows (never issued, deleted or evicted); sent
 /// with HTTP 404 so the client starts a new session.
-pub fn session_not_found() -> McpError {
+pub(crate) fn session_not_found() -> McpError {
     McpError::new(SESSION_NOT_FOUND, "session not found")
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// How many events one SSE stream keeps for replay; older ones are forgotten.
-pub const STREAM_REPLAY_LIMIT: usize = 256;
+pub(crate) const STREAM_REPLAY_LIMIT: usize = 256;
 /// How many finished streams a session remembers for replay.
 const FINISHED_STREAM_LIMIT: usize = 64;
 
@@ -251,12 +251,12 @@ impl Session {
 }
 
 /// Formats an SSE event id that names its stream.
-pub fn event_id(stream: u64, sequence: u64) -> String {
+pub(crate) fn event_id(stream: u64, sequence: u64) -> String {
     format!("{stream}-{sequence}")
 }
 
 /// Parses an id made by [`event_id`].
-pub fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (stream, sequence) = id.trim().split_once('-')?;
     Some((stream.parse().ok()?, sequence.parse().ok()?))
 }

@@ -17,7 +17,7 @@ use base64::Engine as _;
 /// The variable the key is read from.
 pub const WORKFLOWS_KEY_VARIABLE: &str = "MHL_SERVE_WORKFLOWS_KEY";
 /// Bytes in a key (AES-256).
-pub const KEY_BYTES: usize = 32;
+pub(super) const KEY_BYTES: usize = 32;
 
 /// The variable's value, taken out of the environment at start-up (`None`: it was not set).
 static TAKEN: OnceLock<Option<String>> = OnceLock::new();

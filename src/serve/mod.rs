@@ -29,15 +29,15 @@ use crate::mcp::registry::{Tool, ToolRegistry};
 use crate::mcp::server::McpServer;
 use crate::model::RunStatus;
 
-pub mod a2a;
+pub(crate) mod a2a;
 pub mod folder;
-pub mod owners;
-pub mod replica;
+pub(crate) mod owners;
+pub(crate) mod replica;
 mod resources;
-pub mod runs;
+pub(crate) mod runs;
 mod sync_call;
-pub mod tools;
-pub mod view;
+pub(crate) mod tools;
+pub(crate) mod view;
 
 pub use folder::{Folder, FolderError, Workflow};
 

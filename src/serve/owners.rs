@@ -23,7 +23,7 @@ use crate::model::RunId;
 use crate::util::sync::Lock;
 
 /// The stored key of runs a synchronous `tools/call` made: never handed to anyone.
-pub const SYNC_CALLER: &str = "sync";
+pub(crate) const SYNC_CALLER: &str = "sync";
 const ANONYMOUS: &str = "anonymous";
 /// The owner of A2A tasks when no principal header is configured.
 const A2A: &str = "a2a";

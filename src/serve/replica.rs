@@ -15,17 +15,17 @@ use std::time::Duration;
 use crate::env::EnvSnapshot;
 
 /// The run lease's time to live by default (`MHL_SERVE_RUN_LOCK_TTL`).
-pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(45);
+pub(crate) const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(45);
 /// The shortest lease TTL accepted: a heartbeat every 100 ms.
-pub const MIN_LOCK_TTL: Duration = Duration::from_millis(300);
+pub(crate) const MIN_LOCK_TTL: Duration = Duration::from_millis(300);
 /// The longest lease TTL accepted: a dead replica's runs are resumable within a day.
-pub const MAX_LOCK_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_LOCK_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The environment variable of the lease TTL.
-pub const LOCK_TTL_VAR: &str = "MHL_SERVE_RUN_LOCK_TTL";
+pub(crate) const LOCK_TTL_VAR: &str = "MHL_SERVE_RUN_LOCK_TTL";
 /// The test hook that shortens the housekeeping sweep's period (honoured only where the
 /// test hooks are built in).
-pub const SWEEP_INTERVAL_VAR: &str = "MHL_SERVE_SWEEP_INTERVAL";
+pub(crate) const SWEEP_INTERVAL_VAR: &str = "MHL_SERVE_SWEEP_INTERVAL";
 
 /// The location scheme of the test-only store without `cas` (`CheckThenWrite::without_cas` in `app`).
 const WITHOUT_CAS_SCHEME: &str = "test-nocas:";
@@ -145,7 +145,7 @@ impl ReplicaOptions {
 }
 
 /// `MHL_SERVE_RUN_LOCK_TTL` (absent: 45 s), between [`MIN_LOCK_TTL`] and [`MAX_LOCK_TTL`].
-pub fn lock_ttl(value: Option<&str>) -> Result<Duration, ReplicaError> {
+pub(crate) fn lock_ttl(value: Option<&str>) -> Result<Duration, ReplicaError> {
     let Some(text) = value else {
         return Ok(DEFAULT_LOCK_TTL);
     };
@@ -159,7 +159,7 @@ pub fn lock_ttl(value: Option<&str>) -> Result<Duration, ReplicaError> {
 
 /// The housekeeping sweep's period: [`super::SWEEP_INTERVAL`], unless the test hook
 /// `MHL_SERVE_SWEEP_INTERVAL` shortens it (only where the test hooks are built in).
-pub fn sweep_interval(env: &EnvSnapshot) -> Result<Duration, ReplicaError> {
+pub(crate) fn sweep_interval(env: &EnvSnapshot) -> Result<Duration, ReplicaError> {
     let Some(text) = env
         .non_empty(SWEEP_INTERVAL_VAR)
         .filter(|_| crate::env::TEST_HOOKS_BUILT_IN)

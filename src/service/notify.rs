@@ -26,7 +26,7 @@ use crate::env;
 /// Variables a daemon removes from the environment of every process it starts (agents, tool
 /// subprocesses, a successor it spawns): they describe this process's relationship with
 /// systemd and mean nothing, or harm, anywhere else.
-pub const CHILD_ENV_REMOVALS: [&str; 6] = [
+pub(crate) const CHILD_ENV_REMOVALS: [&str; 6] = [
     env::NOTIFY_SOCKET,
     env::LISTEN_FDS,
     env::LISTEN_PID,
@@ -34,20 +34,6 @@ pub const CHILD_ENV_REMOVALS: [&str; 6] = [
     env::WATCHDOG_USEC,
     env::WATCHDOG_PID,
 ];
-
-/// The names to strip from every child's environment (see [`CHILD_ENV_REMOVALS`]).
-pub fn child_env_removals() -> &'static [&'static str] {
-    &CHILD_ENV_REMOVALS
-}
-
-/// Removes [`CHILD_ENV_REMOVALS`] from a command about to be spawned. For a
-/// `tokio::process::Command`, call `env_remove` with the same names.
-pub fn strip_child_env(command: &mut std::process::Command) -> &mut std::process::Command {
-    for name in CHILD_ENV_REMOVALS {
-        command.env_remove(name);
-    }
-    command
-}
 
 /// Talks to systemd for a daemon under `--managed=systemd`; silent otherwise. Cheap to share
 /// by reference across threads (every send is one `sendto`).
@@ -371,22 +357,5 @@ mod tests {
         // No NOTIFY_SOCKET: nothing to send to, and no watchdog without a channel.
         assert!(!notifier.is_active());
         notifier.ready().unwrap();
-    }
-
-    #[test]
-    fn children_lose_the_manager_variables() {
-        let mut command = std::process::Command::new("env");
-        command
-            .env("NOTIFY_SOCKET", "/run/x")
-            .env("LISTEN_FDS", "1");
-        strip_child_env(&mut command);
-        let removed: Vec<_> = command
-            .get_envs()
-            .filter(|(_, value)| value.is_none())
-            .map(|(name, _)| name.to_str().unwrap().to_string())
-            .collect();
-        for name in child_env_removals() {
-            assert!(removed.iter().any(|r| r == name), "{name} not removed");
-        }
     }
 }

@@ -52,11 +52,11 @@ use crate::model::{
 };
 
 mod codec;
-pub mod control;
-pub mod counts;
-pub mod lease;
-pub mod location;
-pub mod postgres;
+pub(crate) mod control;
+pub(crate) mod counts;
+pub(crate) mod lease;
+pub(crate) mod location;
+pub(crate) mod postgres;
 mod script_copies;
 pub mod sqlite;
 

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Extra polls of one [`InPlace::poll`] after self wake-ups, before it yields.
-pub const REPOLLS: usize = 4;
+pub(super) const REPOLLS: usize = 4;
 
 /// Not being polled: a wake-up wakes the task.
 const IDLE: u8 = 0;
@@ -30,7 +30,7 @@ const POLLING: u8 = 1;
 const WOKEN: u8 = 2;
 
 /// A future whose wake-ups during its own poll are answered by polling it again there.
-pub struct InPlace<F> {
+pub(super) struct InPlace<F> {
     inner: Pin<Box<F>>,
     /// Shared with the waker handed to `inner`.
     shared: Arc<Shared>,
@@ -68,7 +68,7 @@ impl Wake for Shared {
 }
 
 impl<F: Future> InPlace<F> {
-    pub fn new(inner: F) -> InPlace<F> {
+    pub(super) fn new(inner: F) -> InPlace<F> {
         let shared = Arc::new(Shared {
             state: AtomicU8::new(IDLE),
             task: Mutex::new(None),
@@ -83,7 +83,7 @@ impl<F: Future> InPlace<F> {
 
 impl<F> InPlace<F> {
     /// The future itself, to act on between polls.
-    pub fn inner(&mut self) -> Pin<&mut F> {
+    pub(super) fn inner(&mut self) -> Pin<&mut F> {
         self.inner.as_mut()
     }
 }

@@ -6,10 +6,10 @@
 //! because it checks headers in between; stdio through `McpServer::handle`) and never
 //! touches the engine or the store.
 
-pub mod connection;
+pub(crate) mod connection;
 mod in_place;
 pub mod http;
-pub mod lines;
+pub(crate) mod lines;
 pub mod peer;
 pub mod stdio;
 

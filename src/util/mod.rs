@@ -3,7 +3,7 @@
 //! process-liveness rule, and (`sync`) the one lock policy.
 
 pub mod process;
-pub mod safe_file;
+pub(crate) mod safe_file;
 pub(crate) mod sync;
 
 use std::io::Write;

@@ -48,7 +48,7 @@ pub(super) struct Spare {
 impl Spare {
     /// A new runtime and full context with the prelude's function loaded, nothing of any
     /// script in them.
-    pub fn create() -> Result<Spare, String> {
+    pub(super) fn create() -> Result<Spare, String> {
         let runtime =
             Runtime::new().map_err(|e| format!("cannot start the script runtime: {e}"))?;
         let context = Context::full(&runtime)
@@ -88,7 +88,7 @@ impl Drop for Spent {
 pub(super) struct Done(std_mpsc::SyncSender<()>);
 
 impl Done {
-    pub fn signal(&self) {
+    pub(super) fn signal(&self) {
         // Full: signalled already; disconnected: nobody waits.
         let _ = self.0.try_send(());
     }
@@ -104,7 +104,7 @@ pub(super) struct Running {
 
 impl Running {
     /// Blocks until the job has returned.
-    pub fn wait(&self) {
+    pub(super) fn wait(&self) {
         // A send means done; a disconnect means the thread ended (a panic): done as well.
         let _ = self.done.recv();
     }

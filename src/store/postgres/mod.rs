@@ -59,7 +59,7 @@ mod tests;
 #[cfg(test)]
 mod review_tests;
 
-pub use connection::redacted;
+pub(crate) use connection::redacted;
 
 /// How a replica reaches the database.
 #[derive(Clone, Debug)]

@@ -36,11 +36,11 @@ use crate::model::RunId;
 use crate::util::sync::Lock;
 
 /// Answers kept at most, over all runs.
-pub const MAX_ENTRIES: usize = 256;
+pub(super) const MAX_ENTRIES: usize = 256;
 /// Serialised bytes of the kept answers at most.
-pub const MAX_BYTES: usize = 8 << 20;
+pub(super) const MAX_BYTES: usize = 8 << 20;
 /// An answer longer than this is not kept.
-pub const MAX_ENTRY_BYTES: usize = 1 << 20;
+pub(super) const MAX_ENTRY_BYTES: usize = 1 << 20;
 
 /// What an answer was built under: the run's stored version (`Store::run_version`) and,
 /// for a run this process executes, its live view's revision (`Engine::live_revision`).
