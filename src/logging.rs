@@ -28,7 +28,12 @@ pub fn init_stderr() {
 /// (`daemon.log.1` is the newest). With `redirect_std`, stdout and stderr are pointed at the
 /// current file too (now and after each rotation), so a panic message lands in the log.
 /// Only the first call takes effect.
-pub fn log_to_file(path: &Path, max_bytes: u64, keep: usize, redirect_std: bool) -> io::Result<()> {
+pub(crate) fn log_to_file(
+    path: &Path,
+    max_bytes: u64,
+    keep: usize,
+    redirect_std: bool,
+) -> io::Result<()> {
     let file = RotatingFile::open(path, max_bytes, keep, redirect_std)?;
     let _ = FILE_SINK.set(Mutex::new(file));
     Ok(())
@@ -69,7 +74,7 @@ impl Write for LogWriter {
 /// An append-only log file that moves itself aside once it reaches a size: `log` becomes
 /// `log.1`, `log.1` becomes `log.2`, and so on up to `keep`; the oldest is deleted.
 #[derive(Debug)]
-pub struct RotatingFile {
+pub(crate) struct RotatingFile {
     path: PathBuf,
     file: File,
     /// Bytes in the current file, so a rotation needs no `stat` per write.
@@ -82,7 +87,7 @@ pub struct RotatingFile {
 
 impl RotatingFile {
     /// Opens (creating 0600) `path` for appending.
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         max_bytes: u64,
         keep: usize,
@@ -103,7 +108,7 @@ impl RotatingFile {
     }
 
     /// The numbered name of the `index`-th older file.
-    pub fn rotated_path(path: &Path, index: usize) -> PathBuf {
+    pub(crate) fn rotated_path(path: &Path, index: usize) -> PathBuf {
         let mut name = path.as_os_str().to_owned();
         name.push(format!(".{index}"));
         PathBuf::from(name)

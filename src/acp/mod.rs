@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, BackendSpec, FailureKind,
@@ -211,14 +211,6 @@ impl AgentObserver for IgnoringObserver {
     async fn request_permission(&self, _request: PermissionRequest) -> PermissionOutcome {
         PermissionOutcome::Cancelled
     }
-}
-
-/// Splits a session ref from [`AgentSession::session_ref`] into `(backendId, sessionId)`.
-pub fn session_ref_parts(reference: &Value) -> Option<(&str, &str)> {
-    Some((
-        reference.get("backendId")?.as_str()?,
-        reference.get("sessionId")?.as_str()?,
-    ))
 }
 
 #[cfg(test)]

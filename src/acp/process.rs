@@ -51,7 +51,7 @@ pub struct Supervision {
 impl Supervision {
     /// What every agentprism process that runs agents uses: this very binary as the reaper
     /// (resolved once; see [`own_binary`]) and records under `persistence_root`.
-    pub fn for_owner(persistence_root: &Path) -> std::io::Result<Supervision> {
+    pub(crate) fn for_owner(persistence_root: &Path) -> std::io::Result<Supervision> {
         Ok(Supervision {
             reaper: Some(own_binary()?),
             records: Some(persistence_root.join(groups::FOLDER)),

@@ -80,7 +80,8 @@ impl BackendRegistry {
 
     /// A copy with approved script backends (`meta.backends`) added. A declared name equal to
     /// a built-in or host backend is ignored: the host's choice always wins.
-    pub fn with_script_backends(&self, declared: &Value) -> Result<BackendRegistry, String> {
+    #[cfg(test)]
+    pub(crate) fn with_script_backends(&self, declared: &Value) -> Result<BackendRegistry, String> {
         const SOURCE: &str = "meta.backends";
         let mut registry = self.clone();
         if declared.is_null() {
@@ -123,7 +124,7 @@ impl BackendRegistry {
 
     /// `AGENTPRISM_DEFAULT_BACKEND`: `None` when unset. When it is present but empty or names
     /// no registered backend, the historical behaviour is Claude (seed, Configuration).
-    pub fn default_backend(&self, env: &EnvSnapshot) -> Option<&BackendSpec> {
+    pub(crate) fn default_backend(&self, env: &EnvSnapshot) -> Option<&BackendSpec> {
         let value = env.get(env::DEFAULT_BACKEND)?;
         self.get(value.trim()).or_else(|| self.get("claude"))
     }

@@ -173,7 +173,7 @@ pub(crate) fn configured_port(env: &EnvSnapshot) -> Result<u16> {
 
 /// What a daemon serves: an engine and the MCP server over it, assembled by the composition
 /// root (`crate::app`). `agentprism serve` serves the same over stdio or HTTP.
-pub struct Services {
+pub(crate) struct Services {
     /// Runs every project's workflows; `/healthz` counts its executions, run control drives
     /// it, the main loop carries out its stop intents.
     pub engine: Engine,
@@ -187,7 +187,7 @@ pub struct Services {
 impl Services {
     /// Stops taking requests, ends the handler's background work, then interrupts live runs
     /// within `deadline` (they stay resumable as `paused/interrupted`).
-    pub async fn shutdown(&self, deadline: Duration) {
+    pub(crate) async fn shutdown(&self, deadline: Duration) {
         self.server.shutdown();
         self.workflow.shutdown().await;
         self.engine.shutdown(deadline).await;

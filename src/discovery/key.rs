@@ -64,7 +64,10 @@ impl RunControlKey {
 
     /// [`RunControlKey::load_or_create`] for another secret of the same format (the HTTP
     /// bearer token).
-    pub fn load_or_create_at(paths: &Paths, path: PathBuf) -> Result<RunControlKey, KeyError> {
+    pub(crate) fn load_or_create_at(
+        paths: &Paths,
+        path: PathBuf,
+    ) -> Result<RunControlKey, KeyError> {
         match RunControlKey::load(&path) {
             Err(KeyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
             other => return other,

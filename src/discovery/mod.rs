@@ -28,7 +28,7 @@ pub use pointer::{Claim, claim_pointer, clear_pointer_if_mine, remove_own_record
 pub use process_table::{DaemonProcess, Entry, ProcessScan, Role, reconcile, signal_verified};
 pub use record::{DaemonRecord, DaemonState, RecordRead};
 pub use spawn_lock::SpawnLock;
-pub use version::compare_versions;
+pub(crate) use version::compare_versions;
 
 /// What went wrong while reading or writing discovery state. Callers branch on the kind: a
 /// lock timeout is a startup error with a hint, a key error turns control off.

@@ -47,7 +47,7 @@ impl Paths {
     }
 
     /// `R/daemons/instances/`: one record per live daemon.
-    pub fn instances_dir(&self) -> PathBuf {
+    pub(crate) fn instances_dir(&self) -> PathBuf {
         self.daemons_dir().join("instances")
     }
 
@@ -67,23 +67,23 @@ impl Paths {
     }
 
     /// `R/daemons/<fp>.pointer.lock`: held by a daemon around a pointer CAS or clear.
-    pub fn pointer_lock(&self, fingerprint: &str) -> PathBuf {
+    pub(crate) fn pointer_lock(&self, fingerprint: &str) -> PathBuf {
         self.daemons_dir()
             .join(format!("{fingerprint}.pointer.lock"))
     }
 
     /// `R/daemons/run-control-key.json`.
-    pub fn run_control_key(&self) -> PathBuf {
+    pub(crate) fn run_control_key(&self) -> PathBuf {
         self.daemons_dir().join("run-control-key.json")
     }
 
     /// `R/daemons/http-token.json`: the HTTP bearer token, in the run-control key's format.
-    pub fn http_token(&self) -> PathBuf {
+    pub(crate) fn http_token(&self) -> PathBuf {
         self.daemons_dir().join("http-token.json")
     }
 
     /// `R/logs/`.
-    pub fn logs_dir(&self) -> PathBuf {
+    pub(crate) fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
     }
 

@@ -38,7 +38,8 @@ impl InstantRunner {
     }
 
     /// A runner that also keeps what it was sent ([`InstantRunner::turns`]).
-    pub fn recording() -> Arc<InstantRunner> {
+    #[cfg(test)]
+    pub(crate) fn recording() -> Arc<InstantRunner> {
         Arc::new(InstantRunner {
             turns: Some(Arc::default()),
             ..InstantRunner::default()

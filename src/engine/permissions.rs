@@ -22,7 +22,7 @@ pub(crate) const MAX_OPTIONS_BYTES: usize = 64 * 1024;
 
 /// A request waiting for an answer, as status shows it.
 #[derive(Clone, Debug)]
-pub struct PendingPermission {
+pub(crate) struct PendingPermission {
     pub permission_id: String,
     pub run_id: String,
     pub call_index: u32,
@@ -33,7 +33,7 @@ pub struct PendingPermission {
 }
 
 impl PendingPermission {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "permissionId": self.permission_id,
             "callIndex": self.call_index,

@@ -20,7 +20,7 @@ pub mod codes {
     /// 2025 era: resource not found.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
     /// 2026-07-28: a header does not match the body.
-    pub const HEADER_MISMATCH: i64 = -32020;
+    pub(crate) const HEADER_MISMATCH: i64 = -32020;
     /// 2026-07-28: a needed client capability was not declared.
     pub const MISSING_CAPABILITY: i64 = -32021;
     /// 2026-07-28: unsupported protocol version.
@@ -52,7 +52,7 @@ impl McpError {
         McpError::new(codes::INTERNAL_ERROR, message)
     }
 
-    pub fn method_not_found(method: &str) -> McpError {
+    pub(crate) fn method_not_found(method: &str) -> McpError {
         McpError::new(
             codes::METHOD_NOT_FOUND,
             format!("method not found: {method}"),
@@ -90,7 +90,7 @@ impl Era {
         }
     }
 
-    pub fn is_modern(&self) -> bool {
+    pub(crate) fn is_modern(&self) -> bool {
         matches!(self, Era::Modern { .. })
     }
 }
@@ -166,7 +166,7 @@ pub struct Notification {
 /// Server-to-client requests waiting for the client's response, by id. The core routes a
 /// client's JSON-RPC response here; only ids the server minted can match.
 #[derive(Debug, Default)]
-pub struct ClientRequests {
+pub(crate) struct ClientRequests {
     pending: std::sync::Mutex<std::collections::HashMap<String, oneshot::Sender<ClientAnswer>>>,
 }
 
@@ -182,7 +182,7 @@ impl ClientRequests {
     }
 
     /// Delivers a response; `false` when no request of ours has that id.
-    pub fn answer(&self, id: &Value, answer: ClientAnswer) -> bool {
+    pub(crate) fn answer(&self, id: &Value, answer: ClientAnswer) -> bool {
         let Some(id) = id.as_str() else {
             return false;
         };
@@ -229,7 +229,7 @@ impl RequestNotifier {
     }
 
     /// A notifier that can also send server-to-client requests.
-    pub fn with_requests(
+    pub(crate) fn with_requests(
         sender: mpsc::UnboundedSender<Notification>,
         requests: std::sync::Arc<ClientRequests>,
     ) -> RequestNotifier {

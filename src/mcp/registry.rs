@@ -131,7 +131,7 @@ impl Tool {
     }
 
     /// Lets calls of the tool run as tasks (when the handler backs tasks).
-    pub fn with_task_support(mut self, support: TaskSupport) -> Tool {
+    pub(crate) fn with_task_support(mut self, support: TaskSupport) -> Tool {
         self.task_support = support;
         self
     }
@@ -142,7 +142,8 @@ impl Tool {
     }
 
     /// Lists the tool only to clients that declared the capability at `path`.
-    pub fn listed_when_client_has(self, path: &[&str]) -> Tool {
+    #[cfg(test)]
+    pub(crate) fn listed_when_client_has(self, path: &[&str]) -> Tool {
         self.listed(Listing::WhenClientHas(
             path.iter().map(|key| (*key).to_owned()).collect(),
         ))
@@ -150,14 +151,15 @@ impl Tool {
 
     /// Lists the tool only to clients whose capability at `path` is an array containing
     /// `value`.
-    pub fn listed_when_client_lists(self, path: &[&str], value: &str) -> Tool {
+    #[cfg(test)]
+    pub(crate) fn listed_when_client_lists(self, path: &[&str], value: &str) -> Tool {
         self.listed(Listing::WhenClientLists {
             path: path.iter().map(|key| (*key).to_owned()).collect(),
             value: value.to_owned(),
         })
     }
 
-    pub fn visible_to(mut self, visibility: Visibility) -> Tool {
+    pub(crate) fn visible_to(mut self, visibility: Visibility) -> Tool {
         self.visibility = visibility;
         self
     }
@@ -234,7 +236,7 @@ impl ToolRegistry {
     }
 
     /// Adds a tool at the end of the list.
-    pub fn register(&mut self, tool: Tool) -> Result<(), RegistryError> {
+    pub(crate) fn register(&mut self, tool: Tool) -> Result<(), RegistryError> {
         let Tool {
             mut definition,
             listing,
@@ -288,7 +290,7 @@ impl ToolRegistry {
     }
 
     /// Whether `tools/list` depends on the client's capabilities.
-    pub fn varies_by_client(&self) -> bool {
+    pub(crate) fn varies_by_client(&self) -> bool {
         self.entries.iter().any(|entry| !entry.requires.is_empty())
     }
 
@@ -334,7 +336,7 @@ impl ToolRegistry {
     }
 
     /// `tools/call` as the core asks it: the same checks, the handler's answer as it gave it.
-    pub async fn call_answer(
+    pub(crate) async fn call_answer(
         &self,
         ctx: &RequestContext,
         name: &str,

@@ -35,11 +35,7 @@ use super::shape;
 use crate::util::sync::Lock;
 
 pub use super::events::SessionEvents;
-pub use super::scope::{
-    DEFAULT_LEGACY_VERSION, LATEST_LEGACY_VERSION, LEGACY_VERSIONS, META_CLIENT_CAPABILITIES,
-    META_CLIENT_INFO, META_PROTOCOL_VERSION, META_SERVER_INFO, META_SUBSCRIPTION_ID,
-    MODERN_VERSIONS, request_era, unsupported_version,
-};
+pub(crate) use super::scope::{LATEST_LEGACY_VERSION, LEGACY_VERSIONS};
 pub use super::shape::CacheScope;
 
 /// Methods the 2026-07-28 revision removed; stateless requests for them get 404/-32601.
@@ -206,7 +202,7 @@ impl McpServer {
     }
 
     /// Cancelled when [`McpServer::shutdown`] is called.
-    pub fn shutdown_token(&self) -> CancellationToken {
+    pub(crate) fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
 
@@ -263,7 +259,7 @@ impl McpServer {
 
     /// Server-wide changes as seen by a session the caller already holds; they end at once
     /// if it has ended.
-    pub fn events_of(&self, session: Arc<Session>) -> SessionEvents {
+    pub(crate) fn events_of(&self, session: Arc<Session>) -> SessionEvents {
         SessionEvents::new(
             self.handler.hub().subscribe(),
             session,

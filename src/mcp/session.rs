@@ -117,7 +117,7 @@ impl Session {
         self.activity.locked().clone()
     }
 
-    pub fn is_subscribed(&self, uri: &str) -> bool {
+    pub(crate) fn is_subscribed(&self, uri: &str) -> bool {
         self.subscriptions.locked().contains(uri)
     }
 
@@ -149,7 +149,7 @@ impl Session {
     }
 
     /// Starts a new SSE stream and returns its number.
-    pub fn open_stream(&self) -> u64 {
+    pub(crate) fn open_stream(&self) -> u64 {
         let mut logs = self.streams.locked();
         logs.next_stream += 1;
         let stream = logs.next_stream;
@@ -161,7 +161,7 @@ impl Session {
     /// whether or not a client is connected to it, so a client that reconnects with
     /// `Last-Event-ID` gets what it missed. A newer GET stream without `Last-Event-ID`
     /// replaces it: the older one is finished, and the returned token of its recorder fires.
-    pub fn open_standalone_stream(&self) -> (u64, CancellationToken) {
+    pub(crate) fn open_standalone_stream(&self) -> (u64, CancellationToken) {
         let stream = self.open_stream();
         self.mark_standalone(stream);
         let recording = self.closed.child_token();
@@ -176,16 +176,12 @@ impl Session {
         (stream, recording)
     }
 
-    pub fn mark_standalone(&self, stream: u64) {
+    pub(crate) fn mark_standalone(&self, stream: u64) {
         self.standalone.locked().insert(stream);
     }
 
-    pub fn is_standalone(&self, stream: u64) -> bool {
-        self.standalone.locked().contains(&stream)
-    }
-
     /// Records an event on a stream and returns its event id (`<stream>-<sequence>`).
-    pub fn record_event(&self, stream: u64, data: String) -> String {
+    pub(crate) fn record_event(&self, stream: u64, data: String) -> String {
         let id = {
             let mut logs = self.streams.locked();
             let log = logs.streams.entry(stream).or_default();
@@ -201,7 +197,7 @@ impl Session {
         id
     }
 
-    pub fn finish_stream(&self, stream: u64) {
+    pub(crate) fn finish_stream(&self, stream: u64) {
         {
             let mut logs = self.streams.locked();
             if let Some(log) = logs.streams.get_mut(&stream) {
@@ -238,14 +234,9 @@ impl Session {
         }
     }
 
-    /// Waits until some stream of this session changes.
-    pub async fn stream_changed(&self) {
-        self.stream_changed.notified().await;
-    }
-
     /// A future that resolves on the next stream change; create it before checking state so
     /// no wake-up is missed.
-    pub fn stream_change_listener(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn stream_change_listener(&self) -> tokio::sync::futures::Notified<'_> {
         self.stream_changed.notified()
     }
 }

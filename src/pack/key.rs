@@ -67,14 +67,14 @@ impl PackKey {
     }
 
     /// A fresh key from the operating system's random source.
-    pub fn generate() -> Result<PackKey, KeyError> {
+    pub(crate) fn generate() -> Result<PackKey, KeyError> {
         let mut key = [0u8; KEY_BYTES];
         getrandom::fill(&mut key).map_err(|error| KeyError::Random(error.to_string()))?;
         Ok(PackKey(key))
     }
 
     /// The key as 64 lowercase hex characters: what `--new-key` prints.
-    pub fn to_hex(&self) -> String {
+    pub(crate) fn to_hex(&self) -> String {
         crate::util::hex(&self.0)
     }
 

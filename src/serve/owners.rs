@@ -122,7 +122,7 @@ impl Owners {
     }
 
     /// The runs `owner` may list, oldest first.
-    pub fn runs_of(&self, owner: &OwnerKey) -> Vec<RunId> {
+    pub(crate) fn runs_of(&self, owner: &OwnerKey) -> Vec<RunId> {
         let mut runs: Vec<(u64, RunId)> = self
             .claimed
             .locked()

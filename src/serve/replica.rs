@@ -33,7 +33,7 @@ const WITHOUT_CAS_SCHEME: &str = "test-nocas:";
 /// A setting of a replicated deployment that cannot be used; each message names the flag or
 /// variable and what it expects.
 #[derive(Debug, thiserror::Error)]
-pub enum ReplicaError {
+pub(crate) enum ReplicaError {
     #[error(
         "--store (MHL_SERVE_STORE) is empty; name a SQLite persistence root (a folder) or a PostgreSQL URL"
     )]
@@ -52,7 +52,7 @@ pub enum ReplicaError {
 
 /// Where the shared store is.
 #[derive(Clone, PartialEq, Eq)]
-pub enum StoreLocation {
+pub(crate) enum StoreLocation {
     /// A PostgreSQL connection URL (it may hold a password: never shown, see `Debug`).
     Postgres(String),
     /// A SQLite persistence root (a folder, created mode 0700 if missing).
@@ -75,7 +75,7 @@ impl StoreLocation {
     /// `--store`'s value: a `postgres://` / `postgresql://` URL or a path. `test-nocas:<path>`
     /// is honoured only where the test hooks are built in; elsewhere it is a path like any
     /// other.
-    pub fn parse(text: &str) -> Result<StoreLocation, ReplicaError> {
+    pub(crate) fn parse(text: &str) -> Result<StoreLocation, ReplicaError> {
         let text = text.trim();
         if text.is_empty() {
             return Err(ReplicaError::EmptyLocation);
@@ -95,7 +95,7 @@ impl StoreLocation {
     /// The persistence root the store's files (and the engine's agent-group records) live
     /// under; `None` for a database server (this process then keeps its few local files in a
     /// temporary folder).
-    pub fn root(&self) -> Option<&std::path::Path> {
+    pub(crate) fn root(&self) -> Option<&std::path::Path> {
         match self {
             StoreLocation::Sqlite(path) | StoreLocation::WithoutCas(path) => Some(path),
             StoreLocation::Postgres(_) => None,
@@ -105,7 +105,7 @@ impl StoreLocation {
 
 /// A replicated deployment's settings (`serve <dir> --store ...`).
 #[derive(Clone, Debug)]
-pub struct ReplicaOptions {
+pub(crate) struct ReplicaOptions {
     pub location: StoreLocation,
     /// The run lease's TTL: renewed every third of it, lapsed after it.
     pub lock_ttl: Duration,
@@ -116,7 +116,7 @@ pub struct ReplicaOptions {
 
 impl ReplicaOptions {
     /// The settings of `--store <location>` with the lease TTL from the environment.
-    pub fn new(
+    pub(crate) fn new(
         location: &str,
         single_replica: bool,
         env: &EnvSnapshot,
@@ -130,13 +130,13 @@ impl ReplicaOptions {
 
     /// The longest one call to a database server may take: below a third of the TTL (a
     /// quarter, at most 5 s), so a hung database fails calls before a lease can lapse.
-    pub fn call_deadline(&self) -> Duration {
+    pub(crate) fn call_deadline(&self) -> Duration {
         (self.lock_ttl / 4).min(Duration::from_secs(5))
     }
 
     /// Refuses a store that cannot keep replicas apart (`cas`: whether it offers atomic
     /// compare-and-swap between its users), unless the operator said there is only one.
-    pub fn check(&self, cas: bool) -> Result<(), ReplicaError> {
+    pub(crate) fn check(&self, cas: bool) -> Result<(), ReplicaError> {
         if !cas && !self.single_replica {
             return Err(ReplicaError::NoCas);
         }

@@ -28,7 +28,7 @@ pub enum Manager {
 
 impl Manager {
     /// The manager for this platform's `daemon install`.
-    pub fn native() -> Manager {
+    pub(crate) fn native() -> Manager {
         if cfg!(target_os = "macos") {
             Manager::Launchd
         } else {

@@ -78,7 +78,7 @@ impl Notifier {
 
     /// Reads this process's environment. Call once, before any thread is spawned, with
     /// `managed_by_systemd` = whether `--managed=systemd` was given.
-    pub fn from_process(managed_by_systemd: bool) -> io::Result<Notifier> {
+    pub(crate) fn from_process(managed_by_systemd: bool) -> io::Result<Notifier> {
         Notifier::from_vars(managed_by_systemd, std::process::id(), |name| {
             std::env::var_os(name)
         })
@@ -86,7 +86,7 @@ impl Notifier {
 
     /// The same from explicit variables and pid (tests, and hosts that embed the daemon).
     /// Fails only if a notification socket was named but no socket could be created.
-    pub fn from_vars(
+    pub(crate) fn from_vars(
         managed_by_systemd: bool,
         pid: u32,
         var: impl Fn(&str) -> Option<OsString>,
@@ -120,13 +120,14 @@ impl Notifier {
     }
 
     /// Whether notifications go anywhere.
-    pub fn is_active(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_active(&self) -> bool {
         self.channel.is_some()
     }
 
     /// How often to send [`Notifier::watchdog`]: half of `WATCHDOG_USEC`, as sd_watchdog_enabled(3)
     /// recommends, so one late tick does not get us killed. `None` when no watchdog is set.
-    pub fn watchdog_interval(&self) -> Option<Duration> {
+    pub(crate) fn watchdog_interval(&self) -> Option<Duration> {
         self.channel.as_ref()?;
         self.watchdog_period.map(|period| period / 2)
     }
@@ -138,7 +139,7 @@ impl Notifier {
     }
 
     /// `READY=1` and `STATUS=` in one datagram.
-    pub fn ready_with_status(&self, text: &str) -> io::Result<()> {
+    pub(crate) fn ready_with_status(&self, text: &str) -> io::Result<()> {
         self.send(&format!("READY=1\nSTATUS={}\n", one_line(text)))
     }
 
@@ -158,11 +159,6 @@ impl Notifier {
     /// duck. systemd treats it as final and starts the stop timer.
     pub fn stopping(&self) -> io::Result<()> {
         self.send("STOPPING=1\n")
-    }
-
-    /// `EXTEND_TIMEOUT_USEC=`: asks for more time during a long start or stop.
-    pub fn extend_timeout(&self, by: Duration) -> io::Result<()> {
-        self.send(&format!("EXTEND_TIMEOUT_USEC={}\n", by.as_micros()))
     }
 
     fn send(&self, message: &str) -> io::Result<()> {

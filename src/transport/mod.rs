@@ -14,5 +14,5 @@ pub mod peer;
 pub mod stdio;
 
 pub use http::{HttpOptions, serve};
-pub use peer::is_loopback;
+pub(crate) use peer::is_loopback;
 pub use stdio::serve_stdio;

@@ -101,7 +101,7 @@ pub enum FileError {
 
 impl FileError {
     /// Whether the file (or a folder on its path) does not exist.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }

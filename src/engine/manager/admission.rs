@@ -122,7 +122,7 @@ impl Engine {
     /// Like [`Engine::start`], but `cancel` abandons preparation (releasing its capacity) as
     /// long as the run is not admitted yet. Once admission begins it completes: callers must
     /// keep awaiting the future rather than dropping it.
-    pub async fn start_cancellable(
+    pub(crate) async fn start_cancellable(
         &self,
         request: RunRequest,
         cancel: &CancellationToken,

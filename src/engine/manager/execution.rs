@@ -18,7 +18,7 @@ use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError, StoreResult};
 
 /// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
 /// it stopped renewing (died, stalled or lost the store). The run is resumable.
-pub const LEASE_EXPIRED: &str = "LEASE_EXPIRED";
+pub(crate) const LEASE_EXPIRED: &str = "LEASE_EXPIRED";
 use crate::util::now_ms;
 use crate::util::sync::Lock;
 

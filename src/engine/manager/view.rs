@@ -51,7 +51,7 @@ impl Engine {
     }
 
     /// The live calls (as `live-status` sends them) of a run this process executes.
-    pub fn live_status(&self, run_id: &RunId) -> Option<LiveStatus> {
+    pub(crate) fn live_status(&self, run_id: &RunId) -> Option<LiveStatus> {
         let view = self
             .inner
             .live

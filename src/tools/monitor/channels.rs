@@ -48,9 +48,9 @@ use super::messages::{AutoMessage, automatic_messages};
 use crate::util::sync::Lock;
 
 /// The notification method Claude Code listens on.
-pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
+pub(crate) const CHANNEL_METHOD: &str = "notifications/claude/channel";
 /// The experimental capability that registers the channel.
-pub const CHANNEL_CAPABILITY: &str = "claude/channel";
+pub(crate) const CHANNEL_CAPABILITY: &str = "claude/channel";
 /// Runs one session follows at once; naming one more forgets the one named longest ago.
 pub(crate) const MAX_FOLLOWED_RUNS: usize = 256;
 
