@@ -11,8 +11,8 @@
 //! `util` from outside. `store::contract` and `testing` (feature `store-contract`) are public
 //! for a second store backend's tests. A module none of them names is `pub(crate)`
 //! (`output`, `metrics`, `daemon`, `service`, and most submodules), and inside a public
-//! module an item is `pub` only if those targets reach it; everything else is `pub(crate)`
-//! or narrower. `unreachable_pub` (below) keeps it so: a `pub` item the targets cannot reach
+//! module an item is `pub` only if those targets name it or a public signature or re-export
+//! needs it; everything else is `pub(crate)` or narrower. `unreachable_pub` (below) keeps it so: a `pub` item the targets cannot reach
 //! fails `cargo clippy -- -D warnings`. To open something to a test, make its path public on
 //! purpose; never widen a module for one item.
 //!
