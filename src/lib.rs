@@ -12,9 +12,10 @@
 //! for a second store backend's tests. A module none of them names is `pub(crate)`
 //! (`output`, `metrics`, `daemon`, `service`, and most submodules), and inside a public
 //! module an item is `pub` only if those targets name it or a public signature or re-export
-//! needs it; everything else is `pub(crate)` or narrower. `unreachable_pub` (below) keeps it so: a `pub` item the targets cannot reach
-//! fails `cargo clippy -- -D warnings`. To open something to a test, make its path public on
-//! purpose; never widen a module for one item.
+//! needs it; everything else is `pub(crate)` or narrower. `unreachable_pub` (below) makes a
+//! `pub` item that no public path reaches fail `cargo clippy -- -D warnings`. A new item
+//! starts `pub(crate)`; to open one to a test, make that item `pub` on purpose, never widen
+//! a module for one item.
 //!
 //! Modules in reading order:
 
