@@ -14,8 +14,8 @@
 //! module an item is `pub` only if those targets name it or a public signature or re-export
 //! needs it; everything else is `pub(crate)` or narrower. `unreachable_pub` (below) makes a
 //! `pub` item that no public path reaches fail `cargo clippy -- -D warnings`. A new item
-//! starts `pub(crate)`; to open one to a test, make that item `pub` on purpose, never widen
-//! a module for one item.
+//! starts `pub(crate)`; to open one to a test, make that item and the modules on its path
+//! `pub` on purpose, not every item beside it.
 //!
 //! Modules in reading order:
 
