@@ -5,27 +5,27 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 
 /// Absolute root for the run store and logs (default `~/.agentprism/workflows`).
-pub const PERSISTENCE_ROOT: &str = "AGENTPRISM_PERSISTENCE_ROOT";
+pub(crate) const PERSISTENCE_ROOT: &str = "AGENTPRISM_PERSISTENCE_ROOT";
 /// Custom ACP backends as a JSON object `{"<name>": {command, args?, env?, sessionMeta?}}`.
 pub const BACKENDS: &str = "AGENTPRISM_BACKENDS";
 /// Fallback backend for model strings that name no registered backend.
-pub const DEFAULT_BACKEND: &str = "AGENTPRISM_DEFAULT_BACKEND";
+pub(crate) const DEFAULT_BACKEND: &str = "AGENTPRISM_DEFAULT_BACKEND";
 /// `1`/`true` approves script-declared `meta.backends` without a setup answer.
-pub const ALLOW_SCRIPT_BACKENDS: &str = "AGENTPRISM_ALLOW_SCRIPT_BACKENDS";
+pub(crate) const ALLOW_SCRIPT_BACKENDS: &str = "AGENTPRISM_ALLOW_SCRIPT_BACKENDS";
 /// Deadline for a backend's ACP `initialize` handshake, in ms (default 60000).
-pub const ACP_INIT_TIMEOUT_MS: &str = "AGENTPRISM_ACP_INIT_TIMEOUT_MS";
+pub(crate) const ACP_INIT_TIMEOUT_MS: &str = "AGENTPRISM_ACP_INIT_TIMEOUT_MS";
 /// Long-lived ACP processes per backend (default 1, at least 1).
-pub const ACP_POOL_SIZE: &str = "AGENTPRISM_ACP_POOL_SIZE";
+pub(crate) const ACP_POOL_SIZE: &str = "AGENTPRISM_ACP_POOL_SIZE";
 /// How long a pooled ACP process may sit with no session before it is stopped, in ms
 /// (default 60000; `0` keeps idle processes until the process exits).
-pub const ACP_IDLE_TTL_MS: &str = "AGENTPRISM_ACP_IDLE_TTL_MS";
+pub(crate) const ACP_IDLE_TTL_MS: &str = "AGENTPRISM_ACP_IDLE_TTL_MS";
 /// Per-attempt ceiling of one agent prompt turn, in ms (default 1800000 = 30 min).
-pub const AGENT_TIMEOUT_MS: &str = "AGENTPRISM_AGENT_TIMEOUT_MS";
+pub(crate) const AGENT_TIMEOUT_MS: &str = "AGENTPRISM_AGENT_TIMEOUT_MS";
 /// Longest synchronous stretch of script code before it is stopped as a runaway, in ms
 /// (default 10000).
-pub const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";
+pub(crate) const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";
 /// Memory cap of one script's JS heap, in MiB (default 64).
-pub const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
+pub(crate) const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
 
 /// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`). Not part of
 /// the daemon family fingerprint: it changes what is logged, never what runs.
@@ -36,41 +36,41 @@ pub const DAEMON_PORT: &str = "AGENTPRISM_DAEMON_PORT";
 /// How long the daemon stays up with no sessions, executions or requests, in ms (default
 /// 900000 = 15 min; `0` disables idle exit), counted from the moment the last one ended.
 /// Not part of the family fingerprint.
-pub const DAEMON_IDLE_TTL_MS: &str = "AGENTPRISM_DAEMON_IDLE_TTL_MS";
+pub(crate) const DAEMON_IDLE_TTL_MS: &str = "AGENTPRISM_DAEMON_IDLE_TTL_MS";
 /// How long a session with no open connection is kept before eviction, in ms (default 300000
 /// = 5 min). Not part of the family fingerprint.
-pub const SESSION_TTL_MS: &str = "AGENTPRISM_SESSION_TTL_MS";
+pub(crate) const SESSION_TTL_MS: &str = "AGENTPRISM_SESSION_TTL_MS";
 /// Extra `Origin` values the daemon accepts besides loopback http origins, comma-separated
 /// exact matches.
-pub const DAEMON_ALLOWED_ORIGINS: &str = "AGENTPRISM_DAEMON_ALLOWED_ORIGINS";
+pub(crate) const DAEMON_ALLOWED_ORIGINS: &str = "AGENTPRISM_DAEMON_ALLOWED_ORIGINS";
 /// `1` lets *any* local user reach the daemon's (and `agentprism serve --http`'s) endpoint,
 /// as the seed's unauthenticated loopback server did. Dangerous on a shared machine: another
 /// user could start runs whose agents run as you. Default: only this user gets in.
-pub const DAEMON_ALLOW_OTHER_USERS: &str = "AGENTPRISM_DAEMON_ALLOW_OTHER_USERS";
+pub(crate) const DAEMON_ALLOW_OTHER_USERS: &str = "AGENTPRISM_DAEMON_ALLOW_OTHER_USERS";
 /// Path of the `agentprism` binary the shim spawns as the daemon (default: the one next to
 /// the shim, then `PATH`). Also recognised by `daemon status` as a daemon binary.
-pub const DAEMON_BIN: &str = "AGENTPRISM_DAEMON_BIN";
+pub(crate) const DAEMON_BIN: &str = "AGENTPRISM_DAEMON_BIN";
 /// How often the daemon evicts dead-client sessions and re-reads stop intents, in ms (default
 /// 60000; the family pointer is checked at least every 2 s). A test knob: tests shorten it to
 /// see evictions sooner; the idle exit does not depend on it. Part of the family fingerprint
 /// (it only ever differs in tests).
-pub const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
+pub(crate) const DAEMON_TICK_MS: &str = "AGENTPRISM_DAEMON_TICK_MS";
 /// `1` turns on test-only daemon routes (`POST /debug/evict?session=<id>`). Honoured only by
 /// debug builds and builds with the `test-hooks` feature; a release build ignores it.
-pub const TEST_HOOKS: &str = "AGENTPRISM_TEST_HOOKS";
+pub(crate) const TEST_HOOKS: &str = "AGENTPRISM_TEST_HOOKS";
 /// Test-only: `1` makes listeners act as if the kernel could not name a connection's user,
 /// so the bearer-token fallback can be tested on Linux. Honoured only where
 /// [`TEST_HOOKS`] is.
-pub const TEST_NO_PEER_LOOKUP: &str = "AGENTPRISM_TEST_NO_PEER_LOOKUP";
+pub(crate) const TEST_NO_PEER_LOOKUP: &str = "AGENTPRISM_TEST_NO_PEER_LOOKUP";
 
 /// Whether this build honours the test-only variables ([`TEST_HOOKS`],
 /// [`TEST_NO_PEER_LOOKUP`]): debug builds and the `test-hooks` feature only.
-pub const TEST_HOOKS_BUILT_IN: bool = cfg!(any(debug_assertions, feature = "test-hooks"));
+pub(crate) const TEST_HOOKS_BUILT_IN: bool = cfg!(any(debug_assertions, feature = "test-hooks"));
 /// Test-only: the version this process claims (records, `/healthz`, the shim's succession
 /// decisions), so tests and benchmarks can run an older and a newer daemon from one build.
 /// Honoured only by debug builds and builds with the `version-override` feature; a release
 /// build ignores it. Left out of the family fingerprint: versions differ within a family.
-pub const TEST_VERSION: &str = "AGENTPRISM_TEST_VERSION";
+pub(crate) const TEST_VERSION: &str = "AGENTPRISM_TEST_VERSION";
 
 /// Set by systemd to the pid it started; a daemon trusts the variables below only when this
 /// names itself, so a host that leaks them into its children cannot make us talk to its
@@ -82,23 +82,23 @@ pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 /// Watchdog period in microseconds that systemd expects `WATCHDOG=1` within.
 pub const WATCHDOG_USEC: &str = "WATCHDOG_USEC";
 /// The pid the watchdog period is meant for; another pid ignores `WATCHDOG_USEC`.
-pub const WATCHDOG_PID: &str = "WATCHDOG_PID";
+pub(crate) const WATCHDOG_PID: &str = "WATCHDOG_PID";
 /// Socket activation: how many listening fds start at fd 3.
 pub const LISTEN_FDS: &str = "LISTEN_FDS";
 /// Socket activation: the pid the fds are meant for.
-pub const LISTEN_PID: &str = "LISTEN_PID";
+pub(crate) const LISTEN_PID: &str = "LISTEN_PID";
 /// Socket activation: colon-separated names of the passed fds.
-pub const LISTEN_FDNAMES: &str = "LISTEN_FDNAMES";
+pub(crate) const LISTEN_FDNAMES: &str = "LISTEN_FDNAMES";
 
-pub const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
-pub const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";
-pub const CODEX_ACP_CMD: &str = "AGENTPRISM_CODEX_ACP_CMD";
-pub const CODEX_ACP_ARGS: &str = "AGENTPRISM_CODEX_ACP_ARGS";
-pub const CODEX_ACP_BIN: &str = "AGENTPRISM_CODEX_ACP_BIN";
-pub const OPENCODE_ACP_CMD: &str = "AGENTPRISM_OPENCODE_ACP_CMD";
-pub const OPENCODE_ACP_ARGS: &str = "AGENTPRISM_OPENCODE_ACP_ARGS";
-pub const PI_ACP_CMD: &str = "AGENTPRISM_PI_ACP_CMD";
-pub const PI_ACP_ARGS: &str = "AGENTPRISM_PI_ACP_ARGS";
+pub(crate) const CLAUDE_ACP_CMD: &str = "AGENTPRISM_CLAUDE_ACP_CMD";
+pub(crate) const CLAUDE_ACP_ARGS: &str = "AGENTPRISM_CLAUDE_ACP_ARGS";
+pub(crate) const CODEX_ACP_CMD: &str = "AGENTPRISM_CODEX_ACP_CMD";
+pub(crate) const CODEX_ACP_ARGS: &str = "AGENTPRISM_CODEX_ACP_ARGS";
+pub(crate) const CODEX_ACP_BIN: &str = "AGENTPRISM_CODEX_ACP_BIN";
+pub(crate) const OPENCODE_ACP_CMD: &str = "AGENTPRISM_OPENCODE_ACP_CMD";
+pub(crate) const OPENCODE_ACP_ARGS: &str = "AGENTPRISM_OPENCODE_ACP_ARGS";
+pub(crate) const PI_ACP_CMD: &str = "AGENTPRISM_PI_ACP_CMD";
+pub(crate) const PI_ACP_ARGS: &str = "AGENTPRISM_PI_ACP_ARGS";
 
 /// Variables a host sets to describe its own session, not the user's configuration: Claude
 /// Code exports them to every MCP server it launches (`CLAUDECODE=1` is its nesting guard).
@@ -108,7 +108,7 @@ pub const PI_ACP_ARGS: &str = "AGENTPRISM_PI_ACP_ARGS";
 /// (`acp::process::spawn_agent`) and never enter the env fingerprint. Exact names, not a
 /// `CLAUDE_CODE_` prefix: `CLAUDE_CODE_USE_BEDROCK`, `CLAUDE_CODE_OAUTH_TOKEN` and the other
 /// `CLAUDE_CODE_*` settings are the user's and pass through (docs/api.md "Environment").
-pub const HOST_SESSION_MARKERS: [&str; 9] = [
+pub(crate) const HOST_SESSION_MARKERS: [&str; 9] = [
     // The nesting guard and how the host was entered (`cli`, `sdk-ts`, ...).
     "CLAUDECODE",
     "CLAUDE_CODE_ENTRYPOINT",
@@ -125,7 +125,7 @@ pub const HOST_SESSION_MARKERS: [&str; 9] = [
 ];
 
 /// Whether `name` is one of the [`HOST_SESSION_MARKERS`].
-pub fn is_host_session_marker(name: &str) -> bool {
+pub(crate) fn is_host_session_marker(name: &str) -> bool {
     HOST_SESSION_MARKERS.contains(&name)
 }
 
@@ -164,7 +164,7 @@ impl EnvSnapshot {
     }
 
     /// A non-empty value.
-    pub fn non_empty(&self, key: &str) -> Option<&str> {
+    pub(crate) fn non_empty(&self, key: &str) -> Option<&str> {
         self.get(key).filter(|value| !value.trim().is_empty())
     }
 
@@ -204,9 +204,9 @@ impl EnvSnapshot {
 
 /// How long the zero-token probes of one preparation may take together, in milliseconds
 /// (default 60000). A probe still unfinished then rejects the run, naming the backend.
-pub const PROBE_TIMEOUT_MS: &str = "AGENTPRISM_PROBE_TIMEOUT_MS";
+pub(crate) const PROBE_TIMEOUT_MS: &str = "AGENTPRISM_PROBE_TIMEOUT_MS";
 
 /// Runs the daemon prepares or executes at once across all projects (default
 /// `max(2, MemTotal / (4 × AGENTPRISM_SCRIPT_MEMORY_MIB))`; at least 1). Runs waiting for a
 /// setup answer do not count. The next run beyond it is refused.
-pub const DAEMON_MAX_RUNS: &str = "AGENTPRISM_DAEMON_MAX_RUNS";
+pub(crate) const DAEMON_MAX_RUNS: &str = "AGENTPRISM_DAEMON_MAX_RUNS";

@@ -1,14 +1,32 @@
 //! agentprism runs workflow scripts, small JavaScript programs whose `agent()` calls fan out
 //! to coding agents over ACP, durably, and serves them to MCP hosts.
 //!
+//! # The crate's API boundary
+//!
+//! The library has no users outside this repository. Its `pub` surface is what the crate's
+//! own other targets need: the two binaries (`src/main.rs` calls `cli`, `logging` and `pack`;
+//! `src/bin/agentprism-workflow.rs` calls `shim`), the integration tests (`tests/it`), the
+//! benchmarks (`benches/`) and the examples (`examples/`), which drive `engine`, `store`,
+//! `mcp`, `transport`, `tools`, `serve`, `discovery`, `control`, `acp`, `model`, `env` and
+//! `util` from outside. `store::contract` and `testing` (feature `store-contract`) are public
+//! for a second store backend's tests. A module none of them names is `pub(crate)`
+//! (`output`, `metrics`, `daemon`, `service`, and most submodules), and inside a public
+//! module an item is `pub` only if those targets name it or a public signature or re-export
+//! needs it; everything else is `pub(crate)` or narrower. `unreachable_pub` (below) makes a
+//! `pub` item that no public path reaches fail `cargo clippy -- -D warnings`. A new item
+//! starts `pub(crate)`; to open one to a test, make that item and the modules on its path
+//! `pub` on purpose, not every item beside it.
+//!
 //! Modules in reading order:
+
+#![warn(unreachable_pub)]
 
 /// Every environment variable, one documented constant each.
 pub mod env;
 /// Diagnostics on stderr through tracing.
 pub mod logging;
 /// Printing for the user that never panics on a closed stdout or stderr.
-pub mod output;
+pub(crate) mod output;
 /// Time, hashing and durable-write helpers.
 pub mod util;
 /// The process's Prometheus metrics (`/metrics`).
@@ -44,9 +62,9 @@ pub mod discovery;
 /// The signed Unix-socket control plane between daemons: messages, server, client.
 pub mod control;
 /// The per-user daemon: lifecycle, idle exit, `/healthz`, self-spawn and readiness.
-pub mod daemon;
+pub(crate) mod daemon;
 /// Running under systemd or launchd: sd-notify, unit files, the LaunchAgent, install.
-pub mod service;
+pub(crate) mod service;
 /// The `agentprism-workflow` stdio shim: find or start the daemon, proxy stdio to it.
 pub mod shim;
 /// The composition root: settings in; engine, store, runner, MCP server and HTTP options out.

@@ -6,6 +6,7 @@
 //! weeks cannot fill the disk. Its lifecycle lines ([`notice`]) are written whatever the
 //! filter says, so the log always tells when and why a daemon started and stopped.
 
+use crate::util::sync::Lock;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -27,7 +28,12 @@ pub fn init_stderr() {
 /// (`daemon.log.1` is the newest). With `redirect_std`, stdout and stderr are pointed at the
 /// current file too (now and after each rotation), so a panic message lands in the log.
 /// Only the first call takes effect.
-pub fn log_to_file(path: &Path, max_bytes: u64, keep: usize, redirect_std: bool) -> io::Result<()> {
+pub(crate) fn log_to_file(
+    path: &Path,
+    max_bytes: u64,
+    keep: usize,
+    redirect_std: bool,
+) -> io::Result<()> {
     let file = RotatingFile::open(path, max_bytes, keep, redirect_std)?;
     let _ = FILE_SINK.set(Mutex::new(file));
     Ok(())
@@ -52,10 +58,7 @@ struct LogWriter;
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match FILE_SINK.get() {
-            Some(sink) => match sink.lock() {
-                Ok(mut file) => file.write(buf),
-                Err(_) => Ok(buf.len()),
-            },
+            Some(sink) => sink.locked().write(buf),
             None => io::stderr().write(buf),
         }
     }
@@ -71,7 +74,7 @@ impl Write for LogWriter {
 /// An append-only log file that moves itself aside once it reaches a size: `log` becomes
 /// `log.1`, `log.1` becomes `log.2`, and so on up to `keep`; the oldest is deleted.
 #[derive(Debug)]
-pub struct RotatingFile {
+pub(crate) struct RotatingFile {
     path: PathBuf,
     file: File,
     /// Bytes in the current file, so a rotation needs no `stat` per write.
@@ -84,7 +87,7 @@ pub struct RotatingFile {
 
 impl RotatingFile {
     /// Opens (creating 0600) `path` for appending.
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         max_bytes: u64,
         keep: usize,
@@ -105,7 +108,7 @@ impl RotatingFile {
     }
 
     /// The numbered name of the `index`-th older file.
-    pub fn rotated_path(path: &Path, index: usize) -> PathBuf {
+    pub(crate) fn rotated_path(path: &Path, index: usize) -> PathBuf {
         let mut name = path.as_os_str().to_owned();
         name.push(format!(".{index}"));
         PathBuf::from(name)

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static STDOUT_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Writes `args` (and a newline when `newline`) to stdout and flushes.
-pub fn stdout(args: fmt::Arguments<'_>, newline: bool) {
+pub(crate) fn stdout(args: fmt::Arguments<'_>, newline: bool) {
     if let Err(error) = write(&mut io::stdout().lock(), args, newline)
         && error.kind() != io::ErrorKind::BrokenPipe
         && !STDOUT_FAILED.swap(true, Ordering::Relaxed)
@@ -31,7 +31,7 @@ pub fn stdout(args: fmt::Arguments<'_>, newline: bool) {
 
 /// Writes `args` (and a newline when `newline`) to stderr and flushes; errors are dropped,
 /// since there is nowhere left to report them.
-pub fn stderr(args: fmt::Arguments<'_>, newline: bool) {
+pub(crate) fn stderr(args: fmt::Arguments<'_>, newline: bool) {
     let _ = write(&mut io::stderr().lock(), args, newline);
 }
 

@@ -31,20 +31,21 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::runner::AgentUpdate;
+use crate::util::sync::Lock;
 
 /// JSON-RPC error codes the client produces or branches on.
-pub mod codes {
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) mod codes {
+    pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+    pub(crate) const INVALID_PARAMS: i64 = -32602;
+    pub(crate) const INTERNAL_ERROR: i64 = -32603;
     /// ACP `auth_required`.
-    pub const AUTH_REQUIRED: i64 = -32000;
-    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    pub(crate) const AUTH_REQUIRED: i64 = -32000;
+    pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
 /// Why a request did not produce a result.
 #[derive(Clone, Debug, thiserror::Error)]
-pub enum RpcError {
+pub(crate) enum RpcError {
     /// The agent answered with a JSON-RPC error.
     #[error("{message} (code {code})")]
     Remote {
@@ -61,18 +62,19 @@ pub enum RpcError {
 /// stream order, so by the time a `session/prompt` response is delivered every chunk that
 /// preceded it has been seen.
 #[async_trait]
-pub trait SessionHandler: Send + Sync {
+pub(crate) trait SessionHandler: Send + Sync {
     fn update(&self, update: AgentUpdate);
     /// Answers `session/request_permission`; returns the JSON-RPC result (`{outcome:…}`).
     async fn request_permission(&self, params: Value) -> Value;
 }
 
 /// Produces the description of why the stream ended (for a process: its exit status), once.
-pub type CloseReason = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = String> + Send>> + Send>;
+pub(crate) type CloseReason =
+    Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = String> + Send>> + Send>;
 
 /// A cheap-clone handle to one connection.
 #[derive(Clone)]
-pub struct Connection {
+pub(crate) struct Connection {
     shared: Arc<Shared>,
 }
 
@@ -114,9 +116,7 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        if let Ok(mut state) = self.shared.state.lock() {
-            state.pending.remove(&self.id);
-        }
+        self.shared.state.locked().pending.remove(&self.id);
     }
 }
 
@@ -124,7 +124,7 @@ impl Connection {
     /// Starts the reader and writer tasks on `tracker`. `close_reason` describes why the
     /// stream ended (for an agent process, its exit status); without one the text says the
     /// agent closed the connection.
-    pub fn start<R, W>(
+    pub(crate) fn start<R, W>(
         backend: impl Into<String>,
         reader: R,
         writer: W,
@@ -158,17 +158,13 @@ impl Connection {
         Connection { shared }
     }
 
-    pub fn backend(&self) -> &str {
-        &self.shared.backend
-    }
-
     /// Sends a request and waits for its response. Dropping the future forgets the request.
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let shared = &*self.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         {
-            let mut state = lock(&shared.state);
+            let mut state = shared.state.locked();
             if let Some(reason) = &state.closed_reason {
                 return Err(RpcError::Closed(closed_message(
                     &shared.backend,
@@ -201,7 +197,7 @@ impl Connection {
     }
 
     /// Sends a notification (no answer expected).
-    pub fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
+    pub(crate) fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
         let line = json!({"jsonrpc": "2.0", "method": method, "params": params});
         self.shared
             .outgoing
@@ -210,30 +206,34 @@ impl Connection {
     }
 
     /// Routes `session/update` and permission requests for `session_id` to `handler`.
-    pub fn register_session(&self, session_id: &str, handler: Arc<dyn SessionHandler>) {
-        lock(&self.shared.sessions).insert(session_id.to_owned(), handler);
+    pub(crate) fn register_session(&self, session_id: &str, handler: Arc<dyn SessionHandler>) {
+        self.shared
+            .sessions
+            .locked()
+            .insert(session_id.to_owned(), handler);
     }
 
-    pub fn unregister_session(&self, session_id: &str) {
-        lock(&self.shared.sessions).remove(session_id);
+    pub(crate) fn unregister_session(&self, session_id: &str) {
+        self.shared.sessions.locked().remove(session_id);
     }
 
     /// Closes our end of the stream; a well-behaved agent exits on EOF.
-    pub fn close_input(&self) {
+    pub(crate) fn close_input(&self) {
         let _ = self.shared.outgoing.send(Outgoing::Close);
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.is_cancelled()
     }
 
     /// Resolves once the stream has ended and pending requests have failed.
-    pub async fn closed(&self) {
+    #[cfg(test)]
+    pub(crate) async fn closed(&self) {
         self.shared.closed.cancelled().await
     }
 
     fn closed_error(&self, method: &str) -> RpcError {
-        let state = lock(&self.shared.state);
+        let state = self.shared.state.locked();
         let reason = state
             .closed_reason
             .as_deref()
@@ -244,13 +244,6 @@ impl Connection {
 
 fn closed_message(backend: &str, reason: &str, method: &str) -> String {
     format!("backend {backend}: {reason} while waiting for {method}")
-}
-
-/// A poisoned lock only means another task panicked mid-update; the maps stay usable.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn write_loop<W>(
@@ -327,7 +320,7 @@ async fn read_loop<R>(
         reason = format!("{reason} (writing to it failed)");
     }
     let pending: Vec<Pending> = {
-        let mut state = lock(&shared.state);
+        let mut state = shared.state.locked();
         state.closed_reason = Some(reason.clone());
         state.pending.drain().map(|(_, pending)| pending).collect()
     };
@@ -335,7 +328,7 @@ async fn read_loop<R>(
         let message = closed_message(&shared.backend, &reason, &entry.method);
         let _ = entry.reply.send(Err(RpcError::Closed(message)));
     }
-    lock(&shared.sessions).clear();
+    shared.sessions.locked().clear();
     shared.closed.cancel();
 }
 
@@ -380,7 +373,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
                 let handler = params
                     .get("sessionId")
                     .and_then(Value::as_str)
-                    .and_then(|session| lock(&shared.sessions).get(session).cloned());
+                    .and_then(|session| shared.sessions.locked().get(session).cloned());
                 if let Some(handler) = handler {
                     handler.update(parse_update(params.get("update").unwrap_or(&Value::Null)));
                 }
@@ -392,7 +385,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
                 tracing::debug!(backend = %shared.backend, %id, "ignoring a response with an id we never used");
                 return;
             };
-            let entry = lock(&shared.state).pending.remove(&id);
+            let entry = shared.state.locked().pending.remove(&id);
             let Some(entry) = entry else {
                 tracing::debug!(backend = %shared.backend, id, "ignoring a response nobody waits for");
                 return;
@@ -436,7 +429,7 @@ async fn answer_request(
             let handler = params
                 .get("sessionId")
                 .and_then(Value::as_str)
-                .and_then(|session| lock(&shared.sessions).get(session).cloned());
+                .and_then(|session| shared.sessions.locked().get(session).cloned());
             match handler {
                 Some(handler) => Ok(handler.request_permission(params).await),
                 // Nobody can answer for a session we do not know; refusing is the safe default.
@@ -535,7 +528,7 @@ async fn write_text_file(params: &Value) -> Result<Value, (i64, String)> {
 
 /// Turns a `session/update` `update` object into an [`AgentUpdate`], leniently: fields may be
 /// missing or null, and tags we do not know become `Other(tag)`.
-pub fn parse_update(update: &Value) -> AgentUpdate {
+pub(crate) fn parse_update(update: &Value) -> AgentUpdate {
     let text_of = |field: &str| {
         update
             .get(field)

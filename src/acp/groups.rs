@@ -27,14 +27,14 @@ use serde::{Deserialize, Serialize};
 use crate::discovery::liveness::{current_boot_id, identity_liveness, proc_stat};
 
 /// Folder under the persistence root that holds the records.
-pub const FOLDER: &str = "agent-groups";
+pub(crate) const FOLDER: &str = "agent-groups";
 /// The record format's version.
-pub const RECORD_VERSION: u32 = 1;
+pub(crate) const RECORD_VERSION: u32 = 1;
 
 /// One live agent process group and the owner that started it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GroupRecord {
+pub(crate) struct GroupRecord {
     pub version: u32,
     /// The group id, which is the leader's (the reaper's) pid.
     pub pgid: u32,
@@ -52,7 +52,7 @@ impl GroupRecord {
     /// A record for the group led by `pgid`, owned by this process. `None` when the leader's
     /// or our own start time cannot be read (no `/proc`): such a record could never be
     /// verified, so none is written.
-    pub fn for_leader(pgid: u32, backend: &str) -> Option<GroupRecord> {
+    pub(crate) fn for_leader(pgid: u32, backend: &str) -> Option<GroupRecord> {
         let leader_start = proc_stat(pgid)?.start_time;
         let owner_pid = std::process::id();
         let owner_start = proc_stat(owner_pid)?.start_time;
@@ -68,14 +68,14 @@ impl GroupRecord {
     }
 
     /// The record's file name in the folder.
-    pub fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         format!("{}-{}.json", self.pgid, self.leader_start)
     }
 }
 
 /// Writes `record` into `folder` (created 0700 if missing; its parent must exist) and
 /// returns the file's path.
-pub fn write(folder: &Path, record: &GroupRecord) -> std::io::Result<PathBuf> {
+pub(crate) fn write(folder: &Path, record: &GroupRecord) -> std::io::Result<PathBuf> {
     crate::discovery::paths::ensure_private_dir(folder).map_err(std::io::Error::other)?;
     let path = folder.join(record.file_name());
     let bytes = serde_json::to_vec(record).map_err(std::io::Error::other)?;
@@ -84,7 +84,7 @@ pub fn write(folder: &Path, record: &GroupRecord) -> std::io::Result<PathBuf> {
 }
 
 /// Removes a record; one that is already gone is fine.
-pub fn remove(path: &Path) {
+pub(crate) fn remove(path: &Path) {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -96,7 +96,7 @@ pub fn remove(path: &Path) {
 
 /// What a sweep did, for logs and tests.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct SweepReport {
+pub(crate) struct SweepReport {
     /// Groups of dead owners that were still alive and got SIGKILL.
     pub killed: Vec<u32>,
     /// Records of dead owners whose leader was gone or was another process: removed, no
@@ -110,7 +110,7 @@ pub struct SweepReport {
 
 /// Ends the recorded groups of owners that are no longer running, then removes their records
 /// (see the module documentation for the checks). A missing folder is an empty sweep.
-pub fn sweep(folder: &Path) -> SweepReport {
+pub(crate) fn sweep(folder: &Path) -> SweepReport {
     let mut report = SweepReport::default();
     let Ok(entries) = std::fs::read_dir(folder) else {
         return report;

@@ -19,10 +19,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::pool::{AgentHost, Group, lock};
+use super::pool::{AgentHost, Group};
+use crate::util::sync::Lock;
 
 /// The default idle time of a pooled process.
-pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(60);
+pub(super) const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(60);
 
 /// What the reaper of one pool shares with its leases.
 pub(crate) struct Idle {
@@ -36,7 +37,7 @@ pub(crate) struct Idle {
 }
 
 impl Idle {
-    pub fn new(ttl: Option<Duration>) -> Idle {
+    pub(super) fn new(ttl: Option<Duration>) -> Idle {
         Idle {
             ttl,
             released: Notify::new(),
@@ -46,12 +47,12 @@ impl Idle {
     }
 
     /// A process's last session ended.
-    pub fn released(&self) {
+    pub(super) fn released(&self) {
         self.released.notify_one();
     }
 
     /// Starts the reaper once, if idle processes expire at all.
-    pub fn start(
+    pub(super) fn start(
         self: &Arc<Idle>,
         groups: &Arc<Mutex<HashMap<String, Group>>>,
         grace: Duration,
@@ -84,7 +85,7 @@ impl Idle {
     }
 
     /// Shutdown: the reaper ends (shutdown stops the processes itself).
-    pub fn stop(&self) {
+    pub(super) fn stop(&self) {
         self.stop.cancel();
     }
 }
@@ -114,7 +115,7 @@ async fn reap(
     tracker: &TaskTracker,
     keep: impl Fn(&AgentHost, Instant) -> Option<Instant>,
 ) -> Option<Instant> {
-    let all: Vec<Group> = lock(groups).values().cloned().collect();
+    let all: Vec<Group> = groups.locked().values().cloned().collect();
     let now = Instant::now();
     let mut next: Option<Instant> = None;
     for group in all {

@@ -15,26 +15,26 @@
 mod advice;
 pub(crate) mod catalog;
 mod chatter;
-pub mod connection;
+pub(crate) mod connection;
 mod content;
 mod failure;
-pub mod groups;
+pub(crate) mod groups;
 pub mod lookup;
 mod idle;
 pub(crate) mod pi_scope;
 mod pool;
-pub mod process;
-pub mod reaper;
-pub mod registry;
+pub(crate) mod process;
+pub(crate) mod reaper;
+pub(crate) mod registry;
 mod session;
-pub mod stderr;
+pub(crate) mod stderr;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, BackendSpec, FailureKind,
@@ -211,14 +211,6 @@ impl AgentObserver for IgnoringObserver {
     async fn request_permission(&self, _request: PermissionRequest) -> PermissionOutcome {
         PermissionOutcome::Cancelled
     }
-}
-
-/// Splits a session ref from [`AgentSession::session_ref`] into `(backendId, sessionId)`.
-pub fn session_ref_parts(reference: &Value) -> Option<(&str, &str)> {
-    Some((
-        reference.get("backendId")?.as_str()?,
-        reference.get("sessionId")?.as_str()?,
-    ))
 }
 
 #[cfg(test)]

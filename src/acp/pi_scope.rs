@@ -48,7 +48,7 @@ pub(crate) struct Offered {
 impl Offered {
     /// `provider/id` and pi-acp's `provider/Display Name`; `None` for a value without a
     /// provider.
-    pub fn new(value: &str, name: &str) -> Option<Offered> {
+    pub(crate) fn new(value: &str, name: &str) -> Option<Offered> {
         let (provider, id) = value.split_once('/')?;
         let name = name
             .strip_prefix(provider)

@@ -30,6 +30,7 @@ use crate::acp::idle::{self, Idle};
 use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
 use crate::acp::stderr::StderrMark;
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
+use crate::util::sync::Lock;
 
 /// The ACP protocol version we speak.
 const PROTOCOL_VERSION: u64 = 1;
@@ -67,39 +68,39 @@ pub(crate) struct AgentHost {
 }
 
 impl AgentHost {
-    pub fn is_live(&self) -> bool {
+    pub(super) fn is_live(&self) -> bool {
         !self.killed.load(Ordering::Relaxed)
             && !self.connection.is_closed()
             && !self.process.has_exited()
     }
 
     /// Kills the process group at once; every session on it fails.
-    pub fn kill(&self) {
+    pub(super) fn kill(&self) {
         self.killed.store(true, Ordering::Relaxed);
         self.process.signal_group(Signal::SIGKILL);
     }
 
     /// Open sessions on this process (leases, including the caller's own).
-    pub fn sessions(&self) -> usize {
+    pub(super) fn sessions(&self) -> usize {
         self.load.load(Ordering::Relaxed)
     }
 
     /// When its last session ended, if it has none now.
-    pub fn idle_since(&self) -> Option<Instant> {
-        *lock(&self.idle_since)
+    pub(super) fn idle_since(&self) -> Option<Instant> {
+        *self.idle_since.locked()
     }
 
-    pub fn prompted(&self) -> bool {
+    pub(super) fn prompted(&self) -> bool {
         self.prompted.load(Ordering::Relaxed)
     }
 
     /// A session is about to prompt the agent.
-    pub fn mark_prompted(&self) {
+    pub(super) fn mark_prompted(&self) {
         self.prompted.store(true, Ordering::Relaxed);
     }
 
     /// Takes the process out of the pool without killing it; see `retired`.
-    pub fn retire(&self) {
+    pub(super) fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
     }
 
@@ -109,22 +110,27 @@ impl AgentHost {
             .is_some_and(|value| !value.is_null() && value != &Value::Bool(false))
     }
 
-    pub fn supports_resume(&self) -> bool {
+    pub(super) fn supports_resume(&self) -> bool {
         self.capability("/sessionCapabilities/resume")
     }
 
-    pub fn supports_load(&self) -> bool {
+    pub(super) fn supports_load(&self) -> bool {
         self.capability("/loadSession")
     }
 
-    pub fn supports_close(&self) -> bool {
+    pub(super) fn supports_close(&self) -> bool {
         self.capability("/sessionCapabilities/close")
     }
 
     /// Maps an error from `method` on this host to a failure, with auth methods and what
     /// the agent wrote to stderr since `began` (the request's own part of a shared process's
     /// stderr).
-    pub async fn failure(&self, method: &str, error: RpcError, began: StderrMark) -> AgentFailure {
+    pub(super) async fn failure(
+        &self,
+        method: &str,
+        error: RpcError,
+        began: StderrMark,
+    ) -> AgentFailure {
         rpc_failure(
             &self.backend.id,
             method,
@@ -146,7 +152,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub fn host(&self) -> &Arc<AgentHost> {
+    pub(super) fn host(&self) -> &Arc<AgentHost> {
         &self.host
     }
 }
@@ -156,7 +162,7 @@ impl Drop for Lease {
         // The idle mark is set under the load's last decrement; an `acquire` clears it under
         // its group lock before it increments, and the reaper only takes a process whose load
         // is zero under that same lock.
-        let mut since = lock(&self.host.idle_since);
+        let mut since = self.host.idle_since.locked();
         if self.host.load.fetch_sub(1, Ordering::Relaxed) == 1 {
             *since = Some(Instant::now());
             drop(since);
@@ -179,7 +185,7 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub fn new(config: AcpConfig) -> Pool {
+    pub(super) fn new(config: AcpConfig) -> Pool {
         Pool {
             idle: Arc::new(Idle::new(config.idle_ttl)),
             config,
@@ -189,14 +195,14 @@ impl Pool {
         }
     }
 
-    pub fn config(&self) -> &AcpConfig {
+    pub(super) fn config(&self) -> &AcpConfig {
         &self.config
     }
 
     /// Leases the least-loaded live process for `backend`, spawning one while the pool has
     /// room and every live process is busy (see [`pick`] for adapters that hold one session
     /// at a time).
-    pub async fn acquire(&self, backend: &BackendSpec) -> Result<Lease, AgentFailure> {
+    pub(super) async fn acquire(&self, backend: &BackendSpec) -> Result<Lease, AgentFailure> {
         if self.shut_down.load(Ordering::Relaxed) {
             return Err(execution(format!(
                 "backend {}: the agent runner is shut down",
@@ -204,7 +210,7 @@ impl Pool {
             )));
         }
         let group = {
-            let mut groups = lock(&self.groups);
+            let mut groups = self.groups.locked();
             groups.entry(pool_key(backend)).or_default().clone()
         };
         let mut hosts = group.lock().await;
@@ -228,7 +234,7 @@ impl Pool {
             }
         };
         {
-            let mut since = lock(&host.idle_since);
+            let mut since = host.idle_since.locked();
             *since = None;
             host.load.fetch_add(1, Ordering::Relaxed);
         }
@@ -240,16 +246,21 @@ impl Pool {
 
     /// Ends at once the pooled processes that have no session and never ran a prompt: the
     /// ones a `config` probe started.
-    pub async fn release_unprompted(&self) {
+    pub(super) async fn release_unprompted(&self) {
         idle::release_unprompted(&self.groups, self.config.shutdown_grace, &self.tracker).await;
     }
 
     /// EOF, then SIGTERM, then SIGKILL on every process group, all within `deadline`.
-    pub async fn shutdown(&self, deadline: Duration) {
+    pub(super) async fn shutdown(&self, deadline: Duration) {
         self.shut_down.store(true, Ordering::Relaxed);
         self.idle.stop();
         let end = Instant::now() + deadline;
-        let groups: Vec<Group> = lock(&self.groups).drain().map(|(_, group)| group).collect();
+        let groups: Vec<Group> = self
+            .groups
+            .locked()
+            .drain()
+            .map(|(_, group)| group)
+            .collect();
         let mut hosts = Vec::new();
         for group in groups {
             hosts.append(&mut *group.lock().await);
@@ -271,12 +282,6 @@ impl Pool {
         self.tracker.close();
         let _ = tokio::time::timeout_at(end, self.tracker.wait()).await;
     }
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Backends with the same id but a different command line or env get separate processes.

@@ -51,7 +51,7 @@ pub struct Supervision {
 impl Supervision {
     /// What every agentprism process that runs agents uses: this very binary as the reaper
     /// (resolved once; see [`own_binary`]) and records under `persistence_root`.
-    pub fn for_owner(persistence_root: &Path) -> std::io::Result<Supervision> {
+    pub(crate) fn for_owner(persistence_root: &Path) -> std::io::Result<Supervision> {
         Ok(Supervision {
             reaper: Some(own_binary()?),
             records: Some(persistence_root.join(groups::FOLDER)),
@@ -63,7 +63,7 @@ impl Supervision {
 /// `/proc/self/exe`, which the forked child resolves to the same file even after a package
 /// upgrade replaced or removed it on disk (so reaper and owner are always one version);
 /// elsewhere `current_exe()`.
-pub fn own_binary() -> std::io::Result<PathBuf> {
+pub(crate) fn own_binary() -> std::io::Result<PathBuf> {
     let magic = Path::new("/proc/self/exe");
     if cfg!(target_os = "linux") && magic.exists() {
         return Ok(magic.to_path_buf());
@@ -75,7 +75,7 @@ pub fn own_binary() -> std::io::Result<PathBuf> {
 const REAPER_REPORT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A running agent process. Dropping it sends SIGKILL to its process group.
-pub struct AgentProcess {
+pub(crate) struct AgentProcess {
     backend: String,
     /// The command line as shown in error messages.
     command_line: String,
@@ -115,7 +115,7 @@ fn is_private_variable(name: &str) -> bool {
 /// Starts `backend` with `base_env` plus the backend's own `env`, in a new process group led
 /// by a reaper when `supervision` names one, stdin/stdout piped for ACP (straight to the
 /// agent) and stderr drained into a bounded tail (and the debug log).
-pub async fn spawn_agent(
+pub(crate) async fn spawn_agent(
     backend: &BackendSpec,
     base_env: &EnvSnapshot,
     supervision: &Supervision,
@@ -508,61 +508,52 @@ fn describe_status(status: std::process::ExitStatus) -> String {
 
 impl AgentProcess {
     /// The agent's stdin and stdout, once, for the ACP connection.
-    pub fn take_stdio(&mut self) -> Option<(ChildStdin, ChildStdout)> {
+    pub(crate) fn take_stdio(&mut self) -> Option<(ChildStdin, ChildStdout)> {
         Some((self.stdin.take()?, self.stdout.take()?))
     }
 
     /// The group leader's pid (the process group id).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
-    /// The agent's own pid when a reaper leads the group.
-    pub fn agent_pid(&self) -> Option<u32> {
-        self.agent_pid
-    }
-
-    pub fn command_line(&self) -> &str {
+    pub(crate) fn command_line(&self) -> &str {
         &self.command_line
     }
 
-    pub fn stderr_tail(&self) -> String {
+    pub(crate) fn stderr_tail(&self) -> String {
         self.stderr.text()
     }
 
     /// The current end of the agent's stderr, taken when a request starts.
-    pub fn stderr_mark(&self) -> StderrMark {
+    pub(crate) fn stderr_mark(&self) -> StderrMark {
         self.stderr.mark()
     }
 
     /// What the agent wrote to stderr after `mark`, once the drain has read what the pipe
     /// holds: the part of a shared adapter's stderr that belongs to one failed request.
-    pub async fn stderr_since(&self, mark: StderrMark) -> String {
+    pub(crate) async fn stderr_since(&self, mark: StderrMark) -> String {
         self.stderr.catch_up().await;
         self.stderr.since(mark)
     }
 
-    pub fn stderr_handle(&self) -> Arc<StderrTail> {
-        self.stderr.clone()
-    }
-
     /// A watch on the leader's exit, for the connection's close reason.
-    pub fn exit_watch(&self) -> watch::Receiver<Option<String>> {
+    pub(crate) fn exit_watch(&self) -> watch::Receiver<Option<String>> {
         self.exit.clone()
     }
 
-    pub fn has_exited(&self) -> bool {
+    pub(crate) fn has_exited(&self) -> bool {
         self.exit.borrow().is_some()
     }
 
     /// Waits up to `limit` for the leader to exit; `true` if it did.
-    pub async fn wait_exit(&self, limit: Duration) -> bool {
+    pub(crate) async fn wait_exit(&self, limit: Duration) -> bool {
         wait_exit(self.exit.clone(), limit).await.is_some()
     }
 
     /// Signals the whole process group. A group that is already gone is not an error; one
     /// that was swept is never signalled again (its id may belong to someone else by now).
-    pub fn signal_group(&self, signal: Signal) {
+    pub(crate) fn signal_group(&self, signal: Signal) {
         if self.swept.load(Ordering::Relaxed) {
             return;
         }
@@ -581,7 +572,7 @@ impl AgentProcess {
     /// group, wait, then SIGKILL it. The group is swept with SIGKILL even when the leader left
     /// on its own, because agents leave children behind (the waiter does that as soon as it
     /// reaps the leader). Bounded by `2 * grace` plus a short wait for the reaper.
-    pub async fn terminate(&self, grace: Duration) {
+    pub(crate) async fn terminate(&self, grace: Duration) {
         if !self.wait_exit(grace).await {
             self.signal_group(Signal::SIGTERM);
             self.wait_exit(grace).await;
@@ -593,7 +584,7 @@ impl AgentProcess {
 }
 
 /// Waits up to `limit` for the exit description.
-pub async fn wait_exit(
+pub(crate) async fn wait_exit(
     mut exit: watch::Receiver<Option<String>>,
     limit: Duration,
 ) -> Option<String> {

@@ -44,12 +44,12 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, kil
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 
 /// The hidden subcommand that runs [`run`].
-pub const SUBCOMMAND: &str = "agent-reaper";
+pub(crate) const SUBCOMMAND: &str = "agent-reaper";
 /// Where the reaper finds its end of the owner's socket pair.
-pub const OWNER_FD: RawFd = 3;
+pub(crate) const OWNER_FD: RawFd = 3;
 /// Sent by the kernel when the owner's spawner thread exits (Linux `PR_SET_PDEATHSIG`).
 /// Not SIGTERM or SIGKILL: those the owner's orderly shutdown sends to the whole group.
-pub const DEATH_SIGNAL: Signal = Signal::SIGUSR1;
+pub(crate) const DEATH_SIGNAL: Signal = Signal::SIGUSR1;
 /// Exit code when the agent could not be started (the shell's "command not found").
 const EXIT_NOT_STARTED: i32 = 127;
 /// Exit code when the reaper was started wrongly (not a group leader, no owner socket).
@@ -67,7 +67,7 @@ static FORWARD: AtomicI32 = AtomicI32::new(0);
 
 /// Runs the reaper for `command` (program first) on behalf of the owner `owner_pid`; never
 /// returns. Messages go to stderr, which is the agent's stderr pipe: the owner keeps its tail.
-pub fn run(owner_pid: u32, command: &[OsString]) -> ! {
+pub(crate) fn run(owner_pid: u32, command: &[OsString]) -> ! {
     let Some((program, args)) = command.split_first() else {
         fail(EXIT_MISUSE, "no agent command given");
     };

@@ -12,16 +12,16 @@ use crate::engine::runner::{BackendOrigin, BackendSpec};
 use crate::env::{self, EnvSnapshot};
 
 /// The built-in backend names, in the order they are listed.
-pub const BUILTIN_NAMES: [&str; 4] = ["claude", "codex", "opencode", "pi"];
+pub(crate) const BUILTIN_NAMES: [&str; 4] = ["claude", "codex", "opencode", "pi"];
 
 /// The npm packages the built-ins run through `npx` when their adapter is not on `PATH`
 /// (README "Backends"; `scripts/install-test-deps` pins the same ones for the tests).
-pub const CLAUDE_PACKAGE: &str = "@agentclientprotocol/claude-agent-acp";
-pub const CODEX_PACKAGE: &str = "@zed-industries/codex-acp";
-pub const OPENCODE_PACKAGE: &str = "opencode-ai";
-pub const PI_ACP_PACKAGE: &str = "pi-acp";
+pub(crate) const CLAUDE_PACKAGE: &str = "@agentclientprotocol/claude-agent-acp";
+pub(crate) const CODEX_PACKAGE: &str = "@zed-industries/codex-acp";
+pub(crate) const OPENCODE_PACKAGE: &str = "opencode-ai";
+pub(crate) const PI_ACP_PACKAGE: &str = "pi-acp";
 /// The `pi` CLI that pi-acp drives.
-pub const PI_PACKAGE: &str = "@earendil-works/pi-coding-agent";
+pub(crate) const PI_PACKAGE: &str = "@earendil-works/pi-coding-agent";
 
 /// Every backend a run may route to, in registration order.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -30,7 +30,7 @@ pub struct BackendRegistry {
 }
 
 /// The variable that overrides a built-in's command, for hints in spawn errors.
-pub fn override_variable(id: &str) -> Option<&'static str> {
+pub(crate) fn override_variable(id: &str) -> Option<&'static str> {
     match id.to_ascii_lowercase().as_str() {
         "claude" => Some(env::CLAUDE_ACP_CMD),
         "codex" => Some(env::CODEX_ACP_CMD),
@@ -80,7 +80,8 @@ impl BackendRegistry {
 
     /// A copy with approved script backends (`meta.backends`) added. A declared name equal to
     /// a built-in or host backend is ignored: the host's choice always wins.
-    pub fn with_script_backends(&self, declared: &Value) -> Result<BackendRegistry, String> {
+    #[cfg(test)]
+    pub(crate) fn with_script_backends(&self, declared: &Value) -> Result<BackendRegistry, String> {
         const SOURCE: &str = "meta.backends";
         let mut registry = self.clone();
         if declared.is_null() {
@@ -123,7 +124,7 @@ impl BackendRegistry {
 
     /// `AGENTPRISM_DEFAULT_BACKEND`: `None` when unset. When it is present but empty or names
     /// no registered backend, the historical behaviour is Claude (seed, Configuration).
-    pub fn default_backend(&self, env: &EnvSnapshot) -> Option<&BackendSpec> {
+    pub(crate) fn default_backend(&self, env: &EnvSnapshot) -> Option<&BackendSpec> {
         let value = env.get(env::DEFAULT_BACKEND)?;
         self.get(value.trim()).or_else(|| self.get("claude"))
     }

@@ -25,6 +25,7 @@ use crate::engine::runner::{
     PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
 };
 use crate::model::Usage;
+use crate::util::sync::Lock;
 
 /// What the agent told us about a freshly opened session (for probes).
 #[derive(Clone, Debug, Default)]
@@ -54,7 +55,7 @@ struct TurnState {
 }
 
 impl SessionSink {
-    pub fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
+    pub(super) fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
         SessionSink {
             observer,
             run_id: spec.run_id.clone(),
@@ -70,9 +71,7 @@ impl SessionSink {
     }
 
     fn turn(&self) -> std::sync::MutexGuard<'_, TurnState> {
-        self.turn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.turn.locked()
     }
 
     fn begin_turn(&self) -> CancellationToken {
@@ -89,7 +88,7 @@ impl SessionSink {
         std::mem::take(&mut turn.text)
     }
 
-    pub fn start_forwarding(&self) {
+    pub(super) fn start_forwarding(&self) {
         self.forward.store(true, Ordering::Relaxed);
     }
 }

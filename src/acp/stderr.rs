@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::util::sync::Lock;
 use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 
@@ -26,7 +27,7 @@ const STDERR_CATCH_UP: Duration = Duration::from_secs(1);
 const CATCH_UP_REQUESTS: usize = 16;
 
 /// The last few KiB an agent wrote to stderr; shared with the task that drains the pipe.
-pub struct StderrTail {
+pub(crate) struct StderrTail {
     kept: Mutex<KeptBytes>,
     /// Asks the draining task to read what the pipe holds now; closed once it hit EOF.
     catch_up: tokio::sync::mpsc::Sender<oneshot::Sender<()>>,
@@ -34,7 +35,7 @@ pub struct StderrTail {
 
 /// A position in an agent's stderr: how many bytes it had written when the mark was taken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StderrMark(u64);
+pub(crate) struct StderrMark(u64);
 
 #[derive(Default)]
 struct KeptBytes {
@@ -54,9 +55,7 @@ impl StderrTail {
     }
 
     fn kept(&self) -> std::sync::MutexGuard<'_, KeptBytes> {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.kept.locked()
     }
 
     fn push(&self, line: &[u8]) {
@@ -69,17 +68,17 @@ impl StderrTail {
     }
 
     /// The current end of the stderr, to quote only what comes after it.
-    pub fn mark(&self) -> StderrMark {
+    pub(crate) fn mark(&self) -> StderrMark {
         StderrMark(self.kept().written)
     }
 
     /// The kept text, trimmed (lossy at a cut multibyte character).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.since(StderrMark::default())
     }
 
     /// What was written after `mark` (as far as the tail still holds it), trimmed.
-    pub fn since(&self, mark: StderrMark) -> String {
+    pub(crate) fn since(&self, mark: StderrMark) -> String {
         let kept = self.kept();
         let new = usize::try_from(kept.written.saturating_sub(mark.0)).unwrap_or(usize::MAX);
         let skip = kept.bytes.len().saturating_sub(new);
@@ -90,7 +89,7 @@ impl StderrTail {
     /// Waits (at most `limit`) until the drain has read every byte the pipe holds now. An
     /// agent writes its stderr before it answers on stdout, so after an answer arrived this
     /// makes the tail hold what the agent said about it.
-    pub async fn catch_up(&self) {
+    pub(crate) async fn catch_up(&self) {
         let limit = STDERR_CATCH_UP;
         let (reply, done) = oneshot::channel();
         let _ = tokio::time::timeout(limit, async {

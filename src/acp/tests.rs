@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use super::connection::{CloseReason, Connection, RpcError, SessionHandler};
 use crate::engine::runner::AgentUpdate;
+use crate::util::sync::Lock;
 
 const DEADLINE: Duration = Duration::from_secs(5);
 
@@ -73,8 +74,7 @@ struct Recorder {
 impl Recorder {
     fn updates(&self) -> Vec<String> {
         self.updates
-            .lock()
-            .expect("updates")
+            .locked()
             .iter()
             .map(|update| format!("{update:?}"))
             .collect()
@@ -84,7 +84,7 @@ impl Recorder {
         within(async {
             loop {
                 let notified = self.changed.notified();
-                if self.updates.lock().expect("updates").len() >= count {
+                if self.updates.locked().len() >= count {
                     return;
                 }
                 notified.await;
@@ -97,12 +97,12 @@ impl Recorder {
 #[async_trait]
 impl SessionHandler for Recorder {
     fn update(&self, update: AgentUpdate) {
-        self.updates.lock().expect("updates").push(update);
+        self.updates.locked().push(update);
         self.changed.notify_waiters();
     }
 
     async fn request_permission(&self, _params: Value) -> Value {
-        let gate = self.permission_gate.lock().expect("gate").take();
+        let gate = self.permission_gate.locked().take();
         match gate {
             Some(gate) => match gate.await {
                 Ok(option) => json!({"outcome": {"outcome": "selected", "optionId": option}}),
@@ -220,7 +220,7 @@ async fn a_waiting_permission_does_not_block_other_sessions() {
     let (connection, mut agent, _tracker) = connect(None);
     let asking = Arc::new(Recorder::default());
     let (release, gate) = oneshot::channel();
-    *asking.permission_gate.lock().expect("gate") = Some(gate);
+    *asking.permission_gate.locked() = Some(gate);
     let streaming = Arc::new(Recorder::default());
     connection.register_session("asking", asking.clone());
     connection.register_session("streaming", streaming.clone());

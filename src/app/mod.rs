@@ -36,7 +36,7 @@ use crate::transport::peer::Access;
 
 /// What the root assembles for `daemon run` and `serve`: an engine and the MCP server over it.
 /// Defined beside the daemon, which consumes it and must not import this module.
-pub use crate::daemon::Services;
+pub(crate) use crate::daemon::Services;
 
 /// A setting the house cannot use. Callers branch on the kind: the command line treats
 /// [`SettingsError::Invalid`] as bad input (exit 2, nothing persisted).
@@ -53,7 +53,7 @@ pub enum SettingsError {
 
 impl SettingsError {
     /// Whether the user's input is at fault (as opposed to the machine's setup).
-    pub fn is_input(&self) -> bool {
+    pub(crate) fn is_input(&self) -> bool {
         matches!(self, SettingsError::Invalid(_))
     }
 }
@@ -156,7 +156,7 @@ impl Settings {
 }
 
 /// The persistence root: `AGENTPRISM_PERSISTENCE_ROOT` (absolute) or `~/.agentprism/workflows`.
-pub fn persistence_root(env: &EnvSnapshot) -> Result<PathBuf, SettingsError> {
+pub(crate) fn persistence_root(env: &EnvSnapshot) -> Result<PathBuf, SettingsError> {
     if let Some(root) = env.non_empty(env::PERSISTENCE_ROOT) {
         let root = PathBuf::from(root);
         if !root.is_absolute() {
@@ -178,7 +178,7 @@ pub fn persistence_root(env: &EnvSnapshot) -> Result<PathBuf, SettingsError> {
 }
 
 /// Engine settings from the environment.
-pub fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConfig, SettingsError> {
+pub(crate) fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConfig, SettingsError> {
     let millis = |key: &str, default: u64| -> Result<Duration, SettingsError> {
         let value = env.u64_or(key, default).map_err(SettingsError::Invalid)?;
         Ok(Duration::from_millis(value.max(1)))
@@ -224,7 +224,7 @@ pub fn allowed_origins(env: &EnvSnapshot) -> Vec<String> {
 
 /// Whether the test hook that pretends the kernel cannot name a connection's user is on (it
 /// exists only in debug builds and with the `test-hooks` feature).
-pub fn no_peer_lookup(env: &EnvSnapshot) -> bool {
+pub(crate) fn no_peer_lookup(env: &EnvSnapshot) -> bool {
     env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP)
 }
 
@@ -243,7 +243,10 @@ pub async fn engine(settings: Settings) -> Result<Engine> {
 
 /// [`engine`] reading scripts and their files through `sources` (a workflows pack's
 /// [`PackSources`] for `serve --workflows-pack`) instead of the disk.
-pub async fn engine_with_sources(settings: Settings, sources: Arc<dyn Sources>) -> Result<Engine> {
+pub(crate) async fn engine_with_sources(
+    settings: Settings,
+    sources: Arc<dyn Sources>,
+) -> Result<Engine> {
     let Settings {
         root,
         store,
@@ -277,7 +280,7 @@ pub async fn engine_with_sources(settings: Settings, sources: Arc<dyn Sources>) 
 }
 
 /// Builds the engine and the chosen MCP server over it: what `serve` and `daemon run` serve.
-pub async fn services(mut settings: Settings) -> Result<Services> {
+pub(crate) async fn services(mut settings: Settings) -> Result<Services> {
     let server_choice = std::mem::take(&mut settings.server);
     let engine = engine(settings).await?;
     let workflow = match server_choice {
@@ -293,18 +296,22 @@ pub async fn services(mut settings: Settings) -> Result<Services> {
 
 /// What `agentprism serve <dir>` serves: the folder server over an engine whose store lives in
 /// the state folder.
-pub struct FolderServices {
+pub(crate) struct FolderServices {
     /// The handler: its shutdown interrupts the runs still going.
     pub folder: Arc<FolderServer>,
     /// The MCP core over it, for a transport.
     pub server: Arc<McpServer>,
     /// Where the runs are kept; a temporary one is removed when this is dropped.
+    #[expect(
+        dead_code,
+        reason = "held for its Drop, which removes a temporary folder"
+    )]
     pub state: StateFolder,
 }
 
 impl FolderServices {
     /// Stops taking requests, then interrupts the runs still going within `deadline`.
-    pub async fn shutdown(&self, deadline: Duration) {
+    pub(crate) async fn shutdown(&self, deadline: Duration) {
         self.server.shutdown();
         self.folder.shutdown(deadline).await;
     }
@@ -312,7 +319,7 @@ impl FolderServices {
 
 /// The folder server's state: `--state-dir`, or a private temporary folder removed at exit
 /// (run state then lives as long as the process).
-pub struct StateFolder {
+pub(crate) struct StateFolder {
     pub path: PathBuf,
     /// Removed on drop (the temporary folder only).
     temporary: bool,
@@ -320,7 +327,7 @@ pub struct StateFolder {
 
 impl StateFolder {
     /// `--state-dir`, created (mode 0700) if missing.
-    pub fn kept(path: &Path) -> Result<StateFolder> {
+    pub(crate) fn kept(path: &Path) -> Result<StateFolder> {
         create_private_dir(path)
             .with_context(|| format!("creating the state folder {}", path.display()))?;
         let path = std::fs::canonicalize(path)
@@ -332,7 +339,7 @@ impl StateFolder {
     }
 
     /// A new private folder under the system's temporary folder.
-    pub fn temporary() -> Result<StateFolder> {
+    pub(crate) fn temporary() -> Result<StateFolder> {
         let path = std::env::temp_dir().join(format!("agentprism-serve-{}", uuid::Uuid::new_v4()));
         create_private_dir(&path)
             .with_context(|| format!("creating the temporary state folder {}", path.display()))?;
@@ -363,7 +370,7 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
 /// scripts' `meta.backends` count as approved by the operator who put them there, and every
 /// run shares the folder as its project, so the per-project cap is the engine's own), and
 /// the handler over `folder`.
-pub async fn folder_services(
+pub(crate) async fn folder_services(
     settings: Settings,
     folder: Folder,
     state: StateFolder,
@@ -375,7 +382,7 @@ pub async fn folder_services(
 /// [`folder_services`] for a workflows pack (`serve --workflows-pack`): `folder` was loaded
 /// from the pack's entries and every script and companion file is read from `pack`, never
 /// from the disk; the engine stores only their digests.
-pub async fn pack_folder_services(
+pub(crate) async fn pack_folder_services(
     settings: Settings,
     folder: Folder,
     pack: PackSources,
@@ -411,7 +418,7 @@ async fn folder_services_over(
 /// and puts `settings` under it: the store, the state folder as the persistence root of
 /// this process's other files, and run leases that lapse after the TTL
 /// ([`LeasePolicy::Ttl`]).
-pub async fn replicate(
+pub(crate) async fn replicate(
     settings: &mut Settings,
     replica: &ReplicaOptions,
     state: &StateFolder,
@@ -476,7 +483,7 @@ pub async fn daemon(env: &EnvSnapshot, options: crate::daemon::RunOptions) -> Re
 /// The HTTP options every listener serving the `workflow` tool shares: allowed origins and
 /// [`http_access`]. The daemon adds its `/healthz` hooks and front runtime. Called only by a
 /// process that listens on HTTP: it may create the bearer token.
-pub fn http_options(settings: &HttpSettings, paths: &Paths) -> HttpOptions {
+pub(crate) fn http_options(settings: &HttpSettings, paths: &Paths) -> HttpOptions {
     HttpOptions {
         allowed_origins: settings.allowed_origins.clone(),
         access: http_access(settings, paths),
@@ -487,7 +494,7 @@ pub fn http_options(settings: &HttpSettings, paths: &Paths) -> HttpOptions {
 /// Whom a listener serving the `workflow` tool lets in: this user only (the kernel names
 /// each connection's user; where it cannot, the bearer token of `R/daemons/http-token.json`
 /// is required), unless `AGENTPRISM_DAEMON_ALLOW_OTHER_USERS` opens it to everyone.
-pub fn http_access(settings: &HttpSettings, paths: &Paths) -> Access {
+pub(crate) fn http_access(settings: &HttpSettings, paths: &Paths) -> Access {
     if settings.allow_other_users {
         notice(format_args!(
             "{} is set: every local user can reach this endpoint and run commands as you",

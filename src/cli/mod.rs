@@ -36,7 +36,7 @@ macro_rules! note_partial {
 mod args;
 mod completions;
 mod config;
-pub mod daemon;
+pub(crate) mod daemon;
 mod follow;
 mod foreground;
 mod input;
@@ -61,26 +61,26 @@ pub use args::{
 pub use completions::public_command;
 
 /// Exit code of a completed run.
-pub const EXIT_COMPLETED: u8 = 0;
+pub(crate) const EXIT_COMPLETED: u8 = 0;
 /// A failed or stopped run, or an operational error.
-pub const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_FAILED: u8 = 1;
 /// Rejected before anything was persisted.
-pub const EXIT_REJECTED: u8 = 2;
+pub(crate) const EXIT_REJECTED: u8 = 2;
 /// Paused, or waiting for a setup answer.
-pub const EXIT_PAUSED: u8 = 3;
+pub(crate) const EXIT_PAUSED: u8 = 3;
 /// Interrupted by Ctrl-C (128 + SIGINT).
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 /// Interrupted by SIGTERM (128 + 15).
-pub const EXIT_TERMINATED: u8 = 143;
+pub(crate) const EXIT_TERMINATED: u8 = 143;
 /// Interrupted by SIGHUP (128 + 1).
-pub const EXIT_HANGUP: u8 = 129;
+pub(crate) const EXIT_HANGUP: u8 = 129;
 /// `validate`: the script fails its static checks (syntax, the `meta` literal, ...).
-pub const EXIT_INVALID_SCRIPT: u8 = 1;
+pub(crate) const EXIT_INVALID_SCRIPT: u8 = 1;
 /// `validate`: the script's mocked dry run, or its routing, fails.
-pub const EXIT_DRY_RUN_FAILED: u8 = 2;
+pub(crate) const EXIT_DRY_RUN_FAILED: u8 = 2;
 /// `validate`: the script could not be checked (a usage error, an unreadable file, a bad
 /// setting, an operational failure).
-pub const EXIT_UNCHECKED: u8 = 3;
+pub(crate) const EXIT_UNCHECKED: u8 = 3;
 
 /// Parses the process's arguments. On a usage error, clap's message is printed and the
 /// error is the exit code: 2, or [`EXIT_UNCHECKED`] for `validate`, whose 1 and 2 are

@@ -26,7 +26,7 @@ pub struct MonitorArgs {
     pub open: bool,
 }
 
-pub async fn monitor(env: &EnvSnapshot, args: MonitorArgs) -> Result<u8> {
+pub(super) async fn monitor(env: &EnvSnapshot, args: MonitorArgs) -> Result<u8> {
     let run_id = args
         .run_id
         .as_deref()
@@ -52,7 +52,7 @@ pub async fn monitor(env: &EnvSnapshot, args: MonitorArgs) -> Result<u8> {
 }
 
 /// The panel's URL on a daemon listening on `port`.
-pub fn panel_url(port: u16, run_id: Option<&RunId>) -> String {
+pub(super) fn panel_url(port: u16, run_id: Option<&RunId>) -> String {
     let path = crate::daemon::panel::PANEL_PATH;
     match run_id {
         Some(run_id) => format!("http://127.0.0.1:{port}{path}#run={run_id}"),

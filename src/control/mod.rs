@@ -13,9 +13,9 @@
 //! checks the answer. What each kind *does* is the daemon's business: it implements
 //! [`ControlHandler`].
 
-pub mod client;
-pub mod server;
-pub mod socket;
+pub(crate) mod client;
+pub(crate) mod server;
+pub(crate) mod socket;
 pub mod wire;
 
 use std::time::Duration;
@@ -30,13 +30,13 @@ pub use socket::{SocketError, control_url, socket_path, socket_path_from_url};
 /// `controlProtocol`.
 pub const PROTOCOL_VERSION: u64 = 1;
 /// Largest frame either side sends or accepts, in bytes of JSON after the length prefix.
-pub const MAX_FRAME: usize = 1024 * 1024;
+pub(crate) const MAX_FRAME: usize = 1024 * 1024;
 /// Deadline for a whole exchange (connect or accept, request, handler, answer), on both sides.
-pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How far a request's `ts` may be from the receiver's clock, either way.
-pub const CLOCK_WINDOW: Duration = Duration::from_secs(30);
+pub(crate) const CLOCK_WINDOW: Duration = Duration::from_secs(30);
 /// How long a seen nonce is remembered: long enough that its `ts` has left the window.
-pub const REPLAY_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(60);
 
 /// The message kinds of protocol 1. The server passes the kind through to the handler, which
 /// answers `INVALID_OPERATION` for one it does not know.
@@ -44,15 +44,15 @@ pub mod kinds {
     /// Who are you: instance id, pid, version, state.
     pub const IDENTIFY: &str = "identify";
     /// A successor tells its predecessor to become a lame duck; the answer lists owned runs.
-    pub const ANNOUNCE_SUCCESSOR: &str = "announce-successor";
+    pub(crate) const ANNOUNCE_SUCCESSOR: &str = "announce-successor";
     /// What is left before a lame duck can exit.
-    pub const DRAIN_STATUS: &str = "drain-status";
+    pub(crate) const DRAIN_STATUS: &str = "drain-status";
     /// stop, cancel-agent, pause, permissions and setup replies for a run the peer owns.
     pub const RUN_CONTROL: &str = "run-control";
     /// Exit, bound to this instance id (a signal could hit a reused pid).
     pub const SHUTDOWN: &str = "shutdown";
     /// Delete a stored run (`agentprism runs rm`) so the daemon's MCP sessions hear of it.
-    pub const DELETE_RUN: &str = "delete-run";
+    pub(crate) const DELETE_RUN: &str = "delete-run";
 }
 
 /// Who sent a message: the `from` of requests and answers. Only `instanceId` is signed; pid
@@ -75,13 +75,13 @@ pub struct Peer {
 }
 
 /// Wire codes of refused and failed requests.
-pub mod codes {
+pub(crate) mod codes {
     /// The request was not verified (or the peer is another user); nothing was done.
-    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
-    pub const UNKNOWN_RUN: &str = "UNKNOWN_RUN";
-    pub const NOT_OWNER: &str = "NOT_OWNER";
-    pub const INVALID_OPERATION: &str = "INVALID_OPERATION";
-    pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
+    pub(crate) const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub(crate) const UNKNOWN_RUN: &str = "UNKNOWN_RUN";
+    pub(crate) const NOT_OWNER: &str = "NOT_OWNER";
+    pub(crate) const INVALID_OPERATION: &str = "INVALID_OPERATION";
+    pub(crate) const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
 }
 
 /// Why a verified request was not carried out: the handler's error, sent back as
@@ -126,7 +126,7 @@ impl ControlError {
 
     /// The error an answer's `code` and `message` describe. A code this build does not know
     /// (a newer peer) becomes [`ControlError::Internal`] naming it, so nothing is lost.
-    pub fn from_wire(code: &str, message: &str) -> ControlError {
+    pub(crate) fn from_wire(code: &str, message: &str) -> ControlError {
         let message = message.to_owned();
         match code {
             codes::UNKNOWN_RUN => ControlError::UnknownRun(message),

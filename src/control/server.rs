@@ -35,6 +35,7 @@ use super::{
 };
 use crate::discovery::RunControlKey;
 use crate::discovery::paths::FILE_MODE;
+use crate::util::sync::Lock;
 
 /// What a daemon does with verified requests. `kind` is one of [`super::kinds`] or something
 /// newer (answer [`ControlError::InvalidOperation`]); `op` is the caller's idempotency key;
@@ -312,12 +313,7 @@ impl State {
         if !nonce_is_well_formed(&request.nonce) {
             return Err("malformed nonce");
         }
-        if self
-            .replay
-            .lock()
-            .expect("replay lock")
-            .seen(&request.nonce, now)
-        {
+        if self.replay.locked().seen(&request.nonce, now) {
             return Err("replayed nonce");
         }
         if !request.mac_is_valid(&self.key) {
@@ -325,10 +321,7 @@ impl State {
         }
         // Recorded only now, atomically: two copies of one frame racing both pass `seen` but
         // only one gets in here.
-        self.replay
-            .lock()
-            .expect("replay lock")
-            .record(&request.nonce, now)?;
+        self.replay.locked().record(&request.nonce, now)?;
         Ok(request)
     }
 

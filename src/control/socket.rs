@@ -16,11 +16,11 @@ use crate::env::EnvSnapshot;
 
 /// Longest socket path we bind, in bytes: under macOS's 104-byte `sun_path` with room for the
 /// terminating NUL and a margin.
-pub const MAX_SOCKET_PATH: usize = 100;
+pub(crate) const MAX_SOCKET_PATH: usize = 100;
 /// The environment variable naming the per-user runtime folder (systemd, pam_systemd).
-pub const RUNTIME_DIR_VAR: &str = "XDG_RUNTIME_DIR";
+pub(crate) const RUNTIME_DIR_VAR: &str = "XDG_RUNTIME_DIR";
 /// The scheme prefix of a record's `controlUrl`.
-pub const URL_PREFIX: &str = "unix:";
+pub(crate) const URL_PREFIX: &str = "unix:";
 
 /// Why no socket path could be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,7 @@ pub enum SocketError {
 }
 
 /// `XDG_RUNTIME_DIR` from a snapshot, if set and absolute.
-pub fn runtime_dir_from(env: &EnvSnapshot) -> Option<PathBuf> {
+pub(crate) fn runtime_dir_from(env: &EnvSnapshot) -> Option<PathBuf> {
     env.non_empty(RUNTIME_DIR_VAR)
         .map(PathBuf::from)
         .filter(|path| path.is_absolute())
@@ -86,7 +86,7 @@ pub fn socket_path(
 }
 
 /// `ctl-<first 12 characters of the instance id>.sock`.
-pub fn socket_file_name(instance_id: &str) -> Result<String, SocketError> {
+pub(crate) fn socket_file_name(instance_id: &str) -> Result<String, SocketError> {
     let well_formed = !instance_id.is_empty()
         && instance_id
             .bytes()

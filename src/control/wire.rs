@@ -21,9 +21,9 @@ use crate::discovery::RunControlKey;
 use crate::util::{hex, sha256_hex};
 
 /// Domain prefix of the string a request's mac covers.
-pub const REQUEST_DOMAIN: &str = "agentprism-ctl-req/1";
+pub(crate) const REQUEST_DOMAIN: &str = "agentprism-ctl-req/1";
 /// Domain prefix of the string an answer's mac covers.
-pub const RESPONSE_DOMAIN: &str = "agentprism-ctl-resp/1";
+pub(crate) const RESPONSE_DOMAIN: &str = "agentprism-ctl-resp/1";
 /// Random bytes in a nonce (before base64url).
 pub const NONCE_BYTES: usize = 16;
 
@@ -66,7 +66,7 @@ pub struct Response {
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     #[error("frame of {0} bytes is over the {MAX_FRAME}-byte limit")]
     TooLarge(u64),
     #[error("{0}")]
@@ -74,7 +74,7 @@ pub enum FrameError {
 }
 
 /// The string a request's mac covers (see the module documentation).
-pub fn request_signed_string(
+pub(crate) fn request_signed_string(
     kind: &str,
     to: &str,
     from_instance: &str,
@@ -90,7 +90,7 @@ pub fn request_signed_string(
 }
 
 /// The string an answer's mac covers (see the module documentation).
-pub fn response_signed_string(re: &str, from_instance: &str, ts: i64, body: &str) -> String {
+pub(crate) fn response_signed_string(re: &str, from_instance: &str, ts: i64, body: &str) -> String {
     format!(
         "{RESPONSE_DOMAIN}\n{re}\n{from_instance}\n{ts}\n{}",
         sha256_hex(body.as_bytes())
@@ -168,7 +168,7 @@ pub fn new_nonce() -> std::io::Result<String> {
 }
 
 /// Whether `nonce` is well formed: exactly [`NONCE_BYTES`] bytes of base64url.
-pub fn nonce_is_well_formed(nonce: &str) -> bool {
+pub(crate) fn nonce_is_well_formed(nonce: &str) -> bool {
     URL_SAFE_NO_PAD
         .decode(nonce)
         .is_ok_and(|bytes| bytes.len() == NONCE_BYTES)
@@ -191,7 +191,7 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Writes one frame and flushes.
-pub async fn write_frame<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
     writer: &mut W,
     payload: &[u8],
 ) -> std::io::Result<()> {
@@ -200,7 +200,9 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
 }
 
 /// Reads one frame. A length over [`MAX_FRAME`] is refused before anything is allocated.
-pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Vec<u8>, FrameError> {
     let mut prefix = [0u8; 4];
     reader.read_exact(&mut prefix).await?;
     let length = u32::from_be_bytes(prefix);

@@ -30,7 +30,7 @@ use crate::engine::{Engine, EngineError};
 use crate::model::{Lease, RunId};
 
 /// The daemon's [`ControlHandler`].
-pub struct DaemonControl {
+pub(crate) struct DaemonControl {
     pub health: Arc<Health>,
     pub engine: Engine,
     /// A verified `shutdown` is passed to the main loop, which exits as on SIGTERM.
@@ -124,7 +124,7 @@ impl ControlHandler for DaemonControl {
 
 /// How `agentprism runs rm` went when it asked a daemon to delete the run.
 #[derive(Debug)]
-pub enum DaemonDelete {
+pub(crate) enum DaemonDelete {
     /// A live daemon deleted it and told its sessions.
     Deleted { pid: u32 },
     /// No live daemon of this user could be asked: delete here.
@@ -138,7 +138,11 @@ pub enum DaemonDelete {
 /// Asks a live daemon of this user to delete `run_id` over the signed control socket, so
 /// the MCP sessions it serves hear of it (`resources/list_changed`). Current daemons are
 /// asked before superseded ones, the newest first; one that cannot be reached is skipped.
-pub async fn delete_through_daemon(paths: &Paths, owner_id: &str, run_id: &RunId) -> DaemonDelete {
+pub(crate) async fn delete_through_daemon(
+    paths: &Paths,
+    owner_id: &str,
+    run_id: &RunId,
+) -> DaemonDelete {
     let Ok(key) = RunControlKey::load(&paths.run_control_key()) else {
         return DaemonDelete::NoDaemon;
     };
@@ -208,7 +212,7 @@ pub async fn delete_through_daemon(paths: &Paths, owner_id: &str, run_id: &RunId
 /// The daemon record of the process holding `lease`, if one is live: pid and process start
 /// time must match (a recycled pid is a stranger) and, for a daemon owner, its `instanceId`
 /// must be the lease's `ownerId` (daemon.md 1.10 step 3).
-pub fn lease_holder(paths: &Paths, lease: &Lease) -> Option<DaemonRecord> {
+pub(crate) fn lease_holder(paths: &Paths, lease: &Lease) -> Option<DaemonRecord> {
     read_instance_records(paths)
         .ok()?
         .into_iter()
@@ -225,7 +229,7 @@ pub fn lease_holder(paths: &Paths, lease: &Lease) -> Option<DaemonRecord> {
 }
 
 /// `control.owner` of a pending answer: who holds the lease, as far as we know.
-pub fn owner_document(lease: &Lease, record: Option<&DaemonRecord>) -> Value {
+pub(crate) fn owner_document(lease: &Lease, record: Option<&DaemonRecord>) -> Value {
     match record {
         Some(record) => json!({
             "pid": record.pid,
@@ -242,18 +246,18 @@ pub fn owner_document(lease: &Lease, record: Option<&DaemonRecord>) -> Value {
 /// records under the persistence root, the run-control key, and the signed control socket.
 /// Installed by the composition root (`crate::app::engine`) in every process, so the CLI,
 /// the MCP tool and the daemon's own intent scanning route control the same way.
-pub struct LeaseRoute {
+pub(crate) struct LeaseRoute {
     paths: Paths,
     /// Who we sign as: the engine's lease owner id and this process.
     from: Identity,
 }
 
 /// How long `forceOwner` waits for a superseded owner to exit after SIGTERM, then SIGKILL.
-pub const FORCE_TERM_WAIT: Duration = Duration::from_secs(5);
-pub const FORCE_KILL_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const FORCE_TERM_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const FORCE_KILL_WAIT: Duration = Duration::from_secs(2);
 
 impl LeaseRoute {
-    pub fn new(paths: Paths, owner_id: &str) -> LeaseRoute {
+    pub(crate) fn new(paths: Paths, owner_id: &str) -> LeaseRoute {
         LeaseRoute {
             paths,
             from: Identity {

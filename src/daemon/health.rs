@@ -26,7 +26,7 @@ use crate::transport::http::{HttpBody, Intercept};
 /// Where a daemon is in its life, as `/healthz` reports it in `state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Bound and serving, not yet named by the family pointer.
     Starting = 0,
     /// The family's current daemon.
@@ -38,7 +38,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Starting => "starting",
             Phase::Current => "current",
@@ -49,7 +49,7 @@ impl Phase {
 }
 
 /// What `/healthz` reads: the daemon's identity and live counters.
-pub struct Health {
+pub(crate) struct Health {
     pub record: DaemonRecord,
     /// `None` when the key file is unusable: the answer then carries no proof (fail closed).
     pub key: Option<RunControlKey>,
@@ -64,7 +64,7 @@ pub struct Health {
 
 /// When and for whom a lame duck stepped aside.
 #[derive(Clone, Debug)]
-pub struct Drain {
+pub(crate) struct Drain {
     /// Unix ms.
     pub since: i64,
     /// The successor's instance id.
@@ -72,7 +72,7 @@ pub struct Drain {
 }
 
 impl Health {
-    pub fn new(
+    pub(crate) fn new(
         record: DaemonRecord,
         key: Option<RunControlKey>,
         server: Arc<McpServer>,
@@ -89,7 +89,7 @@ impl Health {
         }
     }
 
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Acquire) {
             0 => Phase::Starting,
             1 => Phase::Current,
@@ -99,13 +99,13 @@ impl Health {
     }
 
     /// Moves the phase forward; never back (a lame duck never becomes current again).
-    pub fn set_phase(&self, phase: Phase) {
+    pub(crate) fn set_phase(&self, phase: Phase) {
         self.phase.fetch_max(phase as u8, Ordering::AcqRel);
     }
 
     /// Turns this daemon lame duck for `successor`. `false` if it already was one (or is
     /// exiting): the first successor named stays on record.
-    pub fn become_lame_duck(&self, successor: &str) -> bool {
+    pub(crate) fn become_lame_duck(&self, successor: &str) -> bool {
         let moved = self
             .phase
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |phase| {
@@ -122,17 +122,17 @@ impl Health {
     }
 
     /// Whether this daemon has stepped aside (lame duck, or exiting after it).
-    pub fn is_lame_duck(&self) -> bool {
+    pub(crate) fn is_lame_duck(&self) -> bool {
         self.drain.get().is_some()
     }
 
-    pub fn drain(&self) -> Option<&Drain> {
+    pub(crate) fn drain(&self) -> Option<&Drain> {
         self.drain.get()
     }
 
     /// What is left before a lame duck may exit, as `/healthz`, `drain-status` and `daemon
     /// status` show it.
-    pub fn drain_status(&self) -> Value {
+    pub(crate) fn drain_status(&self) -> Value {
         let drain = self.drain.get();
         json!({
             "lameDuck": drain.is_some(),
@@ -148,7 +148,7 @@ impl Health {
     }
 
     /// Whether nothing keeps this daemon alive: no session, request, execution or intent.
-    pub fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         self.server.session_count() == 0
             && self.server.inflight_count() == 0
             && self.engine.active_executions() == 0
@@ -156,7 +156,7 @@ impl Health {
     }
 
     /// The `/healthz` body; `proof` answers `challenge` when one was given.
-    pub fn body(&self, challenge: Option<&str>) -> Value {
+    pub(crate) fn body(&self, challenge: Option<&str>) -> Value {
         let record = &self.record;
         let proof = match (&self.key, challenge) {
             (Some(key), Some(nonce)) => {
@@ -192,10 +192,10 @@ impl Health {
 }
 
 /// The header every answer of a lame duck carries, so a shim moves new work to the successor.
-pub const LAME_DUCK_HEADER: &str = "agentprism-lame-duck";
+pub(crate) const LAME_DUCK_HEADER: &str = "agentprism-lame-duck";
 
 /// Marks every answer of a lame duck with [`LAME_DUCK_HEADER`].
-pub fn decorate(health: Arc<Health>) -> crate::transport::http::Decorate {
+pub(crate) fn decorate(health: Arc<Health>) -> crate::transport::http::Decorate {
     Arc::new(move |headers: &mut hyper::HeaderMap| {
         if health.is_lame_duck() {
             headers.insert(
@@ -209,7 +209,7 @@ pub fn decorate(health: Arc<Health>) -> crate::transport::http::Decorate {
 /// The intercept serving `/healthz`, the lame duck's 503 to new sessions and stateless
 /// requests, and `/debug/evict` when `test_hooks` is on (eviction requests go to the
 /// daemon's main loop through `evictions`).
-pub fn routes(
+pub(crate) fn routes(
     health: Arc<Health>,
     test_hooks: bool,
     evictions: mpsc::UnboundedSender<String>,
@@ -273,7 +273,7 @@ pub fn routes(
 
 /// `GET /metrics`: the process's metrics in the Prometheus text format
 /// ([`crate::metrics`]). The folder server's listener answers it too.
-pub fn metrics_response() -> Response<HttpBody> {
+pub(crate) fn metrics_response() -> Response<HttpBody> {
     let mut response = Response::new(HttpBody::full(crate::metrics::global().encode()));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

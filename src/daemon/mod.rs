@@ -19,15 +19,15 @@
 //! the stdio shim both go through it. [`probe`] is the `/healthz` client.
 
 mod bind;
-pub mod control;
-pub mod health;
+pub(crate) mod control;
+pub(crate) mod health;
 mod main_loop;
-pub mod panel;
-pub mod probe;
+pub(crate) mod panel;
+pub(crate) mod probe;
 mod publish;
-pub mod run_control;
-pub mod spawn;
-pub mod succession;
+pub(crate) mod run_control;
+pub(crate) mod spawn;
+pub(crate) mod succession;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -50,33 +50,33 @@ use main_loop::Daemon;
 use probe::Probe;
 
 /// The port a daemon binds unless `--port` or `AGENTPRISM_DAEMON_PORT` says otherwise.
-pub const DEFAULT_PORT: u16 = 29888;
+pub(crate) const DEFAULT_PORT: u16 = 29888;
 /// Default interval of the dead-client session sweep and the stop-intent refresh (the idle
 /// exit has a timer of its own).
-pub const DEFAULT_TICK: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TICK: Duration = Duration::from_secs(60);
 /// Default idle lifetime: 15 minutes with no sessions, executions or requests.
-pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(15 * 60);
 /// Default lifetime of a session with no open connection.
-pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(5 * 60);
 /// How long shutdown waits for live runs to reach `paused/interrupted`, and for HTTP
 /// connections to close.
-pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 /// How often a current daemon checks that the family pointer still names it (daemon.md 1.8:
 /// ≤2 s); shorter when the tick is.
-pub const POINTER_POLL: Duration = Duration::from_secs(2);
+pub(crate) const POINTER_POLL: Duration = Duration::from_secs(2);
 /// How often a lame duck closes idle sessions and checks whether it may exit.
-pub const DRAIN_SWEEP: Duration = Duration::from_millis(100);
+pub(crate) const DRAIN_SWEEP: Duration = Duration::from_millis(100);
 /// The log is rotated at this size.
-pub const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
+pub(crate) const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
 /// Rotated logs kept besides the current one.
-pub const LOG_KEEP: usize = 3;
+pub(crate) const LOG_KEEP: usize = 3;
 /// This build's version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The version this process acts as in discovery and succession: [`VERSION`], unless a test
 /// build was given `AGENTPRISM_TEST_VERSION` (debug builds and the `version-override` feature
 /// only; a release build never reads it).
-pub fn version() -> &'static str {
+pub(crate) fn version() -> &'static str {
     static EFFECTIVE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     EFFECTIVE.get_or_init(|| {
         if cfg!(any(debug_assertions, feature = "version-override"))
@@ -113,7 +113,7 @@ pub struct RunOptions {
 
 /// Settings resolved from flags and the environment, once at start.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub port: u16,
     pub tick: Duration,
     /// `None`: never exit for idleness.
@@ -123,7 +123,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_env(env: &EnvSnapshot, port_flag: Option<u16>) -> Result<Settings> {
+    pub(crate) fn from_env(env: &EnvSnapshot, port_flag: Option<u16>) -> Result<Settings> {
         let millis = |key: &str, default: Duration| -> Result<Duration> {
             let value = env
                 .u64_or(key, default.as_millis() as u64)
@@ -147,23 +147,23 @@ impl Settings {
 
 /// Whether this process's requests to a daemon must carry the bearer token: where the kernel
 /// cannot name a loopback connection's user (or a test pretends so).
-pub fn peer_lookup_needs_token(env: &EnvSnapshot) -> bool {
+pub(crate) fn peer_lookup_needs_token(env: &EnvSnapshot) -> bool {
     lookup_needs_token(env::TEST_HOOKS_BUILT_IN && env.flag(env::TEST_NO_PEER_LOOKUP))
 }
 
 /// Whether the bearer token is needed: where the kernel cannot name a loopback connection's
 /// user, or where the test hook `no_peer_lookup` pretends so.
-pub fn lookup_needs_token(no_peer_lookup: bool) -> bool {
+pub(crate) fn lookup_needs_token(no_peer_lookup: bool) -> bool {
     no_peer_lookup || !crate::transport::peer::lookup_available()
 }
 
 /// Decides once whether this process sends the bearer token to daemons (shims, the CLI).
-pub fn remember_token(env: &EnvSnapshot, paths: &Paths) {
+pub(crate) fn remember_token(env: &EnvSnapshot, paths: &Paths) {
     crate::discovery::token::remember(paths, peer_lookup_needs_token(env));
 }
 
 /// `AGENTPRISM_DAEMON_PORT`, else [`DEFAULT_PORT`].
-pub fn configured_port(env: &EnvSnapshot) -> Result<u16> {
+pub(crate) fn configured_port(env: &EnvSnapshot) -> Result<u16> {
     let port = env
         .u64_or(env::DAEMON_PORT, u64::from(DEFAULT_PORT))
         .map_err(anyhow::Error::msg)?;
@@ -173,7 +173,7 @@ pub fn configured_port(env: &EnvSnapshot) -> Result<u16> {
 
 /// What a daemon serves: an engine and the MCP server over it, assembled by the composition
 /// root (`crate::app`). `agentprism serve` serves the same over stdio or HTTP.
-pub struct Services {
+pub(crate) struct Services {
     /// Runs every project's workflows; `/healthz` counts its executions, run control drives
     /// it, the main loop carries out its stop intents.
     pub engine: Engine,
@@ -187,7 +187,7 @@ pub struct Services {
 impl Services {
     /// Stops taking requests, ends the handler's background work, then interrupts live runs
     /// within `deadline` (they stay resumable as `paused/interrupted`).
-    pub async fn shutdown(&self, deadline: Duration) {
+    pub(crate) async fn shutdown(&self, deadline: Duration) {
         self.server.shutdown();
         self.workflow.shutdown().await;
         self.engine.shutdown(deadline).await;
@@ -251,7 +251,11 @@ impl Start {
 /// instance id, with the base HTTP options (allowed origins, who may connect; the daemon adds
 /// its own hooks), once the port is bound and diagnostics go to the log: a daemon that finds
 /// its family's daemon already running never opens the store.
-pub async fn run<F, Fut>(env: &EnvSnapshot, mut options: RunOptions, assemble: F) -> Result<u8>
+pub(crate) async fn run<F, Fut>(
+    env: &EnvSnapshot,
+    mut options: RunOptions,
+    assemble: F,
+) -> Result<u8>
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Result<(Services, HttpOptions)>>,
@@ -284,7 +288,7 @@ where
 
 /// Probes the family's current daemon through its pointer: `Some` with the record and the
 /// probe result when the pointer names a live process.
-pub async fn probe_family(
+pub(crate) async fn probe_family(
     paths: &Paths,
     fingerprint: &str,
     key: Option<&RunControlKey>,

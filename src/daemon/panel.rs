@@ -19,14 +19,14 @@ use hyper::{Method, Response, StatusCode};
 use crate::transport::http::{HttpBody, Intercept};
 
 /// The panel's path on the daemon.
-pub const PANEL_PATH: &str = "/ui";
+pub(crate) const PANEL_PATH: &str = "/ui";
 /// The policy sent when the page declares none (never with the shipped panel): nothing at all.
 const FALLBACK_CSP: &str = "default-src 'none'";
 /// The header when the page's policy cannot be a header value: nothing, and no framing.
 const FALLBACK_CSP_HEADER: &str = "default-src 'none'; frame-ancestors 'none'";
 
 /// `inner`, with `/ui` answered first.
-pub fn with_panel(inner: Intercept) -> Intercept {
+pub(crate) fn with_panel(inner: Intercept) -> Intercept {
     Arc::new(move |parts: &Parts| {
         if parts.uri.path() != PANEL_PATH {
             return inner(parts);

@@ -17,7 +17,7 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// What a probe found on the recorded port.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// The listener proved it is the recorded daemon; this is its `/healthz` body.
     Identified(Value),
     /// Something answered, but not as the recorded daemon (a squatter, or another instance).
@@ -30,7 +30,7 @@ pub enum Probe {
 
 impl Probe {
     /// Whether a shim may send new work there: identified, current and not a lame duck.
-    pub fn qualifies(&self) -> bool {
+    pub(crate) fn qualifies(&self) -> bool {
         match self {
             Probe::Identified(body) => body_qualifies(body),
             _ => false,
@@ -39,14 +39,14 @@ impl Probe {
 }
 
 /// Whether a `/healthz` body describes a daemon taking new sessions.
-pub fn body_qualifies(body: &Value) -> bool {
+pub(crate) fn body_qualifies(body: &Value) -> bool {
     body.get("state").and_then(Value::as_str) == Some("current")
         && body.get("lameDuck").and_then(Value::as_bool) != Some(true)
 }
 
 /// Probes the daemon `record` describes. Without a key (a corrupt key file fails closed for
 /// control), identity rests on name, pid, instanceId and envFingerprint alone.
-pub async fn probe(
+pub(crate) async fn probe(
     record: &DaemonRecord,
     key: Option<&RunControlKey>,
     deadline: Duration,
@@ -85,7 +85,7 @@ pub async fn probe(
 
 /// Why [`get`] got no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum GetError {
+pub(crate) enum GetError {
     #[error("connect: {0}")]
     Connect(std::io::Error),
     #[error("no answer within the deadline")]
@@ -96,7 +96,11 @@ pub enum GetError {
 
 /// `GET <path>` on `127.0.0.1:<port>` with `Connection: close`; returns status and body.
 /// The whole exchange, connect included, is bounded by `deadline`.
-pub async fn get(port: u16, path: &str, deadline: Duration) -> Result<(u16, Vec<u8>), GetError> {
+pub(crate) async fn get(
+    port: u16,
+    path: &str,
+    deadline: Duration,
+) -> Result<(u16, Vec<u8>), GetError> {
     let exchange = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port))
             .await

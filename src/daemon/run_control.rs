@@ -18,11 +18,11 @@ use crate::model::RunId;
 
 /// How long a `run-control stop` waits for the run to settle before answering: inside the
 /// 5 s exchange deadline, so the caller gets an answer rather than a timeout.
-pub const STOP_ANSWER_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const STOP_ANSWER_WAIT: Duration = Duration::from_secs(3);
 
 /// The actions of protocol 1. `live-status` came later: callers fall back to
 /// `list-permissions` when an owner refuses it.
-pub const ACTIONS: [&str; 7] = [
+pub(crate) const ACTIONS: [&str; 7] = [
     "stop",
     "cancel-agent",
     "pause",
@@ -33,7 +33,7 @@ pub const ACTIONS: [&str; 7] = [
 ];
 
 /// Answers one verified `run-control` request carrying operation id `op`.
-pub async fn serve(
+pub(crate) async fn serve(
     engine: &Engine,
     health: &Health,
     op: &str,

@@ -29,10 +29,10 @@ use crate::discovery::{DaemonRecord, DiscoveryError, Paths, RunControlKey, compa
 use crate::env::{self, EnvSnapshot};
 
 /// How long a spawner waits for its daemon to become ready.
-pub const READY_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const READY_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a live daemon that does not answer `/healthz` is given before the spawner gives
 /// up (it never spawns a second daemon over the same store).
-pub const UNRESPONSIVE_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const UNRESPONSIVE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often readiness and an unresponsive daemon are re-probed.
 const POLL: Duration = Duration::from_millis(50);
 /// The readiness poll right after spawning, for the first `FAST_POLL_WINDOW`.
@@ -44,7 +44,7 @@ const UNRESPONSIVE_POLL: Duration = Duration::from_millis(500);
 /// The arguments of a self-spawned daemon: `daemon run --instance-id <uuid> [--supersede]
 /// [--port N] --log-file <log>`.
 #[derive(Clone, Debug)]
-pub struct SpawnArgs {
+pub(crate) struct SpawnArgs {
     /// Lets the spawner (and `daemon status`) recognise this particular daemon.
     pub instance_id: String,
     pub supersede: bool,
@@ -54,7 +54,7 @@ pub struct SpawnArgs {
 
 impl SpawnArgs {
     /// A fresh instance id, no supersession, the configured port.
-    pub fn new() -> SpawnArgs {
+    pub(crate) fn new() -> SpawnArgs {
         SpawnArgs {
             instance_id: uuid::Uuid::new_v4().to_string(),
             supersede: false,
@@ -63,7 +63,7 @@ impl SpawnArgs {
     }
 
     /// The argument list after the binary.
-    pub fn to_args(&self, log: &Path) -> Vec<OsString> {
+    pub(crate) fn to_args(&self, log: &Path) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "daemon".into(),
             "run".into(),
@@ -91,7 +91,7 @@ impl Default for SpawnArgs {
 
 /// Why no daemon could be made ready. Every message ends with a hint.
 #[derive(Debug, thiserror::Error)]
-pub enum EnsureError {
+pub(crate) enum EnsureError {
     #[error(
         "the agentprism daemon (pid {pid}, {url}) is running but did not answer /healthz within \
          {waited:?}; it may be stopped (SIGSTOP) or overloaded. Not starting a second daemon over \
@@ -141,7 +141,7 @@ pub enum EnsureError {
 
 /// How [`ensure_daemon`] finds or starts a daemon.
 #[derive(Clone, Debug)]
-pub struct EnsureOptions {
+pub(crate) struct EnsureOptions {
     /// The `agentprism` binary to spawn ([`daemon_binary`]).
     pub binary: PathBuf,
     /// `--port` for a spawned daemon; `None` lets it read `AGENTPRISM_DAEMON_PORT`.
@@ -156,7 +156,7 @@ pub struct EnsureOptions {
 
 /// Starting a daemon through the service manager `daemon install` set up (daemon.md 2).
 #[derive(Clone, Debug)]
-pub struct ManagedStart {
+pub(crate) struct ManagedStart {
     pub record: crate::service::install::ManagedRecord,
     pub paths: crate::service::install::InstallPaths,
     /// The version to start (`agentprism@<version>.service`).
@@ -166,7 +166,11 @@ pub struct ManagedStart {
 impl ManagedStart {
     /// The managed setup for a shim of `fingerprint` and `version`, if `managed.json` exists
     /// and was written for this env family.
-    pub fn for_family(env: &EnvSnapshot, fingerprint: &str, version: &str) -> Option<ManagedStart> {
+    pub(crate) fn for_family(
+        env: &EnvSnapshot,
+        fingerprint: &str,
+        version: &str,
+    ) -> Option<ManagedStart> {
         let home = PathBuf::from(env.home()?);
         let paths = crate::service::install::InstallPaths {
             binary: PathBuf::new(),
@@ -200,7 +204,7 @@ impl ManagedStart {
 
 impl EnsureOptions {
     /// The daemon.md deadlines (10 s each) and the binary from [`daemon_binary`].
-    pub fn new(binary: PathBuf) -> EnsureOptions {
+    pub(crate) fn new(binary: PathBuf) -> EnsureOptions {
         EnsureOptions {
             binary,
             port: None,
@@ -214,7 +218,7 @@ impl EnsureOptions {
 
 /// A daemon ready for new sessions.
 #[derive(Debug)]
-pub struct Ready {
+pub(crate) struct Ready {
     /// Its record, as the family pointer holds it; `record.url` is the MCP endpoint.
     pub record: DaemonRecord,
     /// Its `/healthz` answer.
@@ -229,7 +233,7 @@ pub struct Ready {
 /// ready (daemon.md 1.3): probe; take the spawn lock; probe again; spawn; wait for a
 /// qualifying pointer; release the lock. A live daemon that does not answer is waited for
 /// up to `unresponsive_deadline`, then reported, never replaced.
-pub async fn ensure_daemon(
+pub(crate) async fn ensure_daemon(
     paths: &Paths,
     fingerprint: &str,
     options: &EnsureOptions,
@@ -293,7 +297,7 @@ async fn take_spawn_lock(
 /// under the spawn lock, re-probe (another shim may have done it: a qualifying daemon of
 /// `min_version` or newer is adopted), else spawn `daemon run --supersede` and wait until the
 /// pointer names a qualifying daemon at least that new.
-pub async fn ensure_successor(
+pub(crate) async fn ensure_successor(
     paths: &Paths,
     fingerprint: &str,
     options: &EnsureOptions,
@@ -476,7 +480,7 @@ async fn find_ready(
 
 /// Starts `binary args` as a detached daemon (see the module documentation) with its output
 /// appended to `paths.daemon_log()`. The returned child is not killed on drop.
-pub fn spawn_daemon(
+pub(crate) fn spawn_daemon(
     binary: &Path,
     args: &[OsString],
     paths: &Paths,
@@ -575,7 +579,7 @@ fn detach_in_child() -> std::io::Result<()> {
 /// The `agentprism` binary to run as the daemon: `AGENTPRISM_DAEMON_BIN`; else this
 /// executable when it is `agentprism` itself; else the `agentprism` next to it (the shim's
 /// sibling, real path); else `agentprism` from `PATH`.
-pub fn daemon_binary(env: &EnvSnapshot) -> PathBuf {
+pub(crate) fn daemon_binary(env: &EnvSnapshot) -> PathBuf {
     if let Some(binary) = env.non_empty(env::DAEMON_BIN) {
         return PathBuf::from(binary);
     }

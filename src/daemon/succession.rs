@@ -30,7 +30,7 @@ use crate::discovery::{
 use crate::logging::notice;
 
 /// What the control handler needs to accept an announcement.
-pub struct Succession {
+pub(crate) struct Succession {
     pub paths: Paths,
     pub health: Arc<Health>,
     /// The main loop hears the successor's instance id here and does the rest of the
@@ -42,7 +42,7 @@ impl Succession {
     /// Serves a verified `announce-successor {successor:{instanceId,pid,version,url,
     /// controlUrl}}`: checks the claim against the pointer and the process table, turns lame
     /// duck, and lists the runs this daemon still executes.
-    pub fn accept(&self, from: &Peer, body: &Value) -> Result<Value, ControlError> {
+    pub(crate) fn accept(&self, from: &Peer, body: &Value) -> Result<Value, ControlError> {
         let successor = body
             .get("successor")
             .ok_or_else(|| ControlError::InvalidOperation("successor is required".into()))?;
@@ -111,7 +111,7 @@ impl Succession {
 
 /// The daemon the family pointer names when it is a verified live instance other than `own`:
 /// the process is alive as recorded and its `/healthz` proves the identity.
-pub async fn pointer_names_another(
+pub(crate) async fn pointer_names_another(
     paths: &Paths,
     own: &DaemonRecord,
     key: Option<&RunControlKey>,
@@ -127,7 +127,7 @@ pub async fn pointer_names_another(
 }
 
 /// Writes the one-way door into this daemon's own record.
-pub fn record_superseded(paths: &Paths, own: &DaemonRecord, successor: &str) {
+pub(crate) fn record_superseded(paths: &Paths, own: &DaemonRecord, successor: &str) {
     let mut record = own.clone();
     record.state = DaemonState::Superseded;
     record.superseded_by = Some(successor.to_owned());
@@ -140,13 +140,13 @@ pub fn record_superseded(paths: &Paths, own: &DaemonRecord, successor: &str) {
 
 /// Whether the daemon a pointer names still holds it: alive as recorded and not superseded.
 /// The liveness test every pointer claim of a daemon uses.
-pub fn holds_pointer(paths: &Paths, record: &DaemonRecord) -> bool {
+pub(crate) fn holds_pointer(paths: &Paths, record: &DaemonRecord) -> bool {
     process_alive_as(record).is_alive() && !is_superseded(paths, record)
 }
 
 /// Whether `record`'s daemon has stepped aside: its own instance record says `superseded`.
 /// A pointer naming such a daemon may be replaced like a dead one.
-pub fn is_superseded(paths: &Paths, record: &DaemonRecord) -> bool {
+pub(crate) fn is_superseded(paths: &Paths, record: &DaemonRecord) -> bool {
     match read_record(&paths.instance_record(record.pid)) {
         RecordRead::Ours(current) => {
             current.instance_id == record.instance_id && current.state == DaemonState::Superseded
@@ -157,7 +157,7 @@ pub fn is_superseded(paths: &Paths, record: &DaemonRecord) -> bool {
 
 /// The successor's side: tells `predecessor` that `own` took over. Returns its answer, or
 /// why it could not be reached (the predecessor then notices the pointer on its own).
-pub async fn announce(
+pub(crate) async fn announce(
     key: &RunControlKey,
     own: &DaemonRecord,
     predecessor: &DaemonRecord,

@@ -9,16 +9,18 @@ use std::os::unix::ffi::OsStrExt;
 
 use sha2::{Digest, Sha256};
 
-use crate::env::{self, EnvSnapshot};
+use crate::env;
+#[cfg(test)]
+use crate::env::EnvSnapshot;
 
 /// Variables with these prefixes are hashed.
-pub const PREFIXES: [&str; 4] = ["AGENTPRISM_", "OPENCODE_ACP_", "PI_ACP_", "CODEX_ACP_"];
+pub(crate) const PREFIXES: [&str; 4] = ["AGENTPRISM_", "OPENCODE_ACP_", "PI_ACP_", "CODEX_ACP_"];
 
 /// Variables left out although their prefix matches: they tune lifetimes or diagnostics of a
 /// daemon, not what it computes, so shims differing only in them share one daemon.
 /// `AGENTPRISM_LOG` only changes what is logged, and `AGENTPRISM_TEST_VERSION` is the version
 /// (which differs between generations of one family), hence they are here too.
-pub const EXCLUDED: [&str; 4] = [
+pub(crate) const EXCLUDED: [&str; 4] = [
     env::DAEMON_IDLE_TTL_MS,
     env::SESSION_TTL_MS,
     env::LOG,
@@ -26,7 +28,7 @@ pub const EXCLUDED: [&str; 4] = [
 ];
 
 /// Hex digits of SHA-256 kept in a fingerprint.
-pub const LENGTH: usize = 16;
+pub(crate) const LENGTH: usize = 16;
 
 /// The fingerprint of the calling process's environment. Reads `vars_os`, so variables that
 /// are not UTF-8 count too (by their bytes).
@@ -36,7 +38,8 @@ pub fn current_fingerprint() -> String {
 
 /// The fingerprint of a snapshot. A snapshot has dropped non-UTF-8 values, so prefer
 /// [`current_fingerprint`] for the live process.
-pub fn fingerprint_of_snapshot(env: &EnvSnapshot) -> String {
+#[cfg(test)]
+pub(crate) fn fingerprint_of_snapshot(env: &EnvSnapshot) -> String {
     fingerprint_of(
         env.iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
@@ -68,7 +71,7 @@ pub fn fingerprint_of(pairs: impl IntoIterator<Item = (OsString, OsString)>) -> 
 /// ([`env::HOST_SESSION_MARKERS`]) never do: no prefix above matches them today, and the
 /// explicit check keeps it so if a prefix is ever added. Two host sessions of one user must
 /// share a daemon.
-pub fn is_relevant(key: &[u8]) -> bool {
+pub(crate) fn is_relevant(key: &[u8]) -> bool {
     PREFIXES
         .iter()
         .any(|prefix| key.starts_with(prefix.as_bytes()))

@@ -10,7 +10,7 @@ use super::key::{RunControlKey, new_nonce, verify_healthz_proof};
 use super::record::DAEMON_NAME;
 
 /// How long a shim waits for `/healthz` before calling the daemon unresponsive.
-pub const HEALTHZ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const HEALTHZ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A challenge for one probe: the nonce and the URL carrying it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use super::Paths;
 use super::paths::FILE_MODE;
 
 /// Format version of the key file.
-pub const KEY_FILE_VERSION: u64 = 1;
+pub(crate) const KEY_FILE_VERSION: u64 = 1;
 /// Key length in bytes.
-pub const KEY_LENGTH: usize = 32;
+pub(crate) const KEY_LENGTH: usize = 32;
 
 /// Why the key cannot be used. Every variant means "fail closed".
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +64,10 @@ impl RunControlKey {
 
     /// [`RunControlKey::load_or_create`] for another secret of the same format (the HTTP
     /// bearer token).
-    pub fn load_or_create_at(paths: &Paths, path: PathBuf) -> Result<RunControlKey, KeyError> {
+    pub(crate) fn load_or_create_at(
+        paths: &Paths,
+        path: PathBuf,
+    ) -> Result<RunControlKey, KeyError> {
         match RunControlKey::load(&path) {
             Err(KeyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
             other => return other,
@@ -201,7 +204,7 @@ pub fn verify_healthz_proof(
 }
 
 /// A fresh challenge for `/healthz`: 16 random bytes as hex.
-pub fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     crate::util::hex(uuid::Uuid::new_v4().as_bytes())
 }
 

@@ -6,17 +6,17 @@
 //! filesystem and process code: the HTTP transport sends the `/healthz` probe that completes
 //! identity and checks the answer with [`healthz::verify_identity`].
 
-pub mod fingerprint;
+pub(crate) mod fingerprint;
 pub mod healthz;
-pub mod key;
+pub(crate) mod key;
 pub mod liveness;
-pub mod paths;
+pub(crate) mod paths;
 pub mod pointer;
 pub mod process_table;
 pub mod record;
-pub mod spawn_lock;
-pub mod token;
-pub mod version;
+pub(crate) mod spawn_lock;
+pub(crate) mod token;
+pub(crate) mod version;
 
 use std::path::PathBuf;
 
@@ -28,7 +28,7 @@ pub use pointer::{Claim, claim_pointer, clear_pointer_if_mine, remove_own_record
 pub use process_table::{DaemonProcess, Entry, ProcessScan, Role, reconcile, signal_verified};
 pub use record::{DaemonRecord, DaemonState, RecordRead};
 pub use spawn_lock::SpawnLock;
-pub use version::compare_versions;
+pub(crate) use version::compare_versions;
 
 /// What went wrong while reading or writing discovery state. Callers branch on the kind: a
 /// lock timeout is a startup error with a hint, a key error turns control off.

@@ -10,9 +10,9 @@ use super::{DiscoveryError, Result};
 use crate::env::{self, EnvSnapshot};
 
 /// Mode of every folder discovery creates.
-pub const FOLDER_MODE: u32 = 0o700;
+pub(crate) const FOLDER_MODE: u32 = 0o700;
 /// Mode of every file discovery creates.
-pub const FILE_MODE: u32 = 0o600;
+pub(crate) const FILE_MODE: u32 = 0o600;
 
 /// The discovery layout under one persistence root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +47,7 @@ impl Paths {
     }
 
     /// `R/daemons/instances/`: one record per live daemon.
-    pub fn instances_dir(&self) -> PathBuf {
+    pub(crate) fn instances_dir(&self) -> PathBuf {
         self.daemons_dir().join("instances")
     }
 
@@ -67,23 +67,23 @@ impl Paths {
     }
 
     /// `R/daemons/<fp>.pointer.lock`: held by a daemon around a pointer CAS or clear.
-    pub fn pointer_lock(&self, fingerprint: &str) -> PathBuf {
+    pub(crate) fn pointer_lock(&self, fingerprint: &str) -> PathBuf {
         self.daemons_dir()
             .join(format!("{fingerprint}.pointer.lock"))
     }
 
     /// `R/daemons/run-control-key.json`.
-    pub fn run_control_key(&self) -> PathBuf {
+    pub(crate) fn run_control_key(&self) -> PathBuf {
         self.daemons_dir().join("run-control-key.json")
     }
 
     /// `R/daemons/http-token.json`: the HTTP bearer token, in the run-control key's format.
-    pub fn http_token(&self) -> PathBuf {
+    pub(crate) fn http_token(&self) -> PathBuf {
         self.daemons_dir().join("http-token.json")
     }
 
     /// `R/logs/`.
-    pub fn logs_dir(&self) -> PathBuf {
+    pub(crate) fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
     }
 
@@ -107,7 +107,7 @@ impl Paths {
 
 /// Creates `dir` with mode 0700 (its parent must exist), or checks an existing one: it must
 /// be a folder owned by us; a wider mode is narrowed to 0700.
-pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(FOLDER_MODE).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

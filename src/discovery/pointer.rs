@@ -13,7 +13,7 @@ use super::record::{RecordRead, read_record, write_record};
 use super::{DaemonRecord, DiscoveryError, Paths, Result, compare_versions, lock_file};
 
 /// How long a daemon waits for another daemon's pointer CAS, which takes milliseconds.
-pub const POINTER_LOCK_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const POINTER_LOCK_DEADLINE: Duration = Duration::from_secs(5);
 
 /// What [`claim_pointer`] did.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,7 +69,7 @@ pub fn claim_pointer(
 }
 
 /// The pointer of family `fingerprint`, if it holds a record of ours.
-pub fn read_pointer(paths: &Paths, fingerprint: &str) -> Option<DaemonRecord> {
+pub(crate) fn read_pointer(paths: &Paths, fingerprint: &str) -> Option<DaemonRecord> {
     super::record::read_own_record(&paths.pointer(fingerprint))
 }
 

@@ -119,7 +119,7 @@ impl ProcessScan {
     }
 
     /// Also recognise `binary` (canonicalised when possible), e.g. `AGENTPRISM_DAEMON_BIN`.
-    pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> ProcessScan {
+    pub(crate) fn with_binary(mut self, binary: impl Into<PathBuf>) -> ProcessScan {
         let binary = binary.into();
         self.binaries
             .push(std::fs::canonicalize(&binary).unwrap_or(binary));
@@ -379,7 +379,7 @@ pub fn signal_target(target: SignalTarget, signal: Signal) -> Result<Signalled, 
 }
 
 /// The value of `--instance-id <id>` or `--instance-id=<id>`.
-pub fn instance_id_arg(cmdline: &[OsString]) -> Option<String> {
+pub(crate) fn instance_id_arg(cmdline: &[OsString]) -> Option<String> {
     let mut args = cmdline.iter().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--instance-id" {
@@ -425,7 +425,7 @@ pub(crate) mod pidfd {
     use nix::libc;
     use nix::sys::signal::Signal;
 
-    pub fn open(pid: i32) -> Result<OwnedFd, Errno> {
+    pub(crate) fn open(pid: i32) -> Result<OwnedFd, Errno> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is
         // passed.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -436,7 +436,7 @@ pub(crate) mod pidfd {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
-    pub fn send_signal(fd: &OwnedFd, signal: Signal) -> Result<(), Errno> {
+    pub(crate) fn send_signal(fd: &OwnedFd, signal: Signal) -> Result<(), Errno> {
         // SAFETY: a valid pidfd, a signal number, a null siginfo (the kernel fills in a
         // default one) and zero flags.
         let rc = unsafe {
@@ -457,13 +457,13 @@ pub(crate) mod pidfd {
     use nix::errno::Errno;
     use nix::sys::signal::Signal;
 
-    pub struct Fd;
+    pub(crate) struct Fd;
 
     pub fn open(_pid: i32) -> Result<Fd, Errno> {
         Err(Errno::ENOSYS)
     }
 
-    pub fn send_signal(_fd: &Fd, _signal: Signal) -> Result<(), Errno> {
+    pub(crate) fn send_signal(_fd: &Fd, _signal: Signal) -> Result<(), Errno> {
         Err(Errno::ENOSYS)
     }
 }

@@ -12,14 +12,14 @@ use super::paths::FILE_MODE;
 use super::{DiscoveryError, Paths, Result};
 
 /// `name` of every agentprism daemon record and `/healthz` body.
-pub const DAEMON_NAME: &str = "agentprism-daemon";
+pub(crate) const DAEMON_NAME: &str = "agentprism-daemon";
 /// `implementation` of our records (daemon.md Decision 1): a shim only adopts or supersedes
 /// daemons of its own implementation.
-pub const IMPLEMENTATION: &str = "agentprism-rs";
+pub(crate) const IMPLEMENTATION: &str = "agentprism-rs";
 /// The record format this build writes and understands.
-pub const RECORD_VERSION: u32 = 1;
+pub(crate) const RECORD_VERSION: u32 = 1;
 /// The control protocol this build speaks.
-pub const CONTROL_PROTOCOL: u32 = 1;
+pub(crate) const CONTROL_PROTOCOL: u32 = 1;
 
 /// One daemon instance as it describes itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,18 +140,18 @@ impl DaemonRecord {
     }
 
     /// Whether this record names the same daemon instance as `other`.
-    pub fn same_instance(&self, other: &DaemonRecord) -> bool {
+    pub(crate) fn same_instance(&self, other: &DaemonRecord) -> bool {
         self.pid == other.pid && self.instance_id == other.instance_id
     }
 }
 
 /// `http://127.0.0.1:<port>/mcp`.
-pub fn mcp_url(port: u16) -> String {
+pub(crate) fn mcp_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}/mcp")
 }
 
 /// Classifies JSON text as one of ours, foreign, or malformed.
-pub fn parse_record(bytes: &[u8]) -> RecordRead {
+pub(crate) fn parse_record(bytes: &[u8]) -> RecordRead {
     let value: serde_json::Value = match serde_json::from_slice(bytes) {
         Ok(value) => value,
         Err(e) => {
@@ -209,7 +209,7 @@ pub fn parse_record(bytes: &[u8]) -> RecordRead {
 }
 
 /// Reads one record file.
-pub fn read_record(path: &Path) -> RecordRead {
+pub(crate) fn read_record(path: &Path) -> RecordRead {
     match std::fs::read(path) {
         Ok(bytes) => parse_record(&bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => RecordRead::Absent,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{Paths, Result, lock_file};
 
 /// How long a shim waits for the spawn lock before giving up with a hint.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A held spawn lock; dropping it releases the lock.
 #[derive(Debug)]

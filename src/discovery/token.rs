@@ -14,23 +14,24 @@ static SENT: OnceLock<Option<String>> = OnceLock::new();
 /// Decides, once per process, whether its requests to daemons carry the token: only where
 /// the kernel cannot name a connection's user (`needed`), so a token never travels where the
 /// listener does not ask for it.
-pub fn remember(paths: &Paths, needed: bool) {
+pub(crate) fn remember(paths: &Paths, needed: bool) {
     SENT.get_or_init(|| needed.then(|| load_or_create(paths).ok()).flatten());
 }
 
 /// The token to send as `Authorization: Bearer`, if [`remember`] decided on one.
-pub fn sent() -> Option<&'static str> {
+pub(crate) fn sent() -> Option<&'static str> {
     SENT.get().and_then(Option::as_deref)
 }
 
 /// The token, created on first use. A doubtful file is an error: the caller then has no token
 /// and its listener accepts no token-authenticated request (fail closed).
-pub fn load_or_create(paths: &Paths) -> Result<String, KeyError> {
+pub(crate) fn load_or_create(paths: &Paths) -> Result<String, KeyError> {
     RunControlKey::load_or_create_at(paths, paths.http_token()).map(|key| key.to_bearer())
 }
 
-/// The token if one exists and is sound (shims: never create it, the daemon does).
-pub fn load(paths: &Paths) -> Option<String> {
+/// The token if one exists and is sound.
+#[cfg(test)]
+fn load(paths: &Paths) -> Option<String> {
     RunControlKey::load(&paths.http_token())
         .ok()
         .map(|key| key.to_bearer())

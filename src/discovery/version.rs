@@ -9,7 +9,7 @@
 use std::cmp::Ordering;
 
 /// Total order on version strings (ties: equal up to build metadata, or identical).
-pub fn compare_versions(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare_versions(a: &str, b: &str) -> Ordering {
     match (parse(a), parse(b)) {
         (Some(x), Some(y)) => {
             x.triple

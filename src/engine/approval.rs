@@ -19,10 +19,10 @@ use crate::engine::runner::BackendSpec;
 use crate::model::{RunRecord, SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend};
 
 /// The `reason` of a run whose backend approval was declined or cancelled.
-pub const SETUP_DECLINED: &str = "setup_declined";
+pub(crate) const SETUP_DECLINED: &str = "setup_declined";
 
 /// What a masked `env` value is shown as.
-pub const MASKED: &str = "<masked>";
+pub(crate) const MASKED: &str = "<masked>";
 
 /// The pending setup of a run whose script declares `backends`.
 pub fn backend_approval_setup(declared: &BTreeMap<String, BackendSpec>) -> SetupWait {
@@ -56,7 +56,7 @@ pub fn backend_approval_setup(declared: &BTreeMap<String, BackendSpec>) -> Setup
 }
 
 /// Whether `record` is a run whose backend approval was declined or cancelled.
-pub fn setup_declined(record: &RunRecord) -> bool {
+pub(crate) fn setup_declined(record: &RunRecord) -> bool {
     record
         .setup
         .as_ref()
@@ -65,7 +65,7 @@ pub fn setup_declined(record: &RunRecord) -> bool {
 
 /// Whether `record` has no setup, or one whose approval was given. A run whose setup was
 /// never approved has not been allowed to start its script's backends, so it may not run.
-pub fn setup_approved(record: &RunRecord) -> bool {
+pub(crate) fn setup_approved(record: &RunRecord) -> bool {
     record
         .setup
         .as_ref()
@@ -74,7 +74,7 @@ pub fn setup_approved(record: &RunRecord) -> bool {
 
 /// Records an unanswered setup as cancelled (a `stop` of a run waiting for approval).
 /// Returns whether there was one.
-pub fn cancel_pending_setup(record: &mut RunRecord) -> bool {
+pub(crate) fn cancel_pending_setup(record: &mut RunRecord) -> bool {
     let Some(setup) = record.setup.as_mut() else {
         return false;
     };
@@ -140,7 +140,7 @@ fn shown_value(name: &str, value: &str) -> String {
 
 /// Whether an `env` value is masked: by its name only, and never for the variables that
 /// change what a process loads or runs.
-pub fn is_masked(name: &str) -> bool {
+pub(crate) fn is_masked(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     if upper.starts_with("LD_") || upper == "PATH" || upper == "NODE_OPTIONS" {
         return false;
@@ -166,7 +166,7 @@ fn is_plain_name(name: &str) -> bool {
 /// A word with control characters or invisible format characters (bidi overrides,
 /// zero-width spaces) is written as bash's `$'…'` with escapes instead, so nothing in it can
 /// hide or reorder what is shown; bash, zsh and ksh read that form back exactly.
-pub fn shell_quote(word: &str) -> String {
+pub(crate) fn shell_quote(word: &str) -> String {
     if !word.is_empty()
         && word
             .chars()

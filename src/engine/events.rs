@@ -17,7 +17,7 @@ use crate::engine::preview;
 use crate::model::{EventRecord, RunId};
 
 /// Largest serialized event record; bigger ones are cut down to their type and a note.
-pub const MAX_EVENT_BYTES: usize = 65_536;
+pub(crate) const MAX_EVENT_BYTES: usize = 65_536;
 
 /// Whether `value`'s compact JSON is longer than `max` bytes, counted without building it
 /// (and no further than `max` + 1 bytes).
@@ -112,7 +112,7 @@ impl Fields {
     }
 
     /// A free text or `null`.
-    pub fn opt_text(self, key: &'static str, text: Option<&str>) -> Fields {
+    pub(crate) fn opt_text(self, key: &'static str, text: Option<&str>) -> Fields {
         match text {
             Some(text) => self.text(key, text),
             None => self.fixed(key, Value::Null),
@@ -156,7 +156,7 @@ fn fixed_key(key: &str) -> bool {
 }
 
 /// The driver's event writer for one generation.
-pub struct EventLog {
+pub(crate) struct EventLog {
     run_id: RunId,
     /// The run id as the projection stores it in each event's `runId` (and whether that
     /// redacted something): the same for every event of the log, so projected once.
@@ -171,7 +171,7 @@ pub struct EventLog {
 
 impl EventLog {
     /// Continues a stream whose last written seq is `last_seq`.
-    pub fn new(
+    pub(crate) fn new(
         run_id: RunId,
         last_seq: u64,
         notices: Option<broadcast::Sender<RunNotice>>,
@@ -190,7 +190,7 @@ impl EventLog {
 
     /// A log whose events are numbered and dropped, for a generation that writes nothing
     /// and that nobody watches (the dry run).
-    pub fn discarding(run_id: RunId, last_seq: u64) -> EventLog {
+    pub(crate) fn discarding(run_id: RunId, last_seq: u64) -> EventLog {
         EventLog {
             discard: true,
             ..EventLog::new(run_id, last_seq, None)
@@ -198,18 +198,18 @@ impl EventLog {
     }
 
     /// Whether pushed events are dropped: callers may skip building them.
-    pub fn discards(&self) -> bool {
+    pub(crate) fn discards(&self) -> bool {
         self.discard
     }
 
     /// Numbers `count` events of a discarding log without building them.
-    pub fn skip(&mut self, count: u64) {
+    pub(crate) fn skip(&mut self, count: u64) {
         debug_assert!(self.discard, "only a discarding log drops events");
         self.next_seq += count;
     }
 
     /// Appends `{type, runId, scope, ...fields}`, projected member by member (see [`Fields`]).
-    pub fn push_fields(&mut self, kind: &'static str, scope: &str, fields: Fields) {
+    pub(crate) fn push_fields(&mut self, kind: &'static str, scope: &str, fields: Fields) {
         if self.discard {
             self.next_seq += 1;
             return;
@@ -237,7 +237,7 @@ impl EventLog {
     }
 
     /// Appends `{type, runId, scope, ...fields}` to the buffer.
-    pub fn push(&mut self, kind: &str, scope: &str, fields: Value) {
+    pub(crate) fn push(&mut self, kind: &str, scope: &str, fields: Value) {
         if self.discard {
             self.next_seq += 1;
             return;
@@ -285,21 +285,21 @@ impl EventLog {
     }
 
     /// Takes the buffered events for a write.
-    pub fn take(&mut self) -> Vec<EventRecord> {
+    pub(crate) fn take(&mut self) -> Vec<EventRecord> {
         std::mem::take(&mut self.pending)
     }
 
     /// Puts events back after a failed write, ahead of newer ones.
-    pub fn restore(&mut self, mut events: Vec<EventRecord>) {
+    pub(crate) fn restore(&mut self, mut events: Vec<EventRecord>) {
         events.append(&mut self.pending);
         self.pending = events;
     }
 
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
 
-    pub fn last_seq(&self) -> u64 {
+    pub(crate) fn last_seq(&self) -> u64 {
         self.next_seq - 1
     }
 }

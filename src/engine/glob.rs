@@ -8,10 +8,10 @@
 //! the cost is bounded by `pattern × label` and never exponential.
 
 /// Longest accepted pattern, in code points (engine.md 6.1).
-pub const MAX_GLOB_CHARS: usize = 128;
+pub(crate) const MAX_GLOB_CHARS: usize = 128;
 
 /// Whether `text` matches `pattern` as a whole.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let tokens = parse(pattern);
     let text: Vec<char> = text.chars().collect();
 
@@ -57,7 +57,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 /// Checks a `labelGlob` before use: 1 to 128 code points.
-pub fn check_glob(pattern: &str) -> Result<(), String> {
+pub(crate) fn check_glob(pattern: &str) -> Result<(), String> {
     let count = pattern.chars().count();
     if count == 0 {
         return Err("labelGlob must not be empty".to_owned());

@@ -22,6 +22,7 @@ use crate::engine::runner::{
     SessionSpec, StopReason, TurnOutput, TurnRequest,
 };
 use crate::model::Usage;
+use crate::util::sync::Lock;
 
 /// Answers instantly; counts the prompts and probes it served.
 #[derive(Default)]
@@ -39,7 +40,8 @@ impl InstantRunner {
     }
 
     /// A runner that also keeps what it was sent ([`InstantRunner::turns`]).
-    pub fn recording() -> Arc<InstantRunner> {
+    #[cfg(test)]
+    pub(crate) fn recording() -> Arc<InstantRunner> {
         Arc::new(InstantRunner {
             turns: Some(Arc::default()),
             ..InstantRunner::default()
@@ -61,7 +63,7 @@ impl InstantRunner {
     pub fn turns(&self) -> Vec<Vec<Value>> {
         self.turns
             .as_ref()
-            .and_then(|turns| turns.lock().ok().map(|turns| turns.clone()))
+            .map(|turns| turns.locked().clone())
             .unwrap_or_default()
     }
 }
@@ -101,10 +103,8 @@ impl AgentSession for InstantSession {
         _cancel: CancellationToken,
     ) -> Result<TurnOutput, AgentFailure> {
         self.prompts.fetch_add(1, Ordering::Relaxed);
-        if let Some(turns) = &self.turns
-            && let Ok(mut turns) = turns.lock()
-        {
-            turns.push(turn.prompt.clone());
+        if let Some(turns) = &self.turns {
+            turns.locked().push(turn.prompt.clone());
         }
         let text = turn
             .prompt

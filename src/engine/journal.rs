@@ -16,7 +16,7 @@ use crate::util::sha256_hex;
 
 /// The parts of an agent call that define what it asks.
 #[derive(Clone, Debug, Default)]
-pub struct AgentIdentity<'a> {
+pub(crate) struct AgentIdentity<'a> {
     pub prompt: &'a str,
     pub model: Option<&'a str>,
     pub mode: Option<&'a str>,
@@ -33,7 +33,7 @@ pub struct AgentIdentity<'a> {
 /// `hash` = sha256 of `JSON.stringify({prompt, model, [mode], [configOptions], tier, phase,
 /// agentType, agentDef, schema})` in that key order; absent values are `null`, and `mode` and
 /// `configOptions` are left out when unset.
-pub fn agent_hash(identity: &AgentIdentity<'_>) -> String {
+pub(crate) fn agent_hash(identity: &AgentIdentity<'_>) -> String {
     /// The hashed object, serialized straight from borrowed fields in the key order above
     /// (the bytes `JSON.stringify` gives), instead of from a `Value` tree of copies.
     #[derive(serde::Serialize)]
@@ -71,12 +71,12 @@ pub fn agent_hash(identity: &AgentIdentity<'_>) -> String {
 /// `inputsHash` = sha256 of the key-sorted canonical JSON of the call's operational inputs
 /// (`cwd`, `isolation`, `keepSession`, `images`, `mcpServers`, `meta`, `promptMeta`, `label`,
 /// `backends`).
-pub fn inputs_hash(inputs: &Value) -> String {
+pub(crate) fn inputs_hash(inputs: &Value) -> String {
     sha256_hex(canonical_json(inputs).as_bytes())
 }
 
 /// Checkpoint `hash` = sha256 of `JSON.stringify({promptText, kind, choices})`.
-pub fn checkpoint_hash(prompt: &str, kind: &str, choices: Option<&Value>) -> String {
+pub(crate) fn checkpoint_hash(prompt: &str, kind: &str, choices: Option<&Value>) -> String {
     let mut map = Map::new();
     map.insert("promptText".into(), Value::String(prompt.to_owned()));
     map.insert("kind".into(), Value::String(kind.to_owned()));
@@ -85,7 +85,7 @@ pub fn checkpoint_hash(prompt: &str, kind: &str, choices: Option<&Value>) -> Str
 }
 
 /// JSON with every object's keys sorted, recursively, and no whitespace.
-pub fn canonical_json(value: &Value) -> String {
+pub(crate) fn canonical_json(value: &Value) -> String {
     let mut out = Vec::new();
     write_canonical(value, &mut out);
     // Only whole JSON tokens and the structural bytes are written, so this is UTF-8.
@@ -131,7 +131,7 @@ fn write_scalar(value: &impl serde::Serialize, out: &mut Vec<u8>) {
 
 /// Why a call ran live instead of replaying (kept in logs and tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LiveReason {
+pub(crate) enum LiveReason {
     NotRecorded,
     AmbiguousIdentity,
     AmbiguousContent,
@@ -143,7 +143,7 @@ pub enum LiveReason {
 
 /// The pool's answer for one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReplayDecision {
+pub(crate) enum ReplayDecision {
     /// Replay pool row `row`; `match_kind` is `path-hash` or `unique-hash`.
     Replay {
         row: usize,
@@ -158,7 +158,7 @@ pub enum ReplayDecision {
 /// few rows that share the call's identity instead of scanning the whole pool: a resume of a
 /// 10,000-call journal is linear, not quadratic.
 #[derive(Debug, Default)]
-pub struct ReplayPool {
+pub(crate) struct ReplayPool {
     rows: Vec<CallRecord>,
     consumed: Vec<bool>,
     /// For a script revision: only rows at or after this position (in recorded order) are
@@ -182,7 +182,7 @@ fn digest(parts: &[Option<&str>]) -> u64 {
 
 impl ReplayPool {
     /// A pool over `rows` (ordered by generation, then index). `ordered` is set for revisions.
-    pub fn new(rows: Vec<CallRecord>, ordered: bool) -> ReplayPool {
+    pub(crate) fn new(rows: Vec<CallRecord>, ordered: bool) -> ReplayPool {
         let consumed = vec![false; rows.len()];
         let mut by_path: HashMap<u64, Vec<usize>> = HashMap::new();
         let mut by_inputs: HashMap<u64, Vec<usize>> = HashMap::new();
@@ -212,20 +212,24 @@ impl ReplayPool {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
-    pub fn rows(&self) -> &[CallRecord] {
+    #[cfg(test)]
+    pub(crate) fn rows(&self) -> &[CallRecord] {
         &self.rows
     }
 
-    pub fn row(&self, row: usize) -> &CallRecord {
+    pub(crate) fn row(&self, row: usize) -> &CallRecord {
         &self.rows[row]
     }
 
     /// The rows whose `hash` is `hash`, in pool order.
-    pub fn rows_with_hash<'a>(&'a self, hash: &'a str) -> impl Iterator<Item = &'a CallRecord> {
+    pub(crate) fn rows_with_hash<'a>(
+        &'a self,
+        hash: &'a str,
+    ) -> impl Iterator<Item = &'a CallRecord> {
         self.by_hash
             .get(&digest(&[Some(hash)]))
             .map_or(&[][..], Vec::as_slice)
@@ -266,7 +270,7 @@ impl ReplayPool {
     }
 
     /// Decides whether a call replays, by the rules of engine.md 2.4.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         kind: CallKind,
         path: Option<&str>,
@@ -325,7 +329,7 @@ impl ReplayPool {
     }
 
     /// Marks a row replayed; with ordering, later calls may only match rows after it.
-    pub fn consume(&mut self, row: usize) {
+    pub(crate) fn consume(&mut self, row: usize) {
         self.consumed[row] = true;
         if let Some(cursor) = self.ordered_cursor.as_mut() {
             *cursor = (*cursor).max(row + 1);
@@ -333,7 +337,7 @@ impl ReplayPool {
     }
 
     /// Rows of the same identity a live call re-executes: they stop being candidates.
-    pub fn superseded_by_live(
+    pub(crate) fn superseded_by_live(
         &self,
         kind: CallKind,
         path: Option<&str>,

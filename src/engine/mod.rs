@@ -11,9 +11,9 @@
 pub mod approval;
 pub mod driver;
 pub mod events;
-pub mod glob;
+pub(crate) mod glob;
 pub mod instant;
-pub mod journal;
+pub(crate) mod journal;
 pub mod manager;
 pub mod permissions;
 pub mod prepare;
@@ -23,10 +23,10 @@ pub mod reopen;
 pub mod routing;
 pub mod runner;
 pub mod schema;
-pub mod script;
-pub mod sources;
-pub mod status;
-pub mod vm;
+pub(crate) mod script;
+pub(crate) mod sources;
+pub(crate) mod status;
+pub(crate) mod vm;
 
 pub use manager::{
     Admission, Engine, EngineConfig, EngineError, EngineResult, LimitOverrides, ResumeRequest,

@@ -14,14 +14,15 @@ use crate::engine::events::RunNotice;
 use crate::engine::redact;
 use crate::engine::runner::{PermissionOutcome, PermissionRequest};
 use crate::model::RunId;
+use crate::util::sync::Lock;
 
 /// Largest serialized option list a request may have; larger ones are cancelled rather than
 /// shown partially.
-pub const MAX_OPTIONS_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_OPTIONS_BYTES: usize = 64 * 1024;
 
 /// A request waiting for an answer, as status shows it.
 #[derive(Clone, Debug)]
-pub struct PendingPermission {
+pub(crate) struct PendingPermission {
     pub permission_id: String,
     pub run_id: String,
     pub call_index: u32,
@@ -32,7 +33,7 @@ pub struct PendingPermission {
 }
 
 impl PendingPermission {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "permissionId": self.permission_id,
             "callIndex": self.call_index,
@@ -50,14 +51,14 @@ struct Waiting {
 
 /// Shared by every run of a process.
 #[derive(Clone, Default)]
-pub struct PermissionBroker {
+pub(crate) struct PermissionBroker {
     waiting: Arc<Mutex<BTreeMap<String, Waiting>>>,
     notices: Option<broadcast::Sender<RunNotice>>,
 }
 
 /// Why an answer was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PermissionError {
+pub(crate) enum PermissionError {
     #[error(
         "no pending permission request {0} for this run (it may have been answered, or its owner process ended)"
     )]
@@ -67,7 +68,7 @@ pub enum PermissionError {
 }
 
 impl PermissionBroker {
-    pub fn new(notices: Option<broadcast::Sender<RunNotice>>) -> PermissionBroker {
+    pub(crate) fn new(notices: Option<broadcast::Sender<RunNotice>>) -> PermissionBroker {
         PermissionBroker {
             waiting: Arc::default(),
             notices,
@@ -75,7 +76,7 @@ impl PermissionBroker {
     }
 
     /// Parks a request until it is answered; `Cancelled` if the broker drops it.
-    pub async fn ask(&self, request: PermissionRequest) -> PermissionOutcome {
+    pub(crate) async fn ask(&self, request: PermissionRequest) -> PermissionOutcome {
         let options_size = serde_json::to_string(&request.options)
             .map(|s| s.len())
             .unwrap_or(usize::MAX);
@@ -93,15 +94,13 @@ impl PermissionBroker {
             tool_call,
         };
         let (sender, receiver) = oneshot::channel();
-        if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.insert(
-                permission_id.clone(),
-                Waiting {
-                    pending: pending.clone(),
-                    answer: sender,
-                },
-            );
-        }
+        self.waiting.locked().insert(
+            permission_id.clone(),
+            Waiting {
+                pending: pending.clone(),
+                answer: sender,
+            },
+        );
         if let (Some(notices), Ok(run_id)) = (&self.notices, RunId::parse(&request.run_id)) {
             let _ = notices.send(RunNotice::Permission {
                 run_id,
@@ -119,38 +118,31 @@ impl PermissionBroker {
     }
 
     /// The requests waiting for one run, oldest first.
-    pub fn pending(&self, run_id: &str) -> Vec<PendingPermission> {
+    pub(crate) fn pending(&self, run_id: &str) -> Vec<PendingPermission> {
         self.waiting
-            .lock()
-            .map(|waiting| {
-                waiting
-                    .values()
-                    .filter(|w| w.pending.run_id == run_id)
-                    .map(|w| w.pending.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+            .locked()
+            .values()
+            .filter(|w| w.pending.run_id == run_id)
+            .map(|w| w.pending.clone())
+            .collect()
     }
 
     /// Whether a request of `run_id` waits (`pending` without building the list).
-    pub fn has_pending(&self, run_id: &str) -> bool {
+    pub(crate) fn has_pending(&self, run_id: &str) -> bool {
         self.waiting
-            .lock()
-            .map(|waiting| waiting.values().any(|w| w.pending.run_id == run_id))
-            .unwrap_or(true)
+            .locked()
+            .values()
+            .any(|w| w.pending.run_id == run_id)
     }
 
     /// Answers a request of `run_id`.
-    pub fn answer(
+    pub(crate) fn answer(
         &self,
         run_id: &str,
         permission_id: &str,
         outcome: PermissionOutcome,
     ) -> Result<(), PermissionError> {
-        let mut waiting = self
-            .waiting
-            .lock()
-            .map_err(|_| PermissionError::Unknown(permission_id.to_owned()))?;
+        let mut waiting = self.waiting.locked();
         let Some(entry) = waiting
             .get(permission_id)
             .filter(|w| w.pending.run_id == run_id)
@@ -190,8 +182,6 @@ struct Forget {
 
 impl Drop for Forget {
     fn drop(&mut self) {
-        if let Ok(mut waiting) = self.broker.waiting.lock() {
-            waiting.remove(&self.permission_id);
-        }
+        self.broker.waiting.locked().remove(&self.permission_id);
     }
 }

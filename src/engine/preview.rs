@@ -12,26 +12,26 @@ use serde_json::{Map, Value};
 use super::redact::{REDACTED, redact_text, redact_value, secret_member};
 
 /// Largest preview, and largest string inside a preview or an event projection, in bytes.
-pub const TEXT_CAP: usize = 512;
+pub(crate) const TEXT_CAP: usize = 512;
 
 /// Containers nested deeper than this many levels are elided in a preview.
-pub const PREVIEW_MAX_DEPTH: usize = 4;
+pub(crate) const PREVIEW_MAX_DEPTH: usize = 4;
 
 /// Items kept from each array in a preview.
-pub const PREVIEW_MAX_ITEMS: usize = 10;
+pub(crate) const PREVIEW_MAX_ITEMS: usize = 10;
 
 /// Keys kept from each object in a preview.
-pub const PREVIEW_MAX_KEYS: usize = 20;
+pub(crate) const PREVIEW_MAX_KEYS: usize = 20;
 
 /// Items kept from each array in an event projection.
-pub const EVENT_MAX_ITEMS: usize = 20;
+pub(crate) const EVENT_MAX_ITEMS: usize = 20;
 
 /// What replaces a container nested too deep in a preview.
-pub const ELIDED: &str = "[…]";
+pub(crate) const ELIDED: &str = "[…]";
 
 /// A preview of a value and what was done to make it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Preview {
+pub(crate) struct Preview {
     /// The bounded, redacted projection (see [`preview`]).
     pub preview: Value,
     /// Some credential was replaced by `[REDACTED]`.
@@ -41,7 +41,7 @@ pub struct Preview {
 }
 
 /// Cuts `text` to at most `max` bytes at a code-point boundary; true if it was cut.
-pub fn cap_text(text: &str, max: usize) -> (String, bool) {
+pub(crate) fn cap_text(text: &str, max: usize) -> (String, bool) {
     if text.len() <= max {
         return (text.to_owned(), false);
     }
@@ -64,7 +64,7 @@ pub fn cap_text(text: &str, max: usize) -> (String, bool) {
 ///
 /// A scalar preview is therefore at most [`TEXT_CAP`] bytes of content, and a structured preview
 /// at most [`TEXT_CAP`] bytes of compact JSON.
-pub fn preview(value: &Value) -> Preview {
+pub(crate) fn preview(value: &Value) -> Preview {
     let (redacted_value, redacted) = redact_value(value);
     let mut truncated = false;
     let projected = project_preview(&redacted_value, 1, &mut truncated);
@@ -94,7 +94,7 @@ pub fn preview(value: &Value) -> Preview {
 /// capped), which gives what redacting the whole value and then projecting it gives: items an
 /// array drops still count towards `redacted`, and an object with a key that redaction
 /// changes (two keys could then become one) takes the two-step path.
-pub fn project_event(event: &Value) -> (Value, bool, bool) {
+pub(crate) fn project_event(event: &Value) -> (Value, bool, bool) {
     let (mut redacted, mut truncated) = (false, false);
     let projected = project_event_ref(event, &mut redacted, &mut truncated);
     (projected, redacted, truncated)
@@ -102,7 +102,7 @@ pub fn project_event(event: &Value) -> (Value, bool, bool) {
 
 /// One free text of an event, projected as [`project_event`] projects a string member:
 /// redacted whole, then capped at [`TEXT_CAP`] bytes; the flags are or-ed in.
-pub fn project_event_text(text: &str, redacted: &mut bool, truncated: &mut bool) -> Value {
+pub(crate) fn project_event_text(text: &str, redacted: &mut bool, truncated: &mut bool) -> Value {
     let (text, did) = redact_text(text);
     *redacted |= did;
     project_event_inner(Value::String(text), truncated)
@@ -110,7 +110,11 @@ pub fn project_event_text(text: &str, redacted: &mut bool, truncated: &mut bool)
 
 /// One member value of an event, projected as [`project_event`] projects it (the walk of a
 /// member does not depend on its siblings); the flags are or-ed in.
-pub fn project_event_member(value: &Value, redacted: &mut bool, truncated: &mut bool) -> Value {
+pub(crate) fn project_event_member(
+    value: &Value,
+    redacted: &mut bool,
+    truncated: &mut bool,
+) -> Value {
     project_event_ref(value, redacted, truncated)
 }
 

@@ -31,10 +31,10 @@
 use serde_json::{Map, Value};
 
 /// The text that replaces a secret.
-pub const REDACTED: &str = "[REDACTED]";
+pub(crate) const REDACTED: &str = "[REDACTED]";
 
 /// Redacts credentials in free text; the flag says whether anything was replaced.
-pub fn redact_text(text: &str) -> (String, bool) {
+pub(crate) fn redact_text(text: &str) -> (String, bool) {
     if cannot_hold_secret(text) {
         return (text.to_owned(), false);
     }
@@ -96,7 +96,7 @@ fn cannot_hold_secret(text: &str) -> bool {
 /// Redacts every string (object keys included) in a JSON value, and replaces wholesale the value
 /// of any object member whose key names a secret. `null`, booleans and empty strings under such
 /// keys carry nothing to hide and are kept.
-pub fn redact_value(value: &Value) -> (Value, bool) {
+pub(crate) fn redact_value(value: &Value) -> (Value, bool) {
     let mut changed = false;
     let redacted = redact_value_inner(value, &mut changed);
     (redacted, changed)
@@ -109,7 +109,7 @@ pub fn redact_value(value: &Value) -> (Value, bool) {
 /// authorization, cookie, privatekey or token. A `token` immediately followed by `s`, `count`,
 /// `usage`, `budget` or `limit` is a token count (`inputTokens`, `max_tokens`, `tokenUsage`),
 /// not a credential, and does not count.
-pub fn is_secret_key(key: &str) -> bool {
+pub(crate) fn is_secret_key(key: &str) -> bool {
     const WORDS: [&str; 9] = [
         "password",
         "passwd",
@@ -178,7 +178,7 @@ fn redact_value_inner(value: &Value, changed: &mut bool) -> Value {
 
 /// Whether an object member is replaced wholesale: its key names a secret and its value
 /// carries something (see [`redact_value`]).
-pub fn secret_member(key: &str, member: &Value) -> bool {
+pub(crate) fn secret_member(key: &str, member: &Value) -> bool {
     is_secret_key(key) && carries_secret(member)
 }
 

@@ -127,7 +127,7 @@ impl RoutingSnapshot {
     }
 
     /// Recomputes the integrity hash after a change.
-    pub fn seal(&mut self) {
+    pub(crate) fn seal(&mut self) {
         let body = serde_json::json!({
             "tiers": self.tiers,
             "agents": self.agents,
@@ -146,7 +146,7 @@ impl RoutingSnapshot {
 
 /// Parses `---\nkey: value\n---\nbody`. Frontmatter keys: model, tools, disallowedTools
 /// (comma-separated or `[a, b]`), isolation.
-pub fn parse_agent_definition(text: &str) -> Result<AgentDefinition, String> {
+pub(crate) fn parse_agent_definition(text: &str) -> Result<AgentDefinition, String> {
     let digest = sha256_hex(text.as_bytes());
     let mut definition = AgentDefinition {
         model: None,
@@ -263,7 +263,7 @@ pub fn resolve(
 
 /// Maps a model spec to its backend (engine.md 4's table). Script backends count as
 /// registered, but host and built-in names win.
-pub fn route_spec(
+pub(crate) fn route_spec(
     spec: &str,
     snapshot: &RoutingSnapshot,
     backends: &dyn BackendLookup,
@@ -319,7 +319,7 @@ pub fn route_spec(
 
 /// Whether a model is one of `config`'s browse selectors (`openrouter/*`): a group of
 /// models to list with `modelFilter`, which no agent can run.
-pub fn is_browse_selector(model: &str) -> bool {
+pub(crate) fn is_browse_selector(model: &str) -> bool {
     model.contains('*')
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::preview::cap_text;
 
 /// Bound on a validation message, in bytes.
-pub const MAX_ERROR_BYTES: usize = 1024;
+pub(crate) const MAX_ERROR_BYTES: usize = 1024;
 
 /// Validation errors listed by name in a message; the rest are counted.
 const LISTED_ERRORS: usize = 3;
@@ -33,7 +33,7 @@ const MAX_DEPTH: usize = 32;
 
 /// Checks that `schema` is a usable JSON Schema: an object that its declared draft (2020-12 by
 /// default) accepts, with resolvable references.
-pub fn check_schema(schema: &Value) -> Result<(), String> {
+pub(crate) fn check_schema(schema: &Value) -> Result<(), String> {
     if !schema.is_object() {
         return Err(format!(
             "a JSON Schema must be an object, got {}",

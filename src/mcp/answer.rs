@@ -53,7 +53,7 @@ impl PreparedResult {
         &self.json
     }
 
-    pub fn has_links(&self) -> bool {
+    pub(crate) fn has_links(&self) -> bool {
         self.has_links
     }
 }
@@ -75,7 +75,7 @@ impl ToolAnswer {
     }
 
     /// The result as a `Value` of its own (a clone of a prepared one).
-    pub fn into_value(self) -> Value {
+    pub(crate) fn into_value(self) -> Value {
         match self {
             ToolAnswer::Value(value) => value,
             ToolAnswer::Prepared(prepared) => prepared.value().clone(),

@@ -5,6 +5,7 @@
 //! A leaf of the MCP core: the handler boundary, the tool registry and the server all build
 //! on it, and it imports none of them.
 
+use crate::util::sync::Lock;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -19,7 +20,7 @@ pub mod codes {
     /// 2025 era: resource not found.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
     /// 2026-07-28: a header does not match the body.
-    pub const HEADER_MISMATCH: i64 = -32020;
+    pub(crate) const HEADER_MISMATCH: i64 = -32020;
     /// 2026-07-28: a needed client capability was not declared.
     pub const MISSING_CAPABILITY: i64 = -32021;
     /// 2026-07-28: unsupported protocol version.
@@ -51,7 +52,7 @@ impl McpError {
         McpError::new(codes::INTERNAL_ERROR, message)
     }
 
-    pub fn method_not_found(method: &str) -> McpError {
+    pub(crate) fn method_not_found(method: &str) -> McpError {
         McpError::new(
             codes::METHOD_NOT_FOUND,
             format!("method not found: {method}"),
@@ -89,7 +90,7 @@ impl Era {
         }
     }
 
-    pub fn is_modern(&self) -> bool {
+    pub(crate) fn is_modern(&self) -> bool {
         matches!(self, Era::Modern { .. })
     }
 }
@@ -165,34 +166,27 @@ pub struct Notification {
 /// Server-to-client requests waiting for the client's response, by id. The core routes a
 /// client's JSON-RPC response here; only ids the server minted can match.
 #[derive(Debug, Default)]
-pub struct ClientRequests {
+pub(crate) struct ClientRequests {
     pending: std::sync::Mutex<std::collections::HashMap<String, oneshot::Sender<ClientAnswer>>>,
 }
 
 /// A client's response to a server-to-client request: its result, or its error object.
-pub type ClientAnswer = Result<Value, Value>;
+pub(crate) type ClientAnswer = Result<Value, Value>;
 
 impl ClientRequests {
     fn register(&self) -> (String, oneshot::Receiver<ClientAnswer>) {
         let id = format!("agentprism-{}", uuid::Uuid::new_v4().simple());
         let (sender, receiver) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("client requests lock")
-            .insert(id.clone(), sender);
+        self.pending.locked().insert(id.clone(), sender);
         (id, receiver)
     }
 
     /// Delivers a response; `false` when no request of ours has that id.
-    pub fn answer(&self, id: &Value, answer: ClientAnswer) -> bool {
+    pub(crate) fn answer(&self, id: &Value, answer: ClientAnswer) -> bool {
         let Some(id) = id.as_str() else {
             return false;
         };
-        let sender = self
-            .pending
-            .lock()
-            .expect("client requests lock")
-            .remove(id);
+        let sender = self.pending.locked().remove(id);
         match sender {
             Some(sender) => sender.send(answer).is_ok(),
             None => false,
@@ -201,10 +195,7 @@ impl ClientRequests {
 
     /// Forgets a request whose response nobody waits for any more.
     fn forget(&self, id: &str) {
-        self.pending
-            .lock()
-            .expect("client requests lock")
-            .remove(id);
+        self.pending.locked().remove(id);
     }
 }
 
@@ -238,7 +229,7 @@ impl RequestNotifier {
     }
 
     /// A notifier that can also send server-to-client requests.
-    pub fn with_requests(
+    pub(crate) fn with_requests(
         sender: mpsc::UnboundedSender<Notification>,
         requests: std::sync::Arc<ClientRequests>,
     ) -> RequestNotifier {

@@ -17,6 +17,7 @@ use super::observer::AnsweredCall;
 use super::scope::{LEGACY_VERSIONS, META_SERVER_INFO, MODERN_VERSIONS};
 use super::session::Session;
 use super::tasks::{self, wire as task_wire};
+use crate::util::sync::Lock;
 
 /// The handler's capabilities plus what the core itself serves (`logging`).
 pub(super) fn capabilities(handler: &dyn McpHandler) -> Value {
@@ -180,7 +181,7 @@ async fn dispatch_other(
         "logging/setLevel" => {
             let level = string_param(params, "level")?;
             if let Some(session) = session {
-                *session.log_level.lock().expect("log level lock") = Some(level.to_owned());
+                *session.log_level.locked() = Some(level.to_owned());
             }
             Ok(json!({}))
         }
@@ -271,17 +272,9 @@ async fn subscription(
     };
     if method == "resources/subscribe" {
         handler.check_subscribe(ctx, uri).await?;
-        session
-            .subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .insert(uri.to_owned());
+        session.subscriptions.locked().insert(uri.to_owned());
     } else {
-        session
-            .subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .remove(uri);
+        session.subscriptions.locked().remove(uri);
     }
     Ok(json!({}))
 }

@@ -22,6 +22,7 @@ use super::scope::META_SUBSCRIPTION_ID;
 use super::session::Session;
 use super::tasks::DEFAULT_POLL_INTERVAL_MS;
 use super::tasks::wire::TaskWatch;
+use crate::util::sync::Lock;
 
 /// Server-wide changes as one legacy session sees them: `resources/updated` only for its
 /// subscriptions, list changes, and notifications addressed to it.
@@ -62,11 +63,7 @@ impl SessionEvents {
                     jsonrpc::notification("notifications/resources/updated", json!({"uri": uri}))
                 }
                 Ok(ServerEvent::ResourceDeleted { uri }) => {
-                    self.session
-                        .subscriptions
-                        .lock()
-                        .expect("subscriptions lock")
-                        .remove(&uri);
+                    self.session.subscriptions.locked().remove(&uri);
                     continue;
                 }
                 Ok(ServerEvent::ResourcesListChanged) => {

@@ -46,7 +46,7 @@ pub struct Rejected {
 }
 
 impl Rejected {
-    pub fn to_response(&self) -> Value {
+    pub(crate) fn to_response(&self) -> Value {
         error_response(&self.id, &self.error)
     }
 }
@@ -139,13 +139,13 @@ pub fn from_value(value: Value) -> Result<Message, Box<Rejected>> {
 // The envelopes below move the result, error data or params in: `json!` would copy each
 // through the serializer (a full copy of a status document per answer).
 
-pub fn success_response(id: &Value, result: Value) -> Value {
+pub(crate) fn success_response(id: &Value, result: Value) -> Value {
     envelope([("id", id.clone()), ("result", result)])
 }
 
 /// [`success_response`] as text, around a result already written as JSON: the same bytes
 /// `serde_json` writes for the envelope.
-pub fn success_text(id: &Value, result: &str) -> String {
+pub(crate) fn success_text(id: &Value, result: &str) -> String {
     let id = serde_json::to_string(id).expect("a JSON value always serialises");
     let mut text = String::with_capacity(result.len() + id.len() + 34);
     text.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
@@ -181,7 +181,7 @@ fn envelope<const N: usize>(fields: [(&str, Value); N]) -> Value {
 }
 
 /// A stable key for a request id, used to find in-flight requests (`1` and `"1"` differ).
-pub fn id_key(id: &Value) -> String {
+pub(crate) fn id_key(id: &Value) -> String {
     match id {
         Value::String(text) => format!("s:{text}"),
         other => format!("n:{other}"),

@@ -8,8 +8,8 @@
 //! routing), `shape` (era shaping), `events` (server-wide changes), `session` (legacy
 //! sessions and their stream logs), `tasks` (tool calls answered as tasks, both eras). Nothing here knows the engine, the store or a socket.
 
-pub mod answer;
-pub mod context;
+pub(crate) mod answer;
+pub(crate) mod context;
 mod dispatch;
 mod events;
 pub mod handler;
@@ -18,7 +18,7 @@ pub mod observer;
 pub mod registry;
 pub mod scope;
 pub mod server;
-pub mod session;
+pub(crate) mod session;
 mod shape;
 pub mod tasks;
 

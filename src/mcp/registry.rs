@@ -43,7 +43,7 @@ use super::observer::{AnsweredCall, CallObserver};
 use super::tasks::{TaskSupport, client_speaks_tasks};
 
 /// The MCP Apps extension's key under `capabilities.extensions`.
-pub const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
+pub(crate) const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
 /// The longest tool name MCP allows.
 const MAX_NAME_CHARS: usize = 128;
 
@@ -65,7 +65,7 @@ pub enum Listing {
 
 /// The MCP Apps HTML content type (`text/html;profile=mcp-app`), which a client lists in
 /// `extensions["io.modelcontextprotocol/ui"].mimeTypes` when it renders such views.
-pub const APPS_MIME_TYPE: &str = "text/html;profile=mcp-app";
+pub(crate) const APPS_MIME_TYPE: &str = "text/html;profile=mcp-app";
 
 /// Whom the host shows a tool to (MCP Apps `_meta.ui.visibility`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,7 +131,7 @@ impl Tool {
     }
 
     /// Lets calls of the tool run as tasks (when the handler backs tasks).
-    pub fn with_task_support(mut self, support: TaskSupport) -> Tool {
+    pub(crate) fn with_task_support(mut self, support: TaskSupport) -> Tool {
         self.task_support = support;
         self
     }
@@ -142,7 +142,8 @@ impl Tool {
     }
 
     /// Lists the tool only to clients that declared the capability at `path`.
-    pub fn listed_when_client_has(self, path: &[&str]) -> Tool {
+    #[cfg(test)]
+    pub(crate) fn listed_when_client_has(self, path: &[&str]) -> Tool {
         self.listed(Listing::WhenClientHas(
             path.iter().map(|key| (*key).to_owned()).collect(),
         ))
@@ -150,14 +151,15 @@ impl Tool {
 
     /// Lists the tool only to clients whose capability at `path` is an array containing
     /// `value`.
-    pub fn listed_when_client_lists(self, path: &[&str], value: &str) -> Tool {
+    #[cfg(test)]
+    pub(crate) fn listed_when_client_lists(self, path: &[&str], value: &str) -> Tool {
         self.listed(Listing::WhenClientLists {
             path: path.iter().map(|key| (*key).to_owned()).collect(),
             value: value.to_owned(),
         })
     }
 
-    pub fn visible_to(mut self, visibility: Visibility) -> Tool {
+    pub(crate) fn visible_to(mut self, visibility: Visibility) -> Tool {
         self.visibility = visibility;
         self
     }
@@ -249,7 +251,7 @@ impl ToolRegistry {
     }
 
     /// Adds a tool at the end of the list.
-    pub fn register(&mut self, tool: Tool) -> Result<(), RegistryError> {
+    pub(crate) fn register(&mut self, tool: Tool) -> Result<(), RegistryError> {
         let Tool {
             mut definition,
             listing,
@@ -303,7 +305,7 @@ impl ToolRegistry {
     }
 
     /// Whether `tools/list` depends on the client's capabilities.
-    pub fn varies_by_client(&self) -> bool {
+    pub(crate) fn varies_by_client(&self) -> bool {
         self.entries.iter().any(|entry| !entry.requires.is_empty())
     }
 

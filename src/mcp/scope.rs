@@ -18,30 +18,28 @@ use super::context::{Era, McpError, codes};
 use super::session::Session;
 
 /// Legacy versions we negotiate in `initialize`, newest first.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+pub(crate) const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 /// Versions accepted in a stateless request's `_meta`.
-pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
+pub(crate) const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 /// What an `initialize` with an unknown version gets.
-pub const LATEST_LEGACY_VERSION: &str = "2025-11-25";
-/// What a legacy HTTP request without `MCP-Protocol-Version` is assumed to speak.
-pub const DEFAULT_LEGACY_VERSION: &str = "2025-03-26";
+pub(crate) const LATEST_LEGACY_VERSION: &str = "2025-11-25";
 /// The first version whose clients read an SSE event with empty data (the priming event that
 /// gives a stream its first id) and act on `retry:`; older clients parse the empty data as a
 /// message and fail, so their streams carry neither.
-pub const PRIMING_SINCE: &str = "2025-11-25";
+pub(crate) const PRIMING_SINCE: &str = "2025-11-25";
 
 /// Whether a stream of a client speaking `version` starts with a priming event and ends with
 /// a `retry:` hint. Versions are ISO dates, so their order is their text's.
-pub fn primes_streams(version: &str) -> bool {
+pub(crate) fn primes_streams(version: &str) -> bool {
     version >= PRIMING_SINCE
 }
 
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The JSON-RPC code of "session not found" (the code the official SDKs use).
 const SESSION_NOT_FOUND: i64 = -32001;
@@ -70,7 +68,7 @@ pub enum RequestEra {
 impl RequestEra {
     /// The protocol version `_meta` states as a string, valid or not: the requests the
     /// 2026-07-28 header rules apply to.
-    pub fn stated_version(&self) -> Option<&str> {
+    pub(crate) fn stated_version(&self) -> Option<&str> {
         match self {
             RequestEra::Modern { version, .. } => Some(version),
             RequestEra::Invalid { version, .. } => version.as_deref(),
@@ -80,7 +78,7 @@ impl RequestEra {
 }
 
 /// Reads the per-request protocol fields of `params._meta`.
-pub fn request_era(params: &Value) -> RequestEra {
+pub(crate) fn request_era(params: &Value) -> RequestEra {
     let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
         return RequestEra::Unstated;
     };
@@ -118,7 +116,7 @@ pub fn request_era(params: &Value) -> RequestEra {
     }
 }
 
-pub fn unsupported_version(requested: &str) -> McpError {
+pub(crate) fn unsupported_version(requested: &str) -> McpError {
     McpError::new(
         codes::UNSUPPORTED_VERSION,
         format!("unsupported protocol version {requested}"),
@@ -128,7 +126,7 @@ pub fn unsupported_version(requested: &str) -> McpError {
 
 /// The error for a legacy session id nobody knows (never issued, deleted or evicted); sent
 /// with HTTP 404 so the client starts a new session.
-pub fn session_not_found() -> McpError {
+pub(crate) fn session_not_found() -> McpError {
     McpError::new(SESSION_NOT_FOUND, "session not found")
 }
 
@@ -194,7 +192,7 @@ impl Resolution {
     }
 
     /// An unknown legacy session: 404, so the client re-initializes.
-    pub fn unknown_session() -> Resolution {
+    pub(crate) fn unknown_session() -> Resolution {
         Resolution::Refused {
             error: session_not_found(),
             status: 404,

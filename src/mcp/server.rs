@@ -32,13 +32,10 @@ use super::jsonrpc::{self, Message, Request};
 use super::scope::{self, META_LOG_LEVEL, RequestEra, Resolution, Scope};
 use super::session::{Session, SessionActivity};
 use super::shape;
+use crate::util::sync::Lock;
 
 pub use super::events::SessionEvents;
-pub use super::scope::{
-    DEFAULT_LEGACY_VERSION, LATEST_LEGACY_VERSION, LEGACY_VERSIONS, META_CLIENT_CAPABILITIES,
-    META_CLIENT_INFO, META_PROTOCOL_VERSION, META_SERVER_INFO, META_SUBSCRIPTION_ID,
-    MODERN_VERSIONS, request_era, unsupported_version,
-};
+pub(crate) use super::scope::{LATEST_LEGACY_VERSION, LEGACY_VERSIONS};
 pub use super::shape::CacheScope;
 
 /// Methods the 2026-07-28 revision removed; stateless requests for them get 404/-32601.
@@ -205,7 +202,7 @@ impl McpServer {
     }
 
     /// Cancelled when [`McpServer::shutdown`] is called.
-    pub fn shutdown_token(&self) -> CancellationToken {
+    pub(crate) fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
 
@@ -220,26 +217,22 @@ impl McpServer {
     }
 
     pub fn session(&self, id: &str) -> Option<Arc<Session>> {
-        self.sessions
-            .lock()
-            .expect("sessions lock")
-            .get(id)
-            .cloned()
+        self.sessions.locked().get(id).cloned()
     }
 
     pub fn session_count(&self) -> usize {
-        self.sessions.lock().expect("sessions lock").len()
+        self.sessions.locked().len()
     }
 
     /// Requests being handled right now, with or without a session (the daemon's idle
     /// check counts them).
     pub fn inflight_count(&self) -> usize {
-        self.inflight.lock().expect("inflight lock").len()
+        self.inflight.locked().len()
     }
 
     /// Every session's activity, for the daemon's idle reaper.
     pub fn session_activity(&self) -> Vec<(String, SessionActivity)> {
-        let sessions = self.sessions.lock().expect("sessions lock");
+        let sessions = self.sessions.locked();
         sessions
             .iter()
             .map(|(id, session)| (id.clone(), session.activity()))
@@ -249,7 +242,7 @@ impl McpServer {
     /// Ends a session as DELETE does: its streams close, later requests with its id get 404.
     /// Returns whether it existed.
     pub async fn evict_session(&self, id: &str) -> bool {
-        let removed = self.sessions.lock().expect("sessions lock").remove(id);
+        let removed = self.sessions.locked().remove(id);
         let Some(session) = removed else {
             return false;
         };
@@ -266,7 +259,7 @@ impl McpServer {
 
     /// Server-wide changes as seen by a session the caller already holds; they end at once
     /// if it has ended.
-    pub fn events_of(&self, session: Arc<Session>) -> SessionEvents {
+    pub(crate) fn events_of(&self, session: Arc<Session>) -> SessionEvents {
         SessionEvents::new(
             self.handler.hub().subscribe(),
             session,
@@ -352,7 +345,7 @@ impl McpServer {
             "notifications/cancelled" => {
                 if let Some(id) = notification.params.get("requestId") {
                     let key = (cancel_scope(transport), jsonrpc::id_key(id));
-                    if let Some(inflight) = self.inflight.lock().expect("inflight lock").get(&key) {
+                    if let Some(inflight) = self.inflight.locked().get(&key) {
                         inflight.by_client.store(true, Ordering::Relaxed);
                         inflight.token.cancel();
                     }
@@ -439,7 +432,7 @@ impl McpServer {
         let token = self.shutdown.child_token();
         let key = (cancel_scope(transport), jsonrpc::id_key(&request.id));
         let cancelled_by_client = Arc::new(AtomicBool::new(false));
-        self.inflight.lock().expect("inflight lock").insert(
+        self.inflight.locked().insert(
             key.clone(),
             Inflight {
                 token: token.clone(),
@@ -479,7 +472,7 @@ impl McpServer {
         while let Ok(notification) = receiver.try_recv() {
             forwarder.forward(notification);
         }
-        self.inflight.lock().expect("inflight lock").remove(&key);
+        self.inflight.locked().remove(&key);
         self.note_activity();
         if cancelled_by_client.load(Ordering::Relaxed) {
             return None;
@@ -538,10 +531,7 @@ impl McpServer {
             capabilities.clone(),
             client_info,
         ));
-        self.sessions
-            .lock()
-            .expect("sessions lock")
-            .insert(session_id.clone(), session);
+        self.sessions.locked().insert(session_id.clone(), session);
         self.note_activity();
         let result = dispatch::initialize_result(self.handler.as_ref(), version, &capabilities);
         Outcome {
@@ -594,7 +584,7 @@ impl Forwarder<'_> {
             let allowed = match (self.era, self.session) {
                 (Era::Modern { .. }, _) => self.log_meta,
                 (Era::Legacy { .. }, Some(session)) => {
-                    let minimum = session.log_level.lock().expect("log level lock").clone();
+                    let minimum = session.log_level.locked().clone();
                     shape::level_allows(
                         minimum.as_deref(),
                         notification.params.get("level").and_then(Value::as_str),

@@ -11,12 +11,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use crate::util::sync::Lock;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// How many events one SSE stream keeps for replay; older ones are forgotten.
-pub const STREAM_REPLAY_LIMIT: usize = 256;
+pub(crate) const STREAM_REPLAY_LIMIT: usize = 256;
 /// How many finished streams a session remembers for replay.
 const FINISHED_STREAM_LIMIT: usize = 64;
 
@@ -113,21 +114,15 @@ impl Session {
     }
 
     pub fn activity(&self) -> SessionActivity {
-        self.activity.lock().expect("session activity lock").clone()
+        self.activity.locked().clone()
     }
 
-    pub fn is_subscribed(&self, uri: &str) -> bool {
-        self.subscriptions
-            .lock()
-            .expect("subscriptions lock")
-            .contains(uri)
+    pub(crate) fn is_subscribed(&self, uri: &str) -> bool {
+        self.subscriptions.locked().contains(uri)
     }
 
     pub(crate) fn touch(&self) {
-        self.activity
-            .lock()
-            .expect("session activity lock")
-            .last_activity = Instant::now();
+        self.activity.locked().last_activity = Instant::now();
     }
 
     /// Counts an open connection until the guard drops.
@@ -148,14 +143,14 @@ impl Session {
     }
 
     fn adjust(&self, change: impl FnOnce(&mut SessionActivity)) {
-        let mut activity = self.activity.lock().expect("session activity lock");
+        let mut activity = self.activity.locked();
         change(&mut activity);
         activity.last_activity = Instant::now();
     }
 
     /// Starts a new SSE stream and returns its number.
-    pub fn open_stream(&self) -> u64 {
-        let mut logs = self.streams.lock().expect("stream logs lock");
+    pub(crate) fn open_stream(&self) -> u64 {
+        let mut logs = self.streams.locked();
         logs.next_stream += 1;
         let stream = logs.next_stream;
         logs.streams.insert(stream, StreamLog::default());
@@ -166,14 +161,13 @@ impl Session {
     /// whether or not a client is connected to it, so a client that reconnects with
     /// `Last-Event-ID` gets what it missed. A newer GET stream without `Last-Event-ID`
     /// replaces it: the older one is finished, and the returned token of its recorder fires.
-    pub fn open_standalone_stream(&self) -> (u64, CancellationToken) {
+    pub(crate) fn open_standalone_stream(&self) -> (u64, CancellationToken) {
         let stream = self.open_stream();
         self.mark_standalone(stream);
         let recording = self.closed.child_token();
         let previous = self
             .current_standalone
-            .lock()
-            .expect("standalone lock")
+            .locked()
             .replace((stream, recording.clone()));
         if let Some((old, old_recording)) = previous {
             old_recording.cancel();
@@ -182,24 +176,14 @@ impl Session {
         (stream, recording)
     }
 
-    pub fn mark_standalone(&self, stream: u64) {
-        self.standalone
-            .lock()
-            .expect("standalone lock")
-            .insert(stream);
-    }
-
-    pub fn is_standalone(&self, stream: u64) -> bool {
-        self.standalone
-            .lock()
-            .expect("standalone lock")
-            .contains(&stream)
+    pub(crate) fn mark_standalone(&self, stream: u64) {
+        self.standalone.locked().insert(stream);
     }
 
     /// Records an event on a stream and returns its event id (`<stream>-<sequence>`).
-    pub fn record_event(&self, stream: u64, data: String) -> String {
+    pub(crate) fn record_event(&self, stream: u64, data: String) -> String {
         let id = {
-            let mut logs = self.streams.lock().expect("stream logs lock");
+            let mut logs = self.streams.locked();
             let log = logs.streams.entry(stream).or_default();
             let sequence = log.next_sequence;
             log.next_sequence += 1;
@@ -213,9 +197,9 @@ impl Session {
         id
     }
 
-    pub fn finish_stream(&self, stream: u64) {
+    pub(crate) fn finish_stream(&self, stream: u64) {
         {
-            let mut logs = self.streams.lock().expect("stream logs lock");
+            let mut logs = self.streams.locked();
             if let Some(log) = logs.streams.get_mut(&stream) {
                 log.finished = true;
             }
@@ -231,7 +215,7 @@ impl Session {
 
     /// Events of `stream` after `after` (a sequence number), or its state.
     pub fn replay(&self, stream: u64, after: Option<u64>) -> Replay {
-        let logs = self.streams.lock().expect("stream logs lock");
+        let logs = self.streams.locked();
         let Some(log) = logs.streams.get(&stream) else {
             return Replay::Unknown;
         };
@@ -250,25 +234,20 @@ impl Session {
         }
     }
 
-    /// Waits until some stream of this session changes.
-    pub async fn stream_changed(&self) {
-        self.stream_changed.notified().await;
-    }
-
     /// A future that resolves on the next stream change; create it before checking state so
     /// no wake-up is missed.
-    pub fn stream_change_listener(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn stream_change_listener(&self) -> tokio::sync::futures::Notified<'_> {
         self.stream_changed.notified()
     }
 }
 
 /// Formats an SSE event id that names its stream.
-pub fn event_id(stream: u64, sequence: u64) -> String {
+pub(crate) fn event_id(stream: u64, sequence: u64) -> String {
     format!("{stream}-{sequence}")
 }
 
 /// Parses an id made by [`event_id`].
-pub fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_event_id(id: &str) -> Option<(u64, u64)> {
     let (stream, sequence) = id.trim().split_once('-')?;
     Some((stream.parse().ok()?, sequence.parse().ok()?))
 }

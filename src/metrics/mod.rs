@@ -18,22 +18,22 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The content type of [`Metrics::encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The label of the runs-by-state gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabel {
+pub(crate) struct StateLabel {
     pub state: String,
 }
 
 /// The label of the request latency histogram: the run-API method (`run/start`, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MethodLabel {
+pub(crate) struct MethodLabel {
     pub method: String,
 }
 
 /// Every metric of the process, and the registry that encodes them.
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Owns the metrics below (they are shared handles) for encoding.
     registry: Registry,
     /// Runs of the served folder that are pending or running, as the store holds them.
@@ -51,7 +51,7 @@ pub struct Metrics {
 }
 
 /// The process's metrics.
-pub fn global() -> &'static Metrics {
+pub(crate) fn global() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
 }
@@ -115,27 +115,23 @@ impl Metrics {
         }
     }
 
-    pub fn agent_call_settled(&self) {
-        self.agent_calls.inc();
-    }
-
     /// `count` agent calls settled together (one group commit).
-    pub fn agent_calls_settled(&self, count: usize) {
+    pub(crate) fn agent_calls_settled(&self, count: usize) {
         if count > 0 {
             self.agent_calls.inc_by(count as u64);
         }
     }
 
-    pub fn lease_renewed(&self) {
+    pub(crate) fn lease_renewed(&self) {
         self.lease_renewals.inc();
     }
 
-    pub fn lease_renewal_failed(&self) {
+    pub(crate) fn lease_renewal_failed(&self) {
         self.lease_renewal_failures.inc();
     }
 
     /// Records one run-API request of `method` that took `elapsed`.
-    pub fn request_took(&self, method: &str, elapsed: Duration) {
+    pub(crate) fn request_took(&self, method: &str, elapsed: Duration) {
         self.request_seconds
             .get_or_create(&MethodLabel {
                 method: method.to_owned(),
@@ -145,7 +141,7 @@ impl Metrics {
 
     /// Sets the store gauges: `pending` runs pending or running, and the count of each
     /// state (states absent from `by_state` are set to 0 once seen).
-    pub fn set_runs(&self, pending: u64, by_state: &[(&str, u64)]) {
+    pub(crate) fn set_runs(&self, pending: u64, by_state: &[(&str, u64)]) {
         self.runs_pending
             .set(i64::try_from(pending).unwrap_or(i64::MAX));
         for (state, count) in by_state {
@@ -158,7 +154,7 @@ impl Metrics {
     }
 
     /// The text exposition of every metric (OpenMetrics, which Prometheus reads).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
@@ -174,7 +170,7 @@ mod tests {
     fn the_text_names_every_metric_with_its_value() {
         let metrics = Metrics::new();
         metrics.set_runs(3, &[("running", 2), ("pending", 1), ("completed", 7)]);
-        metrics.agent_call_settled();
+        metrics.agent_calls_settled(1);
         metrics.lease_renewed();
         metrics.lease_renewed();
         metrics.lease_renewal_failed();

@@ -21,7 +21,7 @@ pub use waits::{
 };
 
 /// The longest run id accepted anywhere.
-pub const MAX_RUN_ID_LEN: usize = 128;
+pub(crate) const MAX_RUN_ID_LEN: usize = 128;
 
 /// A run's identity: `<epoch-ms base36>-<6 random base36>`, validated as `^[a-z0-9]+-[a-z0-9]+$`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct RunId(String);
 
 impl RunId {
     /// Mints a fresh id from the current time and 30 random bits.
-    pub fn generate() -> RunId {
+    pub(crate) fn generate() -> RunId {
         let millis = crate::util::now_ms().max(0) as u64;
         let random = uuid::Uuid::new_v4().as_u128();
         let mut suffix = String::with_capacity(6);
@@ -132,7 +132,7 @@ impl RunStatus {
     }
 
     /// Completed, failed and aborted: nothing executes any more.
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(
             self,
             RunStatus::Completed | RunStatus::Failed | RunStatus::Aborted
@@ -140,7 +140,7 @@ impl RunStatus {
     }
 
     /// Pending and running runs hold a capacity slot and a lease.
-    pub fn is_active(self) -> bool {
+    pub(crate) fn is_active(self) -> bool {
         matches!(self, RunStatus::Pending | RunStatus::Running)
     }
 }
@@ -232,7 +232,7 @@ impl Default for Limits {
 
 impl Limits {
     /// Applies caller overrides, clamping each into its range.
-    pub fn with_overrides(
+    pub(crate) fn with_overrides(
         self,
         max_agents: Option<i64>,
         concurrency: Option<i64>,
@@ -253,7 +253,7 @@ impl Limits {
     }
 
     /// The limits with `ceiling` as the per-attempt agent timeout in force.
-    pub fn with_agent_timeout(self, ceiling: std::time::Duration) -> Limits {
+    pub(crate) fn with_agent_timeout(self, ceiling: std::time::Duration) -> Limits {
         Limits {
             agent_timeout_ms: Some(u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX)),
             ..self
@@ -292,15 +292,15 @@ pub enum ScriptSource {
 }
 
 /// Marks a stored digest in place of a confidential text.
-pub const DIGEST_PREFIX: &str = "sha256:";
+pub(crate) const DIGEST_PREFIX: &str = "sha256:";
 
 /// What a pack run stores in place of a text: `sha256:` and the SHA-256 of its bytes in hex.
-pub fn content_digest(bytes: &[u8]) -> String {
+pub(crate) fn content_digest(bytes: &[u8]) -> String {
     format!("{DIGEST_PREFIX}{}", crate::util::sha256_hex(bytes))
 }
 
 /// Whether `text` is a [`content_digest`] (and so no text at all).
-pub fn is_content_digest(text: &str) -> bool {
+pub(crate) fn is_content_digest(text: &str) -> bool {
     text.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
         hex.len() == 64
             && hex
@@ -670,9 +670,6 @@ pub struct RunSummary {
     pub updated_at: i64,
     pub has_result: bool,
 }
-
-/// Free-form string map used for `configOptions` and env tables.
-pub type StringMap = BTreeMap<String, String>;
 
 #[cfg(test)]
 mod tests {

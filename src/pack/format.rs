@@ -12,7 +12,7 @@
 //! files are refused). Errors say what is wrong and where, and never carry key or content.
 
 /// The first four bytes of every pack.
-pub const MAGIC: &[u8; 4] = b"DMPK";
+pub(super) const MAGIC: &[u8; 4] = b"DMPK";
 /// The one format version this build reads and writes.
 pub const VERSION: u8 = 2;
 /// Bytes before the first entry.
@@ -22,7 +22,7 @@ pub const NONCE_BYTES: usize = 12;
 /// The authentication tag AES-GCM appends to each ciphertext.
 pub const TAG_BYTES: usize = 16;
 /// The smallest entry: nonce, length, tag, path length and a one-byte path.
-pub const MIN_ENTRY_BYTES: usize = NONCE_BYTES + 4 + TAG_BYTES + 2 + 1;
+pub(super) const MIN_ENTRY_BYTES: usize = NONCE_BYTES + 4 + TAG_BYTES + 2 + 1;
 /// Entries one pack may hold.
 pub const MAX_ENTRIES: usize = 10_000;
 /// The largest pack, in bytes (64 MiB).

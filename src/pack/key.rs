@@ -17,7 +17,7 @@ use base64::Engine as _;
 /// The variable the key is read from.
 pub const WORKFLOWS_KEY_VARIABLE: &str = "MHL_SERVE_WORKFLOWS_KEY";
 /// Bytes in a key (AES-256).
-pub const KEY_BYTES: usize = 32;
+pub(super) const KEY_BYTES: usize = 32;
 
 /// The variable's value, taken out of the environment at start-up (`None`: it was not set).
 static TAKEN: OnceLock<Option<String>> = OnceLock::new();
@@ -67,14 +67,14 @@ impl PackKey {
     }
 
     /// A fresh key from the operating system's random source.
-    pub fn generate() -> Result<PackKey, KeyError> {
+    pub(crate) fn generate() -> Result<PackKey, KeyError> {
         let mut key = [0u8; KEY_BYTES];
         getrandom::fill(&mut key).map_err(|error| KeyError::Random(error.to_string()))?;
         Ok(PackKey(key))
     }
 
     /// The key as 64 lowercase hex characters: what `--new-key` prints.
-    pub fn to_hex(&self) -> String {
+    pub(crate) fn to_hex(&self) -> String {
         crate::util::hex(&self.0)
     }
 

@@ -22,4 +22,4 @@ pub use format::{
 };
 pub use key::{KeyError, PackKey, WORKFLOWS_KEY_VARIABLE, environment_key, keep_environment_key};
 pub use reader::{ReadError, open, read_file};
-pub use writer::seal;
+pub(crate) use writer::seal;

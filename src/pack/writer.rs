@@ -14,7 +14,7 @@ use super::format::{
 use super::key::PackKey;
 
 /// The pack of `entries` under `key`, in the order given.
-pub fn seal(entries: &[Entry], key: &PackKey) -> Result<Vec<u8>, PackError> {
+pub(crate) fn seal(entries: &[Entry], key: &PackKey) -> Result<Vec<u8>, PackError> {
     if entries.len() > MAX_ENTRIES {
         return Err(PackError::TooManyEntries {
             count: entries.len(),

@@ -22,9 +22,9 @@ use crate::engine::script;
 use crate::util::safe_file::{self, Links};
 
 /// The reserved prefix of the async run tools.
-pub const RUN_TOOL_PREFIX: &str = "mhl_run_";
+pub(crate) const RUN_TOOL_PREFIX: &str = "mhl_run_";
 /// Workflows one folder may hold.
-pub const MAX_WORKFLOWS: usize = 1_000;
+pub(crate) const MAX_WORKFLOWS: usize = 1_000;
 /// Folders deep a workflow may sit under `<dir>`.
 const MAX_DEPTH: usize = 16;
 
@@ -49,7 +49,7 @@ pub struct Workflow {
 impl Workflow {
     /// The `tools/list` entry: name, description, input schema, and the hint that
     /// `mhl_run_start` drives it asynchronously.
-    pub fn tool_definition(&self) -> Value {
+    pub(crate) fn tool_definition(&self) -> Value {
         json!({
             "name": self.name,
             "description": self.description,
@@ -116,7 +116,7 @@ pub fn load(dir: &Path) -> Result<Folder, FolderError> {
 /// Loads the workflows among `files` (`(path under the folder, bytes)`, the entries of a
 /// workflows pack) as if they lay under `dir`, by the same rules as [`load`]: the folder
 /// must exist (runs execute in it), but nothing under it is read.
-pub fn load_files<'a>(
+pub(crate) fn load_files<'a>(
     dir: &Path,
     files: impl IntoIterator<Item = (&'a str, &'a [u8])>,
 ) -> Result<Folder, FolderError> {
@@ -215,7 +215,7 @@ fn walk(dir: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), String
 }
 
 /// `path` under `root`, `/`-separated: how workflows and packed files are named.
-pub fn relative_name(root: &Path, path: &Path) -> String {
+pub(crate) fn relative_name(root: &Path, path: &Path) -> String {
     path.strip_prefix(root)
         .unwrap_or(path)
         .components()

@@ -29,15 +29,15 @@ use crate::mcp::registry::{Tool, ToolRegistry};
 use crate::mcp::server::McpServer;
 use crate::model::RunStatus;
 
-pub mod a2a;
+pub(crate) mod a2a;
 pub mod folder;
-pub mod owners;
-pub mod replica;
+pub(crate) mod owners;
+pub(crate) mod replica;
 mod resources;
-pub mod runs;
+pub(crate) mod runs;
 mod sync_call;
-pub mod tools;
-pub mod view;
+pub(crate) mod tools;
+pub(crate) mod view;
 
 pub use folder::{Folder, FolderError, Workflow};
 
@@ -48,12 +48,12 @@ use tools::{RunMethod, RunTools};
 
 /// How often the housekeeping sweep runs: finished runs past their time to live are
 /// deleted, idle sessions ended, the store gauges refreshed.
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// A legacy session with no open connection and no request for this long is ended by the
 /// sweep (its client starts a new one; its runs stay reclaimable by id).
-pub const SESSION_IDLE_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const SESSION_IDLE_TTL: Duration = Duration::from_secs(3600);
 /// How long a finished run stays pollable (`MHL_SERVE_TERMINAL_RUN_TTL`'s default).
-pub const TERMINAL_RUN_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const TERMINAL_RUN_TTL: Duration = Duration::from_secs(3600);
 
 /// The request body cap of the folder server's HTTP listener (1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -156,7 +156,7 @@ impl FolderServer {
     }
 
     /// Lets the sweep end `server`'s legacy sessions idle for [`SESSION_IDLE_TTL`].
-    pub fn reap_sessions_of(&self, server: &Arc<McpServer>) {
+    pub(crate) fn reap_sessions_of(&self, server: &Arc<McpServer>) {
         let _ = self.sessions.set(Arc::downgrade(server));
     }
 
@@ -278,7 +278,7 @@ async fn sweep_loop(work: Housekeeping, every: Duration, shutdown: CancellationT
 }
 
 /// Ends the legacy sessions with no open connection, no request and no activity for `idle`.
-pub async fn reap_idle_sessions(server: &McpServer, idle: Duration) -> usize {
+pub(crate) async fn reap_idle_sessions(server: &McpServer, idle: Duration) -> usize {
     let mut ended = 0;
     for (id, activity) in server.session_activity() {
         if activity.open_connections == 0

@@ -20,9 +20,10 @@ use std::sync::Mutex;
 use crate::engine::Engine;
 use crate::mcp::handler::RequestContext;
 use crate::model::RunId;
+use crate::util::sync::Lock;
 
 /// The stored key of runs a synchronous `tools/call` made: never handed to anyone.
-pub const SYNC_CALLER: &str = "sync";
+pub(crate) const SYNC_CALLER: &str = "sync";
 const ANONYMOUS: &str = "anonymous";
 /// The owner of A2A tasks when no principal header is configured.
 const A2A: &str = "a2a";
@@ -94,7 +95,7 @@ impl Owners {
     /// Records a run this process just started (or resumed) for `owner`.
     pub fn started(&self, run_id: &RunId, owner: &OwnerKey, workflow: &str, generation: u32) {
         let seq = self.seq();
-        let mut claimed = self.lock();
+        let mut claimed = self.claimed.locked();
         let claim = claimed.entry(run_id.clone()).or_insert_with(|| Claim {
             owner: owner.clone(),
             workflow: None,
@@ -107,7 +108,7 @@ impl Owners {
 
     /// What this process knows of `run_id`.
     pub fn claim(&self, run_id: &RunId) -> Option<Claim> {
-        self.lock().get(run_id).cloned()
+        self.claimed.locked().get(run_id).cloned()
     }
 
     fn seq(&self) -> u64 {
@@ -117,13 +118,14 @@ impl Owners {
 
     /// Forgets a run (deleted after its terminal TTL).
     pub fn forget(&self, run_id: &RunId) {
-        self.lock().remove(run_id);
+        self.claimed.locked().remove(run_id);
     }
 
     /// The runs `owner` may list, oldest first.
-    pub fn runs_of(&self, owner: &OwnerKey) -> Vec<RunId> {
+    pub(crate) fn runs_of(&self, owner: &OwnerKey) -> Vec<RunId> {
         let mut runs: Vec<(u64, RunId)> = self
-            .lock()
+            .claimed
+            .locked()
             .iter()
             .filter(|(_, claim)| claim.owner == *owner)
             .map(|(run_id, claim)| (claim.seq, run_id.clone()))
@@ -182,7 +184,7 @@ impl Owners {
 
     /// The answer for a run this process already knows, `None` for one it does not.
     fn known(&self, run_id: &RunId, owner: &OwnerKey) -> Option<Result<(), Unknown>> {
-        let claimed = self.lock();
+        let claimed = self.claimed.locked();
         let claim = claimed.get(run_id)?;
         Some(if claim.owner == *owner {
             Ok(())
@@ -193,17 +195,14 @@ impl Owners {
 
     fn remember(&self, run_id: &RunId, owner: &OwnerKey) {
         let seq = self.seq();
-        self.lock().entry(run_id.clone()).or_insert_with(|| Claim {
-            owner: owner.clone(),
-            workflow: None,
-            generation: 0,
-            seq,
-        });
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Claim>> {
         self.claimed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .locked()
+            .entry(run_id.clone())
+            .or_insert_with(|| Claim {
+                owner: owner.clone(),
+                workflow: None,
+                generation: 0,
+                seq,
+            });
     }
 }

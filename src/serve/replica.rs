@@ -15,17 +15,17 @@ use std::time::Duration;
 use crate::env::EnvSnapshot;
 
 /// The run lease's time to live by default (`MHL_SERVE_RUN_LOCK_TTL`).
-pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(45);
+pub(crate) const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(45);
 /// The shortest lease TTL accepted: a heartbeat every 100 ms.
-pub const MIN_LOCK_TTL: Duration = Duration::from_millis(300);
+pub(crate) const MIN_LOCK_TTL: Duration = Duration::from_millis(300);
 /// The longest lease TTL accepted: a dead replica's runs are resumable within a day.
-pub const MAX_LOCK_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_LOCK_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The environment variable of the lease TTL.
-pub const LOCK_TTL_VAR: &str = "MHL_SERVE_RUN_LOCK_TTL";
+pub(crate) const LOCK_TTL_VAR: &str = "MHL_SERVE_RUN_LOCK_TTL";
 /// The test hook that shortens the housekeeping sweep's period (honoured only where the
 /// test hooks are built in).
-pub const SWEEP_INTERVAL_VAR: &str = "MHL_SERVE_SWEEP_INTERVAL";
+pub(crate) const SWEEP_INTERVAL_VAR: &str = "MHL_SERVE_SWEEP_INTERVAL";
 
 /// The location scheme of the test-only store without `cas` (`store::CheckThenWrite::without_cas`).
 const WITHOUT_CAS_SCHEME: &str = "test-nocas:";
@@ -33,7 +33,7 @@ const WITHOUT_CAS_SCHEME: &str = "test-nocas:";
 /// A setting of a replicated deployment that cannot be used; each message names the flag or
 /// variable and what it expects.
 #[derive(Debug, thiserror::Error)]
-pub enum ReplicaError {
+pub(crate) enum ReplicaError {
     #[error(
         "--store (MHL_SERVE_STORE) is empty; name a SQLite persistence root (a folder) or a PostgreSQL URL"
     )]
@@ -52,7 +52,7 @@ pub enum ReplicaError {
 
 /// Where the shared store is.
 #[derive(Clone, PartialEq, Eq)]
-pub enum StoreLocation {
+pub(crate) enum StoreLocation {
     /// A PostgreSQL connection URL (it may hold a password: never shown, see `Debug`).
     Postgres(String),
     /// A SQLite persistence root (a folder, created mode 0700 if missing).
@@ -75,7 +75,7 @@ impl StoreLocation {
     /// `--store`'s value: a `postgres://` / `postgresql://` URL or a path. `test-nocas:<path>`
     /// is honoured only where the test hooks are built in; elsewhere it is a path like any
     /// other.
-    pub fn parse(text: &str) -> Result<StoreLocation, ReplicaError> {
+    pub(crate) fn parse(text: &str) -> Result<StoreLocation, ReplicaError> {
         let text = text.trim();
         if text.is_empty() {
             return Err(ReplicaError::EmptyLocation);
@@ -95,7 +95,7 @@ impl StoreLocation {
     /// The persistence root the store's files (and the engine's agent-group records) live
     /// under; `None` for a database server (this process then keeps its few local files in a
     /// temporary folder).
-    pub fn root(&self) -> Option<&std::path::Path> {
+    pub(crate) fn root(&self) -> Option<&std::path::Path> {
         match self {
             StoreLocation::Sqlite(path) | StoreLocation::WithoutCas(path) => Some(path),
             StoreLocation::Postgres(_) => None,
@@ -105,7 +105,7 @@ impl StoreLocation {
 
 /// A replicated deployment's settings (`serve <dir> --store ...`).
 #[derive(Clone, Debug)]
-pub struct ReplicaOptions {
+pub(crate) struct ReplicaOptions {
     pub location: StoreLocation,
     /// The run lease's TTL: renewed every third of it, lapsed after it.
     pub lock_ttl: Duration,
@@ -116,7 +116,7 @@ pub struct ReplicaOptions {
 
 impl ReplicaOptions {
     /// The settings of `--store <location>` with the lease TTL from the environment.
-    pub fn new(
+    pub(crate) fn new(
         location: &str,
         single_replica: bool,
         env: &EnvSnapshot,
@@ -130,13 +130,13 @@ impl ReplicaOptions {
 
     /// The longest one call to a database server may take: below a third of the TTL (a
     /// quarter, at most 5 s), so a hung database fails calls before a lease can lapse.
-    pub fn call_deadline(&self) -> Duration {
+    pub(crate) fn call_deadline(&self) -> Duration {
         (self.lock_ttl / 4).min(Duration::from_secs(5))
     }
 
     /// Refuses a store that cannot keep replicas apart (`cas`: whether it offers atomic
     /// compare-and-swap between its users), unless the operator said there is only one.
-    pub fn check(&self, cas: bool) -> Result<(), ReplicaError> {
+    pub(crate) fn check(&self, cas: bool) -> Result<(), ReplicaError> {
         if !cas && !self.single_replica {
             return Err(ReplicaError::NoCas);
         }
@@ -145,7 +145,7 @@ impl ReplicaOptions {
 }
 
 /// `MHL_SERVE_RUN_LOCK_TTL` (absent: 45 s), between [`MIN_LOCK_TTL`] and [`MAX_LOCK_TTL`].
-pub fn lock_ttl(value: Option<&str>) -> Result<Duration, ReplicaError> {
+pub(crate) fn lock_ttl(value: Option<&str>) -> Result<Duration, ReplicaError> {
     let Some(text) = value else {
         return Ok(DEFAULT_LOCK_TTL);
     };
@@ -159,7 +159,7 @@ pub fn lock_ttl(value: Option<&str>) -> Result<Duration, ReplicaError> {
 
 /// The housekeeping sweep's period: [`super::SWEEP_INTERVAL`], unless the test hook
 /// `MHL_SERVE_SWEEP_INTERVAL` shortens it (only where the test hooks are built in).
-pub fn sweep_interval(env: &EnvSnapshot) -> Result<Duration, ReplicaError> {
+pub(crate) fn sweep_interval(env: &EnvSnapshot) -> Result<Duration, ReplicaError> {
     let Some(text) = env
         .non_empty(SWEEP_INTERVAL_VAR)
         .filter(|_| crate::env::TEST_HOOKS_BUILT_IN)

@@ -21,7 +21,7 @@ const WORKFLOW_PREFIX: &str = "mhl://workflows/";
 const RUN_PREFIX: &str = "mhl://run/";
 
 /// The `resource_link` items of a new run: its logs and its result.
-pub fn run_links(run_id: &str) -> Vec<Value> {
+pub(super) fn run_links(run_id: &str) -> Vec<Value> {
     vec![
         json!({
             "type": "resource_link",
@@ -41,7 +41,7 @@ pub fn run_links(run_id: &str) -> Vec<Value> {
 }
 
 /// `resources/list`: one manifest per workflow.
-pub fn list(folder: &Folder) -> Value {
+pub(super) fn list(folder: &Folder) -> Value {
     let resources: Vec<Value> = folder
         .workflows
         .values()
@@ -58,7 +58,7 @@ pub fn list(folder: &Folder) -> Value {
 }
 
 /// `resources/templates/list`: the run resources, where they are served.
-pub fn templates(run_resources: bool) -> Value {
+pub(super) fn templates(run_resources: bool) -> Value {
     if !run_resources {
         return json!({"resourceTemplates": []});
     }
@@ -71,7 +71,7 @@ pub fn templates(run_resources: bool) -> Value {
 }
 
 /// `resources/read`.
-pub async fn read(
+pub(super) async fn read(
     api: &RunApi,
     ctx: &RequestContext,
     uri: &str,

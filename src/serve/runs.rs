@@ -19,9 +19,9 @@ use super::view::RunView;
 
 /// The largest `arguments` of `run/start` and `run/resume`, serialised: they are stored with
 /// the run.
-pub const MAX_ARGUMENTS_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_ARGUMENTS_BYTES: usize = 256 * 1024;
 /// Log lines `run/logs` returns at most (the latest ones).
-pub const MAX_LOG_LINES: u32 = 1_000;
+pub(crate) const MAX_LOG_LINES: u32 = 1_000;
 
 /// Why a run method did not answer with a status.
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +206,7 @@ fn string_field<'a>(params: &'a Value, field: &str) -> Result<&'a str, RunError>
 }
 
 /// `arguments`: a JSON object of at most [`MAX_ARGUMENTS_BYTES`] (absent: `{}`).
-pub fn arguments(params: &Value) -> Result<Value, RunError> {
+pub(crate) fn arguments(params: &Value) -> Result<Value, RunError> {
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
         Some(arguments @ Value::Object(_)) => arguments,
@@ -221,7 +221,7 @@ pub fn arguments(params: &Value) -> Result<Value, RunError> {
 }
 
 /// Refuses arguments over [`MAX_ARGUMENTS_BYTES`] serialised.
-pub fn check_size(arguments: &Value) -> Result<(), RunError> {
+pub(crate) fn check_size(arguments: &Value) -> Result<(), RunError> {
     let size = serde_json::to_vec(arguments).map_or(usize::MAX, |bytes| bytes.len());
     if size > MAX_ARGUMENTS_BYTES {
         return Err(RunError::Invalid(format!(

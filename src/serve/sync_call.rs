@@ -32,7 +32,7 @@ use super::runs::{RunApi, check_size};
 use super::tools::{text_result, tool_error};
 
 /// Answers `tools/call` for every workflow of the folder.
-pub struct SyncCalls {
+pub(super) struct SyncCalls {
     pub api: Arc<RunApi>,
 }
 
@@ -182,7 +182,7 @@ fn answer_of(name: &str, record: &RunRecord) -> Value {
 /// `cancelled`), a checkpoint is one elicitation form answered through `mhl_run_resume`'s
 /// path, and cancel is `mhl_run_cancel`. Ownership is the run API's, so a task is visible to
 /// its starter only, for as long as this server knows the run.
-pub struct FolderTasks {
+pub(super) struct FolderTasks {
     pub api: Arc<RunApi>,
     /// Refusals of a 2025 task request, as tasks that are already over.
     pub immediate: crate::mcp::tasks::MemoryTasks,

@@ -17,7 +17,7 @@ use super::runs::{RunApi, RunError};
 
 /// One method of the run API, by its JSON-RPC name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunMethod {
+pub(crate) enum RunMethod {
     Start,
     Status,
     Resume,
@@ -27,7 +27,7 @@ pub enum RunMethod {
 }
 
 impl RunMethod {
-    pub const ALL: [RunMethod; 6] = [
+    pub(crate) const ALL: [RunMethod; 6] = [
         RunMethod::Start,
         RunMethod::Status,
         RunMethod::Resume,
@@ -37,7 +37,7 @@ impl RunMethod {
     ];
 
     /// `run/start`, ...
-    pub fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             RunMethod::Start => "run/start",
             RunMethod::Status => "run/status",
@@ -49,7 +49,7 @@ impl RunMethod {
     }
 
     /// `mhl_run_start`, ...
-    pub fn tool(self) -> &'static str {
+    pub(crate) fn tool(self) -> &'static str {
         match self {
             RunMethod::Start => "mhl_run_start",
             RunMethod::Status => "mhl_run_status",
@@ -60,16 +60,16 @@ impl RunMethod {
         }
     }
 
-    pub fn from_method(method: &str) -> Option<RunMethod> {
+    pub(crate) fn from_method(method: &str) -> Option<RunMethod> {
         RunMethod::ALL.into_iter().find(|m| m.method() == method)
     }
 
-    pub fn from_tool(tool: &str) -> Option<RunMethod> {
+    pub(crate) fn from_tool(tool: &str) -> Option<RunMethod> {
         RunMethod::ALL.into_iter().find(|m| m.tool() == tool)
     }
 
     /// The tool's `tools/list` entry.
-    pub fn definition(self) -> Value {
+    pub(crate) fn definition(self) -> Value {
         let run_id = json!({"type": "string", "description": "The runId mhl_run_start returned."});
         let (description, properties, required) = match self {
             RunMethod::Start => (
@@ -120,7 +120,7 @@ impl RunMethod {
 }
 
 /// Carries out `method` for the caller of `ctx`, answering the bare document.
-pub async fn answer(
+pub(crate) async fn answer(
     api: &RunApi,
     ctx: &RequestContext,
     method: RunMethod,
@@ -151,7 +151,7 @@ async fn answer_unmeasured(
 }
 
 /// The `run/*` method's JSON-RPC answer.
-pub async fn method_answer(
+pub(crate) async fn method_answer(
     api: &RunApi,
     ctx: &RequestContext,
     method: RunMethod,
@@ -166,7 +166,7 @@ pub async fn method_answer(
 }
 
 /// Answers `tools/call` for the `mhl_run_*` tools.
-pub struct RunTools {
+pub(crate) struct RunTools {
     pub api: Arc<RunApi>,
 }
 
@@ -202,11 +202,11 @@ impl ToolHandler for RunTools {
 }
 
 /// A tool result of one text item.
-pub fn text_result(text: String) -> Value {
+pub(crate) fn text_result(text: String) -> Value {
     json!({"content": [{"type": "text", "text": text}]})
 }
 
 /// A tool error (`isError: true`) of one text item.
-pub fn tool_error(text: String) -> Value {
+pub(crate) fn tool_error(text: String) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }

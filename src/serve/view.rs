@@ -136,11 +136,6 @@ impl RunView {
             self.reached = vec![current.to_owned()];
         }
     }
-
-    /// Whether the run will not change without a resume.
-    pub fn is_terminal(&self) -> bool {
-        self.state != "working"
-    }
 }
 
 /// The state and `resumable` of a stored run.

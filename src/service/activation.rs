@@ -25,11 +25,11 @@ use nix::sys::stat::{SFlag, fstat};
 use crate::env;
 
 /// The first passed descriptor (`SD_LISTEN_FDS_START`).
-pub const FIRST_FD: RawFd = 3;
+pub(crate) const FIRST_FD: RawFd = 3;
 
 /// What the `LISTEN_*` variables say was passed to this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Passed {
+pub(crate) struct Passed {
     /// How many descriptors, starting at [`FIRST_FD`]. Always 1 here: the daemon serves one
     /// socket, and more are refused while parsing.
     pub count: u32,
@@ -39,7 +39,7 @@ pub struct Passed {
 
 /// A socket-activation setup the daemon refuses to serve.
 #[derive(Debug, thiserror::Error)]
-pub enum ActivationError {
+pub(crate) enum ActivationError {
     #[error("{variable}={value:?} is not {expected}")]
     Malformed {
         variable: &'static str,
@@ -66,7 +66,7 @@ impl Passed {
     /// (no `LISTEN_PID`, or one naming another process). Once `LISTEN_PID` names us, every
     /// other defect is an error: the manager meant to hand us a socket, and serving something
     /// else instead would hide the mistake.
-    pub fn from_vars(
+    pub(crate) fn from_vars(
         pid: u32,
         var: impl Fn(&str) -> Option<OsString>,
     ) -> Result<Option<Passed>, ActivationError> {
@@ -105,7 +105,7 @@ impl Passed {
 
 /// The listener passed to this process, if any. Call once, before any thread starts: the
 /// first call takes ownership of fd 3.
-pub fn from_process() -> Result<Option<TcpListener>, ActivationError> {
+pub(crate) fn from_process() -> Result<Option<TcpListener>, ActivationError> {
     let Some(_passed) = Passed::from_vars(std::process::id(), |name| std::env::var_os(name))?
     else {
         return Ok(None);
@@ -126,7 +126,7 @@ pub fn from_process() -> Result<Option<TcpListener>, ActivationError> {
 
 /// Checks that `fd` is a listening TCP socket on a loopback address, marks it close-on-exec
 /// and returns it as a listener. A refused descriptor is closed.
-pub fn listener_from_fd(fd: OwnedFd) -> Result<TcpListener, ActivationError> {
+pub(crate) fn listener_from_fd(fd: OwnedFd) -> Result<TcpListener, ActivationError> {
     let unusable = |what: String| ActivationError::Unusable { what };
     let stat = fstat(&fd).map_err(|error| unusable(format!("unreadable ({error})")))?;
     if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFSOCK {

@@ -11,47 +11,47 @@ use std::path::{Path, PathBuf};
 use super::{Result, ServiceError};
 
 /// The job label, also the plist's file name without `.plist`.
-pub const LABEL: &str = "dev.agentprism.daemon";
+pub(crate) const LABEL: &str = "dev.agentprism.daemon";
 /// `launchd/dev.agentprism.daemon.plist` as shipped, with `@...@` placeholders.
-pub const TEMPLATE: &str = include_str!("../../launchd/dev.agentprism.daemon.plist");
+pub(crate) const TEMPLATE: &str = include_str!("../../launchd/dev.agentprism.daemon.plist");
 /// PATH given to the daemon when the installing shell had none: launchd's own is minimal
 /// and agents (node, codex, claude) are found through PATH.
-pub const DEFAULT_PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
+pub(crate) const DEFAULT_PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
 /// `launchctl bootout` exit codes meaning "was not loaded" (ESRCH, and launchd's "could not
 /// find service"): fine when installing over nothing or uninstalling twice.
-pub const NOT_LOADED_EXIT_CODES: [i32; 2] = [3, 113];
+pub(crate) const NOT_LOADED_EXIT_CODES: [i32; 2] = [3, 113];
 
 /// `~/Library/LaunchAgents/dev.agentprism.daemon.plist`.
-pub fn plist_path(home: &Path) -> PathBuf {
+pub(crate) fn plist_path(home: &Path) -> PathBuf {
     home.join("Library")
         .join("LaunchAgents")
         .join(format!("{LABEL}.plist"))
 }
 
 /// `gui/<uid>`: the per-login-session domain LaunchAgents live in.
-pub fn domain(uid: u32) -> String {
+pub(crate) fn domain(uid: u32) -> String {
     format!("gui/{uid}")
 }
 
 /// `gui/<uid>/dev.agentprism.daemon`.
-pub fn service_target(uid: u32) -> String {
+pub(crate) fn service_target(uid: u32) -> String {
     format!("gui/{uid}/{LABEL}")
 }
 
 /// Unloads the job. By service target rather than plist path, so it works whatever the plist
 /// on disk now says, or when it is already gone.
-pub fn bootout_args(uid: u32) -> Vec<String> {
+pub(crate) fn bootout_args(uid: u32) -> Vec<String> {
     vec!["bootout".into(), service_target(uid)]
 }
 
 /// Clears a `launchctl disable` left from before, which would make bootstrap fail: the user
 /// asked to install, so the job is meant to be enabled.
-pub fn enable_args(uid: u32) -> Vec<String> {
+pub(crate) fn enable_args(uid: u32) -> Vec<String> {
     vec!["enable".into(), service_target(uid)]
 }
 
 /// Loads (and, through `RunAtLoad`, starts) the job from its plist.
-pub fn bootstrap_args(uid: u32, plist: &Path) -> Vec<String> {
+pub(crate) fn bootstrap_args(uid: u32, plist: &Path) -> Vec<String> {
     vec![
         "bootstrap".into(),
         domain(uid),
@@ -60,20 +60,20 @@ pub fn bootstrap_args(uid: u32, plist: &Path) -> Vec<String> {
 }
 
 /// Starts the job now if loaded but not running (the shim's managed cold start).
-pub fn kickstart_args(uid: u32) -> Vec<String> {
+pub(crate) fn kickstart_args(uid: u32) -> Vec<String> {
     vec!["kickstart".into(), service_target(uid)]
 }
 
 /// Whether a path names one version of a package, so it would vanish on upgrade: Homebrew's
 /// `Cellar/<name>/<version>/` and Nix store paths.
-pub fn is_versioned_path(path: &Path) -> bool {
+pub(crate) fn is_versioned_path(path: &Path) -> bool {
     let text = path.to_string_lossy();
     text.contains("/Cellar/") || text.starts_with("/nix/store/")
 }
 
 /// The plist for a daemon at `binary` (a stable path), logging to `log`, started in `home`,
 /// with `environment` (which must hold PATH; the others follow it sorted by name).
-pub fn render_plist(
+pub(crate) fn render_plist(
     binary: &Path,
     home: &Path,
     log: &Path,

@@ -5,17 +5,17 @@
 //! restarts the daemon, never how it runs. The daemon and the CLI call into this module; it
 //! calls neither of them.
 
-pub mod activation;
-pub mod install;
-pub mod launchd;
-pub mod notify;
-pub mod systemd;
+pub(crate) mod activation;
+pub(crate) mod install;
+pub(crate) mod launchd;
+pub(crate) mod notify;
+pub(crate) mod systemd;
 mod tools;
 
 use std::path::{Path, PathBuf};
 
-pub use install::{InstallPaths, InstallReport, ManagedRecord};
-pub use notify::Notifier;
+pub(crate) use install::{InstallPaths, InstallReport};
+pub(crate) use notify::Notifier;
 
 /// Which service manager, if any, runs this daemon: the value of `daemon run --managed=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub enum Manager {
 
 impl Manager {
     /// The manager for this platform's `daemon install`.
-    pub fn native() -> Manager {
+    pub(crate) fn native() -> Manager {
         if cfg!(target_os = "macos") {
             Manager::Launchd
         } else {
@@ -57,7 +57,7 @@ impl Manager {
 /// every kind to exit 1; the kinds exist so tests and the fallback logic can tell a missing
 /// manager (fall back to self-spawn) from a manager that refused.
 #[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
+pub(crate) enum ServiceError {
     #[error("could not {doing} {}: {source}", path.display())]
     Io {
         doing: &'static str,
@@ -86,7 +86,7 @@ impl ServiceError {
     }
 }
 
-pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = ServiceError> = std::result::Result<T, E>;
 
 /// A variable lookup over `pairs`, standing in for the process environment in tests.
 #[cfg(test)]

@@ -26,7 +26,7 @@ use crate::env;
 /// Variables a daemon removes from the environment of every process it starts (agents, tool
 /// subprocesses, a successor it spawns): they describe this process's relationship with
 /// systemd and mean nothing, or harm, anywhere else.
-pub const CHILD_ENV_REMOVALS: [&str; 6] = [
+pub(crate) const CHILD_ENV_REMOVALS: [&str; 6] = [
     env::NOTIFY_SOCKET,
     env::LISTEN_FDS,
     env::LISTEN_PID,
@@ -34,20 +34,6 @@ pub const CHILD_ENV_REMOVALS: [&str; 6] = [
     env::WATCHDOG_USEC,
     env::WATCHDOG_PID,
 ];
-
-/// The names to strip from every child's environment (see [`CHILD_ENV_REMOVALS`]).
-pub fn child_env_removals() -> &'static [&'static str] {
-    &CHILD_ENV_REMOVALS
-}
-
-/// Removes [`CHILD_ENV_REMOVALS`] from a command about to be spawned. For a
-/// `tokio::process::Command`, call `env_remove` with the same names.
-pub fn strip_child_env(command: &mut std::process::Command) -> &mut std::process::Command {
-    for name in CHILD_ENV_REMOVALS {
-        command.env_remove(name);
-    }
-    command
-}
 
 /// Talks to systemd for a daemon under `--managed=systemd`; silent otherwise. Cheap to share
 /// by reference across threads (every send is one `sendto`).
@@ -92,7 +78,7 @@ impl Notifier {
 
     /// Reads this process's environment. Call once, before any thread is spawned, with
     /// `managed_by_systemd` = whether `--managed=systemd` was given.
-    pub fn from_process(managed_by_systemd: bool) -> io::Result<Notifier> {
+    pub(crate) fn from_process(managed_by_systemd: bool) -> io::Result<Notifier> {
         Notifier::from_vars(managed_by_systemd, std::process::id(), |name| {
             std::env::var_os(name)
         })
@@ -100,7 +86,7 @@ impl Notifier {
 
     /// The same from explicit variables and pid (tests, and hosts that embed the daemon).
     /// Fails only if a notification socket was named but no socket could be created.
-    pub fn from_vars(
+    pub(crate) fn from_vars(
         managed_by_systemd: bool,
         pid: u32,
         var: impl Fn(&str) -> Option<OsString>,
@@ -134,13 +120,14 @@ impl Notifier {
     }
 
     /// Whether notifications go anywhere.
-    pub fn is_active(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_active(&self) -> bool {
         self.channel.is_some()
     }
 
     /// How often to send [`Notifier::watchdog`]: half of `WATCHDOG_USEC`, as sd_watchdog_enabled(3)
     /// recommends, so one late tick does not get us killed. `None` when no watchdog is set.
-    pub fn watchdog_interval(&self) -> Option<Duration> {
+    pub(crate) fn watchdog_interval(&self) -> Option<Duration> {
         self.channel.as_ref()?;
         self.watchdog_period.map(|period| period / 2)
     }
@@ -152,7 +139,7 @@ impl Notifier {
     }
 
     /// `READY=1` and `STATUS=` in one datagram.
-    pub fn ready_with_status(&self, text: &str) -> io::Result<()> {
+    pub(crate) fn ready_with_status(&self, text: &str) -> io::Result<()> {
         self.send(&format!("READY=1\nSTATUS={}\n", one_line(text)))
     }
 
@@ -172,11 +159,6 @@ impl Notifier {
     /// duck. systemd treats it as final and starts the stop timer.
     pub fn stopping(&self) -> io::Result<()> {
         self.send("STOPPING=1\n")
-    }
-
-    /// `EXTEND_TIMEOUT_USEC=`: asks for more time during a long start or stop.
-    pub fn extend_timeout(&self, by: Duration) -> io::Result<()> {
-        self.send(&format!("EXTEND_TIMEOUT_USEC={}\n", by.as_micros()))
     }
 
     fn send(&self, message: &str) -> io::Result<()> {
@@ -371,22 +353,5 @@ mod tests {
         // No NOTIFY_SOCKET: nothing to send to, and no watchdog without a channel.
         assert!(!notifier.is_active());
         notifier.ready().unwrap();
-    }
-
-    #[test]
-    fn children_lose_the_manager_variables() {
-        let mut command = std::process::Command::new("env");
-        command
-            .env("NOTIFY_SOCKET", "/run/x")
-            .env("LISTEN_FDS", "1");
-        strip_child_env(&mut command);
-        let removed: Vec<_> = command
-            .get_envs()
-            .filter(|(_, value)| value.is_none())
-            .map(|(name, _)| name.to_str().unwrap().to_string())
-            .collect();
-        for name in child_env_removals() {
-            assert!(removed.iter().any(|r| r == name), "{name} not removed");
-        }
     }
 }

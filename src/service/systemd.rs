@@ -19,38 +19,38 @@ use super::tools::Tools;
 use super::{InstallReport, Result, ServiceError};
 
 /// The unit a user enables (`systemctl --user enable --now agentprism`).
-pub const ENTRY_UNIT: &str = "agentprism.service";
+pub(crate) const ENTRY_UNIT: &str = "agentprism.service";
 /// The template a successor generation runs under, one instance per version.
-pub const TEMPLATE_UNIT: &str = "agentprism@.service";
+pub(crate) const TEMPLATE_UNIT: &str = "agentprism@.service";
 /// Glob matching every generation instance (for `systemctl --user stop`).
-pub const INSTANCE_GLOB: &str = "agentprism@*.service";
+pub(crate) const INSTANCE_GLOB: &str = "agentprism@*.service";
 /// The folder `systemctl --user enable` links [`ENTRY_UNIT`] into (its `WantedBy=`).
-pub const WANTED_BY: &str = "default.target.wants";
+pub(crate) const WANTED_BY: &str = "default.target.wants";
 
 /// `systemd/agentprism.service` as shipped.
-pub const ENTRY_UNIT_TEXT: &str = include_str!("../../systemd/agentprism.service");
+pub(crate) const ENTRY_UNIT_TEXT: &str = include_str!("../../systemd/agentprism.service");
 /// `systemd/agentprism@.service` as shipped.
-pub const TEMPLATE_UNIT_TEXT: &str = include_str!("../../systemd/agentprism@.service");
+pub(crate) const TEMPLATE_UNIT_TEXT: &str = include_str!("../../systemd/agentprism@.service");
 
 /// The program path the shipped units run; `daemon install` and the packages replace it.
-pub const SHIPPED_BINARY: &str = "%h/.local/bin/agentprism";
+pub(crate) const SHIPPED_BINARY: &str = "%h/.local/bin/agentprism";
 /// The environment file the shipped units read (optional: a leading `-` in the unit).
-pub const SHIPPED_ENV_FILE: &str = "%h/.config/agentprism/daemon.env";
+pub(crate) const SHIPPED_ENV_FILE: &str = "%h/.config/agentprism/daemon.env";
 
 /// Exit code of `daemon run --expect-version=V` when the binary's version is not `V`. The
 /// units list it in `RestartPreventExitStatus`, so a stale instance is not restarted in a loop;
 /// the shim then self-spawns.
-pub const EXIT_WRONG_VERSION: u8 = 3;
+pub(crate) const EXIT_WRONG_VERSION: u8 = 3;
 
 /// One unit file to write under `~/.config/systemd/user/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnitFile {
+pub(crate) struct UnitFile {
     pub name: &'static str,
     pub contents: String,
 }
 
 /// Both units, rendered to run `binary` with environment file `env_file`.
-pub fn unit_files(binary: &Path, env_file: &Path) -> Result<Vec<UnitFile>> {
+pub(crate) fn unit_files(binary: &Path, env_file: &Path) -> Result<Vec<UnitFile>> {
     Ok(vec![
         UnitFile {
             name: ENTRY_UNIT,
@@ -64,7 +64,7 @@ pub fn unit_files(binary: &Path, env_file: &Path) -> Result<Vec<UnitFile>> {
 }
 
 /// Replaces the shipped program and environment-file paths in a unit text.
-pub fn render_unit(text: &str, binary: &Path, env_file: &Path) -> Result<String> {
+pub(crate) fn render_unit(text: &str, binary: &Path, env_file: &Path) -> Result<String> {
     Ok(text
         .replace(SHIPPED_BINARY, &command_word(binary)?)
         .replace(SHIPPED_ENV_FILE, &unit_path(env_file)?))
@@ -73,7 +73,7 @@ pub fn render_unit(text: &str, binary: &Path, env_file: &Path) -> Result<String>
 /// The instance name of a version: build metadata dropped (it takes no part in the
 /// succession order, and `+` is not allowed in unit names), any other character outside
 /// systemd's unit-name alphabet escaped as `\xNN` the way `systemd-escape` does.
-pub fn instance_name(version: &str) -> String {
+pub(crate) fn instance_name(version: &str) -> String {
     let core = version.split('+').next().unwrap_or(version);
     let mut name = String::with_capacity(core.len());
     for byte in core.bytes() {
@@ -87,26 +87,26 @@ pub fn instance_name(version: &str) -> String {
 }
 
 /// `agentprism@<instance>.service` for a version.
-pub fn instance_unit(version: &str) -> String {
+pub(crate) fn instance_unit(version: &str) -> String {
     format!("agentprism@{}.service", instance_name(version))
 }
 
 /// Whether `daemon run --expect-version=<expected>` may go on with a binary of `version`.
 /// The unit passes the raw instance (`%i`), so compare in instance form.
-pub fn version_matches_instance(version: &str, expected: &str) -> bool {
+pub(crate) fn version_matches_instance(version: &str, expected: &str) -> bool {
     instance_name(version) == expected
 }
 
 /// `systemctl` arguments that start (or join) the generation of `version`. systemctl returns
 /// once the daemon sent `READY=1`, or with an error when it failed or `TimeoutStartSec`
 /// passed; systemd serialises starts, so shims of one version share one instance.
-pub fn start_generation_args(version: &str) -> Vec<String> {
+pub(crate) fn start_generation_args(version: &str) -> Vec<String> {
     vec!["--user".into(), "start".into(), instance_unit(version)]
 }
 
 /// `systemctl` arguments that stop every managed daemon of this user: the entry unit and all
 /// generation instances.
-pub fn stop_all_args() -> Vec<String> {
+pub(crate) fn stop_all_args() -> Vec<String> {
     vec![
         "--user".into(),
         "stop".into(),

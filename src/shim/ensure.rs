@@ -14,7 +14,6 @@
 //! never defer, and the deferral ends after [`BOOTSTRAP_CAP`] whatever happens. Without a
 //! usable run-control key nothing is superseded at all (fail closed).
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,15 +25,16 @@ use crate::daemon::spawn::{
 use crate::discovery::record::CONTROL_PROTOCOL;
 use crate::discovery::{DaemonRecord, Paths, RunControlKey, compare_versions};
 use crate::env::EnvSnapshot;
+use crate::util::sync::Lock;
 
 /// How long an older daemon without control is adopted while it finishes its work, at most.
-pub const BOOTSTRAP_CAP: Duration = Duration::from_secs(30 * 60);
+pub(crate) const BOOTSTRAP_CAP: Duration = Duration::from_secs(30 * 60);
 /// How often the proxy re-probes a daemon adopted under the bootstrap exception.
-pub const BOOTSTRAP_POLL: Duration = Duration::from_secs(1);
+pub(crate) const BOOTSTRAP_POLL: Duration = Duration::from_secs(1);
 
 /// A daemon this shim may talk to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub pid: u32,
     pub instance_id: String,
     pub port: u16,
@@ -45,7 +45,7 @@ pub struct Daemon {
 }
 
 /// Finds or starts the daemon of one env family.
-pub struct Ensurer {
+pub(crate) struct Ensurer {
     paths: Paths,
     fingerprint: String,
     /// This shim's version: daemons at least this new are adopted.
@@ -56,7 +56,12 @@ pub struct Ensurer {
 }
 
 impl Ensurer {
-    pub fn new(paths: Paths, fingerprint: String, version: &str, env: &EnvSnapshot) -> Ensurer {
+    pub(crate) fn new(
+        paths: Paths,
+        fingerprint: String,
+        version: &str,
+        env: &EnvSnapshot,
+    ) -> Ensurer {
         let options = EnsureOptions {
             managed: ManagedStart::for_family(env, &fingerprint, version),
             ..EnsureOptions::new(daemon_binary(env))
@@ -70,19 +75,14 @@ impl Ensurer {
         }
     }
 
-    pub fn paths(&self) -> &Paths {
+    pub(crate) fn paths(&self) -> &Paths {
         &self.paths
-    }
-
-    /// The binary a cold start spawns.
-    pub fn daemon_binary(&self) -> &PathBuf {
-        &self.options.binary
     }
 
     /// Returns the daemon new work goes to: the family's current daemon if it is at least as
     /// new as this shim, else a successor started for it (or, under the bootstrap exception,
     /// the older daemon for now). Starts a daemon under the spawn lock if there is none.
-    pub async fn ensure(&self) -> Result<Daemon, EnsureError> {
+    pub(crate) async fn ensure(&self) -> Result<Daemon, EnsureError> {
         let ready = ensure_daemon(&self.paths, &self.fingerprint, &self.options).await?;
         let version = reported_version(&ready);
         if compare_versions(&version, &self.version).is_ge() {
@@ -106,8 +106,7 @@ impl Ensurer {
             count(&ready.health, "activeRuns") > 0 || count(&ready.health, "inflightRequests") > 0;
         let since = *self
             .deferred_since
-            .lock()
-            .expect("deferral lock")
+            .locked()
             .get_or_insert_with(Instant::now);
         if busy && since.elapsed() < BOOTSTRAP_CAP {
             eprintln!(
@@ -152,7 +151,7 @@ impl Ensurer {
     }
 
     fn end_deferral(&self) {
-        *self.deferred_since.lock().expect("deferral lock") = None;
+        *self.deferred_since.locked() = None;
     }
 }
 

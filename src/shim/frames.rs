@@ -7,25 +7,25 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-pub use crate::transport::lines::{Line, read_lines};
+pub(crate) use crate::transport::lines::{Line, read_lines};
 
 /// The largest frame the shim accepts; a longer line is answered with an error as soon as it
 /// passes the limit, and the rest of it is skipped unread ([`read_lines`]: no more than this
 /// much of a line is ever held).
-pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 /// `_meta` key that marks a 2026-07-28 (stateless) request.
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// JSON-RPC error codes the shim answers with itself.
-pub mod codes {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) mod codes {
+    pub(crate) const PARSE_ERROR: i64 = -32700;
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
+    pub(crate) const INTERNAL_ERROR: i64 = -32603;
 }
 
 /// Whether a frame asks for an answer, is a notification, or answers the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Request,
     Notification,
     Response,
@@ -33,7 +33,7 @@ pub enum Kind {
 
 /// The headers a 2026-07-28 request must carry, taken from its body (protocol.md S2).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Modern {
+pub(crate) struct Modern {
     pub version: String,
     pub method: String,
     /// `Mcp-Name`: the tool or prompt name, or the resource uri.
@@ -42,7 +42,7 @@ pub struct Modern {
 
 /// One frame from the host and what the shim knows about it.
 #[derive(Clone, Debug)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// Arrival order; replays keep it so queued frames stay in client order.
     pub seq: u64,
     /// The bytes to POST.
@@ -60,18 +60,18 @@ pub struct Frame {
 }
 
 impl Frame {
-    pub fn is(&self, method: &str) -> bool {
+    pub(crate) fn is(&self, method: &str) -> bool {
         self.method.as_deref() == Some(method)
     }
 
     /// Whether this request's reply goes to the host (the shim's own replays are swallowed).
-    pub fn is_request(&self) -> bool {
+    pub(crate) fn is_request(&self) -> bool {
         self.kind == Kind::Request
     }
 }
 
 /// Reads the facts the shim needs from one line, or the error response to write instead.
-pub fn inspect(seq: u64, line: Vec<u8>) -> Result<Frame, Value> {
+pub(crate) fn inspect(seq: u64, line: Vec<u8>) -> Result<Frame, Value> {
     let value: Value = serde_json::from_slice(&line).map_err(|e| {
         error_response(
             &Value::Null,
@@ -138,12 +138,12 @@ pub fn inspect(seq: u64, line: Vec<u8>) -> Result<Frame, Value> {
 }
 
 /// A JSON-RPC error response.
-pub fn error_response(id: &Value, code: i64, message: &str) -> Value {
+pub(crate) fn error_response(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 /// A header value as `=?base64?…?=` when it is not plain visible ASCII (protocol.md S2).
-pub fn header_value(text: &str) -> String {
+pub(crate) fn header_value(text: &str) -> String {
     let plain = text.bytes().all(|b| (0x20..0x7f).contains(&b)) && text.trim() == text;
     if plain {
         text.to_owned()

@@ -15,11 +15,11 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 /// The daemon's MCP endpoint: the HTTP transport's default path, which the daemon keeps.
-pub const MCP_PATH: &str = "/mcp";
+pub(crate) const MCP_PATH: &str = "/mcp";
 
 /// Why an exchange failed, split by whether the daemon may have seen the request.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// The connection was never established: the request did not reach any daemon.
     #[error("connecting to 127.0.0.1:{port} failed: {source}")]
     Connect {
@@ -34,13 +34,13 @@ pub enum SendError {
 
 impl SendError {
     /// Whether the request certainly did not reach a daemon.
-    pub fn never_delivered(&self) -> bool {
+    pub(crate) fn never_delivered(&self) -> bool {
         matches!(self, SendError::Connect { .. })
     }
 }
 
 /// A response whose body is read on demand; dropping it closes the connection.
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: hyper::HeaderMap,
     body: Incoming,
@@ -57,7 +57,7 @@ impl Drop for Response {
 
 impl Response {
     /// A header value as text, trimmed.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .get(name)
             .and_then(|value| value.to_str().ok())
@@ -65,13 +65,13 @@ impl Response {
     }
 
     /// Whether the body is an SSE stream.
-    pub fn is_event_stream(&self) -> bool {
+    pub(crate) fn is_event_stream(&self) -> bool {
         self.header("content-type")
             .is_some_and(|value| value.starts_with("text/event-stream"))
     }
 
     /// The next chunk of the body; `None` at its end.
-    pub async fn chunk(&mut self) -> Option<Result<Bytes, SendError>> {
+    pub(crate) async fn chunk(&mut self) -> Option<Result<Bytes, SendError>> {
         loop {
             match self.body.frame().await? {
                 Ok(frame) => match frame.into_data() {
@@ -89,7 +89,7 @@ impl Response {
     }
 
     /// The whole body.
-    pub async fn bytes(mut self) -> Result<Bytes, SendError> {
+    pub(crate) async fn bytes(mut self) -> Result<Bytes, SendError> {
         let mut collected = Vec::new();
         while let Some(chunk) = self.chunk().await {
             collected.extend_from_slice(&chunk?);
@@ -99,7 +99,7 @@ impl Response {
 }
 
 /// One request to `http://127.0.0.1:<port><path>`. `headers` are sent as given, after `Host`.
-pub async fn send(
+pub(crate) async fn send(
     port: u16,
     method: Method,
     path: &str,

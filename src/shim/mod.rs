@@ -6,13 +6,13 @@
 //!
 //! `--in-process` and `daemon <args…>` replace the process with the sibling `agentprism`.
 
-pub mod ensure;
-pub mod frames;
-pub mod http;
-pub mod output;
+pub(crate) mod ensure;
+pub(crate) mod frames;
+pub(crate) mod http;
+pub(crate) mod output;
 mod post;
-pub mod proxy;
-pub mod sse;
+pub(crate) mod proxy;
+pub(crate) mod sse;
 mod stream;
 
 use std::ffi::OsString;

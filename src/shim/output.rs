@@ -8,12 +8,12 @@ use tokio::sync::mpsc;
 
 /// Lines for stdout, written by one thread so messages never interleave.
 #[derive(Clone)]
-pub struct Output {
+pub(crate) struct Output {
     sender: mpsc::UnboundedSender<OutputItem>,
 }
 
 /// What the writer thread is asked to do.
-pub enum OutputItem {
+pub(crate) enum OutputItem {
     Line(Vec<u8>),
     /// Answered once every earlier line is written.
     Flush(std::sync::mpsc::Sender<()>),
@@ -21,7 +21,7 @@ pub enum OutputItem {
 
 impl Output {
     /// Starts the stdout writer thread; `closed` runs once when stdout is gone (EPIPE).
-    pub fn start(
+    pub(crate) fn start(
         mut writer: impl std::io::Write + Send + 'static,
         closed: impl FnOnce() + Send + 'static,
     ) -> Output {
@@ -58,7 +58,7 @@ impl Output {
     }
 
     /// Writes one message as one line; a message with raw newlines is re-serialised compactly.
-    pub fn write(&self, message: &[u8]) {
+    pub(crate) fn write(&self, message: &[u8]) {
         let line = if message.contains(&b'\n') {
             match serde_json::from_slice::<Value>(message) {
                 Ok(value) => value.to_string().into_bytes(),
@@ -73,14 +73,14 @@ impl Output {
         let _ = self.sender.send(OutputItem::Line(line));
     }
 
-    pub fn write_value(&self, message: &Value) {
+    pub(crate) fn write_value(&self, message: &Value) {
         let _ = self
             .sender
             .send(OutputItem::Line(message.to_string().into_bytes()));
     }
 
     /// Waits (bounded) until every line written so far has reached stdout.
-    pub fn flush(&self, deadline: Duration) {
+    pub(crate) fn flush(&self, deadline: Duration) {
         let (done, wait) = std::sync::mpsc::channel();
         if self.sender.send(OutputItem::Flush(done)).is_ok() {
             let _ = wait.recv_timeout(deadline);

@@ -18,7 +18,7 @@ use crate::daemon::health::LAME_DUCK_HEADER;
 
 /// How one POST ended.
 #[derive(Debug)]
-pub enum Posted {
+pub(crate) enum Posted {
     /// The daemon answered; the answer was written (or swallowed). For `initialize`, the
     /// session id and negotiated protocol version.
     Answered {
@@ -37,7 +37,7 @@ pub enum Posted {
 
 /// What a successful recovery established.
 #[derive(Debug)]
-pub struct Recovery {
+pub(crate) struct Recovery {
     pub(super) daemon: Daemon,
     /// The rebuilt legacy session; `None` for a client that never initialized.
     pub(super) session: Option<String>,

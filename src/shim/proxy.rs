@@ -33,27 +33,27 @@ use super::frames::{self, Frame, Kind, codes};
 use super::http::{self, MCP_PATH};
 use super::output::Output;
 use super::post::{PostPlan, post, reestablish};
-pub use super::post::{Posted, Recovery};
+pub(crate) use super::post::{Posted, Recovery};
 use super::stream::SessionStream;
 use crate::daemon::probe::Probe;
 
 /// More recoveries than this within [`RECOVERY_WINDOW`] end the shim.
-pub const MAX_RECOVERIES: usize = 6;
-pub const RECOVERY_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const MAX_RECOVERIES: usize = 6;
+pub(crate) const RECOVERY_WINDOW: Duration = Duration::from_secs(60);
 /// How long DELETE of the session may take at exit.
-pub const DELETE_DEADLINE: Duration = Duration::from_secs(1);
+pub(crate) const DELETE_DEADLINE: Duration = Duration::from_secs(1);
 /// After stdin EOF, how long answers to already-sent requests are still awaited (so
 /// `printf … | agentprism-workflow` works) before the shim ends its session.
-pub const EOF_DRAIN: Duration = Duration::from_millis(500);
+pub(crate) const EOF_DRAIN: Duration = Duration::from_millis(500);
 /// What a host gets for a request that may have reached a daemon that was then lost.
-pub const LOST_MESSAGE: &str =
+pub(crate) const LOST_MESSAGE: &str =
     "session lost; the request may have completed; inspect before retrying";
 /// How often the parent pid is compared with the one at start.
 const PARENT_CHECK: Duration = Duration::from_secs(1);
 
 /// Every reason the proxy wakes up.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// A frame from stdin (boxed: frames are the largest variant by far).
     Frame(Box<Frame>),
     StdinClosed,
@@ -82,7 +82,7 @@ pub enum Event {
 
 /// How the proxy ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// Host gone, signal, broken stdout: the session was ended.
     Done,
     /// Cannot go on; the message says why.
@@ -99,7 +99,7 @@ struct InFlight {
 }
 
 /// The proxy's state, owned by its one task.
-pub struct Proxy {
+pub(crate) struct Proxy {
     /// Finds or starts the daemon, at start and on every recovery.
     ensurer: Arc<Ensurer>,
     output: Output,
@@ -149,7 +149,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn new(
+    pub(crate) fn new(
         ensurer: Arc<Ensurer>,
         output: Output,
         events: mpsc::UnboundedSender<Event>,
@@ -193,7 +193,7 @@ impl Proxy {
 
     /// Runs until the host goes away or the shim gives up. `stop` resolves on a signal or when
     /// the host process is gone.
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut events: mpsc::UnboundedReceiver<Event>,
         stop: impl std::future::Future<Output = &'static str>,

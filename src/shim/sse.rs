@@ -5,7 +5,7 @@
 
 /// One dispatched event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The `id:` field, if the event had one.
     pub id: Option<String>,
     /// The `data:` lines joined by `\n`; empty for a priming event.
@@ -16,7 +16,7 @@ pub struct Event {
 
 /// Turns chunks of an SSE body into events. Lines may be split across chunks anywhere.
 #[derive(Debug, Default)]
-pub struct Parser {
+pub(crate) struct Parser {
     /// Bytes after the last complete line.
     partial: Vec<u8>,
     current: Event,
@@ -27,12 +27,12 @@ pub struct Parser {
 }
 
 impl Parser {
-    pub fn new() -> Parser {
+    pub(crate) fn new() -> Parser {
         Parser::default()
     }
 
     /// Feeds one chunk; returns the events it completed, in order.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
         let mut events = Vec::new();
         let mut bytes = chunk;
         if self.after_cr {

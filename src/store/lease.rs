@@ -47,14 +47,14 @@ pub enum LapseReason {
 impl LeasePolicy {
     /// Judges `lease` at `now_ms`, checking the holder process on this machine when the
     /// policy asks for it.
-    pub fn judge(&self, lease: &Lease, now_ms: i64) -> LeaseState {
+    pub(crate) fn judge(&self, lease: &Lease, now_ms: i64) -> LeaseState {
         self.judge_with(lease, now_ms, |lease| {
             crate::util::process::identity(lease.pid, lease.proc_start, lease.boot_id.as_deref())
         })
     }
 
     /// [`LeasePolicy::judge`] with the holder's liveness supplied by `liveness`.
-    pub fn judge_with(
+    pub(crate) fn judge_with(
         &self,
         lease: &Lease,
         now_ms: i64,
@@ -90,7 +90,7 @@ impl LeasePolicy {
     /// How often a holder renews its lease (the driver's heartbeat): a third of the TTL, so
     /// that two missed beats still leave it held; never under
     /// [`LeasePolicy::HolderLiveness`].
-    pub fn renew_every(&self) -> Option<Duration> {
+    pub(crate) fn renew_every(&self) -> Option<Duration> {
         match self {
             LeasePolicy::HolderLiveness => None,
             LeasePolicy::Ttl(ttl) => Some(*ttl / 3),

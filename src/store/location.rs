@@ -54,7 +54,8 @@ impl StoreLocation {
     }
 
     /// Whether several processes on several hosts can share it.
-    pub fn is_shared(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_shared(&self) -> bool {
         matches!(self, StoreLocation::Postgres(_))
     }
 }

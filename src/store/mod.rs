@@ -106,7 +106,7 @@ pub enum StoreError {
     Io(String),
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// What a backend promises beyond the trait's signatures. The engine needs `cas` and `fence`
 /// to run anything; they are stated so that a backend that cannot keep them (a read-only
@@ -260,7 +260,7 @@ impl<T> Store for T where
 /// The folder of a project inside the persistence root:
 /// `projects/<slug>-<sha256(projectDir)[:12]>`, slug = lowercased basename with runs of
 /// `[^a-z0-9._-]` replaced by `-`, at most 48 characters.
-pub fn project_folder(root: &Path, project_dir: &Path) -> PathBuf {
+pub(crate) fn project_folder(root: &Path, project_dir: &Path) -> PathBuf {
     let base = project_dir
         .file_name()
         .map(|name| name.to_string_lossy().to_lowercase())
@@ -285,7 +285,7 @@ pub fn project_folder(root: &Path, project_dir: &Path) -> PathBuf {
 }
 
 /// Where an inline script's store copy lives.
-pub fn script_copy_path(root: &Path, project_dir: &Path, run_id: &RunId) -> PathBuf {
+pub(crate) fn script_copy_path(root: &Path, project_dir: &Path, run_id: &RunId) -> PathBuf {
     project_folder(root, project_dir)
         .join("runs")
         .join(format!("{run_id}.script.js"))

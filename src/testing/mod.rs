@@ -3,8 +3,8 @@
 //! PostgreSQL cluster (`pg_cluster`) and a TCP proxy that can cut one client off from it
 //! (`tcp_proxy`). Never compiled into a shipped build.
 
-pub mod pg_cluster;
-pub mod tcp_proxy;
+pub(crate) mod pg_cluster;
+pub(crate) mod tcp_proxy;
 
 pub use pg_cluster::{PgCluster, PgDatabase};
 pub use tcp_proxy::{ProxyMode, TcpProxy};

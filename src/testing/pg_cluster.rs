@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The superuser every test connects as.
-pub const SUPERUSER: &str = "agentprism";
+pub(crate) const SUPERUSER: &str = "agentprism";
 
 /// Folder names under the temporary folder: `agentprism-pg-<pid>-<random>`.
 const FOLDER_PREFIX: &str = "agentprism-pg-";
@@ -376,7 +376,7 @@ fn free_port() -> io::Result<u16> {
 }
 
 /// The folder with `initdb`, `postgres` and `pg_isready`.
-pub fn bin_dir() -> io::Result<PathBuf> {
+pub(crate) fn bin_dir() -> io::Result<PathBuf> {
     let has_tools = |dir: &Path| {
         ["initdb", "postgres", "pg_isready"]
             .iter()

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::util::sync::Lock;
 use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -52,7 +53,7 @@ impl Default for Limits {
 /// on tokio's multi-thread runtime would wake the second worker and the I/O driver's thread
 /// on every request.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     state: Mutex<State>,
 }
 
@@ -69,7 +70,7 @@ struct State {
 }
 
 impl Activity {
-    pub fn new() -> Arc<Activity> {
+    pub(crate) fn new() -> Arc<Activity> {
         Arc::new(Activity {
             state: Mutex::new(State {
                 busy: 0,
@@ -81,11 +82,11 @@ impl Activity {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every change below is a single assignment: a panic cannot leave it half made.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Marks a request open until the returned guard drops (with its response body).
-    pub fn busy(self: &Arc<Self>) -> Busy {
+    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
         let mut state = self.state();
         state.busy += 1;
         state.reading = false;
@@ -126,14 +127,14 @@ impl Limits {
 
 /// Which limit ran out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stretch {
+pub(crate) enum Stretch {
     Idle,
     ReadingHead,
 }
 
 /// A request in progress; dropping it may start the idle clock.
 #[derive(Debug)]
-pub struct Busy(Arc<Activity>);
+pub(crate) struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
@@ -151,7 +152,7 @@ impl Drop for Busy {
 /// stretch with limit `l ≥ look` that began at `t` after the last look (at `c < t`) is seen
 /// at the next one, due by `c + look < t + l`; from then on it sleeps until that stretch's
 /// own deadline (or the next look, whichever is first) and re-reads the state on waking.
-pub async fn expired(activity: &Activity, limits: &Limits) -> Stretch {
+pub(crate) async fn expired(activity: &Activity, limits: &Limits) -> Stretch {
     let look = limits.look();
     loop {
         let now = Instant::now();
@@ -165,13 +166,13 @@ pub async fn expired(activity: &Activity, limits: &Limits) -> Stretch {
 }
 
 /// The socket, reporting each read to the connection's [`Activity`].
-pub struct WatchedIo<T> {
+pub(crate) struct WatchedIo<T> {
     inner: T,
     activity: Arc<Activity>,
 }
 
 impl<T> WatchedIo<T> {
-    pub fn new(inner: T, activity: Arc<Activity>) -> WatchedIo<T> {
+    pub(crate) fn new(inner: T, activity: Arc<Activity>) -> WatchedIo<T> {
         WatchedIo { inner, activity }
     }
 }
@@ -223,13 +224,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WatchedIo<T> {
 }
 
 /// A response body that keeps its request [`Busy`] until hyper has written all of it.
-pub struct Tracked<B> {
+pub(crate) struct Tracked<B> {
     body: B,
     _busy: Busy,
 }
 
 impl<B> Tracked<B> {
-    pub fn new(body: B, busy: Busy) -> Tracked<B> {
+    pub(crate) fn new(body: B, busy: Busy) -> Tracked<B> {
         Tracked { body, _busy: busy }
     }
 }

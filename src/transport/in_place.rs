@@ -12,6 +12,7 @@
 //! woken the ordinary way, so a connection that keeps yielding (tokio's cooperative budget
 //! ran out) still lets the others run.
 
+use crate::util::sync::Lock;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Extra polls of one [`InPlace::poll`] after self wake-ups, before it yields.
-pub const REPOLLS: usize = 4;
+pub(super) const REPOLLS: usize = 4;
 
 /// Not being polled: a wake-up wakes the task.
 const IDLE: u8 = 0;
@@ -29,7 +30,7 @@ const POLLING: u8 = 1;
 const WOKEN: u8 = 2;
 
 /// A future whose wake-ups during its own poll are answered by polling it again there.
-pub struct InPlace<F> {
+pub(super) struct InPlace<F> {
     inner: Pin<Box<F>>,
     /// Shared with the waker handed to `inner`.
     shared: Arc<Shared>,
@@ -59,7 +60,7 @@ impl Wake for Shared {
             Ok(_) | Err(WOKEN) => return,
             Err(_) => {}
         }
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let task = self.task.locked().clone();
         if let Some(task) = task {
             task.wake();
         }
@@ -67,7 +68,7 @@ impl Wake for Shared {
 }
 
 impl<F: Future> InPlace<F> {
-    pub fn new(inner: F) -> InPlace<F> {
+    pub(super) fn new(inner: F) -> InPlace<F> {
         let shared = Arc::new(Shared {
             state: AtomicU8::new(IDLE),
             task: Mutex::new(None),
@@ -82,7 +83,7 @@ impl<F: Future> InPlace<F> {
 
 impl<F> InPlace<F> {
     /// The future itself, to act on between polls.
-    pub fn inner(&mut self) -> Pin<&mut F> {
+    pub(super) fn inner(&mut self) -> Pin<&mut F> {
         self.inner.as_mut()
     }
 }
@@ -93,7 +94,7 @@ impl<F: Future> Future for InPlace<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
         {
-            let mut task = this.shared.task.lock().unwrap_or_else(|e| e.into_inner());
+            let mut task = this.shared.task.locked();
             if !task.as_ref().is_some_and(|task| task.will_wake(cx.waker())) {
                 *task = Some(cx.waker().clone());
             }

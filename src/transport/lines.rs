@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 /// One line, as a reader hands it on.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     /// A whole line of at most the limit, without its newline.
     Text(Vec<u8>),
     /// A line that passed the limit: said once, as soon as it did; the rest of it up to its
@@ -24,7 +24,7 @@ pub enum Line {
 
 /// Assembles lines from successive chunks of input (see the module documentation).
 #[derive(Debug)]
-pub struct Lines {
+pub(crate) struct Lines {
     limit: usize,
     /// The current line so far; its capacity stays within `limit`.
     line: Vec<u8>,
@@ -35,7 +35,7 @@ pub struct Lines {
 }
 
 impl Lines {
-    pub fn new(limit: usize) -> Lines {
+    pub(crate) fn new(limit: usize) -> Lines {
         Lines {
             limit,
             line: Vec::new(),
@@ -46,7 +46,7 @@ impl Lines {
 
     /// Takes from `available` up to and including the first newline (or all of it): returns
     /// how many bytes the reader may consume, and the line that ended or was refused there.
-    pub fn take(&mut self, available: &[u8]) -> (usize, Option<Line>) {
+    pub(crate) fn take(&mut self, available: &[u8]) -> (usize, Option<Line>) {
         let (chunk, complete) = match available.iter().position(|&byte| byte == b'\n') {
             Some(end) => (&available[..end], true),
             None => (available, false),
@@ -71,7 +71,7 @@ impl Lines {
     }
 
     /// End of input: a last line without a newline still counts.
-    pub fn finish(&mut self) -> Option<Line> {
+    pub(crate) fn finish(&mut self) -> Option<Line> {
         if std::mem::replace(&mut self.finished, true) || self.skipping {
             return None;
         }
@@ -79,7 +79,8 @@ impl Lines {
     }
 
     /// What the current line holds room for (tests check the bound).
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
         self.line.capacity()
     }
 
@@ -101,7 +102,7 @@ impl Lines {
 }
 
 /// Reads lines from a blocking reader until EOF or until `sink` returns false.
-pub fn read_lines(
+pub(crate) fn read_lines(
     mut reader: impl BufRead,
     limit: usize,
     mut sink: impl FnMut(Line) -> bool,
@@ -131,13 +132,13 @@ pub fn read_lines(
 
 /// Lines from an async reader. [`AsyncLines::next`] is cancel-safe: input taken but not yet
 /// a whole line stays here, so it can be one branch of a `select!`.
-pub struct AsyncLines<R> {
+pub(crate) struct AsyncLines<R> {
     reader: R,
     lines: Lines,
 }
 
 impl<R: AsyncBufRead + Unpin> AsyncLines<R> {
-    pub fn new(reader: R, limit: usize) -> AsyncLines<R> {
+    pub(crate) fn new(reader: R, limit: usize) -> AsyncLines<R> {
         AsyncLines {
             reader,
             lines: Lines::new(limit),
@@ -145,7 +146,7 @@ impl<R: AsyncBufRead + Unpin> AsyncLines<R> {
     }
 
     /// The next line; `None` at end of input.
-    pub async fn next(&mut self) -> std::io::Result<Option<Line>> {
+    pub(crate) async fn next(&mut self) -> std::io::Result<Option<Line>> {
         loop {
             let available = self.reader.fill_buf().await?;
             if available.is_empty() {
@@ -160,7 +161,8 @@ impl<R: AsyncBufRead + Unpin> AsyncLines<R> {
     }
 
     /// What the current line holds room for.
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
         self.lines.capacity()
     }
 }

@@ -6,13 +6,13 @@
 //! because it checks headers in between; stdio through `McpServer::handle`) and never
 //! touches the engine or the store.
 
-pub mod connection;
+pub(crate) mod connection;
 mod in_place;
 pub mod http;
-pub mod lines;
+pub(crate) mod lines;
 pub mod peer;
 pub mod stdio;
 
 pub use http::{HttpOptions, serve};
-pub use peer::is_loopback;
+pub(crate) use peer::is_loopback;
 pub use stdio::serve_stdio;

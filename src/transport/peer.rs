@@ -98,7 +98,7 @@ pub fn classify(access: &Access, local: SocketAddr, peer: SocketAddr) -> Caller 
 
 /// Whether `authorization` (a header value) carries the listener's token, compared in
 /// constant time. An open listener needs none; an owner listener without a token accepts none.
-pub fn bearer_matches(access: &Access, authorization: Option<&[u8]>) -> bool {
+pub(crate) fn bearer_matches(access: &Access, authorization: Option<&[u8]>) -> bool {
     let token = match access {
         Access::Open => return true,
         Access::Owner { token: None, .. } => return false,
@@ -140,7 +140,7 @@ pub fn socket_owner(local: SocketAddr, peer: SocketAddr) -> Result<Option<u32>, 
 
 /// Whether [`socket_owner`] works here: asks about a loopback connection of our own and
 /// expects our own uid back. `daemon url` uses it to know whether hosts need the token.
-pub fn lookup_available() -> bool {
+pub(crate) fn lookup_available() -> bool {
     let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", 0)) else {
         return false;
     };
@@ -162,7 +162,7 @@ pub fn lookup_available() -> bool {
 /// Whether `address` is a loopback address (`127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`): the
 /// CLI warns that a listener bound anywhere else without a token is unauthenticated. The
 /// unspecified addresses (`0.0.0.0`, `::`) listen on every interface, so they are not.
-pub fn is_loopback(address: &SocketAddr) -> bool {
+pub(crate) fn is_loopback(address: &SocketAddr) -> bool {
     canonical(address.ip()).is_loopback()
 }
 

@@ -1,9 +1,10 @@
 //! Small helpers shared across modules: time, hashing, hex, durable file writes,
-//! (`safe_file`) the one way to read a file a caller named, and (`process`) the one
-//! process-liveness rule.
+//! (`safe_file`) the one way to read a file a caller named, (`process`) the one
+//! process-liveness rule, and (`sync`) the one lock policy.
 
 pub mod process;
-pub mod safe_file;
+pub(crate) mod safe_file;
+pub(crate) mod sync;
 
 use std::io::Write;
 use std::path::Path;
@@ -19,7 +20,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// RFC 3339 with milliseconds, UTC.
-pub fn iso_time(ms: i64) -> String {
+pub(crate) fn iso_time(ms: i64) -> String {
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(time).to_string()
 }
@@ -34,7 +35,7 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
@@ -43,14 +44,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// `O_CREAT|O_EXCL|O_CLOEXEC` (std opens with `O_CLOEXEC`; `create_new` is `O_EXCL`) and
 /// `mode` at open, fsync, rename, then fsync of the folder. Readers skip names starting with
 /// `.`, so a tmp left by a crash is never read. Errors name the path.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     write_replacing(path, bytes, mode, true)
 }
 
 /// Like [`write_atomic`] without the two fsyncs: a process crash still leaves the old or the
 /// new content (rename is atomic), but a power loss may leave neither. For files whose
 /// content is also stored durably elsewhere (a run's script copy: the store keeps the text).
-pub fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+pub(crate) fn write_replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     write_replacing(path, bytes, mode, false)
 }
 
@@ -121,7 +122,7 @@ fn write_replacing(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io:
 /// `mode`, synced) to a temporary file beside it, then `link(2)`ed into place. Returns `false`
 /// when `path` already existed: the first writer wins, and no reader ever sees a half-written
 /// file. Errors name the path.
-pub fn publish_once(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
+pub(crate) fn publish_once(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
     let tmp = write_temporary(path, bytes, mode, true)?;
     let linked = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
@@ -138,12 +139,12 @@ pub fn publish_once(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<boo
 }
 
 /// Adds what was being done and to which path to an I/O error.
-pub fn annotate(error: std::io::Error, doing: &str, path: &Path) -> std::io::Error {
+pub(crate) fn annotate(error: std::io::Error, doing: &str, path: &Path) -> std::io::Error {
     std::io::Error::new(error.kind(), format!("{doing} {}: {error}", path.display()))
 }
 
 /// Cuts `text` to at most `max` bytes at a char boundary.
-pub fn truncate_utf8(text: &str, max: usize) -> &str {
+pub(crate) fn truncate_utf8(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -163,12 +164,13 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 
 /// Whether `pid` is alive and is still the process that started at `start_time`: the one
 /// rule of [`process::identity`], without a boot id.
-pub fn process_is(pid: u32, start_time: u64) -> bool {
+#[cfg(test)]
+pub(crate) fn process_is(pid: u32, start_time: u64) -> bool {
     process::identity(pid, start_time, None).is_alive()
 }
 
 /// The length of `value`'s compact JSON, counted without building the text.
-pub fn json_len(value: &impl serde::Serialize) -> usize {
+pub(crate) fn json_len(value: &impl serde::Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

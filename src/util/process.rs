@@ -86,7 +86,7 @@ pub struct ProcStat {
 
 /// The identity a record carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Recorded<'a> {
+pub(crate) struct Recorded<'a> {
     pub pid: u32,
     pub start_time: u64,
     pub boot_id: Option<&'a str>,
@@ -146,7 +146,7 @@ pub fn identity(pid: u32, start_time: u64, boot_id: Option<&str>) -> Liveness {
 
 /// The rule itself: `signal` is what `kill(pid, 0)` said, `stat` what `/proc/<pid>/stat`
 /// holds (if readable), `current_boot` this boot's id (if known).
-pub fn judge(
+pub(crate) fn judge(
     recorded: &Recorded<'_>,
     signal: Signal,
     stat: Option<ProcStat>,

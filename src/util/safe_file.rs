@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 
 /// How long one read may take, open to last byte. A local file of a few MiB takes
 /// milliseconds; only a stuck (network or FUSE) file system comes near this.
-pub const READ_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const READ_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What to do with symbolic links in the path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Links {
+pub(crate) enum Links {
     /// The path was resolved before (a run's recorded script): a symlink in any component
     /// now is refused, so a file swapped for a link after admission is never followed.
     Refuse,
@@ -101,7 +101,7 @@ pub enum FileError {
 
 impl FileError {
     /// Whether the file (or a folder on its path) does not exist.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }
@@ -121,7 +121,7 @@ impl fmt::Display for FileKind {
 
 /// Reads the file at `path`, at most `limit` bytes, off the async workers and within
 /// [`READ_DEADLINE`]. See the module comment for what is refused.
-pub async fn read(path: &Path, limit: u64, links: Links) -> Result<Contents, FileError> {
+pub(crate) async fn read(path: &Path, limit: u64, links: Links) -> Result<Contents, FileError> {
     let owned = path.to_path_buf();
     let task = tokio::task::spawn_blocking(move || read_blocking(&owned, limit, links));
     match tokio::time::timeout(READ_DEADLINE, task).await {
@@ -140,7 +140,7 @@ pub async fn read(path: &Path, limit: u64, links: Links) -> Result<Contents, Fil
 
 /// [`read`] on the calling thread, for callers that already run on a thread of their own
 /// (never call it from an async task). The deadline is checked between chunks.
-pub fn read_blocking(path: &Path, limit: u64, links: Links) -> Result<Contents, FileError> {
+pub(crate) fn read_blocking(path: &Path, limit: u64, links: Links) -> Result<Contents, FileError> {
     let started = Instant::now();
     let given = path.to_path_buf();
     let opened = match links {

@@ -26,7 +26,7 @@ use crate::env::{self, EnvSnapshot};
 use crate::service::{self, Manager, Notifier};
 
 /// How long `stop` waits for signalled daemons to exit.
-pub const STOP_DEADLINE: Duration = Duration::from_secs(7);
+pub(crate) const STOP_DEADLINE: Duration = Duration::from_secs(7);
 
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
@@ -102,7 +102,7 @@ fn parse_manager(text: &str) -> Result<Manager, String> {
 /// before threads"): the sd-notify channel of `daemon run --managed=systemd`, and a listening
 /// socket passed by socket activation to `daemon run`.
 #[derive(Debug)]
-pub struct Early {
+pub(crate) struct Early {
     notifier: Arc<Notifier>,
     /// fd 3 when `LISTEN_PID` names us (scenario 26). Independent of `--managed`:
     /// `systemd-socket-activate` passes a socket without being our service manager.
@@ -112,7 +112,7 @@ pub struct Early {
 impl Early {
     /// Reads the service manager's variables for `daemon run`; a silent notifier and no
     /// socket otherwise (other commands never take fd 3, whatever the environment says).
-    pub fn capture(command: &super::Command) -> Result<Early> {
+    pub(crate) fn capture(command: &super::Command) -> Result<Early> {
         let super::Command::Daemon(DaemonArgs {
             command: DaemonCommand::Run(run),
         }) = command
@@ -137,7 +137,7 @@ impl Early {
 }
 
 /// Runs one `daemon` subcommand.
-pub async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result<u8> {
+pub(crate) async fn daemon(env: &EnvSnapshot, args: DaemonArgs, early: Early) -> Result<u8> {
     match args.command {
         DaemonCommand::Run(run) => {
             if let Some(id) = &run.instance_id {
@@ -289,7 +289,7 @@ async fn url(env: &EnvSnapshot) -> Result<u8> {
 /// every `mcpServers` host reads. `token` is the bearer token, given only where the daemon
 /// requires it (no kernel lookup of a connection's user): the HTTP snippets then carry it as a
 /// header.
-pub fn registration_snippets(url: &str, token: Option<&str>) -> String {
+pub(crate) fn registration_snippets(url: &str, token: Option<&str>) -> String {
     let header = |format: &dyn Fn(&str) -> String| token.map(format).unwrap_or_default();
     let claude_header = header(&|token| format!(" --header \"Authorization: Bearer {token}\""));
     let codex_header =

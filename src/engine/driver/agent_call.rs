@@ -26,6 +26,7 @@ use crate::engine::runner::{BackendOrigin, BackendSpec, SessionSpec};
 use crate::engine::status::LiveCall;
 use crate::engine::vm::VmReply;
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, ReplayInfo, Usage};
+use crate::util::sync::Lock;
 
 /// One `agent()` call after its checks, routed and identified: what a replay or an agent
 /// task is made from.
@@ -264,23 +265,17 @@ impl Driver {
         let task = self.agent_task(&call, live.resume_session, cancel.clone());
         let route = &call.route;
         let model_shown = route.model.clone().or_else(|| Some(route.spec.clone()));
-        self.setup
-            .live
-            .lock()
-            .map(|mut view| {
-                view.calls.insert(
-                    call.index,
-                    LiveCall {
-                        label: call.label.clone(),
-                        phase: call.phase.clone(),
-                        model: model_shown,
-                        backend_id: Some(route.backend.id.clone()),
-                        state: "queued",
-                        timeout_ms: task.timeout.as_millis() as u64,
-                    },
-                );
-            })
-            .ok();
+        self.setup.live.locked().calls.insert(
+            call.index,
+            LiveCall {
+                label: call.label.clone(),
+                phase: call.phase.clone(),
+                model: model_shown,
+                backend_id: Some(route.backend.id.clone()),
+                state: "queued",
+                timeout_ms: task.timeout.as_millis() as u64,
+            },
+        );
         self.in_flight.insert(
             call.index,
             InFlight {

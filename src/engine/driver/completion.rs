@@ -10,6 +10,7 @@ use crate::engine::events::Fields;
 use crate::engine::preview;
 use crate::engine::vm::VmReply;
 use crate::model::{CallError, CallOrigin, CallOutcome, CallRecord, Usage};
+use crate::util::sync::Lock;
 
 impl Driver {
     pub(super) async fn on_done(&mut self, index: u32, result: TaskResult) {
@@ -29,13 +30,7 @@ impl Driver {
             }
             other => other,
         };
-        self.setup
-            .live
-            .lock()
-            .map(|mut live| {
-                live.calls.remove(&index);
-            })
-            .ok();
+        self.setup.live.locked().calls.remove(&index);
         let mut record = self.settled_row(index, &call);
         let (reply, pause) = settle(&mut record, call.call_id, result);
         record.settlement_ordinal = self.next_settlement();
@@ -123,11 +118,7 @@ impl Driver {
     fn announce_settled(&mut self, call: &InFlight, record: &CallRecord) {
         self.setup.usage.add(&record.usage);
         let usage = self.setup.usage;
-        self.setup
-            .live
-            .lock()
-            .map(|mut live| live.usage = usage)
-            .ok();
+        self.setup.live.locked().usage = usage;
         if self.events.discards() {
             // The dry run: nobody reads these events, so neither they nor the preview are
             // built; the seqs still advance as they would.

@@ -33,6 +33,7 @@ use std::time::Duration;
 use crate::engine::driver::{Driver, Halt, Persistence};
 use crate::model::{CallKind, CallRecord, PauseReason};
 use crate::store::{CallWrite, Fence, LeasePolicy, Store, StoreError};
+use crate::util::sync::Lock;
 
 /// Replayed rows are written in batches of this size (their results are already durable).
 pub(super) const REPLAY_BATCH: usize = 512;
@@ -179,9 +180,7 @@ impl Driver {
     /// Adds rows just written to the generation's count, and shows it to status.
     fn count_settled(&mut self, rows: usize) {
         self.settled_calls += rows as u64;
-        if let Ok(mut view) = self.setup.live.lock() {
-            view.settled_calls = Some(self.settled_calls);
-        }
+        self.setup.live.locked().settled_calls = Some(self.settled_calls);
     }
 
     /// The generation's last writes, once no row of it can follow: the events still

@@ -8,16 +8,13 @@ impl Driver {
     /// Marks the start of a step that may change what status shows (see
     /// [`LiveView::revision`](crate::engine::status::LiveView::revision)).
     pub(super) fn step_begins(&self) {
-        if let Ok(mut view) = self.setup.live.lock() {
-            view.revision |= 1;
-        }
+        self.setup.live.locked().revision |= 1;
     }
 
     /// Marks its end: the revision moves on to the next even value.
     pub(super) fn step_ends(&self) {
-        if let Ok(mut view) = self.setup.live.lock() {
-            view.revision = (view.revision | 1) + 1;
-        }
+        let mut view = self.setup.live.locked();
+        view.revision = (view.revision | 1) + 1;
     }
 
     /// Runs a synchronous step between its marks.

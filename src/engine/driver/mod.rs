@@ -47,6 +47,7 @@ use crate::model::{
     Phase, RunId, RunStatus, Usage,
 };
 use crate::store::{LeasePolicy, Store};
+use crate::util::sync::Lock;
 
 use progress::Progress;
 use task::Activity;
@@ -62,7 +63,7 @@ const VM_BATCH_LIMIT: usize = 64;
 
 /// Where the generation's writes go.
 #[derive(Clone)]
-pub enum Persistence {
+pub(crate) enum Persistence {
     /// A live execution writes through the store under its lease.
     Store {
         store: Arc<dyn Store>,
@@ -77,7 +78,7 @@ pub enum Persistence {
 
 /// Everything a generation needs. The driver keeps it for the whole generation and
 /// advances the counters in it (`next_settlement`, `usage`).
-pub struct DriverSetup {
+pub(crate) struct DriverSetup {
     /// The run this generation belongs to: every row, event and notice names it.
     pub run_id: RunId,
     /// Stamped on every call row; above 1, the generation starts with a `resumed` event.
@@ -132,7 +133,7 @@ pub struct DriverSetup {
 
 /// Requests from outside while a generation runs.
 #[derive(Debug)]
-pub enum Control {
+pub(crate) enum Control {
     /// Abort: cancel everything, record interrupted rows, settle `aborted`.
     Stop,
     /// Let running calls finish, start nothing new, settle `paused`/`reason`.
@@ -146,7 +147,7 @@ pub enum Control {
 
 /// One call of the dry run, for routing checks, probes and warnings.
 #[derive(Clone, Debug)]
-pub struct DryCall {
+pub(crate) struct DryCall {
     pub index: u32,
     pub kind: CallKind,
     pub label: String,
@@ -158,7 +159,7 @@ pub struct DryCall {
 
 /// How a generation ended.
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub status: RunStatus,
     pub pause_reason: Option<PauseReason>,
     pub error_code: Option<String>,
@@ -186,7 +187,10 @@ pub struct Outcome {
 }
 
 /// Runs one generation to its end.
-pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Control>) -> Outcome {
+pub(crate) async fn run(
+    mut setup: DriverSetup,
+    control: mpsc::UnboundedReceiver<Control>,
+) -> Outcome {
     let started = start_script(&mut setup);
     run_started(setup, started, control).await
 }
@@ -194,7 +198,7 @@ pub async fn run(mut setup: DriverSetup, control: mpsc::UnboundedReceiver<Contro
 /// A generation's script running on its VM before its driver exists. The VM only queues its
 /// events until [`run_started`] takes them, in the order it sent them, so a driver that
 /// starts later sees exactly what it would have seen from [`run`].
-pub struct StartedScript {
+pub(crate) struct StartedScript {
     vm: vm::VmHandle,
     events: mpsc::UnboundedReceiver<VmEvent>,
 }
@@ -202,7 +206,7 @@ pub struct StartedScript {
 impl StartedScript {
     /// Halts the script and frees its VM handle on the blocking pool: dropping the handle
     /// waits for the job to reach its next interrupt check, which an async worker must not.
-    pub fn discard(self) {
+    pub(crate) fn discard(self) {
         let StartedScript { vm, events } = self;
         drop(events);
         match tokio::runtime::Handle::try_current() {
@@ -219,7 +223,7 @@ impl StartedScript {
 /// companion files, nested resolver and limits, none of it the routing, so preparation
 /// starts the dry run's VM while it reads the routing and fills it in before
 /// [`run_started`].
-pub fn start_script(setup: &mut DriverSetup) -> StartedScript {
+pub(crate) fn start_script(setup: &mut DriverSetup) -> StartedScript {
     let (vm_tx, events) = mpsc::unbounded_channel();
     let script = VmScript {
         body: setup.body.clone(),
@@ -235,7 +239,7 @@ pub fn start_script(setup: &mut DriverSetup) -> StartedScript {
 }
 
 /// Drives the generation of a script [`start_script`] started with this `setup`.
-pub async fn run_started(
+pub(crate) async fn run_started(
     setup: DriverSetup,
     started: StartedScript,
     control: mpsc::UnboundedReceiver<Control>,
@@ -250,7 +254,7 @@ pub async fn run_started(
 /// workflow) computed exactly what the execution would, since scripts are deterministic
 /// (engine.md 1.3) and get the same body, args, cwd, files and limits. The generation ends
 /// as one whose VM finished at once: the same `complete` event, writes and outcome.
-pub async fn settle_known(setup: DriverSetup, result: Option<Value>) -> Outcome {
+pub(crate) async fn settle_known(setup: DriverSetup, result: Option<Value>) -> Outcome {
     let mut driver = Driver::new(setup, None);
     driver.begin_halt(Halt::Done(result));
     driver.finish().await
@@ -393,9 +397,9 @@ impl Driver {
         let mut phase_by_scope = HashMap::new();
         phase_by_scope.insert("root".to_owned(), setup.current_phase.clone());
         let used_answers = vec![false; setup.answers.len()];
-        if let (Persistence::Store { .. }, Ok(mut view)) = (&setup.persistence, setup.live.lock()) {
+        if let Persistence::Store { .. } = &setup.persistence {
             // Status counts this generation's rows from here on, not in the store.
-            view.settled_calls = Some(0);
+            setup.live.locked().settled_calls = Some(0);
         }
         Driver {
             events,
@@ -581,11 +585,7 @@ impl Driver {
                 self.phase_by_scope
                     .insert(scope.clone(), Some(title.clone()));
                 if scope == "root" {
-                    self.setup
-                        .live
-                        .lock()
-                        .map(|mut live| live.current_phase = Some(title.clone()))
-                        .ok();
+                    self.setup.live.locked().current_phase = Some(title.clone());
                 }
                 self.events.push("phase", &scope, json!({"title": title}));
             }

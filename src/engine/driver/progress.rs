@@ -10,6 +10,7 @@ use crate::engine::driver::Driver;
 use crate::engine::driver::task::Activity;
 use crate::engine::events::Fields;
 use crate::engine::runner::AgentUpdate;
+use crate::util::sync::Lock;
 
 /// agentProgress is emitted at most once a second per call, plus a heartbeat.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -131,15 +132,9 @@ impl Driver {
                         .opt_text("path", call.path.as_deref())
                 });
                 let scope = call.scope.clone();
-                self.setup
-                    .live
-                    .lock()
-                    .map(|mut live| {
-                        if let Some(entry) = live.calls.get_mut(&index) {
-                            entry.state = "running";
-                        }
-                    })
-                    .ok();
+                if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
+                    entry.state = "running";
+                }
                 self.events
                     .push_fields("agentStart", &scope, fields.unwrap_or_default());
             }
@@ -238,11 +233,7 @@ impl Driver {
         }
         let scope = call.scope.clone();
         let activity = json!({"callIndex": index, "label": call.label, "latestText": fields.get("latestText"), "lastToolName": fields.get("lastToolName")});
-        self.setup
-            .live
-            .lock()
-            .map(|mut live| live.latest_activity = Some(activity))
-            .ok();
+        self.setup.live.locked().latest_activity = Some(activity);
         self.events.push("agentProgress", &scope, fields);
         for upsert in upserts {
             self.events.push("agentTranscript", &scope, upsert);

@@ -294,7 +294,7 @@ async fn the_live_view_counts_the_rows_written_and_the_store_gets_the_count_once
     let world = world().await;
     let mut driver = world.driver(Some(LEASE));
     let view = driver.setup.live.clone();
-    assert_eq!(view.lock().expect("view").settled_calls, Some(0));
+    assert_eq!(view.locked().settled_calls, Some(0));
     for index in 0..3 {
         let replayed = driver
             .buffer_replay(
@@ -316,7 +316,7 @@ async fn the_live_view_counts_the_rows_written_and_the_store_gets_the_count_once
             .is_ok()
     );
     // Three replays, one live row; the checkpoint is not a call status counts.
-    assert_eq!(view.lock().expect("view").settled_calls, Some(4));
+    assert_eq!(view.locked().settled_calls, Some(4));
     // Not in the store until the generation stops: a settled call writes only its own row.
     assert_eq!(world.recorded_count(), None);
     driver.settled_calls = 6;
@@ -331,7 +331,7 @@ async fn a_refused_count_is_a_lost_write_and_the_dry_run_records_none() {
     refused.settled_calls = 1;
     assert!(refused.close_generation().await.is_err());
     let mut dry = world.driver(None);
-    assert_eq!(dry.setup.live.lock().expect("view").settled_calls, None);
+    assert_eq!(dry.setup.live.locked().settled_calls, None);
     dry.settled_calls = 1;
     assert!(dry.close_generation().await.is_ok());
 }

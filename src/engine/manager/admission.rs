@@ -16,6 +16,7 @@ use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
 use crate::engine::routing::RoutingSnapshot;
 use crate::model::{Limits, RunId, RunRecord, RunStatus, ScriptSource};
 use crate::util::now_ms;
+use crate::util::sync::Lock;
 
 impl Engine {
     /// Takes a capacity slot for a run about to be prepared or executed: within the
@@ -27,9 +28,7 @@ impl Engine {
     /// [`EngineConfig::max_active_per_project`]: crate::engine::EngineConfig::max_active_per_project
     /// [`EngineConfig::max_runs`]: crate::engine::EngineConfig::max_runs
     pub(super) fn reserve(&self, project_dir: &Path, active: Option<usize>) -> EngineResult<Slot> {
-        let mut preparing = self.inner.preparing.lock().map_err(|_| {
-            EngineError::Rejected(Rejected::Internal("engine state poisoned".into()))
-        })?;
+        let mut preparing = self.inner.preparing.locked();
         let in_project = preparing.get(project_dir).copied().unwrap_or(0);
         let per_project = self.inner.config.max_active_per_project;
         if let Some(active) = active
@@ -40,7 +39,7 @@ impl Engine {
                 project_dir.display()
             ))));
         }
-        let executing = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
+        let executing = self.inner.live.locked().len();
         let owned = executing + preparing.values().sum::<usize>();
         let cap = self.inner.config.max_runs;
         if owned >= cap {
@@ -123,7 +122,7 @@ impl Engine {
     /// Like [`Engine::start`], but `cancel` abandons preparation (releasing its capacity) as
     /// long as the run is not admitted yet. Once admission begins it completes: callers must
     /// keep awaiting the future rather than dropping it.
-    pub async fn start_cancellable(
+    pub(crate) async fn start_cancellable(
         &self,
         request: RunRequest,
         cancel: &CancellationToken,

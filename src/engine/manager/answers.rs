@@ -148,7 +148,7 @@ impl Engine {
         Ok(permission_answer(run_id, permission_id))
     }
 
-    pub fn pending_permissions(&self, run_id: &RunId) -> Vec<PendingPermission> {
+    pub(crate) fn pending_permissions(&self, run_id: &RunId) -> Vec<PendingPermission> {
         self.inner.broker.pending(run_id.as_str())
     }
 }

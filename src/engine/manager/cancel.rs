@@ -13,6 +13,7 @@ use crate::engine::manager::{
 use crate::engine::status::StatusQuery;
 use crate::model::RunId;
 use crate::store::{ControlIntent, IntentAck, IntentAction, StoreError};
+use crate::util::sync::Lock;
 
 impl Engine {
     /// Cancels one live agent call, here or in the process executing the run.
@@ -65,20 +66,14 @@ impl Engine {
         );
         let cancelled = sent && reply_rx.await.unwrap_or(false);
         if !cancelled {
-            let live_calls: Vec<String> = self
-                .inner
-                .live
-                .lock()
-                .ok()
-                .and_then(|live| {
-                    live.get(run_id).and_then(|l| {
-                        l.view.lock().ok().map(|v| {
-                            v.calls
-                                .iter()
-                                .map(|(i, c)| format!("{i}:{}", c.label))
-                                .collect()
-                        })
-                    })
+            let view = self.inner.live.locked().get(run_id).map(|l| l.view.clone());
+            let live_calls: Vec<String> = view
+                .map(|view| {
+                    view.locked()
+                        .calls
+                        .iter()
+                        .map(|(i, c)| format!("{i}:{}", c.label))
+                        .collect()
                 })
                 .unwrap_or_default();
             return Err(EngineError::Rejected(Rejected::input(

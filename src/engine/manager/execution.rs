@@ -17,8 +17,9 @@ use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError};
 
 /// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
 /// it stopped renewing (died, stalled or lost the store). The run is resumable.
-pub const LEASE_EXPIRED: &str = "LEASE_EXPIRED";
+pub(crate) const LEASE_EXPIRED: &str = "LEASE_EXPIRED";
 use crate::util::now_ms;
+use crate::util::sync::Lock;
 
 /// What a generation starts from, besides its record and lease.
 pub(super) struct Start {
@@ -79,17 +80,15 @@ impl Engine {
             usage: record.token_usage,
             ..LiveView::starting()
         }));
-        if let Ok(mut live) = self.inner.live.lock() {
-            live.insert(
-                record.run_id.clone(),
-                LiveRun {
-                    generation: record.generation,
-                    control: control_tx,
-                    view: view.clone(),
-                    settled: settled_rx,
-                },
-            );
-        }
+        self.inner.live.locked().insert(
+            record.run_id.clone(),
+            LiveRun {
+                generation: record.generation,
+                control: control_tx,
+                view: view.clone(),
+                settled: settled_rx,
+            },
+        );
         let engine = self.clone();
         self.inner.tracker.spawn(async move {
             engine
@@ -236,13 +235,14 @@ impl Engine {
     }
 
     pub(super) fn finish_live(&self, run_id: &RunId, generation: u32, status: RunStatus) {
-        if let Ok(mut live) = self.inner.live.lock()
-            && live
-                .get(run_id)
-                .is_some_and(|entry| entry.generation == generation)
+        let mut live = self.inner.live.locked();
+        if live
+            .get(run_id)
+            .is_some_and(|entry| entry.generation == generation)
         {
             live.remove(run_id);
         }
+        drop(live);
         let _ = self.inner.notices.send(RunNotice::Settled {
             run_id: run_id.clone(),
             status: status.as_str().to_owned(),

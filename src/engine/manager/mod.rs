@@ -57,23 +57,23 @@ pub use api::{
 };
 pub use config::{EngineConfig, default_max_runs};
 pub use error::{EngineError, EngineResult, Rejected};
-pub use execution::LEASE_EXPIRED;
+pub(crate) use execution::LEASE_EXPIRED;
 pub use owner::Owner;
-pub use remote::{OwnerRoute, Unforwarded, lease_owner};
-pub use results::exact_result;
+pub(crate) use remote::{OwnerRoute, Unforwarded, lease_owner};
+pub(crate) use results::exact_result;
 
 /// Runs preparing, awaiting setup or executing at once in one project: the default of
 /// [`EngineConfig::max_active_per_project`].
-pub const MAX_ACTIVE_RUNS: usize = 4;
+pub(crate) const MAX_ACTIVE_RUNS: usize = 4;
 /// How long `pause` waits for executing agents before answering.
-pub const PAUSE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const PAUSE_WAIT: Duration = Duration::from_secs(2);
 /// How long `stop` waits for the owner to settle the run.
 pub const STOP_WAIT: Duration = Duration::from_secs(10);
 /// How long `status` waits for another process to list a run's pending permissions.
-pub const REMOTE_STATUS_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const REMOTE_STATUS_WAIT: Duration = Duration::from_secs(1);
 /// How long a cancel of one call waits for an owner without a control socket to answer its
 /// intent (a foreground run looks for intents every 250 ms).
-pub const CANCEL_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// How often that wait looks for the acknowledgement.
 pub(super) const INTENT_POLL: Duration = Duration::from_millis(50);
 
@@ -169,8 +169,12 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Ok(mut preparing) = self.engine.inner.preparing.lock()
-            && let Some(count) = preparing.get_mut(&self.project_dir)
+        if let Some(count) = self
+            .engine
+            .inner
+            .preparing
+            .locked()
+            .get_mut(&self.project_dir)
         {
             *count = count.saturating_sub(1);
         }
@@ -189,7 +193,7 @@ impl Engine {
     }
 
     /// An engine that reads scripts and their companion files through `sources`.
-    pub fn with_sources(
+    pub(crate) fn with_sources(
         store: Arc<dyn Store>,
         runner: Arc<dyn AgentRunner>,
         backends: Arc<dyn BackendLookup>,
@@ -257,7 +261,7 @@ impl Engine {
     }
 
     /// Installs how this engine reaches other lease holders. The first call wins.
-    pub fn set_owner_route(&self, route: Arc<dyn OwnerRoute>) {
+    pub(crate) fn set_owner_route(&self, route: Arc<dyn OwnerRoute>) {
         let _ = self.inner.route.set(route);
     }
 
@@ -287,9 +291,9 @@ impl Engine {
         let receiver = self
             .inner
             .live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(run_id).map(|l| l.settled.clone()));
+            .locked()
+            .get(run_id)
+            .map(|l| l.settled.clone());
         if let Some(mut receiver) = receiver {
             let _ = receiver.wait_for(|settled| *settled).await;
         }
@@ -297,63 +301,44 @@ impl Engine {
 
     /// Runs this process owns right now: executing generations plus preparations holding a
     /// capacity slot. The daemon counts them as work that keeps it from idling out.
-    pub fn active_executions(&self) -> usize {
-        let live = self.inner.live.lock().map(|live| live.len()).unwrap_or(0);
-        let preparing: usize = self
-            .inner
-            .preparing
-            .lock()
-            .map(|preparing| preparing.values().sum())
-            .unwrap_or(0);
+    pub(crate) fn active_executions(&self) -> usize {
+        let live = self.inner.live.locked().len();
+        let preparing: usize = self.inner.preparing.locked().values().sum();
         live + preparing
     }
 
     /// The runs this process executes now.
-    pub fn live_run_ids(&self) -> Vec<RunId> {
-        self.inner
-            .live
-            .lock()
-            .map(|live| live.keys().cloned().collect())
-            .unwrap_or_default()
+    pub(crate) fn live_run_ids(&self) -> Vec<RunId> {
+        self.inner.live.locked().keys().cloned().collect()
     }
 
     /// Whether this process executes `run_id` now.
-    pub fn is_live(&self, run_id: &RunId) -> bool {
-        self.inner
-            .live
-            .lock()
-            .map(|live| live.contains_key(run_id))
-            .unwrap_or(false)
+    pub(crate) fn is_live(&self, run_id: &RunId) -> bool {
+        self.inner.live.locked().contains_key(run_id)
     }
 
     /// The revision of the live view of a run this process executes (`LiveView::revision`),
     /// when an answer status builds now may be kept or a kept one served: between two steps
     /// of its driver, with no permission request of the run waiting (those reach status from
     /// the broker, not through a step). `None` otherwise, and for a run not executed here.
-    pub fn live_revision(&self, run_id: &RunId) -> Option<u64> {
-        let view = self.inner.live.lock().ok()?.get(run_id)?.view.clone();
-        let revision = view.lock().ok()?.revision;
+    pub(crate) fn live_revision(&self, run_id: &RunId) -> Option<u64> {
+        let view = self.inner.live.locked().get(run_id)?.view.clone();
+        let revision = view.locked().revision;
         (revision % 2 == 0 && !self.inner.broker.has_pending(run_id.as_str())).then_some(revision)
     }
 
     pub(super) fn send_control(&self, run_id: &RunId, control: Control) -> bool {
         self.inner
             .live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(run_id).map(|l| l.control.send(control).is_ok()))
-            .unwrap_or(false)
+            .locked()
+            .get(run_id)
+            .is_some_and(|l| l.control.send(control).is_ok())
     }
 
     /// Interrupts every live run of this process (Ctrl-C, shutdown): they settle
     /// `paused/interrupted`, resumable.
-    pub async fn interrupt_all(&self, deadline: Duration) {
-        let ids: Vec<RunId> = self
-            .inner
-            .live
-            .lock()
-            .map(|live| live.keys().cloned().collect())
-            .unwrap_or_default();
+    pub(crate) async fn interrupt_all(&self, deadline: Duration) {
+        let ids: Vec<RunId> = self.inner.live.locked().keys().cloned().collect();
         for run_id in &ids {
             self.send_control(run_id, Control::Pause(PauseReason::Interrupted));
         }

@@ -30,7 +30,7 @@ impl Owner {
     }
 
     /// This process under `owner_id` (a daemon's `instanceId`).
-    pub fn with_id(owner_id: String) -> Owner {
+    pub(crate) fn with_id(owner_id: String) -> Owner {
         let pid = std::process::id();
         Owner {
             owner_id,
@@ -101,7 +101,7 @@ impl Engine {
     /// state and its one `stopped` event to be stored, and acknowledges the intent.
     /// `{outcome:"stopping"}` when the run has not settled within `wait`: the intent stays
     /// and [`Engine::complete_stop_intents`] acknowledges it later.
-    pub async fn stop_requested(
+    pub(crate) async fn stop_requested(
         &self,
         run_id: &RunId,
         op: &str,
@@ -152,7 +152,7 @@ impl Engine {
     /// stop, a settled run's intent is acknowledged, a run nobody executes is stopped cold and
     /// acknowledged; runs another live process holds are left to it. Returns how many stop
     /// intents name runs this engine executes: work that keeps a daemon from exiting.
-    pub async fn complete_stop_intents(&self) -> usize {
+    pub(crate) async fn complete_stop_intents(&self) -> usize {
         let found = match self.inner.store.pending_intents(IntentScope::All).await {
             Ok(found) => found,
             Err(error) => {

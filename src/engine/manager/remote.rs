@@ -12,7 +12,7 @@ use crate::store::LeaseState;
 /// (daemon.md 1.10). The daemon layer implements it with the signed control socket; an
 /// engine without one answers as if every other owner were unreachable.
 #[async_trait::async_trait]
-pub trait OwnerRoute: Send + Sync {
+pub(crate) trait OwnerRoute: Send + Sync {
     /// Sends run-control `body` as operation `op` to the live holder of `lease` and returns
     /// its answer without `ok`.
     async fn forward(&self, lease: &Lease, op: &str, body: &Value) -> Result<Value, Unforwarded>;
@@ -30,7 +30,7 @@ pub trait OwnerRoute: Send + Sync {
 
 /// Why a forwarded request got no answer from the owner.
 #[derive(Clone, Debug)]
-pub enum Unforwarded {
+pub(crate) enum Unforwarded {
     /// The lease's process is gone (or is another process now).
     NoLiveOwner,
     /// The owner lives but could not be asked: a daemon whose control socket is gone or not
@@ -97,7 +97,7 @@ impl Engine {
 }
 
 /// `control.owner` for a lease holder known only by its lease.
-pub fn lease_owner(lease: &Lease) -> Value {
+pub(crate) fn lease_owner(lease: &Lease) -> Value {
     json!({
         "pid": lease.pid,
         "instanceId": lease.owner_id,

@@ -76,7 +76,7 @@ impl Engine {
 }
 
 /// The exact `JSON.stringify(result)` of a completed run.
-pub fn exact_result(record: &RunRecord) -> EngineResult<String> {
+pub(crate) fn exact_result(record: &RunRecord) -> EngineResult<String> {
     if record.status != RunStatus::Completed {
         return Err(EngineError::Rejected(Rejected::Conflict(format!(
             "run {} has no result: it is {}{}",

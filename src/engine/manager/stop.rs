@@ -35,7 +35,7 @@ impl Engine {
     /// the answer carries `control: {state:"pending", operationId, requestedAt, owner}` and
     /// the intent stays for the owner to carry out; a retry reuses its operation id. A
     /// `forceOwner` the holder does not qualify for is refused before anything is recorded.
-    pub async fn stop_with(
+    pub(crate) async fn stop_with(
         &self,
         run_id: &RunId,
         call_index: Option<u32>,

@@ -9,6 +9,7 @@ use crate::engine::manager::{
 use crate::engine::status::{self, StatusDocument, StatusQuery};
 use crate::engine::status::{LiveCall, LiveView};
 use crate::model::{RunId, RunStatus};
+use crate::util::sync::Lock;
 
 impl Engine {
     /// The bounded status view (engine.md 6.4).
@@ -18,13 +19,8 @@ impl Engine {
         query: &StatusQuery,
     ) -> EngineResult<StatusDocument> {
         let record = self.load_reconciled(run_id).await?;
-        let view = self
-            .inner
-            .live
-            .lock()
-            .ok()
-            .and_then(|live| live.get(run_id).map(|l| l.view.clone()));
-        let mut live_view = view.and_then(|v| v.lock().ok().map(|v| v.clone()));
+        let view = self.inner.live.locked().get(run_id).map(|l| l.view.clone());
+        let mut live_view = view.map(|v| v.locked().clone());
         let permissions = self.inner.broker.pending(run_id.as_str());
         // A run another live process executes: its live calls and pending permissions are
         // that process's to tell (`live-status`; an owner that does not know it is asked for
@@ -55,15 +51,14 @@ impl Engine {
     }
 
     /// The live calls (as `live-status` sends them) of a run this process executes.
-    pub fn live_status(&self, run_id: &RunId) -> Option<LiveStatus> {
+    pub(crate) fn live_status(&self, run_id: &RunId) -> Option<LiveStatus> {
         let view = self
             .inner
             .live
-            .lock()
-            .ok()?
+            .locked()
             .get(run_id)
             .map(|l| l.view.clone())?;
-        let view = view.lock().ok()?.clone();
+        let view = view.locked().clone();
         let calls = view
             .calls
             .iter()

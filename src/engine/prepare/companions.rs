@@ -21,13 +21,13 @@ use crate::engine::sources::Sources;
 use crate::util::safe_file;
 
 /// The largest companion file, in bytes (1 MiB).
-pub const MAX_COMPANION_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_COMPANION_BYTES: u64 = 1 << 20;
 /// The most bytes all companion files of one script may hold together (4 MiB).
-pub const MAX_COMPANION_TOTAL_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_COMPANION_TOTAL_BYTES: u64 = 4 << 20;
 
 /// The texts of `files` (relative to `project_dir`) by path, read on the blocking pool and
 /// within the file-read deadline for them all.
-pub async fn read(
+pub(crate) async fn read(
     sources: Arc<dyn Sources>,
     project_dir: &Path,
     files: &[String],
@@ -51,7 +51,7 @@ pub async fn read(
 }
 
 /// [`read`] on the calling thread (never an async worker).
-pub fn read_blocking(
+pub(crate) fn read_blocking(
     sources: &dyn Sources,
     project_dir: &Path,
     files: &[String],

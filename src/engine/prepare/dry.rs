@@ -44,7 +44,7 @@ pub(super) struct DryRun {
 
 impl DryRun {
     /// Starts the script's VM. The routing stays empty until [`DryRun::finish`].
-    pub fn start(input: DryInput<'_>) -> DryRun {
+    pub(super) fn start(input: DryInput<'_>) -> DryRun {
         let mut setup = dry_setup(input);
         let started = driver::start_script(&mut setup);
         DryRun {
@@ -54,7 +54,7 @@ impl DryRun {
     }
 
     /// Drives the dry run under `routing` to its outcome, within [`DRY_RUN_LIMIT`].
-    pub async fn finish(mut self, routing: RoutingSnapshot) -> Result<Outcome, Rejection> {
+    pub(super) async fn finish(mut self, routing: RoutingSnapshot) -> Result<Outcome, Rejection> {
         // Both stand until here: `finish` takes the dry run, and only `Drop` runs after it.
         let (Some(mut setup), Some(started)) = (self.setup.take(), self.started.take()) else {
             unreachable!("a dry run is finished once");

@@ -38,9 +38,9 @@ use dry::{DryInput, DryRun};
 pub use rejection::{Cause, Rejection};
 
 /// How long the dry run may take.
-pub const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);
 /// How long all probes together may take by default (`AGENTPRISM_PROBE_TIMEOUT_MS`).
-pub const PROBE_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const PROBE_LIMIT: Duration = Duration::from_secs(60);
 /// How many routing catalog entries an error lists.
 const CATALOG_LIMIT: usize = 24;
 
@@ -75,7 +75,7 @@ pub struct Prepared {
 
 /// A script's bytes as read for admission.
 #[derive(Debug)]
-pub struct ScriptBytes {
+pub(crate) struct ScriptBytes {
     pub bytes: Vec<u8>,
     /// For a `scriptPath`: the file's resolved path, which the run records, so every later
     /// read of it ([`reread_script`], `resources/read`) opens exactly this path and refuses a
@@ -87,7 +87,7 @@ pub struct ScriptBytes {
 /// through `sources` (on disk: links resolved once, no FIFO, device or folder, size bounded,
 /// off the async workers). A file that is not named like a JavaScript file is refused
 /// without a word of its contents if it is not a workflow script.
-pub async fn read_script(
+pub(crate) async fn read_script(
     sources: &dyn Sources,
     input: &ScriptInput,
 ) -> Result<ScriptBytes, Rejection> {
@@ -119,7 +119,7 @@ pub async fn read_script(
 /// Reads a run's recorded script file again (a resume looks for a revision). The path was
 /// resolved at admission, so (on disk) a symbolic link in it now is refused, like a FIFO, a device or an
 /// oversize file. `None` when the file is gone: the run goes on with its stored text.
-pub async fn reread_script(
+pub(crate) async fn reread_script(
     sources: &dyn Sources,
     path: &Path,
 ) -> Result<Option<Vec<u8>>, Rejection> {
@@ -135,7 +135,7 @@ pub async fn reread_script(
 
 /// Reads a saved workflow for a nested `workflow(name)` call. It runs on the calling script's
 /// VM thread (a thread of its own, never an async worker), so it reads right there.
-pub fn read_nested(sources: &dyn Sources, path: &Path) -> Result<String, String> {
+pub(crate) fn read_nested(sources: &dyn Sources, path: &Path) -> Result<String, String> {
     let contents = sources
         .read_companion(path, MAX_SCRIPT_BYTES as u64)
         .map_err(|error| {
@@ -151,7 +151,7 @@ pub fn read_nested(sources: &dyn Sources, path: &Path) -> Result<String, String>
 }
 
 /// Whether `name` is named like a JavaScript file (`.js`, `.mjs`, `.cjs`).
-pub fn named_like_javascript(name: &Path) -> bool {
+pub(crate) fn named_like_javascript(name: &Path) -> bool {
     name.extension()
         .and_then(|extension| extension.to_str())
         .is_some_and(|extension| matches!(extension, "js" | "mjs" | "cjs"))
@@ -191,7 +191,7 @@ fn check_named_script(given: &Path, resolved: &Path, bytes: &[u8]) -> Result<(),
 }
 
 /// Parses `meta.backends` into backend specs (already shape-checked by the analyzer).
-pub fn declared_backends(analyzed: &AnalyzedScript) -> BTreeMap<String, BackendSpec> {
+pub(crate) fn declared_backends(analyzed: &AnalyzedScript) -> BTreeMap<String, BackendSpec> {
     let mut out = BTreeMap::new();
     let Some(Value::Object(map)) = &analyzed.backends else {
         return out;
@@ -239,7 +239,7 @@ pub fn declared_backends(analyzed: &AnalyzedScript) -> BTreeMap<String, BackendS
 }
 
 /// The inputs of one preparation.
-pub struct PrepareInput<'a> {
+pub(crate) struct PrepareInput<'a> {
     pub bytes: Vec<u8>,
     pub args: Value,
     pub project_dir: &'a Path,
@@ -261,7 +261,7 @@ pub struct PrepareInput<'a> {
 }
 
 /// Runs every check of preparation.
-pub async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
+pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejection> {
     check_no_nul(&input.bytes)?;
     let analyzed = analyze(&input.bytes)?;
     let text = String::from_utf8(input.bytes)
@@ -394,7 +394,7 @@ fn check_args(analyzed: &AnalyzedScript, args: &Value) -> Result<(), Rejection> 
 /// The static checks alone, with the VM's parse of the body: what `validate` runs before
 /// preparation, so that a syntax error is told as one (preparation finds it only when the dry
 /// run starts the script, and tells it as the dry run's failure).
-pub fn check_static(bytes: &[u8], limits: VmLimits) -> Result<(), Rejection> {
+pub(crate) fn check_static(bytes: &[u8], limits: VmLimits) -> Result<(), Rejection> {
     check_no_nul(bytes)?;
     let analyzed = analyze(bytes)?;
     crate::engine::vm::check_syntax(&analyzed.body, limits)

@@ -16,13 +16,13 @@ use super::literal::LiteralValue;
 use super::{Literal, MetaChecker, ScriptError};
 
 /// The most companion files one script may declare.
-pub const MAX_COMPANION_FILES: usize = 64;
+pub(crate) const MAX_COMPANION_FILES: usize = 64;
 /// The longest companion path, in bytes (the usual `PATH_MAX`).
-pub const MAX_COMPANION_PATH_BYTES: usize = 4096;
+pub(crate) const MAX_COMPANION_PATH_BYTES: usize = 4096;
 
 /// What is wrong with `path` as a companion path, or `None` when it is fine. The text
 /// completes "the path ...".
-pub fn companion_path_problem(path: &str) -> Option<String> {
+pub(crate) fn companion_path_problem(path: &str) -> Option<String> {
     if path.is_empty() {
         return Some("is empty".to_owned());
     }

@@ -85,38 +85,38 @@ pub(super) fn is_identifier_part(character: char) -> bool {
 }
 
 impl<'a> Cursor<'a> {
-    pub fn new(source: &'a str, offset: usize) -> Self {
+    pub(super) fn new(source: &'a str, offset: usize) -> Self {
         Cursor { source, offset }
     }
 
-    pub fn offset(&self) -> usize {
+    pub(super) fn offset(&self) -> usize {
         self.offset
     }
 
-    pub fn rest(&self) -> &'a str {
+    pub(super) fn rest(&self) -> &'a str {
         &self.source[self.offset..]
     }
 
-    pub fn peek(&self) -> Option<char> {
+    pub(super) fn peek(&self) -> Option<char> {
         self.rest().chars().next()
     }
 
-    pub fn peek_second(&self) -> Option<char> {
+    pub(super) fn peek_second(&self) -> Option<char> {
         self.rest().chars().nth(1)
     }
 
-    pub fn starts_with(&self, text: &str) -> bool {
+    pub(super) fn starts_with(&self, text: &str) -> bool {
         self.rest().starts_with(text)
     }
 
-    pub fn bump(&mut self) -> Option<char> {
+    pub(super) fn bump(&mut self) -> Option<char> {
         let character = self.peek()?;
         self.offset += character.len_utf8();
         Some(character)
     }
 
     /// Consumes `character` if it is next.
-    pub fn eat(&mut self, character: char) -> bool {
+    pub(super) fn eat(&mut self, character: char) -> bool {
         if self.peek() == Some(character) {
             self.offset += character.len_utf8();
             true
@@ -125,12 +125,12 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    pub fn is_at_end(&self) -> bool {
+    pub(super) fn is_at_end(&self) -> bool {
         self.offset >= self.source.len()
     }
 
     /// Skips whitespace, line terminators, `//` and `/* */` comments.
-    pub fn skip_trivia(&mut self) -> Trivia {
+    pub(super) fn skip_trivia(&mut self) -> Trivia {
         let mut trivia = Trivia::default();
         while let Some(character) = self.peek() {
             if is_line_terminator(character) {
@@ -163,7 +163,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Moves to the next line terminator (not past it).
-    pub fn skip_line(&mut self) {
+    pub(super) fn skip_line(&mut self) {
         while let Some(character) = self.peek() {
             if is_line_terminator(character) {
                 break;
@@ -173,7 +173,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads an identifier starting here (escapes are kept as written).
-    pub fn read_identifier(&mut self) -> &'a str {
+    pub(super) fn read_identifier(&mut self) -> &'a str {
         let start = self.offset;
         if self.peek() == Some('#') {
             self.bump();

@@ -50,7 +50,7 @@ pub(super) struct LiteralError {
 const FORBIDDEN_KEYS: &[&str] = &["__proto__", "constructor", "prototype"];
 
 impl Literal {
-    pub fn to_json(&self) -> Value {
+    pub(super) fn to_json(&self) -> Value {
         match &self.value {
             LiteralValue::Null => Value::Null,
             LiteralValue::Bool(value) => Value::Bool(*value),
@@ -69,14 +69,14 @@ impl Literal {
         }
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    pub(super) fn as_str(&self) -> Option<&str> {
         match &self.value {
             LiteralValue::String(value) => Some(value),
             _ => None,
         }
     }
 
-    pub fn properties(&self) -> Option<&[Property]> {
+    pub(super) fn properties(&self) -> Option<&[Property]> {
         match &self.value {
             LiteralValue::Object(properties) => Some(properties),
             _ => None,

@@ -1,14 +1,17 @@
-//! A script's meta without a run: what the folder server lists as a tool at start-up. It is
-//! the analyzer preparation runs ([`super::analyze`]), so a script that lists would also pass
-//! preparation's static checks, and there is no second meta parser.
+//! The NUL check every reader of a script's text runs before the analyzer
+//! ([`super::analyze`]), and, for tests, a script's meta read through the same two checks.
 
+#[cfg(test)]
 use serde_json::Value;
 
-use super::{ScriptError, analyze};
+use super::ScriptError;
+#[cfg(test)]
+use super::analyze;
 
 /// What a listing needs of a script's `meta`.
+#[cfg(test)]
 #[derive(Clone, Debug, PartialEq)]
-pub struct ScriptMeta {
+pub(crate) struct ScriptMeta {
     /// `meta.name`.
     pub name: String,
     /// `meta.description` (required by the analyzer today, so always set).
@@ -24,7 +27,8 @@ pub struct ScriptMeta {
 /// Reads the meta of `source` with the static checks of preparation (size, encoding, NUL,
 /// the meta statement and its rules, the determinism guard). The error says what is wrong
 /// and, when it has a position, ends with "at line L, column C".
-pub fn read_meta(source: &str) -> Result<ScriptMeta, String> {
+#[cfg(test)]
+pub(crate) fn read_meta(source: &str) -> Result<ScriptMeta, String> {
     check_no_nul(source.as_bytes()).map_err(|error| error.message)?;
     let analyzed = analyze(source.as_bytes()).map_err(|error| error.message)?;
     Ok(ScriptMeta {
@@ -38,7 +42,7 @@ pub fn read_meta(source: &str) -> Result<ScriptMeta, String> {
 
 /// A NUL character in the script text: JavaScript allows it, but the script engine takes
 /// its source as a C string, and its own error names neither the character nor where it is.
-pub fn check_no_nul(bytes: &[u8]) -> Result<(), ScriptError> {
+pub(crate) fn check_no_nul(bytes: &[u8]) -> Result<(), ScriptError> {
     let Some(at) = bytes.iter().position(|&byte| byte == 0) else {
         return Ok(());
     };

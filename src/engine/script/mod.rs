@@ -20,8 +20,8 @@ mod meta;
 #[cfg(test)]
 mod tests;
 
-pub use files::{MAX_COMPANION_FILES, MAX_COMPANION_PATH_BYTES, companion_path_problem};
-pub use meta::{ScriptMeta, check_no_nul, read_meta};
+pub(crate) use files::companion_path_problem;
+pub(crate) use meta::check_no_nul;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,12 +34,12 @@ use lexer::{Cursor, Token, TokenKind};
 use literal::{Literal, LiteralValue, Property, child_path, describe_token, quote};
 
 /// Largest accepted script, in bytes.
-pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
+pub(crate) const MAX_SCRIPT_BYTES: usize = 1 << 20;
 
 /// A script rejected before running. Positions are 1-based, in the caller's file; when they
 /// are set, `message` ends with the same "at line L, column C".
 #[derive(Clone, Debug, PartialEq)]
-pub struct ScriptError {
+pub(crate) struct ScriptError {
     pub message: String,
     pub line: Option<u32>,
     pub column: Option<u32>,
@@ -76,7 +76,7 @@ pub struct AnalyzedScript {
 /// An error quotes at most a few short tokens of the source (40 characters each), never a
 /// byte that is not UTF-8, and its whole message passes through credential redaction, so a
 /// token file given as a script is refused without showing the token.
-pub fn analyze(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
+pub(crate) fn analyze(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
     analyze_source(source).map_err(|mut error| {
         error.message = crate::engine::redact::redact_text(&error.message).0;
         error

@@ -28,10 +28,10 @@ use async_trait::async_trait;
 use crate::engine::script::{MAX_SCRIPT_BYTES, companion_path_problem};
 use crate::util::safe_file::{self, Links};
 
-pub use crate::util::safe_file::{Contents, FileError};
+pub(crate) use crate::util::safe_file::{Contents, FileError};
 
 mod pack;
-pub use pack::PackSources;
+pub(crate) use pack::PackSources;
 
 /// Where scripts and their companion files come from.
 #[async_trait]
@@ -84,10 +84,10 @@ pub enum SourceError {
 
 /// Sources on the local file system, read through [`safe_file`].
 #[derive(Clone, Copy, Debug, Default)]
-pub struct DiskSources;
+pub(crate) struct DiskSources;
 
 impl DiskSources {
-    pub fn shared() -> Arc<dyn Sources> {
+    pub(crate) fn shared() -> Arc<dyn Sources> {
         Arc::new(DiskSources)
     }
 }

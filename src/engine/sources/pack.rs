@@ -20,7 +20,7 @@ use crate::engine::script::{MAX_SCRIPT_BYTES, companion_path_problem};
 use crate::pack::Entry;
 
 /// The entries of one pack, by path, under the folder they are served as.
-pub struct PackSources {
+pub(crate) struct PackSources {
     /// The served folder, absolute: where the entries appear to be.
     root: PathBuf,
     /// Content by `/`-separated path under `root`, as the pack holds it.
@@ -30,19 +30,12 @@ pub struct PackSources {
 impl PackSources {
     /// `entries` (already checked by the pack reader: relative, unique paths) served under
     /// `root`, which must be absolute.
-    pub fn new(root: PathBuf, entries: Vec<Entry>) -> PackSources {
+    pub(crate) fn new(root: PathBuf, entries: Vec<Entry>) -> PackSources {
         let files = entries
             .into_iter()
             .map(|entry| (entry.path, entry.content))
             .collect();
         PackSources { root, files }
-    }
-
-    /// The packed files as `(path under the root, bytes)`, in path order.
-    pub fn files(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.files
-            .iter()
-            .map(|(path, bytes)| (path.as_str(), bytes.as_slice()))
     }
 
     /// `path`'s place in the pack when it lies under the root: `Some` even for a path the

@@ -26,9 +26,9 @@ mod live;
 pub use live::{LiveCall, LiveView};
 
 /// Cap of the status projection without `outcome`.
-pub const MAX_STRUCTURED_BYTES: usize = 24_576;
+pub(crate) const MAX_STRUCTURED_BYTES: usize = 24_576;
 /// Cap of the status text shown to a model.
-pub const MAX_TEXT_BYTES: usize = 8_192;
+pub(crate) const MAX_TEXT_BYTES: usize = 8_192;
 const MAX_PHASES: usize = 64;
 
 /// Inspection bounds (validated by the caller).
@@ -51,14 +51,14 @@ impl Default for StatusQuery {
     }
 }
 
-pub fn script_uri(record: &RunRecord) -> String {
+pub(crate) fn script_uri(record: &RunRecord) -> String {
     file_uri(&record.script_file)
 }
 
 /// The `file://` URI of an absolute path, percent-encoding every byte outside the RFC 3986
 /// unreserved set and `/`, so paths with spaces or `#` still make valid URIs that MCP
 /// clients round-trip byte for byte.
-pub fn file_uri(path: &std::path::Path) -> String {
+pub(crate) fn file_uri(path: &std::path::Path) -> String {
     let mut uri = String::from("file://");
     for &byte in path.as_os_str().as_encoded_bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'/' | b'-' | b'.' | b'_' | b'~') {
@@ -558,11 +558,11 @@ async fn outcome(
 }
 
 /// Longest failure message a status call entry or an `agentEnd` event carries.
-pub const ERROR_MESSAGE_CAP: usize = 240;
+pub(crate) const ERROR_MESSAGE_CAP: usize = 240;
 
 /// A call's failure message as status and events show it: redacted, on one line, capped at
 /// [`ERROR_MESSAGE_CAP`] bytes.
-pub fn error_message(message: &str) -> String {
+pub(crate) fn error_message(message: &str) -> String {
     let (clean, _) = redact::redact_text(message);
     let line = clean.replace(['\n', '\r'], " ");
     if line.len() <= ERROR_MESSAGE_CAP {

@@ -46,7 +46,7 @@ use prelude::load_prelude;
 use prelude::{PRELUDE, PRELUDE_BYTECODE};
 
 /// The file name script frames carry in stack traces.
-pub const SCRIPT_FILENAME: &str = "workflow.js";
+pub(crate) const SCRIPT_FILENAME: &str = "workflow.js";
 
 /// Prepended to the script body on its first line; columns on line 1 are shifted by its length.
 const WRAPPER_OPEN: &str = "(async function(){";
@@ -72,7 +72,7 @@ impl Default for VmLimits {
 
 /// What the script asks of its driver, in program order.
 #[derive(Debug)]
-pub enum VmEvent {
+pub(crate) enum VmEvent {
     /// `agent()` or `checkpoint()`: `payload` is `{scope, prompt, options, path}`.
     Call {
         call_id: u64,
@@ -93,7 +93,7 @@ pub enum VmEvent {
 
 /// The driver's answer to one call.
 #[derive(Debug)]
-pub enum VmReply {
+pub(crate) enum VmReply {
     Resolve {
         call_id: u64,
         value: Value,
@@ -108,7 +108,7 @@ pub enum VmReply {
 
 /// A script that threw, was stopped, or returned something that is not JSON.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ScriptFailure {
+pub(crate) struct ScriptFailure {
     /// `SCRIPT_ERROR`, or the `code` the thrown error carried (e.g. `SCHEMA_NONCOMPLIANCE`).
     pub code: String,
     pub message: String,
@@ -117,7 +117,7 @@ pub struct ScriptFailure {
 }
 
 impl ScriptFailure {
-    pub fn script_error(message: impl Into<String>) -> ScriptFailure {
+    pub(crate) fn script_error(message: impl Into<String>) -> ScriptFailure {
         ScriptFailure {
             code: "SCRIPT_ERROR".into(),
             message: message.into(),
@@ -127,7 +127,7 @@ impl ScriptFailure {
     }
 
     /// The message with its position, as users see it.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match (self.line, self.column) {
             (Some(line), Some(column)) => {
                 format!("{} (at line {line}, column {column})", self.message)
@@ -139,10 +139,10 @@ impl ScriptFailure {
 }
 
 /// Resolves `workflow(nameOrScript)` to a script body: `Ok((scope, body))`.
-pub type NestedResolver = Box<dyn FnMut(&str) -> Result<(String, String), String> + Send>;
+pub(crate) type NestedResolver = Box<dyn FnMut(&str) -> Result<(String, String), String> + Send>;
 
 /// What the VM needs to start a script.
-pub struct VmScript {
+pub(crate) struct VmScript {
     /// The analyzed body (meta blanked, positions preserved).
     pub body: String,
     pub args: Value,
@@ -156,7 +156,7 @@ pub struct VmScript {
 }
 
 /// Controls a running VM from outside its thread.
-pub struct VmHandle {
+pub(crate) struct VmHandle {
     replies: std_mpsc::Sender<VmReply>,
     halt: Arc<AtomicBool>,
     /// The script's job on its pool thread, waited for on drop so its runtime is freed
@@ -166,12 +166,12 @@ pub struct VmHandle {
 
 impl VmHandle {
     /// Answers a call. Ignored once the VM has ended.
-    pub fn reply(&self, reply: VmReply) {
+    pub(crate) fn reply(&self, reply: VmReply) {
         let _ = self.replies.send(reply);
     }
 
     /// Stops the script at its next instruction or wait; no further events are sent.
-    pub fn halt(&self) {
+    pub(crate) fn halt(&self) {
         self.halt.store(true, Ordering::SeqCst);
         // Wake the thread if it is waiting for a reply.
         let _ = self.replies.send(VmReply::Reject {
@@ -196,7 +196,7 @@ impl Drop for VmHandle {
 /// Starts the script on a VM thread of its own while it runs (a pooled one, `vm/pool.rs`, in
 /// a fresh runtime and context). Events arrive on `events` until `Finished` (or until the VM
 /// is halted, after which nothing more is sent).
-pub fn spawn(
+pub(crate) fn spawn(
     script: VmScript,
     limits: VmLimits,
     events: mpsc::UnboundedSender<VmEvent>,
@@ -643,7 +643,7 @@ fn call_function(
 /// wrapper function is created and never called, so no script code executes. A syntax error
 /// comes back as the VM reports one (message, line, column); a server that lists scripts as
 /// tools (the folder server) refuses a broken one at start-up with it.
-pub fn check_syntax(body: &str, limits: VmLimits) -> Result<(), String> {
+pub(crate) fn check_syntax(body: &str, limits: VmLimits) -> Result<(), String> {
     let runtime =
         Runtime::new().map_err(|error| format!("the script VM did not start: {error}"))?;
     runtime.set_memory_limit(limits.memory_limit);

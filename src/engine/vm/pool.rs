@@ -19,6 +19,7 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::util::sync::Lock;
 use rquickjs::{Context, Function, Persistent, Runtime};
 
 /// Idle threads kept, each with a spare. Admission needs two VMs one after the other (the
@@ -47,7 +48,7 @@ pub(super) struct Spare {
 impl Spare {
     /// A new runtime and full context with the prelude's function loaded, nothing of any
     /// script in them.
-    pub fn create() -> Result<Spare, String> {
+    pub(super) fn create() -> Result<Spare, String> {
         let runtime =
             Runtime::new().map_err(|e| format!("cannot start the script runtime: {e}"))?;
         let context = Context::full(&runtime)
@@ -87,7 +88,7 @@ impl Drop for Spent {
 pub(super) struct Done(std_mpsc::SyncSender<()>);
 
 impl Done {
-    pub fn signal(&self) {
+    pub(super) fn signal(&self) {
         // Full: signalled already; disconnected: nobody waits.
         let _ = self.0.try_send(());
     }
@@ -103,7 +104,7 @@ pub(super) struct Running {
 
 impl Running {
     /// Blocks until the job has returned.
-    pub fn wait(&self) {
+    pub(super) fn wait(&self) {
         // A send means done; a disconnect means the thread ended (a panic): done as well.
         let _ = self.done.recv();
     }
@@ -137,7 +138,7 @@ pub(super) fn start(job: Job) -> Option<Running> {
         done: Done(done_tx),
     };
     loop {
-        let taken = idle().lock().ok().and_then(|mut idle| idle.threads.pop());
+        let taken = idle().locked().threads.pop();
         let Some((_, thread)) = taken else { break };
         // A thread popped here never ends without reading its channel (see `wait_for_work`),
         // so a failed send only means it died (a panic) between jobs: try the next one.
@@ -165,7 +166,7 @@ fn worker(first: Work) {
         // this job finds it for the next one.
         let (tx, rx) = std_mpsc::channel();
         let id = {
-            let Ok(mut idle) = idle().lock() else { return };
+            let mut idle = idle().locked();
             if idle.threads.len() >= MAX_IDLE {
                 return;
             }
@@ -189,11 +190,12 @@ fn wait_for_work(id: u64, rx: &std_mpsc::Receiver<Work>) -> Option<Work> {
         Ok(work) => Some(work),
         Err(std_mpsc::RecvTimeoutError::Disconnected) => None,
         Err(std_mpsc::RecvTimeoutError::Timeout) => {
-            let still_idle = idle().lock().is_ok_and(|mut idle| {
+            let still_idle = {
+                let mut idle = idle().locked();
                 let before = idle.threads.len();
                 idle.threads.retain(|(other, _)| *other != id);
                 idle.threads.len() != before
-            });
+            };
             if still_idle { None } else { rx.recv().ok() }
         }
     }

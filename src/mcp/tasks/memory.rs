@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::{DEFAULT_POLL_INTERVAL_MS, TaskOutcome, TaskPage, TaskState, TaskStatus, unknown_task};
 use crate::mcp::context::{McpResult, RequestContext};
 use crate::mcp::handler::{NotificationHub, ServerEvent};
+use crate::util::sync::Lock;
 
 /// A task's work: given its input handle, the outcome.
 pub type TaskJob =
@@ -84,7 +85,7 @@ impl MemoryTasks {
             outcome: None,
         };
         let cancel = CancellationToken::new();
-        self.lock().insert(
+        self.inner.entries.locked().insert(
             task_id.clone(),
             Entry {
                 state: state.clone(),
@@ -138,7 +139,7 @@ impl MemoryTasks {
             input_requests: Map::new(),
             outcome: Some(outcome),
         };
-        self.lock().insert(
+        self.inner.entries.locked().insert(
             state.task_id.clone(),
             Entry {
                 state: state.clone(),
@@ -153,13 +154,15 @@ impl MemoryTasks {
     /// Whether `task_id` is one of these tasks (and not expired).
     pub fn contains(&self, task_id: &str) -> bool {
         self.expire();
-        self.lock().contains_key(task_id)
+        self.inner.entries.locked().contains_key(task_id)
     }
 
     pub fn get(&self, ctx: &RequestContext, task_id: &str) -> McpResult<TaskState> {
         let _ = ctx;
         self.expire();
-        self.lock()
+        self.inner
+            .entries
+            .locked()
             .get(task_id)
             .map(|entry| entry.state.clone())
             .ok_or_else(|| unknown_task(task_id))
@@ -182,7 +185,9 @@ impl MemoryTasks {
     pub fn list(&self, _ctx: &RequestContext) -> TaskPage {
         self.expire();
         let mut tasks: Vec<TaskState> = self
-            .lock()
+            .inner
+            .entries
+            .locked()
             .values()
             .map(|entry| entry.state.clone())
             .collect();
@@ -232,14 +237,13 @@ impl MemoryTasks {
 
     fn expire(&self) {
         let now = crate::util::now_ms();
-        self.lock().retain(|_, entry| match entry.state.ttl_ms {
-            Some(ttl) => entry.state.created_at_ms.saturating_add(ttl as i64) > now,
-            None => true,
-        });
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.inner.entries.lock().expect("memory tasks lock")
+        self.inner
+            .entries
+            .locked()
+            .retain(|_, entry| match entry.state.ttl_ms {
+                Some(ttl) => entry.state.created_at_ms.saturating_add(ttl as i64) > now,
+                None => true,
+            });
     }
 }
 
@@ -248,7 +252,7 @@ impl Inner {
     /// every waiter.
     fn update(&self, task_id: &str, change: impl FnOnce(&mut Entry)) {
         let notification = {
-            let mut entries = self.entries.lock().expect("memory tasks lock");
+            let mut entries = self.entries.locked();
             let Some(entry) = entries.get_mut(task_id) else {
                 return;
             };
@@ -303,7 +307,7 @@ impl TaskInput {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let answered = {
-                let mut entries = inner.entries.lock().expect("memory tasks lock");
+                let mut entries = inner.entries.locked();
                 let entry = entries.get_mut(&self.task_id)?;
                 if keys.iter().all(|key| entry.answers.contains_key(key)) {
                     let mut answers = Map::new();

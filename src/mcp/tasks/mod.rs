@@ -28,14 +28,14 @@ pub(super) mod wire;
 pub use memory::{MemoryTasks, TaskInput, TaskJob, accepted_content};
 
 /// The tasks extension's key under `capabilities.extensions` (2026-07-28).
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The `_meta` key that ties a message to its task (2025-11-25).
-pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+pub(crate) const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// The longest `ttl` a client may ask for: one week. A larger one is refused with -32602
 /// naming the limit, so a client never believes a task lives longer than it will.
-pub const MAX_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+pub(crate) const MAX_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// The poll interval suggested to clients.
-pub const DEFAULT_POLL_INTERVAL_MS: u64 = 500;
+pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 500;
 
 /// Whether a tool may run as a task (`execution.taskSupport`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl TaskStatus {
         }
     }
 
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(
             self,
             TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
@@ -201,7 +201,7 @@ pub trait TaskHandler: Send + Sync + 'static {
 
 /// Whether the client declared task support in this request's era: `capabilities.tasks`
 /// from initialize (2025), or the extension in the request's capabilities (2026-07-28).
-pub fn client_speaks_tasks(ctx: &RequestContext) -> bool {
+pub(crate) fn client_speaks_tasks(ctx: &RequestContext) -> bool {
     if ctx.era.is_modern() {
         ctx.client_has(&["extensions", TASKS_EXTENSION])
     } else {
@@ -220,14 +220,14 @@ pub(crate) fn missing_extension(what: &str) -> McpError {
 }
 
 /// -32602 for a task id the handler does not know.
-pub fn unknown_task(task_id: &str) -> McpError {
+pub(crate) fn unknown_task(task_id: &str) -> McpError {
     McpError::invalid_params(format!("unknown task {task_id:?}"))
         .with_data(json!({"taskId": task_id}))
 }
 
 /// The params of a 2025-11-25 `notifications/tasks/status`: the task as `tasks/get` answers
 /// it, for a handler that sends the notifications itself.
-pub fn legacy_status_notification(state: &TaskState) -> Value {
+pub(crate) fn legacy_status_notification(state: &TaskState) -> Value {
     wire::legacy_task(state)
 }
 

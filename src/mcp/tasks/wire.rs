@@ -340,7 +340,7 @@ fn base(state: &TaskState) -> Map<String, Value> {
 }
 
 /// The most task ids one `subscriptions/listen` may watch; more is -32602.
-pub const MAX_WATCHED_TASKS: usize = 64;
+pub(crate) const MAX_WATCHED_TASKS: usize = 64;
 
 /// The tasks one 2026-07-28 `subscriptions/listen` asked about (`notifications.taskIds`),
 /// with what it last told of each. Task state lives behind the handler (a durable run, a

@@ -14,15 +14,15 @@ use serde_json::{Map, Value, json};
 use crate::serve::folder::Folder;
 
 /// Where the card is served.
-pub const CARD_PATH: &str = "/.well-known/agent-card.json";
+pub(crate) const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// The JSON-RPC endpoint, behind the token.
-pub const ENDPOINT_PATH: &str = "/a2a";
+pub(crate) const ENDPOINT_PATH: &str = "/a2a";
 /// The extension whose `params` hold each skill's input schema.
-pub const INPUT_SCHEMA_EXTENSION: &str = "urn:agentprism:a2a:skill-input-schemas:v1";
+pub(crate) const INPUT_SCHEMA_EXTENSION: &str = "urn:agentprism:a2a:skill-input-schemas:v1";
 
 /// The card for `folder`'s workflows, with the endpoint at `base_url` (`http://host:port`);
 /// `bearer` declares the token scheme the endpoint requires.
-pub fn card(folder: &Folder, name: &str, base_url: &str, bearer: bool) -> Value {
+pub(crate) fn card(folder: &Folder, name: &str, base_url: &str, bearer: bool) -> Value {
     let url = format!("{}{ENDPOINT_PATH}", base_url.trim_end_matches('/'));
     let skills: Vec<Value> = folder
         .workflows

@@ -24,18 +24,18 @@ use super::owners::OwnerKey;
 use super::runs::{self, RunApi, RunError};
 use super::view::RunView;
 
-pub mod card;
+pub(crate) mod card;
 mod task;
 
-pub use card::{CARD_PATH, ENDPOINT_PATH};
+pub(crate) use card::{CARD_PATH, ENDPOINT_PATH};
 use task::TaskState;
 
 /// The header that names the A2A protocol version of a request.
-pub const VERSION_HEADER: &str = "A2A-Version";
+pub(crate) const VERSION_HEADER: &str = "A2A-Version";
 
 /// The A2A protocol version a request speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     /// 1.0: `SendMessage`, `GetTask`, `CancelTask`, `TASK_STATE_*`.
     V1,
     /// 0.3: `message/send`, `tasks/get`, `tasks/cancel`, lowercase states.
@@ -44,7 +44,7 @@ pub enum Version {
 
 impl Version {
     /// The version `A2A-Version` names: absent or empty is 0.3; the patch level is ignored.
-    pub fn from_header(value: Option<&str>) -> Result<Version, A2aError> {
+    pub(crate) fn from_header(value: Option<&str>) -> Result<Version, A2aError> {
         let text = value.map(str::trim).unwrap_or_default();
         if text.is_empty() {
             return Ok(Version::V03);
@@ -64,7 +64,7 @@ impl Version {
 
 /// Why an A2A request was not answered with a result; each maps to its JSON-RPC code.
 #[derive(Debug, thiserror::Error)]
-pub enum A2aError {
+pub(crate) enum A2aError {
     #[error("{0}")]
     Parse(String),
     #[error("{0}")]
@@ -90,7 +90,7 @@ pub enum A2aError {
 
 impl A2aError {
     /// The JSON-RPC error code (A2A's own codes from -32001 on).
-    pub fn code(&self) -> i64 {
+    pub(crate) fn code(&self) -> i64 {
         match self {
             A2aError::Parse(_) => -32700,
             A2aError::InvalidRequest(_) => -32600,

@@ -15,7 +15,7 @@ use crate::serve::view::RunView;
 
 /// The A2A task states a run can be in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskState {
+pub(super) enum TaskState {
     Submitted,
     Working,
     InputRequired,
@@ -26,7 +26,7 @@ pub enum TaskState {
 
 impl TaskState {
     /// The state of `view`; `fresh` for the answer that started the run.
-    pub fn of(view: &RunView, fresh: bool) -> TaskState {
+    pub(super) fn of(view: &RunView, fresh: bool) -> TaskState {
         match view.state {
             "working" if fresh => TaskState::Submitted,
             "working" => TaskState::Working,
@@ -38,7 +38,7 @@ impl TaskState {
     }
 
     /// The state's name in `version`.
-    pub fn name(self, version: Version) -> &'static str {
+    pub(super) fn name(self, version: Version) -> &'static str {
         match (version, self) {
             (Version::V1, TaskState::Submitted) => "TASK_STATE_SUBMITTED",
             (Version::V1, TaskState::Working) => "TASK_STATE_WORKING",
@@ -56,7 +56,7 @@ impl TaskState {
     }
 
     /// Whether the task will not change any more through A2A.
-    pub fn is_final(self) -> bool {
+    pub(super) fn is_final(self) -> bool {
         matches!(
             self,
             TaskState::Completed | TaskState::Failed | TaskState::Canceled
@@ -65,7 +65,7 @@ impl TaskState {
 }
 
 /// The task object of `view` in `version`'s form.
-pub fn task(view: &RunView, version: Version, fresh: bool) -> Value {
+pub(super) fn task(view: &RunView, version: Version, fresh: bool) -> Value {
     let state = TaskState::of(view, fresh);
     let id = view.run_id.as_str();
     let mut status = Map::new();

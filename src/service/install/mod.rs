@@ -25,7 +25,7 @@ use crate::env::EnvSnapshot;
 /// environment when the installing shell has them: the credentials and endpoints the agent
 /// backends read, and proxy settings. PATH is always copied. HOME, USER and
 /// `XDG_RUNTIME_DIR` are not: the manager sets them.
-pub const PASSED_THROUGH: [&str; 20] = [
+pub(crate) const PASSED_THROUGH: [&str; 20] = [
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
@@ -50,13 +50,13 @@ pub const PASSED_THROUGH: [&str; 20] = [
 ];
 
 /// The version of `managed.json`'s format.
-pub const MANAGED_RECORD_VERSION: u32 = 1;
+pub(crate) const MANAGED_RECORD_VERSION: u32 = 1;
 
 /// `~/.config/agentprism/managed.json`: tells shims that a service manager runs this family's
 /// daemon. Durable: read by shims of later versions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ManagedRecord {
+pub(crate) struct ManagedRecord {
     pub version: u32,
     /// `systemd` or `launchd`.
     pub manager: String,
@@ -72,7 +72,7 @@ pub struct ManagedRecord {
 
 /// Where install reads and writes; explicit so tests never touch the real home.
 #[derive(Clone, Debug)]
-pub struct InstallPaths {
+pub(crate) struct InstallPaths {
     /// The user's home: `~/.config/...` and `~/Library/...` hang off it.
     pub home: PathBuf,
     /// The stable program path the unit or plist runs (see [`stable_binary`]).
@@ -87,7 +87,7 @@ pub struct InstallPaths {
 
 /// What install or uninstall did, for the CLI to print.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InstallReport {
+pub(crate) struct InstallReport {
     pub files_written: Vec<PathBuf>,
     pub files_removed: Vec<PathBuf>,
     /// Each command run, as a shell would show it.
@@ -102,7 +102,7 @@ pub struct InstallReport {
 
 impl InstallPaths {
     /// Paths for the current user from a snapshot of the environment and the running binary.
-    pub fn from_env(env: &EnvSnapshot, current_exe: &Path) -> Result<InstallPaths> {
+    pub(crate) fn from_env(env: &EnvSnapshot, current_exe: &Path) -> Result<InstallPaths> {
         let home = PathBuf::from(env.home().ok_or_else(|| {
             ServiceError::Refused("HOME is not set; cannot find the user's config folder".into())
         })?);
@@ -121,27 +121,27 @@ impl InstallPaths {
     }
 
     /// `~/.config/agentprism/`: daemon.env and managed.json (0700).
-    pub fn config_dir(&self) -> PathBuf {
+    pub(crate) fn config_dir(&self) -> PathBuf {
         self.home.join(".config").join("agentprism")
     }
 
     /// `~/.config/agentprism/daemon.env` (0600).
-    pub fn daemon_env(&self) -> PathBuf {
+    pub(crate) fn daemon_env(&self) -> PathBuf {
         self.config_dir().join("daemon.env")
     }
 
     /// `~/.config/agentprism/managed.json` (0600).
-    pub fn managed_record(&self) -> PathBuf {
+    pub(crate) fn managed_record(&self) -> PathBuf {
         self.config_dir().join("managed.json")
     }
 
     /// `~/.config/systemd/user/`.
-    pub fn systemd_user_dir(&self) -> PathBuf {
+    pub(crate) fn systemd_user_dir(&self) -> PathBuf {
         self.home.join(".config").join("systemd").join("user")
     }
 
     /// `~/Library/LaunchAgents/dev.agentprism.daemon.plist`.
-    pub fn plist(&self) -> PathBuf {
+    pub(crate) fn plist(&self) -> PathBuf {
         launchd::plist_path(&self.home)
     }
 }
@@ -150,7 +150,11 @@ impl InstallPaths {
 /// else the first `agentprism` on PATH that is the running binary under a non-versioned name
 /// (Homebrew's `bin/` symlink into `Cellar/`), else the running binary itself when its path is
 /// not versioned. A path that would vanish on upgrade is refused with a hint.
-pub fn stable_binary(home: &Path, current_exe: &Path, search_path: &OsStr) -> Result<PathBuf> {
+pub(crate) fn stable_binary(
+    home: &Path,
+    current_exe: &Path,
+    search_path: &OsStr,
+) -> Result<PathBuf> {
     let local = home.join(".local").join("bin").join("agentprism");
     if local.exists() {
         return Ok(local);
@@ -179,7 +183,7 @@ pub fn stable_binary(home: &Path, current_exe: &Path, search_path: &OsStr) -> Re
 /// The variables a managed daemon gets: PATH (or the minimal default), every variable with a
 /// fingerprinted prefix (including the lifetime knobs the fingerprint ignores, which the user
 /// set for a reason), and [`PASSED_THROUGH`]. Sorted by name.
-pub fn daemon_environment(env: &EnvSnapshot) -> Vec<(String, String)> {
+pub(crate) fn daemon_environment(env: &EnvSnapshot) -> Vec<(String, String)> {
     let mut captured: Vec<(String, String)> = env
         .iter()
         .filter(|(name, _)| {
@@ -204,7 +208,7 @@ pub fn daemon_environment(env: &EnvSnapshot) -> Vec<(String, String)> {
 
 /// The env file systemd reads (`EnvironmentFile=`): one `NAME="value"` line each, with the
 /// four characters systemd unescapes inside double quotes (`"`, `\`, `` ` ``, `$`) escaped.
-pub fn render_env_file(environment: &[(String, String)]) -> String {
+pub(crate) fn render_env_file(environment: &[(String, String)]) -> String {
     let mut text = String::from(
         "# Written by `agentprism daemon install`: the environment of the managed daemon.\n\
          # Edit with care: `managed.json` holds the fingerprint of these values; run the\n\
@@ -224,7 +228,11 @@ pub fn render_env_file(environment: &[(String, String)]) -> String {
 }
 
 /// Installs and starts the managed daemon with `manager`.
-pub fn install(manager: Manager, paths: &InstallPaths, env: &EnvSnapshot) -> Result<InstallReport> {
+pub(crate) fn install(
+    manager: Manager,
+    paths: &InstallPaths,
+    env: &EnvSnapshot,
+) -> Result<InstallReport> {
     let environment = daemon_environment(env);
     let fingerprint = fingerprint::fingerprint_of(
         environment
@@ -316,7 +324,7 @@ pub fn install(manager: Manager, paths: &InstallPaths, env: &EnvSnapshot) -> Res
 /// Stops and removes the managed daemon. Idempotent: files already gone and jobs not loaded
 /// are fine. Managed daemons are stopped (runs pause and resume later under a self-spawned
 /// daemon) because a unit whose file is gone can no longer be restarted or cleanly stopped.
-pub fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport> {
+pub(crate) fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport> {
     let mut report = InstallReport::default();
     let tools = Tools::new(paths.tool_path.clone());
     // managed.json goes first, so no shim asks the manager while it is being taken down.
@@ -380,7 +388,7 @@ pub fn uninstall(manager: Manager, paths: &InstallPaths) -> Result<InstallReport
 
 /// The managed record, if install wrote one and it is readable. A malformed or foreign-version
 /// record counts as absent: the shim then self-spawns, which always works.
-pub fn read_managed(paths: &InstallPaths) -> Option<ManagedRecord> {
+pub(crate) fn read_managed(paths: &InstallPaths) -> Option<ManagedRecord> {
     let bytes = std::fs::read(paths.managed_record()).ok()?;
     let record: ManagedRecord = serde_json::from_slice(&bytes).ok()?;
     (record.version == MANAGED_RECORD_VERSION).then_some(record)
@@ -389,7 +397,11 @@ pub fn read_managed(paths: &InstallPaths) -> Option<ManagedRecord> {
 /// Asks the manager in `record` for a daemon of `version` (the shim's managed start): systemd
 /// starts `agentprism@<version>.service` and returns once it is ready; launchd kickstarts the
 /// job. On an error the shim self-spawns, as if nothing were installed.
-pub fn start_managed(record: &ManagedRecord, paths: &InstallPaths, version: &str) -> Result<()> {
+pub(crate) fn start_managed(
+    record: &ManagedRecord,
+    paths: &InstallPaths,
+    version: &str,
+) -> Result<()> {
     let tools = Tools::new(paths.tool_path.clone());
     let mut report = InstallReport::default();
     match Manager::parse(&record.manager) {

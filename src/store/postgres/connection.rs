@@ -68,7 +68,7 @@ pub(super) fn pool(config: tokio_postgres::Config, options: &PgOptions) -> Store
 /// hiding: the text may be a URL that does not parse (a password with an unescaped `/`,
 /// `?` or `#`), so the user information ends at the *last* `@`, and a key=value string is
 /// read as libpq reads it (spaces around `=`, quoted values with `\` escapes).
-pub fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     // URL form: scheme://user:password@host/...
     if let Some((scheme, rest)) = url.split_once("://") {
         let (userinfo, host_on) = match rest.rsplit_once('@') {

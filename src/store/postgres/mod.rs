@@ -61,7 +61,7 @@ mod tests;
 #[cfg(test)]
 mod review_tests;
 
-pub use connection::redacted;
+pub(crate) use connection::redacted;
 
 /// How a replica reaches the database.
 #[derive(Clone, Debug)]
@@ -78,9 +78,9 @@ pub struct PgOptions {
 
 impl PgOptions {
     /// The default deadline: 5 s, a ninth of the default 45 s lease TTL.
-    pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(5);
+    pub(crate) const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(5);
     /// The default pool size: enough for a replica's concurrent runs and status readers.
-    pub const DEFAULT_POOL_SIZE: usize = 8;
+    pub(crate) const DEFAULT_POOL_SIZE: usize = 8;
 
     /// The defaults, with script copies under `script_copy_root`.
     pub fn new(script_copy_root: impl Into<PathBuf>) -> PgOptions {

@@ -68,6 +68,7 @@ mod usage_column;
 mod versions;
 
 use super::script_copies as scripts;
+use crate::util::sync::Lock;
 
 #[cfg(test)]
 mod contract_tests;

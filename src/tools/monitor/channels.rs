@@ -47,11 +47,12 @@ use crate::tools::workflow::TOOL_NAME;
 
 use super::ledger::{ReceiptLedger, session_scope};
 use super::messages::{AutoMessage, automatic_messages};
+use crate::util::sync::Lock;
 
 /// The notification method Claude Code listens on.
-pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
+pub(crate) const CHANNEL_METHOD: &str = "notifications/claude/channel";
 /// The experimental capability that registers the channel.
-pub const CHANNEL_CAPABILITY: &str = "claude/channel";
+pub(crate) const CHANNEL_CAPABILITY: &str = "claude/channel";
 /// Runs one session follows at once; naming one more forgets the one named longest ago.
 pub(crate) const MAX_FOLLOWED_RUNS: usize = 256;
 
@@ -123,7 +124,7 @@ impl Channels {
 
     /// A legacy session ended: it follows nothing any more.
     pub(crate) fn session_closed(&self, session: &str) {
-        let mut following = self.following.lock().expect("channels lock");
+        let mut following = self.following.locked();
         following.session_closed(session);
     }
 
@@ -223,7 +224,7 @@ impl MessageMemo {
         let ToolAnswer::Prepared(prepared) = answer else {
             return automatic_messages(document).into();
         };
-        let mut memo = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memo = self.entries.locked();
         if let Some((_, messages)) = memo
             .entries
             .iter()

@@ -18,6 +18,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
 use crate::mcp::handler::RequestContext;
+use crate::util::sync::Lock;
 
 /// Claims kept; the oldest is forgotten first.
 pub(crate) const MAX_CLAIMS: usize = 16_384;
@@ -53,7 +54,7 @@ impl ReceiptLedger {
     /// Claims `event_id` of `run_id` for `scope`: `true` only for the first claim.
     pub(crate) fn claim(&self, scope: &str, run_id: &str, event_id: &str) -> bool {
         let key = (scope.to_owned(), run_id.to_owned(), event_id.to_owned());
-        let mut claims = self.claims.lock().expect("ledger lock");
+        let mut claims = self.claims.locked();
         if !claims.set.insert(key.clone()) {
             return false;
         }
@@ -69,7 +70,7 @@ impl ReceiptLedger {
     /// Whether `event_id` of `run_id` has been claimed in `scope`.
     pub(crate) fn is_claimed(&self, scope: &str, run_id: &str, event_id: &str) -> bool {
         let key = (scope.to_owned(), run_id.to_owned(), event_id.to_owned());
-        self.claims.lock().expect("ledger lock").set.contains(&key)
+        self.claims.locked().set.contains(&key)
     }
 }
 

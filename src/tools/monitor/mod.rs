@@ -35,15 +35,15 @@ pub(super) use channels::{ChannelObserver, Channels};
 pub(super) use ledger::ReceiptLedger;
 
 /// The model-facing launcher, the only tool associated with the panel resource.
-pub const MONITOR_TOOL: &str = "workflow_monitor";
+pub(crate) const MONITOR_TOOL: &str = "workflow_monitor";
 /// App-only: recent and active runs.
-pub const RUNS_TOOL: &str = "workflow-runs";
+pub(crate) const RUNS_TOOL: &str = "workflow-runs";
 /// App-only: a run's status document and a page of its events.
-pub const EVENTS_TOOL: &str = "workflow-events";
+pub(crate) const EVENTS_TOOL: &str = "workflow-events";
 /// App-only: a run's automatic messages and their claims.
-pub const NOTIFICATIONS_TOOL: &str = "workflow-notifications";
+pub(crate) const NOTIFICATIONS_TOOL: &str = "workflow-notifications";
 /// The panel resource.
-pub const PANEL_URI: &str = "ui://agentprism-workflow/run-monitor.html";
+pub(crate) const PANEL_URI: &str = "ui://agentprism-workflow/run-monitor.html";
 /// The panel: one self-contained HTML file compiled into the binary.
 pub const PANEL_HTML: &str = include_str!("run-monitor.html");
 
@@ -67,7 +67,7 @@ fn meta_csp(html: &str) -> Option<String> {
 }
 
 /// Whether the client renders MCP Apps HTML views (either era's capabilities).
-pub fn ui_capable(ctx: &RequestContext) -> bool {
+pub(crate) fn ui_capable(ctx: &RequestContext) -> bool {
     ctx.client_capabilities
         .pointer("/extensions")
         .and_then(|extensions| extensions.get(APPS_EXTENSION))

@@ -16,6 +16,7 @@ use tokio::sync::OnceCell;
 use crate::engine::Engine;
 use crate::mcp::handler::{McpError, RequestContext};
 use crate::model::{RunId, RunStatus};
+use crate::util::sync::Lock;
 
 /// Run receipts kept for exact retries; the oldest go first.
 const MAX_RECEIPTS: usize = 1024;
@@ -74,7 +75,7 @@ impl ReceiptBook {
     }
 
     fn lock_receipts(&self) -> std::sync::MutexGuard<'_, Receipts> {
-        self.receipts.lock().unwrap_or_else(|e| e.into_inner())
+        self.receipts.locked()
     }
 }
 

@@ -26,20 +26,21 @@
 //! over a single entry's share (a completed run's uncapped `outcome`) is not kept at all.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
 use crate::engine::StatusQuery;
 use crate::mcp::PreparedResult;
 use crate::model::RunId;
+use crate::util::sync::Lock;
 
 /// Answers kept at most, over all runs.
-pub const MAX_ENTRIES: usize = 256;
+pub(super) const MAX_ENTRIES: usize = 256;
 /// Serialised bytes of the kept answers at most.
-pub const MAX_BYTES: usize = 8 << 20;
+pub(super) const MAX_BYTES: usize = 8 << 20;
 /// An answer longer than this is not kept.
-pub const MAX_ENTRY_BYTES: usize = 1 << 20;
+pub(super) const MAX_ENTRY_BYTES: usize = 1 << 20;
 
 /// What an answer was built under: the run's stored version (`Store::run_version`) and,
 /// for a run this process executes, its live view's revision (`Engine::live_revision`).
@@ -127,7 +128,7 @@ impl StatusCache {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every change below leaves the state consistent before anything that could panic.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.locked()
     }
 
     /// The answer kept for `run_id` and `query` under exactly `version`. One kept under

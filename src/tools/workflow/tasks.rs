@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorkflowTool;
 use super::schema::TOOL_NAME;
+use crate::util::sync::Lock;
 
 /// How long an already-completed task of a non-job action is kept unless asked otherwise.
 const IMMEDIATE_TTL_MS: u64 = 60 * 60 * 1000;
@@ -126,7 +127,7 @@ impl WorkflowTasks {
 
     /// A legacy session ended: nobody is told of its tasks any more.
     pub(crate) fn session_closed(&self, session: &str) {
-        let mut watching = self.notifier.watching.lock().expect("watching lock");
+        let mut watching = self.notifier.watching.locked();
         watching.session_closed(session);
     }
 
@@ -230,7 +231,7 @@ impl TaskHandler for WorkflowTasks {
         let (true, false, Some(run_id)) = (job, answer["isError"] == true, run_id) else {
             return Ok(self.answered(ctx, call.ttl_ms, answer));
         };
-        remember_started(&mut self.started.lock().expect("started lock"), run_id);
+        remember_started(&mut self.started.locked(), run_id);
         let state = self.run_task(ctx, run_id).await?.0;
         Ok(Created::Task(state))
     }
@@ -263,7 +264,7 @@ impl TaskHandler for WorkflowTasks {
     }
 
     async fn list(&self, ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<TaskPage> {
-        let started: Vec<String> = self.started.lock().expect("started lock").clone();
+        let started: Vec<String> = self.started.locked().clone();
         let mut tasks = Vec::new();
         for run_id in started.iter().rev() {
             if let Ok((state, _)) = self.run_task(ctx, run_id).await {

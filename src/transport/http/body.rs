@@ -17,7 +17,7 @@ use crate::mcp::handler::codes;
 use crate::mcp::server::Outcome;
 
 /// A response as routes build it.
-pub type HttpResponse = Response<HttpBody>;
+pub(super) type HttpResponse = Response<HttpBody>;
 
 /// A response body: a whole buffer, or SSE frames from a channel. Dropping it (the client
 /// went away) closes the channel, which is how a stream notices a disconnect.

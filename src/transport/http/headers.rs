@@ -20,7 +20,7 @@ const HEADER_BASE64: GeneralPurpose = GeneralPurpose::new(
 
 /// Checks the 2026-07-28 headers against the body (S2): `MCP-Protocol-Version`, `Mcp-Method`,
 /// and `Mcp-Name` for methods that name a tool, prompt or resource.
-pub fn check_modern_headers(
+pub(crate) fn check_modern_headers(
     headers: &HeaderMap,
     version: &str,
     method: &str,
@@ -100,7 +100,7 @@ pub(super) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 }
 
 /// `127.0.0.1`, `localhost` or `[::1]`, without a port or with the bound one.
-pub fn host_allowed(host: &str, port: u16) -> bool {
+pub(crate) fn host_allowed(host: &str, port: u16) -> bool {
     let host = host.trim().to_ascii_lowercase();
     let (name, host_port) = match host.rsplit_once(':') {
         Some((name, port_text))
@@ -115,7 +115,7 @@ pub fn host_allowed(host: &str, port: u16) -> bool {
 }
 
 /// A loopback `http://` origin on any port, or one listed exactly.
-pub fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+pub(crate) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
     let origin = origin.trim();
     if allowed.iter().any(|entry| entry == origin) {
         return true;

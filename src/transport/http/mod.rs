@@ -60,7 +60,7 @@ pub use body::json_response;
 use body::plain;
 pub use guard::{MAX_PRINCIPAL_BYTES, OptionsError, PrincipalError, check_options, read_principal};
 pub use guarded::{GuardedAnswer, GuardedFuture, GuardedHandler, GuardedRequest, GuardedRoute};
-pub use headers::{check_modern_headers, host_allowed, origin_allowed};
+pub(crate) use headers::{host_allowed, origin_allowed};
 
 /// The request body cap: room for a script of 1 MiB (the engine's limit, checked on the
 /// decoded text) however JSON escapes it (`\u0001` is six bytes for one), plus 64 KiB for the
@@ -72,14 +72,14 @@ pub const MAX_CONNECTIONS: usize = 512;
 const MAX_FOREIGN_CONNECTIONS: usize = 32;
 /// The MCP endpoint path.
 /// The MCP endpoint path unless [`HttpOptions::path`] says otherwise; the daemon serves it.
-pub const MCP_PATH: &str = "/mcp";
+pub(crate) const MCP_PATH: &str = "/mcp";
 
 /// Answers a request before MCP routing (after Host/Origin checks), or passes with `None`.
 /// The daemon uses it for `/healthz` and for lame-duck 503s.
 pub type Intercept = Arc<dyn Fn(&Parts) -> Option<Response<HttpBody>> + Send + Sync>;
 
 /// Adds headers to every `/mcp` response (the daemon marks a lame duck's answers with it).
-pub type Decorate = Arc<dyn Fn(&mut HeaderMap) + Send + Sync>;
+pub(crate) type Decorate = Arc<dyn Fn(&mut HeaderMap) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct HttpOptions {

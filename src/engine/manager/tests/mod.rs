@@ -398,7 +398,7 @@ struct MemorySources {
 
 impl MemorySources {
     fn get(&self, path: &Path) -> Result<crate::engine::sources::Contents, FileError> {
-        self.reads.lock().expect("reads").push(path.to_path_buf());
+        self.reads.locked().push(path.to_path_buf());
         match self.files.get(path) {
             Some(text) => Ok(crate::engine::sources::Contents {
                 path: path.to_path_buf(),
@@ -455,6 +455,7 @@ impl Sources for MemorySources {
 }
 
 use crate::engine::sources::{FileError, Sources};
+use crate::util::sync::Lock;
 
 #[tokio::test]
 async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_port() {
@@ -518,7 +519,7 @@ async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_
         status["outcome"]["result"], "ECHO: You review.\n\nlook",
         "{status:#}"
     );
-    let reads = sources.reads.lock().expect("reads").clone();
+    let reads = sources.reads.locked().clone();
     let script_reads = reads.iter().filter(|path| **path == script).count();
     assert_eq!(script_reads, 2, "admission and resume: {reads:?}");
     for path in [&helper, &reviewer] {

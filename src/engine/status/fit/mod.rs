@@ -22,7 +22,7 @@ use crate::engine::preview;
 
 /// Longest result preview of a call shortened to fit: its text (for a string preview) or
 /// its compact JSON (for any other), cut at a code-point boundary, as a string.
-pub const SHORT_PREVIEW_BYTES: usize = 64;
+pub(super) const SHORT_PREVIEW_BYTES: usize = 64;
 
 /// The counts a fit does not change: what there was before anything was shown.
 pub(super) struct Totals {

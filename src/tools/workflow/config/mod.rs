@@ -21,6 +21,7 @@ use crate::engine::runner::ProbeReport;
 use crate::mcp::handler::McpResult;
 
 use super::reply::{OBSERVATION_CEILING, tool_error};
+use crate::util::sync::Lock;
 
 mod summary;
 
@@ -66,7 +67,7 @@ pub(crate) struct ConfigCache {
 impl ConfigCache {
     /// The answer to `key` given less than [`CONFIG_CACHE_TTL`] ago.
     pub(crate) fn get(&self, key: &str) -> Option<Value> {
-        let mut entries = self.lock();
+        let mut entries = self.entries.locked();
         entries.retain(|(at, _, _)| at.elapsed() < CONFIG_CACHE_TTL);
         entries
             .iter()
@@ -75,21 +76,12 @@ impl ConfigCache {
     }
 
     pub(crate) fn put(&self, key: String, answer: &Value) {
-        let mut entries = self.lock();
+        let mut entries = self.entries.locked();
         entries.retain(|(_, stored, _)| *stored != key);
         entries.push_back((std::time::Instant::now(), key, answer.clone()));
         while entries.len() > CONFIG_CACHE_ENTRIES {
             entries.pop_front();
         }
-    }
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(std::time::Instant, String, Value)>>
-    {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
