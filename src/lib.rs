@@ -9,7 +9,9 @@
 //! benchmarks (`benches/`) and the examples (`examples/`), which drive `engine`, `store`,
 //! `mcp`, `transport`, `tools`, `serve`, `discovery`, `control`, `acp`, `model`, `env` and
 //! `util` from outside. `store::contract` and `testing` (feature `store-contract`) are public
-//! for a second store backend's tests. A module none of them names is `pub(crate)`
+//! for a second store backend's tests, and the rooms that hold ports no code implements yet
+//! (`telemetry`, `budget`, `timers`, `workspace`, `engine::reopen`) are public for the
+//! implementations to come. A module none of them names is `pub(crate)`
 //! (`output`, `metrics`, `daemon`, `service`, and most submodules), and inside a public
 //! module an item is `pub` only if those targets name it or a public signature or re-export
 //! needs it; everything else is `pub(crate)` or narrower. `unreachable_pub` (below) makes a
@@ -30,7 +32,7 @@ pub(crate) mod output;
 /// Time, hashing and durable-write helpers.
 pub mod util;
 /// The process's Prometheus metrics (`/metrics`).
-pub mod metrics;
+pub(crate) mod metrics;
 /// The telemetry port (traces and metrics of runs) and its no-op default.
 pub mod telemetry;
 /// The durable run model shared by engine, store and front ends.

@@ -42,8 +42,6 @@ use crate::engine::runner::{
 };
 use crate::env::{self, EnvSnapshot};
 
-pub use registry::BackendRegistry;
-
 /// How the runner treats backend processes.
 #[derive(Clone, Debug)]
 pub struct AcpConfig {

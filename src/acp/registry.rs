@@ -43,7 +43,7 @@ pub(crate) fn override_variable(id: &str) -> Option<&'static str> {
 impl BackendRegistry {
     /// Built-ins plus `AGENTPRISM_BACKENDS`. Errors name the variable, the backend and the
     /// field at fault.
-    pub fn from_env(env: &EnvSnapshot) -> Result<BackendRegistry, String> {
+    pub(crate) fn from_env(env: &EnvSnapshot) -> Result<BackendRegistry, String> {
         let mut backends = builtins(env);
         if let Some(text) = env.non_empty(env::BACKENDS) {
             let declared: Value = serde_json::from_str(text)
@@ -105,21 +105,22 @@ impl BackendRegistry {
     }
 
     /// The backend registered under `name`, ignoring ASCII case.
-    pub fn get(&self, name: &str) -> Option<&BackendSpec> {
+    pub(crate) fn get(&self, name: &str) -> Option<&BackendSpec> {
         self.backends
             .iter()
             .find(|backend| backend.id.eq_ignore_ascii_case(name))
     }
 
-    pub fn names(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &BackendSpec> {
+        self.backends.iter()
+    }
+
+    pub(crate) fn names(&self) -> Vec<String> {
         self.backends
             .iter()
             .map(|backend| backend.id.clone())
             .collect()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &BackendSpec> {
-        self.backends.iter()
     }
 
     /// `AGENTPRISM_DEFAULT_BACKEND`: `None` when unset. When it is present but empty or names

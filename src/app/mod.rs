@@ -107,7 +107,7 @@ pub struct HttpSettings {
 }
 
 impl HttpSettings {
-    pub fn from_env(env: &EnvSnapshot) -> HttpSettings {
+    pub(crate) fn from_env(env: &EnvSnapshot) -> HttpSettings {
         HttpSettings {
             allowed_origins: allowed_origins(env),
             allow_other_users: env.flag(env::DAEMON_ALLOW_OTHER_USERS),

@@ -25,7 +25,7 @@ pub(crate) const SETUP_DECLINED: &str = "setup_declined";
 pub(crate) const MASKED: &str = "<masked>";
 
 /// The pending setup of a run whose script declares `backends`.
-pub fn backend_approval_setup(declared: &BTreeMap<String, BackendSpec>) -> SetupWait {
+pub(crate) fn backend_approval_setup(declared: &BTreeMap<String, BackendSpec>) -> SetupWait {
     let backends: Vec<ShownBackend> = declared.values().map(describe_backend).collect();
     let lines: Vec<String> = backends
         .iter()

@@ -8,17 +8,17 @@
 //! ports: the store (which also keeps the durable control intents and the inline script
 //! copies), the `runner` traits, and `sources` (scripts and the files they name).
 
-pub mod approval;
-pub mod driver;
+pub(crate) mod approval;
+pub(crate) mod driver;
 pub mod events;
 pub(crate) mod glob;
 pub mod instant;
 pub(crate) mod journal;
 pub mod manager;
-pub mod permissions;
-pub mod prepare;
-pub mod preview;
-pub mod redact;
+pub(crate) mod permissions;
+pub(crate) mod prepare;
+pub(crate) mod preview;
+pub(crate) mod redact;
 pub mod reopen;
 pub mod routing;
 pub mod runner;

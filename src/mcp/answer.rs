@@ -75,7 +75,7 @@ impl ToolAnswer {
     }
 
     /// The result as a `Value` of its own (a clone of a prepared one).
-    pub(crate) fn into_value(self) -> Value {
+    pub fn into_value(self) -> Value {
         match self {
             ToolAnswer::Value(value) => value,
             ToolAnswer::Prepared(prepared) => prepared.value().clone(),

@@ -14,9 +14,9 @@ mod dispatch;
 mod events;
 pub mod handler;
 pub mod jsonrpc;
-pub mod observer;
-pub mod registry;
-pub mod scope;
+pub(crate) mod observer;
+pub(crate) mod registry;
+pub(crate) mod scope;
 pub mod server;
 pub(crate) mod session;
 mod shape;
@@ -29,7 +29,6 @@ pub use handler::{
 };
 pub use observer::{AnsweredCall, CallObserver};
 pub use registry::{Listing, RegistryError, Tool, ToolHandler, ToolRegistry, Visibility};
-pub use scope::{RequestEra, Resolution, Scope};
 pub use server::{
     CacheScope, McpServer, Outcome, ServerOptions, SessionEvents, TransportContext, TransportKind,
 };

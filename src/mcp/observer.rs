@@ -32,7 +32,7 @@ pub struct AnsweredCall<'a> {
 
 impl AnsweredCall<'_> {
     /// The `action` argument, for tools that take one (the `workflow` tool).
-    pub fn action(&self) -> Option<&str> {
+    pub(crate) fn action(&self) -> Option<&str> {
         self.arguments.get("action").and_then(Value::as_str)
     }
 }

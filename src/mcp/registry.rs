@@ -131,7 +131,7 @@ impl Tool {
     }
 
     /// Lets calls of the tool run as tasks (when the handler backs tasks).
-    pub(crate) fn with_task_support(mut self, support: TaskSupport) -> Tool {
+    pub fn with_task_support(mut self, support: TaskSupport) -> Tool {
         self.task_support = support;
         self
     }
@@ -251,7 +251,7 @@ impl ToolRegistry {
     }
 
     /// Adds a tool at the end of the list.
-    pub(crate) fn register(&mut self, tool: Tool) -> Result<(), RegistryError> {
+    pub fn register(&mut self, tool: Tool) -> Result<(), RegistryError> {
         let Tool {
             mut definition,
             listing,
@@ -330,7 +330,7 @@ impl ToolRegistry {
     /// How a registered tool runs as a task for this client; `None` for a name nobody
     /// registered. A tool held back from the client never becomes a task, so its call meets
     /// the registry's refusal.
-    pub fn task_support(&self, ctx: &RequestContext, name: &str) -> Option<TaskSupport> {
+    pub(crate) fn task_support(&self, ctx: &RequestContext, name: &str) -> Option<TaskSupport> {
         let entry = self.entries.iter().find(|entry| entry.name == name)?;
         if entry.missing(ctx).is_some() {
             return Some(TaskSupport::Forbidden);

@@ -46,7 +46,7 @@ const SESSION_NOT_FOUND: i64 = -32001;
 
 /// The era a request's `_meta` asks for, before any dispatch.
 #[derive(Clone, Debug, PartialEq)]
-pub enum RequestEra {
+pub(crate) enum RequestEra {
     /// No protocol fields in `_meta`.
     Unstated,
     /// A valid stateless request.
@@ -157,7 +157,7 @@ impl Resolution {
     /// The rule: a valid `_meta` makes the request stateless whatever session it names; an
     /// invalid one is refused; `initialize` starts a session; anything else needs the
     /// session the transport found (`session`), or is refused with 400.
-    pub fn of(method: &str, era: RequestEra, session: Option<Arc<Session>>) -> Resolution {
+    pub(crate) fn of(method: &str, era: RequestEra, session: Option<Arc<Session>>) -> Resolution {
         match era {
             RequestEra::Invalid { error, status, .. } => Resolution::Refused { error, status },
             RequestEra::Modern {

@@ -82,7 +82,7 @@ pub enum Replay {
 }
 
 impl Session {
-    pub(crate) fn new(
+    pub fn new(
         id: String,
         version: String,
         client_capabilities: Value,

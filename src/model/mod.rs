@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub mod routing;
-pub mod waits;
+pub(crate) mod routing;
+pub(crate) mod waits;
 
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
 pub use waits::{
@@ -157,7 +157,7 @@ pub enum PauseReason {
 }
 
 impl PauseReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PauseReason::CheckpointRequired => "checkpoint_required",
             PauseReason::AuthRequired => "auth_required",
@@ -167,7 +167,7 @@ impl PauseReason {
         }
     }
 
-    pub fn parse(text: &str) -> Option<PauseReason> {
+    pub(crate) fn parse(text: &str) -> Option<PauseReason> {
         Some(match text {
             "checkpoint_required" => PauseReason::CheckpointRequired,
             "auth_required" => PauseReason::AuthRequired,
@@ -310,7 +310,7 @@ pub(crate) fn is_content_digest(text: &str) -> bool {
 }
 
 impl ScriptSource {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ScriptSource::Inline => "inline",
             ScriptSource::Path => "path",
@@ -319,7 +319,7 @@ impl ScriptSource {
         }
     }
 
-    pub fn parse(text: &str) -> Option<ScriptSource> {
+    pub(crate) fn parse(text: &str) -> Option<ScriptSource> {
         Some(match text {
             "inline" => ScriptSource::Inline,
             "path" => ScriptSource::Path,

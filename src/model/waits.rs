@@ -25,7 +25,7 @@ pub struct SetupWait {
 
 impl SetupWait {
     /// Records `answer` as given and the state it leads to.
-    pub fn answer_with(&mut self, answer: Value, approved: bool) {
+    pub(crate) fn answer_with(&mut self, answer: Value, approved: bool) {
         self.answer = Some(answer);
         self.state = if approved {
             SetupState::Approved
@@ -110,7 +110,7 @@ pub enum CheckpointKind {
 }
 
 impl CheckpointKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CheckpointKind::Confirm => "confirm",
             CheckpointKind::Input => "input",
@@ -118,7 +118,7 @@ impl CheckpointKind {
         }
     }
 
-    pub fn parse(text: &str) -> Option<CheckpointKind> {
+    pub(crate) fn parse(text: &str) -> Option<CheckpointKind> {
         Some(match text {
             "confirm" => CheckpointKind::Confirm,
             "input" => CheckpointKind::Input,

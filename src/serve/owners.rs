@@ -30,11 +30,11 @@ const A2A: &str = "a2a";
 
 /// A caller's owner key: `principal:<name>`, `session:<id>`, `anonymous` or `a2a`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct OwnerKey(String);
+pub(crate) struct OwnerKey(String);
 
 impl OwnerKey {
     /// The key of the caller of `ctx`.
-    pub fn of(ctx: &RequestContext) -> OwnerKey {
+    pub(crate) fn of(ctx: &RequestContext) -> OwnerKey {
         if let Some(principal) = &ctx.principal {
             return OwnerKey(format!("principal:{principal}"));
         }
@@ -46,14 +46,14 @@ impl OwnerKey {
 
     /// The key of an A2A caller (`POST /a2a`): its principal, the same key as over MCP, else
     /// the one owner every A2A caller without a principal shares.
-    pub fn a2a(principal: Option<&str>) -> OwnerKey {
+    pub(crate) fn a2a(principal: Option<&str>) -> OwnerKey {
         match principal {
             Some(principal) => OwnerKey(format!("principal:{principal}")),
             None => OwnerKey(A2A.to_owned()),
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -64,11 +64,11 @@ impl OwnerKey {
 
 /// The caller may not see the run, or it does not exist: one answer for both.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Unknown;
+pub(crate) struct Unknown;
 
 /// What this process knows of a run it started or handed over.
 #[derive(Clone, Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     pub owner: OwnerKey,
     /// The workflow's name, when known here (a live view needs its declared phases).
     pub workflow: Option<String>,
@@ -93,7 +93,13 @@ pub struct Owners {
 
 impl Owners {
     /// Records a run this process just started (or resumed) for `owner`.
-    pub fn started(&self, run_id: &RunId, owner: &OwnerKey, workflow: &str, generation: u32) {
+    pub(crate) fn started(
+        &self,
+        run_id: &RunId,
+        owner: &OwnerKey,
+        workflow: &str,
+        generation: u32,
+    ) {
         let seq = self.seq();
         let mut claimed = self.claimed.locked();
         let claim = claimed.entry(run_id.clone()).or_insert_with(|| Claim {
@@ -107,7 +113,7 @@ impl Owners {
     }
 
     /// What this process knows of `run_id`.
-    pub fn claim(&self, run_id: &RunId) -> Option<Claim> {
+    pub(crate) fn claim(&self, run_id: &RunId) -> Option<Claim> {
         self.claimed.locked().get(run_id).cloned()
     }
 
@@ -117,7 +123,7 @@ impl Owners {
     }
 
     /// Forgets a run (deleted after its terminal TTL).
-    pub fn forget(&self, run_id: &RunId) {
+    pub(crate) fn forget(&self, run_id: &RunId) {
         self.claimed.locked().remove(run_id);
     }
 
@@ -136,7 +142,7 @@ impl Owners {
 
     /// Whether `owner` may act on `run_id`, handing over a run this process has never seen
     /// to its first caller (see the module documentation).
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
         engine: &Engine,
         run_id: &RunId,

@@ -25,7 +25,7 @@ pub(crate) const MAX_LOG_LINES: u32 = 1_000;
 
 /// Why a run method did not answer with a status.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     /// Not this caller's run, or no run at all: one text for both.
     #[error("unknown runId")]
     Unknown,
@@ -59,7 +59,11 @@ pub struct RunApi {
 impl RunApi {
     /// `run/start {name, arguments}`: prepares and admits a run of the named workflow for
     /// `owner`; its runId is durable from this answer.
-    pub async fn start(&self, owner: &OwnerKey, params: &Value) -> Result<RunView, RunError> {
+    pub(crate) async fn start(
+        &self,
+        owner: &OwnerKey,
+        params: &Value,
+    ) -> Result<RunView, RunError> {
         let name = string_field(params, "name")?;
         let workflow = self.folder.get(name).ok_or_else(|| {
             RunError::Invalid(format!(
@@ -85,14 +89,22 @@ impl RunApi {
     }
 
     /// `run/status {runId}`.
-    pub async fn status(&self, owner: &OwnerKey, params: &Value) -> Result<RunView, RunError> {
+    pub(crate) async fn status(
+        &self,
+        owner: &OwnerKey,
+        params: &Value,
+    ) -> Result<RunView, RunError> {
         let run_id = self.admitted(owner, params).await?;
         self.view(&run_id).await
     }
 
     /// `run/resume {runId, arguments?}`: `arguments` may carry only `checkpointReplies`
     /// (`{"<callIndex>": answer}`); a run's workflow arguments are fixed at admission.
-    pub async fn resume(&self, owner: &OwnerKey, params: &Value) -> Result<RunView, RunError> {
+    pub(crate) async fn resume(
+        &self,
+        owner: &OwnerKey,
+        params: &Value,
+    ) -> Result<RunView, RunError> {
         let run_id = self.admitted(owner, params).await?;
         let checkpoint_replies = checkpoint_replies(params)?;
         let record = self.engine.load_reconciled(&run_id).await?;
@@ -116,7 +128,11 @@ impl RunApi {
     }
 
     /// `run/cancel {runId}`: stops the run (a stopped run stays resumable).
-    pub async fn cancel(&self, owner: &OwnerKey, params: &Value) -> Result<RunView, RunError> {
+    pub(crate) async fn cancel(
+        &self,
+        owner: &OwnerKey,
+        params: &Value,
+    ) -> Result<RunView, RunError> {
         let run_id = self.admitted(owner, params).await?;
         self.engine
             .stop(&run_id, None, &StatusQuery::default())
@@ -126,7 +142,7 @@ impl RunApi {
     }
 
     /// `run/list`: the caller's runs this process knows, oldest first.
-    pub async fn list(&self, owner: &OwnerKey) -> Result<Value, RunError> {
+    pub(crate) async fn list(&self, owner: &OwnerKey) -> Result<Value, RunError> {
         let mut runs = Vec::new();
         for run_id in self.owners.runs_of(owner) {
             match self.view(&run_id).await {
@@ -140,14 +156,14 @@ impl RunApi {
     }
 
     /// `run/logs {runId}`: the latest log lines (`log()` of the script), oldest first.
-    pub async fn logs(&self, owner: &OwnerKey, params: &Value) -> Result<Value, RunError> {
+    pub(crate) async fn logs(&self, owner: &OwnerKey, params: &Value) -> Result<Value, RunError> {
         let run_id = self.admitted(owner, params).await?;
         let (lines, total) = self.log_lines(&run_id).await?;
         Ok(json!({"runId": run_id, "lines": lines, "totalLines": total}))
     }
 
     /// The latest log lines and how many there are, for `run/logs` and the logs resource.
-    pub async fn log_lines(&self, run_id: &RunId) -> Result<(Vec<String>, u64), RunError> {
+    pub(crate) async fn log_lines(&self, run_id: &RunId) -> Result<(Vec<String>, u64), RunError> {
         self.engine
             .events()
             .log_tail(run_id, MAX_LOG_LINES)
@@ -164,7 +180,11 @@ impl RunApi {
     }
 
     /// The owner-gated run id of `params.runId`.
-    pub async fn admitted(&self, owner: &OwnerKey, params: &Value) -> Result<RunId, RunError> {
+    pub(crate) async fn admitted(
+        &self,
+        owner: &OwnerKey,
+        params: &Value,
+    ) -> Result<RunId, RunError> {
         let text = string_field(params, "runId")?;
         let run_id = RunId::parse(text).map_err(|_| RunError::Unknown)?;
         self.owners
@@ -175,7 +195,7 @@ impl RunApi {
     }
 
     /// The status object: from memory while the run executes here, else from its record.
-    pub async fn view(&self, run_id: &RunId) -> Result<RunView, RunError> {
+    pub(crate) async fn view(&self, run_id: &RunId) -> Result<RunView, RunError> {
         if let Some(claim) = self.owners.claim(run_id)
             && let Some(name) = &claim.workflow
             && let Some(live) = self.engine.live_status(run_id)

@@ -26,7 +26,7 @@ use crate::model::{CheckpointWait, PauseReason, RunId, RunRecord, RunStatus};
 /// The status object, serialised in this field order.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RunView {
+pub(crate) struct RunView {
     pub run_id: RunId,
     pub name: String,
     pub state: &'static str,
@@ -51,7 +51,7 @@ pub struct RunView {
 
 /// `calls`: what is known without reading every call.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct CallCounts {
+pub(crate) struct CallCounts {
     /// Agent calls executing or queued now (live runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<usize>,
@@ -59,7 +59,7 @@ pub struct CallCounts {
 
 impl RunView {
     /// A run executing in this process, from memory only.
-    pub fn live(
+    pub(crate) fn live(
         run_id: &RunId,
         name: &str,
         phases: &[String],
@@ -73,7 +73,7 @@ impl RunView {
     }
 
     /// A run from its stored record (not executing here).
-    pub fn stored(record: &RunRecord) -> RunView {
+    pub(crate) fn stored(record: &RunRecord) -> RunView {
         let (state, resumable) = state_of(record);
         let mut view = RunView::bare(
             &record.run_id,

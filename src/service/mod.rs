@@ -37,7 +37,7 @@ impl Manager {
     }
 
     /// Parses the `--managed=` value.
-    pub fn parse(text: &str) -> Option<Manager> {
+    pub(crate) fn parse(text: &str) -> Option<Manager> {
         match text {
             "systemd" => Some(Manager::Systemd),
             "launchd" => Some(Manager::Launchd),
@@ -45,7 +45,7 @@ impl Manager {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Manager::Systemd => "systemd",
             Manager::Launchd => "launchd",

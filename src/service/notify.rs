@@ -69,7 +69,7 @@ impl Default for Notifier {
 
 impl Notifier {
     /// A notifier that sends nothing: self-spawned and launchd daemons, tests.
-    pub fn disabled() -> Notifier {
+    pub(crate) fn disabled() -> Notifier {
         Notifier {
             channel: None,
             watchdog_period: None,
@@ -134,7 +134,8 @@ impl Notifier {
 
     /// `READY=1`: send once the pointer CAS has made us the family's current daemon, so a
     /// shim that waits on `systemctl start` finds us through discovery at once.
-    pub fn ready(&self) -> io::Result<()> {
+    #[cfg(test)]
+    pub(crate) fn ready(&self) -> io::Result<()> {
         self.send("READY=1\n")
     }
 
@@ -145,19 +146,19 @@ impl Notifier {
 
     /// `STATUS=<text>`, shown by `systemctl status`. Line breaks become spaces: a newline
     /// would end the assignment.
-    pub fn status(&self, text: &str) -> io::Result<()> {
+    pub(crate) fn status(&self, text: &str) -> io::Result<()> {
         self.send(&format!("STATUS={}\n", one_line(text)))
     }
 
     /// `WATCHDOG=1`: send only after a real self-check (a `/healthz` probe of our own
     /// listener) succeeded, every [`Notifier::watchdog_interval`].
-    pub fn watchdog(&self) -> io::Result<()> {
+    pub(crate) fn watchdog(&self) -> io::Result<()> {
         self.send("WATCHDOG=1\n")
     }
 
     /// `STOPPING=1`: only at real shutdown (signal, stop, idle exit), never when turning lame
     /// duck. systemd treats it as final and starts the stop timer.
-    pub fn stopping(&self) -> io::Result<()> {
+    pub(crate) fn stopping(&self) -> io::Result<()> {
         self.send("STOPPING=1\n")
     }
 

@@ -23,14 +23,14 @@ use crate::model::{
 };
 
 /// `inner` with every fenced write checked against the lease first.
-pub(super) struct CheckThenWrite {
+pub(crate) struct CheckThenWrite {
     inner: Arc<dyn Store>,
     /// What this store advertises: `inner`'s, or (the test-only store) less.
     capabilities: Capabilities,
 }
 
 impl CheckThenWrite {
-    pub(super) fn new(inner: Arc<dyn Store>) -> CheckThenWrite {
+    pub(crate) fn new(inner: Arc<dyn Store>) -> CheckThenWrite {
         let capabilities = inner.capabilities();
         CheckThenWrite {
             inner,
@@ -44,7 +44,7 @@ impl CheckThenWrite {
     /// honoured only where the test hooks are built in (debug builds and the `test-hooks`
     /// feature).
     #[cfg(any(debug_assertions, feature = "test-hooks"))]
-    pub(super) fn without_cas(inner: Arc<dyn Store>) -> CheckThenWrite {
+    pub(crate) fn without_cas(inner: Arc<dyn Store>) -> CheckThenWrite {
         let capabilities = Capabilities {
             cas: false,
             fence: false,

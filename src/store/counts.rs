@@ -18,7 +18,7 @@ pub struct RunCounts {
 
 impl RunCounts {
     /// The counts of `runs`.
-    pub fn of(runs: &[RunSummary]) -> RunCounts {
+    pub(crate) fn of(runs: &[RunSummary]) -> RunCounts {
         let mut counts = RunCounts::default();
         for run in runs {
             counts.add(run.status, 1);
@@ -27,7 +27,8 @@ impl RunCounts {
     }
 
     /// The count of `status`.
-    pub fn get(&self, status: RunStatus) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn get(&self, status: RunStatus) -> u64 {
         match status {
             RunStatus::Pending => self.pending,
             RunStatus::Running => self.running,
@@ -39,7 +40,7 @@ impl RunCounts {
     }
 
     /// Adds `count` runs of `status`.
-    pub fn add(&mut self, status: RunStatus, count: u64) {
+    pub(crate) fn add(&mut self, status: RunStatus, count: u64) {
         let slot = match status {
             RunStatus::Pending => &mut self.pending,
             RunStatus::Running => &mut self.running,

@@ -52,20 +52,20 @@ use crate::model::{
 };
 
 mod codec;
-pub mod check_then_write;
-pub mod control;
-pub mod counts;
-pub mod lease;
-pub mod location;
-pub mod ports;
-pub mod postgres;
+pub(crate) mod check_then_write;
+pub(crate) mod control;
+pub(crate) mod counts;
+pub(crate) mod lease;
+pub(crate) mod location;
+pub(crate) mod ports;
+pub(crate) mod postgres;
 mod script_copies;
 pub mod sqlite;
 
 #[cfg(any(test, feature = "store-contract"))]
 pub mod contract;
 
-pub use check_then_write::CheckThenWrite;
+pub(crate) use check_then_write::CheckThenWrite;
 pub use control::{ControlIntent, IntentAck, IntentAction, IntentScope};
 pub use counts::RunCounts;
 pub use lease::{LapseReason, LeasePolicy, LeaseState};

@@ -21,7 +21,7 @@ pub(crate) struct SessionRuns<V> {
 }
 
 impl<V> SessionRuns<V> {
-    pub(crate) fn new(cap: usize) -> SessionRuns<V> {
+    pub(super) fn new(cap: usize) -> SessionRuns<V> {
         SessionRuns {
             cap,
             by_run: HashMap::new(),

@@ -13,18 +13,30 @@
 //!
 //! `tokio::sync::Mutex` (held across `.await`) does not poison and is not covered here.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// Takes a `Mutex` under the crate's lock policy (see the module comment).
 pub(crate) trait Lock<T: ?Sized> {
     /// Locks, blocking until the lock is free; a lock poisoned by a panicking holder is
     /// recovered, not reported.
     fn locked(&self) -> MutexGuard<'_, T>;
+
+    /// Locks if the lock is free now (`None` if another holder has it); a poisoned lock is
+    /// recovered, not reported.
+    fn try_locked(&self) -> Option<MutexGuard<'_, T>>;
 }
 
 impl<T: ?Sized> Lock<T> for Mutex<T> {
     fn locked(&self) -> MutexGuard<'_, T> {
         self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn try_locked(&self) -> Option<MutexGuard<'_, T>> {
+        match self.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -50,5 +62,13 @@ mod tests {
         guard.push(3);
         drop(guard);
         assert_eq!(*shared.locked(), vec![1, 2, 3], "the lock keeps working");
+        assert_eq!(
+            shared.try_locked().as_deref(),
+            Some(&vec![1, 2, 3]),
+            "a free poisoned lock is taken"
+        );
+        let held = shared.locked();
+        assert!(shared.try_locked().is_none(), "a held lock is not taken");
+        drop(held);
     }
 }

@@ -3,6 +3,7 @@
 //! status's (`engine/status/live.rs`); the driver writes it.
 
 use super::Driver;
+use crate::util::sync::Lock;
 
 impl Driver {
     /// Marks the start of a step that may change what status shows (see

@@ -15,6 +15,7 @@ use crate::engine::routing::NamedBackends;
 use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
 use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{CallReads, EventReads, LeaseReads, LeaseState, Leases, Runs, SqliteStore};
+use crate::util::sync::Lock;
 
 const LEASE: &str = "the-lease";
 

@@ -49,6 +49,7 @@ use crate::engine::status::LiveView;
 use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::{CallReads, EventReads, RunReads, Store};
+use crate::util::sync::Lock;
 
 pub use api::{
     Admission, ControlState, LimitOverrides, LiveCallStatus, LiveStatus, PauseAnswer,

@@ -25,7 +25,7 @@ pub struct Owner {
 
 impl Owner {
     /// This process under a fresh owner id.
-    pub fn current() -> Owner {
+    pub(crate) fn current() -> Owner {
         Owner::with_id(uuid::Uuid::new_v4().to_string())
     }
 

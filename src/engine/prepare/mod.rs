@@ -30,12 +30,12 @@ use crate::engine::vm::{NestedResolver, VmLimits};
 use crate::model::{CallKind, RunStatus};
 use crate::util::safe_file;
 
-pub mod companions;
+pub(crate) mod companions;
 mod dry;
 mod rejection;
 
 use dry::{DryInput, DryRun};
-pub use rejection::{Cause, Rejection};
+pub(crate) use rejection::{Cause, Rejection};
 
 /// How long the dry run may take.
 pub(crate) const DRY_RUN_LIMIT: Duration = Duration::from_secs(30);

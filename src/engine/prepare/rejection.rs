@@ -5,14 +5,14 @@
 
 /// A preparation failure: a tool error with no run behind it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub message: String,
     pub cause: Cause,
 }
 
 /// What a preparation failure is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// The script file could not be read: its path, its kind of file, its size.
     Unreadable,
     /// The script's text: UTF-8, a NUL, the `meta` literal, the syntax and the static checks.
@@ -25,7 +25,7 @@ pub enum Cause {
 
 impl Rejection {
     /// A failure of what the script does.
-    pub fn new(message: impl Into<String>) -> Rejection {
+    pub(crate) fn new(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
             cause: Cause::Script,
@@ -33,7 +33,7 @@ impl Rejection {
     }
 
     /// A script file that could not be read.
-    pub fn unreadable(message: impl Into<String>) -> Rejection {
+    pub(crate) fn unreadable(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
             cause: Cause::Unreadable,
@@ -41,7 +41,7 @@ impl Rejection {
     }
 
     /// A script text that fails its static checks.
-    pub fn parse(message: impl Into<String>) -> Rejection {
+    pub(crate) fn parse(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
             cause: Cause::Parse,
@@ -49,7 +49,7 @@ impl Rejection {
     }
 
     /// A failure of routing: no route, or a backend that cannot serve a call.
-    pub fn routing(message: impl Into<String>) -> Rejection {
+    pub(crate) fn routing(message: impl Into<String>) -> Rejection {
         Rejection {
             message: message.into(),
             cause: Cause::Routing,

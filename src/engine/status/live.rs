@@ -12,7 +12,7 @@ use crate::model::Usage;
 /// What status shows of a live generation. The driver writes it as calls start and settle;
 /// the engine reads it for `status`, `live-status` and cancel errors.
 #[derive(Clone, Debug, Default)]
-pub struct LiveView {
+pub(crate) struct LiveView {
     /// The root scope's phase, newer than the run row's.
     pub current_phase: Option<String>,
     /// The run's usage including calls settled in this generation.
@@ -34,7 +34,7 @@ pub struct LiveView {
 
 impl LiveView {
     /// A view whose generation is not stepping yet (`revision` odd).
-    pub fn starting() -> LiveView {
+    pub(crate) fn starting() -> LiveView {
         LiveView {
             revision: 1,
             ..LiveView::default()
@@ -44,7 +44,7 @@ impl LiveView {
 
 /// One call of a [`LiveView`].
 #[derive(Clone, Debug)]
-pub struct LiveCall {
+pub(crate) struct LiveCall {
     /// The call's label, as status and cancel errors name it.
     pub label: String,
     /// The phase the call runs in.

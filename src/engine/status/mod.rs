@@ -23,7 +23,7 @@ use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 mod fit;
 mod live;
 
-pub use live::{LiveCall, LiveView};
+pub(crate) use live::{LiveCall, LiveView};
 
 /// Cap of the status projection without `outcome`.
 pub(crate) const MAX_STRUCTURED_BYTES: usize = 24_576;
@@ -244,7 +244,7 @@ pub struct CheckpointTaken {
 }
 
 /// Builds the status document from the run's stored call rows and log lines (read-only).
-pub async fn build<S: CallReads + EventReads + ?Sized>(
+pub(crate) async fn build<S: CallReads + EventReads + ?Sized>(
     store: &S,
     record: &RunRecord,
     live: Option<&LiveView>,

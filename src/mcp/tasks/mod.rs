@@ -69,7 +69,7 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Working => "working",
             TaskStatus::InputRequired => "input_required",

@@ -11,6 +11,7 @@ use crate::mcp::handler::{McpHandler, NotificationHub, ServerInfo};
 use crate::mcp::observer::{AnsweredCall, CallObserver};
 use crate::mcp::registry::{Tool, ToolHandler, ToolRegistry};
 use crate::mcp::server::{McpServer, ServerOptions, TransportContext, TransportKind};
+use crate::util::sync::Lock;
 
 /// `ask` is a task that asks one question and answers with what it got; `plain` never
 /// runs as a task; `only` runs only as one.
@@ -465,7 +466,7 @@ struct Recorder(std::sync::Mutex<Vec<Value>>);
 
 impl CallObserver for Recorder {
     fn answered(&self, call: &AnsweredCall<'_>) {
-        self.0.lock().expect("recorder lock").push(json!({
+        self.0.locked().push(json!({
             "session": call.session,
             "tool": call.tool,
             "arguments": call.arguments,
@@ -499,7 +500,7 @@ async fn observers_are_told_of_each_answered_call_and_the_task_it_became() {
     assert_eq!(code(&task_only), codes::METHOD_NOT_FOUND);
     modern(&server, false, "tools/call", json!({"name": "plain"})).await;
     let plain = json!({"content": [{"type": "text", "text": "plain"}]});
-    let told = recorder.0.lock().expect("recorder lock").clone();
+    let told = recorder.0.locked().clone();
     assert_eq!(
         told,
         [

@@ -198,18 +198,18 @@ pub struct A2a {
 }
 
 impl A2a {
-    pub fn new(api: Arc<RunApi>, name: String, bearer: bool) -> A2a {
+    pub(crate) fn new(api: Arc<RunApi>, name: String, bearer: bool) -> A2a {
         A2a { api, name, bearer }
     }
 
     /// The Agent Card, its endpoint under `base_url` (`http://host:port`).
-    pub fn card(&self, base_url: &str) -> serde_json::Value {
+    pub(crate) fn card(&self, base_url: &str) -> serde_json::Value {
         card::card(&self.api.folder, &self.name, base_url, self.bearer)
     }
 
     /// The JSON-RPC response to one request `body`, for the caller `principal`, in the
     /// version `version_header` names.
-    pub async fn answer(
+    pub(crate) async fn answer(
         &self,
         version_header: Option<&str>,
         principal: Option<&str>,

@@ -68,7 +68,6 @@ mod usage_column;
 mod versions;
 
 use super::script_copies as scripts;
-use crate::util::sync::Lock;
 
 #[cfg(test)]
 mod contract_tests;
@@ -122,9 +121,8 @@ impl SqliteStore {
     /// The connection, for tests that look at the tables themselves.
     #[cfg(test)]
     fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.connection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        use crate::util::sync::Lock;
+        self.connection.locked()
     }
 }
 

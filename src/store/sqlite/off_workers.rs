@@ -20,9 +20,10 @@
 //! Where `block_in_place` cannot run (a current-thread runtime, as `#[tokio::test]` builds,
 //! or no runtime) the wait happens inline.
 
-use std::sync::{Mutex, PoisonError, TryLockError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::util::sync::Lock;
 use rusqlite::Connection;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
@@ -40,12 +41,9 @@ pub(super) fn with_connection<T>(
 ) -> T {
     // A panic under the lock cannot leave a transaction half applied: a dropped rusqlite
     // `Transaction` rolls back. So the connection behind a poisoned lock is still sound.
-    match connection.try_lock() {
-        Ok(mut guard) => work(&mut guard),
-        Err(TryLockError::Poisoned(poisoned)) => work(&mut poisoned.into_inner()),
-        Err(TryLockError::WouldBlock) => {
-            run(|| work(&mut connection.lock().unwrap_or_else(PoisonError::into_inner)))
-        }
+    match connection.try_locked() {
+        Some(mut guard) => work(&mut guard),
+        None => run(|| work(&mut connection.locked())),
     }
 }
 

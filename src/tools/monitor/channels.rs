@@ -101,7 +101,7 @@ impl Channels {
                 Ok(RunNotice::Event { .. }) => {}
                 // Missed notices: look at every followed run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let runs = self.following.lock().expect("channels lock").runs();
+                    let runs = self.following.locked().runs();
                     for run_id in runs {
                         self.evaluate(&run_id).await;
                     }
@@ -113,12 +113,12 @@ impl Channels {
 
     /// `session` follows `run_id`, having seen `seen` already.
     fn follow(&self, session: &str, run_id: &RunId, seen: Vec<String>) {
-        let mut following = self.following.lock().expect("channels lock");
+        let mut following = self.following.locked();
         following.name(session, run_id).or_default().extend(seen);
     }
 
     fn is_followed(&self, run_id: &RunId) -> bool {
-        let following = self.following.lock().expect("channels lock");
+        let following = self.following.locked();
         following.has_run(run_id)
     }
 
@@ -149,7 +149,7 @@ impl Channels {
     /// [`Channels::send_new`] for the messages of a status document already read.
     fn send_messages(&self, run_id: &RunId, messages: &[AutoMessage]) {
         let current: HashSet<&str> = messages.iter().map(|m| m.event_id.as_str()).collect();
-        let mut following = self.following.lock().expect("channels lock");
+        let mut following = self.following.locked();
         let Some(sessions) = following.sessions_mut(run_id) else {
             return;
         };

@@ -30,7 +30,7 @@ mod ledger;
 mod messages;
 mod tools;
 
-pub use channels::{CHANNEL_CAPABILITY, CHANNEL_METHOD};
+pub(crate) use channels::CHANNEL_CAPABILITY;
 pub(super) use channels::{ChannelObserver, Channels};
 pub(super) use ledger::ReceiptLedger;
 

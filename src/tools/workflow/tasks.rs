@@ -383,7 +383,7 @@ impl StatusNotifier {
                 }
                 // Missed notices: look at every watched run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let runs = self.watching.lock().expect("watching lock").runs();
+                    let runs = self.watching.locked().runs();
                     for run_id in runs {
                         self.evaluate(run_id.as_str()).await;
                     }
@@ -395,7 +395,7 @@ impl StatusNotifier {
 
     /// Whether some session watches `run_id` and `notice` may have changed what it saw.
     fn worth_reading(&self, notice: &RunNotice, run_id: &RunId) -> bool {
-        let watching = self.watching.lock().expect("watching lock");
+        let watching = self.watching.locked();
         watching.sessions(run_id).is_some_and(|sessions| {
             sessions
                 .values()
@@ -409,7 +409,7 @@ impl StatusNotifier {
         let Ok(id) = RunId::parse(run_id) else {
             return;
         };
-        if !self.watching.lock().expect("watching lock").has_run(&id) {
+        if !self.watching.locked().has_run(&id) {
             return;
         }
         let _one_at_a_time = self.evaluating.lock().await;
@@ -417,7 +417,7 @@ impl StatusNotifier {
             return;
         };
         let state = task_of(run_id, &document);
-        let mut watching = self.watching.lock().expect("watching lock");
+        let mut watching = self.watching.locked();
         let Some(sessions) = watching.sessions_mut(&id) else {
             return;
         };
@@ -453,7 +453,7 @@ impl CallObserver for StatusNotifier {
         let Ok(run_id) = RunId::parse(&task.task_id) else {
             return;
         };
-        let mut watching = self.watching.lock().expect("watching lock");
+        let mut watching = self.watching.locked();
         watching
             .name(session, &run_id)
             .and_modify(|seen| *seen = task.status)

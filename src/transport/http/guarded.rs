@@ -38,7 +38,7 @@ pub struct GuardedAnswer {
 }
 
 /// The future a guarded handler returns.
-pub type GuardedFuture = Pin<Box<dyn Future<Output = GuardedAnswer> + Send>>;
+pub(crate) type GuardedFuture = Pin<Box<dyn Future<Output = GuardedAnswer> + Send>>;
 
 /// Answers one POST to a guarded route.
 pub type GuardedHandler = Arc<dyn Fn(GuardedRequest) -> GuardedFuture + Send + Sync>;

@@ -59,7 +59,7 @@ use body::HttpResponse;
 pub use body::json_response;
 use body::plain;
 pub use guard::{MAX_PRINCIPAL_BYTES, OptionsError, PrincipalError, check_options, read_principal};
-pub use guarded::{GuardedAnswer, GuardedFuture, GuardedHandler, GuardedRequest, GuardedRoute};
+pub use guarded::{GuardedAnswer, GuardedHandler, GuardedRequest, GuardedRoute};
 pub(crate) use headers::{host_allowed, origin_allowed};
 
 /// The request body cap: room for a script of 1 MiB (the engine's limit, checked on the

@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod conventions;
 mod file_names;
 mod imports;
 mod lex;
