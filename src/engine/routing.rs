@@ -200,6 +200,26 @@ pub(crate) fn parse_agent_definition(text: &str) -> Result<AgentDefinition, Stri
     Ok(definition)
 }
 
+/// Refuses a call through the agent definition `name` when the definition sets a field this
+/// version parses but does not act on: `isolation` (worktree isolation is not available, and
+/// running the call in the shared checkout instead would ignore it). A name without a
+/// definition passes here; routing reports it.
+pub(crate) fn check_definition_supported(
+    name: &str,
+    snapshot: &RoutingSnapshot,
+) -> Result<(), String> {
+    // The value is the file's text, which messages never quote.
+    match snapshot.agents.get(name) {
+        Some(definition) if definition.isolation.is_some() => Err(format!(
+            "agent definition {name:?} (.agentprism/agents/{name}.md, project or home) sets \
+             isolation, which this version does not support: worktree isolation is not \
+             available, so the call would run in the shared working directory; remove \
+             isolation from the definition"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Where a call's route came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteRequest<'a> {

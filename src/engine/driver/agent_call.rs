@@ -112,13 +112,19 @@ impl Driver {
             );
             return None;
         }
-        let options = match AgentOptions::parse(&options) {
-            Ok(options) => options,
-            Err(message) => {
-                self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
-                return None;
-            }
-        };
+        let options =
+            match AgentOptions::parse(&options).and_then(|options| match &options.agent_type {
+                Some(name) => {
+                    routing::check_definition_supported(name, &self.setup.routing).map(|()| options)
+                }
+                None => Ok(options),
+            }) {
+                Ok(options) => options,
+                Err(message) => {
+                    self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+                    return None;
+                }
+            };
         self.agent_count += 1;
         let index = self.take_index(&scope);
         let phase = options.phase.clone().or_else(|| self.current_phase(&scope));
@@ -247,7 +253,9 @@ impl Driver {
         };
         let inputs = json!({
             "cwd": call.cwd.to_string_lossy(),
-            "isolation": options.isolation,
+            // Always null: `isolation` is refused, and the key stays so the hash of every
+            // call without it is what it has always been.
+            "isolation": Value::Null,
             "keepSession": options.keep_session,
             "images": options.images,
             "mcpServers": options.mcp_servers,

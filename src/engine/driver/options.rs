@@ -1,6 +1,8 @@
 //! What the script passes with a call: the `{scope, prompt, path, options}` payload the
 //! prelude sends, and `agent()` options after their type checks (engine.md 1.2). A bad
-//! option is a `SCRIPT_VALIDATION_ERROR` naming the option.
+//! option is a `SCRIPT_VALIDATION_ERROR` naming the option. `isolation` and
+//! `keepSession: true` are known options this version does not act on, so they are refused
+//! by name rather than accepted and ignored.
 
 use serde_json::{Map, Value};
 
@@ -40,7 +42,6 @@ pub(super) struct AgentOptions {
     pub(super) mode: Option<String>,
     pub(super) config_options: Vec<(String, Value)>,
     pub(super) agent_type: Option<String>,
-    pub(super) isolation: Option<String>,
     pub(super) cwd: Option<String>,
     pub(super) mcp_servers: Option<Value>,
     /// As the script gave them (the inputs hash covers them so).
@@ -49,6 +50,7 @@ pub(super) struct AgentOptions {
     pub(super) image_blocks: Vec<Value>,
     pub(super) meta: Option<Value>,
     pub(super) prompt_meta: Option<Value>,
+    /// Only ever `Some(false)` or `None`: `true` is refused.
     pub(super) keep_session: Option<bool>,
     pub(super) timeout_ms: Option<u64>,
     pub(super) retries: Option<u32>,
@@ -91,14 +93,7 @@ impl AgentOptions {
                 .map_err(|e| format!("agent() option schema is not a valid JSON Schema: {e}"))?;
         }
         let config_options = config_options(map)?;
-        let isolation = string(map, "isolation")?;
-        if let Some(isolation) = &isolation
-            && isolation != "worktree"
-        {
-            return Err(format!(
-                "agent() option isolation must be \"worktree\", got {isolation:?}"
-            ));
-        }
+        refuse_isolation(map)?;
         let cwd = string(map, "cwd")?;
         if let Some(cwd) = &cwd
             && !cwd.starts_with('/')
@@ -124,7 +119,6 @@ impl AgentOptions {
             mode: string(map, "mode")?,
             config_options,
             agent_type: string(map, "agentType")?,
-            isolation,
             cwd,
             mcp_servers: array(map, "mcpServers")?,
             images,
@@ -309,10 +303,31 @@ fn retries(map: &Map<String, Value>) -> Result<Option<u32>, String> {
     }
 }
 
+/// `isolation`: worktree isolation is not built, so any value but `null` is refused rather
+/// than run in the shared checkout.
+fn refuse_isolation(map: &Map<String, Value>) -> Result<(), String> {
+    match map.get("isolation") {
+        None | Some(Value::Null) => Ok(()),
+        Some(value) => Err(format!(
+            "agent() option isolation is not supported by this version (got {}): worktree \
+             isolation is not available, so the call would run in the shared working \
+             directory; leave isolation out",
+            shown(value)
+        )),
+    }
+}
+
+/// `keepSession`: a boolean; `true` is refused, since every call's session is closed when
+/// the call settles and nothing could reopen a kept one.
 fn keep_session(map: &Map<String, Value>) -> Result<Option<bool>, String> {
     match map.get("keepSession") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(flag)) => Ok(Some(*flag)),
+        Some(Value::Bool(false)) => Ok(Some(false)),
+        Some(Value::Bool(true)) => Err(
+            "agent() option keepSession: true is not supported by this version: a call's \
+             session is closed when the call settles; leave keepSession out or set it to false"
+                .into(),
+        ),
         Some(_) => Err("agent() option keepSession must be a boolean".into()),
     }
 }
@@ -362,6 +377,21 @@ mod tests {
             "agent() option keepSession must be a boolean"
         );
         assert_eq!(
+            refused(json!({"keepSession": true})),
+            "agent() option keepSession: true is not supported by this version: a call's \
+             session is closed when the call settles; leave keepSession out or set it to false"
+        );
+        assert_eq!(
+            refused(json!({"isolation": "worktree"})),
+            "agent() option isolation is not supported by this version (got \"worktree\"): \
+             worktree isolation is not available, so the call would run in the shared working \
+             directory; leave isolation out"
+        );
+        assert!(
+            refused(json!({"isolation": "none"}))
+                .starts_with("agent() option isolation is not supported by this version")
+        );
+        assert_eq!(
             refused(json!({"configOptions": {"model": "x"}})),
             "agent() option configOptions may not set \"model\"; use the model option"
         );
@@ -375,20 +405,20 @@ mod tests {
     fn accepted_options_keep_their_values_and_config_options_are_sorted() {
         let options = AgentOptions::parse(&json!({
             "label": "review", "model": "mine", "timeoutMs": 5000, "retries": 0,
-            "keepSession": true, "isolation": "worktree", "cwd": "/tmp",
+            "keepSession": false, "isolation": null, "cwd": "/tmp",
             "configOptions": {"z": true, "a": "high"}, "label2": null
         }));
         assert!(options.is_err(), "label2 is not an option");
         let options = AgentOptions::parse(&json!({
             "label": "review", "model": "mine", "timeoutMs": 5000, "retries": 0,
-            "keepSession": true, "isolation": "worktree", "cwd": "/tmp", "phase": null,
+            "keepSession": false, "isolation": null, "cwd": "/tmp", "phase": null,
             "configOptions": {"z": true, "a": "high"}
         }))
         .expect("valid options");
         assert_eq!(options.label.as_deref(), Some("review"));
         assert_eq!(options.phase, None);
         assert_eq!((options.timeout_ms, options.retries), (Some(5000), Some(0)));
-        assert_eq!(options.keep_session, Some(true));
+        assert_eq!(options.keep_session, Some(false));
         let ids: Vec<&str> = options
             .config_options
             .iter()
