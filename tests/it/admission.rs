@@ -3,7 +3,9 @@
 //! backends, and a probe that fails for any reason but credentials rejects the run naming
 //! the backend and the reason; a credential failure only warns. Each through the CLI (exit 2,
 //! no run listed) and through the MCP `workflow` tool (a tool error, nothing in the store),
-//! with the scripted mock agent as the backend.
+//! with the scripted mock agent as the backend. The `agent()` options this version refuses
+//! (`isolation`, `keepSession: true`) are met by the dry run, so `run` rejects the script
+//! naming the option.
 
 use std::sync::Arc;
 
@@ -47,6 +49,32 @@ fn cli_rejects_a_model_spec_that_names_no_backend() {
         finished.stderr
     );
     assert_eq!(runs_listed(&ctx), 0);
+}
+
+#[test]
+fn cli_rejects_the_options_this_version_refuses_naming_them() {
+    let ctx = TestContext::new().with_mock_backend(json!({}));
+    for (option, named) in [
+        (
+            "{isolation: 'worktree'}",
+            "agent() option isolation is not supported by this version",
+        ),
+        (
+            "{keepSession: true}",
+            "agent() option keepSession: true is not supported by this version",
+        ),
+    ] {
+        let path = ctx.write(
+            "wf.js",
+            &format!(
+                "export const meta = {{ name: 'admission', description: 'admission test', model: 'mock' }};\nreturn await agent('hello', {option});\n"
+            ),
+        );
+        let finished = ctx.run(&["run", path.to_str().unwrap()]);
+        assert_eq!(finished.code(), 2, "{option}: {}", finished.stderr);
+        assert!(finished.stderr.contains(named), "{}", finished.stderr);
+        assert_eq!(runs_listed(&ctx), 0);
+    }
 }
 
 #[test]
