@@ -1,9 +1,9 @@
 //! Workspaces: a git worktree of its own for each isolated agent call. This is the port the
 //! engine will drive isolated calls through (`agent(prompt, {isolation: "worktree"})` and an
-//! agent definition's `isolation: worktree`); its implementation over the `git` command
-//! line will live in this folder, and the composition root will choose it. Nothing calls
-//! this port yet: no isolated call runs in a worktree, and an engine without an
-//! implementation has no workspaces to offer.
+//! agent definition's `isolation: worktree`); `GitWorkspaces` (`git.rs`) implements it over
+//! the `git` command line, and the composition root will choose it. Nothing calls this port
+//! yet: no isolated call runs in a worktree, and an engine without an implementation has no
+//! workspaces to offer.
 //!
 //! The life of a workspace, as the engine will call it:
 //! 1. At admission, `Workspaces::base` records where every isolated call of the run starts
@@ -42,6 +42,16 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+
+mod apply;
+mod base;
+mod command;
+mod git;
+mod names;
+#[cfg(test)]
+mod tests;
+
+pub use git::GitWorkspaces;
 
 /// Where every isolated call of one run starts from, recorded once at admission.
 #[derive(Clone, Debug, PartialEq, Eq)]
