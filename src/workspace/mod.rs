@@ -141,7 +141,8 @@ pub trait Workspaces: Send + Sync + 'static {
     async fn open(&self, base: &Base, call: CallRef) -> Result<Workspace, WorkspaceError>;
 
     /// Commits the worktree's changes on the call's branch, removes the worktree and says
-    /// what changed.
+    /// what changed. Commits the agent made itself in the worktree count too. On an error the
+    /// worktree stays, for `discard` or `sweep` to remove.
     async fn finish(&self, base: &Base, workspace: Workspace) -> Result<Changes, WorkspaceError>;
 
     /// Removes the worktree without committing (a stopped call, a failed one).
@@ -150,7 +151,8 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Removes every worktree of ours that `live` does not name; answers how many went.
     async fn sweep(&self, live: &[CallRef]) -> Result<usize, WorkspaceError>;
 
-    /// The diff of a finished call's branch against its base, cut to at most `max_bytes`.
+    /// The diff of a finished call's branch against its base, cut to at most `max_bytes`
+    /// (a cut diff ends with a note of its full size); empty when the call changed nothing.
     async fn diff(
         &self,
         base: &Base,
