@@ -445,3 +445,17 @@ async fn apply_merges_a_branch_or_names_conflicts_and_changes_nothing() {
         "call 0\n"
     );
 }
+
+#[tokio::test]
+async fn discard_refuses_a_folder_that_is_not_one_of_ours() {
+    let fixture = Fixture::new();
+    let repository = fixture.repository();
+    let stranger = Workspace {
+        call: call("run-x", 0, ""),
+        root: repository.clone(),
+        cwd: repository.clone(),
+    };
+    let error = fixture.workspaces.discard(stranger).await.unwrap_err();
+    assert!(needed(error, &repository).contains("only worktrees under"));
+    assert!(repository.join("a.txt").is_file());
+}
