@@ -1,9 +1,9 @@
 //! Workspaces: a git worktree of its own for each isolated agent call. This is the port the
 //! engine will drive isolated calls through (`agent(prompt, {isolation: "worktree"})` and an
-//! agent definition's `isolation: worktree`); its implementation over the `git` command
-//! line will live in this folder, and the composition root will choose it. Nothing calls
-//! this port yet: no isolated call runs in a worktree, and an engine without an
-//! implementation has no workspaces to offer.
+//! agent definition's `isolation: worktree`); `GitWorkspaces` (`git.rs`) implements it over
+//! the `git` command line, and the composition root will choose it. Nothing calls this port
+//! yet: no isolated call runs in a worktree, and an engine without an implementation has no
+//! workspaces to offer.
 //!
 //! The life of a workspace, as the engine will call it:
 //! 1. At admission, `Workspaces::base` records where every isolated call of the run starts
@@ -42,6 +42,16 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+
+mod apply;
+mod base;
+mod command;
+mod git;
+mod names;
+#[cfg(test)]
+mod tests;
+
+pub use git::GitWorkspaces;
 
 /// Where every isolated call of one run starts from, recorded once at admission.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,7 +141,8 @@ pub trait Workspaces: Send + Sync + 'static {
     async fn open(&self, base: &Base, call: CallRef) -> Result<Workspace, WorkspaceError>;
 
     /// Commits the worktree's changes on the call's branch, removes the worktree and says
-    /// what changed.
+    /// what changed. Commits the agent made itself in the worktree count too. On an error the
+    /// worktree stays, for `discard` or `sweep` to remove.
     async fn finish(&self, base: &Base, workspace: Workspace) -> Result<Changes, WorkspaceError>;
 
     /// Removes the worktree without committing (a stopped call, a failed one).
@@ -140,7 +151,8 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Removes every worktree of ours that `live` does not name; answers how many went.
     async fn sweep(&self, live: &[CallRef]) -> Result<usize, WorkspaceError>;
 
-    /// The diff of a finished call's branch against its base, cut to at most `max_bytes`.
+    /// The diff of a finished call's branch against its base, cut to at most `max_bytes`
+    /// (a cut diff ends with a note of its full size); empty when the call changed nothing.
     async fn diff(
         &self,
         base: &Base,

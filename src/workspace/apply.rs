@@ -1,0 +1,61 @@
+//! Bringing a call's branch onto the project's current branch with `git merge`. A merge that
+//! conflicts is aborted, so the user's tree is as it was, and the conflicting files are
+//! named; a merge git refuses before starting (local changes it would overwrite) is an error
+//! carrying git's message, and it too has changed nothing.
+
+use std::path::{Path, PathBuf};
+
+use super::command::failed;
+use super::git::{GitWorkspaces, identity};
+use super::{Applied, Changes, WorkspaceError};
+
+pub(crate) async fn apply(
+    workspaces: &GitWorkspaces,
+    project_dir: &Path,
+    changes: &Changes,
+) -> Result<Applied, WorkspaceError> {
+    let Some(branch) = &changes.branch else {
+        return Ok(Applied::Clean);
+    };
+    let git = workspaces.git();
+    let repository = PathBuf::from(
+        git.ok(project_dir, &["rev-parse", "--show-toplevel"])
+            .await?,
+    );
+    workspaces
+        .with_repository_lock(&repository, async {
+            // The user's identity signs the merge when they have one; ours otherwise.
+            let has_identity = git
+                .run(&repository, &["var", "GIT_COMMITTER_IDENT"])
+                .await?;
+            let env: &[(&str, &str)] = if has_identity.success {
+                &[]
+            } else {
+                &identity()
+            };
+            let message = format!("Merge agentprism branch {branch}");
+            let args = [
+                "merge",
+                "--no-edit",
+                "--no-verify",
+                "-m",
+                &message,
+                branch.as_str(),
+            ];
+            let ran = git.run_with(&repository, &args, env).await?;
+            if ran.success {
+                return Ok(Applied::Clean);
+            }
+            let conflicted = git
+                .ok(&repository, &["diff", "--name-only", "--diff-filter=U"])
+                .await?;
+            if conflicted.is_empty() {
+                return Err(failed(&repository, &args, &ran));
+            }
+            git.ok(&repository, &["merge", "--abort"]).await?;
+            Ok(Applied::Conflicts(
+                conflicted.lines().map(PathBuf::from).collect(),
+            ))
+        })
+        .await
+}
