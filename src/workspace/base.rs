@@ -90,6 +90,27 @@ pub(crate) async fn check(
             )));
         }
     }
+    keep_worktrees_outside(worktrees, &repository, &unusable)?;
+    let status_args = ["status", "--porcelain", "--untracked-files=normal"];
+    let status = git.run(&repository, &status_args).await?;
+    if !status.success {
+        return Err(failed(&repository, &status_args, &status));
+    }
+    Ok(Base {
+        repository,
+        commit,
+        subfolder,
+        dirty: !status.stdout.is_empty(),
+    })
+}
+
+/// Makes the worktrees folder and refuses one inside `repository`: the user's tree would then
+/// hold our worktrees.
+fn keep_worktrees_outside(
+    worktrees: &Path,
+    repository: &Path,
+    unusable: &impl Fn(String) -> WorkspaceError,
+) -> Result<(), WorkspaceError> {
     std::fs::create_dir_all(worktrees).map_err(|error| WorkspaceError::Git {
         command: "worktree add".to_owned(),
         folder: worktrees.to_path_buf(),
@@ -106,17 +127,7 @@ pub(crate) async fn check(
             worktrees.display()
         )));
     }
-    let status_args = ["status", "--porcelain", "--untracked-files=normal"];
-    let status = git.run(&repository, &status_args).await?;
-    if !status.success {
-        return Err(failed(&repository, &status_args, &status));
-    }
-    Ok(Base {
-        repository,
-        commit,
-        subfolder,
-        dirty: !status.stdout.is_empty(),
-    })
+    Ok(())
 }
 
 /// The nearest `.git` at or above `folder`, if any: its presence means git failed to read a

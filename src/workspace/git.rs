@@ -314,11 +314,15 @@ impl Workspaces for GitWorkspaces {
             &changes.base_commit,
             &changes.head_commit,
         ];
-        let ran = self.git.run(&base.repository, &args).await?;
-        if !ran.success {
+        let ran = self
+            .git
+            .run_capped(&base.repository, &args, max_bytes + 1)
+            .await?;
+        if !ran.success && !ran.cut {
             return Err(failed(&base.repository, &args, &ran));
         }
-        Ok(bounded(&String::from_utf8_lossy(&ran.stdout), max_bytes))
+        let text = String::from_utf8_lossy(&ran.stdout);
+        Ok(bounded(&text, max_bytes, (!ran.cut).then_some(text.len())))
     }
 
     async fn apply(
@@ -347,12 +351,16 @@ impl GitWorkspaces {
 }
 
 /// `text` cut to at most `max_bytes`, on a character boundary, ending with a note of the
-/// full size when it was cut (the note counts towards the limit).
-pub(crate) fn bounded(text: &str, max_bytes: usize) -> String {
+/// full size when it was cut (the note counts towards the limit). `whole` is the full size
+/// when `text` is all of it; `None` when git was stopped after `max_bytes`.
+pub(crate) fn bounded(text: &str, max_bytes: usize, whole: Option<usize>) -> String {
     if text.len() <= max_bytes {
         return text.to_owned();
     }
-    let note = format!("\n[diff cut: {} bytes in all]\n", text.len());
+    let note = match whole {
+        Some(size) => format!("\n[diff cut: {size} bytes in all]\n"),
+        None => format!("\n[diff cut: more than {max_bytes} bytes]\n"),
+    };
     if note.len() > max_bytes {
         let mut end = max_bytes;
         while !text.is_char_boundary(end) {
