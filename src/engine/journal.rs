@@ -384,6 +384,7 @@ mod tests {
             session: None,
             settlement_ordinal: u64::from(index),
             superseded_by: None,
+            changes: None,
         }
     }
 

@@ -11,9 +11,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub(crate) mod isolation;
 pub(crate) mod routing;
 pub(crate) mod waits;
 
+pub use isolation::{CallChanges, WorkspaceBase};
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
 pub use waits::{
     AuthContext, AuthMethod, CheckpointKind, CheckpointWait, SetupKind, SetupRequest, SetupState,
@@ -424,6 +426,10 @@ pub struct RunRecord {
     /// back by an execution cannot undo a reclaim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
+    /// The base of the run's isolated calls, recorded at admission when the script isolates
+    /// any; `None` for a run that isolates nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceBase>,
 }
 
 /// How a settled call ended.
@@ -583,6 +589,9 @@ pub struct CallRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Value>,
     pub settlement_ordinal: u64,
+    /// What an isolated call changed; `None` for a call that ran in the shared tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<CallChanges>,
     /// Set once a later generation consumed (replayed) or re-executed this row; such rows are
     /// no longer replay candidates.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -453,6 +453,7 @@ impl Driver {
                 match_kind: match_kind.to_owned(),
             }),
             session: None,
+            changes: source.changes.clone(),
             settlement_ordinal: self.next_settlement(),
             superseded_by: None,
         };

@@ -238,6 +238,7 @@ impl Driver {
             resolved_cwd: None,
             replay,
             session: None,
+            changes: None,
             settlement_ordinal: self.next_settlement(),
             superseded_by: None,
         }

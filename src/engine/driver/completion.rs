@@ -108,6 +108,7 @@ impl Driver {
             resolved_cwd: None,
             replay: None,
             session: None,
+            changes: None,
             settlement_ordinal: 0,
             superseded_by: None,
         }
@@ -299,6 +300,7 @@ mod tests {
             session: None,
             settlement_ordinal: 0,
             superseded_by: None,
+            changes: None,
         }
     }
 

@@ -61,6 +61,7 @@ async fn world() -> World {
         routing: RoutingSnapshot::default(),
         files: Default::default(),
         caller: None,
+        workspace: None,
     };
     let lease = Lease {
         owner_id: "test".into(),
@@ -189,6 +190,7 @@ fn row(index: u32, origin: CallOrigin, settlement: u64) -> CallRecord {
         session: None,
         settlement_ordinal: settlement,
         superseded_by: None,
+        changes: None,
     }
 }
 

@@ -293,6 +293,7 @@ fn admitted_record(
         routing,
         files: prepared.files.clone(),
         caller: request.caller.clone(),
+        workspace: None,
     }
 }
 

@@ -26,10 +26,10 @@ use serde_json::json;
 
 use super::{CallWrite, Store, StoreError, StoreResult};
 use crate::model::{
-    AuthContext, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointKind, CheckpointWait,
-    EventRecord, Lease, Limits, PauseReason, Phase, RoutingSnapshot, RunId, RunRecord, RunStatus,
-    ScriptRevision, ScriptSource, SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend,
-    Usage,
+    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointKind,
+    CheckpointWait, EventRecord, Lease, Limits, PauseReason, Phase, RoutingSnapshot, RunId,
+    RunRecord, RunStatus, ScriptRevision, ScriptSource, SetupKind, SetupRequest, SetupState,
+    SetupWait, ShownBackend, Usage, WorkspaceBase,
 };
 
 mod callers;
@@ -191,6 +191,7 @@ pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
         },
         files: Default::default(),
         caller: None,
+        workspace: None,
     }
 }
 
@@ -239,6 +240,12 @@ pub fn full_run_record(id: &str) -> RunRecord {
         )]
         .into(),
         caller: Some("session:0f5e".to_owned()),
+        workspace: Some(WorkspaceBase {
+            repository: "/home/dev".to_owned(),
+            commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".to_owned(),
+            subfolder: "shop".to_owned(),
+            dirty: true,
+        }),
         ..run_record(id, PROJECT, 1_700_000_000_000)
     }
 }
@@ -337,6 +344,14 @@ pub fn call(generation: u32, index: u32, settlement_ordinal: u64) -> CallRecord 
         session: Some(json!({ "sessionId": "s-1" })),
         settlement_ordinal,
         superseded_by: None,
+        changes: Some(CallChanges {
+            branch: Some(format!("agentprism/{RUN}/{index}-call-{index}")),
+            base_commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".to_owned(),
+            head_commit: "9d1f0c2a7b3e4d5f60718293a4b5c6d7e8f90123".to_owned(),
+            files_changed: 2,
+            insertions: 10,
+            deletions: 1,
+        }),
     }
 }
 

@@ -20,7 +20,7 @@ macro_rules! call_columns {
     () => {
         "generation, call_index, kind, hash, path, inputs_hash, label, phase, outcome, origin, \
          result, error, aborted, attempts, usage, model_requested, model_resolved, backend_id, \
-         resolved_cwd, replay, session, settlement_ordinal, superseded_by"
+         resolved_cwd, replay, session, settlement_ordinal, superseded_by, changes"
     };
 }
 
@@ -56,9 +56,9 @@ const TAIL_ROWS: &str = concat!(
 const INSERT: &str = "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal,
          superseded_by, kind, hash, path, inputs_hash, label, phase, outcome, origin,
          aborted, attempts, model_requested, model_resolved, backend_id, resolved_cwd,
-         usage, error, replay, session, result)
+         usage, error, replay, session, result, changes)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-         $19, $20, $21, $22, $23, $24)";
+         $19, $20, $21, $22, $23, $24, $25)";
 
 /// Which whole-run read [`read`] makes.
 #[derive(Clone, Copy)]
@@ -267,6 +267,7 @@ async fn insert_call(
     let replay = optional_json(call.replay.as_ref(), "call replay")?;
     let session = optional_json(call.session.as_ref(), "call session")?;
     let result = optional_json(call.result.as_ref(), "call result")?;
+    let changes = optional_json(call.changes.as_ref(), "call changes")?;
     let superseded_by = call.superseded_by.map(i64::from);
     let label = optional_display_text(call.label.as_deref());
     let phase = optional_display_text(call.phase.as_deref());
@@ -298,6 +299,7 @@ async fn insert_call(
             &replay,
             &session,
             &result,
+            &changes,
         ],
     )
     .await
@@ -331,5 +333,6 @@ fn call_from_row(row: &Row, run_id: &RunId) -> StoreResult<CallRecord> {
         session: reader.optional_json("session")?,
         settlement_ordinal: reader.unsigned("settlement_ordinal")?,
         superseded_by: reader.optional_u32("superseded_by")?,
+        changes: reader.optional_json("changes")?,
     })
 }

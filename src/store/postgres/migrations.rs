@@ -12,7 +12,10 @@ use crate::store::{StoreError, StoreResult};
 
 /// Schema migrations in the order they apply; after migration `n` (1-based) the highest
 /// version in `agentprism_schema_version` is `n`. Append new files, never edit an applied one.
-pub(super) const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_initial.sql")];
+pub(super) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/postgres/0001_initial.sql"),
+    include_str!("../migrations/postgres/0002_isolation.sql"),
+];
 
 /// The advisory lock key the migrations hold: "agentprism" folded into a 64-bit number, so
 /// another application on the same database is unlikely to pick it.

@@ -28,9 +28,9 @@ const CREATE: &str = "INSERT INTO runs (run_id, caller, lease_token, lease_owner
          project_dir, workflow_name, status, pause_reason, error_code, error_message,
          started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
          current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-         auth_context, checkpoint_context, routing)
+         auth_context, checkpoint_context, routing, workspace)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)
+         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)
      ON CONFLICT (run_id) DO NOTHING
      RETURNING run_key";
 
@@ -62,9 +62,11 @@ pub(super) async fn create(
     let lease_row = LeaseRow::new(lease)?;
     let run_id_text = run_id.as_str();
     let caller = record.caller.as_deref();
+    let workspace = optional_json(record.workspace.as_ref(), "workspace base")?;
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&run_id_text, &caller];
     params.extend(lease_row.params());
     params.extend(run_row.params());
+    params.push(&workspace);
 
     let transaction = client.transaction().await.context(doing)?;
     let inserted = match query_opt(&transaction, CREATE, &params).await {
@@ -465,5 +467,6 @@ fn run_from_row(reader: &RowReader<'_>) -> StoreResult<RunRecord> {
         routing: reader.json("routing")?,
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.optional_string("caller")?,
+        workspace: reader.optional_json("workspace")?,
     })
 }

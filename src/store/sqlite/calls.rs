@@ -25,7 +25,7 @@ macro_rules! call_columns {
         "c.generation, c.call_index, c.kind, c.hash, c.path, c.inputs_hash, c.label, c.phase, \
          c.outcome, c.origin, c.result, c.error, c.aborted, c.attempts, c.usage, \
          c.model_requested, c.model_resolved, c.backend_id, c.resolved_cwd, c.replay, \
-         c.session, c.settlement_ordinal, s.superseded_by"
+         c.session, c.settlement_ordinal, s.superseded_by, c.changes"
     };
 }
 
@@ -47,7 +47,7 @@ macro_rules! not_superseded {
 }
 
 /// The names of [`call_columns!`] by position, for the messages about bad stored data.
-const CALL_COLUMNS: [&str; 23] = [
+const CALL_COLUMNS: [&str; 24] = [
     "generation",
     "call_index",
     "kind",
@@ -71,6 +71,7 @@ const CALL_COLUMNS: [&str; 23] = [
     "session",
     "settlement_ordinal",
     "superseded_by",
+    "changes",
 ];
 
 /// The latest generation with any row: one descent of the primary key.
@@ -357,16 +358,17 @@ fn insert_call(
     let replay = optional_json(call.replay.as_ref(), "call replay")?;
     let session = optional_json(call.session.as_ref(), "call session")?;
     let result = optional_json(call.result.as_ref(), "call result")?;
+    let changes = optional_json(call.changes.as_ref(), "call changes")?;
     transaction
         .prepare_cached(
             "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal, kind, hash,
                  path, inputs_hash, label, phase, outcome, origin, aborted, attempts,
                  model_requested, model_resolved, backend_id, resolved_cwd, usage, error, replay,
-                 session, result)
+                 session, result, changes)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                 ?18, ?19, ?20, ?21, ?22, ?23)",
+                 ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
         )
-        // Positional, in the columns' order: binding 23 names looks each one up among all.
+        // Positional, in the columns' order: binding 24 names looks each one up among all.
         .and_then(|mut statement| {
             statement.execute(rusqlite::params![
                 run_key,
@@ -392,6 +394,7 @@ fn insert_call(
                 replay,
                 session,
                 result,
+                changes,
             ])
         })
         .context(doing)?;
@@ -482,6 +485,7 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         session: columns.optional_json(20)?,
         settlement_ordinal: columns.unsigned(21)?,
         superseded_by: columns.get(22)?,
+        changes: columns.optional_json(23)?,
     })
 }
 

@@ -12,7 +12,10 @@ use crate::store::{StoreError, StoreResult};
 
 /// Schema migrations in the order they apply; after migration `n` (1-based) the database's
 /// `user_version` is `n`. Append new files, never edit one a release shipped.
-pub(super) const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_initial.sql")];
+pub(super) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_initial.sql"),
+    include_str!("../migrations/sqlite/0002_isolation.sql"),
+];
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the
 /// pre-release builds have none: their versions counted another series of scripts, and this

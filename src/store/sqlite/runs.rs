@@ -45,8 +45,12 @@ pub(super) fn create(
     }
     let run_id_text = run_id.as_str();
     let caller = record.caller.as_deref();
-    let mut parameters: Vec<(&str, &dyn ToSql)> =
-        vec![(":run_id", &run_id_text), (":caller", &caller)];
+    let workspace = optional_json(record.workspace.as_ref(), "workspace base")?;
+    let mut parameters: Vec<(&str, &dyn ToSql)> = vec![
+        (":run_id", &run_id_text),
+        (":caller", &caller),
+        (":workspace", &workspace),
+    ];
     parameters.extend(lease_row.parameters());
     parameters.extend(run_row.parameters());
     transaction
@@ -56,13 +60,14 @@ pub(super) fn create(
                  project_dir, workflow_name, status, pause_reason, error_code, error_message,
                  started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
                  current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-                 auth_context, checkpoint_context, routing, caller)
+                 auth_context, checkpoint_context, routing, caller, workspace)
              VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
                  :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
                  :project_dir, :workflow_name, :status, :pause_reason, :error_code,
                  :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
                  :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
-                 :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller)",
+                 :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller,
+                 :workspace)",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
         .context(doing)?;
@@ -433,6 +438,7 @@ pub(super) fn run_from_row(reader: &RowReader<'_, '_>) -> StoreResult<RunRecord>
         routing: reader.json("routing")?,
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.get("caller")?,
+        workspace: reader.optional_json("workspace")?,
     })
 }
 

@@ -14,7 +14,7 @@ use super::*;
 const EXPECTED: &str = include_str!("schema.expected.txt");
 
 #[test]
-fn a_fresh_store_has_the_expected_schema_at_version_1() {
+fn a_fresh_store_has_the_expected_schema_at_the_latest_version() {
     let folder = tempfile::tempdir().expect("temporary folder");
     drop(SqliteStore::open(folder.path()).expect("open store"));
     let connection = Connection::open(folder.path().join(DATABASE_FILE)).expect("open");
@@ -27,8 +27,8 @@ fn a_fresh_store_has_the_expected_schema_at_version_1() {
     let version: i64 = connection
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .expect("user_version");
-    assert_eq!(version, 1);
-    assert_eq!(MIGRATIONS.len(), 1);
+    assert_eq!(version, 2);
+    assert_eq!(MIGRATIONS.len(), 2);
 }
 
 /// A description of every table, index and trigger of `connection`'s main database, one
