@@ -155,6 +155,8 @@ struct State {
 struct Session {
     mode: String,
     model: String,
+    /// The session's working directory, where `@mock write_cwd` writes.
+    cwd: PathBuf,
     /// Cancel tokens of the turns running on this session; `session/cancel` fires them all.
     turns: Vec<Arc<CancelToken>>,
 }
@@ -513,6 +515,7 @@ impl Agent {
         let session = Session {
             mode: MODES[0].0.to_owned(),
             model: MODELS[0].0.to_owned(),
+            cwd: PathBuf::from(str_param(params, "cwd")?),
             turns: Vec::new(),
         };
         let result = json!({
@@ -859,6 +862,10 @@ impl Turn<'_> {
                     Err(error) => format!("ERROR {}: {}", error.code, error.message),
                 });
             }
+            "write_cwd" => {
+                let reply = self.write_in_cwd(args);
+                self.add_reply(reply);
+            }
             "stop" if !args.is_empty() => self.stop_reason = args.to_owned(),
             "error" => {
                 let (code, message) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
@@ -1019,6 +1026,39 @@ fn schema_answer(user_text: &str) -> Option<String> {
 const SCHEMA_INSTRUCTION: &str = "this JSON Schema";
 
 /// `@mock verb args` → `(verb, args)`; anything else is user text.
+impl Turn<'_> {
+    /// `@mock write_cwd PATH TEXT`: writes TEXT (and a newline) to PATH relative to the
+    /// session's cwd, itself, as a coding agent edits files without asking the client.
+    fn write_in_cwd(&self, args: &str) -> String {
+        let (path, content) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
+        let relative = Path::new(path);
+        if path.is_empty()
+            || relative.is_absolute()
+            || relative
+                .components()
+                .any(|part| matches!(part, std::path::Component::ParentDir))
+        {
+            return format!("ERROR write_cwd needs a relative path inside the cwd, got {path:?}");
+        }
+        let cwd = lock(&self.agent.state)
+            .sessions
+            .get(&self.session_id)
+            .map(|session| session.cwd.clone());
+        let Some(cwd) = cwd else {
+            return format!("ERROR write_cwd: no session {}", self.session_id);
+        };
+        let target = cwd.join(relative);
+        let written = target
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&target, format!("{content}\n")));
+        match written {
+            Ok(()) => format!("WROTE_CWD: {path}"),
+            Err(error) => format!("ERROR write_cwd {}: {error}", target.display()),
+        }
+    }
+}
+
 fn parse_directive(line: &str) -> Option<(&str, &str)> {
     let rest = line.trim().strip_prefix("@mock")?;
     if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {

@@ -271,7 +271,9 @@ pub(crate) async fn engine_with_sources(
     let groups = root.join(crate::acp::groups::FOLDER);
     let _ = tokio::task::spawn_blocking(move || crate::acp::groups::sweep(&groups)).await;
     let runner = Arc::new(AcpRunner::new(acp));
+    let workspaces = Arc::new(crate::workspace::GitWorkspaces::new(&root));
     let engine = Engine::with_sources(store, runner, Arc::new(backends), sources, config);
+    engine.set_workspaces(workspaces);
     engine.set_owner_route(Arc::new(LeaseRoute::new(
         Paths::new(root),
         &engine.owner().owner_id,
@@ -283,6 +285,11 @@ pub(crate) async fn engine_with_sources(
 pub(crate) async fn services(mut settings: Settings) -> Result<Services> {
     let server_choice = std::mem::take(&mut settings.server);
     let engine = engine(settings).await?;
+    // Before anything is admitted or resumed: the worktrees a crash or a kill left behind.
+    let swept = engine.sweep_workspaces().await;
+    if swept > 0 {
+        tracing::info!("removed {swept} worktrees of calls that no longer run");
+    }
     let workflow = match server_choice {
         ServerChoice::Workflow(options) => WorkflowServer::new(engine.clone(), options),
     };

@@ -249,6 +249,28 @@
       return call("agent", { prompt, options: options || {}, path: callPath() });
     }
 
+    // agent() in a git worktree of the call's own, answering {result, changes}: the agent's
+    // answer and what it changed (branch, commits, stat and a diff of at most diffBytes).
+    function isolated(prompt, options) {
+      if (typeof prompt !== "string")
+        throw new TypeError("isolated(prompt, options?): prompt must be a string, got " + typeof prompt);
+      if (options !== undefined && !isPlainObject(options))
+        throw new TypeError("isolated(prompt, options?): options must be an object");
+      const given = options || {};
+      const agentOptions = {};
+      const names = keys(given);
+      for (let i = 0; i < names.length; i++)
+        if (names[i] !== "diffBytes") agentOptions[names[i]] = given[names[i]];
+      if (agentOptions.isolation === undefined || agentOptions.isolation === null) agentOptions.isolation = "worktree";
+      let diffBytes = 65536;
+      if (given.diffBytes !== undefined && given.diffBytes !== null) {
+        diffBytes = given.diffBytes;
+        if (typeof diffBytes !== "number" || !isInteger(diffBytes) || diffBytes < 1 || diffBytes > 1048576)
+          throw new TypeError("isolated() option diffBytes must be a whole number from 1 to 1048576, got " + text(diffBytes));
+      }
+      return call("agent", { prompt, options: agentOptions, path: callPath(), outcome: { diffBytes } });
+    }
+
     function checkpoint(promptText, options) {
       if (typeof promptText !== "string")
         throw new TypeError("checkpoint(text, options?): text must be a string");
@@ -500,7 +522,7 @@
     }
 
     return {
-      agent, checkpoint, parallel, pipeline, workflow, verify, judgePanel, loopUntilDry,
+      agent, isolated, checkpoint, parallel, pipeline, workflow, verify, judgePanel, loopUntilDry,
       completenessCheck, retry, gate, log, console, phase, args, cwd, process, file,
     };
   }

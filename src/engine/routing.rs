@@ -200,23 +200,23 @@ pub(crate) fn parse_agent_definition(text: &str) -> Result<AgentDefinition, Stri
     Ok(definition)
 }
 
-/// Refuses a call through the agent definition `name` when the definition sets a field this
-/// version parses but does not act on: `isolation` (worktree isolation is not available, and
-/// running the call in the shared checkout instead would ignore it). A name without a
-/// definition passes here; routing reports it.
-pub(crate) fn check_definition_supported(
-    name: &str,
-    snapshot: &RoutingSnapshot,
-) -> Result<(), String> {
-    // The value is the file's text, which messages never quote.
-    match snapshot.agents.get(name) {
-        Some(definition) if definition.isolation.is_some() => Err(format!(
+/// Whether a call through the agent definition `name` is isolated: a definition's
+/// `isolation: worktree` is honoured like the `agent()` option; any other value is refused,
+/// naming the file, rather than run in the shared checkout. A name without a definition
+/// passes here (`false`); routing reports it.
+pub(crate) fn definition_isolation(name: &str, snapshot: &RoutingSnapshot) -> Result<bool, String> {
+    let Some(definition) = snapshot.agents.get(name) else {
+        return Ok(false);
+    };
+    match definition.isolation.as_deref().map(str::trim) {
+        None => Ok(false),
+        Some(value) if value.eq_ignore_ascii_case("worktree") => Ok(true),
+        // The value is the file's text, which messages never quote.
+        Some(_) => Err(format!(
             "agent definition {name:?} (.agentprism/agents/{name}.md, project or home) sets \
-             isolation, which this version does not support: worktree isolation is not \
-             available, so the call would run in the shared working directory; remove \
-             isolation from the definition"
+             isolation to a value other than worktree; isolation: worktree is the one \
+             supported value"
         )),
-        _ => Ok(()),
     }
 }
 

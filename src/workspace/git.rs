@@ -201,7 +201,11 @@ impl Workspaces for GitWorkspaces {
             let _ = self.remove(Some(&base.repository), &folder).await;
             return Err(error);
         }
-        let cwd = tree.join(&base.subfolder);
+        let cwd = if base.subfolder.as_os_str().is_empty() {
+            tree.clone()
+        } else {
+            tree.join(&base.subfolder)
+        };
         if !cwd.is_dir() {
             let _ = self.remove(Some(&base.repository), &folder).await;
             return Err(WorkspaceError::Unusable {
@@ -268,21 +272,28 @@ impl Workspaces for GitWorkspaces {
         self.remove(repository.as_deref(), &folder).await
     }
 
-    async fn sweep(&self, live: &[CallRef]) -> Result<usize, WorkspaceError> {
-        let live: Vec<PathBuf> = live.iter().map(|call| self.call_folder(call)).collect();
-        let mut removed = 0;
+    async fn runs(&self) -> Vec<String> {
         let Ok(runs) = std::fs::read_dir(&self.root) else {
-            return Ok(0);
+            return Vec::new();
         };
-        for run in runs.flatten() {
-            let Ok(calls) = std::fs::read_dir(run.path()) else {
+        runs.flatten()
+            .filter_map(|run| run.file_name().into_string().ok())
+            .collect()
+    }
+
+    async fn sweep(&self, runs: &[String]) -> Result<usize, WorkspaceError> {
+        let mut removed = 0;
+        for run in runs {
+            // The names `runs` lists are folder names already; anything else names nothing.
+            if names::run_folder(run) != *run {
+                continue;
+            }
+            let run_folder = self.root.join(run);
+            let Ok(calls) = std::fs::read_dir(&run_folder) else {
                 continue;
             };
             for call in calls.flatten() {
                 let folder = call.path();
-                if live.contains(&folder) {
-                    continue;
-                }
                 let repository = Self::recorded_repository(&folder);
                 let lock = repository.as_deref().map(|r| self.repository_lock(r));
                 let _held = match &lock {
@@ -292,7 +303,7 @@ impl Workspaces for GitWorkspaces {
                 self.remove(repository.as_deref(), &folder).await?;
                 removed += 1;
             }
-            let _ = std::fs::remove_dir(run.path());
+            let _ = std::fs::remove_dir(&run_folder);
         }
         Ok(removed)
     }

@@ -17,7 +17,9 @@
 //!    untracked, not ignored) on the call's own branch, removes the worktree, and reports the
 //!    `Changes` the call's record carries; a call that changed nothing leaves no branch.
 //!    A stopped or failed call's worktree goes through `Workspaces::discard`.
-//! 4. At start-up, `Workspaces::sweep` removes the worktrees of calls that no longer run.
+//! 4. At start-up, `Workspaces::sweep` removes the worktrees of calls that no longer run:
+//!    those of every run listed by `Workspaces::runs` but the ones another live process
+//!    executes.
 //! 5. The command line lists a run's branches and brings one onto the project's current branch
 //!    (`Workspaces::apply`); a script reads a bounded diff (`Workspaces::diff`).
 //!
@@ -148,8 +150,12 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Removes the worktree without committing (a stopped call, a failed one).
     async fn discard(&self, workspace: Workspace) -> Result<(), WorkspaceError>;
 
-    /// Removes every worktree of ours that `live` does not name; answers how many went.
-    async fn sweep(&self, live: &[CallRef]) -> Result<usize, WorkspaceError>;
+    /// The runs that have worktrees of ours, by id.
+    async fn runs(&self) -> Vec<String>;
+
+    /// Removes every worktree of the runs `runs` names (as [`Workspaces::runs`] lists
+    /// them), whose calls no longer run; answers how many went.
+    async fn sweep(&self, runs: &[String]) -> Result<usize, WorkspaceError>;
 
     /// The diff of a finished call's branch against its base, cut to at most `max_bytes`
     /// (a cut diff ends with a note of its full size); empty when the call changed nothing.

@@ -350,11 +350,11 @@ async fn sweep_removes_every_worktree_of_calls_not_running() {
     let repository = fixture.repository();
     let base = fixture.workspaces.base(&repository).await.unwrap();
     let mut open = Vec::new();
-    for index in 0..3 {
+    for (run, index) in [("run-k", 0), ("run-s", 1), ("run-s", 2)] {
         open.push(
             fixture
                 .workspaces
-                .open(&base, call("run-s", index, ""))
+                .open(&base, call(run, index, ""))
                 .await
                 .unwrap(),
         );
@@ -362,10 +362,13 @@ async fn sweep_removes_every_worktree_of_calls_not_running() {
     // A crash that took the tree's files but left git's record of it.
     std::fs::remove_dir_all(&open[2].root).unwrap();
     assert_eq!(fixture.worktree_count(&repository), 4);
+    let mut runs = fixture.workspaces.runs().await;
+    runs.sort();
+    assert_eq!(runs, ["run-k", "run-s"]);
 
     let removed = fixture
         .workspaces
-        .sweep(&[open[0].call.clone()])
+        .sweep(&["run-s".to_owned(), "../run-k".to_owned()])
         .await
         .unwrap();
 
@@ -373,7 +376,16 @@ async fn sweep_removes_every_worktree_of_calls_not_running() {
     assert!(open[0].root.is_dir());
     assert!(!open[1].root.exists());
     assert_eq!(fixture.worktree_count(&repository), 2);
-    assert_eq!(fixture.workspaces.sweep(&[]).await.unwrap(), 1);
+    assert_eq!(fixture.workspaces.runs().await, ["run-k"]);
+    assert_eq!(fixture.workspaces.sweep(&[]).await.unwrap(), 0);
+    assert_eq!(
+        fixture
+            .workspaces
+            .sweep(&["run-k".to_owned()])
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(fixture.worktree_count(&repository), 1);
     let left: Vec<_> = std::fs::read_dir(fixture.path("state/worktrees"))
         .unwrap()

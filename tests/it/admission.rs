@@ -52,12 +52,17 @@ fn cli_rejects_a_model_spec_that_names_no_backend() {
 }
 
 #[test]
-fn cli_rejects_the_options_this_version_refuses_naming_them() {
+fn cli_rejects_the_options_it_cannot_honour_naming_them() {
     let ctx = TestContext::new().with_mock_backend(json!({}));
     for (option, named) in [
         (
+            "{isolation: 'sandbox'}",
+            "agent() option isolation must be \"worktree\" or null, got \"sandbox\"",
+        ),
+        // The test's project folder is not in a git repository.
+        (
             "{isolation: 'worktree'}",
-            "agent() option isolation is not supported by this version",
+            "isolation: \"worktree\" cannot run here",
         ),
         (
             "{keepSession: true}",

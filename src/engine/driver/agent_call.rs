@@ -45,6 +45,8 @@ struct AgentCall {
     hash: String,
     inputs_hash: String,
     cwd: PathBuf,
+    /// `isolated()`'s request for the call's changes with its answer: the diff's bound.
+    outcome: Option<usize>,
 }
 
 /// What a call that runs live carries over from the journal.
@@ -99,6 +101,7 @@ impl Driver {
             prompt,
             path,
             options,
+            outcome,
         } = CallPayload::parse(payload);
         if self.agent_count >= self.setup.limits.max_agents {
             self.reject(
@@ -112,19 +115,13 @@ impl Driver {
             );
             return None;
         }
-        let options =
-            match AgentOptions::parse(&options).and_then(|options| match &options.agent_type {
-                Some(name) => {
-                    routing::check_definition_supported(name, &self.setup.routing).map(|()| options)
-                }
-                None => Ok(options),
-            }) {
-                Ok(options) => options,
-                Err(message) => {
-                    self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
-                    return None;
-                }
-            };
+        let options = match self.checked_options(&options, outcome.is_some()) {
+            Ok(options) => options,
+            Err(message) => {
+                self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+                return None;
+            }
+        };
         self.agent_count += 1;
         let index = self.take_index(&scope);
         let phase = options.phase.clone().or_else(|| self.current_phase(&scope));
@@ -152,9 +149,35 @@ impl Driver {
             hash: String::new(),
             inputs_hash: String::new(),
             cwd: PathBuf::new(),
+            outcome,
         };
         self.identify(&mut call);
         Some(call)
+    }
+
+    /// The call's options after their checks, with a definition's `isolation: worktree`
+    /// folded into `isolated`. `isolated()` (an `outcome` asked for) is an isolated call.
+    fn checked_options(&self, options: &Value, outcome: bool) -> Result<AgentOptions, String> {
+        let mut options = AgentOptions::parse(options)?;
+        if let Some(name) = &options.agent_type
+            && routing::definition_isolation(name, &self.setup.routing)?
+        {
+            if options.cwd.is_some() {
+                return Err(format!(
+                    "agent() option cwd cannot be used with agent definition {name:?}, which \
+                     isolates its calls in worktrees of their own"
+                ));
+            }
+            options.isolated = true;
+        }
+        if outcome && !options.isolated {
+            return Err(
+                "isolated() runs its call in a worktree: leave isolation out or set \
+                 it to \"worktree\""
+                    .into(),
+            );
+        }
+        Ok(options)
     }
 
     /// The call's route; a call without one is rejected, except in the dry run, which
@@ -189,6 +212,7 @@ impl Driver {
                 route: route.clone(),
                 mode: options.mode.clone(),
                 config_options: options.config_options.clone(),
+                isolated: options.isolated,
             });
         }
         match route {
@@ -253,9 +277,7 @@ impl Driver {
         };
         let inputs = json!({
             "cwd": call.cwd.to_string_lossy(),
-            // Always null: `isolation` is refused, and the key stays so the hash of every
-            // call without it is what it has always been.
-            "isolation": Value::Null,
+            "isolation": if options.isolated { json!("worktree") } else { Value::Null },
             "keepSession": options.keep_session,
             "images": options.images,
             "mcpServers": options.mcp_servers,
@@ -264,6 +286,11 @@ impl Driver {
             "label": call.label,
             "backends": backend_digest,
         });
+        let mut inputs = inputs;
+        // Only `isolated()` adds the key, so every other call's hash stays what it was.
+        if let Some(bytes) = call.outcome {
+            inputs["outcome"] = json!({ "diffBytes": bytes });
+        }
         call.inputs_hash = journal::inputs_hash(&inputs);
     }
 
@@ -300,6 +327,7 @@ impl Driver {
                 cancel,
                 started: false,
                 progress: Progress::default(),
+                outcome: call.outcome.is_some(),
             },
         );
         run_or_spawn(&self.tracker, task);
@@ -370,6 +398,14 @@ impl Driver {
             semaphore: self.semaphore.clone(),
             gate_closed: self.gate_closed.clone(),
             dry_run: self.dry(),
+            isolation: (options.isolated && !self.dry()).then(|| {
+                self.setup.isolation.plan(
+                    self.setup.run_id.as_str(),
+                    call.index,
+                    &call.label,
+                    call.outcome,
+                )
+            }),
         }
     }
 

@@ -96,6 +96,7 @@ impl Driver {
             prompt,
             path,
             options,
+            ..
         } = CallPayload::parse(payload);
         let (kind, choices) = match checkpoint_options(&options) {
             Ok(checked) => checked,
@@ -143,6 +144,7 @@ impl Driver {
             route: Err("checkpoint".into()),
             mode: None,
             config_options: vec![],
+            isolated: false,
         });
         let answer = match checkpoint.kind {
             CheckpointKind::Confirm => Value::Bool(true),

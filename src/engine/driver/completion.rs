@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::engine::driver::isolation::Isolated;
 use crate::engine::driver::task::TaskResult;
 use crate::engine::driver::{Driver, Halt, InFlight, Settled};
 use crate::engine::events::Fields;
@@ -13,7 +14,12 @@ use crate::model::{CallError, CallOrigin, CallOutcome, CallRecord, Usage};
 use crate::util::sync::Lock;
 
 impl Driver {
-    pub(super) async fn on_done(&mut self, index: u32, result: TaskResult) {
+    pub(super) async fn on_done(
+        &mut self,
+        index: u32,
+        result: TaskResult,
+        isolated: Option<Box<Isolated>>,
+    ) {
         if let Some(call) = self.in_flight.get(&index)
             && call.progress.dirty
         {
@@ -32,7 +38,25 @@ impl Driver {
         };
         self.setup.live.locked().calls.remove(&index);
         let mut record = self.settled_row(index, &call);
+        let result = match result {
+            TaskResult::Value {
+                value,
+                usage,
+                attempts,
+                session,
+            } if call.outcome => TaskResult::Value {
+                value: with_changes(value, isolated.as_deref()),
+                usage,
+                attempts,
+                session,
+            },
+            other => other,
+        };
         let (reply, pause) = settle(&mut record, call.call_id, result);
+        if let Some(isolated) = isolated {
+            record.resolved_cwd = Some(isolated.cwd.to_string_lossy().into_owned());
+            record.changes = Some(isolated.changes);
+        }
         record.settlement_ordinal = self.next_settlement();
         self.announce_settled(&call, &record);
         self.settling.push(Settled {
@@ -141,6 +165,9 @@ impl Driver {
                 &crate::engine::status::error_message(&error.message),
             );
         }
+        if let Some(changes) = &record.changes {
+            end = end.value("changes", &changes_value(changes));
+        }
         self.events.push_fields("agentEnd", &call.scope, end);
         if !record.usage.is_zero() {
             self.events.push_fields(
@@ -163,6 +190,29 @@ impl Driver {
         self.events
             .push_fields("callRecord", &call.scope, call_record);
     }
+}
+
+/// What `isolated()` answers: the agent's answer and the call's changes with the diff. The
+/// dry run, which makes no worktree, answers changes of nothing on no branch.
+fn with_changes(value: Value, isolated: Option<&Isolated>) -> Value {
+    let mut changes = match isolated {
+        Some(isolated) => changes_value(&isolated.changes),
+        None => changes_value(&crate::model::CallChanges {
+            branch: None,
+            base_commit: String::new(),
+            head_commit: String::new(),
+            files_changed: 0,
+            insertions: 0,
+            deletions: 0,
+        }),
+    };
+    changes["diff"] = json!(isolated.and_then(|i| i.diff.clone()).unwrap_or_default());
+    json!({ "result": value, "changes": changes })
+}
+
+/// A call's changes as events, status and `isolated()` show them.
+pub(super) fn changes_value(changes: &crate::model::CallChanges) -> Value {
+    serde_json::to_value(changes).unwrap_or(Value::Null)
 }
 
 /// Usage as events store it.

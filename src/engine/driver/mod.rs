@@ -19,10 +19,13 @@ mod agent_call;
 mod checkpoint;
 mod completion;
 mod durability;
+mod isolation;
 mod live;
 mod options;
 mod progress;
 mod task;
+
+pub(crate) use isolation::{IsolationSetup, recorded_base};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -129,6 +132,8 @@ pub(crate) struct DriverSetup {
     pub files: Arc<BTreeMap<String, String>>,
     /// Shared with the engine so status can show live calls.
     pub live: Arc<std::sync::Mutex<LiveView>>,
+    /// The workspace port and the run's base, for isolated calls.
+    pub isolation: isolation::IsolationSetup,
 }
 
 /// Requests from outside while a generation runs.
@@ -155,6 +160,8 @@ pub(crate) struct DryCall {
     pub route: Result<Route, String>,
     pub mode: Option<String>,
     pub config_options: Vec<(String, Value)>,
+    /// Whether the call runs in a worktree of its own.
+    pub isolated: bool,
 }
 
 /// How a generation ended.
@@ -295,6 +302,8 @@ struct InFlight {
     started: bool,
     /// What progress events have said of the call so far.
     progress: Progress,
+    /// `isolated()`: the answer carries the call's changes.
+    outcome: bool,
 }
 
 /// A settled call waiting for its group commit: its row (when journaled) and its answer.

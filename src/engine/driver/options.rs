@@ -1,12 +1,16 @@
 //! What the script passes with a call: the `{scope, prompt, path, options}` payload the
 //! prelude sends, and `agent()` options after their type checks (engine.md 1.2). A bad
-//! option is a `SCRIPT_VALIDATION_ERROR` naming the option. `isolation` and
-//! `keepSession: true` are known options this version does not act on, so they are refused
-//! by name rather than accepted and ignored.
+//! option is a `SCRIPT_VALIDATION_ERROR` naming the option. `keepSession: true` is a known
+//! option this version does not act on, so it is refused by name rather than accepted and
+//! ignored.
 
 use serde_json::{Map, Value};
 
 use crate::engine::schema;
+
+/// The largest diff `isolated()` hands to a script (its `diffBytes` is capped here as well
+/// as checked in the prelude).
+pub(super) const MAX_DIFF_BYTES: usize = 1024 * 1024;
 
 /// What the prelude sends with `agent()` and `checkpoint()`: `{scope, prompt, options, path}`.
 pub(super) struct CallPayload {
@@ -14,6 +18,9 @@ pub(super) struct CallPayload {
     pub(super) prompt: String,
     pub(super) path: Option<String>,
     pub(super) options: Value,
+    /// `isolated()`: the call answers with its changes and a diff of at most this many
+    /// bytes. Set by the prelude only, never by a script's options.
+    pub(super) outcome: Option<usize>,
 }
 
 impl CallPayload {
@@ -27,6 +34,11 @@ impl CallPayload {
                 .get("options")
                 .cloned()
                 .unwrap_or_else(|| Value::Object(Default::default())),
+            outcome: payload
+                .get("outcome")
+                .and_then(|outcome| outcome.get("diffBytes"))
+                .and_then(Value::as_u64)
+                .map(|bytes| bytes.min(MAX_DIFF_BYTES as u64) as usize),
         }
     }
 }
@@ -43,6 +55,8 @@ pub(super) struct AgentOptions {
     pub(super) config_options: Vec<(String, Value)>,
     pub(super) agent_type: Option<String>,
     pub(super) cwd: Option<String>,
+    /// `isolation: "worktree"`: the call runs in a git worktree of its own.
+    pub(super) isolated: bool,
     pub(super) mcp_servers: Option<Value>,
     /// As the script gave them (the inputs hash covers them so).
     pub(super) images: Option<Value>,
@@ -93,7 +107,7 @@ impl AgentOptions {
                 .map_err(|e| format!("agent() option schema is not a valid JSON Schema: {e}"))?;
         }
         let config_options = config_options(map)?;
-        refuse_isolation(map)?;
+        let isolated = isolation(map)?;
         let cwd = string(map, "cwd")?;
         if let Some(cwd) = &cwd
             && !cwd.starts_with('/')
@@ -101,6 +115,13 @@ impl AgentOptions {
             return Err(format!(
                 "agent() option cwd must be an absolute path, got {cwd:?}"
             ));
+        }
+        if isolated && cwd.is_some() {
+            return Err(
+                "agent() options cwd and isolation cannot be combined: an isolated \
+                 call runs in its own worktree, at the project folder's place in it"
+                    .into(),
+            );
         }
         let images = array(map, "images")?;
         let image_blocks = match &images {
@@ -120,6 +141,7 @@ impl AgentOptions {
             config_options,
             agent_type: string(map, "agentType")?,
             cwd,
+            isolated,
             mcp_servers: array(map, "mcpServers")?,
             images,
             image_blocks,
@@ -303,15 +325,13 @@ fn retries(map: &Map<String, Value>) -> Result<Option<u32>, String> {
     }
 }
 
-/// `isolation`: worktree isolation is not built, so any value but `null` is refused rather
-/// than run in the shared checkout.
-fn refuse_isolation(map: &Map<String, Value>) -> Result<(), String> {
+/// `isolation`: `"worktree"` (a git worktree of the call's own) or left out / `null`.
+fn isolation(map: &Map<String, Value>) -> Result<bool, String> {
     match map.get("isolation") {
-        None | Some(Value::Null) => Ok(()),
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::String(value)) if value == "worktree" => Ok(true),
         Some(value) => Err(format!(
-            "agent() option isolation is not supported by this version (got {}): worktree \
-             isolation is not available, so the call would run in the shared working \
-             directory; leave isolation out",
+            "agent() option isolation must be \"worktree\" or null, got {}",
             shown(value)
         )),
     }
@@ -382,14 +402,13 @@ mod tests {
              session is closed when the call settles; leave keepSession out or set it to false"
         );
         assert_eq!(
-            refused(json!({"isolation": "worktree"})),
-            "agent() option isolation is not supported by this version (got \"worktree\"): \
-             worktree isolation is not available, so the call would run in the shared working \
-             directory; leave isolation out"
+            refused(json!({"isolation": "none"})),
+            "agent() option isolation must be \"worktree\" or null, got \"none\""
         );
-        assert!(
-            refused(json!({"isolation": "none"}))
-                .starts_with("agent() option isolation is not supported by this version")
+        assert_eq!(
+            refused(json!({"isolation": "worktree", "cwd": "/tmp"})),
+            "agent() options cwd and isolation cannot be combined: an isolated call runs in \
+             its own worktree, at the project folder's place in it"
         );
         assert_eq!(
             refused(json!({"configOptions": {"model": "x"}})),
@@ -419,6 +438,9 @@ mod tests {
         assert_eq!(options.phase, None);
         assert_eq!((options.timeout_ms, options.retries), (Some(5000), Some(0)));
         assert_eq!(options.keep_session, Some(false));
+        assert!(!options.isolated);
+        let isolated = AgentOptions::parse(&json!({"isolation": "worktree"})).expect("valid");
+        assert!(isolated.isolated);
         let ids: Vec<&str> = options
             .config_options
             .iter()

@@ -183,7 +183,7 @@ impl Driver {
                     progress.dirty = true;
                 }
             }
-            Activity::Done(index, result) => self.on_done(index, result).await,
+            Activity::Done(index, result, isolated) => self.on_done(index, result, isolated).await,
         }
     }
 

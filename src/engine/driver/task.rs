@@ -1,7 +1,8 @@
 //! One agent call on its own tokio task: it waits for a concurrency permit, opens a session,
 //! prompts (re-prompting when structured output does not match its schema), retries
 //! recoverable failures, and reports its start, updates and result to the driver as
-//! [`Activity`]. The dry run fabricates an answer instead.
+//! [`Activity`]. The dry run fabricates an answer instead. An isolated call runs its
+//! attempts in a worktree of its own (`isolation`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
@@ -64,7 +66,8 @@ pub(super) enum TaskResult {
 pub(super) enum Activity {
     Started(u32),
     Update(u32, AgentUpdate),
-    Done(u32, TaskResult),
+    /// The call's result, with its changes when it ran isolated and kept them.
+    Done(u32, TaskResult, Option<Box<Isolated>>),
 }
 
 /// One agent call executing on a tokio task.
@@ -98,35 +101,67 @@ pub(super) struct AgentTask {
     pub(super) gate_closed: Arc<AtomicBool>,
     /// Fabricate an answer from the schema instead of asking an agent.
     pub(super) dry_run: bool,
+    /// The call's worktree plan when it runs isolated (never in the dry run).
+    pub(super) isolation: Option<CallIsolation>,
 }
 
 impl AgentTask {
     pub(super) async fn run(self) {
         let index = self.index;
         let activity = self.activity.clone();
-        let result = self.execute().await;
-        let _ = activity.send(Activity::Done(index, result));
+        let (result, isolated) = self.execute().await;
+        let _ = activity.send(Activity::Done(index, result, isolated));
     }
 
-    async fn execute(self) -> TaskResult {
+    async fn execute(mut self) -> (TaskResult, Option<Box<Isolated>>) {
         let permit = tokio::select! {
             permit = self.semaphore.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
-                Err(_) => return TaskResult::Interrupted,
+                Err(_) => return (TaskResult::Interrupted, None),
             },
-            _ = self.cancel.cancelled() => return TaskResult::Interrupted,
+            _ = self.cancel.cancelled() => return (TaskResult::Interrupted, None),
         };
         if self.gate_closed.load(Ordering::SeqCst) {
-            return TaskResult::Interrupted;
+            return (TaskResult::Interrupted, None);
         }
         let _ = self.activity.send(Activity::Started(self.index));
-        let result = if self.dry_run {
-            self.fabricate()
+        let outcome = if self.dry_run {
+            (self.fabricate(), None)
+        } else if let Some(plan) = self.isolation.take() {
+            self.isolated_attempts(plan).await
         } else {
-            self.attempts().await
+            (self.attempts().await, None)
         };
         drop(permit);
-        result
+        outcome
+    }
+
+    /// The attempts of an isolated call, in its own worktree: the changes are committed
+    /// when the call settles with an answer, a `null` or an error, and dropped when it is
+    /// cancelled, interrupted or paused (it runs again from a clean worktree).
+    async fn isolated_attempts(
+        &mut self,
+        plan: CallIsolation,
+    ) -> (TaskResult, Option<Box<Isolated>>) {
+        let workspace = match plan.open().await {
+            Ok(workspace) => workspace,
+            Err(WorktreeFailure(message)) => {
+                return (worktree_error(message, Usage::default(), 0), None);
+            }
+        };
+        self.spec.cwd = workspace.cwd.clone();
+        let result = self.attempts().await;
+        if !result.keeps_changes() {
+            plan.discard(workspace).await;
+            return (result, None);
+        }
+        match plan.finish(workspace).await {
+            Ok(isolated) => (result, Some(Box::new(isolated))),
+            Err(WorktreeFailure(message)) => {
+                let (usage, attempts) = result.spent();
+                (worktree_error(message, usage, attempts), None)
+            }
+        }
     }
 
     fn fabricate(&self) -> TaskResult {
@@ -304,6 +339,48 @@ impl AgentTask {
             prompt = vec![
                 json!({"type": "text", "text": schema::repair_instructions(&problem, schema)}),
             ];
+        }
+    }
+}
+
+/// An isolated call whose worktree failed: thrown into the script (catchable), with what
+/// the agent spent.
+fn worktree_error(message: String, usage: Usage, attempts: u32) -> TaskResult {
+    TaskResult::Throw {
+        code: "WORKTREE_ERROR".into(),
+        message,
+        usage,
+        attempts,
+    }
+}
+
+impl TaskResult {
+    /// Whether an isolated call that ended so keeps what it changed: it settled on its own
+    /// (not cancelled, interrupted or paused to run again).
+    fn keeps_changes(&self) -> bool {
+        match self {
+            TaskResult::Value { .. } | TaskResult::Throw { .. } => true,
+            TaskResult::Null { code, .. } => code != "AGENT_CANCELLED",
+            TaskResult::Pause { .. } | TaskResult::Interrupted => false,
+        }
+    }
+
+    /// The usage and attempts the result reports.
+    fn spent(&self) -> (Usage, u32) {
+        match self {
+            TaskResult::Value {
+                usage, attempts, ..
+            }
+            | TaskResult::Null {
+                usage, attempts, ..
+            }
+            | TaskResult::Throw {
+                usage, attempts, ..
+            }
+            | TaskResult::Pause {
+                usage, attempts, ..
+            } => (*usage, *attempts),
+            TaskResult::Interrupted => (Usage::default(), 0),
         }
     }
 }

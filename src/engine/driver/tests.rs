@@ -128,6 +128,7 @@ impl World {
             nested: None,
             files: Arc::default(),
             live: Arc::new(Mutex::new(LiveView::default())),
+            isolation: Default::default(),
         }
     }
 

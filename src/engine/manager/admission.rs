@@ -144,7 +144,9 @@ impl Engine {
             &run_id,
             None,
         );
-        let prepared = prepare_unless_cancelled(input, cancel).await?;
+        let mut prepared = prepare_unless_cancelled(input, cancel).await?;
+        let (workspace, warning) = self.admission_base(&request.project_dir, &prepared).await?;
+        prepared.warnings.extend(warning);
         let (script_source, script_file) = match &request.script {
             ScriptInput::Inline(_) => (
                 ScriptSource::Inline,
@@ -160,7 +162,7 @@ impl Engine {
         };
         let needs_setup =
             !prepared.declared_backends.is_empty() && !self.inner.config.allow_script_backends;
-        let record = admitted_record(
+        let mut record = admitted_record(
             &request,
             &prepared,
             run_id.clone(),
@@ -168,6 +170,7 @@ impl Engine {
             needs_setup,
             self.inner.config.agent_timeout,
         );
+        record.workspace = workspace;
         let lease = self
             .new_lease()
             .await

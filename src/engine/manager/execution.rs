@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::driver::{self, Control, DriverSetup, Persistence};
+use crate::engine::driver::{self, Control, DriverSetup, IsolationSetup, Persistence};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
@@ -231,6 +231,11 @@ impl Engine {
             nested: Some(self.nested_resolver(&record.project_dir, &run_id)),
             files: Arc::new(record.files.clone()),
             live: view,
+            isolation: IsolationSetup {
+                workspaces: self.inner.workspaces.get().cloned(),
+                base: record.workspace.clone(),
+                project_dir: record.project_dir.clone(),
+            },
         })
     }
 

@@ -22,6 +22,7 @@ mod config;
 mod confidential;
 mod error;
 mod execution;
+mod isolation;
 mod owner;
 mod remote;
 mod results;
@@ -50,6 +51,7 @@ use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::{CallReads, EventReads, RunReads, Store};
 use crate::util::sync::Lock;
+use crate::workspace::Workspaces;
 
 pub use api::{
     Admission, ControlState, LimitOverrides, LiveCallStatus, LiveStatus, PauseAnswer,
@@ -117,6 +119,9 @@ struct Inner {
     tracker: TaskTracker,
     /// How to reach other lease holders; set once by the front end that builds the engine.
     route: std::sync::OnceLock<Arc<dyn OwnerRoute>>,
+    /// Where isolated calls get their worktrees; set once by the composition root. An
+    /// engine without it fails isolated calls, naming why.
+    workspaces: std::sync::OnceLock<Arc<dyn Workspaces>>,
 }
 
 /// The engine. Cheap to clone.
@@ -219,6 +224,7 @@ impl Engine {
                 preparing: Mutex::default(),
                 tracker: TaskTracker::new(),
                 route: std::sync::OnceLock::new(),
+                workspaces: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -259,6 +265,11 @@ impl Engine {
 
     pub fn owner(&self) -> &Owner {
         &self.inner.owner
+    }
+
+    /// Installs where isolated calls get their worktrees. The first call wins.
+    pub fn set_workspaces(&self, workspaces: Arc<dyn Workspaces>) {
+        let _ = self.inner.workspaces.set(workspaces);
     }
 
     /// Installs how this engine reaches other lease holders. The first call wins.

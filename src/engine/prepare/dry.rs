@@ -101,6 +101,7 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
         body: analyzed.body.clone(),
         args: args.clone(),
         cwd: project_dir.to_path_buf(),
+        isolation: Default::default(),
         phases: analyzed.phases.clone(),
         meta_model: analyzed.model.clone(),
         limits: Limits {

@@ -65,6 +65,8 @@ pub struct Prepared {
     pub probes: Vec<ProbeReport>,
     /// Calls the dry run made.
     pub dry_calls: usize,
+    /// Of those, the calls that run in worktrees of their own.
+    pub isolated_calls: usize,
     /// The texts of `meta.files` by path, as the dry run saw them: what admission freezes.
     pub files: BTreeMap<String, String>,
     /// The dry run's result when it is the run's own: the script completed without asking
@@ -350,6 +352,11 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         warnings,
         probes,
         dry_calls: outcome.dry_calls.len(),
+        isolated_calls: outcome
+            .dry_calls
+            .iter()
+            .filter(|call| call.isolated)
+            .count(),
         files,
         known_result,
     })

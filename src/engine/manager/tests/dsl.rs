@@ -354,25 +354,6 @@ async fn the_limits_show_the_agent_timeout_in_force() {
     assert_eq!(document["limits"]["agentTimeoutMs"], ceiling);
 }
 
-/// Worktree isolation is not built: a script asking for it is refused at admission naming
-/// the option, and runs no agent.
-#[tokio::test]
-async fn the_isolation_option_is_refused_by_name() {
-    let (world, runner) = recording_world();
-    let message = world
-        .refusal(&script(
-            "return await agent('fix it', {isolation: 'worktree'});",
-        ))
-        .await;
-    assert!(
-        message.contains(
-            "agent() option isolation is not supported by this version (got \"worktree\")"
-        ),
-        "{message}"
-    );
-    assert!(runner.turns().is_empty(), "a refused script runs no agent");
-}
-
 /// Kept sessions are not built: `keepSession: true` is refused at admission by name.
 #[tokio::test]
 async fn keep_session_true_is_refused_by_name() {
@@ -384,33 +365,6 @@ async fn keep_session_true_is_refused_by_name() {
         .await;
     assert!(
         message.contains("agent() option keepSession: true is not supported by this version"),
-        "{message}"
-    );
-    assert!(runner.turns().is_empty(), "a refused script runs no agent");
-}
-
-/// An agent definition's `isolation` is refused when a call uses the definition, naming the
-/// definition's file and the field.
-#[tokio::test]
-async fn a_definition_with_isolation_is_refused_when_used() {
-    let (world, runner) = recording_world();
-    let agents = world.project.join(".agentprism").join("agents");
-    std::fs::create_dir_all(&agents).expect("agents dir");
-    std::fs::write(
-        agents.join("isolated.md"),
-        "---\nisolation: worktree\n---\nYou fix.\n",
-    )
-    .expect("write definition");
-    let message = world
-        .refusal(&script(
-            "return await agent('fix it', {agentType: 'isolated'});",
-        ))
-        .await;
-    assert!(
-        message.contains(
-            "agent definition \"isolated\" (.agentprism/agents/isolated.md, project or home) \
-             sets isolation, which this version does not support"
-        ),
         "{message}"
     );
     assert!(runner.turns().is_empty(), "a refused script runs no agent");

@@ -18,6 +18,7 @@ use crate::store::{
 };
 
 mod dsl;
+mod isolation;
 
 struct World {
     _folder: tempfile::TempDir,
