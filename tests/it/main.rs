@@ -22,6 +22,7 @@ mod host_env;
 mod http_guards;
 mod hosts;
 mod interop;
+mod isolation;
 mod mcp_core;
 mod mcp_defects;
 mod mcp_eras;
