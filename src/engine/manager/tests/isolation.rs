@@ -276,6 +276,40 @@ async fn parallel_isolated_calls_each_commit_on_a_branch_of_their_own() {
     }
 }
 
+/// Sixteen isolated calls started at once all succeed, each on a branch of its own: git's
+/// own locks make none of them fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_isolated_calls_at_once_all_succeed() {
+    let (world, runner) = isolation_world(true);
+    let admission = world
+        .engine
+        .start(RunRequest {
+            project_dir: world.project.clone(),
+            script: ScriptInput::Inline(script(
+                "return await parallel(Array.from({length: 16}, (_, i) => () => \
+                   agent('write f' + i + '.txt ' + i, {isolation: 'worktree', label: 'f' + i})));",
+            )),
+            args: json!({}),
+            limits: LimitOverrides {
+                concurrency: Some(16),
+                ..LimitOverrides::default()
+            },
+            caller: None,
+        })
+        .await
+        .expect("admitted");
+    world.engine.wait(&admission.run_id).await;
+    let record = world.store.load_run(&admission.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed, "{record:?}");
+    let calls = world.store.calls(&admission.run_id).await.unwrap();
+    assert_eq!(calls.len(), 16);
+    assert!(calls.iter().all(|call| call.error.is_none()), "{calls:?}");
+    assert_eq!(world.branches().len(), 16);
+    assert_eq!(runner.cwds.locked().len(), 16);
+    assert_eq!(world.worktrees(), 1);
+    assert!(world.leftovers().is_empty());
+}
+
 /// `isolated()` answers with the agent's answer, the changes and a diff cut to its bound;
 /// a call that changes nothing leaves no branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
