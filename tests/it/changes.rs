@@ -398,6 +398,23 @@ fn apply_refuses_what_it_cannot_apply_and_names_what_is_needed() {
     );
     git(&f.ctx, &f.project(), &["checkout", "--", "a.txt"]);
 
+    // An untracked file the branch would overwrite: git refuses the merge before starting,
+    // its message says why, and nothing changes.
+    std::fs::write(f.project().join("b.txt"), "the user's own b\n").unwrap();
+    let overwrite = f.ctx.run(&["changes", &f.run_id, "--apply", "0"]);
+    assert_eq!(overwrite.code(), 1, "{}", overwrite.stderr);
+    assert!(
+        overwrite.stderr.contains("b.txt") && overwrite.stderr.contains("untracked"),
+        "{}",
+        overwrite.stderr
+    );
+    assert_eq!(f.head(), f.main);
+    assert_eq!(
+        std::fs::read_to_string(f.project().join("b.txt")).unwrap(),
+        "the user's own b\n"
+    );
+    std::fs::remove_file(f.project().join("b.txt")).unwrap();
+
     git(&f.ctx, &f.project(), &["checkout", "-q", "--detach"]);
     refused("0", "is detached: check out the branch to apply onto first");
     git(&f.ctx, &f.project(), &["checkout", "-q", "main"]);
@@ -503,4 +520,82 @@ fn a_run_without_isolated_calls_says_so_and_an_unknown_run_is_refused() {
     );
     let malformed = ctx.run(&["changes", "not a run"]);
     assert_eq!(malformed.code(), 2, "{}", malformed.stderr);
+}
+
+/// The `workflow` tool's `status` over `agentprism serve --stdio`: the structured document
+/// carries the base and each isolated call's changes, and the text shows them.
+#[test]
+fn the_mcp_status_shows_the_base_and_each_isolated_calls_changes() {
+    let f = Fixture::new();
+    let answer = mcp_status(&f.ctx, &f.run_id);
+    let document = &answer["structuredContent"];
+    assert_eq!(document["workspace"]["commit"], f.base, "{answer}");
+    assert_eq!(document["calls"][0]["changes"]["branch"], f.branch("add"));
+    assert_eq!(document["calls"][1]["changes"]["headCommit"], f.edited);
+    assert!(document["calls"][3].get("changes").is_none());
+    let text = answer["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(&format!(
+            "Isolated calls start from commit {} of ",
+            short(&f.base)
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "    changes: {}  1 file changed, +1 -1  {}..{}\n",
+            f.branch("edit"),
+            short(&f.base),
+            short(&f.edited)
+        )),
+        "{text}"
+    );
+}
+
+/// One `workflow` `status` call in a fresh stdio session; answers the call's result.
+fn mcp_status(ctx: &TestContext, run_id: &str) -> Value {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = ctx
+        .command(&["serve", "--stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve --stdio");
+    let mut input = child.stdin.take().unwrap();
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "changes-test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "workflow", "arguments": {"action": "status", "runId": run_id}}}),
+    ];
+    for request in requests {
+        writeln!(input, "{request}").expect("write a request");
+    }
+    let output = child.stdout.take().unwrap();
+    let (lines, answers) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let result = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = answers
+            .recv_timeout(left)
+            .expect("an answer to the status call");
+        let message: Value = serde_json::from_str(&line).expect("a JSON line");
+        if message["id"] == 2 {
+            break message["result"].clone();
+        }
+    };
+    drop(input);
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }
