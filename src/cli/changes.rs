@@ -67,27 +67,46 @@ pub(super) async fn changes(env: &EnvSnapshot, args: ChangesArgs) -> Result<u8> 
     .await
 }
 
-/// On stderr at the end of a foreground run: each isolated call's branch and diff size, and
-/// how to take one. Nothing when the run isolated no call.
+/// How many isolated calls a foreground run's summary lists one by one.
+const SUMMARY_CALLS_LISTED: usize = 20;
+
+/// On stderr at the end of a foreground run: each isolated call's branch and diff size (the
+/// first [`SUMMARY_CALLS_LISTED`]), and how to take one. Nothing when the run isolated no
+/// call.
 pub(super) async fn report_changes(engine: &Engine, run_id: &RunId) {
     let Ok(calls) = current_calls(engine, run_id).await else {
         return;
     };
     let isolated: Vec<&CallRecord> = calls.iter().filter(|c| c.changes.is_some()).collect();
-    if isolated.is_empty() {
-        return;
-    }
-    let changed = isolated.iter().filter(|c| has_branch(c)).count();
-    note!(
-        "{changed} of {} isolated agent calls changed files:",
-        isolated.len()
-    );
-    for line in listing_lines(&isolated) {
+    for line in summary_lines(run_id, &isolated) {
         note!("{line}");
     }
-    if changed > 0 {
-        note!("apply one with `agentprism changes {run_id} --apply <INDEX>`");
+}
+
+/// [`report_changes`]'s lines.
+fn summary_lines(run_id: &RunId, isolated: &[&CallRecord]) -> Vec<String> {
+    if isolated.is_empty() {
+        return Vec::new();
     }
+    let changed = isolated.iter().filter(|c| has_branch(c)).count();
+    let mut lines = vec![format!(
+        "{changed} of {} isolated agent calls changed files:",
+        isolated.len()
+    )];
+    let shown = &isolated[..isolated.len().min(SUMMARY_CALLS_LISTED)];
+    lines.extend(listing_lines(shown));
+    if isolated.len() > shown.len() {
+        lines.push(format!(
+            "  … and {} more (`agentprism changes {run_id}` lists them all)",
+            isolated.len() - shown.len()
+        ));
+    }
+    if changed > 0 {
+        lines.push(format!(
+            "apply one with `agentprism changes {run_id} --apply <INDEX>`"
+        ));
+    }
+    lines
 }
 
 /// The run's agent calls as they stand: the rows no later generation replaced, one per
@@ -489,6 +508,44 @@ mod tests {
         assert!(message(2).contains("changed nothing"), "{}", message(2));
         assert!(message(7).contains("has no agent call 7"), "{}", message(7));
         assert!(message(7).starts_with("--apply 7: "), "{}", message(7));
+    }
+
+    #[test]
+    fn the_summary_counts_the_calls_that_changed_files_and_lists_the_first_twenty() {
+        let id = run_id(RUN);
+        assert!(
+            summary_lines(&id, &[]).is_empty(),
+            "no isolated call, no summary"
+        );
+        let rows: Vec<CallRecord> = (0..25)
+            .map(|index| {
+                let branch = format!("agentprism/r/{index}-c");
+                isolated(index, "c", (index % 5 != 0).then_some(branch.as_str()))
+            })
+            .collect();
+        let refs: Vec<&CallRecord> = rows.iter().collect();
+        let lines = summary_lines(&id, &refs);
+        assert_eq!(lines[0], "20 of 25 isolated agent calls changed files:");
+        assert_eq!(lines.len(), 1 + 20 + 2, "{lines:#?}");
+        assert!(lines[20].starts_with("  #19 "), "{}", lines[20]);
+        assert_eq!(
+            lines[21],
+            format!("  … and 5 more (`agentprism changes {RUN}` lists them all)")
+        );
+        assert_eq!(
+            lines[22],
+            format!("apply one with `agentprism changes {RUN} --apply <INDEX>`")
+        );
+        let idle = [isolated(0, "c", None)];
+        let idle: Vec<&CallRecord> = idle.iter().collect();
+        assert_eq!(
+            summary_lines(&id, &idle),
+            [
+                "0 of 1 isolated agent calls changed files:".to_owned(),
+                "  #0    c                        no changes (base 4b825dc)".to_owned(),
+            ],
+            "nothing to apply, no advice to"
+        );
     }
 
     #[test]
