@@ -38,6 +38,9 @@ pub enum Command {
     Setup(SetupArgs),
     /// Print a completed run's exact result JSON.
     Result(ResultArgs),
+    /// List the branches a run's isolated agent calls left, or merge one into the project's
+    /// current branch (`--apply`).
+    Changes(ChangesArgs),
     /// Probe the backends a script can route to: their models, modes and options (zero
     /// tokens).
     Config(ConfigArgs),
@@ -330,6 +333,19 @@ pub struct SetupArgs {
 pub struct ResultArgs {
     /// The completed run.
     pub run_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChangesArgs {
+    /// The run whose isolated calls to list.
+    pub run_id: String,
+    /// Merge this call's branch (its index, as the list shows it) into the current branch
+    /// of the run's project; on a conflict nothing is changed and the files are named.
+    #[arg(long = "apply", value_name = "INDEX")]
+    pub apply: Option<u32>,
+    /// Print the list as JSON: the run's workspace base and each isolated call's changes.
+    #[arg(long, conflicts_with = "apply")]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

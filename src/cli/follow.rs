@@ -118,6 +118,7 @@ async fn settle(
         say!("{}", serde_json::to_string_pretty(&status)?);
     }
     report_failed_calls(engine, run_id).await;
+    super::changes::report_changes(engine, run_id).await;
     let outcome = status.get("outcome").cloned().unwrap_or(Value::Null);
     let interrupted_code = interrupted.map(|(_, code)| code);
     let code = match state.as_str() {

@@ -11,7 +11,7 @@ use super::{EXIT_COMPLETED, EXIT_FAILED};
 use crate::app::foreground_engine;
 use crate::engine::{EngineError, StatusQuery};
 use crate::env::EnvSnapshot;
-use crate::model::{RunStatus, RunSummary};
+use crate::model::{CallChanges, RunStatus, RunSummary, WorkspaceBase, short_commit};
 use crate::util::iso_time;
 
 /// `status <runId>`: the bounded status document, as text or `--json`.
@@ -118,6 +118,12 @@ fn print_status(status: &Value) {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     );
+    if let Some(base) = status
+        .get("workspace")
+        .and_then(|base| serde_json::from_value::<WorkspaceBase>(base.clone()).ok())
+    {
+        say!("{}", workspace_line(&base));
+    }
     for call in status
         .get("calls")
         .and_then(Value::as_array)
@@ -125,6 +131,9 @@ fn print_status(status: &Value) {
         .flatten()
     {
         say!("{}", call_line(call));
+        if let Some(changes) = call_changes(call) {
+            say!("        {}", changes.summary());
+        }
     }
     for line in status
         .pointer("/logTail/lines")
@@ -150,6 +159,25 @@ fn print_status(status: &Value) {
     {
         say!("error: {error}");
     }
+}
+
+/// Where the run's isolated calls start from.
+fn workspace_line(base: &WorkspaceBase) -> String {
+    let dirty = if base.dirty {
+        " (uncommitted changes at admission are not in it)"
+    } else {
+        ""
+    };
+    format!(
+        "isolated calls start from commit {} of {}{dirty}",
+        short_commit(&base.commit),
+        base.repository
+    )
+}
+
+/// What an isolated call of the status document changed.
+fn call_changes(call: &Value) -> Option<CallChanges> {
+    serde_json::from_value(call.get("changes")?.clone()).ok()
 }
 
 /// One call of `status`: index, label, and its state or error.

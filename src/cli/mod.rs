@@ -3,7 +3,8 @@
 //! composition root (`crate::app`) and keeps only the words, flags and exit codes:
 //! `foreground.rs` (`validate`, `run`, `resume`, `setup`) and `follow.rs` (watching a run
 //! execute here, `progress.rs` its display), `inspect.rs` (`status`, `pause`, `runs`, `stop`,
-//! `result`), `config.rs` (the backends' probes), `monitor.rs` (the run monitor's URL on the
+//! `result`), `changes.rs` (`changes`: isolated calls' branches, and applying one),
+//! `config.rs` (the backends' probes), `monitor.rs` (the run monitor's URL on the
 //! daemon), `serve.rs`, `completions.rs`, `input.rs` (input errors, engine errors in CLI
 //! words), `daemon/` (`agentprism daemon …`).
 //!
@@ -34,6 +35,7 @@ macro_rules! note_partial {
 }
 
 mod args;
+mod changes;
 mod completions;
 mod config;
 pub(crate) mod daemon;
@@ -54,9 +56,9 @@ use anyhow::Result;
 use crate::env::EnvSnapshot;
 
 pub use args::{
-    Cli, Command, CompletionShell, CompletionsArgs, ConfigArgs, ForegroundArgs, LimitArgs,
-    PackArgs, PauseArgs, ReaperArgs, ResultArgs, ResumeArgs, RunArgs, RunsAction, RunsArgs,
-    ScriptArgs, ServeArgs, SetupArgs, StatusArgs, StopArgs, ValidateArgs,
+    ChangesArgs, Cli, Command, CompletionShell, CompletionsArgs, ConfigArgs, ForegroundArgs,
+    LimitArgs, PackArgs, PauseArgs, ReaperArgs, ResultArgs, ResumeArgs, RunArgs, RunsAction,
+    RunsArgs, ScriptArgs, ServeArgs, SetupArgs, StatusArgs, StopArgs, ValidateArgs,
 };
 pub use completions::public_command;
 
@@ -153,6 +155,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Stop(args) => inspect::stop(&env, args).await,
         Command::Setup(args) => foreground::setup(&env, args).await,
         Command::Result(args) => inspect::result(&env, args).await,
+        Command::Changes(args) => changes::changes(&env, args).await,
         Command::Config(args) => config::config(&env, args).await,
         Command::Serve(args) => serve::serve(&env, args).await,
         Command::Pack(args) => pack::pack(args).await,

@@ -15,7 +15,7 @@ pub(crate) mod isolation;
 pub(crate) mod routing;
 pub(crate) mod waits;
 
-pub use isolation::{CallChanges, WorkspaceBase};
+pub use isolation::{CallChanges, WorkspaceBase, short_commit};
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
 pub use waits::{
     AuthContext, AuthMethod, CheckpointKind, CheckpointWait, SetupKind, SetupRequest, SetupState,

@@ -48,7 +48,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::model::{
-    CallError, CallKind, CallOrigin, CallOutcome, CallRecord, EventRecord, RunId, RunStatus,
+    CallChanges, CallError, CallKind, CallOrigin, CallOutcome, CallRecord, EventRecord, RunId,
+    RunStatus,
 };
 
 mod codec;
@@ -181,6 +182,8 @@ pub struct CallSummary {
     pub origin: CallOrigin,
     pub result: Option<serde_json::Value>,
     pub error: Option<CallError>,
+    /// What an isolated call changed.
+    pub changes: Option<CallChanges>,
 }
 
 impl From<&CallRecord> for CallSummary {
@@ -197,6 +200,7 @@ impl From<&CallRecord> for CallSummary {
             origin: call.origin,
             result: call.result.clone(),
             error: call.error.clone(),
+            changes: call.changes.clone(),
         }
     }
 }

@@ -15,8 +15,8 @@ use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
 use crate::model::{
-    AuthContext, CallKind, CallOrigin, CallOutcome, CheckpointWait, Phase, RunId, RunRecord,
-    RunStatus, ScriptRevision, SetupWait, Usage,
+    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CheckpointWait, Phase, RunId,
+    RunRecord, RunStatus, ScriptRevision, SetupWait, Usage, WorkspaceBase,
 };
 use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 
@@ -106,6 +106,9 @@ pub struct StatusDocument {
     /// Permission requests of this process's live calls.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pending_permissions: Vec<Value>,
+    /// Where the run's isolated calls start from, once a run isolates calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceBase>,
     pub filter: Filter,
     pub calls: Vec<CallEntry>,
     pub phases: Vec<Phase>,
@@ -155,6 +158,9 @@ pub struct CallEntry {
     /// Answered from the journal of an earlier generation.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// What a settled isolated call changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<CallChanges>,
 }
 
 /// `logTail`: the log lines shown, redacted and capped.
@@ -370,6 +376,7 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
                 .as_ref()
                 .map(|error| error_message(&error.message)),
             replayed: call.origin == CallOrigin::JournalReplay,
+            changes: call.changes.clone(),
         });
     }
     if let Some(live) = live {
@@ -389,6 +396,7 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
                 error_code: None,
                 error_message: None,
                 replayed: false,
+                changes: None,
             });
         }
     }
@@ -470,6 +478,7 @@ fn head(
         script_revisions: record.script_revisions.clone(),
         latest_activity: live.and_then(|l| l.latest_activity.clone()),
         pending_permissions: permissions.iter().map(PendingPermission::to_json).collect(),
+        workspace: record.workspace.clone(),
         filter: Filter {
             last_n: query.last_n,
             log_lines: query.log_lines,

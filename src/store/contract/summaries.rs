@@ -77,6 +77,9 @@ pub async fn status_call_tail_is_the_call_tail_narrowed<B: Backend>(backend: &B)
         tail.calls[2].error.as_ref().map(|e| e.code.as_str()),
         Some("AGENT_FAILED")
     );
+    // An isolated call's outcome is among the shown columns.
+    assert_eq!(tail.calls[0].changes, rows[1].changes);
+    assert!(tail.calls[0].changes.is_some());
     assert_unknown(
         store
             .status_call_tail(&run_id("lq3k2m3-nope00"), 5, true)

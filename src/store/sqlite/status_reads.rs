@@ -15,11 +15,11 @@ use crate::store::{CallSummary, StoreResult, SummaryTail};
 
 /// The shown columns, in the order [`SHOWN`] names them.
 const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
-         model_requested, backend_id, outcome, origin, result, error
+         model_requested, backend_id, outcome, origin, result, error, changes
      FROM calls
      WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
      ORDER BY call_index DESC LIMIT ?3";
-const SHOWN: [&str; 11] = [
+const SHOWN: [&str; 12] = [
     "generation",
     "call_index",
     "kind",
@@ -31,6 +31,7 @@ const SHOWN: [&str; 11] = [
     "origin",
     "result",
     "error",
+    "changes",
 ];
 
 pub(super) fn tail(
@@ -89,6 +90,7 @@ fn summary(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallSummary> {
         origin: columns.parsed(8, CallOrigin::parse)?,
         result: columns.optional_json(9)?,
         error: columns.optional_json(10)?,
+        changes: columns.optional_json(11)?,
     })
 }
 

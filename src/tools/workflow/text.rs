@@ -19,6 +19,7 @@ use std::fmt::Write;
 use serde_json::{Value, json};
 
 use crate::engine::status::MAX_TEXT_BYTES;
+use crate::model::{CallChanges, WorkspaceBase, short_commit};
 
 /// The page size every `next` suggests for `result`. A page's chunk is a JSON string inside
 /// the answer, so escaping can double its bytes (a result of quotes or backslashes); 4,096
@@ -140,6 +141,7 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
     run_line(&mut out, status);
     result_and_next(&mut out, status);
     waits(&mut out, status);
+    workspace(&mut out, status);
     calls(&mut out, status);
     if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
         && !lines.is_empty()
@@ -276,7 +278,34 @@ fn calls(out: &mut String, status: &Value) {
             call["index"],
             cap(call["label"].as_str().unwrap_or_default())
         );
+        if let Some(changes) = call
+            .get("changes")
+            .and_then(|c| serde_json::from_value::<CallChanges>(c.clone()).ok())
+        {
+            let _ = writeln!(out, "    changes: {}", cap(&changes.summary()));
+        }
     }
+}
+
+/// Where the run's isolated calls start from, when it isolates any.
+fn workspace(out: &mut String, status: &Value) {
+    let Some(base) = status
+        .get("workspace")
+        .and_then(|b| serde_json::from_value::<WorkspaceBase>(b.clone()).ok())
+    else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "Isolated calls start from commit {} of {}{}; each call's branch is in its `changes`.",
+        short_commit(&base.commit),
+        cap(&base.repository),
+        if base.dirty {
+            " (the tree's uncommitted changes at admission are not in it)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// Cuts a quoted string to one bounded line.
@@ -484,6 +513,45 @@ mod tests {
         );
         let last = json!({"runId": "ma-b", "endOffset": 20000, "hasMore": false, "chunk": "y"});
         assert_eq!(next_for_result(&last, 4096), Value::Null);
+    }
+
+    /// An isolated call's branch and diff size follow its line, and the base the run's
+    /// calls start from comes before them; a call without changes reads as before.
+    #[test]
+    fn the_status_text_shows_isolated_calls_branches_and_the_base() {
+        let document = json!({
+            "runId": "ma-b", "status": "completed", "workflowName": "w",
+            "workspace": {"repository": "/repo", "commit": "0123456789abcdef0123456789abcdef01234567", "dirty": true},
+            "calls": [
+                {"index": 0, "label": "fix", "changes": {"branch": "agentprism/ma-b/0-fix",
+                    "baseCommit": "0123456789abcdef0123456789abcdef01234567",
+                    "headCommit": "89abcdef0123456789abcdef0123456789abcdef",
+                    "filesChanged": 3, "insertions": 20, "deletions": 4}},
+                {"index": 1, "label": "idle", "changes": {"branch": null,
+                    "baseCommit": "0123456789abcdef0123456789abcdef01234567",
+                    "headCommit": "0123456789abcdef0123456789abcdef01234567",
+                    "filesChanged": 0, "insertions": 0, "deletions": 0}},
+                {"index": 2, "label": "shared"},
+            ],
+            "truncation": {"calls": {"total": 3}},
+        });
+        let text = status(None, &document);
+        assert!(
+            text.contains("Isolated calls start from commit 0123456 of /repo (the tree's uncommitted changes at admission are not in it)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  #0 fix [done]\n    changes: agentprism/ma-b/0-fix  3 files changed, +20 -4  0123456..89abcde\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  #1 idle [done]\n    changes: no changes (base 0123456)\n"),
+            "{text}"
+        );
+        assert!(text.contains("  #2 shared [done]\n"), "{text}");
+        assert_eq!(text.matches("changes:").count(), 2, "{text}");
+        let plain = json!({"runId": "ma-b", "status": "completed", "calls": []});
+        assert!(!status(None, &plain).contains("Isolated"));
     }
 
     #[test]

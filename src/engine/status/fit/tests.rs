@@ -70,6 +70,15 @@ fn entry(index: u32, label: String, preview: Option<Value>) -> CallEntry {
         error_code: None,
         error_message: None,
         replayed: false,
+        // Every third call ran isolated, so the sizes reckoned include its outcome.
+        changes: index.is_multiple_of(3).then(|| crate::model::CallChanges {
+            branch: Some(format!("agentprism/r/{index}-{}", index * 7)),
+            base_commit: "0".repeat(40),
+            head_commit: "f".repeat(40),
+            files_changed: index,
+            insertions: index * 11,
+            deletions: index * 3,
+        }),
     }
 }
 
