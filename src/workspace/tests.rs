@@ -458,6 +458,75 @@ async fn apply_merges_a_branch_or_names_conflicts_and_changes_nothing() {
     );
 }
 
+/// A tree with uncommitted changes to tracked files, or in the middle of a merge, is refused
+/// before git merges anything: an abort could not give either back.
+#[tokio::test]
+async fn apply_refuses_a_dirty_tree_and_a_merge_under_way_changing_nothing() {
+    let fixture = Fixture::new();
+    let repository = fixture.repository();
+    let base = fixture.workspaces.base(&repository).await.unwrap();
+    let mut finished = Vec::new();
+    for index in 0..2 {
+        let workspace = fixture
+            .workspaces
+            .open(&base, call("run-d", index, ""))
+            .await
+            .unwrap();
+        std::fs::write(workspace.cwd.join("d.txt"), format!("call {index}\n")).unwrap();
+        finished.push(fixture.workspaces.finish(&base, workspace).await.unwrap());
+    }
+    let tracked = fixture.git(&repository, &["ls-files"]);
+    let tracked = repository.join(tracked.lines().next().expect("a tracked file"));
+    let before = std::fs::read_to_string(&tracked).unwrap();
+    std::fs::write(&tracked, format!("{before}mine\n")).unwrap();
+    let error = fixture
+        .workspaces
+        .apply(&repository, &finished[0])
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("uncommitted changes"), "{error}");
+    assert!(!repository.join("d.txt").exists());
+    std::fs::write(&tracked, &before).unwrap();
+
+    // The user's own conflicting merge, left unfinished.
+    let mut merging = std::process::Command::new("git");
+    merging
+        .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+        .args(["merge", "--no-edit", finished[0].branch.as_deref().unwrap()])
+        .current_dir(&repository);
+    assert!(merging.output().unwrap().status.success());
+    fixture.git(&repository, &["reset", "--hard", "HEAD~1"]);
+    std::fs::write(repository.join("d.txt"), "mine\n").unwrap();
+    fixture.git(&repository, &["add", "d.txt"]);
+    fixture.git(
+        &repository,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@example.invalid",
+            "commit",
+            "-qm",
+            "mine",
+        ],
+    );
+    let mut conflicting = std::process::Command::new("git");
+    conflicting
+        .args(["merge", "--no-edit", finished[1].branch.as_deref().unwrap()])
+        .current_dir(&repository);
+    assert!(!conflicting.output().unwrap().status.success());
+    let error = fixture
+        .workspaces
+        .apply(&repository, &finished[0])
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("middle of a merge"), "{error}");
+    assert!(
+        repository.join(".git").join("MERGE_HEAD").exists(),
+        "the user's merge is still there"
+    );
+}
+
 #[tokio::test]
 async fn discard_refuses_a_folder_that_is_not_one_of_ours() {
     let fixture = Fixture::new();
