@@ -1,11 +1,11 @@
 //! Worktree isolation outside a generation: the base admission records for a run that asks
 //! for isolation, and the start-up sweep of worktrees whose calls no longer run.
 //!
-//! A run gets a base when its dry run made an isolated call, when its script's text mentions
-//! isolation at all (a call the dry run did not reach, `isolated()`), or when one of the
+//! A run gets a base when its dry run made an isolated call, when its script's code names
+//! the option or the helper (a call the dry run did not reach), or when one of the
 //! project's agent definitions isolates its calls. Finding the base runs git, so a run that
 //! asks for none pays nothing. A run whose dry run made an isolated call in a folder that
-//! cannot give a base is refused before anything is spent; a run that only mentions
+//! cannot give a base is refused before anything is spent; a run that only names
 //! isolation is admitted without a base, and an isolated call of it fails naming why.
 
 use std::path::Path;
@@ -55,7 +55,7 @@ impl Engine {
             Err(error) => Ok((
                 None,
                 Some(format!(
-                    "the script mentions isolation, but isolated calls cannot run here: {error}"
+                    "the script asks for isolation, but isolated calls cannot run here: {error}"
                 )),
             )),
         }
@@ -94,11 +94,11 @@ impl Engine {
     }
 }
 
-/// Whether the run may make isolated calls: the dry run made one, the script mentions
-/// isolation, or an agent definition of the project isolates.
+/// Whether the run may make isolated calls: the dry run made one, the script's code names
+/// the option or `isolated()`, or an agent definition of the project isolates.
 fn asks_for_isolation(prepared: &Prepared) -> bool {
     prepared.isolated_calls > 0
-        || prepared.text.contains("isolat")
+        || names_isolation(&prepared.text)
         || prepared
             .routing
             .agents
@@ -106,7 +106,35 @@ fn asks_for_isolation(prepared: &Prepared) -> bool {
             .any(|definition| definition.isolation.is_some())
 }
 
+/// Whether `text` calls `isolated(` or sets an `isolation` key (`isolation:`, `"isolation":`,
+/// `['isolation']:`): prose that merely says the word does not count.
+fn names_isolation(text: &str) -> bool {
+    if text.contains("isolated(") {
+        return true;
+    }
+    text.match_indices("isolation").any(|(at, word)| {
+        text[at + word.len()..]
+            .trim_start_matches(['"', '\'', '`', ']', ' ', '\t'])
+            .starts_with(':')
+    })
+}
+
 /// A commit's first 12 digits, for messages.
 fn short(commit: &str) -> &str {
     &commit[..commit.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_isolation;
+
+    #[test]
+    fn only_code_that_names_the_option_or_the_helper_counts() {
+        assert!(names_isolation("agent(p, {isolation: 'worktree'})"));
+        assert!(names_isolation("const o = {\"isolation\" : \"worktree\"};"));
+        assert!(names_isolation("o['isolation']: 1"));
+        assert!(names_isolation("await isolated('fix')"));
+        assert!(!names_isolation("meta = { description: 'no isolation' }"));
+        assert!(!names_isolation("// isolation is for later"));
+    }
 }
