@@ -209,7 +209,7 @@ fn is_alive(pid: i32) -> bool {
 }
 
 pub(crate) struct Outcome {
-    code: Option<i32>,
+    pub(crate) code: Option<i32>,
     stdout: String,
     stderr: String,
 }

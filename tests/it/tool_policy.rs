@@ -141,7 +141,8 @@ async fn an_allowed_tool_waits_for_the_usual_answer() {
 
 /// claude-agent-acp against the fake model server, whose model asks for `Bash` (to create a
 /// file) in a session whose definition disallows it, with the CLI set to allow every request
-/// it sees. On the built-in `claude` backend the list reaches Claude Code as its own
+/// it sees. Both sessions run in Claude Code's `default` mode, where it asks before a shell
+/// command (its own default, `auto`, lets a classifier decide without asking). On the built-in `claude` backend the list reaches Claude Code as its own
 /// `disallowedTools`, so Claude Code refuses the tool itself; on a host-defined backend that
 /// runs the same adapter (whose `_meta` form agentprism does not assume) the adapter's
 /// permission request meets the engine's policy, which denies it. Either way the file is never
@@ -168,8 +169,8 @@ async fn claude_never_runs_a_bash_the_definition_disallows() {
     let hosted = context.dir.path().join("hosted-ran");
     let script = format!(
         "export const meta = {{ name: 'policy', description: 'd', model: 'claude' }};\n\
-         const builtIn = await agent('Run it.\\nMOCK_BASH=touch {}', {{ agentType: 'nobash' }});\n\
-         const hosted = await agent('Run it.\\nMOCK_BASH=touch {}', {{ agentType: 'nobash', model: 'hostclaude' }});\n\
+         const builtIn = await agent('Run it.\\nMOCK_BASH=touch {}', {{ agentType: 'nobash', mode: 'default' }});\n\
+         const hosted = await agent('Run it.\\nMOCK_BASH=touch {}', {{ agentType: 'nobash', model: 'hostclaude', mode: 'default' }});\n\
          return {{ builtIn, hosted }};\n",
         built_in.display(),
         hosted.display()
@@ -211,7 +212,7 @@ async fn claude_never_runs_a_bash_the_definition_disallows() {
         .filter(|event| event["type"] == "permissionDenied")
         .collect();
     // Only the host-defined backend's request reached the engine; the built-in one never asked.
-    assert_eq!(denied.len(), 1, "{denied:#?}");
+    assert_eq!(denied.len(), 1, "{denied:#?} {status:#}");
     assert_eq!(denied[0]["callIndex"], 1);
     assert_eq!(denied[0]["rule"], "disallowedTools: Bash");
     context.assert_no_processes_left().await;
