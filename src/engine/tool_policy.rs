@@ -97,9 +97,26 @@ impl ToolPolicy {
 
 /// Claude Code's built-in tool names, to pass an entry to Claude Code in the case it matches.
 const CLAUDE_TOOLS: &[&str] = &[
-    "Agent", "Bash", "BashOutput", "Edit", "ExitPlanMode", "Glob", "Grep", "KillShell", "LS",
-    "MultiEdit", "NotebookEdit", "NotebookRead", "Read", "Skill", "SlashCommand", "Task",
-    "TodoWrite", "WebFetch", "WebSearch", "Write",
+    "Agent",
+    "Bash",
+    "BashOutput",
+    "Edit",
+    "ExitPlanMode",
+    "Glob",
+    "Grep",
+    "KillShell",
+    "LS",
+    "MultiEdit",
+    "NotebookEdit",
+    "NotebookRead",
+    "Read",
+    "Skill",
+    "SlashCommand",
+    "Task",
+    "TodoWrite",
+    "WebFetch",
+    "WebSearch",
+    "Write",
 ];
 
 impl ToolPolicy {
@@ -179,7 +196,10 @@ fn object_at<'a>(
 fn claude_case(entry: &str) -> String {
     let entry = entry.trim();
     let (name, rest) = entry.find('(').map_or((entry, ""), |at| entry.split_at(at));
-    match CLAUDE_TOOLS.iter().find(|tool| tool.eq_ignore_ascii_case(name.trim())) {
+    match CLAUDE_TOOLS
+        .iter()
+        .find(|tool| tool.eq_ignore_ascii_case(name.trim()))
+    {
         Some(tool) => format!("{tool}{rest}"),
         None => entry.to_owned(),
     }
@@ -325,7 +345,10 @@ mod tests {
         assert!(policy(&[], &["Write"]).check(&edit).is_some());
         assert_eq!(policy(&["Edit"], &[]).check(&edit), None);
         assert!(policy(&["Read"], &[]).check(&edit).is_some());
-        assert_eq!(policy(&["grep"], &[]).check(&json!({"kind": "search"})), None);
+        assert_eq!(
+            policy(&["grep"], &[]).check(&json!({"kind": "search"})),
+            None
+        );
     }
 
     #[test]
@@ -337,9 +360,15 @@ mod tests {
         let denial = read_only
             .check(&json!({"kind": "other", "title": "?"}))
             .expect("denied");
-        assert_eq!((denial.tool.as_str(), denial.rule.as_str()), ("unknown", "tools: not listed"));
+        assert_eq!(
+            (denial.tool.as_str(), denial.rule.as_str()),
+            ("unknown", "tools: not listed")
+        );
         // Without a tools list an unknown tool is left to the usual answer.
-        assert_eq!(policy(&[], &["Bash"]).check(&json!({"kind": "other"})), None);
+        assert_eq!(
+            policy(&[], &["Bash"]).check(&json!({"kind": "other"})),
+            None
+        );
     }
 
     #[test]
@@ -353,8 +382,16 @@ mod tests {
 
     #[test]
     fn specifiers_only_ever_narrow() {
-        assert!(policy(&[], &["Bash(rm:*)"]).check(&json!({"name": "Bash"})).is_some());
-        assert!(policy(&["Bash(git:*)"], &[]).check(&json!({"name": "Bash"})).is_some());
+        assert!(
+            policy(&[], &["Bash(rm:*)"])
+                .check(&json!({"name": "Bash"}))
+                .is_some()
+        );
+        assert!(
+            policy(&["Bash(git:*)"], &[])
+                .check(&json!({"name": "Bash"}))
+                .is_some()
+        );
     }
 
     #[test]
@@ -363,7 +400,11 @@ mod tests {
         assert!(policy(&[], &["mcp__github"]).check(&call).is_some());
         assert!(policy(&[], &["mcp__git"]).check(&call).is_none());
         assert_eq!(policy(&["MCP__GitHub"], &[]).check(&call), None);
-        assert!(policy(&[], &["mcp__github__create_issue"]).check(&call).is_some());
+        assert!(
+            policy(&[], &["mcp__github__create_issue"])
+                .check(&call)
+                .is_some()
+        );
         assert!(policy(&[], &["mcp__github__list"]).check(&call).is_none());
     }
 
@@ -403,10 +444,7 @@ mod tests {
         };
         assert_eq!(ToolPolicy::of(&definition), None);
         definition.disallowed_tools = vec!["Bash".into()];
-        assert_eq!(
-            ToolPolicy::of(&definition),
-            Some(policy(&[], &["Bash"]))
-        );
+        assert_eq!(ToolPolicy::of(&definition), Some(policy(&[], &["Bash"])));
     }
 
     #[test]

@@ -45,15 +45,19 @@ async fn events_of(h: &Harness, run_id: &RunId, kind: &str) -> Vec<Value> {
 /// and whether any permission request of the run was ever pending.
 async fn run_denied(h: &Harness, name: &str, directive: &str) -> (RunId, Value, bool) {
     let mut notices = h.engine.subscribe();
-    let script = format!(
-        "{HEADER}return await agent('x\\n{directive}', {{ agentType: '{name}' }});"
-    );
+    let script =
+        format!("{HEADER}return await agent('x\\n{directive}', {{ agentType: '{name}' }});");
     let run_id = h.start(&script).await.expect("admitted");
     // A request the policy lets through waits for an answer nobody gives here.
     tokio::time::timeout(RUN_DEADLINE, h.engine.wait(&run_id))
         .await
         .unwrap_or_else(|_| panic!("the run did not end within {RUN_DEADLINE:?}"));
-    let status = json!(h.engine.status(&run_id, &StatusQuery::default()).await.unwrap());
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     let mut asked = false;
     while let Ok(notice) = notices.try_recv() {
         asked |= matches!(notice, RunNotice::Permission { run_id: ref id, .. } if *id == run_id);
@@ -90,7 +94,11 @@ async fn a_tool_the_list_does_not_name_is_denied_by_its_kind() {
     define(&h, "reader", "tools: Read, Grep");
     // No adapter name: the kind `execute` stands for Bash, which the list does not name.
     let (run_id, status, asked) = run_denied(&h, "reader", "@mock permission execute").await;
-    assert_eq!(status["outcome"]["result"], json!("PERMISSION: reject"), "{status:#}");
+    assert_eq!(
+        status["outcome"]["result"],
+        json!("PERMISSION: reject"),
+        "{status:#}"
+    );
     assert!(!asked, "the request was shown as pending");
     let denied = events_of(&h, &run_id, "permissionDenied").await;
     assert_eq!(denied.len(), 1, "{denied:#?}");
@@ -104,7 +112,11 @@ async fn a_tool_the_list_does_not_name_is_denied_by_its_kind() {
 #[tokio::test]
 async fn an_allowed_tool_waits_for_the_usual_answer() {
     let h = mock_harness();
-    define(&h, "builder", "tools: [Read, Bash]\ndisallowedTools: WebFetch");
+    define(
+        &h,
+        "builder",
+        "tools: [Read, Bash]\ndisallowedTools: WebFetch",
+    );
     let mut notices = h.engine.subscribe();
     let script = format!(
         "{HEADER}return await agent('x\\n@mock permission execute Bash', {{ agentType: 'builder' }});"
@@ -120,7 +132,12 @@ async fn an_allowed_tool_waits_for_the_usual_answer() {
             _ => {}
         }
     };
-    let status = json!(h.engine.status(&run_id, &StatusQuery::default()).await.unwrap());
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         status["pendingPermissions"][0]["permissionId"],
         permission_id.as_str()
@@ -133,8 +150,17 @@ async fn an_allowed_tool_waits_for_the_usual_answer() {
         .await
         .expect("answered");
     h.engine.wait(&run_id).await;
-    let status = json!(h.engine.status(&run_id, &StatusQuery::default()).await.unwrap());
-    assert_eq!(status["outcome"]["result"], json!("PERMISSION: allow"), "{status:#}");
+    let status = json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        status["outcome"]["result"],
+        json!("PERMISSION: allow"),
+        "{status:#}"
+    );
     assert!(events_of(&h, &run_id, "permissionDenied").await.is_empty());
     h.engine.shutdown(std::time::Duration::from_secs(5)).await;
 }
