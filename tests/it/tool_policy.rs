@@ -240,6 +240,8 @@ async fn claude_never_runs_a_bash_the_definition_disallows() {
     // Only the host-defined backend's request reached the engine; the built-in one never asked.
     assert_eq!(denied.len(), 1, "{denied:#?} {status:#}");
     assert_eq!(denied[0]["callIndex"], 1);
+    // claude-agent-acp names its tool in the request, so the rule matched the name, not a kind.
+    assert_eq!(denied[0]["tool"], "Bash");
     assert_eq!(denied[0]["rule"], "disallowedTools: Bash");
     context.assert_no_processes_left().await;
 }
