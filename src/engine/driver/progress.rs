@@ -1,6 +1,6 @@
 //! Agent activity while a call runs: the `agentStart`, `agentNotice`, `permissionDenied`,
-//! `agentProgress` and `agentTranscript` events, coalesced to at most one progress event a second per call plus
-//! a heartbeat, and the live view's `latestActivity`.
+//! `agentProgress` and `agentTranscript` events, coalesced to at most one progress event a
+//! second per call plus a heartbeat, and the live view's `latestActivity`.
 
 use std::time::{Duration, Instant};
 
