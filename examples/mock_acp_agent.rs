@@ -834,7 +834,7 @@ impl Turn<'_> {
                 }));
             }
             "permission" => {
-                let outcome = self.ask_permission();
+                let outcome = self.ask_permission(args);
                 self.add_reply(format!("PERMISSION: {outcome}"));
             }
             "read" => {
@@ -927,22 +927,26 @@ impl Turn<'_> {
         Ok(None)
     }
 
-    /// Announces a pending tool call and asks the client to allow it. Deliberately not
-    /// interrupted by a cancel: the client must answer `cancelled` itself, as ACP requires.
-    fn ask_permission(&mut self) -> String {
+    /// Announces a pending tool call and asks the client to allow it. `args` is `[KIND [NAME]]`:
+    /// the ACP tool kind (`edit` when absent) and the adapter's own tool name, sent as
+    /// claude-agent-acp sends it (`_meta.claudeCode.toolName`). Deliberately not interrupted by
+    /// a cancel: the client must answer `cancelled` itself, as ACP requires.
+    fn ask_permission(&mut self, args: &str) -> String {
         let tool_call_id = format!("mock-tool-{}", self.agent.serial());
-        self.update(json!({
-            "sessionUpdate": "tool_call",
-            "toolCallId": tool_call_id,
-            "title": "Mock edit",
-            "kind": "edit",
-            "status": "pending",
-        }));
+        let mut words = args.split_whitespace();
+        let kind = words.next().unwrap_or("edit");
+        let mut tool_call = json!({ "toolCallId": tool_call_id, "title": format!("Mock {kind}"), "kind": kind, "status": "pending" });
+        if let Some(name) = words.next() {
+            tool_call["_meta"] = json!({ "claudeCode": { "toolName": name } });
+        }
+        let mut announced = tool_call.clone();
+        announced["sessionUpdate"] = json!("tool_call");
+        self.update(announced);
         let answer = self.agent.request(
             "session/request_permission",
             json!({
                 "sessionId": self.session_id,
-                "toolCall": { "toolCallId": tool_call_id, "title": "Mock edit", "kind": "edit", "status": "pending" },
+                "toolCall": tool_call,
                 "options": [
                     { "optionId": "allow", "name": "Allow", "kind": "allow_once" },
                     { "optionId": "reject", "name": "Reject", "kind": "reject_once" },

@@ -26,6 +26,7 @@ pub mod schema;
 pub(crate) mod script;
 pub(crate) mod sources;
 pub(crate) mod status;
+pub(crate) mod tool_policy;
 pub(crate) mod vm;
 
 pub use manager::{

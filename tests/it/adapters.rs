@@ -32,7 +32,7 @@ const OK_SCHEMA: &str =
     "{ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Backend {
+pub(crate) enum Backend {
     Claude,
     Codex,
     Opencode,
@@ -51,7 +51,7 @@ impl Backend {
 }
 
 /// The manifest lines `scripts/install-test-deps` writes.
-struct Deps {
+pub(crate) struct Deps {
     fields: Vec<(String, PathBuf)>,
 }
 
@@ -75,7 +75,7 @@ impl Deps {
         Deps { fields }
     }
 
-    fn get(&self, name: &str) -> &Path {
+    pub(crate) fn get(&self, name: &str) -> &Path {
         let path = self
             .fields
             .iter()
@@ -98,15 +98,17 @@ impl Deps {
     }
 }
 
-struct Context {
+pub(crate) struct Context {
     backend: Backend,
-    fake: FakeLlm,
-    deps: Deps,
+    pub(crate) fake: FakeLlm,
+    pub(crate) deps: Deps,
     home: PathBuf,
-    root: PathBuf,
-    project: PathBuf,
+    pub(crate) root: PathBuf,
+    pub(crate) project: PathBuf,
+    /// Set for every `agentprism` the test starts, after the backend's own.
+    pub(crate) extra_env: Vec<(String, String)>,
     _sweeper: Sweeper,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 /// An `agentprism` process a test started; dropped unfinished, its process group is killed.
@@ -206,14 +208,14 @@ fn is_alive(pid: i32) -> bool {
     })
 }
 
-struct Outcome {
-    code: Option<i32>,
+pub(crate) struct Outcome {
+    pub(crate) code: Option<i32>,
     stdout: String,
     stderr: String,
 }
 
 impl Outcome {
-    fn run_id(&self) -> String {
+    pub(crate) fn run_id(&self) -> String {
         self.stderr
             .lines()
             .find_map(|line| {
@@ -226,12 +228,12 @@ impl Outcome {
             .unwrap_or_else(|| panic!("no `run <id> admitted` line: {}", self.describe()))
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(self.stdout.trim())
             .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", self.describe()))
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "exit code {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.code, self.stdout, self.stderr
@@ -240,7 +242,7 @@ impl Outcome {
 }
 
 impl Context {
-    async fn new(backend: Backend) -> Context {
+    pub(crate) async fn new(backend: Backend) -> Context {
         let deps = Deps::find();
         let fake = FakeLlm::start().await;
         let dir = tempfile::tempdir().expect("temp dir");
@@ -258,6 +260,7 @@ impl Context {
             home,
             root,
             project,
+            extra_env: Vec::new(),
             dir,
         };
         context.write_config();
@@ -380,13 +383,13 @@ impl Context {
         .await
     }
 
-    async fn status(&self, run_id: &str) -> Value {
+    pub(crate) async fn status(&self, run_id: &str) -> Value {
         let outcome = self.agentprism(&["status", run_id, "--json"]).await;
         assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
         outcome.json()
     }
 
-    async fn agentprism(&self, args: &[&str]) -> Outcome {
+    pub(crate) async fn agentprism(&self, args: &[&str]) -> Outcome {
         self.start(args).finish().await
     }
 
@@ -412,6 +415,7 @@ impl Context {
             .env("AGENTPRISM_AGENT_TIMEOUT_MS", "60000")
             .env("AGENTPRISM_ACP_INIT_TIMEOUT_MS", "30000");
         self.configure(&mut command);
+        command.envs(self.extra_env.iter().map(|(name, value)| (name, value)));
         command
             .stdin(Stdio::null())
             .stdout(create(&stdout_path))
@@ -463,7 +467,7 @@ impl Context {
             .collect()
     }
 
-    async fn assert_no_processes_left(&self) {
+    pub(crate) async fn assert_no_processes_left(&self) {
         crate::interop::assert_no_process_with_home(&self.home, EXIT_DEADLINE).await;
     }
 }

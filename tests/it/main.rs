@@ -54,5 +54,6 @@ mod stop_answers;
 mod succession;
 mod support;
 mod tasks;
+mod tool_policy;
 mod workflow_next;
 mod workflow_tool;

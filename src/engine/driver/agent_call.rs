@@ -24,6 +24,7 @@ use crate::engine::preview;
 use crate::engine::routing::{self, AgentDefinition, Route, RouteRequest};
 use crate::engine::runner::{BackendOrigin, BackendSpec, SessionSpec};
 use crate::engine::status::LiveCall;
+use crate::engine::tool_policy::ToolPolicy;
 use crate::engine::vm::VmReply;
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, ReplayInfo, Usage};
 use crate::util::sync::Lock;
@@ -353,19 +354,15 @@ impl Driver {
         {
             full_prompt = format!("{}\n\n{}", definition.role_prompt, call.prompt);
         }
-        let mut meta = options.meta.clone();
-        if let Some(definition) = &call.definition
-            && (!definition.tools.is_empty() || !definition.disallowed_tools.is_empty())
-        {
-            let entry = json!({"agentprism": {"tools": definition.tools, "disallowedTools": definition.disallowed_tools}});
-            meta = Some(match meta {
-                Some(Value::Object(mut map)) => {
-                    map.extend(entry.as_object().cloned().unwrap_or_default());
-                    Value::Object(map)
-                }
-                _ => entry,
-            });
-        }
+        let tool_policy = call.definition.as_ref().and_then(ToolPolicy::of);
+        let meta = match &tool_policy {
+            Some(policy) => Some(policy.session_meta(
+                options.meta.clone(),
+                call.route.backend.origin == BackendOrigin::Builtin
+                    && call.route.backend.id == "claude",
+            )),
+            None => options.meta.clone(),
+        };
         let spec = SessionSpec {
             backend: call.route.backend.clone(),
             model: call.route.model.clone(),
@@ -394,6 +391,7 @@ impl Driver {
             cancel,
             activity: self.activity_tx.clone(),
             broker: self.setup.broker.clone(),
+            tool_policy,
             run_id: self.setup.run_id.clone(),
             semaphore: self.semaphore.clone(),
             gate_closed: self.gate_closed.clone(),

@@ -1,6 +1,6 @@
-//! Agent activity while a call runs: the `agentStart`, `agentNotice`, `agentProgress` and
-//! `agentTranscript` events, coalesced to at most one progress event a second per call plus
-//! a heartbeat, and the live view's `latestActivity`.
+//! Agent activity while a call runs: the `agentStart`, `agentNotice`, `permissionDenied`,
+//! `agentProgress` and `agentTranscript` events, coalesced to at most one progress event a
+//! second per call plus a heartbeat, and the live view's `latestActivity`.
 
 use std::time::{Duration, Instant};
 
@@ -182,6 +182,15 @@ impl Driver {
                     progress.coalesced += 1;
                     progress.dirty = true;
                 }
+            }
+            Activity::PermissionDenied(index, denial, title) => {
+                let Some(call) = self.in_flight.get_mut(&index) else {
+                    return;
+                };
+                let fields = json!({"label": call.label, "callIndex": index, "tool": denial.tool,
+                    "rule": denial.rule, "title": title});
+                let scope = call.scope.clone();
+                self.events.push("permissionDenied", &scope, fields);
             }
             Activity::Done(index, result, isolated) => self.on_done(index, result, isolated).await,
         }

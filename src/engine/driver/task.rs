@@ -20,6 +20,7 @@ use crate::engine::runner::{
     PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
 };
 use crate::engine::schema;
+use crate::engine::tool_policy::{self, Denial, ToolPolicy};
 use crate::model::{AuthContext, PauseReason, RunId, Usage};
 
 /// Re-prompts after structured output fails validation, before `SCHEMA_NONCOMPLIANCE`.
@@ -66,6 +67,8 @@ pub(super) enum TaskResult {
 pub(super) enum Activity {
     Started(u32),
     Update(u32, AgentUpdate),
+    /// The definition's tool policy denied a permission request (the tool call's title too).
+    PermissionDenied(u32, Denial, Option<String>),
     /// The call's result, with its changes when it ran isolated and kept them.
     Done(u32, TaskResult, Option<Box<Isolated>>),
 }
@@ -94,6 +97,8 @@ pub(super) struct AgentTask {
     pub(super) activity: mpsc::UnboundedSender<Activity>,
     /// Where the agent's permission requests wait.
     pub(super) broker: PermissionBroker,
+    /// The agent definition's `tools`/`disallowedTools`, applied before the broker.
+    pub(super) tool_policy: Option<ToolPolicy>,
     pub(super) run_id: RunId,
     /// The run's concurrency, held while the call runs.
     pub(super) semaphore: Arc<Semaphore>,
@@ -277,6 +282,7 @@ impl AgentTask {
             index: self.index,
             activity: self.activity.clone(),
             broker: self.broker.clone(),
+            tool_policy: self.tool_policy.clone(),
             run_id: self.run_id.clone(),
             label: self.label.clone(),
             cancel: self.cancel.clone(),
@@ -424,6 +430,8 @@ struct CallObserver {
     index: u32,
     activity: mpsc::UnboundedSender<Activity>,
     broker: PermissionBroker,
+    /// Denies what the agent definition does not allow before anyone is asked.
+    tool_policy: Option<ToolPolicy>,
     /// Stamped on permission requests, with `index` and `label`.
     run_id: RunId,
     label: String,
@@ -438,6 +446,16 @@ impl AgentObserver for CallObserver {
     }
 
     async fn request_permission(&self, mut request: PermissionRequest) -> PermissionOutcome {
+        if let Some(denial) = self
+            .tool_policy
+            .as_ref()
+            .and_then(|policy| policy.check(&request.tool_call))
+        {
+            let title = request.tool_call.get("title").and_then(Value::as_str);
+            let denied = Activity::PermissionDenied(self.index, denial, title.map(str::to_owned));
+            let _ = self.activity.send(denied);
+            return tool_policy::deny_outcome(&request.options);
+        }
         request.run_id = self.run_id.to_string();
         request.call_index = self.index;
         request.label = self.label.clone();

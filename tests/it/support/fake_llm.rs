@@ -19,7 +19,10 @@
 //! (see [`asks_for_json`]; plain prompts should not say "JSON") gets the configured JSON value
 //! as the whole reply; `MOCK_STATUS=<code>` makes the request fail with that HTTP status and
 //! an Anthropic-shaped error body (429 is a `rate_limit_error`), marked as not worth retrying
-//! so the adapter reports it at once.
+//! so the adapter reports it at once. `MOCK_BASH=<command>` (to the end of its line) makes a
+//! request that offers tools get a `Bash` tool use of that command instead of text (Anthropic
+//! API only); a request whose last message carries a tool result gets `MOCK-TOOL-RESULT:
+//! <result text>`, so the answer says what became of the tool.
 //! Requests are recorded for assertions, and paths the fake does not know are logged to stderr
 //! and answered 404, so a new adapter version that calls something else shows up in test output
 //! instead of hanging.
@@ -284,7 +287,9 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
             &format!("fake failure requested by the prompt (MOCK_STATUS={status})"),
         );
     }
-    let reply = if asks_for_json(&prompt) {
+    let reply = if let Some(result) = tool_result_text(&body) {
+        format!("MOCK-TOOL-RESULT: {result}")
+    } else if asks_for_json(&prompt) {
         state.json_reply.to_string()
     } else {
         format!("MOCK-REPLY: {prompt}")
@@ -295,6 +300,15 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
         .unwrap_or("claude-fake")
         .to_owned();
     let input_tokens = request.body.len() / 4 + 1;
+    let offers_tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| !tools.is_empty());
+    if let Some(command) = bash_command(&prompt).filter(|_| offers_tools)
+        && tool_result_text(&body).is_none()
+    {
+        return bash_tool_use(&model, &command, input_tokens);
+    }
     let output_tokens = reply.len() / 4 + 1;
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         Response {
@@ -373,6 +387,67 @@ fn stream_events(model: &str, reply: &str, input_tokens: usize, output_tokens: u
             )
         })
         .collect()
+}
+
+/// The command after `MOCK_BASH=`, to the end of its line.
+fn bash_command(prompt: &str) -> Option<String> {
+    let (_, rest) = prompt.split_once("MOCK_BASH=")?;
+    let command = rest.lines().next().unwrap_or_default().trim();
+    (!command.is_empty()).then(|| command.to_owned())
+}
+
+/// The text of the tool results in the request's last message, when it carries any.
+fn tool_result_text(body: &Value) -> Option<String> {
+    let last = body.get("messages")?.as_array()?.last()?;
+    let blocks = last.get("content")?.as_array()?;
+    let results: Vec<String> = blocks
+        .iter()
+        .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .map(|block| match block.get("content") {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        })
+        .collect();
+    (!results.is_empty()).then(|| results.join(" | "))
+}
+
+/// A streamed assistant turn that asks for the `Bash` tool with `command`.
+fn bash_tool_use(model: &str, command: &str, input_tokens: usize) -> Response {
+    let input = json!({"command": command, "description": "Run the requested command"});
+    let events = [
+        json!({"type": "message_start", "message": {
+            "id": "msg_fake_tool", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {
+            "type": "tool_use", "id": "toolu_fake_bash", "name": "Bash", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {
+            "type": "input_json_delta", "partial_json": input.to_string()}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+            "usage": {"output_tokens": 20}}),
+        json!({"type": "message_stop"}),
+    ];
+    let body: String = events
+        .iter()
+        .map(|event| {
+            format!(
+                "event: {}\ndata: {event}\n\n",
+                event["type"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    Response {
+        status: 200,
+        content_type: "text/event-stream",
+        body: body.into_bytes(),
+        retry_after: None,
+    }
 }
 
 fn error_response(status: u16, kind: &str, message: &str) -> Response {
