@@ -16,6 +16,7 @@ mod control_daemon;
 mod daemon;
 mod daemon_idle;
 mod discovery;
+mod effort;
 mod engine;
 mod host_answers;
 mod host_env;

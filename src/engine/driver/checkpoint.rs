@@ -143,6 +143,7 @@ impl Driver {
             route: Err("checkpoint".into()),
             mode: None,
             config_options: vec![],
+            effort: None,
         });
         let answer = match checkpoint.kind {
             CheckpointKind::Confirm => Value::Bool(true),

@@ -155,6 +155,7 @@ pub(crate) struct DryCall {
     pub route: Result<Route, String>,
     pub mode: Option<String>,
     pub config_options: Vec<(String, Value)>,
+    pub effort: Option<crate::engine::effort::Effort>,
 }
 
 /// How a generation ended.

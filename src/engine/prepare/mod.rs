@@ -4,7 +4,8 @@
 //! `meta.files` (read through the sources port, `companions.rs`), the mocked dry run (the
 //! real engine with fabricated agent answers, nothing persisted), the routing check (every
 //! call the dry run reached needs a route; no fallback), and zero-token probes of each
-//! routed `{backend, model}`. Nothing is written anywhere until the caller admits the run.
+//! routed `{backend, model}`, whose advertised modes, config options and reasoning levels each
+//! call routed there must fit. Nothing is written anywhere until the caller admits the run.
 //!
 //! The dry run sends no call paths (only call rows and replay read them). Its result becomes
 //! the run's ([`Prepared::known_result`], settled by `driver::settle_known` with no second VM)
@@ -21,6 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::engine::driver::{self, Outcome};
+use crate::engine::effort;
 use crate::engine::routing::{BackendLookup, RoutingSnapshot};
 use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport};
 use crate::engine::schema;
@@ -674,6 +676,26 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
                 call.index,
                 report.backend,
                 advertised.join(", ")
+            )));
+        }
+    }
+    if let Some(effort) = call.effort {
+        let who = match &report.current_model {
+            Some(model) => format!("{} (model {model})", report.backend),
+            None => report.backend.clone(),
+        };
+        let at = format!("{}@{}", call.label, call.index);
+        let setting = effort::setting(&report.config_options, effort, &who)
+            .map_err(|message| Rejection::routing(format!("{at}: {message}")))?;
+        if call
+            .config_options
+            .iter()
+            .any(|(id, _)| *id == setting.config_id)
+        {
+            return Err(Rejection::routing(format!(
+                "{at}: agent() options effort and configOptions.{} both set backend {who}'s \
+                 reasoning level; give only one of them",
+                setting.config_id
             )));
         }
     }
