@@ -6,7 +6,8 @@
 //! provider 401 that pauses `auth_required` and resumes once the fake accepts again, a 429
 //! that pauses `usage_limit` with a `resetHint`, and `stop --call` of one call of a
 //! `parallel` while its sibling finishes (on the same agent process, or on pi, which holds
-//! one session per adapter process, on a process of its own). How each adapter is pointed at
+//! one session per adapter process, on a process of its own), and (claude, codex) `effort`
+//! reaching the model request as each adapter's own field. How each adapter is pointed at
 //! the fake is in [`Backend::configure`]; what each one does is in `docs/adapters.md`.
 
 use std::path::{Path, PathBuf};
@@ -582,6 +583,52 @@ async fn a_429_pauses_with_its_reset_hint(backend: Backend) {
     context.assert_no_processes_left().await;
 }
 
+/// `effort` reaches the model request, each request with its own call's level: codex-acp
+/// offers `reasoning_effort` only for a model it has a preset for, so its calls choose
+/// `gpt-5.5` (the fake answers any model name) and the level is the Responses API's
+/// `reasoning.effort`; Claude Code sends the Messages API's `output_config.effort`.
+async fn effort_reaches_the_model_request(backend: Backend) {
+    let (route, field) = match backend {
+        Backend::Codex => ("codex/gpt-5.5", "/reasoning/effort"),
+        Backend::Claude => ("claude", "/output_config/effort"),
+        other => panic!("no effort test for {other:?}"),
+    };
+    let context = Context::new(backend).await;
+    let script = format!(
+        "{}const low = await agent('Effort low', {{ model: '{route}', effort: 'low' }});\n\
+         const xhigh = await agent('Effort xhigh', {{ model: '{route}', effort: 'xhigh' }});\n\
+         return [low, xhigh];\n",
+        header(backend, "effort")
+    );
+    let outcome = context.run_script(&script).await;
+    assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
+    assert_eq!(
+        outcome.json(),
+        json!(["MOCK-REPLY: Effort low", "MOCK-REPLY: Effort xhigh"])
+    );
+    let efforts: Vec<(String, Value)> = context
+        .fake
+        .requests()
+        .iter()
+        .filter_map(|request| request.json())
+        .map(|body| {
+            let prompt = crate::support::fake_llm::last_user_text(&body);
+            (prompt, body.pointer(field).cloned().unwrap_or(Value::Null))
+        })
+        .filter(|(prompt, _)| prompt.starts_with("Effort "))
+        .collect();
+    assert_eq!(
+        efforts,
+        vec![
+            ("Effort low".to_owned(), json!("low")),
+            ("Effort xhigh".to_owned(), json!("xhigh")),
+        ],
+        "{:?}",
+        context.fake_log()
+    );
+    context.assert_no_processes_left().await;
+}
+
 /// `parallel` of a slow call and a held one, on the backend's one pooled process (pi: on two
 /// processes, since pi-acp holds one session at a time): `stop --call 0`, sent to the
 /// foreground `agentprism run` (a `cancel-agent` intent it carries out within a second),
@@ -720,13 +767,15 @@ adapter_tests!(
     claude,
     Backend::Claude,
     a_429_pauses_with_its_reset_hint,
-    stop_one_call_while_its_sibling_finishes
+    stop_one_call_while_its_sibling_finishes,
+    effort_reaches_the_model_request
 );
 adapter_tests!(
     codex,
     Backend::Codex,
     a_429_pauses_with_its_reset_hint,
-    stop_one_call_while_its_sibling_finishes
+    stop_one_call_while_its_sibling_finishes,
+    effort_reaches_the_model_request
 );
 adapter_tests!(
     opencode,
