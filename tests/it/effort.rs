@@ -208,24 +208,41 @@ fn a_run_sets_the_level_on_the_mock_and_admission_refuses_a_backend_without_it()
     );
 }
 
+/// A name that is not a level, a level the backend's option lacks, and the same option set
+/// twice are each refused at admission, naming `effort`, with nothing stored or prompted.
 #[test]
-fn an_effort_that_is_not_a_portable_level_is_a_validation_error() {
-    let ctx = TestContext::new().with_mock_backend(json!({"MOCK_ACP_EFFORT_OPTION": "1"}));
-    let script = ctx.write(
-        "wf.js",
-        &format!("{HEADER}return await agent('think', {{effort: 'minimal'}});\n"),
+fn bad_efforts_are_refused_at_admission() {
+    let ctx = TestContext::new();
+    let log = ctx.path("agent.log");
+    let ctx = ctx.with_mock_backend(json!({"MOCK_ACP_LOG": log, "MOCK_ACP_EFFORT_OPTION": "1"}));
+    let refused = |options: &str, expected: &str| {
+        let script = ctx.write(
+            "wf.js",
+            &format!("{HEADER}return await agent('think', {options});\n"),
+        );
+        let finished = ctx.run(&["run", script.to_str().unwrap()]);
+        assert_eq!(finished.code(), 2, "{}", finished.stderr);
+        assert!(finished.stderr.contains(expected), "{}", finished.stderr);
+    };
+    refused(
+        "{effort: 'minimal'}",
+        "SCRIPT_VALIDATION_ERROR: agent() option effort must be one of \"low\", \"medium\", \
+         \"high\", \"xhigh\", \"max\", got \"minimal\"",
     );
-    let refused = ctx.run(&["run", script.to_str().unwrap()]);
-    assert_eq!(refused.code(), 2, "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains("SCRIPT_VALIDATION_ERROR")
-            && refused.stderr.contains(
-                "agent() option effort must be one of \"low\", \"medium\", \"high\", \"xhigh\", \
-                 \"max\", got \"minimal\""
-            ),
-        "{}",
-        refused.stderr
+    refused(
+        "{effort: 'max'}",
+        "agent 0@0: agent() option effort \"max\" cannot be set: backend mock (model mock-fast)'s \
+         reasoning option \"reasoning_effort\" offers minimal, low, medium, high, xhigh",
     );
+    refused(
+        "{effort: 'high', configOptions: {reasoning_effort: 'low'}}",
+        "agent 0@0: agent() options effort and configOptions.reasoning_effort both set backend \
+         mock (model mock-fast)'s reasoning level",
+    );
+    assert!(prompts_in_log(&ctx, "agent.log").is_empty());
+    assert!(options_set(&log).is_empty(), "the probes set nothing");
+    let runs = ctx.run(&["runs", "--all", "--json"]);
+    assert_eq!(runs.json(), json!([]), "nothing stored");
 }
 
 /// Without probes, nothing stops the run at admission: the live call fails `Unsupported`,
