@@ -21,7 +21,7 @@ use crate::acp::connection::{RpcError, SessionHandler};
 use crate::acp::content;
 use crate::acp::failure::execution;
 use crate::acp::pool::{AgentHost, Lease};
-use crate::engine::effort::{self, Effort, EffortSetting};
+use crate::engine::effort;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, PermissionOption,
     PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
@@ -363,8 +363,16 @@ async fn apply_choices(
             )));
         }
     }
+    // After the model, whose levels the session now advertises.
     if let Some(effort) = spec.effort {
-        let setting = effort_setting(spec, effort, info, backend)?;
+        let setting = effort::call_setting(
+            &info.config_options,
+            effort,
+            &spec.config_options,
+            backend,
+            info.current_model.as_deref(),
+        )
+        .map_err(|message| AgentFailure::new(FailureKind::Unsupported, message))?;
         let answer = set_option(setting.config_id, json!(setting.value)).await?;
         refresh_options(info, &answer);
         tracing::debug!(%backend, effort = effort.name(), "reasoning level set");
@@ -374,37 +382,6 @@ async fn apply_choices(
         refresh_options(info, &answer);
     }
     Ok(())
-}
-
-/// Where the spec's `effort` goes among the options the session advertises once its model
-/// is chosen; `Unsupported` when nowhere, or when `configOptions` sets the same option.
-fn effort_setting(
-    spec: &SessionSpec,
-    effort: Effort,
-    info: &SessionInfo,
-    backend: &str,
-) -> Result<EffortSetting, AgentFailure> {
-    let who = match &info.current_model {
-        Some(model) => format!("{backend} (model {model})"),
-        None => backend.to_owned(),
-    };
-    let setting = effort::setting(&info.config_options, effort, &who)
-        .map_err(|message| AgentFailure::new(FailureKind::Unsupported, message))?;
-    if spec
-        .config_options
-        .iter()
-        .any(|(id, _)| *id == setting.config_id)
-    {
-        return Err(AgentFailure::new(
-            FailureKind::Unsupported,
-            format!(
-                "agent() options effort and configOptions.{} both set backend {who}'s \
-                 reasoning level; give only one of them",
-                setting.config_id
-            ),
-        ));
-    }
-    Ok(setting)
 }
 
 fn option_by_category<'a>(options: &'a [Value], category: &str) -> Option<&'a Value> {

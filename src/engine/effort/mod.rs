@@ -106,6 +106,34 @@ pub fn setting(options: &[Value], effort: Effort, backend: &str) -> Result<Effor
     }
 }
 
+/// [`setting`] for one call on `backend`'s session, which is on `model` when known, with the
+/// call's own `configOptions`: setting the same option there too is refused, since the two
+/// would race for it.
+pub fn call_setting(
+    options: &[Value],
+    effort: Effort,
+    config_options: &[(String, Value)],
+    backend: &str,
+    model: Option<&str>,
+) -> Result<EffortSetting, String> {
+    let who = match model {
+        Some(model) => format!("{backend} (model {model})"),
+        None => backend.to_owned(),
+    };
+    let setting = setting(options, effort, &who)?;
+    if config_options
+        .iter()
+        .any(|(id, _)| *id == setting.config_id)
+    {
+        return Err(format!(
+            "agent() options effort and configOptions.{} both set backend {who}'s reasoning \
+             level; give only one of them",
+            setting.config_id
+        ));
+    }
+    Ok(setting)
+}
+
 /// The advertised reasoning-level option: the first of category `thought_level`, else the
 /// first uncategorised one with a known id.
 fn reasoning_option(options: &[Value]) -> Option<&Value> {

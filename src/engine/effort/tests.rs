@@ -215,3 +215,27 @@ fn an_uncategorised_option_is_found_by_a_known_id_and_grouped_values_count() {
     ];
     assert_eq!(chosen(&both, Effort::Low).unwrap().0, "thinking");
 }
+
+#[test]
+fn a_call_names_its_model_and_may_not_set_the_same_option_through_config_options() {
+    let options = [select(
+        "reasoning_effort",
+        Some("thought_level"),
+        &["low", "medium", "high", "xhigh"],
+    )];
+    let set = call_setting(&options, Effort::Low, &[], "codex", Some("gpt-5.5"));
+    assert_eq!(set.unwrap().value, "low");
+    let other = [("mode".to_owned(), json!("auto"))];
+    assert!(call_setting(&options, Effort::Low, &other, "codex", None).is_ok());
+    let same = [("reasoning_effort".to_owned(), json!("high"))];
+    assert_eq!(
+        call_setting(&options, Effort::Low, &same, "codex", Some("gpt-5.5")).unwrap_err(),
+        "agent() options effort and configOptions.reasoning_effort both set backend codex \
+         (model gpt-5.5)'s reasoning level; give only one of them"
+    );
+    assert!(
+        call_setting(&options, Effort::Max, &[], "codex", Some("gpt-5.5"))
+            .unwrap_err()
+            .contains("backend codex (model gpt-5.5)'s reasoning option")
+    );
+}

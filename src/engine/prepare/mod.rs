@@ -680,24 +680,16 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
         }
     }
     if let Some(effort) = call.effort {
-        let who = match &report.current_model {
-            Some(model) => format!("{} (model {model})", report.backend),
-            None => report.backend.clone(),
-        };
-        let at = format!("{}@{}", call.label, call.index);
-        let setting = effort::setting(&report.config_options, effort, &who)
-            .map_err(|message| Rejection::routing(format!("{at}: {message}")))?;
-        if call
-            .config_options
-            .iter()
-            .any(|(id, _)| *id == setting.config_id)
-        {
-            return Err(Rejection::routing(format!(
-                "{at}: agent() options effort and configOptions.{} both set backend {who}'s \
-                 reasoning level; give only one of them",
-                setting.config_id
-            )));
-        }
+        effort::call_setting(
+            &report.config_options,
+            effort,
+            &call.config_options,
+            &report.backend,
+            report.current_model.as_deref(),
+        )
+        .map_err(|message| {
+            Rejection::routing(format!("{}@{}: {message}", call.label, call.index))
+        })?;
     }
     for (id, value) in &call.config_options {
         let Some(option) = report
