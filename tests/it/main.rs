@@ -2,6 +2,7 @@
 mod a2a;
 mod acp;
 mod acp_stderr;
+mod adapter_effort;
 mod adapters;
 mod admission;
 mod architecture;
