@@ -46,6 +46,8 @@ const AUTH_METHOD_ID: &str = "mock-login";
 const MODES: [(&str, &str); 2] = [("default", "Default"), ("plan", "Plan")];
 /// Models as `(value, name)`; the first is where a new session starts.
 const MODELS: [(&str, &str); 2] = [("mock-fast", "Mock Fast"), ("mock-smart", "Mock Smart")];
+/// The reasoning levels `MOCK_ACP_EFFORT_OPTION=1` offers: codex-acp's names.
+const EFFORT_LEVELS: [&str; 5] = ["minimal", "low", "medium", "high", "xhigh"];
 
 fn main() {
     let settings = Settings::from_env();
@@ -102,6 +104,10 @@ struct Settings {
     /// `MOCK_ACP_SPAWN_CHILD=1`: start a `sleep 300` in our process group, like claude's
     /// helpers, so tests can check that the whole group is killed, not only this process.
     spawn_child: bool,
+    /// `MOCK_ACP_EFFORT_OPTION=<level,level,…>` (`1`: [`EFFORT_LEVELS`]): sessions advertise a
+    /// `reasoning_effort` option of category `thought_level` with these values, the first
+    /// current, as codex-acp does; empty when unset.
+    effort_levels: Vec<String>,
 }
 
 impl Settings {
@@ -125,6 +131,14 @@ impl Settings {
             crash_on: var("MOCK_ACP_CRASH_ON"),
             pid_file: var("MOCK_ACP_PID_FILE").map(PathBuf::from),
             spawn_child: var("MOCK_ACP_SPAWN_CHILD").as_deref() == Some("1"),
+            effort_levels: match var("MOCK_ACP_EFFORT_OPTION").as_deref() {
+                None => Vec::new(),
+                Some("1") => EFFORT_LEVELS
+                    .iter()
+                    .map(|level| level.to_string())
+                    .collect(),
+                Some(levels) => levels.split(',').map(str::to_owned).collect(),
+            },
         }
     }
 }
@@ -157,6 +171,9 @@ struct Session {
     model: String,
     /// The session's working directory, where `@mock write_cwd` writes.
     cwd: PathBuf,
+    /// The current reasoning level and those on offer; empty without `MOCK_ACP_EFFORT_OPTION`.
+    effort: String,
+    effort_levels: Vec<String>,
     /// Cancel tokens of the turns running on this session; `session/cancel` fires them all.
     turns: Vec<Arc<CancelToken>>,
 }
@@ -512,10 +529,13 @@ impl Agent {
         let mut state = lock(&self.state);
         self.check_auth(&state)?;
         let session_id = format!("mock-session-{}", self.serial());
+        let levels = &self.settings.effort_levels;
         let session = Session {
             mode: MODES[0].0.to_owned(),
             model: MODELS[0].0.to_owned(),
             cwd: PathBuf::from(str_param(params, "cwd")?),
+            effort: levels.first().cloned().unwrap_or_default(),
+            effort_levels: levels.clone(),
             turns: Vec::new(),
         };
         let result = json!({
@@ -581,6 +601,14 @@ impl Agent {
             match config_id {
                 "mode" => session.mode = pick(&MODES, value, "mode")?,
                 "model" => session.model = pick(&MODELS, value, "model")?,
+                "reasoning_effort" if !session.effort_levels.is_empty() => {
+                    if !session.effort_levels.iter().any(|level| level == value) {
+                        return Err(RpcError::invalid_params(format!(
+                            "unknown reasoning_effort {value:?}"
+                        )));
+                    }
+                    session.effort = value.to_owned();
+                }
                 _ => {
                     return Err(RpcError::invalid_params(format!(
                         "unknown config option {config_id:?}"
@@ -1119,10 +1147,26 @@ fn config_options_json(session: &Session) -> Value {
                 .collect::<Vec<_>>(),
         })
     };
-    json!([
+    let mut options = vec![
         select("mode", "Mode", &session.mode, &MODES),
         select("model", "Model", &session.model, &MODELS),
-    ])
+    ];
+    if !session.effort_levels.is_empty() {
+        let levels: Vec<(&str, &str)> = session
+            .effort_levels
+            .iter()
+            .map(|level| (level.as_str(), level.as_str()))
+            .collect();
+        let mut effort = select(
+            "reasoning_effort",
+            "Reasoning Effort",
+            &session.effort,
+            &levels,
+        );
+        effort["category"] = json!("thought_level");
+        options.push(effort);
+    }
+    Value::Array(options)
 }
 
 /// Validates `value` against a fixed list of choices.

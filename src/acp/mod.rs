@@ -144,6 +144,7 @@ impl AgentRunner for AcpRunner {
             model: model.map(str::to_owned),
             mode: None,
             config_options: Vec::new(),
+            effort: None,
             cwd: cwd.to_path_buf(),
             mcp_servers: json!([]),
             meta: None,

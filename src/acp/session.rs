@@ -1,5 +1,6 @@
 //! One ACP session on a pooled process: opening it (resume/load, then `session/new`), choosing
-//! model, mode and config options, and running prompt turns with their deadline and cancel.
+//! model, mode, reasoning level (`effort`) and config options, and running prompt turns with
+//! their deadline and cancel.
 //!
 //! A turn that is cancelled or runs out of time gets `session/cancel` and a grace period; if
 //! the agent has not finished the turn by then, the session is abandoned: it is unregistered,
@@ -20,6 +21,7 @@ use crate::acp::connection::{RpcError, SessionHandler};
 use crate::acp::content;
 use crate::acp::failure::execution;
 use crate::acp::pool::{AgentHost, Lease};
+use crate::engine::effort;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, PermissionOption,
     PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
@@ -360,6 +362,20 @@ async fn apply_choices(
                 "backend {backend} does not let clients choose a mode (asked for {mode:?})"
             )));
         }
+    }
+    // After the model, whose levels the session now advertises.
+    if let Some(effort) = spec.effort {
+        let setting = effort::call_setting(
+            &info.config_options,
+            effort,
+            &spec.config_options,
+            backend,
+            info.current_model.as_deref(),
+        )
+        .map_err(|message| AgentFailure::new(FailureKind::Unsupported, message))?;
+        let answer = set_option(setting.config_id, json!(setting.value)).await?;
+        refresh_options(info, &answer);
+        tracing::debug!(%backend, effort = effort.name(), "reasoning level set");
     }
     for (config_id, value) in &spec.config_options {
         let answer = set_option(config_id.clone(), value.clone()).await?;

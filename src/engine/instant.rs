@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::sync::mpsc;
 
+use crate::engine::effort;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, FailureKind, ProbeReport,
     SessionSpec, StopReason, TurnOutput, TurnRequest,
@@ -80,7 +81,12 @@ impl AgentRunner for InstantRunner {
         spec: SessionSpec,
         _observer: Arc<dyn AgentObserver>,
     ) -> Result<Box<dyn AgentSession>, AgentFailure> {
-        let _ = spec;
+        // It advertises no config options, so it has no reasoning level to set.
+        if let Some(effort) = spec.effort
+            && let Err(message) = effort::setting(&[], effort, &spec.backend.id)
+        {
+            return Err(AgentFailure::new(FailureKind::Unsupported, message));
+        }
         Ok(Box::new(InstantSession {
             prompts: self.prompts.clone(),
             turns: self.turns.clone(),

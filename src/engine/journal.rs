@@ -22,6 +22,8 @@ pub(crate) struct AgentIdentity<'a> {
     pub mode: Option<&'a str>,
     /// Non-empty config options, in ascending id order.
     pub config_options: &'a [(String, Value)],
+    /// The portable reasoning level, when the call sets one.
+    pub effort: Option<&'a str>,
     pub tier: Option<&'a str>,
     pub phase: Option<&'a str>,
     pub agent_type: Option<&'a str>,
@@ -30,9 +32,9 @@ pub(crate) struct AgentIdentity<'a> {
     pub schema: Option<&'a Value>,
 }
 
-/// `hash` = sha256 of `JSON.stringify({prompt, model, [mode], [configOptions], tier, phase,
-/// agentType, agentDef, schema})` in that key order; absent values are `null`, and `mode` and
-/// `configOptions` are left out when unset.
+/// `hash` = sha256 of `JSON.stringify({prompt, model, [mode], [configOptions], [effort], tier,
+/// phase, agentType, agentDef, schema})` in that key order; absent values are `null`, and
+/// `mode`, `configOptions` and `effort` are left out when unset.
 pub(crate) fn agent_hash(identity: &AgentIdentity<'_>) -> String {
     /// The hashed object, serialized straight from borrowed fields in the key order above
     /// (the bytes `JSON.stringify` gives), instead of from a `Value` tree of copies.
@@ -44,6 +46,8 @@ pub(crate) fn agent_hash(identity: &AgentIdentity<'_>) -> String {
         mode: Option<&'a str>,
         #[serde(rename = "configOptions", skip_serializing_if = "Option::is_none")]
         config_options: Option<Map<String, Value>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        effort: Option<&'a str>,
         tier: Option<&'a str>,
         phase: Option<&'a str>,
         #[serde(rename = "agentType")]
@@ -59,6 +63,7 @@ pub(crate) fn agent_hash(identity: &AgentIdentity<'_>) -> String {
         // Collected as before, so a repeated id keeps its first place and its last value.
         config_options: (!identity.config_options.is_empty())
             .then(|| identity.config_options.iter().cloned().collect()),
+        effort: identity.effort,
         tier: identity.tier,
         phase: identity.phase,
         agent_type: identity.agent_type,
@@ -404,6 +409,16 @@ mod tests {
             ..identity.clone()
         };
         assert_ne!(agent_hash(&with_mode), expected);
+        let with_effort = AgentIdentity {
+            effort: Some("high"),
+            ..identity.clone()
+        };
+        assert_eq!(
+            agent_hash(&with_effort),
+            sha256_hex(
+                br#"{"prompt":"hi","model":"codex","effort":"high","tier":null,"phase":null,"agentType":null,"agentDef":null,"schema":null}"#,
+            )
+        );
         assert_eq!(
             checkpoint_hash("ok?", "confirm", None),
             sha256_hex(br#"{"promptText":"ok?","kind":"confirm","choices":null}"#)
@@ -429,6 +444,9 @@ mod tests {
                 let options: Map<String, Value> = identity.config_options.iter().cloned().collect();
                 map.insert("configOptions".into(), Value::Object(options));
             }
+            if let Some(effort) = identity.effort {
+                map.insert("effort".into(), Value::String(effort.to_owned()));
+            }
             map.insert("tier".into(), text(identity.tier));
             map.insert("phase".into(), text(identity.phase));
             map.insert("agentType".into(), text(identity.agent_type));
@@ -450,6 +468,7 @@ mod tests {
             model: Some("codex"),
             mode: Some("plan"),
             config_options: &options,
+            effort: Some("max"),
             tier: Some("fast"),
             phase: Some("review"),
             agent_type: Some("critic"),

@@ -10,6 +10,7 @@
 
 pub(crate) mod approval;
 pub(crate) mod driver;
+pub mod effort;
 pub mod events;
 pub(crate) mod glob;
 pub mod instant;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::effort::Effort;
 use crate::model::{AuthContext, Usage};
 
 /// The backend shapes live with the routing snapshot that stores them.
@@ -26,6 +27,9 @@ pub struct SessionSpec {
     pub mode: Option<String>,
     /// Extra config options, in ascending id order.
     pub config_options: Vec<(String, Value)>,
+    /// Set through the reasoning-level config option the session advertises, after the model
+    /// (`crate::engine::effort`); a session without one fails `Unsupported`.
+    pub effort: Option<Effort>,
     pub cwd: PathBuf,
     /// ACP `mcpServers` for `session/new` (an array; empty when unset).
     pub mcp_servers: Value,
@@ -89,6 +93,9 @@ pub enum FailureKind {
     Refusal,
     /// Stop reason `max_tokens` or `max_turn_requests`.
     Truncated,
+    /// The backend does not offer what the call's options ask for (an `effort` it has no
+    /// reasoning level for): the same on every attempt, so never retried.
+    Unsupported,
 }
 
 #[derive(Clone, Debug)]

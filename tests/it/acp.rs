@@ -38,7 +38,7 @@ fn mock_agent_binary() -> PathBuf {
     path
 }
 
-fn mock_backend(id: &str, knobs: &[(&str, &str)]) -> BackendSpec {
+pub(crate) fn mock_backend(id: &str, knobs: &[(&str, &str)]) -> BackendSpec {
     BackendSpec {
         id: id.to_owned(),
         command: mock_agent_binary().display().to_string(),
@@ -58,7 +58,7 @@ fn base_env() -> EnvSnapshot {
 }
 
 /// Agents run under the reaper of the real binary, as in every agentprism process.
-fn config() -> AcpConfig {
+pub(crate) fn config() -> AcpConfig {
     let mut config = AcpConfig::new(base_env());
     config.supervision.reaper = Some(PathBuf::from(env!("CARGO_BIN_EXE_agentprism")));
     config.init_timeout = Duration::from_secs(10);
@@ -67,12 +67,13 @@ fn config() -> AcpConfig {
     config
 }
 
-fn session_spec(backend: &BackendSpec) -> SessionSpec {
+pub(crate) fn session_spec(backend: &BackendSpec) -> SessionSpec {
     SessionSpec {
         backend: backend.clone(),
         model: None,
         mode: None,
         config_options: Vec::new(),
+        effort: None,
         cwd: std::env::temp_dir(),
         mcp_servers: json!([]),
         meta: None,

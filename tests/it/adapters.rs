@@ -6,7 +6,8 @@
 //! provider 401 that pauses `auth_required` and resumes once the fake accepts again, a 429
 //! that pauses `usage_limit` with a `resetHint`, and `stop --call` of one call of a
 //! `parallel` while its sibling finishes (on the same agent process, or on pi, which holds
-//! one session per adapter process, on a process of its own). How each adapter is pointed at
+//! one session per adapter process, on a process of its own). `adapter_effort.rs` uses the
+//! same setup for `effort`. How each adapter is pointed at
 //! the fake is in [`Backend::configure`]; what each one does is in `docs/adapters.md`.
 
 use std::path::{Path, PathBuf};
@@ -267,7 +268,8 @@ impl Context {
         context
     }
 
-    /// Files an adapter reads its provider from, in the test's HOME.
+    /// Files an adapter reads its provider from, in the test's HOME; opencode and pi get a
+    /// reasoning model beside the default one, which only `adapter_effort.rs` chooses.
     fn write_config(&self) {
         let write = |path: PathBuf, text: String| {
             std::fs::create_dir_all(path.parent().expect("parent")).expect("config folder");
@@ -284,7 +286,10 @@ impl Context {
                         "npm": "@ai-sdk/openai-compatible",
                         "name": "Mock",
                         "options": {"baseURL": self.fake.openai_base_url(), "apiKey": "mock"},
-                        "models": {"mock-model": {"name": "Mock model"}}
+                        "models": {
+                            "mock-model": {"name": "Mock model"},
+                            "mock-reasoner": {"name": "Mock reasoner", "reasoning": true}
+                        }
                     }},
                     "model": "mock/mock-model",
                     "autoupdate": false,
@@ -299,9 +304,11 @@ impl Context {
                         "baseUrl": self.fake.openai_base_url(),
                         "api": "openai-completions",
                         "apiKey": "mock",
-                        "models": [{"id": "mock-model", "name": "Mock", "reasoning": false, "input": ["text"],
+                        "models": ([false, true].map(|reasoning| json!({
+                            "id": if reasoning { "mock-reasoner" } else { "mock-model" },
+                            "name": "Mock", "reasoning": reasoning, "input": ["text"],
                             "contextWindow": 128000, "maxTokens": 4096,
-                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}]
+                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}})))
                     }}})
                     .to_string(),
                 );
@@ -370,7 +377,7 @@ impl Context {
         command.env("PATH", path);
     }
 
-    async fn run_script(&self, script: &str) -> Outcome {
+    pub(crate) async fn run_script(&self, script: &str) -> Outcome {
         let path = self.dir.path().join("workflow.js");
         std::fs::write(&path, script).expect("write script");
         let project = self.project.display().to_string();
@@ -452,7 +459,7 @@ impl Context {
     }
 
     /// Each model request the fake answered so far: status and prompt, for failure messages.
-    fn fake_log(&self) -> Vec<String> {
+    pub(crate) fn fake_log(&self) -> Vec<String> {
         self.fake
             .requests()
             .iter()
@@ -472,7 +479,7 @@ impl Context {
     }
 }
 
-fn header(backend: Backend, name: &str) -> String {
+pub(crate) fn header(backend: Backend, name: &str) -> String {
     format!(
         "export const meta = {{ name: '{name}', description: 'adapter test', model: '{}' }};\n",
         backend.name()

@@ -2,6 +2,7 @@
 mod a2a;
 mod acp;
 mod acp_stderr;
+mod adapter_effort;
 mod adapters;
 mod admission;
 mod architecture;
@@ -17,6 +18,7 @@ mod control_daemon;
 mod daemon;
 mod daemon_idle;
 mod discovery;
+mod effort;
 mod engine;
 mod host_answers;
 mod host_env;

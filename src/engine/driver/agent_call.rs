@@ -18,6 +18,7 @@ use crate::engine::driver::options::{AgentOptions, CallPayload};
 use crate::engine::driver::progress::Progress;
 use crate::engine::driver::task::AgentTask;
 use crate::engine::driver::{Driver, DryCall, InFlight};
+use crate::engine::effort::Effort;
 use crate::engine::events::Fields;
 use crate::engine::journal::{self, AgentIdentity, ReplayDecision};
 use crate::engine::preview;
@@ -214,6 +215,7 @@ impl Driver {
                 mode: options.mode.clone(),
                 config_options: options.config_options.clone(),
                 isolated: options.isolated,
+                effort: options.effort,
             });
         }
         match route {
@@ -261,6 +263,7 @@ impl Driver {
             model: Some(&call.route.spec),
             mode: options.mode.as_deref(),
             config_options: &options.config_options,
+            effort: options.effort.map(Effort::name),
             tier: options.tier.as_deref(),
             phase: call.phase.as_deref(),
             agent_type: options.agent_type.as_deref(),
@@ -368,6 +371,7 @@ impl Driver {
             model: call.route.model.clone(),
             mode: options.mode.clone(),
             config_options: options.config_options.clone(),
+            effort: options.effort,
             cwd: call.cwd.clone(),
             mcp_servers: options.mcp_servers.clone().unwrap_or(Value::Array(vec![])),
             meta,

@@ -145,6 +145,7 @@ impl Driver {
             mode: None,
             config_options: vec![],
             isolated: false,
+            effort: None,
         });
         let answer = match checkpoint.kind {
             CheckpointKind::Confirm => Value::Bool(true),

@@ -162,6 +162,7 @@ pub(crate) struct DryCall {
     pub config_options: Vec<(String, Value)>,
     /// Whether the call runs in a worktree of its own.
     pub isolated: bool,
+    pub effort: Option<crate::engine::effort::Effort>,
 }
 
 /// How a generation ended.

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::engine::effort::Effort;
 use crate::engine::schema;
 
 /// The largest diff `isolated()` hands to a script (its `diffBytes` is capped here as well
@@ -53,6 +54,8 @@ pub(super) struct AgentOptions {
     pub(super) tier: Option<String>,
     pub(super) mode: Option<String>,
     pub(super) config_options: Vec<(String, Value)>,
+    /// Set through the backend's reasoning-level config option (`engine::effort`).
+    pub(super) effort: Option<Effort>,
     pub(super) agent_type: Option<String>,
     pub(super) cwd: Option<String>,
     /// `isolation: "worktree"`: the call runs in a git worktree of its own.
@@ -79,6 +82,7 @@ impl AgentOptions {
         "tier",
         "mode",
         "configOptions",
+        "effort",
         "agentType",
         "isolation",
         "cwd",
@@ -139,6 +143,7 @@ impl AgentOptions {
             tier: string(map, "tier")?,
             mode: string(map, "mode")?,
             config_options,
+            effort: effort(map)?,
             agent_type: string(map, "agentType")?,
             cwd,
             isolated,
@@ -301,6 +306,24 @@ fn config_options(map: &Map<String, Value>) -> Result<Vec<(String, Value)>, Stri
     Ok(config_options)
 }
 
+/// `effort`: one of the portable level names.
+fn effort(map: &Map<String, Value>) -> Result<Option<Effort>, String> {
+    match map.get("effort") {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_str()
+            .and_then(Effort::parse)
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "agent() option effort must be one of {}, got {}",
+                    Effort::listed(),
+                    shown(value)
+                )
+            }),
+    }
+}
+
 /// `timeoutMs`: a positive number of milliseconds.
 fn timeout_ms(map: &Map<String, Value>) -> Result<Option<u64>, String> {
     match map.get("timeoutMs") {
@@ -447,6 +470,25 @@ mod tests {
             .map(|(id, _)| id.as_str())
             .collect();
         assert_eq!(ids, ["a", "z"]);
+    }
+
+    #[test]
+    fn effort_is_one_of_the_portable_levels() {
+        let effort = |value: Value| AgentOptions::parse(&json!({ "effort": value }));
+        assert_eq!(
+            effort(json!("xhigh")).expect("valid").effort,
+            Some(Effort::Xhigh)
+        );
+        assert_eq!(effort(json!(null)).expect("valid").effort, None);
+        for bad in [json!("minimal"), json!("High"), json!(3), json!("")] {
+            assert_eq!(
+                effort(bad.clone()).expect_err("refused"),
+                format!(
+                    "agent() option effort must be one of \"low\", \"medium\", \"high\", \
+                     \"xhigh\", \"max\", got {bad}"
+                )
+            );
+        }
     }
 
     #[test]

@@ -242,7 +242,9 @@ impl AgentTask {
                         AttemptFailure::Agent(agent)
                             if matches!(
                                 agent.kind,
-                                FailureKind::Refusal | FailureKind::Truncated
+                                FailureKind::Refusal
+                                    | FailureKind::Truncated
+                                    | FailureKind::Unsupported
                             ) =>
                         {
                             return TaskResult::Throw {
@@ -408,6 +410,7 @@ impl AttemptFailure {
                 FailureKind::UsageLimit => "PROVIDER_USAGE_LIMIT",
                 FailureKind::Refusal => "AGENT_REFUSAL",
                 FailureKind::Truncated => "AGENT_TRUNCATED",
+                FailureKind::Unsupported => "AGENT_OPTION_UNSUPPORTED",
             },
             AttemptFailure::Empty => "AGENT_EMPTY_OUTPUT",
             AttemptFailure::Schema(_) => "SCHEMA_NONCOMPLIANCE",

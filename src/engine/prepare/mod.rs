@@ -4,7 +4,8 @@
 //! `meta.files` (read through the sources port, `companions.rs`), the mocked dry run (the
 //! real engine with fabricated agent answers, nothing persisted), the routing check (every
 //! call the dry run reached needs a route; no fallback), and zero-token probes of each
-//! routed `{backend, model}`. Nothing is written anywhere until the caller admits the run.
+//! routed `{backend, model}`, whose advertised modes, config options and reasoning levels each
+//! call routed there must fit. Nothing is written anywhere until the caller admits the run.
 //!
 //! The dry run sends no call paths (only call rows and replay read them). Its result becomes
 //! the run's ([`Prepared::known_result`], settled by `driver::settle_known` with no second VM)
@@ -21,6 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::engine::driver::{self, Outcome};
+use crate::engine::effort;
 use crate::engine::routing::{BackendLookup, RoutingSnapshot};
 use crate::engine::runner::{AgentRunner, BackendOrigin, BackendSpec, ProbeReport};
 use crate::engine::schema;
@@ -683,6 +685,18 @@ fn check_call_against_probe(call: &driver::DryCall, report: &ProbeReport) -> Res
                 advertised.join(", ")
             )));
         }
+    }
+    if let Some(effort) = call.effort {
+        effort::call_setting(
+            &report.config_options,
+            effort,
+            &call.config_options,
+            &report.backend,
+            report.current_model.as_deref(),
+        )
+        .map_err(|message| {
+            Rejection::routing(format!("{}@{}: {message}", call.label, call.index))
+        })?;
     }
     for (id, value) in &call.config_options {
         let Some(option) = report
