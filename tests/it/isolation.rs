@@ -232,3 +232,55 @@ fn a_killed_run_leaves_worktrees_that_the_daemon_sweeps_and_a_resume_completes_c
     assert_eq!(repo.worktrees(), 1);
     assert!(repo.call_folders().is_empty(), "{:?}", repo.call_folders());
 }
+
+/// A real adapter (claude-agent-acp against the fake model server) whose model runs a Bash
+/// command that writes a file, in an isolated call: the file is on the call's branch, and the
+/// user's tree never sees it.
+#[tokio::test]
+async fn a_real_adapters_edit_in_an_isolated_call_lands_on_its_branch() {
+    use crate::adapters::{Backend, Context};
+
+    let context = Context::new(Backend::Claude).await;
+    git(
+        &context.project,
+        &["init", "--quiet", "--initial-branch=main"],
+    );
+    std::fs::write(context.project.join("README.md"), "hello\n").unwrap();
+    git(&context.project, &["add", "README.md"]);
+    git(&context.project, &["commit", "--quiet", "-m", "start"]);
+    let script = "export const meta = { name: 'edit', description: 'd', model: 'claude' };\n\
+         return await isolated('Edit it.\\nMOCK_BASH=echo edited > edited.txt', \
+           { mode: 'default', label: 'edit' });\n";
+    let path = context.dir.path().join("edit.js");
+    std::fs::write(&path, script).expect("write script");
+    let project = context.project.display().to_string();
+    let outcome = context
+        .agentprism(&[
+            "run",
+            &path.display().to_string(),
+            "--project-dir",
+            &project,
+            "--permissions",
+            "allow",
+        ])
+        .await;
+    assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
+    let status = context.status(&outcome.run_id()).await;
+    let changes = &status["outcome"]["result"]["changes"];
+    let branch = changes["branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the edit is on a branch: {status:#}"));
+    assert_eq!(changes["filesChanged"], 1, "{status:#}");
+    assert!(
+        !context.project.join("edited.txt").exists(),
+        "the user's tree is untouched"
+    );
+    assert_eq!(git(&context.project, &["status", "--porcelain"]), "");
+    assert_eq!(
+        git(&context.project, &["show", &format!("{branch}:edited.txt")]),
+        "edited\n"
+    );
+    let worktrees = git(&context.project, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
+    context.assert_no_processes_left().await;
+}
