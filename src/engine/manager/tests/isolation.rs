@@ -181,18 +181,6 @@ impl World {
             Err(_) => Vec::new(),
         }
     }
-
-    async fn start(&self, script: &str) -> Result<crate::engine::Admission, EngineError> {
-        self.engine
-            .start(RunRequest {
-                project_dir: self.project.clone(),
-                script: ScriptInput::Inline(script.into()),
-                args: json!({}),
-                limits: Default::default(),
-                caller: None,
-            })
-            .await
-    }
 }
 
 /// Four isolated calls at once: each ran in its own worktree under the state folder, each
@@ -281,21 +269,18 @@ async fn parallel_isolated_calls_each_commit_on_a_branch_of_their_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_isolated_calls_at_once_all_succeed() {
     let (world, runner) = isolation_world(true);
+    let sixteen = LimitOverrides {
+        concurrency: Some(16),
+        ..LimitOverrides::default()
+    };
     let admission = world
-        .engine
-        .start(RunRequest {
-            project_dir: world.project.clone(),
-            script: ScriptInput::Inline(script(
+        .admit(
+            &script(
                 "return await parallel(Array.from({length: 16}, (_, i) => () => \
                    agent('write f' + i + '.txt ' + i, {isolation: 'worktree', label: 'f' + i})));",
-            )),
-            args: json!({}),
-            limits: LimitOverrides {
-                concurrency: Some(16),
-                ..LimitOverrides::default()
-            },
-            caller: None,
-        })
+            ),
+            sixteen,
+        )
         .await
         .expect("admitted");
     world.engine.wait(&admission.run_id).await;
@@ -343,11 +328,14 @@ async fn isolated_answers_with_its_changes_and_a_bounded_diff() {
 async fn a_replayed_isolated_call_touches_no_git_state() {
     let (world, runner) = isolation_world(true);
     let admission = world
-        .start(&script(
-            "const first = await isolated('write a.txt one');\n\
+        .admit(
+            &script(
+                "const first = await isolated('write a.txt one');\n\
              const go = await checkpoint('go on?');\n\
              return first.changes.branch;",
-        ))
+            ),
+            Default::default(),
+        )
         .await
         .expect("admitted");
     world.engine.wait(&admission.run_id).await;
@@ -376,9 +364,10 @@ async fn a_replayed_isolated_call_touches_no_git_state() {
 async fn isolation_outside_a_repository_is_refused_at_admission() {
     let (world, runner) = isolation_world(false);
     let refused = world
-        .start(&script(
-            "return await agent('write a.txt x', {isolation: 'worktree'});",
-        ))
+        .admit(
+            &script("return await agent('write a.txt x', {isolation: 'worktree'});"),
+            Default::default(),
+        )
         .await
         .expect_err("refused");
     let message = refused.to_string();

@@ -58,18 +58,24 @@ impl World {
     /// Runs `script` until it settles.
     async fn settled(&self, script: &str) -> RunId {
         let admission = self
-            .engine
-            .start(RunRequest {
-                project_dir: self.project.clone(),
-                script: ScriptInput::Inline(script.into()),
-                args: json!({}),
-                limits: Default::default(),
-                caller: None,
-            })
+            .admit(script, Default::default())
             .await
             .expect("admitted");
         self.engine.wait(&admission.run_id).await;
         admission.run_id
+    }
+
+    /// Starts `script` in the world's project under `limits`.
+    async fn admit(&self, script: &str, limits: LimitOverrides) -> EngineResult<Admission> {
+        self.engine
+            .start(RunRequest {
+                project_dir: self.project.clone(),
+                script: ScriptInput::Inline(script.into()),
+                args: json!({}),
+                limits,
+                caller: None,
+            })
+            .await
     }
 
     /// The database file under the world's state folder, for what the typed store cannot
