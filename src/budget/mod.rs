@@ -210,6 +210,19 @@ impl Budget for RunBudget {
     }
 }
 
+impl Exhausted {
+    /// The limit as the `paused` event and status show it:
+    /// `{field, spent, limit, message}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "field": self.kind.field(),
+            "spent": self.spent,
+            "limit": self.limit,
+            "message": self.to_string(),
+        })
+    }
+}
+
 impl std::fmt::Display for Exhausted {
     /// The pause reason's text: which limit, the spend and the limit.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -195,6 +195,15 @@ pub struct LimitArgs {
     /// Retries of a failed agent call (0..3, default 0).
     #[arg(long, value_name = "N")]
     pub agent_retries: Option<i64>,
+    /// Total tokens the run may spend, as agents report usage (overrides meta.tokenBudget;
+    /// default no limit). At the limit no new agent call starts and the run pauses with
+    /// reason budget; `resume --token-budget` with a higher number continues it.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub token_budget: Option<i64>,
+    /// US dollars the run may spend, where agents report cost (overrides
+    /// meta.costBudgetUsd; default no limit). Refused when a routed backend reports no cost.
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
+    pub cost_budget_usd: Option<f64>,
 }
 
 #[derive(Debug, Args)]

@@ -163,6 +163,22 @@ impl Run<'_> {
             );
         }
         let reason = status["reason"].as_str().unwrap_or("requested");
+        if reason == "budget" {
+            let limit = status
+                .pointer("/outcome/budgetContext/message")
+                .and_then(Value::as_str)
+                .map(|message| format!(": {message}"))
+                .unwrap_or_default();
+            return self.message(
+                format!("paused-{}-{reason}", self.generation),
+                "paused",
+                format!(
+                    "Workflow run {id} ({name}) paused because it reached its budget{limit} \
+                     (reason \"budget\"). To go on, resume it with the workflow tool: action \"resume\", \
+                     runId \"{id}\", and a higher tokenBudget or costBudgetUsd."
+                ),
+            );
+        }
         let why = match reason {
             "auth_required" => " because an agent backend's credentials are missing or expired",
             "usage_limit" => " because an agent backend hit its usage limit",
