@@ -5,6 +5,7 @@ mod acp_stderr;
 mod adapters;
 mod admission;
 mod architecture;
+mod budget;
 mod cli;
 mod cli_help;
 mod cli_output;

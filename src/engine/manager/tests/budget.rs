@@ -5,6 +5,10 @@
 
 use super::*;
 use crate::budget::SpendLimits;
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, ProbeReport,
+    SessionSpec, TurnOutput, TurnRequest,
+};
 use crate::store::EventReads;
 
 /// Five sequential calls; each prompt `call N` is answered `ECHO: call N` (12 bytes, 3 tokens
@@ -17,11 +21,15 @@ const FIVE_CALLS: &str = "export const meta = { name: 'b', description: 'd', mod
 const PER_CALL: u64 = 6;
 
 fn instant_world() -> (World, Arc<InstantRunner>) {
+    let runner = InstantRunner::new();
+    (world_on(runner.clone()), runner)
+}
+
+fn world_on(runner: Arc<dyn AgentRunner>) -> World {
     let folder = tempfile::tempdir().expect("temp dir");
     let project = folder.path().join("project");
     std::fs::create_dir_all(&project).expect("project dir");
     let store = Arc::new(SqliteStore::open(&folder.path().join("state")).expect("open store"));
-    let runner = InstantRunner::new();
     let config = EngineConfig {
         home: Some(folder.path().to_path_buf()),
         probe: false,
@@ -29,17 +37,66 @@ fn instant_world() -> (World, Arc<InstantRunner>) {
     };
     let engine = Engine::new(
         store.clone(),
-        runner.clone(),
+        runner,
         Arc::new(NamedBackends::new(["claude", "other"])),
         config,
     );
-    let world = World {
+    World {
         _folder: folder,
         project,
         store,
         engine,
-    };
-    (world, runner)
+    }
+}
+
+/// The instant runner's answers after a few turns of the scheduler: a call's task is
+/// spawned and finishes on its own, so the next queued task could take its permit before
+/// the driver has counted its usage.
+struct YieldingRunner(Arc<InstantRunner>);
+
+struct YieldingSession(Box<dyn AgentSession>);
+
+#[async_trait::async_trait]
+impl AgentRunner for YieldingRunner {
+    async fn open_session(
+        &self,
+        spec: SessionSpec,
+        observer: Arc<dyn AgentObserver>,
+    ) -> Result<Box<dyn AgentSession>, AgentFailure> {
+        tokio::task::yield_now().await;
+        let session = self.0.open_session(spec, observer).await?;
+        Ok(Box::new(YieldingSession(session)))
+    }
+
+    async fn probe(&self, backend: &BackendSpec, model: Option<&str>, cwd: &Path) -> ProbeReport {
+        self.0.probe(backend, model, cwd).await
+    }
+
+    async fn shutdown(&self, deadline: std::time::Duration) {
+        self.0.shutdown(deadline).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentSession for YieldingSession {
+    async fn prompt(
+        &mut self,
+        turn: TurnRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure> {
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        self.0.prompt(turn, cancel).await
+    }
+
+    fn session_ref(&self) -> Option<Value> {
+        self.0.session_ref()
+    }
+
+    async fn close(self: Box<Self>) {
+        self.0.close().await;
+    }
 }
 
 fn tokens(limit: u64) -> LimitOverrides {
@@ -142,7 +199,8 @@ async fn a_run_pauses_before_the_call_that_would_start_at_its_token_budget_and_r
 
 #[tokio::test]
 async fn calls_waiting_for_a_permit_do_not_start_past_the_limit() {
-    let (world, runner) = instant_world();
+    let runner = InstantRunner::new();
+    let world = world_on(Arc::new(YieldingRunner(runner.clone())));
     // One at a time: every call is queued at once, and the first settles at the limit.
     let script = "export const meta = { name: 'p', description: 'd', model: 'claude' };\n\
         return await parallel([0, 1, 2, 3].map((i) => () => agent('call ' + i)));";
