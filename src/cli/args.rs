@@ -195,13 +195,12 @@ pub struct LimitArgs {
     /// Retries of a failed agent call (0..3, default 0).
     #[arg(long, value_name = "N")]
     pub agent_retries: Option<i64>,
-    /// Total tokens the run may spend, as agents report usage (overrides meta.tokenBudget;
-    /// default no limit). At the limit no new agent call starts and the run pauses with
-    /// reason budget; `resume --token-budget` with a higher number continues it.
+    /// Total tokens the run may spend; at the limit it pauses with reason budget (default
+    /// meta.tokenBudget, else none; on resume, a new limit above the spend).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub token_budget: Option<i64>,
-    /// US dollars the run may spend, where agents report cost (overrides
-    /// meta.costBudgetUsd; default no limit). Refused when a routed backend reports no cost.
+    /// US dollars the run may spend, only over backends that report cost (built-in claude);
+    /// at the limit it pauses with reason budget (default meta.costBudgetUsd, else none).
     #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub cost_budget_usd: Option<f64>,
 }

@@ -30,7 +30,12 @@ fn workflow(port: u16, session: &str, id: u64, arguments: Value) -> Value {
         &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": "workflow", "arguments": arguments}}),
     );
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     reply.json()["result"].clone()
 }
 
@@ -90,9 +95,16 @@ fn a_budget_pauses_after_the_crossing_call_survives_sigkill_and_resumes_higher()
     );
     assert_eq!(cost["isError"], true, "{cost}");
     let text = cost.to_string();
-    assert!(text.contains("costBudgetUsd") && text.contains("mock"), "{text}");
+    assert!(
+        text.contains("costBudgetUsd") && text.contains("mock"),
+        "{text}"
+    );
     let listed = world.ctx.run(&["runs", "--json"]);
-    assert!(!listed.stdout.contains("budget"), "nothing stored: {}", listed.stdout);
+    assert!(
+        !listed.stdout.contains("budget"),
+        "nothing stored: {}",
+        listed.stdout
+    );
 
     let started = workflow(
         record.port,
@@ -100,7 +112,10 @@ fn a_budget_pauses_after_the_crossing_call_survives_sigkill_and_resumes_higher()
         3,
         json!({"action": "run", "projectDir": world.ctx.project(), "script": script, "tokenBudget": limit}),
     );
-    assert_eq!(started["structuredContent"]["limits"]["tokenBudget"], limit, "{started}");
+    assert_eq!(
+        started["structuredContent"]["limits"]["tokenBudget"], limit,
+        "{started}"
+    );
     let run_id = started["structuredContent"]["runId"]
         .as_str()
         .expect("run id")
@@ -113,7 +128,10 @@ fn a_budget_pauses_after_the_crossing_call_survives_sigkill_and_resumes_higher()
     let context = &status["outcome"]["budgetContext"];
     assert_eq!(context["field"], "tokenBudget", "{status}");
     assert_eq!(context["spent"].as_f64(), Some((3 * per_call) as f64));
-    assert_eq!(prompts_in_log(&world.ctx, log), ["call 0", "call 1", "call 2"]);
+    assert_eq!(
+        prompts_in_log(&world.ctx, log),
+        ["call 0", "call 1", "call 2"]
+    );
 
     // A SIGKILL of the daemon changes nothing of the spend.
     kill_daemons(&world);
@@ -130,20 +148,32 @@ fn a_budget_pauses_after_the_crossing_call_survives_sigkill_and_resumes_higher()
         4,
         json!({"action": "resume", "runId": run_id, "tokenBudget": 1000}),
     );
-    assert_eq!(resumed["structuredContent"]["limits"]["tokenBudget"], 1000, "{resumed}");
+    assert_eq!(
+        resumed["structuredContent"]["limits"]["tokenBudget"], 1000,
+        "{resumed}"
+    );
     wait_for("call 3 to run", DEADLINE, || {
         (prompts_in_log(&world.ctx, log).len() == 4).then_some(())
     });
     kill_daemons(&world);
     let interrupted = world.ctx.status(&run_id);
     assert_eq!(interrupted["status"], "paused", "{interrupted}");
-    assert_eq!(interrupted["tokenUsage"]["totalTokens"], 3 * per_call, "only settled calls count");
+    assert_eq!(
+        interrupted["tokenUsage"]["totalTokens"],
+        3 * per_call,
+        "only settled calls count"
+    );
     assert_eq!(interrupted["limits"]["tokenBudget"], 1000);
 
     std::fs::write(&gate, "open").expect("open the gate");
     let record = world.start();
     let session = open_session(record.port);
-    let resumed = workflow(record.port, &session, 5, json!({"action": "resume", "runId": run_id}));
+    let resumed = workflow(
+        record.port,
+        &session,
+        5,
+        json!({"action": "resume", "runId": run_id}),
+    );
     assert!(resumed["isError"] != true, "{resumed}");
     let done = settled(&world, &run_id);
     assert_eq!(done["status"], "completed", "{done}");
@@ -152,7 +182,13 @@ fn a_budget_pauses_after_the_crossing_call_survives_sigkill_and_resumes_higher()
     let prompts = prompts_in_log(&world.ctx, log);
     assert_eq!(
         prompts,
-        ["call 0", "call 1", "call 2", last_prompt.as_str(), last_prompt.as_str()],
+        [
+            "call 0",
+            "call 1",
+            "call 2",
+            last_prompt.as_str(),
+            last_prompt.as_str()
+        ],
         "settled calls replayed; only the call the SIGKILL interrupted ran again"
     );
 }
@@ -174,24 +210,48 @@ fn the_cli_sets_and_raises_a_token_budget() {
     let script = script.to_str().expect("utf-8 path");
     let refused = world.ctx.run(&["run", script, "--token-budget", "0"]);
     assert_eq!(refused.code(), 2, "{}", refused.stderr);
-    assert!(refused.stderr.contains("--token-budget"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--token-budget"),
+        "{}",
+        refused.stderr
+    );
 
     let per_call = echo_usage("call 0", "call 0");
     let limit = per_call.to_string();
     let paused = world.ctx.run(&["run", script, "--token-budget", &limit]);
     let run_id = paused.run_id();
     let status = world.ctx.status(&run_id);
-    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("paused"), Some("budget")), "{status}");
-    assert!(paused.stderr.contains("--token-budget"), "the CLI says how to go on: {}", paused.stderr);
+    assert_eq!(
+        (status["status"].as_str(), status["reason"].as_str()),
+        (Some("paused"), Some("budget")),
+        "{status}"
+    );
+    assert!(
+        paused.stderr.contains("--token-budget"),
+        "the CLI says how to go on: {}",
+        paused.stderr
+    );
     assert_eq!(prompts_in_log(&world.ctx, log), ["call 0"]);
 
-    let low = world.ctx.run(&["resume", &run_id, "--token-budget", &limit]);
-    assert_eq!(low.code(), 2, "a limit at the spend is refused: {}", low.stderr);
+    let low = world
+        .ctx
+        .run(&["resume", &run_id, "--token-budget", &limit]);
+    assert_eq!(
+        low.code(),
+        2,
+        "a limit at the spend is refused: {}",
+        low.stderr
+    );
     assert!(low.stderr.contains("tokenBudget"), "{}", low.stderr);
-    let done = world.ctx.run(&["resume", &run_id, "--token-budget", "1000"]);
+    let done = world
+        .ctx
+        .run(&["resume", &run_id, "--token-budget", "1000"]);
     assert_eq!(done.code(), 0, "{}", done.stderr);
     let status = world.ctx.status(&run_id);
     assert_eq!(status["status"], "completed", "{status}");
     assert_eq!(status["limits"]["tokenBudget"], 1000);
-    assert_eq!(prompts_in_log(&world.ctx, log), ["call 0", "call 1", "call 2"]);
+    assert_eq!(
+        prompts_in_log(&world.ctx, log),
+        ["call 0", "call 1", "call 2"]
+    );
 }

@@ -794,7 +794,10 @@ impl Driver {
                 outcome.checkpoint_context = checkpoint_context;
                 let shown_reason = (reason != PauseReason::Requested).then(|| reason.as_str());
                 let mut fields = json!({"reason": shown_reason});
-                if let Some(exhausted) = self.budget_exhausted.filter(|_| reason == PauseReason::Budget) {
+                if let Some(exhausted) = self
+                    .budget_exhausted
+                    .filter(|_| reason == PauseReason::Budget)
+                {
                     fields["budget"] = exhausted.to_json();
                 }
                 self.events.push("paused", "root", fields);

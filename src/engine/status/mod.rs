@@ -16,8 +16,7 @@ use crate::engine::preview;
 use crate::engine::redact;
 use crate::model::{
     AuthContext, CallKind, CallOrigin, CallOutcome, CheckpointWait, PauseReason, Phase, RunId,
-    RunRecord,
-    RunStatus, ScriptRevision, SetupWait, Usage,
+    RunRecord, RunStatus, ScriptRevision, SetupWait, Usage,
 };
 use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 

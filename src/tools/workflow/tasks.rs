@@ -489,7 +489,9 @@ fn task_of(run_id: &str, document: &Value) -> TaskState {
         None => TaskStatus::Working,
     };
     let status_message = match status {
-        TaskStatus::InputRequired if input_requests.is_empty() && document["reason"] == "budget" => {
+        TaskStatus::InputRequired
+            if input_requests.is_empty() && document["reason"] == "budget" =>
+        {
             Some(format!(
                 "run {run_id} is paused at its budget{}; continue it with the workflow tool's action \"resume\" and a higher tokenBudget or costBudgetUsd",
                 budget_shown(document)

@@ -6,8 +6,8 @@
 use super::*;
 use crate::budget::SpendLimits;
 use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, ProbeReport,
-    SessionSpec, TurnOutput, TurnRequest,
+    AgentFailure, AgentObserver, AgentRunner, AgentSession, BackendSpec, ProbeReport, SessionSpec,
+    TurnOutput, TurnRequest,
 };
 use crate::store::EventReads;
 
@@ -161,19 +161,34 @@ async fn a_run_pauses_before_the_call_that_would_start_at_its_token_budget_and_r
     assert_eq!(status["tokenUsage"]["totalTokens"], 3 * PER_CALL);
     let context = &status["outcome"]["budgetContext"];
     assert_eq!(context["field"], "tokenBudget");
-    assert_eq!((context["spent"].as_f64(), context["limit"].as_f64()), (Some(18.0), Some(14.0)));
+    assert_eq!(
+        (context["spent"].as_f64(), context["limit"].as_f64()),
+        (Some(18.0), Some(14.0))
+    );
     assert!(
-        context["message"].as_str().unwrap().contains("18 of 14 tokens"),
+        context["message"]
+            .as_str()
+            .unwrap()
+            .contains("18 of 14 tokens"),
         "{context}"
     );
     assert_eq!(runner.prompts(), 3, "exactly the calls below the limit ran");
 
     let events = world.event_types(&run_id).await;
-    let warnings: Vec<&Value> = events.iter().filter(|e| e["type"] == "budgetWarning").collect();
+    let warnings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "budgetWarning")
+        .collect();
     assert_eq!(warnings.len(), 1, "one warning at 80% of 14: {warnings:?}");
     assert_eq!(warnings[0]["field"], "tokenBudget");
-    assert_eq!((warnings[0]["spent"].as_u64(), warnings[0]["limit"].as_u64()), (Some(12), Some(14)));
-    let paused = events.iter().rfind(|e| e["type"] == "paused").expect("paused event");
+    assert_eq!(
+        (warnings[0]["spent"].as_u64(), warnings[0]["limit"].as_u64()),
+        (Some(12), Some(14))
+    );
+    let paused = events
+        .iter()
+        .rfind(|e| e["type"] == "paused")
+        .expect("paused event");
     assert_eq!(paused["reason"], "budget");
     assert_eq!(paused["budget"]["field"], "tokenBudget");
 
@@ -183,7 +198,10 @@ async fn a_run_pauses_before_the_call_that_would_start_at_its_token_budget_and_r
     let refused = world.engine.resume(low).await.expect_err("at the spend");
     assert!(refused.to_string().contains("tokenBudget"), "{refused}");
     let record = world.store.load_run(&run_id).await.expect("load");
-    assert_eq!((record.generation, record.limits.token_budget), (1, Some(14)));
+    assert_eq!(
+        (record.generation, record.limits.token_budget),
+        (1, Some(14))
+    );
 
     let mut raised = World::resume_request(&run_id, Vec::new());
     raised.limits = tokens(1000);
@@ -194,7 +212,11 @@ async fn a_run_pauses_before_the_call_that_would_start_at_its_token_budget_and_r
     assert_eq!(status["status"], "completed", "{status}");
     assert_eq!(status["outcome"]["result"], 5);
     assert_eq!(status["tokenUsage"]["totalTokens"], 5 * PER_CALL);
-    assert_eq!(runner.prompts(), 5, "calls 0..2 replayed, 3 and 4 ran: none twice");
+    assert_eq!(
+        runner.prompts(),
+        5,
+        "calls 0..2 replayed, 3 and 4 ran: none twice"
+    );
 }
 
 #[tokio::test]
@@ -208,7 +230,11 @@ async fn calls_waiting_for_a_permit_do_not_start_past_the_limit() {
         concurrency: Some(1),
         ..tokens(PER_CALL)
     };
-    let run_id = world.start_with(script, limits).await.expect("admitted").run_id;
+    let run_id = world
+        .start_with(script, limits)
+        .await
+        .expect("admitted")
+        .run_id;
     world.engine.wait(&run_id).await;
     let status = world.status_of(&run_id).await;
     assert_eq!(status["reason"], "budget", "{status}");
@@ -256,7 +282,10 @@ async fn bad_limits_and_unreported_units_are_refused_with_nothing_stored() {
         .start_with(bad_meta, LimitOverrides::default())
         .await
         .expect_err("a negative budget");
-    assert!(refused.to_string().contains("meta.tokenBudget"), "{refused}");
+    assert!(
+        refused.to_string().contains("meta.tokenBudget"),
+        "{refused}"
+    );
     // `other` is a backend that reports no cost.
     let other = "export const meta = { name: 'o', description: 'd', model: 'other' };\nreturn await agent('x');";
     let cost = LimitOverrides {
@@ -266,7 +295,10 @@ async fn bad_limits_and_unreported_units_are_refused_with_nothing_stored() {
         },
         ..LimitOverrides::default()
     };
-    let refused = world.start_with(other, cost).await.expect_err("no cost reports");
+    let refused = world
+        .start_with(other, cost)
+        .await
+        .expect_err("no cost reports");
     let message = refused.to_string();
     assert!(
         message.contains("costBudgetUsd") && message.contains("other"),
