@@ -219,10 +219,15 @@ impl Exhausted {
     /// The limit as the `paused` event and status show it:
     /// `{field, spent, limit, message}`.
     pub fn to_json(&self) -> serde_json::Value {
+        // Tokens are whole numbers: shown as integers, as `limits.tokenBudget` is.
+        let number = |value: f64| match self.kind {
+            LimitKind::Tokens => serde_json::json!(value as u64),
+            LimitKind::CostUsd => serde_json::json!(value),
+        };
         serde_json::json!({
             "field": self.kind.field(),
-            "spent": self.spent,
-            "limit": self.limit,
+            "spent": number(self.spent),
+            "limit": number(self.limit),
             "message": self.to_string(),
         })
     }

@@ -127,7 +127,8 @@ fn a_budget_pauses_after_the_crossing_call_survives_sigkill_and_resumes_higher()
     assert_eq!(status["tokenUsage"]["totalTokens"], 3 * per_call);
     let context = &status["outcome"]["budgetContext"];
     assert_eq!(context["field"], "tokenBudget", "{status}");
-    assert_eq!(context["spent"].as_f64(), Some((3 * per_call) as f64));
+    assert_eq!(context["spent"], 3 * per_call);
+    assert_eq!(context["limit"], limit);
     assert_eq!(
         prompts_in_log(&world.ctx, log),
         ["call 0", "call 1", "call 2"]
@@ -233,6 +234,16 @@ fn the_cli_sets_and_raises_a_token_budget() {
     );
     assert_eq!(prompts_in_log(&world.ctx, log), ["call 0"]);
 
+    let shown = world.ctx.run(&["status", &run_id]);
+    assert!(
+        shown.stdout.contains("reason: budget")
+            && shown.stdout.contains(&format!("token budget: {limit}"))
+            && shown
+                .stdout
+                .contains("budget: the run reached its token budget"),
+        "{}",
+        shown.stdout
+    );
     let low = world
         .ctx
         .run(&["resume", &run_id, "--token-budget", &limit]);

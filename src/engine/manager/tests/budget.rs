@@ -162,8 +162,8 @@ async fn a_run_pauses_before_the_call_that_would_start_at_its_token_budget_and_r
     let context = &status["outcome"]["budgetContext"];
     assert_eq!(context["field"], "tokenBudget");
     assert_eq!(
-        (context["spent"].as_f64(), context["limit"].as_f64()),
-        (Some(18.0), Some(14.0))
+        (&context["spent"], &context["limit"]),
+        (&json!(18), &json!(14))
     );
     assert!(
         context["message"]
