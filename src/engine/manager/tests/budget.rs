@@ -52,9 +52,10 @@ fn world_on(runner: Arc<dyn AgentRunner>) -> World {
 /// The instant runner's answers after a few turns of the scheduler: a call's task is
 /// spawned and finishes on its own, so the next queued task could take its permit before
 /// the driver has counted its usage.
-struct YieldingRunner(Arc<InstantRunner>);
+/// With a cost, every turn also reports that many US dollars.
+struct YieldingRunner(Arc<InstantRunner>, Option<f64>);
 
-struct YieldingSession(Box<dyn AgentSession>);
+struct YieldingSession(Box<dyn AgentSession>, Option<f64>);
 
 #[async_trait::async_trait]
 impl AgentRunner for YieldingRunner {
@@ -65,7 +66,7 @@ impl AgentRunner for YieldingRunner {
     ) -> Result<Box<dyn AgentSession>, AgentFailure> {
         tokio::task::yield_now().await;
         let session = self.0.open_session(spec, observer).await?;
-        Ok(Box::new(YieldingSession(session)))
+        Ok(Box::new(YieldingSession(session, self.1)))
     }
 
     async fn probe(&self, backend: &BackendSpec, model: Option<&str>, cwd: &Path) -> ProbeReport {
@@ -87,7 +88,9 @@ impl AgentSession for YieldingSession {
         for _ in 0..3 {
             tokio::task::yield_now().await;
         }
-        self.0.prompt(turn, cancel).await
+        let mut output = self.0.prompt(turn, cancel).await?;
+        output.usage.cost_usd = self.1;
+        Ok(output)
     }
 
     fn session_ref(&self) -> Option<Value> {
@@ -222,7 +225,7 @@ async fn a_run_pauses_before_the_call_that_would_start_at_its_token_budget_and_r
 #[tokio::test]
 async fn calls_waiting_for_a_permit_do_not_start_past_the_limit() {
     let runner = InstantRunner::new();
-    let world = world_on(Arc::new(YieldingRunner(runner.clone())));
+    let world = world_on(Arc::new(YieldingRunner(runner.clone(), None)));
     // One at a time: every call is queued at once, and the first settles at the limit.
     let script = "export const meta = { name: 'p', description: 'd', model: 'claude' };\n\
         return await parallel([0, 1, 2, 3].map((i) => () => agent('call ' + i)));";
@@ -314,4 +317,48 @@ async fn bad_limits_and_unreported_units_are_refused_with_nothing_stored() {
     let claude = "export const meta = { name: 'c', description: 'd', model: 'claude' };\nreturn await agent('x');";
     let admission = world.start_with(claude, cost).await.expect("admitted");
     assert_eq!(admission.limits.cost_budget_usd, Some(1.5));
+}
+
+#[tokio::test]
+async fn a_cost_budget_pauses_the_run_like_a_token_budget() {
+    let runner = InstantRunner::new();
+    let world = world_on(Arc::new(YieldingRunner(runner.clone(), Some(0.5))));
+    let limits = LimitOverrides {
+        budget: SpendLimits {
+            tokens: None,
+            cost_usd: Some(1.2),
+        },
+        ..LimitOverrides::default()
+    };
+    let run_id = world
+        .start_with(FIVE_CALLS, limits)
+        .await
+        .expect("admitted")
+        .run_id;
+    world.engine.wait(&run_id).await;
+    let status = world.status_of(&run_id).await;
+    assert_eq!(status["reason"], "budget", "{status}");
+    assert_eq!(status["limits"]["costBudgetUsd"], 1.2);
+    let context = &status["outcome"]["budgetContext"];
+    assert_eq!(context["field"], "costBudgetUsd");
+    assert_eq!(
+        (&context["spent"], &context["limit"]),
+        (&json!(1.5), &json!(1.2))
+    );
+    assert!(
+        context["message"]
+            .as_str()
+            .unwrap()
+            .contains("$1.5 of $1.2"),
+        "{context}"
+    );
+    assert_eq!(runner.prompts(), 3);
+    let events = world.event_types(&run_id).await;
+    let warnings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "budgetWarning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["field"], "costBudgetUsd");
+    assert_eq!(warnings[0]["spent"], 1.0);
 }
