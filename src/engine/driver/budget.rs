@@ -11,7 +11,7 @@
 //! limit that call reached. The dry run's made-up usage reaches the script's `budget` and
 //! nothing else: it neither pauses nor warns.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::budget::{self, Budget, Exhausted, RunBudget};
 use crate::engine::driver::{Driver, Halt};
@@ -86,6 +86,20 @@ impl Driver {
         self.pushed_usage = self.setup.usage;
         let view = budget::script_view(&self.setup.limits.spend(), &self.setup.usage);
         self.reply(VmReply::Budget(view));
+    }
+
+    /// The `paused` event's fields: the reason (none for a requested pause), and for a
+    /// budget pause the limit reached.
+    pub(super) fn paused_fields(&self, reason: PauseReason) -> Value {
+        let shown_reason = (reason != PauseReason::Requested).then(|| reason.as_str());
+        let mut fields = json!({"reason": shown_reason});
+        if let Some(exhausted) = self
+            .budget_exhausted
+            .filter(|_| reason == PauseReason::Budget)
+        {
+            fields["budget"] = exhausted.to_json();
+        }
+        fields
     }
 
     fn budget(&self) -> RunBudget {

@@ -792,14 +792,7 @@ impl Driver {
                 outcome.auth_context = auth_context;
                 outcome.reset_hint = reset_hint;
                 outcome.checkpoint_context = checkpoint_context;
-                let shown_reason = (reason != PauseReason::Requested).then(|| reason.as_str());
-                let mut fields = json!({"reason": shown_reason});
-                if let Some(exhausted) = self
-                    .budget_exhausted
-                    .filter(|_| reason == PauseReason::Budget)
-                {
-                    fields["budget"] = exhausted.to_json();
-                }
+                let fields = self.paused_fields(reason);
                 self.events.push("paused", "root", fields);
             }
         }
