@@ -679,6 +679,21 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_pause_asks_for_a_resume_with_a_higher_limit() {
+        let document = json!({"status": "paused", "reason": "budget",
+            "outcome": {"budgetContext": {"message": "the run reached its token budget: 18 of 14 tokens spent (tokenBudget)"}}});
+        let task = task_of("r-1", &document);
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        let message = task.status_message.expect("a status message");
+        assert!(
+            message.contains("18 of 14 tokens") && message.contains("higher tokenBudget"),
+            "{message}"
+        );
+        let requested = task_of("r-1", &json!({"status": "paused", "reason": "requested"}));
+        assert!(!requested.status_message.unwrap().contains("budget"));
+    }
+
+    #[test]
     fn tasks_list_names_at_most_the_newest_listed_tasks() {
         let mut started = Vec::new();
         for index in 0..MAX_LISTED_TASKS {
