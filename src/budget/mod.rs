@@ -1,7 +1,12 @@
 //! Run budgets: the limits on what a run may spend (tokens as the agents report usage, US
 //! dollars where they report cost) and the decisions the engine takes from them. This room is
-//! the policy only; the engine does not consult it yet, so `status.limits.tokenBudget` stays
-//! `null` until admission, the driver and resume call it.
+//! the policy; the engine consults it: the `workflow` tool and the CLI read the limits
+//! ([`limits`]), preparation merges them with `meta` and checks their units against the dry
+//! run's routes (`engine::prepare::budget`), resume changes them ([`resume_limits`]), the
+//! driver asks [`RunBudget`] before each live call and after each settled one
+//! (`engine::driver::budget`) and hands the script its [`script_view`], and status shows the
+//! limit a `budget` pause reached. The limits live in `model::Limits` (`tokenBudget`,
+//! `costBudgetUsd`), stored with the run.
 //!
 //! A budget is policy over numbers the engine already journals, not a port to the world:
 //! spend is the sum of the settled calls' usage ([`settle`]), which the store keeps with each
@@ -207,6 +212,24 @@ impl Budget for RunBudget {
             })
             .map(|((kind, _, _), _)| kind)
             .collect()
+    }
+}
+
+impl Exhausted {
+    /// The limit as the `paused` event and status show it:
+    /// `{field, spent, limit, message}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        // Tokens are whole numbers: shown as integers, as `limits.tokenBudget` is.
+        let number = |value: f64| match self.kind {
+            LimitKind::Tokens => serde_json::json!(value as u64),
+            LimitKind::CostUsd => serde_json::json!(value),
+        };
+        serde_json::json!({
+            "field": self.kind.field(),
+            "spent": number(self.spent),
+            "limit": number(self.limit),
+            "message": self.to_string(),
+        })
     }
 }
 

@@ -198,6 +198,14 @@ pub struct LimitArgs {
     /// Retries of a failed agent call (0..3, default 0).
     #[arg(long, value_name = "N")]
     pub agent_retries: Option<i64>,
+    /// Total tokens the run may spend; at the limit it pauses with reason budget (default
+    /// meta.tokenBudget, else none; on resume, a new limit above the spend).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub token_budget: Option<i64>,
+    /// US dollars the run may spend, only over backends that report cost (built-in claude);
+    /// at the limit it pauses with reason budget (default meta.costBudgetUsd, else none).
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
+    pub cost_budget_usd: Option<f64>,
 }
 
 #[derive(Debug, Args)]

@@ -170,6 +170,15 @@ fn report_paused(run_id: &RunId, reason: Option<&str>, outcome: Option<&StatusOu
         if let Some(hint) = outcome.and_then(|outcome| outcome.reset_hint.as_deref()) {
             note!("usage limit; resets: {}", json!(hint));
         }
+        if let Some(budget) = outcome.and_then(|outcome| outcome.budget_context.as_ref()) {
+            note!("{}", budget["message"].as_str().unwrap_or_default());
+            let flag = match budget["field"].as_str() {
+                Some("costBudgetUsd") => "--cost-budget-usd <higher dollars>",
+                _ => "--token-budget <higher total>",
+            };
+            note!("continue with:\n  agentprism resume {run_id} {flag}");
+            return;
+        }
         note!("continue with:\n  agentprism resume {run_id}");
         return;
     };

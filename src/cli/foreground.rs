@@ -105,7 +105,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
                 project_dir: project,
                 script,
                 args: input,
-                limits: limits(&args.limits),
+                limits: limits(&args.limits)?,
                 caller: None,
             })
             .await
@@ -168,7 +168,7 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
             .resume(ResumeRequest {
                 run_id: Some(run_id.clone()),
                 checkpoint_replies: replies,
-                limits: limits(&args.limits),
+                limits: limits(&args.limits)?,
                 operation_id: None,
             })
             .await

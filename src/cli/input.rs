@@ -68,12 +68,29 @@ pub(super) fn parse_run_id(text: &str) -> Result<RunId> {
     RunId::parse(text).map_err(input_error)
 }
 
-pub(super) fn limits(args: &LimitArgs) -> LimitOverrides {
-    LimitOverrides {
+/// The limit flags; a spending limit is checked as the `workflow` tool checks its argument,
+/// and its error names the flag.
+pub(super) fn limits(args: &LimitArgs) -> Result<LimitOverrides> {
+    let mut fields = serde_json::Map::new();
+    if let Some(tokens) = args.token_budget {
+        fields.insert("tokenBudget".into(), tokens.into());
+    }
+    if let Some(dollars) = args.cost_budget_usd {
+        fields.insert("costBudgetUsd".into(), dollars.into());
+    }
+    let budget = crate::budget::limits(&fields, "").map_err(|error| {
+        let flag = match error.field.as_str() {
+            "tokenBudget" => "--token-budget",
+            _ => "--cost-budget-usd",
+        };
+        input_error(format!("{flag} {}", error.problem))
+    })?;
+    Ok(LimitOverrides {
         max_agents: args.max_agents,
         concurrency: args.concurrency,
         agent_retries: args.agent_retries,
-    }
+        budget,
+    })
 }
 
 /// Maps engine errors to exit codes: rejections are input errors (2), in the command line's

@@ -108,6 +108,23 @@ fn print_status(status: &Value) {
     if let Some(reason) = status.get("reason").and_then(Value::as_str) {
         say!("reason: {reason}");
     }
+    if let Some(budget) = status
+        .pointer("/outcome/budgetContext/message")
+        .and_then(Value::as_str)
+    {
+        say!("budget: {budget}");
+    }
+    let limit = |key: &str| {
+        status
+            .pointer(&format!("/limits/{key}"))
+            .filter(|v| !v.is_null())
+    };
+    if let Some(tokens) = limit("tokenBudget") {
+        say!("token budget: {tokens}");
+    }
+    if let Some(dollars) = limit("costBudgetUsd") {
+        say!("cost budget: ${dollars}");
+    }
     if let Some(phase) = status.get("currentPhase").and_then(Value::as_str) {
         say!("phase: {phase}");
     }

@@ -6,7 +6,7 @@
 // host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
 // meta.files does not declare the path) and host.path(stack, wrapperLine, wrapperColumns) (the
 // call path read from a stack text, or undefined). It returns the helpers only the host uses
-// (`install`, `makeError`, `strictJson`); the host keeps them, so no script can read,
+// (`install`, `makeError`, `strictJson`, `setBudget`); the host keeps them, so no script can read,
 // replace or call them, and nothing named `__ap_*` is ever a global. Everything a script can
 // use is defined below on top of agent() and checkpoint(); helpers are plain agent() calls,
 // so they are journaled and replayed like any other call.
@@ -527,19 +527,51 @@
     };
   }
 
+  // --- the run's budget (src/budget/): the host pushes the spend as calls settle ---
+  // `view` is the host's script_view: {total, spent, remaining, costTotalUsd, costSpentUsd,
+  // costRemainingUsd}, remaining null without a limit. Reading it never calls the host.
+  let view = { total: null, spent: 0, remaining: null, costTotalUsd: null, costSpentUsd: 0, costRemainingUsd: null };
+  function setBudget(viewJson) {
+    view = parse(viewJson);
+  }
+  const budget = Object.freeze({
+    get total() {
+      return view.total;
+    },
+    spent: function spent() {
+      return view.spent;
+    },
+    remaining: function remaining() {
+      return view.remaining === null ? Infinity : view.remaining;
+    },
+    costUsd: Object.freeze({
+      get total() {
+        return view.costTotalUsd;
+      },
+      spent: function spent() {
+        return view.costSpentUsd;
+      },
+      remaining: function remaining() {
+        return view.costRemainingUsd === null ? Infinity : view.costRemainingUsd;
+      },
+    }),
+  });
+
   // Defines the root scope's DSL as read-only globals. Called once, before the script body.
   let installed = false;
-  function install(argsJson, cwd, lastLine, openColumns, paths) {
+  function install(argsJson, cwd, lastLine, openColumns, paths, budgetJson) {
     if (installed) throw new Error("the DSL is already installed");
     installed = true;
     wrapperLine = lastLine;
     wrapperColumns = openColumns;
     withPaths = paths === true;
+    setBudget(budgetJson);
     const dsl = makeDsl("root", parse(argsJson), cwd);
+    dsl.budget = budget;
     for (const name of Object.keys(dsl)) {
       Object.defineProperty(global, name, { value: dsl[name], writable: false, configurable: false, enumerable: false });
     }
   }
 
-  return Object.freeze({ install, makeError, strictJson });
+  return Object.freeze({ install, makeError, strictJson, setBudget });
 });

@@ -156,6 +156,8 @@ pub enum PauseReason {
     UsageLimit,
     Requested,
     Interrupted,
+    /// The run's spend reached its `tokenBudget` or `costBudgetUsd`.
+    Budget,
 }
 
 impl PauseReason {
@@ -166,6 +168,7 @@ impl PauseReason {
             PauseReason::UsageLimit => "usage_limit",
             PauseReason::Requested => "requested",
             PauseReason::Interrupted => "interrupted",
+            PauseReason::Budget => "budget",
         }
     }
 
@@ -176,6 +179,7 @@ impl PauseReason {
             "usage_limit" => PauseReason::UsageLimit,
             "requested" => PauseReason::Requested,
             "interrupted" => PauseReason::Interrupted,
+            "budget" => PauseReason::Budget,
             _ => return None,
         })
     }
@@ -207,8 +211,9 @@ impl Usage {
     }
 }
 
-/// Runtime limits of a run, already clamped (engine.md Decision 10).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Runtime limits of a run, already clamped (engine.md Decision 10), and its spending limits
+/// (`src/budget/`), which are checked, not clamped.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Limits {
     pub max_agents: u32,
@@ -219,6 +224,12 @@ pub struct Limits {
     /// approved or resumed (a call's `timeoutMs` can only shorten it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_timeout_ms: Option<u64>,
+    /// Total tokens the run may spend (`tokenBudget`); `None` is no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
+    /// US dollars the run may spend where agents report cost (`costBudgetUsd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_budget_usd: Option<f64>,
 }
 
 impl Default for Limits {
@@ -228,6 +239,8 @@ impl Default for Limits {
             concurrency: 8,
             agent_retries: 0,
             agent_timeout_ms: None,
+            token_budget: None,
+            cost_budget_usd: None,
         }
     }
 }
@@ -250,7 +263,24 @@ impl Limits {
             agent_retries: agent_retries
                 .map(|v| v.clamp(0, 3) as u32)
                 .unwrap_or(self.agent_retries),
-            agent_timeout_ms: self.agent_timeout_ms,
+            ..self
+        }
+    }
+
+    /// The spending limits, as the budget room reads them.
+    pub(crate) fn spend(&self) -> crate::budget::SpendLimits {
+        crate::budget::SpendLimits {
+            tokens: self.token_budget,
+            cost_usd: self.cost_budget_usd,
+        }
+    }
+
+    /// The limits with `spend` as the spending limits.
+    pub(crate) fn with_spend(self, spend: crate::budget::SpendLimits) -> Limits {
+        Limits {
+            token_budget: spend.tokens,
+            cost_budget_usd: spend.cost_usd,
+            ..self
         }
     }
 
@@ -262,12 +292,15 @@ impl Limits {
         }
     }
 
-    /// The echoed shape `{maxAgents,tokenBudget:null,concurrency,agentRetries,agentTimeoutMs}`;
-    /// `agentTimeoutMs` is null only for a run whose ceiling was never recorded.
+    /// The echoed shape
+    /// `{maxAgents,tokenBudget,costBudgetUsd,concurrency,agentRetries,agentTimeoutMs}`;
+    /// the budgets are null without a limit, `agentTimeoutMs` only for a run whose ceiling
+    /// was never recorded.
     pub fn to_json(self) -> Value {
         serde_json::json!({
             "maxAgents": self.max_agents,
-            "tokenBudget": null,
+            "tokenBudget": self.token_budget,
+            "costBudgetUsd": self.cost_budget_usd,
             "concurrency": self.concurrency,
             "agentRetries": self.agent_retries,
             "agentTimeoutMs": self.agent_timeout_ms,
@@ -712,7 +745,7 @@ mod tests {
                 max_agents: 1,
                 concurrency: 16,
                 agent_retries: 3,
-                agent_timeout_ms: None,
+                ..Limits::default()
             }
         );
     }

@@ -325,6 +325,7 @@ async fn limits_are_clamped_and_project_capacity_is_four() {
                 max_agents: None,
                 concurrency: Some(99),
                 agent_retries: Some(9),
+                ..Default::default()
             },
             caller: None,
         })

@@ -6,6 +6,7 @@ mod adapter_effort;
 mod adapters;
 mod admission;
 mod architecture;
+mod budget;
 mod changes;
 mod cli;
 mod cli_help;

@@ -184,7 +184,7 @@ async fn a_run_is_acknowledged_and_its_result_paged() {
     );
     assert_eq!(
         document["limits"],
-        json!({"maxAgents": 1000, "tokenBudget": null, "concurrency": 8, "agentRetries": 0, "agentTimeoutMs": 1800000})
+        json!({"maxAgents": 1000, "tokenBudget": null, "costBudgetUsd": null, "concurrency": 8, "agentRetries": 0, "agentTimeoutMs": 1800000})
     );
     assert!(document.get("result").is_none());
     let links: Vec<&Value> = ack["content"]

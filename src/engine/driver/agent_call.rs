@@ -93,6 +93,9 @@ impl Driver {
                 }
             }
         }
+        if !self.budget_admits() {
+            return;
+        }
         self.start_agent(call, live);
     }
 

@@ -58,7 +58,10 @@ impl Driver {
             record.changes = Some(isolated.changes);
         }
         record.settlement_ordinal = self.next_settlement();
+        let spent_before = self.setup.usage;
         self.announce_settled(&call, &record);
+        self.budget_after_settled(&spent_before);
+        let held_permit = call.started;
         self.settling.push(Settled {
             journaled: call.scope == "root" && !self.dry(),
             supersedes: call.supersedes,
@@ -73,6 +76,9 @@ impl Driver {
         {
             self.begin_halt(pause);
         }
+        if held_permit {
+            self.release_permit();
+        }
     }
 
     /// The group commit: writes the rows of the calls settled since the last one in one
@@ -84,6 +90,7 @@ impl Driver {
             return true;
         }
         let group = std::mem::take(&mut self.settling);
+        self.push_budget();
         let rows: Vec<(&CallRecord, &[(u32, u32)])> = group
             .iter()
             .filter(|settled| settled.journaled)

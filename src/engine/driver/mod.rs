@@ -16,6 +16,7 @@
 //! the agent task itself.
 
 mod agent_call;
+mod budget;
 mod checkpoint;
 mod completion;
 mod durability;
@@ -241,6 +242,7 @@ pub(crate) fn start_script(setup: &mut DriverSetup) -> StartedScript {
         files: setup.files.clone(),
         // The dry run writes no row and replays nothing: no call path to read.
         call_paths: !matches!(setup.persistence, Persistence::DryRun),
+        budget: crate::budget::script_view(&setup.limits.spend(), &setup.usage),
     };
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
     StartedScript { vm, events }
@@ -388,6 +390,10 @@ struct Driver {
     settled_calls: u64,
     /// The script's events other than `Finished`, for [`Outcome::script_events`].
     script_events: u64,
+    /// The limit the generation paused at, when it paused for its budget.
+    budget_exhausted: Option<crate::budget::Exhausted>,
+    /// The spend the script's `budget` was last told ([`budget`]).
+    pushed_usage: Usage,
 }
 
 impl Driver {
@@ -433,6 +439,8 @@ impl Driver {
             lease_confirmed_until: None,
             settled_calls: 0,
             script_events: 0,
+            budget_exhausted: None,
+            pushed_usage: setup.usage,
             settling: Vec::new(),
             vm,
             halted_vm: None,
@@ -794,9 +802,8 @@ impl Driver {
                 outcome.auth_context = auth_context;
                 outcome.reset_hint = reset_hint;
                 outcome.checkpoint_context = checkpoint_context;
-                let shown_reason = (reason != PauseReason::Requested).then(|| reason.as_str());
-                self.events
-                    .push("paused", "root", json!({"reason": shown_reason}));
+                let fields = self.paused_fields(reason);
+                self.events.push("paused", "root", fields);
             }
         }
     }

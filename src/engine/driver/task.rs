@@ -137,7 +137,9 @@ impl AgentTask {
         } else {
             (self.attempts().await, None)
         };
-        drop(permit);
+        // The driver gives the permit back once it has counted this call's usage
+        // (`driver::budget`), so no queued call starts past a limit this call reached.
+        permit.forget();
         outcome
     }
 

@@ -110,6 +110,7 @@ impl Engine {
             probe: self.inner.config.probe,
             probe_limit: self.inner.config.probe_limit,
             nested: Some(self.nested_resolver(project_dir, run_id)),
+            budget: Default::default(),
         }
     }
 
@@ -137,13 +138,14 @@ impl Engine {
         let prepare::ScriptBytes { bytes, file } =
             prepare::read_script(self.inner.sources.as_ref(), &request.script).await?;
         let run_id = RunId::generate();
-        let input = self.prepare_input(
+        let mut input = self.prepare_input(
             bytes,
             request.args.clone(),
             &request.project_dir,
             &run_id,
             None,
         );
+        input.budget = request.limits.budget;
         let mut prepared = prepare_unless_cancelled(input, cancel).await?;
         let (workspace, warning) = self.admission_base(&request.project_dir, &prepared).await?;
         prepared.warnings.extend(warning);
@@ -251,6 +253,7 @@ fn admitted_record(
             request.limits.concurrency,
             request.limits.agent_retries,
         )
+        .with_spend(prepared.budget)
         .with_agent_timeout(agent_timeout);
     let mut routing = prepared.routing.clone();
     if !needs_setup {

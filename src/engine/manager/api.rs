@@ -12,12 +12,14 @@ use crate::engine::prepare::ScriptInput;
 use crate::engine::status::StatusDocument;
 use crate::model::{Limits, RunId, RunStatus, ScriptSource, SetupWait};
 
-/// Caller overrides of the run limits (clamped).
+/// Caller overrides of the run limits (clamped), and the spending limits the caller sets
+/// (checked by `crate::budget::limits` where they are read; `None` each where unset).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LimitOverrides {
     pub max_agents: Option<i64>,
     pub concurrency: Option<i64>,
     pub agent_retries: Option<i64>,
+    pub budget: crate::budget::SpendLimits,
 }
 
 /// A request to start a run.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+use crate::budget::SpendLimits;
 use crate::engine::approval;
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::error::corrupt;
@@ -32,13 +33,15 @@ impl Engine {
         let mut record = self.load_reconciled(&run_id).await?;
         check_resumable(&record)?;
         let answers = self.new_checkpoint_answers(&record, &request).await?;
+        let meta_before = meta_limits(&record.meta).unwrap_or_default();
         // A pack run takes no revision: its texts come back from the pack, digests checked.
         let revised = if record.script_source == ScriptSource::Pack {
             self.reveal(&mut record).await?;
             false
         } else {
-            self.take_revision(&mut record).await?
+            self.take_revision(&mut record, &request).await?
         };
+        let spend = resumed_spend(&record, &request, revised, meta_before)?;
         let active = self.active_count(&record.project_dir).await?;
         let slot = self.reserve(&record.project_dir, Some(active))?;
         for answer in &answers {
@@ -71,6 +74,7 @@ impl Engine {
             revised,
             self.inner.config.agent_timeout,
         );
+        record.limits = record.limits.with_spend(spend);
         let operation_id = request
             .operation_id
             .clone()
@@ -208,7 +212,11 @@ impl Engine {
 
     /// A changed script file is a revision, validated like a new run; `true` when `record`
     /// now carries one.
-    async fn take_revision(&self, record: &mut RunRecord) -> EngineResult<bool> {
+    async fn take_revision(
+        &self,
+        record: &mut RunRecord,
+        request: &ResumeRequest,
+    ) -> EngineResult<bool> {
         let run_id = &record.run_id;
         let current_text = prepare::reread_script(self.inner.sources.as_ref(), &record.script_file)
             .await
@@ -219,13 +227,23 @@ impl Engine {
             return Ok(false);
         };
 
-        let input = self.prepare_input(
+        let mut input = self.prepare_input(
             bytes,
             record.args.clone(),
             &record.project_dir,
             run_id,
             Some(&record.routing),
         );
+        // The cost limit in force after this resume is checked against the revision's
+        // routes; the token limit needs no check, and the revision's meta is read after.
+        input.budget = crate::budget::SpendLimits {
+            tokens: None,
+            cost_usd: request
+                .limits
+                .budget
+                .cost_usd
+                .or(record.limits.cost_budget_usd),
+        };
         let prepared = prepare::prepare(input).await.map_err(|r| {
             let message = format!(
                 "the revised script {} was not accepted: {}",
@@ -331,6 +349,56 @@ fn begin_generation(
     record.updated_at = now_ms();
 }
 
+/// The spending limits of the resumed run: those the request names (`resume_limits` rules),
+/// then those a revision's `meta` changed, over the run's own. A cost limit can be set on
+/// resume only where one was checked against the routed backends: a run admitted with one,
+/// or a revision (whose dry run checks it).
+fn resumed_spend(
+    record: &RunRecord,
+    request: &ResumeRequest,
+    revised: bool,
+    meta_before: SpendLimits,
+) -> EngineResult<SpendLimits> {
+    let current = record.limits.spend();
+    let mut requested = request.limits.budget;
+    if revised {
+        let meta_now = meta_limits(&record.meta).map_err(|error| {
+            EngineError::Rejected(Rejected::Script(format!(
+                "the revised script {} was not accepted: {error}",
+                record.script_file.display()
+            )))
+        })?;
+        if meta_now.tokens != meta_before.tokens {
+            requested.tokens = requested.tokens.or(meta_now.tokens);
+        }
+        if meta_now.cost_usd != meta_before.cost_usd {
+            requested.cost_usd = requested.cost_usd.or(meta_now.cost_usd);
+        }
+    }
+    if requested.cost_usd.is_some() && current.cost_usd.is_none() && !revised {
+        return Err(EngineError::Rejected(Rejected::input(
+            "costBudgetUsd",
+            format!(
+                "costBudgetUsd can only be raised on resume: run {} was admitted without one, so its backends were never checked for reporting cost; start a new run with costBudgetUsd",
+                record.run_id
+            ),
+        )));
+    }
+    crate::budget::resume_limits(current, requested, &record.token_usage).map_err(|error| {
+        let field = match error.field.as_str() {
+            "tokenBudget" => "tokenBudget",
+            _ => "costBudgetUsd",
+        };
+        EngineError::Rejected(Rejected::input(field, error.to_string()))
+    })
+}
+
+/// The limits a script's `meta` sets.
+fn meta_limits(meta: &Value) -> Result<SpendLimits, crate::budget::LimitError> {
+    let empty = serde_json::Map::new();
+    crate::budget::limits(meta.as_object().unwrap_or(&empty), "meta.")
+}
+
 fn validate_checkpoint_answer(context: &CheckpointWait, answer: &Value) -> EngineResult<()> {
     let choices = context.choices.as_deref().unwrap_or_default();
     let valid = match context.kind {
@@ -359,13 +427,21 @@ fn validate_checkpoint_answer(context: &CheckpointWait, answer: &Value) -> Engin
 }
 
 pub(super) fn resume_digest(request: &ResumeRequest) -> String {
-    let body = json!({
+    let mut body = json!({
         "runId": request.run_id,
         "checkpointReplies": request.checkpoint_replies.iter().map(|(i, v)| json!([i, v])).collect::<Vec<_>>(),
         "maxAgents": request.limits.max_agents,
         "concurrency": request.limits.concurrency,
         "agentRetries": request.limits.agent_retries,
     });
+    // Only when given, so the digest of a request without them is what it always was.
+    let budget = request.limits.budget;
+    if let Some(tokens) = budget.tokens {
+        body["tokenBudget"] = json!(tokens);
+    }
+    if let Some(dollars) = budget.cost_usd {
+        body["costBudgetUsd"] = json!(dollars);
+    }
     sha256_hex(crate::engine::journal::canonical_json(&body).as_bytes())
 }
 

@@ -33,6 +33,9 @@ pub(super) struct DryInput<'a> {
     pub runner: Arc<dyn AgentRunner>,
     pub vm_limits: VmLimits,
     pub nested: Option<NestedResolver>,
+    /// The run's spending limits: the script's `budget` reads them (with the dry run's
+    /// made-up usage, so a loop on `budget.remaining()` ends); the dry run never pauses.
+    pub budget: crate::budget::SpendLimits,
 }
 
 /// A dry run whose VM runs and whose driver waits for the routing. Dropped without
@@ -94,6 +97,7 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
         runner,
         vm_limits,
         nested,
+        budget,
     } = input;
     DriverSetup {
         run_id: RunId::parse("dryrun-0").expect("valid id"),
@@ -109,6 +113,8 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
             concurrency: 16,
             agent_retries: 0,
             agent_timeout_ms: None,
+            token_budget: budget.tokens,
+            cost_budget_usd: budget.cost_usd,
         },
         routing: RoutingSnapshot::default(),
         backends,
@@ -151,6 +157,7 @@ mod tests {
             runner: InstantRunner::new(),
             vm_limits: VmLimits::default(),
             nested: None,
+            budget: Default::default(),
         })
     }
 

@@ -32,6 +32,7 @@ use crate::engine::vm::{NestedResolver, VmLimits};
 use crate::model::{CallKind, RunStatus};
 use crate::util::safe_file;
 
+mod budget;
 pub(crate) mod companions;
 mod dry;
 mod rejection;
@@ -71,6 +72,8 @@ pub struct Prepared {
     pub isolated_calls: usize,
     /// The texts of `meta.files` by path, as the dry run saw them: what admission freezes.
     pub files: BTreeMap<String, String>,
+    /// The spending limits: the caller's over `meta`'s, checked against the routed backends.
+    pub budget: crate::budget::SpendLimits,
     /// The dry run's result when it is the run's own: the script completed without asking
     /// its host anything (no agent, checkpoint, log, phase or nested workflow), so the
     /// execution would compute it again from the same inputs ([`driver::settle_known`]).
@@ -262,6 +265,9 @@ pub(crate) struct PrepareInput<'a> {
     pub probe_limit: Duration,
     /// Resolves nested `workflow(name)` during the dry run.
     pub nested: Option<crate::engine::vm::NestedResolver>,
+    /// The spending limits the caller's arguments set (none for a revision, which keeps the
+    /// run's): `meta`'s fill in the rest.
+    pub budget: crate::budget::SpendLimits,
 }
 
 /// Runs every check of preparation.
@@ -271,6 +277,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
     let text = String::from_utf8(input.bytes)
         .map_err(|_| Rejection::parse("the script is not valid UTF-8"))?;
     check_args(&analyzed, &input.args)?;
+    let limits = budget::requested(input.budget, &analyzed.meta)?;
     let files = companions::read(input.sources.clone(), input.project_dir, &analyzed.files).await?;
     let declared = declared_backends(&analyzed);
     if let Some(existing) = input.existing_routing {
@@ -289,6 +296,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         nested: input
             .nested
             .map(|resolve| noting_use(resolve, nested_used.clone())),
+        budget: limits,
     });
     let routing = match input.existing_routing {
         Some(existing) => existing.clone(),
@@ -308,6 +316,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
     let known_result = (outcome.script_events == 0 && !nested_used.load(Ordering::SeqCst))
         .then(|| outcome.result.clone());
     check_every_call_routed(&outcome, &declared, input.backends.as_ref())?;
+    budget::check_units(limits, &outcome)?;
     let mut warnings = warnings(&analyzed, &outcome);
     let agent_calls = outcome
         .dry_calls
@@ -361,6 +370,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
             .count(),
         files,
         known_result,
+        budget: limits,
     })
 }
 

@@ -377,6 +377,9 @@ const KNOWN_META_KEYS: &[&str] = &[
     "backends",
     "inputSchema",
     "files",
+    // The run's spending limits, read and checked by preparation (`src/budget/`).
+    "tokenBudget",
+    "costBudgetUsd",
 ];
 
 /// Backend names the built-in agents own; a script may not redefine them.

@@ -15,8 +15,8 @@ use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
 use crate::model::{
-    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CheckpointWait, Phase, RunId,
-    RunRecord, RunStatus, ScriptRevision, SetupWait, Usage, WorkspaceBase,
+    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CheckpointWait, PauseReason,
+    Phase, RunId, RunRecord, RunStatus, ScriptRevision, SetupWait, Usage, WorkspaceBase,
 };
 use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 
@@ -227,6 +227,9 @@ pub struct StatusOutcome {
     pub checkpoint_context: Option<CheckpointWait>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reset_hint: Option<String>,
+    /// While paused `budget`: the limit reached, `{field, spent, limit, message}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_context: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<OutcomeError>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -559,11 +562,28 @@ async fn outcome(
     outcome.auth_context = record.auth_context.clone();
     outcome.checkpoint_context = record.checkpoint_context.clone();
     outcome.reset_hint = record.reset_hint.clone();
+    outcome.budget_context = budget_context(record);
     outcome.error = record.error_message.as_ref().map(|message| OutcomeError {
         code: record.error_code.clone(),
         message: redact::redact_text(message).0,
     });
     Ok(outcome)
+}
+
+/// The limit a run paused `budget` reached, from its limits and its spend (both stored with
+/// the run, so nothing else is): the first limit the spend has reached, tokens first.
+pub(crate) fn budget_context(record: &RunRecord) -> Option<Value> {
+    use crate::budget::{Budget, RunBudget};
+    if record.status != RunStatus::Paused || record.pause_reason != Some(PauseReason::Budget) {
+        return None;
+    }
+    let budget = RunBudget {
+        limits: record.limits.spend(),
+    };
+    budget
+        .may_start(&record.token_usage)
+        .err()
+        .map(|exhausted| exhausted.to_json())
 }
 
 /// Longest failure message a status call entry or an `agentEnd` event carries.

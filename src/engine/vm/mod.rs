@@ -104,6 +104,10 @@ pub(crate) enum VmReply {
         message: String,
         recoverable: bool,
     },
+    /// The run's spend changed: the script's `budget` reads this view
+    /// (`crate::budget::script_view`) from now on. Sent before the answers of the calls
+    /// that changed it.
+    Budget(Value),
 }
 
 /// A script that threw, was stopped, or returned something that is not JSON.
@@ -153,6 +157,8 @@ pub(crate) struct VmScript {
     /// Whether `agent()`/`checkpoint()` payloads carry the call's path (a stack walk per
     /// call): only call rows and replay read it, so the dry run turns it off.
     pub call_paths: bool,
+    /// The script's `budget` when it starts (`crate::budget::script_view`).
+    pub budget: Value,
 }
 
 /// Controls a running VM from outside its thread.
@@ -254,6 +260,8 @@ struct Helpers {
     make_error: Persistent<Function<'static>>,
     /// The script's result to its strict JSON text (or undefined).
     strict_json: Persistent<Function<'static>>,
+    /// Replaces what the script's `budget` reads with a new view (JSON text).
+    set_budget: Persistent<Function<'static>>,
 }
 
 type Unhandled = Rc<RefCell<Vec<(Persistent<rquickjs::Value<'static>>, ScriptFailure)>>>;
@@ -606,6 +614,7 @@ fn install_host<'js>(
         install: helper("install")?,
         make_error: helper("makeError")?,
         strict_json: helper("strictJson")?,
+        set_budget: helper("setBudget")?,
     })
 }
 
@@ -682,6 +691,7 @@ fn start_script<'js>(
         wrapper_line,
         WRAPPER_OPEN.len() as u32,
         script.call_paths,
+        script.budget.to_string(),
     ))?;
     let mut source = String::with_capacity(script.body.len() + 32);
     source.push_str(WRAPPER_OPEN);
@@ -698,6 +708,10 @@ fn deliver<'js>(
     reply: VmReply,
 ) -> rquickjs::Result<()> {
     let (call_id, outcome) = match reply {
+        VmReply::Budget(view) => {
+            let set = helpers.set_budget.clone().restore(ctx)?;
+            return set.call::<_, ()>((view.to_string(),));
+        }
         VmReply::Resolve { call_id, value } => (call_id, Ok(value)),
         VmReply::Reject {
             call_id,

@@ -27,6 +27,7 @@ fn test_script(body: &str, files: BTreeMap<String, String>, call_paths: bool) ->
         nested: None,
         files: Arc::new(files),
         call_paths,
+        budget: crate::budget::script_view(&Default::default(), &Default::default()),
     }
 }
 
@@ -497,6 +498,7 @@ fn halting_stops_a_waiting_script() {
             nested: None,
             files: Arc::default(),
             call_paths: true,
+            budget: crate::budget::script_view(&Default::default(), &Default::default()),
         },
         VmLimits::default(),
         tx,

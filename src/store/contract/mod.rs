@@ -214,6 +214,8 @@ pub fn full_run_record(id: &str) -> RunRecord {
             concurrency: 4,
             agent_retries: 2,
             agent_timeout_ms: None,
+            token_budget: Some(50_000),
+            cost_budget_usd: Some(2.5),
         },
         phases: vec![Phase {
             title: "Read".to_owned(),

@@ -163,6 +163,22 @@ impl Run<'_> {
             );
         }
         let reason = status["reason"].as_str().unwrap_or("requested");
+        if reason == "budget" {
+            let limit = status
+                .pointer("/outcome/budgetContext/message")
+                .and_then(Value::as_str)
+                .map(|message| format!(": {}", quoted(message)))
+                .unwrap_or_default();
+            return self.message(
+                format!("paused-{}-{reason}", self.generation),
+                "paused",
+                format!(
+                    "Workflow run {id} ({name}) paused because it reached its budget{limit} \
+                     (reason \"budget\"). To go on, resume it with the workflow tool: action \"resume\", \
+                     runId \"{id}\", and a higher tokenBudget or costBudgetUsd."
+                ),
+            );
+        }
         let why = match reason {
             "auth_required" => " because an agent backend's credentials are missing or expired",
             "usage_limit" => " because an agent backend hit its usage limit",
@@ -293,6 +309,16 @@ mod tests {
             automatic_messages(&checkpoint)[0]
                 .content
                 .contains("one of: red, blue")
+        );
+
+        let budget = document(
+            json!({"status": "paused", "reason": "budget", "outcome": {"budgetContext": {"field": "tokenBudget", "spent": 18, "limit": 14, "message": "the run reached its token budget: 18 of 14 tokens spent (tokenBudget)"}}}),
+        );
+        assert_eq!(ids(&budget), [("paused-2-budget".to_owned(), "paused")]);
+        let content = &automatic_messages(&budget)[0].content;
+        assert!(
+            content.contains("18 of 14 tokens") && content.contains("higher tokenBudget"),
+            "{content}"
         );
 
         let paused = document(json!({"status": "paused", "reason": "auth_required"}));

@@ -359,12 +359,16 @@ impl Input<'_> {
         }
     }
 
-    /// Limits are clamped by the engine (scenario 10), so only the type is checked here.
+    /// Limits are clamped by the engine (scenario 10), so only the type is checked here;
+    /// the spending limits are checked, not clamped (`crate::budget::limits`).
     fn limits(&self) -> McpResult<LimitOverrides> {
+        let budget = crate::budget::limits(self.fields, "")
+            .map_err(|error| self.error(&error.field, error.problem))?;
         Ok(LimitOverrides {
             max_agents: self.integer("maxAgents", i64::MIN, i64::MAX)?,
             concurrency: self.integer("concurrency", i64::MIN, i64::MAX)?,
             agent_retries: self.integer("agentRetries", i64::MIN, i64::MAX)?,
+            budget,
         })
     }
 

@@ -461,6 +461,14 @@ impl CallObserver for StatusNotifier {
     }
 }
 
+/// `: <which limit, the spend and the limit>` when the document's outcome says it.
+fn budget_shown(document: &Value) -> String {
+    document["outcome"]["budgetContext"]["message"]
+        .as_str()
+        .map(|message| format!(": {message}"))
+        .unwrap_or_default()
+}
+
 /// The task a run's status document describes (without its outcome).
 fn task_of(run_id: &str, document: &Value) -> TaskState {
     let run_status = document["status"].as_str().unwrap_or("running");
@@ -481,6 +489,14 @@ fn task_of(run_id: &str, document: &Value) -> TaskState {
         None => TaskStatus::Working,
     };
     let status_message = match status {
+        TaskStatus::InputRequired
+            if input_requests.is_empty() && document["reason"] == "budget" =>
+        {
+            Some(format!(
+                "run {run_id} is paused at its budget{}; continue it with the workflow tool's action \"resume\" and a higher tokenBudget or costBudgetUsd",
+                budget_shown(document)
+            ))
+        }
         TaskStatus::InputRequired if input_requests.is_empty() => Some(format!(
             "run {run_id} is paused; continue it with the workflow tool's action \"resume\""
         )),
@@ -660,6 +676,21 @@ mod tests {
         };
         assert!(concerns(&settled, run.as_str(), TaskStatus::Working));
         assert!(!concerns(&settled, "another-run", TaskStatus::Working));
+    }
+
+    #[test]
+    fn a_budget_pause_asks_for_a_resume_with_a_higher_limit() {
+        let document = json!({"status": "paused", "reason": "budget",
+            "outcome": {"budgetContext": {"message": "the run reached its token budget: 18 of 14 tokens spent (tokenBudget)"}}});
+        let task = task_of("r-1", &document);
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        let message = task.status_message.expect("a status message");
+        assert!(
+            message.contains("18 of 14 tokens") && message.contains("higher tokenBudget"),
+            "{message}"
+        );
+        let requested = task_of("r-1", &json!({"status": "paused", "reason": "requested"}));
+        assert!(!requested.status_message.unwrap().contains("budget"));
     }
 
     #[test]

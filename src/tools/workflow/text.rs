@@ -393,7 +393,18 @@ pub(super) fn next_for_status(document: &Value) -> Value {
                 replies.insert(context["callIndex"].to_string(), Value::String(answer));
                 json!({"action": "resume", "runId": run_id, "checkpointReplies": replies})
             }
-            None => json!({"action": "resume", "runId": run_id}),
+            None => match document.pointer("/outcome/budgetContext") {
+                // The user decides how much more the run may spend.
+                Some(budget) if budget["field"].is_string() => {
+                    let mut next = json!({"action": "resume", "runId": run_id});
+                    next[budget["field"].as_str().unwrap_or_default()] = Value::String(format!(
+                        "<a limit above {}, the spend so far>",
+                        budget["spent"]
+                    ));
+                    next
+                }
+                _ => json!({"action": "resume", "runId": run_id}),
+            },
         },
         _ => json!({"action": "status", "runId": run_id}),
     }
@@ -589,6 +600,12 @@ mod tests {
         assert_eq!(
             next_for_status(&input),
             json!({"action": "resume", "runId": "ma-b", "checkpointReplies": {"3": "<the answer text>"}})
+        );
+        let budget = json!({"runId": "ma-b", "status": "paused", "reason": "budget",
+            "outcome": {"budgetContext": {"field": "tokenBudget", "spent": 18, "limit": 14}}});
+        assert_eq!(
+            next_for_status(&budget),
+            json!({"action": "resume", "runId": "ma-b", "tokenBudget": "<a limit above 18, the spend so far>"})
         );
     }
 }

@@ -17,6 +17,7 @@ use crate::store::{
     Answers, Calls, Fence, LeaseReads, Leases, Runs, ScriptChange, SqliteStore, StoreError,
 };
 
+mod budget;
 mod dsl;
 mod isolation;
 

@@ -69,6 +69,8 @@ fn full_run_record() -> RunRecord {
             concurrency: 4,
             agent_retries: 2,
             agent_timeout_ms: None,
+            token_budget: None,
+            cost_budget_usd: None,
         },
         phases: vec![
             Phase {
