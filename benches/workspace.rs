@@ -64,12 +64,15 @@ fn main() -> ExitCode {
 struct Cost {
     wall: Duration,
     cpu: Duration,
+    /// The part of `cpu` spent in this process (the port's own work, the runtime).
+    own: Duration,
 }
 
 /// Counters at one moment.
 struct Mark {
     at: Instant,
-    cpu: Duration,
+    own: Duration,
+    children: Duration,
 }
 
 impl Mark {
@@ -78,15 +81,18 @@ impl Mark {
         let (child_user, child_system) = cpu_times(Who::Children);
         Mark {
             at: Instant::now(),
-            cpu: user + system + child_user + child_system,
+            own: user + system,
+            children: child_user + child_system,
         }
     }
 
     fn cost(&self) -> Cost {
         let now = Mark::now();
+        let own = now.own.saturating_sub(self.own);
         Cost {
             wall: now.at - self.at,
-            cpu: now.cpu.saturating_sub(self.cpu),
+            cpu: own + now.children.saturating_sub(self.children),
+            own,
         }
     }
 }
@@ -97,6 +103,7 @@ impl std::ops::Add for Cost {
         Cost {
             wall: self.wall + other.wall,
             cpu: self.cpu + other.cpu,
+            own: self.own + other.own,
         }
     }
 }
@@ -325,15 +332,18 @@ fn summary(what: &str, costs: Vec<Cost>) -> Cost {
     };
     let mut cpu: Vec<Duration> = costs.iter().map(|c| c.cpu).collect();
     let mut wall: Vec<Duration> = costs.iter().map(|c| c.wall).collect();
+    let mut own: Vec<Duration> = costs.iter().map(|c| c.own).collect();
     let cost = Cost {
         cpu: median(&mut cpu),
         wall: median(&mut wall),
+        own: median(&mut own),
     };
     println!(
-        "{what}: CPU p50 {:.1} ms (min {:.1}, max {:.1}); wall p50 {:.1} ms (min {:.1}, max {:.1}); {} rounds",
+        "{what}: CPU p50 {:.1} ms (min {:.1}, max {:.1}; this process {:.1}); wall p50 {:.1} ms (min {:.1}, max {:.1}); {} rounds",
         ms(cost.cpu),
         ms(cpu[0]),
         ms(*cpu.last().unwrap_or(&Duration::ZERO)),
+        ms(cost.own),
         ms(cost.wall),
         ms(wall[0]),
         ms(*wall.last().unwrap_or(&Duration::ZERO)),
