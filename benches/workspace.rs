@@ -9,7 +9,9 @@
 //! - the floor, the two git commands run as plain processes;
 //! - an isolated call with a change: `open`, one file edited and one added (as an agent
 //!   would), `finish`;
-//! - an isolated call without a change: `open` and `finish` of an untouched tree.
+//! - an isolated call without a change: `open` and `finish` of an untouched tree;
+//! - the floor with one look at the tree: `git status` between the two commands, the least
+//!   any way of finding what an agent changed adds (see [`Kind::Looked`]).
 //!
 //! Between making a worktree and removing it each kind waits [`AGENT_TIME`], outside the
 //! timing: an agent works for seconds, and git treats files written in the same second as
@@ -113,9 +115,14 @@ enum Kind {
     Floor,
     Changed,
     Untouched,
+    /// The floor with a `git status` before the removal. The first git command that looks
+    /// at a fresh checkout reads again every file written in the same second as the index
+    /// (git compares whole seconds, so it cannot tell them from files changed since); the
+    /// floor never looks, a call must.
+    Looked,
 }
 
-const KINDS: [Kind; 3] = [Kind::Floor, Kind::Changed, Kind::Untouched];
+const KINDS: [Kind; 4] = [Kind::Floor, Kind::Changed, Kind::Untouched, Kind::Looked];
 
 fn run() -> Result<()> {
     ensure!(
@@ -156,7 +163,7 @@ fn run() -> Result<()> {
     let runtime = runtime()?;
     let workspaces = GitWorkspaces::new(&root.join("state"));
     let base = runtime.block_on(workspaces.base(&repository))?;
-    let mut costs: [Vec<Cost>; 3] = Default::default();
+    let mut costs: [Vec<Cost>; 4] = Default::default();
     // Round 0 warms the caches and is not counted.
     for round in 0..=rounds {
         for step in 0..KINDS.len() {
@@ -167,7 +174,8 @@ fn run() -> Result<()> {
                 label: format!("{kind:?}"),
             };
             let cost = match kind {
-                Kind::Floor => floor(&repository, &root.join("plain"))?,
+                Kind::Floor => floor(&repository, &root.join("plain"), false)?,
+                Kind::Looked => floor(&repository, &root.join("plain"), true)?,
                 Kind::Changed => runtime.block_on(isolated(&workspaces, &base, call, true))?,
                 Kind::Untouched => runtime.block_on(isolated(&workspaces, &base, call, false))?,
             };
@@ -182,10 +190,11 @@ fn run() -> Result<()> {
         "worktrees were left behind:\n{left}"
     );
 
-    let [floor_costs, changed, untouched] = costs;
+    let [floor_costs, changed, untouched, looked] = costs;
     let floor = summary("floor: git worktree add + git worktree remove", floor_costs);
     let changed = summary("isolated call with a change: open + finish", changed);
     let untouched = summary("isolated call without a change: open + finish", untouched);
+    let looked = summary("floor with git status before the removal", looked);
     let files = FOLDERS * FILES_PER_FOLDER;
     support::figure(
         AREA,
@@ -213,6 +222,17 @@ fn run() -> Result<()> {
             &format!("≤ {GOAL_RATIO}×"),
         );
     }
+    support::figure(
+        AREA,
+        "floor with one `git status` before the removal: CPU / wall p50 (against the floor)",
+        format!(
+            "{} ({:.2}× / {:.2}×)",
+            looked.text(),
+            ratio(looked.cpu, floor.cpu),
+            ratio(looked.wall, floor.wall)
+        ),
+        "-",
+    );
     println!("load average at end: {}", load_average());
     Ok(())
 }
@@ -277,8 +297,9 @@ fn make_repository(repository: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The floor: the two plain git commands, with the agent's time between them untimed.
-fn floor(repository: &Path, tree: &Path) -> Result<Cost> {
+/// The floor: the two plain git commands, with the agent's time between them untimed; with
+/// `look`, a `git status` of the tree before its removal.
+fn floor(repository: &Path, tree: &Path, look: bool) -> Result<Cost> {
     let tree_arg = tree.to_string_lossy().into_owned();
     let mark = Mark::now();
     git(
@@ -288,6 +309,9 @@ fn floor(repository: &Path, tree: &Path) -> Result<Cost> {
     let made = mark.cost();
     std::thread::sleep(AGENT_TIME);
     let mark = Mark::now();
+    if look {
+        git(tree, &["status", "--porcelain"])?;
+    }
     git(repository, &["worktree", "remove", "--force", &tree_arg])?;
     Ok(made + mark.cost())
 }
