@@ -132,9 +132,8 @@ mod tests {
         );
         let untracked = format!("{clean}? new file.txt\0");
         assert!(Status::parse(untracked.as_bytes()).changed);
-        let modified = format!(
-            "{clean}1 .M N... 100644 100644 100644 {head} {head} # not a header.txt\0"
-        );
+        let modified =
+            format!("{clean}1 .M N... 100644 100644 100644 {head} {head} # not a header.txt\0");
         assert!(Status::parse(modified.as_bytes()).changed);
         let unborn = "# branch.oid (initial)\0# branch.head orphan\0? a\0";
         assert_eq!(

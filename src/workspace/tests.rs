@@ -509,7 +509,10 @@ async fn finish_keeps_the_agents_own_commits_and_commits_on_top_of_them() {
         .await
         .unwrap();
     std::fs::write(workspace.cwd.join("a.txt"), "agent\n").unwrap();
-    fixture.git(&workspace.cwd, &["commit", "--quiet", "-am", "by the agent"]);
+    fixture.git(
+        &workspace.cwd,
+        &["commit", "--quiet", "-am", "by the agent"],
+    );
     let agents = fixture.git(&workspace.cwd, &["rev-parse", "HEAD"]);
     let changes = fixture.workspaces.finish(&base, workspace).await.unwrap();
     assert_eq!(changes.head_commit, agents);
@@ -523,7 +526,10 @@ async fn finish_keeps_the_agents_own_commits_and_commits_on_top_of_them() {
         .await
         .unwrap();
     std::fs::write(workspace.cwd.join("a.txt"), "agent\n").unwrap();
-    fixture.git(&workspace.cwd, &["commit", "--quiet", "-am", "by the agent"]);
+    fixture.git(
+        &workspace.cwd,
+        &["commit", "--quiet", "-am", "by the agent"],
+    );
     let agents = fixture.git(&workspace.cwd, &["rev-parse", "HEAD"]);
     std::fs::write(workspace.cwd.join("left.txt"), "left\n").unwrap();
     let changes = fixture.workspaces.finish(&base, workspace).await.unwrap();
