@@ -85,15 +85,18 @@ impl GitWorkspaces {
     async fn remove(&self, repository: Option<&Path>, folder: &Path) -> Result<(), WorkspaceError> {
         let tree = folder.join("tree");
         let repository = repository.filter(|repository| repository.is_dir());
+        let mut unregistered = false;
         if let (Some(repository), true) = (repository, tree.exists()) {
             let tree_arg = tree.to_string_lossy().into_owned();
             // A failure here (a half-made tree) is handled by deleting and pruning below.
-            self.git
+            unregistered = self
+                .git
                 .run(
                     repository,
                     &["worktree", "remove", "--force", "--force", &tree_arg],
                 )
-                .await?;
+                .await?
+                .success;
         }
         if folder.exists() {
             std::fs::remove_dir_all(folder).map_err(|error| WorkspaceError::Git {
@@ -102,7 +105,9 @@ impl GitWorkspaces {
                 message: format!("cannot delete the worktree folder: {error}"),
             })?;
         }
-        if let Some(repository) = repository {
+        // A removal git did itself leaves no record to prune; a tree deleted some other way
+        // (a crash, a failed removal) may have left its record in the repository.
+        if let (Some(repository), false) = (repository, unregistered) {
             self.git.ok(repository, &["worktree", "prune"]).await?;
         }
         if let Some(run_folder) = folder.parent() {
@@ -116,43 +121,6 @@ impl GitWorkspaces {
     fn recorded_repository(folder: &Path) -> Option<PathBuf> {
         let text = std::fs::read_to_string(folder.join("repository")).ok()?;
         Some(PathBuf::from(text.trim_end_matches('\n')))
-    }
-
-    /// Stages and commits everything in `tree`; answers the tree's head commit afterwards.
-    async fn commit_all(&self, tree: &Path, call: &CallRef) -> Result<String, WorkspaceError> {
-        self.git.ok(tree, &["add", "--all"]).await?;
-        let staged = self.git.run(tree, &["diff", "--cached", "--quiet"]).await?;
-        if !staged.success {
-            let message = format!(
-                "agentprism run {} call {}{}",
-                names::one_line(&call.run_id, 80),
-                call.call_index,
-                match names::one_line(&call.label, 200) {
-                    label if label.is_empty() => String::new(),
-                    label => format!(": {label}"),
-                }
-            );
-            let args = [
-                "-c",
-                "commit.gpgsign=false",
-                // An automatic gc from one call's commit would take locks the others need.
-                "-c",
-                "gc.auto=0",
-                "-c",
-                "maintenance.auto=false",
-                "commit",
-                "--quiet",
-                "--no-verify",
-                "--allow-empty-message",
-                "-m",
-                &message,
-            ];
-            let ran = self.git.run_with(tree, &args, &IDENTITY).await?;
-            if !ran.success {
-                return Err(failed(tree, &args, &ran));
-            }
-        }
-        self.git.ok(tree, &["rev-parse", "HEAD"]).await
     }
 }
 
@@ -225,9 +193,8 @@ impl Workspaces for GitWorkspaces {
 
     async fn finish(&self, base: &Base, workspace: Workspace) -> Result<Changes, WorkspaceError> {
         let folder = self.owned_folder(&workspace)?;
-        let head = self.commit_all(&workspace.root, &workspace.call).await?;
-        let lock = self.repository_lock(&base.repository);
-        let _held = lock.lock().await;
+        let head =
+            super::commit::record(&self.git, &workspace.root, &workspace.call, &IDENTITY).await?;
         let mut changes = Changes {
             branch: None,
             base_commit: base.commit.clone(),
@@ -251,6 +218,12 @@ impl Workspaces for GitWorkspaces {
                 changes.insertions += fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
                 changes.deletions += fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
             }
+        }
+        // The lock covers what changes the repository's refs and worktree list, not the
+        // reads and commits above.
+        let lock = self.repository_lock(&base.repository);
+        let _held = lock.lock().await;
+        if head != base.commit {
             let branch = names::branch(&workspace.call);
             self.git
                 .ok(&base.repository, &["branch", "--force", &branch, &head])

@@ -48,6 +48,7 @@ use async_trait::async_trait;
 mod apply;
 mod base;
 mod command;
+mod commit;
 mod git;
 mod names;
 #[cfg(test)]

@@ -540,3 +540,109 @@ async fn discard_refuses_a_folder_that_is_not_one_of_ours() {
     assert!(needed(error, &repository).contains("only worktrees under"));
     assert!(repository.join("a.txt").is_file());
 }
+
+#[tokio::test]
+async fn finish_runs_none_of_the_repositorys_commit_hooks() {
+    let fixture = Fixture::new();
+    let repository = fixture.repository();
+    let hooks = repository.join(".git/hooks");
+    let marker = fixture.path("hook-ran");
+    for hook in [
+        "pre-commit",
+        "prepare-commit-msg",
+        "commit-msg",
+        "post-commit",
+    ] {
+        let path = hooks.join(hook);
+        let script = format!("#!/bin/sh\necho {hook} >> '{}'\n", marker.display());
+        std::fs::write(&path, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let base = fixture.workspaces.base(&repository).await.unwrap();
+    let workspace = fixture
+        .workspaces
+        .open(&base, call("run-h", 0, ""))
+        .await
+        .unwrap();
+    std::fs::write(workspace.cwd.join("a.txt"), "changed\n").unwrap();
+
+    let changes = fixture.workspaces.finish(&base, workspace).await.unwrap();
+
+    assert_eq!(changes.files_changed, 1);
+    assert!(
+        !marker.exists(),
+        "hooks ran: {}",
+        std::fs::read_to_string(&marker).unwrap_or_default()
+    );
+}
+
+#[tokio::test]
+async fn finish_keeps_the_agents_own_commits_and_commits_on_top_of_them() {
+    let fixture = Fixture::new();
+    let repository = fixture.repository();
+    let base = fixture.workspaces.base(&repository).await.unwrap();
+
+    // The agent commits and leaves nothing else.
+    let workspace = fixture
+        .workspaces
+        .open(&base, call("run-c", 0, ""))
+        .await
+        .unwrap();
+    std::fs::write(workspace.cwd.join("a.txt"), "agent\n").unwrap();
+    fixture.git(
+        &workspace.cwd,
+        &["commit", "--quiet", "-am", "by the agent"],
+    );
+    let agents = fixture.git(&workspace.cwd, &["rev-parse", "HEAD"]);
+    let changes = fixture.workspaces.finish(&base, workspace).await.unwrap();
+    assert_eq!(changes.head_commit, agents);
+    assert_eq!(changes.files_changed, 1);
+    assert!(changes.branch.is_some());
+
+    // The agent commits and leaves an untracked file: ours goes on top of the agent's.
+    let workspace = fixture
+        .workspaces
+        .open(&base, call("run-c", 1, ""))
+        .await
+        .unwrap();
+    std::fs::write(workspace.cwd.join("a.txt"), "agent\n").unwrap();
+    fixture.git(
+        &workspace.cwd,
+        &["commit", "--quiet", "-am", "by the agent"],
+    );
+    let agents = fixture.git(&workspace.cwd, &["rev-parse", "HEAD"]);
+    std::fs::write(workspace.cwd.join("left.txt"), "left\n").unwrap();
+    let changes = fixture.workspaces.finish(&base, workspace).await.unwrap();
+    let branch = changes.branch.unwrap();
+    assert_eq!(
+        fixture.git(&repository, &["rev-parse", &format!("{branch}^")]),
+        agents
+    );
+    assert_eq!(changes.files_changed, 2);
+    let message = fixture.git(&repository, &["log", "-1", "--format=%an %s", &branch]);
+    assert_eq!(message, "agentprism agentprism run run-c call 1");
+}
+
+#[tokio::test]
+async fn finish_of_only_ignored_files_and_an_edit_undone_leaves_no_branch() {
+    let fixture = Fixture::new();
+    let repository = fixture.repository();
+    let base = fixture.workspaces.base(&repository).await.unwrap();
+    let workspace = fixture
+        .workspaces
+        .open(&base, call("run-i", 0, ""))
+        .await
+        .unwrap();
+    std::fs::create_dir_all(workspace.cwd.join("build")).unwrap();
+    std::fs::write(workspace.cwd.join("build/ignored.txt"), "x\n").unwrap();
+    std::fs::write(workspace.cwd.join("ignored.txt"), "x\n").unwrap();
+    std::fs::write(workspace.cwd.join("a.txt"), "changed\n").unwrap();
+    std::fs::write(workspace.cwd.join("a.txt"), "one\ntwo\n").unwrap();
+
+    let changes = fixture.workspaces.finish(&base, workspace).await.unwrap();
+
+    assert_eq!(changes.branch, None);
+    assert_eq!(changes.head_commit, base.commit);
+    assert!(fixture.our_branches(&repository).is_empty());
+}
