@@ -144,6 +144,23 @@ impl LimitKind {
 }
 
 impl SpendLimits {
+    /// The spending limits a run's limits hold.
+    pub fn of(limits: &crate::model::Limits) -> SpendLimits {
+        SpendLimits {
+            tokens: limits.token_budget,
+            cost_usd: limits.cost_budget_usd,
+        }
+    }
+
+    /// `limits` with these as its spending limits.
+    pub fn set_on(self, limits: crate::model::Limits) -> crate::model::Limits {
+        crate::model::Limits {
+            token_budget: self.tokens,
+            cost_budget_usd: self.cost_usd,
+            ..limits
+        }
+    }
+
     /// Whether no limit is set.
     pub fn is_none(&self) -> bool {
         self.tokens.is_none() && self.cost_usd.is_none()

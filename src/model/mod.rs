@@ -267,23 +267,6 @@ impl Limits {
         }
     }
 
-    /// The spending limits, as the budget room reads them.
-    pub(crate) fn spend(&self) -> crate::budget::SpendLimits {
-        crate::budget::SpendLimits {
-            tokens: self.token_budget,
-            cost_usd: self.cost_budget_usd,
-        }
-    }
-
-    /// The limits with `spend` as the spending limits.
-    pub(crate) fn with_spend(self, spend: crate::budget::SpendLimits) -> Limits {
-        Limits {
-            token_budget: spend.tokens,
-            cost_budget_usd: spend.cost_usd,
-            ..self
-        }
-    }
-
     /// The limits with `ceiling` as the per-attempt agent timeout in force.
     pub(crate) fn with_agent_timeout(self, ceiling: std::time::Duration) -> Limits {
         Limits {

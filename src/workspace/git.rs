@@ -156,6 +156,9 @@ impl Workspaces for GitWorkspaces {
         std::fs::write(folder.join("repository"), format!("{repository}\n")).map_err(io)?;
         let tree_arg = tree.to_string_lossy().into_owned();
         let args = [
+            // The user's post-checkout hook is not ours to run in our worktree.
+            "-c",
+            "core.hooksPath=/dev/null",
             "worktree",
             "add",
             "--detach",

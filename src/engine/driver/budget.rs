@@ -84,7 +84,10 @@ impl Driver {
             return;
         }
         self.pushed_usage = self.setup.usage;
-        let view = budget::script_view(&self.setup.limits.spend(), &self.setup.usage);
+        let view = budget::script_view(
+            &budget::SpendLimits::of(&self.setup.limits),
+            &self.setup.usage,
+        );
         self.reply(VmReply::Budget(view));
     }
 
@@ -104,7 +107,7 @@ impl Driver {
 
     fn budget(&self) -> RunBudget {
         RunBudget {
-            limits: self.setup.limits.spend(),
+            limits: budget::SpendLimits::of(&self.setup.limits),
         }
     }
 

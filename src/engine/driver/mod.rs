@@ -242,7 +242,10 @@ pub(crate) fn start_script(setup: &mut DriverSetup) -> StartedScript {
         files: setup.files.clone(),
         // The dry run writes no row and replays nothing: no call path to read.
         call_paths: !matches!(setup.persistence, Persistence::DryRun),
-        budget: crate::budget::script_view(&setup.limits.spend(), &setup.usage),
+        budget: crate::budget::script_view(
+            &crate::budget::SpendLimits::of(&setup.limits),
+            &setup.usage,
+        ),
     };
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
     StartedScript { vm, events }

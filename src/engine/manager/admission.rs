@@ -247,13 +247,13 @@ fn admitted_record(
     needs_setup: bool,
     agent_timeout: std::time::Duration,
 ) -> RunRecord {
-    let limits = Limits::default()
-        .with_overrides(
+    let limits = prepared
+        .budget
+        .set_on(Limits::default().with_overrides(
             request.limits.max_agents,
             request.limits.concurrency,
             request.limits.agent_retries,
-        )
-        .with_spend(prepared.budget)
+        ))
         .with_agent_timeout(agent_timeout);
     let mut routing = prepared.routing.clone();
     if !needs_setup {

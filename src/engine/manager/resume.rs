@@ -74,7 +74,7 @@ impl Engine {
             revised,
             self.inner.config.agent_timeout,
         );
-        record.limits = record.limits.with_spend(spend);
+        record.limits = spend.set_on(record.limits);
         let operation_id = request
             .operation_id
             .clone()
@@ -359,7 +359,7 @@ fn resumed_spend(
     revised: bool,
     meta_before: SpendLimits,
 ) -> EngineResult<SpendLimits> {
-    let current = record.limits.spend();
+    let current = crate::budget::SpendLimits::of(&record.limits);
     let mut requested = request.limits.budget;
     if revised {
         let meta_now = meta_limits(&record.meta).map_err(|error| {

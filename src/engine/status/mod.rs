@@ -578,7 +578,7 @@ pub(crate) fn budget_context(record: &RunRecord) -> Option<Value> {
         return None;
     }
     let budget = RunBudget {
-        limits: record.limits.spend(),
+        limits: crate::budget::SpendLimits::of(&record.limits),
     };
     budget
         .may_start(&record.token_usage)
