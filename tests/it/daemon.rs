@@ -358,11 +358,15 @@ pub(crate) fn start_run_over_http(
 }
 
 /// Waits for a foreground daemon started with `ctx.spawn` to publish its pointer.
+/// The daemon's record once the family pointer names it and it says it is the current
+/// daemon: the pointer is written just before the daemon takes that state, so a 200 alone
+/// may still say `starting`.
 pub(crate) fn wait_ready(world: &World) -> DaemonRecord {
     wait_for("the daemon's pointer", DEADLINE, || {
-        world
-            .pointer()
-            .filter(|record| healthz(record.port, "x").status == 200)
+        world.pointer().filter(|record| {
+            let reply = healthz(record.port, "x");
+            reply.status == 200 && reply.json()["state"] == "current"
+        })
     })
 }
 
