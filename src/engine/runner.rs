@@ -106,8 +106,8 @@ pub struct AgentFailure {
     pub auth_context: Option<AuthContext>,
     /// For `UsageLimit`: the provider's hint about when the limit resets, if any.
     pub reset_hint: Option<String>,
-    /// For `UsageLimit`: the moment the limit lifts, when the provider's error says it.
-    pub reset_at: Option<std::time::SystemTime>,
+    /// For `UsageLimit`: when the limit lifts (Unix ms), when the provider's error says it.
+    pub reset_at: Option<i64>,
 }
 
 impl AgentFailure {

@@ -23,6 +23,11 @@ pub(crate) fn reset_at(text: &str) -> Option<SystemTime> {
     reset_at_with(text, SystemTime::now(), &zoneinfo::offset)
 }
 
+/// `at` as Unix milliseconds, the way run records keep times.
+pub(crate) fn unix_ms(at: SystemTime) -> Option<i64> {
+    i64::try_from(at.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()
+}
+
 /// When the limit `text` describes lifts, seen at `now`. Machine-readable fields win over
 /// words, since words are written for people and may round.
 pub(crate) fn reset_at_with(text: &str, now: SystemTime, offsets: Offsets) -> Option<SystemTime> {
