@@ -38,6 +38,7 @@ pub(crate) fn reset_at_with(text: &str, now: SystemTime, offsets: Offsets) -> Op
         "retry-after",
         "retry_after",
         "retryafter",
+        "retry after",
     ] {
         if let Some(seconds) = number_after(&lower, key) {
             return Some(now + Duration::from_secs(seconds));

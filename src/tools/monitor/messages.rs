@@ -179,9 +179,18 @@ impl Run<'_> {
                 ),
             );
         }
+        // The reset time is the provider's word; nothing resumes the run by itself.
+        let usage_limit = match status.pointer("/outcome/resetAt").and_then(Value::as_str) {
+            Some(at) => {
+                format!(" because an agent backend hit its usage limit (it resets at {at})")
+            }
+            None => {
+                " because an agent backend hit its usage limit (no reset time known)".to_owned()
+            }
+        };
         let why = match reason {
             "auth_required" => " because an agent backend's credentials are missing or expired",
-            "usage_limit" => " because an agent backend hit its usage limit",
+            "usage_limit" => usage_limit.as_str(),
             "interrupted" => " because the process executing it ended",
             "requested" => " as requested",
             _ => "",
