@@ -357,6 +357,28 @@ mod tests {
         }
     }
 
+    /// A usage-limit pause says when the limit resets, or that no time is known, and never
+    /// that the run resumes by itself.
+    #[test]
+    fn a_usage_limit_pause_says_when_the_limit_resets() {
+        let known = document(
+            json!({"status": "paused", "reason": "usage_limit", "outcome": {"resetAt": "2026-01-01T15:00:00.000Z"}}),
+        );
+        let content = &automatic_messages(&known)[0].content;
+        assert!(
+            content.contains("it resets at 2026-01-01T15:00:00.000Z"),
+            "{content}"
+        );
+        let unknown = document(json!({"status": "paused", "reason": "usage_limit"}));
+        let content = &automatic_messages(&unknown)[0].content;
+        assert!(content.contains("no reset time known"), "{content}");
+        assert!(content.contains("resume it"), "{content}");
+        assert_eq!(
+            ids(&unknown),
+            [("paused-2-usage_limit".to_owned(), "paused")]
+        );
+    }
+
     #[test]
     fn quoted_text_is_bounded_at_its_edge() {
         let exact = "x".repeat(QUOTED_CHARS);
