@@ -3,7 +3,8 @@
 //!
 //! - a wait: `resets_in_seconds`/`resetsInSeconds` in a body, a quoted `retry-after`, or words
 //!   ("try again in 2 hours 3 minutes", "resets in 5 seconds", "in 1 day");
-//! - a moment: `resets_at`/`resetsAt` as Unix seconds, milliseconds or an RFC 3339 time;
+//! - a moment: `resets_at`/`resetsAt` as Unix seconds, milliseconds or an RFC 3339 time, or
+//!   Claude Code's "usage limit reached|<Unix seconds>";
 //! - a clock time: "try again at 3:04 PM", "resets 3pm", "resets 3pm (Europe/Paris)": the next
 //!   time the clock shows it, in the named IANA zone or else in local time.
 //!
@@ -41,7 +42,7 @@ pub(crate) fn reset_at_with(text: &str, now: SystemTime, offsets: Offsets) -> Op
         "retry after",
     ] {
         if let Some(seconds) = number_after(&lower, key) {
-            return Some(now + Duration::from_secs(seconds));
+            return now.checked_add(Duration::from_secs(seconds));
         }
     }
     for key in ["resets_at", "resetsat"] {
@@ -58,22 +59,30 @@ pub(crate) fn reset_at_with(text: &str, now: SystemTime, offsets: Offsets) -> Op
 /// "… in <amount> <unit> …" or "… at <clock> (<zone>)" after "try again", "retry after" or
 /// "resets".
 fn from_words(text: &str, lower: &str, now: SystemTime, offsets: Offsets) -> Option<SystemTime> {
-    let starts = ["try again ", "retry after ", "resets "];
-    let rest = starts
+    // Each phrase in turn: "try again later" must not hide a "resets 3pm" beside it.
+    ["try again ", "retry after ", "resets "]
         .iter()
-        .filter_map(|needle| word_at(lower, needle).map(|index| &lower[index + needle.len()..]))
-        .next()?;
-    let rest = rest.trim_start();
-    if let Some(wait) = rest.strip_prefix("in ") {
-        return wait_of(wait).map(|seconds| now + Duration::from_secs(seconds));
-    }
-    if let Some(seconds) = wait_of(rest) {
-        return Some(now + Duration::from_secs(seconds));
+        .filter_map(|needle| word_at(lower, needle).map(|index| index + needle.len()))
+        .find_map(|start| after_phrase(text, lower, start, now, offsets))
+}
+
+/// What follows a phrase at `start`: "in <wait>", "<wait>", or "[at] <clock> [zone]".
+fn after_phrase(
+    text: &str,
+    lower: &str,
+    start: usize,
+    now: SystemTime,
+    offsets: Offsets,
+) -> Option<SystemTime> {
+    let rest = lower[start..].trim_start();
+    let wait = rest.strip_prefix("in ").unwrap_or(rest);
+    if let Some(seconds) = wait_of(wait) {
+        return now.checked_add(Duration::from_secs(seconds));
     }
     let clock = rest.strip_prefix("at ").unwrap_or(rest);
     let (minutes, after) = clock_of(clock)?;
     // Lower-casing keeps byte offsets, and a zone name is read as written.
-    let zone = zone_of(&text[after.as_ptr() as usize - lower.as_ptr() as usize..]);
+    let zone = zone_of(&text[lower.len() - after.len()..]);
     next_clock(minutes, zone.as_deref(), now, offsets)
 }
 
@@ -118,12 +127,12 @@ fn clock_of(text: &str) -> Option<(u32, &str)> {
     let mut rest = &text[hour_len..];
     let mut minute = 0;
     let mut has_minutes = false;
-    if let Some(after) = rest.strip_prefix(':').or_else(|| rest.strip_prefix('.')) {
-        if digits(after) == 2 {
-            minute = after[..2].parse().ok()?;
-            rest = &after[2..];
-            has_minutes = true;
-        }
+    if let Some(after) = rest.strip_prefix(':').or_else(|| rest.strip_prefix('.'))
+        && digits(after) == 2
+    {
+        minute = after[..2].parse().ok()?;
+        rest = &after[2..];
+        has_minutes = true;
     }
     let trimmed = rest.trim_start();
     let meridiem = ["am", "a.m.", "pm", "p.m."]
@@ -195,13 +204,13 @@ fn word_at(text: &str, needle: &str) -> Option<usize> {
         })
 }
 
-/// The whole number right after some occurrence of `key` (past quotes, colons, `=`, spaces);
-/// the start of a date or time (`2026-…`, `15:30`) is not one.
+/// The whole number right after some occurrence of `key` (past quotes, colons, `=`, spaces).
 fn number_after(text: &str, key: &str) -> Option<u64> {
     text.match_indices(key).find_map(|(index, _)| {
         let rest = text[index + key.len()..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if rest[digits..].starts_with(['-', ':']) {
+        // Not a date, a clock time or a number with a unit of its own ("3pm", "90s").
+        if rest[digits..].starts_with(|c: char| c == '-' || c == ':' || c.is_ascii_alphabetic()) {
             return None;
         }
         rest[..digits].parse().ok()

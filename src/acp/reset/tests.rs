@@ -128,6 +128,7 @@ fn clock_times_in_every_spelling() {
         ("resets 9.30am (Europe/Paris)", "2026-01-02T08:30:00Z"),
         ("try again at 15:30", "2026-01-01T20:30:00Z"),
         ("try again at 12 AM", "2026-01-02T05:00:00Z"),
+        ("rate limited; retry after 3pm", "2026-01-01T20:00:00Z"),
         ("resets 3pm (UTC)", "2026-01-01T15:00:00Z"),
     ] {
         assert_eq!(parse(text), Some(expected.into()), "{text}");
@@ -142,6 +143,8 @@ fn no_reset_is_made_up() {
         "try again later",
         "resets tomorrow at 9",
         r#"{"resetsInSeconds":null}"#,
+        // A wait no clock can show is no time.
+        r#"{"resets_in_seconds": 18446744073709551615}"#,
         // A zone the database does not know gives no time rather than a guess.
         "resets 3pm (Mars/Olympus_Mons)",
         // A bare number is no clock time.
