@@ -904,8 +904,10 @@ impl Turn<'_> {
             }
             "auth_required" => return Ok(Some(TurnEnd::Error(RpcError::auth_required()))),
             "usage_limit" => {
-                // Shaped like codex's usage-limit failure: -32603 with a tell-tale message.
-                let error = RpcError::new(INTERNAL_ERROR, "You've hit your usage limit")
+                // Shaped like codex's usage-limit failure: -32603 with a tell-tale message,
+                // followed by the words given (say, when to try again).
+                let message = format!("You've hit your usage limit. {}", args.trim());
+                let error = RpcError::new(INTERNAL_ERROR, message.trim_end())
                     .with_data(json!({ "kind": "usage_limit" }));
                 return Ok(Some(TurnEnd::Error(error)));
             }

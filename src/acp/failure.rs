@@ -14,8 +14,8 @@
 
 use serde_json::Value;
 
-use crate::acp::advice;
 use crate::acp::connection::{RpcError, codes};
+use crate::acp::{advice, reset};
 use crate::engine::runner::{AgentFailure, FailureKind};
 use crate::model::{AuthContext, AuthMethod};
 
@@ -83,6 +83,8 @@ pub(crate) fn rpc_failure(
             format!("backend {backend} hit a usage limit ({method}): {message}"),
         );
         failure.reset_hint = reset_hint(&message).or_else(|| reset_hint(&data_text));
+        failure.reset_at =
+            reset::reset_at(&format!("{message} {data_text}")).and_then(reset::unix_ms);
         return failure;
     }
     execution(with_stderr(

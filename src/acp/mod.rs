@@ -26,6 +26,7 @@ mod pool;
 pub(crate) mod process;
 pub(crate) mod reaper;
 pub(crate) mod registry;
+mod reset;
 mod session;
 pub(crate) mod stderr;
 

@@ -167,8 +167,15 @@ fn report_paused(run_id: &RunId, reason: Option<&str>, outcome: Option<&StatusOu
         if let Some(auth) = outcome.and_then(|outcome| outcome.auth_context.as_ref()) {
             note!("the backend needs credentials: {}", json!(auth));
         }
+        if reason == Some("usage_limit") {
+            // Nothing resumes the run by itself: the time is for its owner.
+            match outcome.and_then(|outcome| outcome.reset_at.as_deref()) {
+                Some(at) => note!("usage limit; resets at {at}"),
+                None => note!("usage limit; no reset time known"),
+            }
+        }
         if let Some(hint) = outcome.and_then(|outcome| outcome.reset_hint.as_deref()) {
-            note!("usage limit; resets: {}", json!(hint));
+            note!("the provider said: {}", json!(hint));
         }
         if let Some(budget) = outcome.and_then(|outcome| outcome.budget_context.as_ref()) {
             note!("{}", budget["message"].as_str().unwrap_or_default());

@@ -89,6 +89,14 @@ pub(super) async fn pause(env: &EnvSnapshot, args: PauseArgs) -> Result<u8> {
     .await
 }
 
+/// When a usage limit lifts, as far as the provider said; nothing resumes the run by itself.
+fn reset_line(status: &Value) -> String {
+    match status.pointer("/outcome/resetAt").and_then(Value::as_str) {
+        Some(at) => format!("usage limit resets at {at}"),
+        None => "usage limit: no reset time known".to_owned(),
+    }
+}
+
 /// The status document as text: the run, its reason and phase, tokens, the latest calls, the
 /// log tail, and what it waits on or failed with.
 fn print_status(status: &Value) {
@@ -107,6 +115,9 @@ fn print_status(status: &Value) {
     );
     if let Some(reason) = status.get("reason").and_then(Value::as_str) {
         say!("reason: {reason}");
+        if reason == "usage_limit" {
+            say!("{}", reset_line(status));
+        }
     }
     if let Some(budget) = status
         .pointer("/outcome/budgetContext/message")
@@ -376,4 +387,23 @@ pub(super) async fn result(env: &EnvSnapshot, args: ResultArgs) -> Result<u8> {
         Ok(EXIT_COMPLETED)
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_usage_limit_pause_says_when_it_resets_or_that_no_time_is_known() {
+        let known =
+            json!({"reason": "usage_limit", "outcome": {"resetAt": "2026-01-01T15:00:00.000Z"}});
+        assert_eq!(
+            reset_line(&known),
+            "usage limit resets at 2026-01-01T15:00:00.000Z"
+        );
+        let unknown = json!({"reason": "usage_limit", "outcome": {"resetHint": "soon"}});
+        assert_eq!(reset_line(&unknown), "usage limit: no reset time known");
+    }
 }

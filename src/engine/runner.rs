@@ -106,6 +106,8 @@ pub struct AgentFailure {
     pub auth_context: Option<AuthContext>,
     /// For `UsageLimit`: the provider's hint about when the limit resets, if any.
     pub reset_hint: Option<String>,
+    /// For `UsageLimit`: when the limit lifts (Unix ms), when the provider's error says it.
+    pub reset_at: Option<i64>,
 }
 
 impl AgentFailure {
@@ -115,6 +117,7 @@ impl AgentFailure {
             message: message.into(),
             auth_context: None,
             reset_hint: None,
+            reset_at: None,
         }
     }
 }

@@ -427,6 +427,9 @@ pub struct RunRecord {
     pub checkpoint_context: Option<CheckpointWait>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_hint: Option<String>,
+    /// While paused `usage_limit`: when the provider said the limit lifts (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_at: Option<i64>,
     /// Routing inputs captured at admission: tiers, agent definitions, approved backends, and
     /// their integrity hash. Reused by every resume.
     pub routing: RoutingSnapshot,

@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use crate::interop::{Sweeper, command_line};
-use crate::support::fake_llm::FakeLlm;
+use crate::support::fake_llm::{FakeLlm, RESET_SECONDS};
 
 /// How long agent processes may take to go once a run has ended.
 const EXIT_DEADLINE: Duration = Duration::from_secs(15);
@@ -572,6 +572,18 @@ async fn a_429_pauses_with_its_reset_hint(backend: Backend) {
     assert_eq!(status["reason"], "usage_limit", "{status:#}");
     let hint = status["outcome"]["resetHint"].as_str().unwrap_or_default();
     assert!(!hint.is_empty(), "no resetHint: {status:#}");
+    // The fake's body says the limit lifts RESET_SECONDS from when it answered.
+    let reset_at = status["outcome"]["resetAt"]
+        .as_str()
+        .and_then(|at| humantime::parse_rfc3339(at).ok())
+        .unwrap_or_else(|| panic!("no resetAt: {status:#}"));
+    let wait = reset_at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(
+        wait.as_secs() + 120 > RESET_SECONDS && wait.as_secs() <= RESET_SECONDS,
+        "resetAt is not about {RESET_SECONDS} s away: {status:#}"
+    );
     if backend == Backend::Opencode {
         assert!(hint.contains("3600 s"), "{status:#}");
         let limited = context
@@ -586,7 +598,7 @@ async fn a_429_pauses_with_its_reset_hint(backend: Backend) {
         );
     }
     assert!(
-        outcome.stderr.contains("usage limit; resets:"),
+        outcome.stderr.contains("usage limit; resets at "),
         "{}",
         outcome.describe()
     );

@@ -121,6 +121,7 @@ impl Driver {
             reason: PauseReason::Budget,
             auth_context: None,
             reset_hint: None,
+            reset_at: None,
             checkpoint_context: None,
         });
     }

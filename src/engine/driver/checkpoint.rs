@@ -84,6 +84,7 @@ impl Driver {
             reason: PauseReason::CheckpointRequired,
             auth_context: None,
             reset_hint: None,
+            reset_at: None,
             checkpoint_context: Some(context),
         });
     }

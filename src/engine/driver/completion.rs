@@ -295,6 +295,7 @@ fn settle(
             message,
             auth_context,
             reset_hint,
+            reset_at,
             session,
             usage,
             attempts,
@@ -308,6 +309,7 @@ fn settle(
                 reason,
                 auth_context,
                 reset_hint,
+                reset_at,
                 checkpoint_context: None,
             };
             (None, Some(pause))
@@ -439,6 +441,7 @@ mod tests {
                 methods: Vec::new(),
             }),
             reset_hint: None,
+            reset_at: None,
             session: Some(json!({"sessionId": "s"})),
             usage: usage(0),
             attempts: 1,

@@ -320,6 +320,7 @@ impl Driver {
                 reason: PauseReason::Interrupted,
                 auth_context: None,
                 reset_hint: None,
+                reset_at: None,
                 checkpoint_context: None,
             });
         }

@@ -176,6 +176,8 @@ pub(crate) struct Outcome {
     pub result: Option<Value>,
     pub auth_context: Option<AuthContext>,
     pub reset_hint: Option<String>,
+    /// When a usage limit lifts (Unix ms), if the provider said.
+    pub reset_at: Option<i64>,
     pub checkpoint_context: Option<CheckpointWait>,
     pub usage: Usage,
     pub current_phase: Option<String>,
@@ -332,6 +334,7 @@ enum Halt {
         reason: PauseReason,
         auth_context: Option<AuthContext>,
         reset_hint: Option<String>,
+        reset_at: Option<i64>,
         checkpoint_context: Option<CheckpointWait>,
     },
 }
@@ -678,6 +681,7 @@ impl Driver {
                         reason,
                         auth_context: None,
                         reset_hint: None,
+                        reset_at: None,
                         checkpoint_context: None,
                     });
                 }
@@ -735,6 +739,7 @@ impl Driver {
             result: None,
             auth_context: None,
             reset_hint: None,
+            reset_at: None,
             checkpoint_context: None,
             usage: self.setup.usage,
             current_phase: self.phase_by_scope.get("root").cloned().flatten(),
@@ -798,12 +803,14 @@ impl Driver {
                 reason,
                 auth_context,
                 reset_hint,
+                reset_at,
                 checkpoint_context,
             } => {
                 outcome.status = RunStatus::Paused;
                 outcome.pause_reason = Some(reason);
                 outcome.auth_context = auth_context;
                 outcome.reset_hint = reset_hint;
+                outcome.reset_at = reset_at;
                 outcome.checkpoint_context = checkpoint_context;
                 let fields = self.paused_fields(reason);
                 self.events.push("paused", "root", fields);

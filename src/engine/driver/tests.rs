@@ -58,6 +58,7 @@ async fn world() -> World {
         auth_context: None,
         checkpoint_context: None,
         reset_hint: None,
+        reset_at: None,
         routing: RoutingSnapshot::default(),
         files: Default::default(),
         caller: None,

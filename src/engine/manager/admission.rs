@@ -296,6 +296,7 @@ fn admitted_record(
         auth_context: None,
         checkpoint_context: None,
         reset_hint: None,
+        reset_at: None,
         routing,
         files: prepared.files.clone(),
         caller: request.caller.clone(),

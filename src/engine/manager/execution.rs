@@ -373,6 +373,7 @@ fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
     record.result = outcome.result.clone();
     record.auth_context = outcome.auth_context.clone();
     record.reset_hint = outcome.reset_hint.clone();
+    record.reset_at = outcome.reset_at;
     record.checkpoint_context = outcome.checkpoint_context.clone();
     record.token_usage = outcome.usage;
     record.current_phase = outcome

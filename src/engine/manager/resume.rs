@@ -345,6 +345,7 @@ fn begin_generation(
     record.auth_context = None;
     record.checkpoint_context = None;
     record.reset_hint = None;
+    record.reset_at = None;
     record.result = None;
     record.updated_at = now_ms();
 }

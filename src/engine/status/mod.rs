@@ -227,6 +227,9 @@ pub struct StatusOutcome {
     pub checkpoint_context: Option<CheckpointWait>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reset_hint: Option<String>,
+    /// While paused `usage_limit`: when the limit lifts (ISO 8601 UTC), if the provider said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_at: Option<String>,
     /// While paused `budget`: the limit reached, `{field, spent, limit, message}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_context: Option<Value>,
@@ -562,6 +565,7 @@ async fn outcome(
     outcome.auth_context = record.auth_context.clone();
     outcome.checkpoint_context = record.checkpoint_context.clone();
     outcome.reset_hint = record.reset_hint.clone();
+    outcome.reset_at = record.reset_at.map(crate::util::iso_time);
     outcome.budget_context = budget_context(record);
     outcome.error = record.error_message.as_ref().map(|message| OutcomeError {
         code: record.error_code.clone(),

@@ -185,6 +185,7 @@ pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
         auth_context: None,
         checkpoint_context: None,
         reset_hint: None,
+        reset_at: None,
         routing: RoutingSnapshot {
             integrity: "abc".to_owned(),
             ..RoutingSnapshot::default()
@@ -236,6 +237,7 @@ pub fn full_run_record(id: &str) -> RunRecord {
         auth_context: Some(auth_context()),
         checkpoint_context: Some(waiting_checkpoint()),
         reset_hint: Some("resets at 5pm".to_owned()),
+        reset_at: Some(1_700_003_600_000),
         files: [(
             "prompts/review.md".to_owned(),
             "Review the diff.".to_owned(),

@@ -28,9 +28,9 @@ const CREATE: &str = "INSERT INTO runs (run_id, caller, lease_token, lease_owner
          project_dir, workflow_name, status, pause_reason, error_code, error_message,
          started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
          current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-         auth_context, checkpoint_context, routing, workspace)
+         auth_context, checkpoint_context, routing, reset_at, workspace)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)
+         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)
      ON CONFLICT (run_id) DO NOTHING
      RETURNING run_key";
 
@@ -39,7 +39,7 @@ const UPDATE: &str = "UPDATE runs SET project_dir = $2, workflow_name = $3, stat
          updated_at = $9, generation = $10, stream_id = $11, script_file = $12,
          script_source = $13, cwd = $14, current_phase = $15, reset_hint = $16, limits = $17,
          token_usage = $18, phases = $19, args = $20, result = $21, setup = $22,
-         auth_context = $23, checkpoint_context = $24, routing = $25
+         auth_context = $23, checkpoint_context = $24, routing = $25, reset_at = $26
      WHERE run_key = $1";
 
 const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,
@@ -331,6 +331,7 @@ struct RunRow<'a> {
     auth_context: Option<String>,
     checkpoint_context: Option<String>,
     routing: String,
+    reset_at: Option<i64>,
 }
 
 impl<'a> RunRow<'a> {
@@ -363,10 +364,11 @@ impl<'a> RunRow<'a> {
                 "checkpoint context",
             )?,
             routing: to_json(&record.routing, "routing")?,
+            reset_at: record.reset_at,
         })
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 24] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 25] {
         [
             &self.project_dir,
             &self.workflow_name,
@@ -392,6 +394,7 @@ impl<'a> RunRow<'a> {
             &self.auth_context,
             &self.checkpoint_context,
             &self.routing,
+            &self.reset_at,
         ]
     }
 }
@@ -464,6 +467,7 @@ fn run_from_row(reader: &RowReader<'_>) -> StoreResult<RunRecord> {
         auth_context: reader.optional_json("auth_context")?,
         checkpoint_context: reader.optional_json("checkpoint_context")?,
         reset_hint: reader.optional_string("reset_hint")?,
+        reset_at: reader.get("reset_at")?,
         routing: reader.json("routing")?,
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.optional_string("caller")?,

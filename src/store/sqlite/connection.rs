@@ -15,6 +15,7 @@ use crate::store::{StoreError, StoreResult};
 pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0001_initial.sql"),
     include_str!("../migrations/sqlite/0002_isolation.sql"),
+    include_str!("../migrations/sqlite/0003_reset_at.sql"),
 ];
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the

@@ -60,14 +60,14 @@ pub(super) fn create(
                  project_dir, workflow_name, status, pause_reason, error_code, error_message,
                  started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
                  current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-                 auth_context, checkpoint_context, routing, caller, workspace)
+                 auth_context, checkpoint_context, routing, caller, workspace, reset_at)
              VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
                  :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
                  :project_dir, :workflow_name, :status, :pause_reason, :error_code,
                  :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
                  :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
                  :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller,
-                 :workspace)",
+                 :workspace, :reset_at)",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
         .context(doing)?;
@@ -133,7 +133,8 @@ pub(super) fn update_in(
                  current_phase = :current_phase, reset_hint = :reset_hint, limits = :limits,
                  token_usage = :token_usage, phases = :phases, args = :args,
                  result = :result, setup = :setup, auth_context = :auth_context,
-                 checkpoint_context = :checkpoint_context, routing = :routing
+                 checkpoint_context = :checkpoint_context, routing = :routing,
+                 reset_at = :reset_at
              WHERE run_key = :run_key",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
@@ -293,6 +294,7 @@ pub(super) struct RunRow<'a> {
     cwd: &'a str,
     current_phase: Option<&'a str>,
     reset_hint: Option<&'a str>,
+    reset_at: Option<i64>,
     limits: String,
     token_usage: String,
     phases: String,
@@ -322,6 +324,7 @@ impl<'a> RunRow<'a> {
             cwd: path_text(&record.cwd, "cwd")?,
             current_phase: record.current_phase.as_deref(),
             reset_hint: record.reset_hint.as_deref(),
+            reset_at: record.reset_at,
             limits: to_json(&record.limits, "limits")?,
             token_usage: to_json(&record.token_usage, "token usage")?,
             phases: to_json(&record.phases, "phases")?,
@@ -337,7 +340,7 @@ impl<'a> RunRow<'a> {
         })
     }
 
-    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 24] {
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 25] {
         [
             (":project_dir", &self.project_dir),
             (":workflow_name", &self.workflow_name),
@@ -354,6 +357,7 @@ impl<'a> RunRow<'a> {
             (":cwd", &self.cwd),
             (":current_phase", &self.current_phase),
             (":reset_hint", &self.reset_hint),
+            (":reset_at", &self.reset_at),
             (":limits", &self.limits),
             (":token_usage", &self.token_usage),
             (":phases", &self.phases),
@@ -435,6 +439,7 @@ pub(super) fn run_from_row(reader: &RowReader<'_, '_>) -> StoreResult<RunRecord>
         auth_context: reader.optional_json("auth_context")?,
         checkpoint_context: reader.optional_json("checkpoint_context")?,
         reset_hint: reader.get("reset_hint")?,
+        reset_at: reader.get("reset_at")?,
         routing: reader.json("routing")?,
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.get("caller")?,

@@ -179,9 +179,18 @@ impl Run<'_> {
                 ),
             );
         }
+        // The reset time is the provider's word; nothing resumes the run by itself.
+        let usage_limit = match status.pointer("/outcome/resetAt").and_then(Value::as_str) {
+            Some(at) => {
+                format!(" because an agent backend hit its usage limit (it resets at {at})")
+            }
+            None => {
+                " because an agent backend hit its usage limit (no reset time known)".to_owned()
+            }
+        };
         let why = match reason {
             "auth_required" => " because an agent backend's credentials are missing or expired",
-            "usage_limit" => " because an agent backend hit its usage limit",
+            "usage_limit" => usage_limit.as_str(),
             "interrupted" => " because the process executing it ended",
             "requested" => " as requested",
             _ => "",
@@ -346,6 +355,28 @@ mod tests {
             assert_eq!(messages[0].kind, "terminal");
             assert_eq!(messages[0].status, status);
         }
+    }
+
+    /// A usage-limit pause says when the limit resets, or that no time is known, and never
+    /// that the run resumes by itself.
+    #[test]
+    fn a_usage_limit_pause_says_when_the_limit_resets() {
+        let known = document(
+            json!({"status": "paused", "reason": "usage_limit", "outcome": {"resetAt": "2026-01-01T15:00:00.000Z"}}),
+        );
+        let content = &automatic_messages(&known)[0].content;
+        assert!(
+            content.contains("it resets at 2026-01-01T15:00:00.000Z"),
+            "{content}"
+        );
+        let unknown = document(json!({"status": "paused", "reason": "usage_limit"}));
+        let content = &automatic_messages(&unknown)[0].content;
+        assert!(content.contains("no reset time known"), "{content}");
+        assert!(content.contains("resume it"), "{content}");
+        assert_eq!(
+            ids(&unknown),
+            [("paused-2-usage_limit".to_owned(), "paused")]
+        );
     }
 
     #[test]

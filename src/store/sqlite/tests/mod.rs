@@ -98,6 +98,7 @@ fn full_run_record() -> RunRecord {
         auth_context: Some(auth_context()),
         checkpoint_context: Some(waiting_checkpoint()),
         reset_hint: Some("resets at 5pm".to_owned()),
+        reset_at: Some(1_700_003_600_000),
         ..run_record("lq3k2m1-abc123", PROJECT, 1_700_000_000_000)
     }
 }
