@@ -106,6 +106,8 @@ pub struct AgentFailure {
     pub auth_context: Option<AuthContext>,
     /// For `UsageLimit`: the provider's hint about when the limit resets, if any.
     pub reset_hint: Option<String>,
+    /// How long the provider asked to wait before trying again (`retry-after`), if it said.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl AgentFailure {
@@ -115,6 +117,7 @@ impl AgentFailure {
             message: message.into(),
             auth_context: None,
             reset_hint: None,
+            retry_after: None,
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::store::{
 mod budget;
 mod dsl;
 mod isolation;
+mod retry;
 
 struct World {
     _folder: tempfile::TempDir,
