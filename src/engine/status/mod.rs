@@ -148,12 +148,6 @@ pub struct CallEntry {
     /// `queued` or `running`, for a live call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<&'static str>,
-    /// A live call's attempt under way, from 1.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
-    /// How many attempts a settled call made.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempts: Option<u32>,
     pub result_preview: Option<Value>,
     pub result_redacted: bool,
     pub result_truncated: bool,
@@ -167,6 +161,12 @@ pub struct CallEntry {
     /// What a settled isolated call changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<CallChanges>,
+    /// A live call's attempt under way, from 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// How many attempts a settled call made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
 }
 
 /// `logTail`: the log lines shown, redacted and capped.

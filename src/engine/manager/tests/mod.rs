@@ -359,7 +359,8 @@ async fn the_answers_serialise_in_the_documented_order() {
             "backendId",
             "resultPreview",
             "resultRedacted",
-            "resultTruncated"
+            "resultTruncated",
+            "attempts"
         ]
     );
     assert_eq!(keys(&status["outcome"]), ["result", "logs"]);

@@ -243,7 +243,9 @@ async fn a_live_call_shows_its_attempt_and_a_stop_ends_the_backoff_at_once() {
         .stop(&run_id, None, &StatusQuery::default())
         .await
         .expect("stop");
-    world.engine.wait(&run_id).await;
+    tokio::time::timeout(Duration::from_secs(10), world.engine.wait(&run_id))
+        .await
+        .expect("the run ends within seconds of the stop, not after the wait");
     assert!(stopped_at.elapsed() < Duration::from_secs(10));
     assert_eq!(runner.turns.load(Ordering::SeqCst), 1, "no second attempt");
     let status = world.status_of(&run_id).await;
