@@ -222,11 +222,19 @@ fn call_line(call: &Value) -> String {
             })
         })
         .unwrap_or_else(|| "done".to_owned());
+    // A live call past its first attempt, or a settled call that needed more than one.
+    let attempts = match (
+        call.get("attempt").and_then(Value::as_u64),
+        call.get("attempts").and_then(Value::as_u64),
+    ) {
+        (Some(attempt), _) if attempt > 1 => format!(" (attempt {attempt})"),
+        (_, Some(attempts)) if attempts > 1 => format!(" ({attempts} attempts)"),
+        _ => String::new(),
+    };
     format!(
-        "  #{:<4} {:<40} {}",
+        "  #{:<4} {:<40} {state}{attempts}",
         call.get("index").and_then(Value::as_u64).unwrap_or(0),
         call.get("label").and_then(Value::as_str).unwrap_or("-"),
-        state
     )
 }
 
@@ -405,5 +413,15 @@ mod tests {
         );
         let unknown = json!({"reason": "usage_limit", "outcome": {"resetHint": "soon"}});
         assert_eq!(reset_line(&unknown), "usage limit: no reset time known");
+    }
+
+    #[test]
+    fn a_call_line_shows_attempts_beyond_the_first() {
+        let live = json!({"index": 0, "label": "review", "status": "running", "attempt": 2});
+        assert!(call_line(&live).ends_with("running (attempt 2)"));
+        let settled = json!({"index": 1, "label": "fix", "attempts": 3});
+        assert!(call_line(&settled).ends_with("done (3 attempts)"));
+        let once = json!({"index": 2, "label": "x", "attempts": 1});
+        assert!(call_line(&once).ends_with("done"));
     }
 }

@@ -85,6 +85,7 @@ impl Progress {
                     ))
                 }
             }
+            "agentRetry" => retry_line(event),
             "tokenUsage" => {
                 self.tokens = event
                     .pointer("/usage/totalTokens")
@@ -99,7 +100,7 @@ impl Progress {
             _ => None,
         };
         if self.interactive {
-            if kind == "log"
+            if matches!(kind, "log" | "agentRetry")
                 && let Some(line) = line
             {
                 self.clear();
@@ -130,5 +131,50 @@ impl Progress {
             let _ = std::io::stderr().flush();
             self.drawn = false;
         }
+    }
+}
+
+/// `label: retry 2/3: CODE: message (waiting 4.0s)` for an `agentRetry` event: the attempt
+/// about to start, of how many the call may make.
+fn retry_line(event: &Value) -> Option<String> {
+    let number = |key: &str| event.get(key).and_then(Value::as_u64);
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    let next = number("attempt")? + 1;
+    let of = number("of")?;
+    let mut line = format!(
+        "{}: retry {next}/{of}: {}",
+        text("label").unwrap_or("agent"),
+        text("errorCode").unwrap_or("error")
+    );
+    if let Some(message) = text("errorMessage") {
+        line.push_str(&format!(": {message}"));
+    }
+    if let Some(wait) = number("waitMs").filter(|ms| *ms > 0) {
+        line.push_str(&format!(" (waiting {:.1}s)", wait as f64 / 1000.0));
+    }
+    Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::retry_line;
+
+    #[test]
+    fn a_retry_names_the_next_attempt_its_error_and_the_wait() {
+        let event = json!({"type": "agentRetry", "label": "review", "callIndex": 0,
+            "attempt": 1, "of": 3, "errorCode": "AGENT_EXECUTION_ERROR",
+            "errorMessage": "boom", "waitMs": 2500});
+        assert_eq!(
+            retry_line(&event).as_deref(),
+            Some("review: retry 2/3: AGENT_EXECUTION_ERROR: boom (waiting 2.5s)")
+        );
+        let quick = json!({"label": "x", "attempt": 2, "of": 3, "errorCode": "AGENT_TIMEOUT",
+            "waitMs": 0});
+        assert_eq!(
+            retry_line(&quick).as_deref(),
+            Some("x: retry 3/3: AGENT_TIMEOUT")
+        );
     }
 }

@@ -108,6 +108,8 @@ pub struct AgentFailure {
     pub reset_hint: Option<String>,
     /// For `UsageLimit`: when the limit lifts (Unix ms), when the provider's error says it.
     pub reset_at: Option<i64>,
+    /// How long the provider asked to wait before trying again (`retry-after`), if it said.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl AgentFailure {
@@ -118,6 +120,7 @@ impl AgentFailure {
             auth_context: None,
             reset_hint: None,
             reset_at: None,
+            retry_after: None,
         }
     }
 }

@@ -184,6 +184,9 @@ pub struct CallSummary {
     pub error: Option<CallError>,
     /// What an isolated call changed.
     pub changes: Option<CallChanges>,
+    /// How many attempts the call made; `None` for a row written before attempts were
+    /// counted (0 there).
+    pub attempts: Option<u32>,
 }
 
 impl From<&CallRecord> for CallSummary {
@@ -201,6 +204,7 @@ impl From<&CallRecord> for CallSummary {
             result: call.result.clone(),
             error: call.error.clone(),
             changes: call.changes.clone(),
+            attempts: (call.attempts > 0).then_some(call.attempts),
         }
     }
 }

@@ -184,6 +184,40 @@ fn failed_calls_are_reported_with_their_messages() {
     );
 }
 
+/// A failed attempt that is tried again prints `retry N/M`, and status counts the attempts.
+#[test]
+fn retried_attempts_are_printed_and_counted() {
+    let ctx = TestContext::new();
+    let script = ctx.write(
+        "wf.js",
+        &format!(
+            "{HEADER}const a = await agent('x\\n@mock error -32603 kaput', \
+             {{label: 'flaky', retries: 2, retryDelayMs: 100}});\n\
+             return [a, await agent('fine')];\n"
+        ),
+    );
+    let started = std::time::Instant::now();
+    let finished = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    for needle in [
+        "flaky: retry 2/3: AGENT_EXECUTION_ERROR: backend mock: session/prompt failed: kaput",
+        "(waiting 0.1s)",
+        "flaky: retry 3/3: AGENT_EXECUTION_ERROR",
+    ] {
+        assert!(
+            finished.stderr.contains(needle),
+            "{needle:?} in:\n{}",
+            finished.stderr
+        );
+    }
+    let run_id = finished.run_id();
+    let document = ctx.status(&run_id);
+    assert_eq!(document["calls"][0]["attempts"], 3, "{document:#}");
+    let status = ctx.run(&["status", &run_id]);
+    assert!(status.stdout.contains("(3 attempts)"), "{}", status.stdout);
+}
+
 /// SIGTERM and SIGHUP pause a foreground run like Ctrl-C, print how to resume it, and exit
 /// with 128 + the signal's number.
 #[test]

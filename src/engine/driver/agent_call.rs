@@ -316,6 +316,7 @@ impl Driver {
                 backend_id: Some(route.backend.id.clone()),
                 state: "queued",
                 timeout_ms: task.timeout.as_millis() as u64,
+                attempt: 1,
             },
         );
         self.in_flight.insert(
@@ -394,6 +395,7 @@ impl Driver {
             schema: options.schema.clone(),
             timeout,
             retries,
+            retry_delay: options.retry_delay_ms.map(Duration::from_millis),
             runner: self.setup.runner.clone(),
             cancel,
             activity: self.activity_tx.clone(),

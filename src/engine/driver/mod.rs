@@ -24,6 +24,7 @@ mod isolation;
 mod live;
 mod options;
 mod progress;
+mod retry;
 mod task;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};

@@ -71,6 +71,8 @@ pub(super) struct AgentOptions {
     pub(super) keep_session: Option<bool>,
     pub(super) timeout_ms: Option<u64>,
     pub(super) retries: Option<u32>,
+    /// `retryDelayMs`: the wait between attempts instead of the backoff (0: none).
+    pub(super) retry_delay_ms: Option<u64>,
 }
 
 impl AgentOptions {
@@ -93,6 +95,7 @@ impl AgentOptions {
         "keepSession",
         "timeoutMs",
         "retries",
+        "retryDelayMs",
     ];
 
     pub(super) fn parse(value: &Value) -> Result<AgentOptions, String> {
@@ -134,6 +137,7 @@ impl AgentOptions {
         };
         let timeout_ms = timeout_ms(map)?;
         let retries = retries(map)?;
+        let retry_delay_ms = retry_delay_ms(map)?;
         let keep_session = keep_session(map)?;
         Ok(AgentOptions {
             label: string(map, "label")?,
@@ -155,6 +159,7 @@ impl AgentOptions {
             keep_session,
             timeout_ms,
             retries,
+            retry_delay_ms,
         })
     }
 }
@@ -348,6 +353,16 @@ fn retries(map: &Map<String, Value>) -> Result<Option<u32>, String> {
     }
 }
 
+/// `retryDelayMs`: a whole number of milliseconds from 0 (no wait) to an hour.
+fn retry_delay_ms(map: &Map<String, Value>) -> Result<Option<u64>, String> {
+    match map.get("retryDelayMs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => Ok(Some(value.as_u64().filter(|ms| *ms <= 3_600_000).ok_or(
+            "agent() option retryDelayMs must be a whole number of milliseconds from 0 to 3600000",
+        )?)),
+    }
+}
+
 /// `isolation`: `"worktree"` (a git worktree of the call's own) or left out / `null`.
 fn isolation(map: &Map<String, Value>) -> Result<bool, String> {
     match map.get("isolation") {
@@ -391,6 +406,14 @@ mod tests {
             "agent() option \"colour\" is not known; known options: label, phase, schema"
         ));
         assert_eq!(refused(json!([])), "agent() options must be an object");
+        for bad in [json!(-1), json!(1.5), json!("5"), json!(3_600_001)] {
+            assert_eq!(
+                refused(json!({ "retryDelayMs": bad })),
+                "agent() option retryDelayMs must be a whole number of milliseconds from 0 to 3600000"
+            );
+        }
+        let zero = AgentOptions::parse(&json!({"retryDelayMs": 0})).expect("accepted");
+        assert_eq!(zero.retry_delay_ms, Some(0));
         assert_eq!(
             refused(json!({"label": " "})),
             "agent() option label must be a non-empty string"

@@ -1,5 +1,5 @@
 //! Agent activity while a call runs: the `agentStart`, `agentNotice`, `permissionDenied`,
-//! `agentProgress` and `agentTranscript` events, coalesced to at most one progress event a
+//! `agentRetry`, `agentProgress` and `agentTranscript` events, coalesced to at most one progress event a
 //! second per call plus a heartbeat, and the live view's `latestActivity`.
 
 use std::time::{Duration, Instant};
@@ -191,6 +191,19 @@ impl Driver {
                     "rule": denial.rule, "title": title});
                 let scope = call.scope.clone();
                 self.events.push("permissionDenied", &scope, fields);
+            }
+            Activity::Retry(index, notice) => {
+                let Some(call) = self.in_flight.get_mut(&index) else {
+                    return;
+                };
+                let fields = json!({"label": call.label, "callIndex": index,
+                    "attempt": notice.attempt, "of": notice.of, "errorCode": notice.code,
+                    "errorMessage": notice.message, "waitMs": notice.wait.as_millis() as u64});
+                let scope = call.scope.clone();
+                if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
+                    entry.attempt = notice.attempt + 1;
+                }
+                self.events.push("agentRetry", &scope, fields);
             }
             Activity::Done(index, result, isolated) => self.on_done(index, result, isolated).await,
         }

@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
+use crate::engine::driver::retry::{self, RetryNotice};
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
@@ -71,6 +72,8 @@ pub(super) enum Activity {
     Update(u32, AgentUpdate),
     /// The definition's tool policy denied a permission request (the tool call's title too).
     PermissionDenied(u32, Denial, Option<String>),
+    /// An attempt failed and the call tries again after the notice's wait.
+    Retry(u32, RetryNotice),
     /// The call's result, with its changes when it ran isolated and kept them.
     Done(u32, TaskResult, Option<Box<Isolated>>),
 }
@@ -92,6 +95,8 @@ pub(super) struct AgentTask {
     pub(super) timeout: Duration,
     /// Further attempts after a recoverable failure.
     pub(super) retries: u32,
+    /// `retryDelayMs`: the wait between attempts instead of the backoff.
+    pub(super) retry_delay: Option<Duration>,
     pub(super) runner: Arc<dyn AgentRunner>,
     /// Cancels this call (single-call cancel or a halt).
     pub(super) cancel: CancellationToken,
@@ -277,12 +282,40 @@ impl AgentTask {
                                     attempts: attempt,
                                 };
                             }
-                            tracing::info!(run = %self.run_id, call = self.index, "attempt {attempt} failed ({code}); retrying");
+                            if !self.before_retry(attempt, code, &other).await {
+                                return TaskResult::Null {
+                                    code: "AGENT_CANCELLED".into(),
+                                    message: "cancelled".into(),
+                                    usage,
+                                    attempts: attempt,
+                                };
+                            }
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Reports failed attempt `attempt` as a retry and waits before the next one; `false`
+    /// when the call was cancelled during the wait.
+    async fn before_retry(&self, attempt: u32, code: String, failure: &AttemptFailure) -> bool {
+        let retry_after = match failure {
+            AttemptFailure::Agent(agent) => agent.retry_after,
+            _ => None,
+        };
+        let wait = retry::delay(attempt, self.retry_delay, retry_after);
+        tracing::info!(run = %self.run_id, call = self.index,
+            "attempt {attempt} failed ({code}); retrying in {} ms", wait.as_millis());
+        let notice = RetryNotice {
+            attempt,
+            of: self.retries + 1,
+            code,
+            message: failure.message(),
+            wait,
+        };
+        let _ = self.activity.send(Activity::Retry(self.index, notice));
+        retry::wait(wait, &self.cancel).await
     }
 
     async fn attempt(&self, usage: &mut Usage) -> Result<(Value, Option<Value>), AttemptFailure> {

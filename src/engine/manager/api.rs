@@ -79,6 +79,8 @@ pub struct LiveCallStatus {
     pub model: Option<String>,
     pub backend_id: Option<String>,
     pub timeout_ms: u64,
+    /// The attempt under way, from 1.
+    pub attempt: u32,
     /// `queued` or `running`.
     pub status: &'static str,
 }

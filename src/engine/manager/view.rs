@@ -69,6 +69,7 @@ impl Engine {
                 model: call.model.clone(),
                 backend_id: call.backend_id.clone(),
                 timeout_ms: call.timeout_ms,
+                attempt: call.attempt,
                 status: call.state,
             })
             .collect();
@@ -151,6 +152,11 @@ pub(super) fn live_view_of(live: &Value) -> Option<LiveView> {
                     backend_id: text("backendId"),
                     state,
                     timeout_ms: call.get("timeoutMs").and_then(Value::as_u64).unwrap_or(0),
+                    attempt: call
+                        .get("attempt")
+                        .and_then(Value::as_u64)
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(1),
                 },
             ))
         })

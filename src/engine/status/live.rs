@@ -57,4 +57,6 @@ pub(crate) struct LiveCall {
     pub state: &'static str,
     /// The call's effective per-attempt timeout.
     pub timeout_ms: u64,
+    /// The attempt under way (or waited for after a failed one), from 1.
+    pub attempt: u32,
 }

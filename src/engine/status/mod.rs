@@ -161,6 +161,12 @@ pub struct CallEntry {
     /// What a settled isolated call changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<CallChanges>,
+    /// A live call's attempt under way, from 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// How many attempts a settled call made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
 }
 
 /// `logTail`: the log lines shown, redacted and capped.
@@ -373,6 +379,8 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
             backend_id: call.backend_id.clone(),
             timeout_ms: None,
             status: None,
+            attempt: None,
+            attempts: call.attempts.filter(|_| call.kind == CallKind::Agent),
             result_redacted: shown.as_ref().is_some_and(|p| p.redacted),
             result_truncated: shown.as_ref().is_some_and(|p| p.truncated),
             result_preview: shown.map(|p| p.preview),
@@ -396,6 +404,8 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
                 backend_id: call.backend_id.clone(),
                 timeout_ms: Some(call.timeout_ms),
                 status: Some(call.state),
+                attempt: Some(call.attempt),
+                attempts: None,
                 result_preview: None,
                 result_redacted: false,
                 result_truncated: false,

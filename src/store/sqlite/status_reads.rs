@@ -15,11 +15,11 @@ use crate::store::{CallSummary, StoreResult, SummaryTail};
 
 /// The shown columns, in the order [`SHOWN`] names them.
 const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
-         model_requested, backend_id, outcome, origin, result, error, changes
+         model_requested, backend_id, outcome, origin, result, error, changes, attempts
      FROM calls
      WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
      ORDER BY call_index DESC LIMIT ?3";
-const SHOWN: [&str; 12] = [
+const SHOWN: [&str; 13] = [
     "generation",
     "call_index",
     "kind",
@@ -32,6 +32,7 @@ const SHOWN: [&str; 12] = [
     "result",
     "error",
     "changes",
+    "attempts",
 ];
 
 pub(super) fn tail(
@@ -91,6 +92,7 @@ fn summary(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallSummary> {
         result: columns.optional_json(9)?,
         error: columns.optional_json(10)?,
         changes: columns.optional_json(11)?,
+        attempts: columns.get::<u32>(12).map(|n| (n > 0).then_some(n))?,
     })
 }
 

@@ -25,7 +25,7 @@ fn instant_world() -> (World, Arc<InstantRunner>) {
     (world_on(runner.clone()), runner)
 }
 
-fn world_on(runner: Arc<dyn AgentRunner>) -> World {
+pub(super) fn world_on(runner: Arc<dyn AgentRunner>) -> World {
     let folder = tempfile::tempdir().expect("temp dir");
     let project = folder.path().join("project");
     std::fs::create_dir_all(&project).expect("project dir");
@@ -113,7 +113,11 @@ fn tokens(limit: u64) -> LimitOverrides {
 }
 
 impl World {
-    async fn start_with(&self, script: &str, limits: LimitOverrides) -> EngineResult<Admission> {
+    pub(super) async fn start_with(
+        &self,
+        script: &str,
+        limits: LimitOverrides,
+    ) -> EngineResult<Admission> {
         self.engine
             .start(RunRequest {
                 project_dir: self.project.clone(),
@@ -125,7 +129,7 @@ impl World {
             .await
     }
 
-    async fn status_of(&self, run_id: &RunId) -> Value {
+    pub(super) async fn status_of(&self, run_id: &RunId) -> Value {
         json!(
             self.engine
                 .status(run_id, &StatusQuery::default())
@@ -134,7 +138,7 @@ impl World {
         )
     }
 
-    async fn event_types(&self, run_id: &RunId) -> Vec<Value> {
+    pub(super) async fn event_types(&self, run_id: &RunId) -> Vec<Value> {
         self.store
             .events(run_id, 0, 1000)
             .await

@@ -20,6 +20,7 @@ use crate::store::{
 mod budget;
 mod dsl;
 mod isolation;
+mod retry;
 
 struct World {
     _folder: tempfile::TempDir,
@@ -358,7 +359,8 @@ async fn the_answers_serialise_in_the_documented_order() {
             "backendId",
             "resultPreview",
             "resultRedacted",
-            "resultTruncated"
+            "resultTruncated",
+            "attempts"
         ]
     );
     assert_eq!(keys(&status["outcome"]), ["result", "logs"]);

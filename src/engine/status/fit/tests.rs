@@ -64,6 +64,8 @@ fn entry(index: u32, label: String, preview: Option<Value>) -> CallEntry {
         backend_id: Some("codex".into()),
         timeout_ms: None,
         status: None,
+        attempt: None,
+        attempts: Some(1),
         result_preview: preview,
         result_redacted: false,
         result_truncated: false,
