@@ -74,7 +74,7 @@ pub(crate) fn rpc_failure(
             FailureKind::AuthRequired,
             format!("backend {backend} requires authentication ({method}): {message}"),
         );
-        failure.auth_context = Some(auth_context(backend, advertised));
+        failure.auth_context = Some(Box::new(auth_context(backend, advertised)));
         return failure;
     }
     if is_usage_limit(&message, &data_text) {

@@ -102,8 +102,9 @@ pub enum FailureKind {
 pub struct AgentFailure {
     pub kind: FailureKind,
     pub message: String,
-    /// For `AuthRequired`: `{backendId, methods:[{id,type,name?}]}`, never secrets.
-    pub auth_context: Option<AuthContext>,
+    /// For `AuthRequired`: `{backendId, methods:[{id,type,name?}]}`, never secrets. Boxed:
+    /// failures travel in `Result`s, and most carry none.
+    pub auth_context: Option<Box<AuthContext>>,
     /// For `UsageLimit`: the provider's hint about when the limit resets, if any.
     pub reset_hint: Option<String>,
     /// For `UsageLimit`: when the limit lifts (Unix ms), when the provider's error says it.

@@ -229,7 +229,7 @@ impl AgentTask {
                                 reason: PauseReason::AuthRequired,
                                 code,
                                 message: agent.message,
-                                auth_context: agent.auth_context,
+                                auth_context: agent.auth_context.map(|context| *context),
                                 reset_hint: None,
                                 reset_at: None,
                                 session: None,
