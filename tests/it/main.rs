@@ -58,5 +58,6 @@ mod succession;
 mod support;
 mod tasks;
 mod tool_policy;
+mod warm_resume;
 mod workflow_next;
 mod workflow_tool;

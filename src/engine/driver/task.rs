@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
 use crate::engine::permissions::PermissionBroker;
+use crate::engine::reopen;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
     PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
@@ -191,10 +192,12 @@ impl AgentTask {
 
     async fn attempts(&self) -> TaskResult {
         let mut usage = Usage::default();
+        // The last session opened, so a pause records it for the resume to reopen.
+        let mut opened = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.attempt(&mut usage).await {
+            match self.attempt(&mut usage, &mut opened).await {
                 Ok((value, session)) => {
                     return TaskResult::Value {
                         value,
@@ -224,7 +227,7 @@ impl AgentTask {
                                 message: agent.message,
                                 auth_context: agent.auth_context,
                                 reset_hint: None,
-                                session: None,
+                                session: opened.take(),
                                 usage,
                                 attempts: attempt,
                             };
@@ -236,7 +239,7 @@ impl AgentTask {
                                 message: agent.message,
                                 auth_context: None,
                                 reset_hint: agent.reset_hint,
-                                session: None,
+                                session: opened.take(),
                                 usage,
                                 attempts: attempt,
                             };
@@ -281,7 +284,11 @@ impl AgentTask {
         }
     }
 
-    async fn attempt(&self, usage: &mut Usage) -> Result<(Value, Option<Value>), AttemptFailure> {
+    async fn attempt(
+        &self,
+        usage: &mut Usage,
+        opened: &mut Option<Value>,
+    ) -> Result<(Value, Option<Value>), AttemptFailure> {
         let observer = Arc::new(CallObserver {
             index: self.index,
             activity: self.activity.clone(),
@@ -295,8 +302,16 @@ impl AgentTask {
             opened = self.runner.open_session(self.spec.clone(), observer) => opened.map_err(AttemptFailure::Agent)?,
             _ = self.cancel.cancelled() => return Err(AttemptFailure::Agent(AgentFailure::new(FailureKind::Cancelled, "cancelled"))),
         };
-        let session_ref = session.session_ref();
-        let result = self.converse(session.as_mut(), usage).await;
+        let mut session_ref = session.session_ref();
+        let requested = self.spec.resume_session.as_deref();
+        let reopened = reopen::reopened(requested, session_ref.as_ref());
+        if requested.is_some()
+            && let Some(Value::Object(fields)) = session_ref.as_mut()
+        {
+            fields.insert("reopened".to_owned(), reopened.into());
+        }
+        opened.clone_from(&session_ref);
+        let result = self.converse(session.as_mut(), usage, reopened).await;
         session.close().await;
         result.map(|value| (value, session_ref))
     }
@@ -305,8 +320,13 @@ impl AgentTask {
         &self,
         session: &mut dyn AgentSession,
         usage: &mut Usage,
+        reopened: bool,
     ) -> Result<Value, AttemptFailure> {
-        let mut prompt = self.prompt.clone();
+        let mut prompt = if reopened {
+            reopen::continuation_turn()
+        } else {
+            self.prompt.clone()
+        };
         if let Some(schema) = &self.schema
             && let Some(Value::Object(first)) = prompt.first_mut()
             && let Some(Value::String(text)) = first.get_mut("text")
