@@ -10,7 +10,6 @@
 //! - which re-run reopens which session: after a usage or auth pause, a stop of the call, a
 //!   crash or a restart, from the session id journaled when the call's session opened (the
 //!   store's call records keep it; the observer reports it at `session/new`);
-//! - a per-call override of the continuation prompt;
 //! - [`ReopenPath`], which the call's record and events carry: reopened, or fresh and why.
 //!
 //! The runner's half is [`SessionReopening`]: whether a backend can reopen at all, so the
@@ -44,10 +43,12 @@ pub fn reopened(requested: Option<&str>, opened: Option<&Value>) -> bool {
     requested.is_some() && requested == opened_id
 }
 
-/// The first turn of a reopened session: the continuation prompt alone, as one text block
-/// (images and the role prompt are already in the session's history).
-pub fn continuation_turn() -> Vec<Value> {
-    vec![json!({"type": "text", "text": CONTINUATION_PROMPT})]
+/// The first turn of a reopened session: the call's `continuePrompt`, else
+/// [`CONTINUATION_PROMPT`], alone as one text block (images and the role prompt are already in
+/// the session's history).
+pub fn continuation_turn(custom: Option<&str>) -> Vec<Value> {
+    let text = custom.unwrap_or(CONTINUATION_PROMPT);
+    vec![json!({"type": "text", "text": text})]
 }
 
 /// How an agent reopens a recorded session.
@@ -104,8 +105,9 @@ mod tests {
 
     #[test]
     fn the_continuation_turn_is_the_documented_text() {
-        let turn = continuation_turn();
+        let turn = continuation_turn(None);
         assert_eq!(turn.len(), 1);
         assert_eq!(turn[0]["text"], CONTINUATION_PROMPT);
+        assert_eq!(continuation_turn(Some("go on"))[0]["text"], "go on");
     }
 }

@@ -138,3 +138,20 @@ fn without_the_capability_the_call_starts_fresh_with_its_original_prompt() {
     let prompts = prompts_in_log(&ctx, "agent.log");
     assert_eq!(prompts, vec!["the task\n@mock usage_limit"; 2]);
 }
+
+#[test]
+fn continue_prompt_replaces_the_default_continuation() {
+    let ctx = TestContext::new();
+    let log = ctx.path("agent.log");
+    let ctx = ctx.with_mock_backend(json!({"MOCK_ACP_LOG": log, "MOCK_ACP_LOAD_UNKNOWN": "1"}));
+    let script = SCRIPT.replace(
+        "@mock usage_limit')",
+        "@mock usage_limit', {continuePrompt: 'carry on'})",
+    );
+    let path = ctx.write("wf.js", &script);
+    let paused = ctx.run(&["run", path.to_str().unwrap()]);
+    assert_eq!(paused.code(), 3, "{}", paused.stderr);
+    let done = ctx.run(&["resume", &paused.run_id()]);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stderr, trail(&ctx));
+    assert_eq!(done.json(), json!("ECHO: carry on"));
+}

@@ -391,6 +391,7 @@ impl Driver {
             spec,
             prompt: prompt_blocks,
             prompt_meta: options.prompt_meta.clone(),
+            continue_prompt: options.continue_prompt.clone(),
             schema: options.schema.clone(),
             timeout,
             retries,

@@ -84,6 +84,8 @@ pub(super) struct AgentTask {
     pub(super) spec: SessionSpec,
     /// The first turn's prompt blocks.
     pub(super) prompt: Vec<Value>,
+    /// The first turn of a reopened session, when the call overrides the default.
+    pub(super) continue_prompt: Option<String>,
     pub(super) prompt_meta: Option<Value>,
     /// Structured output: the answer must be JSON matching it.
     pub(super) schema: Option<Value>,
@@ -323,7 +325,7 @@ impl AgentTask {
         reopened: bool,
     ) -> Result<Value, AttemptFailure> {
         let mut prompt = if reopened {
-            reopen::continuation_turn()
+            reopen::continuation_turn(self.continue_prompt.as_deref())
         } else {
             self.prompt.clone()
         };
