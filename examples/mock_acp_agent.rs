@@ -108,6 +108,13 @@ struct Settings {
     /// `reasoning_effort` option of category `thought_level` with these values, the first
     /// current, as codex-acp does; empty when unset.
     effort_levels: Vec<String>,
+    /// `MOCK_ACP_LOAD_SESSION=0`: `initialize` advertises neither `loadSession` nor session
+    /// resume, like an agent that cannot reopen a session.
+    reopen: bool,
+    /// `MOCK_ACP_LOAD_UNKNOWN=1`: `session/load` and `session/resume` accept a session id this
+    /// process never created (in the recorded `cwd`), standing in for agents that keep their
+    /// sessions on disk and so reopen them after a restart.
+    load_unknown: bool,
 }
 
 impl Settings {
@@ -139,6 +146,8 @@ impl Settings {
                     .collect(),
                 Some(levels) => levels.split(',').map(str::to_owned).collect(),
             },
+            reopen: var("MOCK_ACP_LOAD_SESSION").as_deref() != Some("0"),
+            load_unknown: var("MOCK_ACP_LOAD_UNKNOWN").as_deref() == Some("1"),
         }
     }
 }
@@ -490,15 +499,20 @@ impl Agent {
             thread::sleep(self.settings.init_delay);
         }
         lock(&self.state).initialized = true;
+        let session_capabilities = if self.settings.reopen {
+            json!({ "resume": {}, "close": {} })
+        } else {
+            json!({ "close": {} })
+        };
         // Whatever version was asked for, answer 1, as the SDK's agents do: the client must
         // check the returned version.
         Ok(json!({
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
-                "loadSession": true,
+                "loadSession": self.settings.reopen,
                 "promptCapabilities": { "image": true, "audio": false, "embeddedContext": true },
                 "mcpCapabilities": { "http": false, "sse": false },
-                "sessionCapabilities": { "resume": {}, "close": {} },
+                "sessionCapabilities": session_capabilities,
             },
             "authMethods": [{
                 "id": AUTH_METHOD_ID,
@@ -548,13 +562,25 @@ impl Agent {
     }
 
     /// `session/load` (which would replay history; the mock has none to replay) and
-    /// `session/resume` of a session this process created.
+    /// `session/resume` of a session this process created (or any, with `load_unknown`).
     fn reopen_session(&self, params: &Value, load: bool) -> Result<Value, RpcError> {
         let session_id = str_param(params, "sessionId")?;
         check_cwd(params)?;
         check_mcp_servers(params, load)?;
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
         self.check_auth(&state)?;
+        if self.settings.load_unknown && !state.sessions.contains_key(session_id) {
+            let levels = &self.settings.effort_levels;
+            let restored = Session {
+                mode: MODES[0].0.to_owned(),
+                model: MODELS[0].0.to_owned(),
+                cwd: PathBuf::from(str_param(params, "cwd")?),
+                effort: levels.first().cloned().unwrap_or_default(),
+                effort_levels: levels.clone(),
+                turns: Vec::new(),
+            };
+            state.sessions.insert(session_id.to_owned(), restored);
+        }
         let session = state
             .sessions
             .get(session_id)

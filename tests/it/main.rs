@@ -59,5 +59,6 @@ mod support;
 mod tasks;
 mod tool_policy;
 mod usage_reset;
+mod warm_resume;
 mod workflow_next;
 mod workflow_tool;

@@ -85,11 +85,17 @@ impl Driver {
                         call.path.as_deref(),
                         &call.hash,
                     );
-                    live.resume_session = self.continuation_session(
-                        call.path.as_deref(),
-                        &call.hash,
-                        &call.inputs_hash,
-                    );
+                    // An isolated call's session worked in a worktree that is gone: it
+                    // runs again cold in a fresh one.
+                    live.resume_session = (!call.options.isolated)
+                        .then(|| {
+                            self.continuation_session(
+                                call.path.as_deref(),
+                                &call.hash,
+                                &call.inputs_hash,
+                            )
+                        })
+                        .flatten();
                 }
             }
         }
@@ -392,6 +398,7 @@ impl Driver {
             spec,
             prompt: prompt_blocks,
             prompt_meta: options.prompt_meta.clone(),
+            continue_prompt: options.continue_prompt.clone(),
             schema: options.schema.clone(),
             timeout,
             retries,

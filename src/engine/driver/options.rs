@@ -69,6 +69,8 @@ pub(super) struct AgentOptions {
     pub(super) prompt_meta: Option<Value>,
     /// Only ever `Some(false)` or `None`: `true` is refused.
     pub(super) keep_session: Option<bool>,
+    /// `continuePrompt`: the first turn of a reopened session instead of the default one.
+    pub(super) continue_prompt: Option<String>,
     pub(super) timeout_ms: Option<u64>,
     pub(super) retries: Option<u32>,
     /// `retryDelayMs`: the wait between attempts instead of the backoff (0: none).
@@ -93,6 +95,7 @@ impl AgentOptions {
         "meta",
         "promptMeta",
         "keepSession",
+        "continuePrompt",
         "timeoutMs",
         "retries",
         "retryDelayMs",
@@ -157,6 +160,7 @@ impl AgentOptions {
             meta: object(map, "meta")?,
             prompt_meta: object(map, "promptMeta")?,
             keep_session,
+            continue_prompt: string(map, "continuePrompt")?,
             timeout_ms,
             retries,
             retry_delay_ms,
@@ -417,6 +421,10 @@ mod tests {
         assert_eq!(
             refused(json!({"label": " "})),
             "agent() option label must be a non-empty string"
+        );
+        assert_eq!(
+            refused(json!({"continuePrompt": 3})),
+            "agent() option continuePrompt must be a non-empty string"
         );
         assert_eq!(
             refused(json!({"meta": 1})),

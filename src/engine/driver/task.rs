@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
 use crate::engine::driver::retry::{self, RetryNotice};
 use crate::engine::permissions::PermissionBroker;
+use crate::engine::reopen;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
     PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
@@ -88,6 +89,8 @@ pub(super) struct AgentTask {
     pub(super) spec: SessionSpec,
     /// The first turn's prompt blocks.
     pub(super) prompt: Vec<Value>,
+    /// The first turn of a reopened session, when the call overrides the default.
+    pub(super) continue_prompt: Option<String>,
     pub(super) prompt_meta: Option<Value>,
     /// Structured output: the answer must be JSON matching it.
     pub(super) schema: Option<Value>,
@@ -198,10 +201,12 @@ impl AgentTask {
 
     async fn attempts(&self) -> TaskResult {
         let mut usage = Usage::default();
+        // The last session opened, so a pause records it for the resume to reopen.
+        let mut opened = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.attempt(&mut usage).await {
+            match self.attempt(&mut usage, &mut opened).await {
                 Ok((value, session)) => {
                     return TaskResult::Value {
                         value,
@@ -232,7 +237,7 @@ impl AgentTask {
                                 auth_context: agent.auth_context.map(|context| *context),
                                 reset_hint: None,
                                 reset_at: None,
-                                session: None,
+                                session: opened.take(),
                                 usage,
                                 attempts: attempt,
                             };
@@ -245,7 +250,7 @@ impl AgentTask {
                                 auth_context: None,
                                 reset_hint: agent.reset_hint,
                                 reset_at: agent.reset_at,
-                                session: None,
+                                session: opened.take(),
                                 usage,
                                 attempts: attempt,
                             };
@@ -318,7 +323,11 @@ impl AgentTask {
         retry::wait(wait, &self.cancel).await
     }
 
-    async fn attempt(&self, usage: &mut Usage) -> Result<(Value, Option<Value>), AttemptFailure> {
+    async fn attempt(
+        &self,
+        usage: &mut Usage,
+        opened: &mut Option<Value>,
+    ) -> Result<(Value, Option<Value>), AttemptFailure> {
         let observer = Arc::new(CallObserver {
             index: self.index,
             activity: self.activity.clone(),
@@ -332,8 +341,16 @@ impl AgentTask {
             opened = self.runner.open_session(self.spec.clone(), observer) => opened.map_err(AttemptFailure::Agent)?,
             _ = self.cancel.cancelled() => return Err(AttemptFailure::Agent(AgentFailure::new(FailureKind::Cancelled, "cancelled"))),
         };
-        let session_ref = session.session_ref();
-        let result = self.converse(session.as_mut(), usage).await;
+        let mut session_ref = session.session_ref();
+        let requested = self.spec.resume_session.as_deref();
+        let reopened = reopen::reopened(requested, session_ref.as_ref());
+        if requested.is_some()
+            && let Some(Value::Object(fields)) = session_ref.as_mut()
+        {
+            fields.insert("reopened".to_owned(), reopened.into());
+        }
+        opened.clone_from(&session_ref);
+        let result = self.converse(session.as_mut(), usage, reopened).await;
         session.close().await;
         result.map(|value| (value, session_ref))
     }
@@ -342,8 +359,13 @@ impl AgentTask {
         &self,
         session: &mut dyn AgentSession,
         usage: &mut Usage,
+        reopened: bool,
     ) -> Result<Value, AttemptFailure> {
-        let mut prompt = self.prompt.clone();
+        let mut prompt = if reopened {
+            reopen::continuation_turn(self.continue_prompt.as_deref())
+        } else {
+            self.prompt.clone()
+        };
         if let Some(schema) = &self.schema
             && let Some(Value::Object(first)) = prompt.first_mut()
             && let Some(Value::String(text)) = first.get_mut("text")
