@@ -93,6 +93,29 @@ pub(crate) fn rpc_failure(
     ))
 }
 
+/// A turn that timed out: `auth_required` when the adapter's stderr during the turn shows a
+/// rejected credential (an adapter that retries a 401 internally only says so there), else
+/// a timeout with `message`.
+pub(crate) fn timeout_failure(
+    backend: &str,
+    message: String,
+    stderr_during_turn: &str,
+    init_auth_methods: &[Value],
+) -> AgentFailure {
+    if !is_auth_failure(stderr_during_turn, "") {
+        return AgentFailure::new(FailureKind::Timeout, message);
+    }
+    let mut failure = AgentFailure::new(
+        FailureKind::AuthRequired,
+        with_stderr(
+            format!("backend {backend} requires authentication ({message})"),
+            stderr_during_turn,
+        ),
+    );
+    failure.auth_context = Some(auth_context(backend, init_auth_methods));
+    failure
+}
+
 /// `{backendId, methods:[{id, type?, name?}]}`: only identifiers and labels, never anything a
 /// method might carry besides (descriptions can embed URLs with tokens, `_meta` anything).
 pub(crate) fn auth_context(backend: &str, methods: &[Value]) -> AuthContext {
@@ -303,6 +326,32 @@ mod tests {
             message: message.to_owned(),
             data,
         }
+    }
+
+    #[test]
+    fn a_timeout_with_a_rejected_key_on_stderr_is_auth_required() {
+        // Anthropic's and an OpenAI-compatible provider's 401 bodies as an adapter logs them
+        // while it retries.
+        for stderr in [
+            r#"API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}} · Retrying in 2 seconds"#,
+            r#"Error: 401 {"error":{"message":"Incorrect API key provided: sk-test","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+        ] {
+            let failure = timeout_failure("claude", "the turn timed out".into(), stderr, &[]);
+            assert_eq!(failure.kind, FailureKind::AuthRequired, "{stderr}");
+            assert!(failure.auth_context.is_some());
+        }
+    }
+
+    #[test]
+    fn a_timeout_without_a_credential_error_stays_a_timeout() {
+        let failure = timeout_failure(
+            "claude",
+            "timed out".into(),
+            "read 401 lines of main.rs",
+            &[],
+        );
+        assert_eq!(failure.kind, FailureKind::Timeout);
+        assert_eq!(failure.message, "timed out");
     }
 
     #[test]

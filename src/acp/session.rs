@@ -489,10 +489,19 @@ impl AgentSession for AcpSession {
             FailureKind::Timeout => format!("timed out after {} ms", turn.timeout.as_millis()),
             _ => "was cancelled".to_owned(),
         };
-        Err(AgentFailure::new(
-            interrupted,
-            format!("backend {backend}: the turn {what}; {aftermath}"),
-        ))
+        let message = format!("backend {backend}: the turn {what}; {aftermath}");
+        if interrupted == FailureKind::Timeout {
+            // An adapter that retries a rejected key internally never answers; its stderr
+            // is the only place the 401 shows.
+            let stderr = host.process.stderr_since(began).await;
+            return Err(crate::acp::failure::timeout_failure(
+                &backend,
+                message,
+                &stderr,
+                &host.auth_methods,
+            ));
+        }
+        Err(AgentFailure::new(interrupted, message))
     }
 
     fn session_ref(&self) -> Option<Value> {
