@@ -112,7 +112,7 @@ pub(crate) fn timeout_failure(
             stderr_during_turn,
         ),
     );
-    failure.auth_context = Some(auth_context(backend, init_auth_methods));
+    failure.auth_context = Some(Box::new(auth_context(backend, init_auth_methods)));
     failure
 }
 
