@@ -20,14 +20,18 @@ use crate::util::sync::Lock;
 use crate::workspace::GitWorkspaces;
 
 /// Answers `write NAME TEXT` by writing TEXT to NAME in its session's cwd, and anything
-/// else by echoing; keeps every session's cwd.
+/// else by echoing; keeps every session's cwd and the session it was asked to reopen. A
+/// prompt line `limit once` fails the first turn that sees it with a usage limit.
 #[derive(Default)]
 struct EditingRunner {
     cwds: std::sync::Mutex<Vec<PathBuf>>,
+    reopened: std::sync::Mutex<Vec<Option<String>>>,
+    limited: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct EditingSession {
     cwd: PathBuf,
+    limited: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[async_trait]
@@ -38,7 +42,11 @@ impl AgentRunner for EditingRunner {
         _observer: Arc<dyn AgentObserver>,
     ) -> Result<Box<dyn AgentSession>, AgentFailure> {
         self.cwds.locked().push(spec.cwd.clone());
-        Ok(Box::new(EditingSession { cwd: spec.cwd }))
+        self.reopened.locked().push(spec.resume_session.clone());
+        Ok(Box::new(EditingSession {
+            cwd: spec.cwd,
+            limited: self.limited.clone(),
+        }))
     }
 
     async fn probe(&self, backend: &BackendSpec, _model: Option<&str>, _cwd: &Path) -> ProbeReport {
@@ -64,6 +72,14 @@ impl AgentSession for EditingSession {
             .as_str()
             .unwrap_or_default()
             .to_owned();
+        if text.lines().any(|line| line == "limit once")
+            && !self.limited.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(AgentFailure::new(
+                crate::engine::runner::FailureKind::UsageLimit,
+                "usage limit reached",
+            ));
+        }
         // The last line: a definition's role prompt comes before the call's prompt.
         let line = text.lines().last().unwrap_or_default();
         let mut words = line.splitn(3, ' ');
@@ -87,7 +103,7 @@ impl AgentSession for EditingSession {
     }
 
     fn session_ref(&self) -> Option<Value> {
-        None
+        Some(json!({"backendId": "editing", "sessionId": "editing-1"}))
     }
 
     async fn close(self: Box<Self>) {}
@@ -464,4 +480,41 @@ async fn the_sweep_removes_worktrees_of_runs_no_longer_running() {
     assert!(!stale.root.exists());
     assert_eq!(world.worktrees(), 1);
     assert!(world.leftovers().is_empty(), "{:?}", world.leftovers());
+}
+
+/// An isolated call paused on a usage limit runs again cold when the run resumes: the
+/// session it had worked in a worktree that is gone, so it is not asked to reopen, and the
+/// call's change lands on its branch from a fresh worktree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_isolated_call_runs_again_cold_in_a_fresh_worktree() {
+    let (world, runner) = isolation_world(true);
+    let admission = world
+        .admit(
+            &script("return await isolated('limit once\\nwrite again.txt yes');"),
+            Default::default(),
+        )
+        .await
+        .expect("admitted");
+    world.engine.wait(&admission.run_id).await;
+    let record = world.store.load_run(&admission.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Paused, "{record:?}");
+    assert!(
+        world.leftovers().is_empty(),
+        "the paused call's worktree is gone"
+    );
+    world
+        .engine
+        .resume(World::resume_request(&admission.run_id, vec![]))
+        .await
+        .expect("resumed");
+    world.engine.wait(&admission.run_id).await;
+    let record = world.store.load_run(&admission.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed, "{record:?}");
+    assert_eq!(
+        *runner.reopened.locked(),
+        [None, None],
+        "never asked to reopen"
+    );
+    assert_eq!(world.branches().len(), 1);
+    assert_eq!(world.worktrees(), 1);
 }
