@@ -520,7 +520,8 @@ async fn calls_give_clean_answers(backend: Backend) {
 }
 
 /// A provider 401 pauses the run `auth_required` with an authContext naming the backend;
-/// once the fake accepts the key again, resume completes the same run.
+/// once the fake accepts the key again, resume completes the same run, the call reopening
+/// its recorded session (all four adapters take it back).
 async fn a_401_pauses_and_resume_completes(backend: Backend) {
     let context = Context::new(backend).await;
     context.fake.fail_with(Some(401));
@@ -542,9 +543,14 @@ async fn a_401_pauses_and_resume_completes(backend: Backend) {
     context.fake.fail_with(None);
     let resumed = context.agentprism(&["resume", &run_id]).await;
     assert_eq!(resumed.code, Some(0), "{}", resumed.describe());
+    // The resumed call reopens the session the pause recorded: the adapter takes it back,
+    // and its first turn is the continuation prompt, not the call's prompt again.
     assert_eq!(
         resumed.json(),
-        json!("MOCK-REPLY: Say hello"),
+        json!(
+            "MOCK-REPLY: You were interrupted. Continue the task you were given; when done, \
+             give your final answer as asked."
+        ),
         "{}",
         resumed.describe()
     );

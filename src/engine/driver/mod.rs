@@ -12,8 +12,9 @@
 //! ends; `agent_call` turns an `agent()` call into a replay or an agent task, `checkpoint`
 //! does the same for `checkpoint()`, `completion` settles a finished agent task into its
 //! call row, `durability` is the one place store writes happen (the lease heartbeat too), `progress` turns agent
-//! activity into progress events, `options` checks what the script passed, and `task` is
-//! the agent task itself.
+//! activity into progress events, `options` checks what the script passed, `task` is the
+//! agent task itself, `outcome` what a generation hands back, `isolation` an isolated call's
+//! worktree, `budget` the run's spending limits and `retry` the wait between attempts.
 
 mod agent_call;
 mod budget;
@@ -23,11 +24,13 @@ mod durability;
 mod isolation;
 mod live;
 mod options;
+mod outcome;
 mod progress;
 mod retry;
 mod task;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
+pub(crate) use outcome::{DryCall, Outcome};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -150,52 +153,6 @@ pub(crate) enum Control {
         index: u32,
         reply: oneshot::Sender<bool>,
     },
-}
-
-/// One call of the dry run, for routing checks, probes and warnings.
-#[derive(Clone, Debug)]
-pub(crate) struct DryCall {
-    pub index: u32,
-    pub kind: CallKind,
-    pub label: String,
-    pub phase: Option<String>,
-    pub route: Result<Route, String>,
-    pub mode: Option<String>,
-    pub config_options: Vec<(String, Value)>,
-    /// Whether the call runs in a worktree of its own.
-    pub isolated: bool,
-    pub effort: Option<crate::engine::effort::Effort>,
-}
-
-/// How a generation ended.
-#[derive(Clone, Debug)]
-pub(crate) struct Outcome {
-    pub status: RunStatus,
-    pub pause_reason: Option<PauseReason>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub result: Option<Value>,
-    pub auth_context: Option<AuthContext>,
-    pub reset_hint: Option<String>,
-    /// When a usage limit lifts (Unix ms), if the provider said.
-    pub reset_at: Option<i64>,
-    pub checkpoint_context: Option<CheckpointWait>,
-    pub usage: Usage,
-    pub current_phase: Option<String>,
-    pub last_event_seq: u64,
-    pub next_settlement: u64,
-    /// Dry run only: every call the script made.
-    pub dry_calls: Vec<DryCall>,
-    /// Phases the script entered.
-    pub phases_entered: Vec<String>,
-    /// A store write failed: the run could not be recorded faithfully.
-    pub store_error: Option<String>,
-    /// Another execution took the lease over (a renewal or a write was fenced): the run is
-    /// no longer this generation's, so its outcome must not be written either.
-    pub lease_lost: bool,
-    /// What the script asked of its host (calls, logs, phases) before it settled: a dry run
-    /// with none computed its result alone, which preparation can hand on ([`settle_known`]).
-    pub script_events: u64,
 }
 
 /// Runs one generation to its end.

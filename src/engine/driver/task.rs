@@ -206,7 +206,7 @@ impl AgentTask {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.attempt(&mut usage, &mut opened).await {
+            let failure = match self.attempt(&mut usage, &mut opened).await {
                 Ok((value, session)) => {
                     return TaskResult::Value {
                         value,
@@ -215,90 +215,91 @@ impl AgentTask {
                         session,
                     };
                 }
-                Err(failure) => {
-                    let code = failure.code();
-                    match failure {
-                        AttemptFailure::Agent(agent)
-                            if agent.kind == FailureKind::Cancelled
-                                || self.cancel.is_cancelled() =>
-                        {
-                            return TaskResult::Null {
-                                code: "AGENT_CANCELLED".into(),
-                                message: "cancelled".into(),
-                                usage,
-                                attempts: attempt,
-                            };
-                        }
-                        AttemptFailure::Agent(agent) if agent.kind == FailureKind::AuthRequired => {
-                            return TaskResult::Pause {
-                                reason: PauseReason::AuthRequired,
-                                code,
-                                message: agent.message,
-                                auth_context: agent.auth_context.map(|context| *context),
-                                reset_hint: None,
-                                reset_at: None,
-                                session: opened.take(),
-                                usage,
-                                attempts: attempt,
-                            };
-                        }
-                        AttemptFailure::Agent(agent) if agent.kind == FailureKind::UsageLimit => {
-                            return TaskResult::Pause {
-                                reason: PauseReason::UsageLimit,
-                                code,
-                                message: agent.message,
-                                auth_context: None,
-                                reset_hint: agent.reset_hint,
-                                reset_at: agent.reset_at,
-                                session: opened.take(),
-                                usage,
-                                attempts: attempt,
-                            };
-                        }
-                        AttemptFailure::Agent(agent)
-                            if matches!(
-                                agent.kind,
-                                FailureKind::Refusal
-                                    | FailureKind::Truncated
-                                    | FailureKind::Unsupported
-                            ) =>
-                        {
-                            return TaskResult::Throw {
-                                code,
-                                message: agent.message,
-                                usage,
-                                attempts: attempt,
-                            };
-                        }
-                        AttemptFailure::Schema(message) => {
-                            return TaskResult::Throw {
-                                code,
-                                message,
-                                usage,
-                                attempts: attempt,
-                            };
-                        }
-                        other => {
-                            if attempt > self.retries {
-                                return TaskResult::Null {
-                                    code,
-                                    message: other.message(),
-                                    usage,
-                                    attempts: attempt,
-                                };
-                            }
-                            if !self.before_retry(attempt, code, &other).await {
-                                return TaskResult::Null {
-                                    code: "AGENT_CANCELLED".into(),
-                                    message: "cancelled".into(),
-                                    usage,
-                                    attempts: attempt,
-                                };
-                            }
-                        }
-                    }
-                }
+                Err(failure) => failure,
+            };
+            let failure = match self.ended_by(failure, usage, attempt, &mut opened) {
+                Ok(result) => return result,
+                Err(retryable) => retryable,
+            };
+            let code = failure.code();
+            if attempt > self.retries {
+                return TaskResult::Null {
+                    code,
+                    message: failure.message(),
+                    usage,
+                    attempts: attempt,
+                };
             }
+            if !self.before_retry(attempt, code, &failure).await {
+                return cancelled(usage, attempt);
+            }
+        }
+    }
+
+    /// What a failed attempt ends the call with, or the failure back when it is one to
+    /// retry: a cancel answers `null`, credentials and usage limits pause the run (with the
+    /// session opened, to reopen), refusals, truncations, unsupported options and schema
+    /// failures are thrown.
+    fn ended_by(
+        &self,
+        failure: AttemptFailure,
+        usage: Usage,
+        attempt: u32,
+        opened: &mut Option<Value>,
+    ) -> Result<TaskResult, AttemptFailure> {
+        let code = failure.code();
+        let agent = match failure {
+            AttemptFailure::Schema(message) => {
+                return Ok(TaskResult::Throw {
+                    code,
+                    message,
+                    usage,
+                    attempts: attempt,
+                });
+            }
+            AttemptFailure::Agent(agent) => agent,
+            other => return Err(other),
+        };
+        if agent.kind == FailureKind::Cancelled || self.cancel.is_cancelled() {
+            return Ok(cancelled(usage, attempt));
+        }
+        let pause = |reason, auth_context, reset_hint, reset_at, opened: &mut Option<Value>| {
+            TaskResult::Pause {
+                reason,
+                code: code.clone(),
+                message: agent.message.clone(),
+                auth_context,
+                reset_hint,
+                reset_at,
+                session: opened.take(),
+                usage,
+                attempts: attempt,
+            }
+        };
+        match agent.kind {
+            FailureKind::AuthRequired => Ok(pause(
+                PauseReason::AuthRequired,
+                agent.auth_context.clone().map(|context| *context),
+                None,
+                None,
+                opened,
+            )),
+            FailureKind::UsageLimit => Ok(pause(
+                PauseReason::UsageLimit,
+                None,
+                agent.reset_hint.clone(),
+                agent.reset_at,
+                opened,
+            )),
+            FailureKind::Refusal | FailureKind::Truncated | FailureKind::Unsupported => {
+                Ok(TaskResult::Throw {
+                    code,
+                    message: agent.message,
+                    usage,
+                    attempts: attempt,
+                })
+            }
+            _ => Err(AttemptFailure::Agent(agent)),
         }
     }
 
@@ -409,6 +410,16 @@ impl AgentTask {
                 json!({"type": "text", "text": schema::repair_instructions(&problem, schema)}),
             ];
         }
+    }
+}
+
+/// A call cancelled (alone, or by a halt): the script gets `null`.
+fn cancelled(usage: Usage, attempts: u32) -> TaskResult {
+    TaskResult::Null {
+        code: "AGENT_CANCELLED".into(),
+        message: "cancelled".into(),
+        usage,
+        attempts,
     }
 }
 

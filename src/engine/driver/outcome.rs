@@ -1,0 +1,53 @@
+//! What a generation hands back: its [`Outcome`] (how it ended, with what it leaves the
+//! run record), and for the preparation dry run every [`DryCall`] the script made.
+
+use serde_json::Value;
+
+use crate::engine::routing::Route;
+use crate::model::{AuthContext, CallKind, CheckpointWait, PauseReason, RunStatus, Usage};
+
+/// One call of the dry run, for routing checks, probes and warnings.
+#[derive(Clone, Debug)]
+pub(crate) struct DryCall {
+    pub index: u32,
+    pub kind: CallKind,
+    pub label: String,
+    pub phase: Option<String>,
+    pub route: Result<Route, String>,
+    pub mode: Option<String>,
+    pub config_options: Vec<(String, Value)>,
+    /// Whether the call runs in a worktree of its own.
+    pub isolated: bool,
+    pub effort: Option<crate::engine::effort::Effort>,
+}
+
+/// How a generation ended.
+#[derive(Clone, Debug)]
+pub(crate) struct Outcome {
+    pub status: RunStatus,
+    pub pause_reason: Option<PauseReason>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub result: Option<Value>,
+    pub auth_context: Option<AuthContext>,
+    pub reset_hint: Option<String>,
+    /// When a usage limit lifts (Unix ms), if the provider said.
+    pub reset_at: Option<i64>,
+    pub checkpoint_context: Option<CheckpointWait>,
+    pub usage: Usage,
+    pub current_phase: Option<String>,
+    pub last_event_seq: u64,
+    pub next_settlement: u64,
+    /// Dry run only: every call the script made.
+    pub dry_calls: Vec<DryCall>,
+    /// Phases the script entered.
+    pub phases_entered: Vec<String>,
+    /// A store write failed: the run could not be recorded faithfully.
+    pub store_error: Option<String>,
+    /// Another execution took the lease over (a renewal or a write was fenced): the run is
+    /// no longer this generation's, so its outcome must not be written either.
+    pub lease_lost: bool,
+    /// What the script asked of its host (calls, logs, phases) before it settled: a dry run
+    /// with none computed its result alone, which preparation can hand on ([`settle_known`]).
+    pub script_events: u64,
+}
