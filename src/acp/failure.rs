@@ -222,7 +222,7 @@ fn reset_hint_at(text: &str, now: std::time::SystemTime) -> Option<String> {
     // hours"), so a field such as `resetsInSeconds` with no number is not taken for a time.
     let start = ["try again at", "try again in", "resets "]
         .iter()
-        .filter_map(|needle| word_at(&lower, needle))
+        .filter_map(|needle| reset::word_at(&lower, needle))
         .min()?;
     let rest = &text[start..];
     let end = rest
@@ -233,18 +233,6 @@ fn reset_hint_at(text: &str, now: std::time::SystemTime) -> Option<String> {
         .map_or(rest.len(), |(index, _)| index);
     let hint = head(rest[..end].trim().trim_end_matches('.'), 200);
     (!hint.is_empty()).then_some(hint)
-}
-
-/// Where `needle` first starts a word in `text` (no letter, digit or `_` just before it).
-fn word_at(text: &str, needle: &str) -> Option<usize> {
-    text.match_indices(needle)
-        .map(|(index, _)| index)
-        .find(|&index| {
-            !text[..index]
-                .chars()
-                .next_back()
-                .is_some_and(|before| before.is_alphanumeric() || before == '_')
-        })
 }
 
 /// The whole number that follows some occurrence of `key` (after quotes, colons, `=` and

@@ -119,7 +119,16 @@ impl GitWorkspaces {
 
     /// The repository named by the `repository` file of a call folder, if it is there.
     fn recorded_repository(folder: &Path) -> Option<PathBuf> {
-        let text = std::fs::read_to_string(folder.join("repository")).ok()?;
+        // Our own one-line file; a path is far shorter than this bound.
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(
+                std::fs::File::open(folder.join("repository")).ok()?,
+                64 * 1024,
+            ),
+            &mut text,
+        )
+        .ok()?;
         Some(PathBuf::from(text.trim_end_matches('\n')))
     }
 }

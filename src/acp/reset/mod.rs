@@ -193,7 +193,7 @@ fn next_clock(
 }
 
 /// Where `needle` first starts a word in `text` (no letter, digit or `_` just before it).
-fn word_at(text: &str, needle: &str) -> Option<usize> {
+pub(super) fn word_at(text: &str, needle: &str) -> Option<usize> {
     text.match_indices(needle)
         .map(|(index, _)| index)
         .find(|&index| {

@@ -24,12 +24,28 @@ pub(crate) fn offset(zone: Option<&str>, utc: i64) -> Option<i64> {
             _ => PathBuf::from("/etc/localtime"),
         },
     };
-    match std::fs::read(&path) {
+    match read_bounded(&path) {
         Ok(bytes) => offset_in(&bytes, utc),
         // A machine without a local zone file keeps UTC, as the C library does.
         Err(_) if zone.is_none() => Some(0),
         Err(_) => None,
     }
+}
+
+/// The largest zone file read: real ones are a few KiB, and the path may come from `TZ`.
+const MAX_ZONE_FILE: u64 = 1024 * 1024;
+
+/// The file at `path`, refused past [`MAX_ZONE_FILE`] bytes.
+fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_ZONE_FILE + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_ZONE_FILE {
+        return Err(std::io::Error::other("not a zone file: too large"));
+    }
+    Ok(bytes)
 }
 
 /// The file of an IANA zone name; names that could leave the database are refused.

@@ -334,23 +334,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         )
         .await?;
         for (report, calls) in reports {
-            if !report.started {
-                return Err(Rejection::routing(format!(
-                    "backend {} could not be used: {}",
-                    report.backend,
-                    report
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| "it did not start".into())
-                )));
-            }
-            if !report.probed {
-                warnings.push(failed_probe(&report)?);
-            } else {
-                for position in calls {
-                    check_call_against_probe(&outcome.dry_calls[position], &report)?;
-                }
-            }
+            judge_probe(&report, &calls, &outcome.dry_calls, &mut warnings)?;
             probes.push(report);
         }
     }
@@ -372,6 +356,34 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         known_result,
         budget: limits,
     })
+}
+
+/// Refuses a backend that did not start; warns of one whose probe failed; checks the calls
+/// routed to a probed one against what it offers.
+fn judge_probe(
+    report: &ProbeReport,
+    calls: &[usize],
+    dry_calls: &[crate::engine::driver::DryCall],
+    warnings: &mut Vec<String>,
+) -> Result<(), Rejection> {
+    if !report.started {
+        return Err(Rejection::routing(format!(
+            "backend {} could not be used: {}",
+            report.backend,
+            report
+                .error
+                .clone()
+                .unwrap_or_else(|| "it did not start".into())
+        )));
+    }
+    if !report.probed {
+        warnings.push(failed_probe(report)?);
+        return Ok(());
+    }
+    for &position in calls {
+        check_call_against_probe(&dry_calls[position], report)?;
+    }
+    Ok(())
 }
 
 /// `routing` with the script's declared backends as approved, as the dry run treats them.
