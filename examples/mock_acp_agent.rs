@@ -833,6 +833,26 @@ impl Turn<'_> {
     ) -> Result<Option<TurnEnd>, RpcError> {
         match verb {
             "reply" => self.reply = Some(args.to_owned()),
+            // `@mock once PATH VERB ARGS`: plays `@mock VERB ARGS` only when PATH does not
+            // exist yet, creating it, so a call fails once and succeeds when it runs again
+            // (in this process or another).
+            "once" => {
+                let (path, directive) = args
+                    .split_once(char::is_whitespace)
+                    .ok_or_else(|| RpcError::invalid_params("@mock once needs PATH VERB [ARGS]"))?;
+                let first = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .is_ok();
+                if first {
+                    let directive = directive.trim();
+                    let (verb, rest) = directive
+                        .split_once(char::is_whitespace)
+                        .unwrap_or((directive, ""));
+                    return self.directive(verb, rest.trim(), user_text);
+                }
+            }
             "json" => {
                 serde_json::from_str::<Value>(args)
                     .map_err(|error| RpcError::invalid_params(format!("@mock json: {error}")))?;

@@ -21,6 +21,10 @@ pub(crate) const ACP_POOL_SIZE: &str = "AGENTPRISM_ACP_POOL_SIZE";
 pub(crate) const ACP_IDLE_TTL_MS: &str = "AGENTPRISM_ACP_IDLE_TTL_MS";
 /// Per-attempt ceiling of one agent prompt turn, in ms (default 1800000 = 30 min).
 pub(crate) const AGENT_TIMEOUT_MS: &str = "AGENTPRISM_AGENT_TIMEOUT_MS";
+/// Whether a run paused on a provider's usage limit resumes by itself at the reset: `on`
+/// (default: up to 3 automatic resumes in a row), `off`, or the number allowed in a row
+/// (0..100).
+pub(crate) const AUTO_RESUME: &str = "AGENTPRISM_AUTO_RESUME";
 /// Longest synchronous stretch of script code before it is stopped as a runaway, in ms
 /// (default 10000).
 pub(crate) const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";

@@ -30,6 +30,7 @@ use crate::serve::replica::{ReplicaOptions, StoreLocation};
 use crate::serve::{Folder, FolderOptions, FolderServer};
 use crate::store::postgres::{PgOptions, PostgresStore};
 use crate::store::{LeasePolicy, SqliteStore, Store};
+use crate::timers::AutoResumePolicy;
 use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
 use crate::transport::peer::Access;
@@ -190,6 +191,8 @@ pub(crate) fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConf
         ..EngineConfig::default()
     };
     config.agent_timeout = millis(env::AGENT_TIMEOUT_MS, 30 * 60 * 1000)?;
+    config.auto_resume = AutoResumePolicy::parse(env.get(env::AUTO_RESUME))
+        .map_err(|problem| SettingsError::Invalid(format!("{}: {problem}", env::AUTO_RESUME)))?;
     config.probe_limit = millis(
         env::PROBE_TIMEOUT_MS,
         crate::engine::prepare::PROBE_LIMIT.as_millis() as u64,
@@ -290,6 +293,9 @@ pub(crate) async fn services(mut settings: Settings) -> Result<Services> {
     if swept > 0 {
         tracing::info!("removed {swept} worktrees of calls that no longer run");
     }
+    // Runs paused on a usage limit resume by themselves at the reset, also those whose moment
+    // came while no process served them.
+    engine.start_timers();
     let workflow = match server_choice {
         ServerChoice::Workflow(options) => WorkflowServer::new(engine.clone(), options),
     };
@@ -410,7 +416,8 @@ async fn folder_services_over(
     settings.engine.allow_script_backends = true;
     settings.engine.max_active_per_project = settings.engine.max_runs;
     let engine = engine_with_sources(settings, sources).await?;
-    let folder = FolderServer::new(engine, folder, options)?;
+    let folder = FolderServer::new(engine.clone(), folder, options)?;
+    engine.start_timers();
     let server = Arc::new(McpServer::new(folder.clone(), ServerOptions::default()));
     folder.reap_sessions_of(&server);
     Ok(FolderServices {

@@ -206,6 +206,10 @@ pub struct LimitArgs {
     /// at the limit it pauses with reason budget (default meta.costBudgetUsd, else none).
     #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub cost_budget_usd: Option<f64>,
+    /// Do not resume the run by itself when a provider's usage limit resets (by default it
+    /// does, up to 3 times in a row; docs/api.md, "Usage limits").
+    #[arg(long)]
+    pub no_auto_resume: bool,
 }
 
 #[derive(Debug, Args)]

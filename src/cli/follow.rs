@@ -168,10 +168,12 @@ fn report_paused(run_id: &RunId, reason: Option<&str>, outcome: Option<&StatusOu
             note!("the backend needs credentials: {}", json!(auth));
         }
         if reason == Some("usage_limit") {
-            // Nothing resumes the run by itself: the time is for its owner.
             match outcome.and_then(|outcome| outcome.reset_at.as_deref()) {
                 Some(at) => note!("usage limit; resets at {at}"),
                 None => note!("usage limit; no reset time known"),
+            }
+            if let Some(said) = outcome.and_then(|outcome| outcome.auto_resume.as_deref()) {
+                note!("{said}");
             }
         }
         if let Some(hint) = outcome.and_then(|outcome| outcome.reset_hint.as_deref()) {

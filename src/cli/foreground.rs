@@ -170,6 +170,7 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
                 checkpoint_replies: replies,
                 limits: limits(&args.limits)?,
                 operation_id: None,
+                timer: None,
             })
             .await
             .map_err(engine_error)?;

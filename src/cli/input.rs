@@ -90,6 +90,7 @@ pub(super) fn limits(args: &LimitArgs) -> Result<LimitOverrides> {
         concurrency: args.concurrency,
         agent_retries: args.agent_retries,
         budget,
+        auto_resume: args.no_auto_resume.then_some(false),
     })
 }
 

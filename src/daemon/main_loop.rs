@@ -146,6 +146,9 @@ pub(super) struct Daemon {
     notices: Option<broadcast::Receiver<RunNotice>>,
     /// When the daemon last became idle; `None` while busy.
     idle_since: Option<Instant>,
+    /// Whether a run in the store waits for an automatic resume (refreshed before every idle
+    /// decision): it keeps the daemon from exiting idle.
+    timers_pending: bool,
     /// Set once, when the daemon turns lame duck.
     lame_duck: Option<LameDuck>,
 }
@@ -285,6 +288,7 @@ impl Daemon {
             activity,
             notices: Some(notices),
             idle_since: None,
+            timers_pending: false,
             lame_duck: None,
         })
     }
@@ -393,7 +397,10 @@ impl Daemon {
         match event {
             Event::Tick => return self.on_tick().await,
             Event::Activity => self.on_activity(),
-            Event::IdleDeadline => return self.idle_exit(),
+            Event::IdleDeadline => {
+                self.timers_pending = self.services.engine.timers_pending().await;
+                return self.idle_exit();
+            }
             Event::Signal(name) => return Some(ExitReason::Signal(name)),
             Event::Evict(session) => {
                 let evicted = self.services.server.evict_session(&session).await;
@@ -419,6 +426,7 @@ impl Daemon {
         // Stop intents for runs we own are carried out here as well as when they arrive;
         // the count keeps a lame duck alive until they are acknowledged.
         self.refresh_unacked_intents().await;
+        self.timers_pending = self.services.engine.timers_pending().await;
         if !self.health.drained() {
             self.idle_since = None;
         } else if self.idle_since.is_none() {
@@ -440,7 +448,8 @@ impl Daemon {
 
     /// Exits when the daemon is still idle and has been for its idle lifetime.
     fn idle_exit(&mut self) -> Option<ExitReason> {
-        if !self.health.drained() {
+        // A run that resumes by itself later keeps its daemon up until then.
+        if !self.health.drained() || self.timers_pending {
             self.idle_since = None;
             return None;
         }
@@ -496,6 +505,8 @@ impl Daemon {
     /// The one-way door: on record first, then the lame duck's sweep and run notices.
     fn on_superseded(&mut self, successor: &str) {
         succession::record_superseded(&self.paths, &self.record, successor);
+        // The successor fires the automatic resumes from now on.
+        self.services.engine.stop_timers();
         notice(format_args!(
             "superseded by instance {successor}: lame duck, draining {} runs and {} sessions",
             self.services.engine.active_executions(),

@@ -230,6 +230,10 @@ pub struct Limits {
     /// US dollars the run may spend where agents report cost (`costBudgetUsd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_budget_usd: Option<f64>,
+    /// `Some(false)` when the run's owner turned the automatic resume at a usage reset off
+    /// for it (`--no-auto-resume`); `None` leaves it to `meta.autoResume` and the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<bool>,
 }
 
 impl Default for Limits {
@@ -241,6 +245,7 @@ impl Default for Limits {
             agent_timeout_ms: None,
             token_budget: None,
             cost_budget_usd: None,
+            auto_resume: None,
         }
     }
 }
@@ -278,16 +283,21 @@ impl Limits {
     /// The echoed shape
     /// `{maxAgents,tokenBudget,costBudgetUsd,concurrency,agentRetries,agentTimeoutMs}`;
     /// the budgets are null without a limit, `agentTimeoutMs` only for a run whose ceiling
-    /// was never recorded.
+    /// was never recorded; `autoResume: false` added for a run whose owner turned it off.
     pub fn to_json(self) -> Value {
-        serde_json::json!({
+        let mut limits = serde_json::json!({
             "maxAgents": self.max_agents,
             "tokenBudget": self.token_budget,
             "costBudgetUsd": self.cost_budget_usd,
             "concurrency": self.concurrency,
             "agentRetries": self.agent_retries,
             "agentTimeoutMs": self.agent_timeout_ms,
-        })
+        });
+        // Shown only when the owner turned it off: the default adds nothing to the echo.
+        if let Some(on) = self.auto_resume {
+            limits["autoResume"] = on.into();
+        }
+        limits
     }
 }
 
@@ -430,6 +440,10 @@ pub struct RunRecord {
     /// While paused `usage_limit`: when the provider said the limit lifts (Unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_at: Option<i64>,
+    /// The run's automatic resume at a usage reset (`src/timers/`): when it is due, while
+    /// paused `usage_limit`, and how many automatic resumes came since its owner's last.
+    #[serde(default)]
+    pub auto_resume: AutoResume,
     /// Routing inputs captured at admission: tiers, agent definitions, approved backends, and
     /// their integrity hash. Reused by every resume.
     pub routing: RoutingSnapshot,
@@ -449,6 +463,20 @@ pub struct RunRecord {
     /// any; `None` for a run that isolates nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceBase>,
+}
+
+/// A run's automatic resume: the durable timer of a run paused on a usage limit, and the
+/// count that caps how often it may fire in a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoResume {
+    /// When the run resumes by itself (Unix ms, jitter included); `None` when nothing is
+    /// scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<i64>,
+    /// Automatic resumes since the owner last resumed the run by hand.
+    #[serde(default)]
+    pub count: u32,
 }
 
 /// How a settled call ended.

@@ -368,6 +368,10 @@ impl Housekeeping for CheckThenWrite {
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
         self.inner.terminal_before(before_ms, limit).await
     }
+
+    async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>> {
+        self.inner.resumes_due(until_ms, limit).await
+    }
 }
 
 #[async_trait]

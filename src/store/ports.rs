@@ -361,6 +361,11 @@ pub trait Housekeeping: RunReads {
         let runs = self.list_runs(None, u32::MAX).await?;
         Ok(counts::terminal_before(runs, before_ms, limit))
     }
+
+    /// Paused runs whose automatic resume is due at or before `until_ms` (Unix ms), with
+    /// their due moment, earliest first, at most `limit`: what the timer loop resumes, and
+    /// (with `until_ms = i64::MAX`, `limit = 1`) when it next has something to do.
+    async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>>;
 }
 
 /// The two writes that end a generation, over the runs, journal, events and leases they

@@ -6,6 +6,7 @@ mod adapter_effort;
 mod adapters;
 mod admission;
 mod architecture;
+mod auto_resume;
 mod budget;
 mod changes;
 mod cli;

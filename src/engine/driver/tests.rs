@@ -59,6 +59,7 @@ async fn world() -> World {
         checkpoint_context: None,
         reset_hint: None,
         reset_at: None,
+        auto_resume: Default::default(),
         routing: RoutingSnapshot::default(),
         files: Default::default(),
         caller: None,

@@ -255,6 +255,10 @@ fn admitted_record(
             request.limits.agent_retries,
         ))
         .with_agent_timeout(agent_timeout);
+    let limits = Limits {
+        auto_resume: request.limits.auto_resume.filter(|on| !on),
+        ..limits
+    };
     let mut routing = prepared.routing.clone();
     if !needs_setup {
         routing
@@ -297,6 +301,7 @@ fn admitted_record(
         checkpoint_context: None,
         reset_hint: None,
         reset_at: None,
+        auto_resume: Default::default(),
         routing,
         files: prepared.files.clone(),
         caller: request.caller.clone(),

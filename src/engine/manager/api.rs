@@ -20,6 +20,9 @@ pub struct LimitOverrides {
     pub concurrency: Option<i64>,
     pub agent_retries: Option<i64>,
     pub budget: crate::budget::SpendLimits,
+    /// `Some(false)`: the owner turns the automatic resume at a usage reset off for this run
+    /// (`--no-auto-resume`); `None` keeps what the run has.
+    pub auto_resume: Option<bool>,
 }
 
 /// A request to start a run.
@@ -45,6 +48,9 @@ pub struct ResumeRequest {
     pub limits: LimitOverrides,
     /// The caller's idempotency key; a repeated key returns the first answer.
     pub operation_id: Option<String>,
+    /// The due moment of the automatic resume this request fires (`src/timers/`); `None` for
+    /// a resume by the run's owner, which cancels any automatic one.
+    pub timer: Option<i64>,
 }
 
 /// The acknowledgement of an admitted run or resume.

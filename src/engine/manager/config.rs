@@ -7,6 +7,7 @@ use crate::engine::manager::MAX_ACTIVE_RUNS;
 use crate::engine::prepare;
 use crate::engine::vm::VmLimits;
 use crate::store::LeasePolicy;
+use crate::timers::AutoResumePolicy;
 
 /// Settings of an engine.
 #[derive(Clone, Debug)]
@@ -44,6 +45,9 @@ pub struct EngineConfig {
     /// (`<root>/model-tiers.json`). Handed in by the composition root so the engine never asks
     /// the store for a path; `None` reads no tiers file.
     pub persistence_root: Option<PathBuf>,
+    /// `AGENTPRISM_AUTO_RESUME`: whether, and how often in a row, a run paused on a usage
+    /// limit with a known reset resumes by itself (`src/timers/`).
+    pub auto_resume: AutoResumePolicy,
 }
 
 impl Default for EngineConfig {
@@ -60,6 +64,7 @@ impl Default for EngineConfig {
             max_active_per_project: MAX_ACTIVE_RUNS,
             lease_policy: LeasePolicy::HolderLiveness,
             persistence_root: None,
+            auto_resume: AutoResumePolicy::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::engine::script;
 use crate::engine::status::LiveView;
 use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
 use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError};
+use crate::timers;
 
 /// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
 /// it stopped renewing (died, stalled or lost the store). The run is resumable.
@@ -140,11 +141,19 @@ impl Engine {
                 return;
             }
         }
+        // A usage-limit pause with a known reset schedules the run's automatic resume in the
+        // same write; any other ending leaves nothing scheduled.
+        record.auto_resume.due_at = timers::schedule(&record, self.inner.config.auto_resume)
+            .and_then(|decided| decided.due_at());
         // The outcome and the lease's release in one write; should it fail, the lease is
         // still given up, so that nothing waits for a lease no execution holds any more.
-        if let Err(error) = self.inner.store.record_outcome(&record, &lease.token).await {
-            tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
-            let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
+        match self.inner.store.record_outcome(&record, &lease.token).await {
+            Ok(()) if record.auto_resume.due_at.is_some() => self.timer_scheduled(),
+            Ok(()) => {}
+            Err(error) => {
+                tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
+                let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
+            }
         }
         self.finish_live(&run_id, record.generation, record.status);
     }

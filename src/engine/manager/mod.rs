@@ -28,6 +28,7 @@ mod remote;
 mod results;
 mod resume;
 mod stop;
+mod timers;
 mod view;
 
 use std::collections::HashMap;
@@ -122,6 +123,8 @@ struct Inner {
     /// Where isolated calls get their worktrees; set once by the composition root. An
     /// engine without it fails isolated calls, naming why.
     workspaces: std::sync::OnceLock<Arc<dyn Workspaces>>,
+    /// The automatic-resume loop's wake-up and stop (`timers.rs`).
+    timers: timers::TimerLoop,
 }
 
 /// The engine. Cheap to clone.
@@ -225,6 +228,7 @@ impl Engine {
                 tracker: TaskTracker::new(),
                 route: std::sync::OnceLock::new(),
                 workspaces: std::sync::OnceLock::new(),
+                timers: timers::TimerLoop::default(),
             }),
         }
     }
@@ -364,6 +368,7 @@ impl Engine {
 
     /// Interrupts live runs and stops the agent processes.
     pub async fn shutdown(&self, deadline: Duration) {
+        self.stop_timers();
         self.interrupt_all(deadline).await;
         self.inner.tracker.close();
         let _ = tokio::time::timeout(deadline, self.inner.tracker.wait()).await;

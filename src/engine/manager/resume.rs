@@ -14,8 +14,8 @@ use crate::engine::manager::{
 };
 use crate::engine::prepare::{self, Rejection};
 use crate::model::{
-    CheckpointAnswer, CheckpointKind, CheckpointWait, Lease, OperationReceipt, RunId, RunRecord,
-    RunStatus, ScriptRevision, ScriptSource,
+    AutoResume, CheckpointAnswer, CheckpointKind, CheckpointWait, Lease, OperationReceipt, RunId,
+    RunRecord, RunStatus, ScriptRevision, ScriptSource,
 };
 use crate::store::{Fence, IntentScope, ScriptChange};
 use crate::util::{now_ms, sha256_hex};
@@ -58,6 +58,9 @@ impl Engine {
             }
         }
         let lease = self.take_lease_to_resume(&run_id).await?;
+        if let Some(due_at) = request.timer {
+            self.check_timer_still_due(&run_id, due_at, &lease).await?;
+        }
         // A stop asked for before this resume must not end the new generation.
         for intent in self
             .inner
@@ -226,6 +229,12 @@ impl Engine {
         let Some(bytes) = current_text.filter(|bytes| bytes != record.script.as_bytes()) else {
             return Ok(false);
         };
+        if request.timer.is_some() {
+            return Err(EngineError::Rejected(Rejected::Script(format!(
+                "the script {} changed since run {run_id} paused; an automatic resume does not take an edit: resume it by hand",
+                record.script_file.display()
+            ))));
+        }
 
         let mut input = self.prepare_input(
             bytes,
@@ -263,6 +272,26 @@ impl Engine {
     }
 
     /// A fresh lease for the new generation, unless a live process holds the run.
+    /// Under the lease a timer's resume just took: the run still waits for that very
+    /// automatic resume. Another process may have fired it first, and its generation may
+    /// even have paused again since; then this one lets go and starts nothing.
+    async fn check_timer_still_due(
+        &self,
+        run_id: &RunId,
+        due_at: i64,
+        lease: &Lease,
+    ) -> EngineResult<()> {
+        let current = self.inner.store.load_run(run_id).await?;
+        if current.status == RunStatus::Paused && current.auto_resume.due_at == Some(due_at) {
+            return Ok(());
+        }
+        let _ = self.inner.store.release_lease(run_id, &lease.token).await;
+        Err(EngineError::Rejected(Rejected::Conflict(format!(
+            "run {run_id} no longer waits for the automatic resume due at {}",
+            crate::util::iso_time(due_at)
+        ))))
+    }
+
     async fn take_lease_to_resume(&self, run_id: &RunId) -> EngineResult<Lease> {
         let lease = self.new_lease().await?;
         let previous = self.inner.store.lease(run_id).await?;
@@ -347,6 +376,17 @@ fn begin_generation(
     record.reset_hint = None;
     record.reset_at = None;
     record.result = None;
+    // Any resume takes the run's timer; only an automatic one counts towards the cap.
+    record.auto_resume = AutoResume {
+        due_at: None,
+        count: match request.timer {
+            Some(_) => record.auto_resume.count.saturating_add(1),
+            None => 0,
+        },
+    };
+    if request.limits.auto_resume == Some(false) {
+        record.limits.auto_resume = Some(false);
+    }
     record.updated_at = now_ms();
 }
 

@@ -358,6 +358,8 @@ impl Engine {
             record.status == RunStatus::Pending && approval::cancel_pending_setup(&mut record);
         record.status = RunStatus::Aborted;
         record.pause_reason = None;
+        // A stop cancels the automatic resume it was waiting for.
+        record.auto_resume.due_at = None;
         record.updated_at = now_ms();
         let fields = if cancelled_setup {
             json!({"reason": approval::SETUP_DECLINED})

@@ -39,6 +39,10 @@ impl Engine {
             query,
         )
         .await?;
+        if let Some(outcome) = &mut document.outcome {
+            outcome.resume_at = record.auto_resume.due_at.map(crate::util::iso_time);
+            outcome.auto_resume = crate::timers::describe(&record, self.inner.config.auto_resume);
+        }
         if !remote_permissions.is_empty() {
             // They replace this process's own, or come last when there are none.
             if document.pending_permissions.is_empty() {

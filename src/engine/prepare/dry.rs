@@ -115,6 +115,7 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
             agent_timeout_ms: None,
             token_budget: budget.tokens,
             cost_budget_usd: budget.cost_usd,
+            auto_resume: None,
         },
         routing: RoutingSnapshot::default(),
         backends,

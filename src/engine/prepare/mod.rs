@@ -278,6 +278,8 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         .map_err(|_| Rejection::parse("the script is not valid UTF-8"))?;
     check_args(&analyzed, &input.args)?;
     let limits = budget::requested(input.budget, &analyzed.meta)?;
+    crate::timers::meta_setting(&analyzed.meta)
+        .map_err(|error| Rejection::parse(format!("SCRIPT_VALIDATION_ERROR: {error}")))?;
     let files = companions::read(input.sources.clone(), input.project_dir, &analyzed.files).await?;
     let declared = declared_backends(&analyzed);
     if let Some(existing) = input.existing_routing {

@@ -380,6 +380,8 @@ const KNOWN_META_KEYS: &[&str] = &[
     // The run's spending limits, read and checked by preparation (`src/budget/`).
     "tokenBudget",
     "costBudgetUsd",
+    // Whether a usage-limit pause resumes by itself at the reset (`src/timers/`).
+    "autoResume",
 ];
 
 /// Backend names the built-in agents own; a script may not redefine them.

@@ -236,6 +236,13 @@ pub struct StatusOutcome {
     /// While paused `usage_limit`: when the limit lifts (ISO 8601 UTC), if the provider said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reset_at: Option<String>,
+    /// While paused `usage_limit`: when the run resumes by itself (ISO 8601 UTC), if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_at: Option<String>,
+    /// While paused `usage_limit`: whether it resumes by itself, and when or why not, in words
+    /// (`src/timers/`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<String>,
     /// While paused `budget`: the limit reached, `{field, spent, limit, message}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_context: Option<Value>,

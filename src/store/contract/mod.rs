@@ -26,10 +26,10 @@ use serde_json::json;
 
 use super::{CallWrite, Store, StoreError, StoreResult};
 use crate::model::{
-    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CallRecord, CheckpointKind,
-    CheckpointWait, EventRecord, Lease, Limits, PauseReason, Phase, RoutingSnapshot, RunId,
-    RunRecord, RunStatus, ScriptRevision, ScriptSource, SetupKind, SetupRequest, SetupState,
-    SetupWait, ShownBackend, Usage, WorkspaceBase,
+    AuthContext, AutoResume, CallChanges, CallKind, CallOrigin, CallOutcome, CallRecord,
+    CheckpointKind, CheckpointWait, EventRecord, Lease, Limits, PauseReason, Phase,
+    RoutingSnapshot, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource, SetupKind,
+    SetupRequest, SetupState, SetupWait, ShownBackend, Usage, WorkspaceBase,
 };
 
 mod callers;
@@ -103,6 +103,7 @@ macro_rules! store_contract_tests {
             companion_files_travel_with_the_script,
             run_version_changes_with_every_write_while_not_running,
             status_call_tail_is_the_call_tail_narrowed,
+            resumes_due_are_the_paused_runs_whose_moment_came,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -186,6 +187,7 @@ pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
         checkpoint_context: None,
         reset_hint: None,
         reset_at: None,
+        auto_resume: Default::default(),
         routing: RoutingSnapshot {
             integrity: "abc".to_owned(),
             ..RoutingSnapshot::default()
@@ -217,6 +219,7 @@ pub fn full_run_record(id: &str) -> RunRecord {
             agent_timeout_ms: None,
             token_budget: Some(50_000),
             cost_budget_usd: Some(2.5),
+            auto_resume: Some(false),
         },
         phases: vec![Phase {
             title: "Read".to_owned(),
@@ -238,6 +241,10 @@ pub fn full_run_record(id: &str) -> RunRecord {
         checkpoint_context: Some(waiting_checkpoint()),
         reset_hint: Some("resets at 5pm".to_owned()),
         reset_at: Some(1_700_003_600_000),
+        auto_resume: AutoResume {
+            due_at: Some(1_700_003_602_500),
+            count: 2,
+        },
         files: [(
             "prompts/review.md".to_owned(),
             "Review the diff.".to_owned(),

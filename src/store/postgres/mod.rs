@@ -544,6 +544,13 @@ impl Housekeeping for PostgresStore {
             runs::terminal_before(&client, before_ms, limit).await
         })
     }
+
+    async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>> {
+        let doing = || "list the runs whose automatic resume is due".to_owned();
+        within_deadline!(self, doing, |client| {
+            runs::resumes_due(&client, until_ms, limit).await
+        })
+    }
 }
 
 #[async_trait]

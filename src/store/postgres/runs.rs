@@ -17,7 +17,8 @@ use super::rows::{
     stored_run_id, to_json,
 };
 use crate::model::{
-    Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource, is_content_digest,
+    AutoResume, Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource,
+    is_content_digest,
 };
 use crate::store::{Fence, RunCounts, ScriptChange, StoreError, StoreResult};
 
@@ -28,9 +29,11 @@ const CREATE: &str = "INSERT INTO runs (run_id, caller, lease_token, lease_owner
          project_dir, workflow_name, status, pause_reason, error_code, error_message,
          started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
          current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-         auth_context, checkpoint_context, routing, reset_at, workspace)
+         auth_context, checkpoint_context, routing, reset_at, resume_due_at, auto_resumes,
+         workspace)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)
+         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35,
+         $36, $37)
      ON CONFLICT (run_id) DO NOTHING
      RETURNING run_key";
 
@@ -39,7 +42,8 @@ const UPDATE: &str = "UPDATE runs SET project_dir = $2, workflow_name = $3, stat
          updated_at = $9, generation = $10, stream_id = $11, script_file = $12,
          script_source = $13, cwd = $14, current_phase = $15, reset_hint = $16, limits = $17,
          token_usage = $18, phases = $19, args = $20, result = $21, setup = $22,
-         auth_context = $23, checkpoint_context = $24, routing = $25, reset_at = $26
+         auth_context = $23, checkpoint_context = $24, routing = $25, reset_at = $26,
+         resume_due_at = $27, auto_resumes = $28
      WHERE run_key = $1";
 
 const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,
@@ -252,6 +256,25 @@ pub(super) async fn terminal_before(
     run_ids(&rows)
 }
 
+pub(super) async fn resumes_due(
+    client: &Client,
+    until_ms: i64,
+    limit: u32,
+) -> StoreResult<Vec<(RunId, i64)>> {
+    let rows = query(
+        client,
+        "SELECT run_id, resume_due_at FROM runs
+         WHERE resume_due_at IS NOT NULL AND resume_due_at <= $1 AND status = 'paused'
+         ORDER BY resume_due_at, run_id LIMIT $2",
+        &[&until_ms, &i64::from(limit)],
+    )
+    .await
+    .context(|| "list the runs whose automatic resume is due".to_owned())?;
+    rows.iter()
+        .map(|row| Ok((stored_run_id(row)?, row.get::<_, i64>("resume_due_at"))))
+        .collect()
+}
+
 pub(super) async fn delete(client: &mut Client, run_id: &RunId) -> StoreResult<Deleted> {
     let doing = || format!("delete run {run_id}");
     let transaction = client.transaction().await.context(doing)?;
@@ -332,6 +355,8 @@ struct RunRow<'a> {
     checkpoint_context: Option<String>,
     routing: String,
     reset_at: Option<i64>,
+    resume_due_at: Option<i64>,
+    auto_resumes: i64,
 }
 
 impl<'a> RunRow<'a> {
@@ -365,10 +390,12 @@ impl<'a> RunRow<'a> {
             )?,
             routing: to_json(&record.routing, "routing")?,
             reset_at: record.reset_at,
+            resume_due_at: record.auto_resume.due_at,
+            auto_resumes: i64::from(record.auto_resume.count),
         })
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 25] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 27] {
         [
             &self.project_dir,
             &self.workflow_name,
@@ -395,6 +422,8 @@ impl<'a> RunRow<'a> {
             &self.checkpoint_context,
             &self.routing,
             &self.reset_at,
+            &self.resume_due_at,
+            &self.auto_resumes,
         ]
     }
 }
@@ -468,6 +497,10 @@ fn run_from_row(reader: &RowReader<'_>) -> StoreResult<RunRecord> {
         checkpoint_context: reader.optional_json("checkpoint_context")?,
         reset_hint: reader.optional_string("reset_hint")?,
         reset_at: reader.get("reset_at")?,
+        auto_resume: AutoResume {
+            due_at: reader.get("resume_due_at")?,
+            count: u32::try_from(reader.get::<i64>("auto_resumes")?).unwrap_or(u32::MAX),
+        },
         routing: reader.json("routing")?,
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.optional_string("caller")?,

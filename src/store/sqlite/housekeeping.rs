@@ -1,6 +1,7 @@
-//! The queries the pending gauge and the housekeeping sweep make, each one statement: the
-//! run counts by status, and the terminal runs last updated before a time. Neither has an
-//! index of its own (an embedded store is one host's, and small next to a shared one): the
+//! The queries the pending gauge, the housekeeping sweep and the timer loop make, each one
+//! statement: the run counts by status, the terminal runs last updated before a time, and the
+//! paused runs whose automatic resume is due (over its partial index). The first two have no
+//! index of their own (an embedded store is one host's, and small next to a shared one): the
 //! count reads the `runs` table once, and so does the listing, instead of decoding every
 //! run's summary as the trait's defaults would.
 
@@ -50,4 +51,28 @@ pub(super) fn terminal_before(
         run_ids.push(stored_run_id(row)?);
     }
     Ok(run_ids)
+}
+
+pub(super) fn resumes_due(
+    connection: &Connection,
+    until_ms: i64,
+    limit: u32,
+) -> StoreResult<Vec<(RunId, i64)>> {
+    let doing = || "list the runs whose automatic resume is due".to_owned();
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT run_id, resume_due_at FROM runs
+             WHERE resume_due_at IS NOT NULL AND resume_due_at <= ?1 AND status = 'paused'
+             ORDER BY resume_due_at, run_id LIMIT ?2",
+        )
+        .context(doing)?;
+    let mut rows = statement
+        .query(rusqlite::params![until_ms, limit])
+        .context(doing)?;
+    let mut due = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        let at: i64 = row.get("resume_due_at").context(doing)?;
+        due.push((stored_run_id(row)?, at));
+    }
+    Ok(due)
 }

@@ -427,6 +427,10 @@ impl Housekeeping for SqliteStore {
     async fn terminal_before(&self, before_ms: i64, limit: u32) -> StoreResult<Vec<RunId>> {
         self.with(|connection| housekeeping::terminal_before(connection, before_ms, limit))
     }
+
+    async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>> {
+        self.with(|connection| housekeeping::resumes_due(connection, until_ms, limit))
+    }
 }
 
 #[async_trait]

@@ -13,7 +13,8 @@ use super::rows::{
     to_json,
 };
 use crate::model::{
-    Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource, is_content_digest,
+    AutoResume, Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource,
+    is_content_digest,
 };
 use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
 
@@ -60,14 +61,15 @@ pub(super) fn create(
                  project_dir, workflow_name, status, pause_reason, error_code, error_message,
                  started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
                  current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
-                 auth_context, checkpoint_context, routing, caller, workspace, reset_at)
+                 auth_context, checkpoint_context, routing, caller, workspace, reset_at,
+                 resume_due_at, auto_resumes)
              VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
                  :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
                  :project_dir, :workflow_name, :status, :pause_reason, :error_code,
                  :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
                  :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
                  :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller,
-                 :workspace, :reset_at)",
+                 :workspace, :reset_at, :resume_due_at, :auto_resumes)",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
         .context(doing)?;
@@ -134,7 +136,8 @@ pub(super) fn update_in(
                  token_usage = :token_usage, phases = :phases, args = :args,
                  result = :result, setup = :setup, auth_context = :auth_context,
                  checkpoint_context = :checkpoint_context, routing = :routing,
-                 reset_at = :reset_at
+                 reset_at = :reset_at, resume_due_at = :resume_due_at,
+                 auto_resumes = :auto_resumes
              WHERE run_key = :run_key",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
@@ -295,6 +298,8 @@ pub(super) struct RunRow<'a> {
     current_phase: Option<&'a str>,
     reset_hint: Option<&'a str>,
     reset_at: Option<i64>,
+    resume_due_at: Option<i64>,
+    auto_resumes: u32,
     limits: String,
     token_usage: String,
     phases: String,
@@ -325,6 +330,8 @@ impl<'a> RunRow<'a> {
             current_phase: record.current_phase.as_deref(),
             reset_hint: record.reset_hint.as_deref(),
             reset_at: record.reset_at,
+            resume_due_at: record.auto_resume.due_at,
+            auto_resumes: record.auto_resume.count,
             limits: to_json(&record.limits, "limits")?,
             token_usage: to_json(&record.token_usage, "token usage")?,
             phases: to_json(&record.phases, "phases")?,
@@ -340,7 +347,7 @@ impl<'a> RunRow<'a> {
         })
     }
 
-    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 25] {
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 27] {
         [
             (":project_dir", &self.project_dir),
             (":workflow_name", &self.workflow_name),
@@ -358,6 +365,8 @@ impl<'a> RunRow<'a> {
             (":current_phase", &self.current_phase),
             (":reset_hint", &self.reset_hint),
             (":reset_at", &self.reset_at),
+            (":resume_due_at", &self.resume_due_at),
+            (":auto_resumes", &self.auto_resumes),
             (":limits", &self.limits),
             (":token_usage", &self.token_usage),
             (":phases", &self.phases),
@@ -440,6 +449,10 @@ pub(super) fn run_from_row(reader: &RowReader<'_, '_>) -> StoreResult<RunRecord>
         checkpoint_context: reader.optional_json("checkpoint_context")?,
         reset_hint: reader.get("reset_hint")?,
         reset_at: reader.get("reset_at")?,
+        auto_resume: AutoResume {
+            due_at: reader.get("resume_due_at")?,
+            count: reader.get("auto_resumes")?,
+        },
         routing: reader.json("routing")?,
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.get("caller")?,

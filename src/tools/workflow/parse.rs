@@ -89,6 +89,7 @@ pub(super) fn parse(arguments: &Value, default_project: Option<&Path>) -> McpRes
             checkpoint_replies: input.checkpoint_replies()?,
             limits: input.limits()?,
             operation_id: None,
+            timer: None,
         }),
         "setup-response" => Action::SetupResponse {
             run_id: input.run_id()?,
@@ -369,6 +370,7 @@ impl Input<'_> {
             concurrency: self.integer("concurrency", i64::MIN, i64::MAX)?,
             agent_retries: self.integer("agentRetries", i64::MIN, i64::MAX)?,
             budget,
+            auto_resume: None,
         })
     }
 

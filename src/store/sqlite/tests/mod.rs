@@ -71,6 +71,7 @@ fn full_run_record() -> RunRecord {
             agent_timeout_ms: None,
             token_budget: None,
             cost_budget_usd: None,
+            auto_resume: Some(false),
         },
         phases: vec![
             Phase {
@@ -99,6 +100,10 @@ fn full_run_record() -> RunRecord {
         checkpoint_context: Some(waiting_checkpoint()),
         reset_hint: Some("resets at 5pm".to_owned()),
         reset_at: Some(1_700_003_600_000),
+        auto_resume: crate::model::AutoResume {
+            due_at: Some(1_700_003_602_500),
+            count: 2,
+        },
         ..run_record("lq3k2m1-abc123", PROJECT, 1_700_000_000_000)
     }
 }

@@ -1,0 +1,229 @@
+//! Runs that resume by themselves at a provider's usage reset, through the real daemon, its
+//! `workflow` tool over HTTP, and the mock agent. The mock fails a call once with "try again
+//! in N seconds" (`@mock once`), so the call succeeds whenever it runs again: the run pauses
+//! `usage_limit` with `resetAt` and `resumeAt`, and completes with no client call after that
+//! moment; the same with the daemon SIGKILLed right after the pause and started again; a run
+//! that opted out (`meta.autoResume: false`, `--no-auto-resume`) stays paused and says why.
+
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::daemon::{World, mcp_post, open_session, wait_for};
+use crate::support::context::{DEADLINE, wait_gone};
+
+/// The `workflow` tool's run of `script`; returns the run id.
+fn start(world: &World, port: u16, session: &str, id: u64, script: &str) -> String {
+    let reply = mcp_post(
+        port,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "workflow", "arguments": {
+                "action": "run", "projectDir": world.ctx.project(), "script": script}}}),
+    );
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let result = reply.json()["result"].clone();
+    result["structuredContent"]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no run id: {result}"))
+        .to_owned()
+}
+
+/// A script whose one call hits a usage limit that lifts in `seconds`, the first time only.
+fn script(world: &World, name: &str, seconds: u64, meta_extra: &str) -> String {
+    let marker = world.ctx.path(&format!("{name}.failed-once"));
+    format!(
+        "export const meta = {{ name: '{name}', description: 'd', model: 'mock'{meta_extra} }};\n\
+         return await agent('work\\n@mock once {} usage_limit try again in {seconds} seconds');",
+        marker.display()
+    )
+}
+
+/// Waits until the stored run has the status `wanted`, and returns its status.
+fn status_becomes(world: &World, run_id: &str, wanted: &str) -> Value {
+    wait_for(&format!("run {run_id} to be {wanted}"), DEADLINE, || {
+        let status = world.ctx.status(run_id);
+        (status["status"] == wanted).then_some(status)
+    })
+}
+
+fn time(status: &Value, field: &str) -> SystemTime {
+    let text = status["outcome"][field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no outcome.{field}: {status:#}"));
+    humantime::parse_rfc3339(text).expect("an RFC 3339 time")
+}
+
+fn kill_daemons(world: &World) {
+    let pids = world.daemon_pids();
+    assert!(!pids.is_empty(), "a daemon runs");
+    for pid in &pids {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    wait_gone(&pids);
+}
+
+/// The pause says when the limit lifts and when the run resumes: a few seconds after.
+fn assert_scheduled(status: &Value) -> SystemTime {
+    assert_eq!(status["reason"], "usage_limit", "{status:#}");
+    let reset_at = time(status, "resetAt");
+    let resume_at = time(status, "resumeAt");
+    let wait = resume_at
+        .duration_since(reset_at)
+        .expect("resumes after the reset");
+    assert!(
+        (Duration::from_secs(1)..=Duration::from_secs(4)).contains(&wait),
+        "{wait:?}: {status:#}"
+    );
+    let said = status["outcome"]["autoResume"].as_str().unwrap_or_default();
+    assert!(said.contains("resumes by itself at"), "{status:#}");
+    resume_at
+}
+
+#[test]
+fn a_usage_paused_run_resumes_by_itself_at_the_reset() {
+    let world = World::new();
+    let record = world.start();
+    let session = open_session(record.port);
+    let run_id = start(
+        &world,
+        record.port,
+        &session,
+        1,
+        &script(&world, "reset", 3, ""),
+    );
+    let paused = status_becomes(&world, &run_id, "paused");
+    let resume_at = assert_scheduled(&paused);
+
+    // No client call from here on.
+    let done = status_becomes(&world, &run_id, "completed");
+    assert!(
+        SystemTime::now() >= resume_at,
+        "completed before its resume moment: {done:#}"
+    );
+    assert_eq!(done["outcome"]["result"], "ECHO: work", "{done:#}");
+    assert_eq!(done["generation"], 2, "{done:#}");
+    let events = world.ctx.run(&["status", &run_id, "--json"]).json();
+    assert!(events["outcome"].get("resumeAt").is_none(), "{events:#}");
+}
+
+#[test]
+fn the_timer_survives_a_sigkill_of_the_daemon() {
+    let world = World::new();
+    let record = world.start();
+    let session = open_session(record.port);
+    let run_id = start(
+        &world,
+        record.port,
+        &session,
+        1,
+        &script(&world, "killed", 2, ""),
+    );
+    let paused = status_becomes(&world, &run_id, "paused");
+    let resume_at = assert_scheduled(&paused);
+    kill_daemons(&world);
+    // The moment passes with no process serving the run.
+    wait_for("the resume moment to pass", DEADLINE, || {
+        (SystemTime::now() > resume_at).then_some(())
+    });
+    assert_eq!(world.ctx.status(&run_id)["status"], "paused");
+
+    world.start();
+    let done = status_becomes(&world, &run_id, "completed");
+    assert_eq!(done["outcome"]["result"], "ECHO: work", "{done:#}");
+    assert_eq!(done["generation"], 2, "it resumed once: {done:#}");
+}
+
+#[test]
+fn a_run_that_opted_out_stays_paused_and_says_why() {
+    let world = World::new();
+    let record = world.start();
+    let session = open_session(record.port);
+    // The opted-out run's limit lifts first: had it been scheduled, it would be due before the
+    // other run's resume, which the loop takes in due order.
+    let out = start(
+        &world,
+        record.port,
+        &session,
+        1,
+        &script(&world, "optout", 1, ", autoResume: false"),
+    );
+    let paused_out = status_becomes(&world, &out, "paused");
+    assert_eq!(paused_out["reason"], "usage_limit");
+    assert!(
+        paused_out["outcome"].get("resumeAt").is_none(),
+        "{paused_out:#}"
+    );
+    let said = paused_out["outcome"]["autoResume"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains("meta.autoResume: false"), "{paused_out:#}");
+
+    let other = start(
+        &world,
+        record.port,
+        &session,
+        2,
+        &script(&world, "later", 6, ""),
+    );
+    let paused_other = status_becomes(&world, &other, "paused");
+    let other_resume = assert_scheduled(&paused_other);
+    assert!(time(&paused_out, "resetAt") + Duration::from_secs(4) < other_resume);
+    status_becomes(&world, &other, "completed");
+    let still = world.ctx.status(&out);
+    assert_eq!(still["status"], "paused", "{still:#}");
+    assert_eq!(still["generation"], 1, "{still:#}");
+
+    // The command line's opt-out, on a run the CLI executes.
+    let path = world.ctx.write("flag.js", &script(&world, "flag", 1, ""));
+    let cli = world.run(&["run", "--no-auto-resume", path.to_str().unwrap()]);
+    assert_eq!(cli.code(), 3, "{}", cli.stderr);
+    assert!(cli.stderr.contains("--no-auto-resume"), "{}", cli.stderr);
+    let status = world.ctx.status(&cli.run_id());
+    assert_eq!(status["limits"]["autoResume"], false, "{status:#}");
+    assert!(status["outcome"].get("resumeAt").is_none(), "{status:#}");
+}
+
+#[test]
+fn a_bad_auto_resume_setting_is_refused_by_name() {
+    let world = World::new();
+    let bad_meta = world.ctx.write(
+        "bad.js",
+        "export const meta = { name: 'bad', description: 'd', model: 'mock', autoResume: 'sometimes' };\nreturn 1;",
+    );
+    let refused = world.run(&["run", bad_meta.to_str().unwrap()]);
+    assert_ne!(refused.code(), 0);
+    assert!(
+        refused.stderr.contains("meta.autoResume"),
+        "{}",
+        refused.stderr
+    );
+    let listed = world.run(&["runs", "--json"]);
+    assert!(
+        !listed.stdout.contains("\"bad\""),
+        "nothing stored: {}",
+        listed.stdout
+    );
+
+    let ok = world.ctx.write(
+        "ok.js",
+        "export const meta = { name: 'ok', description: 'd', model: 'mock' };\nreturn 1;",
+    );
+    let env_refused = world.run_with(
+        &[("AGENTPRISM_AUTO_RESUME", "sometimes")],
+        &["run", ok.to_str().unwrap()],
+    );
+    assert_ne!(env_refused.code(), 0);
+    assert!(
+        env_refused.stderr.contains("AGENTPRISM_AUTO_RESUME"),
+        "{}",
+        env_refused.stderr
+    );
+}
