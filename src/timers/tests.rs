@@ -4,15 +4,47 @@
 use serde_json::json;
 
 use super::*;
-use crate::model::{AutoResume, Limits, PauseReason, RunRecord, RunStatus};
-use crate::store::contract::run_record;
+use crate::model::{
+    AutoResume, Limits, PauseReason, RoutingSnapshot, RunId, RunRecord, RunStatus, ScriptSource,
+    Usage,
+};
 
+/// A run paused on a usage limit that lifts at `reset_at`, if the provider said.
 fn usage_paused(reset_at: Option<i64>) -> RunRecord {
     RunRecord {
+        run_id: RunId::parse("lq3k2m1-abc123").unwrap(),
+        project_dir: "/home/dev/shop".into(),
+        workflow_name: "review".to_owned(),
         status: RunStatus::Paused,
         pause_reason: Some(PauseReason::UsageLimit),
+        error_code: None,
+        error_message: None,
+        script: "await agent('look');".to_owned(),
+        script_file: "/home/dev/shop/review.js".into(),
+        script_source: ScriptSource::Path,
+        script_revisions: Vec::new(),
+        meta: json!({"name": "review"}),
+        args: json!({}),
+        cwd: "/home/dev/shop".into(),
+        limits: Limits::default(),
+        phases: Vec::new(),
+        current_phase: None,
+        result: None,
+        started_at: 1,
+        updated_at: 1,
+        token_usage: Usage::default(),
+        stream_id: "0123456789abcdef0123456789abcdef".to_owned(),
+        generation: 1,
+        setup: None,
+        auth_context: None,
+        checkpoint_context: None,
+        reset_hint: None,
         reset_at,
-        ..run_record("lq3k2m1-abc123", "/home/dev/shop", 1)
+        auto_resume: AutoResume::default(),
+        routing: RoutingSnapshot::default(),
+        files: Default::default(),
+        caller: None,
+        workspace: None,
     }
 }
 
@@ -54,7 +86,7 @@ fn a_known_reset_is_scheduled_a_few_seconds_after_it() {
         Some(Schedule::At(at))
     );
     let other = RunRecord {
-        run_id: crate::model::RunId::parse("lq3k2m1-zzz999").unwrap(),
+        run_id: RunId::parse("lq3k2m1-zzz999").unwrap(),
         ..record.clone()
     };
     assert_ne!(
