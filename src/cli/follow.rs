@@ -175,6 +175,13 @@ fn report_paused(run_id: &RunId, reason: Option<&str>, outcome: Option<&StatusOu
             if let Some(said) = outcome.and_then(|outcome| outcome.auto_resume.as_deref()) {
                 note!("{said}");
             }
+            if outcome.is_some_and(|outcome| outcome.resume_at.is_some()) {
+                // This process exits; the timer is the store's, and a daemon fires it.
+                note!(
+                    "the agentprism daemon resumes it then (it runs while an MCP host uses \
+                     agentprism; otherwise start it with `agentprism daemon start`)"
+                );
+            }
         }
         if let Some(hint) = outcome.and_then(|outcome| outcome.reset_hint.as_deref()) {
             note!("the provider said: {}", json!(hint));

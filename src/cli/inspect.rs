@@ -89,11 +89,19 @@ pub(super) async fn pause(env: &EnvSnapshot, args: PauseArgs) -> Result<u8> {
     .await
 }
 
-/// When a usage limit lifts, as far as the provider said; nothing resumes the run by itself.
+/// When a usage limit lifts, as far as the provider said, and whether the run resumes by
+/// itself then.
 fn reset_line(status: &Value) -> String {
-    match status.pointer("/outcome/resetAt").and_then(Value::as_str) {
+    let reset = match status.pointer("/outcome/resetAt").and_then(Value::as_str) {
         Some(at) => format!("usage limit resets at {at}"),
         None => "usage limit: no reset time known".to_owned(),
+    };
+    match status
+        .pointer("/outcome/autoResume")
+        .and_then(Value::as_str)
+    {
+        Some(said) => format!("{reset}; {said}"),
+        None => reset,
     }
 }
 
@@ -413,6 +421,13 @@ mod tests {
         );
         let unknown = json!({"reason": "usage_limit", "outcome": {"resetHint": "soon"}});
         assert_eq!(reset_line(&unknown), "usage limit: no reset time known");
+        let scheduled = json!({"reason": "usage_limit", "outcome": {
+            "resetAt": "2026-01-01T15:00:00.000Z",
+            "autoResume": "resumes by itself at 2026-01-01T15:00:02.500Z"}});
+        assert_eq!(
+            reset_line(&scheduled),
+            "usage limit resets at 2026-01-01T15:00:00.000Z; resumes by itself at 2026-01-01T15:00:02.500Z"
+        );
     }
 
     #[test]

@@ -179,11 +179,15 @@ impl Run<'_> {
                 ),
             );
         }
-        // The reset time is the provider's word; nothing resumes the run by itself.
+        // The reset time is the provider's word; `resumeAt` is when the run goes on by itself.
+        let resumes = match status.pointer("/outcome/resumeAt").and_then(Value::as_str) {
+            Some(at) => format!("; it resumes by itself at {at}"),
+            None => String::new(),
+        };
         let usage_limit = match status.pointer("/outcome/resetAt").and_then(Value::as_str) {
-            Some(at) => {
-                format!(" because an agent backend hit its usage limit (it resets at {at})")
-            }
+            Some(at) => format!(
+                " because an agent backend hit its usage limit (it resets at {at}{resumes})"
+            ),
             None => {
                 " because an agent backend hit its usage limit (no reset time known)".to_owned()
             }
@@ -357,8 +361,8 @@ mod tests {
         }
     }
 
-    /// A usage-limit pause says when the limit resets, or that no time is known, and never
-    /// that the run resumes by itself.
+    /// A usage-limit pause says when the limit resets, or that no time is known, and that the
+    /// run resumes by itself only when that is scheduled.
     #[test]
     fn a_usage_limit_pause_says_when_the_limit_resets() {
         let known = document(
@@ -367,6 +371,15 @@ mod tests {
         let content = &automatic_messages(&known)[0].content;
         assert!(
             content.contains("it resets at 2026-01-01T15:00:00.000Z"),
+            "{content}"
+        );
+        assert!(!content.contains("by itself"), "{content}");
+        let scheduled = document(
+            json!({"status": "paused", "reason": "usage_limit", "outcome": {"resetAt": "2026-01-01T15:00:00.000Z", "resumeAt": "2026-01-01T15:00:02.500Z"}}),
+        );
+        let content = &automatic_messages(&scheduled)[0].content;
+        assert!(
+            content.contains("it resumes by itself at 2026-01-01T15:00:02.500Z"),
             "{content}"
         );
         let unknown = document(json!({"status": "paused", "reason": "usage_limit"}));
