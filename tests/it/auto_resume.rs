@@ -4,12 +4,16 @@
 //! `usage_limit` with `resetAt` and `resumeAt`, and completes with no client call after that
 //! moment; the same with the daemon SIGKILLed right after the pause and started again; a run
 //! that opted out (`meta.autoResume: false`, `--no-auto-resume`) stays paused and says why.
+//! Engine-level cases over the same mock: two engines over one store resume the run once, an
+//! owner's resume or stop takes the timer, and automatic resumes in a row stop at the cap.
 
 use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
+
+use agentprism::timers::AutoResumePolicy;
 
 use crate::daemon::{World, mcp_post, open_session, wait_for};
 use crate::support::context::{DEADLINE, wait_gone};
@@ -226,4 +230,190 @@ fn a_bad_auto_resume_setting_is_refused_by_name() {
         "{}",
         env_refused.stderr
     );
+}
+
+/// Two engines over one store (a daemon and its successor, two replicas) both see the moment
+/// come: the run resumes once, whichever of them takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_over_one_store_resume_the_run_once() {
+    use agentprism::model::RunStatus;
+    use agentprism::store::RunReads;
+
+    let h = crate::engine::mock_harness();
+    let second = engine_over(&h.root, json!({}), AutoResumePolicy::default());
+    h.engine.start_timers();
+    second.start_timers();
+    let marker = h.root.with_file_name("failed-once");
+    let script = format!(
+        "export const meta = {{ name: 'twice', description: 'd', model: 'mock' }};\n\
+         return await agent('work\\n@mock once {} usage_limit try again in 1 seconds');",
+        marker.display()
+    );
+    let (run_id, paused) = h.run_to_end(&script).await;
+    assert_eq!(paused["reason"], "usage_limit", "{paused:#}");
+    assert!(paused["outcome"]["resumeAt"].is_string(), "{paused:#}");
+
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let done = loop {
+        let record = h.store.load_run(&run_id).await.expect("load");
+        if record.status == RunStatus::Completed {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not completed: {:?}",
+            record.status
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(done.generation, 2, "resumed exactly once");
+    assert_eq!(done.auto_resume.count, 1);
+    assert_eq!(done.auto_resume.due_at, None);
+    h.engine.shutdown(Duration::from_secs(5)).await;
+    second.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A resume by the owner takes the timer and starts the count again; a stop takes it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_resuming_or_stopping_takes_the_timer() {
+    use agentprism::engine::{ResumeRequest, StatusQuery};
+    use agentprism::store::RunReads;
+
+    let h = crate::engine::mock_harness();
+    // No timer loop runs here: the moment is far enough, and nothing would fire it anyway.
+    let script = "export const meta = { name: 'owner', description: 'd', model: 'mock' };\n\
+                  return await agent('work\\n@mock usage_limit try again in 600 seconds');";
+    let (run_id, paused) = h.run_to_end(script).await;
+    assert!(paused["outcome"]["resumeAt"].is_string(), "{paused:#}");
+    let record = h.store.load_run(&run_id).await.expect("load");
+    let first_due = record.auto_resume.due_at.expect("scheduled");
+    assert_eq!(record.auto_resume.count, 0);
+
+    h.engine
+        .resume(ResumeRequest {
+            run_id: Some(run_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("resumed by its owner");
+    h.engine.wait(&run_id).await;
+    let again = h.store.load_run(&run_id).await.expect("load");
+    assert_eq!(again.generation, 2);
+    assert_eq!(
+        again.auto_resume.count, 0,
+        "an owner's resume counts nothing"
+    );
+    let second_due = again
+        .auto_resume
+        .due_at
+        .expect("paused again, scheduled again");
+    assert!(second_due > first_due);
+
+    let stopped = h
+        .engine
+        .stop(&run_id, None, &StatusQuery::default())
+        .await
+        .expect("stopped");
+    assert_eq!(stopped.stopped, Some(true));
+    let record = h.store.load_run(&run_id).await.expect("load");
+    assert_eq!(record.auto_resume.due_at, None, "a stop takes the timer");
+    let status = serde_json::json!(
+        h.engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .expect("status")
+    );
+    assert!(status["outcome"].get("resumeAt").is_none(), "{status:#}");
+    assert!(status["outcome"].get("autoResume").is_none(), "{status:#}");
+    h.engine.shutdown(Duration::from_secs(5)).await;
+}
+
+/// An engine over the store at `root` whose `mock` backend has `mock_env`, with `policy`.
+fn engine_over(
+    root: &std::path::Path,
+    mock_env: Value,
+    policy: AutoResumePolicy,
+) -> agentprism::engine::Engine {
+    use std::sync::Arc;
+    let mock = crate::support::context::mock_agent_binary();
+    let env = agentprism::env::EnvSnapshot::from_pairs([
+        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+        (
+            "AGENTPRISM_BACKENDS".to_owned(),
+            json!({"mock": {"command": mock, "env": mock_env}}).to_string(),
+        ),
+    ]);
+    agentprism::engine::Engine::new(
+        Arc::new(agentprism::store::SqliteStore::open(root).expect("a handle on the store")),
+        Arc::new(agentprism::acp::AcpRunner::new(
+            agentprism::acp::AcpConfig::from_env(&env).expect("acp config"),
+        )),
+        Arc::new(agentprism::acp::lookup::Backends::from_env(&env).expect("backends")),
+        agentprism::engine::EngineConfig {
+            probe: false,
+            auto_resume: policy,
+            ..agentprism::engine::EngineConfig::default()
+        },
+    )
+}
+
+/// A limit that lifts and comes back at once each time: the run resumes by itself as often
+/// in a row as the process allows, then waits for its owner and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_resumes_in_a_row_are_capped() {
+    use agentprism::engine::{RunRequest, ScriptInput, StatusQuery};
+    use agentprism::model::RunStatus;
+    use agentprism::store::RunReads;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("state");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    // The agent cannot reopen its session: every run of the call sends the prompt that fails.
+    let engine = engine_over(
+        &root,
+        json!({"MOCK_ACP_LOAD_SESSION": "0"}),
+        AutoResumePolicy { max_resumes: 2 },
+    );
+    engine.start_timers();
+    let script = "export const meta = { name: 'cap', description: 'd', model: 'mock' };\n\
+                  return await agent('work\\n@mock usage_limit try again in 1 seconds');";
+    let admission = engine
+        .start(RunRequest {
+            project_dir: project,
+            script: ScriptInput::Inline(script.to_owned()),
+            args: json!({}),
+            limits: Default::default(),
+            caller: None,
+        })
+        .await
+        .expect("admitted");
+    let run_id = admission.run_id;
+    let store = engine.runs();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let record = loop {
+        let record = store.load_run(&run_id).await.expect("load");
+        if record.status == RunStatus::Paused && record.auto_resume.count == 2 {
+            break record;
+        }
+        assert!(std::time::Instant::now() < deadline, "{record:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        record.generation, 3,
+        "two automatic resumes after the first pause"
+    );
+    assert_eq!(
+        record.auto_resume.due_at, None,
+        "nothing scheduled past the cap"
+    );
+    let status = serde_json::json!(
+        engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .expect("status")
+    );
+    let said = status["outcome"]["autoResume"].as_str().unwrap_or_default();
+    assert!(said.contains("2 times in a row"), "{status:#}");
+    engine.shutdown(Duration::from_secs(5)).await;
 }
