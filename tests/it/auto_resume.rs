@@ -363,7 +363,6 @@ fn engine_over(
 async fn automatic_resumes_in_a_row_are_capped() {
     use agentprism::engine::{RunRequest, ScriptInput, StatusQuery};
     use agentprism::model::RunStatus;
-    use agentprism::store::RunReads;
 
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("state");
