@@ -9,14 +9,13 @@
 
 use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use agentprism::timers::AutoResumePolicy;
 
+use crate::budget::kill_daemons;
 use crate::daemon::{World, mcp_post, open_session, wait_for};
-use crate::support::context::{DEADLINE, wait_gone};
+use crate::support::context::DEADLINE;
 
 /// The `workflow` tool's run of `script`; returns the run id.
 fn start(world: &World, port: u16, session: &str, id: u64, script: &str) -> String {
@@ -63,15 +62,6 @@ fn time(status: &Value, field: &str) -> SystemTime {
         .as_str()
         .unwrap_or_else(|| panic!("no outcome.{field}: {status:#}"));
     humantime::parse_rfc3339(text).expect("an RFC 3339 time")
-}
-
-fn kill_daemons(world: &World) {
-    let pids = world.daemon_pids();
-    assert!(!pids.is_empty(), "a daemon runs");
-    for pid in &pids {
-        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
-    }
-    wait_gone(&pids);
 }
 
 /// The pause says when the limit lifts and when the run resumes: a few seconds after.

@@ -47,7 +47,7 @@ fn settled(world: &World, run_id: &str) -> Value {
     })
 }
 
-fn kill_daemons(world: &World) {
+pub(crate) fn kill_daemons(world: &World) {
     let pids = world.daemon_pids();
     assert!(!pids.is_empty(), "a daemon runs");
     for pid in &pids {
