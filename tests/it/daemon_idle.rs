@@ -1,6 +1,7 @@
 //! The daemon's idle exit (daemon.md scenarios 5 and 6): it exits one idle lifetime after
 //! its last session, request or run ended, whatever its tick, any activity meanwhile starts
-//! the lifetime again, a running run keeps it up, and a lifetime of 0 keeps it up for good.
+//! the lifetime again, a running run keeps it up, a run waiting for its automatic resume at a
+//! usage reset keeps it up until that resume ran, and a lifetime of 0 keeps it up for good.
 //! Waits are on the process's exit with a deadline; the only sleeps make time pass where the
 //! scenario needs it to.
 
@@ -71,6 +72,45 @@ fn an_executing_run_outlives_its_client_and_keeps_the_daemon_alive() {
     let status = world.ctx.status(&run_id);
     assert_eq!(status["status"], "completed", "{status:#}");
     assert!(world.pointer().is_none());
+}
+
+/// A run paused on a usage limit that lifts in a few seconds keeps an otherwise idle daemon
+/// up (its idle lifetime is far shorter) until the daemon resumed it and it completed.
+#[test]
+fn a_run_waiting_for_its_automatic_resume_keeps_the_daemon_alive() {
+    let world = World::with(|ctx| {
+        ctx.set("AGENTPRISM_DAEMON_IDLE_TTL_MS", "300")
+            .set("AGENTPRISM_DAEMON_TICK_MS", "50")
+    });
+    let daemon = world.ctx.spawn(&["daemon", "run"]);
+    let record = wait_ready(&world);
+    let session = open_session(record.port);
+    let marker = world.ctx.path("failed-once");
+    let script = format!(
+        "{HEADER}return await agent('work\\n@mock once {} usage_limit try again in 2 seconds');\n",
+        marker.display()
+    );
+    let run_id = start_run_over_http(record.port, &session, &world.ctx.project(), &script);
+    let deleted = http(
+        record.port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("Mcp-Session-Id", &session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        "",
+    );
+    assert!(deleted.status < 300, "DELETE answered {}", deleted.status);
+
+    // Exiting at its idle lifetime would leave the run paused: it completes, so the daemon
+    // stayed up until its timer fired.
+    let finished = daemon.finish(DEADLINE);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    let status = world.ctx.status(&run_id);
+    assert_eq!(status["status"], "completed", "{status:#}");
+    assert_eq!(status["generation"], 2, "{status:#}");
+    assert!(marker.exists(), "the call failed once first");
 }
 
 /// Scenario 6, second half: TTL 0 disables idle exit (observed over many ticks).
