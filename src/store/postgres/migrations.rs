@@ -16,6 +16,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_initial.sql"),
     include_str!("../migrations/postgres/0002_isolation.sql"),
     include_str!("../migrations/postgres/0003_reset_at.sql"),
+    include_str!("../migrations/postgres/0005_open_sessions.sql"),
 ];
 
 /// The advisory lock key the migrations hold: "agentprism" folded into a 64-bit number, so

@@ -16,6 +16,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0001_initial.sql"),
     include_str!("../migrations/sqlite/0002_isolation.sql"),
     include_str!("../migrations/sqlite/0003_reset_at.sql"),
+    include_str!("../migrations/sqlite/0005_open_sessions.sql"),
 ];
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the
