@@ -130,6 +130,7 @@ impl Driver {
                         .opt_text("backendId", route.map(|r| r.backend.id.as_str()))
                         .fixed("callIndex", index.into())
                         .opt_text("path", call.path.as_deref())
+                        .opt_text("reopening", call.session.reopening.as_deref())
                 });
                 let scope = call.scope.clone();
                 if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
@@ -204,6 +205,9 @@ impl Driver {
                     entry.attempt = notice.attempt + 1;
                 }
                 self.events.push("agentRetry", &scope, fields);
+            }
+            Activity::SessionOpened(index, opened) => {
+                self.on_session_opened(index, *opened).await;
             }
             Activity::Done(index, result, isolated) => self.on_done(index, result, isolated).await,
         }
