@@ -352,9 +352,10 @@ impl AgentTask {
             method: session.reopen_method(),
             failure: session.reopen_failure(),
         };
+        let reopenable = facts.method.is_some();
         let reopened = self.opened(facts, opened).await;
         let result = self.converse(session.as_mut(), usage, reopened).await;
-        if self.keep_session || self.interrupted(&result) {
+        if self.keep_session || (reopenable && self.interrupted(&result)) {
             // The agent keeps the session for a later reopen; dropping it here only lets go
             // of this process's hold on it.
             drop(session);
@@ -366,7 +367,7 @@ impl AgentTask {
 
     /// Whether the attempt was interrupted so that the call runs again and reopens this
     /// session: cancelled (a stop, a pause, a cancel) or paused for credentials or a usage
-    /// limit. Its session is left open rather than closed.
+    /// limit. A session its agent can reopen is then left open rather than closed.
     fn interrupted(&self, result: &Result<Value, AttemptFailure>) -> bool {
         self.cancel.is_cancelled()
             || matches!(result, Err(AttemptFailure::Agent(agent))
