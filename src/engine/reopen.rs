@@ -224,6 +224,112 @@ mod tests {
         assert!(!reopened(Some("s-1"), None));
     }
 
+    use crate::model::{CallError, CallOutcome};
+    use crate::store::contract::{call, open_session};
+
+    const CALL: CallIdentity<'static> = CallIdentity {
+        path: Some("3:7<1:1"),
+        hash: "hash-0",
+        inputs_hash: "inputs-0",
+    };
+
+    /// Call 0 of `generation`, settled with error `code`.
+    fn failed(generation: u32, code: &str) -> CallRecord {
+        CallRecord {
+            outcome: CallOutcome::Error,
+            result: None,
+            error: Some(CallError {
+                form: "agent".into(),
+                code: code.into(),
+                message: "m".into(),
+                recoverable: false,
+            }),
+            ..call(generation, 0, 0)
+        }
+    }
+
+    fn found(id: &str, entry: Option<(u32, u32)>) -> Option<Continuation> {
+        Some(Continuation {
+            session_id: id.into(),
+            entry,
+        })
+    }
+
+    #[test]
+    fn a_journaled_session_is_continued_when_its_call_did_not_settle_on_its_own() {
+        let journaled = [open_session(1, 0, "s-1")];
+        // A crash: no row.
+        assert_eq!(
+            continuation(&journaled, &[], CALL, &[]),
+            found("s-1", Some((1, 0)))
+        );
+        // A stop, a cancel, a pause.
+        for code in [
+            "WORKFLOW_ABORTED",
+            "AGENT_CANCELLED",
+            "PROVIDER_USAGE_LIMIT",
+        ] {
+            let row = failed(1, code);
+            assert_eq!(
+                continuation(&journaled, &[&row], CALL, &[]),
+                found("s-1", Some((1, 0))),
+                "{code}"
+            );
+        }
+        // A call that failed on its own runs again cold.
+        let row = failed(1, "AGENT_TIMEOUT");
+        assert_eq!(continuation(&journaled, &[&row], CALL, &[]), None);
+        // Another call's session, or one another call already continues, is not this one's.
+        let other = CallIdentity {
+            inputs_hash: "inputs-1",
+            ..CALL
+        };
+        assert_eq!(continuation(&journaled, &[], other, &[]), None);
+        assert_eq!(continuation(&journaled, &[], CALL, &[(1, 0)]), None);
+    }
+
+    #[test]
+    fn the_newest_session_wins_and_a_pause_row_counts_without_a_journal() {
+        let journaled = [open_session(1, 0, "s-1"), open_session(2, 0, "s-2")];
+        let first = failed(1, "AUTH_REQUIRED");
+        assert_eq!(
+            continuation(&journaled, &[&first], CALL, &[]),
+            found("s-2", Some((2, 0)))
+        );
+        let paused = CallRecord {
+            session: Some(json!({"backendId": "mock", "sessionId": "s-9"})),
+            ..failed(3, "PROVIDER_USAGE_LIMIT")
+        };
+        assert_eq!(
+            continuation(&journaled, &[&paused], CALL, &[]),
+            found("s-9", None)
+        );
+        assert_eq!(continuation(&[], &[&paused], CALL, &[]), found("s-9", None));
+    }
+
+    #[test]
+    fn the_path_says_reopened_and_how_or_fresh_and_why() {
+        let kept = json!({"backendId": "mock", "sessionId": "s-1"});
+        let fresh = json!({"backendId": "mock", "sessionId": "s-2"});
+        let load = Some(ReopenMethod::Load);
+        let mut session = kept.clone();
+        ReopenPath::of("s-1", Some(&kept), load, None).annotate(&mut session);
+        assert_eq!(session["reopened"], true);
+        assert_eq!(session["reopenedBy"], "load");
+        let unsupported = ReopenPath::of("s-1", Some(&fresh), None, None);
+        assert_eq!(
+            Value::Object(unsupported.fields()),
+            json!({"reopened": false, "fresh": "unsupported"})
+        );
+        let failed = ReopenPath::of("s-1", Some(&fresh), load, Some("gone".into()));
+        assert_eq!(
+            Value::Object(failed.fields()),
+            json!({"reopened": false, "fresh": "failed", "reopenError": "gone"})
+        );
+        let isolated = ReopenPath::Fresh(FreshReason::Isolated);
+        assert_eq!(isolated.fields()["fresh"], "isolated");
+    }
+
     #[test]
     fn the_continuation_turn_is_the_documented_text() {
         let turn = continuation_turn(None);

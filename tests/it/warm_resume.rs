@@ -204,11 +204,9 @@ impl Daemons {
 
     /// Starts `agentprism daemon run` and waits until it serves; its MCP port.
     fn start(&mut self) -> u16 {
-        let log = std::fs::File::create(
-            self.ctx
-                .path(&format!("daemon-{}.log", self.running.len())),
-        )
-        .expect("create the daemon log");
+        let log =
+            std::fs::File::create(self.ctx.path(&format!("daemon-{}.log", self.running.len())))
+                .expect("create the daemon log");
         let child = self
             .ctx
             .command(&["daemon", "run"])
@@ -371,7 +369,10 @@ fn resume_and_check(daemons: &Daemons, run_id: &str, session_id: &str, reopens: 
             "{after:?}"
         );
         assert_eq!(reopened, session_id);
-        assert_eq!((prompt.1.as_str(), prompt.2.as_str()), (session_id, CONTINUATION));
+        assert_eq!(
+            (prompt.1.as_str(), prompt.2.as_str()),
+            (session_id, CONTINUATION)
+        );
         assert_eq!(done.json(), json!(format!("ECHO: {CONTINUATION}")));
         assert_eq!(end["session"]["reopened"], true, "{end}");
         let starts = events_of(ctx, run_id, "agentStart");

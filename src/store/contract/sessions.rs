@@ -92,7 +92,10 @@ pub async fn open_sessions_are_fenced_and_deleted_with_the_run<B: Backend>(backe
     );
     assert_eq!(second.open_sessions(id).await.expect("read").len(), 1);
     let unknown = run_id("zz9zz9-nobody");
-    assert_unknown(store.open_sessions(&unknown).await, "read of an unknown run");
+    assert_unknown(
+        store.open_sessions(&unknown).await,
+        "read of an unknown run",
+    );
     assert_unknown(
         store
             .journal_session(&unknown, &open_session(1, 0, "s"), Fence("token-a"))

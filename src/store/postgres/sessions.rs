@@ -16,7 +16,12 @@ pub(super) async fn journal(
     session: &OpenSession,
     fence: Fence<'_>,
 ) -> StoreResult<()> {
-    let doing = || format!("journal the session of call {} of run {run_id}", session.index);
+    let doing = || {
+        format!(
+            "journal the session of call {} of run {run_id}",
+            session.index
+        )
+    };
     let session_json = to_json(&session.session, "session reference")?;
     let transaction = client.transaction().await.context(doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence).await?;

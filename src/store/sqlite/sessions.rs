@@ -15,7 +15,12 @@ pub(super) fn journal(
     session: &OpenSession,
     fence: Fence<'_>,
 ) -> StoreResult<()> {
-    let doing = || format!("journal the session of call {} of run {run_id}", session.index);
+    let doing = || {
+        format!(
+            "journal the session of call {} of run {run_id}",
+            session.index
+        )
+    };
     let session_json = to_json(&session.session, "session reference")?;
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
