@@ -24,7 +24,8 @@ use crate::acp::pool::{AgentHost, Lease};
 use crate::engine::effort;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, PermissionOption,
-    PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
+    PermissionOutcome, PermissionRequest, ReopenMethod, SessionSpec, StopReason, TurnOutput,
+    TurnRequest,
 };
 use crate::model::Usage;
 use crate::util::sync::Lock;
@@ -161,6 +162,8 @@ pub(crate) struct AcpSession {
     session_id: String,
     sink: Arc<SessionSink>,
     cancel_grace: Duration,
+    /// Why the session the spec asked to reopen was not: the agent's refusal or failure.
+    reopen_failure: Option<String>,
 }
 
 impl AcpSession {
@@ -197,11 +200,11 @@ pub(crate) async fn open(
     };
     let reattached = match &spec.resume_session {
         Some(previous) => reattach(&host, previous, &place, &sink, setup_timeout).await?,
-        None => None,
+        None => Reattached::Fresh(None),
     };
-    let (session_id, result) = match reattached {
-        Some(found) => found,
-        None => {
+    let (session_id, result, reopen_failure) = match reattached {
+        Reattached::Kept(id, result) => (id, result, None),
+        Reattached::Fresh(reopen_failure) => {
             let mut params = json!({"cwd": place.cwd, "mcpServers": place.mcp_servers});
             if let Some(meta) = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref()) {
                 params["_meta"] = meta;
@@ -213,7 +216,7 @@ pub(crate) async fn open(
                 )));
             };
             host.connection.register_session(session_id, sink.clone());
-            (session_id.to_owned(), result)
+            (session_id.to_owned(), result, reopen_failure)
         }
     };
     // From here a failure drops the session, which unregisters it.
@@ -222,6 +225,7 @@ pub(crate) async fn open(
         session_id,
         sink: sink.clone(),
         cancel_grace,
+        reopen_failure,
     };
     let mut info = session_info(&result);
     apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
@@ -254,35 +258,55 @@ async fn setup_call(
     }
 }
 
-/// Resumes or loads session `previous` where the agent can: `Some((id, answer))` on success,
-/// `None` when a fresh session is to be opened instead (the agent cannot, or refused while
-/// staying alive); an error only when the agent died on it.
+/// What became of a request to reopen a session.
+enum Reattached {
+    /// The agent reopened it: its id and answer.
+    Kept(String, Value),
+    /// A fresh session is to be opened instead; with the agent's message when it offered a
+    /// way to reopen and refused or failed it.
+    Fresh(Option<String>),
+}
+
+/// The way `host` reopens sessions, preferring `session/resume` (no history replay).
+fn reopen_method(host: &AgentHost) -> Option<ReopenMethod> {
+    if host.supports_resume() {
+        Some(ReopenMethod::Resume)
+    } else if host.supports_load() {
+        Some(ReopenMethod::Load)
+    } else {
+        None
+    }
+}
+
+/// Resumes or loads session `previous` where the agent can; [`Reattached::Fresh`] when a
+/// fresh session is to be opened instead (the agent cannot, or refused while staying
+/// alive); an error only when the agent died on it.
 async fn reattach(
     host: &AgentHost,
     previous: &str,
     place: &Place,
     sink: &Arc<SessionSink>,
     setup_timeout: Duration,
-) -> Result<Option<(String, Value)>, AgentFailure> {
+) -> Result<Reattached, AgentFailure> {
     let backend = &host.backend.id;
-    let method = if host.supports_resume() {
-        "session/resume"
-    } else if host.supports_load() {
-        "session/load"
-    } else {
-        tracing::warn!(%backend, session = %previous, "the agent cannot resume or load sessions; opening a fresh one");
-        return Ok(None);
+    let method = match reopen_method(host) {
+        Some(ReopenMethod::Resume) => "session/resume",
+        Some(ReopenMethod::Load) => "session/load",
+        None => {
+            tracing::warn!(%backend, session = %previous, "the agent cannot resume or load sessions; opening a fresh one");
+            return Ok(Reattached::Fresh(None));
+        }
     };
     // Registered first: `session/load` replays history before it answers.
     host.connection.register_session(previous, sink.clone());
     let params = json!({"sessionId": previous, "cwd": place.cwd, "mcpServers": place.mcp_servers});
     match setup_call(host, setup_timeout, method, params).await {
-        Ok(result) => Ok(Some((previous.to_owned(), result))),
+        Ok(result) => Ok(Reattached::Kept(previous.to_owned(), result)),
         Err(failure) if !host.is_live() => Err(failure),
         Err(failure) => {
             host.connection.unregister_session(previous);
             tracing::warn!(%backend, session = %previous, error = %failure, "could not reattach the session; opening a fresh one");
-            Ok(None)
+            Ok(Reattached::Fresh(Some(failure.message)))
         }
     }
 }
@@ -506,6 +530,14 @@ impl AgentSession for AcpSession {
 
     fn session_ref(&self) -> Option<Value> {
         Some(json!({"backendId": self.host().backend.id, "sessionId": self.session_id}))
+    }
+
+    fn reopen_method(&self) -> Option<ReopenMethod> {
+        reopen_method(self.host())
+    }
+
+    fn reopen_failure(&self) -> Option<String> {
+        self.reopen_failure.clone()
     }
 
     async fn close(self: Box<Self>) {

@@ -207,11 +207,45 @@ pub trait AgentSession: Send {
         cancel: CancellationToken,
     ) -> Result<TurnOutput, AgentFailure>;
 
-    /// A handle the journal keeps so a later resume can try to reattach (auth/usage pauses).
+    /// A handle the journal keeps so a later resume can try to reattach
+    /// (`SessionSpec::resume_session` takes its `sessionId`).
     fn session_ref(&self) -> Option<Value>;
 
-    /// Ends the session (`session/close` when supported). Never fails.
+    /// How this session can be reopened later, as its agent advertised; `None` when it
+    /// cannot, and the engine then journals nothing for it. This default: it cannot.
+    fn reopen_method(&self) -> Option<ReopenMethod> {
+        None
+    }
+
+    /// When the spec asked to reopen a session and the agent offered a way but refused or
+    /// failed it (the runner then opened a fresh session), the agent's message. This
+    /// default: nothing to say.
+    fn reopen_failure(&self) -> Option<String> {
+        None
+    }
+
+    /// Ends the session (`session/close` when supported). Never fails. A session the call
+    /// keeps (`keepSession`) is dropped instead: the agent keeps it for a later reopen.
     async fn close(self: Box<Self>);
+}
+
+/// How an agent reopens a recorded session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReopenMethod {
+    /// `session/load` (`agentCapabilities.loadSession`): the agent replays the session.
+    Load,
+    /// The session-resume capability (`session/resume`): the agent continues it silently.
+    Resume,
+}
+
+impl ReopenMethod {
+    /// The name records and events carry.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReopenMethod::Load => "load",
+            ReopenMethod::Resume => "resume",
+        }
+    }
 }
 
 /// What a zero-token probe of one `{backend, model}` found.

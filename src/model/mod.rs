@@ -13,10 +13,12 @@ use serde_json::Value;
 
 pub(crate) mod isolation;
 pub(crate) mod routing;
+pub(crate) mod session;
 pub(crate) mod waits;
 
 pub use isolation::{CallChanges, WorkspaceBase, short_commit};
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
+pub use session::OpenSession;
 pub use waits::{
     AuthContext, AuthMethod, CheckpointKind, CheckpointWait, SetupKind, SetupRequest, SetupState,
     SetupWait, ShownBackend,

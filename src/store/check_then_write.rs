@@ -18,8 +18,8 @@ use super::{
     ScriptCopies, Store, StoreError, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
+    RunRecord, RunSummary,
 };
 
 /// `inner` with every fenced write checked against the lease first.
@@ -166,6 +166,10 @@ impl CallReads for CheckThenWrite {
         self.inner.checkpoint_calls(run_id).await
     }
 
+    async fn open_sessions(&self, run_id: &RunId) -> StoreResult<Vec<OpenSession>> {
+        self.inner.open_sessions(run_id).await
+    }
+
     async fn status_call_tail(
         &self,
         run_id: &RunId,
@@ -196,6 +200,16 @@ impl Calls for CheckThenWrite {
     ) -> StoreResult<()> {
         self.check(run_id, fence).await?;
         self.inner.append_calls(run_id, writes, fence).await
+    }
+
+    async fn journal_session(
+        &self,
+        run_id: &RunId,
+        session: &OpenSession,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.check(run_id, fence).await?;
+        self.inner.journal_session(run_id, session, fence).await
     }
 
     async fn record_call_total(

@@ -1,5 +1,5 @@
 //! The store's ports, one trait per concern, so that a caller names what it touches: runs,
-//! calls (the journal), events, checkpoint answers and receipts, leases, control intents,
+//! calls (the journal, with the sessions live calls opened), events, checkpoint answers and receipts, leases, control intents,
 //! script copies, housekeeping and the two writes that end a generation. A concern that has
 //! readers has a read-only half (`RunReads`, `CallReads`, `EventReads`, `AnswerReads`,
 //! `LeaseReads`, `IntentReads`) which its writing trait extends: status and inspection take
@@ -20,8 +20,8 @@ use super::{
     RunCounts, RunVersion, ScriptChange, StoreResult, SummaryTail, counts,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
+    RunRecord, RunSummary,
 };
 
 /// What a backend promises beyond the signatures ([`Capabilities`]).
@@ -93,8 +93,8 @@ pub trait Runs: RunReads {
         caller: Option<&str>,
     ) -> StoreResult<bool>;
 
-    /// Deletes the run and everything stored with it (calls, events, answers, receipts,
-    /// control intents, its inline script copy).
+    /// Deletes the run and everything stored with it (calls, journaled sessions, events,
+    /// answers, receipts, control intents, its inline script copy).
     async fn delete_run(&self, run_id: &RunId) -> StoreResult<()>;
 }
 
@@ -142,6 +142,10 @@ pub trait CallReads: Send + Sync {
     /// settlement ordinal), at a cost that grows with the run's checkpoints, not its calls.
     async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>>;
 
+    /// The sessions the run's live calls opened ([`Calls::journal_session`]), ordered by
+    /// (generation, index): what a later generation reopens.
+    async fn open_sessions(&self, run_id: &RunId) -> StoreResult<Vec<OpenSession>>;
+
     /// What status reads of the calls: [`CallReads::call_tail`] when `count`, else
     /// [`CallReads::call_tail_rows`] (`total` unset), each row narrowed to a
     /// [`CallSummary`]. This default narrows those reads; a backend may read only the shown
@@ -184,6 +188,17 @@ pub trait Calls: CallReads {
         &self,
         run_id: &RunId,
         writes: &[CallWrite<'_>],
+        fence: Fence<'_>,
+    ) -> StoreResult<()>;
+
+    /// Journals the session a live call opened, before its first prompt, fenced like every
+    /// execution write; the call's earlier entry in the same generation (an earlier
+    /// attempt's session) is replaced. A crash leaves no settled row, so this entry is what
+    /// a resumed run reopens the call's session from.
+    async fn journal_session(
+        &self,
+        run_id: &RunId,
+        session: &OpenSession,
         fence: Fence<'_>,
     ) -> StoreResult<()>;
 

@@ -3,9 +3,9 @@
 //! backends, and a probe that fails for any reason but credentials rejects the run naming
 //! the backend and the reason; a credential failure only warns. Each through the CLI (exit 2,
 //! no run listed) and through the MCP `workflow` tool (a tool error, nothing in the store),
-//! with the scripted mock agent as the backend. The `agent()` options this version refuses
-//! (`isolation`, `keepSession: true`) are met by the dry run, so `run` rejects the script
-//! naming the option.
+//! with the scripted mock agent as the backend. The `agent()` options a run cannot honour
+//! (an unknown `isolation`, a worktree outside a repository) are met by the dry run, so `run`
+//! rejects the script naming the option.
 
 use std::sync::Arc;
 
@@ -63,10 +63,6 @@ fn cli_rejects_the_options_it_cannot_honour_naming_them() {
         (
             "{isolation: 'worktree'}",
             "isolation: \"worktree\" cannot run here",
-        ),
-        (
-            "{keepSession: true}",
-            "agent() option keepSession: true is not supported by this version",
         ),
     ] {
         let path = ctx.write(

@@ -102,7 +102,13 @@ fn a_usage_paused_run_resumes_by_itself_at_the_reset() {
         SystemTime::now() >= resume_at,
         "completed before its resume moment: {done:#}"
     );
-    assert_eq!(done["outcome"]["result"], "ECHO: work", "{done:#}");
+    // The same mock process still holds the session: the call reopens it and gets the
+    // continuation prompt.
+    let result = done["outcome"]["result"].as_str().unwrap_or_default();
+    assert!(
+        result.starts_with("ECHO: You were interrupted."),
+        "{done:#}"
+    );
     assert_eq!(done["generation"], 2, "{done:#}");
     let events = world.ctx.run(&["status", &run_id, "--json"]).json();
     assert!(events["outcome"].get("resumeAt").is_none(), "{events:#}");
@@ -267,27 +273,41 @@ async fn two_engines_over_one_store_resume_the_run_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owner_resuming_or_stopping_takes_the_timer() {
     use agentprism::engine::{ResumeRequest, StatusQuery};
-    use agentprism::store::RunReads;
 
-    let h = crate::engine::mock_harness();
-    // No timer loop runs here: the moment is far enough, and nothing would fire it anyway.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    // The agent cannot reopen its session, so the owner's resume hits the limit again. No
+    // timer loop runs here, and the moment is far anyway.
+    let engine = engine_over(
+        &dir.path().join("state"),
+        json!({"MOCK_ACP_LOAD_SESSION": "0"}),
+        AutoResumePolicy::default(),
+    );
     let script = "export const meta = { name: 'owner', description: 'd', model: 'mock' };\n\
                   return await agent('work\\n@mock usage_limit try again in 600 seconds');";
-    let (run_id, paused) = h.run_to_end(script).await;
+    let run_id = start_to_end(&engine, &project, script).await;
+    let store = engine.runs();
+    let paused = serde_json::json!(
+        engine
+            .status(&run_id, &StatusQuery::default())
+            .await
+            .expect("status")
+    );
     assert!(paused["outcome"]["resumeAt"].is_string(), "{paused:#}");
-    let record = h.store.load_run(&run_id).await.expect("load");
+    let record = store.load_run(&run_id).await.expect("load");
     let first_due = record.auto_resume.due_at.expect("scheduled");
     assert_eq!(record.auto_resume.count, 0);
 
-    h.engine
+    engine
         .resume(ResumeRequest {
             run_id: Some(run_id.clone()),
             ..Default::default()
         })
         .await
         .expect("resumed by its owner");
-    h.engine.wait(&run_id).await;
-    let again = h.store.load_run(&run_id).await.expect("load");
+    engine.wait(&run_id).await;
+    let again = store.load_run(&run_id).await.expect("load");
     assert_eq!(again.generation, 2);
     assert_eq!(
         again.auto_resume.count, 0,
@@ -299,23 +319,22 @@ async fn the_owner_resuming_or_stopping_takes_the_timer() {
         .expect("paused again, scheduled again");
     assert!(second_due > first_due);
 
-    let stopped = h
-        .engine
+    let stopped = engine
         .stop(&run_id, None, &StatusQuery::default())
         .await
         .expect("stopped");
     assert_eq!(stopped.stopped, Some(true));
-    let record = h.store.load_run(&run_id).await.expect("load");
+    let record = store.load_run(&run_id).await.expect("load");
     assert_eq!(record.auto_resume.due_at, None, "a stop takes the timer");
     let status = serde_json::json!(
-        h.engine
+        engine
             .status(&run_id, &StatusQuery::default())
             .await
             .expect("status")
     );
     assert!(status["outcome"].get("resumeAt").is_none(), "{status:#}");
     assert!(status["outcome"].get("autoResume").is_none(), "{status:#}");
-    h.engine.shutdown(Duration::from_secs(5)).await;
+    engine.shutdown(Duration::from_secs(5)).await;
 }
 
 /// An engine over the store at `root` whose `mock` backend has `mock_env`, with `policy`.
@@ -405,4 +424,24 @@ async fn automatic_resumes_in_a_row_are_capped() {
     let said = status["outcome"]["autoResume"].as_str().unwrap_or_default();
     assert!(said.contains("2 times in a row"), "{status:#}");
     engine.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Starts `script` on `engine` in `project` and waits for its generation to settle.
+async fn start_to_end(
+    engine: &agentprism::engine::Engine,
+    project: &std::path::Path,
+    script: &str,
+) -> agentprism::model::RunId {
+    let admission = engine
+        .start(agentprism::engine::RunRequest {
+            project_dir: project.to_path_buf(),
+            script: agentprism::engine::ScriptInput::Inline(script.to_owned()),
+            args: json!({}),
+            limits: Default::default(),
+            caller: None,
+        })
+        .await
+        .expect("admitted");
+    engine.wait(&admission.run_id).await;
+    admission.run_id
 }

@@ -16,12 +16,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::driver::options::{AgentOptions, CallPayload};
 use crate::engine::driver::progress::Progress;
+use crate::engine::driver::sessions::CallSession;
 use crate::engine::driver::task::AgentTask;
 use crate::engine::driver::{Driver, DryCall, InFlight};
 use crate::engine::effort::Effort;
 use crate::engine::events::Fields;
 use crate::engine::journal::{self, AgentIdentity, ReplayDecision};
 use crate::engine::preview;
+use crate::engine::reopen::CallIdentity;
 use crate::engine::routing::{self, AgentDefinition, Route, RouteRequest};
 use crate::engine::runner::{BackendOrigin, BackendSpec, SessionSpec};
 use crate::engine::status::LiveCall;
@@ -56,8 +58,8 @@ struct AgentCall {
 struct LiveStart {
     /// Rows of earlier generations the new row supersedes.
     supersedes: Vec<(u32, u32)>,
-    /// A session of this same call interrupted by an auth or usage pause, to continue.
-    resume_session: Option<String>,
+    /// A recorded session of this same call to reopen, or why there is none to.
+    session: CallSession,
 }
 
 impl Driver {
@@ -66,38 +68,35 @@ impl Driver {
             return;
         };
         let mut live = LiveStart::default();
-        // Replay: only root calls of a resumed run.
-        if call.scope == "root" && !self.dry() && !self.setup.pool.is_empty() {
-            match self.setup.pool.decide(
-                CallKind::Agent,
-                call.path.as_deref(),
-                &call.hash,
-                Some(&call.inputs_hash),
-            ) {
-                ReplayDecision::Replay { row, match_kind } => {
-                    self.replay(&call, row, match_kind).await;
-                    return;
-                }
-                ReplayDecision::Live(reason) => {
-                    tracing::debug!(run = %self.setup.run_id, index = call.index, ?reason, "call runs live");
-                    live.supersedes = self.setup.pool.superseded_by_live(
-                        CallKind::Agent,
-                        call.path.as_deref(),
-                        &call.hash,
-                    );
-                    // An isolated call's session worked in a worktree that is gone: it
-                    // runs again cold in a fresh one.
-                    live.resume_session = (!call.options.isolated)
-                        .then(|| {
-                            self.continuation_session(
-                                call.path.as_deref(),
-                                &call.hash,
-                                &call.inputs_hash,
-                            )
-                        })
-                        .flatten();
+        // Replay, and reopening a recorded session: only root calls of a resumed run.
+        if call.scope == "root" && !self.dry() {
+            if !self.setup.pool.is_empty() {
+                match self.setup.pool.decide(
+                    CallKind::Agent,
+                    call.path.as_deref(),
+                    &call.hash,
+                    Some(&call.inputs_hash),
+                ) {
+                    ReplayDecision::Replay { row, match_kind } => {
+                        self.replay(&call, row, match_kind).await;
+                        return;
+                    }
+                    ReplayDecision::Live(reason) => {
+                        tracing::debug!(run = %self.setup.run_id, index = call.index, ?reason, "call runs live");
+                        live.supersedes = self.setup.pool.superseded_by_live(
+                            CallKind::Agent,
+                            call.path.as_deref(),
+                            &call.hash,
+                        );
+                    }
                 }
             }
+            let identity = CallIdentity {
+                path: call.path.as_deref(),
+                hash: &call.hash,
+                inputs_hash: &call.inputs_hash,
+            };
+            live.session = self.continuation_session(identity, call.options.isolated);
         }
         if !self.budget_admits() {
             return;
@@ -310,7 +309,7 @@ impl Driver {
     /// Starts the call as an agent task, shown as queued until it holds a permit.
     fn start_agent(&mut self, call: AgentCall, live: LiveStart) {
         let cancel = CancellationToken::new();
-        let task = self.agent_task(&call, live.resume_session, cancel.clone());
+        let task = self.agent_task(&call, live.session.reopening.clone(), cancel.clone());
         let route = &call.route;
         let model_shown = route.model.clone().or_else(|| Some(route.spec.clone()));
         self.setup.live.locked().calls.insert(
@@ -342,6 +341,7 @@ impl Driver {
                 started: false,
                 progress: Progress::default(),
                 outcome: call.outcome.is_some(),
+                session: live.session,
             },
         );
         run_or_spawn(&self.tracker, task);
@@ -399,6 +399,7 @@ impl Driver {
             prompt: prompt_blocks,
             prompt_meta: options.prompt_meta.clone(),
             continue_prompt: options.continue_prompt.clone(),
+            keep_session: options.keep_session == Some(true),
             schema: options.schema.clone(),
             timeout,
             retries,
@@ -421,34 +422,6 @@ impl Driver {
                 )
             }),
         }
-    }
-
-    /// A recorded session of this same call, interrupted by an auth or usage pause.
-    fn continuation_session(
-        &self,
-        path: Option<&str>,
-        hash: &str,
-        inputs_hash: &str,
-    ) -> Option<String> {
-        self.setup
-            .pool
-            .rows_with_hash(hash)
-            .filter(|row| {
-                row.path.as_deref() == path && row.inputs_hash.as_deref() == Some(inputs_hash)
-            })
-            .filter(|row| {
-                matches!(
-                    row.error.as_ref().map(|e| e.code.as_str()),
-                    Some("AUTH_REQUIRED" | "PROVIDER_USAGE_LIMIT")
-                )
-            })
-            .find_map(|row| {
-                row.session
-                    .as_ref()?
-                    .get("sessionId")?
-                    .as_str()
-                    .map(str::to_owned)
-            })
     }
 
     /// Answers the call from recorded row `row`, re-journaled as a replay of it.

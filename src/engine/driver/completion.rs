@@ -53,6 +53,10 @@ impl Driver {
             other => other,
         };
         let (reply, pause) = settle(&mut record, call.call_id, result);
+        if record.session.is_none() && record.origin == CallOrigin::Runner {
+            // A call that ended without an answer still names the session it worked in.
+            record.session.clone_from(&call.session.session);
+        }
         if let Some(isolated) = isolated {
             record.resolved_cwd = Some(isolated.cwd.to_string_lossy().into_owned());
             record.changes = Some(isolated.changes);
@@ -174,6 +178,9 @@ impl Driver {
         }
         if let Some(changes) = &record.changes {
             end = end.value("changes", &changes_value(changes));
+        }
+        if let Some(path) = &call.session.path {
+            end = end.value("session", &Value::Object(path.fields()));
         }
         self.events.push_fields("agentEnd", &call.scope, end);
         if !record.usage.is_zero() {

@@ -1,5 +1,6 @@
 //! The durability rule, in one place: every store write of a generation, the lease
-//! heartbeat, and what a failed one does.
+//! heartbeat, and what a failed one does. Besides settled calls and events, a live call's
+//! session is journaled when it opens ([`Driver::journal_session`]), before its first prompt.
 //!
 //! A settled call reaches the store before the script sees its result: the caller of
 //! [`Driver::record_calls`] answers the VM only on `Ok`. The row goes in one transaction with
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::driver::{Driver, Halt, Persistence};
-use crate::model::{CallKind, CallRecord, PauseReason};
+use crate::model::{CallKind, CallRecord, OpenSession, PauseReason};
 use crate::store::{CallWrite, Fence, LeasePolicy, Store, StoreError};
 use crate::util::sync::Lock;
 
@@ -75,6 +76,18 @@ impl Driver {
             } => Some((store.clone(), lease_token.clone())),
             Persistence::DryRun => None,
         })
+    }
+
+    /// Journals the session a live call opened, fenced like every execution write; the
+    /// call's task prompts only once this answered.
+    pub(super) async fn journal_session(&mut self, session: &OpenSession) -> Result<(), LostWrite> {
+        let Some((store, lease_token)) = self.target()? else {
+            return Ok(());
+        };
+        store
+            .journal_session(&self.setup.run_id, session, Fence(&lease_token))
+            .await?;
+        Ok(())
     }
 
     /// Writes one settled call, with the replays and events buffered before it, durably.

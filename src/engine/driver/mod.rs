@@ -14,7 +14,8 @@
 //! call row, `durability` is the one place store writes happen (the lease heartbeat too), `progress` turns agent
 //! activity into progress events, `options` checks what the script passed, `task` is the
 //! agent task itself, `outcome` what a generation hands back, `isolation` an isolated call's
-//! worktree, `budget` the run's spending limits and `retry` the wait between attempts.
+//! worktree, `budget` the run's spending limits, `retry` the wait between attempts and
+//! `sessions` the sessions calls open (journaled, and reopened when a call runs again).
 
 mod agent_call;
 mod budget;
@@ -27,6 +28,7 @@ mod options;
 mod outcome;
 mod progress;
 mod retry;
+mod sessions;
 mod task;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
@@ -270,6 +272,8 @@ struct InFlight {
     progress: Progress,
     /// `isolated()`: the answer carries the call's changes.
     outcome: bool,
+    /// The session it reopens or opened, and the path that took ([`sessions`]).
+    session: sessions::CallSession,
 }
 
 /// A settled call waiting for its group commit: its row (when journaled) and its answer.
@@ -358,6 +362,8 @@ struct Driver {
     budget_exhausted: Option<crate::budget::Exhausted>,
     /// The spend the script's `budget` was last told ([`budget`]).
     pushed_usage: Usage,
+    /// The sessions earlier generations journaled, which re-run calls reopen ([`sessions`]).
+    reopening: sessions::Reopening,
 }
 
 impl Driver {
@@ -405,6 +411,7 @@ impl Driver {
             script_events: 0,
             budget_exhausted: None,
             pushed_usage: setup.usage,
+            reopening: sessions::Reopening::default(),
             settling: Vec::new(),
             vm,
             halted_vm: None,
@@ -449,6 +456,7 @@ impl Driver {
             .map(|ttl| tokio::time::Instant::now() + ttl);
         let mut vm_open = true;
         let mut control_open = true;
+        self.load_journaled_sessions().await;
         if self.setup.generation > 1 && !self.dry() {
             self.events.push(
                 "resumed",

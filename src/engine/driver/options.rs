@@ -1,8 +1,6 @@
 //! What the script passes with a call: the `{scope, prompt, path, options}` payload the
 //! prelude sends, and `agent()` options after their type checks (engine.md 1.2). A bad
-//! option is a `SCRIPT_VALIDATION_ERROR` naming the option. `keepSession: true` is a known
-//! option this version does not act on, so it is refused by name rather than accepted and
-//! ignored.
+//! option is a `SCRIPT_VALIDATION_ERROR` naming the option.
 
 use serde_json::{Map, Value};
 
@@ -67,7 +65,7 @@ pub(super) struct AgentOptions {
     pub(super) image_blocks: Vec<Value>,
     pub(super) meta: Option<Value>,
     pub(super) prompt_meta: Option<Value>,
-    /// Only ever `Some(false)` or `None`: `true` is refused.
+    /// `keepSession`: `true` leaves the call's session open when the call ends.
     pub(super) keep_session: Option<bool>,
     /// `continuePrompt`: the first turn of a reopened session instead of the default one.
     pub(super) continue_prompt: Option<String>,
@@ -379,17 +377,11 @@ fn isolation(map: &Map<String, Value>) -> Result<bool, String> {
     }
 }
 
-/// `keepSession`: a boolean; `true` is refused, since every call's session is closed when
-/// the call settles and nothing could reopen a kept one.
+/// `keepSession`: a boolean; `true` leaves the session open when the call ends.
 fn keep_session(map: &Map<String, Value>) -> Result<Option<bool>, String> {
     match map.get("keepSession") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(false)) => Ok(Some(false)),
-        Some(Value::Bool(true)) => Err(
-            "agent() option keepSession: true is not supported by this version: a call's \
-             session is closed when the call settles; leave keepSession out or set it to false"
-                .into(),
-        ),
+        Some(Value::Bool(keep)) => Ok(Some(*keep)),
         Some(_) => Err("agent() option keepSession must be a boolean".into()),
     }
 }
@@ -450,11 +442,8 @@ mod tests {
             refused(json!({"keepSession": "yes"})),
             "agent() option keepSession must be a boolean"
         );
-        assert_eq!(
-            refused(json!({"keepSession": true})),
-            "agent() option keepSession: true is not supported by this version: a call's \
-             session is closed when the call settles; leave keepSession out or set it to false"
-        );
+        let kept = AgentOptions::parse(&json!({"keepSession": true})).expect("accepted");
+        assert_eq!(kept.keep_session, Some(true));
         assert_eq!(
             refused(json!({"isolation": "none"})),
             "agent() option isolation must be \"worktree\" or null, got \"none\""

@@ -123,13 +123,18 @@ impl Driver {
                 call.progress.start_seq = seq;
                 let route = call.route.as_ref();
                 let fields = (!self.events.discards()).then(|| {
-                    Fields::new()
+                    let fields = Fields::new()
                         .text("label", &call.label)
                         .opt_text("phase", call.phase.as_deref())
                         .opt_text("model", route.map(|r| r.spec.as_str()))
                         .opt_text("backendId", route.map(|r| r.backend.id.as_str()))
                         .fixed("callIndex", index.into())
-                        .opt_text("path", call.path.as_deref())
+                        .opt_text("path", call.path.as_deref());
+                    // Only a call that asks to reopen a recorded session says which.
+                    match call.session.reopening.as_deref() {
+                        Some(session_id) => fields.text("reopening", session_id),
+                        None => fields,
+                    }
                 });
                 let scope = call.scope.clone();
                 if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
@@ -204,6 +209,9 @@ impl Driver {
                     entry.attempt = notice.attempt + 1;
                 }
                 self.events.push("agentRetry", &scope, fields);
+            }
+            Activity::SessionOpened(index, opened) => {
+                self.on_session_opened(index, *opened).await;
             }
             Activity::Done(index, result, isolated) => self.on_done(index, result, isolated).await,
         }

@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
 use crate::engine::driver::retry::{self, RetryNotice};
+use crate::engine::driver::sessions::SessionOpened;
 use crate::engine::permissions::PermissionBroker;
-use crate::engine::reopen;
+use crate::engine::reopen::{self, ReopenMethod, ReopenPath};
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
     PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
@@ -75,6 +76,8 @@ pub(super) enum Activity {
     PermissionDenied(u32, Denial, Option<String>),
     /// An attempt failed and the call tries again after the notice's wait.
     Retry(u32, RetryNotice),
+    /// The call's session opened (each attempt opens one).
+    SessionOpened(u32, Box<SessionOpened>),
     /// The call's result, with its changes when it ran isolated and kept them.
     Done(u32, TaskResult, Option<Box<Isolated>>),
 }
@@ -91,6 +94,8 @@ pub(super) struct AgentTask {
     pub(super) prompt: Vec<Value>,
     /// The first turn of a reopened session, when the call overrides the default.
     pub(super) continue_prompt: Option<String>,
+    /// `keepSession`: the session is left open at the end, for a later reopen.
+    pub(super) keep_session: bool,
     pub(super) prompt_meta: Option<Value>,
     /// Structured output: the answer must be JSON matching it.
     pub(super) schema: Option<Value>,
@@ -342,18 +347,77 @@ impl AgentTask {
             opened = self.runner.open_session(self.spec.clone(), observer) => opened.map_err(AttemptFailure::Agent)?,
             _ = self.cancel.cancelled() => return Err(AttemptFailure::Agent(AgentFailure::new(FailureKind::Cancelled, "cancelled"))),
         };
-        let mut session_ref = session.session_ref();
-        let requested = self.spec.resume_session.as_deref();
-        let reopened = reopen::reopened(requested, session_ref.as_ref());
-        if requested.is_some()
-            && let Some(Value::Object(fields)) = session_ref.as_mut()
-        {
-            fields.insert("reopened".to_owned(), reopened.into());
-        }
-        opened.clone_from(&session_ref);
+        let facts = SessionFacts {
+            reference: session.session_ref(),
+            method: session.reopen_method(),
+            failure: session.reopen_failure(),
+        };
+        let reopenable = facts.method.is_some();
+        let reopened = self.opened(facts, opened).await;
         let result = self.converse(session.as_mut(), usage, reopened).await;
-        session.close().await;
-        result.map(|value| (value, session_ref))
+        if self.keep_session || (reopenable && self.interrupted(&result)) {
+            // The agent keeps the session for a later reopen; dropping it here only lets go
+            // of this process's hold on it.
+            drop(session);
+        } else {
+            session.close().await;
+        }
+        result.map(|value| (value, opened.clone()))
+    }
+
+    /// Whether the attempt was interrupted so that the call runs again and reopens this
+    /// session: cancelled (a stop, a pause, a cancel) or paused for credentials or a usage
+    /// limit. A session its agent can reopen is then left open rather than closed.
+    fn interrupted(&self, result: &Result<Value, AttemptFailure>) -> bool {
+        self.cancel.is_cancelled()
+            || matches!(result, Err(AttemptFailure::Agent(agent))
+                if matches!(agent.kind, FailureKind::AuthRequired | FailureKind::UsageLimit))
+    }
+
+    /// Tells the driver the session opened (its reference with the reopen path, kept in
+    /// `opened` for a pause to record) and, for a session its agent can reopen, waits until
+    /// the driver journaled it, so no prompt reaches an agent before its session is on
+    /// record. Whether the call's requested session was reopened.
+    async fn opened(&self, facts: SessionFacts, opened: &mut Option<Value>) -> bool {
+        let SessionFacts {
+            reference,
+            method,
+            failure,
+        } = facts;
+        let path = self
+            .spec
+            .resume_session
+            .as_deref()
+            .map(|requested| ReopenPath::of(requested, reference.as_ref(), method, failure));
+        let mut recorded = reference.clone();
+        if let (Some(path), Some(recorded)) = (&path, recorded.as_mut()) {
+            path.annotate(recorded);
+        }
+        opened.clone_from(&recorded);
+        let reopened = path.as_ref().is_some_and(ReopenPath::is_reopened);
+        let (journal, written) = match reference {
+            Some(reference) if method.is_some() && !self.dry_run => {
+                let (done, written) = tokio::sync::oneshot::channel();
+                let cwd = self.spec.cwd.to_string_lossy().into_owned();
+                (Some((reference, cwd, done)), Some(written))
+            }
+            _ => (None, None),
+        };
+        let report = SessionOpened {
+            session: recorded,
+            path,
+            journal,
+        };
+        let _ = self
+            .activity
+            .send(Activity::SessionOpened(self.index, Box::new(report)));
+        if let Some(written) = written {
+            tokio::select! {
+                _ = written => {}
+                _ = self.cancel.cancelled() => {}
+            }
+        }
+        reopened
     }
 
     async fn converse(
@@ -411,6 +475,14 @@ impl AgentTask {
             ];
         }
     }
+}
+
+/// What an attempt learned of the session it opened, read before any wait (a session is
+/// not `Sync`).
+struct SessionFacts {
+    reference: Option<Value>,
+    method: Option<ReopenMethod>,
+    failure: Option<String>,
 }
 
 /// A call cancelled (alone, or by a halt): the script gets `null`.

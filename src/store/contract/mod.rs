@@ -15,7 +15,7 @@
 //! dense event seqs, the bounded call tail, intents reused while pending and ended by the
 //! first acknowledgement, script copies, delete cascading to everything, declared
 //! capabilities, corrupt data reported as `Corrupt`, the caller tag's compare-and-set with a
-//! single winner, companion files frozen with the script, and a run version that changes with
+//! single winner, companion files frozen with the script, the journal of open sessions, and a run version that changes with
 //! every write to a run that is not running.
 
 use std::path::PathBuf;
@@ -37,6 +37,7 @@ mod calls;
 mod control;
 mod leases;
 mod runs;
+mod sessions;
 mod summaries;
 mod versions;
 
@@ -45,6 +46,7 @@ pub use calls::*;
 pub use control::*;
 pub use leases::*;
 pub use runs::*;
+pub use sessions::*;
 pub use summaries::*;
 pub use versions::*;
 
@@ -104,6 +106,8 @@ macro_rules! store_contract_tests {
             run_version_changes_with_every_write_while_not_running,
             status_call_tail_is_the_call_tail_narrowed,
             resumes_due_are_the_paused_runs_whose_moment_came,
+            open_sessions_are_journaled_per_call_and_generation,
+            open_sessions_are_fenced_and_deleted_with_the_run,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {

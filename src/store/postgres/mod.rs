@@ -21,7 +21,7 @@
 //!
 //! This file holds the handle and the trait's dispatch; `connection.rs` (settings, pool,
 //! errors), `migrations.rs`, `rows.rs` (column conversions, run keys, the fence), `runs.rs`,
-//! `calls.rs`, `events.rs`, `answers.rs` (checkpoint answers, receipts), `leases.rs`,
+//! `calls.rs`, `sessions.rs`, `events.rs`, `answers.rs` (checkpoint answers, receipts), `leases.rs`,
 //! and `control.rs` (intents) hold the statements; the inline script copies are local files
 //! (`store/script_copies.rs`).
 
@@ -38,8 +38,8 @@ use super::{
     ScriptCopies, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
+    RunRecord, RunSummary,
 };
 
 mod answers;
@@ -51,6 +51,7 @@ mod leases;
 mod migrations;
 mod rows;
 mod runs;
+mod sessions;
 
 use super::script_copies as scripts;
 
@@ -300,6 +301,11 @@ impl CallReads for PostgresStore {
     async fn checkpoint_calls(&self, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
         self.read_calls(run_id, calls::Reading::Checkpoints).await
     }
+
+    async fn open_sessions(&self, run_id: &RunId) -> StoreResult<Vec<OpenSession>> {
+        let doing = || format!("read the journaled sessions of run {run_id}");
+        within_deadline!(self, doing, |client| sessions::all(&client, run_id).await)
+    }
 }
 
 #[async_trait]
@@ -325,6 +331,18 @@ impl Calls for PostgresStore {
         let doing = || format!("append calls of run {run_id}");
         within_deadline!(self, doing, |client| {
             calls::append(&mut client, run_id, writes, fence).await
+        })
+    }
+
+    async fn journal_session(
+        &self,
+        run_id: &RunId,
+        session: &OpenSession,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("journal a session of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            sessions::journal(&mut client, run_id, session, fence).await
         })
     }
 

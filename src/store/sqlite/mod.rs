@@ -25,7 +25,8 @@
 //!
 //! This file holds the handle and the trait's dispatch; each table's statements live in a
 //! file of their own: `connection.rs` (opening, settings, migrations), `rows.rs` (column
-//! conversions, run keys, the fence check), `runs.rs`, `calls.rs`, `events.rs`,
+//! conversions, run keys, the fence check), `runs.rs`, `calls.rs`, `sessions.rs` (the sessions
+//! live calls opened), `events.rs`,
 //! `answers.rs` (checkpoint answers, receipts), `leases.rs`, `control.rs` (intents),
 //! `housekeeping.rs` (run counts, finished runs), `versions.rs` (the run version status's answer
 //! cache checks), `status_reads.rs` (the narrow call tail status reads), `event_blocks.rs`,
@@ -46,8 +47,8 @@ use super::{
     ScriptCopies, StoreError, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OperationReceipt, RunId, RunRecord,
-    RunSummary,
+    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
+    RunRecord, RunSummary,
 };
 
 mod answers;
@@ -63,6 +64,7 @@ mod leases;
 mod off_workers;
 mod rows;
 mod runs;
+mod sessions;
 mod status_reads;
 mod usage_column;
 mod versions;
@@ -235,6 +237,10 @@ impl CallReads for SqliteStore {
         self.with(|connection| calls::checkpoints(connection, run_id))
     }
 
+    async fn open_sessions(&self, run_id: &RunId) -> StoreResult<Vec<OpenSession>> {
+        self.with(|connection| sessions::all(connection, run_id))
+    }
+
     async fn status_call_tail(
         &self,
         run_id: &RunId,
@@ -265,6 +271,15 @@ impl Calls for SqliteStore {
         fence: Fence<'_>,
     ) -> StoreResult<()> {
         self.with(|connection| calls::append(connection, run_id, writes, fence))
+    }
+
+    async fn journal_session(
+        &self,
+        run_id: &RunId,
+        session: &OpenSession,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.with(|connection| sessions::journal(connection, run_id, session, fence))
     }
 
     async fn record_call_total(

@@ -261,6 +261,7 @@ pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult
         "DELETE FROM call_supersessions WHERE run_key = ?1",
         "DELETE FROM calls WHERE run_key = ?1",
         "DELETE FROM call_tallies WHERE run_key = ?1",
+        "DELETE FROM open_sessions WHERE run_key = ?1",
         "DELETE FROM checkpoint_answers WHERE run_key = ?1",
         "DELETE FROM receipts WHERE run_key = ?1",
         "DELETE FROM control_intents WHERE run_key = ?1",

@@ -354,23 +354,7 @@ async fn the_limits_show_the_agent_timeout_in_force() {
     assert_eq!(document["limits"]["agentTimeoutMs"], ceiling);
 }
 
-/// Kept sessions are not built: `keepSession: true` is refused at admission by name.
-#[tokio::test]
-async fn keep_session_true_is_refused_by_name() {
-    let (world, runner) = recording_world();
-    let message = world
-        .refusal(&script(
-            "return await agent('fix it', {keepSession: true});",
-        ))
-        .await;
-    assert!(
-        message.contains("agent() option keepSession: true is not supported by this version"),
-        "{message}"
-    );
-    assert!(runner.turns().is_empty(), "a refused script runs no agent");
-}
-
-/// Without them, `keepSession: false`, a null `isolation` and a definition without
+/// `keepSession: false`, a null `isolation` and a definition without
 /// isolation run as before, and a call's inputs hash still covers both keys as null/false.
 #[tokio::test]
 async fn calls_without_isolation_or_kept_sessions_run_as_before() {
