@@ -542,7 +542,9 @@ impl Agent {
         }
         let mut state = lock(&self.state);
         self.check_auth(&state)?;
-        let session_id = format!("mock-session-{}", self.serial());
+        // Unique across processes, as a real agent's ids are: a later process never holds a
+        // session of the same id by chance.
+        let session_id = format!("mock-session-{}-{}", process::id(), self.serial());
         let levels = &self.settings.effort_levels;
         let session = Session {
             mode: MODES[0].0.to_owned(),
