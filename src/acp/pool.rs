@@ -114,6 +114,11 @@ impl AgentHost {
         self.capability("/sessionCapabilities/resume")
     }
 
+    /// The agent takes `type: "http"` entries in `mcpServers`.
+    pub(super) fn supports_http_mcp(&self) -> bool {
+        self.capability("/mcpCapabilities/http")
+    }
+
     pub(super) fn supports_load(&self) -> bool {
         self.capability("/loadSession")
     }

@@ -144,6 +144,7 @@ fn builtin(id: &str, command: impl Into<String>, args: Vec<String>) -> BackendSp
         args,
         env: BTreeMap::new(),
         session_meta: None,
+        structured_output_tool: true,
         origin: BackendOrigin::Builtin,
     }
 }
@@ -290,6 +291,7 @@ fn parse_entry(
         args,
         env,
         session_meta,
+        structured_output_tool: true,
         origin,
     })
 }

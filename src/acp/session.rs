@@ -20,11 +20,13 @@ use tokio_util::sync::CancellationToken;
 use crate::acp::connection::{RpcError, SessionHandler};
 use crate::acp::content;
 use crate::acp::failure::execution;
+use crate::acp::output_tool::{self, OutputTools, Registration};
 use crate::acp::pool::{AgentHost, Lease};
 use crate::engine::effort;
 use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, PermissionOption,
-    PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput, TurnRequest,
+    AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, OutputChannel,
+    PermissionOption, PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput,
+    TurnRequest,
 };
 use crate::model::Usage;
 use crate::util::sync::Lock;
@@ -161,6 +163,8 @@ pub(crate) struct AcpSession {
     session_id: String,
     sink: Arc<SessionSink>,
     cancel_grace: Duration,
+    /// The `StructuredOutput` tool this session's agent was offered, if any.
+    output_tool: Option<Registration>,
 }
 
 impl AcpSession {
@@ -181,13 +185,14 @@ pub(crate) async fn open(
     lease: Lease,
     spec: &SessionSpec,
     observer: Arc<dyn AgentObserver>,
+    output_tools: &OutputTools,
     setup_timeout: Duration,
     cancel_grace: Duration,
 ) -> Result<(AcpSession, SessionInfo), AgentFailure> {
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec));
-    let place = Place {
+    let mut place = Place {
         cwd: spec.cwd.to_string_lossy().into_owned(),
         mcp_servers: if spec.mcp_servers.is_array() {
             spec.mcp_servers.clone()
@@ -195,6 +200,10 @@ pub(crate) async fn open(
             json!([])
         },
     };
+    let output_tool = offer_output_tool(&host, spec, output_tools);
+    if let (Some(tool), Value::Array(servers)) = (&output_tool, &mut place.mcp_servers) {
+        servers.push(tool.server());
+    }
     let reattached = match &spec.resume_session {
         Some(previous) => reattach(&host, previous, &place, &sink, setup_timeout).await?,
         None => None,
@@ -222,11 +231,32 @@ pub(crate) async fn open(
         session_id,
         sink: sink.clone(),
         cancel_grace,
+        output_tool,
     };
     let mut info = session_info(&result);
     apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
     sink.start_forwarding();
     Ok((session, info))
+}
+
+/// The `StructuredOutput` tool for a call with an output schema, on an agent that advertises
+/// HTTP MCP servers and a backend that does not turn the tool off; `None` otherwise, and when
+/// the tool's server cannot start (the call then relies on its prompt alone).
+fn offer_output_tool(
+    host: &AgentHost,
+    spec: &SessionSpec,
+    output_tools: &OutputTools,
+) -> Option<Registration> {
+    let schema = spec.output_schema.as_ref()?;
+    if !spec.backend.structured_output_tool || !host.supports_http_mcp() {
+        return None;
+    }
+    output_tools
+        .register(schema)
+        .inspect_err(|error| {
+            tracing::warn!(backend = %host.backend.id, %error, "offering no StructuredOutput tool");
+        })
+        .ok()
 }
 
 /// Where a session works: its folder and MCP servers, as `session/new|load|resume` take them.
@@ -506,6 +536,16 @@ impl AgentSession for AcpSession {
 
     fn session_ref(&self) -> Option<Value> {
         Some(json!({"backendId": self.host().backend.id, "sessionId": self.session_id}))
+    }
+
+    fn output_channel(&self) -> Option<OutputChannel> {
+        self.output_tool
+            .as_ref()
+            .map(|_| OutputChannel::Tool(output_tool::TOOL_NAME))
+    }
+
+    fn take_output(&mut self) -> Option<Value> {
+        self.output_tool.as_ref().and_then(Registration::take)
     }
 
     async fn close(self: Box<Self>) {

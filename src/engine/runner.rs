@@ -35,6 +35,10 @@ pub struct SessionSpec {
     pub mcp_servers: Value,
     /// `_meta` for `session/new`, merged over the backend's `sessionMeta`.
     pub meta: Option<Value>,
+    /// The call's output schema, when it has one: a runner whose agent can take it through a
+    /// channel of its own (the client-hosted `StructuredOutput` tool) offers that channel and
+    /// says so through [`AgentSession::output_channel`].
+    pub output_schema: Option<Value>,
     /// An earlier session to reattach (`session/resume` or `session/load`) if the agent
     /// supports it; the runner falls back to a fresh session and says so.
     pub resume_session: Option<String>,
@@ -42,6 +46,14 @@ pub struct SessionSpec {
     pub run_id: String,
     pub call_index: u32,
     pub label: String,
+}
+
+/// A way for an agent to return a structured answer other than as text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputChannel {
+    /// An MCP tool of this name, hosted by the runner, whose input schema is the call's
+    /// output schema; the runner validates each call of it and tells the agent what is wrong.
+    Tool(&'static str),
 }
 
 /// One prompt turn.
@@ -209,6 +221,18 @@ pub trait AgentSession: Send {
 
     /// A handle the journal keeps so a later resume can try to reattach (auth/usage pauses).
     fn session_ref(&self) -> Option<Value>;
+
+    /// The channel through which this session's agent was offered to return the call's
+    /// structured answer, if the runner offered one for [`SessionSpec::output_schema`].
+    fn output_channel(&self) -> Option<OutputChannel> {
+        None
+    }
+
+    /// The answer the agent returned through that channel since the last take, already
+    /// validated against the call's schema; taken once.
+    fn take_output(&mut self) -> Option<Value> {
+        None
+    }
 
     /// Ends the session (`session/close` when supported). Never fails.
     async fn close(self: Box<Self>);

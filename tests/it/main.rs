@@ -53,6 +53,7 @@ mod service;
 mod shim;
 mod snapshots;
 mod status_cache;
+mod structured_output;
 mod stop_answers;
 mod succession;
 mod support;
