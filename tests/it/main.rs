@@ -4,6 +4,7 @@ mod acp;
 mod acp_stderr;
 mod adapter_effort;
 mod adapters;
+mod adapters_structured;
 mod admission;
 mod architecture;
 mod budget;

@@ -110,6 +110,10 @@ fn tool(schema: &Value) -> Value {
         "name": TOOL_NAME,
         "description": DESCRIPTION,
         "inputSchema": input_schema(schema),
+        // It only hands the answer back: agents that ask before calling tools with effects
+        // (codex asks for every MCP tool not marked so) need not ask about this one.
+        "annotations": {"readOnlyHint": true, "destructiveHint": false,
+            "idempotentHint": true, "openWorldHint": false},
     })
 }
 
