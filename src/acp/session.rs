@@ -20,14 +20,14 @@ use tokio_util::sync::CancellationToken;
 use crate::acp::connection::{RpcError, SessionHandler};
 use crate::acp::content;
 use crate::acp::failure::execution;
-use crate::acp::output_tool::{self, OutputTools, Registration};
+use crate::acp::output_tool::{self, Offer, OutputTools, claude};
 use crate::acp::pool::{AgentHost, Lease};
-use crate::engine::effort;
 use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, OutputChannel,
-    PermissionOption, PermissionOutcome, PermissionRequest, SessionSpec, StopReason, TurnOutput,
-    TurnRequest,
+    AgentFailure, AgentObserver, AgentSession, AgentUpdate, BackendOrigin, FailureKind,
+    OutputChannel, PermissionOption, PermissionOutcome, PermissionRequest, SessionSpec, StopReason,
+    TurnOutput, TurnRequest,
 };
+use crate::engine::{effort, schema};
 use crate::model::Usage;
 use crate::util::sync::Lock;
 
@@ -49,6 +49,8 @@ pub(crate) struct SessionSink {
     /// Off while `session/load` replays history, which must not reach the run's events.
     forward: AtomicBool,
     turn: Mutex<TurnState>,
+    /// The last structured answer the agent's own channel reported (Claude's `result`).
+    native_output: Mutex<Option<Value>>,
 }
 
 struct TurnState {
@@ -71,6 +73,7 @@ impl SessionSink {
                 text: String::new(),
                 cancelled: CancellationToken::new(),
             }),
+            native_output: Mutex::new(None),
         }
     }
 
@@ -110,6 +113,12 @@ impl SessionHandler for SessionSink {
             }
         }
         self.observer.update(update);
+    }
+
+    fn extension(&self, method: &str, params: &Value) {
+        if let Some(value) = claude::structured_output(method, params) {
+            *self.native_output.locked() = Some(value);
+        }
     }
 
     async fn request_permission(&self, params: Value) -> Value {
@@ -163,8 +172,8 @@ pub(crate) struct AcpSession {
     session_id: String,
     sink: Arc<SessionSink>,
     cancel_grace: Duration,
-    /// The `StructuredOutput` tool this session's agent was offered, if any.
-    output_tool: Option<Registration>,
+    /// What this session's agent was offered for the call's structured answer, if anything.
+    output: Option<Offer>,
 }
 
 impl AcpSession {
@@ -200,8 +209,8 @@ pub(crate) async fn open(
             json!([])
         },
     };
-    let output_tool = offer_output_tool(&host, spec, output_tools);
-    if let (Some(tool), Value::Array(servers)) = (&output_tool, &mut place.mcp_servers) {
+    let mut output = offer_output(&host, spec, output_tools);
+    if let (Some(Offer::Tool(tool)), Value::Array(servers)) = (&output, &mut place.mcp_servers) {
         servers.push(tool.server());
     }
     let reattached = match &spec.resume_session {
@@ -209,10 +218,20 @@ pub(crate) async fn open(
         None => None,
     };
     let (session_id, result) = match reattached {
-        Some(found) => found,
+        Some(found) => {
+            // A reattached session keeps the `_meta` it was opened with.
+            if matches!(output, Some(Offer::Claude(_))) {
+                output = None;
+            }
+            found
+        }
         None => {
             let mut params = json!({"cwd": place.cwd, "mcpServers": place.mcp_servers});
-            if let Some(meta) = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref()) {
+            let mut meta = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref());
+            if let Some(Offer::Claude(schema)) = &output {
+                meta = Some(claude::merge(meta, claude::session_meta(schema)));
+            }
+            if let Some(meta) = meta {
                 params["_meta"] = meta;
             }
             let result = setup_call(&host, setup_timeout, "session/new", params).await?;
@@ -231,7 +250,7 @@ pub(crate) async fn open(
         session_id,
         sink: sink.clone(),
         cancel_grace,
-        output_tool,
+        output,
     };
     let mut info = session_info(&result);
     apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
@@ -239,15 +258,15 @@ pub(crate) async fn open(
     Ok((session, info))
 }
 
-/// The `StructuredOutput` tool for a call with an output schema, on an agent that advertises
-/// HTTP MCP servers and a backend that does not turn the tool off; `None` otherwise, and when
-/// the tool's server cannot start (the call then relies on its prompt alone).
-fn offer_output_tool(
-    host: &AgentHost,
-    spec: &SessionSpec,
-    output_tools: &OutputTools,
-) -> Option<Registration> {
+/// The channel for a call with an output schema: Claude's own on the built-in Claude
+/// backend; else the `StructuredOutput` tool, on an agent that advertises HTTP MCP servers and
+/// a backend that does not turn the tool off. `None` otherwise, and when the tool's server
+/// cannot start (the call then relies on its prompt alone).
+fn offer_output(host: &AgentHost, spec: &SessionSpec, output_tools: &OutputTools) -> Option<Offer> {
     let schema = spec.output_schema.as_ref()?;
+    if spec.backend.origin == BackendOrigin::Builtin && spec.backend.id == "claude" {
+        return Some(Offer::Claude(schema.clone()));
+    }
     if !spec.backend.structured_output_tool || !host.supports_http_mcp() {
         return None;
     }
@@ -256,6 +275,7 @@ fn offer_output_tool(
         .inspect_err(|error| {
             tracing::warn!(backend = %host.backend.id, %error, "offering no StructuredOutput tool");
         })
+        .map(Offer::Tool)
         .ok()
 }
 
@@ -539,13 +559,24 @@ impl AgentSession for AcpSession {
     }
 
     fn output_channel(&self) -> Option<OutputChannel> {
-        self.output_tool
-            .as_ref()
-            .map(|_| OutputChannel::Tool(output_tool::TOOL_NAME))
+        match self.output.as_ref()? {
+            Offer::Tool(_) => Some(OutputChannel::Tool(output_tool::TOOL_NAME)),
+            Offer::Claude(_) => Some(OutputChannel::Tool(claude::TOOL_NAME)),
+        }
     }
 
     fn take_output(&mut self) -> Option<Value> {
-        self.output_tool.as_ref().and_then(Registration::take)
+        match self.output.as_ref()? {
+            Offer::Tool(tool) => tool.take(),
+            // Claude Code checks the answer against the schema; checked again, as the engine
+            // takes a channel's answer as valid.
+            Offer::Claude(schema) => self
+                .sink
+                .native_output
+                .locked()
+                .take()
+                .filter(|value| schema::validate(schema, value).is_ok()),
+        }
     }
 
     async fn close(self: Box<Self>) {

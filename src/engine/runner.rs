@@ -51,8 +51,9 @@ pub struct SessionSpec {
 /// A way for an agent to return a structured answer other than as text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputChannel {
-    /// An MCP tool of this name, hosted by the runner, whose input schema is the call's
-    /// output schema; the runner validates each call of it and tells the agent what is wrong.
+    /// A tool of this name whose input schema is the call's output schema: hosted by the
+    /// runner, or the agent's own; either checks each call of it and tells the agent what is
+    /// wrong, so the prompt only has to ask for the tool.
     Tool(&'static str),
 }
 

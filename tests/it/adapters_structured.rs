@@ -1,6 +1,6 @@
 //! A schema call on each real adapter against the fake model server, through both paths: the
-//! built-in backend (offered the `StructuredOutput` tool when its agent advertises HTTP MCP
-//! servers) and the same adapter as a host backend with `structuredOutputTool: false` (the
+//! built-in backend (offered Claude Code's own structured output on claude, the client-hosted
+//! `StructuredOutput` tool elsewhere when the agent advertises HTTP MCP servers) and the same adapter as a host backend with `structuredOutputTool: false` (the
 //! schema in the prompt, JSON read from the text). Each run prints one `structured-call`
 //! line with what it cost (model requests, re-prompts, the call's recorded tokens), the
 //! figures `docs/adapters.md` quotes.
@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::adapters::{Backend, Context, header};
-use crate::support::fake_llm::last_user_text;
+use crate::support::fake_llm::{asks_for_json, last_user_text};
 
 const SCHEMA: &str = "{ type: 'object', properties: { ok: { type: 'boolean' } }, \
                       required: ['ok'], additionalProperties: false }";
@@ -22,8 +22,9 @@ struct Cost {
     requests: usize,
     reprompts: usize,
     offered_tool: bool,
-    /// A request carried the tool's acceptance back to the model.
-    answered_through_tool: bool,
+    /// A prompt asked for JSON, which the fake answers with the JSON value as text; without
+    /// one, the answer can only have come through the tool.
+    json_in_text: bool,
     usage: Value,
 }
 
@@ -94,9 +95,9 @@ async fn schema_call(context: &Context, backend: Backend, model: &str) -> (Value
         requests: requests.len(),
         reprompts,
         offered_tool,
-        answered_through_tool: requests
+        json_in_text: requests
             .iter()
-            .any(|body| body.to_string().contains("Answer accepted")),
+            .any(|body| asks_for_json(&last_user_text(body))),
         usage: status["tokenUsage"].clone(),
     };
     eprintln!(
@@ -119,9 +120,10 @@ fn backend_name(backend: Backend) -> &'static str {
     }
 }
 
-/// Both paths give the fake's answer; the built-in is offered the tool exactly when
-/// `takes_http_mcp`, and then answers through it without a re-prompt.
-async fn a_schema_call_on_both_paths(backend: Backend, takes_http_mcp: bool) {
+/// Both paths give the fake's answer; the built-in is offered a `StructuredOutput` tool (the
+/// client-hosted one, or Claude Code's own) exactly when `offers_tool`, and then answers
+/// through it without a re-prompt.
+async fn a_schema_call_on_both_paths(backend: Backend, offers_tool: bool) {
     let mut context = Context::new(backend).await;
     let (command, args) = command_of(&context, backend);
     context.extra_env.push((
@@ -132,11 +134,12 @@ async fn a_schema_call_on_both_paths(backend: Backend, takes_http_mcp: bool) {
     let (plain, plain_cost) = schema_call(&context, backend, PLAIN).await;
     assert_eq!(plain, json!({"ok": true}));
     assert!(!plain_cost.offered_tool, "{plain_cost:?}");
+    assert!(plain_cost.json_in_text, "{plain_cost:?}");
     assert_eq!(plain_cost.reprompts, 0, "{plain_cost:?}");
     let (answer, cost) = schema_call(&context, backend, backend_name(backend)).await;
     assert_eq!(answer, json!({"ok": true}));
-    assert_eq!(cost.offered_tool, takes_http_mcp, "{cost:?}");
-    assert_eq!(cost.answered_through_tool, takes_http_mcp, "{cost:?}");
+    assert_eq!(cost.offered_tool, offers_tool, "{cost:?}");
+    assert_eq!(cost.json_in_text, !offers_tool, "{cost:?}");
     assert_eq!(cost.reprompts, 0, "{cost:?}");
     context.assert_no_processes_left().await;
 }

@@ -10,7 +10,12 @@
 //! thread of its own (so it outlives no runtime it was not started on) and stops when the
 //! last handle to it is dropped. What [`mcp`] accepts is kept in the registration until the
 //! session takes it; dropping the registration retires its path.
+//!
+//! The built-in Claude backend is offered its adapter's own channel instead ([`claude`]):
+//! Claude Code defers MCP tools behind a search tool, which would cost the model a round trip
+//! before it could answer.
 
+pub(crate) mod claude;
 mod mcp;
 #[cfg(test)]
 mod tests;
@@ -43,6 +48,14 @@ const CONNECTION_LIFETIME: Duration = Duration::from_secs(600);
 
 /// The `mcpServers` name the tool's server goes by.
 const SERVER_NAME: &str = "agentprism_output";
+
+/// What a session offered its agent for the call's structured answer.
+pub(crate) enum Offer {
+    /// This server's `StructuredOutput` tool.
+    Tool(Registration),
+    /// Claude Code's own structured output for this schema ([`claude`]).
+    Claude(Value),
+}
 
 /// The shared server; cheap to clone. Binds on the first [`OutputTools::register`].
 #[derive(Clone, Default)]
