@@ -270,6 +270,16 @@ fn offer_output(host: &AgentHost, spec: &SessionSpec, output_tools: &OutputTools
     if !spec.backend.structured_output_tool || !host.supports_http_mcp() {
         return None;
     }
+    if output_tool::mcp_servers_outlive_sessions(&host.agent_name) {
+        // Retired before the second look, so no session can join after it.
+        if host.sessions() != 1 {
+            return None;
+        }
+        host.retire();
+        if host.sessions() != 1 {
+            return None;
+        }
+    }
     output_tools
         .register(schema)
         .inspect_err(|error| {

@@ -49,6 +49,16 @@ const CONNECTION_LIFETIME: Duration = Duration::from_secs(600);
 /// The `mcpServers` name the tool's server goes by.
 const SERVER_NAME: &str = "agentprism_output";
 
+/// Whether the agent (by its `agentInfo.name`) keeps a session's MCP servers for every later
+/// session of its process. OpenCode 1.x adds them to its instance, where they stay after the
+/// session ends: a sibling session, or the next one on the process, would see this call's
+/// tool (and call it, to a path that is gone or answers for another schema). Such an agent is
+/// offered the tool only on a process no other session holds, and that process is retired
+/// from the pool, so it ends with the session.
+pub(crate) fn mcp_servers_outlive_sessions(agent_name: &str) -> bool {
+    agent_name.eq_ignore_ascii_case("opencode")
+}
+
 /// What a session offered its agent for the call's structured answer.
 pub(crate) enum Offer {
     /// This server's `StructuredOutput` tool.
