@@ -259,13 +259,18 @@ pub(crate) async fn open(
 }
 
 /// The channel for a call with an output schema: Claude's own on the built-in Claude
-/// backend; else the `StructuredOutput` tool, on an agent that advertises HTTP MCP servers and
+/// backend (unless the session narrows Claude Code's tools, where none is offered); else the `StructuredOutput` tool, on an agent that advertises HTTP MCP servers and
 /// a backend that does not turn the tool off. `None` otherwise, and when the tool's server
 /// cannot start (the call then relies on its prompt alone).
 fn offer_output(host: &AgentHost, spec: &SessionSpec, output_tools: &OutputTools) -> Option<Offer> {
     let schema = spec.output_schema.as_ref()?;
     if spec.backend.origin == BackendOrigin::Builtin && spec.backend.id == "claude" {
-        return Some(Offer::Claude(schema.clone()));
+        // A `tools` list for Claude Code may leave out the tool it answers through.
+        let narrowed = [host.backend.session_meta.as_ref(), spec.meta.as_ref()]
+            .into_iter()
+            .flatten()
+            .any(|meta| meta.pointer("/claudeCode/options/tools").is_some());
+        return (!narrowed).then(|| Offer::Claude(schema.clone()));
     }
     if !spec.backend.structured_output_tool || !host.supports_http_mcp() {
         return None;
