@@ -22,7 +22,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,6 +34,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::util::sync::Lock;
 
 pub(crate) use mcp::TOOL_NAME;
 
@@ -93,7 +95,10 @@ impl OutputTools {
             schema: schema.clone(),
             answer: Mutex::new(None),
         });
-        lock(&self.inner.slots).insert(token.clone(), slot.clone());
+        self.inner
+            .slots
+            .locked()
+            .insert(token.clone(), slot.clone());
         Ok(Registration {
             inner: self.inner.clone(),
             url: format!("http://{address}/{token}"),
@@ -111,7 +116,7 @@ impl Registration {
 
     /// The last answer the agent gave through the tool that passed validation, taken once.
     pub(crate) fn take(&self) -> Option<Value> {
-        lock(&self.slot.answer).take()
+        self.slot.answer.locked().take()
     }
 
     #[cfg(test)]
@@ -122,7 +127,7 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        lock(&self.inner.slots).remove(&self.token);
+        self.inner.slots.locked().remove(&self.token);
     }
 }
 
@@ -158,7 +163,7 @@ impl mcp::Slot for CallSlot {
     }
 
     fn accept(&self, value: Value) {
-        *lock(&self.answer) = Some(value);
+        *self.answer.locked() = Some(value);
     }
 }
 
@@ -240,7 +245,7 @@ async fn answer(inner: Weak<Inner>, request: Request<Incoming>) -> Response<Full
     let token = request.uri().path().strip_prefix('/').unwrap_or_default();
     let slot = inner
         .upgrade()
-        .and_then(|inner| lock(&inner.slots).get(token).cloned());
+        .and_then(|inner| inner.slots.locked().get(token).cloned());
     let Some(slot) = slot else {
         return plain(StatusCode::NOT_FOUND, "not found");
     };
@@ -308,10 +313,4 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
         "application/json".parse().expect("static header"),
     );
     response
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
