@@ -23,6 +23,11 @@ struct World {
 
 impl World {
     fn new(knobs: &[(&str, &str)]) -> World {
+        World::with_backend(knobs, json!({}))
+    }
+
+    /// Like [`World::new`], with `fields` added to the backend's entry.
+    fn with_backend(knobs: &[(&str, &str)], fields: Value) -> World {
         let dir = tempfile::tempdir().expect("temp dir");
         let project = dir.path().join("project");
         std::fs::create_dir_all(&project).expect("project dir");
@@ -34,13 +39,17 @@ impl World {
             "MOCK_ACP_LOG".into(),
             json!(dir.path().join("agent.log").display().to_string()),
         );
-        let mock = crate::support::context::mock_agent_binary();
+        let mut entry =
+            json!({"command": crate::support::context::mock_agent_binary(), "env": env});
+        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, fields) {
+            entry.extend(fields);
+        }
         let env = agentprism::env::EnvSnapshot::from_pairs([
             ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
             ("HOME".to_owned(), dir.path().display().to_string()),
             (
                 "AGENTPRISM_BACKENDS".to_owned(),
-                json!({"mock": {"command": mock, "env": env}}).to_string(),
+                json!({ "mock": entry }).to_string(),
             ),
         ]);
         let store = Arc::new(SqliteStore::open(&dir.path().join("state")).expect("store"));
@@ -172,6 +181,21 @@ async fn an_agent_that_never_calls_the_tool_is_re_prompted_for_json() {
 #[tokio::test]
 async fn an_agent_without_http_mcp_gets_the_schema_in_its_prompt_and_no_tool() {
     let world = World::new(&[]);
+    let status = world.schema_call("Judge the change.").await;
+    assert_eq!(status["status"], "completed", "{status:#}");
+    let opened = world.received("session/new");
+    assert_eq!(opened[0]["params"]["mcpServers"], json!([]));
+    let prompts = world.received("session/prompt");
+    assert_eq!(prompts.len(), 1);
+    assert!(prompt_text(&prompts[0]).contains("additionalProperties"));
+}
+
+#[tokio::test]
+async fn a_backend_that_turns_the_tool_off_gets_the_schema_in_its_prompt() {
+    let world = World::with_backend(
+        &[("MOCK_ACP_MCP_HTTP", "1")],
+        json!({"structuredOutputTool": false}),
+    );
     let status = world.schema_call("Judge the change.").await;
     assert_eq!(status["status"], "completed", "{status:#}");
     let opened = world.received("session/new");
