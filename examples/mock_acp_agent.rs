@@ -6,7 +6,8 @@
 //! trips, waits that only a `session/cancel` (or a file appearing) ends, JSON-RPC errors, usage limits and crashes,
 //! and get the same messages in the same order every time. Environment variables (`MOCK_ACP_*`,
 //! listed on [`Settings`]) reproduce the quirks of real adapters: auth-gated sessions, agents
-//! that ignore stdin EOF, agents that answer a cancel with `end_turn`.
+//! that ignore stdin EOF, agents that answer a cancel with `end_turn`; with
+//! `MOCK_ACP_MCP_HTTP=1` it takes HTTP MCP servers and `@mock mcp_call` calls their tools.
 //!
 //! Without directives a turn echoes the prompt (`ECHO: <text>`), except a prompt that asks for
 //! JSON matching a schema, which gets a value made from that schema by the engine's dry-run
@@ -115,6 +116,9 @@ struct Settings {
     /// process never created (in the recorded `cwd`), standing in for agents that keep their
     /// sessions on disk and so reopen them after a restart.
     load_unknown: bool,
+    /// `MOCK_ACP_MCP_HTTP=1`: `initialize` advertises `mcpCapabilities.http`, so a client may
+    /// pass HTTP MCP servers, which `@mock mcp_call` calls.
+    mcp_http: bool,
 }
 
 impl Settings {
@@ -148,6 +152,7 @@ impl Settings {
             },
             reopen: var("MOCK_ACP_LOAD_SESSION").as_deref() != Some("0"),
             load_unknown: var("MOCK_ACP_LOAD_UNKNOWN").as_deref() == Some("1"),
+            mcp_http: var("MOCK_ACP_MCP_HTTP").as_deref() == Some("1"),
         }
     }
 }
@@ -183,6 +188,8 @@ struct Session {
     /// The current reasoning level and those on offer; empty without `MOCK_ACP_EFFORT_OPTION`.
     effort: String,
     effort_levels: Vec<String>,
+    /// The `mcpServers` of `session/new`, which `@mock mcp_call` calls.
+    mcp_servers: Vec<Value>,
     /// Cancel tokens of the turns running on this session; `session/cancel` fires them all.
     turns: Vec<Arc<CancelToken>>,
 }
@@ -511,7 +518,7 @@ impl Agent {
             "agentCapabilities": {
                 "loadSession": self.settings.reopen,
                 "promptCapabilities": { "image": true, "audio": false, "embeddedContext": true },
-                "mcpCapabilities": { "http": false, "sse": false },
+                "mcpCapabilities": { "http": self.settings.mcp_http, "sse": false },
                 "sessionCapabilities": session_capabilities,
             },
             "authMethods": [{
@@ -552,6 +559,11 @@ impl Agent {
             cwd: PathBuf::from(str_param(params, "cwd")?),
             effort: levels.first().cloned().unwrap_or_default(),
             effort_levels: levels.clone(),
+            mcp_servers: params
+                .get("mcpServers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             turns: Vec::new(),
         };
         let result = json!({
@@ -579,6 +591,7 @@ impl Agent {
                 cwd: PathBuf::from(str_param(params, "cwd")?),
                 effort: levels.first().cloned().unwrap_or_default(),
                 effort_levels: levels.clone(),
+                mcp_servers: Vec::new(),
                 turns: Vec::new(),
             };
             state.sessions.insert(session_id.to_owned(), restored);
@@ -987,6 +1000,10 @@ impl Turn<'_> {
                 self.update(json!({ "sessionUpdate": "usage_update", "used": null, "size": 1000 }));
             }
             "exit_after_reply" => self.exit_after_reply = true,
+            "mcp_call" => {
+                let text = self.call_mcp_tool(args)?;
+                self.add_reply(format!("MCP-RESULT: {text}"));
+            }
             "echo_model" => {
                 let (model, mode) = self
                     .agent
@@ -1106,6 +1123,90 @@ fn schema_answer(user_text: &str) -> Option<String> {
 /// The words the engine puts before the schema it wants an answer to match, in its first
 /// prompt and in each re-prompt (`src/engine/schema.rs`).
 const SCHEMA_INSTRUCTION: &str = "this JSON Schema";
+
+impl Turn<'_> {
+    /// `@mock mcp_call SERVER TOOL ARGS_JSON`: calls TOOL with ARGS_JSON on the HTTP MCP
+    /// server named SERVER in this session's `mcpServers` (initialize, then `tools/call`), as
+    /// an agent calls a client's tool, and returns the text of the tool's answer, prefixed
+    /// `ERROR: ` when it is flagged `isError`. A missing server fails the turn.
+    fn call_mcp_tool(&self, args: &str) -> Result<String, RpcError> {
+        let mut words = args.splitn(3, char::is_whitespace);
+        let (Some(server), Some(tool), Some(arguments)) =
+            (words.next(), words.next(), words.next())
+        else {
+            return Err(RpcError::invalid_params(
+                "@mock mcp_call needs SERVER TOOL ARGS_JSON",
+            ));
+        };
+        let arguments: Value = serde_json::from_str(arguments)
+            .map_err(|error| RpcError::invalid_params(format!("@mock mcp_call: {error}")))?;
+        let url = self
+            .agent
+            .with_session(&self.session_id, |session| {
+                Ok(session
+                    .mcp_servers
+                    .iter()
+                    .find(|entry| entry["name"] == server && entry["type"] == "http")
+                    .and_then(|entry| entry["url"].as_str())
+                    .map(str::to_owned))
+            })?
+            .ok_or_else(|| {
+                RpcError::invalid_params(format!("@mock mcp_call: no HTTP MCP server {server:?}"))
+            })?;
+        let failed =
+            |error: String| RpcError::new(INTERNAL_ERROR, format!("@mock mcp_call: {error}"));
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "mock-acp-agent", "version": "0.1.0"}}});
+        http_post(&url, &init).map_err(failed)?;
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        http_post(&url, &initialized).map_err(failed)?;
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        let answer = http_post(&url, &call).map_err(failed)?;
+        let answer: Value =
+            serde_json::from_str(&answer).map_err(|error| failed(error.to_string()))?;
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| answer.to_string());
+        Ok(if answer["result"]["isError"] == true {
+            format!("ERROR: {text}")
+        } else {
+            text
+        })
+    }
+}
+
+/// POSTs one JSON message to a loopback `http://host:port/path` URL (HTTP/1.1, one request
+/// per connection) and returns the answer's body.
+fn http_post(url: &str, message: &Value) -> Result<String, String> {
+    use std::io::Read;
+    let rest = url.strip_prefix("http://").ok_or("only http:// URLs")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let mut stream = std::net::TcpStream::connect(authority).map_err(|error| error.to_string())?;
+    let body = message.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|error| error.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|error| error.to_string())?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
+    let status = head.split(' ').nth(1).unwrap_or_default();
+    if !status.starts_with('2') {
+        return Err(format!("HTTP {status}: {body}"));
+    }
+    Ok(body.to_owned())
+}
 
 /// `@mock verb args` → `(verb, args)`; anything else is user text.
 impl Turn<'_> {

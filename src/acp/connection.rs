@@ -66,6 +66,8 @@ pub(crate) trait SessionHandler: Send + Sync {
     fn update(&self, update: AgentUpdate);
     /// Answers `session/request_permission`; returns the JSON-RPC result (`{outcome:…}`).
     async fn request_permission(&self, params: Value) -> Value;
+    /// A `_`-prefixed extension notification that names this session (`params.sessionId`).
+    fn extension(&self, _method: &str, _params: &Value) {}
 }
 
 /// Produces the description of why the stream ended (for a process: its exit status), once.
@@ -368,17 +370,23 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
             });
         }
         (Some(method), None) => {
-            if method == "session/update" {
-                let params = object.get("params").unwrap_or(&Value::Null);
-                let handler = params
+            let params = object.get("params").unwrap_or(&Value::Null);
+            let handler = || {
+                params
                     .get("sessionId")
                     .and_then(Value::as_str)
-                    .and_then(|session| shared.sessions.locked().get(session).cloned());
-                if let Some(handler) = handler {
+                    .and_then(|session| shared.sessions.locked().get(session).cloned())
+            };
+            if method == "session/update" {
+                if let Some(handler) = handler() {
                     handler.update(parse_update(params.get("update").unwrap_or(&Value::Null)));
                 }
+            } else if method.starts_with('_')
+                && let Some(handler) = handler()
+            {
+                handler.extension(method, params);
             }
-            // `_`-prefixed extensions and anything else we do not know are ignored on purpose.
+            // Anything else we do not know is ignored on purpose.
         }
         (None, Some(id)) => {
             let Some(id) = response_id(&id) else {

@@ -18,6 +18,7 @@ mod chatter;
 pub(crate) mod connection;
 mod content;
 mod failure;
+mod output_tool;
 pub(crate) mod groups;
 pub mod lookup;
 mod idle;
@@ -101,12 +102,14 @@ impl AcpConfig {
 /// The ACP implementation of [`AgentRunner`]: one per process, shared by every run.
 pub struct AcpRunner {
     pool: pool::Pool,
+    output_tools: output_tool::OutputTools,
 }
 
 impl AcpRunner {
     pub fn new(config: AcpConfig) -> AcpRunner {
         AcpRunner {
             pool: pool::Pool::new(config),
+            output_tools: output_tool::OutputTools::default(),
         }
     }
 
@@ -121,6 +124,7 @@ impl AcpRunner {
             lease,
             spec,
             observer,
+            &self.output_tools,
             config.init_timeout,
             config.cancel_grace,
         )
@@ -149,6 +153,7 @@ impl AgentRunner for AcpRunner {
             cwd: cwd.to_path_buf(),
             mcp_servers: json!([]),
             meta: None,
+            output_schema: None,
             resume_session: None,
             run_id: String::new(),
             call_index: 0,
@@ -175,6 +180,7 @@ impl AgentRunner for AcpRunner {
             lease,
             &spec,
             Arc::new(IgnoringObserver),
+            &self.output_tools,
             config.init_timeout,
             config.cancel_grace,
         )

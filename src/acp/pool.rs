@@ -44,6 +44,9 @@ pub(crate) struct AgentHost {
     pub capabilities: Value,
     /// `authMethods` from `initialize`, for auth contexts and probe reports.
     pub auth_methods: Vec<Value>,
+    /// `agentInfo.name` from `initialize` (empty when not given): names the adapter even
+    /// behind a command override.
+    pub agent_name: String,
     /// Open sessions, for least-loaded picking.
     load: AtomicUsize,
     /// Set when we killed it (a cancel that did not land); it must not take new sessions.
@@ -112,6 +115,11 @@ impl AgentHost {
 
     pub(super) fn supports_resume(&self) -> bool {
         self.capability("/sessionCapabilities/resume")
+    }
+
+    /// The agent takes `type: "http"` entries in `mcpServers`.
+    pub(super) fn supports_http_mcp(&self) -> bool {
+        self.capability("/mcpCapabilities/http")
     }
 
     pub(super) fn supports_load(&self) -> bool {
@@ -339,6 +347,7 @@ async fn start_host(
         process,
         capabilities,
         auth_methods,
+        agent_name: agent_name.to_owned(),
         load: AtomicUsize::new(0),
         killed: AtomicBool::new(false),
         retired: AtomicBool::new(false),

@@ -652,6 +652,7 @@ mod tests {
             ]
             .into(),
             session_meta: None,
+            structured_output_tool: true,
             origin: BackendOrigin::Host,
         };
         let tracker = TaskTracker::new();

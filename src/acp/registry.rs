@@ -144,6 +144,7 @@ fn builtin(id: &str, command: impl Into<String>, args: Vec<String>) -> BackendSp
         args,
         env: BTreeMap::new(),
         session_meta: None,
+        structured_output_tool: true,
         origin: BackendOrigin::Builtin,
     }
 }
@@ -234,7 +235,7 @@ fn on_path(env: &EnvSnapshot, program: &str) -> bool {
         })
 }
 
-/// One `{command, args?, env?, sessionMeta?}` entry from `source`.
+/// One `{command, args?, env?, sessionMeta?, structuredOutputTool?}` entry from `source`.
 fn parse_entry(
     source: &str,
     name: &str,
@@ -284,12 +285,18 @@ fn parse_entry(
         Some(meta @ Value::Object(_)) => Some(meta.clone()),
         Some(_) => return Err(field_error("sessionMeta", "an object")),
     };
+    let structured_output_tool = match object.get("structuredOutputTool") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(flag)) => *flag,
+        Some(_) => return Err(field_error("structuredOutputTool", "true or false")),
+    };
     Ok(BackendSpec {
         id: name.to_owned(),
         command,
         args,
         env,
         session_meta,
+        structured_output_tool,
         origin,
     })
 }
@@ -459,7 +466,17 @@ mod tests {
         assert_eq!(gemini.env.get("K").map(String::as_str), Some("v"));
         assert_eq!(gemini.session_meta, Some(json!({"a": 1})));
         assert_eq!(gemini.origin, BackendOrigin::Host);
+        assert!(gemini.structured_output_tool, "offered unless turned off");
         assert!(registry.get("CLAUDE").is_some());
+        let off = BackendRegistry::from_env(&env_with(&[
+            ("PATH", ""),
+            (
+                env::BACKENDS,
+                r#"{"plain": {"command": "p", "structuredOutputTool": false}}"#,
+            ),
+        ]))
+        .expect("registry");
+        assert!(!off.get("plain").expect("plain").structured_output_tool);
     }
 
     #[test]
@@ -502,6 +519,10 @@ mod tests {
             (
                 r#"{"x": {"command": "c", "sessionMeta": 1}}"#,
                 vec!["\"x\"", "`sessionMeta`"],
+            ),
+            (
+                r#"{"x": {"command": "c", "structuredOutputTool": "no"}}"#,
+                vec!["\"x\"", "`structuredOutputTool`", "true or false"],
             ),
             (
                 r#"{"Codex": {"command": "c"}}"#,

@@ -20,13 +20,14 @@ use tokio_util::sync::CancellationToken;
 use crate::acp::connection::{RpcError, SessionHandler};
 use crate::acp::content;
 use crate::acp::failure::execution;
+use crate::acp::output_tool::{self, Offer, OutputTools, claude};
 use crate::acp::pool::{AgentHost, Lease};
-use crate::engine::effort;
 use crate::engine::runner::{
-    AgentFailure, AgentObserver, AgentSession, AgentUpdate, FailureKind, PermissionOption,
-    PermissionOutcome, PermissionRequest, ReopenMethod, SessionSpec, StopReason, TurnOutput,
-    TurnRequest,
+    AgentFailure, AgentObserver, AgentSession, AgentUpdate, BackendOrigin, FailureKind,
+    OutputChannel, PermissionOption, PermissionOutcome, PermissionRequest, ReopenMethod,
+    SessionSpec, StopReason, TurnOutput, TurnRequest,
 };
+use crate::engine::{effort, schema};
 use crate::model::Usage;
 use crate::util::sync::Lock;
 
@@ -48,6 +49,8 @@ pub(crate) struct SessionSink {
     /// Off while `session/load` replays history, which must not reach the run's events.
     forward: AtomicBool,
     turn: Mutex<TurnState>,
+    /// The last structured answer the agent's own channel reported (Claude's `result`).
+    native_output: Mutex<Option<Value>>,
 }
 
 struct TurnState {
@@ -70,6 +73,7 @@ impl SessionSink {
                 text: String::new(),
                 cancelled: CancellationToken::new(),
             }),
+            native_output: Mutex::new(None),
         }
     }
 
@@ -109,6 +113,12 @@ impl SessionHandler for SessionSink {
             }
         }
         self.observer.update(update);
+    }
+
+    fn extension(&self, method: &str, params: &Value) {
+        if let Some(value) = claude::structured_output(method, params) {
+            *self.native_output.locked() = Some(value);
+        }
     }
 
     async fn request_permission(&self, params: Value) -> Value {
@@ -164,6 +174,8 @@ pub(crate) struct AcpSession {
     cancel_grace: Duration,
     /// Why the session the spec asked to reopen was not: the agent's refusal or failure.
     reopen_failure: Option<String>,
+    /// What this session's agent was offered for the call's structured answer, if anything.
+    output: Option<Offer>,
 }
 
 impl AcpSession {
@@ -184,13 +196,14 @@ pub(crate) async fn open(
     lease: Lease,
     spec: &SessionSpec,
     observer: Arc<dyn AgentObserver>,
+    output_tools: &OutputTools,
     setup_timeout: Duration,
     cancel_grace: Duration,
 ) -> Result<(AcpSession, SessionInfo), AgentFailure> {
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec));
-    let place = Place {
+    let mut place = Place {
         cwd: spec.cwd.to_string_lossy().into_owned(),
         mcp_servers: if spec.mcp_servers.is_array() {
             spec.mcp_servers.clone()
@@ -198,15 +211,29 @@ pub(crate) async fn open(
             json!([])
         },
     };
+    let mut output = offer_output(&host, spec, output_tools);
+    if let (Some(Offer::Tool(tool)), Value::Array(servers)) = (&output, &mut place.mcp_servers) {
+        servers.push(tool.server());
+    }
     let reattached = match &spec.resume_session {
         Some(previous) => reattach(&host, previous, &place, &sink, setup_timeout).await?,
         None => Reattached::Fresh(None),
     };
     let (session_id, result, reopen_failure) = match reattached {
-        Reattached::Kept(id, result) => (id, result, None),
+        Reattached::Kept(id, result) => {
+            // A reattached session keeps the `_meta` it was opened with.
+            if matches!(output, Some(Offer::Claude(_))) {
+                output = None;
+            }
+            (id, result, None)
+        }
         Reattached::Fresh(reopen_failure) => {
             let mut params = json!({"cwd": place.cwd, "mcpServers": place.mcp_servers});
-            if let Some(meta) = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref()) {
+            let mut meta = merge_meta(host.backend.session_meta.as_ref(), spec.meta.as_ref());
+            if let Some(Offer::Claude(schema)) = &output {
+                meta = Some(claude::merge(meta, claude::session_meta(schema)));
+            }
+            if let Some(meta) = meta {
                 params["_meta"] = meta;
             }
             let result = setup_call(&host, setup_timeout, "session/new", params).await?;
@@ -226,11 +253,48 @@ pub(crate) async fn open(
         sink: sink.clone(),
         cancel_grace,
         reopen_failure,
+        output,
     };
     let mut info = session_info(&result);
     apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
     sink.start_forwarding();
     Ok((session, info))
+}
+
+/// The channel for a call with an output schema: Claude's own on the built-in Claude
+/// backend (unless the session narrows Claude Code's tools, where none is offered); else the `StructuredOutput` tool, on an agent that advertises HTTP MCP servers and
+/// a backend that does not turn the tool off. `None` otherwise, and when the tool's server
+/// cannot start (the call then relies on its prompt alone).
+fn offer_output(host: &AgentHost, spec: &SessionSpec, output_tools: &OutputTools) -> Option<Offer> {
+    let schema = spec.output_schema.as_ref()?;
+    if spec.backend.origin == BackendOrigin::Builtin && spec.backend.id == "claude" {
+        // A `tools` list for Claude Code may leave out the tool it answers through.
+        let narrowed = [host.backend.session_meta.as_ref(), spec.meta.as_ref()]
+            .into_iter()
+            .flatten()
+            .any(|meta| meta.pointer("/claudeCode/options/tools").is_some());
+        return (!narrowed).then(|| Offer::Claude(schema.clone()));
+    }
+    if !spec.backend.structured_output_tool || !host.supports_http_mcp() {
+        return None;
+    }
+    if output_tool::mcp_servers_outlive_sessions(&host.agent_name) {
+        // Retired before the second look, so no session can join after it.
+        if host.sessions() != 1 {
+            return None;
+        }
+        host.retire();
+        if host.sessions() != 1 {
+            return None;
+        }
+    }
+    output_tools
+        .register(schema)
+        .inspect_err(|error| {
+            tracing::warn!(backend = %host.backend.id, %error, "offering no StructuredOutput tool");
+        })
+        .map(Offer::Tool)
+        .ok()
 }
 
 /// Where a session works: its folder and MCP servers, as `session/new|load|resume` take them.
@@ -538,6 +602,27 @@ impl AgentSession for AcpSession {
 
     fn reopen_failure(&self) -> Option<String> {
         self.reopen_failure.clone()
+    }
+
+    fn output_channel(&self) -> Option<OutputChannel> {
+        match self.output.as_ref()? {
+            Offer::Tool(_) => Some(OutputChannel::Tool(output_tool::TOOL_NAME)),
+            Offer::Claude(_) => Some(OutputChannel::Tool(claude::TOOL_NAME)),
+        }
+    }
+
+    fn take_output(&mut self) -> Option<Value> {
+        match self.output.as_ref()? {
+            Offer::Tool(tool) => tool.take(),
+            // Claude Code checks the answer against the schema; checked again, as the engine
+            // takes a channel's answer as valid.
+            Offer::Claude(schema) => self
+                .sink
+                .native_output
+                .locked()
+                .take()
+                .filter(|value| schema::validate(schema, value).is_ok()),
+        }
     }
 
     async fn close(self: Box<Self>) {

@@ -222,6 +222,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             session_meta: None,
+            structured_output_tool: true,
             origin: BackendOrigin::Script,
         }
     }

@@ -385,6 +385,7 @@ impl BackendLookup for NamedBackends {
             args: Vec::new(),
             env: BTreeMap::new(),
             session_meta: None,
+            structured_output_tool: true,
             origin: crate::engine::runner::BackendOrigin::Builtin,
         })
     }

@@ -35,6 +35,10 @@ pub struct SessionSpec {
     pub mcp_servers: Value,
     /// `_meta` for `session/new`, merged over the backend's `sessionMeta`.
     pub meta: Option<Value>,
+    /// The call's output schema, when it has one: a runner whose agent can take it through a
+    /// channel of its own (the client-hosted `StructuredOutput` tool) offers that channel and
+    /// says so through [`AgentSession::output_channel`].
+    pub output_schema: Option<Value>,
     /// An earlier session to reattach (`session/resume` or `session/load`) if the agent
     /// supports it; the runner falls back to a fresh session and says so.
     pub resume_session: Option<String>,
@@ -42,6 +46,15 @@ pub struct SessionSpec {
     pub run_id: String,
     pub call_index: u32,
     pub label: String,
+}
+
+/// A way for an agent to return a structured answer other than as text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputChannel {
+    /// A tool of this name whose input schema is the call's output schema: hosted by the
+    /// runner, or the agent's own; either checks each call of it and tells the agent what is
+    /// wrong, so the prompt only has to ask for the tool.
+    Tool(&'static str),
 }
 
 /// One prompt turn.
@@ -210,6 +223,18 @@ pub trait AgentSession: Send {
     /// A handle the journal keeps so a later resume can try to reattach
     /// (`SessionSpec::resume_session` takes its `sessionId`).
     fn session_ref(&self) -> Option<Value>;
+
+    /// The channel through which this session's agent was offered to return the call's
+    /// structured answer, if the runner offered one for [`SessionSpec::output_schema`].
+    fn output_channel(&self) -> Option<OutputChannel> {
+        None
+    }
+
+    /// The answer the agent returned through that channel since the last take, already
+    /// validated against the call's schema; taken once.
+    fn take_output(&mut self) -> Option<Value> {
+        None
+    }
 
     /// How this session can be reopened later, as its agent advertised; `None` when it
     /// cannot, and the engine then journals nothing for it. This default: it cannot.

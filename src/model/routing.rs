@@ -58,8 +58,21 @@ pub struct BackendSpec {
     /// Merged into `session/new` `_meta`: the backend author's JSON, passed on as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_meta: Option<Value>,
+    /// Whether a call with an output schema may offer this backend's agent the client-hosted
+    /// `StructuredOutput` tool (when it advertises HTTP MCP servers); `false` keeps the
+    /// schema in the prompt only. Written only when `false`.
+    #[serde(default = "offered", skip_serializing_if = "is_offered")]
+    pub structured_output_tool: bool,
     /// Where it came from: `builtin`, `host` (AGENTPRISM_BACKENDS) or `script` (meta.backends).
     pub origin: BackendOrigin,
+}
+
+fn offered() -> bool {
+    true
+}
+
+fn is_offered(flag: &bool) -> bool {
+    *flag
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

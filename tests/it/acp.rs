@@ -48,6 +48,7 @@ pub(crate) fn mock_backend(id: &str, knobs: &[(&str, &str)]) -> BackendSpec {
             .map(|(key, value)| (key.to_string(), value.to_string()))
             .collect::<BTreeMap<_, _>>(),
         session_meta: None,
+        structured_output_tool: true,
         origin: BackendOrigin::Host,
     }
 }
@@ -77,6 +78,7 @@ pub(crate) fn session_spec(backend: &BackendSpec) -> SessionSpec {
         cwd: std::env::temp_dir(),
         mcp_servers: json!([]),
         meta: None,
+        output_schema: None,
         resume_session: None,
         run_id: "run-1".to_owned(),
         call_index: 3,
@@ -727,6 +729,7 @@ sleep 300"#;
         args: vec!["-c".to_owned(), script.to_owned()],
         env: BTreeMap::from([("PID_FILE".to_owned(), pid_file.display().to_string())]),
         session_meta: None,
+        structured_output_tool: true,
         origin: BackendOrigin::Host,
     };
     let runner = AcpRunner::new(config());

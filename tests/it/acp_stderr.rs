@@ -26,6 +26,7 @@ fn sh_backend(script: String) -> BackendSpec {
         args: vec!["-c".to_owned(), script],
         env: BTreeMap::new(),
         session_meta: None,
+        structured_output_tool: true,
         origin: BackendOrigin::Builtin,
     }
 }

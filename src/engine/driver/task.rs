@@ -20,7 +20,7 @@ use crate::engine::permissions::PermissionBroker;
 use crate::engine::reopen::{self, ReopenMethod, ReopenPath};
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, AgentUpdate, FailureKind,
-    PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
+    OutputChannel, PermissionOutcome, PermissionRequest, SessionSpec, TurnRequest,
 };
 use crate::engine::schema;
 use crate::engine::tool_policy::{self, Denial, ToolPolicy};
@@ -431,12 +431,16 @@ impl AgentTask {
         } else {
             self.prompt.clone()
         };
+        let channel = session.output_channel();
         if let Some(schema) = &self.schema
             && let Some(Value::Object(first)) = prompt.first_mut()
             && let Some(Value::String(text)) = first.get_mut("text")
         {
             text.push_str("\n\n");
-            text.push_str(&schema::output_instructions(schema));
+            text.push_str(&match channel {
+                Some(OutputChannel::Tool(tool)) => schema::tool_instructions(tool),
+                None => schema::output_instructions(schema),
+            });
         }
         let mut reprompts = 0;
         loop {
@@ -456,6 +460,9 @@ impl AgentTask {
                 }
                 return Ok(Value::String(output.text));
             };
+            if let Some(value) = session.take_output() {
+                return Ok(value);
+            }
             let problem = match schema::extract_json(&output.text) {
                 None => "the answer contained no JSON value".to_owned(),
                 Some(value) => match schema::validate(schema, &value) {
@@ -470,9 +477,13 @@ impl AgentTask {
                 )));
             }
             reprompts += 1;
-            prompt = vec![
-                json!({"type": "text", "text": schema::repair_instructions(&problem, schema)}),
-            ];
+            let repair = match channel {
+                Some(OutputChannel::Tool(tool)) => {
+                    schema::tool_repair_instructions(&problem, tool, schema)
+                }
+                None => schema::repair_instructions(&problem, schema),
+            };
+            prompt = vec![json!({"type": "text", "text": repair})];
         }
     }
 }

@@ -238,6 +238,8 @@ pub(crate) fn declared_backends(analyzed: &AnalyzedScript) -> BTreeMap<String, B
                 args: text_list("args"),
                 env,
                 session_meta: entry.get("sessionMeta").cloned(),
+                structured_output_tool: entry.get("structuredOutputTool")
+                    != Some(&Value::Bool(false)),
                 origin: BackendOrigin::Script,
             },
         );

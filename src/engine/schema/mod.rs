@@ -3,7 +3,9 @@
 //!
 //! An `agent()` call with a `schema` asks the agent for one JSON value ([`output_instructions`]),
 //! pulls it out of whatever the agent wrote ([`extract_json`]), checks it ([`validate`]) and, on
-//! failure, asks again ([`repair_instructions`]). The mocked dry run (engine.md 3) does not call
+//! failure, asks again ([`repair_instructions`]). When the runner offered the agent a tool to
+//! return the answer through (`AgentSession::output_channel`), the prompt asks for that tool
+//! instead ([`tool_instructions`], [`tool_repair_instructions`]) and the text stays the fallback. The mocked dry run (engine.md 3) does not call
 //! agents; it uses [`fabricate`] instead. Validation uses the `jsonschema` crate with remote
 //! references disabled (its default features are off), so a schema can only refer to itself.
 
@@ -123,6 +125,27 @@ pub fn output_instructions(schema: &Value) -> String {
          ```json\n{}\n```\n\n\
          Put the JSON value in a single fenced ```json code block. Nothing else is required; \
          text outside the block is ignored.",
+        pretty(schema)
+    )
+}
+
+/// The text appended to a prompt that asks for structured output when the agent was offered
+/// tool `tool` to return it: the tool's input schema carries the schema, so it is not repeated.
+pub fn tool_instructions(tool: &str) -> String {
+    format!(
+        "When you have the answer, return it by calling the `{tool}` tool once, with the \
+         answer as the tool's arguments; its input schema is the required format. If it \
+         reports errors, correct the arguments and call it again."
+    )
+}
+
+/// The re-prompt sent when the agent was offered tool `tool` but returned no valid answer
+/// through it, nor a valid JSON answer in its text.
+pub fn tool_repair_instructions(error: &str, tool: &str, schema: &Value) -> String {
+    format!(
+        "No valid answer was returned ({error}). Call the `{tool}` tool now with your \
+         answer as its arguments, or, if you cannot call it, reply with only one JSON value \
+         matching this JSON Schema, in a single fenced ```json code block:\n\n```json\n{}\n```",
         pretty(schema)
     )
 }

@@ -639,29 +639,15 @@ impl MetaChecker<'_> {
                 format!("{path}.sessionMeta must be an object"),
             ));
         }
-        // Every backend gets a call's schema in its prompt and answers with JSON text; no
-        // backend is given a structured-output tool, so only `false` says what happens.
-        if let Some(flag) = field(properties, "structuredOutputTool") {
-            match flag.value {
-                LiteralValue::Bool(false) => {}
-                LiteralValue::Bool(true) => {
-                    return Err(self.error(
-                        flag,
-                        format!(
-                            "{path}.structuredOutputTool: true is not supported: agentprism gives \
-                             no backend a structured-output tool; a call's schema goes in its \
-                             prompt and the answer is read from the agent's JSON text. Leave \
-                             the option out (or set it to false)"
-                        ),
-                    ));
-                }
-                _ => {
-                    return Err(self.error(
-                        flag,
-                        format!("{path}.structuredOutputTool must be true or false"),
-                    ));
-                }
-            }
+        // `true` is the default (the tool is offered when the agent takes HTTP MCP servers);
+        // `false` keeps the schema in the prompt only.
+        if let Some(flag) = field(properties, "structuredOutputTool")
+            && !matches!(flag.value, LiteralValue::Bool(_))
+        {
+            return Err(self.error(
+                flag,
+                format!("{path}.structuredOutputTool must be true or false"),
+            ));
         }
         Ok(())
     }

@@ -667,10 +667,6 @@ fn rejects_bad_backends() {
             "meta.backends.x.structuredOutputTool must be true or false",
         ),
         (
-            "{ x: { command: 'c', structuredOutputTool: true } }",
-            "meta.backends.x.structuredOutputTool: true is not supported",
-        ),
-        (
             "{ x: { command: 'c', arg: [] } }",
             "meta.backends.x.arg is not a known field",
         ),

@@ -22,7 +22,10 @@
 //! so the adapter reports it at once. `MOCK_BASH=<command>` (to the end of its line) makes a
 //! request that offers tools get a `Bash` tool use of that command instead of text (Anthropic
 //! API only); a request whose last message carries a tool result gets `MOCK-TOOL-RESULT:
-//! <result text>`, so the answer says what became of the tool.
+//! <result text>`, so the answer says what became of the tool. A request that offers a tool
+//! named `…StructuredOutput` (the engine's client-hosted tool for schema calls) and carries no
+//! tool result yet gets a call of that tool with the configured JSON value as its arguments,
+//! in the request's API shape, as a model that follows the tool's description would.
 //! Requests are recorded for assertions, and paths the fake does not know are logged to stderr
 //! and answered 404, so a new adapter version that calls something else shows up in test output
 //! instead of hanging.
@@ -309,6 +312,11 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
     {
         return bash_tool_use(&model, &command, input_tokens);
     }
+    if let Some(tool) = structured_output_tool(&body)
+        && tool_result_text(&body).is_none()
+    {
+        return tool_use(&model, &tool, &state.json_reply, input_tokens);
+    }
     let output_tokens = reply.len() / 4 + 1;
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         Response {
@@ -419,13 +427,38 @@ fn tool_result_text(body: &Value) -> Option<String> {
 /// A streamed assistant turn that asks for the `Bash` tool with `command`.
 fn bash_tool_use(model: &str, command: &str, input_tokens: usize) -> Response {
     let input = json!({"command": command, "description": "Run the requested command"});
+    tool_use(model, "Bash", &input, input_tokens)
+}
+
+/// The name of the `…StructuredOutput` tool the request offers, in whichever API's shape:
+/// `tools[].name` (Anthropic, Responses), `tools[].function.name` (chat completions), or a
+/// Responses namespace's `tools[].tools[].name`, given as `namespace/name`.
+fn structured_output_tool(body: &Value) -> Option<String> {
+    let named = |tool: &Value| {
+        tool.get("name")
+            .or_else(|| tool.pointer("/function/name"))
+            .and_then(Value::as_str)
+            .filter(|name| name.ends_with("StructuredOutput"))
+            .map(str::to_owned)
+    };
+    body.get("tools")?.as_array()?.iter().find_map(|tool| {
+        named(tool).or_else(|| {
+            let namespace = tool.get("name").and_then(Value::as_str)?;
+            let inner = tool.get("tools")?.as_array()?.iter().find_map(named)?;
+            Some(format!("{namespace}/{inner}"))
+        })
+    })
+}
+
+/// A streamed assistant turn that calls tool `name` with `input`.
+fn tool_use(model: &str, name: &str, input: &Value, input_tokens: usize) -> Response {
     let events = [
         json!({"type": "message_start", "message": {
             "id": "msg_fake_tool", "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {
-            "type": "tool_use", "id": "toolu_fake_bash", "name": "Bash", "input": {}}}),
+            "type": "tool_use", "id": "toolu_fake_tool", "name": name, "input": {}}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {
             "type": "input_json_delta", "partial_json": input.to_string()}}),
         json!({"type": "content_block_stop", "index": 0}),
@@ -587,7 +620,15 @@ fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response 
             }}),
         );
     }
-    let reply = if asks_for_json(&prompt) {
+    let tool_result = openai_tool_result(&body);
+    if let Some(tool) = structured_output_tool(&body)
+        && tool_result.is_none()
+    {
+        return openai_tool_call(api, &tool, &state.json_reply);
+    }
+    let reply = if let Some(result) = tool_result {
+        format!("MOCK-TOOL-RESULT: {result}")
+    } else if asks_for_json(&prompt) {
         state.json_reply.to_string()
     } else {
         format!("MOCK-REPLY: {prompt}")
@@ -646,6 +687,97 @@ fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response 
             events.push(chunk(json!({}), json!("stop")));
             events.push(json!({"id": "chatcmpl_fake", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
                 "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}));
+            let mut text: String = events
+                .iter()
+                .map(|event| format!("data: {event}\n\n"))
+                .collect();
+            text.push_str("data: [DONE]\n\n");
+            text
+        }
+    };
+    Response {
+        status: 200,
+        content_type: "text/event-stream",
+        body: body.into_bytes(),
+        retry_after: None,
+    }
+}
+
+/// The output of the tool call the request's last message answers (a chat completions
+/// `role: "tool"` message, a Responses `function_call_output` item), if it is one.
+fn openai_tool_result(body: &Value) -> Option<String> {
+    let last = body
+        .get("messages")
+        .or_else(|| body.get("input"))?
+        .as_array()?
+        .last()?;
+    let output = if last.get("role").and_then(Value::as_str) == Some("tool") {
+        last.get("content")?
+    } else if last.get("type").and_then(Value::as_str) == Some("function_call_output") {
+        last.get("output")?
+    } else {
+        return None;
+    };
+    Some(match output {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// A streamed turn that calls tool `name` (`namespace/name` for a Responses namespace) with
+/// `arguments`, in `api`'s shape.
+fn openai_tool_call(api: OpenAiApi, name: &str, arguments: &Value) -> Response {
+    let arguments = arguments.to_string();
+    let body = match api {
+        OpenAiApi::Responses => {
+            let mut item = json!({"type": "function_call", "id": "fc_fake", "call_id": "call_fake",
+                "arguments": arguments, "status": "completed"});
+            match name.split_once('/') {
+                Some((namespace, inner)) => {
+                    item["namespace"] = json!(namespace);
+                    item["name"] = json!(inner);
+                }
+                None => item["name"] = json!(name),
+            }
+            let created = json!({"id": "resp_fake_tool", "object": "response", "created_at": 0,
+                "status": "in_progress", "model": "mock-model", "output": []});
+            let mut done = created.clone();
+            done["status"] = json!("completed");
+            done["output"] = json!([item]);
+            done["usage"] = json!({"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 10});
+            [
+                json!({"type": "response.created", "response": created}),
+                json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+                json!({"type": "response.completed", "response": done}),
+            ]
+            .iter()
+            .map(|event| {
+                format!(
+                    "event: {}\ndata: {event}\n\n",
+                    event["type"].as_str().unwrap_or("")
+                )
+            })
+            .collect::<String>()
+        }
+        OpenAiApi::ChatCompletions => {
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "chatcmpl_fake_tool", "object": "chat.completion.chunk", "created": 0,
+                    "model": "mock-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            };
+            let call = json!({"index": 0, "id": "call_fake", "type": "function",
+                "function": {"name": name, "arguments": arguments}});
+            let events = [
+                chunk(
+                    json!({"role": "assistant", "content": null, "tool_calls": [call]}),
+                    Value::Null,
+                ),
+                chunk(json!({}), json!("tool_calls")),
+                json!({"id": "chatcmpl_fake_tool", "object": "chat.completion.chunk", "created": 0,
+                    "model": "mock-model", "choices": [],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}),
+            ];
             let mut text: String = events
                 .iter()
                 .map(|event| format!("data: {event}\n\n"))

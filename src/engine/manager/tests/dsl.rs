@@ -1,6 +1,6 @@
 //! Scripts run through the engine that pin the DSL's edges: rejections a script floats and
 //! never handles, `checkpoint()` and helper options, `verify`'s lenses and `gate`'s
-//! feedback, image attachments as content blocks, a refused `structuredOutputTool`, and
+//! feedback, image attachments as content blocks, the `structuredOutputTool` flag, and
 //! the agent timeout ceiling the limits echo. The runner answers at once and keeps every
 //! turn's content blocks.
 
@@ -190,20 +190,21 @@ async fn unknown_checkpoint_options_are_refused_by_name() {
     );
 }
 
-#[tokio::test]
-async fn a_structured_output_tool_is_refused_naming_it() {
-    let (world, _) = recording_world();
-    let message = world
-        .refusal(
-            "export const meta = { name: 'dsl', description: 'd', model: 'mine', \
-             backends: { mine: { command: 'mine-acp', structuredOutputTool: true } } };\n\
-             return await agent('hi');",
-        )
-        .await;
-    assert!(
-        message.contains("meta.backends.mine.structuredOutputTool: true is not supported"),
-        "{message}"
-    );
+/// `structuredOutputTool: false` reaches the routed backend, so its calls are offered no
+/// `StructuredOutput` tool; `true` and leaving it out both offer it.
+#[test]
+fn a_backends_structured_output_tool_flag_reaches_its_spec() {
+    let script = crate::engine::script::analyze(
+        b"export const meta = { name: 'dsl', description: 'd', model: 'off', backends: { \
+          off: { command: 'a', structuredOutputTool: false }, \
+          on: { command: 'b', structuredOutputTool: true }, bare: { command: 'c' } } };\n\
+          return await agent('hi');",
+    )
+    .expect("the script is accepted");
+    let backends = crate::engine::prepare::declared_backends(&script);
+    assert!(!backends["off"].structured_output_tool);
+    assert!(backends["on"].structured_output_tool);
+    assert!(backends["bare"].structured_output_tool);
 }
 
 #[tokio::test]
