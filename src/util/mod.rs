@@ -4,6 +4,7 @@
 
 pub mod process;
 pub(crate) mod safe_file;
+pub(crate) mod socket_owner;
 pub(crate) mod sync;
 
 use std::io::Write;

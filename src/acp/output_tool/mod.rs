@@ -6,7 +6,8 @@
 //! `mcpServers` entry. Each registration has its own unguessable path (128 random bits), so
 //! one server serves every call and an agent reaches only its own call's tool; any other
 //! path, a request from a browser page (one carrying `Origin`), a method other than POST and
-//! a body over [`MAX_BODY`] are refused. The server binds 127.0.0.1 on first use, runs on a
+//! a body over [`MAX_BODY`] are refused, and a connection another local user opened (as the
+//! kernel names its owner, `util::socket_owner`) is closed before a byte is read. The server binds 127.0.0.1 on first use, runs on a
 //! thread of its own (so it outlives no runtime it was not started on) and stops when the
 //! last handle to it is dropped. What [`mcp`] accepts is kept in the registration until the
 //! session takes it; dropping the registration retires its path.
@@ -208,6 +209,10 @@ async fn serve(listener: StdListener, inner: Weak<Inner>, stop: CancellationToke
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) if from_another_user(&listener, peer) => {
+                    drop(stream);
+                    continue;
+                }
                 Ok((stream, _)) => stream,
                 Err(error) => {
                     tracing::warn!(%error, "the output tool's server failed to accept");
@@ -227,6 +232,19 @@ async fn serve(listener: StdListener, inner: Weak<Inner>, stop: CancellationToke
             }
             drop(permit);
         });
+    }
+}
+
+/// Whether the kernel says another local user opened this connection: refused before a byte
+/// is read. Where the kernel cannot be asked, the call's secret path is the guard.
+fn from_another_user(listener: &tokio::net::TcpListener, peer: std::net::SocketAddr) -> bool {
+    let Ok(local) = listener.local_addr() else {
+        return true;
+    };
+    match crate::util::socket_owner::socket_owner(local, peer) {
+        Ok(Some(uid)) => uid != nix::unistd::geteuid().as_raw(),
+        Ok(None) => true,
+        Err(_) => false,
     }
 }
 

@@ -209,3 +209,57 @@ async fn send_chunked(url: &str, body: &[u8]) -> (u16, String) {
         .expect("a status line");
     (status, text)
 }
+
+/// Another local user who knows a call's path still gets nothing: the connection is closed
+/// before a byte is read, and the call's answer stays unset. Needs root to start a process
+/// as `nobody` (CI runs as root).
+#[tokio::test]
+async fn another_local_user_is_refused_even_with_the_path() {
+    use std::os::unix::process::CommandExt;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test starts a process as another user and needs root (CI runs as root)"
+    );
+    let tools = OutputTools::default();
+    let registration = tools.register(&verdict_schema()).expect("register");
+    let message = call(json!({"verdict": "pass", "score": 1})).to_string();
+    let program = r#"
+import sys, urllib.request
+request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), method="POST",
+    headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+try:
+    print(urllib.request.urlopen(request, timeout=30).status)
+except Exception as error:
+    print("refused: %s" % type(error).__name__)
+"#;
+    let url = registration.url().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", program, &url, &message])
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("run python3 as nobody")
+    })
+    .await
+    .expect("join");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.starts_with("refused"),
+        "{said}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(registration.take(), None);
+    // The same request from this user is taken.
+    let (status, _) = rpc(
+        registration.url(),
+        call(json!({"verdict": "pass", "score": 1})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        registration.take(),
+        Some(json!({"verdict": "pass", "score": 1}))
+    );
+}
