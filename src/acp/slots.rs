@@ -1,0 +1,273 @@
+//! Per-backend concurrency caps: a backend's `maxConcurrent` in `AGENTPRISM_BACKENDS` bounds
+//! how many agent sessions it holds at once across every run of the process, so one
+//! account's rate limit is not met by as many parallel calls as the scripts make. A session
+//! that finds its backend full waits for a slot before it takes an agent process, in the
+//! order the sessions asked (tokio's semaphore is fair); it tells its observer while it waits,
+//! so status shows the call waiting, and dropping the wait (a cancel or stop) leaves the queue
+//! at once. The slot is held by the open session and freed when it closes. Probes take none:
+//! they prompt nothing.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::runner::{
+    AgentFailure, AgentObserver, AgentSession, AgentUpdate, TurnOutput, TurnRequest,
+};
+use crate::env::{self, EnvSnapshot};
+
+/// The key of a backend entry that caps its concurrent sessions.
+pub(crate) const KEY: &str = "maxConcurrent";
+
+/// The caps `AGENTPRISM_BACKENDS` sets, by backend name in ASCII lower case (built-ins
+/// included: an entry naming a built-in may set only this key). Errors name the variable,
+/// the backend and the key.
+pub(crate) fn caps_from_env(env: &EnvSnapshot) -> Result<BTreeMap<String, u32>, String> {
+    let mut caps = BTreeMap::new();
+    let Some(text) = env.non_empty(env::BACKENDS) else {
+        return Ok(caps);
+    };
+    let declared: Value = serde_json::from_str(text)
+        .map_err(|error| format!("{} is not valid JSON: {error}", env::BACKENDS))?;
+    let Some(object) = declared.as_object() else {
+        return Ok(caps);
+    };
+    for (name, entry) in object {
+        if let Some(cap) = cap_of(env::BACKENDS, name, entry)? {
+            if caps.insert(name.to_ascii_lowercase(), cap).is_some() {
+                return Err(format!(
+                    "{}: backend {name:?} is declared twice (names ignore case)",
+                    env::BACKENDS
+                ));
+            }
+        }
+    }
+    Ok(caps)
+}
+
+/// The `maxConcurrent` of one backend entry from `source`: absent or `null` is no cap; else
+/// a whole number from 1 up.
+pub(crate) fn cap_of(source: &str, name: &str, entry: &Value) -> Result<Option<u32>, String> {
+    let Some(value) = entry.get(KEY).filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    value
+        .as_u64()
+        .filter(|&cap| cap >= 1)
+        .and_then(|cap| u32::try_from(cap).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "{source}: backend {name:?}: field `{KEY}` must be a whole number from 1 to {} \
+                 (got {value})",
+                u32::MAX
+            )
+        })
+}
+
+/// The slots of every capped backend, shared by every session the runner opens.
+pub(crate) struct BackendSlots {
+    caps: BTreeMap<String, u32>,
+    /// One semaphore per capped backend, made on first use.
+    open: Mutex<BTreeMap<String, Arc<Semaphore>>>,
+}
+
+impl BackendSlots {
+    pub(crate) fn new(caps: BTreeMap<String, u32>) -> BackendSlots {
+        BackendSlots {
+            caps,
+            open: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A slot of `backend`, waiting for one when all are taken (and telling `observer` what
+    /// it waits for, then that it stopped waiting); `None` for a backend without a cap.
+    /// Cancel-safe: a dropped wait gives up its place in the queue.
+    pub(crate) async fn take(
+        &self,
+        backend: &str,
+        observer: &dyn AgentObserver,
+    ) -> Option<OwnedSemaphorePermit> {
+        let key = backend.to_ascii_lowercase();
+        let cap = *self.caps.get(&key)?;
+        let semaphore = {
+            let mut open = self
+                .open
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            open.entry(key)
+                .or_insert_with(|| Arc::new(Semaphore::new(cap as usize)))
+                .clone()
+        };
+        // A fair semaphore hands a free permit to an earlier waiter first, so taking one
+        // without queueing is only right when nobody waits.
+        if let Ok(permit) = semaphore.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        observer.update(AgentUpdate::SlotWait(Some(format!(
+            "a {backend} slot ({cap} in use)"
+        ))));
+        let permit = semaphore.acquire_owned().await.ok();
+        observer.update(AgentUpdate::SlotWait(None));
+        permit
+    }
+}
+
+/// An open session that holds a slot of its backend until it closes or is dropped.
+pub(crate) struct SlottedSession {
+    pub(crate) session: Box<dyn AgentSession>,
+    pub(crate) _slot: OwnedSemaphorePermit,
+}
+
+#[async_trait]
+impl AgentSession for SlottedSession {
+    async fn prompt(
+        &mut self,
+        turn: TurnRequest,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutput, AgentFailure> {
+        self.session.prompt(turn, cancel).await
+    }
+
+    fn session_ref(&self) -> Option<Value> {
+        self.session.session_ref()
+    }
+
+    async fn close(self: Box<Self>) {
+        let SlottedSession { session, _slot } = *self;
+        session.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::runner::{PermissionOutcome, PermissionRequest};
+
+    fn caps_of(backends: &str) -> Result<BTreeMap<String, u32>, String> {
+        caps_from_env(&EnvSnapshot::from_pairs([(env::BACKENDS, backends)]))
+    }
+
+    #[test]
+    fn caps_are_read_per_backend_and_default_to_none() {
+        let caps = caps_of(r#"{"claude":{"maxConcurrent":4},"Mine":{"command":"m","maxConcurrent":1},"other":{"command":"o"},"nulled":{"command":"n","maxConcurrent":null}}"#)
+            .expect("caps");
+        assert_eq!(
+            caps,
+            BTreeMap::from([("claude".to_owned(), 4), ("mine".to_owned(), 1)])
+        );
+        assert!(
+            caps_from_env(&EnvSnapshot::default())
+                .expect("none")
+                .is_empty()
+        );
+        let largest = caps_of(&format!(
+            r#"{{"a":{{"command":"a","maxConcurrent":{}}}}}"#,
+            u32::MAX
+        ));
+        assert_eq!(largest.expect("largest")["a"], u32::MAX);
+    }
+
+    #[test]
+    fn a_cap_that_is_not_a_whole_number_from_1_is_refused_naming_backend_and_key() {
+        for bad in [
+            "0",
+            "-1",
+            "1.5",
+            "\"4\"",
+            "true",
+            "[]",
+            "{}",
+            "4294967296",
+            "1e3",
+        ] {
+            let error = caps_of(&format!(
+                r#"{{"mine":{{"command":"m","maxConcurrent":{bad}}}}}"#
+            ))
+            .expect_err(bad);
+            assert!(
+                error.contains("AGENTPRISM_BACKENDS")
+                    && error.contains("\"mine\"")
+                    && error.contains("`maxConcurrent`"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_backend_capped_twice_in_two_spellings_is_refused() {
+        let error = caps_of(r#"{"claude":{"maxConcurrent":1},"CLAUDE":{"maxConcurrent":2}}"#)
+            .expect_err("twice");
+        assert!(error.contains("declared twice"), "{error}");
+    }
+
+    /// What a waiting session told its observer.
+    #[derive(Default)]
+    struct Told(Mutex<Vec<Option<String>>>);
+
+    #[async_trait]
+    impl AgentObserver for Told {
+        fn update(&self, update: AgentUpdate) {
+            if let AgentUpdate::SlotWait(waiting) = update {
+                self.0.lock().unwrap().push(waiting);
+            }
+        }
+
+        async fn request_permission(&self, _request: PermissionRequest) -> PermissionOutcome {
+            PermissionOutcome::Cancelled
+        }
+    }
+
+    #[tokio::test]
+    async fn waiters_get_slots_in_the_order_they_asked_and_a_dropped_wait_leaves_the_queue() {
+        let slots = Arc::new(BackendSlots::new(BTreeMap::from([("mock".to_owned(), 1)])));
+        let quiet = Told::default();
+        let first = slots.take("Mock", &quiet).await.expect("a free slot");
+        assert!(
+            quiet.0.lock().unwrap().is_empty(),
+            "a free slot is not waited for"
+        );
+        assert!(slots.take("uncapped", &quiet).await.is_none());
+
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let told = Arc::new(Told::default());
+        let mut waiters = Vec::new();
+        for name in ["second", "third"] {
+            let (slots, observer, order) = (slots.clone(), told.clone(), order_tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let slot = slots.take("mock", observer.as_ref()).await;
+                order.send(name).unwrap();
+                drop(slot);
+            }));
+            // Each waiter is queued before the next one asks.
+            let expected = waiters.len();
+            while told.0.lock().unwrap().len() < expected {
+                tokio::task::yield_now().await;
+            }
+        }
+        let abandoned = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.take("mock", &Told::default()).await.is_some() })
+        };
+        tokio::task::yield_now().await;
+        abandoned.abort();
+        drop(first);
+        assert_eq!(order_rx.recv().await, Some("second"));
+        assert_eq!(order_rx.recv().await, Some("third"));
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        let told = told.0.lock().unwrap().clone();
+        assert_eq!(told.iter().flatten().count(), 2);
+        assert_eq!(told[0].as_deref(), Some("a mock slot (1 in use)"));
+        assert_eq!(told.iter().filter(|waiting| waiting.is_none()).count(), 2);
+        assert!(
+            slots.take("mock", &Told::default()).await.is_some(),
+            "the abandoned wait kept no slot"
+        );
+    }
+}
