@@ -6,6 +6,7 @@ mod adapter_effort;
 mod adapters;
 mod admission;
 mod architecture;
+mod backend_caps;
 mod budget;
 mod changes;
 mod cli;
