@@ -8,7 +8,7 @@
 //! they prompt nothing.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -37,13 +37,13 @@ pub(crate) fn caps_from_env(env: &EnvSnapshot) -> Result<BTreeMap<String, u32>, 
         return Ok(caps);
     };
     for (name, entry) in object {
-        if let Some(cap) = cap_of(env::BACKENDS, name, entry)? {
-            if caps.insert(name.to_ascii_lowercase(), cap).is_some() {
-                return Err(format!(
-                    "{}: backend {name:?} is declared twice (names ignore case)",
-                    env::BACKENDS
-                ));
-            }
+        if let Some(cap) = cap_of(env::BACKENDS, name, entry)?
+            && caps.insert(name.to_ascii_lowercase(), cap).is_some()
+        {
+            return Err(format!(
+                "{}: backend {name:?} is declared twice (names ignore case)",
+                env::BACKENDS
+            ));
         }
     }
     Ok(caps)
@@ -71,17 +71,17 @@ pub(crate) fn cap_of(source: &str, name: &str, entry: &Value) -> Result<Option<u
 
 /// The slots of every capped backend, shared by every session the runner opens.
 pub(crate) struct BackendSlots {
-    caps: BTreeMap<String, u32>,
-    /// One semaphore per capped backend, made on first use.
-    open: Mutex<BTreeMap<String, Arc<Semaphore>>>,
+    /// Each capped backend's cap and its semaphore, by lower-case name.
+    slots: BTreeMap<String, (u32, Arc<Semaphore>)>,
 }
 
 impl BackendSlots {
     pub(crate) fn new(caps: BTreeMap<String, u32>) -> BackendSlots {
-        BackendSlots {
-            caps,
-            open: Mutex::new(BTreeMap::new()),
-        }
+        let slots = caps
+            .into_iter()
+            .map(|(name, cap)| (name, (cap, Arc::new(Semaphore::new(cap as usize)))))
+            .collect();
+        BackendSlots { slots }
     }
 
     /// A slot of `backend`, waiting for one when all are taken (and telling `observer` what
@@ -92,26 +92,16 @@ impl BackendSlots {
         backend: &str,
         observer: &dyn AgentObserver,
     ) -> Option<OwnedSemaphorePermit> {
-        let key = backend.to_ascii_lowercase();
-        let cap = *self.caps.get(&key)?;
-        let semaphore = {
-            let mut open = self
-                .open
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
-            open.entry(key)
-                .or_insert_with(|| Arc::new(Semaphore::new(cap as usize)))
-                .clone()
-        };
-        // A fair semaphore hands a free permit to an earlier waiter first, so taking one
-        // without queueing is only right when nobody waits.
+        let (cap, semaphore) = self.slots.get(&backend.to_ascii_lowercase())?;
+        // The semaphore hands a released permit straight to its first waiter, so a free one
+        // means nobody waits, and taking it jumps no queue.
         if let Ok(permit) = semaphore.clone().try_acquire_owned() {
             return Some(permit);
         }
         observer.update(AgentUpdate::SlotWait(Some(format!(
             "a {backend} slot ({cap} in use)"
         ))));
-        let permit = semaphore.acquire_owned().await.ok();
+        let permit = semaphore.clone().acquire_owned().await.ok();
         observer.update(AgentUpdate::SlotWait(None));
         permit
     }
@@ -147,6 +137,8 @@ impl AgentSession for SlottedSession {
 mod tests {
     use super::*;
     use crate::engine::runner::{PermissionOutcome, PermissionRequest};
+    use crate::util::sync::Lock;
+    use std::sync::Mutex;
 
     fn caps_of(backends: &str) -> Result<BTreeMap<String, u32>, String> {
         caps_from_env(&EnvSnapshot::from_pairs([(env::BACKENDS, backends)]))
@@ -213,7 +205,7 @@ mod tests {
     impl AgentObserver for Told {
         fn update(&self, update: AgentUpdate) {
             if let AgentUpdate::SlotWait(waiting) = update {
-                self.0.lock().unwrap().push(waiting);
+                self.0.locked().push(waiting);
             }
         }
 
@@ -227,10 +219,7 @@ mod tests {
         let slots = Arc::new(BackendSlots::new(BTreeMap::from([("mock".to_owned(), 1)])));
         let quiet = Told::default();
         let first = slots.take("Mock", &quiet).await.expect("a free slot");
-        assert!(
-            quiet.0.lock().unwrap().is_empty(),
-            "a free slot is not waited for"
-        );
+        assert!(quiet.0.locked().is_empty(), "a free slot is not waited for");
         assert!(slots.take("uncapped", &quiet).await.is_none());
 
         let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -245,7 +234,7 @@ mod tests {
             }));
             // Each waiter is queued before the next one asks.
             let expected = waiters.len();
-            while told.0.lock().unwrap().len() < expected {
+            while told.0.locked().len() < expected {
                 tokio::task::yield_now().await;
             }
         }
@@ -261,7 +250,7 @@ mod tests {
         for waiter in waiters {
             waiter.await.unwrap();
         }
-        let told = told.0.lock().unwrap().clone();
+        let told = told.0.locked().clone();
         assert_eq!(told.iter().flatten().count(), 2);
         assert_eq!(told[0].as_deref(), Some("a mock slot (1 in use)"));
         assert_eq!(told.iter().filter(|waiting| waiting.is_none()).count(), 2);
