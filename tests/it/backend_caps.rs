@@ -217,3 +217,39 @@ fn stopping_a_run_that_waits_for_a_slot_ends_it_at_once() {
         "a stopped call reached the agent"
     );
 }
+
+/// A call's `timeoutMs` bounds its turn, not its wait for a slot: a call that waited longer
+/// than its timeout still gets its answer once it holds the slot.
+#[test]
+fn the_wait_for_a_slot_does_not_count_against_the_calls_timeout() {
+    let world = capped_world(1);
+    let release = world.context.path("release");
+    std::fs::create_dir_all(&release).unwrap();
+    let mut host = Host::start(&world);
+    let holder = host.start_run(&world, &fan_out(&release, &["held"]));
+    eventually("the first run's call holds the slot", || {
+        prompted(&world) == ["held"]
+    });
+    let script = "export const meta = { name: 'patient', description: 'd', model: 'mock' };\n\
+                  return await agent('patient', {timeoutMs: 1000});\n";
+    let patient = host.start_run(&world, script);
+    host.until("the call waits for the slot", |host| {
+        host.calls_in(&patient, "waiting").len() == 1
+    });
+    // What is under test is time passing: the wait outlasts the call's timeout.
+    let waited_from = Instant::now();
+    while waited_from.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(host.calls_in(&patient, "waiting").len(), 1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(release.join("held"), "").unwrap();
+    eventually("the patient run completes", || {
+        world.context.status(&patient)["status"] == "completed"
+    });
+    let status = world.context.status(&patient);
+    assert_eq!(status["calls"][0]["errorCode"], Value::Null, "{status}");
+    assert!(status["calls"][0]["resultPreview"].is_string(), "{status}");
+    eventually("the first run completes", || {
+        world.context.status(&holder)["status"] == "completed"
+    });
+}
