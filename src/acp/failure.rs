@@ -87,10 +87,15 @@ pub(crate) fn rpc_failure(
             reset::reset_at(&format!("{message} {data_text}")).and_then(reset::unix_ms);
         return failure;
     }
-    execution(with_stderr(
+    let mut failure = execution(with_stderr(
         format!("backend {backend}: {method} failed: {message} (code {code})"),
         stderr_tail,
-    ))
+    ));
+    failure.retry_after = reset::retry_after(
+        &format!("{message} {data_text}"),
+        std::time::SystemTime::now(),
+    );
+    failure
 }
 
 /// A turn that timed out: `auth_required` when the adapter's stderr during the turn shows a

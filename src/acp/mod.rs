@@ -10,7 +10,7 @@
 //! to the engine's failure kinds (with `advice` for failures that show a setup problem), and
 //! `chatter` keeps adapter warnings and retry notices out of answers. A probe's report of the
 //! session it opened is put together by `catalog`, with pi's own model preferences from
-//! `pi_scope`.
+//! `pi_scope`. `slots` holds a session back while its backend's concurrency cap is reached.
 
 mod advice;
 pub(crate) mod catalog;
@@ -29,8 +29,10 @@ pub(crate) mod reaper;
 pub(crate) mod registry;
 mod reset;
 mod session;
+pub(crate) mod slots;
 pub(crate) mod stderr;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +68,9 @@ pub struct AcpConfig {
     pub base_env: EnvSnapshot,
     /// Reaper and group records; the default has neither (see [`process::Supervision`]).
     pub supervision: process::Supervision,
+    /// Sessions each backend may hold at once across every run (`maxConcurrent`), by
+    /// backend name in lower case; a backend not named has no cap.
+    pub caps: BTreeMap<String, u32>,
 }
 
 impl AcpConfig {
@@ -79,12 +84,14 @@ impl AcpConfig {
             idle_ttl: Some(idle::DEFAULT_IDLE_TTL),
             base_env,
             supervision: process::Supervision::default(),
+            caps: BTreeMap::new(),
         }
     }
 
-    /// Reads `AGENTPRISM_ACP_POOL_SIZE`, `AGENTPRISM_ACP_INIT_TIMEOUT_MS` and
-    /// `AGENTPRISM_ACP_IDLE_TTL_MS` (`0`: idle processes stay); `env` is also the agents'
-    /// base environment. Errors name the variable.
+    /// Reads `AGENTPRISM_ACP_POOL_SIZE`, `AGENTPRISM_ACP_INIT_TIMEOUT_MS`,
+    /// `AGENTPRISM_ACP_IDLE_TTL_MS` (`0`: idle processes stay) and the backends'
+    /// `maxConcurrent` in `AGENTPRISM_BACKENDS`; `env` is also the agents' base environment.
+    /// Errors name the variable (and the backend and key).
     pub fn from_env(env: &EnvSnapshot) -> Result<AcpConfig, String> {
         let mut config = AcpConfig::new(env.clone());
         let pool_size = env.u64_or(env::ACP_POOL_SIZE, 1)?;
@@ -95,6 +102,7 @@ impl AcpConfig {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
+        config.caps = slots::caps_from_env(env)?;
         Ok(config)
     }
 }
@@ -103,11 +111,13 @@ impl AcpConfig {
 pub struct AcpRunner {
     pool: pool::Pool,
     output_tools: output_tool::OutputTools,
+    slots: slots::BackendSlots,
 }
 
 impl AcpRunner {
     pub fn new(config: AcpConfig) -> AcpRunner {
         AcpRunner {
+            slots: slots::BackendSlots::new(config.caps.clone()),
             pool: pool::Pool::new(config),
             output_tools: output_tool::OutputTools::default(),
         }
@@ -139,8 +149,16 @@ impl AgentRunner for AcpRunner {
         spec: SessionSpec,
         observer: Arc<dyn AgentObserver>,
     ) -> Result<Box<dyn AgentSession>, AgentFailure> {
+        // The slot comes first, so a waiting call holds no agent process.
+        let slot = self.slots.take(&spec.backend.id, observer.as_ref()).await;
         let (session, _) = self.open(&spec, observer).await?;
-        Ok(Box::new(session))
+        Ok(match slot {
+            Some(slot) => Box::new(slots::SlottedSession {
+                session: Box::new(session),
+                _slot: slot,
+            }),
+            None => Box::new(session),
+        })
     }
 
     async fn probe(&self, backend: &BackendSpec, model: Option<&str>, cwd: &Path) -> ProbeReport {

@@ -1,13 +1,16 @@
 //! The backend registry: the four built-ins resolved from their command variables and the
 //! snapshot's `PATH`, custom backends from `AGENTPRISM_BACKENDS`, and approved script
 //! backends from `meta.backends`. Names are looked up ASCII case-insensitively; built-in and
-//! host names are reserved so a script can never shadow a command the operator chose.
+//! host names are reserved so a script can never shadow a command the operator chose. An
+//! `AGENTPRISM_BACKENDS` entry may also set a backend's `maxConcurrent` (`slots`), and an entry
+//! naming a built-in may set only that.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
 
+use crate::acp::slots;
 use crate::engine::runner::{BackendOrigin, BackendSpec};
 use crate::env::{self, EnvSnapshot};
 
@@ -50,15 +53,21 @@ impl BackendRegistry {
                 .map_err(|error| format!("{} is not valid JSON: {error}", env::BACKENDS))?;
             let object = declared.as_object().ok_or_else(|| {
                 format!(
-                    "{} must be a JSON object of {{name: {{command, args?, env?, sessionMeta?}}}}",
+                    "{} must be a JSON object of {{name: {{command, args?, env?, sessionMeta?, maxConcurrent?}}}}",
                     env::BACKENDS
                 )
             })?;
             for (name, entry) in object {
+                slots::cap_of(env::BACKENDS, name, entry)?;
                 if is_builtin(name) {
+                    if only_a_cap(entry) {
+                        continue;
+                    }
                     return Err(format!(
-                        "{}: backend name {name:?} is reserved for the built-in backend",
-                        env::BACKENDS
+                        "{}: backend name {name:?} is reserved for the built-in backend \
+                         (an entry for it may set only `{}`)",
+                        env::BACKENDS,
+                        slots::KEY
                     ));
                 }
                 if backends.iter().any(|b| b.id.eq_ignore_ascii_case(name)) {
@@ -129,6 +138,13 @@ impl BackendRegistry {
         let value = env.get(env::DEFAULT_BACKEND)?;
         self.get(value.trim()).or_else(|| self.get("claude"))
     }
+}
+
+/// An entry that sets nothing but a built-in's concurrency cap.
+fn only_a_cap(entry: &Value) -> bool {
+    entry
+        .as_object()
+        .is_some_and(|fields| !fields.is_empty() && fields.keys().all(|key| key == slots::KEY))
 }
 
 fn is_builtin(name: &str) -> bool {
@@ -338,6 +354,18 @@ mod tests {
         items.iter().map(|item| item.to_string()).collect()
     }
 
+    /// An entry naming a built-in that sets only its cap leaves the built-in as it is.
+    #[test]
+    fn a_built_in_entry_with_only_a_cap_keeps_the_built_in() {
+        let plain = BackendRegistry::from_env(&env_with(&[("PATH", "")])).expect("registry");
+        let capped = BackendRegistry::from_env(&env_with(&[
+            ("PATH", ""),
+            (env::BACKENDS, r#"{"Claude": {"maxConcurrent": 4}}"#),
+        ]))
+        .expect("registry");
+        assert_eq!(capped, plain);
+    }
+
     #[test]
     fn builtins_fall_back_to_npx_and_opencode_acp_with_empty_path() {
         let registry = BackendRegistry::from_env(&env_with(&[("PATH", "")])).expect("registry");
@@ -529,6 +557,23 @@ mod tests {
                 vec!["AGENTPRISM_BACKENDS", "\"Codex\"", "reserved"],
             ),
             (r#"{"PI": {"command": "c"}}"#, vec!["\"PI\"", "reserved"]),
+            (
+                r#"{"claude": {"command": "c", "maxConcurrent": 2}}"#,
+                vec!["\"claude\"", "reserved", "`maxConcurrent`"],
+            ),
+            (r#"{"claude": {}}"#, vec!["\"claude\"", "reserved"]),
+            (
+                r#"{"claude": {"maxConcurrent": 0}}"#,
+                vec!["AGENTPRISM_BACKENDS", "\"claude\"", "`maxConcurrent`"],
+            ),
+            (
+                r#"{"x": {"command": "c", "maxConcurrent": -2}}"#,
+                vec!["\"x\"", "`maxConcurrent`", "-2"],
+            ),
+            (
+                r#"{"x": {"command": "c", "maxConcurrent": 2.5}}"#,
+                vec!["\"x\"", "`maxConcurrent`", "2.5"],
+            ),
             (
                 r#"{"a": {"command": "c"}, "A": {"command": "d"}}"#,
                 vec!["\"A\"", "twice"],

@@ -218,10 +218,14 @@ fn call_changes(call: &Value) -> Option<CallChanges> {
 
 /// One call of `status`: index, label, and its state or error.
 fn call_line(call: &Value) -> String {
+    let waiting_for = call.get("waitingFor").and_then(Value::as_str);
     let state = call
         .get("status")
         .and_then(Value::as_str)
-        .map(str::to_owned)
+        .map(|state| match (state, waiting_for) {
+            ("waiting", Some(what)) => format!("waiting for {what}"),
+            _ => state.to_owned(),
+        })
         .or_else(|| {
             let code = call.get("errorCode").and_then(Value::as_str)?;
             Some(match call.get("errorMessage").and_then(Value::as_str) {
@@ -434,6 +438,9 @@ mod tests {
     fn a_call_line_shows_attempts_beyond_the_first() {
         let live = json!({"index": 0, "label": "review", "status": "running", "attempt": 2});
         assert!(call_line(&live).ends_with("running (attempt 2)"));
+        let waiting = json!({"index": 3, "label": "review", "status": "waiting",
+            "waitingFor": "a claude slot (4 in use)", "attempt": 1});
+        assert!(call_line(&waiting).ends_with("waiting for a claude slot (4 in use)"));
         let settled = json!({"index": 1, "label": "fix", "attempts": 3});
         assert!(call_line(&settled).ends_with("done (3 attempts)"));
         let once = json!({"index": 2, "label": "x", "attempts": 1});

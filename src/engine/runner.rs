@@ -168,6 +168,9 @@ pub enum AgentUpdate {
     Notice(String),
     /// Anything else, by its `sessionUpdate` tag.
     Other(String),
+    /// Before the session opens, its backend's concurrency cap is reached: `Some` says what
+    /// the call waits for ("a claude slot (4 in use)"), `None` that the wait is over.
+    SlotWait(Option<String>),
 }
 
 /// A permission request from the agent, as the broker shows it.

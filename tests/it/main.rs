@@ -8,6 +8,7 @@ mod adapters_structured;
 mod admission;
 mod architecture;
 mod auto_resume;
+mod backend_caps;
 mod budget;
 mod changes;
 mod cli;

@@ -9,11 +9,15 @@
 //!   time the clock shows it, in the named IANA zone or else in local time.
 //!
 //! The parser is pure: the present and the zone rules come from the caller, so tests fix both.
-//! The zone rules the daemon uses are the system's tz database ([`zoneinfo`]).
+//! The zone rules the daemon uses are the system's tz database ([`zoneinfo`]). A failure that
+//! is retried rather than paused reads only the provider's `retry-after` ([`retry_after`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod retry_after;
 mod zoneinfo;
+
+pub(crate) use retry_after::retry_after;
 
 /// A zone's offset from UTC in seconds at a UTC instant (Unix seconds): `zone` is an IANA
 /// name, or `None` for local time. `None` back means the zone is unknown.

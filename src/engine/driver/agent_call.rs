@@ -321,6 +321,7 @@ impl Driver {
                 model: model_shown,
                 backend_id: Some(route.backend.id.clone()),
                 state: "queued",
+                waiting_for: None,
                 timeout_ms: task.timeout.as_millis() as u64,
                 attempt: 1,
             },

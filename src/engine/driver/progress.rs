@@ -147,6 +147,19 @@ impl Driver {
                 let Some(call) = self.in_flight.get_mut(&index) else {
                     return;
                 };
+                if let AgentUpdate::SlotWait(waiting) = update {
+                    // The backend's concurrency cap holds the call back (`acp::slots`): only
+                    // status shows it, and the call is running again once it has a slot.
+                    if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
+                        entry.state = if waiting.is_some() {
+                            "waiting"
+                        } else {
+                            "running"
+                        };
+                        entry.waiting_for = waiting;
+                    }
+                    return;
+                }
                 if let AgentUpdate::Notice(message) = &update {
                     // Adapter chatter (acp::chatter): an event of its own, never the answer.
                     let fields =

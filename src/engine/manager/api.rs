@@ -87,8 +87,11 @@ pub struct LiveCallStatus {
     pub timeout_ms: u64,
     /// The attempt under way, from 1.
     pub attempt: u32,
-    /// `queued` or `running`.
+    /// `queued`, `waiting` (for a slot of its backend's concurrency cap) or `running`.
     pub status: &'static str,
+    /// What a `waiting` call waits for: "a claude slot (4 in use)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// The answer to `stop`: the run's status after the stop, with what the stop did.

@@ -75,6 +75,7 @@ impl Engine {
                 timeout_ms: call.timeout_ms,
                 attempt: call.attempt,
                 status: call.state,
+                waiting_for: call.waiting_for.clone(),
             })
             .collect();
         Some(LiveStatus {
@@ -145,6 +146,7 @@ pub(super) fn live_view_of(live: &Value) -> Option<LiveView> {
             let text = |key: &str| call.get(key).and_then(Value::as_str).map(str::to_owned);
             let state = match call.get("status").and_then(Value::as_str) {
                 Some("queued") => "queued",
+                Some("waiting") => "waiting",
                 _ => "running",
             };
             Some((
@@ -155,6 +157,7 @@ pub(super) fn live_view_of(live: &Value) -> Option<LiveView> {
                     model: text("model"),
                     backend_id: text("backendId"),
                     state,
+                    waiting_for: text("waitingFor"),
                     timeout_ms: call.get("timeoutMs").and_then(Value::as_u64).unwrap_or(0),
                     attempt: call
                         .get("attempt")

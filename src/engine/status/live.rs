@@ -17,7 +17,7 @@ pub(crate) struct LiveView {
     pub current_phase: Option<String>,
     /// The run's usage including calls settled in this generation.
     pub usage: Usage,
-    /// Calls not yet settled: index → (label, phase, model, "queued"|"running").
+    /// Calls not yet settled: index → (label, phase, model, "queued"|"waiting"|"running").
     pub calls: BTreeMap<u32, LiveCall>,
     /// The latest progress of any call, status's `latestActivity`.
     pub latest_activity: Option<Value>,
@@ -53,8 +53,11 @@ pub(crate) struct LiveCall {
     pub model: Option<String>,
     /// The backend the call was routed to.
     pub backend_id: Option<String>,
-    /// `"queued"` until the call holds a concurrency permit, then `"running"`.
+    /// `"queued"` until the call holds a permit of the run's concurrency, then `"running"`,
+    /// or `"waiting"` while its backend's concurrency cap holds it back.
     pub state: &'static str,
+    /// What a `"waiting"` call waits for: "a claude slot (4 in use)".
+    pub waiting_for: Option<String>,
     /// The call's effective per-attempt timeout.
     pub timeout_ms: u64,
     /// The attempt under way (or waited for after a failed one), from 1.

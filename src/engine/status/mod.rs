@@ -145,9 +145,13 @@ pub struct CallEntry {
     pub backend_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
-    /// `queued` or `running`, for a live call.
+    /// `queued`, `waiting` or `running`, for a live call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<&'static str>,
+    /// What a `waiting` call waits for: a slot of its backend's concurrency cap, "a claude
+    /// slot (4 in use)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
     pub result_preview: Option<Value>,
     pub result_redacted: bool,
     pub result_truncated: bool,
@@ -386,6 +390,7 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
             backend_id: call.backend_id.clone(),
             timeout_ms: None,
             status: None,
+            waiting_for: None,
             attempt: None,
             attempts: call.attempts.filter(|_| call.kind == CallKind::Agent),
             result_redacted: shown.as_ref().is_some_and(|p| p.redacted),
@@ -411,6 +416,7 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
                 backend_id: call.backend_id.clone(),
                 timeout_ms: Some(call.timeout_ms),
                 status: Some(call.state),
+                waiting_for: call.waiting_for.clone(),
                 attempt: Some(call.attempt),
                 attempts: None,
                 result_preview: None,

@@ -64,6 +64,7 @@ fn entry(index: u32, label: String, preview: Option<Value>) -> CallEntry {
         backend_id: Some("codex".into()),
         timeout_ms: None,
         status: None,
+        waiting_for: None,
         attempt: None,
         attempts: Some(1),
         result_preview: preview,
