@@ -28,6 +28,7 @@ pub(crate) mod reaper;
 pub(crate) mod registry;
 mod reset;
 mod session;
+mod verdict;
 pub(crate) mod stderr;
 
 use std::path::Path;
