@@ -91,36 +91,55 @@ pub(crate) fn rpc_failure(
     }
 }
 
-/// A turn that timed out: `auth_required` or `usage_limit` when the adapter's stderr during
-/// the turn shows a rejected credential or a reached limit (an adapter that retries
-/// internally only says so there), else a timeout with `message`.
+/// A turn that timed out: `auth_required` or `usage_limit` when what the agent recorded of
+/// the turn (`recorded`: the provider error from its session file or transcript, as message
+/// and data) or its stderr during the turn shows a rejected credential or a reached limit
+/// (an adapter that retries internally says so nowhere else), else a timeout with `message`.
 pub(crate) fn timeout_failure(
     backend: &str,
     message: String,
     stderr_during_turn: &str,
+    recorded: Option<(String, Option<Value>)>,
     init_auth_methods: &[Value],
 ) -> AgentFailure {
+    let (recorded_message, recorded_data) = recorded.unwrap_or_default();
     let evidence = Evidence {
+        code: None,
+        message: &recorded_message,
+        data: recorded_data.as_ref(),
         stderr: stderr_during_turn,
-        ..Evidence::default()
+    };
+    let what = if recorded_message.is_empty() {
+        message
+    } else {
+        format!(
+            "{message}; the agent recorded: {}",
+            head(&recorded_message, MESSAGE_LIMIT)
+        )
     };
     match verdict::classify(&evidence) {
         Verdict::AuthRequired => auth_required(
             backend,
             with_stderr(
-                format!("backend {backend} requires authentication ({message})"),
+                format!("backend {backend} requires authentication ({what})"),
                 stderr_during_turn,
             ),
             init_auth_methods,
         ),
-        Verdict::UsageLimit => usage_limit(
-            with_stderr(
-                format!("backend {backend} hit a usage limit ({message})"),
-                stderr_during_turn,
-            ),
-            &[stderr_during_turn],
-        ),
-        Verdict::Other => AgentFailure::new(FailureKind::Timeout, message),
+        Verdict::UsageLimit => {
+            let data_text = recorded_data
+                .as_ref()
+                .map(Value::to_string)
+                .unwrap_or_default();
+            usage_limit(
+                with_stderr(
+                    format!("backend {backend} hit a usage limit ({what})"),
+                    stderr_during_turn,
+                ),
+                &[&recorded_message, &data_text, stderr_during_turn],
+            )
+        }
+        Verdict::Other => AgentFailure::new(FailureKind::Timeout, what),
     }
 }
 
@@ -303,9 +322,73 @@ mod tests {
             r#"API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}} · Retrying in 2 seconds"#,
             r#"Error: 401 {"error":{"message":"Incorrect API key provided: sk-test","type":"invalid_request_error","code":"invalid_api_key"}}"#,
         ] {
-            let failure = timeout_failure("claude", "the turn timed out".into(), stderr, &[]);
+            let failure = timeout_failure("claude", "the turn timed out".into(), stderr, None, &[]);
             assert_eq!(failure.kind, FailureKind::AuthRequired, "{stderr}");
             assert!(failure.auth_context.is_some());
+        }
+    }
+
+    /// Claude Code retrying a 401 writes each attempt to its transcript and nothing to
+    /// stderr; a 429 that ended the turn is there as the synthetic error message.
+    #[test]
+    fn a_timeout_with_a_recorded_provider_error_pauses() {
+        let retrying = (
+            r#"API Error (retrying): 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#.to_owned(),
+            Some(json!({"status": 401})),
+        );
+        let failure = timeout_failure("claude", "timed out".into(), "", Some(retrying), &[]);
+        assert_eq!(
+            failure.kind,
+            FailureKind::AuthRequired,
+            "{}",
+            failure.message
+        );
+        let limited = (
+            "API Error: Request rejected (429) · please try again in 2 hours".to_owned(),
+            Some(json!({"status": 429, "errorKind": "rate_limit"})),
+        );
+        let failure = timeout_failure("claude", "timed out".into(), "", Some(limited), &[]);
+        assert_eq!(failure.kind, FailureKind::UsageLimit, "{}", failure.message);
+        assert!(failure.reset_at.is_some(), "{failure:?}");
+        let other = (
+            "API Error: 500 overloaded".to_owned(),
+            Some(json!({"status": 500})),
+        );
+        let failure = timeout_failure("claude", "timed out".into(), "", Some(other), &[]);
+        assert_eq!(failure.kind, FailureKind::Timeout);
+    }
+
+    /// The kinds claude-agent-acp and codex-acp put in the error data decide, whatever the
+    /// words: an authentication kind with a message no wording table knows, a limit kind
+    /// whose provider text talks about keys.
+    #[test]
+    fn adapter_error_kinds_decide_before_the_words() {
+        let cases = [
+            (
+                "Internal error: API Error: Invalid bearer token",
+                json!({"errorKind": "authentication_failed"}),
+                FailureKind::AuthRequired,
+            ),
+            (
+                "Internal error",
+                json!({"message": "Your access token could not be refreshed", "codex_error_info": "unauthorized"}),
+                FailureKind::AuthRequired,
+            ),
+            (
+                "Internal error: API Error: Request rejected · this key was rate limited after authentication failed twice",
+                json!({"errorKind": "rate_limit"}),
+                FailureKind::UsageLimit,
+            ),
+        ];
+        for (message, data, kind) in cases {
+            let failure = rpc_failure(
+                "claude",
+                "session/prompt",
+                remote(-32603, message, Some(data)),
+                &[],
+                "",
+            );
+            assert_eq!(failure.kind, kind, "{message}");
         }
     }
 
@@ -315,6 +398,7 @@ mod tests {
             "claude",
             "timed out".into(),
             "read 401 lines of main.rs",
+            None,
             &[],
         );
         assert_eq!(failure.kind, FailureKind::Timeout);

@@ -28,6 +28,7 @@ pub(crate) mod reaper;
 pub(crate) mod registry;
 mod reset;
 mod session;
+mod transcript;
 mod verdict;
 pub(crate) mod stderr;
 
