@@ -56,7 +56,7 @@ fn tail(path: &Path) -> Option<String> {
 }
 
 /// The newest error entry in `text` that no user prompt or real answer follows.
-fn last_error(text: &str) -> Option<(String, Value)> {
+pub(crate) fn last_error(text: &str) -> Option<(String, Value)> {
     for line in text.lines().rev() {
         // The first line of a cut tail is partial; it fails to parse and is skipped.
         let Ok(entry) = serde_json::from_str::<Value>(line) else {

@@ -92,8 +92,7 @@ macro_rules! failure_tests {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn an_anthropic_401_without_retry_headers_pauses_auth_required() {
-                super::an_anthropic_401_without_retry_headers_pauses_auth_required($backend)
-                    .await;
+                super::an_anthropic_401_without_retry_headers_pauses_auth_required($backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,3 +148,113 @@ fn stderr_decides_before_message_words_and_numbers_never_do() {
         assert_eq!(classify(&evidence), Verdict::Other, "{message}");
     }
 }
+
+/// The turns an adapter left unanswered, or answered with an empty `end_turn` (pi-acp always
+/// drops pi's error; both leave a turn open at times): the provider error the agent wrote to
+/// its own session file or transcript gets the verdict of the provider's status.
+#[test]
+fn recorded_session_files_of_unreported_failures_get_the_verdict() {
+    let mut judged = 0;
+    for (name, fixture) in fixtures() {
+        if fixture["prompt"].get("error").is_some() {
+            continue;
+        }
+        let Some(files) = fixture["sessionFiles"].as_object() else {
+            continue;
+        };
+        for line in files.values().filter_map(Value::as_str) {
+            let (message, data) = if name.starts_with("claude") {
+                crate::acp::transcript::last_error(line).expect("a recorded error")
+            } else {
+                let entry: Value = serde_json::from_str(line).expect("a pi entry");
+                let message = entry["message"]["errorMessage"]
+                    .as_str()
+                    .expect("errorMessage");
+                (message.to_owned(), Value::Null)
+            };
+            let evidence = Evidence {
+                message: &message,
+                data: Some(&data).filter(|data| !data.is_null()),
+                ..Evidence::default()
+            };
+            assert_eq!(classify(&evidence), expected(&fixture), "{name}: {message}");
+            judged += 1;
+        }
+    }
+    assert!(judged >= 6, "only {judged} recorded session files");
+}
+
+/// The reset moment, where the adapter passes one on: codex turns the body's `resets_at` into
+/// "try again at <clock time>", pi's session file keeps the whole body. claude-agent-acp
+/// passes on neither the body's reset nor `anthropic-ratelimit-unified-reset`.
+#[test]
+fn recorded_usage_limits_carry_the_reset_moment_the_adapter_passes_on() {
+    let all = fixtures();
+    let fixture = |name: &str| {
+        all.iter()
+            .find(|(file, _)| file == name)
+            .map(|(_, fixture)| fixture.clone())
+            .unwrap_or_else(|| panic!("no fixture {name}"))
+    };
+    let error = |fixture: &Value| crate::acp::connection::RpcError::Remote {
+        code: fixture["prompt"]["error"]["code"].as_i64().expect("code"),
+        message: fixture["prompt"]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .to_owned(),
+        data: fixture["prompt"]["error"].get("data").cloned(),
+    };
+    let codex = crate::acp::failure::rpc_failure(
+        "codex",
+        "session/prompt",
+        error(&fixture("codex-openai-429.json")),
+        &[],
+        "",
+    );
+    assert!(codex.reset_at.is_some(), "{codex:?}");
+    assert!(
+        codex
+            .reset_hint
+            .is_some_and(|hint| hint.starts_with("try again at")),
+        "codex hint"
+    );
+    let claude = crate::acp::failure::rpc_failure(
+        "claude",
+        "session/prompt",
+        error(&fixture("claude-anthropic-429.json")),
+        &[],
+        "",
+    );
+    assert_eq!(
+        (claude.kind, claude.reset_at),
+        (crate::engine::runner::FailureKind::UsageLimit, None)
+    );
+    let pi = fixture("pi-openai-429.json");
+    let line = pi["sessionFiles"]
+        .as_object()
+        .and_then(|files| files.values().next())
+        .and_then(Value::as_str)
+        .expect("pi's session file");
+    let entry: Value = serde_json::from_str(line).expect("a pi entry");
+    let message = entry["message"]["errorMessage"]
+        .as_str()
+        .expect("errorMessage")
+        .to_owned();
+    let pi = crate::acp::failure::rpc_failure(
+        "pi",
+        "session/prompt",
+        crate::acp::connection::RpcError::Remote {
+            code: -32603,
+            message,
+            data: None,
+        },
+        &[],
+        "",
+    );
+    assert_eq!(
+        pi.kind,
+        crate::engine::runner::FailureKind::UsageLimit,
+        "{pi:?}"
+    );
+    assert!(pi.reset_at.is_some(), "{pi:?}");
+}
