@@ -7,8 +7,19 @@
 //! never ends the turn); a run never completes with `null` for it. What each adapter does is
 //! in `docs/adapters.md`; the adapters' recorded answers are in `tests/fixtures/failures/`.
 
-use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
 
+use agentprism::acp::AcpRunner;
+use agentprism::engine::runner::{
+    AgentObserver, AgentRunner, AgentUpdate, FailureKind, PermissionOutcome, PermissionRequest,
+    TurnRequest,
+};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::acp::{config, mock_backend, session_spec};
 use crate::adapters::{Backend, Context, Outcome, header};
 
 /// The call's time limit: long enough for every adapter to start and report a failure it
@@ -78,6 +89,84 @@ async fn an_anthropic_rate_limit_pauses_usage_limit(backend: Backend) {
     .await;
     assert_eq!(status["reason"], "usage_limit", "{status:#}");
     context.assert_no_processes_left().await;
+}
+
+struct Quiet;
+
+#[async_trait]
+impl AgentObserver for Quiet {
+    fn update(&self, _update: AgentUpdate) {}
+
+    async fn request_permission(&self, _request: PermissionRequest) -> PermissionOutcome {
+        std::future::pending().await
+    }
+}
+
+/// claude-agent-acp answering a provider failure with an empty `end_turn` (the form its users
+/// report for usage limits), or not at all while Claude Code retries: the mock agent, named
+/// as claude-agent-acp, writes the error to the session's Claude Code transcript the way the
+/// CLI does and ends the turn empty, or hangs. The call fails `usage_limit` with the reset
+/// moment of the message, and `auth_required` at its time limit, instead of an empty answer or
+/// a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_turns_that_report_nothing_are_judged_by_the_transcript() {
+    let home = tempfile::tempdir().expect("home");
+    let home_path = home.path().display().to_string();
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend(
+        "claude",
+        &[
+            (
+                "MOCK_ACP_AGENT_NAME",
+                "@agentclientprotocol/claude-agent-acp",
+            ),
+            ("HOME", &home_path),
+        ],
+    );
+    let limit = json!({"type": "assistant", "isApiErrorMessage": true, "apiErrorStatus": 429,
+        "error": "rate_limit", "message": {"model": "<synthetic>", "content": [{"type": "text",
+        "text": "API Error: Request rejected (429) · usage limit reached, try again in 2 hours"}]}});
+    let retrying = json!({"type": "system", "subtype": "api_error", "error": {"status": 401,
+        "message": "401 {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\"}}"},
+        "retryInMs": 5000, "retryAttempt": 2, "maxRetries": 10});
+    let turns = [
+        (
+            format!("@mock claude_transcript {limit}\n@mock reply "),
+            Duration::from_secs(20),
+            FailureKind::UsageLimit,
+        ),
+        (
+            format!("@mock claude_transcript {retrying}\n@mock hang"),
+            Duration::from_millis(500),
+            FailureKind::AuthRequired,
+        ),
+    ];
+    for (text, timeout, kind) in turns {
+        let mut session = tokio::time::timeout(
+            Duration::from_secs(20),
+            runner.open_session(session_spec(&backend), Arc::new(Quiet)),
+        )
+        .await
+        .expect("open in time")
+        .expect("open");
+        let request = TurnRequest {
+            prompt: vec![json!({"type": "text", "text": text})],
+            meta: None,
+            timeout,
+        };
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            session.prompt(request, CancellationToken::new()),
+        )
+        .await
+        .expect("the turn ends in time");
+        let failure = answer.expect_err("the recorded provider error fails the turn");
+        assert_eq!(failure.kind, kind, "{failure:?}");
+        if kind == FailureKind::UsageLimit {
+            assert!(failure.reset_at.is_some(), "{failure:?}");
+        }
+    }
+    runner.shutdown(Duration::from_secs(3)).await;
 }
 
 macro_rules! failure_tests {
