@@ -119,6 +119,9 @@ struct Settings {
     /// `MOCK_ACP_MCP_HTTP=1`: `initialize` advertises `mcpCapabilities.http`, so a client may
     /// pass HTTP MCP servers, which `@mock mcp_call` calls.
     mcp_http: bool,
+    /// `MOCK_ACP_AGENT_NAME`: the `agentInfo.name` of `initialize` (`mock-acp-agent`), so a
+    /// test can be taken for a real adapter (`@agentclientprotocol/claude-agent-acp`).
+    agent_name: String,
 }
 
 impl Settings {
@@ -153,6 +156,7 @@ impl Settings {
             reopen: var("MOCK_ACP_LOAD_SESSION").as_deref() != Some("0"),
             load_unknown: var("MOCK_ACP_LOAD_UNKNOWN").as_deref() == Some("1"),
             mcp_http: var("MOCK_ACP_MCP_HTTP").as_deref() == Some("1"),
+            agent_name: var("MOCK_ACP_AGENT_NAME").unwrap_or_else(|| "mock-acp-agent".to_owned()),
         }
     }
 }
@@ -526,7 +530,7 @@ impl Agent {
                 "name": "Mock login",
                 "description": "Accepted by the mock agent without credentials",
             }],
-            "agentInfo": { "name": "mock-acp-agent", "version": "0.1.0" },
+            "agentInfo": { "name": self.settings.agent_name, "version": "0.1.0" },
         }))
     }
 
@@ -983,6 +987,21 @@ impl Turn<'_> {
                 process::exit(2);
             }
             "stderr" => eprintln!("{args}"),
+            // `@mock claude_transcript <JSON line>`: appends the line to this session's Claude
+            // Code transcript (`$HOME/.claude/projects/mock/<session id>.jsonl`), where
+            // claude-agent-acp's CLI records provider errors it does not report.
+            "claude_transcript" => {
+                let home = std::env::var("HOME").unwrap_or_default();
+                let folder = Path::new(&home).join(".claude/projects/mock");
+                let written = std::fs::create_dir_all(&folder).and_then(|()| {
+                    let path = folder.join(format!("{}.jsonl", self.session_id));
+                    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+                    writeln!(file, "{}", args.trim())
+                });
+                written.map_err(|error| {
+                    RpcError::invalid_params(format!("@mock claude_transcript: {error}"))
+                })?;
+            }
             // `@mock env NAME...`: replies with `{"NAME": value-or-null, ...}`, so a test can
             // see exactly what an agent inherited.
             "env" => {

@@ -1,20 +1,15 @@
-//! How ACP errors become [`AgentFailure`]s. ACP has one dedicated code the engine cares about
-//! (-32000, auth required), but real adapters report a provider's 401/403 in their own words
-//! as -32603, and usage limits have no code at all, so both are also recognised from the forms
-//! the four built-in adapters were seen to use (`docs/adapters.md` lists them):
-//!
-//! - auth: claude-agent-acp "Invalid API key · Fix external API key" / "Failed to
-//!   authenticate"; opencode "invalid x-api-key" (the provider's own message); codex-acp
-//!   "unexpected status 401 Unauthorized: …" in `data.message` after its reconnects.
-//! - usage limit: claude "API Error: Request rejected (429) …" with `errorKind:"rate_limit"`;
-//!   codex `codex_error_info:"usage_limit_exceeded"` "… Try again at 9:38 AM."; a 429 body's
-//!   `resets_in_seconds` or a `retry-after` quoted in the text.
+//! How ACP errors and failed turns become [`AgentFailure`]s. [`crate::acp::verdict`] decides
+//! whether one is a rejected credential (`auth_required`), a usage limit or something else,
+//! structured codes first; this module builds the failure: the auth methods to offer, when a
+//! limit lifts (a hint in words and a moment), the agent's stderr and setup advice for
+//! anything else. `docs/adapters.md` lists how each built-in adapter reports 401s and 429s.
 //!
 //! Messages are bounded because they end up in run events and journals.
 
 use serde_json::Value;
 
-use crate::acp::connection::{RpcError, codes};
+use crate::acp::connection::RpcError;
+use crate::acp::verdict::{self, Evidence, Verdict};
 use crate::acp::{advice, reset};
 use crate::engine::runner::{AgentFailure, FailureKind};
 use crate::model::{AuthContext, AuthMethod};
@@ -62,62 +57,112 @@ pub(crate) fn rpc_failure(
         } => (code, message, data),
     };
     let message = head(&message, MESSAGE_LIMIT);
-    let data_text = data.as_ref().map(Value::to_string).unwrap_or_default();
-    if code == codes::AUTH_REQUIRED || is_auth_failure(&message, &data_text) {
-        let advertised = data
-            .as_ref()
-            .and_then(|data| data.get("authMethods"))
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(init_auth_methods);
-        let mut failure = AgentFailure::new(
-            FailureKind::AuthRequired,
-            format!("backend {backend} requires authentication ({method}): {message}"),
-        );
-        failure.auth_context = Some(Box::new(auth_context(backend, advertised)));
-        return failure;
+    let evidence = Evidence {
+        code: Some(code),
+        message: &message,
+        data: data.as_ref(),
+        stderr: stderr_tail,
+    };
+    match verdict::classify(&evidence) {
+        Verdict::AuthRequired => {
+            let advertised = data
+                .as_ref()
+                .and_then(|data| data.get("authMethods"))
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or(init_auth_methods);
+            auth_required(
+                backend,
+                format!("backend {backend} requires authentication ({method}): {message}"),
+                advertised,
+            )
+        }
+        Verdict::UsageLimit => {
+            let data_text = data.as_ref().map(Value::to_string).unwrap_or_default();
+            usage_limit(
+                format!("backend {backend} hit a usage limit ({method}): {message}"),
+                &[&message, &data_text],
+            )
+        }
+        Verdict::Other => {
+            let data_text = data.as_ref().map(Value::to_string).unwrap_or_default();
+            let mut failure = execution(with_stderr(
+                format!("backend {backend}: {method} failed: {message} (code {code})"),
+                stderr_tail,
+            ));
+            failure.retry_after = reset::retry_after(
+                &format!("{message} {data_text}"),
+                std::time::SystemTime::now(),
+            );
+            failure
+        }
     }
-    if is_usage_limit(&message, &data_text) {
-        let mut failure = AgentFailure::new(
-            FailureKind::UsageLimit,
-            format!("backend {backend} hit a usage limit ({method}): {message}"),
-        );
-        failure.reset_hint = reset_hint(&message).or_else(|| reset_hint(&data_text));
-        failure.reset_at =
-            reset::reset_at(&format!("{message} {data_text}")).and_then(reset::unix_ms);
-        return failure;
-    }
-    let mut failure = execution(with_stderr(
-        format!("backend {backend}: {method} failed: {message} (code {code})"),
-        stderr_tail,
-    ));
-    failure.retry_after = reset::retry_after(
-        &format!("{message} {data_text}"),
-        std::time::SystemTime::now(),
-    );
-    failure
 }
 
-/// A turn that timed out: `auth_required` when the adapter's stderr during the turn shows a
-/// rejected credential (an adapter that retries a 401 internally only says so there), else
-/// a timeout with `message`.
+/// A turn that timed out: `auth_required` or `usage_limit` when what the agent recorded of
+/// the turn (`recorded`: the provider error from its session file or transcript, as message
+/// and data) or its stderr during the turn shows a rejected credential or a reached limit
+/// (an adapter that retries internally says so nowhere else), else a timeout with `message`.
 pub(crate) fn timeout_failure(
     backend: &str,
     message: String,
     stderr_during_turn: &str,
+    recorded: Option<(String, Option<Value>)>,
     init_auth_methods: &[Value],
 ) -> AgentFailure {
-    if !is_auth_failure(stderr_during_turn, "") {
-        return AgentFailure::new(FailureKind::Timeout, message);
-    }
-    let mut failure = AgentFailure::new(
-        FailureKind::AuthRequired,
-        with_stderr(
-            format!("backend {backend} requires authentication ({message})"),
-            stderr_during_turn,
+    let (recorded_message, recorded_data) = recorded.unwrap_or_default();
+    let evidence = Evidence {
+        code: None,
+        message: &recorded_message,
+        data: recorded_data.as_ref(),
+        stderr: stderr_during_turn,
+    };
+    let what = if recorded_message.is_empty() {
+        message
+    } else {
+        format!(
+            "{message}; the agent recorded: {}",
+            head(&recorded_message, MESSAGE_LIMIT)
+        )
+    };
+    match verdict::classify(&evidence) {
+        Verdict::AuthRequired => auth_required(
+            backend,
+            with_stderr(
+                format!("backend {backend} requires authentication ({what})"),
+                stderr_during_turn,
+            ),
+            init_auth_methods,
         ),
-    );
-    failure.auth_context = Some(Box::new(auth_context(backend, init_auth_methods)));
+        Verdict::UsageLimit => {
+            let data_text = recorded_data
+                .as_ref()
+                .map(Value::to_string)
+                .unwrap_or_default();
+            usage_limit(
+                with_stderr(
+                    format!("backend {backend} hit a usage limit ({what})"),
+                    stderr_during_turn,
+                ),
+                &[&recorded_message, &data_text, stderr_during_turn],
+            )
+        }
+        Verdict::Other => AgentFailure::new(FailureKind::Timeout, what),
+    }
+}
+
+fn auth_required(backend: &str, message: String, methods: &[Value]) -> AgentFailure {
+    let mut failure = AgentFailure::new(FailureKind::AuthRequired, message);
+    failure.auth_context = Some(Box::new(auth_context(backend, methods)));
+    failure
+}
+
+/// A usage-limit failure with the reset hint and moment from the first of `sources` that
+/// says when the limit lifts.
+fn usage_limit(message: String, sources: &[&str]) -> AgentFailure {
+    let mut failure = AgentFailure::new(FailureKind::UsageLimit, message);
+    failure.reset_hint = sources.iter().find_map(|text| reset_hint(text));
+    failure.reset_at = reset::reset_at(&sources.join(" ")).and_then(reset::unix_ms);
     failure
 }
 
@@ -140,50 +185,6 @@ pub(crate) fn auth_context(backend: &str, methods: &[Value]) -> AuthContext {
         backend_id: backend.to_owned(),
         methods,
     }
-}
-
-/// A provider's 401/403 in the words an adapter passes on. Only wordings that cannot describe
-/// anything but rejected credentials count: a bare "401" elsewhere in a message (a line
-/// number, a token count) must not pause a run.
-pub(crate) fn is_auth_failure(message: &str, data: &str) -> bool {
-    let text = format!("{message} {data}").to_ascii_lowercase();
-    [
-        "invalid api key",
-        "invalid x-api-key",
-        "invalid_api_key",
-        "incorrect api key",
-        "api key is invalid",
-        "fix external api key",
-        "failed to authenticate",
-        "authentication_error",
-        "authentication failed",
-        "401 unauthorized",
-        "status 401",
-        "(401)",
-        "401:",
-        "403 forbidden",
-        "status 403",
-        "(403)",
-        "403:",
-        "permission_error",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
-}
-
-/// Whether a failure text (an error, or the whole text of a turn that ended without an
-/// answer) says the provider's usage limit was hit.
-pub(crate) fn is_usage_limit(message: &str, data: &str) -> bool {
-    let text = format!("{message} {data}").to_ascii_lowercase();
-    [
-        "usage limit",
-        "usage_limit",
-        "rate limit",
-        "rate_limit",
-        "429",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
 }
 
 /// When the limit lifts, if the provider said: a number of seconds in a body (`resets_in_seconds`,
@@ -329,9 +330,73 @@ mod tests {
             r#"API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}} · Retrying in 2 seconds"#,
             r#"Error: 401 {"error":{"message":"Incorrect API key provided: sk-test","type":"invalid_request_error","code":"invalid_api_key"}}"#,
         ] {
-            let failure = timeout_failure("claude", "the turn timed out".into(), stderr, &[]);
+            let failure = timeout_failure("claude", "the turn timed out".into(), stderr, None, &[]);
             assert_eq!(failure.kind, FailureKind::AuthRequired, "{stderr}");
             assert!(failure.auth_context.is_some());
+        }
+    }
+
+    /// Claude Code retrying a 401 writes each attempt to its transcript and nothing to
+    /// stderr; a 429 that ended the turn is there as the synthetic error message.
+    #[test]
+    fn a_timeout_with_a_recorded_provider_error_pauses() {
+        let retrying = (
+            r#"API Error (retrying): 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#.to_owned(),
+            Some(json!({"status": 401})),
+        );
+        let failure = timeout_failure("claude", "timed out".into(), "", Some(retrying), &[]);
+        assert_eq!(
+            failure.kind,
+            FailureKind::AuthRequired,
+            "{}",
+            failure.message
+        );
+        let limited = (
+            "API Error: Request rejected (429) · please try again in 2 hours".to_owned(),
+            Some(json!({"status": 429, "errorKind": "rate_limit"})),
+        );
+        let failure = timeout_failure("claude", "timed out".into(), "", Some(limited), &[]);
+        assert_eq!(failure.kind, FailureKind::UsageLimit, "{}", failure.message);
+        assert!(failure.reset_at.is_some(), "{failure:?}");
+        let other = (
+            "API Error: 500 overloaded".to_owned(),
+            Some(json!({"status": 500})),
+        );
+        let failure = timeout_failure("claude", "timed out".into(), "", Some(other), &[]);
+        assert_eq!(failure.kind, FailureKind::Timeout);
+    }
+
+    /// The kinds claude-agent-acp and codex-acp put in the error data decide, whatever the
+    /// words: an authentication kind with a message no wording table knows, a limit kind
+    /// whose provider text talks about keys.
+    #[test]
+    fn adapter_error_kinds_decide_before_the_words() {
+        let cases = [
+            (
+                "Internal error: API Error: Invalid bearer token",
+                json!({"errorKind": "authentication_failed"}),
+                FailureKind::AuthRequired,
+            ),
+            (
+                "Internal error",
+                json!({"message": "Your access token could not be refreshed", "codex_error_info": "unauthorized"}),
+                FailureKind::AuthRequired,
+            ),
+            (
+                "Internal error: API Error: Request rejected · this key was rate limited after authentication failed twice",
+                json!({"errorKind": "rate_limit"}),
+                FailureKind::UsageLimit,
+            ),
+        ];
+        for (message, data, kind) in cases {
+            let failure = rpc_failure(
+                "claude",
+                "session/prompt",
+                remote(-32603, message, Some(data)),
+                &[],
+                "",
+            );
+            assert_eq!(failure.kind, kind, "{message}");
         }
     }
 
@@ -341,6 +406,7 @@ mod tests {
             "claude",
             "timed out".into(),
             "read 401 lines of main.rs",
+            None,
             &[],
         );
         assert_eq!(failure.kind, FailureKind::Timeout);

@@ -30,6 +30,8 @@ pub(crate) mod registry;
 mod reset;
 mod session;
 pub(crate) mod slots;
+mod transcript;
+mod verdict;
 pub(crate) mod stderr;
 
 use std::collections::BTreeMap;

@@ -29,6 +29,7 @@ use crate::acp::failure::{execution, rpc_failure, with_stderr};
 use crate::acp::idle::{self, Idle};
 use crate::acp::process::{AgentProcess, spawn_agent, wait_exit};
 use crate::acp::stderr::StderrMark;
+use crate::acp::transcript;
 use crate::engine::runner::{AgentFailure, BackendSpec, FailureKind};
 use crate::util::sync::Lock;
 
@@ -62,6 +63,9 @@ pub(crate) struct AgentHost {
     /// pi-acp, which drops a provider's error and ends the turn empty: the error is then read
     /// from pi's session file (see `session::pi_turn_error`).
     pub pi_agent_dir: Option<std::path::PathBuf>,
+    /// Claude Code's config folder, set when the agent is claude-agent-acp, whose transcripts
+    /// show the provider errors of a turn it keeps retrying (`acp::transcript`).
+    pub claude_config_dir: Option<std::path::PathBuf>,
     /// Since when the process has had no session (`None` while it has one): the idle
     /// reaper ends it once that lasted the idle time.
     idle_since: Mutex<Option<Instant>>,
@@ -358,6 +362,10 @@ async fn start_host(
             .eq_ignore_ascii_case("pi-acp")
             .then(|| pi_agent_dir(backend, config))
             .flatten(),
+        claude_config_dir: agent_name
+            .ends_with("claude-agent-acp")
+            .then(|| transcript::claude_config_dir(|name| agent_path(backend, config, name)))
+            .flatten(),
     })
 }
 
@@ -421,16 +429,19 @@ async fn initialize(
 
 /// Where pi keeps its sessions for this backend's environment.
 fn pi_agent_dir(backend: &BackendSpec, config: &AcpConfig) -> Option<std::path::PathBuf> {
-    let variable = |name: &str| {
-        backend
-            .env
-            .get(name)
-            .map(String::as_str)
-            .or_else(|| config.base_env.non_empty(name))
-            .filter(|value| !value.is_empty())
-            .map(std::path::PathBuf::from)
-    };
+    let variable = |name: &str| agent_path(backend, config, name);
     variable("PI_CODING_AGENT_DIR").or_else(|| variable("HOME").map(|home| home.join(".pi/agent")))
+}
+
+/// A path-valued variable of the agent's environment, if set and not empty.
+fn agent_path(backend: &BackendSpec, config: &AcpConfig, name: &str) -> Option<std::path::PathBuf> {
+    backend
+        .env
+        .get(name)
+        .map(String::as_str)
+        .or_else(|| config.base_env.non_empty(name))
+        .filter(|value| !value.is_empty())
+        .map(std::path::PathBuf::from)
 }
 
 /// What [`Pool::acquire`] does, given the open sessions on each live pooled process.

@@ -536,12 +536,11 @@ impl AgentSession for AcpSession {
                     Err(error) => return Err(host.failure("session/prompt", error, began).await),
                 };
                 if text.trim().is_empty()
-                    && let Some(dir) = &host.pi_agent_dir
-                    && let Some(error) = pi_turn_error(dir, &self.session_id).await
+                    && let Some((message, data)) = recorded_turn_error(&host, &self.session_id).await
                 {
                     return Err(host.failure(
                         "session/prompt",
-                        RpcError::Remote { code: -32603, message: error, data: None },
+                        RpcError::Remote { code: -32603, message, data },
                         began,
                     ).await);
                 }
@@ -582,10 +581,12 @@ impl AgentSession for AcpSession {
             // An adapter that retries a rejected key internally never answers; its stderr
             // is the only place the 401 shows.
             let stderr = host.process.stderr_since(began).await;
+            let recorded = recorded_turn_error(&host, &self.session_id).await;
             return Err(crate::acp::failure::timeout_failure(
                 &backend,
                 message,
                 &stderr,
+                recorded,
                 &host.auth_methods,
             ));
         }
@@ -663,6 +664,22 @@ fn finish_turn(host: &AgentHost, result: &Value, text: String) -> Result<TurnOut
         stop_reason,
         usage: parse_usage(result.get("usage")),
     })
+}
+
+/// The provider error of the current turn as the agent recorded it where it does not report
+/// it over ACP: pi's session file, Claude Code's transcript (`acp::transcript`).
+async fn recorded_turn_error(
+    host: &AgentHost,
+    session_id: &str,
+) -> Option<(String, Option<Value>)> {
+    if let Some(dir) = &host.pi_agent_dir {
+        return pi_turn_error(dir, session_id)
+            .await
+            .map(|message| (message, None));
+    }
+    let dir = host.claude_config_dir.as_ref()?;
+    let (message, data) = crate::acp::transcript::claude_turn_error(dir, session_id).await?;
+    Some((message, Some(data)))
 }
 
 /// The provider error of the last turn of pi session `session_id`, from pi's own session file

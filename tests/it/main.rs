@@ -3,6 +3,7 @@ mod a2a;
 mod acp;
 mod acp_stderr;
 mod adapter_effort;
+mod adapter_failures;
 mod adapters;
 mod adapters_structured;
 mod admission;

@@ -14,6 +14,9 @@
 //! the prompt says `MOCK_RETRY_AFTER=<seconds>` (opencode retries a 429 by itself, waiting out
 //! that header each time).
 //!
+//! [`provider_failure`] lists the markers that make a failure use a real provider's words
+//! and headers instead.
+//!
 //! Every answer is derived from the last user text of the request, so a test steers the fake
 //! through its prompt alone: the reply is `MOCK-REPLY: <text>`; a prompt that asks for JSON
 //! (see [`asks_for_json`]; plain prompts should not say "JSON") gets the configured JSON value
@@ -230,6 +233,7 @@ fn respond(state: &State, request: &RecordedRequest) -> Response {
             content_type: "text/plain",
             body: Vec::new(),
             retry_after: None,
+            headers: None,
         },
         ("POST", "/v1/messages") => messages(state, request),
         ("POST", "/v1/responses") => openai(state, request, OpenAiApi::Responses),
@@ -274,6 +278,9 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
     };
     let prompt = last_user_text(&body);
     if let Some(status) = requested_status(state, &prompt) {
+        if let Some(response) = provider_failure(status, &prompt) {
+            return response;
+        }
         if status == 429 {
             return usage_limit_response(&prompt);
         }
@@ -324,6 +331,7 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
             content_type: "text/event-stream",
             body: stream_events(&model, &reply, input_tokens, output_tokens).into_bytes(),
             retry_after: None,
+            headers: None,
         }
     } else {
         json_response(
@@ -480,6 +488,7 @@ fn tool_use(model: &str, name: &str, input: &Value, input_tokens: usize) -> Resp
         content_type: "text/event-stream",
         body: body.into_bytes(),
         retry_after: None,
+        headers: None,
     }
 }
 
@@ -594,6 +603,46 @@ fn usage_limit_response(prompt: &str) -> Response {
     response
 }
 
+/// A failure in a real provider's words and headers, when the prompt asks for one:
+/// `MOCK_WORDING=openai` answers a 401 as OpenAI does (`invalid_api_key`, "Incorrect API key
+/// provided"), `MOCK_LIMIT=rate` a 429 as Anthropic's rate limit (`rate_limit_error`, the
+/// reset moment only in `anthropic-ratelimit-unified-reset`), and `MOCK_PROVIDER_HEADERS`
+/// sends the provider's headers instead of the fake's `x-should-retry: false`: no retry
+/// advice at all, or the `retry-after` of `MOCK_RETRY_AFTER=<seconds>`.
+fn provider_failure(status: u16, prompt: &str) -> Option<Response> {
+    let body = match status {
+        401 if prompt.contains("MOCK_WORDING=openai") => json!({"error": {
+            "message": "Incorrect API key provided: mock. You can find your API key at https://platform.openai.com/account/api-keys.",
+            "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}),
+        401 if prompt.contains("MOCK_PROVIDER_HEADERS") => json!({"type": "error", "error": {
+            "type": "authentication_error", "message": "invalid x-api-key"}}),
+        429 if prompt.contains("MOCK_LIMIT=rate") => json!({"type": "error", "error": {
+            "type": "rate_limit_error",
+            "message": "This request would exceed your account's rate limit. Please try again later."}}),
+        _ => return None,
+    };
+    let mut response = json_response(status, &body);
+    if prompt.contains("MOCK_PROVIDER_HEADERS") {
+        let mut headers = Vec::new();
+        if let Some(seconds) = marked_number(prompt, "MOCK_RETRY_AFTER=") {
+            headers.push(("retry-after", seconds.to_string()));
+        }
+        if status == 429 {
+            let reset = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|now| now.as_secs())
+                .unwrap_or_default()
+                + RESET_SECONDS;
+            headers.push(("anthropic-ratelimit-unified-status", "rejected".to_owned()));
+            headers.push(("anthropic-ratelimit-unified-reset", reset.to_string()));
+        }
+        response.headers = Some(headers);
+    } else {
+        response.retry_after = marked_number(prompt, "MOCK_RETRY_AFTER=");
+    }
+    Some(response)
+}
+
 #[derive(Clone, Copy)]
 enum OpenAiApi {
     Responses,
@@ -608,6 +657,9 @@ fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response 
     };
     let prompt = last_user_text(&body);
     if let Some(status) = requested_status(state, &prompt) {
+        if let Some(response) = provider_failure(status, &prompt) {
+            return response;
+        }
         if status == 429 {
             return usage_limit_response(&prompt);
         }
@@ -700,6 +752,7 @@ fn openai(state: &State, request: &RecordedRequest, api: OpenAiApi) -> Response 
         content_type: "text/event-stream",
         body: body.into_bytes(),
         retry_after: None,
+        headers: None,
     }
 }
 
@@ -791,5 +844,6 @@ fn openai_tool_call(api: OpenAiApi, name: &str, arguments: &Value) -> Response {
         content_type: "text/event-stream",
         body: body.into_bytes(),
         retry_after: None,
+        headers: None,
     }
 }

@@ -41,6 +41,9 @@ pub struct Response {
     /// The `retry-after` of an error answer, in seconds; `None`: [`RATE_LIMIT_RESET_SECONDS`]
     /// for a 429, else 0.
     pub retry_after: Option<u64>,
+    /// The headers of an error answer as a provider sends them, instead of the fake's
+    /// `x-should-retry: false` and `retry-after`.
+    pub headers: Option<Vec<(&'static str, String)>>,
 }
 
 /// What a fake does with the requests it receives.
@@ -229,7 +232,11 @@ async fn write_response(
         response.content_type,
         response.body.len()
     );
-    if response.status != 200 {
+    if let Some(headers) = &response.headers {
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    } else if response.status != 200 {
         // Claude Code retries a 429 ten times with back-off unless told not to; the test of the
         // failure path wants the failure, not a minute of retries. `retry-after: 0` covers a
         // client that ignores `x-should-retry`.
@@ -259,5 +266,6 @@ pub fn json_response(status: u16, body: &Value) -> Response {
         content_type: "application/json",
         body: body.to_string().into_bytes(),
         retry_after: None,
+        headers: None,
     }
 }

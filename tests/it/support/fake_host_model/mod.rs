@@ -689,6 +689,7 @@ fn sse_response(events: &[Value], named: bool) -> Response {
         content_type: "text/event-stream",
         body: body.into_bytes(),
         retry_after: None,
+        headers: None,
     }
 }
 
@@ -698,6 +699,7 @@ fn text_response(status: u16, text: &str) -> Response {
         content_type: "text/plain",
         body: text.as_bytes().to_vec(),
         retry_after: None,
+        headers: None,
     }
 }
 
