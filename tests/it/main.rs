@@ -64,6 +64,7 @@ mod support;
 mod tasks;
 mod tool_policy;
 mod usage_reset;
+mod warm_cost;
 mod warm_resume;
 mod workflow_next;
 mod workflow_tool;

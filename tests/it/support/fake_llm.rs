@@ -6,7 +6,8 @@
 //!
 //! Besides the prompt markers below, [`FakeLlm::fail_with`] makes every model request fail
 //! with one status until it is cleared, so a test can pause a run on a 401 and resume it once
-//! "the credentials are fixed"; `MOCK_DELAY=<ms>` in a prompt delays that reply (a slow call
+//! "the credentials are fixed" ([`FakeLlm::fail_tool_results`] fails only Messages requests
+//! that carry a tool result, cutting a call off after its tool ran); `MOCK_DELAY=<ms>` in a prompt delays that reply (a slow call
 //! to stop), and `MOCK_HOLD` holds it until [`FakeLlm::release_held`], so a test can keep a
 //! call busy for exactly as long as it needs to; [`FakeLlm::until_waiting`] tells when such
 //! requests have arrived. A 429 carries the reset time the way OpenAI does
@@ -63,6 +64,9 @@ struct State {
     json_reply: Value,
     /// When set, every model request fails with this status.
     fail_status: Mutex<Option<u16>>,
+    /// When set, a Messages request that carries a tool result fails with this status: the
+    /// call is cut off after its tool ran.
+    fail_tool_results: Mutex<Option<u16>>,
     requests: Mutex<Vec<RecordedRequest>>,
     /// The prompts of the model requests being delayed or held right now.
     waiting: watch::Sender<Vec<String>>,
@@ -85,6 +89,7 @@ impl FakeLlm {
         let state = Arc::new(State {
             json_reply,
             fail_status: Mutex::new(None),
+            fail_tool_results: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             waiting: watch::Sender::new(Vec::new()),
             released: watch::Sender::new(false),
@@ -106,6 +111,12 @@ impl FakeLlm {
     /// Makes every model request fail with `status` (`None`: answer normally again).
     pub fn fail_with(&self, status: Option<u16>) {
         *lock(&self.state.fail_status) = status;
+    }
+
+    /// Makes every Messages request that carries a tool result fail with `status` (`None`:
+    /// answer them again), so a call is interrupted after its tool ran.
+    pub fn fail_tool_results(&self, status: Option<u16>) {
+        *lock(&self.state.fail_tool_results) = status;
     }
 
     /// Answers the requests held by `MOCK_HOLD`, and those still to come.
@@ -277,6 +288,15 @@ fn messages(state: &State, request: &RecordedRequest) -> Response {
         return error_response(400, "invalid_request_error", "body is not JSON");
     };
     let prompt = last_user_text(&body);
+    if let Some(status) = *lock(&state.fail_tool_results)
+        && tool_result_text(&body).is_some()
+    {
+        return error_response(
+            status,
+            "authentication_error",
+            "fake failure after a tool ran",
+        );
+    }
     if let Some(status) = requested_status(state, &prompt) {
         if let Some(response) = provider_failure(status, &prompt) {
             return response;
