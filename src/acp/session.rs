@@ -262,7 +262,8 @@ pub(crate) async fn open(
 }
 
 /// The channel for a call with an output schema: Claude's own on the built-in Claude
-/// backend (unless the session narrows Claude Code's tools, where none is offered); else the `StructuredOutput` tool, on an agent that advertises HTTP MCP servers and
+/// backend (unless the session narrows Claude Code's tools or its adapter does not forward
+/// the answer, where none is offered); else the `StructuredOutput` tool, on an agent that advertises HTTP MCP servers and
 /// a backend that does not turn the tool off. `None` otherwise, and when the tool's server
 /// cannot start (the call then relies on its prompt alone).
 fn offer_output(host: &AgentHost, spec: &SessionSpec, output_tools: &OutputTools) -> Option<Offer> {
@@ -273,7 +274,9 @@ fn offer_output(host: &AgentHost, spec: &SessionSpec, output_tools: &OutputTools
             .into_iter()
             .flatten()
             .any(|meta| meta.pointer("/claudeCode/options/tools").is_some());
-        return (!narrowed).then(|| Offer::Claude(schema.clone()));
+        // An adapter that does not forward the answer gets the prompt path.
+        let forwards = claude::forwards_results(&host.agent_name);
+        return (!narrowed && forwards).then(|| Offer::Claude(schema.clone()));
     }
     if !spec.backend.structured_output_tool || !host.supports_http_mcp() {
         return None;

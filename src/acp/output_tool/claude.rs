@@ -13,6 +13,16 @@ const SDK_MESSAGE: &str = "_claude/sdkMessage";
 /// The name of the tool Claude Code gives the model for the answer.
 pub(crate) const TOOL_NAME: &str = "StructuredOutput";
 
+/// The adapter that forwards the `result` SDK message (`emitRawSDKMessages`): the
+/// `@agentclientprotocol` package. The older `@zed-industries/claude-agent-acp` ignores the
+/// request, so its answer would never arrive: it gets the prompt path instead.
+const FORWARDING_ADAPTER: &str = "@agentclientprotocol/claude-agent-acp";
+
+/// Whether the agent that `initialize` named hands back the channel's answer.
+pub(crate) fn forwards_results(agent_name: &str) -> bool {
+    agent_name == FORWARDING_ADAPTER
+}
+
 /// The `session/new` `_meta` that asks for `schema`'s structured output and for the `result`
 /// messages that carry it.
 pub(crate) fn session_meta(schema: &Value) -> Value {
