@@ -694,7 +694,6 @@ async fn pi_turn_error(agent_dir: &std::path::Path, session_id: &str) -> Option<
     let sessions = agent_dir.join("sessions");
     let suffix = format!("_{session_id}.jsonl");
     let read = move || -> Option<String> {
-        use std::io::{Read, Seek, SeekFrom};
         for folder in std::fs::read_dir(&sessions).ok()?.flatten() {
             let Ok(files) = std::fs::read_dir(folder.path()) else {
                 continue;
@@ -703,14 +702,7 @@ async fn pi_turn_error(agent_dir: &std::path::Path, session_id: &str) -> Option<
                 if !file.file_name().to_string_lossy().ends_with(&suffix) {
                     continue;
                 }
-                let mut handle = std::fs::File::open(file.path()).ok()?;
-                let length = handle.metadata().ok()?.len();
-                handle
-                    .seek(SeekFrom::Start(length.saturating_sub(64 * 1024)))
-                    .ok()?;
-                let mut bytes = Vec::new();
-                handle.read_to_end(&mut bytes).ok()?;
-                let text = String::from_utf8_lossy(&bytes);
+                let text = super::transcript::tail(&file.path())?;
                 let last: Value = serde_json::from_str(text.lines().last()?).ok()?;
                 let message = last.get("message")?;
                 if message.get("stopReason").and_then(Value::as_str) != Some("error") {

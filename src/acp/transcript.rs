@@ -43,15 +43,20 @@ pub(crate) fn claude_config_dir(variable: impl Fn(&str) -> Option<PathBuf>) -> O
     variable("CLAUDE_CONFIG_DIR").or_else(|| variable("HOME").map(|home| home.join(".claude")))
 }
 
-fn tail(path: &Path) -> Option<String> {
+/// How much of the end of an agent's own record is read: its last turn's entries.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// The last [`TAIL_BYTES`] of the file at `path` (less if it is shorter), however the file
+/// grows meanwhile.
+pub(crate) fn tail(path: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut handle = std::fs::File::open(path).ok()?;
     let length = handle.metadata().ok()?.len();
     handle
-        .seek(SeekFrom::Start(length.saturating_sub(64 * 1024)))
+        .seek(SeekFrom::Start(length.saturating_sub(TAIL_BYTES)))
         .ok()?;
     let mut bytes = Vec::new();
-    handle.read_to_end(&mut bytes).ok()?;
+    handle.take(TAIL_BYTES).read_to_end(&mut bytes).ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 

@@ -1,6 +1,7 @@
 //! The wait between two attempts of an agent call: exponential backoff with jitter (2 s,
 //! doubling, at most 60 s, each wait within ±20%), or the call's own `retryDelayMs`, and
-//! never shorter than a `retry-after` the provider gave. The wait ends at once when the
+//! never shorter than a `retry-after` the provider gave, up to [`MAX_RETRY_AFTER`] (a date
+//! further out would hold the run's call for as long). The wait ends at once when the
 //! call is cancelled. Jitter only moves when the next attempt starts, never what it does.
 
 use std::time::Duration;
@@ -11,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 pub(super) const BASE_DELAY: Duration = Duration::from_secs(2);
 /// No wait is longer, whatever the attempt (a provider's `retry-after` aside).
 pub(super) const MAX_DELAY: Duration = Duration::from_secs(60);
+/// The longest provider `retry-after` honoured; a longer one waits this long.
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(10 * 60);
 /// Each wait is moved by up to this fraction either way.
 const JITTER: f64 = 0.2;
 
@@ -28,14 +31,14 @@ pub(super) struct RetryNotice {
 }
 
 /// The wait after failed attempt `attempt` (from 1): `fixed` when the call gave
-/// `retryDelayMs`, else the backoff; at least `retry_after`.
+/// `retryDelayMs`, else the backoff; at least `retry_after`, up to [`MAX_RETRY_AFTER`].
 pub(super) fn delay(
     attempt: u32,
     fixed: Option<Duration>,
     retry_after: Option<Duration>,
 ) -> Duration {
     let chosen = fixed.unwrap_or_else(|| jittered(backoff(attempt), random_unit()));
-    retry_after.map_or(chosen, |after| chosen.max(after))
+    retry_after.map_or(chosen, |after| chosen.max(after.min(MAX_RETRY_AFTER)))
 }
 
 /// The backoff without jitter: `BASE_DELAY` doubled per earlier failure, at most `MAX_DELAY`.
@@ -105,6 +108,10 @@ mod tests {
             delay(1, fixed, Some(Duration::from_millis(10))),
             Duration::from_millis(50)
         );
+        // A retry-after at the ceiling is honoured; past it, the ceiling is.
+        assert_eq!(delay(1, fixed, Some(MAX_RETRY_AFTER)), MAX_RETRY_AFTER);
+        let days = Some(Duration::from_secs(3 * 24 * 3600));
+        assert_eq!(delay(1, fixed, days), MAX_RETRY_AFTER);
     }
 
     #[tokio::test]
