@@ -81,20 +81,22 @@ fn assert_scheduled(status: &Value) -> SystemTime {
     resume_at
 }
 
+/// Starts, through a daemon of `world`, a run whose call hits a limit that lifts in `seconds`;
+/// waits for its pause and checks its timer. Returns the run id and its resume moment.
+fn paused_with_a_timer(world: &World, name: &str, seconds: u64) -> (String, SystemTime) {
+    let record = world.start();
+    let session = open_session(record.port);
+    let script = script(world, name, seconds, "");
+    let run_id = start(world, record.port, &session, 1, &script);
+    let paused = status_becomes(world, &run_id, "paused");
+    let resume_at = assert_scheduled(&paused);
+    (run_id, resume_at)
+}
+
 #[test]
 fn a_usage_paused_run_resumes_by_itself_at_the_reset() {
     let world = World::new();
-    let record = world.start();
-    let session = open_session(record.port);
-    let run_id = start(
-        &world,
-        record.port,
-        &session,
-        1,
-        &script(&world, "reset", 3, ""),
-    );
-    let paused = status_becomes(&world, &run_id, "paused");
-    let resume_at = assert_scheduled(&paused);
+    let (run_id, resume_at) = paused_with_a_timer(&world, "reset", 3);
 
     // No client call from here on.
     let done = status_becomes(&world, &run_id, "completed");
@@ -117,17 +119,7 @@ fn a_usage_paused_run_resumes_by_itself_at_the_reset() {
 #[test]
 fn the_timer_survives_a_sigkill_of_the_daemon() {
     let world = World::new();
-    let record = world.start();
-    let session = open_session(record.port);
-    let run_id = start(
-        &world,
-        record.port,
-        &session,
-        1,
-        &script(&world, "killed", 2, ""),
-    );
-    let paused = status_becomes(&world, &run_id, "paused");
-    let resume_at = assert_scheduled(&paused);
+    let (run_id, resume_at) = paused_with_a_timer(&world, "killed", 2);
     kill_daemons(&world);
     // The moment passes with no process serving the run.
     wait_for("the resume moment to pass", DEADLINE, || {
