@@ -780,6 +780,26 @@ impl Agent {
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() }));
     }
 
+    /// Writes the start of a message and `mebibytes` MiB of its text, never its end.
+    fn write_unterminated(&self, mebibytes: usize) {
+        let piece = "x".repeat(1 << 20);
+        let mut output = lock(&self.output);
+        let start = r#"{"jsonrpc":"2.0","method":"session/update","params":{"text":""#;
+        if write!(output, "{start}").is_err() {
+            return;
+        }
+        for _ in 0..mebibytes {
+            if output
+                .write_all(piece.as_bytes())
+                .and_then(|()| output.flush())
+                .is_err()
+            {
+                eprintln!("mock-acp-agent: the client stopped reading the endless line");
+                return;
+            }
+        }
+    }
+
     fn send(&self, message: &Value) {
         let line = message.to_string();
         let mut output = lock(&self.output);
@@ -893,6 +913,17 @@ impl Turn<'_> {
                 }
             }
             "hang" => {
+                self.cancel.wait(None);
+                return Ok(Some(self.cancelled()));
+            }
+            // `@mock endless_line MIB`: writes one message that never ends, MIB MiB of it in
+            // 1 MiB pieces with no newline (until the client stops reading), then hangs: what a
+            // broken or hostile agent does to a reader that buffers a line without limit.
+            "endless_line" => {
+                let mebibytes: usize = args
+                    .parse()
+                    .map_err(|_| RpcError::invalid_params("@mock endless_line needs MIB"))?;
+                self.agent.write_unterminated(mebibytes);
                 self.cancel.wait(None);
                 return Ok(Some(self.cancelled()));
             }

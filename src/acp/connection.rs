@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -91,6 +91,9 @@ struct Shared {
     closed: CancellationToken,
     /// Asks the reader to stop (the writer broke); the reader then closes everything.
     broken: CancellationToken,
+    /// Cancelled when the agent sent a message past [`MAX_MESSAGE_BYTES`]: the owner of its
+    /// process stops it.
+    overflowed: CancellationToken,
 }
 
 struct State {
@@ -149,6 +152,7 @@ impl Connection {
             sessions: Mutex::new(HashMap::new()),
             closed: CancellationToken::new(),
             broken: CancellationToken::new(),
+            overflowed: CancellationToken::new(),
         });
         tracker.spawn(write_loop(shared.clone(), writer, outgoing_rx));
         tracker.spawn(read_loop(
@@ -224,6 +228,17 @@ impl Connection {
         let _ = self.shared.outgoing.send(Outgoing::Close);
     }
 
+    /// Cancelled (before the connection closes) when the agent sent a message past
+    /// [`MAX_MESSAGE_BYTES`].
+    pub(crate) fn overflowed(&self) -> CancellationToken {
+        self.shared.overflowed.clone()
+    }
+
+    /// Cancelled once the connection closed, for a task that must end with it.
+    pub(crate) fn closed_token(&self) -> CancellationToken {
+        self.shared.closed.clone()
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.is_cancelled()
     }
@@ -293,20 +308,25 @@ async fn read_loop<R>(
     let mut reader = BufReader::new(reader);
     let mut buffer = Vec::new();
     let mut broken_by_writer = false;
+    let mut overflowed = false;
     loop {
         buffer.clear();
         let read = tokio::select! {
-            read = reader.read_until(b'\n', &mut buffer) => read,
+            read = read_line(&mut reader, &mut buffer, MAX_MESSAGE_BYTES) => read,
             _ = shared.broken.cancelled() => { broken_by_writer = true; break; }
         };
         match read {
-            Ok(0) => break,
-            Ok(_) => {
+            Ok(Line::End) => break,
+            Ok(Line::Complete) => {
                 let line = String::from_utf8_lossy(&buffer);
                 let line = line.trim();
                 if !line.is_empty() {
                     dispatch(&shared, line, &tracker);
                 }
+            }
+            Ok(Line::TooLong) => {
+                overflowed = true;
+                break;
             }
             Err(error) => {
                 tracing::debug!(backend = %shared.backend, %error, "reading from the agent failed");
@@ -314,9 +334,20 @@ async fn read_loop<R>(
             }
         }
     }
-    let mut reason = match close_reason {
-        Some(describe) => describe().await,
-        None => "the agent closed the connection".to_owned(),
+    drop(buffer);
+    let mut reason = if overflowed {
+        // The agent is killed (by whoever owns its process, told through `overflowed`); its
+        // exit says nothing more than this.
+        shared.overflowed.cancel();
+        format!(
+            "the agent sent a message longer than {} MiB, the most agentprism reads; the agent was stopped",
+            MAX_MESSAGE_BYTES >> 20
+        )
+    } else {
+        match close_reason {
+            Some(describe) => describe().await,
+            None => "the agent closed the connection".to_owned(),
+        }
     };
     if broken_by_writer {
         reason = format!("{reason} (writing to it failed)");
@@ -332,6 +363,58 @@ async fn read_loop<R>(
     }
     shared.sessions.locked().clear();
     shared.closed.cancel();
+}
+
+/// The longest message an agent may send: one line of NDJSON, newline excluded. Past it the
+/// connection closes and the agent is stopped, so the daemon never holds more of one message
+/// than this.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
+/// How reading one line ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// The stream ended with nothing (or only a partial line without a newline, which is
+    /// handed on as the last line) read.
+    End,
+    /// A line (with its newline, or the stream's last bytes) is in the buffer.
+    Complete,
+    /// The line grew past the limit before its newline; what was read is dropped.
+    TooLong,
+}
+
+/// Reads one line into `buffer`, holding at most `limit` bytes of it (plus its newline).
+/// Cancel-safe as `read_until` is: every await is `fill_buf`, and what it returned is taken
+/// before the next one.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<Line> {
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(if buffer.is_empty() {
+                Line::End
+            } else {
+                Line::Complete
+            });
+        }
+        let (take, ends) = match available.iter().position(|byte| *byte == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        let body = take - usize::from(ends);
+        if buffer.len() + body > limit {
+            reader.consume(take);
+            buffer.clear();
+            return Ok(Line::TooLong);
+        }
+        buffer.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if ends {
+            return Ok(Line::Complete);
+        }
+    }
 }
 
 /// Routes one inbound message. Never blocks: requests are answered from spawned tasks.
@@ -576,5 +659,49 @@ pub(crate) fn parse_update(update: &Value) -> AgentUpdate {
             None => AgentUpdate::Other(tag.to_owned()),
         },
         other => AgentUpdate::Other(other.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::{Line, read_line};
+
+    /// Reads every line of `input` with `limit`, in pieces of `chunk` bytes.
+    async fn lines(input: &[u8], limit: usize, chunk: usize) -> Vec<(Line, Vec<u8>)> {
+        let reader = tokio::io::BufReader::with_capacity(chunk, input);
+        let mut reader = reader;
+        let mut read = Vec::new();
+        loop {
+            let mut buffer = Vec::new();
+            let line = read_line(&mut reader, &mut buffer, limit).await.unwrap();
+            if line == Line::End {
+                return read;
+            }
+            let stop = line == Line::TooLong;
+            read.push((line, buffer));
+            if stop {
+                return read;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_at_the_limit_is_read_and_one_byte_more_is_refused() {
+        for chunk in [1, 3, 64] {
+            let at = lines(b"abcd\nxy", 4, chunk).await;
+            assert_eq!(
+                at,
+                [
+                    (Line::Complete, b"abcd\n".to_vec()),
+                    (Line::Complete, b"xy".to_vec())
+                ],
+                "chunk {chunk}"
+            );
+            let over = lines(b"abcde\nxy\n", 4, chunk).await;
+            assert_eq!(over, [(Line::TooLong, Vec::new())], "chunk {chunk}");
+            let endless = lines(&[b'x'; 1000], 10, chunk).await;
+            assert_eq!(endless, [(Line::TooLong, Vec::new())], "chunk {chunk}");
+        }
+        assert!(lines(b"", 4, 8).await.is_empty());
     }
 }

@@ -235,6 +235,7 @@ impl Pool {
             Pick::Reuse(index) => (hosts[index].clone(), true),
             Pick::Spawn { pooled } => {
                 let host = Arc::new(start_host(backend, &self.config, &self.tracker).await?);
+                stop_on_overflow(&host, &self.tracker);
                 if pooled {
                     hosts.push(host.clone());
                     self.idle
@@ -304,6 +305,27 @@ fn pool_key(backend: &BackendSpec) -> String {
 }
 
 /// Spawns `backend` and runs `initialize` under the init timeout.
+/// Kills `host`'s process group once its agent sends a message past the connection's limit
+/// (`connection::MAX_MESSAGE_BYTES`): the connection stopped reading, and an agent blocked on
+/// its output must not linger until the pool next looks.
+fn stop_on_overflow(host: &Arc<AgentHost>, tracker: &TaskTracker) {
+    let overflowed = host.connection.overflowed();
+    let closed = host.connection.closed_token();
+    let watched = Arc::downgrade(host);
+    tracker.spawn(async move {
+        tokio::select! {
+            _ = overflowed.cancelled() => {}
+            _ = closed.cancelled() => {}
+        }
+        if overflowed.is_cancelled()
+            && let Some(host) = watched.upgrade()
+        {
+            tracing::warn!(backend = %host.backend.id, pid = host.process.pid(), "stopping an agent that sent a message past the limit");
+            host.kill();
+        }
+    });
+}
+
 async fn start_host(
     backend: &BackendSpec,
     config: &AcpConfig,

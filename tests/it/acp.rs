@@ -86,7 +86,7 @@ pub(crate) fn session_spec(backend: &BackendSpec) -> SessionSpec {
     }
 }
 
-fn turn(text: &str) -> TurnRequest {
+pub(crate) fn turn(text: &str) -> TurnRequest {
     TurnRequest {
         prompt: vec![json!({"type": "text", "text": text})],
         meta: None,
@@ -96,7 +96,7 @@ fn turn(text: &str) -> TurnRequest {
 
 /// Records updates and permission requests; answers permissions with `answer`, or never.
 #[derive(Default)]
-struct TestObserver {
+pub(crate) struct TestObserver {
     updates: Mutex<Vec<AgentUpdate>>,
     permissions: Mutex<Vec<PermissionRequest>>,
     answer: Option<String>,
@@ -119,7 +119,7 @@ impl AgentObserver for TestObserver {
     }
 }
 
-async fn open(
+pub(crate) async fn open(
     runner: &AcpRunner,
     spec: SessionSpec,
     observer: Arc<TestObserver>,
@@ -131,7 +131,7 @@ async fn open(
     }
 }
 
-async fn prompt(
+pub(crate) async fn prompt(
     session: &mut Box<dyn AgentSession>,
     request: TurnRequest,
     cancel: CancellationToken,
@@ -142,7 +142,7 @@ async fn prompt(
 }
 
 /// Waits until the pid file has at least `count` lines.
-async fn wait_for_pids(path: &Path, count: usize) -> Vec<i32> {
+pub(crate) async fn wait_for_pids(path: &Path, count: usize) -> Vec<i32> {
     let start = Instant::now();
     loop {
         let pids: Vec<i32> = std::fs::read_to_string(path)

@@ -28,6 +28,7 @@ mod engine;
 mod host_answers;
 mod host_env;
 mod http_guards;
+mod hostile_agent;
 mod hosts;
 mod interop;
 mod isolation;

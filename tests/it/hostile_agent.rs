@@ -1,0 +1,61 @@
+//! An agent that never ends its message: the ACP reader holds at most
+//! `MAX_MESSAGE_BYTES` (32 MiB) of one line, then closes the connection and stops the
+//! agent; the turn fails naming the limit, and the process group is gone. The mock agent's
+//! `@mock endless_line 64` writes 64 MiB of one message with no newline, then hangs.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use agentprism::acp::AcpRunner;
+use agentprism::engine::runner::{AgentRunner, FailureKind};
+
+use crate::acp::{
+    TestObserver, config, mock_backend, open, prompt, session_spec, turn, wait_for_pids,
+};
+use crate::support::context::wait_gone;
+
+#[tokio::test]
+async fn an_agent_that_never_ends_a_message_is_stopped_at_the_limit() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let pid_file = folder.path().join("pids");
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend(
+        "mock",
+        &[("MOCK_ACP_PID_FILE", &pid_file.display().to_string())],
+    );
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let pids = wait_for_pids(&pid_file, 1).await;
+    let failure = prompt(
+        &mut session,
+        turn("flood\n@mock endless_line 64"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("the turn fails");
+    assert_eq!(failure.kind, FailureKind::Execution, "{failure:?}");
+    assert!(
+        failure.message.contains("longer than 32 MiB"),
+        "{:?}",
+        failure.message
+    );
+    wait_gone(&pids);
+    // The backend still works: the next session gets a fresh process.
+    let mut fresh = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let answer = prompt(&mut fresh, turn("hello"), CancellationToken::new())
+        .await
+        .expect("a fresh process answers");
+    assert_eq!(answer.text, "ECHO: hello");
+    fresh.close().await;
+    runner.shutdown(std::time::Duration::from_secs(5)).await;
+}
