@@ -481,15 +481,22 @@
       return { ok: false, value, verdict, attempts };
     }
 
+    // A log line is cut here, in the script's thread, before it crosses to the driver: a
+    // script's huge lines cost its own heap, never the daemon's.
+    const LOG_CHARS = 65536;
+    function sendLog(level, values) {
+      const text = joinArgs(values);
+      hostLog(level, text.length > LOG_CHARS ? text.slice(0, LOG_CHARS) + "…" : text);
+    }
     function log(...values) {
-      hostLog("log", joinArgs(values));
+      sendLog("log", values);
     }
     const console = {
-      log: (...values) => hostLog("log", joinArgs(values)),
-      info: (...values) => hostLog("log", joinArgs(values)),
-      debug: (...values) => hostLog("log", joinArgs(values)),
-      warn: (...values) => hostLog("warn", joinArgs(values)),
-      error: (...values) => hostLog("error", joinArgs(values)),
+      log: (...values) => sendLog("log", values),
+      info: (...values) => sendLog("log", values),
+      debug: (...values) => sendLog("log", values),
+      warn: (...values) => sendLog("warn", values),
+      error: (...values) => sendLog("error", values),
     };
 
     function phase(title) {

@@ -507,3 +507,37 @@ fn halting_stops_a_waiting_script() {
     drop(vm);
     assert!(rx.blocking_recv().is_none());
 }
+
+/// A huge log line is cut in the script's thread: what crosses to the driver is at most
+/// 65,536 characters and a mark, however long the line the script built.
+#[test]
+fn a_huge_log_line_is_cut_before_it_crosses() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _vm = spawn(
+        test_script(
+            "log('x'.repeat(4 * 1024 * 1024)); console.warn('short'); return 1;",
+            BTreeMap::new(),
+            true,
+        ),
+        VmLimits {
+            slice_limit: Duration::from_millis(2000),
+            memory_limit: 64 << 20,
+        },
+        tx,
+    );
+    let mut lines = Vec::new();
+    loop {
+        match rx.blocking_recv().expect("vm ended without finishing") {
+            VmEvent::Log { level, message } => lines.push((level, message)),
+            VmEvent::Finished(result) => {
+                assert_eq!(result.ok(), Some(Some(serde_json::json!(1))));
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0].1.chars().count(), 65_536 + 1);
+    assert!(lines[0].1.ends_with('…'));
+    assert_eq!(lines[1], ("warn".to_owned(), "short".to_owned()));
+}
