@@ -916,6 +916,21 @@ impl Turn<'_> {
                 self.cancel.wait(None);
                 return Ok(Some(self.cancelled()));
             }
+            // `@mock big_answer MIB`: streams MIB MiB of answer text in 1 MiB chunks, then the
+            // turn goes on as usual (its reply follows).
+            "big_answer" => {
+                let mebibytes: usize = args
+                    .parse()
+                    .map_err(|_| RpcError::invalid_params("@mock big_answer needs MIB"))?;
+                let piece = "y".repeat(1 << 20);
+                let message_id = self.message_id();
+                for _ in 0..mebibytes {
+                    if self.cancel.is_cancelled() {
+                        return Ok(Some(self.cancelled()));
+                    }
+                    self.send_chunk("agent_message_chunk", &message_id, &piece);
+                }
+            }
             // `@mock endless_line MIB`: writes one message that never ends, MIB MiB of it in
             // 1 MiB pieces with no newline (until the client stops reading), then hangs: what a
             // broken or hostile agent does to a reader that buffers a line without limit.

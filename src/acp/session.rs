@@ -58,7 +58,22 @@ struct TurnState {
     text: String,
     /// Cancelled once we sent `session/cancel`: pending permissions are answered `cancelled`.
     cancelled: CancellationToken,
+    /// Cancelled when the answer grew past [`MAX_ANSWER_BYTES`]: the turn is ended, and no
+    /// more of it is kept or passed on.
+    too_long: CancellationToken,
 }
+
+/// How a turn whose answer passed [`MAX_ANSWER_BYTES`] ended, after "the turn".
+fn answer_too_long() -> String {
+    format!(
+        "was cancelled: its answer grew past {} MiB, the most agentprism keeps of one answer",
+        MAX_ANSWER_BYTES >> 20
+    )
+}
+
+/// The most text of one answer a call keeps: past it the turn is cancelled and the call fails
+/// naming the limit, so an agent cannot make the daemon hold an answer without end.
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 impl SessionSink {
     pub(super) fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
@@ -72,6 +87,7 @@ impl SessionSink {
                 collecting: false,
                 text: String::new(),
                 cancelled: CancellationToken::new(),
+                too_long: CancellationToken::new(),
             }),
             native_output: Mutex::new(None),
         }
@@ -81,12 +97,15 @@ impl SessionSink {
         self.turn.locked()
     }
 
-    fn begin_turn(&self) -> CancellationToken {
+    /// Starts collecting a turn's answer: its cancel token, and the one cancelled when the
+    /// answer grows past [`MAX_ANSWER_BYTES`].
+    fn begin_turn(&self) -> (CancellationToken, CancellationToken) {
         let mut turn = self.turn();
         turn.collecting = true;
         turn.text.clear();
         turn.cancelled = CancellationToken::new();
-        turn.cancelled.clone()
+        turn.too_long = CancellationToken::new();
+        (turn.cancelled.clone(), turn.too_long.clone())
     }
 
     fn end_turn(&self) -> String {
@@ -108,7 +127,14 @@ impl SessionHandler for SessionSink {
         }
         if let AgentUpdate::MessageChunk(text) = &update {
             let mut turn = self.turn();
+            if turn.too_long.is_cancelled() {
+                return;
+            }
             if turn.collecting {
+                if turn.text.len() + text.len() > MAX_ANSWER_BYTES {
+                    turn.too_long.cancel();
+                    return;
+                }
                 turn.text.push_str(text);
             }
         }
@@ -527,13 +553,20 @@ impl AgentSession for AcpSession {
         if let Some(meta) = turn.meta {
             params["_meta"] = meta;
         }
-        let turn_cancelled = self.sink.begin_turn();
+        let (turn_cancelled, too_long) = self.sink.begin_turn();
         let began = host.process.stderr_mark();
         let request = host.connection.request("session/prompt", params);
         tokio::pin!(request);
         let interrupted = tokio::select! {
             answer = &mut request => {
                 let text = self.sink.end_turn();
+                if too_long.is_cancelled() {
+                    // The agent ended the turn itself, but past the limit: never a cut answer.
+                    return Err(AgentFailure::new(
+                        FailureKind::Execution,
+                        format!("backend {backend}: the turn {}", answer_too_long()),
+                    ));
+                }
                 let answer = match answer {
                     Ok(answer) => answer,
                     Err(error) => return Err(host.failure("session/prompt", error, began).await),
@@ -551,6 +584,7 @@ impl AgentSession for AcpSession {
             }
             _ = cancel.cancelled() => FailureKind::Cancelled,
             _ = tokio::time::sleep(turn.timeout) => FailureKind::Timeout,
+            _ = too_long.cancelled() => FailureKind::Execution,
         };
         // From here the turn counts as cancelled or timed out, whatever the agent answers.
         turn_cancelled.cancel();
@@ -577,6 +611,7 @@ impl AgentSession for AcpSession {
         }
         let what = match interrupted {
             FailureKind::Timeout => format!("timed out after {} ms", turn.timeout.as_millis()),
+            FailureKind::Execution => answer_too_long(),
             _ => "was cancelled".to_owned(),
         };
         let message = format!("backend {backend}: the turn {what}; {aftermath}");

@@ -1,7 +1,10 @@
 //! An agent that never ends its message: the ACP reader holds at most
 //! `MAX_MESSAGE_BYTES` (32 MiB) of one line, then closes the connection and stops the
 //! agent; the turn fails naming the limit, and the process group is gone. The mock agent's
-//! `@mock endless_line 64` writes 64 MiB of one message with no newline, then hangs.
+//! `@mock endless_line 64` writes 64 MiB of one message with no newline, then hangs. An
+//! answer streamed in many messages is held up to `MAX_ANSWER_BYTES` (16 MiB): past it the
+//! turn is cancelled and fails naming that limit (`@mock big_answer 17`); one under it is
+//! answered whole.
 
 use std::sync::Arc;
 
@@ -57,5 +60,40 @@ async fn an_agent_that_never_ends_a_message_is_stopped_at_the_limit() {
         .expect("a fresh process answers");
     assert_eq!(answer.text, "ECHO: hello");
     fresh.close().await;
+    runner.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn an_answer_past_the_limit_fails_the_turn_and_one_under_it_is_whole() {
+    let runner = AcpRunner::new(config());
+    let backend = mock_backend("mock", &[]);
+    let mut session = open(
+        &runner,
+        session_spec(&backend),
+        Arc::new(TestObserver::default()),
+    )
+    .await;
+    let failure = prompt(
+        &mut session,
+        turn("huge\n@mock big_answer 17"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("the turn fails");
+    assert_eq!(failure.kind, FailureKind::Execution, "{failure:?}");
+    assert!(
+        failure.message.contains("grew past 16 MiB"),
+        "{:?}",
+        failure.message
+    );
+    let whole = prompt(
+        &mut session,
+        turn("large\n@mock big_answer 15\n@mock reply !"),
+        CancellationToken::new(),
+    )
+    .await
+    .expect("an answer under the limit");
+    assert_eq!(whole.text.len(), (15 << 20) + 1);
+    session.close().await;
     runner.shutdown(std::time::Duration::from_secs(5)).await;
 }
