@@ -4,7 +4,7 @@
 //! `@mock endless_line 64` writes 64 MiB of one message with no newline, then hangs. An
 //! answer streamed in many messages is held up to `MAX_ANSWER_BYTES` (16 MiB): past it the
 //! turn is cancelled and fails naming that limit (`@mock big_answer 17`); one under it is
-//! answered whole.
+//! answered whole. A script that logs past its generation's ceiling is refused naming it.
 
 use std::sync::Arc;
 
@@ -96,4 +96,26 @@ async fn an_answer_past_the_limit_fails_the_turn_and_one_under_it_is_whole() {
     assert_eq!(whole.text.len(), (15 << 20) + 1);
     session.close().await;
     runner.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+/// A script that logs past the generation's ceiling (100,000 lines) is refused at its dry run,
+/// naming the ceiling, and nothing is stored; one line fewer runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_past_the_ceiling_is_refused_naming_it() {
+    let h = crate::engine::harness();
+    let meta = "export const meta = { name: 'flood', description: 'd', model: 'mock' };\n";
+    let refused = h
+        .start(&format!(
+            "{meta}for (let i = 0; i < 100001; i++) log('line ' + i);\nreturn 1;"
+        ))
+        .await
+        .expect_err("refused");
+    let text = refused.to_string();
+    assert!(text.contains("more than 100000 lines"), "{text}");
+    let (_, status) = h
+        .run_to_end(&format!(
+            "{meta}for (let i = 0; i < 1000; i++) log('line ' + i);\nreturn 1;"
+        ))
+        .await;
+    assert_eq!(status["status"], "completed", "{status:#}");
 }

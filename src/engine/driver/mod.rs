@@ -19,6 +19,7 @@
 
 mod agent_call;
 mod budget;
+mod ceilings;
 mod checkpoint;
 mod completion;
 mod durability;
@@ -358,6 +359,8 @@ struct Driver {
     settled_calls: u64,
     /// The script's events other than `Finished`, for [`Outcome::script_events`].
     script_events: u64,
+    /// The script's log so far, against the generation's ceilings.
+    logged: ceilings::LogTally,
     /// The limit the generation paused at, when it paused for its budget.
     budget_exhausted: Option<crate::budget::Exhausted>,
     /// The spend the script's `budget` was last told ([`budget`]).
@@ -409,6 +412,7 @@ impl Driver {
             lease_confirmed_until: None,
             settled_calls: 0,
             script_events: 0,
+            logged: ceilings::LogTally::default(),
             budget_exhausted: None,
             pushed_usage: setup.usage,
             reopening: sessions::Reopening::default(),
@@ -566,7 +570,11 @@ impl Driver {
                     "error" => format!("[error] {message}"),
                     _ => message,
                 };
+                let over = self.logged.add(&line);
                 self.events.push("log", "root", json!({"message": line}));
+                if let Some(message) = over {
+                    self.begin_halt(Halt::Failed(ScriptFailure::script_error(message)));
+                }
             }
             VmEvent::Phase { scope, title } => {
                 if scope == "root" && !self.phases_entered.contains(&title) {
