@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,6 +68,11 @@ pub(crate) trait SessionHandler: Send + Sync {
     async fn request_permission(&self, params: Value) -> Value;
     /// A `_`-prefixed extension notification that names this session (`params.sessionId`).
     fn extension(&self, _method: &str, _params: &Value) {}
+    /// Folders whose files the agent may read and write through `fs/*` requests: the call's
+    /// working tree and any wider roots configured for the backend. None by default.
+    fn file_roots(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
 }
 
 /// Produces the description of why the stream ended (for a process: its exit status), once.
@@ -527,8 +532,23 @@ async fn answer_request(
                 None => Ok(json!({"outcome": {"outcome": "cancelled"}})),
             }
         }
-        "fs/read_text_file" => read_text_file(&params).await,
-        "fs/write_text_file" => write_text_file(&params).await,
+        "fs/read_text_file" | "fs/write_text_file" => {
+            // A request for an unknown session has no working tree, so every path is refused.
+            let roots = params
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .and_then(|session| shared.sessions.locked().get(session).cloned())
+                .map(|handler| handler.file_roots())
+                .unwrap_or_default();
+            let path = absolute_path(&params)?;
+            crate::acp::file_roots::check(path, &roots)
+                .map_err(|message| (codes::INVALID_PARAMS, message))?;
+            if method == "fs/read_text_file" {
+                read_text_file(&params).await
+            } else {
+                write_text_file(&params).await
+            }
+        }
         _ => Err((
             codes::METHOD_NOT_FOUND,
             format!("method not found: {method}"),

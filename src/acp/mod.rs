@@ -16,6 +16,7 @@ mod advice;
 pub(crate) mod catalog;
 mod chatter;
 pub(crate) mod connection;
+mod file_roots;
 mod content;
 mod failure;
 mod output_tool;

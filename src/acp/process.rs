@@ -653,6 +653,7 @@ mod tests {
             .into(),
             session_meta: None,
             structured_output_tool: true,
+            file_roots: Vec::new(),
             origin: BackendOrigin::Host,
         };
         let tracker = TaskTracker::new();

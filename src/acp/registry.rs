@@ -161,6 +161,7 @@ fn builtin(id: &str, command: impl Into<String>, args: Vec<String>) -> BackendSp
         env: BTreeMap::new(),
         session_meta: None,
         structured_output_tool: true,
+        file_roots: Vec::new(),
         origin: BackendOrigin::Builtin,
     }
 }
@@ -306,6 +307,8 @@ fn parse_entry(
         Some(Value::Bool(flag)) => *flag,
         Some(_) => return Err(field_error("structuredOutputTool", "true or false")),
     };
+    let file_roots = parse_file_roots(object.get("fileRoots"), origin)
+        .map_err(|expected| field_error("fileRoots", expected))?;
     Ok(BackendSpec {
         id: name.to_owned(),
         command,
@@ -313,8 +316,33 @@ fn parse_entry(
         env,
         session_meta,
         structured_output_tool,
+        file_roots,
         origin,
     })
+}
+
+/// `fileRoots`: absolute folders the backend's agent may reach through `fs/*` requests
+/// beyond the call's working tree. Only the user's own AGENTPRISM_BACKENDS may widen them: a
+/// script naming its own roots would grant itself access.
+fn parse_file_roots(
+    value: Option<&Value>,
+    origin: BackendOrigin,
+) -> Result<Vec<std::path::PathBuf>, &'static str> {
+    let items = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(_) if origin == BackendOrigin::Script => {
+            return Err("set in AGENTPRISM_BACKENDS, not in a script's meta.backends");
+        }
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err("an array of absolute folder paths"),
+    };
+    items
+        .iter()
+        .map(|item| match item.as_str() {
+            Some(text) if Path::new(text).is_absolute() => Ok(std::path::PathBuf::from(text)),
+            _ => Err("an array of absolute folder paths"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -549,6 +577,14 @@ mod tests {
                 vec!["\"x\"", "`sessionMeta`"],
             ),
             (
+                r#"{"x": {"command": "c", "fileRoots": ["relative/dir"]}}"#,
+                vec!["\"x\"", "`fileRoots`", "absolute"],
+            ),
+            (
+                r#"{"x": {"command": "c", "fileRoots": "/abs"}}"#,
+                vec!["\"x\"", "`fileRoots`", "absolute"],
+            ),
+            (
                 r#"{"x": {"command": "c", "structuredOutputTool": "no"}}"#,
                 vec!["\"x\"", "`structuredOutputTool`", "true or false"],
             ),
@@ -642,6 +678,31 @@ mod tests {
             .with_script_backends(&json!([]))
             .expect_err("not an object");
         assert!(error.contains("meta.backends"), "{error}");
+        // A script may not widen what its own agent may read and write.
+        let error = registry
+            .with_script_backends(&json!({"s": {"command": "c", "fileRoots": ["/"]}}))
+            .expect_err("fileRoots from a script");
+        assert!(
+            error.contains("\"s\"") && error.contains("`fileRoots`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn file_roots_parse_as_absolute_folders() {
+        let registry = BackendRegistry::from_env(&env_with(&[
+            ("PATH", ""),
+            (
+                env::BACKENDS,
+                r#"{"mine": {"command": "m", "fileRoots": ["/srv/shared"]}}"#,
+            ),
+        ]))
+        .expect("registry");
+        let backend = registry.get("mine").expect("registered");
+        assert_eq!(
+            backend.file_roots,
+            vec![std::path::PathBuf::from("/srv/shared")]
+        );
     }
 
     #[test]

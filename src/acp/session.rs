@@ -9,6 +9,7 @@
 //! must not take its siblings down with it); otherwise the process is retired from the pool
 //! and ends when its last session lets go of it.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +52,8 @@ pub(crate) struct SessionSink {
     turn: Mutex<TurnState>,
     /// The last structured answer the agent's own channel reported (Claude's `result`).
     native_output: Mutex<Option<Value>>,
+    /// The call's working tree, then the backend's configured `fileRoots`.
+    file_roots: Vec<PathBuf>,
 }
 
 struct TurnState {
@@ -76,8 +79,15 @@ fn answer_too_long() -> String {
 pub(crate) const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 impl SessionSink {
-    pub(super) fn new(observer: Arc<dyn AgentObserver>, spec: &SessionSpec) -> SessionSink {
+    pub(super) fn new(
+        observer: Arc<dyn AgentObserver>,
+        spec: &SessionSpec,
+        extra_roots: &[PathBuf],
+    ) -> SessionSink {
+        let mut file_roots = vec![spec.cwd.clone()];
+        file_roots.extend(extra_roots.iter().cloned());
         SessionSink {
+            file_roots,
             observer,
             run_id: spec.run_id.clone(),
             call_index: spec.call_index,
@@ -145,6 +155,10 @@ impl SessionHandler for SessionSink {
         if let Some(value) = claude::structured_output(method, params) {
             *self.native_output.locked() = Some(value);
         }
+    }
+
+    fn file_roots(&self) -> Vec<PathBuf> {
+        self.file_roots.clone()
     }
 
     async fn request_permission(&self, params: Value) -> Value {
@@ -228,7 +242,7 @@ pub(crate) async fn open(
 ) -> Result<(AcpSession, SessionInfo), AgentFailure> {
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
-    let sink = Arc::new(SessionSink::new(observer, spec));
+    let sink = Arc::new(SessionSink::new(observer, spec, &host.backend.file_roots));
     let mut place = Place {
         cwd: spec.cwd.to_string_lossy().into_owned(),
         mcp_servers: if spec.mcp_servers.is_array() {

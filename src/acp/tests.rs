@@ -1,6 +1,7 @@
 //! In-memory tests of the ACP connection over `tokio::io::duplex`, with a scripted fake agent
 //! written inline: id matching, lenient parsing, a dispatch loop that never blocks, EOF.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,6 +70,7 @@ struct Recorder {
     updates: Mutex<Vec<AgentUpdate>>,
     changed: Notify,
     permission_gate: Mutex<Option<oneshot::Receiver<String>>>,
+    roots: Vec<std::path::PathBuf>,
 }
 
 impl Recorder {
@@ -110,6 +112,10 @@ impl SessionHandler for Recorder {
             },
             None => json!({"outcome": {"outcome": "cancelled"}}),
         }
+    }
+
+    fn file_roots(&self) -> Vec<std::path::PathBuf> {
+        self.roots.clone()
     }
 }
 
@@ -299,9 +305,17 @@ async fn eof_fails_pending_requests_with_a_clear_message() {
 }
 
 #[tokio::test]
-async fn fs_requests_are_served_for_absolute_paths() {
-    let (_connection, mut agent, _tracker) = connect(None);
+async fn fs_requests_are_served_for_absolute_paths_inside_the_working_tree() {
+    let (connection, mut agent, _tracker) = connect(None);
     let folder = tempfile::tempdir().expect("temp dir");
+    let roots = |roots: &[&Path]| {
+        Arc::new(Recorder {
+            roots: roots.iter().map(|root| root.to_path_buf()).collect(),
+            ..Recorder::default()
+        })
+    };
+    connection.register_session("s", roots(&[folder.path()]));
+    connection.register_session("dev", roots(&[Path::new("/dev")]));
     let path = folder.path().join("sub/note.txt");
     let path_text = path.display().to_string();
     agent
@@ -354,7 +368,7 @@ async fn fs_requests_are_served_for_absolute_paths() {
     agent
         .send(
             json!({"jsonrpc": "2.0", "id": 11, "method": "fs/read_text_file",
-            "params": {"sessionId": "s", "path": "/dev/zero"}}),
+            "params": {"sessionId": "dev", "path": "/dev/zero"}}),
         )
         .await;
     let answer = agent.receive().await;
@@ -364,6 +378,51 @@ async fn fs_requests_are_served_for_absolute_paths() {
             .unwrap_or_default()
             .contains("/dev/zero is a character device"),
         "{answer}"
+    );
+    // Outside the working tree: refused as invalid params naming the path and the root,
+    // through a link inside the tree too, and for a session nobody registered.
+    let outside = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(outside.path(), folder.path().join("out")).expect("link");
+    std::fs::write(outside.path().join("secret"), "s").expect("write");
+    let requests = [
+        ("s", "fs/read_text_file", "/etc/passwd".to_owned()),
+        (
+            "s",
+            "fs/write_text_file",
+            outside.path().join("new").display().to_string(),
+        ),
+        (
+            "s",
+            "fs/read_text_file",
+            folder.path().join("out/secret").display().to_string(),
+        ),
+        (
+            "s",
+            "fs/write_text_file",
+            folder.path().join("out/new").display().to_string(),
+        ),
+        ("nobody", "fs/read_text_file", path_text.clone()),
+    ];
+    for (id, (session, method, path)) in requests.iter().enumerate() {
+        agent
+            .send(json!({"jsonrpc": "2.0", "id": 100 + id, "method": method,
+                "params": {"sessionId": session, "path": path, "content": "x"}}))
+            .await;
+        let answer = agent.receive().await;
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(
+            answer["error"]["code"],
+            json!(-32602),
+            "{method} {path}: {answer}"
+        );
+        assert!(
+            message.contains(path.as_str()) && message.contains("outside"),
+            "{message}"
+        );
+    }
+    assert!(
+        !outside.path().join("new").exists(),
+        "nothing written outside"
     );
 }
 

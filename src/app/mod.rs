@@ -339,7 +339,7 @@ pub(crate) struct StateFolder {
 }
 
 impl StateFolder {
-    /// `--state-dir`, created (mode 0700) if missing.
+    /// `--state-dir`, created (mode 0700) if missing, narrowed to 0700 if wider.
     pub(crate) fn kept(path: &Path) -> Result<StateFolder> {
         create_private_dir(path)
             .with_context(|| format!("creating the state folder {}", path.display()))?;
@@ -372,11 +372,7 @@ impl Drop for StateFolder {
 }
 
 fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
+    crate::util::private_dir::ensure(path)
 }
 
 /// Builds the folder server: an engine whose persistence root is the state folder (served

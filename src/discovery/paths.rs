@@ -96,7 +96,8 @@ impl Paths {
     /// an existing one we own back to 0700. A folder owned by another user, or a path that is
     /// not a folder, is refused.
     pub fn ensure_dirs(&self) -> Result<()> {
-        std::fs::create_dir_all(&self.root)
+        // The persistence root too: 0700, narrowed if an older version left it wider.
+        crate::util::private_dir::ensure(&self.root)
             .map_err(|e| DiscoveryError::io("create folder", &self.root, e))?;
         for dir in [self.daemons_dir(), self.instances_dir(), self.logs_dir()] {
             ensure_private_dir(&dir)?;
@@ -189,9 +190,11 @@ mod tests {
         for dir in [paths.daemons_dir(), paths.instances_dir(), paths.logs_dir()] {
             assert_eq!(mode(&dir), 0o700, "{}", dir.display());
         }
-        std::fs::set_permissions(paths.daemons_dir(), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        for dir in [paths.root().to_path_buf(), paths.daemons_dir()] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         paths.ensure_dirs().unwrap();
+        assert_eq!(mode(paths.root()), 0o700);
         assert_eq!(mode(&paths.daemons_dir()), 0o700);
     }
 

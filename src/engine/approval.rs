@@ -223,6 +223,7 @@ mod tests {
                 .collect(),
             session_meta: None,
             structured_output_tool: true,
+            file_roots: Vec::new(),
             origin: BackendOrigin::Script,
         }
     }

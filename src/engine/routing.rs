@@ -386,6 +386,7 @@ impl BackendLookup for NamedBackends {
             env: BTreeMap::new(),
             session_meta: None,
             structured_output_tool: true,
+            file_roots: Vec::new(),
             origin: crate::engine::runner::BackendOrigin::Builtin,
         })
     }

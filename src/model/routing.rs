@@ -63,6 +63,10 @@ pub struct BackendSpec {
     /// schema in the prompt only. Written only when `false`.
     #[serde(default = "offered", skip_serializing_if = "is_offered")]
     pub structured_output_tool: bool,
+    /// Absolute folders beyond the call's working tree whose files the agent may read and
+    /// write through ACP `fs/*` requests (`fileRoots`, accepted from AGENTPRISM_BACKENDS only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub file_roots: Vec<std::path::PathBuf>,
     /// Where it came from: `builtin`, `host` (AGENTPRISM_BACKENDS) or `script` (meta.backends).
     pub origin: BackendOrigin,
 }

@@ -29,6 +29,20 @@ pub(super) fn create(
     text: &str,
 ) -> StoreResult<PathBuf> {
     let path = script_copy_path(root, project_dir, run_id);
+    // `projects/`, the project's folder and its `runs/`, each private (narrowed if older).
+    let runs = path.parent().expect("a script copy has a folder");
+    for folder in [
+        runs.parent().and_then(Path::parent),
+        runs.parent(),
+        Some(runs),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        crate::util::private_dir::ensure(folder).map_err(|error| {
+            StoreError::Io(format!("store the script of run {run_id}: {error}"))
+        })?;
+    }
     crate::util::write_replace(&path, text.as_bytes(), 0o600).map_err(|error| {
         StoreError::Io(format!("write the script copy of run {run_id}: {error}"))
     })?;
@@ -65,5 +79,51 @@ pub(super) fn delete_with_run(root: &Path, run_id: &RunId, deleted: &DeletedRun)
         && error.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(run = %run_id, "cannot remove the script copy {}: {error}", expected.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn the_folders_of_a_script_copy_are_private_even_under_an_older_wider_tree() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let project = tempfile::tempdir().expect("temp dir");
+        let run_id = RunId::parse("abc123-def456").expect("run id");
+        let runs = script_copy_path(root.path(), project.path(), &run_id)
+            .parent()
+            .expect("runs")
+            .to_path_buf();
+        // An older version left `projects/<slug>/` at 0755.
+        std::fs::create_dir_all(runs.parent().expect("project folder")).expect("old folders");
+        for folder in [
+            runs.parent().unwrap().parent().unwrap(),
+            runs.parent().unwrap(),
+        ] {
+            std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        create(root.path(), project.path(), &run_id, "export default 1").expect("create");
+        let project_folder = runs.parent().unwrap();
+        assert_eq!(
+            [
+                project_folder.parent().unwrap(),
+                project_folder,
+                runs.as_path()
+            ]
+            .map(mode),
+            [0o700; 3]
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! process-liveness rule, and (`sync`) the one lock policy.
 
 pub mod process;
+pub(crate) mod private_dir;
 pub(crate) mod safe_file;
 pub(crate) mod socket_owner;
 pub(crate) mod sync;

@@ -49,6 +49,7 @@ pub(crate) fn mock_backend(id: &str, knobs: &[(&str, &str)]) -> BackendSpec {
             .collect::<BTreeMap<_, _>>(),
         session_meta: None,
         structured_output_tool: true,
+        file_roots: Vec::new(),
         origin: BackendOrigin::Host,
     }
 }
@@ -551,6 +552,74 @@ async fn file_system_requests_round_trip() {
     runner.shutdown(Duration::from_secs(3)).await;
 }
 
+async fn ask(session: &mut Box<dyn AgentSession>, text: String) -> String {
+    prompt(session, turn(&text), CancellationToken::new())
+        .await
+        .expect("turn")
+        .text
+}
+
+#[tokio::test]
+async fn file_requests_stay_inside_the_working_tree_unless_the_backend_widens_it() {
+    let project = tempfile::tempdir().expect("temp dir");
+    let outside = tempfile::tempdir().expect("temp dir");
+    std::fs::write(outside.path().join("secret.txt"), "secret").expect("write");
+    std::os::unix::fs::symlink(outside.path(), project.path().join("link")).expect("link");
+    let runner = AcpRunner::new(config());
+    let narrow = mock_backend("narrow", &[]);
+    let mut wide = mock_backend("wide", &[]);
+    wide.file_roots = vec![outside.path().to_path_buf()];
+    let mut spec = session_spec(&narrow);
+    spec.cwd = project.path().to_path_buf();
+    let mut session = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    let inside = project.path().join("in.txt");
+    let answer = ask(
+        &mut session,
+        format!("@mock write {} kept", inside.display()),
+    )
+    .await;
+    assert_eq!(answer, format!("WROTE: {}", inside.display()));
+    let answer = ask(&mut session, format!("@mock read {}", inside.display())).await;
+    assert_eq!(answer, "kept");
+    let written_outside = outside.path().join("new.txt");
+    for text in [
+        "@mock read /etc/passwd".to_owned(),
+        format!("@mock write {} x", written_outside.display()),
+        format!("@mock read {}/link/secret.txt", project.path().display()),
+    ] {
+        let answer = ask(&mut session, text.clone()).await;
+        assert!(
+            answer.starts_with("ERROR -32602:")
+                && answer.contains("outside the call's working tree"),
+            "{text}: {answer}"
+        );
+    }
+    assert!(
+        !written_outside.exists(),
+        "nothing written outside the tree"
+    );
+    drop(session);
+    let mut spec = session_spec(&wide);
+    spec.cwd = project.path().to_path_buf();
+    let mut session = open(&runner, spec, Arc::new(TestObserver::default())).await;
+    let answer = ask(
+        &mut session,
+        format!("@mock read {}/link/secret.txt", project.path().display()),
+    )
+    .await;
+    assert_eq!(answer, "secret");
+    let answer = ask(
+        &mut session,
+        format!("@mock write {} x", written_outside.display()),
+    )
+    .await;
+    assert_eq!(answer, format!("WROTE: {}", written_outside.display()));
+    let answer = ask(&mut session, "@mock read /etc/passwd".to_owned()).await;
+    assert!(answer.starts_with("ERROR -32602:"), "{answer}");
+    drop(session);
+    runner.shutdown(Duration::from_secs(3)).await;
+}
+
 #[tokio::test]
 async fn shutdown_kills_an_agent_that_ignores_eof_and_its_whole_group() {
     let folder = tempfile::tempdir().expect("temp dir");
@@ -730,6 +799,7 @@ sleep 300"#;
         env: BTreeMap::from([("PID_FILE".to_owned(), pid_file.display().to_string())]),
         session_meta: None,
         structured_output_tool: true,
+        file_roots: Vec::new(),
         origin: BackendOrigin::Host,
     };
     let runner = AcpRunner::new(config());

@@ -27,6 +27,7 @@ fn sh_backend(script: String) -> BackendSpec {
         env: BTreeMap::new(),
         session_meta: None,
         structured_output_tool: true,
+        file_roots: Vec::new(),
         origin: BackendOrigin::Builtin,
     }
 }

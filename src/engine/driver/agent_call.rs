@@ -247,6 +247,7 @@ impl Driver {
                     env: Default::default(),
                     session_meta: None,
                     structured_output_tool: true,
+                    file_roots: Vec::new(),
                     origin: BackendOrigin::Builtin,
                 },
                 model: None,

@@ -240,6 +240,7 @@ pub(crate) fn declared_backends(analyzed: &AnalyzedScript) -> BTreeMap<String, B
                 session_meta: entry.get("sessionMeta").cloned(),
                 structured_output_tool: entry.get("structuredOutputTool")
                     != Some(&Value::Bool(false)),
+                file_roots: Vec::new(),
                 origin: BackendOrigin::Script,
             },
         );

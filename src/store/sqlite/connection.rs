@@ -72,13 +72,9 @@ pub(super) fn write_transaction(
         .context(doing)
 }
 
+/// The persistence root: created 0700, and narrowed to 0700 at open if it was left wider.
 pub(super) fn create_private_folder(folder: &Path) -> StoreResult<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(folder)
-        .map_err(|error| StoreError::Io(format!("create folder {}: {error}", folder.display())))
+    crate::util::private_dir::ensure(folder).map_err(|error| StoreError::Io(error.to_string()))
 }
 
 /// Creates the database file readable by its owner only before SQLite opens it; SQLite gives
