@@ -198,16 +198,8 @@ pub(crate) fn reset_hint(text: &str) -> Option<String> {
 /// [`reset_hint`] with `now` as the present, so a relative wait becomes a time.
 fn reset_hint_at(text: &str, now: std::time::SystemTime) -> Option<String> {
     let lower = text.to_ascii_lowercase();
-    // Field names in either spelling: adapters pass bodies as snake_case or camelCase JSON.
-    for key in [
-        "resets_in_seconds",
-        "resetsinseconds",
-        "retry-after",
-        "retry_after",
-        "retryafter",
-        "retry after",
-    ] {
-        if let Some(seconds) = number_after(&lower, key) {
+    for key in reset::WAIT_KEYS {
+        if let Some(seconds) = reset::number_after(&lower, key) {
             let at = now + std::time::Duration::from_secs(seconds);
             return Some(format!(
                 "resets at {} (in {})",
@@ -241,23 +233,10 @@ fn reset_hint_at(text: &str, now: std::time::SystemTime) -> Option<String> {
     (!hint.is_empty()).then_some(hint)
 }
 
-/// The whole number that follows some occurrence of `key` (after quotes, colons, `=` and
-/// spaces), if any; the start of a date or time (`2026-…`, `15:30`) is not one.
-fn number_after(text: &str, key: &str) -> Option<u64> {
-    text.match_indices(key).find_map(|(index, _)| {
-        let rest = text[index + key.len()..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if rest[digits..].starts_with(['-', ':']) {
-            return None;
-        }
-        rest[..digits].parse().ok()
-    })
-}
-
 /// The time after `key` (found in `lower`, read from `text`): Unix seconds (milliseconds
 /// when the number is too large for seconds) or an RFC 3339 time.
 fn time_after(text: &str, lower: &str, key: &str) -> Option<std::time::SystemTime> {
-    if let Some(number) = number_after(lower, key) {
+    if let Some(number) = reset::number_after(lower, key) {
         let seconds = if number > 100_000_000_000 {
             number / 1000
         } else {

@@ -33,18 +33,22 @@ pub(crate) fn unix_ms(at: SystemTime) -> Option<i64> {
     i64::try_from(at.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()
 }
 
+/// The fields that give a wait in seconds, in either spelling (adapters pass bodies as
+/// snake_case or camelCase JSON), lower case.
+pub(crate) const WAIT_KEYS: [&str; 6] = [
+    "resets_in_seconds",
+    "resetsinseconds",
+    "retry-after",
+    "retry_after",
+    "retryafter",
+    "retry after",
+];
+
 /// When the limit `text` describes lifts, seen at `now`. Machine-readable fields win over
 /// words, since words are written for people and may round.
 pub(crate) fn reset_at_with(text: &str, now: SystemTime, offsets: Offsets) -> Option<SystemTime> {
     let lower = text.to_ascii_lowercase();
-    for key in [
-        "resets_in_seconds",
-        "resetsinseconds",
-        "retry-after",
-        "retry_after",
-        "retryafter",
-        "retry after",
-    ] {
+    for key in WAIT_KEYS {
         if let Some(seconds) = number_after(&lower, key) {
             return now.checked_add(Duration::from_secs(seconds));
         }
@@ -209,7 +213,7 @@ pub(super) fn word_at(text: &str, needle: &str) -> Option<usize> {
 }
 
 /// The whole number right after some occurrence of `key` (past quotes, colons, `=`, spaces).
-fn number_after(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn number_after(text: &str, key: &str) -> Option<u64> {
     text.match_indices(key).find_map(|(index, _)| {
         let rest = text[index + key.len()..].trim_start_matches(['"', '\'', ':', '=', ' ', '\\']);
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();

@@ -114,93 +114,8 @@ impl Progress {
 impl Driver {
     pub(super) async fn on_activity(&mut self, activity: Activity) {
         match activity {
-            Activity::Started(index) => {
-                let seq = self.events.last_seq() + 1;
-                let Some(call) = self.in_flight.get_mut(&index) else {
-                    return;
-                };
-                call.started = true;
-                call.progress.start_seq = seq;
-                let route = call.route.as_ref();
-                let fields = (!self.events.discards()).then(|| {
-                    let fields = Fields::new()
-                        .text("label", &call.label)
-                        .opt_text("phase", call.phase.as_deref())
-                        .opt_text("model", route.map(|r| r.spec.as_str()))
-                        .opt_text("backendId", route.map(|r| r.backend.id.as_str()))
-                        .fixed("callIndex", index.into())
-                        .opt_text("path", call.path.as_deref());
-                    // Only a call that asks to reopen a recorded session says which.
-                    match call.session.reopening.as_deref() {
-                        Some(session_id) => fields.text("reopening", session_id),
-                        None => fields,
-                    }
-                });
-                let scope = call.scope.clone();
-                if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
-                    entry.state = "running";
-                }
-                self.events
-                    .push_fields("agentStart", &scope, fields.unwrap_or_default());
-            }
-            Activity::Update(index, update) => {
-                let Some(call) = self.in_flight.get_mut(&index) else {
-                    return;
-                };
-                if let AgentUpdate::SlotWait(waiting) = update {
-                    // The backend's concurrency cap holds the call back (`acp::slots`): only
-                    // status shows it, and the call is running again once it has a slot.
-                    if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
-                        entry.state = if waiting.is_some() {
-                            "waiting"
-                        } else {
-                            "running"
-                        };
-                        entry.waiting_for = waiting;
-                    }
-                    return;
-                }
-                if let AgentUpdate::Notice(message) = &update {
-                    // Adapter chatter (acp::chatter): an event of its own, never the answer.
-                    let fields =
-                        json!({"label": call.label, "callIndex": index, "message": message});
-                    let scope = call.scope.clone();
-                    self.events.push("agentNotice", &scope, fields);
-                    return;
-                }
-                let progress = &mut call.progress;
-                progress.observed += 1;
-                progress.record(&update);
-                match &update {
-                    AgentUpdate::MessageChunk(text) => {
-                        progress.latest_text.push_str(text);
-                        if progress.latest_text.len() > 1024 {
-                            let cut = progress.latest_text.len() - 512;
-                            let mut start = cut;
-                            while !progress.latest_text.is_char_boundary(start) {
-                                start += 1;
-                            }
-                            progress.latest_text.drain(..start);
-                        }
-                    }
-                    AgentUpdate::ToolCall { title, .. } => progress.last_tool = Some(title.clone()),
-                    _ => {}
-                }
-                let due = progress
-                    .last_emit
-                    .is_none_or(|at| at.elapsed() >= PROGRESS_INTERVAL);
-                if due {
-                    self.emit_progress(index, "activity");
-                } else {
-                    let progress = &mut self
-                        .in_flight
-                        .get_mut(&index)
-                        .expect("call is in flight")
-                        .progress;
-                    progress.coalesced += 1;
-                    progress.dirty = true;
-                }
-            }
+            Activity::Started(index) => self.on_started(index),
+            Activity::Update(index, update) => self.on_update(index, update),
             Activity::PermissionDenied(index, denial, title) => {
                 let Some(call) = self.in_flight.get_mut(&index) else {
                     return;
@@ -227,6 +142,96 @@ impl Driver {
                 self.on_session_opened(index, *opened).await;
             }
             Activity::Done(index, result, isolated) => self.on_done(index, result, isolated).await,
+        }
+    }
+
+    /// A call's agent took the prompt: its live state and its `agentStart` event.
+    fn on_started(&mut self, index: u32) {
+        let seq = self.events.last_seq() + 1;
+        let Some(call) = self.in_flight.get_mut(&index) else {
+            return;
+        };
+        call.started = true;
+        call.progress.start_seq = seq;
+        let route = call.route.as_ref();
+        let fields = (!self.events.discards()).then(|| {
+            let fields = Fields::new()
+                .text("label", &call.label)
+                .opt_text("phase", call.phase.as_deref())
+                .opt_text("model", route.map(|r| r.spec.as_str()))
+                .opt_text("backendId", route.map(|r| r.backend.id.as_str()))
+                .fixed("callIndex", index.into())
+                .opt_text("path", call.path.as_deref());
+            // Only a call that asks to reopen a recorded session says which.
+            match call.session.reopening.as_deref() {
+                Some(session_id) => fields.text("reopening", session_id),
+                None => fields,
+            }
+        });
+        let scope = call.scope.clone();
+        if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
+            entry.state = "running";
+        }
+        self.events
+            .push_fields("agentStart", &scope, fields.unwrap_or_default());
+    }
+
+    /// One update of a call's agent: a slot wait, a notice, or progress.
+    fn on_update(&mut self, index: u32, update: AgentUpdate) {
+        let Some(call) = self.in_flight.get_mut(&index) else {
+            return;
+        };
+        if let AgentUpdate::SlotWait(waiting) = update {
+            // The backend's concurrency cap holds the call back (`acp::slots`): only
+            // status shows it, and the call is running again once it has a slot.
+            if let Some(entry) = self.setup.live.locked().calls.get_mut(&index) {
+                entry.state = if waiting.is_some() {
+                    "waiting"
+                } else {
+                    "running"
+                };
+                entry.waiting_for = waiting;
+            }
+            return;
+        }
+        if let AgentUpdate::Notice(message) = &update {
+            // Adapter chatter (acp::chatter): an event of its own, never the answer.
+            let fields = json!({"label": call.label, "callIndex": index, "message": message});
+            let scope = call.scope.clone();
+            self.events.push("agentNotice", &scope, fields);
+            return;
+        }
+        let progress = &mut call.progress;
+        progress.observed += 1;
+        progress.record(&update);
+        match &update {
+            AgentUpdate::MessageChunk(text) => {
+                progress.latest_text.push_str(text);
+                if progress.latest_text.len() > 1024 {
+                    let cut = progress.latest_text.len() - 512;
+                    let mut start = cut;
+                    while !progress.latest_text.is_char_boundary(start) {
+                        start += 1;
+                    }
+                    progress.latest_text.drain(..start);
+                }
+            }
+            AgentUpdate::ToolCall { title, .. } => progress.last_tool = Some(title.clone()),
+            _ => {}
+        }
+        let due = progress
+            .last_emit
+            .is_none_or(|at| at.elapsed() >= PROGRESS_INTERVAL);
+        if due {
+            self.emit_progress(index, "activity");
+        } else {
+            let progress = &mut self
+                .in_flight
+                .get_mut(&index)
+                .expect("call is in flight")
+                .progress;
+            progress.coalesced += 1;
+            progress.dirty = true;
         }
     }
 

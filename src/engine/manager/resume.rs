@@ -57,10 +57,7 @@ impl Engine {
                 ))));
             }
         }
-        let lease = self.take_lease_to_resume(&run_id).await?;
-        if let Some(due_at) = request.timer {
-            self.check_timer_still_due(&run_id, due_at, &lease).await?;
-        }
+        let lease = self.take_lease_to_resume(&run_id, request.timer).await?;
         // A stop asked for before this resume must not end the new generation.
         for intent in self
             .inner
@@ -292,7 +289,13 @@ impl Engine {
         ))))
     }
 
-    async fn take_lease_to_resume(&self, run_id: &RunId) -> EngineResult<Lease> {
+    /// The run's lease for this resume; for a timer's resume (`timer`, its due moment), only
+    /// while the run still waits for that very moment.
+    async fn take_lease_to_resume(
+        &self,
+        run_id: &RunId,
+        timer: Option<i64>,
+    ) -> EngineResult<Lease> {
         let lease = self.new_lease().await?;
         let previous = self.inner.store.lease(run_id).await?;
         if let Some(previous) = &previous
@@ -312,6 +315,9 @@ impl Engine {
             return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} was taken by another process while resuming"
             ))));
+        }
+        if let Some(due_at) = timer {
+            self.check_timer_still_due(run_id, due_at, &lease).await?;
         }
         Ok(lease)
     }
