@@ -541,12 +541,12 @@ async fn answer_request(
                 .map(|handler| handler.file_roots())
                 .unwrap_or_default();
             let path = absolute_path(&params)?;
-            crate::acp::file_roots::check(path, &roots)
+            let resolved = crate::acp::file_roots::resolve(path, &roots)
                 .map_err(|message| (codes::INVALID_PARAMS, message))?;
             if method == "fs/read_text_file" {
-                read_text_file(&params).await
+                read_text_file(&params, &resolved).await
             } else {
-                write_text_file(&params).await
+                write_text_file(&params, resolved).await
             }
         }
         _ => Err((
@@ -575,13 +575,13 @@ fn absolute_path(params: &Value) -> Result<&Path, (i64, String)> {
 const MAX_AGENT_READ_BYTES: u64 = 16 << 20;
 
 /// `fs/read_text_file {path, line?, limit?}`: `line` is 1-based, `limit` counts lines. Read
-/// through `util::safe_file` (links resolved, regular files only, bounded, off the async
-/// workers), so an agent asking for a FIFO or `/dev/zero` gets an error, not a stuck thread
-/// or an exhausted heap.
-async fn read_text_file(params: &Value) -> Result<Value, (i64, String)> {
+/// through `util::safe_file` at the `resolved` path with no link followed (regular files
+/// only, bounded, off the async workers), so an agent asking for a FIFO or `/dev/zero` gets
+/// an error, not a stuck thread or an exhausted heap.
+async fn read_text_file(params: &Value, resolved: &Path) -> Result<Value, (i64, String)> {
     use crate::util::safe_file::{self, Links};
     let path = absolute_path(params)?;
-    let contents = safe_file::read(path, MAX_AGENT_READ_BYTES, Links::ResolveFirst)
+    let contents = safe_file::read(resolved, MAX_AGENT_READ_BYTES, Links::Refuse)
         .await
         .map_err(|error| {
             let code = if error.is_not_found() {
@@ -613,22 +613,21 @@ async fn read_text_file(params: &Value) -> Result<Value, (i64, String)> {
     Ok(json!({"content": content}))
 }
 
-/// `fs/write_text_file {path, content}`: creates missing parent folders like an editor would.
-async fn write_text_file(params: &Value) -> Result<Value, (i64, String)> {
-    let path = absolute_path(params)?;
+/// `fs/write_text_file {path, content}`: creates missing parent folders like an editor would,
+/// at the `resolved` path with no link followed ([`crate::acp::file_roots::write_no_follow`]).
+async fn write_text_file(params: &Value, resolved: PathBuf) -> Result<Value, (i64, String)> {
+    let path = absolute_path(params)?.to_path_buf();
     let content = params.get("content").and_then(Value::as_str).ok_or((
         codes::INVALID_PARAMS,
         "missing string field `content`".to_owned(),
     ))?;
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(|error| {
-            (
-                codes::INTERNAL_ERROR,
-                format!("cannot create {}: {error}", parent.display()),
-            )
-        })?;
-    }
-    tokio::fs::write(path, content).await.map_err(|error| {
+    let content = content.to_owned();
+    let written = tokio::task::spawn_blocking(move || {
+        crate::acp::file_roots::write_no_follow(&resolved, content.as_bytes())
+    })
+    .await
+    .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
+    written.map_err(|error| {
         (
             codes::INTERNAL_ERROR,
             format!("cannot write {}: {error}", path.display()),

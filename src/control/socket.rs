@@ -69,6 +69,7 @@ pub fn socket_path(
         if fits(&path) {
             ensure_private_dir(&folder)?;
             remove_stale(&path)?;
+            sweep_dead(&folder);
             return Ok(path);
         }
         tried.push(path);
@@ -79,6 +80,7 @@ pub fn socket_path(
         paths.ensure_dirs()?;
         ensure_private_dir(&folder)?;
         remove_stale(&path)?;
+        sweep_dead(&folder);
         return Ok(path);
     }
     tried.push(path);
@@ -124,6 +126,49 @@ fn runtime_dir_is_private(dir: &Path) -> bool {
                 && meta.mode() & 0o7777 == FOLDER_MODE
         }
         Err(_) => false,
+    }
+}
+
+/// How long a socket file must have existed before a sweep may take it for dead: a daemon
+/// starting at this moment may have bound its socket and not yet listened on it, and
+/// connecting in that gap is refused as it is for a dead one.
+const SWEEP_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Removes the control sockets in `folder` that instances which died without cleaning up left
+/// behind (a SIGKILL, a power cut): ours (`ctl-*.sock`, our uid, older than
+/// [`SWEEP_MIN_AGE`]) that nothing listens on any more, which a connect tells. A live
+/// daemon's socket answers the connect and stays; so does anything not ours. Best effort: a
+/// folder that cannot be read leaves everything in place.
+pub(crate) fn sweep_dead(folder: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    let uid = nix::unistd::getuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("ctl-") && name.ends_with(".sock")) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let old_enough = meta
+            .modified()
+            .ok()
+            .and_then(|at| at.elapsed().ok())
+            .is_some_and(|age| age >= SWEEP_MIN_AGE);
+        if !meta.file_type().is_socket() || meta.uid() != uid || !old_enough {
+            continue;
+        }
+        let refused = matches!(
+            std::os::unix::net::UnixStream::connect(&path),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if refused {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
@@ -244,6 +289,39 @@ mod tests {
         let error = socket_path(&paths, Some(&runtime), ID).unwrap_err();
         assert!(matches!(error, SocketError::Occupied { .. }), "{error}");
         assert!(path.exists());
+    }
+
+    #[test]
+    fn dead_sockets_are_swept_live_and_young_ones_and_other_files_stay() {
+        let temp = tempfile::tempdir().unwrap();
+        let folder = private_dir(temp.path(), "ctl");
+        let dead = folder.join("ctl-dead00000000.sock");
+        drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+        let live = folder.join("ctl-live00000000.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let young = folder.join("ctl-young0000000.sock");
+        drop(std::os::unix::net::UnixListener::bind(&young).unwrap());
+        let other = folder.join("ctl-file00000000.sock");
+        std::fs::write(&other, b"not a socket").unwrap();
+        let unrelated = folder.join("other.sock");
+        drop(std::os::unix::net::UnixListener::bind(&unrelated).unwrap());
+        let long_ago = std::time::SystemTime::now() - 2 * SWEEP_MIN_AGE;
+        let long_ago =
+            nix::sys::time::TimeSpec::from(long_ago.duration_since(std::time::UNIX_EPOCH).unwrap());
+        // An absolute path makes utimensat ignore the folder it is given.
+        let at = std::fs::File::open(&folder).unwrap();
+        for path in [&dead, &live, &other, &unrelated] {
+            let flag = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
+            nix::sys::stat::utimensat(&at, path.as_path(), &long_ago, &long_ago, flag).unwrap();
+        }
+        sweep_dead(&folder);
+        assert!(!dead.exists(), "a dead instance's socket is removed");
+        assert!(live.exists(), "a socket something listens on stays");
+        assert!(young.exists(), "a socket bound a moment ago stays");
+        assert!(
+            other.exists() && unrelated.exists(),
+            "what is not ours stays"
+        );
     }
 
     #[test]

@@ -49,6 +49,31 @@ pub(super) fn create(
     Ok(std::fs::canonicalize(&path).unwrap_or(path))
 }
 
+/// Narrows the folders of copies an older version left wider than 0700: `projects/`, each
+/// project's folder and its `runs/`, when they exist. Run when a store opens, so a daemon's
+/// start fixes the tree before any run writes into it; one `read_dir` of `projects/`.
+pub(crate) fn narrow_existing(root: &Path) -> StoreResult<()> {
+    let projects = root.join("projects");
+    let Ok(entries) = std::fs::read_dir(&projects) else {
+        return Ok(());
+    };
+    let mut folders = vec![projects];
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let runs = entry.path().join("runs");
+            folders.push(entry.path());
+            if runs.is_dir() {
+                folders.push(runs);
+            }
+        }
+    }
+    for folder in folders {
+        crate::util::private_dir::ensure(&folder)
+            .map_err(|error| StoreError::Io(error.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Removes the copy; a copy that is not there is already removed.
 pub(super) fn delete(root: &Path, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
     let path = script_copy_path(root, project_dir, run_id);

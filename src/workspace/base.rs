@@ -104,14 +104,14 @@ pub(crate) async fn check(
     })
 }
 
-/// Makes the worktrees folder and refuses one inside `repository`: the user's tree would then
+/// Makes the worktrees folder (0700: it holds checkouts of the user's code) and refuses one inside `repository`: the user's tree would then
 /// hold our worktrees.
 fn keep_worktrees_outside(
     worktrees: &Path,
     repository: &Path,
     unusable: &impl Fn(String) -> WorkspaceError,
 ) -> Result<(), WorkspaceError> {
-    std::fs::create_dir_all(worktrees).map_err(|error| WorkspaceError::Git {
+    crate::util::private_dir::ensure(worktrees).map_err(|error| WorkspaceError::Git {
         command: "worktree add".to_owned(),
         folder: worktrees.to_path_buf(),
         message: format!("cannot create the worktrees folder: {error}"),

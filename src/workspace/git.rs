@@ -154,7 +154,7 @@ impl Workspaces for GitWorkspaces {
             folder: folder.clone(),
             message: format!("cannot prepare the worktree folder: {error}"),
         };
-        std::fs::create_dir_all(&folder).map_err(io)?;
+        crate::util::private_dir::ensure(&folder).map_err(io)?;
         let repository = base
             .repository
             .to_str()

@@ -47,6 +47,7 @@ mod readme;
 mod run_control;
 mod security_engine;
 mod security_files;
+mod security_folders;
 mod security_peer;
 mod security_reaper;
 mod replicas;

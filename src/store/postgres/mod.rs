@@ -149,6 +149,7 @@ impl PostgresStore {
             }
         }
         let pool = connection::pool(config, &options)?;
+        scripts::narrow_existing(&options.script_copy_root)?;
         Ok(PostgresStore {
             pool,
             options,

@@ -72,9 +72,11 @@ pub(super) fn write_transaction(
         .context(doing)
 }
 
-/// The persistence root: created 0700, and narrowed to 0700 at open if it was left wider.
+/// The persistence root: created 0700, and narrowed to 0700 at open if it was left wider,
+/// with the script copies' folders under it.
 pub(super) fn create_private_folder(folder: &Path) -> StoreResult<()> {
-    crate::util::private_dir::ensure(folder).map_err(|error| StoreError::Io(error.to_string()))
+    crate::util::private_dir::ensure(folder).map_err(|error| StoreError::Io(error.to_string()))?;
+    crate::store::script_copies::narrow_existing(folder)
 }
 
 /// Creates the database file readable by its owner only before SQLite opens it; SQLite gives
