@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -99,7 +99,15 @@ struct Shared {
     /// Cancelled when the agent sent a message past [`MAX_MESSAGE_BYTES`]: the owner of its
     /// process stops it.
     overflowed: CancellationToken,
+    /// One permit per agent request being answered or whose answer waits to be written.
+    requests: Arc<Semaphore>,
 }
+
+/// Requests of one agent process answered at once. The reader takes a permit before it
+/// starts answering one and stops reading while none is free, so an agent that floods
+/// requests (or stops reading our answers) makes the daemon hold at most this many, and
+/// waits; a real agent has one or two in flight (a permission request, a file read).
+pub(crate) const MAX_AGENT_REQUESTS: usize = 16;
 
 struct State {
     pending: HashMap<u64, Pending>,
@@ -114,6 +122,10 @@ struct Pending {
 
 enum Outgoing {
     Line(String),
+    /// The answer to one of the agent's requests, with the permit that request held: it is
+    /// given back once the answer is written, so answers waiting for an agent that does not
+    /// read count against [`MAX_AGENT_REQUESTS`] too.
+    Answer(String, OwnedSemaphorePermit),
     /// Close our side of the stream so the agent sees EOF.
     Close,
 }
@@ -158,6 +170,7 @@ impl Connection {
             closed: CancellationToken::new(),
             broken: CancellationToken::new(),
             overflowed: CancellationToken::new(),
+            requests: Arc::new(Semaphore::new(MAX_AGENT_REQUESTS)),
         });
         tracker.spawn(write_loop(shared.clone(), writer, outgoing_rx));
         tracker.spawn(read_loop(
@@ -280,24 +293,25 @@ async fn write_loop<W>(
         message = outgoing.recv() => message,
         _ = shared.closed.cancelled() => None,
     } {
-        match message {
-            Outgoing::Line(mut line) => {
-                line.push('\n');
-                let result = async {
-                    writer.write_all(line.as_bytes()).await?;
-                    writer.flush().await
-                }
-                .await;
-                if let Err(error) = result {
-                    tracing::debug!(backend = %shared.backend, %error, "writing to the agent failed");
-                    shared.broken.cancel();
-                    return;
-                }
-            }
+        let (mut line, permit) = match message {
+            Outgoing::Line(line) => (line, None),
+            Outgoing::Answer(line, permit) => (line, Some(permit)),
             Outgoing::Close => {
                 let _ = writer.shutdown().await;
                 return;
             }
+        };
+        line.push('\n');
+        let result = async {
+            writer.write_all(line.as_bytes()).await?;
+            writer.flush().await
+        }
+        .await;
+        drop(permit);
+        if let Err(error) = result {
+            tracing::debug!(backend = %shared.backend, %error, "writing to the agent failed");
+            shared.broken.cancel();
+            return;
         }
     }
 }
@@ -325,8 +339,19 @@ async fn read_loop<R>(
             Ok(Line::Complete) => {
                 let line = String::from_utf8_lossy(&buffer);
                 let line = line.trim();
-                if !line.is_empty() {
-                    dispatch(&shared, line, &tracker);
+                let request = if line.is_empty() {
+                    None
+                } else {
+                    dispatch(&shared, line)
+                };
+                if let Some(request) = request {
+                    // No free permit: stop reading until an answer is written.
+                    let permit = tokio::select! {
+                        permit = shared.requests.clone().acquire_owned() => permit,
+                        _ = shared.broken.cancelled() => { broken_by_writer = true; break; }
+                    };
+                    let Ok(permit) = permit else { break };
+                    tracker.spawn(answer_in_background(shared.clone(), request, permit));
                 }
             }
             Ok(Line::TooLong) => {
@@ -422,39 +447,58 @@ async fn read_line<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// Routes one inbound message. Never blocks: requests are answered from spawned tasks.
-fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
+/// A request the agent made of us, to answer.
+struct InboundRequest {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+/// Answers `request` and queues the answer with `permit`, which the writer gives back.
+async fn answer_in_background(
+    shared: Arc<Shared>,
+    request: InboundRequest,
+    permit: OwnedSemaphorePermit,
+) {
+    let InboundRequest { id, method, params } = request;
+    let answer = tokio::select! {
+        answer = answer_request(&shared, &method, params) => answer,
+        // The agent is gone; nobody is left to read an answer.
+        _ = shared.closed.cancelled() => return,
+    };
+    let line = match answer {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => json!({
+            "jsonrpc": "2.0", "id": id,
+            "error": {"code": code, "message": message},
+        }),
+    };
+    let _ = shared
+        .outgoing
+        .send(Outgoing::Answer(line.to_string(), permit));
+}
+
+/// Routes one inbound message; a request is handed back for the reader to answer under a
+/// permit ([`answer_in_background`]). Never blocks.
+fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
     let message: Value = match serde_json::from_str(line) {
         Ok(message) => message,
         Err(error) => {
             tracing::debug!(backend = %shared.backend, %error, "ignoring a line that is not JSON");
-            return;
+            return None;
         }
     };
     let Some(object) = message.as_object() else {
         tracing::debug!(backend = %shared.backend, "ignoring a message that is not an object");
-        return;
+        return None;
     };
     let id = object.get("id").filter(|id| !id.is_null()).cloned();
     match (object.get("method").and_then(Value::as_str), id) {
         (Some(method), Some(id)) => {
-            let params = object.get("params").cloned().unwrap_or(Value::Null);
-            let shared = shared.clone();
-            let method = method.to_owned();
-            tracker.spawn(async move {
-                let answer = tokio::select! {
-                    answer = answer_request(&shared, &method, params) => answer,
-                    // The agent is gone; nobody is left to read an answer.
-                    _ = shared.closed.cancelled() => return,
-                };
-                let line = match answer {
-                    Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                    Err((code, message)) => json!({
-                        "jsonrpc": "2.0", "id": id,
-                        "error": {"code": code, "message": message},
-                    }),
-                };
-                let _ = shared.outgoing.send(Outgoing::Line(line.to_string()));
+            return Some(InboundRequest {
+                id,
+                method: method.to_owned(),
+                params: object.get("params").cloned().unwrap_or(Value::Null),
             });
         }
         (Some(method), None) => {
@@ -479,12 +523,12 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
         (None, Some(id)) => {
             let Some(id) = response_id(&id) else {
                 tracing::debug!(backend = %shared.backend, %id, "ignoring a response with an id we never used");
-                return;
+                return None;
             };
             let entry = shared.state.locked().pending.remove(&id);
             let Some(entry) = entry else {
                 tracing::debug!(backend = %shared.backend, id, "ignoring a response nobody waits for");
-                return;
+                return None;
             };
             let result = match object.get("error") {
                 Some(error) if !error.is_null() => Err(RpcError::Remote {
@@ -507,6 +551,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str, tracker: &TaskTracker) {
             tracing::debug!(backend = %shared.backend, "ignoring a message with neither id nor method");
         }
     }
+    None
 }
 
 /// Our ids are numbers; accept a peer that echoes them back as strings.
@@ -540,100 +585,13 @@ async fn answer_request(
                 .and_then(|session| shared.sessions.locked().get(session).cloned())
                 .map(|handler| handler.file_roots())
                 .unwrap_or_default();
-            let path = absolute_path(&params)?;
-            let resolved = crate::acp::file_roots::resolve(path, &roots)
-                .map_err(|message| (codes::INVALID_PARAMS, message))?;
-            if method == "fs/read_text_file" {
-                read_text_file(&params, &resolved).await
-            } else {
-                write_text_file(&params, resolved).await
-            }
+            crate::acp::file_roots::answer(method, &params, &roots).await
         }
         _ => Err((
             codes::METHOD_NOT_FOUND,
             format!("method not found: {method}"),
         )),
     }
-}
-
-fn absolute_path(params: &Value) -> Result<&Path, (i64, String)> {
-    let path = params.get("path").and_then(Value::as_str).ok_or((
-        codes::INVALID_PARAMS,
-        "missing string field `path`".to_owned(),
-    ))?;
-    let path = Path::new(path);
-    if !path.is_absolute() {
-        return Err((
-            codes::INVALID_PARAMS,
-            format!("path must be absolute: {}", path.display()),
-        ));
-    }
-    Ok(path)
-}
-
-/// Largest file an agent may read through `fs/read_text_file`.
-const MAX_AGENT_READ_BYTES: u64 = 16 << 20;
-
-/// `fs/read_text_file {path, line?, limit?}`: `line` is 1-based, `limit` counts lines. Read
-/// through `util::safe_file` at the `resolved` path with no link followed (regular files
-/// only, bounded, off the async workers), so an agent asking for a FIFO or `/dev/zero` gets
-/// an error, not a stuck thread or an exhausted heap.
-async fn read_text_file(params: &Value, resolved: &Path) -> Result<Value, (i64, String)> {
-    use crate::util::safe_file::{self, Links};
-    let path = absolute_path(params)?;
-    let contents = safe_file::read(resolved, MAX_AGENT_READ_BYTES, Links::Refuse)
-        .await
-        .map_err(|error| {
-            let code = if error.is_not_found() {
-                codes::RESOURCE_NOT_FOUND
-            } else {
-                codes::INTERNAL_ERROR
-            };
-            (code, error.to_string())
-        })?;
-    let content = String::from_utf8(contents.bytes).map_err(|_| {
-        (
-            codes::INTERNAL_ERROR,
-            format!("{} is not UTF-8 text", path.display()),
-        )
-    })?;
-    let line = params.get("line").and_then(Value::as_u64);
-    let limit = params.get("limit").and_then(Value::as_u64);
-    let content = if line.is_none() && limit.is_none() {
-        content
-    } else {
-        let skip = line.unwrap_or(1).saturating_sub(1) as usize;
-        let take = limit.map_or(usize::MAX, |limit| limit as usize);
-        content
-            .split_inclusive('\n')
-            .skip(skip)
-            .take(take)
-            .collect()
-    };
-    Ok(json!({"content": content}))
-}
-
-/// `fs/write_text_file {path, content}`: creates missing parent folders like an editor would,
-/// at the `resolved` path with no link followed ([`crate::acp::file_roots::write_no_follow`]).
-async fn write_text_file(params: &Value, resolved: PathBuf) -> Result<Value, (i64, String)> {
-    let path = absolute_path(params)?.to_path_buf();
-    let content = params.get("content").and_then(Value::as_str).ok_or((
-        codes::INVALID_PARAMS,
-        "missing string field `content`".to_owned(),
-    ))?;
-    let content = content.to_owned();
-    let written = tokio::task::spawn_blocking(move || {
-        crate::acp::file_roots::write_no_follow(&resolved, content.as_bytes())
-    })
-    .await
-    .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
-    written.map_err(|error| {
-        (
-            codes::INTERNAL_ERROR,
-            format!("cannot write {}: {error}", path.display()),
-        )
-    })?;
-    Ok(Value::Null)
 }
 
 /// Turns a `session/update` `update` object into an [`AgentUpdate`], leniently: fields may be

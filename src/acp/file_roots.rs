@@ -9,6 +9,27 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use serde_json::{Value, json};
+
+use crate::acp::connection::codes;
+
+/// Answers `fs/read_text_file` or `fs/write_text_file` (`method`) for a session whose
+/// working tree and configured roots are `roots`: the path is checked and resolved
+/// ([`resolve`]), then served with no link followed.
+pub(crate) async fn answer(
+    method: &str,
+    params: &Value,
+    roots: &[PathBuf],
+) -> Result<Value, (i64, String)> {
+    let path = absolute_path(params)?;
+    let resolved = resolve(path, roots).map_err(|message| (codes::INVALID_PARAMS, message))?;
+    if method == "fs/read_text_file" {
+        read_text_file(params, &resolved).await
+    } else {
+        write_text_file(params, resolved).await
+    }
+}
+
 /// Checks `path` (absolute) against `roots` and answers it resolved; `Err` is the refusal
 /// message naming the path and the allowed roots. For a file that does not exist yet (a
 /// write), its nearest existing ancestor is resolved and the missing tail appended.
@@ -111,6 +132,85 @@ fn resolve_existing_prefix(path: &Path) -> Option<PathBuf> {
             }
         }
     }
+}
+
+fn absolute_path(params: &Value) -> Result<&Path, (i64, String)> {
+    let path = params.get("path").and_then(Value::as_str).ok_or((
+        codes::INVALID_PARAMS,
+        "missing string field `path`".to_owned(),
+    ))?;
+    let path = Path::new(path);
+    if !path.is_absolute() {
+        return Err((
+            codes::INVALID_PARAMS,
+            format!("path must be absolute: {}", path.display()),
+        ));
+    }
+    Ok(path)
+}
+
+/// Largest file an agent may read through `fs/read_text_file`.
+const MAX_AGENT_READ_BYTES: u64 = 16 << 20;
+
+/// `fs/read_text_file {path, line?, limit?}`: `line` is 1-based, `limit` counts lines. Read
+/// through `util::safe_file` at the `resolved` path with no link followed (regular files
+/// only, bounded, off the async workers), so an agent asking for a FIFO or `/dev/zero` gets
+/// an error, not a stuck thread or an exhausted heap.
+async fn read_text_file(params: &Value, resolved: &Path) -> Result<Value, (i64, String)> {
+    use crate::util::safe_file::{self, Links};
+    let path = absolute_path(params)?;
+    let contents = safe_file::read(resolved, MAX_AGENT_READ_BYTES, Links::Refuse)
+        .await
+        .map_err(|error| {
+            let code = if error.is_not_found() {
+                codes::RESOURCE_NOT_FOUND
+            } else {
+                codes::INTERNAL_ERROR
+            };
+            (code, error.to_string())
+        })?;
+    let content = String::from_utf8(contents.bytes).map_err(|_| {
+        (
+            codes::INTERNAL_ERROR,
+            format!("{} is not UTF-8 text", path.display()),
+        )
+    })?;
+    let line = params.get("line").and_then(Value::as_u64);
+    let limit = params.get("limit").and_then(Value::as_u64);
+    let content = if line.is_none() && limit.is_none() {
+        content
+    } else {
+        let skip = line.unwrap_or(1).saturating_sub(1) as usize;
+        let take = limit.map_or(usize::MAX, |limit| limit as usize);
+        content
+            .split_inclusive('\n')
+            .skip(skip)
+            .take(take)
+            .collect()
+    };
+    Ok(json!({"content": content}))
+}
+
+/// `fs/write_text_file {path, content}`: creates missing parent folders like an editor would,
+/// at the `resolved` path with no link followed ([`write_no_follow`]).
+async fn write_text_file(params: &Value, resolved: PathBuf) -> Result<Value, (i64, String)> {
+    let path = absolute_path(params)?.to_path_buf();
+    let content = params.get("content").and_then(Value::as_str).ok_or((
+        codes::INVALID_PARAMS,
+        "missing string field `content`".to_owned(),
+    ))?;
+    let content = content.to_owned();
+    let written =
+        tokio::task::spawn_blocking(move || write_no_follow(&resolved, content.as_bytes()))
+            .await
+            .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
+    written.map_err(|error| {
+        (
+            codes::INTERNAL_ERROR,
+            format!("cannot write {}: {error}", path.display()),
+        )
+    })?;
+    Ok(Value::Null)
 }
 
 #[cfg(test)]

@@ -482,3 +482,50 @@ fn config_reads_pool_size_and_init_timeout_and_names_bad_variables() {
         assert!(error.contains(variable), "{error}");
     }
 }
+
+/// An agent that sends requests and never reads our answers: the reader stops once
+/// `MAX_AGENT_REQUESTS` answers wait to be written, so the agent's own writes wait instead of
+/// our queue growing; when the agent reads again, every request is answered.
+#[tokio::test(start_paused = true)]
+async fn an_agent_flooding_requests_waits_instead_of_growing_our_queue() {
+    let (client, agent) = tokio::io::duplex(4096);
+    let (client_read, client_write) = tokio::io::split(client);
+    let (agent_read, mut agent_write) = tokio::io::split(agent);
+    let tracker = TaskTracker::new();
+    let _connection = Connection::start("fake", client_read, client_write, None, &tracker);
+    const TOTAL: usize = 2000;
+    let flood: String = (0..TOTAL)
+        .map(|id| {
+            let params = json!({"sessionId": "unknown", "path": "/etc/hostname"});
+            let request = json!({"jsonrpc": "2.0", "id": id, "method": "fs/read_text_file", "params": params});
+            format!("{request}\n")
+        })
+        .collect();
+    let mut writing = tokio::spawn(async move {
+        agent_write
+            .write_all(flood.as_bytes())
+            .await
+            .expect("write");
+        agent_write
+    });
+    // Time is paused: the timeout fires only once every task waits on something that
+    // nothing will do, here the reader on a permit and the agent on its write.
+    let stuck = tokio::time::timeout(Duration::from_secs(60), &mut writing).await;
+    assert!(
+        stuck.is_err(),
+        "the reader took every request while none was answered"
+    );
+
+    let mut lines = BufReader::new(agent_read).lines();
+    let mut answered = 0;
+    while answered < TOTAL {
+        let line = within(lines.next_line())
+            .await
+            .expect("read")
+            .expect("a line");
+        let answer: Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        answered += 1;
+    }
+    within(writing).await.expect("the agent's writes complete");
+}

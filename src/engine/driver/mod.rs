@@ -17,6 +17,7 @@
 //! worktree, `budget` the run's spending limits, `retry` the wait between attempts and
 //! `sessions` the sessions calls open (journaled, and reopened when a call runs again).
 
+mod activity;
 mod agent_call;
 mod budget;
 mod ceilings;
@@ -319,7 +320,7 @@ struct Driver {
     /// Every agent task, awaited before the generation ends.
     tracker: TaskTracker,
     /// Given to each agent task to report start, updates and its result.
-    activity_tx: mpsc::UnboundedSender<Activity>,
+    activity_tx: activity::ActivitySender,
     /// Taken by the loop when it starts.
     activity_rx: Option<mpsc::UnboundedReceiver<Activity>>,
     /// Agent calls numbered and not yet settled, by index.
@@ -371,7 +372,7 @@ struct Driver {
 
 impl Driver {
     fn new(setup: DriverSetup, vm: Option<vm::VmHandle>) -> Driver {
-        let (activity_tx, activity_rx) = mpsc::unbounded_channel();
+        let (activity_tx, activity_rx) = activity::channel();
         let events = match setup.persistence {
             Persistence::DryRun if setup.notices.is_none() => {
                 EventLog::discarding(setup.run_id.clone(), setup.last_event_seq)

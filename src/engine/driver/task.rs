@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
@@ -109,7 +109,7 @@ pub(super) struct AgentTask {
     /// Cancels this call (single-call cancel or a halt).
     pub(super) cancel: CancellationToken,
     /// Where start, updates and the result go.
-    pub(super) activity: mpsc::UnboundedSender<Activity>,
+    pub(super) activity: super::activity::ActivitySender,
     /// Where the agent's permission requests wait.
     pub(super) broker: PermissionBroker,
     /// The agent definition's `tools`/`disallowedTools`, applied before the broker.
@@ -586,7 +586,7 @@ impl AttemptFailure {
 struct CallObserver {
     /// The call the updates belong to.
     index: u32,
-    activity: mpsc::UnboundedSender<Activity>,
+    activity: super::activity::ActivitySender,
     broker: PermissionBroker,
     /// Denies what the agent definition does not allow before anyone is asked.
     tool_policy: Option<ToolPolicy>,
@@ -600,7 +600,7 @@ struct CallObserver {
 #[async_trait]
 impl AgentObserver for CallObserver {
     fn update(&self, update: AgentUpdate) {
-        let _ = self.activity.send(Activity::Update(self.index, update));
+        self.activity.send_update(self.index, update);
     }
 
     async fn request_permission(&self, mut request: PermissionRequest) -> PermissionOutcome {
