@@ -14,6 +14,7 @@ mod dispatch;
 mod events;
 pub mod handler;
 pub mod jsonrpc;
+pub mod outbox;
 pub(crate) mod observer;
 pub(crate) mod registry;
 pub(crate) mod scope;

@@ -82,7 +82,7 @@ pub struct TransportContext {
     /// Scopes `notifications/cancelled` when there is no session (one per stdio connection).
     pub connection_id: String,
     /// Where notifications related to the request go while it runs.
-    pub notifications: Option<mpsc::UnboundedSender<Value>>,
+    pub notifications: Option<crate::mcp::outbox::OutboxSender>,
     /// Fired by the transport when the request's caller is gone (a closed stateless stream,
     /// stdio EOF); the request's own token is cancelled with it.
     pub cancel: CancellationToken,
@@ -575,7 +575,7 @@ struct Forwarder<'a> {
     era: &'a Era,
     session: Option<&'a Session>,
     log_meta: bool,
-    out: Option<&'a mpsc::UnboundedSender<Value>>,
+    out: Option<&'a crate::mcp::outbox::OutboxSender>,
 }
 
 impl Forwarder<'_> {

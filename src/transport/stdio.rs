@@ -18,7 +18,6 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +28,10 @@ use crate::transport::lines::{AsyncLines, Line};
 
 /// The largest line accepted, the same cap as an HTTP body.
 pub const MAX_LINE_BYTES: usize = crate::transport::http::MAX_BODY_BYTES;
+/// Requests one stdio connection runs at once; past it the next line is read when one ends,
+/// so a client that writes requests faster than they are answered is held back instead of
+/// making the server hold an unbounded number of them.
+pub const MAX_REQUESTS_IN_FLIGHT: usize = 64;
 /// How long requests cancelled at end of input get to finish.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -40,7 +43,7 @@ pub async fn serve_stdio(
 ) -> anyhow::Result<()> {
     let mut lines = AsyncLines::new(BufReader::new(input), MAX_LINE_BYTES);
     let mut output = output;
-    let (outgoing, mut outgoing_receiver) = mpsc::unbounded_channel::<Value>();
+    let (outgoing, mut outgoing_receiver) = crate::mcp::outbox::outbox();
     let mut connection = Connection {
         connection_id: uuid::Uuid::new_v4().simple().to_string(),
         cancel: server.shutdown_token().child_token(),
@@ -53,8 +56,9 @@ pub async fn serve_stdio(
     let shutdown = connection.server.shutdown_token();
     loop {
         tokio::select! {
-            // Cancel-safe: a line read in part stays in `lines` if another branch wins.
-            read = lines.next() => match read.context("reading a message from stdin")? {
+            // Cancel-safe: a line read in part stays in `lines` if another branch wins. With
+            // MAX_REQUESTS_IN_FLIGHT requests running, input waits until one ends.
+            read = lines.next(), if connection.requests.len() < MAX_REQUESTS_IN_FLIGHT => match read.context("reading a message from stdin")? {
                 Some(Line::Text(line)) => connection.on_line(line).await,
                 Some(Line::TooLong) => connection.refuse_too_long(),
                 None => break,
@@ -83,7 +87,7 @@ struct Connection {
     /// Cancels the connection's requests at end of input.
     cancel: CancellationToken,
     /// Responses and notifications waiting for stdout, in the order they were sent.
-    outgoing: mpsc::UnboundedSender<Value>,
+    outgoing: crate::mcp::outbox::OutboxSender,
     /// Requests running concurrently; their responses go to `outgoing` as they finish.
     requests: JoinSet<()>,
     /// The one legacy session, once `initialize` made it (a later one replaces it).
@@ -163,7 +167,7 @@ impl Connection {
     async fn close(
         mut self,
         output: &mut (impl AsyncWrite + Unpin),
-        outgoing: &mut mpsc::UnboundedReceiver<Value>,
+        outgoing: &mut crate::mcp::outbox::OutboxReceiver,
     ) -> anyhow::Result<()> {
         self.cancel.cancel();
         let requests = &mut self.requests;
@@ -178,7 +182,7 @@ impl Connection {
                     }
                 }
             }
-            while let Ok(message) = outgoing.try_recv() {
+            while let Some(message) = outgoing.try_recv() {
                 write_line(output, &message).await?;
             }
             anyhow::Ok(())

@@ -13,7 +13,7 @@ use agentprism::mcp::{
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 
 /// Tools `echo`, `progress`, `wait_for_cancel` and `hold`; resources `test://a` (subscribable);
 /// no prompts, so prompt methods must be -32601.
@@ -437,7 +437,7 @@ async fn log_messages_reach_a_stateless_caller_only_when_it_asked() {
             meta["io.modelcontextprotocol/logLevel"] = "debug".into();
         }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "progress", "_meta": meta}});
-        let (sender, mut receiver) = mpsc::unbounded_channel();
+        let (sender, mut receiver) = agentprism::mcp::outbox::outbox();
         let mut context = context(None);
         context.notifications = Some(sender);
         let outcome = server
@@ -448,7 +448,7 @@ async fn log_messages_reach_a_stateless_caller_only_when_it_asked() {
             "complete"
         );
         let mut methods = Vec::new();
-        while let Ok(note) = receiver.try_recv() {
+        while let Some(note) = receiver.try_recv() {
             methods.push(note["method"].as_str().unwrap().to_owned());
         }
         assert_eq!(methods, expected);
@@ -459,7 +459,7 @@ async fn log_messages_reach_a_stateless_caller_only_when_it_asked() {
 async fn notifications_cancelled_cancels_the_matching_request_which_gets_no_response() {
     let (server, _) = TestHandler::server();
     let session = initialize(&server).await;
-    let (sender, mut receiver) = mpsc::unbounded_channel();
+    let (sender, mut receiver) = agentprism::mcp::outbox::outbox();
     let mut call_context = context(Some(&session));
     call_context.notifications = Some(sender);
     let body = r#"{"jsonrpc":"2.0","id":"call-1","method":"tools/call","params":{"name":"wait_for_cancel"}}"#;

@@ -252,7 +252,7 @@ async fn listen_acknowledges_only_subscribable_uris() {
     let query = format!("{events}?after=0&limit=5&streamId={}", "a".repeat(32));
     let unknown = "workflow://runs/zzz-yyy/events".to_owned();
     let server = core(&s);
-    let (sender, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    let (sender, mut notes) = agentprism::mcp::outbox::outbox();
     let mut transport = TransportContext::new(TransportKind::Http, "listen");
     transport.notifications = Some(sender);
     let stop = transport.cancel.clone();

@@ -385,11 +385,11 @@ fn listen(
     server: &Arc<McpServer>,
     task_ids: Vec<String>,
 ) -> (
-    tokio::sync::mpsc::UnboundedReceiver<Value>,
+    crate::mcp::outbox::OutboxReceiver,
     tokio_util::sync::CancellationToken,
     tokio::task::JoinHandle<crate::mcp::server::Outcome>,
 ) {
-    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let (sender, receiver) = crate::mcp::outbox::outbox();
     let mut context = transport(None);
     context.notifications = Some(sender);
     let cancel = context.cancel.clone();

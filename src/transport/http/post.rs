@@ -257,7 +257,7 @@ async fn answer(
     modern: bool,
 ) -> HttpResponse {
     let _connection = session.as_ref().map(|session| session.connection());
-    let (notes_sender, mut notes) = mpsc::unbounded_channel::<Value>();
+    let (notes_sender, mut notes) = crate::mcp::outbox::outbox();
     let stream_closed = CancellationToken::new();
     context.notifications = Some(notes_sender);
     context.cancel = stream_closed.clone();
@@ -279,8 +279,8 @@ async fn answer(
     let (first_note, done) = tokio::select! {
         biased;
         outcome = &mut handler => match notes.try_recv() {
-            Ok(note) => (note, answered_already(outcome)),
-            Err(_) => return request_outcome_response(outcome),
+            Some(note) => (note, answered_already(outcome)),
+            None => return request_outcome_response(outcome),
         },
         Some(note) = notes.recv() => (note, handler.detach()),
     };
@@ -388,7 +388,7 @@ struct AnswerStream {
     /// Writes the stream; records it for replay in a legacy session.
     pump: Pump,
     /// The request's notifications, as the core forwards them.
-    notes: mpsc::UnboundedReceiver<Value>,
+    notes: crate::mcp::outbox::OutboxReceiver,
     /// The core's outcome, once the request is answered.
     done: oneshot::Receiver<Outcome>,
     /// Cancels a stateless request when its client goes, and any request at server stop.
@@ -410,7 +410,7 @@ impl AnswerStream {
             tokio::select! {
                 Some(note) = self.notes.recv() => pump.event(&note).await,
                 outcome = &mut self.done => {
-                    while let Ok(note) = self.notes.try_recv() {
+                    while let Some(note) = self.notes.try_recv() {
                         pump.event(&note).await;
                     }
                     match outcome {
