@@ -28,9 +28,10 @@ use crate::transport::lines::{AsyncLines, Line};
 
 /// The largest line accepted, the same cap as an HTTP body.
 pub const MAX_LINE_BYTES: usize = crate::transport::http::MAX_BODY_BYTES;
-/// Requests one stdio connection runs at once; past it the next line is read when one ends,
-/// so a client that writes requests faster than they are answered is held back instead of
-/// making the server hold an unbounded number of them.
+/// Requests one stdio connection runs at once; a request past it is answered at once with an
+/// error naming the limit, while notifications (a `notifications/cancelled` among them) are
+/// still read and acted on. Answers are written by the loop that reads, so a client that stops
+/// reading stops being read too.
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 64;
 /// How long requests cancelled at end of input get to finish.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
@@ -56,9 +57,8 @@ pub async fn serve_stdio(
     let shutdown = connection.server.shutdown_token();
     loop {
         tokio::select! {
-            // Cancel-safe: a line read in part stays in `lines` if another branch wins. With
-            // MAX_REQUESTS_IN_FLIGHT requests running, input waits until one ends.
-            read = lines.next(), if connection.requests.len() < MAX_REQUESTS_IN_FLIGHT => match read.context("reading a message from stdin")? {
+            // Cancel-safe: a line read in part stays in `lines` if another branch wins.
+            read = lines.next() => match read.context("reading a message from stdin")? {
                 Some(Line::Text(line)) => connection.on_line(line).await,
                 Some(Line::TooLong) => connection.refuse_too_long(),
                 None => break,
@@ -146,6 +146,18 @@ impl Connection {
                 if let Some(response) = outcome.response {
                     let _ = self.outgoing.send(response);
                 }
+            }
+            Message::Request(request) if self.requests.len() >= MAX_REQUESTS_IN_FLIGHT => {
+                let refused = McpError::new(
+                    -32000,
+                    format!(
+                        "too many requests in flight on this connection: at most \
+                         {MAX_REQUESTS_IN_FLIGHT} run at once; try again when one has answered"
+                    ),
+                );
+                let _ = self
+                    .outgoing
+                    .send(jsonrpc::error_response(&request.id, &refused));
             }
             Message::Request(_) => {
                 let server = self.server.clone();

@@ -221,3 +221,57 @@ async fn an_over_long_line_is_refused_before_its_newline_and_the_next_line_is_se
         .unwrap()
         .unwrap();
 }
+
+/// A connection runs at most `MAX_REQUESTS_IN_FLIGHT` requests: one more is refused at once
+/// with an error naming the limit, while a cancellation is still read and frees a place.
+#[tokio::test]
+async fn a_request_past_the_in_flight_limit_is_refused_and_cancelling_still_works() {
+    let (mut client, _task, _hub) = start();
+    let limit = agentprism::transport::stdio::MAX_REQUESTS_IN_FLIGHT;
+    for id in 0..limit {
+        client
+            .send(
+                &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                    "name": "wait_for_cancel", "_meta": modern_meta()
+                }}),
+            )
+            .await;
+    }
+    for _ in 0..limit {
+        let started = client.line().await;
+        assert_eq!(started["params"]["progressToken"], "started", "{started}");
+    }
+    let echo = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {}, "_meta": modern_meta()
+        }})
+    };
+    client.send(&echo("over")).await;
+    let (refused, _) = client.response(json!("over")).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("at most {limit} run at once")),
+        "{refused}"
+    );
+    client
+        .send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 0}}))
+        .await;
+    // The place frees once the cancelled request has ended; until then a request is refused.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    for attempt in 0.. {
+        let id = format!("again-{attempt}");
+        client.send(&echo(&id)).await;
+        let (answer, _) = client.response(json!(id)).await;
+        if answer.get("result").is_some() {
+            break;
+        }
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("at most")
+        );
+        assert!(tokio::time::Instant::now() < deadline, "no place freed");
+        tokio::task::yield_now().await;
+    }
+}
