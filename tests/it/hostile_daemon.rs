@@ -1,12 +1,13 @@
 //! Hostile agents and scripts against one real daemon (docs/security.md): an endless agent
-//! message, a huge answer, a log bomb, a flood of log lines, 100,000 calls at once and file
-//! requests outside the working tree. Each case starts a fresh foreground daemon over its own
-//! root, runs the hostile script through the `workflow` tool with an ordinary run beside it,
-//! and checks that the hostile run ends the way the product promises, that the ordinary run
-//! completes, and that the daemon's peak resident memory (its `VmHWM`, which for a fresh
-//! process is this test's) stays under [`PEAK_RSS_BOUND`]. The scripts that misbehave only
-//! after a real answer test it against the dry run's `[dry-run]` answers, so the hostile part
-//! runs in the run itself rather than being refused at admission.
+//! message, a huge answer, a log bomb, floods of log lines and of phases, 100,000 calls at
+//! once and file requests outside the working tree. Each case starts a fresh foreground
+//! daemon over its own root, runs the hostile script through the `workflow` tool with an
+//! ordinary run on another backend beside it and one on the hostile run's backend after it,
+//! and checks that the hostile run ends the way the product promises, that both ordinary runs
+//! complete, and that the daemon's peak resident memory (its `VmHWM`, which for a fresh
+//! process is this test's) stays under [`PEAK_RSS_BOUND`]. Scripts that misbehave only after
+//! a real answer (not the dry run's `[dry-run]` one) are judged in the run itself rather than
+//! refused at admission, whose dry run executes the script too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -161,13 +162,17 @@ impl Daemon {
             assert_eq!(status["status"], "completed", "{status:#}");
             assert_eq!(self.result(&run_id), json!("ECHO: after"));
         }
+        // Printed for every case, so a run shows how close each one comes to the bound.
+        eprintln!(
+            "the daemon's peak RSS: {} MiB",
+            peak_rss(self.process.pid()) >> 20
+        );
         outcome
     }
 
     /// Checks that the daemon's peak resident memory stayed under the bound.
     fn assert_peak_under_bound(&self, case: &str) {
         let peak = peak_rss(self.process.pid());
-        eprintln!("{case}: the daemon's peak RSS was {} MiB", peak >> 20);
         assert!(
             peak < PEAK_RSS_BOUND,
             "{case}: the daemon's peak RSS was {} MiB, over the bound of {} MiB",
@@ -314,4 +319,29 @@ fn file_requests_outside_the_project_are_refused() {
     }
     assert!(!written.exists(), "nothing is written outside the tree");
     daemon.assert_peak_under_bound("files outside the tree");
+}
+
+/// A million phase changes after an agent call: stored events beyond log lines have a
+/// ceiling per run too. The ceiling's wording is assumed to follow the log ceilings' ("…,
+/// the most agentprism keeps").
+#[test]
+fn a_flood_of_phases_fails_at_the_event_ceiling_and_the_store_stays_small() {
+    let daemon = Daemon::start();
+    let outcome = daemon.survive(
+        "const r = await agent('x');\n\
+         if (!r.startsWith('[dry-run]'))\n\
+           for (let i = 0; i < 1000000; i++) phase(i % 2 ? 'odd' : 'even');\n\
+         return r;",
+        json!({}),
+    );
+    let stored = folder_bytes(&daemon.world.ctx.state());
+    eprintln!("phase flood: the store holds {} KiB", stored >> 10);
+    let text = outcome.failure();
+    assert!(text.contains("the most agentprism keeps"), "{text}");
+    assert!(
+        stored < STORE_BOUND,
+        "the store holds {} MiB after the flood",
+        stored >> 20
+    );
+    daemon.assert_peak_under_bound("phase flood");
 }
