@@ -29,6 +29,7 @@ mod host_answers;
 mod host_env;
 mod http_guards;
 mod hostile_agent;
+mod hostile_daemon;
 mod hosts;
 mod interop;
 mod isolation;

@@ -6,3 +6,4 @@ pub mod context;
 pub mod fake_host_model;
 pub mod fake_llm;
 pub mod http1;
+pub mod memory;
