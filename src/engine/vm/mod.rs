@@ -70,6 +70,21 @@ impl Default for VmLimits {
     }
 }
 
+/// Messages the script's thread may have queued for its driver before it waits: a script that
+/// logs or calls faster than the driver takes them blocks on a full queue (its slice clock
+/// stopped meanwhile), so the daemon holds at most this many of one script's messages, each
+/// cut in the script's thread (a log line to 64 Ki chars, a phase title to 1 Ki chars).
+pub(crate) const EVENT_QUEUE: usize = 1024;
+
+/// The script's side of its queue to the driver.
+pub(crate) type VmEvents = mpsc::Sender<VmEvent>;
+
+/// A script's queue to its driver, [`EVENT_QUEUE`] messages deep. The driver closes or drops
+/// its receiver to stop taking them; a script blocked on the full queue then wakes and stops.
+pub(crate) fn event_queue() -> (VmEvents, mpsc::Receiver<VmEvent>) {
+    mpsc::channel(EVENT_QUEUE)
+}
+
 /// What the script asks of its driver, in program order.
 #[derive(Debug)]
 pub(crate) enum VmEvent {
@@ -159,6 +174,8 @@ pub(crate) struct VmScript {
     pub call_paths: bool,
     /// The script's `budget` when it starts (`crate::budget::script_view`).
     pub budget: Value,
+    /// The run's `maxAgents`: the prelude refuses the call past it as the driver would.
+    pub max_calls: u32,
 }
 
 /// Controls a running VM from outside its thread.
@@ -202,11 +219,7 @@ impl Drop for VmHandle {
 /// Starts the script on a VM thread of its own while it runs (a pooled one, `vm/pool.rs`, in
 /// a fresh runtime and context). Events arrive on `events` until `Finished` (or until the VM
 /// is halted, after which nothing more is sent).
-pub(crate) fn spawn(
-    script: VmScript,
-    limits: VmLimits,
-    events: mpsc::UnboundedSender<VmEvent>,
-) -> VmHandle {
+pub(crate) fn spawn(script: VmScript, limits: VmLimits, events: VmEvents) -> VmHandle {
     let (reply_tx, reply_rx) = std_mpsc::channel();
     let halt = Arc::new(AtomicBool::new(false));
     let thread_halt = halt.clone();
@@ -220,7 +233,8 @@ pub(crate) fn spawn(
             spare,
         );
         if !thread_halt.load(Ordering::SeqCst) {
-            let _ = events.send(VmEvent::Finished(finished));
+            // A closed queue means the driver is gone; there is nobody left to tell.
+            let _ = events.blocking_send(VmEvent::Finished(finished));
         }
         // The script can do nothing more: its driver stops waiting, the runtime is freed after.
         done.signal();
@@ -250,6 +264,39 @@ impl SliceClock {
     fn end(&self) {
         self.started.store(0, Ordering::SeqCst);
     }
+    /// Moves the current slice's start later by `waited`, time the thread spent blocked on
+    /// the driver rather than running the script.
+    fn exclude(&self, waited: Duration) {
+        let _ = self
+            .started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |started| {
+                (started != 0).then(|| started + waited.as_millis() as u64)
+            });
+    }
+}
+
+/// Sends the script's messages to its driver from the script's thread.
+#[derive(Clone)]
+struct Outbox {
+    events: VmEvents,
+    clock: Arc<SliceClock>,
+}
+
+impl Outbox {
+    /// Queues `event`, waiting while the queue is full: a wait for the driver, which the
+    /// slice clock does not count. `false` once the driver stopped taking messages.
+    fn send(&self, event: VmEvent) -> bool {
+        match self.events.try_send(event) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                let waiting = Instant::now();
+                let sent = self.events.blocking_send(event).is_ok();
+                self.clock.exclude(waiting.elapsed());
+                sent
+            }
+        }
+    }
 }
 
 /// The prelude's host-only helpers, held by Rust instead of the global object.
@@ -271,7 +318,7 @@ type Resolvers =
 fn run(
     mut script: VmScript,
     limits: VmLimits,
-    events: &mpsc::UnboundedSender<VmEvent>,
+    events: &VmEvents,
     replies: std_mpsc::Receiver<VmReply>,
     halt: Arc<AtomicBool>,
     spare: Option<Spare>,
@@ -316,8 +363,12 @@ fn run(
     // Tracked from the first statement: a rejection floated before the script's first
     // `await` happens while it is being started.
     track_rejections(&runtime, &unhandled);
+    let outbox = Outbox {
+        events: events.clone(),
+        clock: clock.clone(),
+    };
     let started = context.with(|ctx| {
-        let helpers = install_host(&ctx, prelude, events, &resolvers, nested, files)
+        let helpers = install_host(&ctx, prelude, &outbox, &resolvers, nested, files)
             .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
         // The first slice: from here until the thread first waits for the driver.
         clock.begin();
@@ -528,7 +579,7 @@ fn settled(
 fn install_host<'js>(
     ctx: &Ctx<'js>,
     loaded: Option<Persistent<Function<'static>>>,
-    events: &mpsc::UnboundedSender<VmEvent>,
+    outbox: &Outbox,
     resolvers: &Resolvers,
     nested: Option<NestedResolver>,
     files: Arc<BTreeMap<String, String>>,
@@ -547,24 +598,24 @@ fn install_host<'js>(
         "call",
         Function::new(
             ctx.clone(),
-            call_function(events.clone(), resolvers.clone(), next_id),
+            call_function(outbox.clone(), resolvers.clone(), next_id),
         )?,
     )?;
     {
-        let events = events.clone();
+        let outbox = outbox.clone();
         host.set(
             "log",
             Function::new(ctx.clone(), move |level: String, message: String| {
-                let _ = events.send(VmEvent::Log { level, message });
+                outbox.send(VmEvent::Log { level, message });
             })?,
         )?;
     }
     {
-        let events = events.clone();
+        let outbox = outbox.clone();
         host.set(
             "phase",
             Function::new(ctx.clone(), move |scope: String, title: String| {
-                let _ = events.send(VmEvent::Phase { scope, title });
+                outbox.send(VmEvent::Phase { scope, title });
             })?,
         )?;
     }
@@ -620,7 +671,7 @@ fn install_host<'js>(
 
 /// The host side of `host.call`: registers the promise's resolvers and tells the driver.
 fn call_function(
-    events: mpsc::UnboundedSender<VmEvent>,
+    outbox: Outbox,
     resolvers: Resolvers,
     next_id: Rc<RefCell<u64>>,
 ) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
@@ -639,7 +690,7 @@ fn call_function(
                 Persistent::save(&ctx, reject),
             ),
         );
-        let _ = events.send(VmEvent::Call {
+        outbox.send(VmEvent::Call {
             call_id,
             kind,
             payload,
@@ -692,6 +743,7 @@ fn start_script<'js>(
         WRAPPER_OPEN.len() as u32,
         script.call_paths,
         script.budget.to_string(),
+        f64::from(script.max_calls),
     ))?;
     let mut source = String::with_capacity(script.body.len() + 32);
     source.push_str(WRAPPER_OPEN);
