@@ -33,17 +33,21 @@ use std::time::{Duration, Instant};
 use rquickjs::promise::PromiseState;
 use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 mod failure;
 mod pool;
 mod prelude;
+mod queue;
 
 use failure::{failure_from_value, runaway, vm_failure};
 use pool::{Spare, Spent};
 use prelude::load_prelude;
 #[cfg(test)]
 use prelude::{PRELUDE, PRELUDE_BYTECODE};
+#[cfg(test)]
+use queue::EVENT_QUEUE;
+use queue::Outbox;
+pub(crate) use queue::{VmEvents, event_queue};
 
 /// The file name script frames carry in stack traces.
 pub(crate) const SCRIPT_FILENAME: &str = "workflow.js";
@@ -68,21 +72,6 @@ impl Default for VmLimits {
             memory_limit: 64 << 20,
         }
     }
-}
-
-/// Messages the script's thread may have queued for its driver before it waits: a script that
-/// logs or calls faster than the driver takes them blocks on a full queue (its slice clock
-/// stopped meanwhile), so the daemon holds at most this many of one script's messages, each
-/// cut in the script's thread (a log line to 64 Ki chars, a phase title to 1 Ki chars).
-pub(crate) const EVENT_QUEUE: usize = 1024;
-
-/// The script's side of its queue to the driver.
-pub(crate) type VmEvents = mpsc::Sender<VmEvent>;
-
-/// A script's queue to its driver, [`EVENT_QUEUE`] messages deep. The driver closes or drops
-/// its receiver to stop taking them; a script blocked on the full queue then wakes and stops.
-pub(crate) fn event_queue() -> (VmEvents, mpsc::Receiver<VmEvent>) {
-    mpsc::channel(EVENT_QUEUE)
 }
 
 /// What the script asks of its driver, in program order.
@@ -272,30 +261,6 @@ impl SliceClock {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |started| {
                 (started != 0).then(|| started + waited.as_millis() as u64)
             });
-    }
-}
-
-/// Sends the script's messages to its driver from the script's thread.
-#[derive(Clone)]
-struct Outbox {
-    events: VmEvents,
-    clock: Arc<SliceClock>,
-}
-
-impl Outbox {
-    /// Queues `event`, waiting while the queue is full: a wait for the driver, which the
-    /// slice clock does not count. `false` once the driver stopped taking messages.
-    fn send(&self, event: VmEvent) -> bool {
-        match self.events.try_send(event) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-            Err(mpsc::error::TrySendError::Full(event)) => {
-                let waiting = Instant::now();
-                let sent = self.events.blocking_send(event).is_ok();
-                self.clock.exclude(waiting.elapsed());
-                sent
-            }
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Tests of the script VM.
 
 use super::*;
+use tokio::sync::mpsc;
 
 /// Runs a script body, answering every agent call with `answer(payload)`.
 fn run_script(
