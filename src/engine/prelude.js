@@ -116,6 +116,23 @@
     enumerable: false,
   });
 
+  // --- the run's call limit (maxAgents), counted here as the driver counts it ---
+  // Every agent() and checkpoint() call that reaches the host counts, in every scope of this
+  // generation; the one past the limit throws the driver's own error where it is made, before
+  // it crosses, so a script that starts calls by the hundred thousand in one go meets the
+  // limit error instead of filling its heap with calls (or rejected promises) the driver
+  // would refuse.
+  let callLimit = Infinity;
+  let callsMade = 0;
+  function pastCallLimit(kind) {
+    if (callsMade < callLimit) {
+      callsMade++;
+      return null;
+    }
+    const what = kind === "agent" ? " agent calls" : " calls";
+    return makeError("AGENT_LIMIT_EXCEEDED", "the run reached its limit of " + callLimit + what + " (maxAgents)", false);
+  }
+
   // --- errors the host rejects with carry a code and a recoverable flag ---
   function makeError(code, message, recoverable) {
     const error = new Error(message);
@@ -238,8 +255,11 @@
 
   // Builds the DSL for one scope: the root script, or one nested workflow() invocation.
   function makeDsl(scope, args, cwd) {
-    const call = (kind, payload) =>
-      hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
+    const call = (kind, payload) => {
+      const refused = pastCallLimit(kind);
+      if (refused) throw refused;
+      return hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
+    };
 
     function agent(prompt, options) {
       if (typeof prompt !== "string")
@@ -484,6 +504,7 @@
     // A log line is cut here, in the script's thread, before it crosses to the driver: a
     // script's huge lines cost its own heap, never the daemon's.
     const LOG_CHARS = 65536;
+    const PHASE_CHARS = 1024;
     function sendLog(level, values) {
       const text = joinArgs(values);
       hostLog(level, text.length > LOG_CHARS ? text.slice(0, LOG_CHARS) + "…" : text);
@@ -506,7 +527,8 @@
         throw error;
       }
       if (typeof title !== "string" || title.trim() === "") throw new TypeError("phase(title): title must be a non-empty string");
-      hostPhase(scope, title);
+      // Cut here like a log line, so a huge title never crosses to the driver.
+      hostPhase(scope, title.length > PHASE_CHARS ? title.slice(0, PHASE_CHARS) + "…" : title);
     }
 
     const process = Object.freeze({ cwd: () => cwd });
@@ -566,9 +588,10 @@
 
   // Defines the root scope's DSL as read-only globals. Called once, before the script body.
   let installed = false;
-  function install(argsJson, cwd, lastLine, openColumns, paths, budgetJson) {
+  function install(argsJson, cwd, lastLine, openColumns, paths, budgetJson, maxCalls) {
     if (installed) throw new Error("the DSL is already installed");
     installed = true;
+    callLimit = maxCalls;
     wrapperLine = lastLine;
     wrapperColumns = openColumns;
     withPaths = paths === true;

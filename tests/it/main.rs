@@ -46,6 +46,7 @@ mod pack;
 mod pg_store;
 mod readme;
 mod run_control;
+mod script_limits;
 mod security_engine;
 mod security_files;
 mod security_folders;

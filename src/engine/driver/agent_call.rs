@@ -125,6 +125,9 @@ impl Driver {
             );
             return None;
         }
+        // Every call the script makes counts, refused ones too: the prelude counts the same
+        // way and refuses the one past the limit before it crosses.
+        self.agent_count += 1;
         let options = match self.checked_options(&options, outcome.is_some()) {
             Ok(options) => options,
             Err(message) => {
@@ -132,7 +135,6 @@ impl Driver {
                 return None;
             }
         };
-        self.agent_count += 1;
         let index = self.take_index(&scope);
         let phase = options.phase.clone().or_else(|| self.current_phase(&scope));
         let label = options.label.clone().unwrap_or_else(|| match &phase {

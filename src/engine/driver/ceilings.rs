@@ -1,7 +1,9 @@
-//! What one generation's script may log: at most [`MAX_LOG_LINES`] lines and [`MAX_LOG_BYTES`]
-//! bytes of them. Each line is already cut in the script's thread (the prelude) and each
-//! stored event is capped, so these bound what a log loop can make the store keep; past either
-//! ceiling the generation fails with a message that names it.
+//! What one generation's script may make the store keep beyond its calls (which `maxAgents`
+//! bounds): at most [`MAX_LOG_LINES`] log lines and [`MAX_LOG_BYTES`] bytes of them, and at
+//! most [`MAX_PHASES`] phase events. Each line and title is already cut in the script's
+//! thread (the prelude) and each stored event is capped, so these bound what a log or phase
+//! loop can make the store keep; past any ceiling the generation fails with a message that
+//! names it.
 
 /// Log lines one generation may write.
 pub(super) const MAX_LOG_LINES: u64 = 100_000;
@@ -35,6 +37,27 @@ impl LogTally {
     }
 }
 
+/// Phase events (`phase(title)` calls) one generation may write.
+pub(super) const MAX_PHASES: u64 = 10_000;
+
+/// The phase events a generation's script wrote so far.
+#[derive(Default)]
+pub(super) struct PhaseTally {
+    phases: u64,
+}
+
+impl PhaseTally {
+    /// Counts one phase event; the message to fail the generation with once past the ceiling.
+    pub(super) fn add(&mut self) -> Option<String> {
+        self.phases += 1;
+        (self.phases > MAX_PHASES).then(|| {
+            format!(
+                "the script entered more than {MAX_PHASES} phases in one run of it, the most agentprism keeps"
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +77,15 @@ mod tests {
         }
         let refused = bytes.add("z").expect("past the byte ceiling");
         assert!(refused.contains("64 MiB"), "{refused}");
+    }
+
+    #[test]
+    fn the_phase_at_the_ceiling_passes_and_the_next_fails() {
+        let mut tally = PhaseTally::default();
+        for _ in 0..MAX_PHASES {
+            assert_eq!(tally.add(), None);
+        }
+        let refused = tally.add().expect("past the phase ceiling");
+        assert!(refused.contains("10000 phases"), "{refused}");
     }
 }

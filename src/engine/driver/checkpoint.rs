@@ -89,7 +89,7 @@ impl Driver {
         });
     }
 
-    /// Checks the kind, its choices and `maxAgents`, then numbers the call; `None` when it
+    /// Checks `maxAgents`, the kind and its choices, then numbers the call; `None` when it
     /// was rejected.
     fn plan_checkpoint(&mut self, call_id: u64, payload: &Value) -> Option<Checkpoint> {
         let CallPayload {
@@ -99,13 +99,6 @@ impl Driver {
             options,
             ..
         } = CallPayload::parse(payload);
-        let (kind, choices) = match checkpoint_options(&options) {
-            Ok(checked) => checked,
-            Err(message) => {
-                self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
-                return None;
-            }
-        };
         if self.agent_count >= self.setup.limits.max_agents {
             self.reject(
                 call_id,
@@ -118,7 +111,15 @@ impl Driver {
             );
             return None;
         }
+        // Counted before its options are checked, as agent calls are and as the prelude counts.
         self.agent_count += 1;
+        let (kind, choices) = match checkpoint_options(&options) {
+            Ok(checked) => checked,
+            Err(message) => {
+                self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+                return None;
+            }
+        };
         let index = self.take_index(&scope);
         let listed = choices.as_ref().map(|choices| json!(choices));
         let hash = journal::checkpoint_hash(&prompt, kind.as_str(), listed.as_ref());

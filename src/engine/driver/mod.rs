@@ -173,7 +173,7 @@ pub(crate) async fn run(
 /// starts later sees exactly what it would have seen from [`run`].
 pub(crate) struct StartedScript {
     vm: vm::VmHandle,
-    events: mpsc::UnboundedReceiver<VmEvent>,
+    events: mpsc::Receiver<VmEvent>,
 }
 
 impl StartedScript {
@@ -197,7 +197,7 @@ impl StartedScript {
 /// starts the dry run's VM while it reads the routing and fills it in before
 /// [`run_started`].
 pub(crate) fn start_script(setup: &mut DriverSetup) -> StartedScript {
-    let (vm_tx, events) = mpsc::unbounded_channel();
+    let (vm_tx, events) = vm::event_queue();
     let script = VmScript {
         body: setup.body.clone(),
         args: setup.args.clone(),
@@ -210,6 +210,7 @@ pub(crate) fn start_script(setup: &mut DriverSetup) -> StartedScript {
             &crate::budget::SpendLimits::of(&setup.limits),
             &setup.usage,
         ),
+        max_calls: setup.limits.max_agents,
     };
     let vm = vm::spawn(script, setup.vm_limits, vm_tx);
     StartedScript { vm, events }
@@ -362,6 +363,8 @@ struct Driver {
     script_events: u64,
     /// The script's log so far, against the generation's ceilings.
     logged: ceilings::LogTally,
+    /// The phase events this generation's script wrote, against their ceiling.
+    phases: ceilings::PhaseTally,
     /// The limit the generation paused at, when it paused for its budget.
     budget_exhausted: Option<crate::budget::Exhausted>,
     /// The spend the script's `budget` was last told ([`budget`]).
@@ -414,6 +417,7 @@ impl Driver {
             settled_calls: 0,
             script_events: 0,
             logged: ceilings::LogTally::default(),
+            phases: ceilings::PhaseTally::default(),
             budget_exhausted: None,
             pushed_usage: setup.usage,
             reopening: sessions::Reopening::default(),
@@ -446,7 +450,7 @@ impl Driver {
 
     async fn run(
         mut self,
-        mut vm_rx: mpsc::UnboundedReceiver<VmEvent>,
+        mut vm_rx: mpsc::Receiver<VmEvent>,
         mut control: mpsc::UnboundedReceiver<Control>,
     ) -> Outcome {
         let mut activity_rx = self
@@ -472,8 +476,13 @@ impl Driver {
         // The generation is set up: status may keep what it shows between steps now.
         self.step_ends();
         loop {
-            if self.halt.is_some() && self.in_flight.is_empty() {
-                break;
+            if self.halt.is_some() {
+                // A halted script may be blocked on its full queue: closing it wakes the
+                // thread, which then stops.
+                vm_rx.close();
+                if self.in_flight.is_empty() {
+                    break;
+                }
             }
             tokio::select! {
                 biased;
@@ -531,7 +540,7 @@ impl Driver {
     /// once per batch, not once per call. Events keep their order. Live generations do not
     /// batch: there it made a run of the workflow tool's tests end later (not understood
     /// yet), so they keep the loop's order of one event, then the settled calls.
-    async fn more_vm_events(&mut self, vm_rx: &mut mpsc::UnboundedReceiver<VmEvent>) {
+    async fn more_vm_events(&mut self, vm_rx: &mut mpsc::Receiver<VmEvent>) {
         for _ in 1..VM_BATCH_LIMIT {
             if self.halt.is_some() {
                 return;
@@ -587,6 +596,9 @@ impl Driver {
                     self.setup.live.locked().current_phase = Some(title.clone());
                 }
                 self.events.push("phase", &scope, json!({"title": title}));
+                if let Some(message) = self.phases.add() {
+                    self.begin_halt(Halt::Failed(ScriptFailure::script_error(message)));
+                }
             }
             VmEvent::Call {
                 call_id,

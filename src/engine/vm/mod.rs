@@ -33,17 +33,21 @@ use std::time::{Duration, Instant};
 use rquickjs::promise::PromiseState;
 use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Promise, Runtime};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 mod failure;
 mod pool;
 mod prelude;
+mod queue;
 
 use failure::{failure_from_value, runaway, vm_failure};
 use pool::{Spare, Spent};
 use prelude::load_prelude;
 #[cfg(test)]
 use prelude::{PRELUDE, PRELUDE_BYTECODE};
+#[cfg(test)]
+use queue::EVENT_QUEUE;
+use queue::Outbox;
+pub(crate) use queue::{VmEvents, event_queue};
 
 /// The file name script frames carry in stack traces.
 pub(crate) const SCRIPT_FILENAME: &str = "workflow.js";
@@ -159,6 +163,8 @@ pub(crate) struct VmScript {
     pub call_paths: bool,
     /// The script's `budget` when it starts (`crate::budget::script_view`).
     pub budget: Value,
+    /// The run's `maxAgents`: the prelude refuses the call past it as the driver would.
+    pub max_calls: u32,
 }
 
 /// Controls a running VM from outside its thread.
@@ -202,11 +208,7 @@ impl Drop for VmHandle {
 /// Starts the script on a VM thread of its own while it runs (a pooled one, `vm/pool.rs`, in
 /// a fresh runtime and context). Events arrive on `events` until `Finished` (or until the VM
 /// is halted, after which nothing more is sent).
-pub(crate) fn spawn(
-    script: VmScript,
-    limits: VmLimits,
-    events: mpsc::UnboundedSender<VmEvent>,
-) -> VmHandle {
+pub(crate) fn spawn(script: VmScript, limits: VmLimits, events: VmEvents) -> VmHandle {
     let (reply_tx, reply_rx) = std_mpsc::channel();
     let halt = Arc::new(AtomicBool::new(false));
     let thread_halt = halt.clone();
@@ -220,7 +222,8 @@ pub(crate) fn spawn(
             spare,
         );
         if !thread_halt.load(Ordering::SeqCst) {
-            let _ = events.send(VmEvent::Finished(finished));
+            // A closed queue means the driver is gone; there is nobody left to tell.
+            let _ = events.blocking_send(VmEvent::Finished(finished));
         }
         // The script can do nothing more: its driver stops waiting, the runtime is freed after.
         done.signal();
@@ -250,6 +253,15 @@ impl SliceClock {
     fn end(&self) {
         self.started.store(0, Ordering::SeqCst);
     }
+    /// Moves the current slice's start later by `waited`, time the thread spent blocked on
+    /// the driver rather than running the script.
+    fn exclude(&self, waited: Duration) {
+        let _ = self
+            .started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |started| {
+                (started != 0).then(|| started + waited.as_millis() as u64)
+            });
+    }
 }
 
 /// The prelude's host-only helpers, held by Rust instead of the global object.
@@ -271,7 +283,7 @@ type Resolvers =
 fn run(
     mut script: VmScript,
     limits: VmLimits,
-    events: &mpsc::UnboundedSender<VmEvent>,
+    events: &VmEvents,
     replies: std_mpsc::Receiver<VmReply>,
     halt: Arc<AtomicBool>,
     spare: Option<Spare>,
@@ -316,8 +328,12 @@ fn run(
     // Tracked from the first statement: a rejection floated before the script's first
     // `await` happens while it is being started.
     track_rejections(&runtime, &unhandled);
+    let outbox = Outbox {
+        events: events.clone(),
+        clock: clock.clone(),
+    };
     let started = context.with(|ctx| {
-        let helpers = install_host(&ctx, prelude, events, &resolvers, nested, files)
+        let helpers = install_host(&ctx, prelude, &outbox, &resolvers, nested, files)
             .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
         // The first slice: from here until the thread first waits for the driver.
         clock.begin();
@@ -528,7 +544,7 @@ fn settled(
 fn install_host<'js>(
     ctx: &Ctx<'js>,
     loaded: Option<Persistent<Function<'static>>>,
-    events: &mpsc::UnboundedSender<VmEvent>,
+    outbox: &Outbox,
     resolvers: &Resolvers,
     nested: Option<NestedResolver>,
     files: Arc<BTreeMap<String, String>>,
@@ -547,24 +563,24 @@ fn install_host<'js>(
         "call",
         Function::new(
             ctx.clone(),
-            call_function(events.clone(), resolvers.clone(), next_id),
+            call_function(outbox.clone(), resolvers.clone(), next_id),
         )?,
     )?;
     {
-        let events = events.clone();
+        let outbox = outbox.clone();
         host.set(
             "log",
             Function::new(ctx.clone(), move |level: String, message: String| {
-                let _ = events.send(VmEvent::Log { level, message });
+                outbox.send(VmEvent::Log { level, message });
             })?,
         )?;
     }
     {
-        let events = events.clone();
+        let outbox = outbox.clone();
         host.set(
             "phase",
             Function::new(ctx.clone(), move |scope: String, title: String| {
-                let _ = events.send(VmEvent::Phase { scope, title });
+                outbox.send(VmEvent::Phase { scope, title });
             })?,
         )?;
     }
@@ -620,7 +636,7 @@ fn install_host<'js>(
 
 /// The host side of `host.call`: registers the promise's resolvers and tells the driver.
 fn call_function(
-    events: mpsc::UnboundedSender<VmEvent>,
+    outbox: Outbox,
     resolvers: Resolvers,
     next_id: Rc<RefCell<u64>>,
 ) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
@@ -639,7 +655,7 @@ fn call_function(
                 Persistent::save(&ctx, reject),
             ),
         );
-        let _ = events.send(VmEvent::Call {
+        outbox.send(VmEvent::Call {
             call_id,
             kind,
             payload,
@@ -692,6 +708,7 @@ fn start_script<'js>(
         WRAPPER_OPEN.len() as u32,
         script.call_paths,
         script.budget.to_string(),
+        f64::from(script.max_calls),
     ))?;
     let mut source = String::with_capacity(script.body.len() + 32);
     source.push_str(WRAPPER_OPEN);

@@ -1,6 +1,7 @@
 //! Tests of the script VM.
 
 use super::*;
+use tokio::sync::mpsc;
 
 /// Runs a script body, answering every agent call with `answer(payload)`.
 fn run_script(
@@ -28,6 +29,7 @@ fn test_script(body: &str, files: BTreeMap<String, String>, call_paths: bool) ->
         files: Arc::new(files),
         call_paths,
         budget: crate::budget::script_view(&Default::default(), &Default::default()),
+        max_calls: u32::MAX,
     }
 }
 
@@ -36,7 +38,7 @@ fn run_vm_script(
     script: VmScript,
     answer: impl Fn(&Value) -> Result<Value, (String, bool)>,
 ) -> (Result<Option<Value>, ScriptFailure>, Vec<Value>) {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = super::event_queue();
     let vm = spawn(
         script,
         VmLimits {
@@ -489,7 +491,7 @@ fn phase_with_two_arguments_is_an_error() {
 
 #[test]
 fn halting_stops_a_waiting_script() {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = super::event_queue();
     let vm = spawn(
         VmScript {
             body: "await agent('x');".into(),
@@ -499,6 +501,7 @@ fn halting_stops_a_waiting_script() {
             files: Arc::default(),
             call_paths: true,
             budget: crate::budget::script_view(&Default::default(), &Default::default()),
+            max_calls: u32::MAX,
         },
         VmLimits::default(),
         tx,
@@ -512,7 +515,7 @@ fn halting_stops_a_waiting_script() {
 /// 65,536 characters and a mark, however long the line the script built.
 #[test]
 fn a_huge_log_line_is_cut_before_it_crosses() {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = super::event_queue();
     let _vm = spawn(
         test_script(
             "log('x'.repeat(4 * 1024 * 1024)); console.warn('short'); return 1;",
@@ -540,4 +543,152 @@ fn a_huge_log_line_is_cut_before_it_crosses() {
     assert_eq!(lines[0].1.chars().count(), 65_536 + 1);
     assert!(lines[0].1.ends_with('…'));
     assert_eq!(lines[1], ("warn".to_owned(), "short".to_owned()));
+}
+
+/// Waits (at most 10 s) until `rx` holds `count` queued events.
+fn wait_for_queued(rx: &mpsc::Receiver<VmEvent>, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rx.len() < count {
+        assert!(Instant::now() < deadline, "only {} events queued", rx.len());
+        std::thread::yield_now();
+    }
+}
+
+/// A script that logs without end fills its queue and waits there: the driver holds at most
+/// [`EVENT_QUEUE`] of its messages, and closing the queue stops the waiting script.
+#[test]
+fn a_flooding_script_waits_on_its_full_queue_and_still_stops() {
+    let (tx, mut rx) = event_queue();
+    let vm = spawn(
+        test_script("for (;;) log('flood');", BTreeMap::new(), true),
+        VmLimits {
+            slice_limit: Duration::from_secs(30),
+            memory_limit: 16 << 20,
+        },
+        tx,
+    );
+    wait_for_queued(&rx, EVENT_QUEUE);
+    // The driver's stop: close the queue, then join the VM off this thread, within a deadline.
+    rx.close();
+    let (joined_tx, joined) = std_mpsc::channel();
+    std::thread::spawn(move || {
+        drop(vm);
+        let _ = joined_tx.send(());
+    });
+    joined
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the VM blocked on its full queue did not stop");
+    let mut queued = 0;
+    while let Ok(event) = rx.try_recv() {
+        assert!(matches!(event, VmEvent::Log { .. }), "{event:?}");
+        queued += 1;
+    }
+    assert_eq!(queued, EVENT_QUEUE);
+}
+
+/// Time spent waiting on a full queue is the driver's, not the script's: a driver slower than
+/// the slice limit does not make a logging script a runaway.
+#[test]
+fn waiting_on_a_full_queue_is_not_counted_against_the_slice() {
+    let (tx, mut rx) = event_queue();
+    let lines = 2 * EVENT_QUEUE;
+    let _vm = spawn(
+        test_script(
+            &format!("for (let i = 0; i < {lines}; i++) log('line ' + i); return 'done';"),
+            BTreeMap::new(),
+            true,
+        ),
+        VmLimits {
+            slice_limit: Duration::from_millis(300),
+            memory_limit: 16 << 20,
+        },
+        tx,
+    );
+    wait_for_queued(&rx, EVENT_QUEUE);
+    // A driver busy for longer than the script's slice limit before it reads again.
+    std::thread::sleep(Duration::from_millis(600));
+    let mut logged = 0;
+    loop {
+        match rx.blocking_recv().expect("vm ended without finishing") {
+            VmEvent::Log { .. } => logged += 1,
+            VmEvent::Finished(result) => {
+                assert_eq!(result, Ok(Some(serde_json::json!("done"))));
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(logged, lines);
+}
+
+/// A phase title is cut in the script's thread like a log line: at most 1,024 characters
+/// and a mark cross to the driver.
+#[test]
+fn a_huge_phase_title_is_cut_before_it_crosses() {
+    let (tx, mut rx) = event_queue();
+    let _vm = spawn(
+        test_script(
+            "phase('p'.repeat(4 * 1024 * 1024)); phase('short'); return 1;",
+            BTreeMap::new(),
+            true,
+        ),
+        VmLimits {
+            slice_limit: Duration::from_millis(2000),
+            memory_limit: 64 << 20,
+        },
+        tx,
+    );
+    let mut titles = Vec::new();
+    loop {
+        match rx.blocking_recv().expect("vm ended without finishing") {
+            VmEvent::Phase { title, .. } => titles.push(title),
+            VmEvent::Finished(result) => {
+                assert_eq!(result.ok(), Some(Some(serde_json::json!(1))));
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(titles.len(), 2);
+    assert_eq!(titles[0].chars().count(), 1_024 + 1);
+    assert!(titles[0].ends_with('…'));
+    assert_eq!(titles[1], "short");
+}
+
+/// The call past `maxAgents` is refused in the script's thread with the driver's error, so
+/// 100,000 calls started at once meet the limit instead of the heap's end.
+#[test]
+fn calls_past_the_limit_are_refused_before_they_cross() {
+    let (tx, mut rx) = event_queue();
+    let mut script = test_script(
+        "const a = await checkpoint('first');\n\
+         const calls = [];\n\
+         for (let i = 0; i < 100000; i++) calls.push(agent('task ' + i));\n\
+         await Promise.all(calls);",
+        BTreeMap::new(),
+        true,
+    );
+    script.max_calls = 1_000;
+    let vm = spawn(script, VmLimits::default(), tx);
+    let mut crossed = 0;
+    let failure = loop {
+        match rx.blocking_recv().expect("vm ended without finishing") {
+            VmEvent::Call { call_id, .. } => {
+                crossed += 1;
+                vm.reply(VmReply::Resolve {
+                    call_id,
+                    value: Value::Null,
+                });
+            }
+            VmEvent::Finished(result) => break result.expect_err("the limit fails the script"),
+            _ => {}
+        }
+    };
+    assert_eq!(failure.code, "AGENT_LIMIT_EXCEEDED", "{failure:?}");
+    assert_eq!(
+        failure.message,
+        "the run reached its limit of 1000 agent calls (maxAgents)"
+    );
+    // The checkpoint counts too, as the driver counts it.
+    assert_eq!(crossed, 1_000);
 }
