@@ -1,6 +1,6 @@
 //! Opening the database: private files, the connection's settings (WAL, the chosen
-//! `synchronous`, busy timeout, small pages, no checkpoint on close), the schema migrations, and the write transaction every
-//! read-modify-write operation runs in.
+//! `synchronous`, busy timeout, small pages, no checkpoint on close), the schema migrations,
+//! and the write transaction every read-modify-write operation runs in.
 
 use std::path::Path;
 use std::time::Duration;

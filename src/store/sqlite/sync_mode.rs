@@ -6,9 +6,10 @@
 //! engine counts the call as settled, and an OS crash or a power cut cannot take it back. With
 //! `NORMAL` it syncs the WAL only at a checkpoint: a process crash still keeps every commit
 //! (they are in the kernel's page cache), but an OS crash or power cut may drop the commits
-//! since the last checkpoint, and the calls they settled run live again on resume. The store
-//! writes each settled call in a transaction of its own and has no batch to share one sync
-//! among calls, so `FULL` costs one sync per commit (docs/performance.md measures it).
+//! since the last checkpoint, and the calls they settled run live again on resume. `FULL`
+//! costs one sync per transaction, not per call: the engine commits the calls that settle
+//! together in one transaction (its group commit, `engine/driver/durability.rs`), so they
+//! share the sync (docs/performance.md measures it).
 
 use crate::env::{self, EnvSnapshot};
 
