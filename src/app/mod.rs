@@ -572,10 +572,8 @@ mod tests {
 
     #[test]
     fn the_store_sync_mode_is_read_and_a_bad_one_refused_naming_the_variable() {
-        let root = (
-            "AGENTPRISM_PERSISTENCE_ROOT",
-            "/tmp/agentprism-settings-test",
-        );
+        // Only read, never created: settings name the root, the store opens it later.
+        let root = (env::PERSISTENCE_ROOT, "/tmp/agentprism-settings-test");
         let chosen = |value: &str| {
             let env = EnvSnapshot::from_pairs([root, (env::STORE_SYNC, value)]);
             Settings::from_env(&env, false).map(|settings| settings.store)
