@@ -1,9 +1,12 @@
 //! The engine's own figures (area `engine` of `docs/performance.md`): per-call overhead with
-//! the in-process instant runner, runs through the mock ACP agent subprocess, replay of a
-//! 10,000-call journal on resume, and the start-to-exit time of `agentprism run`.
+//! the in-process instant runner (sequential, and a 1,000-call fan-out), runs through the
+//! mock ACP agent subprocess, replay of a 10,000-call journal on resume, and the
+//! start-to-exit time of `agentprism run`. The store runs with the durability
+//! `AGENTPRISM_STORE_SYNC` names, as the product would, so one build measures both modes.
 //!
-//! Run it with `cargo bench --bench engine` (add figure names such as `overhead mock replay
-//! cli` after `--` to run only some), or through `scripts/measure engine`. It is a plain program, not a statistical harness: each
+//! Run it with `cargo bench --bench engine` (add figure names such as `overhead fanout mock
+//! replay cli` after `--` to run only some), or through `scripts/measure engine`. It is a
+//! plain program, not a statistical harness: each
 //! figure is one measured run in a fresh temporary store, read from the kernel's own
 //! accounting (`getrusage` for CPU, `/proc/self/io` for bytes, `VmHWM` for peak RSS), so the
 //! numbers mean the same thing as they would for a user's process. It needs the release
@@ -76,6 +79,9 @@ fn run() -> Result<()> {
     print_machine();
     if selected("overhead") {
         overhead()?;
+    }
+    if selected("fanout") {
+        fan_out()?;
     }
     if let (true, Some(binaries)) = (selected("mock"), &binaries) {
         for calls in MOCK_CALLS {
@@ -210,6 +216,54 @@ fn overhead() -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Figure 1b: a fan-out with the instant runner, where the journal's syncs show.
+// ---------------------------------------------------------------------------------------
+
+/// Calls in the fan-out run.
+const FAN_OUT_CALLS: u32 = 1_000;
+
+/// [`FAN_OUT_CALLS`] instant calls in `parallel` batches of [`MOCK_CONCURRENCY`]: the engine's
+/// cost per settled call of a fan-out with the store's durability (`AGENTPRISM_STORE_SYNC`),
+/// every call's journal commit included. The wall time is where a sync per commit shows.
+fn fan_out() -> Result<()> {
+    let runtime = runtime()?;
+    let sync = store_sync_name(store_sync()?);
+    runtime.block_on(async {
+        let bench = InstantBench::new()?;
+        let script = concurrent_script(FAN_OUT_CALLS, MOCK_CONCURRENCY);
+        let run_id = bench.start_concurrent(&script, MOCK_CONCURRENCY).await?;
+        let admitted = Sample::take();
+        wait_settled(&bench.engine, &run_id).await?;
+        let settled = Sample::take();
+        expect_status(&bench.engine, &run_id, "completed").await?;
+        let execution = settled.since(&admitted);
+        let calls = f64::from(FAN_OUT_CALLS);
+        println!();
+        println!(
+            "[1b] fan-out: instant runner, {FAN_OUT_CALLS} calls at concurrency {MOCK_CONCURRENCY}, store sync {sync}: {:.1} µs CPU, {:.1} µs wall per call; {:.0} ms wall in all",
+            micros(execution.cpu().as_secs_f64() / calls),
+            micros(execution.wall.as_secs_f64() / calls),
+            millis(execution.wall.as_secs_f64())
+        );
+        print_breakdown("execution", &execution);
+        figure(
+            "engine",
+            &format!(
+                "instant runner, {FAN_OUT_CALLS}-call fan-out at concurrency {MOCK_CONCURRENCY}, store sync {sync}: CPU / wall per call"
+            ),
+            format!(
+                "{:.0} µs / {:.0} µs",
+                micros(execution.cpu().as_secs_f64() / calls),
+                micros(execution.wall.as_secs_f64() / calls)
+            ),
+            "-",
+        );
+        bench.engine.shutdown(Duration::from_secs(5)).await;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
 // Figure 2: runs through the mock ACP agent subprocess at concurrency 16.
 // ---------------------------------------------------------------------------------------
 
@@ -231,7 +285,8 @@ fn mock_agent_run(binaries: &Binaries, calls: u32) -> Result<()> {
         ]);
         let lookup =
             Backends::from_env(&env).map_err(|e| anyhow::anyhow!("backend registry: {e}"))?;
-        let store = SqliteStore::open(&root).context("opening the store")?;
+        let store =
+            SqliteStore::open_with_sync(&root, store_sync()?).context("opening the store")?;
         let runner = Arc::new(AcpRunner::new(AcpConfig::new(env.clone())));
         // Probing stays on, as for `agentprism run`: it is part of admission.
         let engine = Engine::new(

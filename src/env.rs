@@ -30,6 +30,10 @@ pub(crate) const AUTO_RESUME: &str = "AGENTPRISM_AUTO_RESUME";
 pub(crate) const SCRIPT_SLICE_MS: &str = "AGENTPRISM_SCRIPT_SLICE_MS";
 /// Memory cap of one script's JS heap, in MiB (default 64).
 pub(crate) const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
+/// How far a SQLite store's commit is on disk when it returns: `full` (default: synced, so it
+/// survives a power cut) or `normal` (survives a process crash; an OS crash or power cut may
+/// drop the last commits).
+pub const STORE_SYNC: &str = "AGENTPRISM_STORE_SYNC";
 
 /// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`). Not part of
 /// the daemon family fingerprint: it changes what is logged, never what runs.

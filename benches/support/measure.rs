@@ -12,8 +12,9 @@ use agentprism::engine::runner::AgentRunner;
 use agentprism::engine::{
     Engine, EngineConfig, LimitOverrides, RunRequest, ScriptInput, StatusQuery,
 };
+use agentprism::env::EnvSnapshot;
 use agentprism::model::RunId;
-use agentprism::store::SqliteStore;
+use agentprism::store::{SqliteStore, StoreSync};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
@@ -90,7 +91,8 @@ impl InstantBench {
     pub fn new() -> Result<InstantBench> {
         let dir = tempfile::tempdir().context("creating a temporary folder")?;
         let project = project_dir(dir.path())?;
-        let store = SqliteStore::open(&dir.path().join("state")).context("opening the store")?;
+        let store = SqliteStore::open_with_sync(&dir.path().join("state"), store_sync()?)
+            .context("opening the store")?;
         let runner = InstantRunner::new();
         let engine = Engine::new(
             Arc::new(store),
@@ -113,6 +115,25 @@ impl InstantBench {
     /// Sequential scripts: concurrency does not matter, so the default stands.
     pub async fn start(&self, script: &str) -> Result<RunId> {
         start(&self.engine, &self.project, script, 1).await
+    }
+
+    /// A script that runs up to `concurrency` calls at once.
+    pub async fn start_concurrent(&self, script: &str, concurrency: u32) -> Result<RunId> {
+        start(&self.engine, &self.project, script, concurrency).await
+    }
+}
+
+/// The store's durability for this bench, from `AGENTPRISM_STORE_SYNC` as the product reads
+/// it, so one build measures both modes.
+pub fn store_sync() -> Result<StoreSync> {
+    StoreSync::from_env(&EnvSnapshot::capture()).map_err(anyhow::Error::msg)
+}
+
+/// The name of a durability in figure names.
+pub fn store_sync_name(sync: StoreSync) -> &'static str {
+    match sync {
+        StoreSync::Full => "full",
+        StoreSync::Normal => "normal",
     }
 }
 

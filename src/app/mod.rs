@@ -29,7 +29,7 @@ use crate::mcp::server::{McpServer, ServerOptions};
 use crate::serve::replica::{ReplicaOptions, StoreLocation};
 use crate::serve::{Folder, FolderOptions, FolderServer};
 use crate::store::postgres::{PgOptions, PostgresStore};
-use crate::store::{LeasePolicy, SqliteStore, Store};
+use crate::store::{LeasePolicy, SqliteStore, Store, StoreSync};
 use crate::timers::AutoResumePolicy;
 use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
@@ -60,11 +60,11 @@ impl SettingsError {
 }
 
 /// Which store keeps runs, calls and events.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub enum StoreChoice {
-    /// SQLite files under the persistence root (`src/store/`).
-    #[default]
-    Sqlite,
+    /// SQLite files under the persistence root (`src/store/`), their commits as durable as
+    /// `AGENTPRISM_STORE_SYNC` says.
+    Sqlite(StoreSync),
     /// A store opened before the engine: the one `serve --store` shares with other replicas
     /// ([`open_replica_store`]).
     Opened(OpenedStore),
@@ -141,7 +141,7 @@ impl Settings {
         let acp = AcpConfig::from_env(env).map_err(SettingsError::Invalid)?;
         Ok(Settings {
             root,
-            store: StoreChoice::default(),
+            store: StoreChoice::Sqlite(StoreSync::from_env(env).map_err(SettingsError::Invalid)?),
             server: ServerChoice::default(),
             engine: engine_config(env, probe)?,
             backends,
@@ -262,8 +262,8 @@ pub(crate) async fn engine_with_sources(
     // the store for a path.
     config.persistence_root = Some(root.clone());
     let store: Arc<dyn Store> = match store {
-        StoreChoice::Sqlite => Arc::new(
-            SqliteStore::open(&root)
+        StoreChoice::Sqlite(sync) => Arc::new(
+            SqliteStore::open_with_sync(&root, sync)
                 .with_context(|| format!("opening the run store under {}", root.display()))?,
         ),
         StoreChoice::Opened(opened) => opened.0,
@@ -434,8 +434,12 @@ pub(crate) async fn replicate(
     state: &StateFolder,
 ) -> Result<()> {
     let root = &state.path;
+    let sync = match settings.store {
+        StoreChoice::Sqlite(sync) => sync,
+        StoreChoice::Opened(_) => StoreSync::default(),
+    };
     let opened = || {
-        SqliteStore::open(root)
+        SqliteStore::open_with_sync(root, sync)
             .with_context(|| format!("opening the run store under {}", root.display()))
     };
     let store: Arc<dyn Store> = match &replica.location {
@@ -564,6 +568,29 @@ mod tests {
             Path::new("/home/someone/.agentprism/workflows")
         );
         assert!(persistence_root(&EnvSnapshot::default()).is_err());
+    }
+
+    #[test]
+    fn the_store_sync_mode_is_read_and_a_bad_one_refused_naming_the_variable() {
+        // Only read, never created: settings name the root, the store opens it later.
+        let root = (env::PERSISTENCE_ROOT, "/tmp/agentprism-settings-test");
+        let chosen = |value: &str| {
+            let env = EnvSnapshot::from_pairs([root, (env::STORE_SYNC, value)]);
+            Settings::from_env(&env, false).map(|settings| settings.store)
+        };
+        assert!(matches!(
+            Settings::from_env(&EnvSnapshot::from_pairs([root]), false).map(|s| s.store),
+            Ok(StoreChoice::Sqlite(StoreSync::Full))
+        ));
+        assert!(matches!(
+            chosen("normal"),
+            Ok(StoreChoice::Sqlite(StoreSync::Normal))
+        ));
+        let Err(error) = chosen("fast") else {
+            panic!("AGENTPRISM_STORE_SYNC=fast was accepted");
+        };
+        assert!(error.is_input());
+        assert!(error.to_string().contains(env::STORE_SYNC), "{error}");
     }
 
     #[test]

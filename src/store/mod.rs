@@ -76,7 +76,7 @@ pub use ports::{
     IntentReads, Intents, LeaseReads, Leases, RunReads, Runs, ScriptCopies,
 };
 pub use postgres::{PgOptions, PostgresStore};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, StoreSync};
 
 /// Failures a caller branches on.
 #[derive(Debug, thiserror::Error)]

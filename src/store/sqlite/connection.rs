@@ -1,6 +1,6 @@
-//! Opening the database: private files, the connection's settings (WAL, busy timeout, small
-//! pages, no checkpoint on close), the schema migrations, and the write transaction every
-//! read-modify-write operation runs in.
+//! Opening the database: private files, the connection's settings (WAL, the chosen
+//! `synchronous`, busy timeout, small pages, no checkpoint on close), the schema migrations,
+//! and the write transaction every read-modify-write operation runs in.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, FileControl, MAIN_DB, Transaction, TransactionBehavior};
 
+use super::StoreSync;
 use crate::store::{StoreError, StoreResult};
 
 /// Schema migrations in the order they apply; after migration `n` (1-based) the database's
@@ -50,13 +51,13 @@ impl<T> Context<T> for rusqlite::Result<T> {
 }
 
 /// Opens the database file at `path` (creating it readable by its owner only), configured and
-/// migrated to the current schema.
-pub(super) fn open(root: &Path, path: &Path) -> StoreResult<Connection> {
+/// migrated to the current schema, its commits as durable as `sync` says.
+pub(super) fn open(root: &Path, path: &Path, sync: StoreSync) -> StoreResult<Connection> {
     create_private_folder(root)?;
     create_private_file(path)?;
     let mut connection =
         Connection::open(path).context(|| format!("open database {}", path.display()))?;
-    configure(&connection, path)?;
+    configure(&connection, path, sync)?;
     migrate(&mut connection, path)?;
     Ok(connection)
 }
@@ -94,7 +95,7 @@ fn create_private_file(path: &Path) -> StoreResult<()> {
         .map_err(|error| StoreError::Io(format!("create {}: {error}", path.display())))
 }
 
-fn configure(connection: &Connection, path: &Path) -> StoreResult<()> {
+fn configure(connection: &Connection, path: &Path, sync: StoreSync) -> StoreResult<()> {
     let doing = || format!("configure database {}", path.display());
     // Two processes opening a new database at once race to switch it to WAL, and SQLite
     // answers that race with SQLITE_BUSY at once instead of calling the busy handler. So
@@ -102,7 +103,7 @@ fn configure(connection: &Connection, path: &Path) -> StoreResult<()> {
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(2);
     let journal_mode = loop {
-        match apply_settings(connection) {
+        match apply_settings(connection, sync) {
             Err(error) if is_busy(&error) && started.elapsed() < BUSY_TIMEOUT => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
@@ -121,7 +122,7 @@ fn configure(connection: &Connection, path: &Path) -> StoreResult<()> {
 
 /// The connection's settings; every one of them can be applied again. Returns the journal
 /// mode SQLite reports after asking for WAL.
-fn apply_settings(connection: &Connection) -> rusqlite::Result<String> {
+fn apply_settings(connection: &Connection, sync: StoreSync) -> rusqlite::Result<String> {
     // Set first, so that the pragmas below already wait for a concurrent opener.
     connection.busy_timeout(BUSY_TIMEOUT)?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
@@ -130,7 +131,9 @@ fn apply_settings(connection: &Connection) -> rusqlite::Result<String> {
     connection.pragma_update(None, "page_size", PAGE_SIZE)?;
     let journal_mode: String =
         connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
-    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    // Per connection, not stored in the file: every process that opens the store applies
+    // its own choice (`sync_mode.rs`).
+    connection.pragma_update(None, "synchronous", sync.pragma())?;
     connection.pragma_update(None, "foreign_keys", "ON")?;
     // A short-lived process (`agentprism run`, `status`) would otherwise checkpoint the WAL
     // into the database and delete it when it closes, and the next one recreate it: four

@@ -3,8 +3,9 @@
 //! in WAL mode, a call waits (at most 5 s) for another process's write lock, and every write is one short transaction; read-modify-write
 //! operations (fenced writes, the lease compare-and-swap, first-writer-wins inserts) take the
 //! write lock up front with `BEGIN IMMEDIATE` so that their check and their write see the same
-//! state. `synchronous=NORMAL` keeps each committed transaction across a process crash, which is
-//! the durability the engine relies on; a power loss may drop the last few commits.
+//! state. By default (`synchronous=FULL`) a commit is on the disk when it returns, so a settled
+//! call survives a power cut; `AGENTPRISM_STORE_SYNC=normal` keeps commits across a process
+//! crash only (`sync_mode.rs`).
 //!
 //! The schema is versioned by `PRAGMA user_version` and built by the numbered scripts in
 //! `migrations/sqlite/`. The per-run tables are keyed by an integer `run_key` so that the many
@@ -66,10 +67,12 @@ mod rows;
 mod runs;
 mod sessions;
 mod status_reads;
+mod sync_mode;
 mod usage_column;
 mod versions;
 
 use super::script_copies as scripts;
+pub use sync_mode::StoreSync;
 
 #[cfg(test)]
 mod contract_tests;
@@ -89,10 +92,16 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the store under `root`, bringing its schema up to date.
-    /// Refuses a database written by a newer agentprism.
+    /// Opens (creating if needed) the store under `root`, bringing its schema up to date, with
+    /// every commit synced to the disk ([`StoreSync::Full`]). Refuses a database written by a
+    /// newer agentprism.
     pub fn open(root: &Path) -> StoreResult<SqliteStore> {
-        let mut connection = connection::open(root, &root.join(DATABASE_FILE))?;
+        SqliteStore::open_with_sync(root, StoreSync::Full)
+    }
+
+    /// [`SqliteStore::open`] with the commits as durable as `sync` says.
+    pub fn open_with_sync(root: &Path, sync: StoreSync) -> StoreResult<SqliteStore> {
+        let mut connection = connection::open(root, &root.join(DATABASE_FILE), sync)?;
         // In place of the plain busy timeout: the same wait, off the async workers.
         connection
             .busy_handler(Some(off_workers::wait_for_lock()))

@@ -169,6 +169,28 @@ async fn new_databases_use_small_pages() {
     assert_eq!(page_size, PAGE_SIZE);
 }
 
+/// The connection's `PRAGMA synchronous` (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA).
+fn synchronous_of(store: &SqliteStore) -> i64 {
+    store
+        .connection()
+        .pragma_query_value(None, "synchronous", |row| row.get(0))
+        .expect("synchronous")
+}
+
+#[tokio::test]
+async fn commits_are_synced_to_the_disk_unless_normal_is_chosen() {
+    let folder = tempfile::tempdir().expect("temporary folder");
+    let store = SqliteStore::open(folder.path()).expect("open store");
+    assert_eq!(synchronous_of(&store), 2, "the default is FULL");
+    drop(store);
+    let store = SqliteStore::open_with_sync(folder.path(), StoreSync::Normal).expect("reopen");
+    assert_eq!(synchronous_of(&store), 1, "the opt-in mode is NORMAL");
+    drop(store);
+    // The setting belongs to the connection: a later opener's choice is its own.
+    let store = SqliteStore::open_with_sync(folder.path(), StoreSync::Full).expect("reopen");
+    assert_eq!(synchronous_of(&store), 2);
+}
+
 #[tokio::test]
 async fn a_commit_survives_a_process_that_never_closes_the_store() {
     // What kill -9 leaves: the WAL written, no checkpoint, no close. Leaking the
