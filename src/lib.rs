@@ -76,3 +76,6 @@ pub mod cli;
 #[cfg(any(test, feature = "store-contract"))]
 #[doc(hidden)]
 pub mod testing;
+/// Byte-level entry points for the fuzz targets (`fuzz/`) and their corpus replay test.
+#[doc(hidden)]
+pub mod fuzzing;

@@ -402,7 +402,7 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 32 << 20;
 
 /// How reading one line ended.
 #[derive(Debug, PartialEq, Eq)]
-enum Line {
+pub(crate) enum Line {
     /// The stream ended with nothing (or only a partial line without a newline, which is
     /// handed on as the last line) read.
     End,
@@ -415,7 +415,7 @@ enum Line {
 /// Reads one line into `buffer`, holding at most `limit` bytes of it (plus its newline).
 /// Cancel-safe as `read_until` is: every await is `fill_buf`, and what it returned is taken
 /// before the next one.
-async fn read_line<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buffer: &mut Vec<u8>,
     limit: usize,

@@ -169,7 +169,7 @@ impl ControlClient {
 
     /// Accepts a signed answer to our nonce from the addressed instance, or the unsigned
     /// refusal; anything else is a [`ControlClientError::BadResponse`].
-    fn check_answer(
+    pub(crate) fn check_answer(
         &self,
         path: &Path,
         to_instance: &str,

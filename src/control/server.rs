@@ -346,6 +346,32 @@ impl State {
     }
 }
 
+/// One request frame through the server's checks and answer without a socket or handler: a
+/// server named `instance_id` whose clock reads `now_ms` verifies `frame` with `key` and, if it
+/// passes, answers with the parsed body echoed back. For `crate::fuzzing`, which has no other
+/// way past the private [`State`].
+pub(crate) fn answer_frame(
+    key: RunControlKey,
+    instance_id: &str,
+    now_ms: i64,
+    frame: &[u8],
+) -> Result<Vec<u8>, &'static str> {
+    let state = State {
+        identity: Identity {
+            instance_id: instance_id.to_owned(),
+            pid: 1,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        key,
+        uid: 0,
+        replay: Mutex::new(ReplayCache::new(Limits::default().max_remembered_nonces)),
+    };
+    let request = state.verify(frame, now_ms, Instant::now())?;
+    let result = serde_json::from_str::<Value>(&request.body)
+        .map_err(|error| ControlError::InvalidOperation(format!("body is not JSON: {error}")));
+    Ok(state.answer(&request.nonce, result))
+}
+
 /// `{"ok":true, ...value}` or `{"ok":false, "code", "message"}` as JSON text.
 fn answer_body(result: Result<Value, ControlError>) -> String {
     let mut body = Map::new();

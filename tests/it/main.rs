@@ -24,6 +24,7 @@ mod daemon;
 mod daemon_idle;
 mod discovery;
 mod effort;
+mod fuzz_corpus;
 mod engine;
 mod host_answers;
 mod host_env;
