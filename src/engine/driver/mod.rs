@@ -14,8 +14,10 @@
 //! call row, `durability` is the one place store writes happen (the lease heartbeat too), `progress` turns agent
 //! activity into progress events, `options` checks what the script passed, `task` is the
 //! agent task itself, `outcome` what a generation hands back, `isolation` an isolated call's
-//! worktree, `budget` the run's spending limits, `retry` the wait between attempts and
-//! `sessions` the sessions calls open (journaled, and reopened when a call runs again).
+//! worktree, `budget` the run's spending limits, `retry` the wait between attempts,
+//! `sessions` the sessions calls open (journaled, and reopened when a call runs again),
+//! `script_events` what the script's thread sends, `activity` the calls' channel to the driver
+//! and `ceilings` what one generation may store.
 
 mod activity;
 mod agent_call;
@@ -30,6 +32,7 @@ mod options;
 mod outcome;
 mod progress;
 mod retry;
+mod script_events;
 mod sessions;
 mod task;
 
@@ -532,96 +535,6 @@ impl Driver {
         // Odd from here on: the generation's last writes and its end are never kept.
         self.step_begins();
         self.finish().await
-    }
-
-    /// The dry run's batch: takes the script's events that are already queued (at most
-    /// [`VM_BATCH_LIMIT`]) before the loop looks at settled calls, so a `parallel` of calls,
-    /// which the dry run answers at once, settles together and wakes the waiting VM thread
-    /// once per batch, not once per call. Events keep their order. Live generations do not
-    /// batch: there it made a run of the workflow tool's tests end later (not understood
-    /// yet), so they keep the loop's order of one event, then the settled calls.
-    async fn more_vm_events(&mut self, vm_rx: &mut mpsc::Receiver<VmEvent>) {
-        for _ in 1..VM_BATCH_LIMIT {
-            if self.halt.is_some() {
-                return;
-            }
-            match vm_rx.try_recv() {
-                Ok(event) => self.on_vm(event).await,
-                // Empty, or closed: the loop's next `recv` reports a closed channel.
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// Answers the script, unless the generation is halting: a halted script gets nothing.
-    fn reply(&self, reply: VmReply) {
-        if self.halt.is_none()
-            && let Some(vm) = &self.vm
-        {
-            vm.reply(reply);
-        }
-    }
-
-    fn current_phase(&self, scope: &str) -> Option<String> {
-        self.phase_by_scope
-            .get(scope)
-            .cloned()
-            .unwrap_or_else(|| self.phase_by_scope.get("root").cloned().flatten())
-    }
-
-    async fn on_vm(&mut self, event: VmEvent) {
-        if !matches!(event, VmEvent::Finished(_)) {
-            self.script_events += 1;
-        }
-        match event {
-            VmEvent::Log { level, message } => {
-                let line = match level.as_str() {
-                    "warn" => format!("[warn] {message}"),
-                    "error" => format!("[error] {message}"),
-                    _ => message,
-                };
-                let over = self.logged.add(&line);
-                self.events.push("log", "root", json!({"message": line}));
-                if let Some(message) = over {
-                    self.begin_halt(Halt::Failed(ScriptFailure::script_error(message)));
-                }
-            }
-            VmEvent::Phase { scope, title } => {
-                if scope == "root" && !self.phases_entered.contains(&title) {
-                    self.phases_entered.push(title.clone());
-                }
-                self.phase_by_scope
-                    .insert(scope.clone(), Some(title.clone()));
-                if scope == "root" {
-                    self.setup.live.locked().current_phase = Some(title.clone());
-                }
-                self.events.push("phase", &scope, json!({"title": title}));
-                if let Some(message) = self.phases.add() {
-                    self.begin_halt(Halt::Failed(ScriptFailure::script_error(message)));
-                }
-            }
-            VmEvent::Call {
-                call_id,
-                kind,
-                payload,
-            } => match kind.as_str() {
-                "agent" => self.on_agent_call(call_id, payload).await,
-                "checkpoint" => self.on_checkpoint(call_id, payload).await,
-                other => self.reply(VmReply::Reject {
-                    call_id,
-                    code: "SCRIPT_ERROR".into(),
-                    message: format!("unknown host call {other}"),
-                    recoverable: false,
-                }),
-            },
-            VmEvent::Finished(result) => {
-                self.vm = None;
-                match result {
-                    Ok(value) => self.begin_halt(Halt::Done(value)),
-                    Err(failure) => self.begin_halt(Halt::Failed(failure)),
-                }
-            }
-        }
     }
 
     /// Takes the next index of a scope; only root indexes are journaled.
