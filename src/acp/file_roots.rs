@@ -74,13 +74,7 @@ pub(crate) fn write_no_follow(path: &Path, bytes: &[u8]) -> std::io::Result<()> 
     use nix::fcntl::{OFlag, openat};
     use nix::sys::stat::{Mode, mkdirat};
     use std::io::Write as _;
-    let names: Vec<&std::ffi::OsStr> = path
-        .components()
-        .filter_map(|component| match component {
-            Component::Normal(name) => Some(name),
-            _ => None,
-        })
-        .collect();
+    let names = crate::util::safe_file::path_names(path);
     let Some((last, folders)) = names.split_last() else {
         return Err(std::io::Error::other("the path names no file"));
     };

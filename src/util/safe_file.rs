@@ -326,13 +326,7 @@ fn open_walking(path: &Path) -> Result<OwnedFd, FileError> {
     let folder_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     #[cfg(not(target_os = "linux"))]
     let folder_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let names: Vec<&std::ffi::OsStr> = path
-        .components()
-        .filter_map(|component| match component {
-            Component::Normal(name) => Some(name),
-            _ => None,
-        })
-        .collect();
+    let names = path_names(path);
     let Some((last, folders)) = names.split_last() else {
         return Err(FileError::NotRegular {
             path: path.to_path_buf(),
@@ -348,6 +342,17 @@ fn open_walking(path: &Path) -> Result<OwnedFd, FileError> {
     }
     openat(&current, *last, file_flags(), Mode::empty())
         .map_err(|errno| describe_open_error(path, errno))
+}
+
+/// The names of `path`'s components, `/` and `.` left out: what a walk from `/` opens one
+/// by one.
+pub(crate) fn path_names(path: &Path) -> Vec<&std::ffi::OsStr> {
+    path.components()
+        .filter_map(|component| match component {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Turns a failed open into an error that says which component is a link, if one is.

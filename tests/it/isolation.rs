@@ -113,7 +113,7 @@ impl Drop for Repo {
     }
 }
 
-fn git(folder: &Path, args: &[&str]) -> String {
+pub(crate) fn git(folder: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
         .args(args)

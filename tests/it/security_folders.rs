@@ -8,23 +8,13 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::daemon::{World, wait_for, wait_ready};
+use crate::isolation::git;
 use crate::support::context::DEADLINE;
 
 const SCRIPT: &str = "export const meta = { name: 'private', description: 'folders', model: 'mock' };\n\
     return await agent('@mock write_cwd note.txt\\n@mock wait_file GATE', {isolation: 'worktree'});\n";
-
-fn git(folder: &Path, args: &[&str]) {
-    let output = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(folder)
-        .output()
-        .expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {output:?}");
-}
 
 /// Every folder under `root` (symlinks not followed) whose mode is not 0700, with its mode;
 /// a worktree's checkout (`worktrees/<run>/<call>/tree`) is not looked into.
