@@ -12,6 +12,10 @@ use crate::engine::events::Fields;
 use crate::engine::runner::AgentUpdate;
 use crate::util::sync::Lock;
 
+/// `agentNotice` and `permissionDenied` events stored per call, each kind: an agent sends
+/// these as fast as it likes, so past this many a call's further ones are counted, not stored.
+pub(super) const MAX_NOTICES_PER_CALL: u32 = 1_000;
+
 /// agentProgress is emitted at most once a second per call, plus a heartbeat.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
@@ -37,6 +41,15 @@ pub(super) struct Progress {
     pub(super) dirty: bool,
     /// `executionStartSeq`: the sequence of the call's `agentStart`.
     start_seq: u64,
+    /// `agentNotice` and `permissionDenied` events seen, for [`MAX_NOTICES_PER_CALL`].
+    notices: u32,
+    denials: u32,
+}
+
+/// Counts one more of a call's notices (or denials) in `seen`; whether it is still stored.
+fn under_notice_ceiling(seen: &mut u32) -> bool {
+    *seen = seen.saturating_add(1);
+    *seen <= MAX_NOTICES_PER_CALL
 }
 
 /// One `agentTranscript` entry; `revision` grows with each change.
@@ -123,6 +136,9 @@ impl Driver {
                 let Some(call) = self.in_flight.get_mut(&index) else {
                     return;
                 };
+                if !under_notice_ceiling(&mut call.progress.denials) {
+                    return;
+                }
                 let fields = json!({"label": call.label, "callIndex": index, "tool": denial.tool,
                     "rule": denial.rule, "title": title});
                 let scope = call.scope.clone();
@@ -199,6 +215,9 @@ impl Driver {
         }
         if let AgentUpdate::Notice(message) = &update {
             // Adapter chatter (acp::chatter): an event of its own, never the answer.
+            if !under_notice_ceiling(&mut call.progress.notices) {
+                return;
+            }
             let fields = json!({"label": call.label, "callIndex": index, "message": message});
             let scope = call.scope.clone();
             self.events.push("agentNotice", &scope, fields);
@@ -373,6 +392,17 @@ mod tests {
                 ("tool_call", "read src/main.rs", 2)
             ]
         );
+    }
+
+    #[test]
+    fn the_notice_at_the_ceiling_is_stored_and_the_next_is_not() {
+        let mut seen = 0;
+        for _ in 0..MAX_NOTICES_PER_CALL {
+            assert!(under_notice_ceiling(&mut seen));
+        }
+        assert!(!under_notice_ceiling(&mut seen));
+        assert!(!under_notice_ceiling(&mut seen));
+        assert_eq!(seen, MAX_NOTICES_PER_CALL + 2);
     }
 
     #[test]
