@@ -261,9 +261,17 @@ impl Workspaces for GitWorkspaces {
         let Ok(runs) = std::fs::read_dir(&self.root) else {
             return Vec::new();
         };
-        runs.flatten()
-            .filter_map(|run| run.file_name().into_string().ok())
-            .collect()
+        // Asked when a process starts: the folders an older version left wider are narrowed
+        // to 0700 here (best effort; a folder that cannot be is used as it is).
+        let _ = crate::util::private_dir::ensure(&self.root);
+        let mut names = Vec::new();
+        for run in runs.flatten() {
+            if run.file_type().is_ok_and(|kind| kind.is_dir()) {
+                let _ = crate::util::private_dir::ensure(&run.path());
+            }
+            names.extend(run.file_name().into_string().ok());
+        }
+        names
     }
 
     async fn sweep(&self, runs: &[String]) -> Result<usize, WorkspaceError> {

@@ -151,7 +151,8 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Removes the worktree without committing (a stopped call, a failed one).
     async fn discard(&self, workspace: Workspace) -> Result<(), WorkspaceError>;
 
-    /// The runs that have worktrees of ours, by id.
+    /// The runs that have worktrees of ours, by id (asked when a process starts; an
+    /// implementation may fix what it keeps on the way, as `GitWorkspaces` narrows its folders).
     async fn runs(&self) -> Vec<String>;
 
     /// Removes every worktree of the runs `runs` names (as [`Workspaces::runs`] lists

@@ -1,10 +1,11 @@
 //! Folders under the persistence root through the real daemon and CLI (docs/security.md): a
-//! root and a projects folder an older version left 0755 are narrowed to 0700, and every
-//! folder the daemon and a run create (store, logs, daemons, the control socket's folder, the
-//! run folders, an isolated call's worktree folder while the call runs) is 0700; the checkout
-//! inside a worktree is the user's code and keeps git's modes behind its private parents. A
-//! control socket a killed daemon left behind is removed when the next daemon starts; the
-//! live daemon's own socket stays. Waits poll with deadlines; nothing sleeps to synchronise.
+//! root, the store's folders and the worktrees folder an older version left 0755 are narrowed
+//! to 0700 by the time the daemon is up, and every folder the daemon and a run create (store,
+//! logs, daemons, the control socket's folder, the run folders, an isolated call's worktree
+//! folder while the call runs) is 0700; the checkout inside a worktree is the user's code and
+//! keeps git's modes behind its private parents. A control socket a killed daemon left behind
+//! is removed when the next daemon starts; the live daemon's own socket stays. Waits poll with
+//! deadlines; nothing sleeps to synchronise.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -81,10 +82,17 @@ fn every_folder_under_the_root_is_private_and_dead_control_sockets_are_swept() {
     // What an older version or a wide umask left: the root and a projects folder 0755, and
     // a dead daemon's socket in the control folder.
     let wide = std::fs::Permissions::from_mode(0o755);
-    std::fs::create_dir_all(state.join("projects")).unwrap();
+    std::fs::create_dir_all(state.join("projects/old-project/runs")).unwrap();
+    std::fs::create_dir_all(state.join("worktrees/old-run")).unwrap();
     std::fs::create_dir_all(state.join("daemons/ctl")).unwrap();
-    for folder in [&state, &state.join("projects")] {
-        std::fs::set_permissions(folder, wide.clone()).unwrap();
+    for folder in [
+        state.clone(),
+        state.join("projects"),
+        state.join("projects/old-project"),
+        state.join("projects/old-project/runs"),
+        state.join("worktrees"),
+    ] {
+        std::fs::set_permissions(&folder, wide.clone()).unwrap();
     }
     std::fs::set_permissions(
         state.join("daemons/ctl"),
@@ -98,6 +106,11 @@ fn every_folder_under_the_root_is_private_and_dead_control_sockets_are_swept() {
     let own_socket = PathBuf::from(record.control_url.trim_start_matches("unix:"));
     assert!(own_socket.exists(), "{}", own_socket.display());
     assert!(!dead.exists(), "the dead daemon's socket is swept at start");
+    assert_eq!(
+        wider_folders(&state),
+        Vec::new(),
+        "once the daemon has started"
+    );
 
     let gate = ctx.path("gate");
     let script = ctx.write(
