@@ -118,17 +118,22 @@
 
   // --- the run's call limit (maxAgents), counted here as the driver counts it ---
   // Every agent() and checkpoint() call that reaches the host counts, in every scope of this
-  // generation; the one past the limit throws the driver's own error where it is made, before
-  // it crosses, so a script that starts calls by the hundred thousand in one go meets the
-  // limit error instead of filling its heap with calls (or rejected promises) the driver
-  // would refuse.
+  // generation; a call past the limit is refused with the driver's own error before it
+  // crosses. The first REJECTED_PAST_LIMIT such calls return a rejected promise like any
+  // failed call (so `.catch` handles them); a script still starting calls after that is
+  // running away, and the call throws where it is made, so a script that starts calls by the
+  // hundred thousand in one go meets the limit error instead of filling its heap with
+  // rejected promises.
+  const REJECTED_PAST_LIMIT = 1000;
   let callLimit = Infinity;
   let callsMade = 0;
+  let callsPastLimit = 0;
   function pastCallLimit(kind) {
     if (callsMade < callLimit) {
       callsMade++;
       return null;
     }
+    callsPastLimit++;
     const what = kind === "agent" ? " agent calls" : " calls";
     return makeError("AGENT_LIMIT_EXCEEDED", "the run reached its limit of " + callLimit + what + " (maxAgents)", false);
   }
@@ -257,6 +262,7 @@
   function makeDsl(scope, args, cwd) {
     const call = (kind, payload) => {
       const refused = pastCallLimit(kind);
+      if (refused && callsPastLimit <= REJECTED_PAST_LIMIT) return Promise.reject(refused);
       if (refused) throw refused;
       return hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
     };

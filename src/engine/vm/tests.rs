@@ -658,6 +658,30 @@ fn a_huge_phase_title_is_cut_before_it_crosses() {
 /// The call past `maxAgents` is refused in the script's thread with the driver's error, so
 /// 100,000 calls started at once meet the limit instead of the heap's end.
 #[test]
+fn a_call_past_the_limit_rejects_like_a_failed_call_and_catch_handles_it() {
+    let (tx, mut rx) = event_queue();
+    let mut script = test_script(
+        "await agent('first');\n\
+         return await agent('second').catch((error) => error.code);",
+        BTreeMap::new(),
+        true,
+    );
+    script.max_calls = 1;
+    let vm = spawn(script, VmLimits::default(), tx);
+    let result = loop {
+        match rx.blocking_recv().expect("vm ended without finishing") {
+            VmEvent::Call { call_id, .. } => vm.reply(VmReply::Resolve {
+                call_id,
+                value: Value::Null,
+            }),
+            VmEvent::Finished(result) => break result.expect("the script handles the refusal"),
+            _ => {}
+        }
+    };
+    assert_eq!(result, Some(Value::from("AGENT_LIMIT_EXCEEDED")));
+}
+
+#[test]
 fn calls_past_the_limit_are_refused_before_they_cross() {
     let (tx, mut rx) = event_queue();
     let mut script = test_script(
