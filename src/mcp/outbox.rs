@@ -5,42 +5,30 @@
 //! Responses and server-to-client requests (messages with an `id`) are never dropped: one is
 //! queued per request, so the requests in flight bound them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use serde_json::Value;
-use tokio::sync::mpsc;
+
+use crate::util::weighed_queue::{self, WeighedReceiver, WeighedSender};
 
 /// Notifications one queue holds that the transport has not taken yet.
 pub const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
 
 /// The handlers' side of a queue.
 #[derive(Clone, Debug)]
-pub struct OutboxSender {
-    sender: mpsc::UnboundedSender<Value>,
-    queued: Arc<AtomicUsize>,
-}
+pub struct OutboxSender(WeighedSender<Value>);
 
 /// The transport's side of a queue.
 #[derive(Debug)]
-pub struct OutboxReceiver {
-    receiver: mpsc::UnboundedReceiver<Value>,
-    queued: Arc<AtomicUsize>,
-}
+pub struct OutboxReceiver(WeighedReceiver<Value>);
 
 /// A new queue.
 pub fn outbox() -> (OutboxSender, OutboxReceiver) {
-    let (sender, receiver) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let sender = OutboxSender {
-        sender,
-        queued: queued.clone(),
-    };
-    (sender, OutboxReceiver { receiver, queued })
+    let (sender, receiver) = weighed_queue::channel(MAX_QUEUED_NOTIFICATIONS, weigh);
+    (OutboxSender(sender), OutboxReceiver(receiver))
 }
 
-fn is_notification(message: &Value) -> bool {
-    message.get("id").is_none()
+/// A notification (no `id`) counts one; an answer or a server request is never dropped.
+fn weigh(message: &Value) -> Option<usize> {
+    message.get("id").is_none().then_some(1)
 }
 
 impl OutboxSender {
@@ -48,40 +36,19 @@ impl OutboxSender {
     /// [`MAX_QUEUED_NOTIFICATIONS`] of them. `false` when it was dropped or the transport is
     /// gone.
     pub fn send(&self, message: Value) -> bool {
-        let counted = is_notification(&message);
-        if counted && self.queued.fetch_add(1, Ordering::Relaxed) >= MAX_QUEUED_NOTIFICATIONS {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            return false;
-        }
-        if self.sender.send(message).is_err() {
-            if counted {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-            }
-            return false;
-        }
-        true
+        self.0.send(message)
     }
 }
 
 impl OutboxReceiver {
     /// The next message; `None` once every sender is gone and the queue is empty.
     pub async fn recv(&mut self) -> Option<Value> {
-        let message = self.receiver.recv().await?;
-        self.taken(&message);
-        Some(message)
+        self.0.recv().await
     }
 
     /// The next message if one is queued.
     pub fn try_recv(&mut self) -> Option<Value> {
-        let message = self.receiver.try_recv().ok()?;
-        self.taken(&message);
-        Some(message)
-    }
-
-    fn taken(&self, message: &Value) {
-        if is_notification(message) {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.0.try_recv()
     }
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod private_dir;
 pub(crate) mod safe_file;
 pub(crate) mod socket_owner;
 pub(crate) mod sync;
+pub(crate) mod weighed_queue;
 
 use std::io::Write;
 use std::path::Path;

@@ -5,13 +5,9 @@
 //! it catches up. Updates only feed progress and notices; the answer is gathered by the
 //! session itself, so a dropped update loses a progress line, never a result.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use tokio::sync::mpsc;
-
 use super::task::Activity;
 use crate::engine::runner::AgentUpdate;
+use crate::util::weighed_queue::{self, WeighedReceiver, WeighedSender};
 
 /// Bytes of agent updates a run's driver may have queued and not yet taken.
 pub(super) const MAX_QUEUED_UPDATE_BYTES: usize = 8 << 20;
@@ -21,48 +17,41 @@ const MESSAGE_OVERHEAD: usize = 64;
 
 /// The calls' side of a run's activity channel.
 #[derive(Clone)]
-pub(super) struct ActivitySender {
-    sender: mpsc::UnboundedSender<Activity>,
-    /// Bytes of updates sent and not yet taken by the driver.
-    queued: Arc<AtomicUsize>,
-}
+pub(super) struct ActivitySender(WeighedSender<Activity>);
+
+/// The driver's side.
+pub(super) type ActivityReceiver = WeighedReceiver<Activity>;
 
 /// A new channel: the sender the calls share, and the driver's receiver.
-pub(super) fn channel() -> (ActivitySender, mpsc::UnboundedReceiver<Activity>) {
-    let (sender, receiver) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
-    (ActivitySender { sender, queued }, receiver)
+pub(super) fn channel() -> (ActivitySender, ActivityReceiver) {
+    let (sender, receiver) = weighed_queue::channel(MAX_QUEUED_UPDATE_BYTES, weigh);
+    (ActivitySender(sender), receiver)
+}
+
+/// An agent's update weighs its bytes; a slot wait (status would show a call waiting that
+/// runs) and what a call reports once weigh nothing and are never dropped.
+fn weigh(activity: &Activity) -> Option<usize> {
+    match activity {
+        Activity::Update(_, AgentUpdate::SlotWait(_)) => None,
+        Activity::Update(_, update) => Some(queued_size(update)),
+        _ => None,
+    }
 }
 
 impl ActivitySender {
     /// Sends what a call reports once; fails only when the driver is gone.
     pub(super) fn send(&self, activity: Activity) -> Result<(), ()> {
-        self.sender.send(activity).map_err(|_| ())
+        if self.0.send(activity) {
+            Ok(())
+        } else {
+            Err(())
+        }
     }
 
     /// Sends an agent's update of call `index`, or drops it while the driver has
-    /// [`MAX_QUEUED_UPDATE_BYTES`] of updates to take. A slot wait is never dropped: status
-    /// would show a call waiting that runs.
+    /// [`MAX_QUEUED_UPDATE_BYTES`] of updates to take.
     pub(super) fn send_update(&self, index: u32, update: AgentUpdate) {
-        let size = queued_size(&update);
-        if !matches!(update, AgentUpdate::SlotWait(_)) {
-            let before = self.queued.fetch_add(size, Ordering::Relaxed);
-            if before + size > MAX_QUEUED_UPDATE_BYTES {
-                self.queued.fetch_sub(size, Ordering::Relaxed);
-                return;
-            }
-        } else {
-            self.queued.fetch_add(size, Ordering::Relaxed);
-        }
-        if self.sender.send(Activity::Update(index, update)).is_err() {
-            self.queued.fetch_sub(size, Ordering::Relaxed);
-        }
-    }
-
-    /// The driver took `update` off the channel.
-    pub(super) fn taken(&self, update: &AgentUpdate) {
-        self.queued
-            .fetch_sub(queued_size(update), Ordering::Relaxed);
+        self.0.send(Activity::Update(index, update));
     }
 }
 
@@ -78,8 +67,7 @@ fn queued_size(update: &AgentUpdate) -> usize {
             id.len() + title.len() + status.as_ref().map_or(0, String::len)
         }
         AgentUpdate::Plan(plan) => plan.to_string().len(),
-        AgentUpdate::ContextUsage { .. } => 0,
-        AgentUpdate::SlotWait(waiting) => waiting.as_ref().map_or(0, String::len),
+        AgentUpdate::ContextUsage { .. } | AgentUpdate::SlotWait(_) => 0,
     };
     text + MESSAGE_OVERHEAD
 }
@@ -98,17 +86,16 @@ mod tests {
         sender.send_update(1, AgentUpdate::MessageChunk("one more".into()));
         sender.send_update(1, AgentUpdate::SlotWait(None));
         let mut kinds = Vec::new();
-        while let Ok(Activity::Update(_, update)) = receiver.try_recv() {
-            sender.taken(&update);
+        while let Some(Activity::Update(_, update)) = receiver.try_recv() {
             kinds.push(matches!(update, AgentUpdate::SlotWait(_)));
         }
         // Eight full chunks fit, the ninth update is dropped, the slot wait is not.
         assert_eq!(kinds, [vec![false; 8], vec![true]].concat());
-        assert_eq!(sender.queued.load(Ordering::Relaxed), 0);
+        assert_eq!(sender.0.queued(), 0);
         sender.send_update(1, AgentUpdate::MessageChunk("after".into()));
         assert!(matches!(
             receiver.try_recv(),
-            Ok(Activity::Update(1, AgentUpdate::MessageChunk(text))) if text == "after"
+            Some(Activity::Update(1, AgentUpdate::MessageChunk(text))) if text == "after"
         ));
     }
 }

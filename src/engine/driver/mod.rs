@@ -65,7 +65,6 @@ use crate::store::{LeasePolicy, Store};
 use crate::util::sync::Lock;
 
 use progress::Progress;
-use task::Activity;
 
 /// How often the loop looks at progress heartbeats and flushes buffered events.
 const TICK: Duration = Duration::from_millis(250);
@@ -326,7 +325,7 @@ struct Driver {
     /// Given to each agent task to report start, updates and its result.
     activity_tx: activity::ActivitySender,
     /// Taken by the loop when it starts.
-    activity_rx: Option<mpsc::UnboundedReceiver<Activity>>,
+    activity_rx: Option<activity::ActivityReceiver>,
     /// Agent calls numbered and not yet settled, by index.
     in_flight: HashMap<u32, InFlight>,
     /// The next root call index (program order).
@@ -498,7 +497,7 @@ impl Driver {
                     self.on_activity(activity).await;
                     // Group commit: what settled meanwhile joins this call's transaction.
                     for _ in 1..GROUP_COMMIT_LIMIT {
-                        let Ok(more) = activity_rx.try_recv() else { break };
+                        let Some(more) = activity_rx.try_recv() else { break };
                         self.on_activity(more).await;
                     }
                     self.commit_settled().await;

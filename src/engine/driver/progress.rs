@@ -128,10 +128,7 @@ impl Driver {
     pub(super) async fn on_activity(&mut self, activity: Activity) {
         match activity {
             Activity::Started(index) => self.on_started(index),
-            Activity::Update(index, update) => {
-                self.activity_tx.taken(&update);
-                self.on_update(index, update)
-            }
+            Activity::Update(index, update) => self.on_update(index, update),
             Activity::PermissionDenied(index, denial, title) => {
                 let Some(call) = self.in_flight.get_mut(&index) else {
                     return;
