@@ -35,6 +35,13 @@ pub(crate) const SCRIPT_MEMORY_MIB: &str = "AGENTPRISM_SCRIPT_MEMORY_MIB";
 /// drop the last commits).
 pub const STORE_SYNC: &str = "AGENTPRISM_STORE_SYNC";
 
+/// Folder of the user's saved workflows (default `$XDG_CONFIG_HOME/agentprism/workflows` when
+/// that variable is an absolute path, else `~/.config/agentprism/workflows`).
+pub const WORKFLOWS_DIR: &str = "AGENTPRISM_WORKFLOWS_DIR";
+/// Agent calls above which a run needs a confirmation before it starts (default 100; `0`
+/// never asks).
+pub const CONFIRM_AGENTS: &str = "AGENTPRISM_CONFIRM_AGENTS";
+
 /// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`). Not part of
 /// the daemon family fingerprint: it changes what is logged, never what runs.
 pub const LOG: &str = "AGENTPRISM_LOG";

@@ -47,6 +47,7 @@ pub mod pack;
 pub mod store;
 /// Workspaces: the port for a git worktree of its own per isolated agent call.
 pub mod workspace;
+pub mod library;
 /// The workflow engine: scripts, journal, replay, preparation, execution.
 pub mod engine;
 /// The ACP agent runner: processes, sessions, pool, backend registry.

@@ -184,9 +184,11 @@ pub(crate) fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConf
         let value = env.u64_or(key, default).map_err(SettingsError::Invalid)?;
         Ok(Duration::from_millis(value.max(1)))
     };
+    crate::library::check_env(env).map_err(SettingsError::Invalid)?;
     let mut config = EngineConfig {
         allow_script_backends: env.flag(env::ALLOW_SCRIPT_BACKENDS),
         home: env.home().map(PathBuf::from),
+        user_workflows: crate::library::user_folder(env),
         probe,
         ..EngineConfig::default()
     };

@@ -48,6 +48,10 @@ pub struct EngineConfig {
     /// `AGENTPRISM_AUTO_RESUME`: whether, and how often in a row, a run paused on a usage
     /// limit with a known reset resumes by itself (`src/timers/`).
     pub auto_resume: AutoResumePolicy,
+    /// The user's folder of saved workflows (`library::user_folder`), where `workflow(name)`
+    /// looks after the project's folder; `None` looks in the project and the bundled library
+    /// only.
+    pub user_workflows: Option<PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -65,6 +69,7 @@ impl Default for EngineConfig {
             lease_policy: LeasePolicy::HolderLiveness,
             persistence_root: None,
             auto_resume: AutoResumePolicy::default(),
+            user_workflows: None,
         }
     }
 }

@@ -27,12 +27,13 @@ mod owner;
 mod remote;
 mod results;
 mod resume;
+mod saved;
 mod stop;
 mod timers;
 mod view;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,13 +43,10 @@ use tokio_util::task::TaskTracker;
 use crate::engine::driver::Control;
 use crate::engine::events::RunNotice;
 use crate::engine::permissions::PermissionBroker;
-use crate::engine::prepare;
 use crate::engine::routing::BackendLookup;
 use crate::engine::runner::AgentRunner;
-use crate::engine::script;
 use crate::engine::sources::{DiskSources, Sources};
 use crate::engine::status::LiveView;
-use crate::engine::vm::NestedResolver;
 use crate::model::{PauseReason, RunId};
 use crate::store::{CallReads, EventReads, RunReads, Store};
 use crate::util::sync::Lock;
@@ -65,6 +63,7 @@ pub(crate) use execution::LEASE_EXPIRED;
 pub use owner::Owner;
 pub(crate) use remote::{OwnerRoute, Unforwarded, lease_owner};
 pub(crate) use results::exact_result;
+pub use saved::{SavedMeta, SavedSource, SavedWorkflow};
 
 /// Runs preparing, awaiting setup or executing at once in one project: the default of
 /// [`EngineConfig::max_active_per_project`].
@@ -279,27 +278,6 @@ impl Engine {
     /// Installs how this engine reaches other lease holders. The first call wins.
     pub(crate) fn set_owner_route(&self, route: Arc<dyn OwnerRoute>) {
         let _ = self.inner.route.set(route);
-    }
-
-    pub(super) fn nested_resolver(&self, project_dir: &Path, run_id: &RunId) -> NestedResolver {
-        let folder = project_dir.join(".agentprism").join("workflows");
-        let prefix = run_id.to_string();
-        let sources = self.inner.sources.clone();
-        let mut counter = 0u32;
-        Box::new(move |name: &str| {
-            let text = if name.contains("export const meta") {
-                name.to_owned()
-            } else {
-                if name.contains('/') || name.contains("..") || name.is_empty() {
-                    return Err("a saved workflow name must be a plain name".into());
-                }
-                let path = folder.join(format!("{name}.js"));
-                prepare::read_nested(sources.as_ref(), &path)?
-            };
-            let analyzed = script::analyze(text.as_bytes()).map_err(|e| e.message)?;
-            counter += 1;
-            Ok((format!("{prefix}-nested{counter}"), analyzed.body))
-        })
     }
 
     /// Waits until `run_id` is no longer executing in this process.

@@ -63,6 +63,9 @@ pub struct AnalyzedScript {
     pub backends: Option<Value>,
     /// `meta.inputSchema`, a JSON Schema object for `args`.
     pub input_schema: Option<Value>,
+    /// `meta.whenToUse`: when a saved workflow fits, shown beside its description where it is
+    /// offered (the `workflows` listing, MCP prompts). At most [`MAX_WHEN_TO_USE_CHARS`].
+    pub when_to_use: Option<String>,
     /// `meta.files`: the companion files preparation reads, relative to the project folder,
     /// in declaration order and checked by [`companion_path_problem`].
     pub files: Vec<String>,
@@ -102,6 +105,7 @@ fn analyze_source(source: &[u8]) -> Result<AnalyzedScript, ScriptError> {
         body: blank_meta_statement(text, statement.start, statement.end),
         name: meta.name,
         description: meta.description,
+        when_to_use: meta.when_to_use,
         phases: meta.phases,
         model: meta.model,
         backends: meta.backends,
@@ -361,6 +365,7 @@ fn blank_meta_statement(source: &str, start: usize, end: usize) -> String {
 struct CheckedMeta {
     name: String,
     description: String,
+    when_to_use: Option<String>,
     phases: Vec<Phase>,
     model: Option<String>,
     backends: Option<Value>,
@@ -369,9 +374,13 @@ struct CheckedMeta {
     unknown_keys: Vec<String>,
 }
 
+/// Longest `meta.whenToUse`, in characters: a sentence or two for a menu, not a manual.
+pub(crate) const MAX_WHEN_TO_USE_CHARS: usize = 1_024;
+
 const KNOWN_META_KEYS: &[&str] = &[
     "name",
     "description",
+    "whenToUse",
     "phases",
     "model",
     "backends",
@@ -398,6 +407,9 @@ fn check_meta(source: &str, meta: &Literal) -> Result<CheckedMeta, ScriptError> 
     let checker = MetaChecker { source };
     let name = checker.required_text(meta, properties, "name", "meta")?;
     let description = checker.required_text(meta, properties, "description", "meta")?;
+    let when_to_use = field(properties, "whenToUse")
+        .map(|text| checker.when_to_use(text))
+        .transpose()?;
     let phases = match field(properties, "phases") {
         Some(phases) => checker.phases(phases)?,
         None => Vec::new(),
@@ -428,6 +440,7 @@ fn check_meta(source: &str, meta: &Literal) -> Result<CheckedMeta, ScriptError> 
     Ok(CheckedMeta {
         name,
         description,
+        when_to_use,
         phases,
         model,
         backends,
@@ -451,6 +464,18 @@ struct MetaChecker<'a> {
 impl MetaChecker<'_> {
     fn error(&self, value: &Literal, message: impl fmt::Display) -> ScriptError {
         ScriptError::at(self.source, value.offset, message)
+    }
+
+    /// `meta.whenToUse`: a non-blank string of at most [`MAX_WHEN_TO_USE_CHARS`] characters.
+    fn when_to_use(&self, value: &Literal) -> Result<String, ScriptError> {
+        let text = self.text(value, "meta.whenToUse")?;
+        if text.chars().count() > MAX_WHEN_TO_USE_CHARS {
+            return Err(self.error(
+                value,
+                format!("meta.whenToUse must be at most {MAX_WHEN_TO_USE_CHARS} characters"),
+            ));
+        }
+        Ok(text)
     }
 
     /// A non-blank string.
