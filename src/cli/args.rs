@@ -20,9 +20,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Check a workflow script without running agents (zero tokens).
+    /// Check a workflow script or saved workflow without running agents (zero tokens).
     Validate(ValidateArgs),
-    /// Run a workflow script in the foreground and print its result as JSON.
+    /// Run a workflow script or saved workflow in the foreground and print its result as JSON.
     Run(RunArgs),
     /// Show a run's status.
     Status(StatusArgs),
@@ -46,6 +46,9 @@ pub enum Command {
     Config(ConfigArgs),
     /// Serve the `workflow` MCP server over stdio or loopback HTTP.
     Serve(ServeArgs),
+    /// List the saved workflows (project, user, bundled), or write, show or save one
+    /// (docs/workflows.md).
+    Workflows(WorkflowsArgs),
     /// Pack a folder of workflows into an encrypted workflows pack (docs/pack.md).
     Pack(PackArgs),
     /// Manage the per-user workflow daemon: run, start, stop, status, url, logs.
@@ -174,7 +177,10 @@ pub struct PackArgs {
 
 #[derive(Debug, Args)]
 pub struct ScriptArgs {
-    /// The workflow script file.
+    /// The workflow script file, or a saved workflow's name. A path when it contains `/`,
+    /// ends in `.js`, `.mjs` or `.cjs`, or names an existing file; else a name, looked up in
+    /// the project's folder, the user's folder and the bundled library, in that order.
+    #[arg(value_name = "SCRIPT_OR_NAME")]
     pub script: PathBuf,
     /// The project directory the run belongs to (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -379,4 +385,79 @@ pub struct ConfigArgs {
     /// Print the whole config document as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct WorkflowsArgs {
+    #[command(subcommand)]
+    pub action: Option<WorkflowsAction>,
+    #[command(flatten)]
+    pub list: WorkflowsListArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkflowsListArgs {
+    /// The project whose `.agentprism/workflows` folder to list (default: the current
+    /// directory).
+    #[arg(long, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+    /// Print the list as JSON: each workflow's name, origin, path, description, whenToUse,
+    /// inputSchema, phases, shadowedBy and error.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsAction {
+    /// List the saved workflows (the default); exits 1 when one of them is broken.
+    List(WorkflowsListArgs),
+    /// Write a commented starting point `<NAME>.js` that validates as written.
+    New {
+        /// The new workflow's name (a-z, 0-9, `-`, `_`; at most 64).
+        name: String,
+        #[command(flatten)]
+        place: SavePlace,
+        /// The project to write into (default: the current directory); not with --user.
+        #[arg(long, value_name = "DIR", conflicts_with = "user")]
+        project_dir: Option<PathBuf>,
+    },
+    /// Print the source of the workflow a name runs, or copy it into a folder to edit.
+    Show {
+        /// The workflow's name.
+        name: String,
+        /// Write the source to the project's folder (or the user's, with --user) and print
+        /// the path, instead of printing the source.
+        #[arg(long)]
+        copy: bool,
+        /// With --copy: write to the user's folder instead of the project's.
+        #[arg(long, requires = "copy")]
+        user: bool,
+        /// With --copy: replace a file of that name.
+        #[arg(long, requires = "copy")]
+        force: bool,
+        /// The project to look in and copy into (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        project_dir: Option<PathBuf>,
+    },
+    /// Save the script a run executed (its latest revision) as a workflow in the run's
+    /// project folder (or the user's, with --user).
+    Save {
+        /// The run whose script to save.
+        run_id: String,
+        /// The name to save it under.
+        name: String,
+        #[command(flatten)]
+        place: SavePlace,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SavePlace {
+    /// Write to the user's folder instead of the project's.
+    #[arg(long)]
+    pub user: bool,
+    /// Replace a file of that name.
+    #[arg(long)]
+    pub force: bool,
 }

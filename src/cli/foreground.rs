@@ -73,7 +73,7 @@ fn verdict(error: EngineError) -> anyhow::Error {
 async fn check_script(env: &EnvSnapshot, args: &ValidateArgs) -> Result<()> {
     let engine = foreground_engine(env, !args.no_probe).await?;
     let project = project_dir(args.script.project_dir.as_deref())?;
-    let script = script_input(&args.script.script)?;
+    let script = script_input(&engine, &project, &args.script.script).await?;
     let input = parse_args(&args.script)?;
     let prepared = engine
         .validate(&project, &script, input)
@@ -97,7 +97,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
     guarded(async {
         let engine = foreground_engine(env, true).await?;
         let project = project_dir(args.script.project_dir.as_deref())?;
-        let script = script_input(&args.script.script)?;
+        let script = script_input(&engine, &project, &args.script.script).await?;
         let input = parse_args(&args.script)?;
         let mut notices = engine.subscribe();
         let admission = engine

@@ -12,7 +12,8 @@ use super::EXIT_REJECTED;
 use super::args::{LimitArgs, ScriptArgs};
 use crate::app::SettingsError;
 use crate::engine::manager::Rejected;
-use crate::engine::{EngineError, LimitOverrides, ScriptInput};
+use crate::engine::{Engine, EngineError, LimitOverrides, ScriptInput};
+use crate::library::Location;
 use crate::model::RunId;
 
 /// A problem with the user's input: exit code 2, nothing persisted.
@@ -55,13 +56,49 @@ pub(super) fn parse_args(args: &ScriptArgs) -> Result<Value> {
     serde_json::from_str(&text).map_err(|e| input_error(format!("--args must be strict JSON: {e}")))
 }
 
-pub(super) fn script_input(path: &Path) -> Result<ScriptInput> {
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()?.join(path)
+/// `run` and `validate`'s SCRIPT_OR_NAME. A path when it contains `/`, ends in `.js`, `.mjs`
+/// or `.cjs`, or names an existing file; else the name of a saved workflow of `project`. A
+/// project or user workflow runs as its file, so its runs record the path; a bundled one runs
+/// its text. An unknown name is an input error listing the names that exist.
+pub(super) async fn script_input(
+    engine: &Engine,
+    project: &Path,
+    given: &Path,
+) -> Result<ScriptInput> {
+    let name = match given.to_str() {
+        Some(name) if !looks_like_path(given) => name.to_owned(),
+        _ => {
+            let absolute = if given.is_absolute() {
+                given.to_path_buf()
+            } else {
+                std::env::current_dir()?.join(given)
+            };
+            return Ok(ScriptInput::Path(absolute));
+        }
     };
-    Ok(ScriptInput::Path(absolute))
+    let engine = engine.clone();
+    let project = project.to_path_buf();
+    let source = tokio::task::spawn_blocking(move || engine.saved_workflow(Some(&project), &name))
+        .await?
+        .map_err(|error| {
+            input_error(format!(
+                "{error} (a script path needs a `/` or a .js ending)"
+            ))
+        })?;
+    Ok(match source.location {
+        Location::File(path) => ScriptInput::Path(path),
+        Location::Bundled(_) => ScriptInput::Inline(source.text),
+    })
+}
+
+/// Whether SCRIPT_OR_NAME means a file rather than a saved workflow's name.
+fn looks_like_path(given: &Path) -> bool {
+    let text = given.to_string_lossy();
+    text.contains('/')
+        || [".js", ".mjs", ".cjs"]
+            .iter()
+            .any(|ending| text.ends_with(ending))
+        || given.is_file()
 }
 
 pub(super) fn parse_run_id(text: &str) -> Result<RunId> {

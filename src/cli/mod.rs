@@ -4,7 +4,8 @@
 //! `foreground.rs` (`validate`, `run`, `resume`, `setup`) and `follow.rs` (watching a run
 //! execute here, `progress.rs` its display), `inspect.rs` (`status`, `pause`, `runs`, `stop`,
 //! `result`), `changes.rs` (`changes`: isolated calls' branches, and applying one),
-//! `config.rs` (the backends' probes), `monitor.rs` (the run monitor's URL on the
+//! `config.rs` (the backends' probes), `workflows.rs` (saved workflows: list, new, show,
+//! save), `monitor.rs` (the run monitor's URL on the
 //! daemon), `serve.rs`, `completions.rs`, `input.rs` (input errors, engine errors in CLI
 //! words), `daemon/` (`agentprism daemon …`).
 //!
@@ -47,6 +48,7 @@ mod monitor;
 mod pack;
 mod progress;
 mod serve;
+mod workflows;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -58,7 +60,8 @@ use crate::env::EnvSnapshot;
 pub use args::{
     ChangesArgs, Cli, Command, CompletionShell, CompletionsArgs, ConfigArgs, ForegroundArgs,
     LimitArgs, PackArgs, PauseArgs, ReaperArgs, ResultArgs, ResumeArgs, RunArgs, RunsAction,
-    RunsArgs, ScriptArgs, ServeArgs, SetupArgs, StatusArgs, StopArgs, ValidateArgs,
+    RunsArgs, SavePlace, ScriptArgs, ServeArgs, SetupArgs, StatusArgs, StopArgs, ValidateArgs,
+    WorkflowsAction, WorkflowsArgs, WorkflowsListArgs,
 };
 pub use completions::public_command;
 
@@ -158,6 +161,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Changes(args) => changes::changes(&env, args).await,
         Command::Config(args) => config::config(&env, args).await,
         Command::Serve(args) => serve::serve(&env, args).await,
+        Command::Workflows(args) => workflows::workflows(&env, args).await,
         Command::Pack(args) => pack::pack(args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
         Command::Monitor(args) => monitor::monitor(&env, args).await,

@@ -11,6 +11,8 @@
 
 pub mod bundled;
 pub mod names;
+pub mod save;
+pub mod template;
 
 use std::path::{Path, PathBuf};
 

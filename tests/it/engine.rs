@@ -380,7 +380,12 @@ async fn nested_workflows_run_a_saved_script_by_name() {
         .start("export const meta = { name: 'x', description: 'd', model: 'codex' };\nreturn await workflow('missing');")
         .await
         .unwrap_err();
-    assert!(error.to_string().contains("no workflow named \"missing\"; the names that exist"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("no workflow named \"missing\"; the names that exist"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
