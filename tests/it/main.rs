@@ -34,6 +34,7 @@ mod hostile_daemon;
 mod hosts;
 mod interop;
 mod isolation;
+mod library;
 mod mcp_core;
 mod mcp_defects;
 mod mcp_eras;
