@@ -412,7 +412,8 @@ pub struct WorkflowsListArgs {
 pub enum WorkflowsAction {
     /// List the saved workflows (the default); exits 1 when one of them is broken.
     List(WorkflowsListArgs),
-    /// Write a commented starting point `<NAME>.js` that validates as written.
+    /// Write a commented starting point, `<NAME>.js`: one agent call on the backend its
+    /// `model` argument names.
     New {
         /// The new workflow's name (a-z, 0-9, `-`, `_`; at most 64).
         name: String,

@@ -54,7 +54,11 @@ fn the_listing_shows_origins_what_is_shadowed_and_broken_files_with_their_error(
         "same",
         &workflow("same", "from the project", "return 1;"),
     );
-    put(&user, "same", &workflow("same", "from the user", "return 2;"));
+    put(
+        &user,
+        "same",
+        &workflow("same", "from the user", "return 2;"),
+    );
     put(&user, "helper", &workflow("helper", "helps", "return 3;"));
     put(
         &user,
