@@ -213,10 +213,9 @@ async fn save_run(env: &EnvSnapshot, run_id: &str, name: &str, place: &SavePlace
     if !record.files.is_empty() {
         let files: Vec<&str> = record.files.keys().map(String::as_str).collect();
         note!(
-            "warning: the companion files meta.files names were not copied ({}); the saved \
-             workflow reads them relative to {}",
-            files.join(", "),
-            path.parent().unwrap_or(Path::new("/")).display()
+            "warning: the companion files meta.files names were not copied ({}): a run of the \
+             saved workflow reads them from its own project directory",
+            files.join(", ")
         );
     }
     say!("{}", path.display());

@@ -261,6 +261,31 @@ fn save_writes_the_script_a_run_executed() {
     let by_name = ctx.run(&["run", "kept"]);
     assert_eq!(by_name.code(), 0, "{}", by_name.stderr);
     assert_eq!(by_name.json(), json!("ECHO: once"));
+    assert!(!saved.stderr.contains("meta.files"), "{}", saved.stderr);
+    let listed = ctx.run(&["workflows"]);
+    assert!(
+        listed
+            .stdout
+            .contains(r#"note: meta.name is "once"; it runs by its file name "kept""#),
+        "{}",
+        listed.stdout
+    );
+
+    ctx.write("project/notes/brief.md", "the brief");
+    let with_files = ctx.write(
+        "project/with-files.js",
+        "export const meta = { name: 'with-files', description: 'w', model: 'mock', files: ['notes/brief.md'] };\nreturn file('notes/brief.md');\n",
+    );
+    let finished = ctx.run(&["run", with_files.to_str().unwrap()]);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    let warned = ctx.run(&["workflows", "save", &finished.run_id(), "with-files"]);
+    assert_eq!(warned.code(), 0, "{}", warned.stderr);
+    assert!(
+        warned.stderr.contains("warning:") && warned.stderr.contains("notes/brief.md"),
+        "{}",
+        warned.stderr
+    );
+    assert!(project_folder(&ctx).join("with-files.js").is_file());
 }
 
 #[test]
@@ -317,5 +342,32 @@ fn saving_refuses_a_symbolic_link_names_it_and_writes_nothing() {
         std::fs::read_dir(&folder).unwrap().count(),
         1,
         "no temporary file left"
+    );
+}
+
+#[test]
+fn save_keeps_the_latest_revision_of_a_script_that_changed_between_resumes() {
+    let ctx = TestContext::new();
+    let body = |version: &str| {
+        workflow(
+            "revised",
+            "r",
+            &format!("await checkpoint('go on?');\nreturn '{version}';"),
+        )
+    };
+    let script = ctx.write("project/revised.js", &body("first"));
+    let paused = ctx.run(&["run", script.to_str().unwrap()]);
+    assert_eq!(paused.code(), 3, "{}", paused.stderr);
+    let run_id = paused.run_id();
+    std::fs::write(&script, body("second")).unwrap();
+    let resumed = ctx.run(&["resume", &run_id, "--reply", "0=true"]);
+    assert_eq!(resumed.code(), 0, "{}", resumed.stderr);
+    assert_eq!(resumed.json(), json!("second"));
+    std::fs::write(&script, body("third, never run")).unwrap();
+    let saved = ctx.run(&["workflows", "save", &run_id, "revised"]);
+    assert_eq!(saved.code(), 0, "{}", saved.stderr);
+    assert_eq!(
+        std::fs::read_to_string(project_folder(&ctx).join("revised.js")).unwrap(),
+        body("second")
     );
 }
