@@ -75,7 +75,7 @@ async fn list(env: &EnvSnapshot, args: &WorkflowsListArgs) -> Result<u8> {
     }
     if broken > 0 {
         note!(
-            "agentprism: {broken} saved workflow{} cannot run (see its error above)",
+            "agentprism: {broken} saved workflow{} cannot run (its error is in the listing)",
             if broken == 1 { "" } else { "s" }
         );
         return Ok(EXIT_FAILED);

@@ -342,7 +342,7 @@ fn validate_tells_parse_dry_run_and_usage_failures_apart() {
         ),
         (vec![&valid, "--project-dir", &nowhere], 3, "--project-dir"),
         (vec![&valid, "--bogus"], 3, "--bogus"),
-        (vec![], 3, "<SCRIPT>"),
+        (vec![], 3, "<SCRIPT_OR_NAME>"),
         (vec![&valid], 0, ""),
     ];
     for (args, code, needle) in cases {
