@@ -229,7 +229,12 @@ fn move_into_place(
         linkat(folder, temp, folder, file_name, AtFlags::empty())
     };
     match moved {
-        Ok(()) => Ok(()),
+        // The folder's entry is what makes the file exist after a crash; a folder that
+        // cannot be synced still holds the file now, so that is not a failure.
+        Ok(()) => {
+            let _ = nix::unistd::fsync(folder);
+            Ok(())
+        }
         Err(Errno::EEXIST) => Err(SaveError::Exists(path.to_path_buf())),
         Err(errno) => Err(failed(path, errno)),
     }
