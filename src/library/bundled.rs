@@ -1,6 +1,6 @@
 //! The workflows compiled into the binary: a starting library anyone can copy into a project
 //! (`agentprism workflows show <name> --copy`) and change. Their sources are `workflows/*.js`
-//! at the repository root.
+//! at the repository root, and docs/bundled-workflows.md describes each.
 
 /// One bundled workflow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,7 +12,28 @@ pub struct Bundled {
 }
 
 /// Every bundled workflow, sorted by name.
-pub const BUNDLED: &[Bundled] = &[];
+pub const BUNDLED: &[Bundled] = &[
+    Bundled {
+        name: "audit",
+        source: include_str!("../../workflows/audit.js"),
+    },
+    Bundled {
+        name: "fix-tests",
+        source: include_str!("../../workflows/fix-tests.js"),
+    },
+    Bundled {
+        name: "migrate",
+        source: include_str!("../../workflows/migrate.js"),
+    },
+    Bundled {
+        name: "research",
+        source: include_str!("../../workflows/research.js"),
+    },
+    Bundled {
+        name: "review-panel",
+        source: include_str!("../../workflows/review-panel.js"),
+    },
+];
 
 /// The bundled workflow called `name`.
 pub fn find(name: &str) -> Option<&'static Bundled> {
