@@ -10,6 +10,7 @@
 //! them, and a file whose name breaks the rule with its problem (never hidden).
 
 pub mod bundled;
+pub mod materialize;
 pub mod names;
 pub mod save;
 pub mod template;

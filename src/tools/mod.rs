@@ -18,7 +18,7 @@
 //! engine work, answers, backend discovery, and its tasks), `session_runs` (the capped
 //! session→run table the channels and the tasks share), `resources` (URIs, the events
 //! document, listings, completion), `skills` (the embedded authoring skill and the skills
-//! extension methods), `prompt`.
+//! extension methods), `prompts` (the authoring prompt and one per saved workflow).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ use crate::model::RunId;
 
 mod bridge;
 pub mod monitor;
-mod prompt;
+mod prompts;
 mod resources;
 mod session_runs;
 mod skills;
@@ -309,17 +309,17 @@ impl McpHandler for WorkflowServer {
         self.resources().subscribable(uri).await
     }
 
-    async fn list_prompts(&self, _ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
-        Ok(json!({"prompts": [prompt::definition()]}))
+    async fn list_prompts(&self, ctx: &RequestContext, _cursor: Option<&str>) -> McpResult<Value> {
+        prompts::list(&self.engine, ctx).await
     }
 
     async fn get_prompt(
         &self,
-        _ctx: &RequestContext,
+        ctx: &RequestContext,
         name: &str,
         arguments: Value,
     ) -> McpResult<Value> {
-        prompt::get(name, &arguments)
+        prompts::get(&self.engine, ctx, name, &arguments).await
     }
 
     async fn complete(&self, _ctx: &RequestContext, params: Value) -> McpResult<Value> {

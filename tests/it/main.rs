@@ -47,6 +47,7 @@ mod monitor_browser;
 mod notify;
 mod pack;
 mod pg_store;
+mod prompts;
 mod readme;
 mod run_control;
 mod script_limits;

@@ -81,6 +81,28 @@ impl Engine {
         resolve(&folders, name, |location| self.read_location(location))
     }
 
+    /// A file that runs `entry`: its own file for a project or user workflow, and for a
+    /// bundled one its text published under the persistence root (`library::materialize`),
+    /// so the `workflow` tool's `scriptPath` can name it. Blocking.
+    pub fn saved_workflow_path(&self, entry: &Entry) -> Result<std::path::PathBuf, String> {
+        match &entry.location {
+            Location::File(path) => Ok(path.clone()),
+            Location::Bundled(_) => {
+                let bundled = crate::library::bundled::find(&entry.name)
+                    .ok_or_else(|| format!("no bundled workflow named {:?}", entry.name))?;
+                let root = self
+                    .inner
+                    .config
+                    .persistence_root
+                    .as_deref()
+                    .ok_or_else(|| {
+                        "this server keeps no files, so a bundled workflow has no path".to_owned()
+                    })?;
+                crate::library::materialize::materialize(root, bundled)
+            }
+        }
+    }
+
     pub(super) fn nested_resolver(&self, project_dir: &Path, run_id: &RunId) -> NestedResolver {
         let folders = self.workflow_folders(Some(project_dir));
         let prefix = run_id.to_string();

@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 
 use crate::mcp::handler::{McpError, McpResult};
 
-use super::skills::SKILL_URI;
+use crate::tools::skills::SKILL_URI;
 
-const NAME: &str = "author-workflow";
+pub(super) const NAME: &str = "author-workflow";
 
 pub(super) fn definition() -> Value {
     json!({
