@@ -63,6 +63,10 @@ impl Engine {
                     Some(problem) => Err(problem.clone()),
                     None => self
                         .read_location(&entry.location)
+                        .and_then(|text| {
+                            let path = entry.path().map(|path| path.display().to_string());
+                            text.ok_or_else(|| format!("{} is gone", path.unwrap_or_default()))
+                        })
                         .and_then(|text| saved_meta(&text)),
                 };
                 SavedWorkflow { entry, meta }
@@ -120,25 +124,22 @@ impl Engine {
         })
     }
 
-    fn read_location(&self, location: &Location) -> Result<String, String> {
+    fn read_location(&self, location: &Location) -> Result<Option<String>, String> {
         read(self.inner.sources.as_ref(), location)
     }
 }
 
-/// The first candidate of `name` that exists, read with `read`.
+/// The first candidate of `name` the sources have, read with `read` (`None`: no such file).
 fn resolve(
     folders: &Folders,
     name: &str,
-    read: impl Fn(&Location) -> Result<String, String>,
+    read: impl Fn(&Location) -> Result<Option<String>, String>,
 ) -> Result<SavedSource, String> {
     crate::library::names::check(name)?;
     for (origin, location) in folders.candidates(name) {
-        if let Location::File(path) = &location
-            && !path.exists()
-        {
+        let Some(text) = read(&location)? else {
             continue;
-        }
-        let text = read(&location)?;
+        };
         return Ok(SavedSource {
             origin,
             location,
@@ -151,13 +152,14 @@ fn resolve(
     ))
 }
 
+/// The text at `location`; `None` when the sources have no such file.
 fn read(
     sources: &dyn crate::engine::sources::Sources,
     location: &Location,
-) -> Result<String, String> {
+) -> Result<Option<String>, String> {
     match location {
-        Location::File(path) => prepare::read_nested(sources, path),
-        Location::Bundled(text) => Ok((*text).to_owned()),
+        Location::File(path) => prepare::read_nested_if_present(sources, path),
+        Location::Bundled(text) => Ok(Some((*text).to_owned())),
     }
 }
 

@@ -140,20 +140,22 @@ pub(crate) async fn reread_script(
     }
 }
 
-/// Reads a saved workflow for a nested `workflow(name)` call. It runs on the calling script's
-/// VM thread (a thread of its own, never an async worker), so it reads right there.
-pub(crate) fn read_nested(sources: &dyn Sources, path: &Path) -> Result<String, String> {
-    let contents = sources
-        .read_companion(path, MAX_SCRIPT_BYTES as u64)
-        .map_err(|error| {
-            if error.is_not_found() {
-                format!("no saved workflow {}", path.display())
-            } else {
-                format!("the saved workflow {error}")
-            }
-        })?;
+/// A saved workflow's text through the sources port, checked as a named script is; `None`
+/// when the sources have no file at `path` (a lookup that goes on to the next folder). For a
+/// nested `workflow(name)` it runs on the calling script's VM thread (a thread of its own,
+/// never an async worker), so it reads right there.
+pub(crate) fn read_nested_if_present(
+    sources: &dyn Sources,
+    path: &Path,
+) -> Result<Option<String>, String> {
+    let contents = match sources.read_companion(path, MAX_SCRIPT_BYTES as u64) {
+        Ok(contents) => contents,
+        Err(error) if error.is_not_found() => return Ok(None),
+        Err(error) => return Err(format!("the saved workflow {error}")),
+    };
     check_named_script(path, &contents.path, &contents.bytes).map_err(|r| r.message)?;
     String::from_utf8(contents.bytes)
+        .map(Some)
         .map_err(|_| format!("the saved workflow {} is not valid UTF-8", path.display()))
 }
 
