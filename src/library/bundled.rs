@@ -12,7 +12,28 @@ pub struct Bundled {
 }
 
 /// Every bundled workflow, sorted by name.
-pub const BUNDLED: &[Bundled] = &[];
+pub const BUNDLED: &[Bundled] = &[
+    Bundled {
+        name: "audit",
+        source: include_str!("../../workflows/audit.js"),
+    },
+    Bundled {
+        name: "fix-tests",
+        source: include_str!("../../workflows/fix-tests.js"),
+    },
+    Bundled {
+        name: "migrate",
+        source: include_str!("../../workflows/migrate.js"),
+    },
+    Bundled {
+        name: "research",
+        source: include_str!("../../workflows/research.js"),
+    },
+    Bundled {
+        name: "review-panel",
+        source: include_str!("../../workflows/review-panel.js"),
+    },
+];
 
 /// The bundled workflow called `name`.
 pub fn find(name: &str) -> Option<&'static Bundled> {

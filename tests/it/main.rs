@@ -11,6 +11,7 @@ mod architecture;
 mod auto_resume;
 mod backend_caps;
 mod budget;
+mod bundled;
 mod changes;
 mod cli;
 mod cli_help;
