@@ -22,6 +22,8 @@ export const meta = {
       maxFindings: { type: 'integer', minimum: 1, maximum: 20, description: 'most findings verified per area (default 4)' },
       focus: { type: 'string', description: 'what to look for (default: bugs, security and robustness)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model'],
   },
 };

@@ -19,6 +19,8 @@ export const meta = {
       command: { type: 'string', minLength: 1, description: 'the test command that fails, e.g. "cargo test"' },
       attempts: { type: 'integer', minimum: 1, maximum: 8, description: 'isolated attempts (default 3)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model', 'command'],
   },
   // Attempts are open-ended, so the run has a token budget; `--token-budget N` on the command

@@ -22,6 +22,8 @@ export const meta = {
       verifyCommand: { type: 'string', minLength: 1, description: 'a command the verifier runs, e.g. "cargo check"' },
       attempts: { type: 'integer', minimum: 1, maximum: 4, description: 'tries per file, first included (default 2)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model', 'instructions'],
   },
 };

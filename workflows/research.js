@@ -21,6 +21,8 @@ export const meta = {
       angles: { type: 'array', items: { type: 'string', minLength: 1 }, minItems: 1, maxItems: 10, description: 'angles to research (default: chosen by an agent)' },
       maxAngles: { type: 'integer', minimum: 1, maximum: 10, description: 'most angles an agent may choose (default 4)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model', 'question'],
   },
 };

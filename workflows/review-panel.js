@@ -22,6 +22,8 @@ export const meta = {
       judges: { type: 'integer', minimum: 1, maximum: 7, description: 'votes per finding (default 3)' },
       maxFindings: { type: 'integer', minimum: 1, maximum: 50, description: 'findings put to the judges (default 6)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model'],
   },
 };

@@ -33,7 +33,7 @@ fn run(ctx: &TestContext, name: &str, args: Value) -> (Finished, Value) {
 }
 
 /// The labels of a run's agent calls, in call order.
-fn labels(ctx: &TestContext, run_id: &str) -> Vec<String> {
+fn call_labels(ctx: &TestContext, run_id: &str) -> Vec<String> {
     let status = ctx.status(run_id);
     let calls = status["calls"].as_array().cloned().unwrap_or_default();
     assert!(!calls.is_empty(), "no calls in status: {status}");
@@ -128,7 +128,7 @@ fn review_panel_keeps_the_findings_its_judges_uphold() {
     assert_eq!(kept[0]["keeps"], 3, "{result}");
     assert_eq!(result["dropped"], 0);
     assert_eq!(result["reviewers"], 3);
-    let labels = labels(&ctx, &finished.run_id());
+    let labels = call_labels(&ctx, &finished.run_id());
     assert_eq!(
         labels,
         ["review:0", "review:1", "review:2", "judge:0:0", "judge:0:1", "judge:0:2"]
@@ -148,7 +148,7 @@ fn audit_refutes_each_finding_and_reports_the_confirmed_ones() {
     let confirmed = result["confirmed"].as_array().expect("confirmed");
     assert_eq!(confirmed.len(), 2, "{result}");
     assert_eq!(confirmed[1]["area"], "docs");
-    let mut labels = labels(&ctx, &finished.run_id());
+    let mut labels = call_labels(&ctx, &finished.run_id());
     labels.sort();
     assert_eq!(
         labels,
@@ -214,7 +214,7 @@ fn migrate_verifies_each_file_and_retries_a_failed_one_through_its_gate() {
     );
     assert_eq!(result["migrated"], json!(["a.txt", "b.txt"]), "{result}");
     assert_eq!(result["failed"], json!([]));
-    let mut labels = labels(&ctx, &finished.run_id());
+    let mut labels = call_labels(&ctx, &finished.run_id());
     labels.sort();
     assert_eq!(
         labels,
@@ -234,7 +234,7 @@ fn migrate_verifies_each_file_and_retries_a_failed_one_through_its_gate() {
         result["failed"],
         json!([{"file": "a.txt", "tries": 2, "feedback": "still old"}])
     );
-    assert_eq!(labels(&ctx, &finished.run_id()).len(), 4);
+    assert_eq!(call_labels(&ctx, &finished.run_id()).len(), 4);
 
     // Without files, one planning call lists them.
     let (_, planned) = run(
@@ -261,7 +261,7 @@ fn research_answers_from_its_angles() {
     assert!(answer.contains("Research notes:"), "{answer}");
     assert!(answer.contains("A critic's remarks:"), "{answer}");
     assert_eq!(
-        labels(&ctx, &finished.run_id()),
+        call_labels(&ctx, &finished.run_id()),
         ["angles", "research:0", "critique", "synthesis"]
     );
 }
