@@ -87,10 +87,17 @@ fn every_workflow_file_is_bundled_and_analyzes_with_a_complete_meta() {
         .collect();
     files.sort();
     let bundled: Vec<&str> = BUNDLED.iter().map(|bundled| bundled.name).collect();
-    assert_eq!(bundled, files, "BUNDLED must list every workflows/*.js, sorted");
+    assert_eq!(
+        bundled, files,
+        "BUNDLED must list every workflows/*.js, sorted"
+    );
     for bundled in BUNDLED {
         let text = std::fs::read_to_string(script(bundled.name)).unwrap();
-        assert_eq!(bundled.source, text, "{} is compiled in as written", bundled.name);
+        assert_eq!(
+            bundled.source, text,
+            "{} is compiled in as written",
+            bundled.name
+        );
     }
 
     let harness = crate::engine::harness();
@@ -106,8 +113,17 @@ fn every_workflow_file_is_bundled_and_analyzes_with_a_complete_meta() {
             .unwrap_or_else(|error| panic!("{}: {error}", bundled.name));
         assert_eq!(meta.meta_name, bundled.name);
         assert!(!meta.description.is_empty());
-        assert!(meta.when_to_use.is_some(), "{} has no whenToUse", bundled.name);
-        assert!(meta.phases.len() >= 3, "{}: {:?}", bundled.name, meta.phases);
+        assert!(
+            meta.when_to_use.is_some(),
+            "{} has no whenToUse",
+            bundled.name
+        );
+        assert!(
+            meta.phases.len() >= 3,
+            "{}: {:?}",
+            bundled.name,
+            meta.phases
+        );
         let required = meta.input_schema["required"].as_array().expect("required");
         assert!(
             required.contains(&json!("model")),
@@ -131,7 +147,14 @@ fn review_panel_keeps_the_findings_its_judges_uphold() {
     let labels = call_labels(&ctx, &finished.run_id());
     assert_eq!(
         labels,
-        ["review:0", "review:1", "review:2", "judge:0:0", "judge:0:1", "judge:0:2"]
+        [
+            "review:0",
+            "review:1",
+            "review:2",
+            "judge:0:0",
+            "judge:0:1",
+            "judge:0:2"
+        ]
     );
 }
 
@@ -157,7 +180,11 @@ fn audit_refutes_each_finding_and_reports_the_confirmed_ones() {
 
     // Without areas, one planning call chooses them.
     let (_, planned) = run(&ctx, "audit", json!({"model": "mock"}));
-    assert_eq!(planned["areas"].as_array().map(Vec::len), Some(1), "{planned}");
+    assert_eq!(
+        planned["areas"].as_array().map(Vec::len),
+        Some(1),
+        "{planned}"
+    );
     assert_eq!(planned["confirmed"].as_array().map(Vec::len), Some(1));
 }
 
@@ -166,7 +193,7 @@ fn fix_tests_attempts_in_worktrees_and_names_the_branch_to_apply() {
     let ctx = repository();
     // Every attempt (and the diagnosis, which runs in the project) writes fix.txt, as an
     // agent that edits the tree would; the attempts' edits land on branches of their own.
-    let command = "true\n@mock write_cwd fix.txt fixed";
+    let command = "true\n@mock write_cwd fix.txt fixed\n";
     let (finished, result) = run(
         &ctx,
         "fix-tests",
@@ -175,11 +202,16 @@ fn fix_tests_attempts_in_worktrees_and_names_the_branch_to_apply() {
     let run_id = finished.run_id();
     let attempts = result["attempts"].as_array().expect("attempts");
     assert_eq!(attempts.len(), 3, "{result}");
-    assert!(attempts.iter().all(|attempt| attempt["branch"].is_string()), "{result}");
+    assert!(
+        attempts.iter().all(|attempt| attempt["branch"].is_string()),
+        "{result}"
+    );
     assert_eq!(result["best"]["attempt"], 0, "{result}");
     let apply = result["apply"].as_str().expect("apply");
     let prefix = format!("agentprism changes {run_id} --apply ");
-    let index = apply.strip_prefix(&prefix).unwrap_or_else(|| panic!("{apply}"));
+    let index = apply
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{apply}"));
 
     let listed = ctx.run(&["changes", &run_id, "--json"]);
     assert_eq!(listed.code(), 0, "{}", listed.stderr);
@@ -218,12 +250,18 @@ fn migrate_verifies_each_file_and_retries_a_failed_one_through_its_gate() {
     labels.sort();
     assert_eq!(
         labels,
-        ["migrate:a.txt:0", "migrate:b.txt:0", "verify:a.txt:0", "verify:b.txt:0"]
+        [
+            "migrate:a.txt:0",
+            "migrate:b.txt:0",
+            "verify:a.txt:0",
+            "verify:b.txt:0"
+        ]
     );
 
     // A verifier that rejects every try: each file is migrated twice, then reported failed
     // with the verifier's feedback.
-    let rejecting = "Rename old api to new api.\n@mock json {\"ok\":false,\"feedback\":\"still old\"}";
+    let rejecting =
+        "Rename old api to new api.\n@mock json {\"ok\":false,\"feedback\":\"still old\"}";
     let (finished, result) = run(
         &ctx,
         "migrate",
@@ -242,7 +280,11 @@ fn migrate_verifies_each_file_and_retries_a_failed_one_through_its_gate() {
         "migrate",
         json!({"model": "mock", "instructions": "Rename old api to new api."}),
     );
-    assert_eq!(planned["migrated"].as_array().map(Vec::len), Some(1), "{planned}");
+    assert_eq!(
+        planned["migrated"].as_array().map(Vec::len),
+        Some(1),
+        "{planned}"
+    );
 }
 
 #[test]
@@ -255,7 +297,11 @@ fn research_answers_from_its_angles() {
         json!({"model": "mock", "question": question}),
     );
     assert_eq!(result["question"], question);
-    assert_eq!(result["angles"].as_array().map(Vec::len), Some(1), "{result}");
+    assert_eq!(
+        result["angles"].as_array().map(Vec::len),
+        Some(1),
+        "{result}"
+    );
     let answer = result["answer"].as_str().expect("answer");
     // The mock echoes its prompt: the synthesis saw the notes and the critique.
     assert!(answer.contains("Research notes:"), "{answer}");
@@ -292,6 +338,10 @@ async fn research_runs_through_a_real_adapter() {
     assert_eq!(result["angles"], json!(["its purpose", "its structure"]));
     let answer = result["answer"].as_str().expect("answer");
     assert!(answer.starts_with("MOCK-REPLY: Question:"), "{answer}");
-    assert!(result["critique"].as_str().is_some_and(|c| c.starts_with("MOCK-REPLY:")));
+    assert!(
+        result["critique"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("MOCK-REPLY:"))
+    );
     context.assert_no_processes_left().await;
 }
