@@ -1,78 +1,105 @@
-// Fix failing tests several ways at once: each attempt works in a git worktree of its own,
-// so your tree never changes, and a judge panel picks the best attempt. Take the winner with
-// the `git merge` the result names, or look at every attempt with `agentprism changes <runId>`. The project must
-// be a git repository with a commit. Set a spending limit with `--token-budget` (CLI) or by
-// adding `tokenBudget` to this meta in your copy.
+// Fix failing tests with several independent attempts: one agent diagnoses the failure, then
+// each attempt works in a git worktree of its own (your tree never changes), and a judge picks
+// the best. You apply the one you want with `agentprism changes`. Copy it (`agentprism
+// workflows show fix-tests --copy`) to change the attempts' instructions or the judging.
 export const meta = {
   name: 'fix-tests',
-  description: 'Fix failing tests with several isolated attempts in git worktrees, then keep the one a judge panel prefers',
-  whenToUse: 'When a test command fails and you want a fix to review as a branch, without any agent touching your working tree.',
+  description: 'Make a failing test command pass with isolated attempts in worktrees, and pick the best',
+  whenToUse: 'A test command fails and you want candidate fixes on branches to compare and apply, without touching your working tree.',
   phases: [
-    { title: 'Diagnose', detail: 'run the tests once and say what fails' },
-    { title: 'Attempt', detail: 'independent fixes, each in its own worktree' },
-    { title: 'Judge', detail: 'judges score the attempts that changed something' },
+    { title: 'Diagnose', detail: 'why the command fails' },
+    { title: 'Attempt', detail: 'isolated attempts at a fix, each on a branch of its own' },
+    { title: 'Judge', detail: 'pick the best attempt' },
   ],
   inputSchema: {
     type: 'object',
     properties: {
-      model: { type: 'string', description: 'Backend (or backend/model) for the attempts' },
-      judgeModel: { type: 'string', description: 'Backend (or backend/model) for the diagnosis and the judges; defaults to model' },
-      command: { type: 'string', description: 'The test command, e.g. "cargo test" or "npm test"' },
-      attempts: { type: 'integer', minimum: 1, maximum: 6, default: 3 },
-      judges: { type: 'integer', minimum: 1, maximum: 5, default: 2 },
-      notes: { type: 'string', description: 'Extra guidance for every attempt, e.g. "do not touch the snapshots"' },
+      model: { type: 'string', minLength: 1, description: 'backend or backend/model for every call' },
+      judgeModel: { type: 'string', minLength: 1, description: 'route for the judge (default: model)' },
+      command: { type: 'string', minLength: 1, description: 'the test command that fails, e.g. "cargo test"' },
+      attempts: { type: 'integer', minimum: 1, maximum: 8, description: 'isolated attempts (default 3)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model', 'command'],
   },
+  // Attempts are open-ended, so the run has a token budget; `--token-budget N` on the command
+  // line (or `tokenBudget` over MCP) sets another one.
+  tokenBudget: 3000000,
 };
 
+// Defaults keep a run at 1 + 3 + 1 = 5 agent calls.
 const attempts = args.attempts ?? 3;
-const judgeModel = args.judgeModel ?? args.model;
 
 phase('Diagnose');
 const diagnosis = await agent(
-  `Run \`${args.command}\` in this repository. Do not change any file. Say which tests fail and the most likely cause of each.`,
-  { label: 'diagnose', model: judgeModel, schema: { type: 'object', properties: { failing: { type: 'array', items: { type: 'string' } }, causes: { type: 'string' } }, required: ['failing', 'causes'] } },
+  `Run \`${args.command}\` in this repository. Explain why it fails: which tests, the ` +
+    'cause as far as you can tell, and where a fix belongs. Do not change any file.',
+  { model: args.model, label: 'diagnose' },
 );
-if (diagnosis && diagnosis.failing.length === 0) return { fixed: false, reason: 'no failing tests', diagnosis };
 
 phase('Attempt');
-const approaches = ['the smallest change that makes the tests pass', 'a fix of the root cause, even if larger', 'a different approach from the obvious one'];
-const tries = await parallel(Array.from({ length: attempts }, (_, i) => () =>
-  isolated(
-    `\`${args.command}\` fails. Diagnosis: ${JSON.stringify(diagnosis)}\n` +
-      `Fix it with ${approaches[i % approaches.length]}. Change code, not the tests' expectations, unless a test is wrong. ` +
-      `Run \`${args.command}\` until it passes, then report.` +
-      (args.notes ? `\n${args.notes}` : ''),
-    { label: `attempt:${i + 1}`, model: args.model, schema: { type: 'object', properties: { fixed: { type: 'boolean' }, summary: { type: 'string' } }, required: ['fixed', 'summary'] } },
-  )));
-
+const reportSchema = {
+  type: 'object',
+  properties: {
+    fixed: { type: 'boolean', description: 'the command now passes' },
+    passing: { type: 'string', description: 'the command output summary: tests passed and failed' },
+    summary: { type: 'string', description: 'what you changed and why' },
+  },
+  required: ['fixed', 'passing', 'summary'],
+};
+// isolated() answers with the agent's report and the branch its changes were committed on.
+const tries = await parallel(
+  Array.from({ length: attempts }, (_, i) => () =>
+    isolated(
+      `\`${args.command}\` fails in this repository. A diagnosis:\n\n${diagnosis ?? '(none)'}\n\n` +
+        `Fix the code so the command passes (attempt ${i + 1} of ${attempts}; try your own ` +
+        'approach). Do not weaken or delete tests. Run the command again before you answer.',
+      { model: args.model, label: `attempt:${i}`, schema: reportSchema },
+    ),
+  ),
+);
+// An attempt that failed, or changed nothing, has no branch to apply.
 const candidates = tries
-  .map((attempt, i) => ({ index: i, attempt }))
-  .filter(({ attempt }) => attempt && attempt.changes.branch);
-if (candidates.length === 0) return { fixed: false, reason: 'no attempt changed anything', diagnosis };
+  .map((attempt, i) => ({ i, attempt }))
+  .filter(({ attempt }) => attempt?.changes?.branch);
+const attemptsOut = tries.map((attempt, i) => ({
+  attempt: i,
+  branch: attempt?.changes?.branch ?? null,
+  report: attempt?.result ?? null,
+}));
+if (candidates.length === 0) {
+  return { best: null, apply: null, attempts: attemptsOut, diagnosis };
+}
 
 phase('Judge');
-// Each judge names the best attempt; the attempt most judges name wins (the earlier one on a tie).
-let best = 0;
+let chosen = candidates[0];
 if (candidates.length > 1) {
-  const shown = candidates
-    .map(({ attempt }, n) => `### Attempt ${n}\n${attempt.result?.summary ?? ''}\n\n${attempt.changes.diff}`)
+  const listing = candidates
+    .map(({ attempt }, n) =>
+      `## Candidate ${n}\nReport: ${JSON.stringify(attempt.result)}\nDiff:\n${attempt.changes.diff}`)
     .join('\n\n');
-  const votes = await parallel(Array.from({ length: args.judges ?? 2 }, (_, j) => () =>
-    agent(
-      `These attempts each try to make \`${args.command}\` pass:\n\n${shown}\n\n` +
-        'Which one fixes it most correctly, with the least risk? Answer its number.',
-      { label: `judge:${j + 1}`, model: judgeModel, schema: { type: 'object', properties: { best: { type: 'integer', minimum: 0, maximum: candidates.length - 1 }, reason: { type: 'string' } }, required: ['best', 'reason'] } },
-    )));
-  const tally = candidates.map((_, n) => votes.filter((vote) => vote?.best === n).length);
-  best = tally.indexOf(Math.max(...tally));
+  const verdict = await agent(
+    `Several attempts tried to make \`${args.command}\` pass. Pick the best: it must really fix ` +
+      `the cause, keep the tests honest, and change as little as needed.\n\n${listing}`,
+    {
+      model: args.judgeModel ?? args.model,
+      label: 'judge',
+      schema: {
+        type: 'object',
+        properties: { candidate: { type: 'integer', minimum: 0 }, reason: { type: 'string' } },
+        required: ['candidate', 'reason'],
+      },
+    },
+  );
+  chosen = candidates[Math.min(verdict?.candidate ?? 0, candidates.length - 1)];
 }
-const winner = candidates[best];
+// Branches are named agentprism/<runId>/<call index>-<label>; `changes --apply` takes the index.
+const [, runId, leaf] = chosen.attempt.changes.branch.split('/');
+const callIndex = leaf.split('-')[0];
 return {
-  fixed: winner.attempt.result?.fixed === true,
-  branch: winner.attempt.changes.branch,
-  summary: winner.attempt.result?.summary ?? null,
-  branches: candidates.map(({ attempt }) => attempt.changes.branch),
-  apply: `git merge ${winner.attempt.changes.branch}`,
+  best: { attempt: chosen.i, branch: chosen.attempt.changes.branch, report: chosen.attempt.result },
+  apply: `agentprism changes ${runId} --apply ${callIndex}`,
+  attempts: attemptsOut,
+  diagnosis,
 };

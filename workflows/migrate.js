@@ -1,55 +1,107 @@
-// Migrate a codebase file by file: a plan lists the files, then each file goes through a
-// pipeline of migrate and verify, and a file that fails verification is tried again with the
-// verifier's feedback. The agents edit your working tree, one file each; commit first so the
-// change is easy to review (`git diff`) or undo.
+// Migrate files one by one: a plan lists the files (unless you give them), then each file goes
+// through a pipeline: one agent migrates it, another verifies the result. A file that fails
+// verification is migrated again through gate(), with the verifier's feedback, before it is
+// reported as failed. Copy it (`agentprism workflows show migrate --copy`) to change the stages.
 export const meta = {
   name: 'migrate',
-  description: 'Migrate files one by one through a migrate-then-verify pipeline, retrying a file with the verifier\'s feedback',
-  whenToUse: 'For a mechanical change across many files (an API rename, a framework upgrade, a new lint rule) where each file can be changed and checked on its own.',
+  description: 'Apply a migration file by file, verifying each file and retrying the ones that fail',
+  whenToUse: 'A mechanical change across many files (an API rename, a library upgrade, a new convention) that needs checking file by file.',
   phases: [
-    { title: 'Plan', detail: 'list the files to migrate (skipped when files are given)' },
-    { title: 'Migrate', detail: 'each file: migrate, then verify, up to two tries' },
-    { title: 'Report', detail: 'which files passed and which need a person' },
+    { title: 'Plan', detail: 'list the files to migrate' },
+    { title: 'Migrate', detail: 'migrate and verify each file, retrying a failed one' },
+    { title: 'Report', detail: 'which files passed and which did not' },
   ],
   inputSchema: {
     type: 'object',
     properties: {
-      model: { type: 'string', description: 'Backend (or backend/model) for every agent' },
-      instructions: { type: 'string', description: 'The migration, e.g. "replace moment with date-fns"' },
-      files: { type: 'array', items: { type: 'string' }, description: 'Files to migrate; planned by an agent when absent' },
-      verifyCommand: { type: 'string', description: 'A command the verifier runs for each file, e.g. "npm run typecheck"' },
-      maxFiles: { type: 'integer', minimum: 1, maximum: 100, default: 8 },
-      attempts: { type: 'integer', minimum: 1, maximum: 4, default: 2 },
+      model: { type: 'string', minLength: 1, description: 'backend or backend/model for every call' },
+      verifierModel: { type: 'string', minLength: 1, description: 'route for the verifiers (default: model)' },
+      instructions: { type: 'string', minLength: 1, description: 'the migration to apply' },
+      files: { type: 'array', items: { type: 'string', minLength: 1 }, minItems: 1, description: 'files to migrate (default: chosen by an agent)' },
+      maxFiles: { type: 'integer', minimum: 1, maximum: 100, description: 'most files migrated (default 5)' },
+      verifyCommand: { type: 'string', minLength: 1, description: 'a command the verifier runs, e.g. "cargo check"' },
+      attempts: { type: 'integer', minimum: 1, maximum: 4, description: 'tries per file, first included (default 2)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model', 'instructions'],
   },
 };
 
-const maxFiles = args.maxFiles ?? 8;
+// Defaults keep a run at 1 + 5 files x 2 attempts x 2 stages = 21 agent calls at most.
+const maxFiles = args.maxFiles ?? 5;
+const attempts = args.attempts ?? 2;
+const verifierModel = args.verifierModel ?? args.model;
 const check = args.verifyCommand ? ` Run \`${args.verifyCommand}\` as part of the check.` : '';
 
 phase('Plan');
-const files = (args.files ?? (await agent(
-  `List at most ${maxFiles} files of this repository that need this migration: ${args.instructions}\nAnswer paths relative to the repository root.`,
-  { label: 'plan', model: args.model, schema: { type: 'array', items: { type: 'string' }, maxItems: maxFiles } },
-)) ?? []).slice(0, maxFiles);
+let files = args.files;
+if (!files) {
+  files = await agent(
+    `We are applying this migration to the repository:\n\n${args.instructions}\n\n` +
+      `List at most ${maxFiles} files it has to change, as paths. Do not change anything yet.`,
+    {
+      model: args.model,
+      label: 'plan',
+      schema: { type: 'array', items: { type: 'string', minLength: 1 }, minItems: 1, maxItems: maxFiles, uniqueItems: true },
+    },
+  );
+}
+files = files.slice(0, maxFiles);
 
 phase('Migrate');
-const verdict = { type: 'object', properties: { ok: { type: 'boolean' }, feedback: { type: 'string' } }, required: ['ok', 'feedback'] };
-const outcomes = await pipeline(files, (file) => gate(
-  (feedback, i) => agent(
-    `Apply this migration to ${file} only: ${args.instructions}` +
-      (feedback ? `\nA reviewer rejected the previous try: ${feedback}` : ''),
-    { label: `migrate:${file}:${i + 1}`, model: args.model },
-  ),
-  (work) => agent(
-    `Check the migration of ${file} (${args.instructions}). The migrating agent said:\n${work}\n` +
-      `Is the file fully migrated, and does it still work?${check}`,
-    { label: `verify:${file}`, model: args.model, schema: verdict },
-  ),
-  { attempts: args.attempts ?? 2 },
-).then((value) => ({ file, ok: true, value }), (error) => ({ file, ok: false, error: String(error?.message ?? error) })));
+const verdictSchema = {
+  type: 'object',
+  properties: { ok: { type: 'boolean' }, feedback: { type: 'string' } },
+  required: ['ok', 'feedback'],
+};
+// The two stages of one try: migrate the file, then verify it.
+const migrateOnce = (file, feedback, i) =>
+  agent(
+    `Apply this migration to ${file} only:\n\n${args.instructions}` +
+      (feedback ? `\n\nA previous try was rejected: ${feedback}\nFix that.` : ''),
+    { model: args.model, label: `migrate:${file}:${i}` },
+  );
+const verifyOnce = (file, i) =>
+  agent(
+    `${file} was just migrated as follows:\n\n${args.instructions}\n\n` +
+      `Check that the file is fully and correctly migrated and nothing else broke.${check} ` +
+      'Answer ok=false with the problems as feedback when it is not.',
+    { model: verifierModel, label: `verify:${file}:${i}`, schema: verdictSchema },
+  );
+// gate() is the retry loop: it migrates the file, asks the verifier (the validator), and on a
+// failed verdict migrates again with the verifier's feedback, up to `attempts` tries.
+// pipeline() runs the files side by side and hands each outcome to the next stage.
+const results = await pipeline(
+  files,
+  (file) => {
+    let tries = 0;
+    return gate(
+      (feedback, i) => {
+        tries = i;
+        return migrateOnce(file, feedback, i);
+      },
+      async () => {
+        const verdict = await verifyOnce(file, tries);
+        // A verifier that failed (null) is a failed verdict, never a pass.
+        return verdict ?? { ok: false, feedback: 'the verifier gave no answer' };
+      },
+      { attempts },
+    );
+  },
+  (outcome, file) => ({
+    file,
+    ok: outcome.ok,
+    tries: outcome.attempts,
+    notes: outcome.value,
+    feedback: outcome.ok ? null : outcome.verdict?.feedback ?? null,
+  }),
+);
 
 phase('Report');
-const done = outcomes.filter((outcome) => outcome?.ok).map((outcome) => outcome.file);
-return { instructions: args.instructions, migrated: done, needsAPerson: files.filter((file) => !done.includes(file)), outcomes };
+const migrated = results.filter((result) => result?.ok).map((result) => result.file);
+const failed = results
+  .map((result, i) => result ?? { file: files[i], ok: false, feedback: 'the file was not migrated' })
+  .filter((result) => !result.ok)
+  .map(({ file, tries, feedback }) => ({ file, tries, feedback }));
+return { instructions: args.instructions, migrated, failed };

@@ -1,56 +1,79 @@
-// Research a question from several angles at once, let a critic look for gaps and
-// contradictions, then synthesise one answer that says how sure it is. Copy it with
-// `agentprism workflows show research --copy` to change the angles or the critic.
+// Research a question from several angles: one call picks the angles (unless you give them),
+// researchers work on each angle in parallel, a critic points out gaps and contradictions,
+// and a last call writes the answer. Copy it (`agentprism workflows show research --copy`) to
+// change the angles, the critique or the answer's shape.
 export const meta = {
   name: 'research',
-  description: 'Research a question from several angles in parallel, critique the findings, and synthesise one answer',
-  whenToUse: 'For a question that needs reading across a codebase or documents from more than one side: how something works, what a change would touch, which option to choose.',
+  description: 'Research a question from several angles in parallel, critique the findings and synthesize an answer',
+  whenToUse: 'A question that needs looking at from more than one side: how a codebase works, comparing approaches, investigating a behaviour.',
   phases: [
-    { title: 'Angles', detail: 'choose the angles (skipped when given)' },
+    { title: 'Angles', detail: 'choose the angles to research' },
     { title: 'Research', detail: 'one researcher per angle' },
-    { title: 'Critique', detail: 'a critic looks for gaps and contradictions' },
-    { title: 'Synthesis', detail: 'one answer from all of it' },
+    { title: 'Critique', detail: 'gaps and contradictions in the findings' },
+    { title: 'Synthesis', detail: 'the answer' },
   ],
   inputSchema: {
     type: 'object',
     properties: {
-      model: { type: 'string', description: 'Backend (or backend/model) for every agent' },
-      question: { type: 'string', description: 'The question to answer' },
-      angles: { type: 'array', items: { type: 'string' }, description: 'Angles to research from; chosen by an agent when absent' },
-      maxAngles: { type: 'integer', minimum: 1, maximum: 10, default: 4 },
+      model: { type: 'string', minLength: 1, description: 'backend or backend/model for every call' },
+      criticModel: { type: 'string', minLength: 1, description: 'route for the critic (default: model)' },
+      question: { type: 'string', minLength: 1, description: 'what to find out' },
+      angles: { type: 'array', items: { type: 'string', minLength: 1 }, minItems: 1, maxItems: 10, description: 'angles to research (default: chosen by an agent)' },
+      maxAngles: { type: 'integer', minimum: 1, maximum: 10, description: 'most angles an agent may choose (default 4)' },
     },
+    // An argument the script does not know is refused, so a misspelt knob is not ignored.
+    additionalProperties: false,
     required: ['model', 'question'],
   },
 };
 
+// Defaults keep a run at 1 + 4 + 1 + 1 = 7 agent calls.
 const maxAngles = args.maxAngles ?? 4;
+const question = args.question;
 
 phase('Angles');
-const angles = (args.angles ?? (await agent(
-  `Name at most ${maxAngles} distinct angles from which to research this question, each a short phrase: ${args.question}`,
-  { label: 'angles', model: args.model, schema: { type: 'array', items: { type: 'string' }, minItems: 1, maxItems: maxAngles } },
-)) ?? []).slice(0, maxAngles);
+let angles = args.angles;
+if (!angles) {
+  angles = await agent(
+    `We want to answer this question:\n\n${question}\n\n` +
+      `List at most ${maxAngles} distinct angles to research it from, each a short phrase.`,
+    {
+      model: args.model,
+      label: 'angles',
+      schema: { type: 'array', items: { type: 'string', minLength: 1 }, minItems: 1, maxItems: maxAngles },
+    },
+  );
+}
+angles = angles.slice(0, Math.max(maxAngles, args.angles?.length ?? 0));
 
 phase('Research');
-const notes = { type: 'object', properties: { findings: { type: 'array', items: { type: 'string' } }, sources: { type: 'array', items: { type: 'string' } } }, required: ['findings', 'sources'] };
-const found = await parallel(angles.map((angle, i) => () =>
-  agent(
-    `Research this question from the angle "${angle}": ${args.question}\nGive findings you can back with a source (a file, a document, a command's output), and the sources.`,
-    { label: `research:${i + 1}`, model: args.model, schema: notes },
-  )));
-const research = angles.map((angle, i) => ({ angle, ...(found[i] ?? { findings: [], sources: [] }) }));
+const notes = await parallel(
+  angles.map((angle, i) => () =>
+    agent(
+      `Question: ${question}\n\nResearch it from this angle only: ${angle}.\n` +
+        'Look at the sources you have (the repository, its docs). Report what you found with ' +
+        'the evidence for it (files, lines, quotes), and say what you could not establish.',
+      { model: args.model, label: `research:${i}` },
+    ),
+  ),
+);
+// A researcher that failed resolves to null; the answer is built from the others.
+const found = angles.map((angle, i) => ({ angle, notes: notes[i] })).filter((entry) => entry.notes);
+if (found.length === 0) return { question, angles, answer: null, error: 'every researcher failed' };
+const dossier = found.map((entry) => `## ${entry.angle}\n\n${entry.notes}`).join('\n\n');
 
 phase('Critique');
 const critique = await agent(
-  `Question: ${args.question}\nFindings by angle:\n${JSON.stringify(research, null, 2)}\n\n` +
-    'Point out gaps, contradictions between angles, and claims without a source.',
-  { label: 'critique', model: args.model },
+  `Question: ${question}\n\nResearch notes:\n\n${dossier}\n\n` +
+    'Point out contradictions between the notes, claims without evidence, and what is missing ' +
+    'to answer the question. Be brief.',
+  { model: args.criticModel ?? args.model, label: 'critique' },
 );
 
 phase('Synthesis');
 const answer = await agent(
-  `Question: ${args.question}\nFindings by angle:\n${JSON.stringify(research, null, 2)}\nA critic's notes:\n${critique}\n\n` +
-    'Answer the question in a few paragraphs. Say where the findings disagree and how sure the answer is.',
-  { label: 'synthesis', model: args.model },
+  `Question: ${question}\n\nResearch notes:\n\n${dossier}\n\nA critic's remarks:\n\n${critique ?? '(none)'}\n\n` +
+    'Write the answer: direct, with the evidence it rests on, and say where it is uncertain.',
+  { model: args.model, label: 'synthesis' },
 );
-return { question: args.question, answer, angles: research, critique };
+return { question, angles: found.map((entry) => entry.angle), answer, critique };

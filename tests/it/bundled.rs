@@ -1,36 +1,47 @@
-//! The bundled library through the real binary: every `workflows/*.js` is compiled in and
-//! passes the static checks, and each workflow runs end to end by name against the mock agent
-//! (whose schema'd answers are made up from each schema, docs/mock-agent.md), including
-//! `fix-tests`' attempts in worktrees of their own.
+//! The bundled workflow library (`workflows/*.js`, compiled in through
+//! `agentprism::library::bundled`): every file is in the table and analyzes with a complete
+//! `meta`, and each workflow runs end to end through the real binary on the mock agent, whose
+//! schema'd answers are made from each call's schema. `fix-tests` and `migrate` run in a real
+//! git repository; `research` also runs through a real adapter against the fake model server.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agentprism::library::bundled::BUNDLED;
 use serde_json::{Value, json};
 
-use crate::support::context::TestContext;
+use crate::adapters::{Backend, Context};
+use crate::support::context::{Finished, TestContext};
 
-fn repository() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+fn workflows_folder() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("workflows")
 }
 
-/// The stems of `workflows/*.js`, sorted.
-fn workflow_files() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(repository().join("workflows"))
-        .unwrap()
-        .filter_map(|item| {
-            let name = item.unwrap().file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".js").map(str::to_owned)
-        })
-        .collect();
-    names.sort();
-    names
+fn script(name: &str) -> String {
+    workflows_folder()
+        .join(format!("{name}.js"))
+        .display()
+        .to_string()
 }
 
-fn run_by_name(ctx: &TestContext, name: &str, args: Value) -> Value {
+/// `agentprism run <name> --args <args>` in `ctx`'s project (the bundled workflow, by name),
+/// which must finish.
+fn run(ctx: &TestContext, name: &str, args: Value) -> (Finished, Value) {
     let finished = ctx.run(&["run", name, "--args", &args.to_string()]);
     assert_eq!(finished.code(), 0, "{name}: {}", finished.stderr);
-    finished.json()
+    let result = finished.json();
+    (finished, result)
+}
+
+/// The labels of a run's agent calls, in call order.
+fn call_labels(ctx: &TestContext, run_id: &str) -> Vec<String> {
+    let status = ctx.status(run_id);
+    let calls = status["calls"].as_array().cloned().unwrap_or_default();
+    assert!(!calls.is_empty(), "no calls in status: {status}");
+    calls
+        .iter()
+        .map(|call| call["label"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 fn git(ctx: &TestContext, args: &[&str]) -> String {
@@ -47,149 +58,291 @@ fn git(ctx: &TestContext, args: &[&str]) -> String {
         .env("GIT_COMMITTER_EMAIL", "tester@localhost")
         .output()
         .expect("run git");
-    assert!(output.status.success(), "git {args:?}: {output:?}");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
-#[test]
-fn every_workflow_file_is_bundled_and_passes_the_static_checks() {
+/// A test context whose project is a git repository with one commit of `a.txt` and `b.txt`.
+fn repository() -> TestContext {
     let ctx = TestContext::new();
-    let listed = ctx.run(&["workflows", "--json"]);
-    assert_eq!(listed.code(), 0, "{}", listed.stderr);
-    let listing = listed.json();
-    let bundled: Vec<&Value> = listing
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|entry| entry["origin"] == "bundled")
+    git(&ctx, &["init", "-q", "-b", "main"]);
+    std::fs::write(ctx.project().join("a.txt"), "old api\n").unwrap();
+    std::fs::write(ctx.project().join("b.txt"), "old api\n").unwrap();
+    git(&ctx, &["add", "a.txt", "b.txt"]);
+    git(&ctx, &["commit", "-q", "-m", "base"]);
+    ctx
+}
+
+#[test]
+fn every_workflow_file_is_bundled_and_analyzes_with_a_complete_meta() {
+    let mut files: Vec<String> = std::fs::read_dir(workflows_folder())
+        .expect("workflows folder")
+        .filter_map(|entry| {
+            let name = entry.expect("entry").file_name().into_string().ok()?;
+            name.strip_suffix(".js").map(str::to_owned)
+        })
         .collect();
-    let names: Vec<String> = bundled
-        .iter()
-        .map(|entry| entry["name"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(names, workflow_files(), "{listing:#}");
-    assert!(names.len() >= 5, "{names:?}");
-    for entry in bundled {
-        assert_eq!(entry["error"], Value::Null, "{entry:#}");
-        assert!(entry["whenToUse"].is_string(), "{entry:#}");
-        assert!(
-            entry["inputSchema"]["required"]
-                .as_array()
-                .is_some_and(|required| required.contains(&json!("model"))),
-            "{entry:#}"
+    files.sort();
+    let bundled: Vec<&str> = BUNDLED.iter().map(|bundled| bundled.name).collect();
+    assert_eq!(
+        bundled, files,
+        "BUNDLED must list every workflows/*.js, sorted"
+    );
+    for bundled in BUNDLED {
+        let text = std::fs::read_to_string(script(bundled.name)).unwrap();
+        assert_eq!(
+            bundled.source, text,
+            "{} is compiled in as written",
+            bundled.name
         );
-        assert!(!entry["phases"].as_array().unwrap().is_empty(), "{entry:#}");
-        // The shipped text is the repository's file, byte for byte.
-        let shown = ctx.run(&["workflows", "show", entry["name"].as_str().unwrap()]);
-        let file = std::fs::read_to_string(
-            repository().join(format!("workflows/{}.js", entry["name"].as_str().unwrap())),
-        )
-        .unwrap();
-        assert_eq!(shown.stdout.trim_end(), file.trim_end());
+    }
+
+    let harness = crate::engine::harness();
+    let listed = harness.engine.saved_workflows(None).expect("list");
+    for bundled in BUNDLED {
+        let entry = listed
+            .iter()
+            .find(|saved| saved.entry.name == bundled.name)
+            .unwrap_or_else(|| panic!("{} is not listed", bundled.name));
+        let meta = entry
+            .meta
+            .as_ref()
+            .unwrap_or_else(|error| panic!("{}: {error}", bundled.name));
+        assert_eq!(meta.meta_name, bundled.name);
+        assert!(!meta.description.is_empty());
+        assert!(
+            meta.when_to_use.is_some(),
+            "{} has no whenToUse",
+            bundled.name
+        );
+        assert!(
+            meta.phases.len() >= 3,
+            "{}: {:?}",
+            bundled.name,
+            meta.phases
+        );
+        let required = meta.input_schema["required"].as_array().expect("required");
+        assert!(
+            required.contains(&json!("model")),
+            "{} must require a model",
+            bundled.name
+        );
     }
 }
 
 #[test]
-fn research_audit_and_review_panel_run_to_their_results_on_the_mock() {
+fn review_panel_keeps_the_findings_its_judges_uphold() {
     let ctx = TestContext::new();
-    let research = run_by_name(
-        &ctx,
-        "research",
-        json!({"model": "mock", "question": "What does this repo do?"}),
+    let (finished, result) = run(&ctx, "review-panel", json!({"model": "mock"}));
+    // Three reviewers report the same fabricated finding, which is judged once by three
+    // judges who all keep it.
+    let kept = result["kept"].as_array().expect("kept");
+    assert_eq!(kept.len(), 1, "{result}");
+    assert_eq!(kept[0]["keeps"], 3, "{result}");
+    assert_eq!(result["dropped"], 0);
+    assert_eq!(result["reviewers"], 3);
+    let labels = call_labels(&ctx, &finished.run_id());
+    assert_eq!(
+        labels,
+        [
+            "review:0",
+            "review:1",
+            "review:2",
+            "judge:0:0",
+            "judge:0:1",
+            "judge:0:2"
+        ]
     );
-    let angles = research["angles"].as_array().unwrap();
-    assert!(!angles.is_empty(), "{research:#}");
-    assert!(
-        research["answer"]
-            .as_str()
-            .unwrap()
-            .contains("What does this repo do?"),
-        "{research:#}"
-    );
+}
 
-    let audit = run_by_name(
+#[test]
+fn audit_refutes_each_finding_and_reports_the_confirmed_ones() {
+    let ctx = TestContext::new();
+    let (finished, result) = run(
         &ctx,
         "audit",
-        json!({"model": "mock", "areas": ["src", "docs"], "maxFindingsPerArea": 2}),
+        json!({"model": "mock", "areas": ["src", "docs"]}),
     );
-    assert_eq!(audit["areas"], json!(["src", "docs"]));
-    // The mock's verifier answers `real: true`, so every finding is confirmed.
-    let confirmed = audit["confirmed"].as_array().unwrap();
-    assert!(!confirmed.is_empty(), "{audit:#}");
-    assert!(confirmed.len() <= 4, "{audit:#}");
-    assert_eq!(audit["refuted"], json!([]));
-
-    let review = run_by_name(&ctx, "review-panel", json!({"model": "mock", "judges": 3}));
-    let kept = review["kept"].as_array().unwrap();
-    assert!(!kept.is_empty(), "{review:#}");
-    assert_eq!(kept[0]["votes"], 3, "{review:#}");
-    assert!(
-        review["summary"].as_str().unwrap().starts_with("ECHO:"),
-        "{review:#}"
-    );
-
-    let listed = ctx.run(&["runs", "--json"]);
-    let runs = listed.json();
-    assert_eq!(runs.as_array().unwrap().len(), 3, "{runs:#}");
-}
-
-#[test]
-fn migrate_takes_each_file_through_its_pipeline() {
-    let ctx = TestContext::new();
-    let migrated = run_by_name(
-        &ctx,
-        "migrate",
-        json!({"model": "mock", "instructions": "use the new API", "files": ["a.js", "b.js", "c.js"]}),
-    );
+    assert_eq!(result["areas"], json!(["src", "docs"]));
+    assert_eq!(result["reported"], 2, "{result}");
+    let confirmed = result["confirmed"].as_array().expect("confirmed");
+    assert_eq!(confirmed.len(), 2, "{result}");
+    assert_eq!(confirmed[1]["area"], "docs");
+    let mut labels = call_labels(&ctx, &finished.run_id());
+    labels.sort();
     assert_eq!(
-        migrated["migrated"],
-        json!(["a.js", "b.js", "c.js"]),
-        "{migrated:#}"
+        labels,
+        ["audit:docs", "audit:src", "refute:docs:0", "refute:src:0"]
     );
-    assert_eq!(migrated["needsAPerson"], json!([]));
+
+    // Without areas, one planning call chooses them.
+    let (_, planned) = run(&ctx, "audit", json!({"model": "mock"}));
+    assert_eq!(
+        planned["areas"].as_array().map(Vec::len),
+        Some(1),
+        "{planned}"
+    );
+    assert_eq!(planned["confirmed"].as_array().map(Vec::len), Some(1));
 }
 
 #[test]
-fn fix_tests_attempts_in_worktrees_and_keeps_a_branch_without_touching_the_tree() {
-    let ctx = TestContext::new();
-    git(&ctx, &["init", "-q", "-b", "main"]);
-    std::fs::write(ctx.project().join("a.txt"), "one\n").unwrap();
-    git(&ctx, &["add", "a.txt"]);
-    git(&ctx, &["commit", "-q", "-m", "base"]);
-    // The mock agent plays `@mock` lines of its prompt: each attempt writes a file in its
-    // own worktree, as a coding agent edits its tree.
-    let result = run_by_name(
+fn fix_tests_attempts_in_worktrees_and_names_the_branch_to_apply() {
+    let ctx = repository();
+    // Every attempt (and the diagnosis, which runs in the project) writes fix.txt, as an
+    // agent that edits the tree would; the attempts' edits land on branches of their own.
+    let command = "true\n@mock write_cwd fix.txt fixed\n";
+    let (finished, result) = run(
         &ctx,
         "fix-tests",
-        json!({"model": "mock", "command": "make test", "attempts": 2,
-               "notes": "@mock write_cwd FIXED.txt fixed"}),
+        json!({"model": "mock", "command": command}),
     );
-    assert_eq!(result["fixed"], true, "{result:#}");
-    let branches = result["branches"].as_array().unwrap();
-    assert_eq!(branches.len(), 2, "{result:#}");
-    assert!(branches.contains(&result["branch"]), "{result:#}");
-    assert_eq!(git(&ctx, &["status", "--porcelain"]), "");
-    assert_eq!(
-        git(
-            &ctx,
-            &[
-                "show",
-                &format!("{}:FIXED.txt", result["branch"].as_str().unwrap())
-            ]
-        ),
-        "fixed"
+    let run_id = finished.run_id();
+    let attempts = result["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 3, "{result}");
+    assert!(
+        attempts.iter().all(|attempt| attempt["branch"].is_string()),
+        "{result}"
+    );
+    assert_eq!(result["best"]["attempt"], 0, "{result}");
+    let apply = result["apply"].as_str().expect("apply");
+    let prefix = format!("agentprism changes {run_id} --apply ");
+    let index = apply
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{apply}"));
+
+    let listed = ctx.run(&["changes", &run_id, "--json"]);
+    assert_eq!(listed.code(), 0, "{}", listed.stderr);
+    let listed = listed.json();
+    let calls = listed["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 3, "only the attempts are isolated: {listed}");
+    assert!(
+        calls
+            .iter()
+            .any(|call| call["changes"]["branch"] == result["best"]["branch"]),
+        "{listed}"
     );
 
-    let runs = ctx.run(&["runs", "--json"]).json();
-    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
-    let changes = ctx.run(&["changes", &run_id, "--json"]);
-    assert_eq!(changes.code(), 0, "{}", changes.stderr);
-    let listed: Vec<Value> = changes.json()["calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|call| call["changes"]["branch"].clone())
-        .filter(|branch| !branch.is_null())
-        .collect();
-    assert_eq!(&listed, branches, "{}", changes.stdout);
+    // The command it prints applies the best attempt's branch.
+    std::fs::remove_file(ctx.project().join("fix.txt")).unwrap();
+    let applied = ctx.run(&["changes", &run_id, "--apply", index]);
+    assert_eq!(applied.code(), 0, "{}", applied.stderr);
+    assert_eq!(
+        std::fs::read_to_string(ctx.project().join("fix.txt")).unwrap(),
+        "fixed\n"
+    );
+    assert_eq!(git(&ctx, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn migrate_verifies_each_file_and_retries_a_failed_one_through_its_gate() {
+    let ctx = repository();
+    let (finished, result) = run(
+        &ctx,
+        "migrate",
+        json!({"model": "mock", "instructions": "Rename old api to new api.", "files": ["a.txt", "b.txt"]}),
+    );
+    assert_eq!(result["migrated"], json!(["a.txt", "b.txt"]), "{result}");
+    assert_eq!(result["failed"], json!([]));
+    let mut labels = call_labels(&ctx, &finished.run_id());
+    labels.sort();
+    assert_eq!(
+        labels,
+        [
+            "migrate:a.txt:0",
+            "migrate:b.txt:0",
+            "verify:a.txt:0",
+            "verify:b.txt:0"
+        ]
+    );
+
+    // A verifier that rejects every try: each file is migrated twice, then reported failed
+    // with the verifier's feedback.
+    let rejecting =
+        "Rename old api to new api.\n@mock json {\"ok\":false,\"feedback\":\"still old\"}";
+    let (finished, result) = run(
+        &ctx,
+        "migrate",
+        json!({"model": "mock", "instructions": rejecting, "files": ["a.txt"]}),
+    );
+    assert_eq!(result["migrated"], json!([]), "{result}");
+    assert_eq!(
+        result["failed"],
+        json!([{"file": "a.txt", "tries": 2, "feedback": "still old"}])
+    );
+    assert_eq!(call_labels(&ctx, &finished.run_id()).len(), 4);
+
+    // Without files, one planning call lists them.
+    let (_, planned) = run(
+        &ctx,
+        "migrate",
+        json!({"model": "mock", "instructions": "Rename old api to new api."}),
+    );
+    assert_eq!(
+        planned["migrated"].as_array().map(Vec::len),
+        Some(1),
+        "{planned}"
+    );
+}
+
+#[test]
+fn research_answers_from_its_angles() {
+    let ctx = TestContext::new();
+    let question = "What does this repo do?";
+    let (finished, result) = run(
+        &ctx,
+        "research",
+        json!({"model": "mock", "question": question}),
+    );
+    assert_eq!(result["question"], question);
+    assert_eq!(
+        result["angles"].as_array().map(Vec::len),
+        Some(1),
+        "{result}"
+    );
+    let answer = result["answer"].as_str().expect("answer");
+    // The mock echoes its prompt: the synthesis saw the notes and the critique.
+    assert!(answer.contains("Research notes:"), "{answer}");
+    assert!(answer.contains("A critic's remarks:"), "{answer}");
+    assert_eq!(
+        call_labels(&ctx, &finished.run_id()),
+        ["angles", "research:0", "critique", "synthesis"]
+    );
+}
+
+/// `research` through claude-agent-acp and the fake model server, with the angles given, so
+/// every call is a plain text turn of a real adapter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn research_runs_through_a_real_adapter() {
+    let context = Context::new(Backend::Claude).await;
+    let args = json!({
+        "model": "claude",
+        "question": "What does this repo do?",
+        "angles": ["its purpose", "its structure"],
+    });
+    let project = context.project.display().to_string();
+    let outcome = context
+        .agentprism(&[
+            "run",
+            &script("research"),
+            "--args",
+            &args.to_string(),
+            "--project-dir",
+            &project,
+        ])
+        .await;
+    assert_eq!(outcome.code, Some(0), "{}", outcome.describe());
+    let result = outcome.json();
+    assert_eq!(result["angles"], json!(["its purpose", "its structure"]));
+    let answer = result["answer"].as_str().expect("answer");
+    assert!(answer.starts_with("MOCK-REPLY: Question:"), "{answer}");
+    assert!(
+        result["critique"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("MOCK-REPLY:"))
+    );
+    context.assert_no_processes_left().await;
 }
