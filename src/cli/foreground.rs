@@ -79,11 +79,19 @@ async fn check_script(env: &EnvSnapshot, args: &ValidateArgs) -> Result<()> {
         .validate(&project, &script, input)
         .await
         .map_err(verdict)?;
+    let threshold = crate::engine::estimate::threshold_from(env.get(crate::env::CONFIRM_AGENTS))
+        .map_err(|error| anyhow::anyhow!(error))?;
+    let needs_confirmation = matches!(
+        crate::engine::estimate::decide(&prepared.size, threshold, None),
+        crate::engine::estimate::Decision::NeedsConfirmation(_)
+    );
+    let size = crate::engine::estimate::Estimate::new(prepared.size.clone(), &[]);
     let report = json!({
         "valid": true,
         "name": prepared.analyzed.name,
         "description": prepared.analyzed.description,
         "dryRunCalls": prepared.dry_calls,
+        "size": size.to_json(needs_confirmation),
         "warnings": prepared.warnings,
         "probes": prepared.probes,
         "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),

@@ -11,6 +11,7 @@
 pub(crate) mod approval;
 pub(crate) mod driver;
 pub mod effort;
+pub mod estimate;
 pub mod events;
 pub(crate) mod glob;
 pub mod instant;

@@ -63,6 +63,10 @@ fn validate_is_zero_token_and_reports_the_dry_run() {
     let report = finished.json();
     assert_eq!(report["valid"], true);
     assert_eq!(report["dryRunCalls"], 1);
+    assert_eq!(report["size"]["agents"], 1);
+    assert_eq!(report["size"]["checkpoints"], 0);
+    assert_eq!(report["size"]["history"], Value::Null);
+    assert_eq!(report["size"]["needsConfirmation"], false);
     assert_eq!(report["probes"][0]["probed"], true);
     assert!(
         prompts_in_log(&ctx, "agent.log").is_empty(),

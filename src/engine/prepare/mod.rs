@@ -13,6 +13,7 @@
 //! log, phase or nested workflow — because such a script depends on nothing but its body,
 //! args, cwd and companion texts, which admission freezes.
 
+use crate::engine::estimate::{Decision, RunSize, SizedCall, decide};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,6 +71,8 @@ pub struct Prepared {
     pub dry_calls: usize,
     /// Of those, the calls that run in worktrees of their own.
     pub isolated_calls: usize,
+    /// The dry run's agent calls per phase and its checkpoints: the run's size.
+    pub size: crate::engine::estimate::RunSize,
     /// The texts of `meta.files` by path, as the dry run saw them: what admission freezes.
     pub files: BTreeMap<String, String>,
     /// The spending limits: the caller's over `meta`'s, checked against the routed backends.
@@ -345,6 +348,10 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
             probes.push(report);
         }
     }
+    let size = run_size(&outcome);
+    if let Decision::Warn(line) = decide(&size, 0, None) {
+        warnings.push(line);
+    }
     Ok(Prepared {
         text,
         analyzed,
@@ -353,6 +360,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         routing,
         warnings,
         probes,
+        size,
         dry_calls: outcome.dry_calls.len(),
         isolated_calls: outcome
             .dry_calls
@@ -545,6 +553,15 @@ fn check_every_call_routed(
 
 /// Warnings from the dry run: no calls at all, phases entered but not declared or declared
 /// but unused, unknown meta keys.
+/// The dry run's calls as a size; the warning above `WARN_AGENTS` joins `warnings`.
+fn run_size(outcome: &Outcome) -> RunSize {
+    RunSize::from_calls(outcome.dry_calls.iter().map(|call| SizedCall {
+        agent: call.kind == crate::model::CallKind::Agent,
+        isolated: call.isolated,
+        phase: call.phase.as_deref(),
+    }))
+}
+
 fn warnings(analyzed: &AnalyzedScript, outcome: &Outcome) -> Vec<String> {
     let mut warnings = Vec::new();
     if outcome.dry_calls.is_empty() {

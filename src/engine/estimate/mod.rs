@@ -1,0 +1,265 @@
+//! A run's size before it starts, what earlier runs say it will cost, and whether it needs a
+//! confirmation.
+//!
+//! Preparation's dry run already walks the script's path with made-up answers, so it knows how
+//! many agent calls the run starts and in which phases. This room turns those calls into a
+//! `RunSize`, combines it with the token usage of earlier runs of the same workflow into an
+//! `Estimate`, and decides with `decide` whether the run simply proceeds, proceeds with a warning,
+//! or must be confirmed first. It is pure: the manager gathers the history and asks the
+//! `ConfirmRun` port that the front ends fill. The size is the dry run's path, so a script whose
+//! loops depend on real answers may start more calls than counted.
+
+// The confirmation port, the refusal and the acknowledgement's summary wait for the manager's
+// start path and the front ends to use them.
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+
+/// Above this many agent calls a run carries a warning in `warnings`.
+pub(crate) const WARN_AGENTS: u32 = 25;
+
+/// The confirmation threshold when `AGENTPRISM_CONFIRM_AGENTS` is unset.
+pub(crate) const DEFAULT_CONFIRM_AGENTS: u32 = 100;
+
+/// At most this many earlier runs feed the token estimate, newest first.
+pub(crate) const HISTORY_RUNS: usize = 10;
+
+/// One call the dry run recorded, reduced to what the size needs.
+#[derive(Clone, Debug)]
+pub(crate) struct SizedCall<'a> {
+    pub agent: bool,
+    pub isolated: bool,
+    pub phase: Option<&'a str>,
+}
+
+/// How many calls a run starts, on the dry run's path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunSize {
+    pub agents: u32,
+    pub checkpoints: u32,
+    pub isolated: u32,
+    /// Agent calls per phase, in the order the phases first appear; calls outside any phase
+    /// are counted under an empty title.
+    pub phases: Vec<(String, u32)>,
+}
+
+impl RunSize {
+    pub(crate) fn from_calls<'a>(calls: impl IntoIterator<Item = SizedCall<'a>>) -> Self {
+        let mut size = RunSize::default();
+        for call in calls {
+            if !call.agent {
+                size.checkpoints += 1;
+                continue;
+            }
+            size.agents += 1;
+            if call.isolated {
+                size.isolated += 1;
+            }
+            let title = call.phase.unwrap_or("");
+            match size.phases.iter_mut().find(|(name, _)| name == title) {
+                Some((_, count)) => *count += 1,
+                None => size.phases.push((title.to_owned(), 1)),
+            }
+        }
+        size
+    }
+
+    /// "Review 120, Verify 18, Report 2"; calls outside phases read "no phase".
+    pub(crate) fn phase_list(&self) -> String {
+        let parts: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(title, count)| {
+                let title = if title.is_empty() { "no phase" } else { title };
+                format!("{title} {count}")
+            })
+            .collect();
+        parts.join(", ")
+    }
+}
+
+/// Token usage of one earlier run: its total tokens and its live agent calls that reported usage.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PastRun {
+    pub tokens: u64,
+    pub live_agent_calls: u32,
+}
+
+/// What the earlier runs of the same workflow say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct History {
+    pub runs: u32,
+    pub avg_tokens_per_call: f64,
+}
+
+/// The size plus, when history exists, the tokens it predicts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Estimate {
+    pub size: RunSize,
+    pub history: Option<History>,
+    pub estimated_tokens: Option<u64>,
+}
+
+impl Estimate {
+    /// `past` is newest first; runs without live agent calls say nothing and are skipped.
+    pub(crate) fn new(size: RunSize, past: &[PastRun]) -> Self {
+        let useful: Vec<&PastRun> = past
+            .iter()
+            .filter(|run| run.live_agent_calls > 0)
+            .take(HISTORY_RUNS)
+            .collect();
+        let calls: u64 = useful
+            .iter()
+            .map(|run| u64::from(run.live_agent_calls))
+            .sum();
+        if calls == 0 {
+            return Estimate {
+                size,
+                history: None,
+                estimated_tokens: None,
+            };
+        }
+        let tokens: u64 = useful.iter().map(|run| run.tokens).sum();
+        let avg = tokens as f64 / calls as f64;
+        let estimated = (avg * f64::from(size.agents)).round() as u64;
+        Estimate {
+            size,
+            history: Some(History {
+                runs: useful.len() as u32,
+                avg_tokens_per_call: avg,
+            }),
+            estimated_tokens: Some(estimated),
+        }
+    }
+
+    /// The `size` object of validate's JSON, the run acknowledgement and the CLI.
+    pub(crate) fn to_json(&self, needs_confirmation: bool) -> Value {
+        let phases: Vec<Value> = self
+            .size
+            .phases
+            .iter()
+            .map(|(title, agents)| json!({"title": title, "agents": agents}))
+            .collect();
+        let history = self.history.map(|history| {
+            json!({"runs": history.runs, "avgTokensPerCall": history.avg_tokens_per_call.round() as u64})
+        });
+        json!({
+            "agents": self.size.agents,
+            "checkpoints": self.size.checkpoints,
+            "isolatedAgents": self.size.isolated,
+            "phases": phases,
+            "history": history,
+            "estimatedTokens": self.estimated_tokens,
+            "needsConfirmation": needs_confirmation,
+        })
+    }
+
+    /// "140 agent calls in 3 phases (≈1.2M tokens, from 4 earlier runs)".
+    pub(crate) fn summary(&self) -> String {
+        let named = self
+            .size
+            .phases
+            .iter()
+            .filter(|(title, _)| !title.is_empty())
+            .count();
+        let mut text = format!(
+            "{} agent call{} in {} phase{}",
+            self.size.agents,
+            plural(self.size.agents as usize),
+            named,
+            plural(named)
+        );
+        if let (Some(history), Some(tokens)) = (self.history, self.estimated_tokens) {
+            text.push_str(&format!(
+                " (≈{} tokens, from {} earlier run{})",
+                short_count(tokens),
+                history.runs,
+                plural(history.runs as usize)
+            ));
+        }
+        text
+    }
+}
+
+/// What the run does about its size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Proceed,
+    /// Proceeds, with this line in `warnings`.
+    Warn(String),
+    /// Must be confirmed first; the line is also the warning shown with the question.
+    NeedsConfirmation(String),
+}
+
+/// `threshold` 0 turns confirmation off; an explicit `maxAgents` at or above the size confirms.
+pub(crate) fn decide(size: &RunSize, threshold: u32, explicit_max_agents: Option<u32>) -> Decision {
+    let warning = (size.agents > WARN_AGENTS).then(|| {
+        format!(
+            "this run will start {} agent calls (more than {WARN_AGENTS})",
+            size.agents
+        )
+    });
+    let confirmed = explicit_max_agents.is_some_and(|max| max >= size.agents);
+    match warning {
+        Some(line) if threshold > 0 && size.agents > threshold && !confirmed => {
+            Decision::NeedsConfirmation(line)
+        }
+        Some(line) => Decision::Warn(line),
+        None => Decision::Proceed,
+    }
+}
+
+/// Reads the threshold from the value of `AGENTPRISM_CONFIRM_AGENTS` (unset → the default).
+pub(crate) fn threshold_from(value: Option<&str>) -> Result<u32, String> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_CONFIRM_AGENTS);
+    };
+    value.trim().parse::<u32>().map_err(|_| {
+        format!(
+            "{} must be a whole number of agent calls (0 turns confirmation off), got {value:?}",
+            crate::env::CONFIRM_AGENTS
+        )
+    })
+}
+
+/// The refusal when a run above the threshold is not confirmed.
+pub(crate) fn refusal_message(size: &RunSize, threshold: u32) -> String {
+    format!(
+        "this run starts {agents} agent calls ({phases}), above the confirmation threshold of \
+         {threshold} ({var}); confirm with maxAgents: {agents} (CLI: --yes or --max-agents {agents})",
+        agents = size.agents,
+        phases = size.phase_list(),
+        var = crate::env::CONFIRM_AGENTS,
+    )
+}
+
+/// The answer a front end gives when the engine asks to start a large run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    Yes,
+    No,
+    /// Nobody can be asked (no terminal, a client without elicitation).
+    Unavailable,
+}
+
+/// The port the CLI and the MCP tools fill so the engine can ask before a large run starts.
+#[async_trait::async_trait]
+pub(crate) trait ConfirmRun: Send + Sync {
+    async fn confirm(&self, estimate: &Estimate) -> Confirmation;
+}
+
+fn plural(count: usize) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
+
+/// 950, 12.3k, 1.2M.
+fn short_count(tokens: u64) -> String {
+    match tokens {
+        0..=999 => tokens.to_string(),
+        1_000..=999_999 => format!("{:.1}k", tokens as f64 / 1_000.0),
+        _ => format!("{:.1}M", tokens as f64 / 1_000_000.0),
+    }
+}
+
+#[cfg(test)]
+mod tests;
