@@ -193,6 +193,9 @@ pub(crate) fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConf
         ..EngineConfig::default()
     };
     config.agent_timeout = millis(env::AGENT_TIMEOUT_MS, 30 * 60 * 1000)?;
+    config.confirm_agents =
+        crate::engine::estimate::threshold_from(env.non_empty(env::CONFIRM_AGENTS))
+            .map_err(SettingsError::Invalid)?;
     config.auto_resume = AutoResumePolicy::parse(env.get(env::AUTO_RESUME))
         .map_err(|problem| SettingsError::Invalid(format!("{}: {problem}", env::AUTO_RESUME)))?;
     config.probe_limit = millis(

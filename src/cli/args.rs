@@ -248,6 +248,10 @@ pub struct RunArgs {
     /// Approve the script's own `meta.backends` without asking.
     #[arg(long)]
     pub approve_backends: bool,
+    /// Start a run above the confirmation threshold (`AGENTPRISM_CONFIRM_AGENTS`, default 100
+    /// agent calls) without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

@@ -79,19 +79,13 @@ async fn check_script(env: &EnvSnapshot, args: &ValidateArgs) -> Result<()> {
         .validate(&project, &script, input)
         .await
         .map_err(verdict)?;
-    let threshold = crate::engine::estimate::threshold_from(env.get(crate::env::CONFIRM_AGENTS))
-        .map_err(|error| anyhow::anyhow!(error))?;
-    let needs_confirmation = matches!(
-        crate::engine::estimate::decide(&prepared.size, threshold, None),
-        crate::engine::estimate::Decision::NeedsConfirmation(_)
-    );
-    let size = crate::engine::estimate::Estimate::new(prepared.size.clone(), &[]);
+    let size = engine.size_of(&project, &script, &prepared).await;
     let report = json!({
         "valid": true,
         "name": prepared.analyzed.name,
         "description": prepared.analyzed.description,
         "dryRunCalls": prepared.dry_calls,
-        "size": size.to_json(needs_confirmation),
+        "size": size,
         "warnings": prepared.warnings,
         "probes": prepared.probes,
         "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
@@ -108,20 +102,23 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
         let script = script_input(&engine, &project, &args.script.script).await?;
         let input = parse_args(&args.script)?;
         let mut notices = engine.subscribe();
-        let admission = engine
-            .start(RunRequest {
-                project_dir: project,
-                script,
-                args: input,
-                limits: limits(&args.limits)?,
-                caller: None,
-            })
-            .await
-            .map_err(engine_error)?;
+        let mut limits = limits(&args.limits)?;
+        limits.confirmed = args.yes;
+        let request = RunRequest {
+            project_dir: project,
+            script,
+            args: input,
+            limits,
+            caller: None,
+        };
+        let admission = super::confirm::start(&engine, request).await?;
         for warning in &admission.warnings {
             note!("warning: {warning}");
         }
         note!("run {} admitted", admission.run_id);
+        if let Some(size) = &admission.size {
+            note!("size: {}", crate::engine::estimate::describe(size));
+        }
         if admission.status == RunStatus::Pending {
             let setup_id = admission
                 .setup

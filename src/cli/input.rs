@@ -128,6 +128,7 @@ pub(super) fn limits(args: &LimitArgs) -> Result<LimitOverrides> {
         agent_retries: args.agent_retries,
         budget,
         auto_resume: args.no_auto_resume.then_some(false),
+        confirmed: false,
     })
 }
 

@@ -38,6 +38,7 @@ macro_rules! note_partial {
 mod args;
 mod changes;
 mod completions;
+mod confirm;
 mod config;
 pub(crate) mod daemon;
 mod follow;

@@ -8,7 +8,9 @@
 // author-workflow first, the project's `greet` with arguments from its input schema, and the
 // bundled library; a bad integer argument is -32602 naming it; `greet`'s text carries a fenced
 // JSON call which, sent as is to the `workflow` tool, is admitted and completes with the
-// mock's answer; a bundled workflow's prompt names a script file that runs too. A stateless
+// mock's answer; a bundled workflow's prompt names a script file that runs too. A run of 101
+// agent calls asks for confirmation through an elicitation form: declined, it is refused
+// naming maxAgents; accepted, it runs. A stateless
 // 2026-07-28 `prompts/list` (raw JSON-RPC) offers no project workflows, since that era has no
 // roots. Every step prints PASS or FAIL; the last line is `N passed, M failed`.
 
@@ -31,11 +33,18 @@ async function connect(url, sdkDir, project) {
         load('dist/esm/client/streamableHttp.js'),
         load('dist/esm/types.js')
     ]);
-    const client = new Client({ name: 'prompts-e2e', version: '1.0.0' }, { capabilities: { roots: { listChanged: false } } });
+    const client = new Client({ name: 'prompts-e2e', version: '1.0.0' }, { capabilities: { roots: { listChanged: false }, elicitation: {} } });
     client.rootsAsked = 0;
     client.setRequestHandler(types.ListRootsRequestSchema, async () => {
         client.rootsAsked += 1;
         return { roots: [{ uri: pathToFileURL(project).href, name: 'project' }] };
+    });
+    // A run above the confirmation threshold asks through a form; the test sets the answer.
+    client.elicitations = [];
+    client.startAnswer = true;
+    client.setRequestHandler(types.ElicitRequestSchema, async request => {
+        client.elicitations.push(request.params);
+        return client.startAnswer ? { action: 'accept', content: { start: true } } : { action: 'decline' };
     });
     await client.connect(new StreamableHTTPClientTransport(new URL(url)));
     return client;
@@ -98,6 +107,17 @@ async function steps(report) {
     report.check('a bundled prompt names a script file', research.scriptPath.startsWith('/') && research.scriptPath.endsWith('/research.js'), () => JSON.stringify(research));
     const answered = await runToEnd(client, research);
     report.check('the bundled workflow runs from its prompt', JSON.stringify(answered).includes('What is here?'), () => JSON.stringify(answered).slice(0, 300));
+
+    // 101 agent calls: above the default threshold of 100, so the run asks first.
+    const many = `export const meta = { name: 'many', description: 'many calls', model: 'mock' };
+return (await parallel(Array.from({ length: 101 }, (_, i) => () => agent('call ' + i)))).length;`;
+    client.startAnswer = false;
+    const declined = await client.callTool({ name: 'workflow', arguments: { action: 'run', projectDir: options.project, script: many } });
+    report.check('a declined confirmation refuses the run', declined.isError === true && client.elicitations.length === 1 && declined.content[0].text.includes('maxAgents: 101'), () => JSON.stringify(declined).slice(0, 400));
+    report.check('the form names the size', client.elicitations[0]?.message?.includes('101 agent calls') && client.elicitations[0]?.requestedSchema?.properties?.start?.type === 'boolean', () => JSON.stringify(client.elicitations[0]));
+    client.startAnswer = true;
+    const confirmed = await runToEnd(client, { action: 'run', projectDir: options.project, script: many });
+    report.check('an accepted confirmation starts it', confirmed.chunk === '101' && client.elicitations.length === 2, () => JSON.stringify(confirmed).slice(0, 300));
     await client.close();
 
     const response = await fetch(options.http, {

@@ -19,6 +19,7 @@ mod cli_output;
 mod cli_truth;
 mod companions;
 mod config_catalogs;
+mod confirm;
 mod control;
 mod control_daemon;
 mod daemon;

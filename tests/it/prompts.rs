@@ -3,7 +3,8 @@
 //! SDK v1 client: the client's root makes the project's workflows appear, arguments come from
 //! the input schema, a bad argument is refused naming it, and the JSON call in a prompt's text,
 //! sent as is, runs the workflow (a project one and a bundled one) to completion. The
-//! 2026-07-28 era, which has no roots, lists no project workflows.
+//! 2026-07-28 era, which has no roots, lists no project workflows. The same client confirms
+//! (and declines) a run of 101 agent calls through the elicitation form.
 
 use std::path::Path;
 use std::process::Command;

@@ -11,7 +11,6 @@
 
 // The confirmation port, the refusal and the acknowledgement's summary wait for the manager's
 // start path and the front ends to use them.
-#![allow(dead_code)]
 
 use serde_json::{Value, json};
 
@@ -153,32 +152,31 @@ impl Estimate {
             "needsConfirmation": needs_confirmation,
         })
     }
+}
 
-    /// "140 agent calls in 3 phases (≈1.2M tokens, from 4 earlier runs)".
-    pub(crate) fn summary(&self) -> String {
-        let named = self
-            .size
-            .phases
-            .iter()
-            .filter(|(title, _)| !title.is_empty())
-            .count();
-        let mut text = format!(
-            "{} agent call{} in {} phase{}",
-            self.size.agents,
-            plural(self.size.agents as usize),
-            named,
-            plural(named)
-        );
-        if let (Some(history), Some(tokens)) = (self.history, self.estimated_tokens) {
-            text.push_str(&format!(
-                " (≈{} tokens, from {} earlier run{})",
-                short_count(tokens),
-                history.runs,
-                plural(history.runs as usize)
-            ));
-        }
-        text
+/// A `size` object (see [`Estimate::to_json`]) in words: "140 agent calls in 3 phases (≈1.2M
+/// tokens, from 4 earlier runs)". The front ends print it with an admission.
+pub fn describe(size: &Value) -> String {
+    let agents = size["agents"].as_u64().unwrap_or(0);
+    let named = size["phases"].as_array().map_or(0, |phases| {
+        phases.iter().filter(|p| p["title"] != "").count()
+    });
+    let mut text = format!(
+        "{agents} agent call{} in {named} phase{}",
+        plural(agents as usize),
+        plural(named)
+    );
+    if let (Some(tokens), Some(runs)) = (
+        size["estimatedTokens"].as_u64(),
+        size["history"]["runs"].as_u64(),
+    ) {
+        text.push_str(&format!(
+            " (≈{} tokens, from {runs} earlier run{})",
+            short_count(tokens),
+            plural(runs as usize)
+        ));
     }
+    text
 }
 
 /// What the run does about its size.
@@ -200,10 +198,15 @@ pub(crate) fn decide(size: &RunSize, threshold: u32, explicit_max_agents: Option
         )
     });
     let confirmed = explicit_max_agents.is_some_and(|max| max >= size.agents);
+    if threshold > 0 && size.agents > threshold && !confirmed {
+        return Decision::NeedsConfirmation(warning.unwrap_or_else(|| {
+            format!(
+                "this run will start {} agent calls (more than {threshold})",
+                size.agents
+            )
+        }));
+    }
     match warning {
-        Some(line) if threshold > 0 && size.agents > threshold && !confirmed => {
-            Decision::NeedsConfirmation(line)
-        }
         Some(line) => Decision::Warn(line),
         None => Decision::Proceed,
     }
@@ -231,21 +234,6 @@ pub(crate) fn refusal_message(size: &RunSize, threshold: u32) -> String {
         phases = size.phase_list(),
         var = crate::env::CONFIRM_AGENTS,
     )
-}
-
-/// The answer a front end gives when the engine asks to start a large run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Confirmation {
-    Yes,
-    No,
-    /// Nobody can be asked (no terminal, a client without elicitation).
-    Unavailable,
-}
-
-/// The port the CLI and the MCP tools fill so the engine can ask before a large run starts.
-#[async_trait::async_trait]
-pub(crate) trait ConfirmRun: Send + Sync {
-    async fn confirm(&self, estimate: &Estimate) -> Confirmation;
 }
 
 fn plural(count: usize) -> &'static str {

@@ -114,7 +114,7 @@ fn estimate_averages_the_newest_ten_runs_with_live_calls() {
     assert_eq!(history.avg_tokens_per_call, 5500.0 / 20.0);
     assert_eq!(estimate.estimated_tokens, Some(825));
     assert_eq!(
-        estimate.summary(),
+        describe(&estimate.to_json(false)),
         "3 agent calls in 1 phase (≈825 tokens, from 10 earlier runs)"
     );
 }
@@ -127,7 +127,10 @@ fn no_history_gives_null_estimate() {
     assert_eq!(value["estimatedTokens"], Value::Null);
     assert_eq!(value["agents"], 3);
     assert_eq!(value["phases"][1], json!({"title": "B", "agents": 1}));
-    assert_eq!(estimate.summary(), "3 agent calls in 2 phases");
+    assert_eq!(
+        describe(&estimate.to_json(false)),
+        "3 agent calls in 2 phases"
+    );
 }
 
 #[test]

@@ -147,6 +147,16 @@ impl Engine {
         );
         input.budget = request.limits.budget;
         let mut prepared = prepare_unless_cancelled(input, cancel).await?;
+        let (size, _) = self
+            .size_report(
+                &request.project_dir,
+                &request.script,
+                &prepared.analyzed.name,
+                &prepared.size,
+                &request.limits,
+            )
+            .await;
+        self.check_confirmed(&prepared.size, &request.limits)?;
         let (workspace, warning) = self.admission_base(&request.project_dir, &prepared).await?;
         prepared.warnings.extend(warning);
         let (script_source, script_file) = match &request.script {
@@ -212,6 +222,7 @@ impl Engine {
             limits,
             setup,
             warnings: prepared.warnings,
+            size: Some(size),
             continuation: None,
         })
     }

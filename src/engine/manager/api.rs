@@ -23,6 +23,9 @@ pub struct LimitOverrides {
     /// `Some(false)`: the owner turns the automatic resume at a usage reset off for this run
     /// (`--no-auto-resume`); `None` keeps what the run has.
     pub auto_resume: Option<bool>,
+    /// The caller confirmed the run's size (the CLI's `--yes` or a question answered yes), so
+    /// a run above the confirmation threshold starts.
+    pub confirmed: bool,
 }
 
 /// A request to start a run.
@@ -63,6 +66,9 @@ pub struct Admission {
     pub limits: Limits,
     pub setup: Option<SetupWait>,
     pub warnings: Vec<String>,
+    /// The run's size from its dry run (`engine::estimate`'s `size` object); `None` for a
+    /// resume.
+    pub size: Option<Value>,
     /// Resume only: `{scriptRevised, generation, operationId}`.
     pub continuation: Option<Value>,
 }

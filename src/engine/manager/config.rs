@@ -52,6 +52,9 @@ pub struct EngineConfig {
     /// looks after the project's folder; `None` looks in the project and the bundled library
     /// only.
     pub user_workflows: Option<PathBuf>,
+    /// `AGENTPRISM_CONFIRM_AGENTS`: agent calls above which a new run needs a confirmation
+    /// (0: never).
+    pub confirm_agents: u32,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +73,7 @@ impl Default for EngineConfig {
             persistence_root: None,
             auto_resume: AutoResumePolicy::default(),
             user_workflows: None,
+            confirm_agents: crate::engine::estimate::DEFAULT_CONFIRM_AGENTS,
         }
     }
 }

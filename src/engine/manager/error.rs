@@ -71,6 +71,11 @@ pub enum Rejected {
     /// not be written.
     #[error("{0}")]
     Unrecorded(String),
+    /// The run would start more agent calls than `AGENTPRISM_CONFIRM_AGENTS` allows without a
+    /// confirmation, and the caller gave none (an explicit `maxAgents` at or above the size,
+    /// the CLI's `--yes`, or an answered question).
+    #[error("{message}")]
+    NeedsConfirmation { message: String, agents: u32 },
     /// The caller gave up before the run was admitted.
     #[error("{0}")]
     Cancelled(String),

@@ -28,6 +28,7 @@ mod remote;
 mod results;
 mod resume;
 mod saved;
+mod size;
 mod stop;
 mod timers;
 mod view;

@@ -87,6 +87,7 @@ impl Engine {
             limits: record.limits,
             setup: None,
             warnings: Vec::new(),
+            size: None,
             continuation: Some(
                 json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id}),
             ),
@@ -512,6 +513,7 @@ pub(super) fn admission_from_receipt(value: &Value) -> Option<Admission> {
         limits: serde_json::from_value(value.get("limits")?.clone()).ok()?,
         setup: None,
         warnings: Vec::new(),
+        size: value.get("size").cloned(),
         continuation: value.get("continuation").cloned(),
     })
 }

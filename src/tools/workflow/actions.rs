@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
+use crate::engine::manager::Rejected;
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest, StatusQuery};
 use crate::mcp::ToolAnswer;
@@ -191,6 +192,7 @@ impl Actions {
     /// Prepares and admits a run inside the request: progress when asked for, abandoned on
     /// cancellation or after [`PREPARATION_CEILING`] as long as it is not admitted yet.
     async fn run(&self, ctx: &RequestContext, request: RunRequest) -> McpResult<Value> {
+        let retry = request.clone();
         ctx.progress(
             0.0,
             Some(1.0),
@@ -218,6 +220,16 @@ impl Actions {
             Ok(admission) => {
                 let _ = self.list_changes.send(());
                 Ok(acknowledgement("run", &admission))
+            }
+            Err(EngineError::Rejected(Rejected::NeedsConfirmation { message, agents }))
+                if !timed_out && !retry.limits.confirmed =>
+            {
+                if super::confirm::ask(ctx, &message, agents).await == Some(true) {
+                    let mut confirmed = retry;
+                    confirmed.limits.confirmed = true;
+                    return Box::pin(self.run(ctx, confirmed)).await;
+                }
+                Ok(tool_error(message))
             }
             Err(EngineError::Rejected(_)) if timed_out => Ok(tool_error(format!(
                 "preparation took longer than {} s and was abandoned; nothing was stored",

@@ -25,6 +25,7 @@ use crate::mcp::tasks::TaskSupport;
 
 mod actions;
 mod config;
+mod confirm;
 mod parse;
 mod receipts;
 mod reply;

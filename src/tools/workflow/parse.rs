@@ -371,6 +371,7 @@ impl Input<'_> {
             agent_retries: self.integer("agentRetries", i64::MIN, i64::MAX)?,
             budget,
             auto_resume: None,
+            confirmed: false,
         })
     }
 

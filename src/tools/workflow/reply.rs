@@ -89,6 +89,9 @@ pub(super) fn acknowledgement(action: &str, admission: &Admission) -> Value {
     if !admission.warnings.is_empty() {
         ack["warnings"] = json!(admission.warnings);
     }
+    if let Some(size) = &admission.size {
+        ack["size"] = size.clone();
+    }
     ack["next"] = text::next_for_status(&ack);
     let summary = text::acknowledgement(&ack);
     let links = vec![

@@ -43,6 +43,13 @@ pub(super) fn acknowledgement(ack: &Value) -> String {
         "{verb} workflow run {run_id} (status {}).",
         ack["status"].as_str().unwrap_or("unknown")
     );
+    if let Some(size) = ack.get("size") {
+        let _ = write!(
+            out,
+            " It starts {}.",
+            crate::engine::estimate::describe(size)
+        );
+    }
     if let Some(continuation) = ack.get("continuation") {
         let _ = write!(
             out,
