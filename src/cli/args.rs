@@ -235,6 +235,13 @@ pub struct ValidateArgs {
     /// Skip the zero-token backend probes.
     #[arg(long)]
     pub no_probe: bool,
+    /// Scripted dry-run answers: a JSON object of label globs to answers, merged over the
+    /// made-up ones (`{"refute:*": {"real": false}}`; `{"$sequence": [...]}` answers in turn).
+    #[arg(long, value_name = "JSON", conflicts_with = "mock_answers_file")]
+    pub mock_answers: Option<String>,
+    /// The same, read from a file.
+    #[arg(long, value_name = "FILE")]
+    pub mock_answers_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

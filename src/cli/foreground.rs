@@ -75,18 +75,29 @@ async fn check_script(env: &EnvSnapshot, args: &ValidateArgs) -> Result<()> {
     let project = project_dir(args.script.project_dir.as_deref())?;
     let script = script_input(&engine, &project, &args.script.script).await?;
     let input = parse_args(&args.script)?;
+    let mock = super::input::mock_answers(args)?;
     let prepared = engine
-        .validate(&project, &script, input)
+        .validate_with(&project, &script, input, mock.clone())
         .await
         .map_err(verdict)?;
     let size = engine.size_of(&project, &script, &prepared).await;
+    let mut warnings = prepared.warnings.clone();
+    let mock_report = mock.map(|mock| mock.report());
+    if let Some(unused) = mock_report.as_ref().and_then(|r| r["unused"].as_array()) {
+        warnings.extend(
+            unused
+                .iter()
+                .map(|glob| format!("the mock answer {glob} answered no agent call")),
+        );
+    }
     let report = json!({
         "valid": true,
         "name": prepared.analyzed.name,
         "description": prepared.analyzed.description,
         "dryRunCalls": prepared.dry_calls,
         "size": size,
-        "warnings": prepared.warnings,
+        "mockAnswers": mock_report,
+        "warnings": warnings,
         "probes": prepared.probes,
         "declaredBackends": prepared.declared_backends.keys().collect::<Vec<_>>(),
     });

@@ -240,6 +240,38 @@ fn is_input(error: &anyhow::Error) -> bool {
             .is_some_and(SettingsError::is_input)
 }
 
+/// `validate`'s `--mock-answers` or `--mock-answers-file`, parsed; a malformed fixture is an
+/// input error naming the flag.
+pub(super) fn mock_answers(
+    args: &super::args::ValidateArgs,
+) -> Result<Option<std::sync::Arc<crate::engine::mock_answers::MockAnswers>>> {
+    use crate::engine::mock_answers::{MAX_FIXTURE_BYTES, MockAnswers};
+    let (flag, text) = match (&args.mock_answers, &args.mock_answers_file) {
+        (Some(text), _) => ("--mock-answers", text.clone()),
+        (None, Some(file)) => {
+            let path = std::path::absolute(file)
+                .map_err(|e| input_error(format!("--mock-answers-file {}: {e}", file.display())))?;
+            let limit = MAX_FIXTURE_BYTES as u64;
+            let read = crate::util::safe_file::read_blocking(
+                &path,
+                limit,
+                crate::util::safe_file::Links::ResolveFirst,
+            )
+            .map_err(|e| input_error(format!("--mock-answers-file: {e}")))?;
+            let text = String::from_utf8(read.bytes).map_err(|_| {
+                input_error(format!(
+                    "--mock-answers-file {} is not UTF-8",
+                    path.display()
+                ))
+            })?;
+            ("--mock-answers-file", text)
+        }
+        (None, None) => return Ok(None),
+    };
+    let parsed = MockAnswers::parse(&text).map_err(|e| input_error(format!("{flag}: {e}")))?;
+    Ok(Some(std::sync::Arc::new(parsed)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ pub(crate) mod glob;
 pub mod instant;
 pub(crate) mod journal;
 pub mod manager;
+pub mod mock_answers;
 pub(crate) mod permissions;
 pub(crate) mod prepare;
 pub(crate) mod preview;

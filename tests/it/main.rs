@@ -43,6 +43,7 @@ mod mcp_eras;
 mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
+mod mock_answers;
 mod monitor;
 mod monitor_browser;
 mod notify;

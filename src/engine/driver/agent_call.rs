@@ -227,6 +227,19 @@ impl Driver {
                 isolated: options.isolated,
                 effort: options.effort,
             });
+            if let Some(mock) = &self.setup.mock_answers {
+                let made_up = super::task::made_up(options.schema.as_ref(), label);
+                match mock.answer(label, options.schema.as_ref(), made_up) {
+                    Some(Ok(answer)) => {
+                        self.mock_picks.insert(index, answer);
+                    }
+                    Some(Err(message)) => {
+                        self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
+                        return None;
+                    }
+                    None => {}
+                }
+            }
         }
         match route {
             Ok(route) => Some(route),
@@ -313,7 +326,8 @@ impl Driver {
     /// Starts the call as an agent task, shown as queued until it holds a permit.
     fn start_agent(&mut self, call: AgentCall, live: LiveStart) {
         let cancel = CancellationToken::new();
-        let task = self.agent_task(&call, live.session.reopening.clone(), cancel.clone());
+        let mut task = self.agent_task(&call, live.session.reopening.clone(), cancel.clone());
+        task.dry_answer = self.mock_picks.remove(&call.index);
         let route = &call.route;
         let model_shown = route.model.clone().or_else(|| Some(route.spec.clone()));
         self.setup.live.locked().calls.insert(
@@ -419,6 +433,7 @@ impl Driver {
             semaphore: self.semaphore.clone(),
             gate_closed: self.gate_closed.clone(),
             dry_run: self.dry(),
+            dry_answer: None,
             isolation: (options.isolated && !self.dry()).then(|| {
                 self.setup.isolation.plan(
                     self.setup.run_id.as_str(),

@@ -93,6 +93,8 @@ pub(crate) enum Persistence {
 /// Everything a generation needs. The driver keeps it for the whole generation and
 /// advances the counters in it (`next_settlement`, `usage`).
 pub(crate) struct DriverSetup {
+    /// The dry run's scripted answers (`validate --mock-answers`); `None` elsewhere.
+    pub mock_answers: Option<Arc<crate::engine::mock_answers::MockAnswers>>,
     /// The run this generation belongs to: every row, event and notice names it.
     pub run_id: RunId,
     /// Stamped on every call row; above 1, the generation starts with a `resumed` event.
@@ -345,6 +347,8 @@ struct Driver {
     replay_buffer: Vec<(CallRecord, Vec<(u32, u32)>)>,
     /// Dry run only: every call the script made.
     dry_calls: Vec<DryCall>,
+    /// Scripted dry-run answers picked for calls, by index, when they were numbered.
+    mock_picks: std::collections::HashMap<u32, Value>,
     /// Which of `setup.answers` a checkpoint has taken.
     used_answers: Vec<bool>,
     /// The first failed store write: the outcome reports it.
@@ -412,6 +416,7 @@ impl Driver {
             phases_entered: Vec::new(),
             replay_buffer: Vec::new(),
             dry_calls: Vec::new(),
+            mock_picks: Default::default(),
             used_answers,
             store_error: None,
             lease_lost: false,

@@ -121,6 +121,8 @@ pub(super) struct AgentTask {
     pub(super) gate_closed: Arc<AtomicBool>,
     /// Fabricate an answer from the schema instead of asking an agent.
     pub(super) dry_run: bool,
+    /// The dry run's scripted answer for this call, in place of the made-up one.
+    pub(super) dry_answer: Option<Value>,
     /// The call's worktree plan when it runs isolated (never in the dry run).
     pub(super) isolation: Option<CallIsolation>,
 }
@@ -187,10 +189,10 @@ impl AgentTask {
     }
 
     fn fabricate(&self) -> TaskResult {
-        let value = match &self.schema {
-            Some(schema) => schema::fabricate(schema),
-            None => Value::String(format!("[dry-run] mock output for {}", self.label)),
-        };
+        let value = self
+            .dry_answer
+            .clone()
+            .unwrap_or_else(|| made_up(self.schema.as_ref(), &self.label));
         TaskResult::Value {
             value,
             usage: Usage {
@@ -621,5 +623,13 @@ impl AgentObserver for CallObserver {
             outcome = self.broker.ask(request) => outcome,
             _ = self.cancel.cancelled() => PermissionOutcome::Cancelled,
         }
+    }
+}
+
+/// The dry run's made-up answer of a call: a value from its schema, or a line naming it.
+pub(super) fn made_up(schema: Option<&Value>, label: &str) -> Value {
+    match schema {
+        Some(schema) => schema::fabricate(schema),
+        None => Value::String(format!("[dry-run] mock output for {label}")),
     }
 }

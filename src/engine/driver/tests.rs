@@ -105,6 +105,7 @@ impl World {
             None => Persistence::DryRun,
         };
         DriverSetup {
+            mock_answers: None,
             run_id: self.run_id.clone(),
             generation: 1,
             body: body.into(),

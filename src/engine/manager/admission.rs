@@ -76,13 +76,26 @@ impl Engine {
         script: &ScriptInput,
         args: Value,
     ) -> EngineResult<Prepared> {
+        self.validate_with(project_dir, script, args, None).await
+    }
+
+    /// [`Engine::validate`] with scripted answers for the dry run (`validate
+    /// --mock-answers`); their report is read from `mock_answers` afterwards.
+    pub async fn validate_with(
+        &self,
+        project_dir: &Path,
+        script: &ScriptInput,
+        args: Value,
+        mock_answers: Option<std::sync::Arc<crate::engine::mock_answers::MockAnswers>>,
+    ) -> EngineResult<Prepared> {
         check_project_dir(project_dir)?;
         let bytes = prepare::read_script(self.inner.sources.as_ref(), script)
             .await?
             .bytes;
         prepare::check_static(&bytes, self.inner.config.vm_limits)?;
         let run_id = RunId::parse("validate-0").expect("valid id");
-        let input = self.prepare_input(bytes, args, project_dir, &run_id, None);
+        let mut input = self.prepare_input(bytes, args, project_dir, &run_id, None);
+        input.mock_answers = mock_answers;
         Ok(prepare::prepare(input).await?)
     }
 
@@ -111,6 +124,7 @@ impl Engine {
             probe_limit: self.inner.config.probe_limit,
             nested: Some(self.nested_resolver(project_dir, run_id)),
             budget: Default::default(),
+            mock_answers: None,
         }
     }
 

@@ -207,6 +207,7 @@ impl Engine {
             }
         };
         Some(DriverSetup {
+            mock_answers: None,
             run_id: run_id.clone(),
             generation: record.generation,
             body,

@@ -36,6 +36,8 @@ pub(super) struct DryInput<'a> {
     /// The run's spending limits: the script's `budget` reads them (with the dry run's
     /// made-up usage, so a loop on `budget.remaining()` ends); the dry run never pauses.
     pub budget: crate::budget::SpendLimits,
+    /// Scripted answers (`validate --mock-answers`).
+    pub mock_answers: Option<Arc<crate::engine::mock_answers::MockAnswers>>,
 }
 
 /// A dry run whose VM runs and whose driver waits for the routing. Dropped without
@@ -98,8 +100,10 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
         vm_limits,
         nested,
         budget,
+        mock_answers,
     } = input;
     DriverSetup {
+        mock_answers,
         run_id: RunId::parse("dryrun-0").expect("valid id"),
         generation: 1,
         body: analyzed.body.clone(),
@@ -159,6 +163,7 @@ mod tests {
             vm_limits: VmLimits::default(),
             nested: None,
             budget: Default::default(),
+            mock_answers: None,
         })
     }
 

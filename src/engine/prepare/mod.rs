@@ -276,6 +276,8 @@ pub(crate) struct PrepareInput<'a> {
     /// The spending limits the caller's arguments set (none for a revision, which keeps the
     /// run's): `meta`'s fill in the rest.
     pub budget: crate::budget::SpendLimits,
+    /// Scripted answers for the dry run (`validate` only; admission never takes them).
+    pub mock_answers: Option<Arc<crate::engine::mock_answers::MockAnswers>>,
 }
 
 /// Runs every check of preparation.
@@ -307,6 +309,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
             .nested
             .map(|resolve| noting_use(resolve, nested_used.clone())),
         budget: limits,
+        mock_answers: input.mock_answers.clone(),
     });
     let routing = match input.existing_routing {
         Some(existing) => existing.clone(),
@@ -322,6 +325,11 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         }
     };
     let outcome = dry.finish(approving(&routing, &declared)).await?;
+    if let Some(failure) = input.mock_answers.as_ref().and_then(|mock| mock.failure()) {
+        return Err(Rejection::new(format!(
+            "SCRIPT_VALIDATION_ERROR: {failure}"
+        )));
+    }
     check_dry_outcome(&outcome)?;
     let known_result = (outcome.script_events == 0 && !nested_used.load(Ordering::SeqCst))
         .then(|| outcome.result.clone());
