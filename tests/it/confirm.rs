@@ -2,7 +2,8 @@
 //! above 25; earlier runs of the same script give a token estimate; a run above the
 //! confirmation threshold (`AGENTPRISM_CONFIRM_AGENTS`, default 100) is refused off a terminal
 //! with nothing stored, and starts with `--yes`, an explicit `--max-agents`/`maxAgents` at or
-//! above its size, or the threshold turned off. Elicitation is driven by
+//! above its size, or the threshold turned off; on a pseudo-terminal it asks, and the answer
+//! decides. Elicitation is driven by
 //! `tests/e2e/prompts_client.mjs` (`prompts.rs`).
 
 use serde_json::{Value, json};
@@ -171,4 +172,73 @@ async fn the_workflow_tool_refuses_naming_max_agents_and_carries_the_size() {
         text.contains("It starts 101 agent calls in 2 phases"),
         "{text}"
     );
+}
+
+/// `agentprism run` with stdin and stderr on a pseudo-terminal: it asks, and `answer` is typed.
+fn run_on_a_terminal(ctx: &TestContext, script: &str, answer: &str) -> (i32, String, String) {
+    use std::io::{Read as _, Write as _};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave = std::fs::File::from(pty.slave);
+    let mut command = ctx.command(&["run", script, "--args", r#"{"n":101}"#]);
+    command
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .stdout(Stdio::piped());
+    let mut child = command.spawn().expect("spawn agentprism");
+    drop(command);
+    let mut master = std::fs::File::from(pty.master);
+    let mut reader = master.try_clone().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        // Ends with EIO once the child and every copy of the terminal's other side are gone.
+        while let Ok(read) = reader.read(&mut buffer) {
+            if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !seen.contains("[y/N]") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = receiver
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no question on the terminal: {seen}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    master.write_all(format!("{answer}\n").as_bytes()).unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    while let Ok(chunk) = receiver.recv_timeout(Duration::from_millis(200)) {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    (code, stdout, seen)
+}
+
+#[test]
+fn on_a_terminal_the_run_asks_and_the_answer_decides() {
+    let ctx = TestContext::new();
+    let script = many(&ctx);
+    let (code, _, terminal) = run_on_a_terminal(&ctx, &script, "n");
+    assert_eq!(code, 2, "{terminal}");
+    assert!(
+        terminal.contains("(One 51, Two 50)") && terminal.contains("Start 101 agent calls? [y/N]"),
+        "{terminal}"
+    );
+    assert_eq!(run_count(&ctx), 0, "a declined run stores nothing");
+
+    let (code, stdout, terminal) = run_on_a_terminal(&ctx, &script, "y");
+    assert_eq!(code, 0, "{terminal}");
+    assert_eq!(stdout.trim(), "101", "{terminal}");
+    assert_eq!(run_count(&ctx), 1);
 }
