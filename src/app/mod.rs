@@ -416,6 +416,10 @@ async fn folder_services_over(
     settings.root = state.path.clone();
     settings.engine.allow_script_backends = true;
     settings.engine.max_active_per_project = settings.engine.max_runs;
+    // A served folder's workflows are the deployer's decision, and its callers (tools with the
+    // workflows' own input schemas, the run API, A2A) have no way to confirm a size: they run
+    // as `meta` and `maxAgents` allow, without the question (docs/serve.md).
+    settings.engine.confirm_agents = 0;
     let engine = engine_with_sources(settings, sources).await?;
     let folder = FolderServer::new(engine.clone(), folder, options)?;
     engine.start_timers();

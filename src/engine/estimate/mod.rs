@@ -63,14 +63,17 @@ impl RunSize {
         size
     }
 
-    /// "Review 120, Verify 18, Report 2"; calls outside phases read "no phase".
+    /// "Review 120, Verify 18, Report 2"; calls outside phases read "5 outside any phase".
     pub(crate) fn phase_list(&self) -> String {
         let parts: Vec<String> = self
             .phases
             .iter()
             .map(|(title, count)| {
-                let title = if title.is_empty() { "no phase" } else { title };
-                format!("{title} {count}")
+                if title.is_empty() {
+                    format!("{count} outside any phase")
+                } else {
+                    format!("{title} {count}")
+                }
             })
             .collect();
         parts.join(", ")

@@ -57,7 +57,7 @@ fn size_counts_agents_per_phase_in_first_seen_order_and_checkpoints_apart() {
             (String::new(), 1)
         ]
     );
-    assert_eq!(size.phase_list(), "Review 2, Verify 1, no phase 1");
+    assert_eq!(size.phase_list(), "Review 2, Verify 1, 1 outside any phase");
 }
 
 #[test]

@@ -275,3 +275,23 @@ fn a_finished_run_is_forgotten_after_the_terminal_ttl_and_a_waiting_one_is_kept(
     // A run waiting at a checkpoint is someone's open question: it is kept.
     assert_eq!(session.status(&waiting_id)["state"], "input_required");
 }
+
+#[test]
+fn a_served_workflow_above_the_confirmation_threshold_runs_without_a_question() {
+    let ctx = TestContext::new().set("AGENTPRISM_CONFIRM_AGENTS", "3");
+    let folder = copy_folder(&ctx, &fixtures(), "workflows");
+    std::fs::write(
+        folder.join("fan.js"),
+        "export const meta = { name: 'fan', description: 'five calls', model: 'mock' };\n\
+         return (await parallel([1, 2, 3, 4, 5].map((i) => () => agent('call ' + i)))).length;\n",
+    )
+    .unwrap();
+    let served = Served::start(&ctx, &folder, &[]);
+    let result = served.stateless().tool("fan", json!({}));
+    assert_ne!(result["isError"], true, "{result}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"result": 5}),
+        "{result}"
+    );
+}
