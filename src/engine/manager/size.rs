@@ -16,6 +16,9 @@ use crate::model::{CallKind, CallOrigin, RunId};
 /// How many listed runs of the project are looked at to find earlier runs of an inline script
 /// by its `meta.name`.
 const LISTED_RUNS: u32 = 200;
+/// How many earlier runs are read at most (newest first) to find the ones with usage, so a
+/// script run a thousand times without usage costs a bounded look at each admission.
+const EXAMINED_RUNS: usize = 30;
 
 impl Engine {
     /// The size object of `size` for `script`'s earlier runs in `project_dir`, and whether the
@@ -101,6 +104,7 @@ impl Engine {
         // Ids begin with their start time, so the newest sort last.
         ids.sort();
         ids.reverse();
+        ids.truncate(EXAMINED_RUNS);
         let mut past = Vec::new();
         for run_id in ids {
             if past.len() >= estimate::HISTORY_RUNS {
