@@ -150,12 +150,14 @@ impl Drop for World {
 
 impl Daemon {
     /// Starts `script` in this daemon through its MCP `workflow` tool; returns the run id.
+    /// `maxAgents` is the dry run's ceiling, so a long script needs no size confirmation.
     fn start_run(&self, world: &World, script: &str) -> String {
         let session = open_session(self.record.port);
         let answer = call_tool(
             self.record.port,
             &session,
-            json!({"action": "run", "projectDir": world.ctx.project(), "script": script}),
+            json!({"action": "run", "projectDir": world.ctx.project(), "script": script,
+                   "maxAgents": 10000}),
         );
         answer["runId"]
             .as_str()

@@ -164,11 +164,10 @@ pub fn describe(size: &Value) -> String {
     let named = size["phases"].as_array().map_or(0, |phases| {
         phases.iter().filter(|p| p["title"] != "").count()
     });
-    let mut text = format!(
-        "{agents} agent call{} in {named} phase{}",
-        plural(agents as usize),
-        plural(named)
-    );
+    let mut text = format!("{agents} agent call{}", plural(agents as usize));
+    if named > 0 {
+        text.push_str(&format!(" in {named} phase{}", plural(named)));
+    }
     if let (Some(tokens), Some(runs)) = (
         size["estimatedTokens"].as_u64(),
         size["history"]["runs"].as_u64(),
