@@ -161,16 +161,7 @@ impl Engine {
         );
         input.budget = request.limits.budget;
         let mut prepared = prepare_unless_cancelled(input, cancel).await?;
-        let (size, _) = self
-            .size_report(
-                &request.project_dir,
-                &request.script,
-                &prepared.analyzed.name,
-                &prepared.size,
-                &request.limits,
-            )
-            .await;
-        self.check_confirmed(&prepared.size, &request.limits)?;
+        let size = self.size_gate(&request, &prepared).await?;
         let (workspace, warning) = self.admission_base(&request.project_dir, &prepared).await?;
         prepared.warnings.extend(warning);
         let (script_source, script_file) = match &request.script {

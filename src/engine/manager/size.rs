@@ -52,6 +52,26 @@ impl Engine {
             .0
     }
 
+    /// The `size` object of a prepared run, or the refusal when it needs a confirmation the
+    /// request does not give.
+    pub(super) async fn size_gate(
+        &self,
+        request: &super::api::RunRequest,
+        prepared: &crate::engine::prepare::Prepared,
+    ) -> Result<Value, Rejected> {
+        self.check_confirmed(&prepared.size, &request.limits)?;
+        let (size, _) = self
+            .size_report(
+                &request.project_dir,
+                &request.script,
+                &prepared.analyzed.name,
+                &prepared.size,
+                &request.limits,
+            )
+            .await;
+        Ok(size)
+    }
+
     /// The refusal for a run above the confirmation threshold that nobody confirmed.
     pub(super) fn check_confirmed(
         &self,
