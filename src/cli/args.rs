@@ -296,6 +296,15 @@ pub struct ResumeArgs {
     /// A checkpoint answer `INDEX=VALUE`; VALUE is JSON (`true`, `"text"`) or plain text.
     #[arg(long = "reply", value_name = "INDEX=VALUE")]
     pub replies: Vec<String>,
+    /// Redo a call: its recorded answer is set aside and it runs live, and so does every later
+    /// call whose prompt changes because of it; the rest replay. A number is a call index
+    /// (as `status` lists calls), anything else a label (every call with it). Repeatable;
+    /// also resumes a completed run.
+    #[arg(long = "rerun", value_name = "INDEX_OR_LABEL")]
+    pub rerun: Vec<String>,
+    /// Redo every call with this label, even one that reads as a number. Repeatable.
+    #[arg(long = "rerun-label", value_name = "LABEL")]
+    pub rerun_labels: Vec<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]

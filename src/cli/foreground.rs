@@ -20,6 +20,7 @@ use super::{
 use crate::app::foreground_engine;
 use crate::engine::events::RunNotice;
 use crate::engine::manager::Rejected;
+use crate::engine::rerun::RerunTarget;
 use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest};
 use crate::env::EnvSnapshot;
 use crate::model::{CallKind, RunId, RunStatus};
@@ -187,6 +188,7 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
                 limits: limits(&args.limits)?,
                 operation_id: None,
                 timer: None,
+                rerun: rerun_targets(&args),
             })
             .await
             .map_err(engine_error)?;
@@ -195,10 +197,35 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
         {
             note!("the script file changed: continuing with the revised script");
         }
+        if let Some(rerun) = admission
+            .continuation
+            .as_ref()
+            .and_then(|c| c.get("rerun"))
+            .and_then(Value::as_array)
+        {
+            let calls: Vec<String> = rerun
+                .iter()
+                .map(|row| match row["label"].as_str() {
+                    Some(label) => format!("{} ({label})", row["callIndex"]),
+                    None => row["callIndex"].to_string(),
+                })
+                .collect();
+            note!("redoing call {}", calls.join(", "));
+        }
         note!("run {run_id} resumed");
         follow_run(&engine, &run_id, &mut notices, &args.foreground).await
     })
     .await
+}
+
+/// `--rerun` (a number is an index, else a label) and `--rerun-label`, in that order.
+fn rerun_targets(args: &ResumeArgs) -> Vec<RerunTarget> {
+    let named = args.rerun.iter().map(|text| match text.parse::<u32>() {
+        Ok(index) if text.bytes().all(|b| b.is_ascii_digit()) => RerunTarget::Index(index),
+        _ => RerunTarget::Label(text.clone()),
+    });
+    let labels = args.rerun_labels.iter().cloned().map(RerunTarget::Label);
+    named.chain(labels).collect()
 }
 
 pub(super) async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {

@@ -175,6 +175,8 @@ pub(crate) struct ReplayPool {
     by_inputs: HashMap<u64, Vec<usize>>,
     /// Row positions, ascending, by a digest of `hash` alone.
     by_hash: HashMap<u64, Vec<usize>>,
+    /// The rows this resume set aside to rerun (`engine::rerun`), no longer in `rows`.
+    set_aside: Vec<CallRecord>,
 }
 
 /// A bucket key. Different identities may share a digest, so every lookup still compares
@@ -214,11 +216,48 @@ impl ReplayPool {
             by_path,
             by_inputs,
             by_hash,
+            set_aside: Vec::new(),
         }
     }
 
+    /// The pool of a resume that reruns `set_aside` (rows no longer in the pool): a call
+    /// with one of their identities that runs live says it runs as a rerun.
+    pub(crate) fn with_set_aside(mut self, set_aside: Vec<CallRecord>) -> ReplayPool {
+        self.set_aside = set_aside;
+        self
+    }
+
+    /// The rows this resume set aside to rerun.
+    pub(crate) fn set_aside(&self) -> &[CallRecord] {
+        &self.set_aside
+    }
+
+    /// Whether a call may replay or rerun anything: a first generation's pool is empty.
     pub(crate) fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.rows.is_empty() && self.set_aside.is_empty()
+    }
+
+    /// What a user reads of a live decision for the call `(hash, path)`.
+    pub(crate) fn live_reason(
+        &self,
+        reason: LiveReason,
+        hash: &str,
+        path: Option<&str>,
+    ) -> crate::model::LiveReason {
+        use crate::model::LiveReason as Shown;
+        let rerun = self
+            .set_aside
+            .iter()
+            .any(|row| row.hash == hash && row.path.as_deref() == path);
+        match reason {
+            _ if rerun => Shown::Rerun,
+            LiveReason::NotRecorded => Shown::NotRecorded,
+            LiveReason::InputsChanged => Shown::InputsChanged,
+            LiveReason::Blocked => Shown::FailedBefore,
+            LiveReason::AmbiguousIdentity
+            | LiveReason::AmbiguousContent
+            | LiveReason::CandidateConsumed => Shown::Ambiguous,
+        }
     }
 
     #[cfg(test)]
@@ -390,6 +429,7 @@ mod tests {
             settlement_ordinal: u64::from(index),
             superseded_by: None,
             changes: None,
+            live_reason: None,
         }
     }
 

@@ -23,6 +23,7 @@ pub(crate) mod prepare;
 pub(crate) mod preview;
 pub(crate) mod redact;
 pub mod reopen;
+pub mod rerun;
 pub mod routing;
 pub mod runner;
 pub mod schema;

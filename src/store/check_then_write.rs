@@ -224,6 +224,17 @@ impl Calls for CheckThenWrite {
             .record_call_total(run_id, generation, total, fence)
             .await
     }
+
+    async fn set_aside_calls(
+        &self,
+        run_id: &RunId,
+        rows: &[(u32, u32)],
+        by: u32,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.check(run_id, fence).await?;
+        self.inner.set_aside_calls(run_id, rows, by, fence).await
+    }
 }
 
 #[async_trait]

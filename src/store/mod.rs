@@ -187,6 +187,8 @@ pub struct CallSummary {
     /// How many attempts the call made; `None` for a row written before attempts were
     /// counted (0 there).
     pub attempts: Option<u32>,
+    /// Why a call of a resumed generation ran live.
+    pub live_reason: Option<crate::model::LiveReason>,
 }
 
 impl From<&CallRecord> for CallSummary {
@@ -205,6 +207,7 @@ impl From<&CallRecord> for CallSummary {
             error: call.error.clone(),
             changes: call.changes.clone(),
             attempts: (call.attempts > 0).then_some(call.attempts),
+            live_reason: call.live_reason,
         }
     }
 }

@@ -213,6 +213,17 @@ pub trait Calls: CallReads {
         total: u64,
         fence: Fence<'_>,
     ) -> StoreResult<()>;
+
+    /// Sets aside the rows `(generation, index)` a resume reruns: they stop being replay
+    /// candidates (`superseded_by = by`) and stay in the run's history. All or none, fenced
+    /// like every execution write; naming a row that does not exist fails the whole write.
+    async fn set_aside_calls(
+        &self,
+        run_id: &RunId,
+        rows: &[(u32, u32)],
+        by: u32,
+        fence: Fence<'_>,
+    ) -> StoreResult<()>;
 }
 
 /// Reading a run's event stream and its log lines.

@@ -29,7 +29,7 @@ use crate::engine::runner::{BackendOrigin, BackendSpec, SessionSpec};
 use crate::engine::status::LiveCall;
 use crate::engine::tool_policy::ToolPolicy;
 use crate::engine::vm::VmReply;
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, ReplayInfo, Usage};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, LiveReason, ReplayInfo, Usage};
 use crate::util::sync::Lock;
 
 /// One `agent()` call after its checks, routed and identified: what a replay or an agent
@@ -60,6 +60,8 @@ struct LiveStart {
     supersedes: Vec<(u32, u32)>,
     /// A recorded session of this same call to reopen, or why there is none to.
     session: CallSession,
+    /// Why it runs live, in a generation that could have replayed it.
+    reason: Option<LiveReason>,
 }
 
 impl Driver {
@@ -83,6 +85,11 @@ impl Driver {
                     }
                     ReplayDecision::Live(reason) => {
                         tracing::debug!(run = %self.setup.run_id, index = call.index, ?reason, "call runs live");
+                        live.reason = Some(self.setup.pool.live_reason(
+                            reason,
+                            &call.hash,
+                            call.path.as_deref(),
+                        ));
                         live.supersedes = self.setup.pool.superseded_by_live(
                             CallKind::Agent,
                             call.path.as_deref(),
@@ -96,7 +103,10 @@ impl Driver {
                 hash: &call.hash,
                 inputs_hash: &call.inputs_hash,
             };
-            live.session = self.continuation_session(identity, call.options.isolated);
+            // A rerun starts afresh: its recorded session holds the answer it redoes.
+            if live.reason != Some(LiveReason::Rerun) {
+                live.session = self.continuation_session(identity, call.options.isolated);
+            }
         }
         if !self.budget_admits() {
             return;
@@ -361,6 +371,7 @@ impl Driver {
                 progress: Progress::default(),
                 outcome: call.outcome.is_some(),
                 session: live.session,
+                live_reason: live.reason,
             },
         );
         run_or_spawn(&self.tracker, task);
@@ -500,6 +511,7 @@ impl Driver {
             changes: source.changes.clone(),
             settlement_ordinal: self.next_settlement(),
             superseded_by: None,
+            live_reason: None,
         };
         let supersedes = vec![(source.generation, source.index)];
         match self.buffer_replay(record, supersedes).await {

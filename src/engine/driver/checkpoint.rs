@@ -246,6 +246,7 @@ impl Driver {
             changes: None,
             settlement_ordinal: self.next_settlement(),
             superseded_by: None,
+            live_reason: None,
         }
     }
 }

@@ -146,6 +146,7 @@ impl Driver {
             changes: None,
             settlement_ordinal: 0,
             superseded_by: None,
+            live_reason: call.live_reason,
         }
     }
 
@@ -367,6 +368,7 @@ mod tests {
             settlement_ordinal: 0,
             superseded_by: None,
             changes: None,
+            live_reason: None,
         }
     }
 

@@ -281,6 +281,8 @@ struct InFlight {
     outcome: bool,
     /// The session it reopens or opened, and the path that took ([`sessions`]).
     session: sessions::CallSession,
+    /// Why it runs live in a generation that could have replayed it.
+    live_reason: Option<crate::model::LiveReason>,
 }
 
 /// A settled call waiting for its group commit: its row (when journaled) and its answer.
@@ -474,11 +476,19 @@ impl Driver {
         let mut control_open = true;
         self.load_journaled_sessions().await;
         if self.setup.generation > 1 && !self.dry() {
-            self.events.push(
-                "resumed",
-                "root",
-                json!({"generation": self.setup.generation}),
-            );
+            let mut resumed = json!({"generation": self.setup.generation});
+            // A resume that reruns calls names the rows it set aside.
+            let rerun: Vec<Value> = self
+                .setup
+                .pool
+                .set_aside()
+                .iter()
+                .map(|row| json!({"generation": row.generation, "callIndex": row.index, "label": row.label}))
+                .collect();
+            if !rerun.is_empty() {
+                resumed["rerun"] = Value::Array(rerun);
+            }
+            self.events.push("resumed", "root", resumed);
         }
         // The generation is set up: status may keep what it shows between steps now.
         self.step_ends();

@@ -177,7 +177,8 @@ impl Driver {
                 .opt_text("model", route.map(|r| r.spec.as_str()))
                 .opt_text("backendId", route.map(|r| r.backend.id.as_str()))
                 .fixed("callIndex", index.into())
-                .opt_text("path", call.path.as_deref());
+                .opt_text("path", call.path.as_deref())
+                .opt_text("liveReason", call.live_reason.map(|r| r.as_str()));
             // Only a call that asks to reopen a recorded session says which.
             match call.session.reopening.as_deref() {
                 Some(session_id) => fields.text("reopening", session_id),

@@ -194,6 +194,7 @@ fn row(index: u32, origin: CallOrigin, settlement: u64) -> CallRecord {
         session: None,
         settlement_ordinal: settlement,
         superseded_by: None,
+        live_reason: None,
         changes: None,
     }
 }

@@ -54,6 +54,9 @@ pub struct ResumeRequest {
     /// The due moment of the automatic resume this request fires (`src/timers/`); `None` for
     /// a resume by the run's owner, which cancels any automatic one.
     pub timer: Option<i64>,
+    /// Calls to redo (`engine::rerun`): their recorded answers are set aside and they run
+    /// live; empty for a plain resume.
+    pub rerun: Vec<crate::engine::rerun::RerunTarget>,
 }
 
 /// The acknowledgement of an admitted run or resume.

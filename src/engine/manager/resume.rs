@@ -13,9 +13,10 @@ use crate::engine::manager::{
     Admission, Engine, EngineError, EngineResult, Rejected, ResumeRequest,
 };
 use crate::engine::prepare::{self, Rejection};
+use crate::engine::rerun::{self, RerunTarget};
 use crate::model::{
-    AutoResume, CheckpointAnswer, CheckpointKind, CheckpointWait, Lease, OperationReceipt, RunId,
-    RunRecord, RunStatus, ScriptRevision, ScriptSource,
+    AutoResume, CallRecord, CheckpointAnswer, CheckpointKind, CheckpointWait, Lease,
+    OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource,
 };
 use crate::store::{Fence, IntentScope, ScriptChange};
 use crate::util::{now_ms, sha256_hex};
@@ -31,8 +32,9 @@ impl Engine {
             return Ok(admission);
         }
         let mut record = self.load_reconciled(&run_id).await?;
-        check_resumable(&record)?;
+        check_resumable(&record, !request.rerun.is_empty())?;
         let answers = self.new_checkpoint_answers(&record, &request).await?;
+        let set_aside = self.rerun_rows(&run_id, &request).await?;
         let meta_before = meta_limits(&record.meta).unwrap_or_default();
         // A pack run takes no revision: its texts come back from the pack, digests checked.
         let revised = if record.script_source == ScriptSource::Pack {
@@ -79,6 +81,13 @@ impl Engine {
             .operation_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let mut continuation = json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id});
+        if !set_aside.is_empty() {
+            continuation["rerun"] = set_aside
+                .iter()
+                .map(|row| json!({"generation": row.generation, "callIndex": row.index, "label": row.label}))
+                .collect();
+        }
         let admission = Admission {
             run_id: run_id.clone(),
             status: RunStatus::Running,
@@ -88,9 +97,7 @@ impl Engine {
             setup: None,
             warnings: Vec::new(),
             size: None,
-            continuation: Some(
-                json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id}),
-            ),
+            continuation: Some(continuation),
         };
         let receipt = OperationReceipt {
             operation_id,
@@ -99,8 +106,16 @@ impl Engine {
             response: admission_to_receipt(&admission),
             created_at: now_ms(),
         };
+        let rows: Vec<(u32, u32)> = set_aside.iter().map(|r| (r.generation, r.index)).collect();
         let write = async {
             self.inner.store.put_receipt(&run_id, &receipt).await?;
+            if !rows.is_empty() {
+                let fence = Fence(&lease.token);
+                let store = &self.inner.store;
+                store
+                    .set_aside_calls(&run_id, &rows, record.generation, fence)
+                    .await?;
+            }
             let change = if revised {
                 ScriptChange::Changed
             } else {
@@ -115,11 +130,31 @@ impl Engine {
             let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
             return Err(error.into());
         }
-        let pool = ReplayPool::new(self.inner.store.replay_pool(&run_id).await?, revised);
+        let pool = ReplayPool::new(self.inner.store.replay_pool(&run_id).await?, revised)
+            .with_set_aside(set_aside);
         let answers = self.inner.store.checkpoint_answers(&run_id).await?;
         self.spawn_execution(record, lease, Some(pool), answers);
         drop(slot);
         Ok(admission)
+    }
+
+    /// The recorded rows the request's `rerun` sets aside (none for a plain resume); a target
+    /// that names nothing is refused, naming the field.
+    async fn rerun_rows(
+        &self,
+        run_id: &RunId,
+        request: &ResumeRequest,
+    ) -> EngineResult<Vec<CallRecord>> {
+        if request.rerun.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pool = self.inner.store.replay_pool(run_id).await?;
+        rerun::select(&pool, &request.rerun).map_err(|message| {
+            EngineError::Rejected(Rejected::input(
+                "rerun",
+                format!("cannot rerun in run {run_id}: {message}"),
+            ))
+        })
     }
 
     /// The first answer to a repeated `operationId`, while the generation it started is
@@ -325,12 +360,14 @@ impl Engine {
 }
 
 /// Which runs can be resumed: paused, failed, and aborted ones unless a declined backend
-/// approval aborted them.
-fn check_resumable(record: &RunRecord) -> EngineResult<()> {
+/// approval aborted them; a completed one only to rerun some of its calls.
+fn check_resumable(record: &RunRecord, rerun: bool) -> EngineResult<()> {
     let run_id = &record.run_id;
     match record.status {
+        RunStatus::Completed if rerun => Ok(()),
         RunStatus::Completed => Err(EngineError::Rejected(Rejected::Conflict(format!(
-            "run {run_id} is completed; a completed run cannot be resumed (start a new run)"
+            "run {run_id} is completed; a completed run cannot be resumed (start a new run, or \
+             name calls to redo with rerun)"
         )))),
         RunStatus::Pending => Err(EngineError::Rejected(Rejected::AwaitingSetup(
             run_id.clone(),
@@ -483,6 +520,9 @@ pub(super) fn resume_digest(request: &ResumeRequest) -> String {
         "agentRetries": request.limits.agent_retries,
     });
     // Only when given, so the digest of a request without them is what it always was.
+    if !request.rerun.is_empty() {
+        body["rerun"] = request.rerun.iter().map(RerunTarget::to_json).collect();
+    }
     let budget = request.limits.budget;
     if let Some(tokens) = budget.tokens {
         body["tokenBudget"] = json!(tokens);

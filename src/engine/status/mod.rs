@@ -162,6 +162,9 @@ pub struct CallEntry {
     /// Answered from the journal of an earlier generation.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// Why a settled call of a resumed generation ran live instead of replaying.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_reason: Option<crate::model::LiveReason>,
     /// What a settled isolated call changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<CallChanges>,
@@ -402,6 +405,7 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
                 .as_ref()
                 .map(|error| error_message(&error.message)),
             replayed: call.origin == CallOrigin::JournalReplay,
+            live_reason: call.live_reason,
             changes: call.changes.clone(),
         });
     }
@@ -425,6 +429,7 @@ fn call_rows(record: &RunRecord, calls: &[CallSummary], live: Option<&LiveView>)
                 error_code: None,
                 error_message: None,
                 replayed: false,
+                live_reason: None,
                 changes: None,
             });
         }

@@ -115,6 +115,62 @@ pub async fn calls_replay_pool_and_latest_calls_are_ordered<B: Backend>(backend:
     );
 }
 
+/// Rows a resume reruns are set aside: out of the replay pool, kept in `calls` with the
+/// generation that set them aside. The write is fenced and all-or-none, and a row's
+/// `live_reason` round-trips.
+pub async fn set_aside_calls_leave_the_pool_and_stay_in_history<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    let fence = Fence("token-a");
+    let rows = [call(1, 0, 1), call(1, 1, 2), call(1, 2, 3)];
+    let writes: Vec<CallWrite<'_>> = rows.iter().map(|row| write(row, &[], &[])).collect();
+    store
+        .append_calls(id, &writes, fence)
+        .await
+        .expect("generation 1");
+    let pool = |calls: Vec<CallRecord>| -> Vec<(u32, u32)> {
+        calls.iter().map(|c| (c.generation, c.index)).collect()
+    };
+    let missing = store.set_aside_calls(id, &[(1, 0), (1, 9)], 2, fence).await;
+    assert!(matches!(missing, Err(StoreError::Io(_))), "{missing:?}");
+    let stale = store
+        .set_aside_calls(id, &[(1, 0)], 2, Fence("token-b"))
+        .await;
+    assert!(matches!(stale, Err(StoreError::Fenced(_))), "{stale:?}");
+    assert_eq!(
+        pool(store.replay_pool(id).await.expect("pool")),
+        vec![(1, 0), (1, 1), (1, 2)],
+        "a refused write sets nothing aside"
+    );
+    store
+        .set_aside_calls(id, &[(1, 0), (1, 2)], 2, fence)
+        .await
+        .expect("set aside");
+    assert_eq!(
+        pool(store.replay_pool(id).await.expect("pool")),
+        vec![(1, 1)]
+    );
+    let history = store.calls(id).await.expect("calls");
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[0].superseded_by, Some(2));
+    assert_eq!(history[1].superseded_by, None);
+    let rerun = CallRecord {
+        live_reason: Some(crate::model::LiveReason::Rerun),
+        ..call(2, 0, 4)
+    };
+    store
+        .append_call(id, write(&rerun, &[], &[]), fence)
+        .await
+        .expect("generation 2");
+    let latest = store.latest_calls(id).await.expect("latest");
+    assert_eq!(latest, vec![rerun.clone()]);
+    let shown = store.status_call_tail(id, 5, true).await.expect("tail");
+    assert_eq!(
+        shown.calls[0].live_reason,
+        Some(crate::model::LiveReason::Rerun)
+    );
+}
+
 /// The tail is the latest generation's non-checkpoint count and its last rows by index,
 /// ascending, whatever order they settled in; a generation of checkpoints only has none.
 pub async fn call_tail_counts_and_bounds_the_latest_generation<B: Backend>(backend: &B) {

@@ -82,6 +82,7 @@ macro_rules! store_contract_tests {
             delete_cascades_to_everything_stored_with_the_run,
             append_call_supersedes_rows_and_appends_events,
             calls_replay_pool_and_latest_calls_are_ordered,
+            set_aside_calls_leave_the_pool_and_stay_in_history,
             call_tail_counts_and_bounds_the_latest_generation,
             recorded_call_totals_stand_until_the_generation_grows,
             checkpoint_calls_are_the_standing_checkpoint_rows,
@@ -359,6 +360,7 @@ pub fn call(generation: u32, index: u32, settlement_ordinal: u64) -> CallRecord 
         session: Some(json!({ "sessionId": "s-1" })),
         settlement_ordinal,
         superseded_by: None,
+        live_reason: None,
         changes: Some(CallChanges {
             branch: Some(format!("agentprism/{RUN}/{index}-call-{index}")),
             base_commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".to_owned(),

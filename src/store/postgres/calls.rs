@@ -12,7 +12,7 @@ use super::events::insert_events;
 use super::rows::{
     RowReader, fenced_run_key, optional_display_text, optional_json, run_key, to_bigint, to_json,
 };
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, LiveReason, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
 /// The columns every call read selects.
@@ -20,7 +20,7 @@ macro_rules! call_columns {
     () => {
         "generation, call_index, kind, hash, path, inputs_hash, label, phase, outcome, origin, \
          result, error, aborted, attempts, usage, model_requested, model_resolved, backend_id, \
-         resolved_cwd, replay, session, settlement_ordinal, superseded_by, changes"
+         resolved_cwd, replay, session, settlement_ordinal, superseded_by, changes, live_reason"
     };
 }
 
@@ -56,9 +56,9 @@ const TAIL_ROWS: &str = concat!(
 const INSERT: &str = "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal,
          superseded_by, kind, hash, path, inputs_hash, label, phase, outcome, origin,
          aborted, attempts, model_requested, model_resolved, backend_id, resolved_cwd,
-         usage, error, replay, session, result, changes)
+         usage, error, replay, session, result, changes, live_reason)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-         $19, $20, $21, $22, $23, $24, $25)";
+         $19, $20, $21, $22, $23, $24, $25, $26)";
 
 /// Which whole-run read [`read`] makes.
 #[derive(Clone, Copy)]
@@ -209,27 +209,8 @@ pub(super) async fn append(
     let mut generations: Vec<u32> = Vec::new();
     for write in writes {
         insert_call(&transaction, run_key, run_id, write.record).await?;
-        let superseded_by = i64::from(write.record.generation);
-        for &(generation, index) in write.supersedes {
-            let changed = execute(
-                &transaction,
-                "UPDATE calls SET superseded_by = $1
-                 WHERE run_key = $2 AND generation = $3 AND call_index = $4",
-                &[
-                    &superseded_by,
-                    &run_key,
-                    &i64::from(generation),
-                    &i64::from(index),
-                ],
-            )
-            .await
-            .context(doing)?;
-            if changed == 0 {
-                return Err(StoreError::Io(format!(
-                    "{}: call {index} of generation {generation} to supersede does not exist",
-                    doing()
-                )));
-            }
+        for &row in write.supersedes {
+            supersede(&transaction, run_key, row, write.record.generation, doing).await?;
         }
         insert_events(&transaction, run_key, run_id, write.events).await?;
         if !generations.contains(&write.record.generation) {
@@ -247,6 +228,54 @@ pub(super) async fn append(
         .context(doing)?;
     }
     transaction.commit().await.context(doing)
+}
+
+/// Sets aside rows a resume reruns ([`crate::store::Calls::set_aside_calls`]).
+pub(super) async fn set_aside(
+    client: &mut Client,
+    run_id: &RunId,
+    rows: &[(u32, u32)],
+    by: u32,
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    let doing = || format!("set aside calls of run {run_id}");
+    let transaction = client.transaction().await.context(doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence).await?;
+    for &row in rows {
+        supersede(&transaction, run_key, row, by, doing).await?;
+    }
+    transaction.commit().await.context(doing)
+}
+
+/// Marks the row `(generation, index)` superseded by generation `by`; a row that does not
+/// exist fails the write.
+async fn supersede(
+    client: &impl GenericClient,
+    run_key: i64,
+    (generation, index): (u32, u32),
+    by: u32,
+    doing: impl Fn() -> String,
+) -> StoreResult<()> {
+    let changed = execute(
+        client,
+        "UPDATE calls SET superseded_by = $1
+         WHERE run_key = $2 AND generation = $3 AND call_index = $4",
+        &[
+            &i64::from(by),
+            &run_key,
+            &i64::from(generation),
+            &i64::from(index),
+        ],
+    )
+    .await
+    .context(&doing)?;
+    if changed == 0 {
+        return Err(StoreError::Io(format!(
+            "{}: call {index} of generation {generation} to supersede does not exist",
+            doing()
+        )));
+    }
+    Ok(())
 }
 
 async fn insert_call(
@@ -300,6 +329,7 @@ async fn insert_call(
             &session,
             &result,
             &changes,
+            &call.live_reason.map(LiveReason::as_str),
         ],
     )
     .await
@@ -334,5 +364,15 @@ fn call_from_row(row: &Row, run_id: &RunId) -> StoreResult<CallRecord> {
         settlement_ordinal: reader.unsigned("settlement_ordinal")?,
         superseded_by: reader.optional_u32("superseded_by")?,
         changes: reader.optional_json("changes")?,
+        live_reason: reader
+            .optional_string("live_reason")?
+            .map(|text| {
+                LiveReason::parse(&text).ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "run {run_id}: column calls.live_reason: unknown value {text:?}"
+                    ))
+                })
+            })
+            .transpose()?,
     })
 }

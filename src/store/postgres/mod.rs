@@ -359,6 +359,19 @@ impl Calls for PostgresStore {
             calls::record_total(&mut client, run_id, generation, total, fence).await
         })
     }
+
+    async fn set_aside_calls(
+        &self,
+        run_id: &RunId,
+        rows: &[(u32, u32)],
+        by: u32,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        let doing = || format!("set aside calls of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            calls::set_aside(&mut client, run_id, rows, by, fence).await
+        })
+    }
 }
 
 #[async_trait]

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
 use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_sql_integer};
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, RunId};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, LiveReason, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
 /// The columns every call read selects, in the order of [`CALL_COLUMNS`], from
@@ -25,7 +25,7 @@ macro_rules! call_columns {
         "c.generation, c.call_index, c.kind, c.hash, c.path, c.inputs_hash, c.label, c.phase, \
          c.outcome, c.origin, c.result, c.error, c.aborted, c.attempts, c.usage, \
          c.model_requested, c.model_resolved, c.backend_id, c.resolved_cwd, c.replay, \
-         c.session, c.settlement_ordinal, s.superseded_by, c.changes"
+         c.session, c.settlement_ordinal, s.superseded_by, c.changes, c.live_reason"
     };
 }
 
@@ -47,7 +47,7 @@ macro_rules! not_superseded {
 }
 
 /// The names of [`call_columns!`] by position, for the messages about bad stored data.
-const CALL_COLUMNS: [&str; 24] = [
+const CALL_COLUMNS: [&str; 25] = [
     "generation",
     "call_index",
     "kind",
@@ -72,6 +72,7 @@ const CALL_COLUMNS: [&str; 24] = [
     "settlement_ordinal",
     "superseded_by",
     "changes",
+    "live_reason",
 ];
 
 /// The latest generation with any row: one descent of the primary key.
@@ -305,39 +306,61 @@ pub(super) fn append(
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
     for write in writes {
         insert_call(&transaction, run_key, run_id, write.record)?;
-        for &(generation, index) in write.supersedes {
-            // Only a row that exists is superseded; a row superseded again takes the later
-            // generation, as the column did.
-            let changed = transaction
-                .prepare_cached(
-                    "INSERT INTO call_supersessions (run_key, generation, call_index,
-                         superseded_by)
-                     SELECT run_key, generation, call_index, ?1 FROM calls
-                     WHERE run_key = ?2 AND generation = ?3 AND call_index = ?4
-                     ON CONFLICT (run_key, generation, call_index)
-                         DO UPDATE SET superseded_by = excluded.superseded_by",
-                )
-                .and_then(|mut statement| {
-                    statement.execute(rusqlite::params![
-                        write.record.generation,
-                        run_key,
-                        generation,
-                        index
-                    ])
-                })
-                .context(doing)?;
-            if changed == 0 {
-                return Err(StoreError::Io(format!(
-                    "{}: call {index} of generation {generation} to supersede does not exist",
-                    doing()
-                )));
-            }
+        for &row in write.supersedes {
+            supersede(&transaction, run_key, row, write.record.generation, doing)?;
         }
     }
     let events = writes.iter().flat_map(|write| write.events);
     insert_events(&transaction, run_key, run_id, events)?;
     forget_totals(&transaction, run_key, run_id, writes)?;
     transaction.commit().context(doing)
+}
+
+/// Sets aside rows a resume reruns ([`crate::store::Calls::set_aside_calls`]).
+pub(super) fn set_aside(
+    connection: &mut Connection,
+    run_id: &RunId,
+    rows: &[(u32, u32)],
+    by: u32,
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    let doing = || format!("set aside calls of run {run_id}");
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    for &row in rows {
+        supersede(&transaction, run_key, row, by, doing)?;
+    }
+    transaction.commit().context(doing)
+}
+
+/// Marks the row `(generation, index)` superseded by generation `by`. Only a row that
+/// exists is superseded; a row superseded again takes the later generation.
+fn supersede(
+    transaction: &Transaction<'_>,
+    run_key: i64,
+    (generation, index): (u32, u32),
+    by: u32,
+    doing: impl Fn() -> String,
+) -> StoreResult<()> {
+    let changed = transaction
+        .prepare_cached(
+            "INSERT INTO call_supersessions (run_key, generation, call_index, superseded_by)
+             SELECT run_key, generation, call_index, ?1 FROM calls
+             WHERE run_key = ?2 AND generation = ?3 AND call_index = ?4
+             ON CONFLICT (run_key, generation, call_index)
+                 DO UPDATE SET superseded_by = excluded.superseded_by",
+        )
+        .and_then(|mut statement| {
+            statement.execute(rusqlite::params![by, run_key, generation, index])
+        })
+        .context(&doing)?;
+    if changed == 0 {
+        return Err(StoreError::Io(format!(
+            "{}: call {index} of generation {generation} to supersede does not exist",
+            doing()
+        )));
+    }
+    Ok(())
 }
 
 fn insert_call(
@@ -364,11 +387,11 @@ fn insert_call(
             "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal, kind, hash,
                  path, inputs_hash, label, phase, outcome, origin, aborted, attempts,
                  model_requested, model_resolved, backend_id, resolved_cwd, usage, error, replay,
-                 session, result, changes)
+                 session, result, changes, live_reason)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                 ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
         )
-        // Positional, in the columns' order: binding 24 names looks each one up among all.
+        // Positional, in the columns' order: binding 25 names looks each one up among all.
         .and_then(|mut statement| {
             statement.execute(rusqlite::params![
                 run_key,
@@ -395,6 +418,7 @@ fn insert_call(
                 session,
                 result,
                 changes,
+                call.live_reason.map(LiveReason::as_str),
             ])
         })
         .context(doing)?;
@@ -486,6 +510,7 @@ pub(super) fn call_from_row(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallRe
         settlement_ordinal: columns.unsigned(21)?,
         superseded_by: columns.get(22)?,
         changes: columns.optional_json(23)?,
+        live_reason: columns.optional_parsed(24, LiveReason::parse)?,
     })
 }
 
@@ -548,6 +573,21 @@ impl Columns<'_, '_> {
             self.reader
                 .corrupt(CALL_COLUMNS[index], format!("unknown value {text:?}"))
         })
+    }
+
+    fn optional_parsed<T>(
+        &self,
+        index: usize,
+        parse: fn(&str) -> Option<T>,
+    ) -> StoreResult<Option<T>> {
+        let text: Option<String> = self.get(index)?;
+        text.map(|text| {
+            parse(&text).ok_or_else(|| {
+                self.reader
+                    .corrupt(CALL_COLUMNS[index], format!("unknown value {text:?}"))
+            })
+        })
+        .transpose()
     }
 }
 

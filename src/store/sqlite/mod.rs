@@ -300,6 +300,16 @@ impl Calls for SqliteStore {
     ) -> StoreResult<()> {
         self.with(|connection| calls::record_total(connection, run_id, generation, total, fence))
     }
+
+    async fn set_aside_calls(
+        &self,
+        run_id: &RunId,
+        rows: &[(u32, u32)],
+        by: u32,
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.with(|connection| calls::set_aside(connection, run_id, rows, by, fence))
+    }
 }
 
 #[async_trait]

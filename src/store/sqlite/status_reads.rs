@@ -10,16 +10,17 @@ use serde::de::DeserializeOwned;
 use super::calls::{TAIL_GENERATION, generation_total};
 use super::connection::Context;
 use super::rows::{RowReader, run_key};
-use crate::model::{CallKind, CallOrigin, CallOutcome, RunId};
+use crate::model::{CallKind, CallOrigin, CallOutcome, LiveReason, RunId};
 use crate::store::{CallSummary, StoreResult, SummaryTail};
 
 /// The shown columns, in the order [`SHOWN`] names them.
 const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
-         model_requested, backend_id, outcome, origin, result, error, changes, attempts
+         model_requested, backend_id, outcome, origin, result, error, changes, attempts,
+         live_reason
      FROM calls
      WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
      ORDER BY call_index DESC LIMIT ?3";
-const SHOWN: [&str; 13] = [
+const SHOWN: [&str; 14] = [
     "generation",
     "call_index",
     "kind",
@@ -33,6 +34,7 @@ const SHOWN: [&str; 13] = [
     "error",
     "changes",
     "attempts",
+    "live_reason",
 ];
 
 pub(super) fn tail(
@@ -93,6 +95,16 @@ fn summary(row: &Row<'_>, run_id: &RunId) -> StoreResult<CallSummary> {
         error: columns.optional_json(10)?,
         changes: columns.optional_json(11)?,
         attempts: columns.get::<u32>(12).map(|n| (n > 0).then_some(n))?,
+        live_reason: columns
+            .get::<Option<String>>(13)?
+            .map(|text| {
+                LiveReason::parse(&text).ok_or_else(|| {
+                    columns
+                        .reader
+                        .corrupt(SHOWN[13], format!("unknown value {text:?}"))
+                })
+            })
+            .transpose()?,
     })
 }
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use crate::engine::rerun::{MAX_TARGETS as RERUN_MAX, RerunTarget};
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::{LimitOverrides, ResumeRequest, RunRequest, ScriptInput, StatusQuery};
 use crate::mcp::handler::{McpError, McpResult};
@@ -90,6 +91,7 @@ pub(super) fn parse(arguments: &Value, default_project: Option<&Path>) -> McpRes
             limits: input.limits()?,
             operation_id: None,
             timer: None,
+            rerun: input.rerun()?,
         }),
         "setup-response" => Action::SetupResponse {
             run_id: input.run_id()?,
@@ -425,6 +427,55 @@ impl Input<'_> {
             }
         }
         Ok(Some(names))
+    }
+
+    /// `rerun`: call indexes and labels, each checked here; whether they name calls of the
+    /// run is the engine's to say.
+    fn rerun(&self) -> McpResult<Vec<RerunTarget>> {
+        let Some(value) = self.fields.get("rerun") else {
+            return Ok(Vec::new());
+        };
+        let Some(items) = value.as_array() else {
+            return Err(self.error(
+                "rerun",
+                format!(
+                    "must be an array of call indexes and labels, got {}",
+                    kind_of(value)
+                ),
+            ));
+        };
+        if items.is_empty() || items.len() > RERUN_MAX {
+            return Err(self.error(
+                "rerun",
+                format!("must have 1 to {RERUN_MAX} items, got {}", items.len()),
+            ));
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(position, item)| match item {
+                Value::Number(number) => number
+                    .as_u64()
+                    .and_then(|index| u32::try_from(index).ok())
+                    .map(RerunTarget::Index)
+                    .ok_or_else(|| {
+                        self.error(
+                            "rerun",
+                            format!("item {position} ({number}) is not a call index (0, 1, 2, ...)"),
+                        )
+                    }),
+                Value::String(label) if !label.is_empty() && label.len() <= ID_MAX => {
+                    Ok(RerunTarget::Label(label.clone()))
+                }
+                other => Err(self.error(
+                    "rerun",
+                    format!(
+                        "item {position} must be a call index or a label of 1 to {ID_MAX} bytes, got {}",
+                        kind_of(other)
+                    ),
+                )),
+            })
+            .collect()
     }
 
     fn checkpoint_replies(&self) -> McpResult<Vec<(u32, Value)>> {

@@ -39,6 +39,7 @@ pub const ACTIONS: &[(&str, &[&str])] = &[
         &[
             "runId",
             "checkpointReplies",
+            "rerun",
             "maxAgents",
             "concurrency",
             "agentRetries",
@@ -117,6 +118,7 @@ pub(super) fn definition() -> Value {
                 "modelFilter": {"type": "string", "minLength": 1, "maxLength": MODEL_FILTER_MAX, "description": "config: keep model choices containing this text (case-insensitive, `*` matches any run), or `/pattern/` with `.`, `*`, `^`, `$`."},
                 "runId": {"type": "string", "pattern": "^[a-z0-9]+-[a-z0-9]+$", "maxLength": RUN_ID_MAX, "description": "Every action but config and run: the exact run id from the run acknowledgement."},
                 "checkpointReplies": {"type": "object", "propertyNames": {"pattern": "^(0|[1-9][0-9]*)$"}, "description": "resume: answers by checkpoint call index (outcome.checkpointContext.callIndex): confirm → boolean, input → string, select → one of the choices."},
+                "rerun": {"type": "array", "minItems": 1, "maxItems": crate::engine::rerun::MAX_TARGETS, "items": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1, "maxLength": ID_MAX}]}, "description": "resume: calls to redo, by call index (status calls[].index) or label (every call with it). Their recorded answers are set aside (kept in history) and they run live; later calls whose prompts change because of them run live too, the rest replay. Also on completed runs. Not calls inside a nested workflow()."},
                 "setupId": {"type": "string", "minLength": 1, "description": "setup-response: the pending setup request id (setup.request.id)."},
                 "permissionId": {"type": "string", "minLength": 1, "description": "permissions-response: the pending permission id (status.pendingPermissions)."},
                 "response": {"type": "object", "description": "setup-response: {action:\"accept\",content:{approve:true|false}} | {action:\"decline\"} | {action:\"cancel\"}. permissions-response: {outcome:{outcome:\"selected\",optionId}} | {outcome:{outcome:\"cancelled\"}}."},

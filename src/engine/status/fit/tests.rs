@@ -73,6 +73,7 @@ fn entry(index: u32, label: String, preview: Option<Value>) -> CallEntry {
         error_code: None,
         error_message: None,
         replayed: false,
+        live_reason: None,
         // Every third call ran isolated, so the sizes reckoned include its outcome.
         changes: index.is_multiple_of(3).then(|| crate::model::CallChanges {
             branch: Some(format!("agentprism/r/{index}-{}", index * 7)),
