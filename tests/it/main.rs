@@ -59,6 +59,7 @@ mod security_folders;
 mod security_peer;
 mod security_reaper;
 mod replicas;
+mod rerun;
 mod serve;
 mod sdk_clients;
 mod sdk_clients_ts;

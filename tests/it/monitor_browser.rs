@@ -4,8 +4,8 @@
 //! drives it with `playwright-core` and Debian's `/usr/bin/chromium` over a run with a
 //! checkpoint, a permission request and several agents on the mock ACP agent: the graph
 //! renders, the checkpoint and the permission are answered from the panel, one agent is
-//! stopped, the result is paged and downloaded, a second invocation in the same iframe
-//! rebinds, fullscreen keeps the selection, the narrow layout moves the inspector below the
+//! stopped, the result is paged and downloaded, an agent of a completed run is rerun from
+//! the panel, a second invocation in the same iframe rebinds, fullscreen keeps the selection, the narrow layout moves the inspector below the
 //! graph, and the model-facing tool list the host computes leaves out the app-only tools. Then
 //! the same panel as a plain page (`GET /ui`), speaking MCP to its own origin, approves the
 //! setup of a run whose script declares its own backend and answers its checkpoint. The
@@ -101,6 +101,7 @@ fn the_panel_drives_a_real_run_in_headless_chromium() {
         "the checkpoint answered from the panel and the run continued",
         "one agent stopped from the panel, the run went on",
         "the result pages",
+        "the panel reruns an agent of a completed run",
         "the setup approved from the standalone page",
         "the standalone page answers a checkpoint and shows the result",
         "markup from a run is shown as text and never runs",

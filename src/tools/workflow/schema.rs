@@ -95,7 +95,7 @@ pub(super) fn definition() -> Value {
         "title": "Workflow runs",
         "description": "Run durable multi-agent workflow scripts (JavaScript whose agent() calls go to coding agents) and manage their lifecycle. \
     Actions: config (discover backends, models, modes: do this first), run (prepare and admit a script; returns an acknowledgement at once), \
-    status (bounded snapshot), result (page the exact JSON result), resume (continue a paused/stopped/failed run under the same runId, answering checkpoints), \
+    status (bounded snapshot), result (page the exact JSON result), resume (continue a paused/stopped/failed run under the same runId, answering checkpoints; rerun redoes chosen calls, also of a completed run), \
     setup-response (approve or decline script-declared backends), permissions-response (answer an agent's permission request), stop, pause. \
     Each action accepts only its own fields; see each field's description. Authoring guide: skill://agentprism-workflow-authoring/SKILL.md.",
         "inputSchema": {

@@ -314,6 +314,35 @@ async function layout(t) {
 
 }
 
+/** "Rerun from here" on a settled agent of a completed run: the panel resumes the run with
+ *  that call to redo, and the redone call says why it ran live. */
+async function rerunning(t) {
+    const { page, view, log, client, other, monitorResult } = t;
+    await waitStatus(client, other, 'completed');
+    await page.evaluate(([args, result]) => window.invokeMonitor(args, result), [{ runId: other }, await monitorResult(other)]);
+    await until('the completed other run', async () => (await view.locator('[data-testid=status]').textContent()).startsWith('completed'));
+    await view.locator('[data-testid=agent]', { hasText: 'other-agent' }).click();
+    await view.locator('[data-testid=rerun-agent]').click();
+    // The panel's banner says how its resume went; an error there ends the wait with it.
+    const answered = await until('the panel to resume the run', async () => {
+        const text = await view.locator('[data-testid=banner]').textContent();
+        return text.startsWith('rerun:') ? text : null;
+    });
+    report.check('the panel resumes the run to rerun the agent', answered === 'rerun: done.', answered);
+    const redone = await until('the rerun to complete', async () => {
+        const status = await client.workflow({ action: 'status', runId: other });
+        return status.status === 'completed' && status.generation === 2 ? status : null;
+    });
+    const asked = (await log()).toolCalls.find(call => call.name === 'workflow' && call.arguments.action === 'resume'
+        && call.arguments.runId === other);
+    const call = redone.calls.find(c => c.label === 'other-agent');
+    report.check('the panel reruns an agent of a completed run',
+        asked && JSON.stringify(asked.arguments.rerun) === '[0]' && call && call.liveReason === 'rerun',
+        () => JSON.stringify({ asked, call }));
+    await until('the panel to say why it ran', async () =>
+        (await view.locator('[data-testid=inspect-ran]').textContent()) === 'live: asked to rerun');
+}
+
 /** The same panel as a plain page, with its own MCP session. */
 async function standalone(t) {
     const { page, view, log, host, client, main, other, monitorResult } = t;
@@ -448,7 +477,7 @@ try {
     const monitorResult = async runId => host.callTool({ name: 'workflow_monitor', arguments: { runId } });
 
     const t = { page, view, log, host, client, main, other, monitorResult, browser, consoleErrors };
-    for (const scenario of [rebinding, selection, answers, layout, standalone]) await scenario(t);
+    for (const scenario of [rebinding, selection, answers, layout, rerunning, standalone]) await scenario(t);
 } catch (error) {
     if (!(error instanceof StepFailed)) report.fail('unexpected error', error.stack || String(error));
 } finally {
