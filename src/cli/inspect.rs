@@ -11,7 +11,7 @@ use super::{EXIT_COMPLETED, EXIT_FAILED};
 use crate::app::foreground_engine;
 use crate::engine::{EngineError, StatusQuery};
 use crate::env::EnvSnapshot;
-use crate::model::{CallChanges, RunStatus, RunSummary, WorkspaceBase, short_commit};
+use crate::model::{CallChanges, EndSummary, RunStatus, RunSummary, WorkspaceBase, short_commit};
 use crate::util::iso_time;
 
 /// `status <runId>`: the bounded status document, as text or `--json`.
@@ -154,6 +154,14 @@ fn print_status(status: &Value) {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     );
+    if let Some(summary) = EndSummary::of_status(status) {
+        for (position, line) in summary.details("  ").iter().enumerate() {
+            match position {
+                0 => say!("summary: {line}"),
+                _ => say!("{line}"),
+            }
+        }
+    }
     if let Some(base) = status
         .get("workspace")
         .and_then(|base| serde_json::from_value::<WorkspaceBase>(base.clone()).ok())
@@ -289,11 +297,13 @@ pub(super) async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
             say!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             for run in &list {
+                let summary = run.summary.as_ref().map(EndSummary::line);
                 say!(
-                    "{:<24} {:<10} {:<24} {}",
+                    "{:<24} {:<10} {:<24} {:<28} {}",
                     run.run_id.as_str(),
                     run.status.as_str(),
                     iso_time(run.started_at),
+                    summary.as_deref().unwrap_or("-"),
                     run.workflow_name
                 );
             }
@@ -339,6 +349,9 @@ fn run_row(run: &RunSummary) -> Value {
     });
     if let Some(reason) = run.pause_reason {
         row["pauseReason"] = json!(reason);
+    }
+    if let Some(summary) = &run.summary {
+        row["summary"] = json!(summary);
     }
     row
 }

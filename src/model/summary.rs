@@ -70,6 +70,61 @@ impl EndSummary {
     }
 }
 
+impl EndSummary {
+    /// The summary a status document (JSON) carries, if it carries one.
+    pub(crate) fn of_status(status: &serde_json::Value) -> Option<EndSummary> {
+        serde_json::from_value(status.get("summary")?.clone()).ok()
+    }
+
+    /// [`EndSummary::line`] and how long the run took: `12 calls · 1.0k tok · $0.01 · 8.1s`.
+    pub fn line_with_time(&self) -> String {
+        format!("{} · {}", self.line(), duration_text(self.duration_ms))
+    }
+
+    /// The summary in words, for status texts: its line with the calls broken down, then one
+    /// line per backend and model, each indented by `indent`.
+    pub(crate) fn details(&self, indent: &str) -> Vec<String> {
+        let calls = &self.calls;
+        let mut lines = vec![format!(
+            "{} (generation {}: {} live, {} replayed, {} failed, {} retried)",
+            self.line_with_time(),
+            self.generation,
+            calls.live,
+            calls.replayed,
+            calls.failed,
+            calls.retried
+        )];
+        for entry in &self.usage {
+            let mut line = format!(
+                "{indent}{} {}: {} call{}, {} tok ({} in, {} out)",
+                entry.backend,
+                entry.model.as_deref().unwrap_or("(model not reported)"),
+                entry.calls,
+                if entry.calls == 1 { "" } else { "s" },
+                tokens_text(entry.usage.total_tokens),
+                tokens_text(entry.usage.input_tokens),
+                tokens_text(entry.usage.output_tokens),
+            );
+            if let Some(cost) = entry.usage.cost_usd {
+                line.push_str(&format!(", ${cost:.2}"));
+            }
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+/// A duration in its largest units: `950ms`, `8.1s`, `2m 05s`, `1h 02m`.
+pub(crate) fn duration_text(ms: u64) -> String {
+    let seconds = ms / 1_000;
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{seconds}.{}s", ms % 1_000 / 100),
+        60_000..3_600_000 => format!("{}m {:02}s", seconds / 60, seconds % 60),
+        _ => format!("{}h {:02}m", seconds / 3_600, seconds % 3_600 / 60),
+    }
+}
+
 /// A token count in at most four characters and a unit: `950`, `1.0k`, `12k`, `3.4M`.
 pub(crate) fn tokens_text(tokens: u64) -> String {
     let scaled = |value: u64, unit: u64, suffix: &str| {
@@ -102,6 +157,42 @@ mod tests {
             shown,
             ["0", "950", "1.0k", "1.0k", "9.9k", "12k", "999k", "3.4M"]
         );
+    }
+
+    #[test]
+    fn durations_read_in_their_largest_units() {
+        let shown: Vec<String> = [0, 950, 8_123, 59_999, 125_000, 3_720_000]
+            .into_iter()
+            .map(duration_text)
+            .collect();
+        assert_eq!(shown, ["0ms", "950ms", "8.1s", "59.9s", "2m 05s", "1h 02m"]);
+    }
+
+    #[test]
+    fn the_details_break_the_calls_down_and_list_each_backend_and_model() {
+        let mut summary: EndSummary =
+            serde_json::from_value(serde_json::json!({
+                "durationMs": 8123, "generation": 2,
+                "calls": {"total": 12, "live": 3, "replayed": 9, "failed": 0, "retried": 1},
+                "usage": [{"backend": "claude", "model": "sonnet", "calls": 3, "inputTokens": 900,
+                           "outputTokens": 120, "totalTokens": 1020, "costUsd": 0.012},
+                          {"backend": "mock", "calls": 1, "inputTokens": 1,
+                           "outputTokens": 2, "totalTokens": 3}],
+                "total": {"inputTokens": 901, "outputTokens": 122, "totalTokens": 1023, "costUsd": 0.012}
+            }))
+            .unwrap();
+        assert_eq!(
+            summary.details("  "),
+            [
+                "12 calls · 1.0k tok · $0.01 · 8.1s (generation 2: 3 live, 9 replayed, 0 failed, 1 retried)",
+                "  claude sonnet: 3 calls, 1.0k tok (900 in, 120 out), $0.01",
+                "  mock (model not reported): 1 call, 3 tok (1 in, 2 out)",
+            ]
+        );
+        let status = serde_json::json!({"summary": summary});
+        assert_eq!(EndSummary::of_status(&status).as_ref(), Some(&summary));
+        summary.usage.clear();
+        assert_eq!(EndSummary::of_status(&serde_json::json!({})), None);
     }
 
     #[test]
