@@ -157,7 +157,7 @@ async fn settle(
         }
     };
     if let Some(summary) = &document.summary {
-        note!("run {run_id} {state}: {}", summary.line_with_time());
+        note!("run {run_id} {state} · {}", summary.line_with_time());
     }
     Ok(code)
 }

@@ -148,6 +148,7 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
     run_line(&mut out, status);
     result_and_next(&mut out, status);
     waits(&mut out, status);
+    summary(&mut out, status);
     workspace(&mut out, status);
     calls(&mut out, status);
     if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
@@ -183,6 +184,17 @@ fn run_line(out: &mut String, status: &Value) {
     if let Some(phase) = status["currentPhase"].as_str() {
         let _ = writeln!(out, "Phase: {}", cap(phase));
     }
+    if let Some(message) = status
+        .pointer("/outcome/error/message")
+        .and_then(Value::as_str)
+    {
+        let _ = writeln!(out, "Error: {}", cap(message));
+    }
+}
+
+/// What the run cost, once a generation ended or paused it: after the lines that say what to
+/// do next, which a host that keeps only the start must still see.
+fn summary(out: &mut String, status: &Value) {
     if let Some(summary) = crate::model::EndSummary::of_status(status) {
         for (position, line) in summary.details("  ").iter().enumerate() {
             let _ = match position {
@@ -190,12 +202,6 @@ fn run_line(out: &mut String, status: &Value) {
                 _ => writeln!(out, "{}", cap(line)),
             };
         }
-    }
-    if let Some(message) = status
-        .pointer("/outcome/error/message")
-        .and_then(Value::as_str)
-    {
-        let _ = writeln!(out, "Error: {}", cap(message));
     }
 }
 
