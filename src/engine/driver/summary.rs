@@ -201,24 +201,25 @@ mod tests {
         tally.settled(&call("codex", "gpt", 8, None));
         tally.settled(&replayed("codex", "gpt"));
         let summary = tally.summary(1, 0, None);
-        let shown: Vec<(&str, Option<&str>, u64, u64, Option<f64>)> = summary
+        let shown: Vec<String> = summary
             .usage
             .iter()
             .map(|entry| {
-                (
-                    entry.backend.as_str(),
-                    entry.model.as_deref(),
+                format!(
+                    "{} {:?} {} {} {:?}",
+                    entry.backend,
+                    entry.model,
                     entry.calls,
                     entry.usage.total_tokens,
-                    entry.usage.cost_usd,
+                    entry.usage.cost_usd
                 )
             })
             .collect();
         assert_eq!(
             shown,
             [
-                ("claude", Some("sonnet"), 2, 120, Some(0.5)),
-                ("codex", Some("gpt"), 1, 8, None),
+                "claude Some(\"sonnet\") 2 120 Some(0.5)",
+                "codex Some(\"gpt\") 1 8 None",
             ]
         );
         assert_eq!(summary.total.total_tokens, 128);
