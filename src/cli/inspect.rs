@@ -297,7 +297,7 @@ pub(super) async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
             say!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             for run in &list {
-                let summary = run.summary.as_ref().map(EndSummary::line);
+                let summary = ended_summary(run).map(EndSummary::line);
                 say!(
                     "{:<24} {:<10} {:<24} {:<28} {}",
                     run.run_id.as_str(),
@@ -350,10 +350,19 @@ fn run_row(run: &RunSummary) -> Value {
     if let Some(reason) = run.pause_reason {
         row["pauseReason"] = json!(reason);
     }
-    if let Some(summary) = &run.summary {
+    if let Some(summary) = ended_summary(run) {
         row["summary"] = json!(summary);
     }
     row
+}
+
+/// A listed run's summary once a generation ended or paused it, as status shows it: a resumed
+/// run executing again still holds the summary its previous generation left, which no longer
+/// describes it.
+fn ended_summary(run: &RunSummary) -> Option<&EndSummary> {
+    run.summary
+        .as_ref()
+        .filter(|_| run.status == RunStatus::Paused || run.status.is_terminal())
 }
 
 pub(super) async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {

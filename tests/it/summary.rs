@@ -132,3 +132,56 @@ fn a_resumed_run_counts_its_last_generation_and_sums_every_generations_spend() {
         status_text.stdout
     );
 }
+
+/// While a resumed generation runs, neither status nor `runs` shows the summary the previous
+/// generation left (it no longer describes the run); the new one comes when it ends.
+#[test]
+fn a_run_executing_again_shows_no_summary_until_its_generation_ends() {
+    let ctx = TestContext::new();
+    let gate = ctx.path("gate");
+    let file = ctx.write(
+        "wf.js",
+        &format!(
+            "{HEADER}const a = await agent('one');\nconst ok = await checkpoint('go on?');\n\
+             const b = await agent('two\\n@mock wait_file {}');\nreturn {{a, ok, b}};\n",
+            gate.display()
+        ),
+    );
+    let paused = ctx.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(paused.code(), 3, "{}", paused.stderr);
+    let run_id = paused.run_id();
+    assert_eq!(ctx.status(&run_id)["summary"]["generation"], 1);
+
+    let resumed = ctx.spawn(&["resume", &run_id, "--reply", "1=true"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let running = loop {
+        // The resume's process waits at the gate; another process sees the run running.
+        let status = ctx.status(&run_id);
+        if status["status"] == "running" && status["generation"] == 2 {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never resumed: {status:#}"
+        );
+    };
+    assert!(running.get("summary").is_none(), "{running:#}");
+    assert!(listed(&ctx, &run_id).get("summary").is_none());
+    let text = ctx.run(&["runs"]);
+    let shown = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&run_id))
+        .unwrap_or_default();
+    assert!(!shown.contains(" tok"), "{}", text.stdout);
+
+    std::fs::write(&gate, "").unwrap();
+    let done = resumed.finish(std::time::Duration::from_secs(60));
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let summary = &ctx.status(&run_id)["summary"];
+    assert_eq!(summary["generation"], 2, "{summary:#}");
+    assert_eq!(
+        summary["calls"],
+        json!({"total": 2, "live": 1, "replayed": 1, "failed": 0, "retried": 0})
+    );
+}
