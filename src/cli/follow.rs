@@ -156,6 +156,9 @@ async fn settle(
             interrupted_code.unwrap_or(EXIT_FAILED)
         }
     };
+    if let Some(summary) = &document.summary {
+        note!("run {run_id} {state} · {}", summary.line_with_time());
+    }
     Ok(code)
 }
 

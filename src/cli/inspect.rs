@@ -11,7 +11,7 @@ use super::{EXIT_COMPLETED, EXIT_FAILED};
 use crate::app::foreground_engine;
 use crate::engine::{EngineError, StatusQuery};
 use crate::env::EnvSnapshot;
-use crate::model::{CallChanges, RunStatus, RunSummary, WorkspaceBase, short_commit};
+use crate::model::{CallChanges, EndSummary, RunStatus, RunSummary, WorkspaceBase, short_commit};
 use crate::util::iso_time;
 
 /// `status <runId>`: the bounded status document, as text or `--json`.
@@ -154,6 +154,14 @@ fn print_status(status: &Value) {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     );
+    if let Some(summary) = EndSummary::of_status(status) {
+        for (position, line) in summary.details("  ").iter().enumerate() {
+            match position {
+                0 => say!("summary: {line}"),
+                _ => say!("{line}"),
+            }
+        }
+    }
     if let Some(base) = status
         .get("workspace")
         .and_then(|base| serde_json::from_value::<WorkspaceBase>(base.clone()).ok())
@@ -289,11 +297,13 @@ pub(super) async fn runs(env: &EnvSnapshot, args: RunsArgs) -> Result<u8> {
             say!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             for run in &list {
+                let summary = ended_summary(run).map(EndSummary::line);
                 say!(
-                    "{:<24} {:<10} {:<24} {}",
+                    "{:<24} {:<10} {:<24} {:<28} {}",
                     run.run_id.as_str(),
                     run.status.as_str(),
                     iso_time(run.started_at),
+                    summary.as_deref().unwrap_or("-"),
                     run.workflow_name
                 );
             }
@@ -340,7 +350,19 @@ fn run_row(run: &RunSummary) -> Value {
     if let Some(reason) = run.pause_reason {
         row["pauseReason"] = json!(reason);
     }
+    if let Some(summary) = ended_summary(run) {
+        row["summary"] = json!(summary);
+    }
     row
+}
+
+/// A listed run's summary once a generation ended or paused it, as status shows it: a resumed
+/// run executing again still holds the summary its previous generation left, which no longer
+/// describes it.
+fn ended_summary(run: &RunSummary) -> Option<&EndSummary> {
+    run.summary
+        .as_ref()
+        .filter(|_| run.status == RunStatus::Paused || run.status.is_terminal())
 }
 
 pub(super) async fn stop(env: &EnvSnapshot, args: StopArgs) -> Result<u8> {

@@ -14,11 +14,13 @@ use serde_json::Value;
 pub(crate) mod isolation;
 pub(crate) mod routing;
 pub(crate) mod session;
+pub(crate) mod summary;
 pub(crate) mod waits;
 
 pub use isolation::{CallChanges, WorkspaceBase, short_commit};
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
 pub use session::OpenSession;
+pub use summary::{CallCounts, EndSummary, ModelUsage};
 pub use waits::{
     AuthContext, AuthMethod, CheckpointKind, CheckpointWait, SetupKind, SetupRequest, SetupState,
     SetupWait, ShownBackend,
@@ -465,6 +467,10 @@ pub struct RunRecord {
     /// any; `None` for a run that isolates nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceBase>,
+    /// What the run cost, written when a generation ends or pauses it; kept while a later
+    /// generation runs, which starts its usage from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<EndSummary>,
 }
 
 /// A run's automatic resume: the durable timer of a run paused on a usage limit, and the
@@ -771,6 +777,9 @@ pub struct RunSummary {
     pub started_at: i64,
     pub updated_at: i64,
     pub has_result: bool,
+    /// The run's [`RunRecord::summary`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<EndSummary>,
 }
 
 #[cfg(test)]

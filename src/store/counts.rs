@@ -90,6 +90,7 @@ mod tests {
             started_at: 1,
             updated_at,
             has_result: false,
+            summary: None,
         }
     }
 

@@ -45,6 +45,7 @@ fn usage_paused(reset_at: Option<i64>) -> RunRecord {
         files: Default::default(),
         caller: None,
         workspace: None,
+        summary: None,
     }
 }
 

@@ -353,6 +353,21 @@ fn a_killed_run_is_interrupted_and_resumes_with_completed_calls_replayed() {
     let status = ctx.status(&run_id);
     assert_eq!(status["status"], "paused", "{status:#}");
     assert_eq!(status["reason"], "interrupted");
+    // The dead generation's summary comes from its stored calls: every one it settled.
+    let summary = &status["summary"];
+    assert_eq!(summary["generation"], 1, "{status:#}");
+    assert_eq!(summary["total"], status["tokenUsage"], "{status:#}");
+    let settled = status["truncation"]["calls"]["total"].as_u64().unwrap();
+    assert_eq!(
+        summary["calls"]["total"].as_u64(),
+        Some(settled),
+        "{status:#}"
+    );
+    assert_eq!(
+        summary["usage"][0]["calls"].as_u64(),
+        Some(settled),
+        "{status:#}"
+    );
     let completed_before: Vec<String> = prompts_in_log(&ctx, "agent.log");
     let done = ctx.run(&["resume", &run_id]);
     assert_eq!(done.code(), 0, "{}", done.stderr);

@@ -69,6 +69,7 @@ mod shim;
 mod snapshots;
 mod status_cache;
 mod structured_output;
+mod summary;
 mod stop_answers;
 mod succession;
 mod support;

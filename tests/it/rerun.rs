@@ -87,6 +87,11 @@ fn a_completed_run_reruns_one_call_and_what_depends_on_it() {
     let status = ctx.status(&run_id);
     assert_eq!(status["status"], "completed");
     assert_eq!(
+        status["summary"]["calls"],
+        json!({"total": 3, "live": 2, "replayed": 1, "failed": 0, "retried": 0}),
+        "{status:#}"
+    );
+    assert_eq!(
         shown(&status),
         labelled(&[
             ("draft", false, Some("rerun")),

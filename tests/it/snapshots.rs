@@ -176,6 +176,11 @@ const FILTERS: &[(&str, &str)] = &[
         r#""(durationMs|elapsedMs|startedAtMs|updatedAtMs|finishedAtMs|waitedMs)": \d+"#,
         r#""$1": "[MS]""#,
     ),
+    // A run summary's duration in words (`8.1s`, `2m 05s`), after its tokens or cost.
+    (
+        r" · (\d+ms|\d+\.\ds|\d+m \d{2}s|\d+h \d{2}m) \(generation",
+        " · [DURATION] (generation",
+    ),
     (r#""pid": \d+"#, r#""pid": "[PID]""#),
     // A project's store folder is named by a hash of its path, which is a temp dir here.
     (r"project-[0-9a-f]{12}\b", "project-[PATH_HASH]"),

@@ -514,6 +514,7 @@ impl Driver {
             live_reason: None,
         };
         let supersedes = vec![(source.generation, source.index)];
+        self.tally.settled(&record);
         match self.buffer_replay(record, supersedes).await {
             Ok(()) => self.reply(VmReply::Resolve {
                 call_id: call.call_id,

@@ -62,6 +62,7 @@ impl Driver {
             record.changes = Some(isolated.changes);
         }
         record.settlement_ordinal = self.next_settlement();
+        self.tally.settled(&record);
         let spent_before = self.setup.usage;
         self.announce_settled(&call, &record);
         self.budget_after_settled(&spent_before);

@@ -16,8 +16,8 @@
 //! agent task itself, `outcome` what a generation hands back, `isolation` an isolated call's
 //! worktree, `budget` the run's spending limits, `retry` the wait between attempts,
 //! `sessions` the sessions calls open (journaled, and reopened when a call runs again),
-//! `script_events` what the script's thread sends, `activity` the calls' channel to the driver
-//! and `ceilings` what one generation may store.
+//! `script_events` what the script's thread sends, `activity` the calls' channel to the driver,
+//! `ceilings` what one generation may store and `summary` the run's summary.
 
 mod activity;
 mod agent_call;
@@ -34,10 +34,12 @@ mod progress;
 mod retry;
 mod script_events;
 mod sessions;
+mod summary;
 mod task;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
 pub(crate) use outcome::{DryCall, Outcome};
+pub(crate) use summary::Tally;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -379,6 +381,8 @@ struct Driver {
     pushed_usage: Usage,
     /// The sessions earlier generations journaled, which re-run calls reopen ([`sessions`]).
     reopening: sessions::Reopening,
+    /// The run's summary so far: the generation's calls and their spend ([`summary`]).
+    tally: Tally,
 }
 
 impl Driver {
@@ -430,6 +434,7 @@ impl Driver {
             budget_exhausted: None,
             pushed_usage: setup.usage,
             reopening: sessions::Reopening::default(),
+            tally: Tally::default(),
             settling: Vec::new(),
             vm,
             halted_vm: None,
@@ -664,6 +669,7 @@ impl Driver {
             store_error: None,
             lease_lost: false,
             script_events: self.script_events,
+            tally: Tally::default(),
         };
         self.settle_outcome(halt, &mut outcome);
         // The last events and replayed rows: a failure is reported, there is nothing left
@@ -680,6 +686,7 @@ impl Driver {
         outcome.next_settlement = self.setup.next_settlement;
         outcome.store_error = self.store_error.take();
         outcome.lease_lost = self.lease_lost;
+        outcome.tally = std::mem::take(&mut self.tally);
         self.tracker.wait().await;
         if let Some(vm) = self.halted_vm.take() {
             let _ = tokio::task::spawn_blocking(move || drop(vm)).await;

@@ -50,4 +50,6 @@ pub(crate) struct Outcome {
     /// What the script asked of its host (calls, logs, phases) before it settled: a dry run
     /// with none computed its result alone, which preparation can hand on ([`settle_known`]).
     pub script_events: u64,
+    /// The generation's calls and their spend, for the run's summary.
+    pub tally: super::Tally,
 }

@@ -64,6 +64,7 @@ async fn world() -> World {
         files: Default::default(),
         caller: None,
         workspace: None,
+        summary: None,
     };
     let lease = Lease {
         owner_id: "test".into(),

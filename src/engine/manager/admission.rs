@@ -322,6 +322,7 @@ fn admitted_record(
         files: prepared.files.clone(),
         caller: request.caller.clone(),
         workspace: None,
+        summary: None,
     }
 }
 

@@ -12,7 +12,10 @@ use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
 use crate::engine::script;
 use crate::engine::status::LiveView;
-use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
+use crate::model::{
+    CallKind, CallOrigin, CheckpointAnswer, EndSummary, Lease, PauseReason, RunId, RunRecord,
+    RunStatus,
+};
 use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError};
 use crate::timers;
 
@@ -306,6 +309,7 @@ impl Engine {
                 usage.add(&call.usage);
             }
             record.token_usage = usage;
+            record.summary = Some(reconciled_summary(&record, &calls));
             // The dead generation never recorded its call count: record it once here, so
             // status need not count its rows.
             let settled = calls
@@ -373,8 +377,27 @@ impl Engine {
     }
 }
 
-/// The run row after a generation: its outcome, usage and phase, and a failed store write
-/// named in its error message.
+/// How long a run has taken up to its `updated_at`.
+fn duration_ms(record: &RunRecord) -> u64 {
+    u64::try_from(record.updated_at.saturating_sub(record.started_at)).unwrap_or(0)
+}
+
+/// The summary of a run whose executing generation died, from its rows (which the
+/// reconciliation reads anyway): the dead generation's calls, every generation's spend.
+fn reconciled_summary(record: &RunRecord, calls: &[crate::model::CallRecord]) -> EndSummary {
+    let mut tally = driver::Tally::default();
+    for call in calls {
+        if call.generation == record.generation {
+            tally.settled(call);
+        } else if call.kind == CallKind::Agent && call.origin != CallOrigin::JournalReplay {
+            tally.spend(call);
+        }
+    }
+    tally.summary(record.generation, duration_ms(record), None)
+}
+
+/// The run row after a generation: its outcome, usage, phase and summary, and a failed store
+/// write named in its error message.
 fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
     record.status = outcome.status;
     record.pause_reason = outcome.pause_reason;
@@ -391,6 +414,12 @@ fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
         .clone()
         .or(record.current_phase.clone());
     record.updated_at = now_ms();
+    // Earlier generations' spend comes from the summary the last one left on the record.
+    record.summary = Some(outcome.tally.summary(
+        record.generation,
+        duration_ms(record),
+        record.summary.as_ref(),
+    ));
     if let Some(error) = &outcome.store_error {
         record.error_message = Some(format!("run store write failed: {error}"));
     }

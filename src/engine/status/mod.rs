@@ -15,8 +15,9 @@ use crate::engine::permissions::PendingPermission;
 use crate::engine::preview;
 use crate::engine::redact;
 use crate::model::{
-    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CheckpointWait, PauseReason,
-    Phase, RunId, RunRecord, RunStatus, ScriptRevision, SetupWait, Usage, WorkspaceBase,
+    AuthContext, CallChanges, CallKind, CallOrigin, CallOutcome, CheckpointWait, EndSummary,
+    PauseReason, Phase, RunId, RunRecord, RunStatus, ScriptRevision, SetupWait, Usage,
+    WorkspaceBase,
 };
 use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 
@@ -87,6 +88,9 @@ pub struct StatusDocument {
     pub started_at: String,
     pub updated_at: String,
     pub token_usage: Usage,
+    /// What the run cost, once a generation ended or paused it (not while one runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<EndSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_phase: Option<String>,
     /// The pause reason, or `setup_declined` for a run whose approval was declined.
@@ -498,6 +502,10 @@ fn head(
         started_at: crate::util::iso_time(record.started_at),
         updated_at: crate::util::iso_time(record.updated_at),
         token_usage: live.map(|l| l.usage).unwrap_or(record.token_usage),
+        summary: record
+            .summary
+            .clone()
+            .filter(|_| record.status == RunStatus::Paused || record.status.is_terminal()),
         current_phase: live
             .and_then(|l| l.current_phase.clone())
             .or_else(|| record.current_phase.clone()),

@@ -26,10 +26,10 @@ use serde_json::json;
 
 use super::{CallWrite, Store, StoreError, StoreResult};
 use crate::model::{
-    AuthContext, AutoResume, CallChanges, CallKind, CallOrigin, CallOutcome, CallRecord,
-    CheckpointKind, CheckpointWait, EventRecord, Lease, Limits, PauseReason, Phase,
-    RoutingSnapshot, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource, SetupKind,
-    SetupRequest, SetupState, SetupWait, ShownBackend, Usage, WorkspaceBase,
+    AuthContext, AutoResume, CallChanges, CallCounts, CallKind, CallOrigin, CallOutcome,
+    CallRecord, CheckpointKind, CheckpointWait, EndSummary, EventRecord, Lease, Limits, ModelUsage,
+    PauseReason, Phase, RoutingSnapshot, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource,
+    SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend, Usage, WorkspaceBase,
 };
 
 mod callers;
@@ -75,6 +75,7 @@ macro_rules! store_contract_tests {
             create_and_load_round_trip,
             create_refuses_a_taken_id,
             update_run_keeps_or_replaces_the_script,
+            the_summary_is_written_with_the_run_and_listed,
             unknown_runs_are_reported_by_every_method,
             listings_are_ordered_and_per_project,
             corrupt_data_is_reported_as_corrupt,
@@ -200,6 +201,7 @@ pub fn run_record(id: &str, project_dir: &str, started_at: i64) -> RunRecord {
         files: Default::default(),
         caller: None,
         workspace: None,
+        summary: None,
     }
 }
 
@@ -262,7 +264,49 @@ pub fn full_run_record(id: &str) -> RunRecord {
             subfolder: "shop".to_owned(),
             dirty: true,
         }),
+        summary: Some(run_summary()),
         ..run_record(id, PROJECT, 1_700_000_000_000)
+    }
+}
+
+/// A run's summary with two backends, one of which reported cost.
+pub fn run_summary() -> EndSummary {
+    let usage = |tokens: u64, cost_usd: Option<f64>| Usage {
+        input_tokens: tokens - 40,
+        output_tokens: 40,
+        total_tokens: tokens,
+        cost_usd,
+    };
+    EndSummary {
+        duration_ms: 60_000,
+        generation: 2,
+        calls: CallCounts {
+            total: 5,
+            live: 2,
+            replayed: 3,
+            failed: 1,
+            retried: 1,
+        },
+        usage: vec![
+            ModelUsage {
+                backend: "claude".to_owned(),
+                model: Some("sonnet".to_owned()),
+                calls: 3,
+                usage: usage(1_000, Some(0.25)),
+            },
+            ModelUsage {
+                backend: "codex".to_owned(),
+                model: None,
+                calls: 1,
+                usage: usage(540, None),
+            },
+        ],
+        total: Usage {
+            input_tokens: 1_460,
+            output_tokens: 80,
+            total_tokens: 1_540,
+            cost_usd: Some(0.25),
+        },
     }
 }
 

@@ -94,6 +94,52 @@ pub async fn update_run_keeps_or_replaces_the_script<B: Backend>(backend: &B) {
     assert_eq!(store.load_run(&record.run_id).await.expect("load"), updated);
 }
 
+/// A run has no summary until one is written with the run row; the row's update and the
+/// outcome's write store it, a load and the listing read it back, and a later update
+/// replaces it.
+pub async fn the_summary_is_written_with_the_run_and_listed<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let listed =
+        |runs: Vec<RunSummary>| runs.into_iter().map(|run| run.summary).collect::<Vec<_>>();
+    let loaded = store.load_run(&record.run_id).await.expect("load");
+    assert_eq!(loaded.summary, None);
+    let paused = RunRecord {
+        status: RunStatus::Paused,
+        pause_reason: Some(PauseReason::Requested),
+        summary: Some(run_summary()),
+        ..record.clone()
+    };
+    store
+        .update_run(&paused, ScriptChange::Unchanged, Fence("token-a"))
+        .await
+        .expect("update");
+    assert_eq!(store.load_run(&record.run_id).await.expect("load"), paused);
+    let runs = store.list_runs(None, 10).await.expect("list");
+    assert_eq!(listed(runs), vec![Some(run_summary())]);
+    let mut ended = run_summary();
+    ended.generation = 3;
+    ended.calls.live = 0;
+    ended.usage.truncate(1);
+    let completed = RunRecord {
+        status: RunStatus::Completed,
+        pause_reason: None,
+        generation: 3,
+        summary: Some(ended.clone()),
+        ..paused
+    };
+    store
+        .record_outcome(&completed, "token-a")
+        .await
+        .expect("record the outcome");
+    let loaded = store.load_run(&record.run_id).await.expect("load");
+    assert_eq!(loaded.summary, Some(ended.clone()));
+    let runs = store
+        .list_runs(Some(Path::new(PROJECT)), 10)
+        .await
+        .expect("list the project");
+    assert_eq!(listed(runs), vec![Some(ended)]);
+}
+
 /// Every method that names a run answers `UnknownRun` for one that does not exist.
 pub async fn unknown_runs_are_reported_by_every_method<B: Backend>(backend: &B) {
     let (_data, store) = empty(backend).await;
@@ -244,6 +290,7 @@ pub async fn listings_are_ordered_and_per_project<B: Backend>(backend: &B) {
             started_at: 100,
             updated_at: 100,
             has_result: true,
+            summary: None,
         })
     );
     assert_eq!(

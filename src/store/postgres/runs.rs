@@ -30,10 +30,10 @@ const CREATE: &str = "INSERT INTO runs (run_id, caller, lease_token, lease_owner
          started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
          current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
          auth_context, checkpoint_context, routing, reset_at, resume_due_at, auto_resumes,
-         workspace)
+         summary, workspace)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
          $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35,
-         $36, $37)
+         $36, $37, $38)
      ON CONFLICT (run_id) DO NOTHING
      RETURNING run_key";
 
@@ -43,7 +43,7 @@ const UPDATE: &str = "UPDATE runs SET project_dir = $2, workflow_name = $3, stat
          script_source = $13, cwd = $14, current_phase = $15, reset_hint = $16, limits = $17,
          token_usage = $18, phases = $19, args = $20, result = $21, setup = $22,
          auth_context = $23, checkpoint_context = $24, routing = $25, reset_at = $26,
-         resume_due_at = $27, auto_resumes = $28
+         resume_due_at = $27, auto_resumes = $28, summary = $29
      WHERE run_key = $1";
 
 const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,
@@ -52,7 +52,7 @@ const LOAD: &str = "SELECT runs.*, run_scripts.script, run_scripts.meta,
      WHERE runs.run_id = $1";
 
 const SUMMARY_COLUMNS: &str = "run_id, project_dir, workflow_name, status, pause_reason, \
-     started_at, updated_at, result IS NOT NULL AS has_result";
+     started_at, updated_at, result IS NOT NULL AS has_result, summary";
 
 pub(super) async fn create(
     client: &mut Client,
@@ -176,6 +176,7 @@ pub(super) async fn list(
             started_at: reader.get("started_at")?,
             updated_at: reader.get("updated_at")?,
             has_result: reader.get("has_result")?,
+            summary: reader.optional_json("summary")?,
             run_id,
         });
     }
@@ -357,6 +358,7 @@ struct RunRow<'a> {
     reset_at: Option<i64>,
     resume_due_at: Option<i64>,
     auto_resumes: i64,
+    summary: Option<String>,
 }
 
 impl<'a> RunRow<'a> {
@@ -392,10 +394,11 @@ impl<'a> RunRow<'a> {
             reset_at: record.reset_at,
             resume_due_at: record.auto_resume.due_at,
             auto_resumes: i64::from(record.auto_resume.count),
+            summary: optional_json(record.summary.as_ref(), "summary")?,
         })
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 27] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 28] {
         [
             &self.project_dir,
             &self.workflow_name,
@@ -424,6 +427,7 @@ impl<'a> RunRow<'a> {
             &self.reset_at,
             &self.resume_due_at,
             &self.auto_resumes,
+            &self.summary,
         ]
     }
 }
@@ -505,5 +509,6 @@ fn run_from_row(reader: &RowReader<'_>) -> StoreResult<RunRecord> {
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.optional_string("caller")?,
         workspace: reader.optional_json("workspace")?,
+        summary: reader.optional_json("summary")?,
     })
 }

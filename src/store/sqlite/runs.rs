@@ -62,14 +62,14 @@ pub(super) fn create(
                  started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
                  current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
                  auth_context, checkpoint_context, routing, caller, workspace, reset_at,
-                 resume_due_at, auto_resumes)
+                 resume_due_at, auto_resumes, summary)
              VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
                  :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
                  :project_dir, :workflow_name, :status, :pause_reason, :error_code,
                  :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
                  :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
                  :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller,
-                 :workspace, :reset_at, :resume_due_at, :auto_resumes)",
+                 :workspace, :reset_at, :resume_due_at, :auto_resumes, :summary)",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
         .context(doing)?;
@@ -137,7 +137,7 @@ pub(super) fn update_in(
                  result = :result, setup = :setup, auth_context = :auth_context,
                  checkpoint_context = :checkpoint_context, routing = :routing,
                  reset_at = :reset_at, resume_due_at = :resume_due_at,
-                 auto_resumes = :auto_resumes
+                 auto_resumes = :auto_resumes, summary = :summary
              WHERE run_key = :run_key",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
@@ -170,14 +170,14 @@ pub(super) fn list(
     let (sql, parameters): (&str, Vec<&dyn ToSql>) = match &project_dir {
         Some(project_dir) => (
             "SELECT run_id, project_dir, workflow_name, status, pause_reason, started_at,
-                    updated_at, result IS NOT NULL AS has_result
+                    updated_at, result IS NOT NULL AS has_result, summary
              FROM runs WHERE project_dir = ?1
              ORDER BY started_at DESC, run_id DESC LIMIT ?2",
             vec![project_dir, &limit],
         ),
         None => (
             "SELECT run_id, project_dir, workflow_name, status, pause_reason, started_at,
-                    updated_at, result IS NOT NULL AS has_result
+                    updated_at, result IS NOT NULL AS has_result, summary
              FROM runs ORDER BY started_at DESC, run_id DESC LIMIT ?1",
             vec![&limit],
         ),
@@ -196,6 +196,7 @@ pub(super) fn list(
             started_at: reader.get("started_at")?,
             updated_at: reader.get("updated_at")?,
             has_result: reader.get("has_result")?,
+            summary: reader.optional_json("summary")?,
             run_id,
         });
     }
@@ -310,6 +311,7 @@ pub(super) struct RunRow<'a> {
     auth_context: Option<String>,
     checkpoint_context: Option<String>,
     routing: String,
+    summary: Option<String>,
 }
 
 impl<'a> RunRow<'a> {
@@ -345,10 +347,11 @@ impl<'a> RunRow<'a> {
                 "checkpoint context",
             )?,
             routing: to_json(&record.routing, "routing")?,
+            summary: optional_json(record.summary.as_ref(), "summary")?,
         })
     }
 
-    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 27] {
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 28] {
         [
             (":project_dir", &self.project_dir),
             (":workflow_name", &self.workflow_name),
@@ -377,6 +380,7 @@ impl<'a> RunRow<'a> {
             (":auth_context", &self.auth_context),
             (":checkpoint_context", &self.checkpoint_context),
             (":routing", &self.routing),
+            (":summary", &self.summary),
         ]
     }
 }
@@ -458,6 +462,7 @@ pub(super) fn run_from_row(reader: &RowReader<'_, '_>) -> StoreResult<RunRecord>
         files: reader.optional_json("files")?.unwrap_or_default(),
         caller: reader.get("caller")?,
         workspace: reader.optional_json("workspace")?,
+        summary: reader.optional_json("summary")?,
     })
 }
 

@@ -236,6 +236,10 @@ impl Run<'_> {
             ),
             _ => format!("Workflow run {id} ({name}) was stopped."),
         };
+        let content = match crate::model::EndSummary::of_status(status) {
+            Some(summary) => format!("{content} Summary: {}.", summary.line_with_time()),
+            None => content,
+        };
         self.message(
             format!("terminal-{}-{}", self.generation, self.status),
             "terminal",
@@ -359,6 +363,24 @@ mod tests {
             assert_eq!(messages[0].kind, "terminal");
             assert_eq!(messages[0].status, status);
         }
+    }
+
+    /// The message that a run ended says what it cost; a run without a summary (one that
+    /// ended before any generation ran) says nothing of it.
+    #[test]
+    fn the_terminal_message_carries_the_summary() {
+        let summary = json!({"durationMs": 8123, "generation": 2,
+            "calls": {"total": 12, "live": 3, "replayed": 9, "failed": 0, "retried": 1},
+            "usage": [], "total": {"inputTokens": 900, "outputTokens": 120, "totalTokens": 1020, "costUsd": 0.012}});
+        let completed = document(json!({"status": "completed", "summary": summary}));
+        let content = &automatic_messages(&completed)[0].content;
+        assert!(
+            content.ends_with(" Summary: 12 calls · 1.0k tok · $0.01 · 8.1s."),
+            "{content}"
+        );
+        let stopped = document(json!({"status": "aborted"}));
+        let content = &automatic_messages(&stopped)[0].content;
+        assert!(!content.contains("Summary"), "{content}");
     }
 
     /// A usage-limit pause says when the limit resets, or that no time is known, and that the

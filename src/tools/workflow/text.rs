@@ -162,6 +162,7 @@ pub(super) fn status(headline: Option<&str>, status: &Value) -> String {
     run_line(&mut out, status);
     result_and_next(&mut out, status);
     waits(&mut out, status);
+    summary(&mut out, status);
     workspace(&mut out, status);
     calls(&mut out, status);
     if let Some(lines) = status.pointer("/logTail/lines").and_then(Value::as_array)
@@ -202,6 +203,19 @@ fn run_line(out: &mut String, status: &Value) {
         .and_then(Value::as_str)
     {
         let _ = writeln!(out, "Error: {}", cap(message));
+    }
+}
+
+/// What the run cost, once a generation ended or paused it: after the lines that say what to
+/// do next, which a host that keeps only the start must still see.
+fn summary(out: &mut String, status: &Value) {
+    if let Some(summary) = crate::model::EndSummary::of_status(status) {
+        for (position, line) in summary.details("  ").iter().enumerate() {
+            let _ = match position {
+                0 => writeln!(out, "Summary: {line}"),
+                _ => writeln!(out, "{}", cap(line)),
+            };
+        }
     }
 }
 
@@ -545,6 +559,28 @@ mod tests {
         );
         let last = json!({"runId": "ma-b", "endOffset": 20000, "hasMore": false, "chunk": "y"});
         assert_eq!(next_for_result(&last, 4096), Value::Null);
+    }
+
+    /// A run a generation ended or paused shows its summary under the run line: the calls
+    /// broken down, then what each backend and model spent.
+    #[test]
+    fn the_status_text_shows_the_summary() {
+        let document = json!({
+            "runId": "ma-b", "status": "paused", "reason": "requested", "workflowName": "w",
+            "summary": {"durationMs": 125000, "generation": 2,
+                "calls": {"total": 4, "live": 1, "replayed": 3, "failed": 1, "retried": 0},
+                "usage": [{"backend": "claude", "model": "sonnet", "calls": 2, "inputTokens": 900,
+                           "outputTokens": 120, "totalTokens": 1020}],
+                "total": {"inputTokens": 900, "outputTokens": 120, "totalTokens": 1020}},
+            "calls": [],
+        });
+        let text = status(None, &document);
+        assert!(
+            text.contains("Run ma-b (w): paused (requested)\nSummary: 4 calls · 1.0k tok · 2m 05s (generation 2: 1 live, 3 replayed, 1 failed, 0 retried)\n  claude sonnet: 2 calls, 1.0k tok (900 in, 120 out)\n"),
+            "{text}"
+        );
+        let running = json!({"runId": "ma-b", "status": "running", "calls": []});
+        assert!(!status(None, &running).contains("Summary"));
     }
 
     /// An isolated call's branch and diff size follow its line, and the base the run's

@@ -257,6 +257,9 @@ async function answers(t) {
     await until('the run to complete', async () => (await view.locator('[data-testid=status]').textContent()).startsWith('completed'));
     const stopped = await builderTwo.getAttribute('data-status');
     report.check('one agent stopped from the panel, the run went on', stopped === 'cancelled', stopped);
+    const summary = view.locator('[data-testid=run-summary]');
+    const summaryLine = await until('the run summary in the header', async () => (await summary.isVisible()) && summary.textContent());
+    report.check('the header shows what the ended run cost', /^\d+ calls? · [\d.]+[kM]? tok( · \$\d+\.\d\d)? · \d/.test(summaryLine), summaryLine);
 
     const exact = (await client.request('resources/read', { uri: `workflow://runs/${main}/result` })).contents[0].text;
     const bytes = Buffer.from(exact, 'utf8');

@@ -111,7 +111,9 @@ fn a_legacy_http_session_hears_the_end_of_its_own_run_on_its_get_stream() {
     assert_eq!(heard["meta"]["kind"], "terminal");
     assert_eq!(heard["meta"]["status"], "completed");
     assert_eq!(heard["meta"]["event_id"], "terminal-1-completed");
-    assert!(heard["content"].as_str().unwrap().contains(&run_id));
+    let content = heard["content"].as_str().unwrap();
+    assert!(content.contains(&run_id), "{content}");
+    assert!(content.contains(" Summary: 1 call · "), "{content}");
 
     // The second session's own run is the first thing it hears: nothing of the first run.
     let own = start_run_over_http(

@@ -339,6 +339,7 @@ async fn the_answers_serialise_in_the_documented_order() {
         "startedAt",
         "updatedAt",
         "tokenUsage",
+        "summary",
         "resultUri",
         "filter",
         "calls",

@@ -484,6 +484,7 @@ async fn list_runs_newest_first_and_per_project() {
             started_at: 100,
             updated_at: 100,
             has_result: true,
+            summary: None,
         })
     );
     assert_eq!(ids(project), vec!["d-dddddd", "a-aaaaaa", "c-cccccc"]);
