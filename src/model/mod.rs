@@ -12,12 +12,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub(crate) mod isolation;
+pub(crate) mod live;
 pub(crate) mod routing;
 pub(crate) mod session;
 pub(crate) mod summary;
 pub(crate) mod waits;
 
 pub use isolation::{CallChanges, WorkspaceBase, short_commit};
+pub use live::LiveReason;
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
 pub use session::OpenSession;
 pub use summary::{CallCounts, EndSummary, ModelUsage};
@@ -655,46 +657,6 @@ pub struct CallRecord {
     /// ([`LiveReason::as_str`]); `None` for a first generation's calls and replayed ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_reason: Option<LiveReason>,
-}
-
-/// Why a call of a resumed generation ran live: what its user reads in status and events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum LiveReason {
-    /// The resume asked to redo it: its recorded answer was set aside.
-    Rerun,
-    /// No recorded call asks the same: its prompt changed (an answer it is built from
-    /// changed, or the script did), or no earlier generation reached it.
-    NotRecorded,
-    /// A recorded call asks the same, but from another folder or with other options.
-    InputsChanged,
-    /// Its recorded call failed, answered nothing or answered blank text.
-    FailedBefore,
-    /// Several recorded calls ask the same and none is this call's alone.
-    Ambiguous,
-}
-
-impl LiveReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LiveReason::Rerun => "rerun",
-            LiveReason::NotRecorded => "notRecorded",
-            LiveReason::InputsChanged => "inputsChanged",
-            LiveReason::FailedBefore => "failedBefore",
-            LiveReason::Ambiguous => "ambiguous",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<LiveReason> {
-        Some(match text {
-            "rerun" => LiveReason::Rerun,
-            "notRecorded" => LiveReason::NotRecorded,
-            "inputsChanged" => LiveReason::InputsChanged,
-            "failedBefore" => LiveReason::FailedBefore,
-            "ambiguous" => LiveReason::Ambiguous,
-            _ => return None,
-        })
-    }
 }
 
 /// One record of a run's append-only event stream (engine.md 7).
