@@ -434,6 +434,7 @@ impl Driver {
             gate_closed: self.gate_closed.clone(),
             dry_run: self.dry(),
             dry_answer: None,
+            trace: self.trace.call(call.index, &call.label, Some(&call.route)),
             isolation: (options.isolated && !self.dry()).then(|| {
                 self.setup.isolation.plan(
                     self.setup.run_id.as_str(),
@@ -501,6 +502,8 @@ impl Driver {
             settlement_ordinal: self.next_settlement(),
             superseded_by: None,
         };
+        self.trace
+            .replayed(index, label, Some(route), &record.usage);
         let supersedes = vec![(source.generation, source.index)];
         match self.buffer_replay(record, supersedes).await {
             Ok(()) => self.reply(VmReply::Resolve {

@@ -35,9 +35,11 @@ mod retry;
 mod script_events;
 mod sessions;
 mod task;
+mod trace;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
 pub(crate) use outcome::{DryCall, Outcome};
+pub(crate) use trace::TraceSetup;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -147,6 +149,8 @@ pub(crate) struct DriverSetup {
     pub live: Arc<std::sync::Mutex<LiveView>>,
     /// The workspace port and the run's base, for isolated calls.
     pub isolation: isolation::IsolationSetup,
+    /// Where the generation's spans and metrics go ([`trace`]).
+    pub trace: TraceSetup,
 }
 
 /// Requests from outside while a generation runs.
@@ -377,6 +381,8 @@ struct Driver {
     pushed_usage: Usage,
     /// The sessions earlier generations journaled, which re-run calls reopen ([`sessions`]).
     reopening: sessions::Reopening,
+    /// The generation's run and phase spans ([`trace`]).
+    trace: trace::RunTrace,
 }
 
 impl Driver {
@@ -400,7 +406,14 @@ impl Driver {
             // Status counts this generation's rows from here on, not in the store.
             setup.live.locked().settled_calls = Some(0);
         }
+        let trace = trace::RunTrace::begin(
+            &setup.trace,
+            setup.run_id.as_str(),
+            setup.generation,
+            setup.current_phase.as_deref(),
+        );
         Driver {
+            trace,
             events,
             semaphore,
             gate_closed: Arc::new(AtomicBool::new(false)),
@@ -670,6 +683,12 @@ impl Driver {
         outcome.next_settlement = self.setup.next_settlement;
         outcome.store_error = self.store_error.take();
         outcome.lease_lost = self.lease_lost;
+        self.trace.end(
+            outcome.status,
+            outcome.pause_reason,
+            outcome.error_code.as_deref(),
+            &outcome.usage,
+        );
         self.tracker.wait().await;
         if let Some(vm) = self.halted_vm.take() {
             let _ = tokio::task::spawn_blocking(move || drop(vm)).await;

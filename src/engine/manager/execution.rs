@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::driver::{self, Control, DriverSetup, IsolationSetup, Persistence};
+use crate::engine::driver::{
+    self, Control, DriverSetup, IsolationSetup, Persistence, TraceSetup,
+};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
@@ -245,6 +247,12 @@ impl Engine {
                 workspaces: self.inner.workspaces.get().cloned(),
                 base: record.workspace.clone(),
                 project_dir: record.project_dir.clone(),
+            },
+            trace: TraceSetup {
+                telemetry: self.telemetry(),
+                remote: None,
+                workflow: record.workflow_name.clone(),
+                project: record.project_dir.to_string_lossy().into_owned(),
             },
         })
     }
