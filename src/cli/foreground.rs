@@ -121,6 +121,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
             args: input,
             limits,
             caller: None,
+            trace: None,
         };
         let admission = super::confirm::start(&engine, request).await?;
         for warning in &admission.warnings {

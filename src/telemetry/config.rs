@@ -124,7 +124,9 @@ fn endpoint(
         ));
     };
     if rest.is_empty() || rest.starts_with('/') || url.parse::<hyper::Uri>().is_err() {
-        return Err(format!("{variable} must be a URL such as http://localhost:4318, got {url:?}"));
+        return Err(format!(
+            "{variable} must be a URL such as http://localhost:4318, got {url:?}"
+        ));
     }
     Ok(Some(url))
 }
@@ -139,7 +141,11 @@ fn pairs(env: &EnvSnapshot, variable: &str) -> Result<Vec<(String, String)>, Str
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
-    for entry in list.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
+    for entry in list
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+    {
         let (key, value) = entry
             .split_once('=')
             .map(|(key, value)| (key.trim(), value.trim()))
@@ -147,9 +153,8 @@ fn pairs(env: &EnvSnapshot, variable: &str) -> Result<Vec<(String, String)>, Str
             .ok_or_else(|| {
                 format!("{variable} must be key=value pairs separated by commas, got {entry:?}")
             })?;
-        let value = percent_decoded(value).ok_or_else(|| {
-            format!("{variable} holds a badly percent-encoded value for {key:?}")
-        })?;
+        let value = percent_decoded(value)
+            .ok_or_else(|| format!("{variable} holds a badly percent-encoded value for {key:?}"))?;
         found.push((key.to_owned(), value));
     }
     Ok(found)
@@ -199,20 +204,37 @@ mod tests {
             (env::OTEL_EXPORTER_OTLP_ENDPOINT, "http://127.0.0.1:4318/"),
             (env::OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "http://m:9/own"),
             (env::OTEL_EXPORTER_OTLP_HEADERS, "x-key=a%20b, team=one"),
-            (env::OTEL_RESOURCE_ATTRIBUTES, "service.name=ours,deployment.environment=dev"),
+            (
+                env::OTEL_RESOURCE_ATTRIBUTES,
+                "service.name=ours,deployment.environment=dev",
+            ),
         ])
         .unwrap()
         .unwrap();
-        assert_eq!(got.traces.as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+        assert_eq!(
+            got.traces.as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
         assert_eq!(got.metrics.as_deref(), Some("http://m:9/own"));
         assert_eq!(
             got.headers,
-            [("x-key".into(), "a b".into()), ("team".into(), "one".into())]
+            [
+                ("x-key".into(), "a b".into()),
+                ("team".into(), "one".into())
+            ]
         );
         assert_eq!(got.service_name, "ours");
-        assert_eq!(got.resource, [("deployment.environment".into(), "dev".into())]);
-        let only = config(&[(env::OTEL_TRACES_EXPORTER, "otlp")]).unwrap().unwrap();
-        assert_eq!(only.traces.as_deref(), Some("http://localhost:4318/v1/traces"));
+        assert_eq!(
+            got.resource,
+            [("deployment.environment".into(), "dev".into())]
+        );
+        let only = config(&[(env::OTEL_TRACES_EXPORTER, "otlp")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            only.traces.as_deref(),
+            Some("http://localhost:4318/v1/traces")
+        );
         assert_eq!(only.metrics, None);
         assert_eq!(only.service_name, "agentprism");
         let none = config(&[

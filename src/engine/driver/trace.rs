@@ -212,7 +212,9 @@ struct CallFacts {
 impl CallFacts {
     fn of(route: Option<&Route>) -> CallFacts {
         CallFacts {
-            backend: route.map(|route| route.backend.id.clone()).unwrap_or_default(),
+            backend: route
+                .map(|route| route.backend.id.clone())
+                .unwrap_or_default(),
             model: route.and_then(|route| route.model.clone()),
         }
     }
@@ -273,8 +275,10 @@ impl CallTrace {
         }
         ending.extend(usage_attributes(usage));
         self.telemetry.end(self.span, ending);
-        for (direction, tokens) in [("input", usage.input_tokens), ("output", usage.output_tokens)]
-        {
+        for (direction, tokens) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ] {
             let mut attributes = self.call.attributes();
             attributes.push(Attribute::Text(keys::DIRECTION, direction.into()));
             self.telemetry.measure(Measurement {

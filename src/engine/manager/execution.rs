@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::driver::{
-    self, Control, DriverSetup, IsolationSetup, Persistence, TraceSetup,
-};
+use crate::engine::driver::{self, Control, DriverSetup, IsolationSetup, Persistence, TraceSetup};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
@@ -16,6 +14,7 @@ use crate::engine::script;
 use crate::engine::status::LiveView;
 use crate::model::{CallKind, CheckpointAnswer, Lease, PauseReason, RunId, RunRecord, RunStatus};
 use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError};
+use crate::telemetry::TraceContext;
 use crate::timers;
 
 /// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
@@ -32,6 +31,8 @@ pub(super) struct Start {
     answers: Vec<CheckpointAnswer>,
     /// The script's result when preparation already computed it ([`driver::settle_known`]).
     known: Option<Option<Value>>,
+    /// The caller's trace context, which the run span joins.
+    remote: Option<TraceContext>,
 }
 
 /// A generation's history in the store.
@@ -58,14 +59,46 @@ impl Engine {
             History::Stored(pool.map(Box::new)),
             answers,
             None,
+            None,
+        );
+    }
+
+    /// Starts the first generation of a run admission just stored, in the caller's trace
+    /// when it named one.
+    pub(super) fn spawn_admitted(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        remote: Option<TraceContext>,
+    ) {
+        self.spawn_generation(
+            record,
+            lease,
+            History::Stored(None),
+            Vec::new(),
+            None,
+            remote,
         );
     }
 
     /// [`Engine::spawn_execution`] of a new run whose result preparation already knows
     /// ([`crate::engine::prepare::Prepared::known_result`]): the generation settles with it,
     /// and no VM runs the script a second time.
-    pub(super) fn spawn_known(&self, record: RunRecord, lease: Lease, result: Option<Value>) {
-        self.spawn_generation(record, lease, History::Fresh, Vec::new(), Some(result));
+    pub(super) fn spawn_known(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        result: Option<Value>,
+        remote: Option<TraceContext>,
+    ) {
+        self.spawn_generation(
+            record,
+            lease,
+            History::Fresh,
+            Vec::new(),
+            Some(result),
+            remote,
+        );
     }
 
     fn spawn_generation(
@@ -75,6 +108,7 @@ impl Engine {
         history: History,
         answers: Vec<CheckpointAnswer>,
         known: Option<Option<Value>>,
+        remote: Option<TraceContext>,
     ) {
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (settled_tx, settled_rx) = watch::channel(false);
@@ -102,6 +136,7 @@ impl Engine {
                         history,
                         answers,
                         known,
+                        remote,
                     },
                     view,
                     control_rx,
@@ -125,10 +160,15 @@ impl Engine {
             history,
             answers,
             known,
+            remote,
         } = start;
         let setup = self
             .driver_setup(&mut record, &lease, history, answers, view)
-            .await;
+            .await
+            .map(|mut setup| {
+                setup.trace.remote = remote;
+                setup
+            });
         if let Some(setup) = setup {
             let outcome = match known {
                 Some(result) => driver::settle_known(setup, result).await,

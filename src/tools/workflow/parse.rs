@@ -233,6 +233,7 @@ impl Input<'_> {
             },
             limits: self.limits()?,
             caller: None,
+            trace: None,
         })
     }
 
