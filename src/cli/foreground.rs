@@ -254,6 +254,8 @@ async fn follow_run(
     options: &ForegroundArgs,
 ) -> Result<u8> {
     let code = follow(engine, run_id, notices, options).await?;
+    // The generation has ended: its spans and metrics go out before the process exits.
+    engine.telemetry().shutdown();
     if code != EXIT_COMPLETED {
         return Ok(code);
     }
