@@ -1,10 +1,11 @@
 //! Telemetry: traces and metrics of runs for the tools people already watch. This is the
-//! port the engine reports through — one trace per run, with spans per phase, per agent call
-//! and its attempts, per tool call an agent reports and per checkpoint or pause wait; metrics
-//! of tokens, cost, call durations, runs by status and pauses by reason. `otel.rs` is the
-//! OpenTelemetry implementation (OTLP/HTTP protobuf exporters, `config.rs` reads the
-//! standard environment variables), which the composition root chooses when the variables ask
-//! for it; `NoTelemetry` records nothing and is what runs otherwise.
+//! port the engine reports through — a run span per generation, with spans per phase, per
+//! agent call and its attempts, and per tool call an agent reports; metrics of tokens, cost,
+//! call durations, runs by status and pauses by reason. (`SpanKind::Wait`, a span for the
+//! time a run waits on a checkpoint or pause, is in the port but nothing reports it yet.)
+//! `otel.rs` is the OpenTelemetry implementation (OTLP/HTTP protobuf exporters; `config.rs`
+//! reads the standard environment variables), which the composition root chooses when the
+//! variables ask for it; `NoTelemetry` records nothing and is what runs otherwise.
 //!
 //! Beside it: the Prometheus `/metrics` of `metrics/` stay as they are, and logs stay in our
 //! log files.
@@ -12,13 +13,14 @@
 //! Trace context travels as W3C `traceparent` text (`TraceContext`): a `traceparent` in an
 //! MCP request's `_meta` makes the run a child of the caller's trace (the servers read it and
 //! hand it to the engine with the run request), and the engine passes the current attempt's
-//! context to the agent in `_meta` on `session/prompt`. A resumed run continues its trace:
-//! its new generation's run span is a child of the first generation's.
+//! context to the agent in `_meta` on `session/prompt`. A resumed generation starts a trace
+//! of its own: the run's context is not stored yet.
 //!
 //! Invariants: when telemetry is off (`Telemetry::enabled` is `false`), callers build no
 //! attributes and the port costs one branch per call site; a span's attributes never carry
 //! prompts, args, results or credentials (only ids, names, counts and codes); a failure to
-//! export never reaches a run (exports run on the SDK's own threads and only log).
+//! export never reaches a run (exports run on the SDK's own threads, and a failed one is
+//! dropped).
 //!
 //! This module imports nothing from the engine, the store or any server: they call it.
 
