@@ -13,8 +13,9 @@
 //! Trace context travels as W3C `traceparent` text (`TraceContext`): a `traceparent` in an
 //! MCP request's `_meta` makes the run a child of the caller's trace (the servers read it and
 //! hand it to the engine with the run request), and the engine passes the current attempt's
-//! context to the agent in `_meta` on `session/prompt`. A resumed generation starts a trace
-//! of its own: the run's context is not stored yet.
+//! context to the agent in `_meta` on `session/prompt`. A resumed run continues its trace:
+//! the engine keeps the first traced generation's context with the run, and later
+//! generations' run spans are its children.
 //!
 //! Invariants: when telemetry is off (`Telemetry::enabled` is `false`), callers build no
 //! attributes and the port costs one branch per call site; a span's attributes never carry

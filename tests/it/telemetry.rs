@@ -157,13 +157,22 @@ fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
 
 /// Starts `script` through the `workflow` tool with `meta` as the request's `_meta`; the run id.
 fn start_run(ctx: &TestContext, port: u16, script: &str, meta: Value) -> String {
+    let arguments = json!({"action": "run", "projectDir": ctx.project(), "script": script});
+    let result = workflow_tool(port, arguments, meta);
+    result["structuredContent"]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no runId: {result}"))
+        .to_owned()
+}
+
+/// The `workflow` tool's result for `arguments`, asked with `meta` as the request's `_meta`.
+fn workflow_tool(port: u16, arguments: Value, meta: Value) -> Value {
     let session = open_session(port);
     let reply = mcp_post(
         port,
         Some(&session),
         &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "workflow", "_meta": meta,
-            "arguments": {"action": "run", "projectDir": ctx.project(), "script": script}}}),
+            "name": "workflow", "_meta": meta, "arguments": arguments}}),
     );
     assert_eq!(
         reply.status,
@@ -172,10 +181,8 @@ fn start_run(ctx: &TestContext, port: u16, script: &str, meta: Value) -> String 
         String::from_utf8_lossy(&reply.body)
     );
     let result = reply.json()["result"].clone();
-    result["structuredContent"]["runId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no runId: {result}"))
-        .to_owned()
+    assert_ne!(result["isError"], true, "{result}");
+    result
 }
 
 fn wait_status(ctx: &TestContext, run_id: &str, wanted: &str) {
@@ -363,6 +370,90 @@ fn a_run_exports_its_span_tree_metrics_and_hands_the_agent_its_attempt_context()
         .then_some(names)
     });
     assert!(!metrics.iter().any(|name| name == "agentprism.pauses"));
+}
+
+const CHECKPOINTED: &str =
+    "export const meta = { name: 'resumed', description: 'a checkpoint', model: 'mock' };
+const before = await agent('before', { label: 'before' });
+const answer = await checkpoint('go on?');
+await agent('after', { label: 'after' });
+return answer;
+";
+
+#[test]
+fn a_resumed_run_stays_in_its_trace_and_replays_show_as_replayed_spans() {
+    let (receiver, port, _runtime) = receiver();
+    let ctx = context(&[
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        ),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50".into()),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "200".into()),
+    ]);
+    let (_daemon, daemon_port) = daemon(&ctx);
+    let run_id = start_run(&ctx, daemon_port, CHECKPOINTED, json!({}));
+    wait_status(&ctx, &run_id, "paused");
+    let first = wait_for("the first generation's run span", || {
+        receiver
+            .spans()
+            .into_iter()
+            .find(|span| span.name == "run resumed")
+    });
+    assert_eq!(
+        text(&first, "agentprism.pause.reason").as_deref(),
+        Some("checkpoint_required")
+    );
+    assert!(first.parent_span_id.is_empty(), "a root of its own");
+    workflow_tool(
+        daemon_port,
+        json!({"action": "resume", "runId": run_id, "checkpointReplies": {"1": true}}),
+        json!({}),
+    );
+    wait_status(&ctx, &run_id, "completed");
+    let spans = wait_for("the second generation's spans", || {
+        let spans = receiver.spans();
+        (spans
+            .iter()
+            .filter(|span| span.name == "run resumed")
+            .count()
+            == 2
+            && spans.iter().any(|span| span.name == "agent after"))
+        .then_some(spans)
+    });
+    let second = spans
+        .iter()
+        .find(|span| span.name == "run resumed" && span.span_id != first.span_id)
+        .expect("the second run span");
+    assert_eq!(second.trace_id, first.trace_id, "one trace for the run");
+    assert_eq!(second.parent_span_id, first.span_id);
+    assert_eq!(
+        text(second, "agentprism.run.generation").as_deref(),
+        Some("2")
+    );
+    let befores: Vec<&Span> = spans
+        .iter()
+        .filter(|span| span.name == "agent before")
+        .collect();
+    assert_eq!(befores.len(), 2, "the live call and its replay");
+    let replayed: Vec<&&Span> = befores
+        .iter()
+        .filter(|span| text(span, "agentprism.replayed").as_deref() == Some("true"))
+        .collect();
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].parent_span_id, second.span_id);
+    assert!(
+        spans
+            .iter()
+            .all(|span| span.name == "agentprism.attempt" || span.trace_id == first.trace_id)
+    );
+    wait_for("the pause metric", || {
+        receiver
+            .metric_names()
+            .iter()
+            .any(|name| name == "agentprism.pauses")
+            .then_some(())
+    });
 }
 
 #[test]

@@ -667,6 +667,7 @@ impl Driver {
             store_error: None,
             lease_lost: false,
             script_events: self.script_events,
+            trace: None,
         };
         self.settle_outcome(halt, &mut outcome);
         // The last events and replayed rows: a failure is reported, there is nothing left
@@ -683,6 +684,7 @@ impl Driver {
         outcome.next_settlement = self.setup.next_settlement;
         outcome.store_error = self.store_error.take();
         outcome.lease_lost = self.lease_lost;
+        outcome.trace = self.trace.context();
         self.trace.end(
             outcome.status,
             outcome.pause_reason,

@@ -50,4 +50,8 @@ pub(crate) struct Outcome {
     /// What the script asked of its host (calls, logs, phases) before it settled: a dry run
     /// with none computed its result alone, which preparation can hand on ([`settle_known`]).
     pub script_events: u64,
+    /// The context of the generation's run span, when telemetry records it: the first
+    /// traced generation's is kept with the run, and later generations' spans are its
+    /// children.
+    pub trace: Option<crate::telemetry::TraceContext>,
 }

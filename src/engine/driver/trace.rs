@@ -98,6 +98,14 @@ impl RunTrace {
         trace
     }
 
+    /// The run span's context, while it has not ended.
+    pub(super) fn context(&self) -> Option<TraceContext> {
+        if !self.telemetry.enabled() {
+            return None;
+        }
+        self.telemetry.context(self.run)
+    }
+
     /// The root scope entered phase `title`: the last phase's span ends, this one's starts.
     pub(super) fn phase(&mut self, title: &str) {
         if !self.telemetry.enabled() {

@@ -164,16 +164,18 @@ impl Engine {
         } = start;
         let setup = self
             .driver_setup(&mut record, &lease, history, answers, view)
-            .await
-            .map(|mut setup| {
-                setup.trace.remote = remote;
-                setup
-            });
-        if let Some(setup) = setup {
+            .await;
+        if let Some(mut setup) = setup {
+            let kept = self.kept_trace(&run_id, record.generation).await;
+            let keep = kept.is_none();
+            setup.trace.remote = kept.or(remote);
             let outcome = match known {
                 Some(result) => driver::settle_known(setup, result).await,
                 None => driver::run(setup, control).await,
             };
+            if keep && let Some(trace) = &outcome.trace {
+                self.keep_trace(&run_id, trace).await;
+            }
             record_outcome(&mut record, &outcome);
             if outcome.lease_lost {
                 // Another execution holds the run now: its row and lease are not ours to
@@ -198,6 +200,37 @@ impl Engine {
             }
         }
         self.finish_live(&run_id, record.generation, record.status);
+    }
+
+    /// The trace context an earlier generation of the run kept, which this generation's run
+    /// span continues; never read when telemetry is off or for a first generation.
+    async fn kept_trace(&self, run_id: &RunId, generation: u32) -> Option<TraceContext> {
+        if generation < 2 || !self.telemetry().enabled() {
+            return None;
+        }
+        match self.inner.store.run_trace(run_id).await {
+            Ok(kept) => kept.flatten().map(|traceparent| TraceContext {
+                traceparent,
+                tracestate: None,
+            }),
+            Err(error) => {
+                tracing::warn!(run = %run_id, "cannot read the run's trace context: {error}");
+                None
+            }
+        }
+    }
+
+    /// Keeps the first traced generation's context with the run. A failure costs the trace's
+    /// continuity only, never the run.
+    async fn keep_trace(&self, run_id: &RunId, trace: &TraceContext) {
+        if let Err(error) = self
+            .inner
+            .store
+            .set_run_trace(run_id, &trace.traceparent)
+            .await
+        {
+            tracing::warn!(run = %run_id, "cannot keep the run's trace context: {error}");
+        }
     }
 
     /// What the generation's driver needs, read from the store. `None` when the generation

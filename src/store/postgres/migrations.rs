@@ -18,6 +18,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0003_reset_at.sql"),
     include_str!("../migrations/postgres/0004_auto_resume.sql"),
     include_str!("../migrations/postgres/0005_open_sessions.sql"),
+    include_str!("../migrations/postgres/0007_trace.sql"),
 ];
 
 /// The advisory lock key the migrations hold: "agentprism" folded into a 64-bit number, so

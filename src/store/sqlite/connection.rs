@@ -19,6 +19,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0003_reset_at.sql"),
     include_str!("../migrations/sqlite/0004_auto_resume.sql"),
     include_str!("../migrations/sqlite/0005_open_sessions.sql"),
+    include_str!("../migrations/sqlite/0007_trace.sql"),
 ];
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the
