@@ -1,8 +1,8 @@
 //! Telemetry: traces and metrics of runs for the tools people already watch. This is the
-//! port the engine reports through — a run span per generation, with spans per phase, per
-//! agent call and its attempts, and per tool call an agent reports; metrics of tokens, cost,
-//! call durations, runs by status and pauses by reason. (`SpanKind::Wait`, a span for the
-//! time a run waits on a checkpoint or pause, is in the port but nothing reports it yet.)
+//! port the engine reports through — one trace per run, with a run span per generation,
+//! spans per phase, per agent call and its attempts, per tool call an agent reports and per
+//! pause a resume ends (checkpoint, sign-in, usage reset); metrics of tokens, cost, call
+//! durations, runs by status and pauses by reason.
 //! `otel.rs` is the OpenTelemetry implementation (OTLP/HTTP protobuf exporters; `config.rs`
 //! reads the standard environment variables), which the composition root chooses when the
 //! variables ask for it; `NoTelemetry` records nothing and is what runs otherwise.

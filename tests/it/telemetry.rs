@@ -431,6 +431,18 @@ fn a_resumed_run_stays_in_its_trace_and_replays_show_as_replayed_spans() {
         text(second, "agentprism.run.generation").as_deref(),
         Some("2")
     );
+    // The pause between the generations: from the moment the first one paused (its `paused`
+    // event, stamped in milliseconds) to the second one's start.
+    let wait = spans
+        .iter()
+        .find(|span| span.name == "wait checkpoint_required")
+        .expect("the wait span");
+    assert_eq!(wait.parent_span_id, first.span_id);
+    assert_eq!(wait.trace_id, first.trace_id);
+    let millisecond = 1_000_000;
+    assert!(wait.start_time_unix_nano + millisecond >= first.start_time_unix_nano);
+    assert!(wait.start_time_unix_nano <= first.end_time_unix_nano);
+    assert!(wait.end_time_unix_nano >= second.start_time_unix_nano);
     let befores: Vec<&Span> = spans
         .iter()
         .filter(|span| span.name == "agent before")

@@ -39,7 +39,7 @@ mod trace;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
 pub(crate) use outcome::{DryCall, Outcome};
-pub(crate) use trace::TraceSetup;
+pub(crate) use trace::{TraceSetup, Waited};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! What a generation reports through the telemetry port (`crate::telemetry`): its run span
-//! (under the caller's context, or a root of its own), a span per root phase, per agent call
-//! (and a short one per replayed call, marked replayed), per attempt with the tool calls its
-//! agent reported, and the metrics of calls and of the generation's end. The driver and the
+//! (under the caller's context or the run's kept one, or a root of its own), the wait it
+//! ended when it resumes a pause, a span per root phase, per agent call (and a short one per
+//! replayed call, marked replayed), per attempt with the tool calls its agent reported, and
+//! the metrics of calls and of the generation's end. The driver and the
 //! agent tasks call these helpers at the points they already pass; with telemetry off each
 //! helper returns at its first branch and builds nothing.
 //!
@@ -31,6 +32,17 @@ pub(crate) struct TraceSetup {
     pub remote: Option<TraceContext>,
     pub workflow: String,
     pub project: String,
+    /// The pause a resumed generation ends, which gets a span of its own.
+    pub waited: Option<Waited>,
+}
+
+/// A pause the run waited in between two generations.
+#[derive(Clone, Debug)]
+pub(crate) struct Waited {
+    /// When the earlier generation paused.
+    pub since: std::time::SystemTime,
+    /// Why (`checkpoint_required`, `usage_limit`, ...), as the `paused` event says.
+    pub reason: Option<String>,
 }
 
 impl TraceSetup {
@@ -41,6 +53,7 @@ impl TraceSetup {
             remote: None,
             workflow: String::new(),
             project: String::new(),
+            waited: None,
         }
     }
 }
@@ -86,6 +99,9 @@ impl RunTrace {
         );
         start.name = Some(format!("run {}", setup.workflow));
         let run = telemetry.start(start);
+        if let Some(waited) = &setup.waited {
+            wait_span(telemetry.as_ref(), setup, run, run_id, waited);
+        }
         let mut trace = RunTrace {
             telemetry,
             run,
@@ -371,6 +387,34 @@ impl AttemptTrace {
         }
         self.telemetry.end(self.span, ending);
     }
+}
+
+/// The time the run waited before this generation: a span from the pause to now, beside the
+/// generations under the run's kept context (under this generation's run span when none was
+/// kept).
+fn wait_span(
+    telemetry: &dyn Telemetry,
+    setup: &TraceSetup,
+    run: SpanId,
+    run_id: &str,
+    waited: &Waited,
+) {
+    let parent = match &setup.remote {
+        Some(kept) => Parent::Remote(kept.clone()),
+        None => Parent::Span(run),
+    };
+    let mut attributes = vec![Attribute::Text(keys::RUN_ID, run_id.to_owned())];
+    if let Some(reason) = &waited.reason {
+        attributes.push(Attribute::Text(keys::REASON, reason.clone()));
+    }
+    let mut start = SpanStart::new(SpanKind::Wait, parent, attributes);
+    start.name = Some(match &waited.reason {
+        Some(reason) => format!("wait {reason}"),
+        None => "wait".to_owned(),
+    });
+    start.started_at = Some(waited.since);
+    let span = telemetry.start(start);
+    telemetry.end(span, Vec::new());
 }
 
 fn usage_attributes(usage: &Usage) -> Vec<Attribute> {

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::driver::{self, Control, DriverSetup, IsolationSetup, Persistence, TraceSetup};
+use crate::engine::driver::{
+    self, Control, DriverSetup, IsolationSetup, Persistence, TraceSetup, Waited,
+};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
@@ -167,6 +169,9 @@ impl Engine {
             .await;
         if let Some(mut setup) = setup {
             let kept = self.kept_trace(&run_id, record.generation).await;
+            if kept.is_some() {
+                setup.trace.waited = self.waited(&run_id, setup.last_event_seq).await;
+            }
             let keep = kept.is_none();
             setup.trace.remote = kept.or(remote);
             let outcome = match known {
@@ -218,6 +223,23 @@ impl Engine {
                 None
             }
         }
+    }
+
+    /// The pause this generation ends, from the last `paused` event among the run's newest
+    /// few; `None` when there is none there (or it cannot be read: the span is left out).
+    async fn waited(&self, run_id: &RunId, last_seq: u64) -> Option<Waited> {
+        const NEWEST: u32 = 8;
+        let after = last_seq.saturating_sub(u64::from(NEWEST));
+        let events = self.inner.store.events(run_id, after, NEWEST).await.ok()?;
+        let paused = events
+            .iter()
+            .rev()
+            .find(|event| event.event["type"] == "paused")?;
+        let since = u64::try_from(paused.timestamp).ok()?;
+        Some(Waited {
+            since: std::time::UNIX_EPOCH + std::time::Duration::from_millis(since),
+            reason: paused.event["reason"].as_str().map(str::to_owned),
+        })
     }
 
     /// Keeps the first traced generation's context with the run. A failure costs the trace's
@@ -326,6 +348,7 @@ impl Engine {
                 remote: None,
                 workflow: record.workflow_name.clone(),
                 project: record.project_dir.to_string_lossy().into_owned(),
+                waited: None,
             },
         })
     }
