@@ -2,9 +2,10 @@
 //! against a receiver the test starts on loopback: it decodes every `ExportTraceServiceRequest`
 //! and `ExportMetricsServiceRequest` a real daemon posts while the mock agent runs a workflow,
 //! and the tests look at the span tree (parents by id), the attributes, the metrics and the
-//! `traceparent` the agent got in `session/prompt`'s `_meta`. Also: a daemon told telemetry
-//! is disabled sends nothing, and one asked for a protocol it cannot do refuses to start,
-//! naming the variable.
+//! `traceparent` the agent got in `session/prompt`'s `_meta`, and a run paused on a
+//! checkpoint and resumed staying in one trace with its wait and its replayed call. Also: a
+//! daemon told telemetry is disabled sends nothing, and one asked for a protocol it cannot do
+//! refuses to start, naming the variable.
 //!
 //! Each test has its own HOME, state folder and ports; waits poll the receiver or the store
 //! under a deadline; every process started is killed when the test ends.
