@@ -83,6 +83,9 @@ fn run() -> Result<()> {
     if selected("fanout") {
         fan_out()?;
     }
+    if selected("telemetry") {
+        telemetry_overhead()?;
+    }
     if let (true, Some(binaries)) = (selected("mock"), &binaries) {
         for calls in MOCK_CALLS {
             mock_agent_run(binaries, calls)?;
@@ -213,6 +216,105 @@ fn overhead() -> Result<()> {
         bench.engine.shutdown(Duration::from_secs(5)).await;
         Ok(())
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Figure 1c: the same calls with telemetry off and on (OTLP to a loopback receiver).
+// ---------------------------------------------------------------------------------------
+
+/// Calls in each half of the telemetry figure.
+const TELEMETRY_CALLS: u32 = 2_000;
+
+/// CPU per sequential instant call with the port's `NoTelemetry`, then with the OpenTelemetry
+/// exporter posting spans and metrics to a receiver on loopback (in this process: its reads
+/// count too, which makes the "on" figure an upper bound). The exporters are shut down, their
+/// last batch sent, inside the measured stretch.
+fn telemetry_overhead() -> Result<()> {
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let receiver = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = receiver.local_addr()?.port();
+        tokio::spawn(accept_and_drop(receiver));
+        let script = sequential_script(TELEMETRY_CALLS, false);
+        let mut figures = Vec::new();
+        for on in [false, true] {
+            let bench = InstantBench::new()?;
+            if on {
+                let env = EnvSnapshot::from_pairs([(
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://127.0.0.1:{port}"),
+                )]);
+                let config = agentprism::telemetry::TelemetryConfig::from_env(&env)
+                    .map_err(anyhow::Error::msg)?
+                    .context("telemetry configured")?;
+                let exporter = agentprism::telemetry::OtelTelemetry::new(
+                    &config,
+                    tokio::runtime::Handle::current(),
+                )
+                .map_err(anyhow::Error::msg)?;
+                bench.engine.set_telemetry(Arc::new(exporter));
+            }
+            let run_id = bench.start(&script).await?;
+            let admitted = Sample::take();
+            wait_settled(&bench.engine, &run_id).await?;
+            bench.engine.shutdown(Duration::from_secs(5)).await;
+            let execution = Sample::take().since(&admitted);
+            expect_status(&bench.engine, &run_id, "completed").await?;
+            let per_call = execution.cpu().as_secs_f64() / f64::from(TELEMETRY_CALLS);
+            figures.push(per_call);
+            println!(
+                "[1c] telemetry {}: {TELEMETRY_CALLS} sequential instant calls: {:.1} µs CPU per call",
+                if on { "on (OTLP to loopback)" } else { "off" },
+                micros(per_call)
+            );
+        }
+        figure(
+            "engine",
+            &format!("CPU per call, telemetry off / on, {TELEMETRY_CALLS} instant calls"),
+            format!("{:.0} µs / {:.0} µs", micros(figures[0]), micros(figures[1])),
+            "-",
+        );
+        Ok(())
+    })
+}
+
+/// A receiver that reads each request and answers an empty 200, for the exporters to post to.
+async fn accept_and_drop(listener: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut stream, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut buffer = vec![0u8; 64 * 1024];
+            let mut seen = Vec::new();
+            loop {
+                let Ok(read) = stream.read(&mut buffer).await else {
+                    return;
+                };
+                if read == 0 {
+                    return;
+                }
+                seen.extend_from_slice(&buffer[..read]);
+                while let Some(length) = complete_request(&seen) {
+                    seen.drain(..length);
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The length of the first whole request in `bytes` (head and `Content-Length` body).
+fn complete_request(bytes: &[u8]) -> Option<usize> {
+    let head = bytes.windows(4).position(|window| window == b"\r\n\r\n")? + 4;
+    let text = String::from_utf8_lossy(&bytes[..head]).to_ascii_lowercase();
+    let body: usize = text
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0);
+    (bytes.len() >= head + body).then_some(head + body)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -152,6 +152,7 @@ async fn complete_run(engine: &Engine, world: &World, calls: u32) -> String {
                 ..LimitOverrides::default()
             },
             caller: None,
+            trace: None,
         })
         .await
         .unwrap_or_else(|e| panic!("admitting the {calls}-call run: {e}"));

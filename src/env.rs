@@ -42,6 +42,33 @@ pub const WORKFLOWS_DIR: &str = "AGENTPRISM_WORKFLOWS_DIR";
 /// never asks).
 pub const CONFIRM_AGENTS: &str = "AGENTPRISM_CONFIRM_AGENTS";
 
+/// OpenTelemetry's standard variables (docs/observability.md). `true` turns telemetry off
+/// whatever else is set.
+pub const OTEL_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+/// `otlp` or `none`: whether traces are exported (`otlp` with no endpoint sends to the
+/// default local collector).
+pub const OTEL_TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+/// `otlp` or `none`: whether metrics are exported.
+pub const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+/// The collector's base URL; `/v1/traces` and `/v1/metrics` are appended.
+pub const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The full URL traces are posted to.
+pub const OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// The full URL metrics are posted to.
+pub const OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+/// The OTLP transport: only `http/protobuf` is built in; anything else is refused.
+pub const OTEL_EXPORTER_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+/// The traces' own transport, over [`OTEL_EXPORTER_OTLP_PROTOCOL`].
+pub const OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+/// The metrics' own transport, over [`OTEL_EXPORTER_OTLP_PROTOCOL`].
+pub const OTEL_EXPORTER_OTLP_METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
+/// Headers sent with every export, `key=value` pairs separated by commas.
+pub const OTEL_EXPORTER_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// The `service.name` resource attribute (default `agentprism`).
+pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// More resource attributes, `key=value` pairs separated by commas.
+pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
 /// Diagnostics filter for stderr logs (tracing env-filter syntax, default `warn`). Not part of
 /// the daemon family fingerprint: it changes what is logged, never what runs.
 pub const LOG: &str = "AGENTPRISM_LOG";

@@ -168,6 +168,7 @@ pub async fn start(
                 ..LimitOverrides::default()
             },
             caller: None,
+            trace: None,
         })
         .await
         .context("starting the run")?;

@@ -30,6 +30,7 @@ use crate::serve::replica::{ReplicaOptions, StoreLocation};
 use crate::serve::{Folder, FolderOptions, FolderServer};
 use crate::store::postgres::{PgOptions, PostgresStore};
 use crate::store::{LeasePolicy, SqliteStore, Store, StoreSync};
+use crate::telemetry::{OtelTelemetry, TelemetryConfig};
 use crate::timers::AutoResumePolicy;
 use crate::tools::{WorkflowServer, WorkflowServerOptions};
 use crate::transport::http::HttpOptions;
@@ -130,6 +131,8 @@ pub struct Settings {
     /// How the ACP runner treats agent processes.
     pub acp: AcpConfig,
     pub http: HttpSettings,
+    /// The OpenTelemetry exporters the standard variables ask for; `None` reports nothing.
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 impl Settings {
@@ -147,6 +150,7 @@ impl Settings {
             backends,
             acp,
             http: HttpSettings::from_env(env),
+            telemetry: TelemetryConfig::from_env(env).map_err(SettingsError::Invalid)?,
         })
     }
 
@@ -261,6 +265,7 @@ pub(crate) async fn engine_with_sources(
         engine: mut config,
         backends,
         mut acp,
+        telemetry,
         ..
     } = settings;
     // The engine reads the model tiers under the root the store lives in, without asking
@@ -282,6 +287,11 @@ pub(crate) async fn engine_with_sources(
     let workspaces = Arc::new(crate::workspace::GitWorkspaces::new(&root));
     let engine = Engine::with_sources(store, runner, Arc::new(backends), sources, config);
     engine.set_workspaces(workspaces);
+    if let Some(config) = &telemetry {
+        let exporter = OtelTelemetry::new(config, tokio::runtime::Handle::current())
+            .map_err(SettingsError::Invalid)?;
+        engine.set_telemetry(Arc::new(exporter));
+    }
     engine.set_owner_route(Arc::new(LeaseRoute::new(
         Paths::new(root),
         &engine.owner().owner_id,

@@ -122,6 +122,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
             args: input,
             limits,
             caller: None,
+            trace: None,
         };
         let admission = super::confirm::start(&engine, request).await?;
         for warning in &admission.warnings {
@@ -280,6 +281,8 @@ async fn follow_run(
     options: &ForegroundArgs,
 ) -> Result<u8> {
     let code = follow(engine, run_id, notices, options).await?;
+    // The generation has ended: its spans and metrics go out before the process exits.
+    engine.telemetry().shutdown();
     if code != EXIT_COMPLETED {
         return Ok(code);
     }

@@ -77,6 +77,7 @@ impl RunApi {
             args: arguments,
             limits: Default::default(),
             caller: Some(owner.as_str().to_owned()),
+            trace: None,
         };
         let admission = self
             .engine

@@ -72,6 +72,7 @@ impl SyncCalls {
             args: arguments.clone(),
             limits: Default::default(),
             caller: Some(SYNC_CALLER.to_owned()),
+            trace: None,
         };
         // Subscribed before admission, so no settled call of a quick run is missed.
         let notices = engine.subscribe();

@@ -97,6 +97,10 @@ impl RunReads for CheckThenWrite {
         self.inner.run_caller(run_id).await
     }
 
+    async fn run_trace(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
+        self.inner.run_trace(run_id).await
+    }
+
     async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<crate::store::RunVersion>> {
         self.inner.run_version(run_id).await
     }
@@ -125,6 +129,11 @@ impl Runs for CheckThenWrite {
         caller: Option<&str>,
     ) -> StoreResult<bool> {
         self.inner.set_run_caller(run_id, expected, caller).await
+    }
+
+    // Unfenced, as in every backend: the context only names spans.
+    async fn set_run_trace(&self, run_id: &RunId, traceparent: &str) -> StoreResult<bool> {
+        self.inner.set_run_trace(run_id, traceparent).await
     }
 
     async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {

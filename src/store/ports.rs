@@ -53,6 +53,10 @@ pub trait RunReads: Send + Sync {
     /// front end can check who owns a run before it reads anything else of it.
     async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>>;
 
+    /// The `traceparent` of the run's first traced generation (`set_run_trace`): `None` when
+    /// there is no such run, `Some(None)` for a run never traced.
+    async fn run_trace(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>>;
+
     /// The run's status and change counter ([`RunVersion`]): one indexed read, so that a
     /// cached `status` answer of a run that is not running can be checked on every call.
     /// `Ok(None)` when this backend keeps no counter (this default: no existing method can
@@ -92,6 +96,10 @@ pub trait Runs: RunReads {
         expected: Option<&str>,
         caller: Option<&str>,
     ) -> StoreResult<bool>;
+
+    /// Keeps `traceparent` as the run's trace context unless one is kept already (the first
+    /// traced generation's wins); whether it was kept. Telemetry only: it fences nothing.
+    async fn set_run_trace(&self, run_id: &RunId, traceparent: &str) -> StoreResult<bool>;
 
     /// Deletes the run and everything stored with it (calls, journaled sessions, events,
     /// answers, receipts, control intents, its inline script copy).

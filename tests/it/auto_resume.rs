@@ -388,6 +388,7 @@ async fn automatic_resumes_in_a_row_are_capped() {
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect("admitted");
@@ -434,6 +435,7 @@ async fn start_to_end(
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect("admitted");

@@ -41,6 +41,7 @@ async fn start_flow(h: &Harness, script: &str) -> (RunId, PathBuf) {
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect("admitted");
@@ -176,6 +177,7 @@ async fn the_caller_tag_is_stored_and_reclaimed_exactly_once() {
             args: json!({}),
             limits: Default::default(),
             caller: Some("session:first".into()),
+            trace: None,
         })
         .await
         .expect("admitted");
@@ -253,6 +255,7 @@ async fn the_per_project_cap_is_configured() {
                 args: json!({}),
                 limits: Default::default(),
                 caller: None,
+                trace: None,
             })
         };
         for _ in 0..cap {

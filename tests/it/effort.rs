@@ -274,6 +274,7 @@ async fn a_live_call_that_cannot_take_the_level_throws_without_retrying() {
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect("admitted");

@@ -59,6 +59,7 @@ impl Harness {
                 args: json!({}),
                 limits: Default::default(),
                 caller: None,
+                trace: None,
             })
             .await?;
         Ok(admission.run_id)
@@ -109,6 +110,7 @@ impl Harness {
                 args: json!({}),
                 limits,
                 caller: None,
+                trace: None,
             })
             .await
             .expect("admitted")
@@ -328,6 +330,7 @@ async fn limits_are_clamped_and_project_capacity_is_four() {
                 ..Default::default()
             },
             caller: None,
+            trace: None,
         })
         .await
         .unwrap();

@@ -74,6 +74,7 @@ mod stop_answers;
 mod succession;
 mod support;
 mod tasks;
+mod telemetry;
 mod tool_policy;
 mod usage_reset;
 mod warm_cost;

@@ -88,6 +88,7 @@ impl World {
                 args: json!({}),
                 limits: Default::default(),
                 caller: None,
+                trace: None,
             })
             .await
             .expect("admitted");

@@ -445,6 +445,7 @@ impl Driver {
             gate_closed: self.gate_closed.clone(),
             dry_run: self.dry(),
             dry_answer: None,
+            trace: self.trace.call(call.index, &call.label, Some(&call.route)),
             isolation: (options.isolated && !self.dry()).then(|| {
                 self.setup.isolation.plan(
                     self.setup.run_id.as_str(),
@@ -513,6 +514,8 @@ impl Driver {
             superseded_by: None,
             live_reason: None,
         };
+        self.trace
+            .replayed(index, label, Some(route), &record.usage);
         let supersedes = vec![(source.generation, source.index)];
         self.tally.settled(&record);
         match self.buffer_replay(record, supersedes).await {

@@ -36,10 +36,12 @@ mod script_events;
 mod sessions;
 mod summary;
 mod task;
+mod trace;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
 pub(crate) use outcome::{DryCall, Outcome};
 pub(crate) use summary::Tally;
+pub(crate) use trace::{TraceSetup, Waited};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -149,6 +151,8 @@ pub(crate) struct DriverSetup {
     pub live: Arc<std::sync::Mutex<LiveView>>,
     /// The workspace port and the run's base, for isolated calls.
     pub isolation: isolation::IsolationSetup,
+    /// Where the generation's spans and metrics go ([`trace`]).
+    pub trace: TraceSetup,
 }
 
 /// Requests from outside while a generation runs.
@@ -383,6 +387,8 @@ struct Driver {
     reopening: sessions::Reopening,
     /// The run's summary so far: the generation's calls and their spend ([`summary`]).
     tally: Tally,
+    /// The generation's run and phase spans ([`trace`]).
+    trace: trace::RunTrace,
 }
 
 impl Driver {
@@ -406,7 +412,14 @@ impl Driver {
             // Status counts this generation's rows from here on, not in the store.
             setup.live.locked().settled_calls = Some(0);
         }
+        let trace = trace::RunTrace::begin(
+            &setup.trace,
+            setup.run_id.as_str(),
+            setup.generation,
+            setup.current_phase.as_deref(),
+        );
         Driver {
+            trace,
             events,
             semaphore,
             gate_closed: Arc::new(AtomicBool::new(false)),
@@ -670,6 +683,7 @@ impl Driver {
             lease_lost: false,
             script_events: self.script_events,
             tally: Tally::default(),
+            trace: None,
         };
         self.settle_outcome(halt, &mut outcome);
         // The last events and replayed rows: a failure is reported, there is nothing left
@@ -687,6 +701,13 @@ impl Driver {
         outcome.store_error = self.store_error.take();
         outcome.lease_lost = self.lease_lost;
         outcome.tally = std::mem::take(&mut self.tally);
+        outcome.trace = self.trace.context();
+        self.trace.end(
+            outcome.status,
+            outcome.pause_reason,
+            outcome.error_code.as_deref(),
+            &outcome.usage,
+        );
         self.tracker.wait().await;
         if let Some(vm) = self.halted_vm.take() {
             let _ = tokio::task::spawn_blocking(move || drop(vm)).await;

@@ -52,4 +52,8 @@ pub(crate) struct Outcome {
     pub script_events: u64,
     /// The generation's calls and their spend, for the run's summary.
     pub tally: super::Tally,
+    /// The context of the generation's run span, when telemetry records it: the first
+    /// traced generation's is kept with the run, and later generations' spans are its
+    /// children.
+    pub trace: Option<crate::telemetry::TraceContext>,
 }

@@ -71,6 +71,7 @@ impl Driver {
                     .insert(scope.clone(), Some(title.clone()));
                 if scope == "root" {
                     self.setup.live.locked().current_phase = Some(title.clone());
+                    self.trace.phase(&title);
                 }
                 self.events.push("phase", &scope, json!({"title": title}));
                 if let Some(message) = self.phases.add() {

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::driver::isolation::{CallIsolation, Isolated, WorktreeFailure};
 use crate::engine::driver::retry::{self, RetryNotice};
 use crate::engine::driver::sessions::SessionOpened;
+use crate::engine::driver::trace::{AttemptTrace, CallTrace};
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::reopen::{self, ReopenMethod, ReopenPath};
 use crate::engine::runner::{
@@ -125,17 +126,20 @@ pub(super) struct AgentTask {
     pub(super) dry_answer: Option<Value>,
     /// The call's worktree plan when it runs isolated (never in the dry run).
     pub(super) isolation: Option<CallIsolation>,
+    /// The call's span, its attempts' and their tool calls' ([`super::trace`]).
+    pub(super) trace: CallTrace,
 }
 
 impl AgentTask {
-    pub(super) async fn run(self) {
+    pub(super) async fn run(mut self) {
         let index = self.index;
         let activity = self.activity.clone();
         let (result, isolated) = self.execute().await;
+        result.report(&self.trace);
         let _ = activity.send(Activity::Done(index, result, isolated));
     }
 
-    async fn execute(mut self) -> (TaskResult, Option<Box<Isolated>>) {
+    async fn execute(&mut self) -> (TaskResult, Option<Box<Isolated>>) {
         let permit = tokio::select! {
             permit = self.semaphore.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
@@ -213,7 +217,7 @@ impl AgentTask {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let failure = match self.attempt(&mut usage, &mut opened).await {
+            let failure = match self.attempt(attempt, &mut usage, &mut opened).await {
                 Ok((value, session)) => {
                     return TaskResult::Value {
                         value,
@@ -333,10 +337,30 @@ impl AgentTask {
 
     async fn attempt(
         &self,
+        number: u32,
         usage: &mut Usage,
         opened: &mut Option<Value>,
     ) -> Result<(Value, Option<Value>), AttemptFailure> {
+        let trace = self.trace.attempt(number);
+        let result = self.attempt_traced(trace.clone(), usage, opened).await;
+        if let Some(trace) = trace {
+            trace.end(result.as_ref().err().map(AttemptFailure::code).as_deref());
+        }
+        result
+    }
+
+    async fn attempt_traced(
+        &self,
+        trace: Option<Arc<AttemptTrace>>,
+        usage: &mut Usage,
+        opened: &mut Option<Value>,
+    ) -> Result<(Value, Option<Value>), AttemptFailure> {
+        let prompt_meta = match &trace {
+            Some(trace) => trace.prompt_meta(self.prompt_meta.clone()),
+            None => self.prompt_meta.clone(),
+        };
         let observer = Arc::new(CallObserver {
+            trace,
             index: self.index,
             activity: self.activity.clone(),
             broker: self.broker.clone(),
@@ -356,7 +380,9 @@ impl AgentTask {
         };
         let reopenable = facts.method.is_some();
         let reopened = self.opened(facts, opened).await;
-        let result = self.converse(session.as_mut(), usage, reopened).await;
+        let result = self
+            .converse(session.as_mut(), usage, reopened, prompt_meta)
+            .await;
         if self.keep_session || (reopenable && self.interrupted(&result)) {
             // The agent keeps the session for a later reopen; dropping it here only lets go
             // of this process's hold on it.
@@ -427,6 +453,7 @@ impl AgentTask {
         session: &mut dyn AgentSession,
         usage: &mut Usage,
         reopened: bool,
+        prompt_meta: Option<Value>,
     ) -> Result<Value, AttemptFailure> {
         let mut prompt = if reopened {
             reopen::continuation_turn(self.continue_prompt.as_deref())
@@ -448,7 +475,7 @@ impl AgentTask {
         loop {
             let turn = TurnRequest {
                 prompt: prompt.clone(),
-                meta: self.prompt_meta.clone(),
+                meta: prompt_meta.clone(),
                 timeout: self.timeout,
             };
             let output = session
@@ -530,6 +557,19 @@ impl TaskResult {
         }
     }
 
+    /// Ends the call's span and counts its metrics from how it ended.
+    fn report(&self, trace: &CallTrace) {
+        let (status, code) = match self {
+            TaskResult::Value { .. } => ("ok", None),
+            TaskResult::Null { code, .. } => ("null", Some(code.as_str())),
+            TaskResult::Throw { code, .. } => ("error", Some(code.as_str())),
+            TaskResult::Pause { code, .. } => ("paused", Some(code.as_str())),
+            TaskResult::Interrupted => ("interrupted", None),
+        };
+        let (usage, _) = self.spent();
+        trace.end(status, code, &usage);
+    }
+
     /// The usage and attempts the result reports.
     fn spent(&self) -> (Usage, u32) {
         match self {
@@ -586,6 +626,8 @@ impl AttemptFailure {
 
 /// Forwards a call's agent activity to the driver and its permission requests to the broker.
 struct CallObserver {
+    /// The attempt's span: the tool calls the agent reports get spans under it.
+    trace: Option<Arc<AttemptTrace>>,
     /// The call the updates belong to.
     index: u32,
     activity: super::activity::ActivitySender,
@@ -602,6 +644,9 @@ struct CallObserver {
 #[async_trait]
 impl AgentObserver for CallObserver {
     fn update(&self, update: AgentUpdate) {
+        if let (Some(trace), AgentUpdate::ToolCall { id, status, .. }) = (&self.trace, &update) {
+            trace.tool_call(id, status.as_deref());
+        }
         self.activity.send_update(self.index, update);
     }
 

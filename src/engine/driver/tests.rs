@@ -133,6 +133,7 @@ impl World {
             files: Arc::default(),
             live: Arc::new(Mutex::new(LiveView::default())),
             isolation: Default::default(),
+            trace: crate::engine::driver::TraceSetup::off(),
         }
     }
 

@@ -214,9 +214,9 @@ impl Engine {
                 .release_lease(&run_id, &lease.token)
                 .await?;
         } else if let Some(result) = prepared.known_result.clone() {
-            self.spawn_known(record, lease, result);
+            self.spawn_known(record, lease, result, request.trace.clone());
         } else {
-            self.spawn_execution(record, lease, None, Vec::new());
+            self.spawn_admitted(record, lease, request.trace.clone());
         }
         drop(slot);
         Ok(Admission {

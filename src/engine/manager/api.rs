@@ -40,6 +40,9 @@ pub struct RunRequest {
     /// (`session:<id>`, `principal:<name>` or `anonymous`). `None` for front ends without
     /// owners.
     pub caller: Option<String>,
+    /// The caller's W3C trace context (a `traceparent` in the MCP request's `_meta`): the
+    /// run's first generation becomes a span of the caller's trace. Never stored.
+    pub trace: Option<crate::telemetry::TraceContext>,
 }
 
 /// A request to continue a run under the same id.

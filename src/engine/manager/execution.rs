@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::driver::{self, Control, DriverSetup, IsolationSetup, Persistence};
+use crate::engine::driver::{
+    self, Control, DriverSetup, IsolationSetup, Persistence, TraceSetup, Waited,
+};
 use crate::engine::events::{EventLog, RunNotice};
 use crate::engine::journal::ReplayPool;
 use crate::engine::manager::{Engine, EngineError, EngineResult, LiveRun, Rejected};
@@ -17,6 +19,7 @@ use crate::model::{
     RunStatus,
 };
 use crate::store::{Fence, LeasePolicy, ScriptChange, StoreError};
+use crate::telemetry::TraceContext;
 use crate::timers;
 
 /// The `error_code` of a run whose executing replica's lease lapsed (`LeasePolicy::Ttl`):
@@ -33,6 +36,8 @@ pub(super) struct Start {
     answers: Vec<CheckpointAnswer>,
     /// The script's result when preparation already computed it ([`driver::settle_known`]).
     known: Option<Option<Value>>,
+    /// The caller's trace context, which the run span joins.
+    remote: Option<TraceContext>,
 }
 
 /// A generation's history in the store.
@@ -59,14 +64,46 @@ impl Engine {
             History::Stored(pool.map(Box::new)),
             answers,
             None,
+            None,
+        );
+    }
+
+    /// Starts the first generation of a run admission just stored, in the caller's trace
+    /// when it named one.
+    pub(super) fn spawn_admitted(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        remote: Option<TraceContext>,
+    ) {
+        self.spawn_generation(
+            record,
+            lease,
+            History::Stored(None),
+            Vec::new(),
+            None,
+            remote,
         );
     }
 
     /// [`Engine::spawn_execution`] of a new run whose result preparation already knows
     /// ([`crate::engine::prepare::Prepared::known_result`]): the generation settles with it,
     /// and no VM runs the script a second time.
-    pub(super) fn spawn_known(&self, record: RunRecord, lease: Lease, result: Option<Value>) {
-        self.spawn_generation(record, lease, History::Fresh, Vec::new(), Some(result));
+    pub(super) fn spawn_known(
+        &self,
+        record: RunRecord,
+        lease: Lease,
+        result: Option<Value>,
+        remote: Option<TraceContext>,
+    ) {
+        self.spawn_generation(
+            record,
+            lease,
+            History::Fresh,
+            Vec::new(),
+            Some(result),
+            remote,
+        );
     }
 
     fn spawn_generation(
@@ -76,6 +113,7 @@ impl Engine {
         history: History,
         answers: Vec<CheckpointAnswer>,
         known: Option<Option<Value>>,
+        remote: Option<TraceContext>,
     ) {
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (settled_tx, settled_rx) = watch::channel(false);
@@ -103,6 +141,7 @@ impl Engine {
                         history,
                         answers,
                         known,
+                        remote,
                     },
                     view,
                     control_rx,
@@ -126,15 +165,25 @@ impl Engine {
             history,
             answers,
             known,
+            remote,
         } = start;
         let setup = self
             .driver_setup(&mut record, &lease, history, answers, view)
             .await;
-        if let Some(setup) = setup {
+        if let Some(mut setup) = setup {
+            let kept = self.kept_trace(&run_id, record.generation).await;
+            if kept.is_some() {
+                setup.trace.waited = self.waited(&run_id, setup.last_event_seq).await;
+            }
+            let keep = kept.is_none();
+            setup.trace.remote = kept.or(remote);
             let outcome = match known {
                 Some(result) => driver::settle_known(setup, result).await,
                 None => driver::run(setup, control).await,
             };
+            if keep && let Some(trace) = &outcome.trace {
+                self.keep_trace(&run_id, trace).await;
+            }
             record_outcome(&mut record, &outcome);
             if outcome.lease_lost {
                 // Another execution holds the run now: its row and lease are not ours to
@@ -159,6 +208,54 @@ impl Engine {
             }
         }
         self.finish_live(&run_id, record.generation, record.status);
+    }
+
+    /// The trace context an earlier generation of the run kept, which this generation's run
+    /// span continues; never read when telemetry is off or for a first generation.
+    async fn kept_trace(&self, run_id: &RunId, generation: u32) -> Option<TraceContext> {
+        if generation < 2 || !self.telemetry().enabled() {
+            return None;
+        }
+        match self.inner.store.run_trace(run_id).await {
+            Ok(kept) => kept.flatten().map(|traceparent| TraceContext {
+                traceparent,
+                tracestate: None,
+            }),
+            Err(error) => {
+                tracing::warn!(run = %run_id, "cannot read the run's trace context: {error}");
+                None
+            }
+        }
+    }
+
+    /// The pause this generation ends, from the last `paused` event among the run's newest
+    /// few; `None` when there is none there (or it cannot be read: the span is left out).
+    async fn waited(&self, run_id: &RunId, last_seq: u64) -> Option<Waited> {
+        const NEWEST: u32 = 8;
+        let after = last_seq.saturating_sub(u64::from(NEWEST));
+        let events = self.inner.store.events(run_id, after, NEWEST).await.ok()?;
+        let paused = events
+            .iter()
+            .rev()
+            .find(|event| event.event["type"] == "paused")?;
+        let since = u64::try_from(paused.timestamp).ok()?;
+        Some(Waited {
+            since: std::time::UNIX_EPOCH + std::time::Duration::from_millis(since),
+            reason: paused.event["reason"].as_str().map(str::to_owned),
+        })
+    }
+
+    /// Keeps the first traced generation's context with the run. A failure costs the trace's
+    /// continuity only, never the run.
+    async fn keep_trace(&self, run_id: &RunId, trace: &TraceContext) {
+        if let Err(error) = self
+            .inner
+            .store
+            .set_run_trace(run_id, &trace.traceparent)
+            .await
+        {
+            tracing::warn!(run = %run_id, "cannot keep the run's trace context: {error}");
+        }
     }
 
     /// What the generation's driver needs, read from the store. `None` when the generation
@@ -248,6 +345,13 @@ impl Engine {
                 workspaces: self.inner.workspaces.get().cloned(),
                 base: record.workspace.clone(),
                 project_dir: record.project_dir.clone(),
+            },
+            trace: TraceSetup {
+                telemetry: self.telemetry(),
+                remote: None,
+                workflow: record.workflow_name.clone(),
+                project: record.project_dir.to_string_lossy().into_owned(),
+                waited: None,
             },
         })
     }

@@ -123,6 +123,9 @@ struct Inner {
     /// Where isolated calls get their worktrees; set once by the composition root. An
     /// engine without it fails isolated calls, naming why.
     workspaces: std::sync::OnceLock<Arc<dyn Workspaces>>,
+    /// Where runs' spans and metrics go; set once by the composition root, `NoTelemetry`
+    /// until then.
+    telemetry: std::sync::OnceLock<Arc<dyn crate::telemetry::Telemetry>>,
     /// The automatic-resume loop's wake-up and stop (`timers.rs`).
     timers: timers::TimerLoop,
 }
@@ -228,6 +231,7 @@ impl Engine {
                 tracker: TaskTracker::new(),
                 route: std::sync::OnceLock::new(),
                 workspaces: std::sync::OnceLock::new(),
+                telemetry: std::sync::OnceLock::new(),
                 timers: timers::TimerLoop::default(),
             }),
         }
@@ -274,6 +278,19 @@ impl Engine {
     /// Installs where isolated calls get their worktrees. The first call wins.
     pub fn set_workspaces(&self, workspaces: Arc<dyn Workspaces>) {
         let _ = self.inner.workspaces.set(workspaces);
+    }
+
+    /// Installs where runs' spans and metrics go. The first call wins.
+    pub fn set_telemetry(&self, telemetry: Arc<dyn crate::telemetry::Telemetry>) {
+        let _ = self.inner.telemetry.set(telemetry);
+    }
+
+    /// Where runs' spans and metrics go.
+    pub(crate) fn telemetry(&self) -> Arc<dyn crate::telemetry::Telemetry> {
+        match self.inner.telemetry.get() {
+            Some(telemetry) => telemetry.clone(),
+            None => Arc::new(crate::telemetry::NoTelemetry),
+        }
     }
 
     /// Installs how this engine reaches other lease holders. The first call wins.
@@ -352,6 +369,8 @@ impl Engine {
         self.inner.tracker.close();
         let _ = tokio::time::timeout(deadline, self.inner.tracker.wait()).await;
         self.inner.runner.shutdown(deadline).await;
+        // The generations have ended: their last spans and the metrics go out now.
+        self.telemetry().shutdown();
     }
 }
 

@@ -110,6 +110,7 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
         args: args.clone(),
         cwd: project_dir.to_path_buf(),
         isolation: Default::default(),
+        trace: crate::engine::driver::TraceSetup::off(),
         phases: analyzed.phases.clone(),
         meta_model: analyzed.model.clone(),
         limits: Limits {

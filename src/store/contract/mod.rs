@@ -73,6 +73,7 @@ macro_rules! store_contract_tests {
     ($backend:expr) => {
         $crate::store_contract_tests!(@cases $backend;
             create_and_load_round_trip,
+            the_trace_context_is_kept_once,
             create_refuses_a_taken_id,
             update_run_keeps_or_replaces_the_script,
             the_summary_is_written_with_the_run_and_listed,

@@ -39,6 +39,41 @@ pub async fn create_and_load_round_trip<B: Backend>(backend: &B) {
     );
 }
 
+/// A run's trace context is kept once: the first `set_run_trace` wins, an update of the run
+/// leaves it, and an unknown run has none.
+pub async fn the_trace_context_is_kept_once<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    assert_eq!(
+        store.run_trace(&record.run_id).await.expect("read"),
+        Some(None)
+    );
+    assert!(
+        store
+            .set_run_trace(&record.run_id, first)
+            .await
+            .expect("keep")
+    );
+    let later = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01";
+    assert!(
+        !store
+            .set_run_trace(&record.run_id, later)
+            .await
+            .expect("keep")
+    );
+    store
+        .update_run(&record, ScriptChange::Unchanged, Fence("token-a"))
+        .await
+        .expect("update");
+    assert_eq!(
+        store.run_trace(&record.run_id).await.expect("read"),
+        Some(Some(first.to_owned()))
+    );
+    let unknown = RunId::parse("zz-unknown").expect("an id");
+    assert_eq!(store.run_trace(&unknown).await.expect("read"), None);
+    assert!(!store.set_run_trace(&unknown, first).await.expect("keep"));
+}
+
 /// A second admission under a taken id fails with `AlreadyExists` and changes nothing.
 pub async fn create_refuses_a_taken_id<B: Backend>(backend: &B) {
     let WithRun { store, record, .. } = with_run(backend).await;

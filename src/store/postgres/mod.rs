@@ -221,6 +221,11 @@ impl RunReads for PostgresStore {
         let doing = || format!("read the caller of run {run_id}");
         within_deadline!(self, doing, |client| runs::caller(&client, run_id).await)
     }
+
+    async fn run_trace(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
+        let doing = || format!("read the trace context of run {run_id}");
+        within_deadline!(self, doing, |client| runs::trace(&client, run_id).await)
+    }
 }
 
 #[async_trait]
@@ -256,6 +261,13 @@ impl Runs for PostgresStore {
         let doing = || format!("set the caller of run {run_id}");
         within_deadline!(self, doing, |client| {
             runs::set_caller(&client, run_id, expected, caller).await
+        })
+    }
+
+    async fn set_run_trace(&self, run_id: &RunId, traceparent: &str) -> StoreResult<bool> {
+        let doing = || format!("keep the trace context of run {run_id}");
+        within_deadline!(self, doing, |client| {
+            runs::set_trace(&client, run_id, traceparent).await
         })
     }
 

@@ -311,6 +311,37 @@ pub(super) async fn caller(
     Ok(row.map(|row| row.get(0)))
 }
 
+/// The run's kept `traceparent`: `None` when there is no such run.
+pub(super) async fn trace(
+    client: &impl GenericClient,
+    run_id: &RunId,
+) -> StoreResult<Option<Option<String>>> {
+    let row = query_opt(
+        client,
+        "SELECT trace_parent FROM runs WHERE run_id = $1",
+        &[&run_id.as_str()],
+    )
+    .await
+    .context(|| format!("read the trace context of run {run_id}"))?;
+    Ok(row.map(|row| row.get(0)))
+}
+
+/// Keeps `traceparent` for the run unless one is kept already.
+pub(super) async fn set_trace(
+    client: &Client,
+    run_id: &RunId,
+    traceparent: &str,
+) -> StoreResult<bool> {
+    let changed = execute(
+        client,
+        "UPDATE runs SET trace_parent = $2 WHERE run_id = $1 AND trace_parent IS NULL",
+        &[&run_id.as_str(), &traceparent],
+    )
+    .await
+    .context(|| format!("keep the trace context of run {run_id}"))?;
+    Ok(changed == 1)
+}
+
 /// Compare-and-set of the caller tag in one statement.
 pub(super) async fn set_caller(
     client: &Client,

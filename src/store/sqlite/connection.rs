@@ -21,6 +21,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0005_open_sessions.sql"),
     include_str!("../migrations/sqlite/0006_live_reason.sql"),
     include_str!("../migrations/sqlite/0007_summary.sql"),
+    include_str!("../migrations/sqlite/0008_trace.sql"),
 ];
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the

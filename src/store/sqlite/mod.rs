@@ -175,6 +175,10 @@ impl RunReads for SqliteStore {
         self.with(|connection| runs::caller(connection, run_id))
     }
 
+    async fn run_trace(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {
+        self.with(|connection| runs::trace(connection, run_id))
+    }
+
     async fn run_version(&self, run_id: &RunId) -> StoreResult<Option<super::RunVersion>> {
         self.with(|connection| versions::run_version(connection, run_id))
             .map(Some)
@@ -203,6 +207,10 @@ impl Runs for SqliteStore {
         caller: Option<&str>,
     ) -> StoreResult<bool> {
         self.with(|connection| runs::set_caller(connection, run_id, expected, caller))
+    }
+
+    async fn set_run_trace(&self, run_id: &RunId, traceparent: &str) -> StoreResult<bool> {
+        self.with(|connection| runs::set_trace(connection, run_id, traceparent))
     }
 
     async fn delete_run(&self, run_id: &RunId) -> StoreResult<()> {

@@ -482,6 +482,38 @@ pub(super) fn caller(
         .context(|| format!("read the caller of run {run_id}"))
 }
 
+/// The run's kept `traceparent`: `None` when there is no such run.
+pub(super) fn trace(
+    connection: &Connection,
+    run_id: &RunId,
+) -> StoreResult<Option<Option<String>>> {
+    connection
+        .prepare_cached("SELECT trace_parent FROM runs WHERE run_id = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([run_id.as_str()], |row| row.get(0))
+                .optional()
+        })
+        .context(|| format!("read the trace context of run {run_id}"))
+}
+
+/// Keeps `traceparent` for the run unless one is kept already.
+pub(super) fn set_trace(
+    connection: &Connection,
+    run_id: &RunId,
+    traceparent: &str,
+) -> StoreResult<bool> {
+    let changed = connection
+        .prepare_cached(
+            "UPDATE runs SET trace_parent = ?2 WHERE run_id = ?1 AND trace_parent IS NULL",
+        )
+        .and_then(|mut statement| {
+            statement.execute(rusqlite::params![run_id.as_str(), traceparent])
+        })
+        .context(|| format!("keep the trace context of run {run_id}"))?;
+    Ok(changed == 1)
+}
+
 /// Compare-and-set of a run's caller tag in one statement, atomic on its own: `true` when
 /// the row held `expected` (NULL for `None`) and now holds `caller`; `false` otherwise,
 /// including when there is no such run.

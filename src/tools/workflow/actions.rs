@@ -191,7 +191,9 @@ impl Actions {
 
     /// Prepares and admits a run inside the request: progress when asked for, abandoned on
     /// cancellation or after [`PREPARATION_CEILING`] as long as it is not admitted yet.
-    async fn run(&self, ctx: &RequestContext, request: RunRequest) -> McpResult<Value> {
+    async fn run(&self, ctx: &RequestContext, mut request: RunRequest) -> McpResult<Value> {
+        // A caller's `traceparent` puts the run into the caller's trace.
+        request.trace = crate::telemetry::TraceContext::from_meta(&ctx.meta);
         let retry = request.clone();
         ctx.progress(
             0.0,

@@ -235,6 +235,7 @@ impl Input<'_> {
             },
             limits: self.limits()?,
             caller: None,
+            trace: None,
         })
     }
 

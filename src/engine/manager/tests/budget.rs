@@ -125,6 +125,7 @@ impl World {
                 args: json!({}),
                 limits,
                 caller: None,
+                trace: None,
             })
             .await
     }

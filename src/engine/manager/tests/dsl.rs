@@ -50,6 +50,7 @@ impl World {
                 args: json!({}),
                 limits: Default::default(),
                 caller: None,
+                trace: None,
             })
             .await
             .expect_err("preparation refuses the script");
@@ -331,6 +332,7 @@ async fn the_limits_show_the_agent_timeout_in_force() {
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect("admitted");

@@ -76,6 +76,7 @@ impl World {
                 args: json!({}),
                 limits,
                 caller: None,
+                trace: None,
             })
             .await
     }
@@ -309,6 +310,7 @@ async fn refusals_carry_their_kind_and_the_field_they_name() {
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect_err("no route");
@@ -506,6 +508,7 @@ async fn scripts_saved_workflows_and_agent_definitions_come_through_the_sources_
             args: json!({}),
             limits: Default::default(),
             caller: None,
+            trace: None,
         })
         .await
         .expect("admitted from memory");
