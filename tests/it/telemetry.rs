@@ -309,8 +309,33 @@ fn a_run_exports_its_span_tree_metrics_and_hands_the_agent_its_attempt_context()
         assert!(text(call, "gen_ai.usage.input_tokens").is_some());
     }
 
+    check_attempts_and_tool_calls(&spans, first, second, third);
+    check_prompt_contexts(&ctx, &spans, caller_trace);
+
+    let metrics = wait_for("the call metrics", || {
+        let names = receiver.metric_names();
+        [
+            "agentprism.tokens",
+            "agentprism.call.duration",
+            "agentprism.runs",
+        ]
+        .iter()
+        .all(|wanted| names.iter().any(|name| name == wanted))
+        .then_some(names)
+    });
+    assert!(!metrics.iter().any(|name| name == "agentprism.pauses"));
+}
+
+/// The spans called `name`.
+fn spans_named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|span| span.name == name).collect()
+}
+
+/// One attempt for the first call, a failed attempt and its retry for the second, and the
+/// third's tool call under its attempt.
+fn check_attempts_and_tool_calls(spans: &[Span], first: &Span, second: &Span, third: &Span) {
     let attempts_of = |call: &Span| -> Vec<&Span> {
-        let mut attempts: Vec<&Span> = named("agentprism.attempt")
+        let mut attempts: Vec<&Span> = spans_named(spans, "agentprism.attempt")
             .into_iter()
             .filter(|attempt| attempt.parent_span_id == call.span_id)
             .collect();
@@ -326,14 +351,17 @@ fn a_run_exports_its_span_tree_metrics_and_hands_the_agent_its_attempt_context()
     );
     assert_eq!(text(retried[1], "agentprism.status").as_deref(), Some("ok"));
     let third_attempt = attempts_of(third)[0];
-    let tools = named("agentprism.tool_call");
+    let tools = spans_named(spans, "agentprism.tool_call");
     assert_eq!(tools.len(), 1, "the one tool call the agent reported");
     assert_eq!(tools[0].parent_span_id, third_attempt.span_id);
     assert_eq!(
         text(tools[0], "agentprism.status").as_deref(),
         Some("completed")
     );
+}
 
+/// Each prompt the mock received carried its own attempt's context.
+fn check_prompt_contexts(ctx: &TestContext, spans: &[Span], caller_trace: &str) {
     // Each prompt carried its attempt's context.
     let log = std::fs::read_to_string(ctx.path(AGENT_LOG)).expect("the agents' log");
     let sent: Vec<String> = log
@@ -347,7 +375,7 @@ fn a_run_exports_its_span_tree_metrics_and_hands_the_agent_its_attempt_context()
                 .to_owned()
         })
         .collect();
-    let mut expected: Vec<String> = named("agentprism.attempt")
+    let mut expected: Vec<String> = spans_named(spans, "agentprism.attempt")
         .iter()
         .map(|attempt| format!("00-{caller_trace}-{}-01", hex(&attempt.span_id)))
         .collect();
@@ -358,19 +386,6 @@ fn a_run_exports_its_span_tree_metrics_and_hands_the_agent_its_attempt_context()
         sent_sorted, expected,
         "one traceparent per attempt, its own"
     );
-
-    let metrics = wait_for("the call metrics", || {
-        let names = receiver.metric_names();
-        [
-            "agentprism.tokens",
-            "agentprism.call.duration",
-            "agentprism.runs",
-        ]
-        .iter()
-        .all(|wanted| names.iter().any(|name| name == wanted))
-        .then_some(names)
-    });
-    assert!(!metrics.iter().any(|name| name == "agentprism.pauses"));
 }
 
 const CHECKPOINTED: &str =

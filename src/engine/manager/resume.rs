@@ -81,26 +81,9 @@ impl Engine {
             .operation_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let mut continuation = json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id});
-        if !set_aside.is_empty() {
-            continuation["rerun"] = set_aside
-                .iter()
-                .map(|row| json!({"generation": row.generation, "callIndex": row.index, "label": row.label}))
-                .collect();
-        }
-        let admission = Admission {
-            run_id: run_id.clone(),
-            status: RunStatus::Running,
-            script_source: record.script_source,
-            script_file: record.script_file.clone(),
-            limits: record.limits,
-            setup: None,
-            warnings: Vec::new(),
-            size: None,
-            continuation: Some(continuation),
-        };
+        let admission = resumed_admission(&record, revised, &operation_id, &set_aside);
         let receipt = OperationReceipt {
-            operation_id,
+            operation_id: operation_id.clone(),
             generation: record.generation,
             input_digest: resume_digest(&request),
             response: admission_to_receipt(&admission),
@@ -356,6 +339,34 @@ impl Engine {
             self.check_timer_still_due(run_id, due_at, &lease).await?;
         }
         Ok(lease)
+    }
+}
+
+/// The acknowledgement of a resume: the new generation, whether it runs a revision, the
+/// operation that started it and the rows a rerun set aside.
+fn resumed_admission(
+    record: &RunRecord,
+    revised: bool,
+    operation_id: &str,
+    set_aside: &[CallRecord],
+) -> Admission {
+    let mut continuation = json!({"scriptRevised": revised, "generation": record.generation, "operationId": operation_id});
+    if !set_aside.is_empty() {
+        continuation["rerun"] = set_aside
+            .iter()
+            .map(|row| json!({"generation": row.generation, "callIndex": row.index, "label": row.label}))
+            .collect();
+    }
+    Admission {
+        run_id: record.run_id.clone(),
+        status: RunStatus::Running,
+        script_source: record.script_source,
+        script_file: record.script_file.clone(),
+        limits: record.limits,
+        setup: None,
+        warnings: Vec::new(),
+        size: None,
+        continuation: Some(continuation),
     }
 }
 
