@@ -289,3 +289,37 @@ fn the_daemon_tool_reruns_by_index_and_refuses_bad_targets_naming_rerun() {
         "{prompts:#?}"
     );
 }
+
+#[test]
+fn a_paused_run_reruns_a_call_while_its_checkpoint_is_answered() {
+    let ctx = with_log(TestContext::new());
+    let path = ctx.write(
+        "wf.js",
+        "export const meta = { name: 'rerun-paused', description: 'd', model: 'mock' };\n\
+         const first = await agent('first\\n@mock reply one', { label: 'first' });\n\
+         const go = await checkpoint('go on?');\n\
+         const last = await agent('last\\n@mock reply two', { label: 'last' });\n\
+         return { first, go, last };\n",
+    );
+    let paused = ctx.run(&["run", path.to_str().unwrap()]);
+    assert_eq!(paused.code(), 3, "{}", paused.stderr);
+    let run_id = paused.run_id();
+    let waiting = ctx.status(&run_id);
+    let checkpoint = waiting["outcome"]["checkpointContext"]["callIndex"].clone();
+    let reply = format!("{checkpoint}=true");
+    let done = ctx.run(&["resume", &run_id, "--reply", &reply, "--rerun", "first"]);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert_eq!(
+        done.json(),
+        json!({"first": "one", "go": true, "last": "two"})
+    );
+    let status = ctx.status(&run_id);
+    assert_eq!(
+        shown(&status),
+        labelled(&[
+            ("first", false, Some("rerun")),
+            ("last", false, Some("notRecorded")),
+        ])
+    );
+    assert_eq!(prompts_in_log(&ctx, "agent.log").len(), 3);
+}
