@@ -283,7 +283,7 @@ impl CallTrace {
         Some(Arc::new(AttemptTrace {
             telemetry: self.telemetry.clone(),
             span,
-            tools: Mutex::new(HashMap::new()),
+            tools: Mutex::new(ToolSpans::default()),
         }))
     }
 
@@ -328,11 +328,25 @@ impl CallTrace {
     }
 }
 
+/// The most tool-call spans one attempt starts: an agent reports as many tool calls as it
+/// likes, and each open one is held until it completes, so past this the attempt's further
+/// tool calls are not traced.
+pub(super) const MAX_TOOL_SPANS: usize = 1_024;
+/// A tool call's id is the agent's text; an id longer than this is not traced.
+pub(super) const MAX_TOOL_ID_BYTES: usize = 256;
+
 /// The span of one attempt, and of the tool calls its agent reported, by the agent's id.
 pub(super) struct AttemptTrace {
     telemetry: Arc<dyn Telemetry>,
     span: SpanId,
-    tools: Mutex<HashMap<String, SpanId>>,
+    tools: Mutex<ToolSpans>,
+}
+
+/// The attempt's open tool-call spans by the agent's id, and how many it started.
+#[derive(Default)]
+pub(super) struct ToolSpans {
+    open: HashMap<String, SpanId>,
+    started: usize,
 }
 
 impl AttemptTrace {
@@ -348,20 +362,22 @@ impl AttemptTrace {
     /// `completed` or `failed` status ends it.
     pub(super) fn tool_call(&self, id: &str, status: Option<&str>) {
         let mut tools = self.tools.locked();
-        let span = match tools.get(id) {
+        let span = match tools.open.get(id) {
             Some(span) => *span,
+            None if tools.started >= MAX_TOOL_SPANS || id.len() > MAX_TOOL_ID_BYTES => return,
             None => {
                 let span = self.telemetry.start(SpanStart::new(
                     SpanKind::ToolCall,
                     Parent::Span(self.span),
                     vec![Attribute::Text(keys::TOOL_CALL_ID, id.to_owned())],
                 ));
-                tools.insert(id.to_owned(), span);
+                tools.started += 1;
+                tools.open.insert(id.to_owned(), span);
                 span
             }
         };
         if let Some(status @ ("completed" | "failed")) = status {
-            tools.remove(id);
+            tools.open.remove(id);
             let mut ending = vec![Attribute::Text(keys::STATUS, status.to_owned())];
             if status == "failed" {
                 ending.push(Attribute::Text(keys::ERROR_CODE, "TOOL_CALL_FAILED".into()));
@@ -372,7 +388,7 @@ impl AttemptTrace {
 
     /// The attempt ended: tool calls still open end with it.
     pub(super) fn end(&self, code: Option<&str>) {
-        for (_, span) in self.tools.locked().drain() {
+        for (_, span) in self.tools.locked().open.drain() {
             self.telemetry.end(
                 span,
                 vec![Attribute::Text(keys::STATUS, "unfinished".into())],
@@ -426,4 +442,78 @@ fn usage_attributes(usage: &Usage) -> Vec<Attribute> {
         attributes.push(Attribute::Amount(keys::COST, cost));
     }
     attributes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::telemetry::{Measurement, SpanStart};
+
+    /// Counts the spans started and ended.
+    #[derive(Default)]
+    struct Counting {
+        started: AtomicU64,
+        ended: AtomicU64,
+    }
+
+    impl Telemetry for Counting {
+        fn enabled(&self) -> bool {
+            true
+        }
+        fn start(&self, _span: SpanStart) -> SpanId {
+            SpanId(self.started.fetch_add(1, Ordering::Relaxed) + 1)
+        }
+        fn end(&self, _span: SpanId, _attributes: Vec<Attribute>) {
+            self.ended.fetch_add(1, Ordering::Relaxed);
+        }
+        fn context(&self, _span: SpanId) -> Option<TraceContext> {
+            None
+        }
+        fn measure(&self, _measurement: Measurement) {}
+        fn shutdown(&self) {}
+    }
+
+    fn attempt(telemetry: &Arc<Counting>) -> AttemptTrace {
+        AttemptTrace {
+            telemetry: telemetry.clone(),
+            span: SpanId(0),
+            tools: Mutex::new(ToolSpans::default()),
+        }
+    }
+
+    #[test]
+    fn an_attempt_traces_a_bounded_number_of_tool_calls() {
+        let counting = Arc::new(Counting::default());
+        let trace = attempt(&counting);
+        // Never completed: each stays open until the attempt ends.
+        for id in 0..MAX_TOOL_SPANS + 10 {
+            trace.tool_call(&format!("t{id}"), Some("in_progress"));
+        }
+        assert_eq!(
+            counting.started.load(Ordering::Relaxed),
+            MAX_TOOL_SPANS as u64
+        );
+        assert_eq!(trace.tools.locked().open.len(), MAX_TOOL_SPANS);
+        // A known id still reports; an unknown one past the bound does not.
+        trace.tool_call("t0", Some("completed"));
+        trace.tool_call("t-new", Some("completed"));
+        assert_eq!(counting.ended.load(Ordering::Relaxed), 1);
+        trace.end(None);
+        // The open ones and the attempt's own span ended with it.
+        assert_eq!(
+            counting.ended.load(Ordering::Relaxed),
+            MAX_TOOL_SPANS as u64 + 1
+        );
+    }
+
+    #[test]
+    fn a_tool_call_id_past_its_bound_is_not_traced() {
+        let counting = Arc::new(Counting::default());
+        let trace = attempt(&counting);
+        trace.tool_call(&"x".repeat(MAX_TOOL_ID_BYTES), None);
+        trace.tool_call(&"y".repeat(MAX_TOOL_ID_BYTES + 1), None);
+        assert_eq!(counting.started.load(Ordering::Relaxed), 1);
+    }
 }
