@@ -64,6 +64,18 @@ pub const OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_
 pub const OTEL_EXPORTER_OTLP_METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
 /// Headers sent with every export, `key=value` pairs separated by commas.
 pub const OTEL_EXPORTER_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// How long one export may take, in milliseconds (default 10000).
+pub const OTEL_EXPORTER_OTLP_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+/// The traces' own export timeout, over [`OTEL_EXPORTER_OTLP_TIMEOUT`].
+pub const OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+/// The metrics' own export timeout, over [`OTEL_EXPORTER_OTLP_TIMEOUT`].
+pub const OTEL_EXPORTER_OTLP_METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT";
+/// The exports' compression: only `none` is built in; anything else is refused.
+pub const OTEL_EXPORTER_OTLP_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+/// The traces' own compression, over [`OTEL_EXPORTER_OTLP_COMPRESSION`].
+pub const OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION";
+/// The metrics' own compression, over [`OTEL_EXPORTER_OTLP_COMPRESSION`].
+pub const OTEL_EXPORTER_OTLP_METRICS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
 /// The `service.name` resource attribute (default `agentprism`).
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 /// More resource attributes, `key=value` pairs separated by commas.

@@ -5,12 +5,18 @@
 //! than `otlp`/`none`, a malformed list) is refused with an error naming the variable, so a
 //! daemon never starts pretending to export.
 
+use std::time::Duration;
+
 use crate::env::{self, EnvSnapshot};
 
 /// Where OTLP/HTTP goes when `otlp` is asked for and no endpoint is named.
 const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
 /// The `service.name` when neither variable names one.
 const DEFAULT_SERVICE: &str = "agentprism";
+/// One export's deadline when no variable sets one: the specification's default.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest export deadline a variable may set (ten minutes).
+const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// The exporters the variables ask for; `None` from [`TelemetryConfig::from_env`] when they
 /// ask for nothing.
@@ -22,6 +28,11 @@ pub struct TelemetryConfig {
     pub metrics: Option<String>,
     /// Sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`).
     pub headers: Vec<(String, String)>,
+    /// One trace export's deadline (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 10 s).
+    pub traces_timeout: Duration,
+    /// One metric export's deadline, likewise.
+    pub metrics_timeout: Duration,
     pub service_name: String,
     /// `OTEL_RESOURCE_ATTRIBUTES`, `service.name` left out (it is [`Self::service_name`]).
     pub resource: Vec<(String, String)>,
@@ -34,13 +45,7 @@ impl TelemetryConfig {
         if env.flag(env::OTEL_SDK_DISABLED) {
             return Ok(None);
         }
-        for variable in [
-            env::OTEL_EXPORTER_OTLP_PROTOCOL,
-            env::OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
-            env::OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
-        ] {
-            check_protocol(env, variable)?;
-        }
+        check_transport(env)?;
         let traces = endpoint(
             env,
             env::OTEL_TRACES_EXPORTER,
@@ -57,6 +62,8 @@ impl TelemetryConfig {
             return Ok(None);
         }
         let headers = pairs(env, env::OTEL_EXPORTER_OTLP_HEADERS)?;
+        let traces_timeout = timeout(env, env::OTEL_EXPORTER_OTLP_TRACES_TIMEOUT)?;
+        let metrics_timeout = timeout(env, env::OTEL_EXPORTER_OTLP_METRICS_TIMEOUT)?;
         let mut resource = pairs(env, env::OTEL_RESOURCE_ATTRIBUTES)?;
         let named = resource
             .iter()
@@ -71,6 +78,8 @@ impl TelemetryConfig {
             traces,
             metrics,
             headers,
+            traces_timeout,
+            metrics_timeout,
             service_name,
             resource,
         }))
@@ -84,6 +93,59 @@ fn check_protocol(env: &EnvSnapshot, variable: &str) -> Result<(), String> {
         Some(other) => Err(format!(
             "{variable} must be http/protobuf (the only OTLP protocol agentprism exports \
              with), got {other:?}"
+        )),
+    }
+}
+
+/// The protocol and compression variables: refused, even with nothing exported, when they ask
+/// for what this build cannot do.
+fn check_transport(env: &EnvSnapshot) -> Result<(), String> {
+    for variable in [
+        env::OTEL_EXPORTER_OTLP_PROTOCOL,
+        env::OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+        env::OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    ] {
+        check_protocol(env, variable)?;
+    }
+    for variable in [
+        env::OTEL_EXPORTER_OTLP_COMPRESSION,
+        env::OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+        env::OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+    ] {
+        check_compression(env, variable)?;
+    }
+    Ok(())
+}
+
+/// One signal's export deadline: its own variable, else `OTEL_EXPORTER_OTLP_TIMEOUT`, else
+/// [`DEFAULT_TIMEOUT`]; milliseconds from 1 to [`MAX_TIMEOUT_MS`].
+fn timeout(env: &EnvSnapshot, own: &str) -> Result<Duration, String> {
+    for variable in [own, env::OTEL_EXPORTER_OTLP_TIMEOUT] {
+        let Some(text) = env.non_empty(variable) else {
+            continue;
+        };
+        return text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms))
+            .map(Duration::from_millis)
+            .ok_or_else(|| {
+                format!("{variable} must be milliseconds from 1 to {MAX_TIMEOUT_MS}, got {text:?}")
+            });
+    }
+    Ok(DEFAULT_TIMEOUT)
+}
+
+/// The exporter reads the compression variables itself and would pass over a value it
+/// cannot act on with a warning; this build compresses nothing, so anything but `none` is
+/// refused instead.
+fn check_compression(env: &EnvSnapshot, variable: &str) -> Result<(), String> {
+    match env.non_empty(variable).map(str::trim) {
+        None => Ok(()),
+        Some(value) if value.eq_ignore_ascii_case("none") => Ok(()),
+        Some(other) => Err(format!(
+            "{variable} must be none (agentprism sends OTLP uncompressed), got {other:?}"
         )),
     }
 }
@@ -282,5 +344,48 @@ mod tests {
             &[(env::OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "http://")],
             env::OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
         );
+        refused(
+            &[endpoint, (env::OTEL_EXPORTER_OTLP_COMPRESSION, "gzip")],
+            env::OTEL_EXPORTER_OTLP_COMPRESSION,
+        );
+        refused(
+            &[
+                endpoint,
+                (env::OTEL_EXPORTER_OTLP_METRICS_COMPRESSION, "zstd"),
+            ],
+            env::OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+        );
+        assert!(
+            config(&[
+                endpoint,
+                (env::OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, "none")
+            ])
+            .unwrap()
+            .is_some()
+        );
+        refused(
+            &[endpoint, (env::OTEL_EXPORTER_OTLP_TIMEOUT, "5s")],
+            env::OTEL_EXPORTER_OTLP_TIMEOUT,
+        );
+        refused(
+            &[endpoint, (env::OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, "600001")],
+            env::OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+        );
+    }
+
+    #[test]
+    fn export_deadlines_come_per_signal_then_shared_then_default() {
+        let endpoint = (env::OTEL_EXPORTER_OTLP_ENDPOINT, "http://127.0.0.1:4318");
+        let plain = config(&[endpoint]).unwrap().unwrap();
+        assert_eq!(plain.traces_timeout, Duration::from_secs(10));
+        let set = config(&[
+            endpoint,
+            (env::OTEL_EXPORTER_OTLP_TIMEOUT, "2500"),
+            (env::OTEL_EXPORTER_OTLP_METRICS_TIMEOUT, "600000"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(set.traces_timeout, Duration::from_millis(2500));
+        assert_eq!(set.metrics_timeout, Duration::from_secs(600));
     }
 }

@@ -33,8 +33,6 @@ use super::{
 };
 use crate::util::sync::Lock;
 
-/// The deadline of one export request.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutting down waits for the last exports.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
@@ -54,9 +52,9 @@ impl OtelTelemetry {
         config: &TelemetryConfig,
         runtime: tokio::runtime::Handle,
     ) -> Result<OtelTelemetry, String> {
-        let client = OnRuntime {
-            runtime,
-            client: HyperClient::with_default_connector(EXPORT_TIMEOUT, None),
+        let client = |timeout: Duration| OnRuntime {
+            runtime: runtime.clone(),
+            client: HyperClient::with_default_connector(timeout, None),
         };
         let headers: HashMap<String, String> = config.headers.iter().cloned().collect();
         let resource = Resource::builder_empty()
@@ -73,10 +71,10 @@ impl OtelTelemetry {
             Some(url) => {
                 let exporter = opentelemetry_otlp::SpanExporter::builder()
                     .with_http()
-                    .with_http_client(client.clone())
+                    .with_http_client(client(config.traces_timeout))
                     .with_protocol(Protocol::HttpBinary)
                     .with_endpoint(url.clone())
-                    .with_timeout(EXPORT_TIMEOUT)
+                    .with_timeout(config.traces_timeout)
                     .with_headers(headers.clone())
                     .build()
                     .map_err(|error| format!("the OTLP trace exporter for {url}: {error}"))?;
@@ -93,10 +91,10 @@ impl OtelTelemetry {
             Some(url) => {
                 let exporter = opentelemetry_otlp::MetricExporter::builder()
                     .with_http()
-                    .with_http_client(client)
+                    .with_http_client(client(config.metrics_timeout))
                     .with_protocol(Protocol::HttpBinary)
                     .with_endpoint(url.clone())
-                    .with_timeout(EXPORT_TIMEOUT)
+                    .with_timeout(config.metrics_timeout)
                     .with_headers(headers)
                     .build()
                     .map_err(|error| format!("the OTLP metric exporter for {url}: {error}"))?;

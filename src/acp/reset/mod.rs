@@ -6,7 +6,9 @@
 //! - a moment: `resets_at`/`resetsAt` as Unix seconds, milliseconds or an RFC 3339 time, or
 //!   Claude Code's "usage limit reached|<Unix seconds>";
 //! - a clock time: "try again at 3:04 PM", "resets 3pm", "resets 3pm (Europe/Paris)": the next
-//!   time the clock shows it, in the named IANA zone or else in local time.
+//!   time the clock shows it, in the named IANA zone or else in local time; with a date before
+//!   it, as Codex writes a reset on another day ("try again at Dec 5th, 2026 12:18 AM"), that
+//!   day's.
 //!
 //! The parser is pure: the present and the zone rules come from the caller, so tests fix both.
 //! The zone rules the daemon uses are the system's tz database ([`zoneinfo`]). A failure that
@@ -88,10 +90,70 @@ fn after_phrase(
         return now.checked_add(Duration::from_secs(seconds));
     }
     let clock = rest.strip_prefix("at ").unwrap_or(rest);
+    let (date, clock) = match date_of(clock, now) {
+        Some((date, after)) => (Some(date), after),
+        None => (None, clock),
+    };
     let (minutes, after) = clock_of(clock)?;
     // Lower-casing keeps byte offsets, and a zone name is read as written.
     let zone = zone_of(&text[lower.len() - after.len()..]);
-    next_clock(minutes, zone.as_deref(), now, offsets)
+    match date {
+        Some(days) => dated_clock(days, minutes, zone.as_deref(), offsets),
+        None => next_clock(minutes, zone.as_deref(), now, offsets),
+    }
+}
+
+/// A date at the start of `text`, as Codex writes one ("dec 5th, 2026 ", "jan 2 "): days
+/// since 1970-01-01 and the text after it. Without a year, the present's (by UTC).
+fn date_of(text: &str, now: SystemTime) -> Option<(i64, &str)> {
+    let (month_word, rest) = text.split_once(' ')?;
+    let month = retry_after::MONTHS
+        .iter()
+        .position(|name| month_word.len() >= 3 && name.eq_ignore_ascii_case(&month_word[..3]))?;
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 || digits > 2 {
+        return None;
+    }
+    let day: u32 = rest[..digits].parse().ok()?;
+    let mut rest = &rest[digits..];
+    for suffix in ["st", "nd", "rd", "th"] {
+        rest = rest.strip_prefix(suffix).unwrap_or(rest);
+    }
+    rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+    let year_len = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let year = if year_len == 4 {
+        let year = rest[..4].parse().ok()?;
+        rest = rest[4..]
+            .strip_prefix(',')
+            .unwrap_or(&rest[4..])
+            .trim_start();
+        year
+    } else {
+        let since = now.duration_since(UNIX_EPOCH).ok()?.as_secs();
+        let days = i64::try_from(since / 86_400).ok()?;
+        // The year of the present day: the first day of a year on or before it.
+        (1970..=days / 365 + 1970)
+            .rev()
+            .find(|year| retry_after::days_from_civil(*year, 1, 1).is_some_and(|d| d <= days))?
+    };
+    let days = retry_after::days_from_civil(year, u32::try_from(month).ok()? + 1, day)?;
+    Some((days, rest))
+}
+
+/// The moment the clock in `zone` shows `minutes` past midnight on day `days`.
+fn dated_clock(
+    days: i64,
+    minutes: u32,
+    zone: Option<&str>,
+    offsets: Offsets,
+) -> Option<SystemTime> {
+    let is_utc = zone
+        .is_some_and(|name| name.eq_ignore_ascii_case("utc") || name.eq_ignore_ascii_case("gmt"));
+    let offsets = |zone, utc| if is_utc { Some(0) } else { offsets(zone, utc) };
+    let local = days.checked_mul(86_400)? + i64::from(minutes) * 60;
+    let guess = local - offsets(zone, local)?;
+    let utc = local - offsets(zone, guess)?;
+    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(utc).ok()?))
 }
 
 /// A wait in words ("2 hours 3 minutes", "5 seconds", "1 day", "90s", "2h 3m"), in seconds.

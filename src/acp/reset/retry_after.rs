@@ -86,7 +86,7 @@ fn http_date(value: &str, now: SystemTime) -> Option<SystemTime> {
 }
 
 const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-const MONTHS: [&str; 12] = [
+pub(super) const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];
 
@@ -133,7 +133,7 @@ fn clock_seconds(clock: &str) -> Option<i64> {
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date, `None` for a day the month lacks.
-fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
+pub(super) fn days_from_civil(year: i64, month: u32, day: u32) -> Option<i64> {
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let length = match month {
         2 if leap => 29,

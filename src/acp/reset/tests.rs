@@ -130,6 +130,16 @@ fn clock_times_in_every_spelling() {
         ("try again at 12 AM", "2026-01-02T05:00:00Z"),
         ("rate limited; retry after 3pm", "2026-01-01T20:00:00Z"),
         ("resets 3pm (UTC)", "2026-01-01T15:00:00Z"),
+        // Codex names the day when the limit lifts on another one.
+        (
+            "You've hit your usage limit. Try again at Jan 2nd, 2026 12:18 AM.",
+            "2026-01-02T05:18:00Z",
+        ),
+        ("try again at Jan 3rd 9:05 PM", "2026-01-04T02:05:00Z"),
+        (
+            "try again at February 1st, 2026 3:04 PM",
+            "2026-02-01T20:04:00Z",
+        ),
     ] {
         assert_eq!(parse(text), Some(expected.into()), "{text}");
     }
