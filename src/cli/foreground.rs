@@ -204,14 +204,7 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
             .and_then(|c| c.get("rerun"))
             .and_then(Value::as_array)
         {
-            let calls: Vec<String> = rerun
-                .iter()
-                .map(|row| match row["label"].as_str() {
-                    Some(label) => format!("{} ({label})", row["callIndex"]),
-                    None => row["callIndex"].to_string(),
-                })
-                .collect();
-            note!("redoing call {}", calls.join(", "));
+            note!("redoing call {}", crate::engine::rerun::describe(rerun));
         }
         note!("run {run_id} resumed");
         follow_run(&engine, &run_id, &mut notices, &args.foreground).await

@@ -35,6 +35,19 @@ impl RerunTarget {
     }
 }
 
+/// The rows a resume set aside as its acknowledgement lists them (`continuation.rerun`,
+/// `[{generation, callIndex, label}]`), for a line: `0 (draft), 3`.
+pub fn describe(set_aside: &[serde_json::Value]) -> String {
+    set_aside
+        .iter()
+        .map(|row| match row["label"].as_str() {
+            Some(label) => format!("{} ({label})", row["callIndex"]),
+            None => row["callIndex"].to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The candidate rows `targets` name, each with every candidate of its identity, ascending
 /// by `(generation, index)`. Errors say which target names nothing and what can be named.
 pub fn select(pool: &[CallRecord], targets: &[RerunTarget]) -> Result<Vec<CallRecord>, String> {
@@ -147,35 +160,14 @@ fn by_label<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CallOrigin, CallOutcome, Usage};
 
     fn row(generation: u32, index: u32, label: &str, hash: &str) -> CallRecord {
         CallRecord {
-            generation,
-            index,
-            kind: CallKind::Agent,
-            hash: hash.into(),
             path: Some(format!("p{index}")),
             inputs_hash: Some("in".into()),
             label: Some(label.into()),
-            phase: None,
-            outcome: CallOutcome::Result,
-            origin: CallOrigin::Runner,
             result: Some("r".into()),
-            error: None,
-            aborted: false,
-            attempts: 1,
-            usage: Usage::default(),
-            model_requested: None,
-            model_resolved: None,
-            backend_id: None,
-            resolved_cwd: None,
-            replay: None,
-            session: None,
-            settlement_ordinal: u64::from(index),
-            superseded_by: None,
-            changes: None,
-            live_reason: None,
+            ..CallRecord::agent_row(generation, index, hash)
         }
     }
 

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+#[cfg(test)]
+mod fixtures;
 pub(crate) mod isolation;
 pub(crate) mod live;
 pub(crate) mod routing;

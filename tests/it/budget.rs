@@ -23,7 +23,7 @@ fn echo_usage(prompt: &str, echoed: &str) -> u64 {
 }
 
 /// The `workflow` tool's result for `arguments`.
-fn workflow(port: u16, session: &str, id: u64, arguments: Value) -> Value {
+pub(crate) fn workflow(port: u16, session: &str, id: u64, arguments: Value) -> Value {
     let reply = mcp_post(
         port,
         Some(session),

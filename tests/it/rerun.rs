@@ -8,7 +8,8 @@ use agentprism::model::RunId;
 use agentprism::store::{CallReads, EventReads, SqliteStore};
 use serde_json::{Value, json};
 
-use crate::daemon::{World, mcp_post, open_session, wait_for};
+use crate::budget::workflow;
+use crate::daemon::{World, open_session, wait_for};
 use crate::support::context::{DEADLINE, TestContext, prompts_in_log};
 
 /// Three calls: `draft` answers the text of `draft.txt` (read through the client), `review`
@@ -183,23 +184,6 @@ fn a_failed_run_reruns_a_good_call_and_the_failed_one_runs_again() {
         ])
     );
     assert_eq!(prompts_in_log(&ctx, "agent.log").len(), 4);
-}
-
-/// The `workflow` tool's result for `arguments`.
-fn workflow(port: u16, session: &str, id: u64, arguments: Value) -> Value {
-    let reply = mcp_post(
-        port,
-        Some(session),
-        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-            "name": "workflow", "arguments": arguments}}),
-    );
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    reply.json()["result"].clone()
 }
 
 fn settled(world: &World, run_id: &str, generation: u64) -> Value {

@@ -341,35 +341,14 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AuthContext, CallKind, PauseReason};
+    use crate::model::{AuthContext, PauseReason};
 
     fn row() -> CallRecord {
         CallRecord {
-            generation: 1,
-            index: 3,
-            kind: CallKind::Agent,
-            hash: "h".into(),
-            path: None,
-            inputs_hash: None,
             label: Some("a".into()),
-            phase: None,
-            outcome: CallOutcome::Result,
-            origin: CallOrigin::Runner,
-            result: None,
-            error: None,
-            aborted: false,
             attempts: 0,
-            usage: Usage::default(),
-            model_requested: None,
-            model_resolved: None,
-            backend_id: None,
-            resolved_cwd: None,
-            replay: None,
-            session: None,
             settlement_ordinal: 0,
-            superseded_by: None,
-            changes: None,
-            live_reason: None,
+            ..CallRecord::agent_row(1, 3, "h")
         }
     }
 

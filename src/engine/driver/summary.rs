@@ -105,20 +105,8 @@ mod tests {
 
     fn call(backend: &str, model: &str, tokens: u64, cost: Option<f64>) -> CallRecord {
         CallRecord {
-            generation: 1,
-            index: 0,
-            kind: CallKind::Agent,
-            hash: "h".into(),
-            path: None,
-            inputs_hash: None,
             label: Some("a".into()),
-            phase: None,
-            outcome: CallOutcome::Result,
-            origin: CallOrigin::Runner,
             result: Some(serde_json::json!("ok")),
-            error: None,
-            aborted: false,
-            attempts: 1,
             usage: Usage {
                 input_tokens: tokens * 3 / 4,
                 output_tokens: tokens / 4,
@@ -128,13 +116,8 @@ mod tests {
             model_requested: Some("tier".into()),
             model_resolved: Some(model.into()),
             backend_id: Some(backend.into()),
-            resolved_cwd: None,
-            replay: None,
-            session: None,
-            changes: None,
             settlement_ordinal: 0,
-            superseded_by: None,
-            live_reason: None,
+            ..CallRecord::agent_row(1, 0, "h")
         }
     }
 

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::engine::instant::{HeldRunner, InstantRunner};
 use crate::engine::routing::NamedBackends;
-use crate::model::{CallOrigin, CallOutcome, Lease, RunRecord, ScriptSource, Usage};
+use crate::model::{CallOrigin, Lease, RunRecord, ScriptSource, Usage};
 use crate::store::sqlite::DATABASE_FILE;
 use crate::store::{CallReads, EventReads, LeaseReads, LeaseState, Leases, Runs, SqliteStore};
 use crate::util::sync::Lock;
@@ -173,31 +173,11 @@ impl World {
 
 fn row(index: u32, origin: CallOrigin, settlement: u64) -> CallRecord {
     CallRecord {
-        generation: 1,
-        index,
-        kind: CallKind::Agent,
-        hash: format!("hash-{index}"),
-        path: None,
-        inputs_hash: None,
         label: Some(format!("agent {index}")),
-        phase: None,
-        outcome: CallOutcome::Result,
         origin,
         result: Some(json!(index)),
-        error: None,
-        aborted: false,
-        attempts: 1,
-        usage: Usage::default(),
-        model_requested: None,
-        model_resolved: None,
-        backend_id: None,
-        resolved_cwd: None,
-        replay: None,
-        session: None,
         settlement_ordinal: settlement,
-        superseded_by: None,
-        live_reason: None,
-        changes: None,
+        ..CallRecord::agent_row(1, index, &format!("hash-{index}"))
     }
 }
 

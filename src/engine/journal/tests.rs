@@ -1,35 +1,14 @@
 //! Call identity hashes and the replay pool's decisions.
 
 use super::*;
-use crate::model::{CallOrigin, Usage};
 
 fn row(index: u32, path: &str, hash: &str, outcome: CallOutcome) -> CallRecord {
     CallRecord {
-        generation: 1,
-        index,
-        kind: CallKind::Agent,
-        hash: hash.into(),
         path: Some(path.into()),
         inputs_hash: Some("in".into()),
-        label: None,
-        phase: None,
         outcome,
-        origin: CallOrigin::Runner,
         result: (outcome == CallOutcome::Result).then(|| Value::String(format!("r{index}"))),
-        error: None,
-        aborted: false,
-        attempts: 1,
-        usage: Usage::default(),
-        model_requested: None,
-        model_resolved: None,
-        backend_id: None,
-        resolved_cwd: None,
-        replay: None,
-        session: None,
-        settlement_ordinal: u64::from(index),
-        superseded_by: None,
-        changes: None,
-        live_reason: None,
+        ..CallRecord::agent_row(1, index, hash)
     }
 }
 

@@ -62,17 +62,10 @@ pub(super) fn acknowledgement(ack: &Value) -> String {
             }
         );
         if let Some(rerun) = continuation["rerun"].as_array() {
-            let calls: Vec<String> = rerun
-                .iter()
-                .map(|row| match row["label"].as_str() {
-                    Some(label) => format!("{} ({label})", row["callIndex"]),
-                    None => row["callIndex"].to_string(),
-                })
-                .collect();
             let _ = write!(
                 out,
                 " Redoing call {}; later calls whose prompts change run live, the rest replay.",
-                calls.join(", ")
+                crate::engine::rerun::describe(rerun)
             );
         }
     }
