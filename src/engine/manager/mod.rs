@@ -158,6 +158,7 @@ struct Inner {
 ///         args: serde_json::json!({}),
 ///         limits: Default::default(),
 ///         caller: None,
+///         trace: None,
 ///     })
 ///     .await?;
 /// engine.wait(&admission.run_id).await;
