@@ -9,7 +9,7 @@
 //!
 //! Pure: the manager reads the rows and writes the set-aside marks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::model::{CallKind, CallRecord};
 
@@ -68,13 +68,14 @@ pub fn select(pool: &[CallRecord], targets: &[RerunTarget]) -> Result<Vec<CallRe
             RerunTarget::Label(label) => chosen.extend(by_label(&newest, label)?),
         }
     }
+    // One set of identities, so a label that names thousands of calls costs one pass.
+    let identities: HashSet<(CallKind, &str, Option<&str>)> = chosen
+        .iter()
+        .map(|row| (row.kind, row.hash.as_str(), row.path.as_deref()))
+        .collect();
     let mut set_aside: Vec<CallRecord> = pool
         .iter()
-        .filter(|row| {
-            chosen
-                .iter()
-                .any(|c| c.kind == row.kind && c.hash == row.hash && c.path == row.path)
-        })
+        .filter(|row| identities.contains(&(row.kind, row.hash.as_str(), row.path.as_deref())))
         .cloned()
         .collect();
     set_aside.sort_by_key(|row| (row.generation, row.index));
@@ -210,6 +211,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(keys(&chosen), [(1, 0), (1, 1)]);
+    }
+
+    #[test]
+    fn a_label_of_ten_thousand_calls_sets_each_aside_once() {
+        let pool: Vec<CallRecord> = (0..10_000)
+            .map(|index| row(1, index, "reviewer", &format!("h{index}")))
+            .collect();
+        let chosen = select(
+            &pool,
+            &[RerunTarget::Label("reviewer".into()), RerunTarget::Index(7)],
+        )
+        .unwrap();
+        assert_eq!(chosen.len(), 10_000);
     }
 
     #[test]
