@@ -246,7 +246,9 @@ async fn serve_folder_http(
     let card = a2a_card(a2a.clone(), bound);
     let metrics = metrics_route(options.access.clone());
     options.intercept = Some(Arc::new(move |parts: &Parts| {
-        card(parts).or_else(|| metrics(parts))
+        card(parts)
+            .or_else(|| metrics(parts))
+            .or_else(|| liveness(parts))
     }));
     options.guarded_routes = vec![a2a_endpoint(a2a)];
     say!("http://{bound}/mcp");
@@ -300,6 +302,15 @@ fn metrics_route(access: Access) -> crate::transport::http::Intercept {
             ));
         }
         Some(crate::daemon::health::metrics_response())
+    })
+}
+
+/// `GET /healthz`: liveness for a load balancer's health check, which carries no secret, so it
+/// is answered before the token check. It says the process serves and nothing else: no
+/// version, folder, workflow or run.
+fn liveness(parts: &Parts) -> Option<hyper::Response<crate::transport::http::HttpBody>> {
+    (parts.uri.path() == "/healthz" && parts.method == Method::GET).then(|| {
+        crate::transport::http::json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
     })
 }
 

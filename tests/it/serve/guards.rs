@@ -57,6 +57,18 @@ fn a_token_is_required_on_every_request_and_never_echoed() {
 
     let missing = initialize_with(&served, &[]);
     assert_eq!(missing.status, 401, "{missing:?}");
+    // A load balancer's health check carries no token: liveness, and nothing beyond it.
+    let health = http(served.address, "GET", "/healthz", &[], b"");
+    assert_eq!(health.status, 200, "{health:?}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&health.body).ok(),
+        Some(json!({"status": "ok"}))
+    );
+    assert_eq!(
+        http(served.address, "POST", "/healthz", &[], b"").status,
+        401,
+        "only the GET is open"
+    );
     assert_no_secret(&missing, &[token]);
     let bad = format!("Bearer {wrong}");
     let refused = initialize_with(&served, &[("Authorization", &bad)]);
