@@ -690,6 +690,9 @@ async fn cross_origin_requests_are_refused_and_the_host_check_follows_the_bind()
         ("http://127.0.0.1:5173", 200),
         (local_origin.as_str(), 200),
         ("http://[::1]", 200),
+        ("https://localhost:5173", 200),
+        ("https://127.0.0.2", 200),
+        ("https://128.0.0.1", 403),
     ] {
         let mut headers = base.clone();
         headers.push(("Origin", origin));

@@ -114,13 +114,17 @@ pub(crate) fn host_allowed(host: &str, port: u16) -> bool {
     loopback && host_port.is_none_or(|text| text.parse::<u16>().ok() == Some(port))
 }
 
-/// A loopback `http://` origin on any port, or one listed exactly.
+/// A loopback origin (`http://` or `https://`; `localhost`, `[::1]` or any address of
+/// 127.0.0.0/8) on any port, or one listed exactly.
 pub(crate) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
     let origin = origin.trim();
     if allowed.iter().any(|entry| entry == origin) {
         return true;
     }
-    let Some(rest) = origin.strip_prefix("http://") else {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
         return false;
     };
     let name = match rest.rsplit_once(':') {
@@ -131,10 +135,11 @@ pub(crate) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
         }
         _ => rest,
     };
-    matches!(
-        name.to_ascii_lowercase().as_str(),
-        "127.0.0.1" | "localhost" | "[::1]"
-    )
+    let name = name.to_ascii_lowercase();
+    matches!(name.as_str(), "localhost" | "[::1]")
+        || name
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|address| address.is_loopback())
 }
 
 #[cfg(test)]
@@ -145,6 +150,35 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("mcp-name", value.parse().unwrap());
         header_decoded(&headers, "mcp-name")
+    }
+
+    #[test]
+    fn loopback_origins_pass_over_http_and_https_and_others_need_listing() {
+        for origin in [
+            "http://127.0.0.1:5173",
+            "https://127.0.0.1",
+            "http://127.1.2.3:8080",
+            "https://localhost:3000",
+            "https://[::1]:443",
+            "http://LOCALHOST",
+        ] {
+            assert!(origin_allowed(origin, &[]), "{origin}");
+        }
+        for origin in [
+            "https://128.0.0.1",
+            "http://10.0.0.1:8080",
+            "https://localhost.example",
+            "https://127.0.0.1.example",
+            "ftp://127.0.0.1",
+            "null",
+            "https://127.0.0.1:99999",
+        ] {
+            assert!(!origin_allowed(origin, &[]), "{origin}");
+        }
+        assert!(origin_allowed(
+            "https://app.example",
+            &["https://app.example".to_owned()]
+        ));
     }
 
     #[test]
