@@ -33,6 +33,13 @@ use std::time::SystemTime;
 pub use config::TelemetryConfig;
 pub use otel::OtelTelemetry;
 
+/// The longest `traceparent` taken from a caller: version 00's is 55 bytes; later versions
+/// may append fields, so some room is left.
+pub const MAX_TRACEPARENT_BYTES: usize = 128;
+/// The longest `tracestate` taken from a caller: the 512 characters W3C asks every vendor to
+/// pass on.
+pub const MAX_TRACESTATE_BYTES: usize = 512;
+
 /// A W3C trace context, as the `traceparent` (and optional `tracestate`) texts carry it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceContext {
@@ -45,14 +52,17 @@ impl TraceContext {
     /// strings; `None` when there is no `traceparent` string.
     pub fn from_meta(meta: &serde_json::Value) -> Option<TraceContext> {
         let traceparent = meta.get("traceparent")?.as_str()?.trim();
-        if traceparent.is_empty() {
+        if traceparent.is_empty() || traceparent.len() > MAX_TRACEPARENT_BYTES {
             return None;
         }
         Some(TraceContext {
             traceparent: traceparent.to_owned(),
+            // A caller's tracestate goes on with the run (kept with it, sent with every
+            // prompt), so one past the length W3C asks vendors to carry is left behind.
             tracestate: meta
                 .get("tracestate")
                 .and_then(serde_json::Value::as_str)
+                .filter(|state| state.len() <= MAX_TRACESTATE_BYTES)
                 .map(str::to_owned),
         })
     }
@@ -258,4 +268,33 @@ impl Telemetry for NoTelemetry {
     }
 
     fn measure(&self, _measurement: Measurement) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callers_context_is_taken_up_to_its_bounds() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let at_bound = "k=".to_owned() + &"v".repeat(MAX_TRACESTATE_BYTES - 2);
+        let taken = TraceContext::from_meta(
+            &serde_json::json!({"traceparent": parent, "tracestate": at_bound}),
+        )
+        .expect("a context");
+        assert_eq!(taken.tracestate.as_deref(), Some(at_bound.as_str()));
+        let over = at_bound.clone() + "v";
+        let taken = TraceContext::from_meta(
+            &serde_json::json!({"traceparent": parent, "tracestate": over}),
+        )
+        .expect("the parent still counts");
+        assert_eq!(taken.tracestate, None);
+        let long_parent = "0".repeat(MAX_TRACEPARENT_BYTES + 1);
+        assert_eq!(
+            TraceContext::from_meta(&serde_json::json!({"traceparent": long_parent})),
+            None
+        );
+        let edge = "0".repeat(MAX_TRACEPARENT_BYTES);
+        assert!(TraceContext::from_meta(&serde_json::json!({"traceparent": edge})).is_some());
+    }
 }

@@ -34,7 +34,7 @@ impl Engine {
         let mut record = self.load_reconciled(&run_id).await?;
         check_resumable(&record, !request.rerun.is_empty())?;
         let answers = self.new_checkpoint_answers(&record, &request).await?;
-        let set_aside = self.rerun_rows(&run_id, &request).await?;
+        let (rest, set_aside) = self.rerun_rows(&run_id, &request).await?;
         let meta_before = meta_limits(&record.meta).unwrap_or_default();
         // A pack run takes no revision: its texts come back from the pack, digests checked.
         let revised = if record.script_source == ScriptSource::Pack {
@@ -113,31 +113,45 @@ impl Engine {
             let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
             return Err(error.into());
         }
-        let pool = ReplayPool::new(self.inner.store.replay_pool(&run_id).await?, revised)
-            .with_set_aside(set_aside);
+        // A rerun read the pool already, under the same run state this write left.
+        let rows = match rest {
+            Some(rows) => rows,
+            None => self.inner.store.replay_pool(&run_id).await?,
+        };
+        let pool = ReplayPool::new(rows, revised).with_set_aside(set_aside);
         let answers = self.inner.store.checkpoint_answers(&run_id).await?;
         self.spawn_execution(record, lease, Some(pool), answers);
         drop(slot);
         Ok(admission)
     }
 
-    /// The recorded rows the request's `rerun` sets aside (none for a plain resume); a target
-    /// that names nothing is refused, naming the field.
+    /// The recorded rows the request's `rerun` sets aside, and the rest of the replay pool
+    /// (`None`, and nothing set aside, for a plain resume); a target that names nothing is
+    /// refused, naming the field.
     async fn rerun_rows(
         &self,
         run_id: &RunId,
         request: &ResumeRequest,
-    ) -> EngineResult<Vec<CallRecord>> {
+    ) -> EngineResult<(Option<Vec<CallRecord>>, Vec<CallRecord>)> {
         if request.rerun.is_empty() {
-            return Ok(Vec::new());
+            return Ok((None, Vec::new()));
         }
         let pool = self.inner.store.replay_pool(run_id).await?;
-        rerun::select(&pool, &request.rerun).map_err(|message| {
+        let set_aside = rerun::select(&pool, &request.rerun).map_err(|message| {
             EngineError::Rejected(Rejected::input(
                 "rerun",
                 format!("cannot rerun in run {run_id}: {message}"),
             ))
-        })
+        })?;
+        let gone: std::collections::HashSet<(u32, u32)> = set_aside
+            .iter()
+            .map(|row| (row.generation, row.index))
+            .collect();
+        let rest = pool
+            .into_iter()
+            .filter(|row| !gone.contains(&(row.generation, row.index)))
+            .collect();
+        Ok((Some(rest), set_aside))
     }
 
     /// The first answer to a repeated `operationId`, while the generation it started is
