@@ -60,16 +60,7 @@ impl Engine {
             }
         }
         let lease = self.take_lease_to_resume(&run_id, request.timer).await?;
-        // A stop asked for before this resume must not end the new generation.
-        for intent in self
-            .inner
-            .store
-            .pending_intents(IntentScope::Run(&run_id))
-            .await?
-        {
-            let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
-            self.acknowledge(&run_id, &intent.op, retired).await;
-        }
+        self.retire_stop_intents(&run_id).await?;
         begin_generation(
             &mut record,
             &request,
@@ -114,15 +105,27 @@ impl Engine {
             return Err(error.into());
         }
         // A rerun read the pool already, under the same run state this write left.
-        let rows = match rest {
-            Some(rows) => rows,
-            None => self.inner.store.replay_pool(&run_id).await?,
+        let rows = if let Some(rows) = rest {
+            rows
+        } else {
+            self.inner.store.replay_pool(&run_id).await?
         };
         let pool = ReplayPool::new(rows, revised).with_set_aside(set_aside);
         let answers = self.inner.store.checkpoint_answers(&run_id).await?;
         self.spawn_execution(record, lease, Some(pool), answers);
         drop(slot);
         Ok(admission)
+    }
+
+    /// A stop asked for before this resume must not end the new generation: its intents are
+    /// acknowledged as superseded.
+    async fn retire_stop_intents(&self, run_id: &RunId) -> EngineResult<()> {
+        let store = &self.inner.store;
+        for intent in store.pending_intents(IntentScope::Run(run_id)).await? {
+            let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
+            self.acknowledge(run_id, &intent.op, retired).await;
+        }
+        Ok(())
     }
 
     /// The recorded rows the request's `rerun` sets aside, and the rest of the replay pool
