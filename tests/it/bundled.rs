@@ -5,7 +5,6 @@
 //! git repository; `research` also runs through a real adapter against the fake model server.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use agentprism::library::bundled::BUNDLED;
 use serde_json::{Value, json};
@@ -44,26 +43,9 @@ fn call_labels(ctx: &TestContext, run_id: &str) -> Vec<String> {
         .collect()
 }
 
+/// git in the test's project, as `changes.rs` runs it.
 fn git(ctx: &TestContext, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(ctx.project())
-        .args(args)
-        .env_clear()
-        .envs(&ctx.env)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "tester")
-        .env("GIT_AUTHOR_EMAIL", "tester@localhost")
-        .env("GIT_COMMITTER_NAME", "tester")
-        .env("GIT_COMMITTER_EMAIL", "tester@localhost")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    crate::changes::git(ctx, &ctx.project(), args)
 }
 
 /// A test context whose project is a git repository with one commit of `a.txt` and `b.txt`.

@@ -26,7 +26,7 @@ return {a, b, c, d, ok};
 ";
 
 /// Runs git in `dir` with the test's environment and a fixed identity; answers its stdout.
-fn git(ctx: &TestContext, dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(ctx: &TestContext, dir: &Path, args: &[&str]) -> String {
     let output = git_output(ctx, dir, args);
     assert!(
         output.status.success(),
