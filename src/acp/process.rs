@@ -102,14 +102,16 @@ pub(crate) struct AgentProcess {
 /// Variables a child must not inherit: they belong to our service manager (sd_notify, socket
 /// activation, watchdog), and an agent that used them would confuse it; or they describe the
 /// session of the host that launched the first shim ([`crate::env::HOST_SESSION_MARKERS`]),
-/// which is not the agent's session and has usually ended.
+/// which is not the agent's session and has usually ended; or they lead to our secrets.
 fn is_private_variable(name: &str) -> bool {
     name == "NOTIFY_SOCKET"
         || name.starts_with("LISTEN_")
         || name.starts_with("WATCHDOG_")
         || crate::env::is_host_session_marker(name)
-        // The folder server's token, principal header and (later) pack key.
+        // The folder server's token, store, principal header and pack key, and their files.
         || name.starts_with("MHL_SERVE_")
+        // Where systemd put this service's credentials (`crate::util::secret`).
+        || name == crate::util::secret::CREDENTIALS_DIRECTORY
 }
 
 /// Starts `backend` with `base_env` plus the backend's own `env`, in a new process group led

@@ -112,7 +112,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR", env = "MHL_SERVE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// Folder server: the run store several serve replicas share (docs/serve.md,
-    /// "Replicas"): a PostgreSQL URL or a SQLite persistence root (a folder). Runs then hold
+    /// "Replicas"): a PostgreSQL URL or a SQLite persistence root (a folder); also from
+    /// `MHL_SERVE_STORE_FILE` or the systemd credential MHL_SERVE_STORE. Runs then hold
     /// leases that lapse after `MHL_SERVE_RUN_LOCK_TTL` (default 45s). Not with
     /// `--state-dir`.
     #[arg(
@@ -129,7 +130,8 @@ pub struct ServeArgs {
     #[arg(long, env = "MHL_SERVE_SINGLE_REPLICA")]
     pub single_replica: bool,
     /// Folder server over HTTP: require `Authorization: Bearer <token>` on every request.
-    /// Prefer the environment variable: a command line is visible to other users.
+    /// Prefer a file (`MHL_SERVE_TOKEN_FILE`, or the systemd credential MHL_SERVE_TOKEN) or
+    /// the variable: a command line is visible to other users.
     #[arg(
         long,
         value_name = "TOKEN",

@@ -163,7 +163,7 @@ async fn dispatch(cli: Cli, early: daemon::Early) -> Result<u8> {
         Command::Config(args) => config::config(&env, args).await,
         Command::Serve(args) => serve::serve(&env, args).await,
         Command::Workflows(args) => workflows::workflows(&env, args).await,
-        Command::Pack(args) => pack::pack(args).await,
+        Command::Pack(args) => pack::pack(&env, args).await,
         Command::Daemon(args) => daemon::daemon(&env, args, early).await,
         Command::Monitor(args) => monitor::monitor(&env, args).await,
         Command::Completions(args) => completions::completions(args.shell),

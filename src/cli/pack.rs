@@ -1,7 +1,8 @@
 //! `agentprism pack <dir> -o FILE [--new-key]`: seals every non-hidden regular file under a
 //! folder into an encrypted workflows pack (docs/pack.md).
 //!
-//! The key is `MHL_SERVE_WORKFLOWS_KEY` (taken out of the environment by `main`), or with
+//! The key is `MHL_SERVE_WORKFLOWS_KEY` (taken out of the environment by `main`; or its file,
+//! `MHL_SERVE_WORKFLOWS_KEY_FILE`, or the systemd credential of that name), or with
 //! `--new-key` a fresh one, printed on stdout and nothing else, so `KEY=$(agentprism pack …
 //! --new-key)` captures exactly the key. Files are packed sorted by their `/`-separated path;
 //! hidden names and symbolic links are left out (a link is not a regular file here). The
@@ -15,27 +16,28 @@ use anyhow::{Context, Result};
 use super::EXIT_COMPLETED;
 use super::args::PackArgs;
 use super::input::{guarded, input_error};
+use crate::env::EnvSnapshot;
 use crate::pack::{self, Entry, MAX_ENTRIES, MAX_PACK_BYTES, PackKey};
 use crate::util::safe_file::{self, Links};
 
 /// Packs `args.dir` into `args.output`.
-pub(super) async fn pack(args: PackArgs) -> Result<u8> {
+pub(super) async fn pack(env: &EnvSnapshot, args: PackArgs) -> Result<u8> {
     guarded(async move {
-        tokio::task::spawn_blocking(move || pack_folder(&args))
+        let key = if args.new_key {
+            PackKey::generate()?
+        } else {
+            pack::workflows_key(env).await.map_err(|error| {
+                input_error(format!("{error} (or pass --new-key to draw a fresh key)"))
+            })?
+        };
+        tokio::task::spawn_blocking(move || pack_folder(&args, key))
             .await
             .context("the pack task failed")?
     })
     .await
 }
 
-fn pack_folder(args: &PackArgs) -> Result<u8> {
-    let key = if args.new_key {
-        PackKey::generate()?
-    } else {
-        pack::environment_key().map_err(|error| {
-            input_error(format!("{error} (or pass --new-key to draw a fresh key)"))
-        })?
-    };
+fn pack_folder(args: &PackArgs, key: PackKey) -> Result<u8> {
     let root = std::fs::canonicalize(&args.dir).map_err(|error| {
         input_error(format!(
             "the folder to pack, {}, cannot be read: {error}",

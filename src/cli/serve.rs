@@ -85,15 +85,23 @@ pub(super) async fn serve(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
 /// `agentprism serve <dir>`: loads the folder (a bad one stops here, every file named), then
 /// serves it on stdio or HTTP until stdin closes or a signal; the runs still going are
 /// interrupted on the way out.
-async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
+async fn serve_folder(env: &EnvSnapshot, mut args: ServeArgs) -> Result<u8> {
     let dir = args.dir.clone().expect("a folder server has a folder");
+    args.token = secret_setting(env, TOKEN_VARIABLE, args.token.take()).await?;
+    let flag_store = args.store.is_some();
+    args.store = secret_setting(env, STORE_VARIABLE, args.store.take()).await?;
+    if !flag_store && args.store.is_some() && args.state_dir.is_some() {
+        return Err(input_error(format!(
+            "{STORE_VARIABLE}_FILE (or its credential) and --state-dir name two different stores; give one"
+        )));
+    }
     let (folder, pack) = match &args.workflows_pack {
         None => (
             crate::serve::folder::load(&dir).map_err(|error| input_error(error.to_string()))?,
             None,
         ),
         Some(file) => {
-            let (folder, pack) = load_pack(&dir, file, args.http.is_some())?;
+            let (folder, pack) = load_pack(env, &dir, file, args.http.is_some()).await?;
             (folder, Some(pack))
         }
     };
@@ -175,10 +183,11 @@ async fn serve_folder(env: &EnvSnapshot, args: ServeArgs) -> Result<u8> {
     Ok(EXIT_COMPLETED)
 }
 
-/// `--workflows-pack`: the key `main` took from `MHL_SERVE_WORKFLOWS_KEY`, the pack opened
+/// `--workflows-pack`: the key (`MHL_SERVE_WORKFLOWS_KEY`, its file or credential), the pack opened
 /// with it (any fault is fatal and named) and its workflows loaded as if they lay under
 /// `dir`; nothing under `dir` is read.
-fn load_pack(
+async fn load_pack(
+    env: &EnvSnapshot,
     dir: &Path,
     file: &Path,
     http: bool,
@@ -190,7 +199,9 @@ fn load_pack(
     }
     let refused =
         |error: &dyn std::fmt::Display| input_error(format!("{error}; nothing is served"));
-    let key = crate::pack::environment_key().map_err(|error| refused(&error))?;
+    let key = crate::pack::workflows_key(env)
+        .await
+        .map_err(|error| refused(&error))?;
     let file = std::path::absolute(file).map_err(|error| refused(&error))?;
     let entries = crate::pack::read_file(&file, &key).map_err(|error| refused(&error))?;
     let folder = crate::serve::folder::load_files(
@@ -207,6 +218,24 @@ fn load_pack(
     })?;
     let pack = crate::engine::sources::PackSources::new(folder.root.clone(), entries);
     Ok((folder, pack))
+}
+
+/// The variable (and flag) of the bearer token.
+const TOKEN_VARIABLE: &str = "MHL_SERVE_TOKEN";
+/// The variable (and flag) of the shared store's location, which may hold a password.
+const STORE_VARIABLE: &str = "MHL_SERVE_STORE";
+
+/// A secret setting: its flag or variable, else its `_FILE`, else its systemd credential
+/// (`crate::util::secret`); two of them at once are refused.
+async fn secret_setting(
+    env: &EnvSnapshot,
+    name: &str,
+    given: Option<String>,
+) -> Result<Option<String>> {
+    crate::util::secret::resolve(env, name, given)
+        .await
+        .map(|found| found.map(|(value, _)| value))
+        .map_err(|error| input_error(error.to_string()))
 }
 
 async fn serve_folder_http(

@@ -5,14 +5,19 @@
 //! encoding is ours (docs/pack.md): hex is what shells, `.env` files and secret stores pass
 //! through unchanged, and base64 is accepted because many secret generators emit it.
 //!
-//! The key arrives in `MHL_SERVE_WORKFLOWS_KEY`. `main` takes it out of the process
-//! environment before the runtime or any thread starts and hands it to
-//! [`keep_environment_key`]; from then on only [`environment_key`] reads it, so no child
-//! process inherits it and nothing that lists the environment sees it. Errors never echo it.
+//! The key arrives in `MHL_SERVE_WORKFLOWS_KEY`, or as a file: `MHL_SERVE_WORKFLOWS_KEY_FILE`
+//! or the systemd credential of that name ([`crate::util::secret`]), so it need never sit in
+//! an environment block. `main` takes the variable out of the process environment before the
+//! runtime or any thread starts and hands it to [`keep_environment_key`]; from then on only
+//! [`workflows_key`] reads it, so no child process inherits it and nothing that lists the
+//! environment later sees it. Errors never echo it.
 
 use std::sync::OnceLock;
 
 use base64::Engine as _;
+
+use crate::env::EnvSnapshot;
+use crate::util::secret;
 
 /// The variable the key is read from.
 pub const WORKFLOWS_KEY_VARIABLE: &str = "MHL_SERVE_WORKFLOWS_KEY";
@@ -29,8 +34,13 @@ pub struct PackKey([u8; KEY_BYTES]);
 /// Why a key was not accepted. No variant carries the key or a part of it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KeyError {
-    #[error("{WORKFLOWS_KEY_VARIABLE} is not set: the pack key comes from that variable")]
+    #[error(
+        "{WORKFLOWS_KEY_VARIABLE} is not set: the pack key comes from that variable, from the file {WORKFLOWS_KEY_VARIABLE}_FILE names, or from the systemd credential {WORKFLOWS_KEY_VARIABLE}"
+    )]
     Missing,
+    /// The key's file or credential could not be used, or two sources were given.
+    #[error("{0}")]
+    Source(String),
     #[error("{WORKFLOWS_KEY_VARIABLE} is empty")]
     Empty,
     #[error(
@@ -111,12 +121,15 @@ pub fn keep_environment_key(value: Option<String>) {
     let _ = TAKEN.set(value);
 }
 
-/// The key `main` took from [`WORKFLOWS_KEY_VARIABLE`], parsed; [`KeyError::Missing`] when
-/// it was not set.
-pub fn environment_key() -> Result<PackKey, KeyError> {
-    match TAKEN.get().and_then(Option::as_deref) {
-        Some(text) => PackKey::parse(text),
-        None => Err(KeyError::Missing),
+/// The pack key, parsed: what `main` took from [`WORKFLOWS_KEY_VARIABLE`], else the file
+/// `MHL_SERVE_WORKFLOWS_KEY_FILE` names, else the systemd credential of that name (two of them
+/// at once are refused); [`KeyError::Missing`] when none is given.
+pub async fn workflows_key(env: &EnvSnapshot) -> Result<PackKey, KeyError> {
+    let taken = TAKEN.get().cloned().flatten();
+    match secret::resolve(env, WORKFLOWS_KEY_VARIABLE, taken).await {
+        Ok(Some((text, _))) => PackKey::parse(&text),
+        Ok(None) => Err(KeyError::Missing),
+        Err(error) => Err(KeyError::Source(error.to_string())),
     }
 }
 

@@ -20,6 +20,6 @@ pub use format::{
     Entry, HEADER_BYTES, MAX_ENTRIES, MAX_PACK_BYTES, NONCE_BYTES, PackError, TAG_BYTES, VERSION,
     path_problem,
 };
-pub use key::{KeyError, PackKey, WORKFLOWS_KEY_VARIABLE, environment_key, keep_environment_key};
+pub use key::{KeyError, PackKey, WORKFLOWS_KEY_VARIABLE, keep_environment_key, workflows_key};
 pub use reader::{ReadError, open, read_file};
 pub(crate) use writer::seal;

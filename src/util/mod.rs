@@ -5,6 +5,7 @@
 pub mod process;
 pub(crate) mod private_dir;
 pub(crate) mod safe_file;
+pub(crate) mod secret;
 pub(crate) mod socket_owner;
 pub(crate) mod sync;
 pub(crate) mod weighed_queue;

@@ -60,6 +60,7 @@ mod security_peer;
 mod security_reaper;
 mod replicas;
 mod rerun;
+mod secrets;
 mod serve;
 mod sdk_clients;
 mod sdk_clients_ts;

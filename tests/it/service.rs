@@ -96,6 +96,58 @@ fn systemd_units_pass_systemd_analyze_verify() {
     );
 }
 
+#[test]
+fn the_serve_unit_passes_verify_and_loads_exactly_the_credentials_serve_reads() {
+    assert!(
+        Path::new(SYSTEMD_ANALYZE).exists(),
+        "{SYSTEMD_ANALYZE} is needed (.ci/run installs systemd)"
+    );
+    let shipped = std::fs::read_to_string(repo().join("systemd/agentprism-serve.service")).unwrap();
+    let rendered = shipped.replace("/usr/bin/agentprism", env!("CARGO_BIN_EXE_agentprism"));
+    assert_ne!(
+        rendered, shipped,
+        "the unit no longer runs /usr/bin/agentprism"
+    );
+    let temp = tempfile::tempdir().unwrap();
+    let unit = temp.path().join("agentprism-serve.service");
+    std::fs::write(&unit, &rendered).unwrap();
+    let output = Command::new(SYSTEMD_ANALYZE)
+        .args([
+            "verify",
+            "--man=no",
+            "--generators=no",
+            "--recursive-errors=no",
+        ])
+        .arg(&unit)
+        .env("SYSTEMD_LOG_COLOR", "0")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
+        "systemd-analyze verify reported problems:\n{}",
+        text(&output)
+    );
+    // Every credential it loads (the commented pack key too) is one that serve reads by that
+    // name from $CREDENTIALS_DIRECTORY (src/util/secret.rs, tests/it/secrets.rs).
+    let mut names: Vec<&str> = shipped
+        .lines()
+        .filter_map(|line| {
+            line.trim_start_matches("# ")
+                .strip_prefix("LoadCredential=")
+        })
+        .filter_map(|value| value.split(':').next())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "MHL_SERVE_STORE",
+            "MHL_SERVE_TOKEN",
+            "MHL_SERVE_WORKFLOWS_KEY"
+        ]
+    );
+}
+
 /// Stand-ins for the two binaries: shell scripts that answer `completions <shell>`.
 fn stand_ins(dir: &Path) -> (PathBuf, PathBuf) {
     let script = "#!/bin/sh\nif [ \"$1\" = completions ]; then echo \"# $2 completions\"; exit 0; fi\necho stand-in\n";
@@ -193,6 +245,7 @@ fn the_tarball_is_reproducible_and_complete() {
         "share/systemd/user/agentprism.service",
         "share/systemd/user/agentprism@.service",
         "share/launchd/dev.agentprism.daemon.plist",
+        "share/doc/agentprism-serve.service",
         "share/bash-completion/completions/agentprism",
         "share/zsh/site-functions/_agentprism",
         "share/fish/vendor_completions.d/agentprism.fish",
@@ -279,6 +332,7 @@ fn the_deb_is_reproducible_and_has_its_control_fields() {
         "./usr/lib/systemd/user/agentprism.service\n",
         "./usr/lib/systemd/user/agentprism@.service\n",
         "./usr/share/doc/agentprism/copyright\n",
+        "./usr/share/doc/agentprism/examples/agentprism-serve.service\n",
         "./usr/share/bash-completion/completions/agentprism\n",
     ] {
         assert!(contents.contains(member), "{member} missing:\n{contents}");
