@@ -7,7 +7,7 @@
 //! credentials sees). Goal: under 50 MB two minutes after the call. Run with `cargo bench
 //! --bench adapters_idle` (release build) or `scripts/measure adapters_idle`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 mod support;
 
 use support::http::{Client, Daemon};
-use support::{World, figure};
+use support::{TestDeps, World, figure};
 
 /// How long the bench watches after the call.
 const WATCH: Duration = Duration::from_secs(120);
@@ -23,20 +23,8 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 const GOAL_MIB: f64 = 50.0;
 
 fn main() {
-    let deps = deps_dir();
-    let manifest = std::fs::read_to_string(deps.join("interop-deps.env")).unwrap_or_else(|error| {
-        panic!(
-            "{}: {error}; run `bash scripts/install-test-deps` first",
-            deps.display()
-        )
-    });
-    let field = |name: &str| -> String {
-        manifest
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("{name} is not in the test dependencies' manifest"))
-            .to_owned()
-    };
+    let deps = TestDeps::find();
+    let field = |name: &str| deps.get(name);
     let temp = tempfile::tempdir().expect("temp dir");
     let mut world = World::new(temp.path(), "adapters");
     let node = field("node");
@@ -114,12 +102,6 @@ fn main() {
         format!("{last:.1} MiB"),
         "< 50 MB",
     );
-}
-
-fn deps_dir() -> PathBuf {
-    std::env::var_os("AGENTPRISM_TEST_DEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"))
 }
 
 /// `pid` and every process below it.

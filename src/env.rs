@@ -19,6 +19,9 @@ pub(crate) const ACP_POOL_SIZE: &str = "AGENTPRISM_ACP_POOL_SIZE";
 /// How long a pooled ACP process may sit with no session before it is stopped, in ms
 /// (default 60000; `0` keeps idle processes until the process exits).
 pub(crate) const ACP_IDLE_TTL_MS: &str = "AGENTPRISM_ACP_IDLE_TTL_MS";
+/// The prompt-cache hold's cap in ms (default 10000, at most 120000; `0` turns it off): how long
+/// a call whose prompt begins like an earlier call's waits for that call's answer to begin.
+pub(crate) const PROMPT_CACHE_HOLD_MS: &str = "AGENTPRISM_PROMPT_CACHE_HOLD_MS";
 /// Per-attempt ceiling of one agent prompt turn, in ms (default 1800000 = 30 min).
 pub(crate) const AGENT_TIMEOUT_MS: &str = "AGENTPRISM_AGENT_TIMEOUT_MS";
 /// Whether a run paused on a provider's usage limit resumes by itself at the reset: `on`

@@ -39,6 +39,8 @@ pub mod telemetry;
 pub mod model;
 /// Run budgets: spending limits and the decisions the engine takes from them.
 pub mod budget;
+/// The prompt-cache hold: calls whose prompts begin alike wait for the first one's answer.
+pub mod prompt_cache;
 /// Durable timers stored with a run (the resume at a usage reset) and their store port.
 pub mod timers;
 /// The encrypted workflows pack (DMPK): its format, key, reader and writer.

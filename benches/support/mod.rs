@@ -215,3 +215,31 @@ pub fn process_gone(pid: i32) -> bool {
         Err(_) => true,
     }
 }
+
+/// The test dependencies' manifest (`scripts/install-test-deps`, or `AGENTPRISM_TEST_DEPS`
+/// naming its folder): the real adapters the benches that need them run.
+pub struct TestDeps(String);
+
+impl TestDeps {
+    pub fn find() -> TestDeps {
+        let dir = std::env::var_os("AGENTPRISM_TEST_DEPS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps"));
+        let manifest = dir.join("interop-deps.env");
+        TestDeps(std::fs::read_to_string(&manifest).unwrap_or_else(|error| {
+            panic!(
+                "{}: {error}; run `bash scripts/install-test-deps` first",
+                manifest.display()
+            )
+        }))
+    }
+
+    /// The manifest's `name=` value.
+    pub fn get(&self, name: &str) -> String {
+        self.0
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("{name} is not in the test dependencies' manifest"))
+            .to_owned()
+    }
+}

@@ -197,6 +197,11 @@ pub(crate) fn engine_config(env: &EnvSnapshot, probe: bool) -> Result<EngineConf
         ..EngineConfig::default()
     };
     config.agent_timeout = millis(env::AGENT_TIMEOUT_MS, 30 * 60 * 1000)?;
+    config.prompt_cache_hold = crate::prompt_cache::hold_from(
+        env.non_empty(env::PROMPT_CACHE_HOLD_MS),
+        env::PROMPT_CACHE_HOLD_MS,
+    )
+    .map_err(SettingsError::Invalid)?;
     config.confirm_agents =
         crate::engine::estimate::threshold_from(env.non_empty(env::CONFIRM_AGENTS))
             .map_err(SettingsError::Invalid)?;

@@ -30,6 +30,7 @@ use crate::engine::status::LiveCall;
 use crate::engine::tool_policy::ToolPolicy;
 use crate::engine::vm::VmReply;
 use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, LiveReason, ReplayInfo, Usage};
+use crate::prompt_cache::{Follow, Lead, PrefixKey, Turn};
 use crate::util::sync::Lock;
 
 /// One `agent()` call after its checks, routed and identified: what a replay or an agent
@@ -421,6 +422,7 @@ impl Driver {
             call_index: call.index,
             label: call.label.clone(),
         };
+        let (cache_lead, cache_follow) = self.cache_turn(call, &full_prompt);
         let mut prompt_blocks = vec![json!({"type": "text", "text": full_prompt})];
         prompt_blocks.extend(options.image_blocks.iter().cloned());
         AgentTask {
@@ -446,6 +448,8 @@ impl Driver {
             dry_run: self.dry(),
             dry_answer: None,
             trace: self.trace.call(call.index, &call.label, Some(&call.route)),
+            cache_lead,
+            cache_follow: std::sync::Mutex::new(cache_follow),
             isolation: (options.isolated && !self.dry()).then(|| {
                 self.setup.isolation.plan(
                     self.setup.run_id.as_str(),
@@ -454,6 +458,24 @@ impl Driver {
                     call.outcome,
                 )
             }),
+        }
+    }
+
+    /// The call's turn in the prompt-cache hold, by its backend, model and prompt text.
+    #[allow(clippy::type_complexity)]
+    fn cache_turn(
+        &self,
+        call: &AgentCall,
+        prompt: &str,
+    ) -> (
+        Option<std::sync::Arc<std::sync::Mutex<Lead>>>,
+        Option<Follow>,
+    ) {
+        let key = PrefixKey::of(&call.route.backend.id, call.route.model.as_deref(), prompt);
+        match self.prompt_cache.enter(key, call.index) {
+            Turn::Alone => (None, None),
+            Turn::Lead(lead) => (Some(std::sync::Arc::new(std::sync::Mutex::new(lead))), None),
+            Turn::Follow(follow) => (None, Some(follow)),
         }
     }
 

@@ -133,6 +133,8 @@ pub(crate) struct DriverSetup {
     pub next_settlement: u64,
     /// The ceiling of one agent attempt (a call's `timeoutMs` can only lower it).
     pub agent_timeout: Duration,
+    /// The prompt-cache hold's cap (`crate::prompt_cache`); zero: off.
+    pub prompt_cache_hold: Duration,
     /// Time slice and heap of the script VM.
     pub vm_limits: VmLimits,
     /// Where agents' permission requests wait for an answer.
@@ -328,6 +330,8 @@ struct Driver {
     events: EventLog,
     /// The run's concurrency: agent tasks hold a permit while they run.
     semaphore: Arc<Semaphore>,
+    /// Calls whose prompts begin alike wait for the first one's answer (`crate::prompt_cache`).
+    prompt_cache: Arc<crate::prompt_cache::PromptCacheHold>,
     /// Closed when the generation halts, so a task that gets its permit late starts nothing.
     gate_closed: Arc<AtomicBool>,
     /// Every agent task, awaited before the generation ends.
@@ -405,6 +409,7 @@ impl Driver {
             ),
         };
         let semaphore = Arc::new(Semaphore::new(setup.limits.concurrency.max(1) as usize));
+        let prompt_cache = crate::prompt_cache::PromptCacheHold::new(setup.prompt_cache_hold);
         let mut phase_by_scope = HashMap::new();
         phase_by_scope.insert("root".to_owned(), setup.current_phase.clone());
         let used_answers = vec![false; setup.answers.len()];
@@ -422,6 +427,7 @@ impl Driver {
             trace,
             events,
             semaphore,
+            prompt_cache,
             gate_closed: Arc::new(AtomicBool::new(false)),
             tracker: TaskTracker::new(),
             activity_tx,

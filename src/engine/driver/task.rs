@@ -26,6 +26,8 @@ use crate::engine::runner::{
 use crate::engine::schema;
 use crate::engine::tool_policy::{self, Denial, ToolPolicy};
 use crate::model::{AuthContext, PauseReason, RunId, Usage};
+use crate::prompt_cache::{Follow, Lead};
+use crate::util::sync::Lock;
 
 /// Re-prompts after structured output fails validation, before `SCHEMA_NONCOMPLIANCE`.
 const SCHEMA_REPROMPTS: u32 = 2;
@@ -128,6 +130,10 @@ pub(super) struct AgentTask {
     pub(super) isolation: Option<CallIsolation>,
     /// The call's span, its attempts' and their tool calls' ([`super::trace`]).
     pub(super) trace: CallTrace,
+    /// The call's place in the prompt-cache hold: a lead tells it when its answer began, a
+    /// follower waits before its first prompt (`crate::prompt_cache`).
+    pub(super) cache_lead: Option<Arc<std::sync::Mutex<Lead>>>,
+    pub(super) cache_follow: std::sync::Mutex<Option<Follow>>,
 }
 
 impl AgentTask {
@@ -368,6 +374,7 @@ impl AgentTask {
             run_id: self.run_id.clone(),
             label: self.label.clone(),
             cancel: self.cancel.clone(),
+            cache_lead: self.cache_lead.clone(),
         });
         let mut session = tokio::select! {
             opened = self.runner.open_session(self.spec.clone(), observer) => opened.map_err(AttemptFailure::Agent)?,
@@ -471,6 +478,7 @@ impl AgentTask {
                 None => schema::output_instructions(schema),
             });
         }
+        self.wait_for_cache_lead().await;
         let mut reprompts = 0;
         loop {
             let turn = TurnRequest {
@@ -514,6 +522,30 @@ impl AgentTask {
             };
             prompt = vec![json!({"type": "text", "text": repair})];
         }
+    }
+}
+
+impl AgentTask {
+    /// A follower of the prompt-cache hold waits, once, before its first prompt, with status
+    /// saying what for; its session is already open, so the wait overlaps the start-up.
+    async fn wait_for_cache_lead(&self) {
+        let Some(mut follow) = self.cache_follow.locked().take() else {
+            return;
+        };
+        self.activity.send_update(
+            self.index,
+            AgentUpdate::SlotWait(Some(format!(
+                "call {}'s answer to begin, so the provider caches the prompt both begin with (at most {} ms)",
+                follow.lead(),
+                follow.hold().as_millis()
+            ))),
+        );
+        tokio::select! {
+            _ = follow.wait() => {}
+            _ = self.cancel.cancelled() => {}
+        }
+        self.activity
+            .send_update(self.index, AgentUpdate::SlotWait(None));
     }
 }
 
@@ -639,11 +671,25 @@ struct CallObserver {
     label: String,
     /// A cancelled call's pending permission request is answered `Cancelled`.
     cancel: CancellationToken,
+    /// The call leads its prompt's cache hold: told at the answer's first output.
+    cache_lead: Option<Arc<std::sync::Mutex<Lead>>>,
 }
 
 #[async_trait]
 impl AgentObserver for CallObserver {
     fn update(&self, update: AgentUpdate) {
+        if let Some(lead) = &self.cache_lead
+            && matches!(
+                update,
+                AgentUpdate::MessageChunk(_)
+                    | AgentUpdate::ThoughtChunk(_)
+                    | AgentUpdate::ToolCall { .. }
+                    | AgentUpdate::Plan(_)
+            )
+        {
+            // The model is answering: it has read the prompt, so its prefix is cached.
+            lead.locked().began();
+        }
         if let (Some(trace), AgentUpdate::ToolCall { id, status, .. }) = (&self.trace, &update) {
             trace.tool_call(id, status.as_deref());
         }

@@ -124,6 +124,7 @@ impl World {
             last_event_seq: 0,
             next_settlement: 0,
             agent_timeout: Duration::from_secs(60),
+            prompt_cache_hold: crate::prompt_cache::DEFAULT_HOLD,
             vm_limits: VmLimits::default(),
             broker: PermissionBroker::new(None),
             notices: None,

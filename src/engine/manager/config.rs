@@ -14,6 +14,9 @@ use crate::timers::AutoResumePolicy;
 pub struct EngineConfig {
     /// Per-attempt ceiling of an agent turn.
     pub agent_timeout: Duration,
+    /// How long a call whose prompt begins like an in-flight call's waits for that call's
+    /// answer to begin (`crate::prompt_cache`); zero: never.
+    pub prompt_cache_hold: Duration,
     /// The time slice and heap cap of every script VM (also what [`default_max_runs`]
     /// divides memory by).
     pub vm_limits: VmLimits,
@@ -61,6 +64,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             agent_timeout: Duration::from_secs(30 * 60),
+            prompt_cache_hold: crate::prompt_cache::DEFAULT_HOLD,
             vm_limits: VmLimits::default(),
             allow_script_backends: false,
             home: None,

@@ -333,6 +333,7 @@ impl Engine {
             last_event_seq: last_seq,
             next_settlement,
             agent_timeout: self.inner.config.agent_timeout,
+            prompt_cache_hold: self.inner.config.prompt_cache_hold,
             vm_limits: self.inner.config.vm_limits,
             broker: self.inner.broker.clone(),
             notices: Some(self.inner.notices.clone()),

@@ -131,6 +131,8 @@ fn dry_setup(input: DryInput<'_>) -> DriverSetup {
         last_event_seq: 0,
         next_settlement: 0,
         agent_timeout: Duration::from_secs(30),
+        // A made-up answer reaches no provider: nothing to warm.
+        prompt_cache_hold: Duration::ZERO,
         vm_limits,
         broker: PermissionBroker::new(None),
         notices: None,

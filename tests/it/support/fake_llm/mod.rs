@@ -75,6 +75,9 @@ struct State {
     waiting: watch::Sender<Vec<String>>,
     /// Once true, held requests are answered.
     released: watch::Sender<bool>,
+    /// Model requests arriving (`false`) and their answers being sent (`true`), by prompt, in
+    /// the order they happened: what a provider's prompt cache would have seen.
+    order: Mutex<Vec<(bool, String)>>,
 }
 
 impl FakeLlm {
@@ -96,6 +99,7 @@ impl FakeLlm {
             requests: Mutex::new(Vec::new()),
             waiting: watch::Sender::new(Vec::new()),
             released: watch::Sender::new(false),
+            order: Mutex::new(Vec::new()),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(accept_loop(listener, state.clone()));
@@ -161,6 +165,28 @@ impl FakeLlm {
             .collect()
     }
 
+    /// Of the prompts that begin with `marker` (an adapter may send one prompt in more than
+    /// one model request): how many reached the fake, and how many first reached it after the
+    /// first answer to one of them was sent (a provider would have served those the shared
+    /// prefix from its cache).
+    pub fn arrivals_after_first_answer(&self, marker: &str) -> (usize, usize) {
+        let order = lock(&self.state.order);
+        let mut seen: Vec<&str> = Vec::new();
+        let (mut after, mut answered) = (0, false);
+        for (is_answer, prompt) in order
+            .iter()
+            .filter(|(_, prompt)| prompt.starts_with(marker))
+        {
+            if *is_answer {
+                answered = true;
+            } else if !seen.contains(&prompt.as_str()) {
+                seen.push(prompt);
+                after += usize::from(answered);
+            }
+        }
+        (seen.len(), after)
+    }
+
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state.requests).clone()
@@ -180,7 +206,38 @@ impl FakeLlm {
 
 impl Handler for State {
     async fn respond(&self, request: &RecordedRequest) -> Response {
-        if let Some(prompt) = model_prompt(request) {
+        let prompt = model_prompt(request);
+        if let Some(prompt) = &prompt {
+            lock(&self.order).push((false, prompt.clone()));
+        }
+        let response = self.wait_then_respond(request, prompt.clone()).await;
+        if let Some(prompt) = prompt {
+            lock(&self.order).push((true, prompt));
+        }
+        response
+    }
+
+    fn record(&self, request: RecordedRequest) {
+        lock(&self.requests).push(request);
+    }
+
+    fn bad_request(&self, problem: &str) -> Response {
+        error_response(400, "invalid_request_error", problem)
+    }
+
+    fn name(&self) -> &'static str {
+        "fake LLM"
+    }
+}
+
+impl State {
+    /// The answer to `request`, after the delay or hold its prompt asks for.
+    async fn wait_then_respond(
+        &self,
+        request: &RecordedRequest,
+        prompt: Option<String>,
+    ) -> Response {
+        if let Some(prompt) = prompt {
             let delay = marked_number(&prompt, "MOCK_DELAY=");
             let hold = prompt.contains("MOCK_HOLD");
             if delay.is_some() || hold {
@@ -199,18 +256,6 @@ impl Handler for State {
             }
         }
         respond(self, request)
-    }
-
-    fn record(&self, request: RecordedRequest) {
-        lock(&self.requests).push(request);
-    }
-
-    fn bad_request(&self, problem: &str) -> Response {
-        error_response(400, "invalid_request_error", problem)
-    }
-
-    fn name(&self) -> &'static str {
-        "fake LLM"
     }
 }
 
