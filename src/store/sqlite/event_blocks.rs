@@ -5,16 +5,18 @@
 //! it would with a row per event (docs/store.md has the figures). `events.rs` decides what
 //! goes into a block and merges blocks with the plain rows when it reads.
 //!
-//! A body, before deflating, is one entry per event in seq order: the timestamp (8 bytes,
+//! A body, before compressing, is one entry per event in seq order: the timestamp (8 bytes,
 //! little-endian, two's complement), a flags byte (1 redacted, 2 truncated, 4 framed), then
 //! the event type and the stored text, each as a 4-byte little-endian length and its UTF-8
 //! bytes. The event's seq is the block's first seq plus its position.
+//!
+//! A body is stored as one zstd frame (level 1, its content size in the header). Blocks of
+//! stores written before are raw deflate and are read as such: a raw deflate stream can never
+//! begin with the zstd magic (those four bytes would open a stored deflate block whose length
+//! and its complement disagree), so the first bytes tell the two apart.
 
 use std::cell::RefCell;
 
-use miniz_oxide::deflate::core::{
-    CompressorOxide, TDEFLFlush, TDEFLStatus, compress_to_output, create_comp_flags_from_zip_params,
-};
 use rusqlite::{Connection, Transaction};
 
 use super::connection::Context;
@@ -22,46 +24,57 @@ use super::rows::RowReader;
 use crate::model::RunId;
 use crate::store::{StoreError, StoreResult};
 
-/// Deflate level: the fastest of miniz's levels already finds the repeated keys and values
-/// of neighbouring events; higher levels shrink a block by a few per cent more for several
-/// times the CPU.
-const LEVEL: u8 = 1;
+/// zstd's level: its fastest regular level already finds the repeated keys and values of
+/// neighbouring events, and makes blocks as small as deflate's level 1 did.
+const LEVEL: i32 = 1;
+
+/// The first bytes of every zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 thread_local! {
-    /// This thread's compressor, made once and reset for each block. Making one per block
-    /// (what `compress_to_vec` does) allocates about 300 KiB of tables each time, and the
-    /// fresh pages a larger block reaches into fault in one by one: a block of 7 KiB (the
-    /// events of a fan-out commit, or of a replayed batch) took 66 µs of CPU that way and
-    /// takes 19 µs reset; a block of one call's events costs the same either way (about
-    /// 17 µs, the block's own Huffman codes and the reset), and the bytes are the same.
-    /// Store writes run on the few threads of the daemon's runtime, so the few hundred KiB
-    /// each stay with those threads.
-    static COMPRESSOR: RefCell<Option<Box<CompressorOxide>>> = const { RefCell::new(None) };
+    /// This thread's compression context, made once and kept: zstd reuses its tables from
+    /// one frame to the next without clearing them, so a block of one call's events (about
+    /// 1 KiB) costs about 3 µs of CPU, where deflate's compressor, whose reset clears some
+    /// 300 KiB of tables, took about 15 µs. Store writes run on the few threads of the
+    /// daemon's runtime, so the context (about a megabyte at level 1) stays with those.
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
 }
 
-/// Deflates `body` (raw deflate, no zlib wrapper, as `compress_to_vec` makes it) with this
-/// thread's compressor.
-fn deflate(body: &[u8]) -> Vec<u8> {
+/// Compresses `body` into one zstd frame with this thread's context.
+fn compress(body: &[u8]) -> StoreResult<Vec<u8>> {
     COMPRESSOR.with_borrow_mut(|slot| {
-        let compressor = slot.get_or_insert_with(|| {
-            let flags = create_comp_flags_from_zip_params(LEVEL.into(), 0, 0);
-            Box::new(CompressorOxide::new(flags))
-        });
-        compressor.reset();
-        let mut deflated = Vec::with_capacity(body.len() / 4 + 16);
-        let (status, _) = compress_to_output(compressor, body, TDEFLFlush::Finish, |chunk| {
-            deflated.extend_from_slice(chunk);
-            true
-        });
-        // With all of the input given and an output that takes everything, deflate ends in
-        // one call. Should it not, the compressor is dropped and the block made the old way,
-        // never stored cut short.
-        if status == TDEFLStatus::Done {
-            return deflated;
-        }
-        *slot = None;
-        miniz_oxide::deflate::compress_to_vec(body, LEVEL)
+        let compressor = match slot {
+            Some(compressor) => compressor,
+            None => slot.insert(
+                zstd::bulk::Compressor::new(LEVEL)
+                    .map_err(|error| StoreError::Io(format!("zstd: {error}")))?,
+            ),
+        };
+        compressor.compress(body).map_err(|error| {
+            // A context that failed once is not trusted again.
+            *slot = None;
+            StoreError::Io(format!("zstd: {error}"))
+        })
     })
+}
+
+/// The body of a stored block: a zstd frame, or the raw deflate of older blocks; `None`
+/// (with why) when it is neither or would exceed [`MAX_BODY`].
+fn decompress(stored: &[u8]) -> Result<Vec<u8>, String> {
+    if !stored.starts_with(&ZSTD_MAGIC) {
+        return miniz_oxide::inflate::decompress_to_vec_with_limit(stored, MAX_BODY)
+            .map_err(|error| format!("the body does not inflate ({:?})", error.status));
+    }
+    let size = match zstd::zstd_safe::get_frame_content_size(stored) {
+        Ok(Some(size)) => size,
+        _ => return Err("the zstd frame does not say its size".to_owned()),
+    };
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|size| *size <= MAX_BODY)
+        .ok_or_else(|| format!("the zstd frame holds {size} bytes, more than a block may"))?;
+    zstd::bulk::decompress(stored, size)
+        .map_err(|error| format!("the body does not decompress ({error})"))
 }
 
 /// The largest body a block may inflate to: every event of a block is at most
@@ -86,8 +99,8 @@ pub(super) struct StoredEvent {
     pub(super) text: String,
 }
 
-/// The deflated body of `events` (in seq order, consecutive).
-fn encode(events: &[StoredEvent]) -> Vec<u8> {
+/// The compressed body of `events` (in seq order, consecutive).
+fn encode(events: &[StoredEvent]) -> StoreResult<Vec<u8>> {
     let mut body = Vec::with_capacity(events.iter().map(|e| e.text.len() + 32).sum());
     for event in events {
         body.extend_from_slice(&event.timestamp.to_le_bytes());
@@ -107,19 +120,18 @@ fn encode(events: &[StoredEvent]) -> Vec<u8> {
             body.extend_from_slice(text.as_bytes());
         }
     }
-    deflate(&body)
+    compress(&body)
 }
 
 /// Reads a body's entries back; anything that is not what [`encode`] writes for seqs
 /// `first..=last` is `Corrupt`, naming the run and the block.
-fn decode(run_id: &RunId, first: u64, last: u64, deflated: &[u8]) -> StoreResult<Vec<StoredEvent>> {
+fn decode(run_id: &RunId, first: u64, last: u64, stored: &[u8]) -> StoreResult<Vec<StoredEvent>> {
     let corrupt = |what: &str| {
         StoreError::Corrupt(format!(
             "run {run_id}: table event_blocks, block of seqs {first} to {last}: {what}"
         ))
     };
-    let body = miniz_oxide::inflate::decompress_to_vec_with_limit(deflated, MAX_BODY)
-        .map_err(|error| corrupt(&format!("the body does not inflate ({:?})", error.status)))?;
+    let body = decompress(stored).map_err(|what| corrupt(&what))?;
     let mut reader = Reader { body: &body };
     let mut events = Vec::new();
     let mut seq = first;
@@ -195,11 +207,10 @@ pub(super) fn insert(
     let last = events.last().map_or(0, |event| event.seq);
     let last =
         i64::try_from(last).map_err(|error| StoreError::Io(format!("{}: {error}", doing())))?;
+    let body = encode(events).map_err(|error| StoreError::Io(format!("{}: {error}", doing())))?;
     transaction
         .prepare_cached("INSERT INTO event_blocks (block_key, last_seq, body) VALUES (?1, ?2, ?3)")
-        .and_then(|mut statement| {
-            statement.execute(rusqlite::params![first_key, last, encode(events)])
-        })
+        .and_then(|mut statement| statement.execute(rusqlite::params![first_key, last, body]))
         .context(doing)?;
     Ok(())
 }
@@ -297,15 +308,32 @@ mod tests {
             stored(8, "", REDACTED | TRUNCATED),
             stored(9, &"é\"\u{0}".repeat(3000), 0),
         ];
-        let body = encode(&events);
+        let body = encode(&events).expect("encode");
+        assert!(body.starts_with(&ZSTD_MAGIC));
         assert_eq!(decode(&run, 7, 9, &body).expect("decode"), events);
     }
 
-    /// The compressor a thread keeps carries nothing from one block into the next: blocks
-    /// of different sizes in turn, a large one between small ones, each decode to their own
-    /// events and are byte for byte what a compressor of their own makes.
+    /// The raw body of `events`, as `encode` builds it before compressing.
+    fn raw(events: &[StoredEvent]) -> Vec<u8> {
+        let body = encode(events).expect("encode");
+        decompress(&body).expect("decompress")
+    }
+
+    /// Blocks written as raw deflate (stores from before zstd) still read.
     #[test]
-    fn blocks_made_one_after_another_on_a_thread_are_those_of_a_fresh_compressor() {
+    fn a_deflated_block_of_an_older_store_decodes() {
+        let run = RunId::parse("run-0").expect("valid id");
+        let events = vec![stored(3, r#"{"a":1}"#, FRAMED), stored(4, "{}", 0)];
+        let deflated = miniz_oxide::deflate::compress_to_vec(&raw(&events), 1);
+        assert!(!deflated.starts_with(&ZSTD_MAGIC));
+        assert_eq!(decode(&run, 3, 4, &deflated).expect("decode"), events);
+    }
+
+    /// The context a thread keeps carries nothing from one block into the next: blocks of
+    /// different sizes in turn, a large one between small ones, each decode to their own
+    /// events and are byte for byte what a context of their own makes.
+    #[test]
+    fn blocks_made_one_after_another_on_a_thread_are_those_of_a_fresh_context() {
         let run = RunId::parse("run-0").expect("valid id");
         let block = |first: u64, count: u64, text: &str| -> Vec<StoredEvent> {
             (first..first + count)
@@ -319,14 +347,11 @@ mod tests {
             block(409, 3, r#"{"callIndex":"#),
             block(412, 6, r#"{"scope":"root","label":"agent "#),
         ] {
-            let body = encode(&events);
+            let body = encode(&events).expect("encode");
             let (first, last) = (events[0].seq, events[events.len() - 1].seq);
             assert_eq!(decode(&run, first, last, &body).expect("decode"), events);
-            let inflated = miniz_oxide::inflate::decompress_to_vec(&body).expect("inflate");
-            assert_eq!(
-                body,
-                miniz_oxide::deflate::compress_to_vec(&inflated, LEVEL)
-            );
+            let fresh = zstd::bulk::compress(&raw(&events), LEVEL).expect("compress");
+            assert_eq!(body, fresh);
         }
     }
 
@@ -334,22 +359,20 @@ mod tests {
     fn a_body_that_is_not_the_blocks_is_corrupt() {
         let run = RunId::parse("run-0").expect("valid id");
         let events = vec![stored(1, "{}", 0), stored(2, "{}", 0)];
-        let body = encode(&events);
-        let cut = miniz_oxide::deflate::compress_to_vec(
-            &miniz_oxide::inflate::decompress_to_vec(&body).expect("inflate")[..20],
-            LEVEL,
-        );
+        let body = encode(&events).expect("encode");
+        let zstd = |bytes: &[u8]| zstd::bulk::compress(bytes, LEVEL).expect("compress");
+        let cut = zstd(&raw(&events)[..20]);
+        let sizeless = zstd::stream::encode_all(&raw(&events)[..], LEVEL).expect("stream");
+        let mut truncated_frame = body.clone();
+        truncated_frame.truncate(body.len() - 3);
         for (first, last, body, what) in [
             (1, 3, body.clone(), "holds 2 events"),
             (1, 1, body.clone(), "holds 2 events"),
             (1, 2, b"not deflate".to_vec(), "does not inflate"),
+            (1, 2, truncated_frame, "does not decompress"),
+            (1, 2, sizeless, "does not say its size"),
             (1, 2, cut, "cut short"),
-            (
-                1,
-                1,
-                miniz_oxide::deflate::compress_to_vec(&[0, 0, 0, 0, 0, 0, 0, 0, 8], LEVEL),
-                "unknown flags 8",
-            ),
+            (1, 1, zstd(&[0, 0, 0, 0, 0, 0, 0, 0, 8]), "unknown flags 8"),
         ] {
             match decode(&run, first, last, &body) {
                 Err(StoreError::Corrupt(message)) => {
