@@ -300,16 +300,22 @@ impl Answers for CheckThenWrite {
         &self,
         run_id: &RunId,
         answer: &CheckpointAnswer,
+        fence: Fence<'_>,
     ) -> StoreResult<CheckpointAnswer> {
-        self.inner.put_checkpoint_answer(run_id, answer).await
+        self.check(run_id, fence).await?;
+        self.inner
+            .put_checkpoint_answer(run_id, answer, fence)
+            .await
     }
 
     async fn put_receipt(
         &self,
         run_id: &RunId,
         receipt: &OperationReceipt,
+        fence: Fence<'_>,
     ) -> StoreResult<OperationReceipt> {
-        self.inner.put_receipt(run_id, receipt).await
+        self.check(run_id, fence).await?;
+        self.inner.put_receipt(run_id, receipt, fence).await
     }
 }
 
@@ -370,8 +376,12 @@ impl Intents for CheckThenWrite {
         run_id: &RunId,
         op: &str,
         ack: &IntentAck,
+        fence: Option<Fence<'_>>,
     ) -> StoreResult<IntentAck> {
-        self.inner.acknowledge_intent(run_id, op, ack).await
+        if let Some(fence) = fence {
+            self.check(run_id, fence).await?;
+        }
+        self.inner.acknowledge_intent(run_id, op, ack, fence).await
     }
 }
 

@@ -7,7 +7,14 @@
 //! - **Fenced writes.** Every write made while a run executes carries the lease token of the
 //!   execution that makes it, and the store refuses it (`StoreError::Fenced`), writing
 //!   nothing, once another token holds the lease or none does. The check and the write are
-//!   one atomic step.
+//!   one atomic step. That covers the journal, events, the run row and its outcome, the set-
+//!   aside of rerun rows, checkpoint answers and operation receipts (a resume writes them
+//!   under the lease it just took), and an executor's acknowledgement of a control intent.
+//!   Unfenced on purpose: taking, renewing and releasing the lease (compare-and-swap on the
+//!   token instead), recording a control intent (written by whoever asks, never the holder),
+//!   an acknowledgement by a process that does not execute the run (the requester withdrawing
+//!   its own intent, or the settling of an intent of a run nobody executes), the caller tag
+//!   (compare-and-set), the creation and deletion of a run.
 //! - **Leases change hands by compare-and-swap on the token** (`Leases::acquire_lease`).
 //!   Expiry is data, not a fence: a holder whose lease expired but was not taken over still
 //!   renews and writes. Whether an expired or orphaned lease *may* be taken over is the

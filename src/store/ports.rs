@@ -276,20 +276,24 @@ pub trait AnswerReads: Send + Sync {
 #[async_trait]
 pub trait Answers: AnswerReads {
     /// Records a checkpoint answer unless one exists for that index; returns the answer
-    /// that stands (first writer wins).
+    /// that stands (first writer wins). Fenced: refused (`Fenced`, nothing written) unless
+    /// `fence` holds the run's lease.
     async fn put_checkpoint_answer(
         &self,
         run_id: &RunId,
         answer: &CheckpointAnswer,
+        fence: Fence<'_>,
     ) -> StoreResult<CheckpointAnswer>;
 
     /// Records an operation receipt unless one with that id exists for the same or a newer
     /// generation (a receipt of an older generation is replaced: the operation resumed the
-    /// run again); returns the one that stands.
+    /// run again); returns the one that stands. Fenced like
+    /// [`Answers::put_checkpoint_answer`].
     async fn put_receipt(
         &self,
         run_id: &RunId,
         receipt: &OperationReceipt,
+        fence: Fence<'_>,
     ) -> StoreResult<OperationReceipt>;
 }
 
@@ -349,12 +353,18 @@ pub trait Intents: IntentReads {
     async fn put_intent(&self, intent: &ControlIntent) -> StoreResult<ControlIntent>;
 
     /// Marks the intent `op` done; the first acknowledgement wins and is returned.
-    /// `UnknownIntent` if the run has no such intent.
+    /// `UnknownIntent` if the run has no such intent. An executor acknowledging what it did
+    /// to the run passes its lease as `fence`, and is refused (`Fenced`, nothing written)
+    /// once that lease is no longer the run's, so a holder that was taken over cannot mark
+    /// done what the new holder must still carry out. `None` is an acknowledgement by a
+    /// process that does not execute the run: the requester withdrawing its own intent, or
+    /// one settling an intent of a run nobody executes.
     async fn acknowledge_intent(
         &self,
         run_id: &RunId,
         op: &str,
         ack: &IntentAck,
+        fence: Option<Fence<'_>>,
     ) -> StoreResult<IntentAck>;
 }
 

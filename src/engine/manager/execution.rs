@@ -126,6 +126,7 @@ impl Engine {
             record.run_id.clone(),
             LiveRun {
                 generation: record.generation,
+                lease_token: lease.token.clone(),
                 control: control_tx,
                 view: view.clone(),
                 settled: settled_rx,

@@ -85,6 +85,9 @@ pub(super) const INTENT_POLL: Duration = Duration::from_millis(50);
 struct LiveRun {
     /// Which generation: a settling older one must not remove a newer one's entry.
     generation: u32,
+    /// The lease it executes under: what this process's acknowledgements of the run's
+    /// control intents are fenced by.
+    lease_token: String,
     /// Stop, pause and single-call cancel for its driver.
     control: mpsc::UnboundedSender<Control>,
     /// What the driver shows of its live calls, for status.

@@ -9,8 +9,9 @@ use crate::engine::driver::Control;
 use crate::engine::manager::{Engine, EngineError, EngineResult, Rejected, StopRequested};
 use crate::engine::status::StatusQuery;
 use crate::model::{Lease, RunId, RunStatus};
-use crate::store::{IntentAck, IntentAction, IntentScope, LeasePolicy, StoreError};
+use crate::store::{Fence, IntentAck, IntentAction, IntentScope, LeasePolicy, StoreError};
 use crate::util::now_ms;
+use crate::util::sync::Lock;
 
 /// This process as a lease holder.
 #[derive(Clone, Debug)]
@@ -88,10 +89,35 @@ impl Engine {
     }
 
     /// Marks the control intent `op` done with `outcome`. The first acknowledgement wins; a
-    /// failure is logged, and the intent stays pending for the next scan.
+    /// failure is logged, and the intent stays pending for the next scan. While this process
+    /// executes the run, the acknowledgement is fenced by the lease it executes under, so a
+    /// holder that was taken over cannot mark done what the new holder must carry out.
     pub(super) async fn acknowledge(&self, run_id: &RunId, op: &str, outcome: Value) {
+        let token = self
+            .inner
+            .live
+            .locked()
+            .get(run_id)
+            .map(|live| live.lease_token.clone());
+        self.acknowledge_under(run_id, op, outcome, token.as_deref())
+            .await;
+    }
+
+    /// [`Engine::acknowledge`] under the lease `token` (`None`: as a process that does not
+    /// execute the run).
+    pub(super) async fn acknowledge_under(
+        &self,
+        run_id: &RunId,
+        op: &str,
+        outcome: Value,
+        token: Option<&str>,
+    ) {
         let ack = IntentAck::new(outcome);
-        if let Err(error) = self.inner.store.acknowledge_intent(run_id, op, &ack).await {
+        let store = &self.inner.store;
+        if let Err(error) = store
+            .acknowledge_intent(run_id, op, &ack, token.map(Fence))
+            .await
+        {
             tracing::warn!(run = %run_id, "cannot acknowledge control intent {op}: {error}");
         }
     }

@@ -46,21 +46,15 @@ impl Engine {
         let spend = resumed_spend(&record, &request, revised, meta_before)?;
         let active = self.active_count(&record.project_dir).await?;
         let slot = self.reserve(&record.project_dir, Some(active))?;
-        for answer in &answers {
-            let stored = self
-                .inner
-                .store
-                .put_checkpoint_answer(&run_id, answer)
-                .await?;
-            if stored.answer != answer.answer {
-                return Err(EngineError::Rejected(Rejected::Conflict(format!(
-                    "checkpoint {} was already answered differently",
-                    answer.call_index
-                ))));
-            }
-        }
         let lease = self.take_lease_to_resume(&run_id, request.timer).await?;
-        self.retire_stop_intents(&run_id).await?;
+        let under_lease = async {
+            self.record_answers(&run_id, &answers, &lease).await?;
+            self.retire_stop_intents(&run_id, &lease).await
+        };
+        if let Err(error) = under_lease.await {
+            let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
+            return Err(error);
+        }
         begin_generation(
             &mut record,
             &request,
@@ -82,7 +76,11 @@ impl Engine {
         };
         let rows: Vec<(u32, u32)> = set_aside.iter().map(|r| (r.generation, r.index)).collect();
         let write = async {
-            self.inner.store.put_receipt(&run_id, &receipt).await?;
+            let fence = Fence(&lease.token);
+            self.inner
+                .store
+                .put_receipt(&run_id, &receipt, fence)
+                .await?;
             if !rows.is_empty() {
                 let fence = Fence(&lease.token);
                 let store = &self.inner.store;
@@ -117,13 +115,38 @@ impl Engine {
         Ok(admission)
     }
 
+    /// Records the resume's checkpoint answers under the resume's `lease` (first writer
+    /// wins); an answer that differs from one already recorded is a conflict.
+    async fn record_answers(
+        &self,
+        run_id: &RunId,
+        answers: &[CheckpointAnswer],
+        lease: &Lease,
+    ) -> EngineResult<()> {
+        for answer in answers {
+            let stored = self
+                .inner
+                .store
+                .put_checkpoint_answer(run_id, answer, Fence(&lease.token))
+                .await?;
+            if stored.answer != answer.answer {
+                return Err(EngineError::Rejected(Rejected::Conflict(format!(
+                    "checkpoint {} was already answered differently",
+                    answer.call_index
+                ))));
+            }
+        }
+        Ok(())
+    }
+
     /// A stop asked for before this resume must not end the new generation: its intents are
-    /// acknowledged as superseded.
-    async fn retire_stop_intents(&self, run_id: &RunId) -> EngineResult<()> {
+    /// acknowledged as superseded, under the resume's `lease`.
+    async fn retire_stop_intents(&self, run_id: &RunId, lease: &Lease) -> EngineResult<()> {
         let store = &self.inner.store;
         for intent in store.pending_intents(IntentScope::Run(run_id)).await? {
             let retired = json!({"state": "superseded", "operationId": intent.op, "stopped": false, "reason": "the run was resumed after the stop was requested"});
-            self.acknowledge(run_id, &intent.op, retired).await;
+            self.acknowledge_under(run_id, &intent.op, retired, Some(&lease.token))
+                .await;
         }
         Ok(())
     }

@@ -424,19 +424,22 @@ pub async fn checkpoint_answers_are_first_writer_wins<B: Backend>(backend: &B) {
     };
     assert!(store.checkpoint_answers(id).await.expect("none").is_empty());
     assert_eq!(
-        store.put_checkpoint_answer(id, &first).await.expect("put"),
+        store
+            .put_checkpoint_answer(id, &first, Fence("token-a"))
+            .await
+            .expect("put"),
         first
     );
     assert_eq!(
         store
-            .put_checkpoint_answer(id, &conflicting)
+            .put_checkpoint_answer(id, &conflicting, Fence("token-a"))
             .await
             .expect("again"),
         first
     );
     assert_eq!(
         store
-            .put_checkpoint_answer(id, &other)
+            .put_checkpoint_answer(id, &other, Fence("token-a"))
             .await
             .expect("other"),
         other
@@ -464,8 +467,20 @@ pub async fn receipts_are_first_writer_wins_per_generation<B: Backend>(backend: 
         ..receipt.clone()
     };
     assert_eq!(store.receipt(id, "op-1").await.expect("none yet"), None);
-    assert_eq!(store.put_receipt(id, &receipt).await.expect("put"), receipt);
-    assert_eq!(store.put_receipt(id, &retry).await.expect("retry"), receipt);
+    assert_eq!(
+        store
+            .put_receipt(id, &receipt, Fence("token-a"))
+            .await
+            .expect("put"),
+        receipt
+    );
+    assert_eq!(
+        store
+            .put_receipt(id, &retry, Fence("token-a"))
+            .await
+            .expect("retry"),
+        receipt
+    );
     assert_eq!(
         store.receipt(id, "op-1").await.expect("read"),
         Some(receipt.clone())
@@ -476,7 +491,19 @@ pub async fn receipts_are_first_writer_wins_per_generation<B: Backend>(backend: 
         created_at: 30,
         ..receipt.clone()
     };
-    assert_eq!(store.put_receipt(id, &newer).await.expect("newer"), newer);
-    assert_eq!(store.put_receipt(id, &receipt).await.expect("older"), newer);
+    assert_eq!(
+        store
+            .put_receipt(id, &newer, Fence("token-a"))
+            .await
+            .expect("newer"),
+        newer
+    );
+    assert_eq!(
+        store
+            .put_receipt(id, &receipt, Fence("token-a"))
+            .await
+            .expect("older"),
+        newer
+    );
     assert_eq!(store.receipt(id, "op-2").await.expect("other op"), None);
 }

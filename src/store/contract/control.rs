@@ -51,14 +51,14 @@ pub async fn intents_are_reused_while_pending_and_end_at_the_first_ack<B: Backen
     };
     assert_eq!(
         store
-            .acknowledge_intent(id, &stop.op, &first)
+            .acknowledge_intent(id, &stop.op, &first, None)
             .await
             .expect("ack"),
         first
     );
     assert_eq!(
         store
-            .acknowledge_intent(id, &stop.op, &second)
+            .acknowledge_intent(id, &stop.op, &second, None)
             .await
             .expect("second ack"),
         first
@@ -77,7 +77,10 @@ pub async fn intents_are_reused_while_pending_and_end_at_the_first_ack<B: Backen
     assert_eq!(store.put_intent(&next).await.expect("new stop"), next);
     assert_ne!(next.op, stop.op);
 
-    match store.acknowledge_intent(id, "no-such-op", &first).await {
+    match store
+        .acknowledge_intent(id, "no-such-op", &first, None)
+        .await
+    {
         Err(StoreError::UnknownIntent { run_id, op }) => {
             assert_eq!((run_id.as_str(), op.as_str()), (RUN, "no-such-op"));
         }
@@ -135,7 +138,7 @@ pub async fn pending_intents_by_run_holder_and_all<B: Backend>(backend: &B) {
     }
     let ack = IntentAck::new(json!({ "state": "settled" }));
     store
-        .acknowledge_intent(&mine, &intents[2].op, &ack)
+        .acknowledge_intent(&mine, &intents[2].op, &ack, None)
         .await
         .expect("ack");
     let pending = store.pending_intents(IntentScope::Run(&mine)).await;

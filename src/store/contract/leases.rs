@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::store::{Fence, ScriptChange};
+use crate::model::{CheckpointAnswer, OperationReceipt};
+use crate::store::{ControlIntent, Fence, IntentAck, IntentAction, ScriptChange};
 
 /// `acquire_lease` installs a lease only over the expected token (`None`: no lease), and
 /// `release_lease` clears it only for its holder.
@@ -141,6 +142,96 @@ pub async fn fenced_writes_after_a_takeover_are_refused_and_write_nothing<B: Bac
             .append_events(id, &[log_event(2, "x")], Fence("token-b"))
             .await,
         "a write after release",
+    );
+}
+
+/// Checkpoint answers, receipts and an executor's acknowledgement of a control intent are
+/// fenced like the journal: after a takeover the old holder's are refused and write nothing,
+/// the new holder's stand, and an acknowledgement by a process that does not execute the
+/// run (no fence) is not a holder's write and is taken.
+pub async fn answers_receipts_and_acknowledgements_are_fenced<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    let stop = ControlIntent::new(id, IntentAction::Stop, None);
+    let cancel = ControlIntent::new(id, IntentAction::CancelAgent, Some(0));
+    for intent in [&stop, &cancel] {
+        store.put_intent(intent).await.expect("intent");
+    }
+    assert!(
+        store
+            .acquire_lease(id, Some("token-a"), &lease("token-b"))
+            .await
+            .expect("take over")
+    );
+    let (stale, holder) = (Fence("token-a"), Fence("token-b"));
+    let answer = CheckpointAnswer {
+        call_index: 3,
+        hash: "h".to_owned(),
+        answer: json!("stale"),
+        answered_at: 1,
+    };
+    let receipt = OperationReceipt {
+        operation_id: "op-stale".to_owned(),
+        generation: 2,
+        input_digest: "d".to_owned(),
+        response: json!({}),
+        created_at: 1,
+    };
+    let ack = IntentAck::new(json!({ "state": "settled", "by": "stale" }));
+    assert_fenced(
+        store.put_checkpoint_answer(id, &answer, stale).await,
+        "put_checkpoint_answer",
+    );
+    assert_fenced(store.put_receipt(id, &receipt, stale).await, "put_receipt");
+    assert_fenced(
+        store
+            .acknowledge_intent(id, &stop.op, &ack, Some(stale))
+            .await,
+        "acknowledge_intent",
+    );
+    assert!(
+        store
+            .checkpoint_answers(id)
+            .await
+            .expect("answers")
+            .is_empty()
+    );
+    assert_eq!(store.receipt(id, "op-stale").await.expect("receipt"), None);
+    assert_eq!(store.intent_ack(id, &stop.op).await.expect("ack"), None);
+
+    let answer = CheckpointAnswer {
+        answer: json!("holder"),
+        ..answer
+    };
+    assert_eq!(
+        store
+            .put_checkpoint_answer(id, &answer, holder)
+            .await
+            .expect("the holder answers"),
+        answer
+    );
+    assert_eq!(
+        store
+            .put_receipt(id, &receipt, holder)
+            .await
+            .expect("the holder's receipt"),
+        receipt
+    );
+    let settled = IntentAck::new(json!({ "state": "settled", "by": "holder" }));
+    assert_eq!(
+        store
+            .acknowledge_intent(id, &stop.op, &settled, Some(holder))
+            .await
+            .expect("the holder acknowledges"),
+        settled
+    );
+    let withdrawn = IntentAck::new(json!({ "state": "refused" }));
+    assert_eq!(
+        store
+            .acknowledge_intent(id, &cancel.op, &withdrawn, None)
+            .await
+            .expect("a non-executor acknowledges"),
+        withdrawn
     );
 }
 

@@ -95,6 +95,7 @@ macro_rules! store_contract_tests {
             acquire_lease_is_a_compare_and_swap,
             concurrent_acquisitions_have_one_winner,
             fenced_writes_after_a_takeover_are_refused_and_write_nothing,
+            answers_receipts_and_acknowledgements_are_fenced,
             expiry_alone_fences_nothing_but_a_takeover_does,
             renewal_needs_the_token_that_holds_the_lease,
             a_generation_ends_with_two_fenced_writes,

@@ -229,11 +229,14 @@ pub async fn unknown_runs_are_reported_by_every_method<B: Backend>(backend: &B) 
     assert_unknown(s.last_event_seq(&id).await, "last_event_seq");
     assert_unknown(s.log_tail(&id, 1).await, "log_tail");
     assert_unknown(
-        s.put_checkpoint_answer(&id, &answer).await,
+        s.put_checkpoint_answer(&id, &answer, Fence("t")).await,
         "put_checkpoint_answer",
     );
     assert_unknown(s.checkpoint_answers(&id).await, "checkpoint_answers");
-    assert_unknown(s.put_receipt(&id, &receipt).await, "put_receipt");
+    assert_unknown(
+        s.put_receipt(&id, &receipt, Fence("t")).await,
+        "put_receipt",
+    );
     assert_unknown(s.receipt(&id, "op").await, "receipt");
     assert_unknown(s.lease(&id).await, "lease");
     assert_unknown(
@@ -250,7 +253,8 @@ pub async fn unknown_runs_are_reported_by_every_method<B: Backend>(backend: &B) 
         "pending_intents",
     );
     assert_unknown(
-        s.acknowledge_intent(&id, &intent.op, &ack).await,
+        s.acknowledge_intent(&id, &intent.op, &ack, Some(Fence("t")))
+            .await,
         "acknowledge_intent",
     );
     assert_unknown(s.intent_ack(&id, &intent.op).await, "intent_ack");
@@ -500,7 +504,7 @@ async fn fill(store: &dyn Store, id: &RunId, token: &str) {
         answered_at: 1,
     };
     store
-        .put_checkpoint_answer(id, &answer)
+        .put_checkpoint_answer(id, &answer, Fence(token))
         .await
         .expect("answer");
     let receipt = OperationReceipt {
@@ -510,7 +514,10 @@ async fn fill(store: &dyn Store, id: &RunId, token: &str) {
         response: json!({}),
         created_at: 1,
     };
-    store.put_receipt(id, &receipt).await.expect("receipt");
+    store
+        .put_receipt(id, &receipt, Fence(token))
+        .await
+        .expect("receipt");
     let intent = ControlIntent::new(id, IntentAction::Stop, None);
     store.put_intent(&intent).await.expect("intent");
 }

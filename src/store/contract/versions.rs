@@ -141,7 +141,7 @@ async fn answer_and_release(store: &dyn Store, id: &RunId, seen: &mut HashSet<u6
         answered_at: 10,
     };
     store
-        .put_checkpoint_answer(id, &answer)
+        .put_checkpoint_answer(id, &answer, Fence("token-a"))
         .await
         .expect("answer");
     expect_new(

@@ -2,20 +2,22 @@
 //! receipts (one per operation id, replaced only by a newer generation's). Each is one
 //! conditional insert (`ON CONFLICT`), atomic against every other replica: a concurrent
 //! insert of the same key waits for the first to commit and then yields to it. The standing
-//! row is read back by the next statement, which sees every committed row.
+//! row is read back by the next statement, which sees every committed row. Both are written
+//! in a transaction whose first statement checks the writer's lease (`rows::fenced_run_key`).
 
 use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
 
 use super::connection::{Context, execute, query, query_opt};
-use super::rows::{RowReader, run_key, to_json};
+use super::rows::{RowReader, fenced_run_key, run_key, to_json};
 use crate::model::{CheckpointAnswer, OperationReceipt, RunId};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Fence, StoreError, StoreResult};
 
 pub(super) async fn put_checkpoint_answer(
-    client: &Client,
+    client: &mut Client,
     run_id: &RunId,
     answer: &CheckpointAnswer,
+    fence: Fence<'_>,
 ) -> StoreResult<CheckpointAnswer> {
     let doing = || {
         format!(
@@ -24,10 +26,11 @@ pub(super) async fn put_checkpoint_answer(
         )
     };
     let answer_json = to_json(&answer.answer, "checkpoint answer")?;
-    let run_key = run_key(client, run_id).await?;
+    let transaction = client.transaction().await.context(doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence).await?;
     let call_index = i64::from(answer.call_index);
     execute(
-        client,
+        &transaction,
         "INSERT INTO checkpoint_answers (run_key, call_index, hash, answered_at, answer)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (run_key, call_index) DO NOTHING",
@@ -42,7 +45,7 @@ pub(super) async fn put_checkpoint_answer(
     .await
     .context(doing)?;
     let rows = query(
-        client,
+        &transaction,
         "SELECT * FROM checkpoint_answers WHERE run_key = $1 AND call_index = $2",
         &[&run_key, &call_index],
     )
@@ -51,7 +54,9 @@ pub(super) async fn put_checkpoint_answer(
     let row = rows
         .first()
         .ok_or_else(|| StoreError::Io(format!("{}: the row did not read back", doing())))?;
-    answer_from_row(row, run_id)
+    let standing = answer_from_row(row, run_id)?;
+    transaction.commit().await.context(doing)?;
+    Ok(standing)
 }
 
 pub(super) async fn checkpoint_answers(
@@ -72,15 +77,17 @@ pub(super) async fn checkpoint_answers(
 }
 
 pub(super) async fn put_receipt(
-    client: &Client,
+    client: &mut Client,
     run_id: &RunId,
     receipt: &OperationReceipt,
+    fence: Fence<'_>,
 ) -> StoreResult<OperationReceipt> {
     let doing = || format!("record receipt {} of run {run_id}", receipt.operation_id);
     let response_json = to_json(&receipt.response, "receipt response")?;
-    let run_key = run_key(client, run_id).await?;
+    let transaction = client.transaction().await.context(doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence).await?;
     execute(
-        client,
+        &transaction,
         "INSERT INTO receipts
              (run_key, operation_id, generation, input_digest, created_at, response)
          VALUES ($1, $2, $3, $4, $5, $6)
@@ -99,9 +106,11 @@ pub(super) async fn put_receipt(
     )
     .await
     .context(doing)?;
-    query_receipt(client, run_key, run_id, &receipt.operation_id)
+    let standing = query_receipt(&transaction, run_key, run_id, &receipt.operation_id)
         .await?
-        .ok_or_else(|| StoreError::Io(format!("{}: the row did not read back", doing())))
+        .ok_or_else(|| StoreError::Io(format!("{}: the row did not read back", doing())))?;
+    transaction.commit().await.context(doing)?;
+    Ok(standing)
 }
 
 pub(super) async fn receipt(

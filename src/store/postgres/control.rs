@@ -7,9 +7,11 @@ use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
 
 use super::connection::{Context, execute, query, query_opt};
-use super::rows::{RowReader, run_key, stored_run_id, to_json};
+use super::rows::{RowReader, fenced_run_key, run_key, stored_run_id, to_json};
 use crate::model::RunId;
-use crate::store::{ControlIntent, IntentAck, IntentAction, IntentScope, StoreError, StoreResult};
+use crate::store::{
+    ControlIntent, Fence, IntentAck, IntentAction, IntentScope, StoreError, StoreResult,
+};
 
 /// The columns [`intent_from_row`] reads.
 macro_rules! intent_columns {
@@ -144,16 +146,21 @@ pub(super) async fn pending(
 }
 
 pub(super) async fn acknowledge(
-    client: &Client,
+    client: &mut Client,
     run_id: &RunId,
     op: &str,
     ack: &IntentAck,
+    fence: Option<Fence<'_>>,
 ) -> StoreResult<IntentAck> {
     let doing = || format!("acknowledge control intent {op} of run {run_id}");
     let outcome = to_json(&ack.outcome, "intent outcome")?;
-    let run_key = run_key(client, run_id).await?;
+    let transaction = client.transaction().await.context(doing)?;
+    let run_key = match fence {
+        Some(fence) => fenced_run_key(&transaction, run_id, fence).await?,
+        None => run_key(&transaction, run_id).await?,
+    };
     execute(
-        client,
+        &transaction,
         "UPDATE control_intents SET acked_at = $1, acked_by = $2, outcome = $3
          WHERE run_key = $4 AND op = $5 AND acked_at IS NULL",
         &[
@@ -166,7 +173,9 @@ pub(super) async fn acknowledge(
     )
     .await
     .context(doing)?;
-    match read_ack(client, run_key, run_id, op).await? {
+    let standing = read_ack(&transaction, run_key, run_id, op).await?;
+    transaction.commit().await.context(doing)?;
+    match standing {
         Some(Some(standing)) => Ok(standing),
         Some(None) => Err(StoreError::Io(format!(
             "{}: the acknowledgement did not read back",

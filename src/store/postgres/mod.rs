@@ -457,10 +457,11 @@ impl Answers for PostgresStore {
         &self,
         run_id: &RunId,
         answer: &CheckpointAnswer,
+        fence: Fence<'_>,
     ) -> StoreResult<CheckpointAnswer> {
         let doing = || format!("record a checkpoint answer of run {run_id}");
         within_deadline!(self, doing, |client| {
-            answers::put_checkpoint_answer(&client, run_id, answer).await
+            answers::put_checkpoint_answer(&mut client, run_id, answer, fence).await
         })
     }
 
@@ -468,10 +469,11 @@ impl Answers for PostgresStore {
         &self,
         run_id: &RunId,
         receipt: &OperationReceipt,
+        fence: Fence<'_>,
     ) -> StoreResult<OperationReceipt> {
         let doing = || format!("record a receipt of run {run_id}");
         within_deadline!(self, doing, |client| {
-            answers::put_receipt(&client, run_id, receipt).await
+            answers::put_receipt(&mut client, run_id, receipt, fence).await
         })
     }
 }
@@ -551,10 +553,11 @@ impl Intents for PostgresStore {
         run_id: &RunId,
         op: &str,
         ack: &IntentAck,
+        fence: Option<Fence<'_>>,
     ) -> StoreResult<IntentAck> {
         let doing = || format!("acknowledge control intent {op} of run {run_id}");
         within_deadline!(self, doing, |client| {
-            control::acknowledge(&client, run_id, op, ack).await
+            control::acknowledge(&mut client, run_id, op, ack, fence).await
         })
     }
 }

@@ -5,14 +5,15 @@
 use rusqlite::Connection;
 
 use super::connection::{Context, write_transaction};
-use super::rows::{RowReader, run_key, to_json};
+use super::rows::{RowReader, fenced_run_key, run_key, to_json};
 use crate::model::{CheckpointAnswer, OperationReceipt, RunId};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Fence, StoreError, StoreResult};
 
 pub(super) fn put_checkpoint_answer(
     connection: &mut Connection,
     run_id: &RunId,
     answer: &CheckpointAnswer,
+    fence: Fence<'_>,
 ) -> StoreResult<CheckpointAnswer> {
     let doing = || {
         format!(
@@ -22,7 +23,7 @@ pub(super) fn put_checkpoint_answer(
     };
     let answer_json = to_json(&answer.answer, "checkpoint answer")?;
     let transaction = write_transaction(connection, doing)?;
-    let run_key = run_key(&transaction, run_id)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
     transaction
         .prepare_cached(
             "INSERT OR IGNORE INTO checkpoint_answers
@@ -69,11 +70,12 @@ pub(super) fn put_receipt(
     connection: &mut Connection,
     run_id: &RunId,
     receipt: &OperationReceipt,
+    fence: Fence<'_>,
 ) -> StoreResult<OperationReceipt> {
     let doing = || format!("record receipt {} of run {run_id}", receipt.operation_id);
     let response_json = to_json(&receipt.response, "receipt response")?;
     let transaction = write_transaction(connection, doing)?;
-    let run_key = run_key(&transaction, run_id)?;
+    let run_key = fenced_run_key(&transaction, run_id, fence)?;
     transaction
         .prepare_cached(
             "INSERT INTO receipts

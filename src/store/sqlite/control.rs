@@ -5,9 +5,11 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::connection::{Context, write_transaction};
-use super::rows::{RowReader, run_key, stored_run_id, to_json};
+use super::rows::{RowReader, fenced_run_key, run_key, stored_run_id, to_json};
 use crate::model::RunId;
-use crate::store::{ControlIntent, IntentAck, IntentAction, IntentScope, StoreError, StoreResult};
+use crate::store::{
+    ControlIntent, Fence, IntentAck, IntentAction, IntentScope, StoreError, StoreResult,
+};
 
 /// The intent columns, in the order [`intent_from_row`] reads them by name.
 const INTENT_COLUMNS: &str = "op, action, call_index, requested_at, requested_by";
@@ -135,11 +137,15 @@ pub(super) fn acknowledge(
     run_id: &RunId,
     op: &str,
     ack: &IntentAck,
+    fence: Option<Fence<'_>>,
 ) -> StoreResult<IntentAck> {
     let doing = || format!("acknowledge control intent {op} of run {run_id}");
     let outcome = to_json(&ack.outcome, "intent outcome")?;
     let transaction = write_transaction(connection, doing)?;
-    let run_key = run_key(&transaction, run_id)?;
+    let run_key = match fence {
+        Some(fence) => fenced_run_key(&transaction, run_id, fence)?,
+        None => run_key(&transaction, run_id)?,
+    };
     transaction
         .prepare_cached(
             "UPDATE control_intents SET acked_at = ?1, acked_by = ?2, outcome = ?3

@@ -373,16 +373,18 @@ impl Answers for SqliteStore {
         &self,
         run_id: &RunId,
         answer: &CheckpointAnswer,
+        fence: Fence<'_>,
     ) -> StoreResult<CheckpointAnswer> {
-        self.with(|connection| answers::put_checkpoint_answer(connection, run_id, answer))
+        self.with(|connection| answers::put_checkpoint_answer(connection, run_id, answer, fence))
     }
 
     async fn put_receipt(
         &self,
         run_id: &RunId,
         receipt: &OperationReceipt,
+        fence: Fence<'_>,
     ) -> StoreResult<OperationReceipt> {
-        self.with(|connection| answers::put_receipt(connection, run_id, receipt))
+        self.with(|connection| answers::put_receipt(connection, run_id, receipt, fence))
     }
 }
 
@@ -439,8 +441,9 @@ impl Intents for SqliteStore {
         run_id: &RunId,
         op: &str,
         ack: &IntentAck,
+        fence: Option<Fence<'_>>,
     ) -> StoreResult<IntentAck> {
-        self.with(|connection| control::acknowledge(connection, run_id, op, ack))
+        self.with(|connection| control::acknowledge(connection, run_id, op, ack, fence))
     }
 }
 

@@ -249,11 +249,31 @@ async fn an_unreadable_receipt_is_a_corrupt_record() {
         response: json!({"runId": 7}),
         created_at: 0,
     };
-    world
-        .store
-        .put_receipt(&run_id, &receipt)
+    // Receipts are written under a lease, as a resume writes them.
+    let lease = crate::model::Lease {
+        owner_id: "writer".into(),
+        pid: 1,
+        proc_start: 0,
+        boot_id: None,
+        token: "receipt-writer".into(),
+        acquired_at: 0,
+        expires_at: None,
+    };
+    let store = &world.store;
+    assert!(
+        store
+            .acquire_lease(&run_id, None, &lease)
+            .await
+            .expect("lease")
+    );
+    store
+        .put_receipt(&run_id, &receipt, crate::store::Fence(&lease.token))
         .await
         .expect("receipt");
+    store
+        .release_lease(&run_id, &lease.token)
+        .await
+        .expect("release");
     let error = world.engine.resume(request).await.expect_err("unreadable");
     assert_eq!(
         corrupt_message(error),

@@ -318,19 +318,22 @@ async fn checkpoint_answers_and_receipts_are_first_writer_wins_per_generation() 
         ..conflicting.clone()
     };
     assert_eq!(
-        store.put_checkpoint_answer(id, &first).await.expect("put"),
+        store
+            .put_checkpoint_answer(id, &first, Fence("token-a"))
+            .await
+            .expect("put"),
         first
     );
     assert_eq!(
         store
-            .put_checkpoint_answer(id, &conflicting)
+            .put_checkpoint_answer(id, &conflicting, Fence("token-a"))
             .await
             .expect("put again"),
         first
     );
     assert_eq!(
         store
-            .put_checkpoint_answer(id, &other)
+            .put_checkpoint_answer(id, &other, Fence("token-a"))
             .await
             .expect("put other"),
         other
@@ -352,10 +355,19 @@ async fn checkpoint_answers_and_receipts_are_first_writer_wins_per_generation() 
         ..receipt.clone()
     };
     assert_eq!(store.receipt(id, "op-1").await.expect("none yet"), None);
-    assert_eq!(store.put_receipt(id, &receipt).await.expect("put"), receipt);
+    assert_eq!(
+        store
+            .put_receipt(id, &receipt, Fence("token-a"))
+            .await
+            .expect("put"),
+        receipt
+    );
     // The same generation: the first writer wins.
     assert_eq!(
-        store.put_receipt(id, &retry).await.expect("put again"),
+        store
+            .put_receipt(id, &retry, Fence("token-a"))
+            .await
+            .expect("put again"),
         receipt
     );
     assert_eq!(
@@ -370,8 +382,20 @@ async fn checkpoint_answers_and_receipts_are_first_writer_wins_per_generation() 
         created_at: 30,
         ..receipt.clone()
     };
-    assert_eq!(store.put_receipt(id, &newer).await.expect("newer"), newer);
-    assert_eq!(store.put_receipt(id, &receipt).await.expect("older"), newer);
+    assert_eq!(
+        store
+            .put_receipt(id, &newer, Fence("token-a"))
+            .await
+            .expect("newer"),
+        newer
+    );
+    assert_eq!(
+        store
+            .put_receipt(id, &receipt, Fence("token-a"))
+            .await
+            .expect("older"),
+        newer
+    );
 }
 
 #[tokio::test]
@@ -570,7 +594,7 @@ async fn delete_run_removes_everything() {
         answered_at: 1,
     };
     store
-        .put_checkpoint_answer(id, &answer)
+        .put_checkpoint_answer(id, &answer, Fence("token-a"))
         .await
         .expect("answer");
     let receipt = OperationReceipt {
@@ -580,7 +604,10 @@ async fn delete_run_removes_everything() {
         response: json!({}),
         created_at: 1,
     };
-    store.put_receipt(id, &receipt).await.expect("receipt");
+    store
+        .put_receipt(id, &receipt, Fence("token-a"))
+        .await
+        .expect("receipt");
 
     store.delete_run(id).await.expect("delete");
     assert_unknown(store.load_run(id).await);
