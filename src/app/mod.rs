@@ -436,6 +436,7 @@ async fn folder_services_over(
     // as `meta` and `maxAgents` allow, without the question (docs/serve.md).
     settings.engine.confirm_agents = 0;
     let engine = engine_with_sources(settings, sources).await?;
+    identify_replica(engine.owner());
     let folder = FolderServer::new(engine.clone(), folder, options)?;
     engine.start_timers();
     let server = Arc::new(McpServer::new(folder.clone(), ServerOptions::default()));
@@ -445,6 +446,26 @@ async fn folder_services_over(
         server,
         state,
     })
+}
+
+/// Names this folder server as a lease holder, in `/metrics` and in the log: the identity
+/// its leases carry (docs/serve.md, "Replicas").
+fn identify_replica(owner: &crate::engine::manager::Owner) {
+    let host = crate::util::process::host_name().unwrap_or_default();
+    let boot = crate::util::process::current_boot_id().unwrap_or_default();
+    tracing::info!(
+        host = %host,
+        instance = %owner.owner_id,
+        pid = owner.pid,
+        boot = %boot,
+        "serving as this replica; its run leases name it so"
+    );
+    crate::metrics::global().identify(crate::metrics::ReplicaLabels {
+        host,
+        instance: owner.owner_id.clone(),
+        pid: owner.pid.to_string(),
+        boot,
+    });
 }
 
 /// Opens the store `serve --store` names for a replicated deployment, refusing one that

@@ -26,6 +26,15 @@ pub(crate) struct StateLabel {
     pub state: String,
 }
 
+/// The labels of the replica identity gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReplicaLabels {
+    pub host: String,
+    pub instance: String,
+    pub pid: String,
+    pub boot: String,
+}
+
 /// The label of the request latency histogram: the run-API method (`run/start`, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct MethodLabel {
@@ -48,6 +57,8 @@ pub(crate) struct Metrics {
     lease_renewal_failures: Counter,
     /// Run-API request latency, by method.
     request_seconds: Family<MethodLabel, Histogram>,
+    /// 1 for this process's identity as a lease holder, once the folder server set it.
+    replica_info: Family<ReplicaLabels, Gauge>,
 }
 
 /// The process's metrics.
@@ -104,6 +115,12 @@ impl Metrics {
             "Run API request latency",
             request_seconds.clone(),
         );
+        let replica_info = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "mhl_serve_replica",
+            "This replica's identity as a run lease holder (host, instance id, pid, boot id); always 1",
+            replica_info.clone(),
+        );
         Metrics {
             registry,
             runs_pending,
@@ -112,7 +129,13 @@ impl Metrics {
             lease_renewals,
             lease_renewal_failures,
             request_seconds,
+            replica_info,
         }
+    }
+
+    /// Names this process as a lease holder: the `mhl_serve_replica` series.
+    pub(crate) fn identify(&self, labels: ReplicaLabels) {
+        self.replica_info.get_or_create(&labels).set(1);
     }
 
     /// `count` agent calls settled together (one group commit).

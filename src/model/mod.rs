@@ -717,6 +717,11 @@ pub struct Lease {
     /// leases written before schema version 4 or where the kernel does not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// The holder's host name: with the boot id, pid and `owner_id`, one process on one
+    /// machine among every host sharing the store. `None` in leases written before schema
+    /// version 9 or where the host name cannot be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// The fencing token: every write made under the lease carries it, and the lease
     /// changes hands only by compare-and-swap on it.
     pub token: String,

@@ -15,7 +15,7 @@ use crate::model::RunId;
 
 use super::folder::Folder;
 use super::owners::{OwnerKey, Owners};
-use super::view::RunView;
+use super::view::{Holder, RunView};
 
 /// The largest `arguments` of `run/start` and `run/resume`, serialised: they are stored with
 /// the run.
@@ -206,16 +206,16 @@ impl RunApi {
                 .get(name)
                 .map(|workflow| workflow.phases.clone())
                 .unwrap_or_default();
-            return Ok(RunView::live(
-                run_id,
-                name,
-                &phases,
-                claim.generation,
-                &live,
-            ));
+            let mut view = RunView::live(run_id, name, &phases, claim.generation, &live);
+            view.holder = Some(Holder::this_process(self.engine.owner()));
+            return Ok(view);
         }
         let record = self.engine.load_reconciled(run_id).await?;
-        Ok(RunView::stored(&record))
+        let mut view = RunView::stored(&record);
+        if view.state == "working" {
+            view.holder = self.engine.holder(run_id).await?.as_ref().map(Holder::of);
+        }
+        Ok(view)
     }
 }
 

@@ -13,6 +13,7 @@
 //! | `checkpoint` | `input_required` at a checkpoint | `{callIndex, hash, prompt, kind, choices}`: answer it with `checkpointReplies` |
 //! | `calls` | always | `{running}` live, `{settled}` otherwise |
 //! | `generation` | always | 1, plus one per resume |
+//! | `holder` | `working`, while a replica holds the run's lease | `{host, instance, pid}`: which replica executes it |
 //!
 //! A live run's view is built from the engine's memory alone ([`RunView::live`]); any other
 //! from its stored record ([`RunView::stored`]).
@@ -47,6 +48,37 @@ pub(crate) struct RunView {
     pub checkpoint: Option<CheckpointWait>,
     pub calls: CallCounts,
     pub generation: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+}
+
+/// `holder`: the replica executing a run, as its lease names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Holder {
+    /// Its host name (`null` where it could not be read).
+    pub host: Option<String>,
+    /// Its instance id: a uuid per serve process.
+    pub instance: String,
+    pub pid: u32,
+}
+
+impl Holder {
+    pub(crate) fn of(lease: &crate::model::Lease) -> Holder {
+        Holder {
+            host: lease.host.clone(),
+            instance: lease.owner_id.clone(),
+            pid: lease.pid,
+        }
+    }
+
+    /// This process, for a run it executes.
+    pub(crate) fn this_process(owner: &crate::engine::manager::Owner) -> Holder {
+        Holder {
+            host: crate::util::process::host_name(),
+            instance: owner.owner_id.clone(),
+            pid: owner.pid,
+        }
+    }
 }
 
 /// `calls`: what is known without reading every call.
@@ -118,6 +150,7 @@ impl RunView {
             checkpoint: None,
             calls: CallCounts::default(),
             generation,
+            holder: None,
         }
     }
 

@@ -10,6 +10,18 @@
 //!   ([`LeasePolicy::Ttl`]): holders renew every third of the TTL, and a lease not renewed
 //!   within the TTL may be taken over. The old holder is fenced by the token swap.
 //!
+//! A holder is one process on one machine: its host name, boot id, pid (with its start time)
+//! and owner id. Both policies look at the host first:
+//!
+//! - under `HolderLiveness`, a lease whose holder is on another host is held: this machine
+//!   cannot see that process, and a local pid of the same number is someone else;
+//! - under `Ttl`, a lease whose holder is on this host is also judged by its process: one
+//!   that is gone (dead, or from an earlier boot) lapses at once instead of after the TTL, so a
+//!   replica restarted on the same machine takes its runs back without waiting.
+//!
+//! A lease written before holders recorded their host is judged as before (by the process
+//! under `HolderLiveness`, by the expiry under `Ttl`).
+//!
 //! Neither policy looks at who asks: a process finding its own lease (same `owner_id`)
 //! decides that itself before asking the policy.
 
@@ -48,23 +60,55 @@ impl LeasePolicy {
     /// Judges `lease` at `now_ms`, checking the holder process on this machine when the
     /// policy asks for it.
     pub(crate) fn judge(&self, lease: &Lease, now_ms: i64) -> LeaseState {
-        self.judge_with(lease, now_ms, |lease| {
+        let here = crate::util::process::host_name();
+        self.judge_on(lease, now_ms, here.as_deref(), |lease| {
             crate::util::process::identity(lease.pid, lease.proc_start, lease.boot_id.as_deref())
         })
     }
 
-    /// [`LeasePolicy::judge`] with the holder's liveness supplied by `liveness`.
+    /// [`LeasePolicy::judge`] on the holder's own host, with the holder's liveness supplied
+    /// by `liveness` (tests of the policy's rules).
+    #[cfg(test)]
     pub(crate) fn judge_with(
         &self,
         lease: &Lease,
         now_ms: i64,
         liveness: impl FnOnce(&Lease) -> Liveness,
     ) -> LeaseState {
+        self.judge_on(lease, now_ms, lease.host.as_deref(), liveness)
+    }
+
+    /// [`LeasePolicy::judge`] as seen from the host `here`.
+    pub(crate) fn judge_on(
+        &self,
+        lease: &Lease,
+        now_ms: i64,
+        here: Option<&str>,
+        liveness: impl FnOnce(&Lease) -> Liveness,
+    ) -> LeaseState {
+        let locality = match (lease.host.as_deref(), here) {
+            (None, _) => Locality::Unrecorded,
+            (Some(holder), Some(here)) if holder == here => Locality::ThisHost,
+            (Some(_), _) => Locality::OtherHost,
+        };
         match self {
+            LeasePolicy::HolderLiveness if locality == Locality::OtherHost => LeaseState::Held,
             LeasePolicy::HolderLiveness => match liveness(lease) {
                 Liveness::Alive => LeaseState::Held,
                 gone => LeaseState::Lapsed(LapseReason::HolderGone(gone)),
             },
+            LeasePolicy::Ttl(_) if locality == Locality::ThisHost => match liveness(lease) {
+                Liveness::Alive => self.by_expiry(lease, now_ms),
+                gone => LeaseState::Lapsed(LapseReason::HolderGone(gone)),
+            },
+            LeasePolicy::Ttl(_) => self.by_expiry(lease, now_ms),
+        }
+    }
+
+    /// The TTL rule: held until its expiry (or a TTL after it was acquired, without one).
+    fn by_expiry(&self, lease: &Lease, now_ms: i64) -> LeaseState {
+        match self {
+            LeasePolicy::HolderLiveness => LeaseState::Held,
             LeasePolicy::Ttl(ttl) => {
                 let expires_at = lease
                     .expires_at
@@ -98,6 +142,15 @@ impl LeasePolicy {
     }
 }
 
+/// Where a lease's holder is, seen from the judging host.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Locality {
+    ThisHost,
+    OtherHost,
+    /// Written before holders recorded their host.
+    Unrecorded,
+}
+
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -113,6 +166,7 @@ mod tests {
             pid: 4242,
             proc_start: 99,
             boot_id: None,
+            host: None,
             token: "token-a".to_owned(),
             acquired_at: 1_000,
             expires_at,
@@ -164,12 +218,56 @@ mod tests {
     }
 
     #[test]
+    fn the_holders_host_decides_what_its_process_says() {
+        let on = |host: &str| Lease {
+            host: Some(host.to_owned()),
+            ..lease(Some(50_000))
+        };
+        let dead = |_: &Lease| Liveness::Dead(DeadReason::NoProcess);
+        let alive = |_: &Lease| Liveness::Alive;
+        // Holder liveness: a holder on another host is never judged by a local pid.
+        let daemon = LeasePolicy::HolderLiveness;
+        assert_eq!(
+            daemon.judge_on(&on("b"), 0, Some("a"), dead),
+            LeaseState::Held
+        );
+        assert!(matches!(
+            daemon.judge_on(&on("a"), 0, Some("a"), dead),
+            LeaseState::Lapsed(LapseReason::HolderGone(_))
+        ));
+        // TTL: a dead holder on this host lapses at once; on another host, at its expiry.
+        let replica = LeasePolicy::Ttl(Duration::from_secs(30));
+        assert!(matches!(
+            replica.judge_on(&on("a"), 1_000, Some("a"), dead),
+            LeaseState::Lapsed(LapseReason::HolderGone(_))
+        ));
+        assert_eq!(
+            replica.judge_on(&on("a"), 1_000, Some("a"), alive),
+            LeaseState::Held
+        );
+        assert_eq!(
+            replica.judge_on(&on("b"), 1_000, Some("a"), dead),
+            LeaseState::Held
+        );
+        assert!(matches!(
+            replica.judge_on(&on("b"), 50_000, Some("a"), alive),
+            LeaseState::Lapsed(LapseReason::Expired { .. })
+        ));
+        // A lease without a host is judged as before: by its expiry alone under TTL.
+        assert_eq!(
+            replica.judge_on(&lease(Some(50_000)), 1_000, Some("a"), dead),
+            LeaseState::Held
+        );
+    }
+
+    #[test]
     fn this_process_holds_its_own_lease() {
         let pid = std::process::id();
         let own = Lease {
             pid,
             proc_start: crate::util::process::start_time(pid).expect("own start time"),
             boot_id: crate::util::process::current_boot_id(),
+            host: crate::util::process::host_name(),
             ..lease(None)
         };
         assert_eq!(LeasePolicy::HolderLiveness.judge(&own, 0), LeaseState::Held);

@@ -194,6 +194,17 @@ pub fn current_boot_id() -> Option<String> {
         .clone()
 }
 
+/// This machine's host name (`gethostname`), read once; `None` where it cannot be read or is
+/// not UTF-8.
+pub fn host_name() -> Option<String> {
+    static HOST: OnceLock<Option<String>> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let name = nix::unistd::gethostname().ok()?.into_string().ok()?;
+        (!name.is_empty()).then_some(name)
+    })
+    .clone()
+}
+
 /// Reads `/proc/<pid>/stat`; `None` if the process does not exist (or is hidden from us).
 pub fn proc_stat(pid: u32) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

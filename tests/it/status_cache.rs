@@ -91,6 +91,7 @@ async fn every_write_status_shows_gives_the_answer_built_afresh() {
         pid: std::process::id(),
         proc_start: 0,
         boot_id: None,
+        host: None,
         token: "token-test".to_owned(),
         acquired_at: 1,
         expires_at: None,

@@ -666,6 +666,7 @@ fn hand_lease_to(world: &World, run_id: &str, owner_id: &str, pid: u32) {
             pid,
             proc_start: agentprism::util::process_start_time(pid).expect("its start time"),
             boot_id: agentprism::util::process::current_boot_id(),
+            host: None,
             token: uuid::Uuid::new_v4().to_string(),
             acquired_at: agentprism::util::now_ms(),
             expires_at: None,

@@ -48,6 +48,7 @@ impl Owner {
             pid: self.pid,
             proc_start: self.proc_start,
             boot_id: crate::util::process::current_boot_id(),
+            host: crate::util::process::host_name(),
             token: uuid::Uuid::new_v4().to_string(),
             acquired_at: now,
             expires_at: policy.expiry(now),
@@ -235,6 +236,11 @@ impl Engine {
     }
 
     /// `control.owner` describing this engine's process.
+    /// The lease of `run_id` as stored: who holds it now, if anyone.
+    pub(crate) async fn holder(&self, run_id: &RunId) -> EngineResult<Option<Lease>> {
+        Ok(self.inner.store.lease(run_id).await?)
+    }
+
     pub(super) fn owner_summary(&self) -> Value {
         json!({"pid": self.inner.owner.pid, "instanceId": self.inner.owner.owner_id})
     }

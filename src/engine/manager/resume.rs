@@ -361,8 +361,12 @@ impl Engine {
             && self.held_elsewhere(previous, lease.acquired_at)
         {
             return Err(EngineError::Rejected(Rejected::Conflict(format!(
-                "run {run_id} is held by process {}",
-                previous.pid
+                "run {run_id} is held by process {}{}",
+                previous.pid,
+                previous
+                    .host
+                    .as_deref()
+                    .map_or(String::new(), |host| format!(" on {host}"))
             ))));
         }
         if !self
@@ -374,6 +378,16 @@ impl Engine {
             return Err(EngineError::Rejected(Rejected::Conflict(format!(
                 "run {run_id} was taken by another process while resuming"
             ))));
+        }
+        if let Some(previous) = previous.filter(|p| p.owner_id != lease.owner_id) {
+            tracing::info!(
+                run = %run_id,
+                holder.host = previous.host.as_deref().unwrap_or("-"),
+                holder.instance = %previous.owner_id,
+                holder.pid = previous.pid,
+                holder.boot = previous.boot_id.as_deref().unwrap_or("-"),
+                "took over the run's lease from its former holder, which no longer held it"
+            );
         }
         if let Some(due_at) = timer {
             self.check_timer_still_due(run_id, due_at, &lease).await?;

@@ -165,6 +165,7 @@ mod tests {
             checkpoint: None,
             calls: CallCounts::default(),
             generation: 1,
+            holder: None,
         }
     }
 

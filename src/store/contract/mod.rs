@@ -353,13 +353,14 @@ pub fn waiting_checkpoint() -> CheckpointWait {
     }
 }
 
-/// A lease without expiry or boot id, as the daemon writes today.
+/// A lease without expiry, boot id or host, as an older daemon wrote it.
 pub fn lease(token: &str) -> Lease {
     Lease {
         owner_id: "daemon-1".to_owned(),
         pid: 4242,
         proc_start: 987_654_321,
         boot_id: None,
+        host: None,
         token: token.to_owned(),
         acquired_at: 1_700_000_000_000,
         expires_at: None,
@@ -371,6 +372,7 @@ pub fn expiring_lease(token: &str, owner_id: &str, expires_at: i64) -> Lease {
     Lease {
         owner_id: owner_id.to_owned(),
         boot_id: Some("0f5e6c1a-boot".to_owned()),
+        host: Some("replica-host-1".to_owned()),
         expires_at: Some(expires_at),
         ..lease(token)
     }

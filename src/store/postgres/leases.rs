@@ -32,6 +32,11 @@ impl<'a> LeaseRow<'a> {
         })
     }
 
+    /// The holder's host: bound after the other lease columns, as `lease_host`.
+    pub(super) fn host(&self) -> &(dyn ToSql + Sync) {
+        &self.lease.host
+    }
+
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 7] {
         [
             &self.lease.token,
@@ -49,7 +54,7 @@ pub(super) async fn lease(client: &Client, run_id: &RunId) -> StoreResult<Option
     let row = query_opt(
         client,
         "SELECT lease_token, lease_owner_id, lease_pid, lease_proc_start,
-                lease_acquired_at, lease_boot_id, lease_expires_at
+                lease_acquired_at, lease_boot_id, lease_expires_at, lease_host
          FROM runs WHERE run_id = $1",
         &[&run_id.as_str()],
     )
@@ -72,6 +77,7 @@ pub(super) async fn lease(client: &Client, run_id: &RunId) -> StoreResult<Option
             pid,
             proc_start,
             boot_id: reader.optional_string("lease_boot_id")?,
+            host: reader.optional_string("lease_host")?,
             token,
             acquired_at,
             expires_at: reader.get("lease_expires_at")?,
@@ -91,11 +97,12 @@ pub(super) async fn acquire(
     let run_id_text = run_id.as_str();
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&run_id_text, &expected];
     params.extend(lease_row.params());
+    params.push(lease_row.host());
     let installed = execute(
         client,
         "UPDATE runs SET lease_token = $3, lease_owner_id = $4, lease_pid = $5,
              lease_proc_start = $6, lease_acquired_at = $7, lease_boot_id = $8,
-             lease_expires_at = $9
+             lease_expires_at = $9, lease_host = $10
          WHERE run_id = $1 AND lease_token IS NOT DISTINCT FROM $2",
         &params,
     )
@@ -137,7 +144,7 @@ pub(super) async fn release(client: &Client, run_id: &RunId, token: &str) -> Sto
         client,
         "UPDATE runs SET lease_token = NULL, lease_owner_id = NULL, lease_pid = NULL,
              lease_proc_start = NULL, lease_acquired_at = NULL, lease_boot_id = NULL,
-             lease_expires_at = NULL
+             lease_expires_at = NULL, lease_host = NULL
          WHERE run_id = $1 AND lease_token = $2",
         &[&run_id.as_str(), &token],
     )

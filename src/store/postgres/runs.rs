@@ -30,10 +30,10 @@ const CREATE: &str = "INSERT INTO runs (run_id, caller, lease_token, lease_owner
          started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
          current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
          auth_context, checkpoint_context, routing, reset_at, resume_due_at, auto_resumes,
-         summary, workspace)
+         summary, workspace, lease_host)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
          $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35,
-         $36, $37, $38)
+         $36, $37, $38, $39)
      ON CONFLICT (run_id) DO NOTHING
      RETURNING run_key";
 
@@ -71,6 +71,7 @@ pub(super) async fn create(
     params.extend(lease_row.params());
     params.extend(run_row.params());
     params.push(&workspace);
+    params.push(lease_row.host());
 
     let transaction = client.transaction().await.context(doing)?;
     let inserted = match query_opt(&transaction, CREATE, &params).await {

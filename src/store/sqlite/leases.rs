@@ -24,7 +24,7 @@ impl<'a> LeaseRow<'a> {
         })
     }
 
-    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 7] {
+    pub(super) fn parameters(&self) -> [(&'static str, &dyn ToSql); 8] {
         [
             (":lease_token", &self.lease.token),
             (":lease_owner_id", &self.lease.owner_id),
@@ -32,6 +32,7 @@ impl<'a> LeaseRow<'a> {
             (":lease_proc_start", &self.proc_start),
             (":lease_acquired_at", &self.lease.acquired_at),
             (":lease_boot_id", &self.lease.boot_id),
+            (":lease_host", &self.lease.host),
             (":lease_expires_at", &self.lease.expires_at),
         ]
     }
@@ -42,7 +43,7 @@ pub(super) fn lease(connection: &Connection, run_id: &RunId) -> StoreResult<Opti
     let mut statement = connection
         .prepare_cached(
             "SELECT lease_token, lease_owner_id, lease_pid, lease_proc_start,
-                    lease_acquired_at, lease_boot_id, lease_expires_at
+                    lease_acquired_at, lease_boot_id, lease_expires_at, lease_host
              FROM runs WHERE run_id = ?1",
         )
         .context(doing)?;
@@ -67,6 +68,7 @@ pub(super) fn lease(connection: &Connection, run_id: &RunId) -> StoreResult<Opti
             pid,
             proc_start,
             boot_id: reader.get("lease_boot_id")?,
+            host: reader.get("lease_host")?,
             token,
             acquired_at,
             expires_at: reader.get("lease_expires_at")?,
@@ -94,7 +96,7 @@ pub(super) fn acquire(
             "UPDATE runs SET lease_token = :lease_token, lease_owner_id = :lease_owner_id,
                  lease_pid = :lease_pid, lease_proc_start = :lease_proc_start,
                  lease_acquired_at = :lease_acquired_at, lease_boot_id = :lease_boot_id,
-                 lease_expires_at = :lease_expires_at
+                 lease_expires_at = :lease_expires_at, lease_host = :lease_host
              WHERE run_key = :run_key AND lease_token IS :expected",
         )
         .and_then(|mut statement| statement.execute(parameters.as_slice()))
@@ -143,7 +145,7 @@ pub(super) fn release_in(
         .prepare_cached(
             "UPDATE runs SET lease_token = NULL, lease_owner_id = NULL, lease_pid = NULL,
                  lease_proc_start = NULL, lease_acquired_at = NULL, lease_boot_id = NULL,
-                 lease_expires_at = NULL
+                 lease_expires_at = NULL, lease_host = NULL
              WHERE run_key = ?1 AND lease_token = ?2",
         )
         .and_then(|mut statement| statement.execute(rusqlite::params![run_key, token]))

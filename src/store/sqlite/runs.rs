@@ -57,7 +57,7 @@ pub(super) fn create(
     transaction
         .prepare_cached(
             "INSERT INTO runs (run_id, lease_token, lease_owner_id, lease_pid,
-                 lease_proc_start, lease_acquired_at, lease_boot_id, lease_expires_at,
+                 lease_proc_start, lease_acquired_at, lease_boot_id, lease_expires_at, lease_host,
                  project_dir, workflow_name, status, pause_reason, error_code, error_message,
                  started_at, updated_at, generation, stream_id, script_file, script_source, cwd,
                  current_phase, reset_hint, limits, token_usage, phases, args, result, setup,
@@ -65,7 +65,7 @@ pub(super) fn create(
                  resume_due_at, auto_resumes, summary)
              VALUES (:run_id, :lease_token, :lease_owner_id, :lease_pid,
                  :lease_proc_start, :lease_acquired_at, :lease_boot_id, :lease_expires_at,
-                 :project_dir, :workflow_name, :status, :pause_reason, :error_code,
+                 :lease_host, :project_dir, :workflow_name, :status, :pause_reason, :error_code,
                  :error_message, :started_at, :updated_at, :generation, :stream_id, :script_file,
                  :script_source, :cwd, :current_phase, :reset_hint, :limits, :token_usage,
                  :phases, :args, :result, :setup, :auth_context, :checkpoint_context, :routing, :caller,

@@ -128,6 +128,31 @@ fn the_sweep_deletes_old_finished_runs_of_every_replica_and_metrics_report_the_s
                 "mhl_serve_request_seconds_count{method=\"run/start\"}",
             ) == Some(3.0)
     });
+
+    // Which replica executes the held run: its status names the keeper on either replica
+    // (from the stored lease on the sweeper, from memory on the keeper), and the keeper's
+    // `/metrics` carries the same identity.
+    let from_sweeper = as_user(&sweeper, "alice").status(&held);
+    let holder = from_sweeper["holder"].clone();
+    assert_eq!(holder["pid"], keeper.pid(), "{from_sweeper}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(holder["host"], host.trim(), "{from_sweeper}");
+    assert_eq!(client.status(&held)["holder"], holder);
+    let instance = holder["instance"].as_str().expect("an instance id");
+    let (_, text) = metrics(&keeper, Some(&bearer()));
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("mhl_serve_replica{")
+                && line.contains(&format!("instance=\"{instance}\""))
+                && line.contains(&format!("pid=\"{}\"", keeper.pid()))
+                && line.ends_with(" 1")),
+        "{text}"
+    );
+    assert_eq!(
+        as_user(&keeper, "alice").status(&young)["holder"],
+        serde_json::Value::Null,
+        "a finished run has no holder"
+    );
 }
 
 /// `GET /metrics` of `served`, with `authorization` when given: status and body.
