@@ -491,6 +491,12 @@ pub(crate) async fn replicate(
         StoreLocation::Postgres(url) => {
             let mut options = PgOptions::new(root.join("script-copies"));
             options.call_deadline = replica.call_deadline();
+            options.environment = crate::store::PgEnvironment::from_pairs(
+                replica
+                    .pg_environment
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_str())),
+            );
             let store = PostgresStore::connect(url, options)
                 .await
                 .with_context(|| {

@@ -112,6 +112,9 @@ pub(crate) struct ReplicaOptions {
     /// `--single-replica`: the operator vouches that one process writes to the store, so a
     /// store without `cas` is accepted.
     pub single_replica: bool,
+    /// The `PG*` variables (and `HOME`) of the environment, which the composition root hands
+    /// to a PostgreSQL store's connection (it reads the ones libpq's users expect).
+    pub pg_environment: Vec<(String, String)>,
 }
 
 impl ReplicaOptions {
@@ -125,6 +128,11 @@ impl ReplicaOptions {
             location: StoreLocation::parse(location)?,
             lock_ttl: lock_ttl(env.non_empty(LOCK_TTL_VAR))?,
             single_replica,
+            pg_environment: env
+                .iter()
+                .filter(|(name, _)| name.starts_with("PG") || *name == "HOME")
+                .map(|(name, value)| (name.to_owned(), value.to_owned()))
+                .collect(),
         })
     }
 
@@ -228,6 +236,7 @@ mod tests {
             location: StoreLocation::Sqlite(PathBuf::from("/x")),
             lock_ttl: DEFAULT_LOCK_TTL,
             single_replica,
+            pg_environment: Default::default(),
         };
         let error = options(false).check(false).unwrap_err().to_string();
         assert!(error.contains("--single-replica"), "{error}");

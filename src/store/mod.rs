@@ -82,7 +82,7 @@ pub use ports::{
     AnswerReads, Answers, CallReads, Calls, Capable, Endings, EventReads, Events, Housekeeping,
     IntentReads, Intents, LeaseReads, Leases, RunReads, Runs, ScriptCopies,
 };
-pub use postgres::{PgOptions, PostgresStore};
+pub use postgres::{PgEnvironment, PgOptions, PostgresStore};
 pub use sqlite::{SqliteStore, StoreSync};
 
 /// Failures a caller branches on.

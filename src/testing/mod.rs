@@ -6,5 +6,5 @@
 pub(crate) mod pg_cluster;
 pub(crate) mod tcp_proxy;
 
-pub use pg_cluster::{PgCluster, PgDatabase};
+pub use pg_cluster::{PgCluster, PgDatabase, ServerTls};
 pub use tcp_proxy::{ProxyMode, TcpProxy};

@@ -63,6 +63,16 @@ pub struct PgCluster {
     pid: u32,
 }
 
+/// What a cluster started with TLS (`ssl=on`) serves: its certificate and key, and the
+/// authority whose client certificates it demands of TLS connections, if any (PEM texts).
+pub struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// When set, a TLS connection must present a client certificate this authority signed
+    /// (`hostssl … clientcert=verify-ca`); plain connections are unaffected.
+    pub client_ca_pem: Option<String>,
+}
+
 /// A database of its own on a cluster, for one test.
 #[derive(Clone, Debug)]
 pub struct PgDatabase {
@@ -100,17 +110,22 @@ impl PgCluster {
 
     /// A cluster owned by the caller, stopped and removed when dropped.
     pub fn start() -> io::Result<PgCluster> {
-        Self::launch(false)
+        Self::launch(false, None)
+    }
+
+    /// [`PgCluster::start`] serving TLS too (`ssl=on`) with `tls`'s certificate.
+    pub fn start_with_tls(tls: &ServerTls) -> io::Result<PgCluster> {
+        Self::launch(false, Some(tls))
     }
 
     fn start_with_parent_death() -> io::Result<PgCluster> {
-        let mut cluster = Self::launch(true)?;
+        let mut cluster = Self::launch(true, None)?;
         // Dropping a `Child` neither waits nor kills; the kernel does the killing.
         cluster.postmaster = None;
         Ok(cluster)
     }
 
-    fn launch(parent_death: bool) -> io::Result<PgCluster> {
+    fn launch(parent_death: bool, tls: Option<&ServerTls>) -> io::Result<PgCluster> {
         let bin = bin_dir()?;
         remove_stale_folders();
         let folder = std::env::temp_dir().join(format!(
@@ -148,11 +163,15 @@ impl PgCluster {
                 String::from_utf8_lossy(&output.stderr)
             )));
         }
+        let extra = match tls {
+            Some(tls) => serve_tls(&folder, tls, owner)?,
+            None => Vec::new(),
+        };
         let mut last_error = None;
         // A port found free can be taken by another process before the postmaster binds it.
         for _ in 0..5 {
             let port = free_port()?;
-            match start_postmaster(&bin, &folder, port, owner, parent_death) {
+            match start_postmaster(&bin, &folder, port, owner, parent_death, &extra) {
                 Ok(postmaster) => {
                     let pid = postmaster.id();
                     return Ok(PgCluster {
@@ -250,6 +269,29 @@ impl PgCluster {
         outcome
     }
 
+    /// Sessions of `application` (their `application_name`) connected over TLS now, and all
+    /// of its sessions.
+    pub async fn sessions_over_tls(
+        &self,
+        application: &str,
+    ) -> Result<(i64, i64), tokio_postgres::Error> {
+        let (client, connection) =
+            tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls).await?;
+        let driver = tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*)
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+                 WHERE a.application_name = $1",
+                &[&application],
+            )
+            .await;
+        drop(client);
+        driver.await.ok();
+        let row = row?;
+        Ok((row.get(0), row.get(1)))
+    }
+
     /// The server's log so far, for a failing test's message.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.folder.join("log")).unwrap_or_default()
@@ -266,12 +308,47 @@ impl Drop for PgCluster {
     }
 }
 
+/// Writes `tls`'s files into the cluster's folder (the key 0600, owned by the server's user),
+/// demands client certificates of TLS connections when asked, and returns the settings
+/// that turn TLS on.
+fn serve_tls(
+    folder: &Path,
+    tls: &ServerTls,
+    owner: Option<(u32, u32)>,
+) -> io::Result<Vec<(String, String)>> {
+    let mut settings = vec![("ssl".to_owned(), "on".to_owned())];
+    let mut files = vec![
+        ("server.crt", &tls.cert_pem, "ssl_cert_file"),
+        ("server.key", &tls.key_pem, "ssl_key_file"),
+    ];
+    if let Some(ca) = &tls.client_ca_pem {
+        files.push(("client-ca.crt", ca, "ssl_ca_file"));
+        let hba = folder.join("data").join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba)?;
+        std::fs::write(
+            &hba,
+            format!("hostssl all all 127.0.0.1/32 scram-sha-256 clientcert=verify-ca\n{rules}"),
+        )?;
+    }
+    for (name, text, setting) in files {
+        let path = folder.join(name);
+        std::fs::write(&path, text)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
+        }
+        settings.push((setting.to_owned(), path.display().to_string()));
+    }
+    Ok(settings)
+}
+
 fn start_postmaster(
     bin: &Path,
     folder: &Path,
     port: u16,
     owner: Option<(u32, u32)>,
     parent_death: bool,
+    extra: &[(String, String)],
 ) -> io::Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -286,6 +363,9 @@ fn start_postmaster(
         .arg("-k")
         .arg(folder.join("socket"));
     for (name, value) in SETTINGS {
+        postgres.arg("-c").arg(format!("{name}={value}"));
+    }
+    for (name, value) in extra {
         postgres.arg("-c").arg(format!("{name}={value}"));
     }
     as_owner(&mut postgres, owner);

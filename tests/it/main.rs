@@ -49,6 +49,7 @@ mod monitor_browser;
 mod notify;
 mod pack;
 mod pg_store;
+mod pg_tls;
 mod prompt_cache;
 mod prompts;
 mod readme;

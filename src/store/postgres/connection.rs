@@ -8,9 +8,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::PgOptions;
 use crate::store::{StoreError, StoreResult};
@@ -18,14 +19,21 @@ use crate::store::{StoreError, StoreResult};
 /// The parameters of a statement.
 pub(super) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
-/// Parses `url` and applies this store's settings to it.
-pub(super) fn config(url: &str, options: &PgOptions) -> StoreResult<tokio_postgres::Config> {
-    let mut config = tokio_postgres::Config::from_str(url).map_err(|error| {
+/// Parses `url` (its TLS settings by `tls`, libpq's `PG*` variables where it leaves a
+/// setting open) and applies this store's settings to it; the connector to reach it with.
+pub(super) fn config(
+    url: &str,
+    options: &PgOptions,
+) -> StoreResult<(tokio_postgres::Config, MakeRustlsConnect)> {
+    let (rest, tls) = super::tls::read(url, &options.environment)?;
+    let mut config = tokio_postgres::Config::from_str(&rest).map_err(|error| {
         StoreError::Io(format!(
             "the PostgreSQL store location {} is not a valid connection URL: {error}",
             redacted(url)
         ))
     })?;
+    super::tls::apply_environment(&mut config, &options.environment);
+    config.ssl_mode(tls.mode);
     let deadline_ms = options.call_deadline.as_millis().max(2);
     // A session idle inside a transaction for half a deadline belongs to a stalled (or
     // partitioned) replica, since this store sends a transaction's statements back to back:
@@ -44,15 +52,19 @@ pub(super) fn config(url: &str, options: &PgOptions) -> StoreResult<tokio_postgr
             "{given}-c statement_timeout={deadline_ms} \
              -c idle_in_transaction_session_timeout={idle_ms}"
         ));
-    Ok(config)
+    Ok((config, tls.connector))
 }
 
 /// A pool of at most `options.pool_size` connections; a connection found closed is replaced.
 /// Waiting for one is bounded by the caller's deadline, not by the pool.
-pub(super) fn pool(config: tokio_postgres::Config, options: &PgOptions) -> StoreResult<Pool> {
+pub(super) fn pool(
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    options: &PgOptions,
+) -> StoreResult<Pool> {
     let manager = Manager::from_config(
         config,
-        NoTls,
+        tls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -181,8 +193,24 @@ pub(super) fn describe(error: &tokio_postgres::Error) -> String {
             db.message()
         ),
         Some(db) => format!("PostgreSQL {}: {}", db.code().code(), db.message()),
-        None => error.to_string(),
+        None => with_causes(error),
     }
+}
+
+/// `error` and what caused it, so a failed TLS handshake says why ("invalid peer
+/// certificate: UnknownIssuer"). The driver's and rustls's texts name no password or key.
+fn with_causes(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        let shown = inner.to_string();
+        if !text.contains(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// Whether the error is a unique-key violation (a concurrent insert of the same key won).
@@ -249,7 +277,7 @@ mod tests {
             call_deadline: Duration::from_millis(1500),
             ..PgOptions::new("/tmp")
         };
-        let config = config(
+        let (config, _) = config(
             "postgres://me@db/runs?options=-c%20search_path%3Dmine",
             &options,
         )
@@ -314,12 +342,13 @@ mod tests {
             redacted("postgres://me:pa/ss@db/runs?sslmode=disable"),
             "postgres://me:***@db/runs?sslmode=disable"
         );
-        let error = config(
+        let Err(error) = config(
             "postgres://me:pa/ss@db:notaport/runs",
             &PgOptions::new("/tmp"),
-        )
-        .unwrap_err()
-        .to_string();
+        ) else {
+            panic!("a port that is no number is refused");
+        };
+        let error = error.to_string();
         assert!(!error.contains("ss@"), "{error}");
     }
 }

@@ -5,7 +5,8 @@
 //! build does not know is refused, naming both versions: an older replica must not write a
 //! schema it does not understand.
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::{Context, describe, redacted};
 use crate::store::{StoreError, StoreResult};
@@ -35,10 +36,11 @@ pub(super) const MIGRATION_LOCK: i64 = 0x6167_656e_7470_7269;
 /// statement (`pg_advisory_lock`) that may last longer than a call.
 pub(super) async fn migrate(
     config: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     url: &str,
     budget: std::time::Duration,
 ) -> StoreResult<()> {
-    let (mut client, connection) = config.connect(NoTls).await.map_err(|error| {
+    let (mut client, connection) = config.connect(tls).await.map_err(|error| {
         StoreError::Io(format!(
             "connect to the PostgreSQL store {}: {}",
             redacted(url),

@@ -52,6 +52,9 @@ mod migrations;
 mod rows;
 mod runs;
 mod sessions;
+mod tls;
+
+pub use tls::PgEnvironment;
 
 use super::script_copies as scripts;
 
@@ -75,6 +78,9 @@ pub struct PgOptions {
     /// A local folder for inline script copies (the `file://` resource's files); the
     /// database keeps every text, so the folder holds nothing another replica needs.
     pub script_copy_root: PathBuf,
+    /// The `PG*` variables the connection reads where the URL leaves a setting open (TLS
+    /// mode and files, user, password, database; `tls`).
+    pub environment: PgEnvironment,
 }
 
 impl PgOptions {
@@ -89,6 +95,7 @@ impl PgOptions {
             call_deadline: Self::DEFAULT_CALL_DEADLINE,
             pool_size: Self::DEFAULT_POOL_SIZE,
             script_copy_root: script_copy_root.into(),
+            environment: PgEnvironment::default(),
         }
     }
 }
@@ -135,11 +142,12 @@ impl PostgresStore {
     /// string), bringing its schema up to date under the migration lock. Refuses a database
     /// whose schema is newer than this build knows. Errors never show the URL's password.
     pub async fn connect(url: &str, options: PgOptions) -> StoreResult<PostgresStore> {
-        let config = connection::config(url, &options)?;
+        let (config, tls) = connection::config(url, &options)?;
         let location = redacted(url);
         // Migrating may wait for another replica's migration, so it gets a few deadlines.
         let migrating = options.call_deadline.saturating_mul(3);
-        match tokio::time::timeout(migrating, migrations::migrate(&config, url, migrating)).await {
+        let migrated = migrations::migrate(&config, tls.clone(), url, migrating);
+        match tokio::time::timeout(migrating, migrated).await {
             Ok(outcome) => outcome?,
             Err(_) => {
                 return Err(connection::missed_deadline(
@@ -148,7 +156,7 @@ impl PostgresStore {
                 ));
             }
         }
-        let pool = connection::pool(config, &options)?;
+        let pool = connection::pool(config, tls, &options)?;
         scripts::narrow_existing(&options.script_copy_root)?;
         Ok(PostgresStore {
             pool,

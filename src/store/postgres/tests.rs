@@ -414,11 +414,8 @@ async fn a_replica_stalled_inside_a_transaction_does_not_block_a_takeover() {
         .unwrap();
     let deadline = Duration::from_millis(1200);
     let stalled_options = options(&scripts, deadline);
-    let (mut stalled, connection) = super::connection::config(&database.url, &stalled_options)
-        .unwrap()
-        .connect(tokio_postgres::NoTls)
-        .await
-        .unwrap();
+    let (config, tls) = super::connection::config(&database.url, &stalled_options).unwrap();
+    let (mut stalled, connection) = config.connect(tls).await.unwrap();
     tokio::spawn(connection);
     let transaction = stalled.transaction().await.unwrap();
     transaction
