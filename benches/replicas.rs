@@ -16,8 +16,11 @@
 //!   polls `run/status` until the run reads failed, resumes it and polls until it completes.
 //!   From the death to the completed resume, with a 1.5 s TTL (goal: TTL + under 1 s).
 //!
-//! Each figure on SQLite (one persistence root) and on PostgreSQL (a database of the private
-//! test cluster, `agentprism::testing::PgCluster`, over loopback TCP).
+//! Each figure on SQLite (one persistence root), on PostgreSQL (a database of the private
+//! test cluster, `agentprism::testing::PgCluster`, over loopback TCP), and on PostgreSQL over
+//! TLS (`sslmode=verify-full`: a cluster of the bench's own started with `ssl=on` and a
+//! certificate for `localhost` from an authority the bench makes), so the two PostgreSQL rows
+//! differ by TLS alone.
 //!
 //! Run with `cargo bench --bench replicas` (release) or `scripts/measure replicas`. Wall
 //! times on a shared machine are noisy.
@@ -56,6 +59,47 @@ fn main() {
     measure(&runtime, "PostgreSQL", base.path(), &folder, |_| {
         Box::pin(async { Location::Postgres(PgCluster::shared().create_database().await.url) })
     });
+    println!(
+        "PostgreSQL over TLS, verify-full (a cluster with ssl=on, one database per measurement):"
+    );
+    let (tls_cluster, root) = tls_cluster(base.path());
+    let cluster = &tls_cluster;
+    let root = &root;
+    measure(&runtime, "PostgreSQL TLS", base.path(), &folder, |_| {
+        Box::pin(async move {
+            let url = cluster.create_database().await.url;
+            Location::Postgres(format!(
+                "{}?sslmode=verify-full&sslrootcert={}",
+                url.replace("@127.0.0.1:", "@localhost:"),
+                root.display()
+            ))
+        })
+    });
+}
+
+/// A private cluster serving TLS with a certificate for `localhost` from an authority made
+/// here, and the authority's certificate file (`sslrootcert`).
+fn tls_cluster(base: &Path) -> (PgCluster, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).expect("the CA certificate").pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("a server key");
+    let cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("server parameters")
+        .signed_by(&key, &issuer)
+        .expect("the server certificate");
+    let root = base.join("ca.pem");
+    std::fs::write(&root, ca_pem).expect("write the CA certificate");
+    let cluster = PgCluster::start_with_tls(&agentprism::testing::ServerTls {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        client_ca_pem: None,
+    })
+    .expect("start a TLS cluster");
+    (cluster, root)
 }
 
 /// Where one measurement's store is.
