@@ -150,11 +150,21 @@ impl Lead {
     }
 }
 
-impl Drop for Lead {
-    fn drop(&mut self) {
+impl Lead {
+    /// The lead's call ended: if its answer never began, its followers go and the prefix
+    /// stays cold. Called when the call settles, whoever still holds a reference to the lead
+    /// (a kept session's observer may outlive the call).
+    pub fn end(&mut self) {
         if !self.done {
+            self.done = true;
             self.hold.settle(self.key, false);
         }
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 

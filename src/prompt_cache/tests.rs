@@ -58,6 +58,27 @@ async fn followers_wait_for_the_lead_to_begin_and_later_calls_go_at_once() {
 }
 
 #[tokio::test]
+async fn a_lead_ended_while_something_still_holds_it_releases_its_followers() {
+    let hold = PromptCacheHold::new(Duration::from_secs(60));
+    let key = PrefixKey::of("claude", None, &long("s", "")).unwrap();
+    let Turn::Lead(lead) = hold.enter(Some(key), 0) else {
+        panic!("leads");
+    };
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(lead));
+    let kept = shared.clone();
+    let Turn::Follow(mut follow) = hold.enter(Some(key), 1) else {
+        panic!("follows");
+    };
+    shared.locked().end();
+    assert_eq!(follow.wait().await, Waited::Released);
+    assert!(
+        matches!(hold.enter(Some(key), 2), Turn::Lead(_)),
+        "cold again"
+    );
+    drop(kept);
+}
+
+#[tokio::test]
 async fn a_lead_that_ends_before_its_answer_releases_and_the_next_call_leads() {
     let hold = PromptCacheHold::new(Duration::from_secs(60));
     let key = PrefixKey::of("claude", None, &long("q", "")).unwrap();

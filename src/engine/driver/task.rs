@@ -141,6 +141,10 @@ impl AgentTask {
         let index = self.index;
         let activity = self.activity.clone();
         let (result, isolated) = self.execute().await;
+        if let Some(lead) = &self.cache_lead {
+            // A kept session's observer may still hold the lead: end it with the call.
+            lead.locked().end();
+        }
         result.report(&self.trace);
         let _ = activity.send(Activity::Done(index, result, isolated));
     }
