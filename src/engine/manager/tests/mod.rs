@@ -251,16 +251,7 @@ async fn an_unreadable_receipt_is_a_corrupt_record() {
         created_at: 0,
     };
     // Receipts are written under a lease, as a resume writes them.
-    let lease = crate::model::Lease {
-        owner_id: "writer".into(),
-        pid: 1,
-        proc_start: 0,
-        boot_id: None,
-        host: None,
-        token: "receipt-writer".into(),
-        acquired_at: 0,
-        expires_at: None,
-    };
+    let lease = crate::store::contract::lease("receipt-writer");
     let store = &world.store;
     assert!(
         store
