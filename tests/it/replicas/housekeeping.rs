@@ -76,6 +76,9 @@ fn the_sweep_deletes_old_finished_runs_of_every_replica_and_metrics_report_the_s
     let mut ctx = context();
     ctx.env
         .insert("MHL_SERVE_SWEEP_INTERVAL".to_owned(), "100ms".to_owned());
+    // The replicas name themselves in the log at `info`.
+    ctx.env
+        .insert("AGENTPRISM_LOG".to_owned(), "info".to_owned());
     let folder = workflows(&ctx);
     let gates = ctx.path("gates");
     std::fs::create_dir_all(&gates).unwrap();
@@ -152,6 +155,15 @@ fn the_sweep_deletes_old_finished_runs_of_every_replica_and_metrics_report_the_s
         as_user(&keeper, "alice").status(&young)["holder"],
         serde_json::Value::Null,
         "a finished run has no holder"
+    );
+    let stopped = keeper.stop();
+    assert!(
+        stopped
+            .stderr
+            .lines()
+            .any(|line| line.contains("serving as this replica") && line.contains(instance)),
+        "{}",
+        stopped.stderr
     );
 }
 
