@@ -482,7 +482,10 @@ impl AgentTask {
                 None => schema::output_instructions(schema),
             });
         }
-        self.wait_for_cache_lead().await;
+        if !reopened {
+            // A reopened session's continuation does not resend the shared prompt.
+            self.wait_for_cache_lead().await;
+        }
         let mut reprompts = 0;
         loop {
             let turn = TurnRequest {
