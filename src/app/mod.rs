@@ -430,7 +430,9 @@ async fn folder_services_over(
 ) -> Result<FolderServices> {
     settings.root = state.path.clone();
     settings.engine.allow_script_backends = true;
-    settings.engine.max_active_per_project = settings.engine.max_runs;
+    // Every run shares the folder as its project, and replicas share its runs in the store:
+    // the cap is each process's own (`max_runs`), not the project's across replicas.
+    settings.engine.max_active_per_project = usize::MAX;
     // A served folder's workflows are the deployer's decision, and its callers (tools with the
     // workflows' own input schemas, the run API, A2A) have no way to confirm a size: they run
     // as `meta` and `maxAgents` allow, without the question (docs/serve.md).

@@ -153,9 +153,19 @@ pub struct ServeArgs {
     )]
     pub terminal_run_ttl: Option<std::time::Duration>,
     /// Folder server: runs prepared or executing at once (0: the engine's default,
-    /// `AGENTPRISM_DAEMON_MAX_RUNS`); a start beyond it is refused, saying so.
+    /// `AGENTPRISM_DAEMON_MAX_RUNS`); a start beyond it waits in the queue.
     #[arg(long, value_name = "N", env = "MHL_SERVE_MAX_CONCURRENT_RUNS")]
     pub max_concurrent_runs: Option<usize>,
+    /// Folder server: starts that may wait in the queue for a slot, across replicas
+    /// (default 1000, at most 100000); past it a start is refused, saying so. 0 turns the
+    /// queue off: a start beyond capacity is refused.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "MHL_SERVE_MAX_QUEUED_RUNS",
+        value_parser = clap::value_parser!(u64).range(0..=100_000)
+    )]
+    pub max_queued_runs: Option<u64>,
     /// Folder server over HTTP: serve the workflows of this encrypted pack, its key in
     /// `MHL_SERVE_WORKFLOWS_KEY`; `DIR` is then only the folder runs execute in, and
     /// nothing is read from it (docs/pack.md).

@@ -160,6 +160,7 @@ async fn serve_folder(env: &EnvSnapshot, mut args: ServeArgs) -> Result<u8> {
             .unwrap_or(crate::serve::TERMINAL_RUN_TTL)
             .max(Duration::from_secs(1)),
         sweep_interval,
+        queue: queue_options(&args, replica.as_ref(), sweep_interval),
         ..crate::serve::FolderOptions::default()
     };
     let services = match pack {
@@ -181,6 +182,21 @@ async fn serve_folder(env: &EnvSnapshot, mut args: ServeArgs) -> Result<u8> {
     }
     services.shutdown(Duration::from_secs(5)).await;
     Ok(EXIT_COMPLETED)
+}
+
+/// The queue's bound (`--max-queued-runs`); between replicas its claims last as long as a
+/// run lease, and the dispatcher looks no less often than the sweep (which tests shorten).
+fn queue_options(
+    args: &ServeArgs,
+    replica: Option<&ReplicaOptions>,
+    sweep_interval: Duration,
+) -> crate::serve::QueueOptions {
+    let defaults = crate::serve::QueueOptions::default();
+    crate::serve::QueueOptions {
+        bound: args.max_queued_runs.unwrap_or(defaults.bound),
+        poll: defaults.poll.min(sweep_interval),
+        claim_ttl: replica.map_or(defaults.claim_ttl, |replica| replica.lock_ttl),
+    }
 }
 
 /// `--workflows-pack`: the key (`MHL_SERVE_WORKFLOWS_KEY`, its file or credential), the pack opened

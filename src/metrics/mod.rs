@@ -59,6 +59,10 @@ pub(crate) struct Metrics {
     request_seconds: Family<MethodLabel, Histogram>,
     /// 1 for this process's identity as a lease holder, once the folder server set it.
     replica_info: Family<ReplicaLabels, Gauge>,
+    /// Starts waiting in the folder server's queue (every replica's, on a shared store).
+    queue_length: Gauge,
+    /// How long the oldest of them has waited, in seconds (0 when none waits).
+    queue_oldest_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// The process's metrics.
@@ -121,7 +125,21 @@ impl Metrics {
             "This replica's identity as a run lease holder (host, instance id, pid, boot id); always 1",
             replica_info.clone(),
         );
+        let queue_length = Gauge::default();
+        registry.register(
+            "mhl_serve_queue_length",
+            "Starts waiting in the queue for a slot, on every replica sharing the store",
+            queue_length.clone(),
+        );
+        let queue_oldest_wait = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "mhl_serve_queue_oldest_wait_seconds",
+            "How long the oldest start in the queue has waited (0 when none waits)",
+            queue_oldest_wait.clone(),
+        );
         Metrics {
+            queue_length,
+            queue_oldest_wait,
             registry,
             runs_pending,
             runs_by_state,
@@ -176,6 +194,13 @@ impl Metrics {
         }
     }
 
+    /// The queue's length and its oldest start's wait, as the dispatcher last read them.
+    pub(crate) fn set_queue(&self, length: u64, oldest_wait: Duration) {
+        self.queue_length
+            .set(i64::try_from(length).unwrap_or(i64::MAX));
+        self.queue_oldest_wait.set(oldest_wait.as_secs_f64());
+    }
+
     /// The text exposition of every metric (OpenMetrics, which Prometheus reads).
     pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
@@ -193,6 +218,7 @@ mod tests {
     fn the_text_names_every_metric_with_its_value() {
         let metrics = Metrics::new();
         metrics.set_runs(3, &[("running", 2), ("pending", 1), ("completed", 7)]);
+        metrics.set_queue(4, Duration::from_millis(2500));
         metrics.agent_calls_settled(1);
         metrics.lease_renewed();
         metrics.lease_renewed();
@@ -201,6 +227,8 @@ mod tests {
         let text = metrics.encode();
         for line in [
             "mhl_serve_runs_pending 3",
+            "mhl_serve_queue_length 4",
+            "mhl_serve_queue_oldest_wait_seconds 2.5",
             "mhl_serve_runs{state=\"completed\"} 7",
             "mhl_agent_calls_total 1",
             "mhl_lease_renewals_total 2",

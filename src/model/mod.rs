@@ -15,6 +15,7 @@ use serde_json::Value;
 mod fixtures;
 pub(crate) mod isolation;
 pub(crate) mod live;
+pub(crate) mod queue;
 pub(crate) mod routing;
 pub(crate) mod session;
 pub(crate) mod summary;
@@ -22,6 +23,7 @@ pub(crate) mod waits;
 
 pub use isolation::{CallChanges, WorkspaceBase, short_commit};
 pub use live::LiveReason;
+pub use queue::{Enqueued, QueueOutcome, QueueStats, QueuedEntry, QueuedStart, QueuedState};
 pub use routing::{AgentDefinition, BackendOrigin, BackendSpec, RoutingSnapshot};
 pub use session::OpenSession;
 pub use summary::{CallCounts, EndSummary, ModelUsage};

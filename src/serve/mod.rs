@@ -12,8 +12,11 @@
 //! `a2a` is the folder's A2A face (Agent Card, tasks over A2A JSON-RPC) over the same run
 //! API.
 //!
+//! `queue` keeps starts beyond capacity and starts them as slots free, on any replica.
+//!
 //! Layout, each depending only on the ones after it: this file, `a2a`, `tools`, `sync_call`,
-//! `resources`, `runs`, `view`, `owners`, `folder`.
+//! `resources`, `runs` with `queue` (the run API queues a start there, and the dispatcher
+//! starts it through the run API), `view`, `owners`, `folder`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -32,6 +35,7 @@ use crate::model::RunStatus;
 pub(crate) mod a2a;
 pub mod folder;
 pub(crate) mod owners;
+pub(crate) mod queue;
 pub(crate) mod replica;
 mod resources;
 pub(crate) mod runs;
@@ -40,6 +44,7 @@ pub(crate) mod tools;
 pub(crate) mod view;
 
 pub use folder::{Folder, FolderError, Workflow};
+pub use queue::QueueOptions;
 
 use owners::Owners;
 use runs::RunApi;
@@ -70,6 +75,8 @@ pub struct FolderOptions {
     pub terminal_ttl: Duration,
     /// How often the housekeeping sweep runs ([`SWEEP_INTERVAL`]; tests shorten it).
     pub sweep_interval: Duration,
+    /// The queue of starts beyond capacity (`queue.rs`).
+    pub queue: QueueOptions,
 }
 
 impl Default for FolderOptions {
@@ -79,6 +86,7 @@ impl Default for FolderOptions {
             run_resources: false,
             terminal_ttl: TERMINAL_RUN_TTL,
             sweep_interval: SWEEP_INTERVAL,
+            queue: QueueOptions::default(),
         }
     }
 }
@@ -115,6 +123,7 @@ impl FolderServer {
             folder: Arc::new(folder),
             owners: Arc::new(Owners::default()),
             run_links: options.run_resources,
+            queue: queue::StartQueue::new(options.queue),
         });
         let mut registry = ToolRegistry::new();
         let sync = Arc::new(SyncCalls { api: api.clone() });
@@ -150,6 +159,10 @@ impl FolderServer {
                 sessions: server.sessions.clone(),
             },
             server.options.sweep_interval,
+            server.shutdown.clone(),
+        ));
+        server.tracker.spawn(queue::dispatch_loop(
+            server.api.clone(),
             server.shutdown.clone(),
         ));
         Ok(server)
@@ -340,6 +353,9 @@ pub async fn sweep(api: &RunApi, ttl: Duration) -> usize {
         }
     }
     crate::metrics::global().set_runs(pending, &by_state);
+    if let Err(error) = api.engine.queue().prune_queue(cutoff).await {
+        tracing::warn!("housekeeping: cannot delete the ended queue entries: {error}");
+    }
     deleted
 }
 

@@ -53,6 +53,11 @@ impl OwnerKey {
         }
     }
 
+    /// The key as stored with a run or a queued start.
+    pub(crate) fn stored(key: &str) -> OwnerKey {
+        OwnerKey(key.to_owned())
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
@@ -159,7 +164,12 @@ impl Owners {
         for _ in 0..3 {
             let stored = match engine.run_caller(run_id).await {
                 Ok(Some(stored)) => stored,
-                Ok(None) | Err(_) => return Err(Unknown),
+                // No run: a queued start, or one that just became a run (read again).
+                Ok(None) => match self.admit_queued(engine, run_id, owner).await {
+                    Some(answer) => return answer,
+                    None => continue,
+                },
+                Err(_) => return Err(Unknown),
             };
             let stored_key = stored.as_deref().unwrap_or(ANONYMOUS);
             if stored_key == SYNC_CALLER {
@@ -186,6 +196,24 @@ impl Owners {
             }
         }
         Err(Unknown)
+    }
+
+    /// A start in the queue (no run yet) is its owner's only: it is handed over to nobody
+    /// until it is a run. `None` when there is no entry either.
+    async fn admit_queued(
+        &self,
+        engine: &Engine,
+        run_id: &RunId,
+        owner: &OwnerKey,
+    ) -> Option<Result<(), Unknown>> {
+        match engine.queue().queued(run_id).await {
+            Ok(Some(entry)) if entry.start.caller == owner.as_str() => {
+                self.remember(run_id, owner);
+                Some(Ok(()))
+            }
+            Ok(None) => None,
+            _ => Some(Err(Unknown)),
+        }
     }
 
     /// The answer for a run this process already knows, `None` for one it does not.

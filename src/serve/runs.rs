@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use crate::engine::manager::Rejected;
 use crate::engine::{Engine, EngineError, ResumeRequest, RunRequest, ScriptInput, StatusQuery};
-use crate::model::RunId;
+use crate::model::{QueuedEntry, RunId};
 
 use super::folder::Folder;
 use super::owners::{OwnerKey, Owners};
+use super::queue::StartQueue;
 use super::view::{Holder, RunView};
 
 /// The largest `arguments` of `run/start` and `run/resume`, serialised: they are stored with
@@ -54,6 +56,8 @@ pub struct RunApi {
     pub owners: Arc<Owners>,
     /// Whether `mhl_run_start` links the run's resources (served over HTTP only).
     pub run_links: bool,
+    /// The queue of starts beyond capacity; `None` when it is off (`--max-queued-runs 0`).
+    pub(crate) queue: Option<Arc<StartQueue>>,
 }
 
 impl RunApi {
@@ -71,19 +75,26 @@ impl RunApi {
             ))
         })?;
         let arguments = arguments(params)?;
+        if self.must_queue().await {
+            let run_id = self.enqueue(owner, &workflow.name, arguments).await?;
+            return self.view(&run_id).await;
+        }
         let request = RunRequest {
             project_dir: self.folder.root.clone(),
             script: ScriptInput::Path(workflow.path.clone()),
-            args: arguments,
+            args: arguments.clone(),
             limits: Default::default(),
             caller: Some(owner.as_str().to_owned()),
             trace: None,
         };
-        let admission = self
-            .engine
-            .start(request)
-            .await
-            .map_err(|error| self.refused(error))?;
+        let admission = match self.engine.start(request).await {
+            Ok(admission) => admission,
+            Err(EngineError::Rejected(Rejected::Capacity(_))) if self.queue.is_some() => {
+                let run_id = self.enqueue(owner, &workflow.name, arguments).await?;
+                return self.view(&run_id).await;
+            }
+            Err(error) => return Err(self.refused(error)),
+        };
         self.owners
             .started(&admission.run_id, owner, &workflow.name, 1);
         self.view(&admission.run_id).await
@@ -108,7 +119,17 @@ impl RunApi {
     ) -> Result<RunView, RunError> {
         let run_id = self.admitted(owner, params).await?;
         let checkpoint_replies = checkpoint_replies(params)?;
-        let record = self.engine.load_reconciled(&run_id).await?;
+        let record = match self.engine.load_reconciled(&run_id).await {
+            Err(EngineError::UnknownRun(_)) if self.queued(&run_id).await?.is_some() => {
+                return Err(RunError::Refused(
+                    "runId: this start has not run (it waits in the queue, or ended there \
+                     before it started); a queued start starts by itself, and an ended one \
+                     is started again with run/start"
+                        .to_owned(),
+                ));
+            }
+            other => other?,
+        };
         let admission = self
             .engine
             .resume(ResumeRequest {
@@ -135,9 +156,18 @@ impl RunApi {
         params: &Value,
     ) -> Result<RunView, RunError> {
         let run_id = self.admitted(owner, params).await?;
-        self.engine
+        if self.cancel_queued(&run_id).await? {
+            return self.view(&run_id).await;
+        }
+        match self
+            .engine
             .stop(&run_id, None, &StatusQuery::default())
-            .await?;
+            .await
+        {
+            // A start that ended in the queue: its view says how.
+            Err(EngineError::UnknownRun(_)) => return self.view(&run_id).await,
+            other => other?,
+        };
         self.engine.wait(&run_id).await;
         self.view(&run_id).await
     }
@@ -210,12 +240,31 @@ impl RunApi {
             view.holder = Some(Holder::this_process(self.engine.owner()));
             return Ok(view);
         }
-        let record = self.engine.load_reconciled(run_id).await?;
+        let record = match self.engine.load_reconciled(run_id).await {
+            Ok(record) => record,
+            Err(EngineError::UnknownRun(_)) => match self.queued(run_id).await? {
+                Some(entry) => return Ok(RunView::queued(&entry)),
+                // Started between the two reads: read the run again.
+                None => self.engine.load_reconciled(run_id).await?,
+            },
+            Err(error) => return Err(error.into()),
+        };
         let mut view = RunView::stored(&record);
         if view.state == "working" {
             view.holder = self.engine.holder(run_id).await?.as_ref().map(Holder::of);
         }
         Ok(view)
+    }
+}
+
+impl RunApi {
+    /// The queue entry of `run_id`, if there is one.
+    async fn queued(&self, run_id: &RunId) -> Result<Option<QueuedEntry>, RunError> {
+        self.engine
+            .queue()
+            .queued(run_id)
+            .await
+            .map_err(|error| RunError::from(EngineError::Store(error)))
     }
 }
 

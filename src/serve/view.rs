@@ -4,7 +4,8 @@
 //! | field | when | from |
 //! |---|---|---|
 //! | `runId`, `name` | always | the run, its workflow |
-//! | `state` | always | `working` (pending or running), `input_required` (paused at a checkpoint or for setup), `completed`, `failed` (failed, or its replica's lease lapsed), `canceled` (stopped, or paused for any other reason) |
+//! | `state` | always | `queued` (waiting for a slot), `working` (pending or running), `input_required` (paused at a checkpoint or for setup), `completed`, `failed` (failed, or its replica's lease lapsed), `canceled` (stopped, or paused for any other reason) |
+//! | `position` | `queued` | its 1-based place among the starts waiting |
 //! | `step`, `stepIndex`, `stepTotal` | once a declared phase started | `meta.phases`: the current phase, its 1-based place, their count |
 //! | `reached` | always | the declared phases up to the current one |
 //! | `result` | `completed` | the value the script returned (the original called it `vars`) |
@@ -22,7 +23,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::manager::{LEASE_EXPIRED, LiveStatus};
-use crate::model::{CheckpointWait, PauseReason, RunId, RunRecord, RunStatus};
+use crate::model::{
+    CheckpointWait, PauseReason, QueuedEntry, QueuedState, RunId, RunRecord, RunStatus,
+};
 
 /// The status object, serialised in this field order.
 #[derive(Clone, Debug, Serialize)]
@@ -31,6 +34,9 @@ pub(crate) struct RunView {
     pub run_id: RunId,
     pub name: String,
     pub state: &'static str,
+    /// `queued`: its 1-based place among the starts waiting for a slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -135,11 +141,34 @@ impl RunView {
         view
     }
 
+    /// A start in the queue: `queued` at its position, `working` while a replica starts it,
+    /// or how it ended before it started (`canceled` or `failed`, not resumable: start it
+    /// again).
+    pub(crate) fn queued(entry: &QueuedEntry) -> RunView {
+        let start = &entry.start;
+        match &entry.state {
+            QueuedState::Waiting { position } => {
+                let mut view = RunView::bare(&start.run_id, &start.workflow, "queued", 0);
+                view.position = Some(*position);
+                view
+            }
+            // A replica is starting it: working, as a run being prepared is.
+            QueuedState::Starting => RunView::bare(&start.run_id, &start.workflow, "working", 0),
+            QueuedState::Ended { outcome, message } => {
+                let mut view = RunView::bare(&start.run_id, &start.workflow, outcome.as_str(), 0);
+                view.error = Some(message.clone());
+                view.resumable = Some(false);
+                view
+            }
+        }
+    }
+
     fn bare(run_id: &RunId, name: &str, state: &'static str, generation: u32) -> RunView {
         RunView {
             run_id: run_id.clone(),
             name: name.to_owned(),
             state,
+            position: None,
             step: None,
             step_index: None,
             step_total: None,

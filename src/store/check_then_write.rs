@@ -14,12 +14,12 @@ use async_trait::async_trait;
 use super::{
     AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
     ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
-    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunQueue, RunReads, Runs, ScriptChange,
     ScriptCopies, Store, StoreError, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
-    RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
+    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
 };
 
 /// `inner` with every fenced write checked against the lease first.
@@ -415,6 +415,55 @@ impl Housekeeping for CheckThenWrite {
 
     async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>> {
         self.inner.resumes_due(until_ms, limit).await
+    }
+}
+
+/// The queue is not run state under a lease: every call goes straight through.
+#[async_trait]
+impl RunQueue for CheckThenWrite {
+    async fn enqueue(&self, start: &QueuedStart, bound: u64) -> StoreResult<Enqueued> {
+        self.inner.enqueue(start, bound).await
+    }
+
+    async fn queued(&self, run_id: &RunId) -> StoreResult<Option<QueuedEntry>> {
+        self.inner.queued(run_id).await
+    }
+
+    async fn queue_stats(&self) -> StoreResult<QueueStats> {
+        self.inner.queue_stats().await
+    }
+
+    async fn claim_queued(
+        &self,
+        claimer: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<Option<QueuedStart>> {
+        self.inner.claim_queued(claimer, now_ms, until_ms).await
+    }
+
+    async fn unclaim_queued(&self, run_id: &RunId, claimer: &str) -> StoreResult<()> {
+        self.inner.unclaim_queued(run_id, claimer).await
+    }
+
+    async fn remove_queued(&self, run_id: &RunId) -> StoreResult<Option<QueueOutcome>> {
+        self.inner.remove_queued(run_id).await
+    }
+
+    async fn end_queued(
+        &self,
+        run_id: &RunId,
+        outcome: QueueOutcome,
+        message: &str,
+        now_ms: i64,
+    ) -> StoreResult<bool> {
+        self.inner
+            .end_queued(run_id, outcome, message, now_ms)
+            .await
+    }
+
+    async fn prune_queue(&self, before_ms: i64) -> StoreResult<u64> {
+        self.inner.prune_queue(before_ms).await
     }
 }
 

@@ -14,7 +14,11 @@
 //!   token instead), recording a control intent (written by whoever asks, never the holder),
 //!   an acknowledgement by a process that does not execute the run (the requester withdrawing
 //!   its own intent, or the settling of an intent of a run nobody executes), the caller tag
-//!   (compare-and-set), the creation and deletion of a run.
+//!   (compare-and-set), the creation and deletion of a run, and the queue of starts (no run
+//!   exists yet: its entries are claimed by compare-and-set instead).
+//! - **The queue of starts is claimed in order, once** (`RunQueue`): the oldest waiting entry
+//!   nobody holds goes to exactly one claimer, and enqueueing never passes its bound, however
+//!   many handles enqueue at once.
 //! - **Leases change hands by compare-and-swap on the token** (`Leases::acquire_lease`).
 //!   Expiry is data, not a fence: a holder whose lease expired but was not taken over still
 //!   renews and writes. Whether an expired or orphaned lease *may* be taken over is the
@@ -80,7 +84,7 @@ pub use lease::{LapseReason, LeasePolicy, LeaseState};
 pub use location::{StoreLocation, open_location};
 pub use ports::{
     AnswerReads, Answers, CallReads, Calls, Capable, Endings, EventReads, Events, Housekeeping,
-    IntentReads, Intents, LeaseReads, Leases, RunReads, Runs, ScriptCopies,
+    IntentReads, Intents, LeaseReads, Leases, RunQueue, RunReads, Runs, ScriptCopies,
 };
 pub use postgres::{PgEnvironment, PgOptions, PostgresStore};
 pub use sqlite::{SqliteStore, StoreSync};
@@ -254,6 +258,7 @@ pub trait Store:
     + Intents
     + ScriptCopies
     + Housekeeping
+    + RunQueue
     + Endings
     + 'static
 {
@@ -269,6 +274,7 @@ impl<T> Store for T where
         + Intents
         + ScriptCopies
         + Housekeeping
+        + RunQueue
         + Endings
         + 'static
         + ?Sized

@@ -1,6 +1,6 @@
 //! The store's ports, one trait per concern, so that a caller names what it touches: runs,
 //! calls (the journal, with the sessions live calls opened), events, checkpoint answers and receipts, leases, control intents,
-//! script copies, housekeeping and the two writes that end a generation. A concern that has
+//! script copies, housekeeping, the folder server's queue of starts and the two writes that end a generation. A concern that has
 //! readers has a read-only half (`RunReads`, `CallReads`, `EventReads`, `AnswerReads`,
 //! `LeaseReads`, `IntentReads`) which its writing trait extends: status and inspection take
 //! only those halves, so they cannot write. [`Store`](super::Store) is every trait at once and
@@ -20,8 +20,8 @@ use super::{
     RunCounts, RunVersion, ScriptChange, StoreResult, SummaryTail, counts,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
-    RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
+    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
 };
 
 /// What a backend promises beyond the signatures ([`Capabilities`]).
@@ -450,4 +450,50 @@ pub trait Endings: Runs + Calls + Events + Leases {
         let released = self.release_lease(&record.run_id, lease_token).await;
         updated.and(released)
     }
+}
+
+/// The folder server's queue of starts waiting for a slot (`model::queue`). Entries wait in
+/// the order they were queued; claiming the head is atomic against every handle on the same
+/// data, so of two replicas claiming at once each gets a different entry.
+#[async_trait]
+pub trait RunQueue: Send + Sync {
+    /// Keeps `start` at the tail if fewer than `bound` entries wait (claimed ones count),
+    /// atomically against every other handle; [`Enqueued::Full`] otherwise, keeping nothing.
+    /// Fails with `AlreadyExists` if its run id is queued already.
+    async fn enqueue(&self, start: &QueuedStart, bound: u64) -> StoreResult<Enqueued>;
+
+    /// The entry of `run_id` and where it stands; `None` when there is none (never queued,
+    /// started, or removed by housekeeping).
+    async fn queued(&self, run_id: &RunId) -> StoreResult<Option<QueuedEntry>>;
+
+    /// How many entries wait and since when.
+    async fn queue_stats(&self) -> StoreResult<QueueStats>;
+
+    /// Claims the oldest waiting entry that nobody holds (or whose claim ended before
+    /// `now_ms`) for `claimer` until `until_ms`, and answers it.
+    async fn claim_queued(
+        &self,
+        claimer: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<Option<QueuedStart>>;
+
+    /// Gives `claimer`'s claim on `run_id` back, so the entry waits again in its place.
+    async fn unclaim_queued(&self, run_id: &RunId, claimer: &str) -> StoreResult<()>;
+
+    /// Removes the entry of `run_id` (its run was admitted) and answers how it had ended
+    /// meanwhile, if it had (`Canceled`: its owner canceled it while it was being started).
+    async fn remove_queued(&self, run_id: &RunId) -> StoreResult<Option<QueueOutcome>>;
+
+    /// Ends a waiting entry without a run, at `now_ms`; whether it was waiting.
+    async fn end_queued(
+        &self,
+        run_id: &RunId,
+        outcome: QueueOutcome,
+        message: &str,
+        now_ms: i64,
+    ) -> StoreResult<bool>;
+
+    /// Deletes entries that ended before `before_ms`; how many.
+    async fn prune_queue(&self, before_ms: i64) -> StoreResult<u64>;
 }

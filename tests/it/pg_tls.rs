@@ -204,14 +204,19 @@ async fn a_client_certificate_is_presented_when_the_server_demands_one() {
     assert!(!error.contains("PRIVATE KEY"), "{error}");
 }
 
-#[test]
-fn serve_runs_a_workflow_on_a_store_reached_over_verify_full() {
+/// A TLS cluster of a test's own, a database on it, and the `--store` URL that reaches it
+/// over `verify-full` with the authority's certificate written under `ctx`.
+pub(crate) struct VerifiedStore {
+    pub cluster: PgCluster,
+    pub runtime: tokio::runtime::Runtime,
+    pub location: String,
+}
+
+pub(crate) fn verified_store(ctx: &crate::support::context::TestContext) -> VerifiedStore {
     let ours = authority("agentprism test CA");
     let cluster = tls_cluster(&ours, None);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let database = runtime.block_on(cluster.create_database());
-    let ctx = context();
-    let folder = workflows(&ctx);
     let ca = ctx.path("ca.pem");
     std::fs::write(&ca, &ours.pem).unwrap();
     let location = format!(
@@ -219,6 +224,22 @@ fn serve_runs_a_workflow_on_a_store_reached_over_verify_full() {
         database.url.replace("@127.0.0.1:", "@localhost:"),
         ca.display()
     );
+    VerifiedStore {
+        cluster,
+        runtime,
+        location,
+    }
+}
+
+#[test]
+fn serve_runs_a_workflow_on_a_store_reached_over_verify_full() {
+    let ctx = context();
+    let folder = workflows(&ctx);
+    let VerifiedStore {
+        cluster,
+        runtime,
+        location,
+    } = verified_store(&ctx);
     let served = replica_at(&ctx, &folder, &location, &[]);
     let client = as_user(&served, "alice");
     let run_id = client.start("calls", json!({"tag": "tls"}));

@@ -10,7 +10,8 @@
 //! cut one replica off from the database.
 
 mod cutoff;
-mod housekeeping;
+pub mod housekeeping;
+mod queue;
 mod sharing;
 mod takeover;
 

@@ -9,6 +9,7 @@
 mod durability;
 mod guards;
 mod ownership;
+mod queue;
 mod startup;
 mod sync_calls;
 

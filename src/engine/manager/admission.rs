@@ -55,6 +55,14 @@ impl Engine {
         })
     }
 
+    /// The project's active runs where a per-project cap applies; 0 without one (no read).
+    pub(super) async fn project_active_count(&self, project_dir: &Path) -> EngineResult<usize> {
+        if self.inner.config.max_active_per_project == usize::MAX {
+            return Ok(0);
+        }
+        self.active_count(project_dir).await
+    }
+
     pub(super) async fn active_count(&self, project_dir: &Path) -> EngineResult<usize> {
         let ids = self.inner.store.active_runs(project_dir).await?;
         let mut count = 0;
@@ -142,16 +150,36 @@ impl Engine {
         request: RunRequest,
         cancel: &CancellationToken,
     ) -> EngineResult<Admission> {
+        self.start_admitting(request, cancel, RunId::generate())
+            .await
+    }
+
+    /// [`Engine::start`] under an id the caller chose and already answered (the folder
+    /// server's queued starts): fails with the store's `AlreadyExists` if a run has it.
+    pub(crate) async fn start_as(
+        &self,
+        request: RunRequest,
+        run_id: RunId,
+    ) -> EngineResult<Admission> {
+        self.start_admitting(request, &CancellationToken::new(), run_id)
+            .await
+    }
+
+    async fn start_admitting(
+        &self,
+        request: RunRequest,
+        cancel: &CancellationToken,
+        run_id: RunId,
+    ) -> EngineResult<Admission> {
         check_project_dir(&request.project_dir)?;
         // The count reads the store: one that cannot be reached cannot give the lease either.
         let active = self
-            .active_count(&request.project_dir)
+            .project_active_count(&request.project_dir)
             .await
             .map_err(|error| self.unleased(error))?;
         let slot = self.reserve(&request.project_dir, Some(active))?;
         let prepare::ScriptBytes { bytes, file } =
             prepare::read_script(self.inner.sources.as_ref(), &request.script).await?;
-        let run_id = RunId::generate();
         let mut input = self.prepare_input(
             bytes,
             request.args.clone(),

@@ -367,6 +367,7 @@ impl Engine {
             live.remove(run_id);
         }
         drop(live);
+        self.inner.freed.notify_one();
         let _ = self.inner.notices.send(RunNotice::Settled {
             run_id: run_id.clone(),
             status: status.as_str().to_owned(),

@@ -24,6 +24,7 @@ mod error;
 mod execution;
 mod isolation;
 mod owner;
+mod queue;
 mod remote;
 mod results;
 mod resume;
@@ -119,6 +120,8 @@ struct Inner {
     live: Mutex<HashMap<RunId, LiveRun>>,
     /// Runs being prepared per project (they hold capacity before admission).
     preparing: Mutex<HashMap<PathBuf, usize>>,
+    /// Told when a slot may have freed (`queue.rs`): a generation ended, a slot dropped.
+    freed: tokio::sync::Notify,
     /// Every execution task, awaited at shutdown.
     tracker: TaskTracker,
     /// How to reach other lease holders; set once by the front end that builds the engine.
@@ -194,6 +197,7 @@ impl Drop for Slot {
         {
             *count = count.saturating_sub(1);
         }
+        self.engine.inner.freed.notify_one();
     }
 }
 
@@ -232,6 +236,7 @@ impl Engine {
                 config,
                 live: Mutex::default(),
                 preparing: Mutex::default(),
+                freed: tokio::sync::Notify::new(),
                 tracker: TaskTracker::new(),
                 route: std::sync::OnceLock::new(),
                 workspaces: std::sync::OnceLock::new(),

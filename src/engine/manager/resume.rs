@@ -44,7 +44,7 @@ impl Engine {
             self.take_revision(&mut record, &request).await?
         };
         let spend = resumed_spend(&record, &request, revised, meta_before)?;
-        let active = self.active_count(&record.project_dir).await?;
+        let active = self.project_active_count(&record.project_dir).await?;
         let slot = self.reserve(&record.project_dir, Some(active))?;
         let lease = self.take_lease_to_resume(&run_id, request.timer).await?;
         let under_lease = async {

@@ -29,6 +29,7 @@ impl TaskState {
     pub(super) fn of(view: &RunView, fresh: bool) -> TaskState {
         match view.state {
             "working" if fresh => TaskState::Submitted,
+            "queued" => TaskState::Submitted,
             "working" => TaskState::Working,
             "input_required" => TaskState::InputRequired,
             "completed" => TaskState::Completed,
@@ -104,6 +105,9 @@ pub(super) fn task(view: &RunView, version: Version, fresh: bool) -> Value {
 fn status_text(view: &RunView, state: TaskState) -> Option<String> {
     match state {
         TaskState::Failed | TaskState::Canceled => view.error.clone(),
+        TaskState::Submitted => view
+            .position
+            .map(|position| format!("queued for a free slot, at position {position}")),
         TaskState::InputRequired => view
             .checkpoint
             .as_ref()
@@ -155,6 +159,7 @@ mod tests {
             run_id: RunId::parse("run-abc").expect("a run id"),
             name: "echo".into(),
             state,
+            position: None,
             step: None,
             step_index: None,
             step_total: None,

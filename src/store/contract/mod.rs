@@ -15,7 +15,7 @@
 //! dense event seqs, the bounded call tail, intents reused while pending and ended by the
 //! first acknowledgement, script copies, delete cascading to everything, declared
 //! capabilities, corrupt data reported as `Corrupt`, the caller tag's compare-and-set with a
-//! single winner, companion files frozen with the script, the journal of open sessions, and a run version that changes with
+//! single winner, companion files frozen with the script, the journal of open sessions, the queue of starts (order, bound, one claim per entry), and a run version that changes with
 //! every write to a run that is not running.
 
 use std::path::PathBuf;
@@ -36,6 +36,7 @@ mod callers;
 mod calls;
 mod control;
 mod leases;
+mod queue;
 mod runs;
 mod sessions;
 mod summaries;
@@ -45,6 +46,7 @@ pub use callers::*;
 pub use calls::*;
 pub use control::*;
 pub use leases::*;
+pub use queue::*;
 pub use runs::*;
 pub use sessions::*;
 pub use summaries::*;
@@ -112,6 +114,8 @@ macro_rules! store_contract_tests {
             resumes_due_are_the_paused_runs_whose_moment_came,
             open_sessions_are_journaled_per_call_and_generation,
             open_sessions_are_fenced_and_deleted_with_the_run,
+            the_queue_keeps_order_and_its_bound,
+            claims_take_the_head_once_each,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {

@@ -23,6 +23,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0007_summary.sql"),
     include_str!("../migrations/postgres/0008_trace.sql"),
     include_str!("../migrations/postgres/0009_lease_host.sql"),
+    include_str!("../migrations/postgres/0010_run_queue.sql"),
 ];
 
 /// The advisory lock key the migrations hold: "agentprism" folded into a 64-bit number, so

@@ -22,7 +22,7 @@
 //! This file holds the handle and the trait's dispatch; `connection.rs` (settings, pool,
 //! errors), `migrations.rs`, `rows.rs` (column conversions, run keys, the fence), `runs.rs`,
 //! `calls.rs`, `sessions.rs`, `events.rs`, `answers.rs` (checkpoint answers, receipts), `leases.rs`,
-//! and `control.rs` (intents) hold the statements; the inline script copies are local files
+//! `control.rs` (intents) and `queue.rs` (the folder server's queue of starts) hold the statements; the inline script copies are local files
 //! (`store/script_copies.rs`).
 
 use std::path::{Path, PathBuf};
@@ -34,12 +34,12 @@ use deadpool_postgres::Pool;
 use super::{
     AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
     ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
-    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunQueue, RunReads, Runs, ScriptChange,
     ScriptCopies, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
-    RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
+    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
 };
 
 mod answers;
@@ -49,6 +49,7 @@ mod control;
 mod events;
 mod leases;
 mod migrations;
+mod queue;
 mod rows;
 mod runs;
 mod sessions;
@@ -605,6 +606,71 @@ impl Housekeeping for PostgresStore {
         within_deadline!(self, doing, |client| {
             runs::resumes_due(&client, until_ms, limit).await
         })
+    }
+}
+
+#[async_trait]
+impl RunQueue for PostgresStore {
+    async fn enqueue(&self, start: &QueuedStart, bound: u64) -> StoreResult<Enqueued> {
+        let doing = || format!("queue the start of run {}", start.run_id);
+        within_deadline!(self, doing, |client| queue::enqueue(
+            &mut client,
+            start,
+            bound
+        )
+        .await)
+    }
+
+    async fn queued(&self, run_id: &RunId) -> StoreResult<Option<QueuedEntry>> {
+        let doing = || format!("read the queue entry of run {run_id}");
+        within_deadline!(self, doing, |client| queue::queued(&client, run_id).await)
+    }
+
+    async fn queue_stats(&self) -> StoreResult<QueueStats> {
+        let doing = || "count the queued starts".to_owned();
+        within_deadline!(self, doing, |client| queue::stats(&client).await)
+    }
+
+    async fn claim_queued(
+        &self,
+        claimer: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<Option<QueuedStart>> {
+        let doing = || "claim the oldest queued start".to_owned();
+        within_deadline!(self, doing, |client| {
+            queue::claim(&client, claimer, now_ms, until_ms).await
+        })
+    }
+
+    async fn unclaim_queued(&self, run_id: &RunId, claimer: &str) -> StoreResult<()> {
+        let doing = || format!("give back the claim on queued run {run_id}");
+        within_deadline!(self, doing, |client| {
+            queue::unclaim(&client, run_id, claimer).await
+        })
+    }
+
+    async fn remove_queued(&self, run_id: &RunId) -> StoreResult<Option<QueueOutcome>> {
+        let doing = || format!("remove queued run {run_id}");
+        within_deadline!(self, doing, |client| queue::remove(&client, run_id).await)
+    }
+
+    async fn end_queued(
+        &self,
+        run_id: &RunId,
+        outcome: QueueOutcome,
+        message: &str,
+        now_ms: i64,
+    ) -> StoreResult<bool> {
+        let doing = || format!("end queued run {run_id}");
+        within_deadline!(self, doing, |client| {
+            queue::end(&client, run_id, outcome, message, now_ms).await
+        })
+    }
+
+    async fn prune_queue(&self, before_ms: i64) -> StoreResult<u64> {
+        let doing = || "delete the ended queue entries".to_owned();
+        within_deadline!(self, doing, |client| queue::prune(&client, before_ms).await)
     }
 }
 

@@ -23,6 +23,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0007_summary.sql"),
     include_str!("../migrations/sqlite/0008_trace.sql"),
     include_str!("../migrations/sqlite/0009_lease_host.sql"),
+    include_str!("../migrations/sqlite/0010_run_queue.sql"),
 ];
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the

@@ -44,12 +44,12 @@ use rusqlite::Connection;
 use super::{
     AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
     ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
-    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunReads, Runs, ScriptChange,
+    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunQueue, RunReads, Runs, ScriptChange,
     ScriptCopies, StoreError, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, EventRecord, Lease, OpenSession, OperationReceipt, RunId,
-    RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
+    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
 };
 
 mod answers;
@@ -63,6 +63,7 @@ mod hashes;
 mod housekeeping;
 mod leases;
 mod off_workers;
+mod queue;
 mod rows;
 mod runs;
 mod sessions;
@@ -475,6 +476,52 @@ impl Housekeeping for SqliteStore {
 
     async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>> {
         self.with(|connection| housekeeping::resumes_due(connection, until_ms, limit))
+    }
+}
+
+#[async_trait]
+impl RunQueue for SqliteStore {
+    async fn enqueue(&self, start: &QueuedStart, bound: u64) -> StoreResult<Enqueued> {
+        self.with(|connection| queue::enqueue(connection, start, bound))
+    }
+
+    async fn queued(&self, run_id: &RunId) -> StoreResult<Option<QueuedEntry>> {
+        self.with(|connection| queue::queued(connection, run_id))
+    }
+
+    async fn queue_stats(&self) -> StoreResult<QueueStats> {
+        self.with(|connection| queue::stats(connection))
+    }
+
+    async fn claim_queued(
+        &self,
+        claimer: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<Option<QueuedStart>> {
+        self.with(|connection| queue::claim(connection, claimer, now_ms, until_ms))
+    }
+
+    async fn unclaim_queued(&self, run_id: &RunId, claimer: &str) -> StoreResult<()> {
+        self.with(|connection| queue::unclaim(connection, run_id, claimer))
+    }
+
+    async fn remove_queued(&self, run_id: &RunId) -> StoreResult<Option<QueueOutcome>> {
+        self.with(|connection| queue::remove(connection, run_id))
+    }
+
+    async fn end_queued(
+        &self,
+        run_id: &RunId,
+        outcome: QueueOutcome,
+        message: &str,
+        now_ms: i64,
+    ) -> StoreResult<bool> {
+        self.with(|connection| queue::end(connection, run_id, outcome, message, now_ms))
+    }
+
+    async fn prune_queue(&self, before_ms: i64) -> StoreResult<u64> {
+        self.with(|connection| queue::prune(connection, before_ms))
     }
 }
 
