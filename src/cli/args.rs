@@ -166,6 +166,16 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(0..=100_000)
     )]
     pub max_queued_runs: Option<u64>,
+    /// Folder server over HTTP: a URL prefix (`https://hooks.example.com/a2a/`) A2A push
+    /// notifications may be sent under; repeat it, or separate prefixes with commas in the
+    /// variable. Without one, push notifications are off.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MHL_SERVE_A2A_PUSH_ALLOW",
+        value_delimiter = ','
+    )]
+    pub a2a_push_allow: Vec<String>,
     /// Folder server over HTTP: serve the workflows of this encrypted pack, its key in
     /// `MHL_SERVE_WORKFLOWS_KEY`; `DIR` is then only the folder runs execute in, and
     /// nothing is read from it (docs/pack.md).

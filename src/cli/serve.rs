@@ -17,7 +17,7 @@ use super::args::ServeArgs;
 use super::input::{guarded, input_error, project_dir};
 use crate::app::{ServerChoice, Settings};
 use crate::env::EnvSnapshot;
-use crate::serve::a2a::A2a;
+use crate::serve::a2a::{A2a, A2aAnswer};
 use crate::serve::replica::ReplicaOptions;
 use crate::tools::WorkflowServerOptions;
 use crate::transport::http::{
@@ -287,7 +287,8 @@ async fn serve_folder_http(
         implementation: "agentprism-serve",
         ..HttpOptions::default()
     };
-    let a2a = services.folder.a2a(args.token.is_some());
+    let pushes = crate::serve::a2a::Pushes::new(&args.a2a_push_allow).map_err(input_error)?;
+    let a2a = services.folder.a2a(args.token.is_some(), pushes);
     let card = a2a_card(a2a.clone(), bound);
     let metrics = metrics_route(options.access.clone());
     options.intercept = Some(Arc::new(move |parts: &Parts| {
@@ -368,12 +369,15 @@ fn a2a_endpoint(a2a: Arc<A2a>) -> GuardedRoute {
                 .headers
                 .get(crate::serve::a2a::VERSION_HEADER)
                 .map(|value| value.to_str().unwrap_or("unreadable"));
-            let body = a2a
+            match a2a
                 .answer(version, request.principal.as_deref(), &request.body)
-                .await;
-            GuardedAnswer {
-                status: StatusCode::OK,
-                body,
+                .await
+            {
+                A2aAnswer::Json(body) => GuardedAnswer::Json {
+                    status: StatusCode::OK,
+                    body,
+                },
+                A2aAnswer::Stream(events) => GuardedAnswer::Events(events),
             }
         })
     });

@@ -174,12 +174,14 @@ impl FolderServer {
     }
 
     /// The A2A face over the same run API (`POST /a2a` and the Agent Card, HTTP only);
-    /// `bearer` says the endpoint requires the token, which the card declares.
-    pub fn a2a(&self, bearer: bool) -> Arc<a2a::A2a> {
+    /// `bearer` says the endpoint requires the token, which the card declares; `pushes` where
+    /// push notifications may go.
+    pub(crate) fn a2a(&self, bearer: bool, pushes: a2a::Pushes) -> Arc<a2a::A2a> {
         Arc::new(a2a::A2a::new(
             self.api.clone(),
             self.options.name.clone(),
             bearer,
+            pushes,
         ))
     }
 

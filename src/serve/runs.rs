@@ -174,6 +174,11 @@ impl RunApi {
 
     /// `run/list`: the caller's runs this process knows, oldest first.
     pub(crate) async fn list(&self, owner: &OwnerKey) -> Result<Value, RunError> {
+        Ok(json!({"runs": self.list_views(owner).await?}))
+    }
+
+    /// The views of the caller's runs this process knows, oldest first.
+    pub(crate) async fn list_views(&self, owner: &OwnerKey) -> Result<Vec<RunView>, RunError> {
         let mut runs = Vec::new();
         for run_id in self.owners.runs_of(owner) {
             match self.view(&run_id).await {
@@ -183,7 +188,7 @@ impl RunApi {
                 Err(error) => return Err(error),
             }
         }
-        Ok(json!({"runs": runs}))
+        Ok(runs)
     }
 
     /// `run/logs {runId}`: the latest log lines (`log()` of the script), oldest first.

@@ -36,11 +36,17 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
@@ -108,7 +114,11 @@ async def check_card(report: Report, url: str, token: str | None) -> AgentCard:
         card = await A2ACardResolver(http, url).get_agent_card()
     skills = sorted(skill.id for skill in card.skills)
     report.check("the card lists one skill per workflow", skills == WORKFLOWS, skills)
-    report.check("the card offers no streaming", not card.capabilities.streaming, card.capabilities)
+    report.check(
+        "the card offers streaming and push notifications",
+        card.capabilities.streaming and card.capabilities.push_notifications,
+        card.capabilities,
+    )
     versions = [(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces]
     report.check(
         "the card offers JSON-RPC 1.0 first, then 0.3",
@@ -170,6 +180,130 @@ async def check_input_required(report: Report, client) -> None:
     )
     text = waiting.status.message.parts[0].text if waiting.status.message.parts else ""
     report.check("the status message is the checkpoint's prompt", 'Approve "deploy"?' in text, text)
+    # A message continuing the task answers its checkpoint, and the run goes on.
+    reply = SendMessageRequest(
+        message=Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.ROLE_USER,
+            task_id=task.id,
+            parts=[Part(text="yes")],
+        )
+    )
+    async for event in client.send_message(reply):
+        report.check("the answer continues the task", event.task.id == task.id, event)
+        break
+    done = await poll(client, task.id, {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED})
+    text = done.artifacts[0].parts[0].text if done.artifacts and done.artifacts[0].parts else ""
+    report.check(
+        "the answered task completes with the answer",
+        done.status.state == TaskState.TASK_STATE_COMPLETED and json.loads(text or "null") == {
+            "summary": "ready to act on: deploy",
+            "approved": True,
+        },
+        done,
+    )
+
+
+def event_state(event) -> int | None:
+    if event.HasField("task"):
+        return event.task.status.state
+    if event.HasField("status_update"):
+        return event.status_update.status.state
+    return None
+
+
+async def collect(report: Report, what: str, events, release: str) -> tuple[list[int], list[str]]:
+    """The states and artifact texts of a stream, creating `release` once it says working."""
+    states: list[int] = []
+    artifacts: list[str] = []
+    started = time.monotonic()
+    async for event in events:
+        state = event_state(event)
+        if state is not None:
+            states.append(state)
+            if state == TaskState.TASK_STATE_WORKING:
+                open(release, "w").close()
+        if event.HasField("artifact_update"):
+            artifacts.extend(part.text for part in event.artifact_update.artifact.parts)
+        if time.monotonic() - started > STEP_DEADLINE:
+            report.check(f"{what} ends", False, states)
+            break
+    return states, artifacts
+
+
+async def check_stream(report: Report, client, gate: str) -> None:
+    events = client.send_message(message("slow", {"step": f"@mock wait_file {gate}"}))
+    states, artifacts = await collect(report, "the stream", events, gate)
+    report.check(
+        "the stream starts submitted, goes working and ends completed",
+        len(states) >= 3
+        and states[0] == TaskState.TASK_STATE_SUBMITTED
+        and TaskState.TASK_STATE_WORKING in states
+        and states[-1] == TaskState.TASK_STATE_COMPLETED,
+        [state_name(state) for state in states],
+    )
+    report.check("the stream carries the result artifact", artifacts == ['{"steps":3}'], artifacts)
+
+
+async def check_subscribe(report: Report, poller, streamer, gate: str) -> None:
+    task = await send(poller, "slow", {"step": f"@mock wait_file {gate}"})
+    await poll(poller, task.id, {TaskState.TASK_STATE_WORKING})
+    events = streamer.subscribe(SubscribeToTaskRequest(id=task.id))
+    states, artifacts = await collect(report, "the subscription", events, gate)
+    report.check(
+        "a subscription follows the task to completed",
+        states[:1] == [TaskState.TASK_STATE_WORKING] and states[-1] == TaskState.TASK_STATE_COMPLETED,
+        [state_name(state) for state in states],
+    )
+    report.check("the subscription carries the result artifact", artifacts == ['{"steps":3}'], artifacts)
+
+
+async def check_push(report: Report, client, push_url: str, gate: str) -> None:
+    """Registers a webhook for a gated task and lets it finish; the test reads the receiver."""
+    task = await send(client, "slow", {"step": f"@mock wait_file {gate}"})
+    try:
+        await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task.id, url="http://203.0.113.9/elsewhere")
+        )
+        report.check("a webhook outside the allowed prefixes is refused", False, "it was accepted")
+    except InvalidParamsError as error:
+        report.check("a webhook outside the allowed prefixes is refused", "allowed" in str(error), error)
+    config = await client.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=task.id, id="hook-1", url=push_url, token="push-token-1")
+    )
+    report.check("the webhook is registered", config.id == "hook-1" and config.url == push_url, config)
+    spare = await client.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=task.id, id="spare", url=push_url + "-spare")
+    )
+    got = await client.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+    )
+    report.check("the webhook reads back", got.url == push_url and got.token == "push-token-1", got)
+    await client.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=spare.id)
+    )
+    listed = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
+    report.check("a deleted webhook is gone", [c.id for c in listed.configs] == ["hook-1"], listed)
+    await poll(client, task.id, {TaskState.TASK_STATE_WORKING})
+    open(gate, "w").close()
+    done = await poll(client, task.id, {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED})
+    report.check("the pushed task completes", done.status.state == TaskState.TASK_STATE_COMPLETED, done)
+    print(f"PUSHED {task.id}", flush=True)
+
+
+async def check_list(report: Report, client) -> None:
+    listed = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED))
+    report.check(
+        "the completed tasks are listed",
+        len(listed.tasks) >= 3
+        and all(task.status.state == TaskState.TASK_STATE_COMPLETED for task in listed.tasks)
+        and listed.total_size == len(listed.tasks),
+        listed,
+    )
+    page = await client.list_tasks(ListTasksRequest(page_size=1))
+    report.check("a page holds its size and says what follows", len(page.tasks) == 1 and page.next_page_token != "", page)
 
 
 async def check_refusals(report: Report, client) -> None:
@@ -190,6 +324,8 @@ async def main() -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--version", choices=["1.0", "0.3"], required=True)
     parser.add_argument("--wait-file", required=True)
+    parser.add_argument("--gates", required=True, help="a folder for the gate files streams release")
+    parser.add_argument("--push-url", required=True, help="an allowed webhook the test receives")
     parser.add_argument("--token")
     args = parser.parse_args()
     report = Report()
@@ -207,6 +343,12 @@ async def main() -> int:
             await check_cancel(report, client, args.wait_file)
             await check_input_required(report, client)
             await check_refusals(report, client)
+            streamer = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
+            await check_stream(report, streamer, f"{args.gates}/stream")
+            await check_subscribe(report, client, streamer, f"{args.gates}/subscribe")
+            await check_push(report, client, args.push_url, f"{args.gates}/push")
+            if args.version == "1.0":
+                await check_list(report, client)
     except (AssertionError, A2AError, A2AClientError, httpx.HTTPError) as error:
         report.check("the steps ran to the end", False, repr(error))
     print(f"{report.passed} passed, {report.failed} failed", flush=True)

@@ -40,9 +40,18 @@ fn official_client(version: &str) {
     let home = PathBuf::from(&ctx.env["HOME"]);
     let _sweeper = Sweeper { home: home.clone() };
     let folder = copy_folder(&ctx, &fixtures(), "workflows");
-    let server = Served::start(&ctx, &folder, &["--token", TOKEN]);
+    let receiver = Receiver::start();
+    let allowed = format!("http://{}/hooks/", receiver.address);
+    let server = Served::start(
+        &ctx,
+        &folder,
+        &["--token", TOKEN, "--a2a-push-allow", &allowed],
+    );
     // Never created: the canceled run's agent waits on it until the cancel stops it.
     let wait_file = ctx.path("never-created");
+    // The streamed runs' agents wait on files here until the client has seen them working.
+    let gates = ctx.path("gates");
+    std::fs::create_dir_all(&gates).unwrap();
     let python = path_from_manifest(
         "python",
         "the Python A2A client (a venv with tests/e2e/requirements.txt)",
@@ -54,6 +63,9 @@ fn official_client(version: &str) {
         .args(["--version", version, "--token", TOKEN])
         .arg("--wait-file")
         .arg(&wait_file)
+        .arg("--gates")
+        .arg(&gates)
+        .args(["--push-url", &format!("{allowed}task")])
         .env_clear()
         .envs(&ctx.env)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -61,8 +73,21 @@ fn official_client(version: &str) {
     let started = Instant::now();
     let outcome = run_with_deadline(command, CLIENT_DEADLINE);
     eprintln!("a2a {version}: client took {:?}", started.elapsed());
+    let pushed = outcome
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("PUSHED "))
+        .map(str::to_owned);
+    if let Some(task_id) = &pushed {
+        check_pushes(&receiver, task_id, version);
+    }
     let stopped = server.stop();
     let describe = check_client(&format!("a2a client {version}"), &outcome, &stopped.stderr);
+    assert!(
+        pushed.is_some(),
+        "the client pushed no task\n{}",
+        describe()
+    );
     assert!(
         !wait_file.exists(),
         "nothing may create {}: the cancel relies on it never appearing\n{}",
@@ -75,6 +100,121 @@ fn official_client(version: &str) {
         "processes left behind: {leftovers:?}\n{}",
         describe()
     );
+}
+
+/// A local webhook: every POST recorded (headers in lower case, the JSON body), the first
+/// answered 500 (so delivery must retry), the rest 200.
+struct Receiver {
+    address: std::net::SocketAddr,
+    posts: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let posts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = posts.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let Some((head, body)) = read_post(&mut stream) else {
+                    continue;
+                };
+                let first = {
+                    let mut posts = record.lock().unwrap();
+                    posts.push((head, body));
+                    posts.len() == 1
+                };
+                let status = if first {
+                    "500 Internal Server Error"
+                } else {
+                    "200 OK"
+                };
+                let answer =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = std::io::Write::write_all(&mut stream, answer.as_bytes());
+            }
+        });
+        Receiver { address, posts }
+    }
+}
+
+/// One HTTP/1.1 request: its head (lower case) and JSON body.
+fn read_post(stream: &mut std::net::TcpStream) -> Option<(String, Value)> {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let split = loop {
+        if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        let read = stream.read(&mut chunk).ok()?;
+        if read == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&bytes[..split]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|value| value.trim().parse().ok())?;
+    let mut body = bytes[split + 4..].to_vec();
+    while body.len() < length {
+        let read = stream.read(&mut chunk).ok()?;
+        if read == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..read]);
+    }
+    Some((head, serde_json::from_slice(&body).ok()?))
+}
+
+/// The webhook got the pushed task's events with the token, the first one twice (its first
+/// delivery answered 500), and last its completion.
+fn check_pushes(receiver: &Receiver, task_id: &str, version: &str) {
+    let completed = |body: &Value| {
+        body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            || (body["kind"] == "status-update" && body["status"]["state"] == "completed")
+    };
+    crate::serve::wait_until("the webhook receiving the completion", || {
+        receiver
+            .posts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, body)| completed(body))
+    });
+    let posts: Vec<(String, Value)> = receiver
+        .posts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(head, _)| head.starts_with("post /hooks/task "))
+        .cloned()
+        .collect();
+    assert!(posts.len() >= 3, "{version}: {posts:?}");
+    for (head, body) in &posts {
+        assert!(
+            head.contains("x-a2a-notification-token: push-token-1"),
+            "{head}"
+        );
+        assert!(body.to_string().contains(task_id), "{body}");
+    }
+    assert_eq!(
+        posts[0].1, posts[1].1,
+        "the refused first delivery is retried"
+    );
+    let first = &posts[0].1;
+    assert!(
+        first["task"]["id"] == task_id || (first["kind"] == "task" && first["id"] == task_id),
+        "{version}: the first push is the task: {first}"
+    );
+    assert!(completed(&posts.last().unwrap().1), "{version}: {posts:?}");
 }
 
 /// One JSON-RPC request to `/a2a`; `version` is the `A2A-Version` header, if any.
@@ -246,6 +386,22 @@ fn the_0_3_names_answer_without_a_version_header() {
         unknown_version["error"]["code"], -32009,
         "{unknown_version}"
     );
+    // Push notifications are off without an allowed webhook prefix, saying how to allow one.
+    let push = call(
+        &server,
+        &[],
+        None,
+        "tasks/pushNotificationConfig/set",
+        json!({"taskId": gate_id, "pushNotificationConfig": {"url": "http://127.0.0.1:1/"}}),
+    );
+    assert_eq!(push["error"]["code"], -32003, "{push}");
+    assert!(
+        push["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--a2a-push-allow"),
+        "{push}"
+    );
     assert!(!wait_file.exists());
 }
 
@@ -333,6 +489,20 @@ fn the_card_is_public_and_the_endpoint_needs_the_token() {
     assert_eq!(skills, ["approval", "echo", "review", "slow"]);
     assert_eq!(card["url"], format!("http://{}/a2a", server.address));
     assert_eq!(card["securitySchemes"]["bearer"]["scheme"], "bearer");
+    // No webhook prefix allowed: push notifications are off, and say how to turn them on.
+    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    let bearer = format!("Bearer {TOKEN}");
+    let push = call(
+        &server,
+        &[("Authorization", bearer.as_str())],
+        None,
+        "tasks/pushNotificationConfig/set",
+        json!({"taskId": "a-b", "pushNotificationConfig": {"url": "http://127.0.0.1:1/"}}),
+    );
+    assert_eq!(
+        push["error"]["code"], -32001,
+        "an unknown task first: {push}"
+    );
     let get = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "a-b"}})
         .to_string();
     assert_eq!(post(&server, &[], None, get.as_bytes()).status, 401);

@@ -6,8 +6,9 @@
 //! `preferredTransport`, `protocolVersion` and `security` are there too, and 1.0 readers
 //! ignore them. A skill has no field for an input schema in either version, so the schemas
 //! travel in a capability extension ([`INPUT_SCHEMA_EXTENSION`]) whose `params` map each
-//! skill id to its workflow's `inputSchema`. No streaming and no push notifications are
-//! offered: a client polls `GetTask`/`tasks/get`.
+//! skill id to its workflow's `inputSchema`. Streaming is offered (`SendStreamingMessage`,
+//! `SubscribeToTask` and their 0.3 names); push notifications are not: a client without a
+//! stream polls `GetTask`/`tasks/get`.
 
 use serde_json::{Map, Value, json};
 
@@ -22,7 +23,14 @@ pub(crate) const INPUT_SCHEMA_EXTENSION: &str = "urn:agentprism:a2a:skill-input-
 
 /// The card for `folder`'s workflows, with the endpoint at `base_url` (`http://host:port`);
 /// `bearer` declares the token scheme the endpoint requires.
-pub(crate) fn card(folder: &Folder, name: &str, base_url: &str, bearer: bool) -> Value {
+/// The card; `push_notifications` when the operator allowed webhooks.
+pub(crate) fn card(
+    folder: &Folder,
+    name: &str,
+    base_url: &str,
+    bearer: bool,
+    push_notifications: bool,
+) -> Value {
     let url = format!("{}{ENDPOINT_PATH}", base_url.trim_end_matches('/'));
     let skills: Vec<Value> = folder
         .workflows
@@ -54,8 +62,8 @@ pub(crate) fn card(folder: &Folder, name: &str, base_url: &str, bearer: bool) ->
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
         "capabilities": {
-            "streaming": false,
-            "pushNotifications": false,
+            "streaming": true,
+            "pushNotifications": push_notifications,
             "extensions": [{
                 "uri": INPUT_SCHEMA_EXTENSION,
                 "description": "params maps each skill id to the JSON Schema its \
@@ -116,6 +124,7 @@ mod tests {
             "agentprism-serve",
             "http://127.0.0.1:8080/",
             false,
+            false,
         );
         assert_eq!(card["skills"][0]["id"], "echo");
         assert_eq!(card["skills"][0]["description"], "Return the text");
@@ -128,14 +137,15 @@ mod tests {
             card["capabilities"]["extensions"][0]["params"]["echo"]["required"],
             json!(["text"])
         );
-        assert_eq!(card["capabilities"]["streaming"], false);
+        assert_eq!(card["capabilities"]["streaming"], true);
+        assert_eq!(card["capabilities"]["pushNotifications"], false);
         assert!(card.get("securitySchemes").is_none());
         assert!(!card.to_string().contains("/srv"), "no server path leaks");
     }
 
     #[test]
     fn a_token_is_declared_as_a_bearer_scheme() {
-        let card = card(&folder(), "n", "http://h", true);
+        let card = card(&folder(), "n", "http://h", true, false);
         assert_eq!(card["securitySchemes"]["bearer"]["scheme"], "bearer");
         assert_eq!(card["security"], json!([{"bearer": []}]));
         assert!(card["securityRequirements"][0]["schemes"]["bearer"].is_object());

@@ -10,11 +10,14 @@
 //! input come from the message's `metadata` (`{skill, input}`); a task's owner is the
 //! principal header's identity when one is configured, else the one A2A owner, and a task of
 //! another owner is "task not found", exactly as an unknown id. `SendMessage` answers at
-//! once (`submitted`): a client polls, as the card offers neither streaming nor push.
+//! once (`submitted`); the streaming methods stream the task as it goes (`stream`); a message
+//! naming an input-required task answers its checkpoint (`reply`); `ListTasks` lists the
+//! caller's tasks (`list`).
 //!
 //! Layout: this file (requests, methods, errors), `card` (the Agent Card), `task` (a run as
-//! a task in either version's form). It knows no HTTP: the command line hands it the body and
-//! the two headers it reads.
+//! a task in either version's form), `stream`, `reply`, `list`. It knows no HTTP: the
+//! command line hands it the body and the two headers it reads, and turns a stream into
+//! server-sent events.
 
 use std::sync::Arc;
 
@@ -25,7 +28,15 @@ use super::runs::{self, RunApi, RunError};
 use super::view::RunView;
 
 pub(crate) mod card;
+mod list;
+mod push;
+mod push_api;
+mod reply;
+mod stream;
 mod task;
+mod webhook;
+
+pub(crate) use push::Pushes;
 
 pub(crate) use card::{CARD_PATH, ENDPOINT_PATH};
 use task::TaskState;
@@ -83,6 +94,8 @@ pub(crate) enum A2aError {
     Unsupported(String),
     #[error("{0}")]
     VersionNotSupported(String),
+    #[error("{0}")]
+    PushNotSupported(String),
     /// The engine refused (preparation rejected the workflow or its input, capacity).
     #[error("{0}")]
     Refused(String),
@@ -100,6 +113,7 @@ impl A2aError {
             A2aError::NotCancelable(_) => -32002,
             A2aError::Unsupported(_) => -32004,
             A2aError::VersionNotSupported(_) => -32009,
+            A2aError::PushNotSupported(_) => -32003,
             A2aError::Refused(_) => -32603,
         }
     }
@@ -119,37 +133,44 @@ impl From<RunError> for A2aError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {
     Send,
+    Stream,
     Get,
     Cancel,
+    Subscribe,
+    List,
+    PushSet,
+    PushGet,
+    PushList,
+    PushDelete,
 }
 
-const V1_METHODS: [(&str, Method); 3] = [
+const V1_METHODS: [(&str, Method); 10] = [
     ("SendMessage", Method::Send),
+    ("SendStreamingMessage", Method::Stream),
     ("GetTask", Method::Get),
     ("CancelTask", Method::Cancel),
+    ("SubscribeToTask", Method::Subscribe),
+    ("ListTasks", Method::List),
+    ("CreateTaskPushNotificationConfig", Method::PushSet),
+    ("GetTaskPushNotificationConfig", Method::PushGet),
+    ("ListTaskPushNotificationConfigs", Method::PushList),
+    ("DeleteTaskPushNotificationConfig", Method::PushDelete),
 ];
-const V03_METHODS: [(&str, Method); 3] = [
+const V03_METHODS: [(&str, Method); 9] = [
     ("message/send", Method::Send),
+    ("message/stream", Method::Stream),
     ("tasks/get", Method::Get),
     ("tasks/cancel", Method::Cancel),
+    ("tasks/resubscribe", Method::Subscribe),
+    ("tasks/pushNotificationConfig/set", Method::PushSet),
+    ("tasks/pushNotificationConfig/get", Method::PushGet),
+    ("tasks/pushNotificationConfig/list", Method::PushList),
+    ("tasks/pushNotificationConfig/delete", Method::PushDelete),
 ];
 /// Methods of either version this server does not offer (the card says so too).
-const UNSUPPORTED: [&str; 16] = [
-    "SendStreamingMessage",
-    "SubscribeToTask",
-    "ListTasks",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
+const UNSUPPORTED: [&str; 3] = [
     "GetExtendedAgentCard",
-    "message/stream",
-    "tasks/resubscribe",
     "tasks/list",
-    "tasks/pushNotificationConfig/set",
-    "tasks/pushNotificationConfig/get",
-    "tasks/pushNotificationConfig/list",
-    "tasks/pushNotificationConfig/delete",
     "agent/getAuthenticatedExtendedCard",
 ];
 
@@ -157,11 +178,15 @@ impl Method {
     fn of(version: Version, name: &str) -> Result<Method, A2aError> {
         let (own, other, other_version) = match version {
             Version::V1 => (
-                &V1_METHODS,
-                &V03_METHODS,
+                &V1_METHODS[..],
+                &V03_METHODS[..],
                 "0.3 (send no A2A-Version header)",
             ),
-            Version::V03 => (&V03_METHODS, &V1_METHODS, "1.0 (send A2A-Version: 1.0)"),
+            Version::V03 => (
+                &V03_METHODS[..],
+                &V1_METHODS[..],
+                "1.0 (send A2A-Version: 1.0)",
+            ),
         };
         if let Some((_, method)) = own.iter().find(|(known, _)| *known == name) {
             return Ok(*method);
@@ -177,8 +202,8 @@ impl Method {
         }
         if UNSUPPORTED.contains(&name) {
             return Err(A2aError::Unsupported(format!(
-                "{name} is not offered: this server has no streaming, push notifications, task \
-                 listing or extended card; send a message and poll the task"
+                "{name} is not offered: this server has no extended card and no 0.3 task \
+                 listing (ListTasks is A2A 1.0's)"
             )));
         }
         Err(A2aError::MethodNotFound(format!(
@@ -188,39 +213,66 @@ impl Method {
     }
 }
 
+/// What a request is answered with.
+pub(crate) enum A2aAnswer {
+    /// One JSON-RPC response.
+    Json(Value),
+    /// JSON-RPC responses, one per event, as server-sent events.
+    Stream(tokio::sync::mpsc::Receiver<Value>),
+}
+
+/// A method's result before it is framed.
+enum Outcome {
+    Result(Value),
+    Stream(tokio::sync::mpsc::Receiver<Value>),
+}
+
 /// The A2A face: card and JSON-RPC answers over the folder server's run API.
-pub struct A2a {
+pub(crate) struct A2a {
     api: Arc<RunApi>,
     /// The card's `name` (the server's).
     name: String,
     /// Whether the endpoint requires the bearer token (declared in the card).
     bearer: bool,
+    /// The webhooks push notifications go to, and where they may.
+    pushes: Arc<Pushes>,
 }
 
 impl A2a {
-    pub(crate) fn new(api: Arc<RunApi>, name: String, bearer: bool) -> A2a {
-        A2a { api, name, bearer }
+    pub(crate) fn new(api: Arc<RunApi>, name: String, bearer: bool, pushes: Pushes) -> A2a {
+        A2a {
+            api,
+            name,
+            bearer,
+            pushes: Arc::new(pushes),
+        }
     }
 
     /// The Agent Card, its endpoint under `base_url` (`http://host:port`).
     pub(crate) fn card(&self, base_url: &str) -> serde_json::Value {
-        card::card(&self.api.folder, &self.name, base_url, self.bearer)
+        card::card(
+            &self.api.folder,
+            &self.name,
+            base_url,
+            self.bearer,
+            self.pushes.enabled(),
+        )
     }
 
-    /// The JSON-RPC response to one request `body`, for the caller `principal`, in the
-    /// version `version_header` names.
+    /// The answer to one JSON-RPC request `body`, for the caller `principal`, in the version
+    /// `version_header` names: one response, or a stream of them for the streaming methods.
     pub(crate) async fn answer(
         &self,
         version_header: Option<&str>,
         principal: Option<&str>,
         body: &[u8],
-    ) -> Value {
+    ) -> A2aAnswer {
         let (id, outcome) = match parse_request(body) {
             Ok((id, method, params)) => {
                 let outcome = match Version::from_header(version_header) {
                     Ok(version) => {
                         let owner = OwnerKey::a2a(principal);
-                        self.call(version, &method, &params, &owner).await
+                        self.call(version, &method, &params, &owner, &id).await
                     }
                     Err(error) => Err(error),
                 };
@@ -229,11 +281,14 @@ impl A2a {
             Err((id, error)) => (id, Err(error)),
         };
         match outcome {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": {
+            Ok(Outcome::Result(result)) => {
+                A2aAnswer::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            }
+            Ok(Outcome::Stream(events)) => A2aAnswer::Stream(events),
+            Err(error) => A2aAnswer::Json(json!({"jsonrpc": "2.0", "id": id, "error": {
                 "code": error.code(),
                 "message": error.to_string(),
-            }}),
+            }})),
         }
     }
 
@@ -243,7 +298,8 @@ impl A2a {
         method: &str,
         params: &Value,
         owner: &OwnerKey,
-    ) -> Result<Value, A2aError> {
+        id: &Value,
+    ) -> Result<Outcome, A2aError> {
         let method = Method::of(version, method)?;
         if !params.is_object() {
             return Err(A2aError::InvalidParams(
@@ -251,32 +307,92 @@ impl A2a {
             ));
         }
         let (view, fresh) = match method {
-            Method::Send => (self.send_message(params, owner).await?, true),
+            Method::Send | Method::Stream => {
+                let push = self.push_of_send(params, version)?;
+                let (view, fresh) = self.send_message(params, owner).await?;
+                self.push_on_send(push, owner, &view)?;
+                (view, fresh)
+            }
             Method::Get => (self.get_task(params, owner).await?, false),
             Method::Cancel => (self.cancel_task(params, owner).await?, false),
+            Method::Subscribe => (self.subscribable(params, owner).await?, false),
+            Method::List => return Ok(Outcome::Result(self.list_tasks(params, owner).await?)),
+            Method::PushSet | Method::PushGet | Method::PushList | Method::PushDelete => {
+                let result = self.push_method(method, version, params, owner).await?;
+                return Ok(Outcome::Result(result));
+            }
         };
+        if matches!(method, Method::Stream | Method::Subscribe) {
+            let events = stream::follow(
+                self.api.clone(),
+                owner.clone(),
+                id.clone(),
+                version,
+                view,
+                fresh,
+            );
+            return Ok(Outcome::Stream(events));
+        }
         let task = task::task(&view, version, fresh);
-        Ok(match (method, version) {
+        Ok(Outcome::Result(match (method, version) {
             // 1.0's SendMessageResponse holds the task in its `task` member.
             (Method::Send, Version::V1) => json!({"task": task}),
             _ => task,
-        })
+        }))
     }
 
-    /// `SendMessage` / `message/send`: starts the skill's workflow with the input as its
-    /// arguments.
-    async fn send_message(&self, params: &Value, owner: &OwnerKey) -> Result<RunView, A2aError> {
+    /// `SendMessage` / `message/send` (and their streaming forms): starts the skill's
+    /// workflow with the input as its arguments, or answers the checkpoint of the task the
+    /// message continues (`message.taskId`). The view, and whether the run was just started.
+    async fn send_message(
+        &self,
+        params: &Value,
+        owner: &OwnerKey,
+    ) -> Result<(RunView, bool), A2aError> {
         let message = params
             .get("message")
             .filter(|message| message.is_object())
             .ok_or_else(|| invalid("params.message: a message object is required"))?;
-        if message.get("taskId").is_some_and(|id| !id.is_null()) {
-            return Err(A2aError::Unsupported(
-                "params.message.taskId: continuing a task is not supported; send a new message \
-                 for a new task"
-                    .to_owned(),
-            ));
+        match message.get("taskId") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(task_id)) => {
+                return Ok((self.continue_task(task_id, message, owner).await?, false));
+            }
+            Some(_) => return Err(invalid("params.message.taskId: a string is required")),
         }
+        Ok((self.start_task(params, message, owner).await?, true))
+    }
+
+    /// A message continuing task `task_id`: the answer to the checkpoint it waits at.
+    async fn continue_task(
+        &self,
+        task_id: &str,
+        message: &Value,
+        owner: &OwnerKey,
+    ) -> Result<RunView, A2aError> {
+        let view = self.api.status(owner, &json!({"runId": task_id})).await?;
+        let Some(checkpoint) = view
+            .checkpoint
+            .as_ref()
+            .filter(|_| TaskState::of(&view, false) == TaskState::InputRequired)
+        else {
+            return Err(invalid(&format!(
+                "params.message.taskId: task {task_id} is {} and waits for no answer; only a task \
+                 input-required at a checkpoint takes a message",
+                TaskState::of(&view, false).name(Version::V03)
+            )));
+        };
+        let resume = reply::resume_params(task_id, checkpoint, message)?;
+        Ok(self.api.resume(owner, &resume).await?)
+    }
+
+    /// A message starting a task of the skill its metadata names.
+    async fn start_task(
+        &self,
+        params: &Value,
+        message: &Value,
+        owner: &OwnerKey,
+    ) -> Result<RunView, A2aError> {
         let (place, metadata) = match (message.get("metadata"), params.get("metadata")) {
             (Some(metadata), _) if metadata.is_object() => ("params.message.metadata", metadata),
             (None | Some(Value::Null), Some(metadata)) if metadata.is_object() => {
@@ -329,6 +445,28 @@ impl A2a {
                 }
                 other => A2aError::from(other),
             })
+    }
+
+    /// `SubscribeToTask` / `tasks/resubscribe`: the task, unless it is over (nothing more
+    /// would come).
+    async fn subscribable(&self, params: &Value, owner: &OwnerKey) -> Result<RunView, A2aError> {
+        let view = self.get_task(params, owner).await?;
+        let state = TaskState::of(&view, false);
+        if state.is_final() {
+            return Err(A2aError::Unsupported(format!(
+                "task {} is {}: nothing more will happen to it; read it with GetTask",
+                view.run_id,
+                state.name(Version::V03)
+            )));
+        }
+        Ok(view)
+    }
+
+    /// `ListTasks` (1.0): the caller's tasks this replica knows, newest first, filtered by
+    /// `status` and `contextId`, in pages of `pageSize` (1 to 100, default 50) continued by
+    /// `pageToken`.
+    async fn list_tasks(&self, params: &Value, owner: &OwnerKey) -> Result<Value, A2aError> {
+        list::list(&self.api, params, owner).await
     }
 
     /// `GetTask` / `tasks/get`.
@@ -454,10 +592,22 @@ mod tests {
             -32009
         );
         assert_eq!(
-            Method::of(Version::V1, "SendStreamingMessage")
+            Method::of(Version::V1, "GetExtendedAgentCard")
                 .unwrap_err()
                 .code(),
             -32004
+        );
+        assert_eq!(
+            Method::of(Version::V1, "SendStreamingMessage").unwrap(),
+            Method::Stream
+        );
+        assert_eq!(
+            Method::of(Version::V03, "tasks/resubscribe").unwrap(),
+            Method::Subscribe
+        );
+        assert_eq!(
+            Method::of(Version::V03, "ListTasks").unwrap_err().code(),
+            -32009
         );
         assert_eq!(Method::of(Version::V1, "nope").unwrap_err().code(), -32601);
     }

@@ -114,8 +114,8 @@ fn status_text(view: &RunView, state: TaskState) -> Option<String> {
             .map(|checkpoint| {
                 let prompt = &checkpoint.prompt;
                 format!(
-                    "{prompt} (the run waits at a checkpoint, which A2A cannot answer: cancel \
-                     the task, or drive the workflow through the MCP run API to answer it)"
+                    "{prompt} (the run waits at this checkpoint: answer it with a message \
+                     whose taskId is this task's)"
                 )
             })
             .or_else(|| view.error.clone()),

@@ -5,7 +5,8 @@
 //! classification, Host and Origin, the intercept hook (whose public routes, such as an Agent
 //! Card, need no token), the bearer token of `Access::Bearer` (constant time) and the
 //! principal header (`http/guard.rs`). Its body is read with the MCP path's own cap and time
-//! limit, so a route cannot be a way around them. It answers JSON; it knows nothing of MCP.
+//! limit, so a route cannot be a way around them. It answers JSON, or a stream of JSON values
+//! as server-sent events; it knows nothing of MCP.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +20,7 @@ use hyper::{Method, StatusCode};
 use serde_json::Value;
 
 use super::State;
-use super::body::{HttpResponse, json_response, plain};
+use super::body::{HttpResponse, json_response, plain, sse_response};
 
 /// One request a guarded route answers: what the guards established and the whole body.
 pub struct GuardedRequest {
@@ -31,11 +32,22 @@ pub struct GuardedRequest {
     pub body: Bytes,
 }
 
-/// A guarded route's answer: an HTTP status and a JSON body.
-pub struct GuardedAnswer {
-    pub status: StatusCode,
-    pub body: Value,
+/// A guarded route's answer: an HTTP status and a JSON body, or a stream of JSON values sent
+/// as server-sent events.
+pub enum GuardedAnswer {
+    Json {
+        status: StatusCode,
+        body: Value,
+    },
+    /// Each value is one SSE `data:` event, in order; the response ends when the route drops
+    /// its sender, and a client that goes away drops the receiver (the route's next send
+    /// fails). The channel is the route's, bounded, so a slow client holds the route back
+    /// instead of growing a buffer.
+    Events(tokio::sync::mpsc::Receiver<Value>),
 }
+
+/// SSE events buffered between a route's values and the connection.
+const EVENT_BUFFER: usize = 8;
 
 /// The future a guarded handler returns.
 pub(crate) type GuardedFuture = Pin<Box<dyn Future<Output = GuardedAnswer> + Send>>;
@@ -77,5 +89,19 @@ pub(super) async fn answer(
         body,
     })
     .await;
-    json_response(answer.status, &answer.body)
+    match answer {
+        GuardedAnswer::Json { status, body } => json_response(status, &body),
+        GuardedAnswer::Events(mut values) => {
+            let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(EVENT_BUFFER);
+            tokio::spawn(async move {
+                while let Some(value) = values.recv().await {
+                    let event = Bytes::from(format!("data: {value}\n\n"));
+                    if sender.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            sse_response(receiver)
+        }
+    }
 }
