@@ -142,10 +142,14 @@ impl Receiver {
 
 /// One HTTP/1.1 request: its head (lower case) and JSON body.
 fn read_post(stream: &mut std::net::TcpStream) -> Option<(String, Value)> {
-    use std::io::Read;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .ok()?;
+    read_request(stream)
+}
+
+/// One HTTP/1.1 request read from `stream`: its head (lower case) and JSON body.
+pub(crate) fn read_request(stream: &mut impl std::io::Read) -> Option<(String, Value)> {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 4096];
     let split = loop {
@@ -218,7 +222,7 @@ fn check_pushes(receiver: &Receiver, task_id: &str, version: &str) {
 }
 
 /// One JSON-RPC request to `/a2a`; `version` is the `A2A-Version` header, if any.
-fn call(
+pub(crate) fn call(
     server: &Served,
     headers: &[(&str, &str)],
     version: Option<&str>,

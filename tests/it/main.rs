@@ -1,5 +1,6 @@
 //! Integration tests, one module per area.
 mod a2a;
+mod a2a_push;
 mod acp;
 mod acp_stderr;
 mod adapter_effort;

@@ -76,7 +76,8 @@ where
         .map_err(|error| error.to_string())
 }
 
-/// TLS to webhooks, against the platform's root certificates (read once).
+/// TLS to webhooks, against the platform's root certificates, or those of `SSL_CERT_FILE` /
+/// `SSL_CERT_DIR` when set (read once, by rustls-native-certs).
 fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
     static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
     CONFIG
