@@ -250,6 +250,10 @@ fn fan_out(
     table: &mut Table,
 ) -> Result<()> {
     let _ = std::fs::write(format!("/proc/{}/clear_refs", daemon.pid), "5");
+    for child in descendants(daemon.pid) {
+        let _ = std::fs::write(format!("/proc/{child}/clear_refs"), "5");
+    }
+    let children_cpu = children_cpu(daemon.pid);
     let cpu = pid_cpu(daemon.pid);
     let written = pid_write_bytes(daemon.pid);
     let started = Instant::now();
@@ -260,6 +264,19 @@ fn fan_out(
     let cpu = pid_cpu(daemon.pid).saturating_sub(cpu);
     let written = pid_write_bytes(daemon.pid).saturating_sub(written);
     let peak = peak_kib(daemon.pid);
+    let children_cpu = self::children_cpu(daemon.pid).saturating_sub(children_cpu);
+    let children: Vec<i32> = descendants(daemon.pid);
+    let children_peak: u64 = children.iter().map(|&child| peak_kib(child)).sum();
+    table.add(
+        format!("{size}-agent run: the daemon's children (the pooled mock agents): CPU / peak RSS, summed"),
+        format!(
+            "{:.2} s / {:.0} MiB ({} processes)",
+            children_cpu.as_secs_f64(),
+            children_peak as f64 / 1024.0,
+            children.len()
+        ),
+        "",
+    );
     table.add(
         format!("{size}-agent run: admission / end-to-end / daemon CPU / written / peak RSS"),
         format!(
@@ -508,6 +525,61 @@ fn tool_call(client: &mut Client, arguments: Value) -> Value {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     client.request(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "workflow", "arguments": arguments}}))
+}
+
+/// Every process below `pid` (children, theirs, …), from `/proc/*/stat`'s parent field.
+fn descendants(pid: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            let (_, rest) = stat.rsplit_once(')')?;
+            let parent = rest.split_whitespace().nth(1)?.parse().ok()?;
+            Some((child, parent))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut index = 0;
+    while index < found.len() {
+        let parent = found[index];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        index += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The CPU of `pid`'s live descendants plus what its reaped children used.
+fn children_cpu(pid: i32) -> Duration {
+    let live: Duration = descendants(pid)
+        .into_iter()
+        .map(|child| stat_ticks(child, &[14, 15]))
+        .sum();
+    // cutime and cstime: the children it waited for.
+    live + stat_ticks(pid, &[16, 17])
+}
+
+/// The sum of `/proc/<pid>/stat`'s clock-tick fields `numbers` (1-based, proc(5)), as time;
+/// zero for a process that is gone.
+fn stat_ticks(pid: i32, numbers: &[usize]) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = numbers
+        .iter()
+        .filter_map(|&n| fields.get(n - 3)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / support::http::clock_ticks_per_second() as f64)
 }
 
 fn pid_write_bytes(pid: i32) -> u64 {

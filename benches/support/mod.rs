@@ -49,6 +49,11 @@ impl World {
             ("AGENTPRISM_DAEMON_PORT".into(), "0".into()),
             ("AGENTPRISM_LOG".into(), "info".into()),
         ];
+        // The store's durability, when the bench is asked to measure another mode.
+        let mut env = env;
+        if let Ok(sync) = std::env::var("AGENTPRISM_STORE_SYNC") {
+            env.push(("AGENTPRISM_STORE_SYNC".into(), sync));
+        }
         World {
             env,
             state,

@@ -2,8 +2,8 @@
 //! recorded session a re-run call continues, the prompt it continues with, and the path its
 //! record and events say it took.
 //!
-//! A live call's session is journaled when it opens (`Calls::journal_session`, before the
-//! first prompt; only sessions the agent can reopen, `AgentSession::reopen_method`). When a
+//! A live call's session is journaled when it opens (with the driver's next group commit,
+//! `Calls::commit_group`, before the first prompt; only sessions the agent can reopen, `AgentSession::reopen_method`). When a
 //! later generation runs the same call live (same path, identity hash and inputs hash) after
 //! a usage or auth pause, a stop, a crash or a restart, [`continuation`] picks the session to
 //! reopen: the newest journaled one whose call did not settle on its own (no row, an aborted

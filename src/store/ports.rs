@@ -199,6 +199,26 @@ pub trait Calls: CallReads {
         fence: Fence<'_>,
     ) -> StoreResult<()>;
 
+    /// The driver's group commit: journals `sessions` ([`Calls::journal_session`]) and
+    /// appends `writes` ([`Calls::append_calls`]), fenced like both. SQLite makes them one
+    /// transaction; this default writes the sessions one after the other, then the calls,
+    /// and stops at the first refused.
+    async fn commit_group(
+        &self,
+        run_id: &RunId,
+        sessions: &[OpenSession],
+        writes: &[CallWrite<'_>],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        for session in sessions {
+            self.journal_session(run_id, session, fence).await?;
+        }
+        if !writes.is_empty() {
+            self.append_calls(run_id, writes, fence).await?;
+        }
+        Ok(())
+    }
+
     /// Journals the session a live call opened, before its first prompt, fenced like every
     /// execution write; the call's earlier entry in the same generation (an earlier
     /// attempt's session) is replaced. A crash leaves no settled row, so this entry is what

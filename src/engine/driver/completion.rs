@@ -91,19 +91,31 @@ impl Driver {
     /// is answered (not durable, so a resume re-runs them) and the generation halts as
     /// interrupted; `false` then.
     pub(super) async fn commit_settled(&mut self) -> bool {
-        if self.settling.is_empty() {
+        if self.settling.is_empty() && self.journaling.is_empty() {
             return true;
         }
         let group = std::mem::take(&mut self.settling);
-        self.push_budget();
+        let (sessions, written): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.journaling).into_iter().unzip();
+        if !group.is_empty() {
+            self.push_budget();
+        }
         let rows: Vec<(&CallRecord, &[(u32, u32)])> = group
             .iter()
             .filter(|settled| settled.journaled)
             .map(|settled| (&settled.record, settled.supersedes.as_slice()))
             .collect();
-        if !rows.is_empty()
-            && let Err(lost) = self.record_calls(&rows).await
-        {
+        let recorded = if rows.is_empty() && sessions.is_empty() {
+            Ok(())
+        } else {
+            self.record_calls(&sessions, &rows).await
+        };
+        // The sessions' tasks go on either way: a lost write halts the generation, which
+        // cancels them.
+        for written in written {
+            let _ = written.send(());
+        }
+        if let Err(lost) = recorded {
             self.on_lost_write(lost);
             return false;
         }

@@ -1,6 +1,7 @@
 //! The durability rule, in one place: every store write of a generation, the lease
 //! heartbeat, and what a failed one does. Besides settled calls and events, a live call's
-//! session is journaled when it opens ([`Driver::journal_session`]), before its first prompt.
+//! session is journaled when it opens, before its first prompt, in the same transaction as
+//! the group commit its opening joins (`Driver::commit_settled`, `Calls::commit_group`).
 //!
 //! A settled call reaches the store before the script sees its result: the caller of
 //! [`Driver::record_calls`] answers the VM only on `Ok`. The row goes in one transaction with
@@ -78,18 +79,6 @@ impl Driver {
         })
     }
 
-    /// Journals the session a live call opened, fenced like every execution write; the
-    /// call's task prompts only once this answered.
-    pub(super) async fn journal_session(&mut self, session: &OpenSession) -> Result<(), LostWrite> {
-        let Some((store, lease_token)) = self.target()? else {
-            return Ok(());
-        };
-        store
-            .journal_session(&self.setup.run_id, session, Fence(&lease_token))
-            .await?;
-        Ok(())
-    }
-
     /// Writes one settled call, with the replays and events buffered before it, durably.
     /// Only on `Ok` may the script see the call's result.
     pub(super) async fn record_call(
@@ -97,21 +86,27 @@ impl Driver {
         record: &CallRecord,
         supersedes: &[(u32, u32)],
     ) -> Result<(), LostWrite> {
-        self.record_calls(&[(record, supersedes)]).await
+        self.record_calls(&[], &[(record, supersedes)]).await
     }
 
-    /// Writes calls that settled together (in settlement order) in one transaction, with
-    /// the replays and events buffered before them; the group commit. Only on `Ok` may
-    /// the script see any of their results.
+    /// Writes the sessions opened and the calls that settled together (in settlement
+    /// order) in one transaction, with the replays and events buffered before them; the
+    /// group commit. Only on `Ok` may the script see any of the calls' results.
     pub(super) async fn record_calls(
         &mut self,
+        sessions: &[OpenSession],
         rows: &[(&CallRecord, &[(u32, u32)])],
     ) -> Result<(), LostWrite> {
         self.flush_replays().await?;
         let Some((store, lease_token)) = self.target()? else {
             return Ok(());
         };
-        let events = self.events.take();
+        // Buffered events go with the last row; without rows they wait for the next write.
+        let events = if rows.is_empty() {
+            Vec::new()
+        } else {
+            self.events.take()
+        };
         let last = rows.len().saturating_sub(1);
         let writes: Vec<CallWrite<'_>> = rows
             .iter()
@@ -122,14 +117,22 @@ impl Driver {
                 events: if position == last { &events } else { &[] },
             })
             .collect();
-        if let [write] = writes.as_slice() {
-            store
-                .append_call(&self.setup.run_id, write.clone(), Fence(&lease_token))
-                .await?;
-        } else {
-            store
-                .append_calls(&self.setup.run_id, &writes, Fence(&lease_token))
-                .await?;
+        match (sessions, writes.as_slice()) {
+            ([], [write]) => {
+                store
+                    .append_call(&self.setup.run_id, write.clone(), Fence(&lease_token))
+                    .await?
+            }
+            ([session], []) => {
+                store
+                    .journal_session(&self.setup.run_id, session, Fence(&lease_token))
+                    .await?
+            }
+            _ => {
+                store
+                    .commit_group(&self.setup.run_id, sessions, &writes, Fence(&lease_token))
+                    .await?
+            }
         }
         let agents = rows
             .iter()

@@ -370,6 +370,9 @@ struct Driver {
     /// Calls settled since the last group commit, in settlement order: their rows are
     /// written in one transaction and only then are they answered ([`durability`]).
     settling: Vec<Settled>,
+    /// Sessions opened since the last group commit, journaled in its transaction; each
+    /// call's task prompts once its entry is written (or could not be).
+    journaling: Vec<(crate::model::OpenSession, tokio::sync::oneshot::Sender<()>)>,
     /// Until when the lease is known to hold, on this host's monotonic clock (the last
     /// renewal that succeeded, plus the TTL): the heartbeat tolerates a failed renewal only
     /// while the next one would still come before it ([`durability`]).
@@ -455,6 +458,7 @@ impl Driver {
             reopening: sessions::Reopening::default(),
             tally: Tally::default(),
             settling: Vec::new(),
+            journaling: Vec::new(),
             vm,
             halted_vm: None,
             setup,

@@ -90,8 +90,9 @@ impl Driver {
     }
 
     /// A call's session opened: its path and reference are kept for the row, and a session
-    /// the agent can reopen is journaled (root calls of a live generation) before the task
-    /// may prompt. A refused write halts the generation as any lost write does.
+    /// the agent can reopen is journaled (root calls of a live generation) with the group
+    /// commit this activity joins, before the task may prompt. A refused write halts the
+    /// generation as any lost write does.
     pub(super) async fn on_session_opened(&mut self, index: u32, opened: SessionOpened) {
         let SessionOpened {
             session,
@@ -120,9 +121,9 @@ impl Driver {
                 cwd,
                 opened_at: crate::util::now_ms(),
             };
-            if let Err(lost) = self.journal_session(&entry).await {
-                self.on_lost_write(lost);
-            }
+            // Written with the group commit this activity joins; the task prompts after.
+            self.journaling.push((entry, written));
+            return;
         }
         let _ = written.send(());
     }

@@ -326,10 +326,10 @@ impl A2a {
             let events = stream::follow(
                 self.api.clone(),
                 owner.clone(),
-                id.clone(),
-                version,
+                (id.clone(), version),
                 view,
                 fresh,
+                stream::Until::Interrupted,
             );
             return Ok(Outcome::Stream(events));
         }

@@ -2,15 +2,15 @@
 //! `CreateTaskPushNotificationConfig` or `SendMessage`'s `configuration`, 0.3
 //! `tasks/pushNotificationConfig/set` or `message/send`'s `configuration`), and this replica
 //! POSTs each change of the task to it: the task first, then its status and artifact
-//! updates, exactly what a stream carries (`stream::follow`), until the task is over or
-//! waits for input.
+//! updates, as a stream carries them (`stream::follow`), until the task is over (through
+//! any checkpoint it waits at and is answered).
 //!
 //! Only URLs under a prefix the operator allowed (`--a2a-push-allow`) are taken; without one
 //! the card offers no push notifications and the methods are refused. Each delivery carries
 //! the config's token (`X-A2A-Notification-Token`) and authentication (`Authorization:
 //! <scheme> <credentials>`), and is tried [`ATTEMPTS`] times with doubling pauses before it
 //! is given up (logged). Configs live in this process's memory: bounded per task and in all,
-//! gone with the process, and deleted with their task's stream when it ends.
+//! gone with the process, and deleted when their task is over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -192,7 +192,7 @@ impl Pushes {
         }
     }
 
-    /// Forgets a config whose deliveries ended (its task is over or waits for input).
+    /// Forgets a config whose deliveries ended (its task is over).
     fn forget(&self, task_id: &RunId, config: &Config) {
         let mut configs = self.configs.locked();
         if let Some(of_task) = configs.get_mut(task_id) {
@@ -321,8 +321,14 @@ async fn deliver(
     config: Config,
 ) {
     let task_id = view.run_id.clone();
-    let mut events =
-        super::stream::follow(api.clone(), owner, Value::Null, config.version, view, false);
+    let mut events = super::stream::follow(
+        api.clone(),
+        owner,
+        (Value::Null, config.version),
+        view,
+        false,
+        super::stream::Until::Final,
+    );
     loop {
         let event = tokio::select! {
             _ = config.stop.cancelled() => return,

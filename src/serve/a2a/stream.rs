@@ -1,7 +1,8 @@
 //! A task as a stream (`SendStreamingMessage` / `message/stream`, and `SubscribeToTask` /
 //! `tasks/resubscribe`): the task first, then a status update each time its state or step
 //! changes, the result artifact before the completed status, and the end of the stream at a
-//! final or input-required state (0.3 marks that last update `final`).
+//! final or input-required state (0.3 marks that last update `final`). Push notifications
+//! follow the same way to a final state only.
 //!
 //! The follower wakes on the engine's notices for the run (this replica executes it) and
 //! once a second otherwise (another replica does), and reads the task through the run API
@@ -26,20 +27,31 @@ const BUFFER: usize = 8;
 /// How often the follower reads the task without a notice (a run on another replica).
 const POLL: Duration = Duration::from_secs(1);
 
-/// Whether a task in `state` ends its stream.
-fn ends_stream(state: TaskState) -> bool {
-    state.is_final() || state == TaskState::InputRequired
+/// Where a follower stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Until {
+    /// At a final state or `input-required`: a stream, which the client reopens with a new
+    /// message or a subscription.
+    Interrupted,
+    /// At a final state only: push notifications, which go on after a checkpoint's answer.
+    Final,
+}
+
+impl Until {
+    fn reached(self, state: TaskState) -> bool {
+        state.is_final() || (self == Until::Interrupted && state == TaskState::InputRequired)
+    }
 }
 
 /// Streams the task of `first` (just read, or just started when `fresh`) to the client of
-/// JSON-RPC request `id`.
+/// JSON-RPC request `id`, until `until`.
 pub(super) fn follow(
     api: Arc<RunApi>,
     owner: OwnerKey,
-    id: Value,
-    version: Version,
+    (id, version): (Value, Version),
     first: RunView,
     fresh: bool,
+    until: Until,
 ) -> mpsc::Receiver<Value> {
     let (sender, receiver) = mpsc::channel(BUFFER);
     // Subscribed before anything is read, so no change between the read and the wait is
@@ -50,13 +62,14 @@ pub(super) fn follow(
             sender,
             id,
             version,
+            until,
         };
         let run_id = first.run_id.clone();
         let mut seen = Seen::of(&first, fresh);
         if !out
             .send(json!({"task": task::task(&first, version, fresh)}), "task")
             .await
-            || ends_stream(seen.state)
+            || until.reached(seen.state)
         {
             return;
         }
@@ -106,7 +119,7 @@ async fn follow_changes(
             {
                 return;
             }
-            let done = ends_stream(seen.state);
+            let done = out.until.reached(seen.state);
             if !out
                 .status(&task::task(&view, out.version, false), done)
                 .await
@@ -157,6 +170,7 @@ struct Out {
     sender: mpsc::Sender<Value>,
     id: Value,
     version: Version,
+    until: Until,
 }
 
 impl Out {

@@ -114,6 +114,7 @@ macro_rules! store_contract_tests {
             resumes_due_are_the_paused_runs_whose_moment_came,
             open_sessions_are_journaled_per_call_and_generation,
             open_sessions_are_fenced_and_deleted_with_the_run,
+            a_group_commit_journals_sessions_and_appends_calls_fenced,
             the_queue_keeps_order_and_its_bound,
             claims_take_the_head_once_each,
         );

@@ -113,3 +113,52 @@ pub async fn open_sessions_are_fenced_and_deleted_with_the_run<B: Backend>(backe
         "a new run under the same id starts with no journaled session"
     );
 }
+
+/// A group commit journals its sessions and appends its calls together, fenced: the holder's
+/// lands whole; after a takeover the old holder's writes neither.
+pub async fn a_group_commit_journals_sessions_and_appends_calls_fenced<B: Backend>(backend: &B) {
+    let WithRun {
+        data,
+        store,
+        record,
+    } = with_run(backend).await;
+    let id = &record.run_id;
+    let rows = [call(1, 0, 1), call(1, 1, 2)];
+    let events = [event(1, "agentEnd")];
+    let writes = [write(&rows[0], &[], &[]), write(&rows[1], &[], &events)];
+    let sessions = [open_session(1, 2, "s-2"), open_session(1, 3, "s-3")];
+    store
+        .commit_group(id, &sessions, &writes, Fence("token-a"))
+        .await
+        .expect("commit the group");
+    assert_eq!(store.open_sessions(id).await.expect("read"), sessions);
+    assert_eq!(store.calls(id).await.expect("read").len(), 2);
+    // Sessions alone are a group too.
+    store
+        .commit_group(id, &[open_session(1, 4, "s-4")], &[], Fence("token-a"))
+        .await
+        .expect("commit sessions alone");
+    assert_eq!(store.open_sessions(id).await.expect("read").len(), 3);
+
+    let second = backend.open(&data).await;
+    assert!(
+        second
+            .acquire_lease(id, Some("token-a"), &lease("token-b"))
+            .await
+            .expect("take over")
+    );
+    let late = [call(1, 5, 3)];
+    assert_fenced(
+        store
+            .commit_group(
+                id,
+                &[open_session(1, 5, "s-5")],
+                &[write(&late[0], &[], &[])],
+                Fence("token-a"),
+            )
+            .await,
+        "a group commit by the old holder",
+    );
+    assert_eq!(second.open_sessions(id).await.expect("read").len(), 3);
+    assert_eq!(second.calls(id).await.expect("read").len(), 2);
+}

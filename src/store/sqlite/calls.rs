@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
 use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_sql_integer};
-use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, LiveReason, RunId};
+use crate::model::{CallKind, CallOrigin, CallOutcome, CallRecord, LiveReason, OpenSession, RunId};
 use crate::store::{CallTail, CallWrite, Fence, StoreError, StoreResult};
 
 /// The columns every call read selects, in the order of [`CALL_COLUMNS`], from
@@ -301,9 +301,23 @@ pub(super) fn append(
     writes: &[CallWrite<'_>],
     fence: Fence<'_>,
 ) -> StoreResult<()> {
+    commit_group(connection, run_id, &[], writes, fence)
+}
+
+/// Journals `sessions` and appends `writes` in one transaction ([`crate::store::Calls::commit_group`]).
+pub(super) fn commit_group(
+    connection: &mut Connection,
+    run_id: &RunId,
+    sessions: &[OpenSession],
+    writes: &[CallWrite<'_>],
+    fence: Fence<'_>,
+) -> StoreResult<()> {
     let doing = || format!("append calls of run {run_id}");
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    for session in sessions {
+        super::sessions::insert(&transaction, run_key, run_id, session)?;
+    }
     for write in writes {
         insert_call(&transaction, run_key, run_id, write.record)?;
         for &row in write.supersedes {

@@ -291,6 +291,16 @@ impl Calls for SqliteStore {
         self.with(|connection| calls::append(connection, run_id, writes, fence))
     }
 
+    async fn commit_group(
+        &self,
+        run_id: &RunId,
+        sessions: &[OpenSession],
+        writes: &[CallWrite<'_>],
+        fence: Fence<'_>,
+    ) -> StoreResult<()> {
+        self.with(|connection| calls::commit_group(connection, run_id, sessions, writes, fence))
+    }
+
     async fn journal_session(
         &self,
         run_id: &RunId,

@@ -2,7 +2,7 @@
 //! lease before the call's first prompt (one row per call and generation, a later attempt's
 //! session replacing an earlier one), and read back whole when a later generation starts.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction};
 
 use super::connection::{Context, write_transaction};
 use super::rows::{RowReader, fenced_run_key, run_key, to_json};
@@ -21,9 +21,27 @@ pub(super) fn journal(
             session.index
         )
     };
-    let session_json = to_json(&session.session, "session reference")?;
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    insert(&transaction, run_key, run_id, session)?;
+    transaction.commit().context(doing)
+}
+
+/// Writes `session`'s row (replacing the call's earlier entry of its generation) inside a
+/// transaction that already holds the fence.
+pub(super) fn insert(
+    transaction: &Transaction<'_>,
+    run_key: i64,
+    run_id: &RunId,
+    session: &OpenSession,
+) -> StoreResult<()> {
+    let doing = || {
+        format!(
+            "journal the session of call {} of run {run_id}",
+            session.index
+        )
+    };
+    let session_json = to_json(&session.session, "session reference")?;
     transaction
         .prepare_cached(
             "INSERT INTO open_sessions (run_key, generation, call_index, hash, path,
@@ -48,7 +66,7 @@ pub(super) fn journal(
             ])
         })
         .context(doing)?;
-    transaction.commit().context(doing)
+    Ok(())
 }
 
 pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<OpenSession>> {
