@@ -104,13 +104,13 @@ fn official_client(version: &str) {
 
 /// A local webhook: every POST recorded (headers in lower case, the JSON body), the first
 /// answered 500 (so delivery must retry), the rest 200.
-struct Receiver {
-    address: std::net::SocketAddr,
-    posts: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+pub(crate) struct Receiver {
+    pub(crate) address: std::net::SocketAddr,
+    pub(crate) posts: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         let posts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -1,7 +1,8 @@
 //! A2A push notifications to an `https://` webhook: the server checks the webhook's
 //! certificate against the roots the platform names (here `SSL_CERT_FILE`, a certificate
 //! authority the test makes) and delivers over TLS, token included; a webhook whose
-//! certificate no root vouches for gets nothing.
+//! certificate no root vouches for gets nothing. Deliveries go on through a checkpoint: the
+//! webhook hears the task wait for input, and, once a message answers it, complete.
 
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 
-use crate::a2a::{call, read_request};
+use crate::a2a::{Receiver, call, read_request};
 use crate::serve::{Served, copy_folder, fixtures, wait_until};
 use crate::support::context::TestContext;
 
@@ -144,4 +145,66 @@ fn an_https_webhook_gets_the_task_over_tls_and_an_untrusted_one_gets_nothing() {
         "the refused deliveries are logged:\n{}",
         stopped.stderr
     );
+}
+
+#[test]
+fn pushes_go_on_through_a_checkpoint_answered_by_a_message() {
+    let receiver = Receiver::start();
+    let ctx = TestContext::new();
+    let folder = copy_folder(&ctx, &fixtures(), "workflows");
+    let allow = format!("http://{}/hooks/", receiver.address);
+    let server = Served::start(&ctx, &folder, &["--a2a-push-allow", &allow]);
+    let started = call(
+        &server,
+        &[],
+        None,
+        "message/send",
+        json!({
+            "message": {"messageId": "m1", "role": "user", "parts": [],
+                        "metadata": {"skill": "approval", "input": {"request": "ship"}}},
+            "configuration": {"pushNotificationConfig": {"url": format!("{allow}gate")}},
+        }),
+    );
+    let task = started["result"]["id"].as_str().expect("a task").to_owned();
+    let state_pushed =
+        |state: &str| {
+            receiver.posts.lock().unwrap().iter().any(|(_, body)| {
+                body["kind"] == "status-update" && body["status"]["state"] == state
+            })
+        };
+    wait_until("the webhook hearing the task wait for input", || {
+        state_pushed("input-required")
+    });
+    let answered = call(
+        &server,
+        &[],
+        None,
+        "message/send",
+        json!({"message": {"messageId": "m2", "role": "user", "taskId": task,
+                           "parts": [{"kind": "text", "text": "yes"}]}}),
+    );
+    assert_eq!(answered["result"]["id"], task.as_str(), "{answered}");
+    wait_until("the webhook hearing the task complete", || {
+        state_pushed("completed")
+    });
+    let posts = receiver.posts.lock().unwrap().clone();
+    let waiting = posts
+        .iter()
+        .find(|(_, body)| body["status"]["state"] == "input-required")
+        .unwrap();
+    assert_eq!(
+        waiting.1["final"], false,
+        "the checkpoint does not end the pushes: {posts:?}"
+    );
+    let done = posts
+        .iter()
+        .find(|(_, body)| body["kind"] == "artifact-update")
+        .expect("the result artifact pushed");
+    let result: Value =
+        serde_json::from_str(done.1["artifact"]["parts"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(result["approved"], true, "{result}");
+    let last = &posts.last().unwrap().1;
+    assert_eq!(last["final"], true, "{last}");
+    let stopped = server.stop();
+    assert_eq!(stopped.status.code(), Some(0), "{}", stopped.stderr);
 }
