@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::manager::Rejected;
-use crate::engine::{EngineError, RunRequest, ScriptInput, StatusQuery};
+use crate::engine::{EngineError, StatusQuery};
 use crate::model::{Enqueued, QueueOutcome, QueuedStart, RunId};
 
 use super::owners::OwnerKey;
@@ -170,7 +170,7 @@ pub(crate) async fn dispatch_loop(api: Arc<RunApi>, shutdown: CancellationToken)
 async fn dispatch(api: &RunApi, queue: &StartQueue, shutdown: &CancellationToken) {
     let claimer = api.engine.owner().owner_id.clone();
     while !shutdown.is_cancelled() {
-        let Some(waiting) = observe(api).await else {
+        let Some((waiting, now)) = observe(api).await else {
             return;
         };
         if waiting == 0 {
@@ -184,13 +184,6 @@ async fn dispatch(api: &RunApi, queue: &StartQueue, shutdown: &CancellationToken
                 return;
             }
         }
-        let now = match api.engine.queue_now().await {
-            Ok(now) => now,
-            Err(error) => {
-                tracing::warn!("queue: cannot read the store's clock: {error}");
-                return;
-            }
-        };
         let until = now.saturating_add(queue.options.claim_ttl.as_millis() as i64);
         let claimed = api.engine.queue().claim_queued(&claimer, now, until).await;
         match claimed {
@@ -208,26 +201,31 @@ async fn dispatch(api: &RunApi, queue: &StartQueue, shutdown: &CancellationToken
     }
 }
 
-/// Reads the queue's length and oldest wait into `/metrics`; the length, `None` when the
-/// store cannot be read.
-async fn observe(api: &RunApi) -> Option<u64> {
-    let stats = match api.engine.queue().queue_stats().await {
-        Ok(stats) => stats,
+/// Reads the queue's length and oldest wait into `/metrics`; the length and the queue's
+/// clock (claims are dated with it), `None` when the store cannot be read.
+async fn observe(api: &RunApi) -> Option<(u64, i64)> {
+    let read = async {
+        Ok::<_, String>((
+            api.engine
+                .queue()
+                .queue_stats()
+                .await
+                .map_err(|e| e.to_string())?,
+            api.engine.queue_now().await.map_err(|e| e.to_string())?,
+        ))
+    };
+    let (stats, now) = match read.await {
+        Ok(read) => read,
         Err(error) => {
-            tracing::warn!("queue: cannot read its length: {error}");
+            tracing::warn!("queue: cannot read its length and clock: {error}");
             return None;
         }
     };
-    let now = api
-        .engine
-        .queue_now()
-        .await
-        .unwrap_or_else(|_| crate::util::now_ms());
     let oldest_wait = stats
         .oldest_enqueued_at
         .map_or(0, |at| now.saturating_sub(at).max(0) as u64);
     crate::metrics::global().set_queue(stats.length, Duration::from_millis(oldest_wait));
-    Some(stats.length)
+    Some((stats.length, now))
 }
 
 /// Starts one claimed entry under its id; `false` when this replica has no slot after all
@@ -248,14 +246,7 @@ async fn start_claimed(api: &RunApi, claimer: &str, start: QueuedStart) -> bool 
         end_failed(api, &run_id, &message).await;
         return true;
     };
-    let request = RunRequest {
-        project_dir: api.folder.root.clone(),
-        script: ScriptInput::Path(workflow.path.clone()),
-        args: start.arguments.clone(),
-        limits: Default::default(),
-        caller: Some(start.caller.clone()),
-        trace: None,
-    };
+    let request = api.run_request(&workflow.path, start.arguments.clone(), &start.caller);
     match api.engine.start_as(request, run_id.clone()).await {
         Ok(_) => {
             let waited = api

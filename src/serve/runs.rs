@@ -79,14 +79,7 @@ impl RunApi {
             let run_id = self.enqueue(owner, &workflow.name, arguments).await?;
             return self.view(&run_id).await;
         }
-        let request = RunRequest {
-            project_dir: self.folder.root.clone(),
-            script: ScriptInput::Path(workflow.path.clone()),
-            args: arguments.clone(),
-            limits: Default::default(),
-            caller: Some(owner.as_str().to_owned()),
-            trace: None,
-        };
+        let request = self.run_request(&workflow.path, arguments.clone(), owner.as_str());
         let admission = match self.engine.start(request).await {
             Ok(admission) => admission,
             Err(EngineError::Rejected(Rejected::Capacity(_))) if self.queue.is_some() => {
@@ -263,6 +256,24 @@ impl RunApi {
 }
 
 impl RunApi {
+    /// The request that starts the folder's workflow at `path` with `arguments` for the
+    /// owner key `caller` (a start now, or a queued one when its turn comes).
+    pub(crate) fn run_request(
+        &self,
+        path: &std::path::Path,
+        arguments: Value,
+        caller: &str,
+    ) -> RunRequest {
+        RunRequest {
+            project_dir: self.folder.root.clone(),
+            script: ScriptInput::Path(path.to_path_buf()),
+            args: arguments,
+            limits: Default::default(),
+            caller: Some(caller.to_owned()),
+            trace: None,
+        }
+    }
+
     /// The queue entry of `run_id`, if there is one.
     async fn queued(&self, run_id: &RunId) -> Result<Option<QueuedEntry>, RunError> {
         self.engine

@@ -148,13 +148,21 @@ fn read_post(stream: &mut std::net::TcpStream) -> Option<(String, Value)> {
     read_request(stream)
 }
 
-/// One HTTP/1.1 request read from `stream`: its head (lower case) and JSON body.
+/// The largest head and body the test webhooks read; a request over either is dropped.
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_BODY: usize = 1024 * 1024;
+
+/// One HTTP/1.1 request read from `stream`: its head (lower case) and JSON body, at most
+/// [`MAX_HEAD`] and [`MAX_BODY`] bytes.
 pub(crate) fn read_request(stream: &mut impl std::io::Read) -> Option<(String, Value)> {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 4096];
     let split = loop {
         if let Some(at) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
             break at;
+        }
+        if bytes.len() > MAX_HEAD {
+            return None;
         }
         let read = stream.read(&mut chunk).ok()?;
         if read == 0 {
@@ -166,7 +174,8 @@ pub(crate) fn read_request(stream: &mut impl std::io::Read) -> Option<(String, V
     let length: usize = head
         .lines()
         .find_map(|line| line.strip_prefix("content-length:"))
-        .and_then(|value| value.trim().parse().ok())?;
+        .and_then(|value| value.trim().parse().ok())
+        .filter(|length| *length <= MAX_BODY)?;
     let mut body = bytes[split + 4..].to_vec();
     while body.len() < length {
         let read = stream.read(&mut chunk).ok()?;

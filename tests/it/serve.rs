@@ -9,7 +9,7 @@
 mod durability;
 mod guards;
 mod ownership;
-mod queue;
+pub(crate) mod queue;
 mod startup;
 mod sync_calls;
 

@@ -186,6 +186,12 @@ pub async fn claims_take_the_head_once_each<B: Backend>(backend: &B) {
     let lapsed = other.claim_queued("r4", 5_001, 9_000).await.expect("claim");
     assert_eq!(lapsed.map(|s| s.run_id), Some(run_id("q-bbbbb1")));
 
+    ended_entries_tell_their_remover_and_are_pruned(&store).await;
+}
+
+/// The end of [`claims_take_the_head_once_each`]: `q-bbbbb1` is claimed, `q-bbbbb3` was
+/// canceled at 1,100 and `q-bbbbb2` waits, claimed.
+async fn ended_entries_tell_their_remover_and_are_pruned(store: &Arc<dyn Store>) {
     // An entry ended while it was being started tells its remover so.
     assert!(
         store
@@ -209,7 +215,7 @@ pub async fn claims_take_the_head_once_each<B: Backend>(backend: &B) {
 
     // Ended entries stay readable until pruned.
     assert_eq!(
-        position(&store, "q-bbbbb3").await,
+        position(store, "q-bbbbb3").await,
         Some(QueuedState::Ended {
             outcome: QueueOutcome::Canceled,
             message: "canceled by its owner".to_owned()
@@ -221,7 +227,7 @@ pub async fn claims_take_the_head_once_each<B: Backend>(backend: &B) {
         "ended at 1100, not before"
     );
     assert_eq!(store.prune_queue(1_101).await.expect("prune"), 1);
-    assert_eq!(position(&store, "q-bbbbb3").await, None);
+    assert_eq!(position(store, "q-bbbbb3").await, None);
     assert_eq!(
         store.queue_stats().await.expect("stats"),
         QueueStats {

@@ -3,24 +3,19 @@
 //! to the bound with positions in the order sent, refused past it, and each freed slot goes to
 //! the oldest waiting start, whichever replica it was sent to, until every start completed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use super::housekeeping::metrics;
 use super::{TOKEN, as_user, context, prompted, replica_at, workflows};
 use crate::pg_tls::{VerifiedStore, verified_store};
+use crate::serve::queue::open_gates;
 use crate::serve::{Client, wait_until};
 
 /// Runs sent: three start at once (one slot per replica), six wait (the bound).
 const RUNS: usize = 9;
 const BOUND: &str = "6";
-
-fn open_gates(gates: &Path) {
-    for title in ["Gather", "Analyze", "Publish"] {
-        std::fs::write(gates.join(title), "").unwrap();
-    }
-}
 
 #[test]
 fn a_burst_beyond_capacity_waits_in_order_on_three_replicas_over_tls_and_every_start_completes() {
