@@ -22,6 +22,10 @@
 //! `<program> on <daemon pid>` before and `<program> off <daemon pid>` after them (for
 //! example a script calling `callgrind_control -i on|off` on a daemon started through
 //! valgrind), so a profile covers admissions and nothing else.
+//! `AGENTPRISM_BENCH_ONLY=fanout` measures the two fan-outs only; with the hook it first
+//! makes one fan-out of [`PROFILED_CALLS`] calls whose script waits at a checkpoint before
+//! it starts, and runs the hook's `on` before answering the checkpoint and its `off` once
+//! the run completed, so the profile holds the fan-out's execution and nothing before it.
 
 use std::process::ExitCode;
 use std::sync::Barrier;
@@ -94,6 +98,18 @@ fn run() -> Result<()> {
         }
         zero_agent_p50(&mut client, &project, &mut table)?;
         admissions_per_second(&daemon, &world, &mut table)?;
+        drop(daemon);
+        print_table(&table);
+        return Ok(());
+    }
+
+    if std::env::var("AGENTPRISM_BENCH_ONLY").as_deref() == Ok("fanout") {
+        if let Some(hook) = std::env::var_os("AGENTPRISM_BENCH_HOOK") {
+            profiled_fan_out(&daemon, &mut client, &project, &hook)?;
+        }
+        for size in FAN_OUTS {
+            fan_out(&daemon, &mut client, &project, size / scale, &mut table)?;
+        }
         drop(daemon);
         print_table(&table);
         return Ok(());
@@ -338,25 +354,73 @@ fn profiled_admissions(
         })
         .collect::<std::io::Result<_>>()
         .context("creating the profiled projects")?;
-    let run_hook = |phase: &str| -> Result<()> {
-        let status = std::process::Command::new(hook)
-            .args([phase, &daemon.pid.to_string()])
-            .status()
-            .with_context(|| format!("running the hook {}", hook.to_string_lossy()))?;
-        ensure!(status.success(), "the hook's `{phase}` failed: {status}");
-        Ok(())
-    };
-    run_hook("on")?;
+    run_hook(hook, "on", daemon.pid)?;
     let mut runs = Vec::with_capacity(PROFILED);
     for index in 0..PROFILED {
         let project = &projects[index % PROFILED_PROJECTS];
         runs.push(start_run(client, project, ZERO_AGENT, 0)?.0);
     }
-    run_hook("off")?;
+    run_hook(hook, "off", daemon.pid)?;
     for run_id in &runs {
         wait_for_end(client, run_id)?;
     }
     println!("profiled {PROFILED} admissions between the hook's on and off");
+    Ok(())
+}
+
+/// Calls of the fan-out [`profiled_fan_out`] brackets with the hook.
+const PROFILED_CALLS: u32 = 5_000;
+
+/// One fan-out of [`PROFILED_CALLS`] whose execution, and nothing else, runs between the
+/// hook's `on` and `off`: its script waits at a checkpoint first, answered once `on` ran.
+fn profiled_fan_out(
+    daemon: &Daemon,
+    client: &mut Client,
+    project: &str,
+    hook: &std::ffi::OsStr,
+) -> Result<()> {
+    let script = concurrent_script(PROFILED_CALLS, CONCURRENCY).replacen(
+        "\n",
+        "\nawait checkpoint('go?');\n",
+        1,
+    );
+    let (run_id, _) = start_run(client, project, &script, PROFILED_CALLS + 1)?;
+    wait_for_status(client, &run_id, "paused")?;
+    run_hook(hook, "on", daemon.pid)?;
+    let answer = tool_call(
+        client,
+        json!({"action": "resume", "runId": run_id, "checkpointReplies": {"0": true}}),
+    );
+    ensure!(
+        answer["result"]["structuredContent"]["accepted"] == json!(true),
+        "the checkpoint's answer was refused: {answer}"
+    );
+    wait_for_end(client, &run_id)?;
+    run_hook(hook, "off", daemon.pid)?;
+    println!(
+        "profiled the execution of a {PROFILED_CALLS}-call fan-out between the hook's on and off"
+    );
+    Ok(())
+}
+
+fn run_hook(hook: &std::ffi::OsStr, phase: &str, pid: i32) -> Result<()> {
+    let status = std::process::Command::new(hook)
+        .args([phase, &pid.to_string()])
+        .status()
+        .with_context(|| format!("running the hook {}", hook.to_string_lossy()))?;
+    ensure!(status.success(), "the hook's `{phase}` failed: {status}");
+    Ok(())
+}
+
+fn wait_for_status(client: &mut Client, run_id: &str, wanted: &str) -> Result<()> {
+    let deadline = Instant::now() + RUN_DEADLINE;
+    while status_of(client, run_id)?["status"] != json!(wanted) {
+        ensure!(
+            Instant::now() < deadline,
+            "run {run_id} never became {wanted}"
+        );
+        std::thread::sleep(POLL);
+    }
     Ok(())
 }
 

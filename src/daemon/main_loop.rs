@@ -141,8 +141,8 @@ pub(super) struct Daemon {
     supersessions: mpsc::UnboundedReceiver<String>,
     /// Changes when an MCP session or request begins or ends.
     activity: tokio::sync::watch::Receiver<u64>,
-    /// Run notices: a settled run may have been the last work (idle clock, lame duck's
-    /// drain). `None` once the engine closed the channel.
+    /// Run notices without events: a settled run may have been the last work (idle clock,
+    /// lame duck's drain). `None` once the engine closed the channel.
     notices: Option<broadcast::Receiver<RunNotice>>,
     /// When the daemon last became idle; `None` while busy.
     idle_since: Option<Instant>,
@@ -267,7 +267,7 @@ impl Daemon {
         }
         // Subscribed before anything is served, so no session or run can end unnoticed.
         let activity = services.server.activity();
-        let notices = services.engine.subscribe();
+        let notices = services.engine.subscribe_lifecycle();
         Ok(Daemon {
             settings: start.settings,
             paths: start.paths,

@@ -67,11 +67,15 @@ fn json_len_bound(value: &Value) -> usize {
     }
 }
 
-/// What live subscribers receive.
+/// What live subscribers receive. A receiver clones each notice it takes, so an event's
+/// record is shared rather than copied.
 #[derive(Clone, Debug)]
 pub enum RunNotice {
     /// An event was appended to the run's stream.
-    Event { run_id: RunId, record: EventRecord },
+    Event {
+        run_id: RunId,
+        record: std::sync::Arc<EventRecord>,
+    },
     /// A permission request waits for an answer (see `PermissionBroker`).
     Permission {
         run_id: RunId,
@@ -80,6 +84,51 @@ pub enum RunNotice {
     },
     /// The run settled (paused or terminal) and its record is written.
     Settled { run_id: RunId, status: String },
+}
+
+/// The engine's two broadcasts of [`RunNotice`]s: every notice, and the lifecycle only
+/// (permission requests and settlements, no events). A subscriber that has no use for
+/// events takes the second and is not woken for each of a run's events.
+#[derive(Clone, Debug)]
+pub struct Notices {
+    all: broadcast::Sender<RunNotice>,
+    lifecycle: broadcast::Sender<RunNotice>,
+}
+
+impl Notices {
+    /// Both broadcasts, each keeping at most `capacity` notices for a slow receiver.
+    pub fn new(capacity: usize) -> Notices {
+        Notices {
+            all: broadcast::channel(capacity).0,
+            lifecycle: broadcast::channel(capacity).0,
+        }
+    }
+
+    /// Every notice: events, permission requests, settlements.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
+        self.all.subscribe()
+    }
+
+    /// Permission requests and settlements only.
+    pub fn subscribe_lifecycle(&self) -> broadcast::Receiver<RunNotice> {
+        self.lifecycle.subscribe()
+    }
+
+    /// Sends a permission request or a settlement to both broadcasts.
+    pub fn lifecycle(&self, notice: RunNotice) {
+        let _ = self.lifecycle.send(notice.clone());
+        let _ = self.all.send(notice);
+    }
+
+    /// Sends an event, built only when someone listens.
+    fn event(&self, run_id: &RunId, record: impl FnOnce() -> EventRecord) {
+        if self.all.receiver_count() > 0 {
+            let _ = self.all.send(RunNotice::Event {
+                run_id: run_id.clone(),
+                record: std::sync::Arc::new(record()),
+            });
+        }
+    }
 }
 
 /// An event's payload built member by member, each projected as [`preview::project_event`]
@@ -163,7 +212,7 @@ pub(crate) struct EventLog {
     run_id_projected: (Value, bool, bool),
     next_seq: u64,
     pending: Vec<EventRecord>,
-    notices: Option<broadcast::Sender<RunNotice>>,
+    notices: Option<Notices>,
     /// The dry run's log: it writes nothing and has no subscriber, so events are numbered
     /// (for the seqs the driver reads back) and not built.
     discard: bool,
@@ -171,11 +220,7 @@ pub(crate) struct EventLog {
 
 impl EventLog {
     /// Continues a stream whose last written seq is `last_seq`.
-    pub(crate) fn new(
-        run_id: RunId,
-        last_seq: u64,
-        notices: Option<broadcast::Sender<RunNotice>>,
-    ) -> EventLog {
+    pub(crate) fn new(run_id: RunId, last_seq: u64, notices: Option<Notices>) -> EventLog {
         let (mut redacted, mut truncated) = (false, false);
         let projected = preview::project_event_text(run_id.as_str(), &mut redacted, &mut truncated);
         EventLog {
@@ -274,12 +319,9 @@ impl EventLog {
             truncated,
         };
         self.next_seq += 1;
-        // Without a subscriber the send would fail: the record is not cloned for nothing.
-        if let Some(notices) = self.notices.as_ref().filter(|n| n.receiver_count() > 0) {
-            let _ = notices.send(RunNotice::Event {
-                run_id: self.run_id.clone(),
-                record: record.clone(),
-            });
+        // Without a subscriber the record is not cloned for nothing.
+        if let Some(notices) = &self.notices {
+            notices.event(&self.run_id, || record.clone());
         }
         self.pending.push(record);
     }
@@ -307,6 +349,33 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lifecycle_broadcast_carries_no_events() {
+        let notices = Notices::new(8);
+        let mut all = notices.subscribe();
+        let mut lifecycle = notices.subscribe_lifecycle();
+        let run_id = RunId::parse("notices-1").expect("valid id");
+        let mut log = EventLog::new(run_id.clone(), 0, Some(notices.clone()));
+        log.push("log", "root", json!({"message": "hello"}));
+        notices.lifecycle(RunNotice::Settled {
+            run_id,
+            status: "completed".into(),
+        });
+        match all.try_recv() {
+            Ok(RunNotice::Event { record, .. }) => assert_eq!(record.event["message"], "hello"),
+            other => panic!("expected the event first, got {other:?}"),
+        }
+        assert!(matches!(all.try_recv(), Ok(RunNotice::Settled { .. })));
+        assert!(matches!(
+            lifecycle.try_recv(),
+            Ok(RunNotice::Settled { .. })
+        ));
+        assert!(
+            lifecycle.try_recv().is_err(),
+            "no event on the lifecycle broadcast"
+        );
+    }
 
     /// The old construction (a `Value` map projected whole) and the typed one, for the same
     /// event: the stored records must be the same bytes with the same flags.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 
 use crate::engine::events::RunNotice;
 use crate::engine::redact;
@@ -53,7 +53,7 @@ struct Waiting {
 #[derive(Clone, Default)]
 pub(crate) struct PermissionBroker {
     waiting: Arc<Mutex<BTreeMap<String, Waiting>>>,
-    notices: Option<broadcast::Sender<RunNotice>>,
+    notices: Option<crate::engine::events::Notices>,
 }
 
 /// Why an answer was refused.
@@ -68,7 +68,7 @@ pub(crate) enum PermissionError {
 }
 
 impl PermissionBroker {
-    pub(crate) fn new(notices: Option<broadcast::Sender<RunNotice>>) -> PermissionBroker {
+    pub(crate) fn new(notices: Option<crate::engine::events::Notices>) -> PermissionBroker {
         PermissionBroker {
             waiting: Arc::default(),
             notices,
@@ -102,7 +102,7 @@ impl PermissionBroker {
             },
         );
         if let (Some(notices), Ok(run_id)) = (&self.notices, RunId::parse(&request.run_id)) {
-            let _ = notices.send(RunNotice::Permission {
+            notices.lifecycle(RunNotice::Permission {
                 run_id,
                 permission_id: permission_id.clone(),
                 request: pending.to_json(),

@@ -2,8 +2,9 @@
 //! recorded session a re-run call continues, the prompt it continues with, and the path its
 //! record and events say it took.
 //!
-//! A live call's session is journaled when it opens (with the driver's next group commit,
-//! `Calls::commit_group`, before the first prompt; only sessions the agent can reopen, `AgentSession::reopen_method`). When a
+//! A live call's session is journaled once it opens (with the driver's next group commit,
+//! `Calls::commit_group`, or at its next tick; only sessions the agent can reopen,
+//! `AgentSession::reopen_method`, and none whose call settled on its own in that commit). When a
 //! later generation runs the same call live (same path, identity hash and inputs hash) after
 //! a usage or auth pause, a stop, a crash or a restart, [`continuation`] picks the session to
 //! reopen: the newest journaled one whose call did not settle on its own (no row, an aborted
@@ -106,7 +107,7 @@ pub fn continuation(
 }
 
 /// Whether a settled row's call did not end on its own.
-fn interrupted(row: &CallRecord) -> bool {
+pub(crate) fn interrupted(row: &CallRecord) -> bool {
     row.aborted
         || row
             .error

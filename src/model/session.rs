@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A session a live call opened, journaled before its first prompt. One per call and
+/// A session a live call opened, journaled once it opened. One per call and
 /// generation: a later attempt of the same call replaces it with the session it opened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

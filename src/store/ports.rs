@@ -219,7 +219,7 @@ pub trait Calls: CallReads {
         Ok(())
     }
 
-    /// Journals the session a live call opened, before its first prompt, fenced like every
+    /// Journals the session a live call opened, fenced like every
     /// execution write; the call's earlier entry in the same generation (an earlier
     /// attempt's session) is replaced. A crash leaves no settled row, so this entry is what
     /// a resumed run reopens the call's session from.

@@ -178,7 +178,7 @@ impl WorkflowServer {
             shutdown: server.shutdown.clone(),
         };
         server.tracker.spawn(bridge.run(notices, list_requests));
-        let notices = server.engine.subscribe();
+        let notices = server.engine.subscribe_lifecycle();
         server.tracker.spawn(
             server
                 .channels

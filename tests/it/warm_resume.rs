@@ -384,6 +384,28 @@ fn resume_and_check(daemons: &Daemons, run_id: &str, session_id: &str, reopens: 
     }
 }
 
+/// The session ids the store journaled for the run's live calls.
+fn journaled_sessions(ctx: &TestContext, run_id: &str) -> Vec<String> {
+    let database = ctx.state().join(agentprism::store::sqlite::DATABASE_FILE);
+    let connection = rusqlite::Connection::open(&database).expect("open the store");
+    let mut statement = connection
+        .prepare(
+            "SELECT sessions.session FROM open_sessions AS sessions JOIN runs USING (run_key)
+             WHERE runs.run_id = ?1",
+        )
+        .expect("prepare");
+    let references = statement
+        .query_map([run_id], |row| row.get::<_, String>(0))
+        .expect("query")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("read");
+    references
+        .iter()
+        .filter_map(|text| serde_json::from_str::<Value>(text).ok())
+        .filter_map(|reference| reference["sessionId"].as_str().map(str::to_owned))
+        .collect()
+}
+
 #[test]
 fn a_call_cut_off_by_a_daemon_crash_reopens_its_journaled_session() {
     // A new mock process reopens the id, as an agent that keeps its sessions on disk would.
@@ -391,6 +413,13 @@ fn a_call_cut_off_by_a_daemon_crash_reopens_its_journaled_session() {
     let port = daemons.start();
     let run_id = daemons.start_run(port, &held_script(&daemons.ctx.path("release")));
     let session_id = daemons.held_session();
+    // The session is journaled with the generation's next write, at most a tick after it
+    // opened; the crash comes once it is on record.
+    wait_for("the session to be journaled", || {
+        journaled_sessions(&daemons.ctx, &run_id)
+            .contains(&session_id)
+            .then_some(())
+    });
     daemons.crash();
     daemons.start();
     resume_and_check(&daemons, &run_id, &session_id, true);

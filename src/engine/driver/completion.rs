@@ -87,34 +87,34 @@ impl Driver {
     }
 
     /// The group commit: writes the rows of the calls settled since the last one in one
-    /// transaction, then answers them in settlement order. When the write is refused none
-    /// is answered (not durable, so a resume re-runs them) and the generation halts as
-    /// interrupted; `false` then.
+    /// transaction, with the sessions opened meanwhile, then answers them in settlement
+    /// order. A session whose call settled on its own in the same commit is not journaled:
+    /// nothing would reopen it. When the write is refused none is answered (not durable,
+    /// so a resume re-runs them) and the generation halts as interrupted; `false` then.
     pub(super) async fn commit_settled(&mut self) -> bool {
-        if self.settling.is_empty() && self.journaling.is_empty() {
+        if self.settling.is_empty() {
             return true;
         }
         let group = std::mem::take(&mut self.settling);
-        let (sessions, written): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.journaling).into_iter().unzip();
-        if !group.is_empty() {
-            self.push_budget();
-        }
+        self.push_budget();
         let rows: Vec<(&CallRecord, &[(u32, u32)])> = group
             .iter()
             .filter(|settled| settled.journaled)
             .map(|settled| (&settled.record, settled.supersedes.as_slice()))
             .collect();
+        let mut sessions = std::mem::take(&mut self.journaling);
+        sessions.retain(|entry| {
+            !rows.iter().any(|(row, _)| {
+                row.generation == entry.generation
+                    && row.index == entry.index
+                    && !crate::engine::reopen::interrupted(row)
+            })
+        });
         let recorded = if rows.is_empty() && sessions.is_empty() {
             Ok(())
         } else {
             self.record_calls(&sessions, &rows).await
         };
-        // The sessions' tasks go on either way: a lost write halts the generation, which
-        // cancels them.
-        for written in written {
-            let _ = written.send(());
-        }
         if let Err(lost) = recorded {
             self.on_lost_write(lost);
             return false;
@@ -125,6 +125,18 @@ impl Driver {
             }
         }
         true
+    }
+
+    /// Journals the sessions opened since the last write that no group commit carried (the
+    /// tick's: a session is on record at most one tick after it opened).
+    pub(super) async fn commit_journal(&mut self) {
+        if self.journaling.is_empty() || self.halt.is_some() {
+            return;
+        }
+        let sessions = std::mem::take(&mut self.journaling);
+        if let Err(lost) = self.record_calls(&sessions, &[]).await {
+            self.on_lost_write(lost);
+        }
     }
 
     /// The row of a settled call before its result is filled in.

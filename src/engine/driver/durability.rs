@@ -1,7 +1,10 @@
 //! The durability rule, in one place: every store write of a generation, the lease
 //! heartbeat, and what a failed one does. Besides settled calls and events, a live call's
-//! session is journaled when it opens, before its first prompt, in the same transaction as
-//! the group commit its opening joins (`Driver::commit_settled`, `Calls::commit_group`).
+//! session is journaled once it opens: in the transaction of the next group commit of
+//! settled calls, or at the loop's next tick when none comes first (`Driver::commit_settled`,
+//! `Driver::commit_journal`, `Calls::commit_group`). The call's prompt does not wait for it,
+//! and a session whose call settles on its own in that same commit is not journaled at
+//! all (nothing would reopen it).
 //!
 //! A settled call reaches the store before the script sees its result: the caller of
 //! [`Driver::record_calls`] answers the VM only on `Ok`. The row goes in one transaction with

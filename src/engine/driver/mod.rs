@@ -54,7 +54,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::engine::events::{EventLog, RunNotice};
+use crate::engine::events::EventLog;
 use crate::engine::journal::ReplayPool;
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::routing::{BackendLookup, Route, RoutingSnapshot};
@@ -140,7 +140,7 @@ pub(crate) struct DriverSetup {
     /// Where agents' permission requests wait for an answer.
     pub broker: PermissionBroker,
     /// Live notices for subscribers (`None` in the dry run).
-    pub notices: Option<tokio::sync::broadcast::Sender<RunNotice>>,
+    pub notices: Option<crate::engine::events::Notices>,
     /// Usage of the run so far; settled calls add to it.
     pub usage: Usage,
     /// The phase the root scope is in when the generation starts.
@@ -370,9 +370,9 @@ struct Driver {
     /// Calls settled since the last group commit, in settlement order: their rows are
     /// written in one transaction and only then are they answered ([`durability`]).
     settling: Vec<Settled>,
-    /// Sessions opened since the last group commit, journaled in its transaction; each
-    /// call's task prompts once its entry is written (or could not be).
-    journaling: Vec<(crate::model::OpenSession, tokio::sync::oneshot::Sender<()>)>,
+    /// Sessions opened since the last write, journaled with the next group commit of
+    /// settled calls or at the next tick, whichever comes first ([`durability`]).
+    journaling: Vec<crate::model::OpenSession>,
     /// Until when the lease is known to hold, on this host's monotonic clock (the last
     /// renewal that succeeded, plus the TTL): the heartbeat tolerates a failed renewal only
     /// while the next one would still come before it ([`durability`]).

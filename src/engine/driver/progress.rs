@@ -326,7 +326,7 @@ impl Driver {
             })
             .map(|(index, _)| *index)
             .collect();
-        if due.is_empty() && !self.events.has_pending() {
+        if due.is_empty() && !self.events.has_pending() && self.journaling.is_empty() {
             // An idle tick changes nothing status shows: it is no step.
             return;
         }
@@ -338,6 +338,7 @@ impl Driver {
                 .is_some_and(|c| !c.progress.dirty);
             self.emit_progress(index, if heartbeat { "heartbeat" } else { "activity" });
         }
+        self.commit_journal().await;
         if self.events.has_pending()
             && self.halt.is_none()
             && let Err(lost) = self.flush_events().await

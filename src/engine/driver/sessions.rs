@@ -2,10 +2,9 @@
 //! reads when it starts, the recorded session a re-run call continues (the choice is
 //! `engine::reopen`'s), and what the driver does when a call's session opened: it keeps the
 //! path the session took for the call's row and `agentEnd`, and journals a session the
-//! agent can reopen before the call's first prompt goes out (the task waits for it).
+//! agent can reopen with the generation's next write ([`super::durability`]).
 
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use crate::engine::driver::{Driver, Persistence};
 use crate::engine::reopen::{self, CallIdentity, FreshReason, ReopenPath};
@@ -25,9 +24,8 @@ pub(super) struct SessionOpened {
     pub(super) session: Option<Value>,
     /// Set when the call asked to reopen a session: what became of it.
     pub(super) path: Option<ReopenPath>,
-    /// For a session the agent can reopen: its reference and folder, to journal, and the
-    /// task's wait, answered once the entry is written (or could not be).
-    pub(super) journal: Option<(Value, String, oneshot::Sender<()>)>,
+    /// For a session the agent can reopen: its reference and folder, to journal.
+    pub(super) journal: Option<(Value, String)>,
 }
 
 /// What the driver keeps of a live call's session.
@@ -90,9 +88,9 @@ impl Driver {
     }
 
     /// A call's session opened: its path and reference are kept for the row, and a session
-    /// the agent can reopen is journaled (root calls of a live generation) with the group
-    /// commit this activity joins, before the task may prompt. A refused write halts the
-    /// generation as any lost write does.
+    /// the agent can reopen is journaled (root calls of a live generation) with the next
+    /// group commit of settled calls or at the next tick, whichever comes first; the task
+    /// prompts at once. A refused write halts the generation as any lost write does.
     pub(super) async fn on_session_opened(&mut self, index: u32, opened: SessionOpened) {
         let SessionOpened {
             session,
@@ -107,7 +105,7 @@ impl Driver {
         if path.is_some() {
             call.session.path = path;
         }
-        let Some((reference, cwd, written)) = journal else {
+        let Some((reference, cwd)) = journal else {
             return;
         };
         if call.scope == "root" && !dry {
@@ -121,10 +119,8 @@ impl Driver {
                 cwd,
                 opened_at: crate::util::now_ms(),
             };
-            // Written with the group commit this activity joins; the task prompts after.
-            self.journaling.push((entry, written));
-            return;
+            // Written with the next group commit, or at the next tick.
+            self.journaling.push(entry);
         }
-        let _ = written.send(());
     }
 }

@@ -414,9 +414,8 @@ impl AgentTask {
     }
 
     /// Tells the driver the session opened (its reference with the reopen path, kept in
-    /// `opened` for a pause to record) and, for a session its agent can reopen, waits until
-    /// the driver journaled it, so no prompt reaches an agent before its session is on
-    /// record. Whether the call's requested session was reopened.
+    /// `opened` for a pause to record; a session its agent can reopen is journaled by the
+    /// driver). Whether the call's requested session was reopened.
     async fn opened(&self, facts: SessionFacts, opened: &mut Option<Value>) -> bool {
         let SessionFacts {
             reference,
@@ -434,13 +433,11 @@ impl AgentTask {
         }
         opened.clone_from(&recorded);
         let reopened = path.as_ref().is_some_and(ReopenPath::is_reopened);
-        let (journal, written) = match reference {
+        let journal = match reference {
             Some(reference) if method.is_some() && !self.dry_run => {
-                let (done, written) = tokio::sync::oneshot::channel();
-                let cwd = self.spec.cwd.to_string_lossy().into_owned();
-                (Some((reference, cwd, done)), Some(written))
+                Some((reference, self.spec.cwd.to_string_lossy().into_owned()))
             }
-            _ => (None, None),
+            _ => None,
         };
         let report = SessionOpened {
             session: recorded,
@@ -450,12 +447,6 @@ impl AgentTask {
         let _ = self
             .activity
             .send(Activity::SessionOpened(self.index, Box::new(report)));
-        if let Some(written) = written {
-            tokio::select! {
-                _ = written => {}
-                _ = self.cancel.cancelled() => {}
-            }
-        }
         reopened
     }
 

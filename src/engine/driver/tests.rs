@@ -616,6 +616,53 @@ async fn calls_settled_together_are_written_together_with_the_events_before_them
     assert!(driver.commit_settled().await);
 }
 
+fn opened(index: u32) -> crate::model::OpenSession {
+    crate::model::OpenSession {
+        generation: 1,
+        index,
+        hash: format!("h{index}"),
+        path: None,
+        inputs_hash: None,
+        session: json!({"sessionId": format!("s{index}")}),
+        cwd: "/tmp".into(),
+        opened_at: 1,
+    }
+}
+
+#[tokio::test]
+async fn a_session_is_journaled_with_the_next_commit_unless_its_call_settled_on_its_own() {
+    let world = world().await;
+    let mut driver = world.driver(Some(LEASE));
+    let journaled = |world: &World| {
+        let store = world.store.clone();
+        let run_id = world.run_id.clone();
+        async move {
+            let entries = store
+                .open_sessions(&run_id)
+                .await
+                .expect("read the journal");
+            entries
+                .iter()
+                .map(|entry| entry.index)
+                .collect::<Vec<u32>>()
+        }
+    };
+    // Call 0 ended on its own: nothing would reopen its session. Call 1 was cut off.
+    driver.journaling = vec![opened(0), opened(1), opened(2)];
+    let mut cut_off = settled(1);
+    cut_off.record.aborted = true;
+    driver.settling = vec![settled(0), cut_off];
+    assert!(driver.commit_settled().await);
+    assert_eq!(journaled(&world).await, [1, 2]);
+    // A session alone waits for the tick's write.
+    driver.journaling = vec![opened(3)];
+    assert!(driver.commit_settled().await);
+    assert_eq!(journaled(&world).await, [1, 2]);
+    driver.commit_journal().await;
+    assert_eq!(journaled(&world).await, [1, 2, 3]);
+    assert!(driver.journaling.is_empty());
+}
+
 #[tokio::test]
 async fn a_refused_group_commit_answers_none_of_its_calls_and_halts_as_interrupted() {
     let world = world().await;

@@ -368,7 +368,7 @@ impl Engine {
         }
         drop(live);
         self.inner.freed.notify_one();
-        let _ = self.inner.notices.send(RunNotice::Settled {
+        self.inner.notices.lifecycle(RunNotice::Settled {
             run_id: run_id.clone(),
             status: status.as_str().to_owned(),
         });

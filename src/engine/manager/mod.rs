@@ -43,7 +43,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
 use crate::engine::driver::Control;
-use crate::engine::events::RunNotice;
+use crate::engine::events::{Notices, RunNotice};
 use crate::engine::permissions::PermissionBroker;
 use crate::engine::routing::BackendLookup;
 use crate::engine::runner::AgentRunner;
@@ -113,7 +113,7 @@ struct Inner {
     /// Permission requests of live calls waiting for an answer.
     broker: PermissionBroker,
     /// Live notices: events, permission requests, settlements.
-    notices: broadcast::Sender<RunNotice>,
+    notices: Notices,
     /// This process as a lease holder.
     owner: Owner,
     /// Generations executing in this process, by run.
@@ -220,7 +220,7 @@ impl Engine {
         sources: Arc<dyn Sources>,
         config: EngineConfig,
     ) -> Engine {
-        let (notices, _) = broadcast::channel(4096);
+        let notices = Notices::new(4096);
         Engine {
             inner: Arc::new(Inner {
                 store,
@@ -278,6 +278,12 @@ impl Engine {
     /// Live notices: events, permission requests, settlements.
     pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
         self.inner.notices.subscribe()
+    }
+
+    /// Permission requests and settlements, without the runs' events: for a subscriber
+    /// that would only skip them.
+    pub fn subscribe_lifecycle(&self) -> broadcast::Receiver<RunNotice> {
+        self.inner.notices.subscribe_lifecycle()
     }
 
     pub fn owner(&self) -> &Owner {

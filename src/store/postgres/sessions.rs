@@ -1,5 +1,5 @@
 //! The `open_sessions` table: the session each live call opened, journaled under the run's
-//! lease before the call's first prompt (one row per call and generation, a later attempt's
+//! lease (one row per call and generation, a later attempt's
 //! session replacing an earlier one), and read back whole when a later generation starts.
 //! The fenced write locks the run's row on the lease token first, as the call appends do.
 

@@ -1,6 +1,6 @@
 //! The `open_sessions` table: the session each live call opened, journaled under the run's
-//! lease before the call's first prompt (one row per call and generation, a later attempt's
-//! session replacing an earlier one), and read back whole when a later generation starts.
+//! lease (one row per call and generation, a later attempt's session replacing an earlier
+//! one), and read back whole when a later generation starts.
 
 use rusqlite::{Connection, Transaction};
 

@@ -659,13 +659,13 @@ mod tests {
         let run = RunId::generate();
         let event = RunNotice::Event {
             run_id: run.clone(),
-            record: crate::model::EventRecord {
+            record: std::sync::Arc::new(crate::model::EventRecord {
                 seq: 1,
                 timestamp: 0,
                 event: json!({"type": "call_started"}),
                 redacted: false,
                 truncated: false,
-            },
+            }),
         };
         assert!(!concerns(&event, run.as_str(), TaskStatus::Working));
         assert!(concerns(&event, run.as_str(), TaskStatus::InputRequired));
