@@ -304,7 +304,7 @@ fn fan_out(
             peak as f64 / 1024.0
         ),
         if size >= 10_000 {
-            "< 150 ms / < 2 s / < 1 s / < 10 MiB / < 50 MiB"
+            "< 150 ms / < 2 s / < 1 s / < 10 MiB / < 40 MiB"
         } else {
             "< 20 ms / < 0.3 s / < 0.1 s"
         },
