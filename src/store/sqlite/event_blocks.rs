@@ -15,14 +15,13 @@
 //! begin with the zstd magic (those four bytes would open a stored deflate block whose length
 //! and its complement disagree), so the first bytes tell the two apart.
 
-use std::cell::RefCell;
-
 use rusqlite::{Connection, Transaction};
 
 use super::connection::Context;
 use super::rows::RowReader;
 use crate::model::RunId;
 use crate::store::{StoreError, StoreResult};
+use crate::util::sync::Lock;
 
 /// zstd's level: its fastest regular level already finds the repeated keys and values of
 /// neighbouring events, and makes blocks as small as deflate's level 1 did.
@@ -31,31 +30,36 @@ const LEVEL: i32 = 1;
 /// The first bytes of every zstd frame.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-thread_local! {
-    /// This thread's compression context, made once and kept: zstd reuses its tables from
-    /// one frame to the next without clearing them, so a block of one call's events (about
-    /// 1 KiB) costs about 3 µs of CPU, where deflate's compressor, whose reset clears some
-    /// 300 KiB of tables, took about 15 µs. Store writes run on the few threads of the
-    /// daemon's runtime, so the context (about a megabyte at level 1) stays with those.
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
-}
+/// Kept compression contexts: zstd reuses its tables from one frame to the next without
+/// clearing them, so a block of one call's events (about 1 KiB) costs about 3 µs of CPU,
+/// where deflate's compressor, whose reset clears some 300 KiB of tables, took about 15 µs.
+/// The contexts are the process's, not a thread's: store writes run on whichever thread holds
+/// the connection (`off_workers`), and the runtime makes new threads over a daemon's life, so
+/// a context per thread would grow with them. Blocks are compressed under the connection's
+/// mutex, so one context is in use at a time per store; at most [`KEPT_COMPRESSORS`] are kept.
+static COMPRESSORS: std::sync::Mutex<Vec<zstd::bulk::Compressor<'static>>> =
+    std::sync::Mutex::new(Vec::new());
 
-/// Compresses `body` into one zstd frame with this thread's context.
+/// How many idle compression contexts (some tens of KiB each) the process keeps.
+const KEPT_COMPRESSORS: usize = 2;
+
+/// Compresses `body` into one zstd frame with a kept context, or a new one.
 fn compress(body: &[u8]) -> StoreResult<Vec<u8>> {
-    COMPRESSOR.with_borrow_mut(|slot| {
-        let compressor = match slot {
-            Some(compressor) => compressor,
-            None => slot.insert(
-                zstd::bulk::Compressor::new(LEVEL)
-                    .map_err(|error| StoreError::Io(format!("zstd: {error}")))?,
-            ),
-        };
-        compressor.compress(body).map_err(|error| {
-            // A context that failed once is not trusted again.
-            *slot = None;
-            StoreError::Io(format!("zstd: {error}"))
-        })
-    })
+    let kept = COMPRESSORS.locked().pop();
+    let mut compressor = match kept {
+        Some(compressor) => compressor,
+        None => zstd::bulk::Compressor::new(LEVEL)
+            .map_err(|error| StoreError::Io(format!("zstd: {error}")))?,
+    };
+    // A context that failed once is not trusted again: it is dropped, not kept.
+    let frame = compressor
+        .compress(body)
+        .map_err(|error| StoreError::Io(format!("zstd: {error}")))?;
+    let mut kept = COMPRESSORS.locked();
+    if kept.len() < KEPT_COMPRESSORS {
+        kept.push(compressor);
+    }
+    Ok(frame)
 }
 
 /// The body of a stored block: a zstd frame, or the raw deflate of older blocks; `None`
@@ -287,6 +291,22 @@ pub(super) fn last_seq(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compression_contexts_are_the_process_s_and_bounded() {
+        let body = b"{\"type\":\"agentEnd\",\"label\":\"a\"}".repeat(40);
+        let frames: Vec<Vec<u8>> = (0..8)
+            .map(|_| {
+                let body = body.clone();
+                std::thread::spawn(move || compress(&body).expect("compress"))
+            })
+            .map(|thread| thread.join().expect("the thread ends"))
+            .collect();
+        for frame in frames {
+            assert_eq!(decompress(&frame).expect("a zstd frame"), body);
+        }
+        assert!(COMPRESSORS.locked().len() <= KEPT_COMPRESSORS);
+    }
 
     fn stored(seq: u64, text: &str, flags: u8) -> StoredEvent {
         StoredEvent {
