@@ -222,6 +222,7 @@ impl Engine {
             .map_err(|error| self.unleased(error))?;
         // A pack run's texts stay in memory: the store gets their digests.
         let stored = confidential::concealed(&record);
+        let _starting = self.starting(&run_id);
         if let Err(error) = self.inner.store.create_run(&stored, &lease).await {
             let error = self.unleased(error.into());
             if script_source == ScriptSource::Inline

@@ -63,6 +63,7 @@ impl Engine {
             None
         };
         let lease = self.take_free_lease(run_id).await?;
+        let _starting = self.starting(run_id);
         let mut answered = setup;
         answered.answer_with(response.clone(), approve);
         record.setup = Some(answered);

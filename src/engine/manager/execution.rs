@@ -358,6 +358,19 @@ impl Engine {
         })
     }
 
+    /// Marks `run_id` as being started here until the guard drops: from before its record
+    /// says running until its generation is live (or the start failed). Without it another
+    /// request in that window (a concurrent admission counting its project's active runs, a
+    /// status read) would find a running run no live generation of this process holds, and
+    /// record it as interrupted under the generation about to start.
+    pub(super) fn starting(&self, run_id: &RunId) -> Starting {
+        self.inner.starting.locked().insert(run_id.clone());
+        Starting {
+            engine: self.clone(),
+            run_id: run_id.clone(),
+        }
+    }
+
     pub(super) fn finish_live(&self, run_id: &RunId, generation: u32, status: RunStatus) {
         let mut live = self.inner.live.locked();
         if live
@@ -377,7 +390,10 @@ impl Engine {
     /// Loads a run, turning a pending/running run whose owner died into `paused/interrupted`.
     pub async fn load_reconciled(&self, run_id: &RunId) -> EngineResult<RunRecord> {
         let record = self.inner.store.load_run(run_id).await?;
-        if record.status != RunStatus::Running || self.is_live(run_id) {
+        if record.status != RunStatus::Running
+            || self.is_live(run_id)
+            || self.inner.starting.locked().contains(run_id)
+        {
             return Ok(record);
         }
         let lease = self.inner.store.lease(run_id).await?;
@@ -529,5 +545,17 @@ fn record_outcome(record: &mut RunRecord, outcome: &driver::Outcome) {
     ));
     if let Some(error) = &outcome.store_error {
         record.error_message = Some(format!("run store write failed: {error}"));
+    }
+}
+
+/// A run being started by this process ([`Engine::starting`]); dropping it ends the mark.
+pub(super) struct Starting {
+    engine: Engine,
+    run_id: RunId,
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        self.engine.inner.starting.locked().remove(&self.run_id);
     }
 }

@@ -122,6 +122,9 @@ struct Inner {
     preparing: Mutex<HashMap<PathBuf, usize>>,
     /// Told when a slot may have freed (`queue.rs`): a generation ended, a slot dropped.
     freed: tokio::sync::Notify,
+    /// Runs this process is starting: stored as running, their generation not yet live
+    /// ([`Engine::starting`]). Reconciliation leaves them alone.
+    starting: Mutex<std::collections::HashSet<RunId>>,
     /// Every execution task, awaited at shutdown.
     tracker: TaskTracker,
     /// How to reach other lease holders; set once by the front end that builds the engine.
@@ -237,6 +240,7 @@ impl Engine {
                 live: Mutex::default(),
                 preparing: Mutex::default(),
                 freed: tokio::sync::Notify::new(),
+                starting: Mutex::default(),
                 tracker: TaskTracker::new(),
                 route: std::sync::OnceLock::new(),
                 workspaces: std::sync::OnceLock::new(),

@@ -47,6 +47,7 @@ impl Engine {
         let active = self.project_active_count(&record.project_dir).await?;
         let slot = self.reserve(&record.project_dir, Some(active))?;
         let lease = self.take_lease_to_resume(&run_id, request.timer).await?;
+        let _starting = self.starting(&run_id);
         let under_lease = async {
             self.record_answers(&run_id, &answers, &lease).await?;
             self.retire_stop_intents(&run_id, &lease).await

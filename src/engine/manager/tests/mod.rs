@@ -21,6 +21,7 @@ mod budget;
 mod dsl;
 mod isolation;
 mod retry;
+mod starting;
 
 struct World {
     _folder: tempfile::TempDir,
