@@ -66,10 +66,13 @@ impl Drop for Daemon {
 }
 
 /// The `agentprism` the daemon runs: this build's, or `AGENTPRISM_BENCH_BINARY` (another
-/// build's, so two commits can be compared under the same harness and the same load).
+/// build's, so two commits can be compared under the same harness and the same load). A
+/// relative path is taken from the bench's working directory: the daemon runs in another.
 pub fn daemon_binary() -> std::path::PathBuf {
-    std::env::var_os("AGENTPRISM_BENCH_BINARY")
-        .map_or_else(|| env!("CARGO_BIN_EXE_agentprism").into(), Into::into)
+    match std::env::var_os("AGENTPRISM_BENCH_BINARY") {
+        Some(path) => std::path::absolute(&path).unwrap_or_else(|_| path.into()),
+        None => env!("CARGO_BIN_EXE_agentprism").into(),
+    }
 }
 
 /// The port in the pointer the daemon `pid` wrote, once it has.
