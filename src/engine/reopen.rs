@@ -2,9 +2,10 @@
 //! recorded session a re-run call continues, the prompt it continues with, and the path its
 //! record and events say it took.
 //!
-//! A live call's session is journaled once it opens (with the driver's next group commit,
-//! `Calls::commit_group`, or at its next tick; only sessions the agent can reopen,
-//! `AgentSession::reopen_method`, and none whose call settled on its own in that commit). When a
+//! A live call's session is journaled once it opens (at the driver's next tick while the call
+//! is live, or with the row of a call cut off before it, `Calls::commit_group`; only sessions
+//! the agent can reopen, `AgentSession::reopen_method`, and none whose call settled on its
+//! own first). When a
 //! later generation runs the same call live (same path, identity hash and inputs hash) after
 //! a usage or auth pause, a stop, a crash or a restart, [`continuation`] picks the session to
 //! reopen: the newest journaled one whose call did not settle on its own (no row, an aborted

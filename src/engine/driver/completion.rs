@@ -87,9 +87,9 @@ impl Driver {
     }
 
     /// The group commit: writes the rows of the calls settled since the last one in one
-    /// transaction, with the sessions opened meanwhile, then answers them in settlement
-    /// order. A session whose call settled on its own in the same commit is not journaled:
-    /// nothing would reopen it. When the write is refused none is answered (not durable,
+    /// transaction, with the sessions of those of them that were interrupted, then answers
+    /// them in settlement order. The session of a call that settled on its own is never
+    /// journaled: nothing would reopen it; the tick journals the sessions still live. When the write is refused none is answered (not durable,
     /// so a resume re-runs them) and the generation halts as interrupted; `false` then.
     pub(super) async fn commit_settled(&mut self) -> bool {
         if self.settling.is_empty() {
@@ -102,14 +102,19 @@ impl Driver {
             .filter(|settled| settled.journaled)
             .map(|settled| (&settled.record, settled.supersedes.as_slice()))
             .collect();
-        let mut sessions = std::mem::take(&mut self.journaling);
-        sessions.retain(|entry| {
-            !rows.iter().any(|(row, _)| {
-                row.generation == entry.generation
-                    && row.index == entry.index
-                    && !crate::engine::reopen::interrupted(row)
-            })
-        });
+        // The sessions of the group's calls leave the tick's queue: an interrupted call's
+        // goes with its row (a resume reopens it), a call that settled on its own needs none.
+        let mut sessions = Vec::new();
+        for entry in std::mem::take(&mut self.journaling) {
+            let settled = rows
+                .iter()
+                .find(|(row, _)| row.generation == entry.generation && row.index == entry.index);
+            match settled {
+                None => self.journaling.push(entry),
+                Some((row, _)) if crate::engine::reopen::interrupted(row) => sessions.push(entry),
+                Some(_) => {}
+            }
+        }
         let recorded = if rows.is_empty() && sessions.is_empty() {
             Ok(())
         } else {
@@ -127,8 +132,8 @@ impl Driver {
         true
     }
 
-    /// Journals the sessions opened since the last write that no group commit carried (the
-    /// tick's: a session is on record at most one tick after it opened).
+    /// Journals the sessions opened since the last tick whose calls are still live: a
+    /// session is on record at most one tick after it opened, unless its call settled first.
     pub(super) async fn commit_journal(&mut self) {
         if self.journaling.is_empty() || self.halt.is_some() {
             return;

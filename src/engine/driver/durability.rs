@@ -1,10 +1,10 @@
 //! The durability rule, in one place: every store write of a generation, the lease
 //! heartbeat, and what a failed one does. Besides settled calls and events, a live call's
-//! session is journaled once it opens: in the transaction of the next group commit of
-//! settled calls, or at the loop's next tick when none comes first (`Driver::commit_settled`,
-//! `Driver::commit_journal`, `Calls::commit_group`). The call's prompt does not wait for it,
-//! and a session whose call settles on its own in that same commit is not journaled at
-//! all (nothing would reopen it).
+//! session is journaled at the loop's next tick after it opened, if its call is still live
+//! then (`Driver::commit_journal`); a call cut off before that tick (a stop, a pause) carries
+//! its session in the transaction of its own row (`Driver::commit_settled`,
+//! `Calls::commit_group`). The call's prompt does not wait for it, and a session whose call
+//! settles on its own before the tick is never journaled (nothing would reopen it).
 //!
 //! A settled call reaches the store before the script sees its result: the caller of
 //! [`Driver::record_calls`] answers the VM only on `Ok`. The row goes in one transaction with

@@ -370,8 +370,8 @@ struct Driver {
     /// Calls settled since the last group commit, in settlement order: their rows are
     /// written in one transaction and only then are they answered ([`durability`]).
     settling: Vec<Settled>,
-    /// Sessions opened since the last write, journaled with the next group commit of
-    /// settled calls or at the next tick, whichever comes first ([`durability`]).
+    /// Sessions opened since the last tick, journaled at the next one while their calls are
+    /// live, or with an interrupted call's row ([`durability`]).
     journaling: Vec<crate::model::OpenSession>,
     /// Until when the lease is known to hold, on this host's monotonic clock (the last
     /// renewal that succeeded, plus the TTL): the heartbeat tolerates a failed renewal only

@@ -88,9 +88,9 @@ impl Driver {
     }
 
     /// A call's session opened: its path and reference are kept for the row, and a session
-    /// the agent can reopen is journaled (root calls of a live generation) with the next
-    /// group commit of settled calls or at the next tick, whichever comes first; the task
-    /// prompts at once. A refused write halts the generation as any lost write does.
+    /// the agent can reopen is journaled (root calls of a live generation) at the next tick
+    /// if the call is still live then, or with its row if the call is cut off first; the
+    /// task prompts at once. A refused write halts the generation as any lost write does.
     pub(super) async fn on_session_opened(&mut self, index: u32, opened: SessionOpened) {
         let SessionOpened {
             session,
@@ -119,7 +119,7 @@ impl Driver {
                 cwd,
                 opened_at: crate::util::now_ms(),
             };
-            // Written with the next group commit, or at the next tick.
+            // Written at the next tick, or with the call's row if it is cut off first.
             self.journaling.push(entry);
         }
     }

@@ -630,7 +630,7 @@ fn opened(index: u32) -> crate::model::OpenSession {
 }
 
 #[tokio::test]
-async fn a_session_is_journaled_with_the_next_commit_unless_its_call_settled_on_its_own() {
+async fn a_live_call_s_session_is_journaled_at_the_tick_an_interrupted_one_s_with_its_row() {
     let world = world().await;
     let mut driver = world.driver(Some(LEASE));
     let journaled = |world: &World| {
@@ -647,17 +647,20 @@ async fn a_session_is_journaled_with_the_next_commit_unless_its_call_settled_on_
                 .collect::<Vec<u32>>()
         }
     };
-    // Call 0 ended on its own: nothing would reopen its session. Call 1 was cut off.
+    // Call 0 ended on its own: nothing would reopen its session. Call 1 was cut off: its
+    // session goes with its row. Call 2 is still live: it waits for the tick.
     driver.journaling = vec![opened(0), opened(1), opened(2)];
     let mut cut_off = settled(1);
     cut_off.record.aborted = true;
     driver.settling = vec![settled(0), cut_off];
     assert!(driver.commit_settled().await);
-    assert_eq!(journaled(&world).await, [1, 2]);
-    // A session alone waits for the tick's write.
-    driver.journaling = vec![opened(3)];
+    assert_eq!(journaled(&world).await, [1]);
+    assert_eq!(driver.journaling, [opened(2)]);
+    // Another commit leaves a live call's session waiting too.
+    driver.journaling.push(opened(3));
+    driver.settling = vec![settled(4)];
     assert!(driver.commit_settled().await);
-    assert_eq!(journaled(&world).await, [1, 2]);
+    assert_eq!(journaled(&world).await, [1]);
     driver.commit_journal().await;
     assert_eq!(journaled(&world).await, [1, 2, 3]);
     assert!(driver.journaling.is_empty());
