@@ -89,8 +89,9 @@ impl Driver {
     /// The group commit: writes the rows of the calls settled since the last one in one
     /// transaction, with the sessions of those of them that were interrupted, then answers
     /// them in settlement order. The session of a call that settled on its own is never
-    /// journaled: nothing would reopen it; the tick journals the sessions still live. When the write is refused none is answered (not durable,
-    /// so a resume re-runs them) and the generation halts as interrupted; `false` then.
+    /// journaled: nothing would reopen it; the tick journals the sessions still live. When
+    /// the write is refused none is answered (not durable, so a resume re-runs them) and
+    /// the generation halts as interrupted; `false` then.
     pub(super) async fn commit_settled(&mut self) -> bool {
         if self.settling.is_empty() {
             return true;
