@@ -2,20 +2,19 @@
 //! recorded session a re-run call continues, the prompt it continues with, and the path its
 //! record and events say it took.
 //!
-//! A live call's session is journaled once it opens (at the driver's next tick while the call
-//! is live, or with the row of a call cut off before it, `Calls::commit_group`; only sessions
-//! the agent can reopen, `AgentSession::reopen_method`, and none whose call settled on its
-//! own first). When a
-//! later generation runs the same call live (same path, identity hash and inputs hash) after
+//! A live call's session is journaled once it opens (at the driver's next tick while the call is
+//! live, or with the row of a call cut off before it, `Calls::commit_group`; only sessions the
+//! agent can reopen, `AgentSession::reopen_method`, and none whose call settled on its own first).
+//! When a later generation runs the same call live (same path, identity hash and inputs hash) after
 //! a usage or auth pause, a stop, a crash or a restart, [`continuation`] picks the session to
-//! reopen: the newest journaled one whose call did not settle on its own (no row, an aborted
-//! row, a pause row or a cancelled one), or the session a pause row recorded. The driver's
+//! reopen: the newest journaled one whose call did not settle on its own (no row, an aborted row, a
+//! pause row or a cancelled one), or the session a pause row recorded. The driver's
 //! `continuation_session` passes its id as `SessionSpec::resume_session`, and the ACP runner
 //! reattaches with `session/resume` or `session/load` in the same `cwd`, else opens a fresh
 //! session. When the runner kept the requested id ([`reopened`]), the call's first turn is its
 //! `continuePrompt` or [`CONTINUATION_PROMPT`] instead of its prompt; otherwise the original
-//! prompt. [`ReopenPath`] is what the call's `session` JSON and its `agentEnd` event say:
-//! reopened and how, or fresh and why.
+//! prompt. [`ReopenPath`] is what the call's `session` JSON and its `agentEnd` event say: reopened
+//! and how, or fresh and why.
 //!
 //! Invariants: a reopened session works in the same `cwd` as the call's first session (the
 //! inputs hash that matches it includes the `cwd`); an isolated call is never reopened (its
