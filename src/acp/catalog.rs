@@ -97,7 +97,7 @@ pub(crate) fn recorded_session(
     new_session: &Value,
     chosen_model: Option<(&str, &Value)>,
 ) -> SessionInfo {
-    let mut info = crate::acp::session::session_info(new_session);
+    let mut info = crate::acp::session::session_info(&mut new_session.clone());
     if let Some((model, answer)) = chosen_model {
         crate::acp::session::refresh_options(&mut info, answer);
         info.current_model = Some(model.to_owned());

@@ -488,17 +488,18 @@ fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
             return None;
         }
     };
-    let Some(object) = message.as_object() else {
+    // Owned: a request's params and a response's result move out instead of being copied.
+    let Value::Object(mut object) = message else {
         tracing::debug!(backend = %shared.backend, "ignoring a message that is not an object");
         return None;
     };
-    let id = object.get("id").filter(|id| !id.is_null()).cloned();
+    let id = object.remove("id").filter(|id| !id.is_null());
     match (object.get("method").and_then(Value::as_str), id) {
         (Some(method), Some(id)) => {
             return Some(InboundRequest {
                 id,
                 method: method.to_owned(),
-                params: object.get("params").cloned().unwrap_or(Value::Null),
+                params: object.remove("params").unwrap_or(Value::Null),
             });
         }
         (Some(method), None) => {
@@ -530,7 +531,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
                 tracing::debug!(backend = %shared.backend, id, "ignoring a response nobody waits for");
                 return None;
             };
-            let result = match object.get("error") {
+            let result = match object.remove("error") {
                 Some(error) if !error.is_null() => Err(RpcError::Remote {
                     code: error
                         .get("code")
@@ -543,7 +544,7 @@ fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
                         .to_owned(),
                     data: error.get("data").cloned(),
                 }),
-                _ => Ok(object.get("result").cloned().unwrap_or(Value::Null)),
+                _ => Ok(object.remove("result").unwrap_or(Value::Null)),
             };
             let _ = entry.reply.send(result);
         }

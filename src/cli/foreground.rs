@@ -113,7 +113,7 @@ pub(super) async fn run_command(env: &EnvSnapshot, args: RunArgs) -> Result<u8> 
         let project = project_dir(args.script.project_dir.as_deref())?;
         let script = script_input(&engine, &project, &args.script.script).await?;
         let input = parse_args(&args.script)?;
-        let mut notices = engine.subscribe();
+        let mut notices = engine.subscribe_records();
         let mut limits = limits(&args.limits)?;
         limits.confirmed = args.yes;
         let request = RunRequest {
@@ -181,7 +181,7 @@ pub(super) async fn resume(env: &EnvSnapshot, args: ResumeArgs) -> Result<u8> {
                 serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
             replies.push((index, value));
         }
-        let mut notices = engine.subscribe();
+        let mut notices = engine.subscribe_records();
         let admission = engine
             .resume(ResumeRequest {
                 run_id: Some(run_id.clone()),
@@ -243,7 +243,7 @@ pub(super) async fn setup(env: &EnvSnapshot, args: SetupArgs) -> Result<u8> {
         } else {
             json!({"action": "decline"})
         };
-        let mut notices = engine.subscribe();
+        let mut notices = engine.subscribe_records();
         let answer = engine
             .setup_response(&run_id, &setup_id, &response)
             .await

@@ -71,11 +71,16 @@ fn json_len_bound(value: &Value) -> usize {
 /// record is shared rather than copied.
 #[derive(Clone, Debug)]
 pub enum RunNotice {
-    /// An event was appended to the run's stream.
+    /// An event was appended to the run's stream, with its record: on the records
+    /// broadcast only ([`Notices::subscribe_records`]).
     Event {
         run_id: RunId,
         record: std::sync::Arc<EventRecord>,
     },
+    /// Events were appended to the run's stream since its last such notice: at most one
+    /// per step of the run's driver and one per write of its events, on the broadcast of
+    /// every notice ([`Notices::subscribe`]).
+    Activity { run_id: RunId },
     /// A permission request waits for an answer (see `PermissionBroker`).
     Permission {
         run_id: RunId,
@@ -86,25 +91,42 @@ pub enum RunNotice {
     Settled { run_id: RunId, status: String },
 }
 
-/// The engine's two broadcasts of [`RunNotice`]s: every notice, and the lifecycle only
-/// (permission requests and settlements, no events). A subscriber that has no use for
-/// events takes the second and is not woken for each of a run's events.
+impl RunNotice {
+    /// The run the notice is about.
+    pub fn run_id(&self) -> &RunId {
+        match self {
+            RunNotice::Event { run_id, .. }
+            | RunNotice::Activity { run_id }
+            | RunNotice::Permission { run_id, .. }
+            | RunNotice::Settled { run_id, .. } => run_id,
+        }
+    }
+}
+
+/// The engine's three broadcasts of [`RunNotice`]s. Each carries the lifecycle (permission
+/// requests and settlements); besides it, `all` carries the runs' coalesced activity and
+/// `records` every event with its record. A subscriber that has no use for events takes
+/// `lifecycle` and is not woken for them; one that watches for changes takes `all` and is
+/// woken once per step, not once per event; only one that shows the events themselves
+/// takes `records`, and while nobody does, no event record is copied for it.
 #[derive(Clone, Debug)]
 pub struct Notices {
     all: broadcast::Sender<RunNotice>,
     lifecycle: broadcast::Sender<RunNotice>,
+    records: broadcast::Sender<RunNotice>,
 }
 
 impl Notices {
-    /// Both broadcasts, each keeping at most `capacity` notices for a slow receiver.
+    /// The broadcasts, each keeping at most `capacity` notices for a slow receiver.
     pub fn new(capacity: usize) -> Notices {
         Notices {
             all: broadcast::channel(capacity).0,
             lifecycle: broadcast::channel(capacity).0,
+            records: broadcast::channel(capacity).0,
         }
     }
 
-    /// Every notice: events, permission requests, settlements.
+    /// The lifecycle and the runs' activity.
     pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
         self.all.subscribe()
     }
@@ -114,18 +136,35 @@ impl Notices {
         self.lifecycle.subscribe()
     }
 
-    /// Sends a permission request or a settlement to both broadcasts.
+    /// The lifecycle and every event with its record.
+    pub fn subscribe_records(&self) -> broadcast::Receiver<RunNotice> {
+        self.records.subscribe()
+    }
+
+    /// Sends a permission request or a settlement to every broadcast.
     pub fn lifecycle(&self, notice: RunNotice) {
+        if self.records.receiver_count() > 0 {
+            let _ = self.records.send(notice.clone());
+        }
         let _ = self.lifecycle.send(notice.clone());
         let _ = self.all.send(notice);
     }
 
-    /// Sends an event, built only when someone listens.
+    /// Sends an event's record, built only when someone listens.
     fn event(&self, run_id: &RunId, record: impl FnOnce() -> EventRecord) {
-        if self.all.receiver_count() > 0 {
-            let _ = self.all.send(RunNotice::Event {
+        if self.records.receiver_count() > 0 {
+            let _ = self.records.send(RunNotice::Event {
                 run_id: run_id.clone(),
                 record: std::sync::Arc::new(record()),
+            });
+        }
+    }
+
+    /// Says that a run's stream has new events.
+    fn activity(&self, run_id: &RunId) {
+        if self.all.receiver_count() > 0 {
+            let _ = self.all.send(RunNotice::Activity {
+                run_id: run_id.clone(),
             });
         }
     }
@@ -213,6 +252,8 @@ pub(crate) struct EventLog {
     next_seq: u64,
     pending: Vec<EventRecord>,
     notices: Option<Notices>,
+    /// Events were appended since the last [`RunNotice::Activity`].
+    unannounced: bool,
     /// The dry run's log: it writes nothing and has no subscriber, so events are numbered
     /// (for the seqs the driver reads back) and not built.
     discard: bool,
@@ -229,6 +270,7 @@ impl EventLog {
             next_seq: last_seq + 1,
             pending: Vec::new(),
             notices,
+            unannounced: false,
             discard: false,
         }
     }
@@ -323,11 +365,23 @@ impl EventLog {
         if let Some(notices) = &self.notices {
             notices.event(&self.run_id, || record.clone());
         }
+        self.unannounced = true;
         self.pending.push(record);
     }
 
-    /// Takes the buffered events for a write.
+    /// Sends one [`RunNotice::Activity`] for the events appended since the last one: the
+    /// driver calls it at the end of each step, and [`EventLog::take`] before a write.
+    pub(crate) fn announce(&mut self) {
+        if std::mem::take(&mut self.unannounced)
+            && let Some(notices) = &self.notices
+        {
+            notices.activity(&self.run_id);
+        }
+    }
+
+    /// Takes the buffered events for a write, announcing them first.
     pub(crate) fn take(&mut self) -> Vec<EventRecord> {
+        self.announce();
         std::mem::take(&mut self.pending)
     }
 
@@ -351,22 +405,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_lifecycle_broadcast_carries_no_events() {
+    fn each_broadcast_carries_its_share_of_a_run_s_events() {
         let notices = Notices::new(8);
         let mut all = notices.subscribe();
         let mut lifecycle = notices.subscribe_lifecycle();
+        let mut records = notices.subscribe_records();
         let run_id = RunId::parse("notices-1").expect("valid id");
         let mut log = EventLog::new(run_id.clone(), 0, Some(notices.clone()));
         log.push("log", "root", json!({"message": "hello"}));
+        log.push("log", "root", json!({"message": "again"}));
+        log.announce();
+        log.announce();
+        log.push("log", "root", json!({"message": "third"}));
+        let taken = log.take();
+        assert_eq!(taken.len(), 3);
         notices.lifecycle(RunNotice::Settled {
             run_id,
             status: "completed".into(),
         });
-        match all.try_recv() {
-            Ok(RunNotice::Event { record, .. }) => assert_eq!(record.event["message"], "hello"),
-            other => panic!("expected the event first, got {other:?}"),
+        // Two events then one: one activity notice for each announcement that had events.
+        for _ in 0..2 {
+            assert!(matches!(all.try_recv(), Ok(RunNotice::Activity { .. })));
         }
         assert!(matches!(all.try_recv(), Ok(RunNotice::Settled { .. })));
+        assert!(
+            all.try_recv().is_err(),
+            "no record on the activity broadcast"
+        );
+        for message in ["hello", "again", "third"] {
+            match records.try_recv() {
+                Ok(RunNotice::Event { record, .. }) => assert_eq!(record.event["message"], message),
+                other => panic!("expected the event {message}, got {other:?}"),
+            }
+        }
+        assert!(matches!(records.try_recv(), Ok(RunNotice::Settled { .. })));
         assert!(matches!(
             lifecycle.try_recv(),
             Ok(RunNotice::Settled { .. })
@@ -374,6 +446,27 @@ mod tests {
         assert!(
             lifecycle.try_recv().is_err(),
             "no event on the lifecycle broadcast"
+        );
+    }
+
+    #[test]
+    fn without_a_records_subscriber_no_record_is_sent() {
+        let notices = Notices::new(8);
+        let records = notices.subscribe_records();
+        drop(records);
+        let mut all = notices.subscribe();
+        let mut log = EventLog::new(
+            RunId::parse("notices-2").expect("valid id"),
+            0,
+            Some(notices.clone()),
+        );
+        log.push("log", "root", json!({"message": "hello"}));
+        let mut late = notices.subscribe_records();
+        log.announce();
+        assert!(matches!(all.try_recv(), Ok(RunNotice::Activity { .. })));
+        assert!(
+            late.try_recv().is_err(),
+            "the record was not kept for a late subscriber"
         );
     }
 

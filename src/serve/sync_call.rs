@@ -75,7 +75,7 @@ impl SyncCalls {
             trace: None,
         };
         // Subscribed before admission, so no settled call of a quick run is missed.
-        let notices = engine.subscribe();
+        let notices = engine.subscribe_records();
         let admission = match engine.start_cancellable(request, &ctx.cancel).await {
             Ok(admission) => admission,
             Err(error) => {

@@ -102,7 +102,8 @@ impl Bridge {
     /// Handles one notice; returns whether it changed the resource list.
     async fn notice(&self, notice: RunNotice, windows: &mut HashMap<RunId, Window>) -> bool {
         match notice {
-            RunNotice::Event { run_id, .. } => {
+            // The records broadcast's `Event` never reaches this subscriber of `all`.
+            RunNotice::Activity { run_id } | RunNotice::Event { run_id, .. } => {
                 match windows.get_mut(&run_id) {
                     Some(window) => window.dirty = true,
                     None => {

@@ -106,8 +106,11 @@ fn spawn_lock_is_not_inherited_by_children() {
     // A child spawned while we hold the lock (the daemon) must not keep it alive.
     let _child = sleeper();
     drop(lock);
+    // A process another test forks in these threads holds a copy of the descriptor until
+    // it execs (the file is close-on-exec), so the probe waits a few seconds for those;
+    // the sleeper, were it to inherit the lock, would hold it for its whole 30 s.
     let status = Command::new("flock")
-        .args(["--nonblock", "--exclusive"])
+        .args(["--timeout", "5", "--exclusive"])
         .arg(paths.spawn_lock("fp"))
         .arg("true")
         .status()

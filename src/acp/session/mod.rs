@@ -134,7 +134,8 @@ pub(crate) async fn open(
         reopen_failure,
         output,
     };
-    let mut info = session_info(&result);
+    let mut result = result;
+    let mut info = session_info(&mut result);
     apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
     sink.start_forwarding();
     Ok((session, info))
@@ -257,17 +258,22 @@ async fn reattach(
     }
 }
 
-/// Modes, config options and the current model from a `session/new|load|resume` answer.
-pub(crate) fn session_info(result: &Value) -> SessionInfo {
-    let list = |found: Option<&Value>| found.and_then(Value::as_array).cloned().unwrap_or_default();
-    let config_options = list(result.get("configOptions"));
+/// Modes, config options and the current model from a `session/new|load|resume` answer,
+/// whose lists move out of it (`null` in their place).
+pub(crate) fn session_info(result: &mut Value) -> SessionInfo {
+    let list = |found: Option<&mut Value>| match found.map(Value::take) {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    let config_options = list(result.get_mut("configOptions"));
+    let modes = list(result.pointer_mut("/modes/availableModes"));
     let current_model = model_option(&config_options)
         .and_then(|option| option.get("currentValue"))
         .or_else(|| legacy_models(result).and_then(|models| models.get("currentModelId")))
         .and_then(Value::as_str)
         .map(str::to_owned);
     SessionInfo {
-        modes: list(result.pointer("/modes/availableModes")),
+        modes,
         config_options,
         current_model,
     }

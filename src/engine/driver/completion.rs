@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::engine::driver::durability::LostWrite;
 use crate::engine::driver::isolation::Isolated;
 use crate::engine::driver::task::TaskResult;
 use crate::engine::driver::{Driver, Halt, InFlight, Settled};
@@ -86,6 +87,27 @@ impl Driver {
         }
     }
 
+    /// After the loop took what was waiting: commits the settled group now, or leaves it
+    /// waiting in the commit window while other calls are live and may settle into it. The
+    /// window closes at its deadline, when the group is full, when no other call is live,
+    /// when the generation halts, and before any other write of the generation.
+    pub(super) async fn commit_or_wait(&mut self) {
+        if self.settling.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let waits = !self.dry()
+            && self.halt.is_none()
+            && !self.in_flight.is_empty()
+            && self.settling.len() < super::GROUP_COMMIT_LIMIT
+            && self.commit_due.is_none_or(|due| now < due);
+        if waits {
+            self.commit_due.get_or_insert(now + super::COMMIT_WINDOW);
+        } else {
+            self.commit_settled().await;
+        }
+    }
+
     /// The group commit: writes the rows of the calls settled since the last one in one
     /// transaction, with the sessions of those of them that were interrupted, then answers
     /// them in settlement order. The session of a call that settled on its own is never
@@ -93,8 +115,21 @@ impl Driver {
     /// the write is refused none is answered (not durable, so a resume re-runs them) and
     /// the generation halts as interrupted; `false` then.
     pub(super) async fn commit_settled(&mut self) -> bool {
+        match self.commit_group().await {
+            Ok(()) => true,
+            Err(lost) => {
+                self.on_lost_write(lost);
+                false
+            }
+        }
+    }
+
+    /// [`Driver::commit_settled`] without handling a refusal: for the writes that commit the
+    /// waiting group before their own, so rows reach the store in settlement order.
+    pub(super) async fn commit_group(&mut self) -> Result<(), LostWrite> {
+        self.commit_due = None;
         if self.settling.is_empty() {
-            return true;
+            return Ok(());
         }
         let group = std::mem::take(&mut self.settling);
         self.push_budget();
@@ -116,27 +151,24 @@ impl Driver {
                 Some(_) => {}
             }
         }
-        let recorded = if rows.is_empty() && sessions.is_empty() {
-            Ok(())
-        } else {
-            self.record_calls(&sessions, &rows).await
-        };
-        if let Err(lost) = recorded {
-            self.on_lost_write(lost);
-            return false;
+        if !rows.is_empty() || !sessions.is_empty() {
+            self.record_calls(&sessions, &rows).await?;
         }
         for settled in group {
             if let Some(reply) = settled.reply {
                 self.reply(reply);
             }
         }
-        true
+        Ok(())
     }
 
     /// Journals the sessions opened since the last tick whose calls are still live: a
     /// session is on record at most one tick after it opened, unless its call settled first.
     pub(super) async fn commit_journal(&mut self) {
         if self.journaling.is_empty() || self.halt.is_some() {
+            return;
+        }
+        if !self.commit_settled().await {
             return;
         }
         let sessions = std::mem::take(&mut self.journaling);

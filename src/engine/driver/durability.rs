@@ -11,7 +11,11 @@
 //! the events buffered so far. Agent calls that settle together are committed together (the
 //! group commit, `Driver::commit_settled`): the loop takes every activity already waiting
 //! after the one it woke for, writes their rows in one transaction, and only then answers
-//! them, in settlement order; a pausing call commits its group before it halts the run. A replayed row's result is already durable, so replays are
+//! them, in settlement order; a pausing call commits its group before it halts the run.
+//! While other calls are live the group waits up to `COMMIT_WINDOW` for more to settle
+//! (`Driver::commit_or_wait`); every other write commits a waiting group first
+//! (`Driver::commit_group`), so rows reach the store in settlement order. A replayed row's
+//! result is already durable, so replays are
 //! buffered and written in batches of [`REPLAY_BATCH`], always before the next live row or
 //! event batch, so rows reach the store in settlement order. Each write returns
 //! [`LostWrite`] when the store refused it, and its caller's branch is
@@ -89,6 +93,7 @@ impl Driver {
         record: &CallRecord,
         supersedes: &[(u32, u32)],
     ) -> Result<(), LostWrite> {
+        self.commit_group().await?;
         self.record_calls(&[], &[(record, supersedes)]).await
     }
 
@@ -156,6 +161,8 @@ impl Driver {
         record: CallRecord,
         supersedes: Vec<(u32, u32)>,
     ) -> Result<(), LostWrite> {
+        // Rows settled before this replay are written before it.
+        self.commit_group().await?;
         self.replay_buffer.push((record, supersedes));
         if self.replay_buffer.len() >= REPLAY_BATCH {
             self.flush_replays().await?;
@@ -219,6 +226,7 @@ impl Driver {
     /// Writes the buffered events after any buffered replays, with the generation's count
     /// `total` when it is closing. Events a failed write did not store stay buffered.
     async fn write_events(&mut self, total: Option<(u32, u64)>) -> Result<(), LostWrite> {
+        self.commit_group().await?;
         self.flush_replays().await?;
         let Some((store, lease_token)) = self.target()? else {
             self.events.take();

@@ -12,10 +12,14 @@ impl Driver {
         self.setup.live.locked().revision |= 1;
     }
 
-    /// Marks its end: the revision moves on to the next even value.
-    pub(super) fn step_ends(&self) {
-        let mut view = self.setup.live.locked();
-        view.revision = (view.revision | 1) + 1;
+    /// Marks its end: the revision moves on to the next even value, and the events the
+    /// step appended are announced to the run's watchers (one notice for all of them).
+    pub(super) fn step_ends(&mut self) {
+        {
+            let mut view = self.setup.live.locked();
+            view.revision = (view.revision | 1) + 1;
+        }
+        self.events.announce();
     }
 
     /// Runs a synchronous step between its marks.

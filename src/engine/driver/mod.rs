@@ -75,6 +75,10 @@ const TICK: Duration = Duration::from_millis(250);
 /// At most this many agent activities (settled calls among them) join one group commit, so
 /// a flood of progress updates cannot hold back the answers of calls already settled.
 const GROUP_COMMIT_LIMIT: usize = 64;
+/// While other calls are live, a settled call's row waits at most this long for more calls
+/// to settle and join its transaction (the commit window): a fan-out commits a few rows a
+/// millisecond in one transaction each few milliseconds instead of one per wake-up.
+const COMMIT_WINDOW: Duration = Duration::from_millis(5);
 /// At most this many queued script events are taken at once before settled calls are
 /// looked at, so a script issuing calls without pause cannot hold back their answers.
 const VM_BATCH_LIMIT: usize = 64;
@@ -251,6 +255,14 @@ pub(crate) async fn settle_known(setup: DriverSetup, result: Option<Value>) -> O
 }
 
 /// The next beat of an optional heartbeat; never, without one.
+/// Resolves at the end of the open commit window; never when none is open.
+async fn window_end(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn next_beat(heartbeat: &mut Option<tokio::time::Interval>) {
     match heartbeat {
         Some(beat) => {
@@ -370,6 +382,8 @@ struct Driver {
     /// Calls settled since the last group commit, in settlement order: their rows are
     /// written in one transaction and only then are they answered ([`durability`]).
     settling: Vec<Settled>,
+    /// When the settled group's commit window ends; `None` while no group waits.
+    commit_due: Option<tokio::time::Instant>,
     /// Sessions opened since the last tick, journaled at the next one while their calls are
     /// live, or with an interrupted call's row ([`durability`]).
     journaling: Vec<crate::model::OpenSession>,
@@ -458,6 +472,7 @@ impl Driver {
             reopening: sessions::Reopening::default(),
             tally: Tally::default(),
             settling: Vec::new(),
+            commit_due: None,
             journaling: Vec::new(),
             vm,
             halted_vm: None,
@@ -543,6 +558,11 @@ impl Driver {
                         let Some(more) = activity_rx.try_recv() else { break };
                         self.on_activity(more).await;
                     }
+                    self.commit_or_wait().await;
+                    self.step_ends();
+                }
+                _ = window_end(self.commit_due), if self.commit_due.is_some() => {
+                    self.step_begins();
                     self.commit_settled().await;
                     self.step_ends();
                 }
@@ -696,8 +716,11 @@ impl Driver {
             trace: None,
         };
         self.settle_outcome(halt, &mut outcome);
-        // The last events and replayed rows: a failure is reported, there is nothing left
-        // to halt.
+        // The last rows, events and replayed rows: a failure is reported, there is nothing
+        // left to halt.
+        if let Err(lost) = self.commit_group().await {
+            self.on_lost_write(lost);
+        }
         if let Err(lost) = self.flush_replays().await {
             self.on_lost_write(lost);
         }

@@ -718,3 +718,6 @@ async fn parallel_calls_whose_rows_were_refused_are_never_answered() {
     assert_eq!(outcome.result, None);
     assert!(world.rows().await.is_empty());
 }
+
+#[path = "commit_window_tests.rs"]
+mod commit_window;

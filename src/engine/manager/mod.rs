@@ -112,7 +112,8 @@ struct Inner {
     config: EngineConfig,
     /// Permission requests of live calls waiting for an answer.
     broker: PermissionBroker,
-    /// Live notices: events, permission requests, settlements.
+    /// Live notices: permission requests, settlements, and each run's activity (at most a
+    /// notice per step of its driver, without the event records).
     notices: Notices,
     /// This process as a lease holder.
     owner: Owner,
@@ -282,6 +283,12 @@ impl Engine {
     /// Live notices: events, permission requests, settlements.
     pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
         self.inner.notices.subscribe()
+    }
+
+    /// Permission requests, settlements and every event with its record: for a subscriber
+    /// that shows the events themselves.
+    pub fn subscribe_records(&self) -> broadcast::Receiver<RunNotice> {
+        self.inner.notices.subscribe_records()
     }
 
     /// Permission requests and settlements, without the runs' events: for a subscriber

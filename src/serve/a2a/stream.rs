@@ -148,20 +148,11 @@ async fn wait_for(
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match notices.recv().await {
-            Ok(notice) if notice_run(&notice) == Some(run_id) => return Some(()),
+            Ok(notice) if notice.run_id() == run_id => return Some(()),
             Ok(_) => {}
             Err(RecvError::Lagged(_)) => return Some(()),
             Err(RecvError::Closed) => return None,
         }
-    }
-}
-
-fn notice_run(notice: &crate::engine::events::RunNotice) -> Option<&RunId> {
-    use crate::engine::events::RunNotice;
-    match notice {
-        RunNotice::Event { run_id, .. }
-        | RunNotice::Permission { run_id, .. }
-        | RunNotice::Settled { run_id, .. } => Some(run_id),
     }
 }
 

@@ -98,7 +98,7 @@ impl Channels {
                 Ok(RunNotice::Permission { run_id, .. } | RunNotice::Settled { run_id, .. }) => {
                     self.evaluate(&run_id).await;
                 }
-                Ok(RunNotice::Event { .. }) => {}
+                Ok(RunNotice::Activity { .. } | RunNotice::Event { .. }) => {}
                 // Missed notices: look at every followed run once.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     let runs = self.following.locked().runs();

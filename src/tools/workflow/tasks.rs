@@ -353,7 +353,7 @@ fn concerns(notice: &RunNotice, run_id: &str, status: TaskStatus) -> bool {
         RunNotice::Permission { run_id: id, .. } | RunNotice::Settled { run_id: id, .. } => {
             id.as_str() == run_id
         }
-        RunNotice::Event { run_id: id, .. } => {
+        RunNotice::Activity { run_id: id } | RunNotice::Event { run_id: id, .. } => {
             id.as_str() == run_id && status != TaskStatus::Working
         }
     }
@@ -372,11 +372,7 @@ impl StatusNotifier {
             };
             match notice {
                 Ok(notice) => {
-                    let run_id = match &notice {
-                        RunNotice::Permission { run_id, .. }
-                        | RunNotice::Settled { run_id, .. }
-                        | RunNotice::Event { run_id, .. } => run_id,
-                    };
+                    let run_id = notice.run_id();
                     if self.worth_reading(&notice, run_id) {
                         self.evaluate(run_id.as_str()).await;
                     }
@@ -657,15 +653,8 @@ mod tests {
     #[test]
     fn events_matter_only_to_a_task_that_waits() {
         let run = RunId::generate();
-        let event = RunNotice::Event {
+        let event = RunNotice::Activity {
             run_id: run.clone(),
-            record: std::sync::Arc::new(crate::model::EventRecord {
-                seq: 1,
-                timestamp: 0,
-                event: json!({"type": "call_started"}),
-                redacted: false,
-                truncated: false,
-            }),
         };
         assert!(!concerns(&event, run.as_str(), TaskStatus::Working));
         assert!(concerns(&event, run.as_str(), TaskStatus::InputRequired));
