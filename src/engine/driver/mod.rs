@@ -254,7 +254,6 @@ pub(crate) async fn settle_known(setup: DriverSetup, result: Option<Value>) -> O
     driver.finish().await
 }
 
-/// The next beat of an optional heartbeat; never, without one.
 /// Resolves at the end of the open commit window; never when none is open.
 async fn window_end(due: Option<tokio::time::Instant>) {
     match due {
@@ -263,6 +262,7 @@ async fn window_end(due: Option<tokio::time::Instant>) {
     }
 }
 
+/// The next beat of an optional heartbeat; never, without one.
 async fn next_beat(heartbeat: &mut Option<tokio::time::Interval>) {
     match heartbeat {
         Some(beat) => {
