@@ -535,6 +535,44 @@ mod tests {
                     .text("errorMessage", &format!("token={SECRET}")),
             );
         }
+        for (latest, tool) in [
+            (Some(format!("writing {SECRET}")), None),
+            (None, Some("Bash")),
+            (Some("é".repeat(600)), None),
+        ] {
+            let mut old = json!({"callIndex": 3, "executionStartSeq": 12, "turnCount": 1,
+                "observedEvents": 4, "coalescedEvents": 2, "cause": "activity"});
+            let mut typed = Fields::new()
+                .fixed("callIndex", 3.into())
+                .fixed("executionStartSeq", 12.into())
+                .fixed("turnCount", 1.into())
+                .fixed("observedEvents", 4.into())
+                .fixed("coalescedEvents", 2.into())
+                .fixed("cause", "activity".into());
+            if let Some(latest) = &latest {
+                old["latestText"] = json!(latest);
+                typed = typed.text("latestText", latest);
+            } else if let Some(tool) = tool {
+                old["lastToolName"] = json!(tool);
+                typed = typed.text("lastToolName", tool);
+            }
+            same_record("agentProgress", "root", old, typed);
+        }
+        let entry = json!({"role": "assistant", "kind": "text", "text": format!("see {SECRET}"),
+                           "toolName": "Read"});
+        same_record(
+            "agentTranscript",
+            "nested/2",
+            json!({"callIndex": 3, "executionStartSeq": 12, "entryIndex": 0, "revision": 5,
+                   "operation": "upsert", "entry": entry}),
+            Fields::new()
+                .fixed("callIndex", 3.into())
+                .fixed("executionStartSeq", 12.into())
+                .fixed("entryIndex", 0.into())
+                .fixed("revision", 5.into())
+                .fixed("operation", "upsert".into())
+                .value("entry", &entry),
+        );
         same_record(
             "tokenUsage",
             "root",

@@ -264,19 +264,22 @@ impl Driver {
         progress.last_emit = Some(Instant::now());
         progress.dirty = false;
         let tail = tail_utf8(&progress.latest_text, 512);
-        let mut fields = json!({
-            "callIndex": index,
-            "executionStartSeq": progress.start_seq,
-            "turnCount": progress.turn_count,
-            "observedEvents": progress.observed,
-            "coalescedEvents": progress.coalesced,
-            "cause": cause,
-        });
-        if !tail.is_empty() {
-            fields["latestText"] = Value::String(tail.to_owned());
+        let mut fields = Fields::new()
+            .fixed("callIndex", index.into())
+            .fixed("executionStartSeq", progress.start_seq.into())
+            .fixed("turnCount", progress.turn_count.into())
+            .fixed("observedEvents", progress.observed.into())
+            .fixed("coalescedEvents", progress.coalesced.into())
+            .fixed("cause", cause.into());
+        let (latest_text, last_tool) = if !tail.is_empty() {
+            fields = fields.text("latestText", tail);
+            (Value::String(tail.to_owned()), Value::Null)
         } else if let Some(tool) = &progress.last_tool {
-            fields["lastToolName"] = Value::String(tool.clone());
-        }
+            fields = fields.text("lastToolName", tool);
+            (Value::Null, Value::String(tool.clone()))
+        } else {
+            (Value::Null, Value::Null)
+        };
         let start_seq = progress.start_seq;
         let mut upserts = Vec::new();
         for (entry_index, entry) in progress
@@ -290,21 +293,22 @@ impl Driver {
             if let Some(name) = &entry.tool_name {
                 shown["toolName"] = Value::String(name.clone());
             }
-            upserts.push(json!({
-                "callIndex": index,
-                "executionStartSeq": start_seq,
-                "entryIndex": entry_index,
-                "revision": entry.revision,
-                "operation": "upsert",
-                "entry": shown,
-            }));
+            upserts.push(
+                Fields::new()
+                    .fixed("callIndex", index.into())
+                    .fixed("executionStartSeq", start_seq.into())
+                    .fixed("entryIndex", entry_index.into())
+                    .fixed("revision", entry.revision.into())
+                    .fixed("operation", "upsert".into())
+                    .value("entry", &shown),
+            );
         }
         let scope = call.scope.clone();
-        let activity = json!({"callIndex": index, "label": call.label, "latestText": fields.get("latestText"), "lastToolName": fields.get("lastToolName")});
+        let activity = json!({"callIndex": index, "label": call.label, "latestText": latest_text, "lastToolName": last_tool});
         self.setup.live.locked().latest_activity = Some(activity);
-        self.events.push("agentProgress", &scope, fields);
+        self.events.push_fields("agentProgress", &scope, fields);
         for upsert in upserts {
-            self.events.push("agentTranscript", &scope, upsert);
+            self.events.push_fields("agentTranscript", &scope, upsert);
         }
     }
 
