@@ -39,7 +39,11 @@ fn answered(index: u32) -> TaskResult {
 
 /// A driver with `live` calls in flight, numbered from 0.
 fn with_live_calls(world: &World, live: u32) -> Driver {
-    let mut driver = world.driver(Some(LEASE));
+    live_calls_in(world.driver(Some(LEASE)), live)
+}
+
+/// `driver` with `live` calls in flight, numbered from 0.
+fn live_calls_in(mut driver: Driver, live: u32) -> Driver {
     for index in 0..live {
         driver.in_flight.insert(index, in_flight(index));
     }
@@ -128,10 +132,7 @@ async fn a_halting_generation_and_the_dry_run_never_wait() {
         1,
         "a halting generation writes at once"
     );
-    let mut dry = Driver::new(world.setup("", None), None);
-    for index in 0..3 {
-        dry.in_flight.insert(index, in_flight(index));
-    }
+    let mut dry = live_calls_in(world.driver(None), 3);
     settle(&mut dry, 0).await;
     assert!(dry.settling.is_empty() && dry.commit_due.is_none());
 }
