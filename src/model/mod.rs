@@ -35,6 +35,11 @@ pub use waits::{
 /// The longest run id accepted anywhere.
 pub(crate) const MAX_RUN_ID_LEN: usize = 128;
 
+/// The highest generation a run may reach: its first execution and 4,094 resumes. The
+/// SQLite store keys a call by its generation in 12 bits (`store/sqlite/calls.rs`), and a
+/// resume past it is refused.
+pub const MAX_GENERATION: u32 = 4095;
+
 /// A run's identity: `<epoch-ms base36>-<6 random base36>`, validated as `^[a-z0-9]+-[a-z0-9]+$`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -433,7 +438,8 @@ pub struct RunRecord {
     pub token_usage: Usage,
     /// 32 hex characters; changes only when the event stream is recreated.
     pub stream_id: String,
-    /// Incremented by every resume; the first execution is generation 1.
+    /// Incremented by every resume; the first execution is generation 1, the last one a run
+    /// may reach [`MAX_GENERATION`].
     pub generation: u32,
     /// The backend-approval setup, from admission on for a script that declares backends:
     /// pending while unanswered, then kept with its answer (status shows it while pending).

@@ -16,7 +16,7 @@ use crate::engine::prepare::{self, Rejection};
 use crate::engine::rerun::{self, RerunTarget};
 use crate::model::{
     AutoResume, CallRecord, CheckpointAnswer, CheckpointKind, CheckpointWait, Lease,
-    OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource,
+    MAX_GENERATION, OperationReceipt, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource,
 };
 use crate::store::{Fence, IntentScope, ScriptChange};
 use crate::util::{now_ms, sha256_hex};
@@ -429,6 +429,13 @@ fn resumed_admission(
 /// approval aborted them; a completed one only to rerun some of its calls.
 fn check_resumable(record: &RunRecord, rerun: bool) -> EngineResult<()> {
     let run_id = &record.run_id;
+    if record.generation >= MAX_GENERATION {
+        return Err(EngineError::Rejected(Rejected::Conflict(format!(
+            "run {run_id} cannot be resumed: it has run {MAX_GENERATION} generations (its start \
+             and {} resumes), the most agentprism keeps for one run; start a new run",
+            MAX_GENERATION - 1
+        ))));
+    }
     match record.status {
         RunStatus::Completed if rerun => Ok(()),
         RunStatus::Completed => Err(EngineError::Rejected(Rejected::Conflict(format!(

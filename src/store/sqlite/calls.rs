@@ -11,6 +11,7 @@ use rusqlite::types::FromSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction};
 use serde::de::DeserializeOwned;
 
+use super::call_keys::{CallKeys, latest_generation};
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
 use super::rows::{RowReader, fenced_run_key, optional_json, run_key, to_sql_integer};
@@ -75,15 +76,14 @@ const CALL_COLUMNS: [&str; 25] = [
     "live_reason",
 ];
 
-/// The latest generation with any row: one descent of the primary key.
-pub(super) const TAIL_GENERATION: &str = "SELECT MAX(generation) FROM calls WHERE run_key = ?1";
 /// Its non-checkpoint count, as recorded when it stopped running.
 pub(super) const TAIL_COUNT: &str =
     "SELECT calls FROM call_tallies WHERE run_key = ?1 AND generation = ?2";
-/// Its non-checkpoint count, counted: only for a generation without a recorded count.
+/// Its non-checkpoint count, counted over its key range: only for a generation without a
+/// recorded count.
 pub(super) const TAIL_COUNTED: &str = "SELECT COUNT(*) FROM calls
-     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'";
-/// Its last rows: the primary key walked backwards from the generation's end.
+     WHERE call_key BETWEEN ?1 AND ?2 AND kind != 'checkpoint'";
+/// The run's checkpoint rows, through the partial index `calls_checkpoints`.
 pub(super) const CHECKPOINT_ROWS: &str = concat!(
     "SELECT ",
     call_columns!(),
@@ -92,26 +92,28 @@ pub(super) const CHECKPOINT_ROWS: &str = concat!(
     not_superseded!(),
     " ORDER BY c.generation, c.settlement_ordinal, c.call_index"
 );
+/// A generation's last rows: its key range walked backwards from its end.
 pub(super) const TAIL_ROWS: &str = concat!(
     "SELECT ",
     call_columns!(),
     calls_from!(),
-    " WHERE c.run_key = ?1 AND c.generation = ?2 AND c.kind != 'checkpoint'
-     ORDER BY c.call_index DESC LIMIT ?3"
+    " WHERE c.call_key BETWEEN ?1 AND ?2 AND c.kind != 'checkpoint'
+     ORDER BY c.call_key DESC LIMIT ?3"
 );
 
 /// Every call row of the run, ordered by (generation, settlement ordinal).
 pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-    let run_key = run_key(connection, run_id)?;
+    let keys = run_keys(connection, run_id)?;
     query_calls(
         connection,
         concat!(
             "SELECT ",
             call_columns!(),
             calls_from!(),
-            " WHERE c.run_key = ?1 ORDER BY c.generation, c.settlement_ordinal, c.call_index"
+            " WHERE c.call_key BETWEEN ?1 AND ?2
+             ORDER BY c.generation, c.settlement_ordinal, c.call_index"
         ),
-        run_key,
+        keys.run(),
         run_id,
     )
 }
@@ -120,10 +122,12 @@ pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<Ca
 /// the rows' records without building them.
 pub(super) fn next_settlement_ordinal(connection: &Connection, run_id: &RunId) -> StoreResult<u64> {
     let doing = || format!("read the last settlement ordinal of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
+    let keys = run_keys(connection, run_id)?;
     let highest: Option<i64> = connection
-        .prepare_cached("SELECT MAX(settlement_ordinal) FROM calls WHERE run_key = ?1")
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
+        .prepare_cached(
+            "SELECT MAX(settlement_ordinal) FROM calls WHERE call_key BETWEEN ?1 AND ?2",
+        )
+        .and_then(|mut statement| statement.query_row(keys.run(), |row| row.get(0)))
         .context(doing)?;
     let Some(highest) = highest else {
         return Ok(0);
@@ -140,36 +144,39 @@ pub(super) fn next_settlement_ordinal(connection: &Connection, run_id: &RunId) -
 
 /// Rows not superseded yet, by (generation, index).
 pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-    let run_key = run_key(connection, run_id)?;
+    let keys = run_keys(connection, run_id)?;
     query_calls(
         connection,
         concat!(
             "SELECT ",
             call_columns!(),
             calls_from!(),
-            " WHERE c.run_key = ?1 AND ",
+            " WHERE c.call_key BETWEEN ?1 AND ?2 AND ",
             not_superseded!(),
-            " ORDER BY c.generation, c.call_index"
+            " ORDER BY c.call_key"
         ),
-        run_key,
+        keys.run(),
         run_id,
     )
 }
 
-/// The rows of the latest generation that has any, by index.
+/// The rows of the latest generation that has any, by index: from the first key of the
+/// generation of the run's last key to the run's end.
 pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
-    let run_key = run_key(connection, run_id)?;
+    let keys = run_keys(connection, run_id)?;
     query_calls(
         connection,
         concat!(
             "SELECT ",
             call_columns!(),
             calls_from!(),
-            " WHERE c.run_key = ?1
-               AND c.generation = (SELECT MAX(generation) FROM calls WHERE run_key = ?1)
-             ORDER BY c.call_index"
+            " WHERE c.call_key BETWEEN
+                 (SELECT call_key & ~1048575 FROM calls WHERE call_key BETWEEN ?1 AND ?2
+                  ORDER BY call_key DESC LIMIT 1)
+                 AND ?2
+             ORDER BY c.call_key"
         ),
-        run_key,
+        keys.run(),
         run_id,
     )
 }
@@ -177,7 +184,12 @@ pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec
 /// The checkpoint rows not superseded, through the partial index `calls_checkpoints`.
 pub(super) fn checkpoints(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
     let run_key = run_key(connection, run_id)?;
-    query_calls(connection, CHECKPOINT_ROWS, run_key, run_id)
+    query_calls(connection, CHECKPOINT_ROWS, [run_key], run_id)
+}
+
+/// The key range of the run's call rows.
+pub(super) fn run_keys(connection: &Connection, run_id: &RunId) -> StoreResult<CallKeys> {
+    CallKeys::of(run_key(connection, run_id)?, run_id)
 }
 
 /// The latest generation's count and last `limit` non-checkpoint rows (see [`tail_rows`]):
@@ -191,8 +203,8 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
             calls,
         });
     };
-    let run_key = run_key(connection, run_id)?;
-    let total = generation_total(connection, run_id, run_key, generation)?;
+    let keys = run_keys(connection, run_id)?;
+    let total = generation_total(connection, run_id, keys, generation)?;
     Ok(CallTail {
         generation: Some(generation),
         total,
@@ -204,15 +216,18 @@ pub(super) fn tail(connection: &Connection, run_id: &RunId, limit: u32) -> Store
 pub(super) fn generation_total(
     connection: &Connection,
     run_id: &RunId,
-    run_key: i64,
+    keys: CallKeys,
     generation: u32,
 ) -> StoreResult<u64> {
     let doing = || format!("count the calls of generation {generation} of run {run_id}");
+    let range = keys.generation(generation, run_id)?;
     let recorded: Option<i64> = connection
         .prepare_cached(TAIL_COUNT)
         .and_then(|mut statement| {
             statement
-                .query_row(rusqlite::params![run_key, generation], |row| row.get(0))
+                .query_row(rusqlite::params![keys.run_key(), generation], |row| {
+                    row.get(0)
+                })
                 .optional()
         })
         .context(doing)?;
@@ -220,9 +235,7 @@ pub(super) fn generation_total(
         Some(total) => total,
         None => connection
             .prepare_cached(TAIL_COUNTED)
-            .and_then(|mut statement| {
-                statement.query_row(rusqlite::params![run_key, generation], |row| row.get(0))
-            })
+            .and_then(|mut statement| statement.query_row(range, |row| row.get(0)))
             .context(doing)?,
     };
     u64::try_from(total).map_err(|error| {
@@ -231,26 +244,23 @@ pub(super) fn generation_total(
 }
 
 /// The latest generation with any row and its last `limit` non-checkpoint rows, ascending:
-/// the generation from the primary key's prefix (a `MAX` over an index is one descent), the
-/// rows by walking the primary key backwards from the end. Checkpoint rows met on the way
-/// are skipped; there are as few as there are questions to a human.
+/// the generation from the run's last key (one descent), the rows by walking the
+/// generation's key range backwards from its end. Checkpoint rows met on the way are
+/// skipped; there are as few as there are questions to a human.
 pub(super) fn tail_rows(
     connection: &Connection,
     run_id: &RunId,
     limit: u32,
 ) -> StoreResult<(Option<u32>, Vec<CallRecord>)> {
     let doing = || format!("read the last calls of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
-    let generation: Option<u32> = connection
-        .prepare_cached(TAIL_GENERATION)
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
-        .context(doing)?;
-    let Some(generation) = generation else {
+    let keys = run_keys(connection, run_id)?;
+    let Some(generation) = latest_generation(connection, keys, run_id)? else {
         return Ok((None, Vec::new()));
     };
+    let [first, last] = keys.generation(generation, run_id)?;
     let mut statement = connection.prepare_cached(TAIL_ROWS).context(doing)?;
     let mut rows = statement
-        .query(rusqlite::params![run_key, generation, limit])
+        .query(rusqlite::params![first, last, limit])
         .context(doing)?;
     let mut calls = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
@@ -315,13 +325,24 @@ pub(super) fn commit_group(
     let doing = || format!("append calls of run {run_id}");
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    let keys = CallKeys::of(run_key, run_id)?;
     for session in sessions {
         super::sessions::insert(&transaction, run_key, run_id, session)?;
     }
-    for write in writes {
-        insert_call(&transaction, run_key, run_id, write.record)?;
+    // In key order, whatever order the calls settled in: a key above every key of the table
+    // is an append to its last page, and one below it would split a page in the middle.
+    let mut ordered: Vec<&CallWrite<'_>> = writes.iter().collect();
+    ordered.sort_by_key(|write| (write.record.generation, write.record.index));
+    for write in ordered {
+        insert_call(&transaction, keys, run_id, write.record)?;
         for &row in write.supersedes {
-            supersede(&transaction, run_key, row, write.record.generation, doing)?;
+            supersede(
+                &transaction,
+                (keys, run_id),
+                row,
+                write.record.generation,
+                doing,
+            )?;
         }
     }
     let events = writes.iter().flat_map(|write| write.events);
@@ -340,9 +361,9 @@ pub(super) fn set_aside(
 ) -> StoreResult<()> {
     let doing = || format!("set aside calls of run {run_id}");
     let transaction = write_transaction(connection, doing)?;
-    let run_key = fenced_run_key(&transaction, run_id, fence)?;
+    let keys = CallKeys::of(fenced_run_key(&transaction, run_id, fence)?, run_id)?;
     for &row in rows {
-        supersede(&transaction, run_key, row, by, doing)?;
+        supersede(&transaction, (keys, run_id), row, by, doing)?;
     }
     transaction.commit().context(doing)
 }
@@ -351,22 +372,20 @@ pub(super) fn set_aside(
 /// exists is superseded; a row superseded again takes the later generation.
 fn supersede(
     transaction: &Transaction<'_>,
-    run_key: i64,
+    (keys, run_id): (CallKeys, &RunId),
     (generation, index): (u32, u32),
     by: u32,
     doing: impl Fn() -> String,
 ) -> StoreResult<()> {
+    let key = keys.key(generation, index, run_id)?;
     let changed = transaction
         .prepare_cached(
             "INSERT INTO call_supersessions (run_key, generation, call_index, superseded_by)
-             SELECT run_key, generation, call_index, ?1 FROM calls
-             WHERE run_key = ?2 AND generation = ?3 AND call_index = ?4
+             SELECT run_key, generation, call_index, ?1 FROM calls WHERE call_key = ?2
              ON CONFLICT (run_key, generation, call_index)
                  DO UPDATE SET superseded_by = excluded.superseded_by",
         )
-        .and_then(|mut statement| {
-            statement.execute(rusqlite::params![by, run_key, generation, index])
-        })
+        .and_then(|mut statement| statement.execute(rusqlite::params![by, key]))
         .context(&doing)?;
     if changed == 0 {
         return Err(StoreError::Io(format!(
@@ -379,7 +398,7 @@ fn supersede(
 
 fn insert_call(
     transaction: &Transaction<'_>,
-    run_key: i64,
+    keys: CallKeys,
     run_id: &RunId,
     call: &CallRecord,
 ) -> StoreResult<()> {
@@ -389,6 +408,7 @@ fn insert_call(
             call.index, call.generation
         )
     };
+    let key = keys.key(call.generation, call.index, run_id)?;
     let settlement_ordinal = to_sql_integer(call.settlement_ordinal, "settlement ordinal")?;
     let usage = super::usage_column::stored(&call.usage);
     let error = optional_json(call.error.as_ref(), "call error")?;
@@ -398,19 +418,17 @@ fn insert_call(
     let changes = optional_json(call.changes.as_ref(), "call changes")?;
     transaction
         .prepare_cached(
-            "INSERT INTO calls (run_key, generation, call_index, settlement_ordinal, kind, hash,
-                 path, inputs_hash, label, phase, outcome, origin, aborted, attempts,
-                 model_requested, model_resolved, backend_id, resolved_cwd, usage, error, replay,
-                 session, result, changes, live_reason)
+            "INSERT INTO calls (call_key, settlement_ordinal, kind, hash, path, inputs_hash,
+                 label, phase, outcome, origin, aborted, attempts, model_requested,
+                 model_resolved, backend_id, resolved_cwd, usage, error, replay, session,
+                 result, changes, live_reason)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+                 ?18, ?19, ?20, ?21, ?22, ?23)",
         )
-        // Positional, in the columns' order: binding 25 names looks each one up among all.
+        // Positional, in the columns' order: binding 23 names looks each one up among all.
         .and_then(|mut statement| {
             statement.execute(rusqlite::params![
-                run_key,
-                call.generation,
-                call.index,
+                key,
                 settlement_ordinal,
                 call.kind.as_str(),
                 super::hashes::stored(&call.hash),
@@ -445,7 +463,7 @@ fn insert_call(
             )
             .and_then(|mut statement| {
                 statement.execute(rusqlite::params![
-                    run_key,
+                    keys.run_key(),
                     call.generation,
                     call.index,
                     superseded_by
@@ -480,12 +498,12 @@ fn forget_totals(
 fn query_calls(
     connection: &Connection,
     sql: &str,
-    run_key: i64,
+    params: impl rusqlite::Params,
     run_id: &RunId,
 ) -> StoreResult<Vec<CallRecord>> {
     let doing = || format!("read calls of run {run_id}");
     let mut statement = connection.prepare_cached(sql).context(doing)?;
-    let mut rows = statement.query([run_key]).context(doing)?;
+    let mut rows = statement.query(params).context(doing)?;
     let mut calls = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
         calls.push(call_from_row(row, run_id)?);

@@ -24,7 +24,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0008_trace.sql"),
     include_str!("../migrations/sqlite/0009_lease_host.sql"),
     include_str!("../migrations/sqlite/0010_run_queue.sql"),
+    include_str!("../migrations/sqlite/0011_call_keys.sql"),
 ];
+
+/// The version whose migration keys each call row by one integer ([`check_call_keys`]).
+const CALL_KEYS_VERSION: usize = 11;
 
 /// The `application_id` (the bytes "agpr") the first migration gives a store. Stores of the
 /// pre-release builds have none: their versions counted another series of scripts, and this
@@ -178,6 +182,9 @@ fn migrate(connection: &mut Connection, path: &Path) -> StoreResult<()> {
     let applied = applied_migrations(path, application_id, version)?;
     for (number, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
         let version = number + 1;
+        if version == CALL_KEYS_VERSION {
+            check_call_keys(&transaction, path)?;
+        }
         transaction
             .execute_batch(sql)
             .context(|| format!("{}: apply migration {version}", doing()))?;
@@ -186,6 +193,37 @@ fn migrate(connection: &mut Connection, path: &Path) -> StoreResult<()> {
             .context(doing)?;
     }
     transaction.commit().context(doing)
+}
+
+/// Refuses, before anything is changed, a store with a call row the integer call key cannot
+/// hold (`call_keys.rs`): a generation above 4,095 or an index above 1,048,575. The limits
+/// the engine has always applied keep every row inside them.
+fn check_call_keys(connection: &Connection, path: &Path) -> StoreResult<()> {
+    let doing = || format!("check the call rows of {}", path.display());
+    let beyond: i64 = connection
+        .query_row(
+            "SELECT COUNT(*) FROM calls
+             WHERE generation NOT BETWEEN 0 AND ?1 OR call_index NOT BETWEEN 0 AND ?2
+                OR run_key NOT BETWEEN 0 AND ?3",
+            rusqlite::params![
+                super::call_keys::MAX_GENERATION,
+                super::call_keys::MAX_CALL_INDEX,
+                super::events::MAX_RUN_KEY
+            ],
+            |row| row.get(0),
+        )
+        .context(doing)?;
+    if beyond > 0 {
+        return Err(StoreError::Corrupt(format!(
+            "{}: {beyond} call rows have a generation above {}, a call index above {} or a run \
+             key out of range, which this agentprism cannot convert; nothing was changed. Keep \
+             using the agentprism that wrote them, or delete those runs with it first",
+            path.display(),
+            super::call_keys::MAX_GENERATION,
+            super::call_keys::MAX_CALL_INDEX,
+        )));
+    }
+    Ok(())
 }
 
 /// The database's `application_id` and `user_version`.

@@ -260,7 +260,9 @@ pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult
         "DELETE FROM event_blocks
          WHERE block_key > ?1 * 4294967296 AND block_key <= ?1 * 4294967296 + 4294967295",
         "DELETE FROM call_supersessions WHERE run_key = ?1",
-        "DELETE FROM calls WHERE run_key = ?1",
+        // The run's range of call keys (call_keys.rs).
+        "DELETE FROM calls
+         WHERE call_key >= ?1 * 4294967296 AND call_key <= ?1 * 4294967296 + 4294967295",
         "DELETE FROM call_tallies WHERE run_key = ?1",
         "DELETE FROM open_sessions WHERE run_key = ?1",
         "DELETE FROM checkpoint_answers WHERE run_key = ?1",

@@ -7,19 +7,20 @@ use rusqlite::types::FromSql;
 use rusqlite::{Connection, Row};
 use serde::de::DeserializeOwned;
 
-use super::calls::{TAIL_GENERATION, generation_total};
+use super::call_keys::latest_generation;
+use super::calls::{generation_total, run_keys};
 use super::connection::Context;
-use super::rows::{RowReader, run_key};
+use super::rows::RowReader;
 use crate::model::{CallKind, CallOrigin, CallOutcome, LiveReason, RunId};
 use crate::store::{CallSummary, StoreResult, SummaryTail};
 
 /// The shown columns, in the order [`SHOWN`] names them.
-const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
+pub(super) const TAIL_SUMMARIES: &str = "SELECT generation, call_index, kind, label, phase,
          model_requested, backend_id, outcome, origin, result, error, changes, attempts,
          live_reason
      FROM calls
-     WHERE run_key = ?1 AND generation = ?2 AND kind != 'checkpoint'
-     ORDER BY call_index DESC LIMIT ?3";
+     WHERE call_key BETWEEN ?1 AND ?2 AND kind != 'checkpoint'
+     ORDER BY call_key DESC LIMIT ?3";
 const SHOWN: [&str; 14] = [
     "generation",
     "call_index",
@@ -44,20 +45,17 @@ pub(super) fn tail(
     count: bool,
 ) -> StoreResult<SummaryTail> {
     let doing = || format!("read the last calls of run {run_id}");
-    let run_key = run_key(connection, run_id)?;
-    let generation: Option<u32> = connection
-        .prepare_cached(TAIL_GENERATION)
-        .and_then(|mut statement| statement.query_row([run_key], |row| row.get(0)))
-        .context(doing)?;
-    let Some(generation) = generation else {
+    let keys = run_keys(connection, run_id)?;
+    let Some(generation) = latest_generation(connection, keys, run_id)? else {
         return Ok(SummaryTail {
             total: count.then_some(0),
             ..SummaryTail::default()
         });
     };
+    let [first, last] = keys.generation(generation, run_id)?;
     let mut statement = connection.prepare_cached(TAIL_SUMMARIES).context(doing)?;
     let mut rows = statement
-        .query(rusqlite::params![run_key, generation, limit])
+        .query(rusqlite::params![first, last, limit])
         .context(doing)?;
     let mut calls = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
@@ -65,7 +63,7 @@ pub(super) fn tail(
     }
     calls.reverse();
     let total = if count {
-        Some(generation_total(connection, run_id, run_key, generation)?)
+        Some(generation_total(connection, run_id, keys, generation)?)
     } else {
         None
     };

@@ -19,6 +19,7 @@ use crate::store::{
 
 mod budget;
 mod dsl;
+mod generations;
 mod isolation;
 mod retry;
 mod starting;

@@ -20,6 +20,7 @@ use crate::store::contract::{
     run_record, waiting_checkpoint, write,
 };
 
+mod call_keys;
 mod events;
 mod records;
 mod schema;
@@ -355,9 +356,11 @@ async fn status_admission_and_intent_queries_are_indexed() {
     let (_folder, store, _record) = store_with_run().await;
     let connection = store.connection();
     for sql in [
-        super::calls::TAIL_GENERATION,
+        super::call_keys::LATEST_GENERATION,
         super::calls::TAIL_COUNT,
+        super::calls::TAIL_COUNTED,
         super::calls::TAIL_ROWS,
+        super::status_reads::TAIL_SUMMARIES,
         super::calls::CHECKPOINT_ROWS,
         super::runs::ACTIVE,
         super::control::PENDING_ACROSS_RUNS,
