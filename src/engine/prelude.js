@@ -2,7 +2,8 @@
 //
 // This file evaluates to one function, which the host calls once with the global object and
 // a `host` record that never touches the global: host.call(kind, json) returns a promise of
-// a JSON text (the driver answers it), host.log(level, text), host.phase(scope, title),
+// a JSON text (the driver answers it), host.agent(scope, prompt, path) does the same for an
+// agent() call without options (the host builds its payload), host.log(level, text), host.phase(scope, title),
 // host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
 // meta.files does not declare the path) and host.path(stack, wrapperLine, wrapperColumns) (the
 // call path read from a stack text, or undefined). It returns the helpers only the host uses
@@ -13,6 +14,7 @@
 (function (global, host) {
   "use strict";
   const hostCall = host.call;
+  const hostAgent = host.agent;
   const hostLog = host.log;
   const hostPhase = host.phase;
   const hostNested = host.nested;
@@ -35,6 +37,7 @@
   const setHas = Set.prototype.has;
   const setAdd = Set.prototype.add;
   const setDelete = Set.prototype.delete;
+  const isWellFormed = String.prototype.isWellFormed;
 
   // --- determinism guard (engine.md 1.3): aliases of Date/Math.random are caught here ---
   const unavailable = (what) => {
@@ -266,12 +269,24 @@
       if (refused) throw refused;
       return hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
     };
+    // An agent() call without options, the common one, skips the JSON text: the host builds
+    // the payload `call` would send ({scope, prompt, options: {}, path}) from its parts. A
+    // prompt with a lone surrogate, which has no UTF-8 form, takes `call`.
+    const plainAgent = (prompt, path) => {
+      const refused = pastCallLimit("agent");
+      if (refused && callsPastLimit <= REJECTED_PAST_LIMIT) return Promise.reject(refused);
+      if (refused) throw refused;
+      return hostAgent(scope, prompt, path).then(parse);
+    };
+    const withoutOptions = (options) =>
+      options === undefined || (getPrototypeOf(options) === ObjectPrototype && keys(options).length === 0);
 
     function agent(prompt, options) {
       if (typeof prompt !== "string")
         throw new TypeError("agent(prompt, options?): prompt must be a string, got " + typeof prompt);
       if (options !== undefined && !isPlainObject(options))
         throw new TypeError("agent(prompt, options?): options must be an object");
+      if (withoutOptions(options) && apply(isWellFormed, prompt, [])) return plainAgent(prompt, callPath());
       return call("agent", { prompt, options: options || {}, path: callPath() });
     }
 

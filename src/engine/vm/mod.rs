@@ -559,13 +559,16 @@ fn install_host<'js>(
     ctx.globals().remove("performance")?;
     let host = rquickjs::Object::new(ctx.clone())?;
     let next_id = Rc::new(RefCell::new(0u64));
+    let calls = HostCalls {
+        outbox: outbox.clone(),
+        resolvers: resolvers.clone(),
+        next_id,
+    };
     host.set(
         "call",
-        Function::new(
-            ctx.clone(),
-            call_function(outbox.clone(), resolvers.clone(), next_id),
-        )?,
+        Function::new(ctx.clone(), call_function(calls.clone()))?,
     )?;
+    host.set("agent", Function::new(ctx.clone(), agent_function(calls))?)?;
     {
         let outbox = outbox.clone();
         host.set(
@@ -634,34 +637,77 @@ fn install_host<'js>(
     })
 }
 
-/// The host side of `host.call`: registers the promise's resolvers and tells the driver.
-fn call_function(
+/// The host side of `host.call` and `host.agent`: each call registers its promise's
+/// resolvers and tells the driver.
+#[derive(Clone)]
+struct HostCalls {
     outbox: Outbox,
     resolvers: Resolvers,
     next_id: Rc<RefCell<u64>>,
-) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
-    move |ctx, kind, payload| {
-        let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+}
+
+impl HostCalls {
+    fn call<'js>(
+        &self,
+        ctx: &Ctx<'js>,
+        kind: String,
+        payload: Value,
+    ) -> rquickjs::Result<Promise<'js>> {
         let (promise, resolve, reject) = ctx.promise()?;
         let call_id = {
-            let mut id = next_id.borrow_mut();
+            let mut id = self.next_id.borrow_mut();
             *id += 1;
             *id
         };
-        resolvers.borrow_mut().insert(
+        self.resolvers.borrow_mut().insert(
             call_id,
             (
-                Persistent::save(&ctx, resolve),
-                Persistent::save(&ctx, reject),
+                Persistent::save(ctx, resolve),
+                Persistent::save(ctx, reject),
             ),
         );
-        outbox.send(VmEvent::Call {
+        self.outbox.send(VmEvent::Call {
             call_id,
             kind,
             payload,
         });
         Ok(promise)
     }
+}
+
+/// `host.call(kind, json)`.
+fn call_function(
+    calls: HostCalls,
+) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
+    move |ctx, kind, payload| {
+        let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+        calls.call(&ctx, kind, payload)
+    }
+}
+
+/// `host.agent(scope, prompt, path)`.
+fn agent_function(
+    calls: HostCalls,
+) -> impl for<'js> Fn(Ctx<'js>, String, String, Option<String>) -> rquickjs::Result<Promise<'js>> + 'static
+{
+    move |ctx, scope, prompt, path| {
+        calls.call(
+            &ctx,
+            "agent".to_owned(),
+            plain_agent_payload(scope, prompt, path),
+        )
+    }
+}
+
+/// The payload `host.call` gets for `agent(prompt)` without options, members in the same
+/// order: `{scope, prompt, options: {}, path}`.
+fn plain_agent_payload(scope: String, prompt: String, path: Option<String>) -> Value {
+    let mut payload = serde_json::Map::with_capacity(4);
+    payload.insert("scope".to_owned(), Value::String(scope));
+    payload.insert("prompt".to_owned(), Value::String(prompt));
+    payload.insert("options".to_owned(), Value::Object(serde_json::Map::new()));
+    payload.insert("path".to_owned(), path.map_or(Value::Null, Value::String));
+    Value::Object(payload)
 }
 
 /// Parses an analyzed script's `body` as the VM would run it, without running it: the

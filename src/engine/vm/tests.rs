@@ -116,6 +116,40 @@ fn a_script_without_call_paths_sends_none_and_runs_the_same() {
     assert_eq!(with_paths[1]["path"], "1:35");
 }
 
+/// `agent(prompt)` without options goes through `host.agent`, which builds the payload
+/// itself; it is the payload, members in order, that `host.call` gets for the same call
+/// with options that stringify to `{}`. A prompt with a lone surrogate (no UTF-8 form)
+/// still takes `host.call` and does not stop the script.
+#[test]
+fn an_agent_call_without_options_sends_what_the_json_call_sends() {
+    let body = "await agent('hi'); await agent('hi', {}); await agent('hi', {model: undefined});\n\
+                await agent('x\\ud800'); return 1;";
+    let (result, calls) = run_script(body, echo);
+    assert_eq!(result.unwrap(), Some(serde_json::json!(1)));
+    assert_eq!(calls.len(), 4);
+    let without_path = |call: &Value| {
+        let mut call = call.clone();
+        call.as_object_mut().expect("an object").remove("path");
+        call.to_string()
+    };
+    let plain = without_path(&calls[0]);
+    assert_eq!(
+        plain,
+        r#"{"scope":"root","prompt":"hi","options":{},"kind":"agent"}"#
+    );
+    assert_eq!(without_path(&calls[1]), plain);
+    assert_eq!(without_path(&calls[2]), plain, "the JSON text's payload");
+    assert_eq!(
+        (&calls[0]["path"], &calls[1]["path"], &calls[2]["path"]),
+        (
+            &serde_json::json!("1:6"),
+            &serde_json::json!("1:25"),
+            &serde_json::json!("1:69")
+        )
+    );
+    assert!(calls[3].get("scope").is_none(), "{:?}", calls[3]);
+}
+
 #[test]
 fn file_returns_a_declared_text_and_names_an_undeclared_path() {
     let files = BTreeMap::from([("prompts/a.md".to_owned(), "Review.".to_owned())]);
