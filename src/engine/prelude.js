@@ -3,8 +3,8 @@
 // This file evaluates to one function, which the host calls once with the global object and
 // a `host` record that never touches the global: host.call(kind, json) returns a promise of
 // a JSON text (the driver answers it), host.agent(scope, prompt, path) does the same for an
-// agent() call without options (the host builds its payload), host.log(level, text), host.phase(scope, title),
-// host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
+// agent() call without options (the host builds its payload), host.log(level, text),
+// host.phase(scope, title), host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
 // meta.files does not declare the path) and host.path(stack, wrapperLine, wrapperColumns) (the
 // call path read from a stack text, or undefined). It returns the helpers only the host uses
 // (`install`, `makeError`, `strictJson`, `setBudget`); the host keeps them, so no script can read,
@@ -279,7 +279,8 @@
       return hostAgent(scope, prompt, path).then(parse);
     };
     const withoutOptions = (options) =>
-      options === undefined || (getPrototypeOf(options) === ObjectPrototype && keys(options).length === 0);
+      options === undefined ||
+      (getPrototypeOf(options) === ObjectPrototype && keys(options).length === 0);
 
     function agent(prompt, options) {
       if (typeof prompt !== "string")

@@ -102,8 +102,9 @@ fn official_client(version: &str) {
     );
 }
 
-/// A local webhook: every POST recorded (headers in lower case, the JSON body), the first
-/// answered 500 (so delivery must retry), the rest 200.
+/// A local webhook: every POST recorded (headers in lower case, the JSON body), the first to
+/// each path answered 500 (so delivery must retry), the rest 200. Per path, because a test
+/// may register a second webhook whose first post races the one it checks.
 pub(crate) struct Receiver {
     pub(crate) address: std::net::SocketAddr,
     pub(crate) posts: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
@@ -113,7 +114,7 @@ impl Receiver {
     pub(crate) fn start() -> Receiver {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
-        let posts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let posts = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Value)>::new()));
         let record = posts.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
@@ -123,8 +124,12 @@ impl Receiver {
                 };
                 let first = {
                     let mut posts = record.lock().unwrap();
+                    let line = head.lines().next().unwrap_or_default().to_owned();
+                    let earlier = posts
+                        .iter()
+                        .any(|(seen, _)| seen.lines().next() == Some(line.as_str()));
                     posts.push((head, body));
-                    posts.len() == 1
+                    !earlier
                 };
                 let status = if first {
                     "500 Internal Server Error"
