@@ -196,8 +196,8 @@ fn migrate(connection: &mut Connection, path: &Path) -> StoreResult<()> {
 }
 
 /// Refuses, before anything is changed, a store with a call row the integer call key cannot
-/// hold (`call_keys.rs`): a generation above 4,095 or an index above 1,048,575. The limits
-/// the engine has always applied keep every row inside them.
+/// hold (`call_keys.rs`): a generation above 4,095, which takes 4,095 resumes of one run, or
+/// an index above 1,048,575, which `maxAgents` never allows.
 fn check_call_keys(connection: &Connection, path: &Path) -> StoreResult<()> {
     let doing = || format!("check the call rows of {}", path.display());
     let beyond: i64 = connection

@@ -1,5 +1,5 @@
 -- A call row's key is one integer, `call_key` = run_key * 2^32 + generation * 2^20 +
--- call_index (`calls.rs` refuses a generation above 4,095 or an index above 1,048,575), so
+-- call_index (`call_keys.rs` refuses a generation above 4,095 or an index above 1,048,575), so
 -- the table's rowid B-tree is the only one a settled call writes: a key of three columns
 -- needed a second, unique B-tree beside it. The three stay readable as virtual columns,
 -- computed from the key and stored nowhere. There is no foreign key, as for events: deleting
