@@ -263,21 +263,21 @@
 
   // Builds the DSL for one scope: the root script, or one nested workflow() invocation.
   function makeDsl(scope, args, cwd) {
-    const call = (kind, payload) => {
+    // A call past the limit: a rejected promise for the first REJECTED_PAST_LIMIT of them,
+    // thrown after; null for a call within it.
+    const refusal = (kind) => {
       const refused = pastCallLimit(kind);
-      if (refused && callsPastLimit <= REJECTED_PAST_LIMIT) return Promise.reject(refused);
-      if (refused) throw refused;
-      return hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
+      if (!refused) return null;
+      if (callsPastLimit <= REJECTED_PAST_LIMIT) return Promise.reject(refused);
+      throw refused;
     };
+    const call = (kind, payload) =>
+      refusal(kind) || hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
     // An agent() call without options, the common one, skips the JSON text: the host builds
     // the payload `call` would send ({scope, prompt, options: {}, path}) from its parts. A
     // prompt with a lone surrogate, which has no UTF-8 form, takes `call`.
-    const plainAgent = (prompt, path) => {
-      const refused = pastCallLimit("agent");
-      if (refused && callsPastLimit <= REJECTED_PAST_LIMIT) return Promise.reject(refused);
-      if (refused) throw refused;
-      return hostAgent(scope, prompt, path).then(parse);
-    };
+    const plainAgent = (prompt, path) =>
+      refusal("agent") || hostAgent(scope, prompt, path).then(parse);
     const withoutOptions = (options) =>
       options === undefined ||
       (getPrototypeOf(options) === ObjectPrototype && keys(options).length === 0);

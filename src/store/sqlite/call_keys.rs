@@ -7,7 +7,7 @@
 use rusqlite::{Connection, OptionalExtension};
 
 use super::connection::Context;
-use super::events::MAX_RUN_KEY;
+use super::events::run_base;
 use crate::model::RunId;
 use crate::store::{StoreError, StoreResult};
 
@@ -32,14 +32,8 @@ pub(super) struct CallKeys {
 
 impl CallKeys {
     pub(super) fn of(run_key: i64, run_id: &RunId) -> StoreResult<CallKeys> {
-        if !(0..=MAX_RUN_KEY).contains(&run_key) {
-            return Err(StoreError::Io(format!(
-                "run {run_id}: run key {run_key} is beyond the {MAX_RUN_KEY} runs whose calls \
-                 the store can key"
-            )));
-        }
         Ok(CallKeys {
-            base: run_key * KEYS_PER_RUN,
+            base: run_base(run_key, run_id, "calls")?,
         })
     }
 

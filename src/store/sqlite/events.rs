@@ -24,6 +24,18 @@ const SEQS_PER_RUN: i64 = 1 << 32;
 pub(super) const MAX_SEQ: u64 = u32::MAX as u64;
 pub(super) const MAX_RUN_KEY: i64 = i64::MAX / SEQS_PER_RUN;
 
+/// The first of the 2^32 keys a run has in a table keyed by run_key * 2^32 + a number of
+/// the run (`events`, `event_blocks`, `calls`); `rows` names what the table holds.
+pub(super) fn run_base(run_key: i64, run_id: &RunId, rows: &str) -> StoreResult<i64> {
+    if !(0..=MAX_RUN_KEY).contains(&run_key) {
+        return Err(StoreError::Io(format!(
+            "run {run_id}: run key {run_key} is beyond the {MAX_RUN_KEY} runs whose {rows} the \
+             store can key"
+        )));
+    }
+    Ok(run_key * SEQS_PER_RUN)
+}
+
 /// The range of `event_key`s of one run: `base + seq` for seq 1 to [`MAX_SEQ`].
 #[derive(Clone, Copy)]
 struct EventKeys {
@@ -32,14 +44,8 @@ struct EventKeys {
 
 impl EventKeys {
     fn of(run_key: i64, run_id: &RunId) -> StoreResult<EventKeys> {
-        if !(0..=MAX_RUN_KEY).contains(&run_key) {
-            return Err(StoreError::Io(format!(
-                "run {run_id}: run key {run_key} is beyond the {MAX_RUN_KEY} runs whose events \
-                 the store can key"
-            )));
-        }
         Ok(EventKeys {
-            base: run_key * SEQS_PER_RUN,
+            base: run_base(run_key, run_id, "events")?,
         })
     }
 
