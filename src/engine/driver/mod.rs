@@ -718,9 +718,7 @@ impl Driver {
         self.settle_outcome(halt, &mut outcome);
         // The last rows, events and replayed rows: a failure is reported, there is nothing
         // left to halt.
-        if let Err(lost) = self.commit_group().await {
-            self.on_lost_write(lost);
-        }
+        self.commit_settled().await;
         if let Err(lost) = self.flush_replays().await {
             self.on_lost_write(lost);
         }
