@@ -69,21 +69,37 @@ impl CallKeys {
         }
         Ok(self.base + i64::from(generation) * KEYS_PER_GENERATION + i64::from(index))
     }
+
+    /// The generation and index of `key`, when it is a key of this run.
+    pub(super) fn locate(self, key: i64) -> Option<(u32, u32)> {
+        let offset = key.checked_sub(self.base)?;
+        if !(0..KEYS_PER_RUN).contains(&offset) {
+            return None;
+        }
+        let generation = u32::try_from(offset / KEYS_PER_GENERATION).ok()?;
+        let index = u32::try_from(offset % KEYS_PER_GENERATION).ok()?;
+        Some((generation, index))
+    }
 }
 
-/// The generation of the run's last key.
+/// The generation of the run's last row.
 pub(super) const LATEST_GENERATION: &str = "SELECT generation FROM calls
      WHERE call_key BETWEEN ?1 AND ?2 ORDER BY call_key DESC LIMIT 1";
 
-/// The run's latest generation with any row: one descent of the key from the run's end.
+/// The run's latest generation with any call, a row or in a block: one descent of each
+/// key from the run's end.
 pub(super) fn latest_generation(
     connection: &Connection,
     keys: CallKeys,
     run_id: &RunId,
 ) -> StoreResult<Option<u32>> {
     let doing = || format!("read the latest generation of run {run_id}");
-    connection
+    let row: Option<u32> = connection
         .prepare_cached(LATEST_GENERATION)
         .and_then(|mut statement| statement.query_row(keys.run(), |row| row.get(0)).optional())
-        .context(doing)
+        .context(doing)?;
+    let block = super::call_blocks::last_key(connection, keys.run())?
+        .and_then(|key| keys.locate(key))
+        .map(|(generation, _)| generation);
+    Ok(row.max(block))
 }

@@ -11,6 +11,7 @@ use rusqlite::types::FromSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction};
 use serde::de::DeserializeOwned;
 
+use super::call_blocks::{self, Piece};
 use super::call_keys::{CallKeys, latest_generation};
 use super::connection::{Context, write_transaction};
 use super::events::insert_events;
@@ -101,10 +102,10 @@ pub(super) const TAIL_ROWS: &str = concat!(
      ORDER BY c.call_key DESC LIMIT ?3"
 );
 
-/// Every call row of the run, ordered by (generation, settlement ordinal).
+/// Every call of the run, rows and blocks, ordered by (generation, settlement ordinal).
 pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
     let keys = run_keys(connection, run_id)?;
-    query_calls(
+    let mut calls = query_calls(
         connection,
         concat!(
             "SELECT ",
@@ -115,7 +116,33 @@ pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<Ca
         ),
         keys.run(),
         run_id,
-    )
+    )?;
+    if with_blocks(connection, keys, run_id, keys.run(), &mut calls)? {
+        calls.sort_by_key(|call| (call.generation, call.settlement_ordinal, call.index));
+    }
+    Ok(calls)
+}
+
+/// Adds the calls of the blocks with keys in `range` to `calls`, with their supersessions;
+/// whether there were any.
+fn with_blocks(
+    connection: &Connection,
+    keys: CallKeys,
+    run_id: &RunId,
+    range: [i64; 2],
+    calls: &mut Vec<CallRecord>,
+) -> StoreResult<bool> {
+    if call_blocks::last_key(connection, range)?.is_none() {
+        return Ok(false);
+    }
+    let superseded = call_blocks::supersessions(connection, keys.run_key(), run_id)?;
+    calls.extend(call_blocks::read(
+        connection,
+        (keys, run_id),
+        range,
+        &superseded,
+    )?);
+    Ok(true)
 }
 
 /// One past the highest settlement ordinal of the run's rows (0 without rows), read from
@@ -123,13 +150,14 @@ pub(super) fn all(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<Ca
 pub(super) fn next_settlement_ordinal(connection: &Connection, run_id: &RunId) -> StoreResult<u64> {
     let doing = || format!("read the last settlement ordinal of run {run_id}");
     let keys = run_keys(connection, run_id)?;
-    let highest: Option<i64> = connection
+    let row: Option<i64> = connection
         .prepare_cached(
             "SELECT MAX(settlement_ordinal) FROM calls WHERE call_key BETWEEN ?1 AND ?2",
         )
         .and_then(|mut statement| statement.query_row(keys.run(), |row| row.get(0)))
         .context(doing)?;
-    let Some(highest) = highest else {
+    let block = call_blocks::last_ordinal(connection, keys.run())?;
+    let Some(highest) = row.max(block) else {
         return Ok(0);
     };
     u64::try_from(highest)
@@ -142,10 +170,10 @@ pub(super) fn next_settlement_ordinal(connection: &Connection, run_id: &RunId) -
         })
 }
 
-/// Rows not superseded yet, by (generation, index).
+/// Calls not superseded yet, rows and blocks, by (generation, index).
 pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
     let keys = run_keys(connection, run_id)?;
-    query_calls(
+    let mut calls = query_calls(
         connection,
         concat!(
             "SELECT ",
@@ -157,28 +185,36 @@ pub(super) fn replay_pool(connection: &Connection, run_id: &RunId) -> StoreResul
         ),
         keys.run(),
         run_id,
-    )
+    )?;
+    if with_blocks(connection, keys, run_id, keys.run(), &mut calls)? {
+        calls.retain(|call| call.superseded_by.is_none());
+        calls.sort_by_key(|call| (call.generation, call.index));
+    }
+    Ok(calls)
 }
 
-/// The rows of the latest generation that has any, by index: from the first key of the
-/// generation of the run's last key to the run's end.
+/// The calls of the latest generation that has any, rows and blocks, by index.
 pub(super) fn latest(connection: &Connection, run_id: &RunId) -> StoreResult<Vec<CallRecord>> {
     let keys = run_keys(connection, run_id)?;
-    query_calls(
+    let Some(generation) = latest_generation(connection, keys, run_id)? else {
+        return Ok(Vec::new());
+    };
+    let range = keys.generation(generation, run_id)?;
+    let mut calls = query_calls(
         connection,
         concat!(
             "SELECT ",
             call_columns!(),
             calls_from!(),
-            " WHERE c.call_key BETWEEN
-                 (SELECT call_key & ~1048575 FROM calls WHERE call_key BETWEEN ?1 AND ?2
-                  ORDER BY call_key DESC LIMIT 1)
-                 AND ?2
-             ORDER BY c.call_key"
+            " WHERE c.call_key BETWEEN ?1 AND ?2 ORDER BY c.call_key"
         ),
-        keys.run(),
+        range,
         run_id,
-    )
+    )?;
+    if with_blocks(connection, keys, run_id, range, &mut calls)? {
+        calls.sort_by_key(|call| call.index);
+    }
+    Ok(calls)
 }
 
 /// The checkpoint rows not superseded, through the partial index `calls_checkpoints`.
@@ -233,10 +269,13 @@ pub(super) fn generation_total(
         .context(doing)?;
     let total = match recorded {
         Some(total) => total,
-        None => connection
-            .prepare_cached(TAIL_COUNTED)
-            .and_then(|mut statement| statement.query_row(range, |row| row.get(0)))
-            .context(doing)?,
+        None => {
+            let rows: i64 = connection
+                .prepare_cached(TAIL_COUNTED)
+                .and_then(|mut statement| statement.query_row(range, |row| row.get(0)))
+                .context(doing)?;
+            rows + call_blocks::count(connection, range)?
+        }
     };
     u64::try_from(total).map_err(|error| {
         StoreError::Corrupt(format!("run {run_id}: column call_tallies.calls: {error}"))
@@ -262,12 +301,22 @@ pub(super) fn tail_rows(
     let mut rows = statement
         .query(rusqlite::params![first, last, limit])
         .context(doing)?;
-    let mut calls = Vec::new();
+    let mut found = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
-        calls.push(call_from_row(row, run_id)?);
+        let call = call_from_row(row, run_id)?;
+        found.push((keys.key(call.generation, call.index, run_id)?, call));
     }
-    // Read newest first to stop after `limit`; a tail reads oldest first.
-    calls.reverse();
+    let calls = call_blocks::newest(
+        connection,
+        (keys, run_id),
+        [first, last],
+        limit,
+        found,
+        |mut call| {
+            call.superseded_by = call_blocks::superseded_by(connection, keys.run_key(), &call)?;
+            Ok(call)
+        },
+    )?;
     Ok((Some(generation), calls))
 }
 
@@ -330,11 +379,22 @@ pub(super) fn commit_group(
         super::sessions::insert(&transaction, run_key, run_id, session)?;
     }
     // In key order, whatever order the calls settled in: a key above every key of the table
-    // is an append to its last page, and one below it would split a page in the middle.
-    let mut ordered: Vec<&CallWrite<'_>> = writes.iter().collect();
-    ordered.sort_by_key(|write| (write.record.generation, write.record.index));
-    for write in ordered {
-        insert_call(&transaction, keys, run_id, write.record)?;
+    // is an append to its last page, and one below it would split a page in the middle; and
+    // neighbours in key order make blocks.
+    let mut ordered: Vec<&CallRecord> = writes.iter().map(|write| write.record).collect();
+    ordered.sort_by_key(|call| (call.generation, call.index));
+    for piece in call_blocks::pieces(&ordered)? {
+        match piece {
+            Piece::Row(call) => insert_call(&transaction, keys, run_id, call)?,
+            Piece::Block(block) => {
+                call_blocks::insert(&transaction, keys, run_id, &block)?;
+                for call in &block.calls {
+                    insert_handed_supersession(&transaction, keys, run_id, call)?;
+                }
+            }
+        }
+    }
+    for write in writes {
         for &row in write.supersedes {
             supersede(
                 &transaction,
@@ -378,21 +438,27 @@ fn supersede(
     doing: impl Fn() -> String,
 ) -> StoreResult<()> {
     let key = keys.key(generation, index, run_id)?;
-    let changed = transaction
-        .prepare_cached(
-            "INSERT INTO call_supersessions (run_key, generation, call_index, superseded_by)
-             SELECT run_key, generation, call_index, ?1 FROM calls WHERE call_key = ?2
-             ON CONFLICT (run_key, generation, call_index)
-                 DO UPDATE SET superseded_by = excluded.superseded_by",
-        )
-        .and_then(|mut statement| statement.execute(rusqlite::params![by, key]))
+    let row: Option<i64> = transaction
+        .prepare_cached("SELECT call_key FROM calls WHERE call_key = ?1")
+        .and_then(|mut statement| statement.query_row([key], |row| row.get(0)).optional())
         .context(&doing)?;
-    if changed == 0 {
+    if row.is_none() && !call_blocks::holds(transaction, key)? {
         return Err(StoreError::Io(format!(
             "{}: call {index} of generation {generation} to supersede does not exist",
             doing()
         )));
     }
+    transaction
+        .prepare_cached(
+            "INSERT INTO call_supersessions (run_key, generation, call_index, superseded_by)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (run_key, generation, call_index)
+                 DO UPDATE SET superseded_by = excluded.superseded_by",
+        )
+        .and_then(|mut statement| {
+            statement.execute(rusqlite::params![keys.run_key(), generation, index, by])
+        })
+        .context(&doing)?;
     Ok(())
 }
 
@@ -409,6 +475,12 @@ fn insert_call(
         )
     };
     let key = keys.key(call.generation, call.index, run_id)?;
+    if call_blocks::holds(transaction, key)? {
+        return Err(StoreError::Io(format!(
+            "{}: the call is already recorded",
+            doing()
+        )));
+    }
     let settlement_ordinal = to_sql_integer(call.settlement_ordinal, "settlement ordinal")?;
     let usage = super::usage_column::stored(&call.usage);
     let error = optional_json(call.error.as_ref(), "call error")?;
@@ -454,7 +526,22 @@ fn insert_call(
             ])
         })
         .context(doing)?;
-    // A record handed over already superseded keeps that as its supersession row.
+    insert_handed_supersession(transaction, keys, run_id, call)
+}
+
+/// A record handed over already superseded keeps that as its supersession row.
+fn insert_handed_supersession(
+    transaction: &Transaction<'_>,
+    keys: CallKeys,
+    run_id: &RunId,
+    call: &CallRecord,
+) -> StoreResult<()> {
+    let doing = || {
+        format!(
+            "record the supersession of call {} of generation {} of run {run_id}",
+            call.index, call.generation
+        )
+    };
     if let Some(superseded_by) = call.superseded_by {
         transaction
             .prepare_cached(

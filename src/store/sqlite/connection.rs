@@ -25,6 +25,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0009_lease_host.sql"),
     include_str!("../migrations/sqlite/0010_run_queue.sql"),
     include_str!("../migrations/sqlite/0011_call_keys.sql"),
+    include_str!("../migrations/sqlite/0012_call_blocks.sql"),
 ];
 
 /// The version whose migration keys each call row by one integer ([`check_call_keys`]).

@@ -44,7 +44,7 @@ static COMPRESSORS: std::sync::Mutex<Vec<zstd::bulk::Compressor<'static>>> =
 const KEPT_COMPRESSORS: usize = 2;
 
 /// Compresses `body` into one zstd frame with a kept context, or a new one.
-fn compress(body: &[u8]) -> StoreResult<Vec<u8>> {
+pub(super) fn compress(body: &[u8]) -> StoreResult<Vec<u8>> {
     let kept = COMPRESSORS.locked().pop();
     let mut compressor = match kept {
         Some(compressor) => compressor,
@@ -69,7 +69,7 @@ fn keep(compressor: zstd::bulk::Compressor<'static>) {
 
 /// The body of a stored block: a zstd frame, or the raw deflate of older blocks; `None`
 /// (with why) when it is neither or would exceed [`MAX_BODY`].
-fn decompress(stored: &[u8]) -> Result<Vec<u8>, String> {
+pub(super) fn decompress(stored: &[u8]) -> Result<Vec<u8>, String> {
     if !stored.starts_with(&ZSTD_MAGIC) {
         return miniz_oxide::inflate::decompress_to_vec_with_limit(stored, MAX_BODY)
             .map_err(|error| format!("the body does not inflate ({:?})", error.status));

@@ -53,6 +53,7 @@ use crate::model::{
 };
 
 mod answers;
+mod call_blocks;
 mod call_keys;
 mod calls;
 mod connection;

@@ -263,6 +263,9 @@ pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult
         // The run's range of call keys (call_keys.rs).
         "DELETE FROM calls
          WHERE call_key >= ?1 * 4294967296 AND call_key <= ?1 * 4294967296 + 4294967295",
+        // The same range of block keys (call_blocks.rs).
+        "DELETE FROM call_blocks
+         WHERE block_key >= ?1 * 4294967296 AND block_key <= ?1 * 4294967296 + 4294967295",
         "DELETE FROM call_tallies WHERE run_key = ?1",
         "DELETE FROM open_sessions WHERE run_key = ?1",
         "DELETE FROM checkpoint_answers WHERE run_key = ?1",

@@ -57,11 +57,19 @@ pub(super) fn tail(
     let mut rows = statement
         .query(rusqlite::params![first, last, limit])
         .context(doing)?;
-    let mut calls = Vec::new();
+    let mut found = Vec::new();
     while let Some(row) = rows.next().context(doing)? {
-        calls.push(summary(row, run_id)?);
+        let call = summary(row, run_id)?;
+        found.push((keys.key(call.generation, call.index, run_id)?, call));
     }
-    calls.reverse();
+    let calls = super::call_blocks::newest(
+        connection,
+        (keys, run_id),
+        [first, last],
+        limit,
+        found,
+        |call| Ok(CallSummary::from(&call)),
+    )?;
     let total = if count {
         Some(generation_total(connection, run_id, keys, generation)?)
     } else {

@@ -20,6 +20,7 @@ use crate::store::contract::{
     run_record, waiting_checkpoint, write,
 };
 
+mod call_blocks;
 mod call_keys;
 mod events;
 mod records;
@@ -361,6 +362,9 @@ async fn status_admission_and_intent_queries_are_indexed() {
         super::calls::TAIL_COUNTED,
         super::calls::TAIL_ROWS,
         super::status_reads::TAIL_SUMMARIES,
+        super::call_blocks::LAST_KEY,
+        super::call_blocks::COUNT,
+        super::call_blocks::NEWEST,
         super::calls::CHECKPOINT_ROWS,
         super::runs::ACTIVE,
         super::control::PENDING_ACROSS_RUNS,
@@ -446,6 +450,7 @@ async fn call_and_event_writes_move_the_version_only_when_the_run_is_not_running
     assert_eq!(
         triggers,
         [
+            "call_blocks_version_insert",
             "call_supersessions_version_insert",
             "call_supersessions_version_update",
             "call_tallies_version_delete",
@@ -531,6 +536,12 @@ async fn call_and_event_writes_move_the_version_only_when_the_run_is_not_running
         blocks_before + 1,
         "one block for the commit"
     );
+    store
+        .append_calls(&id, &[write(&call(1, 5, 5), &[], &[])], fence)
+        .await
+        .expect("a lone call of a completed run");
+    let after_row = version(&store);
+    assert!(after_row.version > after_calls.version, "a call row");
     let read = store.events(&id, 5, 100).await.expect("events");
     assert_eq!(read, [more, most].concat());
     store

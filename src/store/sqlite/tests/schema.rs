@@ -27,8 +27,8 @@ fn a_fresh_store_has_the_expected_schema_at_the_latest_version() {
     let version: i64 = connection
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .expect("user_version");
-    assert_eq!(version, 11);
-    assert_eq!(MIGRATIONS.len(), 11);
+    assert_eq!(version, 12);
+    assert_eq!(MIGRATIONS.len(), 12);
 }
 
 /// A description of every table, index and trigger of `connection`'s main database, one
