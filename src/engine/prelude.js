@@ -2,8 +2,9 @@
 //
 // This file evaluates to one function, which the host calls once with the global object and
 // a `host` record that never touches the global: host.call(kind, json) returns a promise of
-// a JSON text (the driver answers it), host.agent(scope, prompt, path) does the same for an
-// agent() call without options (the host builds its payload), host.log(level, text),
+// the call's answer (the driver answers with JSON, which the host parses into the value),
+// host.agent(scope, prompt, path) does the same for an agent() call without options (the
+// host builds its payload), host.log(level, text),
 // host.phase(scope, title), host.nested(name, argsJson), host.file(path) (a companion text, or undefined when
 // meta.files does not declare the path) and host.path(stack, wrapperLine, wrapperColumns) (the
 // call path read from a stack text, or undefined). It returns the helpers only the host uses
@@ -272,12 +273,12 @@
       throw refused;
     };
     const call = (kind, payload) =>
-      refusal(kind) || hostCall(kind, stringify(assign({ scope }, payload))).then(parse);
+      refusal(kind) || hostCall(kind, stringify(assign({ scope }, payload)));
     // An agent() call without options, the common one, skips the JSON text: the host builds
     // the payload `call` would send ({scope, prompt, options: {}, path}) from its parts. A
     // prompt with a lone surrogate, which has no UTF-8 form, takes `call`.
     const plainAgent = (prompt, path) =>
-      refusal("agent") || hostAgent(scope, prompt, path).then(parse);
+      refusal("agent") || hostAgent(scope, prompt, path);
     const withoutOptions = (options) =>
       options === undefined ||
       (getPrototypeOf(options) === ObjectPrototype && keys(options).length === 0);

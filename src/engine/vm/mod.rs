@@ -787,9 +787,12 @@ fn deliver<'js>(
         return Ok(());
     };
     match outcome {
+        // The answer as the script receives it: parsed here, so the call's promise settles
+        // with it and the prelude chains no `.then` of its own per call.
         Ok(value) => {
             let resolve = resolve.restore(ctx)?;
-            resolve.call::<_, ()>((value.to_string(),))
+            let value = ctx.json_parse(value.to_string())?;
+            resolve.call::<_, ()>((value,))
         }
         Err((code, message, recoverable)) => {
             let make = helpers.make_error.clone().restore(ctx)?;
