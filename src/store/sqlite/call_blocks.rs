@@ -340,19 +340,24 @@ pub(super) fn read(
 }
 
 /// The newest `limit` calls of `found` (each with its key) and of the blocks with keys in
-/// `range`, oldest first, each block's entries made into a `T` by `convert`. The blocks are
-/// walked from the range's end; the walk stops at the first block whose last key is below
-/// the `limit`-th newest key found so far, since no block after it holds a newer one.
+/// `range`, oldest first; the blocks' calls that are kept are made into a `T` by `convert`.
+/// The blocks are walked from the range's end; the walk stops at the first block whose last
+/// key is below the `limit`-th newest key found so far, since no block after it holds a
+/// newer one.
 pub(super) fn newest<T>(
     connection: &Connection,
     (keys, run_id): (CallKeys, &RunId),
     range: [i64; 2],
     limit: u32,
-    mut found: Vec<(i64, T)>,
+    found: Vec<(i64, T)>,
     mut convert: impl FnMut(CallRecord) -> StoreResult<T>,
 ) -> StoreResult<Vec<T>> {
     let doing = || format!("read the last call blocks of run {run_id}");
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut found: Vec<(i64, Found<T>)> = found
+        .into_iter()
+        .map(|(key, call)| (key, Found::Row(call)))
+        .collect();
     let mut statement = connection.prepare_cached(NEWEST).context(doing)?;
     let mut rows = statement.query(range).context(doing)?;
     while let Some(row) = rows.next().context(doing)? {
@@ -364,13 +369,25 @@ pub(super) fn newest<T>(
             (row.get(1).context(doing)?, row.get(2).context(doing)?);
         for call in decode((keys, run_id), [first, last], &body)? {
             let key = keys.key(call.generation, call.index, run_id)?;
-            found.push((key, convert(call)?));
+            found.push((key, Found::Block(Box::new(call))));
         }
     }
     found.sort_unstable_by_key(|(key, _)| std::cmp::Reverse(*key));
     found.truncate(limit);
     found.reverse();
-    Ok(found.into_iter().map(|(_, call)| call).collect())
+    found
+        .into_iter()
+        .map(|(_, call)| match call {
+            Found::Row(call) => Ok(call),
+            Found::Block(call) => convert(*call),
+        })
+        .collect()
+}
+
+/// A call [`newest`] found: already what the caller wants, or a block's, made so once kept.
+enum Found<T> {
+    Row(T),
+    Block(Box<CallRecord>),
 }
 
 /// The `limit`-th newest key of `found` (which holds at least `limit`).
