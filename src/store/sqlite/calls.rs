@@ -1,11 +1,12 @@
-//! The `calls` table, one row per settled call (journal entry and call record together):
-//! the fenced append that also supersedes replayed rows and appends the buffered events, the
-//! whole-run reads replay needs, and the bounded tail status reads. `call_tallies` holds a
-//! generation's non-checkpoint count, recorded once when the generation stops running (the
-//! driver counts in memory while it runs), so the tail of a stopped generation never counts
-//! and a settled call writes no page but its own. A row appended to a generation drops that
-//! generation's recorded count, so a count that stands is never stale; a generation without
-//! one (still running, or its process died) is counted.
+//! The `calls` table, one row per settled call (journal entry and call record together), or
+//! for neighbours settled together an entry of a `call_blocks` row (`call_blocks.rs`, which
+//! the reads here merge in key order): the fenced append that also supersedes replayed rows
+//! and appends the buffered events, the whole-run reads replay needs, and the bounded tail
+//! status reads. `call_tallies` holds a generation's non-checkpoint count, recorded once when
+//! the generation stops running (the driver counts in memory while it runs), so the tail of
+//! a stopped generation never counts and a settled call writes no page but its own. A call
+//! appended to a generation drops that generation's recorded count, so a count that stands
+//! is never stale; a generation without one (still running, or its process died) is counted.
 
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction};
@@ -145,8 +146,8 @@ fn with_blocks(
     Ok(true)
 }
 
-/// One past the highest settlement ordinal of the run's rows (0 without rows), read from
-/// the rows' records without building them.
+/// One past the highest settlement ordinal of the run's calls (0 without any), read from the
+/// rows and the blocks' `last_ordinal` without building records.
 pub(super) fn next_settlement_ordinal(connection: &Connection, run_id: &RunId) -> StoreResult<u64> {
     let doing = || format!("read the last settlement ordinal of run {run_id}");
     let keys = run_keys(connection, run_id)?;
