@@ -15,7 +15,9 @@
 //! call's settlement ordinal, kind, hash, path, inputs hash, label, phase, outcome, origin,
 //! aborted, attempts, requested and resolved model, backend id, resolved working directory,
 //! usage, error, replay, session, result, changes and live reason, each as the call record's
-//! JSON has it. The call's generation and index are its key's. A body is one zstd frame, as an
+//! JSON has it, except the session and the result: `[]` when there is none and `[value]`
+//! when there is one, so a result of `null` stays apart from no result. The call's
+//! generation and index are its key's. A body is one zstd frame, as an
 //! event block's is (`event_blocks.rs`).
 
 use std::collections::HashMap;
@@ -64,8 +66,8 @@ struct EntryOut<'a>(
     &'a Usage,
     &'a Option<CallError>,
     &'a Option<ReplayInfo>,
-    &'a Option<Value>,
-    &'a Option<Value>,
+    &'a [Value],
+    &'a [Value],
     &'a Option<CallChanges>,
     Option<&'a str>,
 );
@@ -91,8 +93,8 @@ struct EntryIn(
     Usage,
     Option<CallError>,
     Option<ReplayInfo>,
-    Option<Value>,
-    Option<Value>,
+    Vec<Value>,
+    Vec<Value>,
     Option<CallChanges>,
     Option<String>,
 );
@@ -170,8 +172,8 @@ fn encode_entry(call: &CallRecord) -> StoreResult<Vec<u8>> {
         &call.usage,
         &call.error,
         &call.replay,
-        &call.session,
-        &call.result,
+        call.session.as_slice(),
+        call.result.as_slice(),
         &call.changes,
         call.live_reason.map(LiveReason::as_str),
     );
@@ -498,6 +500,12 @@ fn decode(
             ) = entry;
             let unknown =
                 |column: &str, text: &str| corrupt(&format!("{column}: unknown value {text:?}"));
+            let optional = |column: &str, values: Vec<Value>| {
+                if values.len() > 1 {
+                    return Err(corrupt(&format!("{column}: more than one value")));
+                }
+                Ok(values.into_iter().next())
+            };
             Ok(CallRecord {
                 generation,
                 index,
@@ -510,7 +518,7 @@ fn decode(
                 outcome: CallOutcome::parse(&outcome)
                     .ok_or_else(|| unknown("outcome", &outcome))?,
                 origin: CallOrigin::parse(&origin).ok_or_else(|| unknown("origin", &origin))?,
-                result,
+                result: optional("result", result)?,
                 error,
                 aborted,
                 attempts,
@@ -520,7 +528,7 @@ fn decode(
                 backend_id,
                 resolved_cwd,
                 replay,
-                session,
+                session: optional("session", session)?,
                 settlement_ordinal,
                 superseded_by: None,
                 changes,

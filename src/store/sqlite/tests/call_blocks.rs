@@ -8,8 +8,9 @@ use super::*;
 use crate::store::contract::checkpoint_call;
 
 /// Generation 1 of the run the tests write: 40 calls, index 7 a checkpoint, index 12 with a
-/// result too long for a block, committed in four groups in a shuffled settlement order, the
-/// third group only index 25 (which settled late). Each call's ordinal is its settlement's.
+/// result too long for a block, index 3 with a result of `null` and index 4 with no session
+/// or result, committed in four groups in a shuffled settlement order, the third group only
+/// index 25 (which settled late). Each call's ordinal is its settlement's.
 fn generation_one() -> Vec<Vec<CallRecord>> {
     let groups: [Vec<u32>; 4] = [
         vec![3, 0, 2, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
@@ -27,6 +28,15 @@ fn generation_one() -> Vec<Vec<CallRecord>> {
                     ordinal += 1;
                     match index {
                         7 => checkpoint_call(1, index, ordinal),
+                        3 => CallRecord {
+                            result: Some(serde_json::Value::Null),
+                            ..call(1, index, ordinal)
+                        },
+                        4 => CallRecord {
+                            result: None,
+                            session: None,
+                            ..call(1, index, ordinal)
+                        },
                         12 => CallRecord {
                             result: Some(json!("x".repeat(5000))),
                             ..call(1, index, ordinal)
