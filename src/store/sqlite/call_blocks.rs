@@ -310,13 +310,12 @@ pub(super) fn last_ordinal(connection: &Connection, range: [i64; 2]) -> StoreRes
         .context(|| "read the last settlement ordinal of the call blocks".to_owned())
 }
 
-/// The calls of the blocks with keys in `range`, in key order, their supersessions from
-/// `superseded` (by generation and index).
+/// The calls of the blocks with keys in `range`, in key order, without their supersessions
+/// (`calls.rs` adds them).
 pub(super) fn read(
     connection: &Connection,
     (keys, run_id): (CallKeys, &RunId),
     range: [i64; 2],
-    superseded: &HashMap<(u32, u32), u32>,
 ) -> StoreResult<Vec<CallRecord>> {
     let doing = || format!("read the call blocks of run {run_id}");
     let mut statement = connection
@@ -333,10 +332,7 @@ pub(super) fn read(
             row.get(1).context(doing)?,
             row.get(2).context(doing)?,
         );
-        for mut call in decode((keys, run_id), [first, last], &body)? {
-            call.superseded_by = superseded.get(&(call.generation, call.index)).copied();
-            calls.push(call);
-        }
+        calls.extend(decode((keys, run_id), [first, last], &body)?);
     }
     Ok(calls)
 }

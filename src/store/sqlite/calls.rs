@@ -133,16 +133,15 @@ fn with_blocks(
     range: [i64; 2],
     calls: &mut Vec<CallRecord>,
 ) -> StoreResult<bool> {
-    if call_blocks::last_key(connection, range)?.is_none() {
+    let mut blocked = call_blocks::read(connection, (keys, run_id), range)?;
+    if blocked.is_empty() {
         return Ok(false);
     }
     let superseded = call_blocks::supersessions(connection, keys.run_key(), run_id)?;
-    calls.extend(call_blocks::read(
-        connection,
-        (keys, run_id),
-        range,
-        &superseded,
-    )?);
+    for call in &mut blocked {
+        call.superseded_by = superseded.get(&(call.generation, call.index)).copied();
+    }
+    calls.append(&mut blocked);
     Ok(true)
 }
 
