@@ -16,6 +16,7 @@
 //! stream ends or breaks, every pending request fails with a message naming the backend, what
 //! happened to the process, and the method that was waiting.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -24,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -117,7 +120,8 @@ struct State {
 
 struct Pending {
     method: String,
-    reply: oneshot::Sender<Result<Value, RpcError>>,
+    /// The response's `result` as the agent wrote it: each caller reads what it needs.
+    reply: oneshot::Sender<Result<Box<RawValue>, RpcError>>,
 }
 
 enum Outgoing {
@@ -184,6 +188,22 @@ impl Connection {
 
     /// Sends a request and waits for its response. Dropping the future forgets the request.
     pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let raw = self.request_raw(method, &params).await?;
+        // Valid JSON already; only nesting deeper than the parser's limit fails here.
+        serde_json::from_str(raw.get()).map_err(|error| RpcError::Remote {
+            code: codes::INTERNAL_ERROR,
+            message: format!("the answer to {method} could not be read: {error}"),
+            data: None,
+        })
+    }
+
+    /// [`Connection::request`], answering with the `result` as the agent wrote it, for a
+    /// caller that reads a few members of a large answer (or none).
+    pub(crate) async fn request_raw<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<Box<RawValue>, RpcError> {
         let shared = &*self.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
@@ -205,12 +225,22 @@ impl Connection {
             );
         }
         let _guard = PendingGuard { shared, id };
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if shared
-            .outgoing
-            .send(Outgoing::Line(line.to_string()))
-            .is_err()
-        {
+        let line = OutgoingRequest {
+            jsonrpc: "2.0",
+            id,
+            method,
+            params,
+        };
+        let line = match serde_json::to_string(&line) {
+            Ok(line) => line,
+            Err(error) => {
+                return Err(RpcError::Closed(format!(
+                    "backend {}: the params of {method} could not be written: {error}",
+                    shared.backend
+                )));
+            }
+        };
+        if shared.outgoing.send(Outgoing::Line(line)).is_err() {
             return Err(self.closed_error(method));
         }
         match answer.await {
@@ -275,6 +305,15 @@ impl Connection {
             .unwrap_or("the connection to the agent closed");
         RpcError::Closed(closed_message(&self.shared.backend, reason, method))
     }
+}
+
+/// A request as it goes on the wire, written without building it as a JSON value first.
+#[derive(Serialize)]
+struct OutgoingRequest<'a, P: Serialize + ?Sized> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    params: &'a P,
 }
 
 fn closed_message(backend: &str, reason: &str, method: &str) -> String {
@@ -478,46 +517,80 @@ async fn answer_in_background(
         .send(Outgoing::Answer(line.to_string(), permit));
 }
 
+/// One inbound message, read without building it as a JSON value: the members that route
+/// it, and the rest as the agent wrote it, parsed only by whoever needs it.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// The session a notification or request names (`params.sessionId`).
+#[derive(Deserialize)]
+struct SessionParams<'a> {
+    #[serde(rename = "sessionId", borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+}
+
+/// `session/update`'s params: the session and its update.
+#[derive(Deserialize)]
+struct UpdateParams<'a> {
+    #[serde(rename = "sessionId", borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    update: Option<&'a RawValue>,
+}
+
 /// Routes one inbound message; a request is handed back for the reader to answer under a
 /// permit ([`answer_in_background`]). Never blocks.
 fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
-    let message: Value = match serde_json::from_str(line) {
+    let message: Envelope = match serde_json::from_str(line) {
         Ok(message) => message,
         Err(error) => {
-            tracing::debug!(backend = %shared.backend, %error, "ignoring a line that is not JSON");
+            tracing::debug!(backend = %shared.backend, %error, "ignoring a line that is not a JSON-RPC object");
             return None;
         }
     };
-    // Owned: a request's params and a response's result move out instead of being copied.
-    let Value::Object(mut object) = message else {
-        tracing::debug!(backend = %shared.backend, "ignoring a message that is not an object");
-        return None;
+    let handler = |session: Option<&str>| {
+        session.and_then(|session| shared.sessions.locked().get(session).cloned())
     };
-    let id = object.remove("id").filter(|id| !id.is_null());
-    match (object.get("method").and_then(Value::as_str), id) {
+    let parse = |raw: Option<&RawValue>| {
+        raw.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .unwrap_or(Value::Null)
+    };
+    let id = message.id.filter(|id| !id.is_null());
+    match (message.method, id) {
         (Some(method), Some(id)) => {
             return Some(InboundRequest {
                 id,
-                method: method.to_owned(),
-                params: object.remove("params").unwrap_or(Value::Null),
+                method: method.into_owned(),
+                params: parse(message.params),
             });
         }
         (Some(method), None) => {
-            let params = object.get("params").unwrap_or(&Value::Null);
-            let handler = || {
-                params
-                    .get("sessionId")
-                    .and_then(Value::as_str)
-                    .and_then(|session| shared.sessions.locked().get(session).cloned())
-            };
+            let params = message.params.map_or("null", RawValue::get);
             if method == "session/update" {
-                if let Some(handler) = handler() {
-                    handler.update(parse_update(params.get("update").unwrap_or(&Value::Null)));
+                let Ok(params) = serde_json::from_str::<UpdateParams>(params) else {
+                    return None;
+                };
+                if let Some(handler) = handler(params.session_id.as_deref()) {
+                    handler.update(parse_update(&parse(params.update)));
                 }
-            } else if method.starts_with('_')
-                && let Some(handler) = handler()
-            {
-                handler.extension(method, params);
+            } else if method.starts_with('_') {
+                let session = serde_json::from_str::<SessionParams>(params)
+                    .ok()
+                    .and_then(|params| handler(params.session_id.as_deref()));
+                if let Some(handler) = session {
+                    handler.extension(&method, &parse(message.params));
+                }
             }
             // Anything else we do not know is ignored on purpose.
         }
@@ -531,8 +604,8 @@ fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
                 tracing::debug!(backend = %shared.backend, id, "ignoring a response nobody waits for");
                 return None;
             };
-            let result = match object.remove("error") {
-                Some(error) if !error.is_null() => Err(RpcError::Remote {
+            let result = match message.error {
+                Some(error) => Err(RpcError::Remote {
                     code: error
                         .get("code")
                         .and_then(Value::as_i64)
@@ -544,7 +617,9 @@ fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
                         .to_owned(),
                     data: error.get("data").cloned(),
                 }),
-                _ => Ok(object.remove("result").unwrap_or(Value::Null)),
+                None => Ok(message
+                    .result
+                    .map_or_else(|| RawValue::NULL.to_owned(), RawValue::to_owned)),
             };
             let _ = entry.reply.send(result);
         }

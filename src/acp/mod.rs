@@ -130,7 +130,7 @@ impl AcpRunner {
         &self,
         spec: &SessionSpec,
         observer: Arc<dyn AgentObserver>,
-    ) -> Result<(session::AcpSession, session::SessionInfo), AgentFailure> {
+    ) -> Result<(session::AcpSession, session::Opened), AgentFailure> {
         let lease = self.pool.acquire(&spec.backend).await?;
         let config = self.pool.config();
         session::open(
@@ -209,7 +209,8 @@ impl AgentRunner for AcpRunner {
         match opened {
             Ok((session, info)) => {
                 Box::new(session).close().await;
-                catalog::record_session(&mut report, info, pi_agent_dir.as_deref(), cwd).await;
+                catalog::record_session(&mut report, info.info(), pi_agent_dir.as_deref(), cwd)
+                    .await;
             }
             Err(failure) => {
                 report.auth_required = failure.kind == FailureKind::AuthRequired;

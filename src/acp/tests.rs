@@ -151,17 +151,21 @@ async fn responses_match_by_id_out_of_order_and_agent_ids_do_not_collide() {
         .await;
     let second = within(second).await.expect("join");
     assert_eq!(second.expect("second result"), json!({"n": 2}));
-    match within(first).await.expect("join") {
+    let first = within(first).await.expect("join");
+    assert_remote(first, -32602, "bad", json!({"x": 1}));
+}
+
+/// `answer` is the agent's JSON-RPC error with these members.
+fn assert_remote(answer: Result<Value, RpcError>, code: i64, message: &str, data: Value) {
+    match answer {
         Err(RpcError::Remote {
-            code,
-            message,
-            data,
-        }) => {
-            assert_eq!(
-                (code, message.as_str(), data),
-                (-32602, "bad", Some(json!({"x": 1})))
-            );
-        }
+            code: got_code,
+            message: got_message,
+            data: got_data,
+        }) => assert_eq!(
+            (got_code, got_message.as_str(), got_data),
+            (code, message, Some(data))
+        ),
         other => panic!("expected a remote error, got {other:?}"),
     }
 }
@@ -219,6 +223,81 @@ async fn lenient_parsing_keeps_the_stream_alive() {
             "MessageChunk(\"hi\")",
         ]
     );
+}
+
+/// Responses are routed from the members that name them; the rest reaches the caller as the
+/// agent wrote it, whatever its shape.
+#[tokio::test]
+async fn every_shape_of_response_reaches_its_caller() {
+    let (connection, mut agent, _tracker) = connect(None);
+    let recorder = Arc::new(Recorder::default());
+    connection.register_session("s1", recorder.clone());
+    let ask = |method: &'static str| {
+        let connection = connection.clone();
+        tokio::spawn(async move { connection.request(method, json!({})).await })
+    };
+    let raw = tokio::spawn({
+        let connection = connection.clone();
+        async move { connection.request_raw("raw", &json!({"a": 1})).await }
+    });
+    let raw_request = agent.receive().await;
+    assert_eq!(raw_request["params"], json!({"a": 1}));
+    assert_eq!(raw_request["jsonrpc"], "2.0");
+    let shapes = [
+        (
+            "null-error",
+            r#""error":null,"result":{"ok":true}"#,
+            Some(json!({"ok": true})),
+        ),
+        ("null-result", r#""result":null"#, Some(Value::Null)),
+        ("no-result", "", Some(Value::Null)),
+        (
+            "escaped",
+            r#""result":{"t\u0065xt":"line\nnext \"q\" \u00e9"}"#,
+            Some(json!({"text": "line\nnext \"q\" é"})),
+        ),
+        (
+            "error",
+            r#""error":{"code":-32002,"message":"gone","data":{"id":1}}"#,
+            None,
+        ),
+    ];
+    let mut waiting = Vec::new();
+    for (method, _, _) in &shapes {
+        waiting.push(ask(method));
+        let request = agent.receive().await;
+        assert_eq!(request["method"], *method);
+        let members = shapes.iter().find(|(m, _, _)| m == method).unwrap().1;
+        let comma = if members.is_empty() { "" } else { "," };
+        // The id echoed back as a string, as some agents do.
+        agent
+            .send_raw(&format!(
+                r#"{{"jsonrpc":"2.0","id":"{}"{comma}{members}}}"#,
+                request["id"]
+            ))
+            .await;
+    }
+    // A notification whose session id is escaped still finds its session.
+    agent
+        .send_raw(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s\u0031","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#)
+        .await;
+    agent
+        .send_raw(&format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"kept" : [1, 2.50]}}}}"#,
+            raw_request["id"]
+        ))
+        .await;
+    for ((method, _, expected), answer) in shapes.iter().zip(waiting) {
+        let answer = within(answer).await.expect("join");
+        match expected {
+            Some(expected) => assert_eq!(answer.as_ref().ok(), Some(expected), "{method}"),
+            None => assert_remote(answer, -32002, "gone", json!({"id": 1})),
+        }
+    }
+    let raw = within(raw).await.expect("join").expect("raw answer");
+    assert_eq!(raw.get(), r#"{"kept" : [1, 2.50]}"#);
+    recorder.wait_for_updates(1).await;
+    assert_eq!(recorder.updates(), vec!["MessageChunk(\"hi\")"]);
 }
 
 #[tokio::test]

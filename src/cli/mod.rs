@@ -110,6 +110,9 @@ pub fn parse() -> Result<Cli, ExitCode> {
     })
 }
 
+/// The main runtime's async workers.
+const MAIN_WORKERS: usize = 1;
+
 /// Runs the command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
     // A reaper must not start a runtime, threads or anything else: it only forks its agent.
@@ -124,7 +127,13 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
+    // One async worker (docs/performance.md, "One async worker"): the daemon's work is many
+    // short steps handed between tasks, and a second worker that the first wakes for each
+    // of them cost more CPU and wall time than it saved. Scripts run on threads of their
+    // own, and any wait of the store moves off the worker (`block_in_place`), which needs
+    // the multi-threaded flavor.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(MAIN_WORKERS)
         .enable_all()
         .build()
     {

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -78,7 +79,7 @@ pub(crate) async fn open(
     output_tools: &OutputTools,
     setup_timeout: Duration,
     cancel_grace: Duration,
-) -> Result<(AcpSession, SessionInfo), AgentFailure> {
+) -> Result<(AcpSession, Opened), AgentFailure> {
     let host = lease.host().clone();
     let backend = host.backend.id.clone();
     let sink = Arc::new(SessionSink::new(observer, spec, &host.backend.file_roots));
@@ -115,14 +116,14 @@ pub(crate) async fn open(
             if let Some(meta) = meta {
                 params["_meta"] = meta;
             }
-            let result = setup_call(&host, setup_timeout, "session/new", params).await?;
-            let Some(session_id) = result.get("sessionId").and_then(Value::as_str) else {
+            let result = setup_call_raw(&host, setup_timeout, "session/new", &params).await?;
+            let Some(session_id) = new_session_id(&result) else {
                 return Err(execution(format!(
                     "backend {backend}: session/new returned no sessionId"
                 )));
             };
-            host.connection.register_session(session_id, sink.clone());
-            (session_id.to_owned(), result, reopen_failure)
+            host.connection.register_session(&session_id, sink.clone());
+            (session_id, result, reopen_failure)
         }
     };
     // From here a failure drops the session, which unregisters it.
@@ -134,11 +135,66 @@ pub(crate) async fn open(
         reopen_failure,
         output,
     };
-    let mut result = result;
-    let mut info = session_info(&mut result);
-    apply_choices(&session, spec, &result, &mut info, setup_timeout).await?;
+    let mut opened = Opened {
+        answer: result,
+        info: None,
+    };
+    if makes_choices(spec) {
+        let mut answer = opened.answer();
+        let mut info = session_info(&mut answer);
+        apply_choices(&session, spec, &answer, &mut info, setup_timeout).await?;
+        opened.info = Some(info);
+    }
     sink.start_forwarding();
-    Ok((session, info))
+    Ok((session, opened))
+}
+
+/// What opening a session answered. Its modes and config options are read only when a
+/// caller asks for them (a probe) or the spec chooses any: a call that chooses nothing
+/// never parses the agent's lists.
+pub(crate) struct Opened {
+    /// The `session/new|load|resume` answer as the agent wrote it.
+    answer: Box<RawValue>,
+    /// The session's facts once read, kept in step with what choosing answered.
+    info: Option<SessionInfo>,
+}
+
+impl Opened {
+    /// The session's modes, config options and current model.
+    pub(crate) fn info(self) -> SessionInfo {
+        match self.info {
+            Some(info) => info,
+            None => session_info(&mut self.answer()),
+        }
+    }
+
+    fn answer(&self) -> Value {
+        serde_json::from_str(self.answer.get()).unwrap_or(Value::Null)
+    }
+}
+
+/// Whether `spec` sets a model, mode, reasoning level or config option on its session.
+fn makes_choices(spec: &SessionSpec) -> bool {
+    spec.model.is_some()
+        || spec.mode.is_some()
+        || spec.effort.is_some()
+        || !spec.config_options.is_empty()
+}
+
+/// The `sessionId` of a `session/new` answer, read without the rest of it.
+fn new_session_id(answer: &RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct NewSession {
+        #[serde(rename = "sessionId")]
+        session_id: Option<Value>,
+    }
+    match serde_json::from_str::<NewSession>(answer.get())
+        .ok()?
+        .session_id?
+    {
+        Value::String(id) => Some(id),
+        _ => None,
+    }
 }
 
 /// The channel for a call with an output schema: Claude's own on the built-in Claude
@@ -197,18 +253,38 @@ async fn setup_call(
     match tokio::time::timeout(setup_timeout, host.connection.request(method, params)).await {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(error)) => Err(host.failure(method, error, began).await),
-        Err(_) => Err(execution(format!(
-            "backend {} did not answer {method} within {} ms",
-            host.backend.id,
-            setup_timeout.as_millis()
-        ))),
+        Err(_) => Err(setup_timed_out(host, method, setup_timeout)),
     }
+}
+
+/// [`setup_call`], answering with the result as the agent wrote it.
+async fn setup_call_raw(
+    host: &AgentHost,
+    setup_timeout: Duration,
+    method: &'static str,
+    params: &Value,
+) -> Result<Box<RawValue>, AgentFailure> {
+    let began = host.process.stderr_mark();
+    let request = host.connection.request_raw(method, params);
+    match tokio::time::timeout(setup_timeout, request).await {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(error)) => Err(host.failure(method, error, began).await),
+        Err(_) => Err(setup_timed_out(host, method, setup_timeout)),
+    }
+}
+
+fn setup_timed_out(host: &AgentHost, method: &str, setup_timeout: Duration) -> AgentFailure {
+    execution(format!(
+        "backend {} did not answer {method} within {} ms",
+        host.backend.id,
+        setup_timeout.as_millis()
+    ))
 }
 
 /// What became of a request to reopen a session.
 enum Reattached {
     /// The agent reopened it: its id and answer.
-    Kept(String, Value),
+    Kept(String, Box<RawValue>),
     /// A fresh session is to be opened instead; with the agent's message when it offered a
     /// way to reopen and refused or failed it.
     Fresh(Option<String>),
@@ -247,7 +323,7 @@ async fn reattach(
     // Registered first: `session/load` replays history before it answers.
     host.connection.register_session(previous, sink.clone());
     let params = json!({"sessionId": previous, "cwd": place.cwd, "mcpServers": place.mcp_servers});
-    match setup_call(host, setup_timeout, method, params).await {
+    match setup_call_raw(host, setup_timeout, method, &params).await {
         Ok(result) => Ok(Reattached::Kept(previous.to_owned(), result)),
         Err(failure) if !host.is_live() => Err(failure),
         Err(failure) => {
@@ -526,9 +602,9 @@ impl AgentSession for AcpSession {
     async fn close(self: Box<Self>) {
         let host = self.host().clone();
         if host.supports_close() && host.is_live() {
-            let request = host
-                .connection
-                .request("session/close", json!({"sessionId": self.session_id}));
+            // Its answer is not read.
+            let params = json!({"sessionId": self.session_id});
+            let request = host.connection.request_raw("session/close", &params);
             // Best effort: a close that does not come back quickly is not worth waiting for.
             let _ = tokio::time::timeout(Duration::from_secs(5), request).await;
         }

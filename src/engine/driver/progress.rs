@@ -10,6 +10,7 @@ use crate::engine::driver::Driver;
 use crate::engine::driver::task::Activity;
 use crate::engine::events::Fields;
 use crate::engine::runner::AgentUpdate;
+use crate::engine::status::LatestActivity;
 use crate::util::sync::Lock;
 
 /// `agentNotice` and `permissionDenied` events stored per call, each kind: an agent sends
@@ -273,12 +274,12 @@ impl Driver {
             .fixed("cause", cause.into());
         let (latest_text, last_tool) = if !tail.is_empty() {
             fields = fields.text("latestText", tail);
-            (Value::String(tail.to_owned()), Value::Null)
+            (Some(tail.to_owned()), None)
         } else if let Some(tool) = &progress.last_tool {
             fields = fields.text("lastToolName", tool);
-            (Value::Null, Value::String(tool.clone()))
+            (None, Some(tool.clone()))
         } else {
-            (Value::Null, Value::Null)
+            (None, None)
         };
         let start_seq = progress.start_seq;
         let mut upserts = Vec::new();
@@ -304,7 +305,12 @@ impl Driver {
             );
         }
         let scope = call.scope.clone();
-        let activity = json!({"callIndex": index, "label": call.label, "latestText": latest_text, "lastToolName": last_tool});
+        let activity = LatestActivity {
+            call_index: index,
+            label: call.label.clone(),
+            latest_text,
+            last_tool_name: last_tool,
+        };
         self.setup.live.locked().latest_activity = Some(activity);
         self.events.push_fields("agentProgress", &scope, fields);
         for upsert in upserts {

@@ -122,26 +122,39 @@ pub(crate) fn is_secret_key(key: &str) -> bool {
         "privatekey",
     ];
     const COUNTING: [&str; 5] = ["s", "count", "usage", "budget", "limit"];
+    let names = |bytes: &[u8]| {
+        // Keys are short, so trying each word at each position is cheaper than building a
+        // substring searcher per word, which `str::contains` does on every call; this runs
+        // for every key of every event.
+        (0..bytes.len()).any(|at| {
+            let rest = &bytes[at..];
+            if WORDS.iter().any(|word| rest.starts_with(word.as_bytes())) {
+                return true;
+            }
+            rest.strip_prefix(b"token".as_slice()).is_some_and(|after| {
+                !COUNTING
+                    .iter()
+                    .any(|suffix| after.starts_with(suffix.as_bytes()))
+            })
+        })
+    };
+    // An ASCII key of event size is normalized on the stack; any other takes a string
+    // (Unicode lowercasing may change a character's length).
+    let mut buffer = [0u8; 64];
+    if key.is_ascii() && key.len() <= buffer.len() {
+        let mut len = 0;
+        for byte in key.bytes().filter(|byte| *byte != b'_' && *byte != b'-') {
+            buffer[len] = byte.to_ascii_lowercase();
+            len += 1;
+        }
+        return names(&buffer[..len]);
+    }
     let normalized: String = key
         .chars()
         .filter(|c| *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
         .collect();
-    // Keys are short, so trying each word at each position is cheaper than building a
-    // substring searcher per word, which `str::contains` does on every call; this runs for
-    // every key of every event.
-    let bytes = normalized.as_bytes();
-    (0..bytes.len()).any(|at| {
-        let rest = &bytes[at..];
-        if WORDS.iter().any(|word| rest.starts_with(word.as_bytes())) {
-            return true;
-        }
-        rest.strip_prefix(b"token".as_slice()).is_some_and(|after| {
-            !COUNTING
-                .iter()
-                .any(|suffix| after.starts_with(suffix.as_bytes()))
-        })
-    })
+    names(normalized.as_bytes())
 }
 
 fn redact_value_inner(value: &Value, changed: &mut bool) -> Value {

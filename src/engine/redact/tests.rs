@@ -306,6 +306,24 @@ fn secret_key_names() {
 }
 
 #[test]
+fn a_secret_key_is_found_at_any_length_and_in_any_script() {
+    // ASCII keys up to 64 bytes are normalized on the stack, others as a string: the word
+    // counts wherever it ends, on both sides of that edge.
+    for pad in [0, 1, 40, 55, 56, 57, 58, 60, 64, 100] {
+        let before = "x".repeat(pad);
+        assert!(is_secret_key(&format!("{before}Pass_Word")), "{pad}");
+        assert!(!is_secret_key(&format!("{before}PassWor")), "{pad}");
+        assert!(!is_secret_key(&format!("{before}inputTokens")), "{pad}");
+        // Separators are dropped before the length counts against the buffer.
+        let separated = format!("{}Token", "_".repeat(pad));
+        assert!(is_secret_key(&separated), "{pad}");
+    }
+    assert!(is_secret_key("ÜberSECRET"));
+    assert!(is_secret_key("Api-Ķey") == is_secret_key("api-ķey"));
+    assert!(!is_secret_key("Überblick"));
+}
+
+#[test]
 fn large_input_is_linear() {
     // Patterns that would make a naive scanner revisit input: many separators, many
     // scheme words, many `://` and `eyJ` starts, and one huge word.

@@ -5,8 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use crate::model::Usage;
 
 /// What status shows of a live generation. The driver writes it as calls start and settle;
@@ -20,7 +18,7 @@ pub(crate) struct LiveView {
     /// Calls not yet settled: index → (label, phase, model, "queued"|"waiting"|"running").
     pub calls: BTreeMap<u32, LiveCall>,
     /// The latest progress of any call, status's `latestActivity`.
-    pub latest_activity: Option<Value>,
+    pub latest_activity: Option<LatestActivity>,
     /// How many non-checkpoint rows the generation has written, so status need not count
     /// them in the store; `None` in the dry run and in a view another process reported.
     pub settled_calls: Option<u64>,
@@ -30,6 +28,18 @@ pub(crate) struct LiveView {
     /// view and the store while it stayed at one even value is the answer a fresh build
     /// would give until it moves, which is what lets `status` keep a live run's answer.
     pub revision: u64,
+}
+
+/// Status's `latestActivity`: the call that last reported progress, and its latest text or
+/// tool. Kept as these members (not a JSON value) because the driver replaces it at every
+/// progress event; `null` where the call has neither.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LatestActivity {
+    pub call_index: u32,
+    pub label: String,
+    pub latest_text: Option<String>,
+    pub last_tool_name: Option<String>,
 }
 
 impl LiveView {

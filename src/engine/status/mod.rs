@@ -24,6 +24,7 @@ use crate::store::{CallReads, CallSummary, EventReads, StoreResult};
 mod fit;
 mod live;
 
+pub(crate) use live::LatestActivity;
 pub(crate) use live::{LiveCall, LiveView};
 
 /// Cap of the status projection without `outcome`.
@@ -106,7 +107,7 @@ pub struct StatusDocument {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub script_revisions: Vec<ScriptRevision>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub latest_activity: Option<Value>,
+    pub latest_activity: Option<LatestActivity>,
     /// Permission requests of this process's live calls.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pending_permissions: Vec<Value>,

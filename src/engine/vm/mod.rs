@@ -791,7 +791,11 @@ fn deliver<'js>(
         // with it and the prelude chains no `.then` of its own per call.
         Ok(value) => {
             let resolve = resolve.restore(ctx)?;
-            let value = ctx.json_parse(value.to_string())?;
+            // A text answer (the usual one) becomes a string without a JSON round trip.
+            let value = match &value {
+                Value::String(text) => rquickjs::String::from_str(ctx.clone(), text)?.into_value(),
+                other => ctx.json_parse(other.to_string())?,
+            };
             resolve.call::<_, ()>((value,))
         }
         Err((code, message, recoverable)) => {

