@@ -188,7 +188,16 @@ impl Connection {
 
     /// Sends a request and waits for its response. Dropping the future forgets the request.
     pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        let raw = self.request_raw(method, &params).await?;
+        self.request_with(method, &params).await
+    }
+
+    /// [`Connection::request`] with params written from any serializable value.
+    pub(crate) async fn request_with<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<Value, RpcError> {
+        let raw = self.request_raw(method, params).await?;
         // Valid JSON already; only nesting deeper than the parser's limit fails here.
         serde_json::from_str(raw.get()).map_err(|error| RpcError::Remote {
             code: codes::INTERNAL_ERROR,

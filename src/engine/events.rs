@@ -182,10 +182,20 @@ pub struct Fields {
     truncated: bool,
 }
 
+/// The members every event begins with, in their stored order; [`EventLog::push_fields`]
+/// fills them in.
+const ENVELOPE: [&str; 3] = ["type", "runId", "scope"];
+
 impl Fields {
+    /// Begins with the envelope's members as placeholders, so the event is this map with
+    /// them filled in, not a second map the members move into.
     pub fn new() -> Fields {
+        let mut members = Map::with_capacity(12);
+        for key in ENVELOPE {
+            members.insert(key.to_owned(), Value::Null);
+        }
         Fields {
-            members: Map::with_capacity(8),
+            members,
             redacted: false,
             truncated: false,
         }
@@ -238,7 +248,8 @@ impl Default for Fields {
 /// Whether the projection leaves `key` and its member alone: not changed by redaction, not
 /// a secret's name, within the cap.
 fn fixed_key(key: &str) -> bool {
-    crate::engine::redact::redact_text(key) == (key.to_owned(), false)
+    !ENVELOPE.contains(&key)
+        && crate::engine::redact::redact_text(key) == (key.to_owned(), false)
         && !crate::engine::redact::is_secret_key(key)
         && key.len() <= preview::TEXT_CAP
 }
@@ -302,25 +313,21 @@ impl EventLog {
             return;
         }
         let Fields {
-            members,
+            mut members,
             mut redacted,
             mut truncated,
         } = fields;
-        let mut event = Map::with_capacity(members.len() + 3);
-        event.insert("type".to_owned(), Value::String(kind.to_owned()));
         let (run_id, run_id_redacted, run_id_truncated) = &self.run_id_projected;
-        event.insert("runId".to_owned(), run_id.clone());
         redacted |= run_id_redacted;
         truncated |= run_id_truncated;
-        event.insert(
-            "scope".to_owned(),
-            preview::project_event_text(scope, &mut redacted, &mut truncated),
-        );
-        // A key of the envelope repeated in the fields replaces it in place, as in `push`.
-        for (key, value) in members {
-            event.insert(key, value);
+        let scope_value = preview::project_event_text(scope, &mut redacted, &mut truncated);
+        let envelope = [Value::String(kind.to_owned()), run_id.clone(), scope_value];
+        for (key, value) in ENVELOPE.into_iter().zip(envelope) {
+            if let Some(slot) = members.get_mut(key) {
+                *slot = value;
+            }
         }
-        self.append(kind, scope, Value::Object(event), redacted, truncated);
+        self.append(kind, scope, Value::Object(members), redacted, truncated);
     }
 
     /// Appends `{type, runId, scope, ...fields}` to the buffer.

@@ -181,6 +181,16 @@ fn makes_choices(spec: &SessionSpec) -> bool {
         || !spec.config_options.is_empty()
 }
 
+/// `session/prompt`'s params, written as they are rather than built as a JSON value.
+#[derive(serde::Serialize)]
+struct PromptParams<'a> {
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+    prompt: Vec<Value>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<Value>,
+}
+
 /// The `sessionId` of a `session/new` answer, read without the rest of it.
 fn new_session_id(answer: &RawValue) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -483,14 +493,14 @@ impl AgentSession for AcpSession {
         let host = self.host().clone();
         host.mark_prompted();
         let backend = host.backend.id.clone();
-        let prompt = content::for_agent(turn.prompt, &host.capabilities, &backend);
-        let mut params = json!({"sessionId": self.session_id, "prompt": prompt});
-        if let Some(meta) = turn.meta {
-            params["_meta"] = meta;
-        }
+        let params = PromptParams {
+            session_id: &self.session_id,
+            prompt: content::for_agent(turn.prompt, &host.capabilities, &backend),
+            meta: turn.meta,
+        };
         let (turn_cancelled, too_long) = self.sink.begin_turn();
         let began = host.process.stderr_mark();
-        let request = host.connection.request("session/prompt", params);
+        let request = host.connection.request_with("session/prompt", &params);
         tokio::pin!(request);
         let interrupted = tokio::select! {
             answer = &mut request => {

@@ -401,7 +401,8 @@ impl AgentTask {
         } else {
             session.close().await;
         }
-        result.map(|value| (value, opened.clone()))
+        // The call settles with it; `opened` is kept only for an attempt that failed.
+        result.map(|value| (value, opened.take()))
     }
 
     /// Whether the attempt was interrupted so that the call runs again and reopens this
@@ -479,8 +480,9 @@ impl AgentTask {
         }
         let mut reprompts = 0;
         loop {
+            // A turn that needs another prompt builds its own below.
             let turn = TurnRequest {
-                prompt: prompt.clone(),
+                prompt: std::mem::take(&mut prompt),
                 meta: prompt_meta.clone(),
                 timeout: self.timeout,
             };
