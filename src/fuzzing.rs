@@ -175,7 +175,7 @@ async fn converse(input: &[u8]) {
         let _ = feed.write_all(&stream).await;
         hold.cancelled().await;
     });
-    let _ = connection.request("fuzz/ping", json!({})).await;
+    let _ = connection.request("fuzz/ping", &json!({})).await;
     // The requests routed before the mark answer from tasks of their own; give each a turn.
     for _ in 0..8 {
         tokio::task::yield_now().await;

@@ -187,12 +187,7 @@ impl Connection {
     }
 
     /// Sends a request and waits for its response. Dropping the future forgets the request.
-    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        self.request_with(method, &params).await
-    }
-
-    /// [`Connection::request`] with params written from any serializable value.
-    pub(crate) async fn request_with<P: Serialize + ?Sized>(
+    pub(crate) async fn request<P: Serialize + ?Sized>(
         &self,
         method: &str,
         params: &P,
@@ -542,16 +537,10 @@ struct Envelope<'a> {
     error: Option<Value>,
 }
 
-/// The session a notification or request names (`params.sessionId`).
+/// A notification's params as far as routing needs them: the session it names
+/// (`params.sessionId`) and, for `session/update`, its update.
 #[derive(Deserialize)]
-struct SessionParams<'a> {
-    #[serde(rename = "sessionId", borrow, default)]
-    session_id: Option<Cow<'a, str>>,
-}
-
-/// `session/update`'s params: the session and its update.
-#[derive(Deserialize)]
-struct UpdateParams<'a> {
+struct NotificationParams<'a> {
     #[serde(rename = "sessionId", borrow, default)]
     session_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -585,23 +574,18 @@ fn dispatch(shared: &Arc<Shared>, line: &str) -> Option<InboundRequest> {
             });
         }
         (Some(method), None) => {
-            let params = message.params.map_or("null", RawValue::get);
-            if method == "session/update" {
-                let Ok(params) = serde_json::from_str::<UpdateParams>(params) else {
-                    return None;
-                };
-                if let Some(handler) = handler(params.session_id.as_deref()) {
-                    handler.update(parse_update(&parse(params.update)));
-                }
-            } else if method.starts_with('_') {
-                let session = serde_json::from_str::<SessionParams>(params)
-                    .ok()
-                    .and_then(|params| handler(params.session_id.as_deref()));
-                if let Some(handler) = session {
-                    handler.extension(&method, &parse(message.params));
-                }
-            }
             // Anything else we do not know is ignored on purpose.
+            if method != "session/update" && !method.starts_with('_') {
+                return None;
+            }
+            let text = message.params.map_or("null", RawValue::get);
+            let params = serde_json::from_str::<NotificationParams>(text).ok()?;
+            let handler = handler(params.session_id.as_deref())?;
+            if method == "session/update" {
+                handler.update(parse_update(&parse(params.update)));
+            } else {
+                handler.extension(&method, &parse(message.params));
+            }
         }
         (None, Some(id)) => {
             let Some(id) = response_id(&id) else {

@@ -408,7 +408,7 @@ async fn initialize(
     });
     let answer = tokio::time::timeout(
         config.init_timeout,
-        connection.request("initialize", params),
+        connection.request("initialize", &params),
     )
     .await;
     let result = match answer {

@@ -124,12 +124,12 @@ async fn responses_match_by_id_out_of_order_and_agent_ids_do_not_collide() {
     let (connection, mut agent, _tracker) = connect(None);
     let first = tokio::spawn({
         let connection = connection.clone();
-        async move { connection.request("first", json!({})).await }
+        async move { connection.request("first", &json!({})).await }
     });
     let one = agent.receive().await;
     let second = tokio::spawn({
         let connection = connection.clone();
-        async move { connection.request("second", json!({})).await }
+        async move { connection.request("second", &json!({})).await }
     });
     let two = agent.receive().await;
     assert_eq!(
@@ -179,7 +179,7 @@ async fn lenient_parsing_keeps_the_stream_alive() {
         let connection = connection.clone();
         async move {
             connection
-                .request("session/prompt", json!({"sessionId": "s1"}))
+                .request("session/prompt", &json!({"sessionId": "s1"}))
                 .await
         }
     });
@@ -234,7 +234,7 @@ async fn every_shape_of_response_reaches_its_caller() {
     connection.register_session("s1", recorder.clone());
     let ask = |method: &'static str| {
         let connection = connection.clone();
-        tokio::spawn(async move { connection.request(method, json!({})).await })
+        tokio::spawn(async move { connection.request(method, &json!({})).await })
     };
     let raw = tokio::spawn({
         let connection = connection.clone();
@@ -313,7 +313,7 @@ async fn a_waiting_permission_does_not_block_other_sessions() {
         let connection = connection.clone();
         async move {
             connection
-                .request("session/prompt", json!({"sessionId": "streaming"}))
+                .request("session/prompt", &json!({"sessionId": "streaming"}))
                 .await
         }
     });
@@ -359,7 +359,7 @@ async fn eof_fails_pending_requests_with_a_clear_message() {
     let (connection, mut agent, _tracker) = connect(Some(reason));
     let pending = tokio::spawn({
         let connection = connection.clone();
-        async move { connection.request("session/prompt", json!({})).await }
+        async move { connection.request("session/prompt", &json!({})).await }
     });
     agent.receive().await;
     drop(agent);
@@ -372,7 +372,7 @@ async fn eof_fails_pending_requests_with_a_clear_message() {
     }
     within(connection.closed()).await;
     // Later requests fail at once, with the same reason.
-    match within(connection.request("session/new", json!({}))).await {
+    match within(connection.request("session/new", &json!({}))).await {
         Err(RpcError::Closed(message)) => {
             assert!(
                 message.contains("exit status 3") && message.contains("session/new"),

@@ -9,6 +9,7 @@
 //! must not take its siblings down with it); otherwise the process is retired from the pool
 //! and ends when its last session lets go of it.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -196,15 +197,11 @@ fn new_session_id(answer: &RawValue) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct NewSession {
         #[serde(rename = "sessionId")]
-        session_id: Option<Value>,
+        session_id: Option<String>,
     }
-    match serde_json::from_str::<NewSession>(answer.get())
+    serde_json::from_str::<NewSession>(answer.get())
         .ok()?
-        .session_id?
-    {
-        Value::String(id) => Some(id),
-        _ => None,
-    }
+        .session_id
 }
 
 /// The channel for a call with an output schema: Claude's own on the built-in Claude
@@ -259,12 +256,8 @@ async fn setup_call(
     method: &'static str,
     params: Value,
 ) -> Result<Value, AgentFailure> {
-    let began = host.process.stderr_mark();
-    match tokio::time::timeout(setup_timeout, host.connection.request(method, params)).await {
-        Ok(Ok(result)) => Ok(result),
-        Ok(Err(error)) => Err(host.failure(method, error, began).await),
-        Err(_) => Err(setup_timed_out(host, method, setup_timeout)),
-    }
+    let request = host.connection.request(method, &params);
+    bounded(host, setup_timeout, method, request).await
 }
 
 /// [`setup_call`], answering with the result as the agent wrote it.
@@ -274,21 +267,28 @@ async fn setup_call_raw(
     method: &'static str,
     params: &Value,
 ) -> Result<Box<RawValue>, AgentFailure> {
-    let began = host.process.stderr_mark();
     let request = host.connection.request_raw(method, params);
+    bounded(host, setup_timeout, method, request).await
+}
+
+/// Awaits a setup `request` (sent when first polled) for at most `setup_timeout`; a failure
+/// names the method and carries what the agent wrote to stderr meanwhile.
+async fn bounded<T>(
+    host: &AgentHost,
+    setup_timeout: Duration,
+    method: &str,
+    request: impl Future<Output = Result<T, RpcError>>,
+) -> Result<T, AgentFailure> {
+    let began = host.process.stderr_mark();
     match tokio::time::timeout(setup_timeout, request).await {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(error)) => Err(host.failure(method, error, began).await),
-        Err(_) => Err(setup_timed_out(host, method, setup_timeout)),
+        Err(_) => Err(execution(format!(
+            "backend {} did not answer {method} within {} ms",
+            host.backend.id,
+            setup_timeout.as_millis()
+        ))),
     }
-}
-
-fn setup_timed_out(host: &AgentHost, method: &str, setup_timeout: Duration) -> AgentFailure {
-    execution(format!(
-        "backend {} did not answer {method} within {} ms",
-        host.backend.id,
-        setup_timeout.as_millis()
-    ))
 }
 
 /// What became of a request to reopen a session.
@@ -500,7 +500,7 @@ impl AgentSession for AcpSession {
         };
         let (turn_cancelled, too_long) = self.sink.begin_turn();
         let began = host.process.stderr_mark();
-        let request = host.connection.request_with("session/prompt", &params);
+        let request = host.connection.request("session/prompt", &params);
         tokio::pin!(request);
         let interrupted = tokio::select! {
             answer = &mut request => {
