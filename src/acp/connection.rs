@@ -324,6 +324,11 @@ fn closed_message(backend: &str, reason: &str, method: &str) -> String {
     format!("backend {backend}: {reason} while waiting for {method}")
 }
 
+/// The most bytes of queued messages the writer joins into one write: what is queued once it
+/// woke and let the other ready tasks run goes out together (one system call and one wake-up of the agent instead of one per
+/// message) up to this much; a longer message goes out on its own.
+const WRITE_BATCH_BYTES: usize = 64 << 10;
+
 async fn write_loop<W>(
     shared: Arc<Shared>,
     writer: W,
@@ -332,31 +337,64 @@ async fn write_loop<W>(
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut writer = writer;
+    let mut batch: Vec<u8> = Vec::new();
+    let mut permits: Vec<OwnedSemaphorePermit> = Vec::new();
     while let Some(message) = tokio::select! {
         message = outgoing.recv() => message,
         _ = shared.closed.cancelled() => None,
     } {
-        let (mut line, permit) = match message {
-            Outgoing::Line(line) => (line, None),
-            Outgoing::Answer(line, permit) => (line, Some(permit)),
-            Outgoing::Close => {
-                let _ = writer.shutdown().await;
-                return;
+        // The sender's task woke this one, which runs next: a turn of the scheduler first lets
+        // every other task that is ready queue its message too (calls settle and start in
+        // waves), so they go out in one write.
+        tokio::task::yield_now().await;
+        let mut next = Some(message);
+        let mut close = false;
+        while let Some(message) = next.take() {
+            match message {
+                Outgoing::Line(line) => append_line(&mut batch, &line),
+                Outgoing::Answer(line, permit) => {
+                    append_line(&mut batch, &line);
+                    permits.push(permit);
+                }
+                Outgoing::Close => {
+                    close = true;
+                    break;
+                }
             }
-        };
-        line.push('\n');
-        let result = async {
-            writer.write_all(line.as_bytes()).await?;
-            writer.flush().await
+            if batch.len() < WRITE_BATCH_BYTES {
+                next = outgoing.try_recv().ok();
+            }
         }
-        .await;
-        drop(permit);
+        let result = if batch.is_empty() {
+            Ok(())
+        } else {
+            async {
+                writer.write_all(&batch).await?;
+                writer.flush().await
+            }
+            .await
+        };
+        batch.clear();
+        if batch.capacity() > WRITE_BATCH_BYTES {
+            batch = Vec::new();
+        }
+        permits.clear();
         if let Err(error) = result {
             tracing::debug!(backend = %shared.backend, %error, "writing to the agent failed");
             shared.broken.cancel();
             return;
         }
+        if close {
+            let _ = writer.shutdown().await;
+            return;
+        }
     }
+}
+
+/// Appends one message and its newline to the writer's batch.
+fn append_line(batch: &mut Vec<u8>, line: &str) {
+    batch.extend_from_slice(line.as_bytes());
+    batch.push(b'\n');
 }
 
 async fn read_loop<R>(

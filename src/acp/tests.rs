@@ -608,3 +608,83 @@ async fn an_agent_flooding_requests_waits_instead_of_growing_our_queue() {
     }
     within(writing).await.expect("the agent's writes complete");
 }
+
+/// What the connection writes, one entry per write call, with a signal after each.
+#[derive(Clone, Default)]
+struct RecordingWriter {
+    writes: Arc<Mutex<Vec<Vec<u8>>>>,
+    wrote: Arc<Notify>,
+}
+
+impl tokio::io::AsyncWrite for RecordingWriter {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.writes.locked().push(buf.to_vec());
+        self.wrote.notify_one();
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Requests that tasks send in one turn of the scheduler go out in one write, in the order
+/// they were sent, on the runtime the daemon uses (one worker, whose next task is the one
+/// just woken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn requests_queued_in_one_turn_go_out_in_one_write() {
+    let (client, _agent) = tokio::io::duplex(1024);
+    let (client_read, _) = tokio::io::split(client);
+    let writer = RecordingWriter::default();
+    let tracker = TaskTracker::new();
+    let connection = Connection::start("fake", client_read, writer.clone(), None, &tracker);
+    const SENDERS: usize = 5;
+    // Spawned from a task on the worker, so all of them are queued before any runs.
+    let spawner = connection.clone();
+    tokio::spawn(async move {
+        for sender in 0..SENDERS {
+            let connection = spawner.clone();
+            tokio::spawn(async move {
+                let _ = connection
+                    .request_raw("test/m", &json!({"sender": sender}))
+                    .await;
+            });
+        }
+    });
+    let lines = || -> Vec<Value> {
+        let writes = writer.writes.locked();
+        writes
+            .iter()
+            .flat_map(|write| write.split(|&byte| byte == b'\n'))
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).expect("a JSON line"))
+            .collect()
+    };
+    within(async {
+        while lines().len() < SENDERS {
+            writer.wrote.notified().await;
+        }
+    })
+    .await;
+    let senders: std::collections::BTreeSet<u64> = lines()
+        .iter()
+        .map(|line| line["params"]["sender"].as_u64().expect("a sender"))
+        .collect();
+    assert_eq!(senders.len(), SENDERS, "every request is written once");
+    assert_eq!(writer.writes.locked().len(), 1, "one write for all of them");
+    connection.close_input();
+}

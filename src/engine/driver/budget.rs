@@ -76,19 +76,19 @@ impl Driver {
         self.semaphore.add_permits(1);
     }
 
-    /// Tells the script's `budget` the spend, when it changed since it was last told: before
-    /// the answers of the calls that changed it, so `budget.spent()` counts every call whose
-    /// answer the script has.
-    pub(super) fn push_budget(&mut self) {
+    /// The script's `budget` view of the spend, when it changed since the script was last
+    /// told: the caller sends it before the answers of the calls that changed it, so
+    /// `budget.spent()` counts every call whose answer the script has.
+    pub(super) fn budget_reply(&mut self) -> Option<VmReply> {
         if self.pushed_usage == self.setup.usage {
-            return;
+            return None;
         }
         self.pushed_usage = self.setup.usage;
         let view = budget::script_view(
             &budget::SpendLimits::of(&self.setup.limits),
             &self.setup.usage,
         );
-        self.reply(VmReply::Budget(view));
+        Some(VmReply::Budget(view))
     }
 
     /// The `paused` event's fields: the reason (none for a requested pause), and for a

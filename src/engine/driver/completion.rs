@@ -132,7 +132,7 @@ impl Driver {
             return Ok(());
         }
         let group = std::mem::take(&mut self.settling);
-        self.push_budget();
+        let budget = self.budget_reply();
         let rows: Vec<(&CallRecord, &[(u32, u32)])> = group
             .iter()
             .filter(|settled| settled.journaled)
@@ -151,14 +151,24 @@ impl Driver {
                 Some(_) => {}
             }
         }
-        if !rows.is_empty() || !sessions.is_empty() {
-            self.record_calls(&sessions, &rows).await?;
-        }
-        for settled in group {
-            if let Some(reply) = settled.reply {
-                self.reply(reply);
+        let recorded = if rows.is_empty() && sessions.is_empty() {
+            Ok(())
+        } else {
+            self.record_calls(&sessions, &rows).await
+        };
+        if let Err(lost) = recorded {
+            // The script learns the spend all the same; no call is answered.
+            if let Some(budget) = budget {
+                self.reply(budget);
             }
+            return Err(lost);
         }
+        // The budget first, then the answers in settlement order, in one message.
+        let replies: Vec<VmReply> = budget
+            .into_iter()
+            .chain(group.into_iter().filter_map(|settled| settled.reply))
+            .collect();
+        self.reply_all(replies);
         Ok(())
     }
 

@@ -39,6 +39,15 @@ impl Driver {
         }
     }
 
+    /// Several answers in one message ([`VmReply::Batch`]), in order.
+    pub(super) fn reply_all(&self, replies: Vec<VmReply>) {
+        if self.halt.is_none()
+            && let Some(vm) = &self.vm
+        {
+            vm.reply_all(replies);
+        }
+    }
+
     pub(super) fn current_phase(&self, scope: &str) -> Option<String> {
         self.phase_by_scope
             .get(scope)

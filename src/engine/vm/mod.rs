@@ -112,6 +112,10 @@ pub(crate) enum VmReply {
     /// (`crate::budget::script_view`) from now on. Sent before the answers of the calls
     /// that changed it.
     Budget(Value),
+    /// Several of the above, delivered in their order as if each came alone: the answers
+    /// of one group commit, which wake the script's thread once rather than once each.
+    /// Never nested ([`VmHandle::reply_all`] sends a lone reply as itself).
+    Batch(Vec<VmReply>),
 }
 
 /// A script that threw, was stopped, or returned something that is not JSON.
@@ -180,6 +184,15 @@ impl VmHandle {
     /// Answers a call. Ignored once the VM has ended.
     pub(crate) fn reply(&self, reply: VmReply) {
         let _ = self.replies.send(reply);
+    }
+
+    /// Answers several calls at once, in order ([`VmReply::Batch`]).
+    pub(crate) fn reply_all(&self, mut replies: Vec<VmReply>) {
+        match replies.len() {
+            0 => {}
+            1 => self.reply(replies.remove(0)),
+            _ => self.reply(VmReply::Batch(replies)),
+        }
     }
 
     /// Stops the script at its next instruction or wait; no further events are sent.
@@ -392,6 +405,9 @@ fn drive(
     replies: &std_mpsc::Receiver<VmReply>,
     halt: &AtomicBool,
 ) -> Result<Option<Value>, ScriptFailure> {
+    // The rest of a batch of replies, each delivered after the jobs the one before it queued
+    // have run, as a reply that came alone would be.
+    let mut queued: std::collections::VecDeque<VmReply> = std::collections::VecDeque::new();
     loop {
         run_jobs(runtime, clock, limits, halt)?;
         if halt.load(Ordering::SeqCst) {
@@ -416,12 +432,22 @@ fn drive(
         }
         // The only host wait: the slice ends while the thread blocks, and a new one begins
         // when it wakes.
-        clock.end();
-        let reply = match replies.recv() {
-            Ok(reply) => reply,
-            Err(_) => return Err(ScriptFailure::script_error("halted")),
+        let reply = match queued.pop_front() {
+            Some(reply) => reply,
+            None => {
+                clock.end();
+                let received = replies.recv();
+                clock.begin();
+                match received {
+                    Ok(VmReply::Batch(batch)) => {
+                        queued.extend(batch);
+                        continue;
+                    }
+                    Ok(reply) => reply,
+                    Err(_) => return Err(ScriptFailure::script_error("halted")),
+                }
+            }
         };
-        clock.begin();
         if halt.load(Ordering::SeqCst) {
             return Err(ScriptFailure::script_error("halted"));
         }
@@ -775,6 +801,8 @@ fn deliver<'js>(
             let set = helpers.set_budget.clone().restore(ctx)?;
             return set.call::<_, ()>((view.to_string(),));
         }
+        // `drive` takes a batch apart before delivering.
+        VmReply::Batch(_) => return Ok(()),
         VmReply::Resolve { call_id, value } => (call_id, Ok(value)),
         VmReply::Reject {
             call_id,

@@ -750,3 +750,53 @@ fn calls_past_the_limit_are_refused_before_they_cross() {
     // The checkpoint counts too, as the driver counts it.
     assert_eq!(crossed, 1_000);
 }
+
+/// A batch of answers is delivered one by one, each after the jobs the one before it queued
+/// have run: as if each had come alone.
+#[test]
+fn a_batch_of_answers_settles_in_its_order_with_each_answer_s_jobs_between() {
+    let (tx, mut rx) = event_queue();
+    let script = test_script(
+        "const seen = [];\n\
+         const track = (name) => agent(name).then((answer) => {\n\
+           seen.push(answer);\n\
+           Promise.resolve().then(() => seen.push(answer + ' after'));\n\
+         });\n\
+         await Promise.all([track('a'), track('b'), track('c')]);\n\
+         return seen;",
+        BTreeMap::new(),
+        false,
+    );
+    let vm = spawn(script, VmLimits::default(), tx);
+    let mut calls = Vec::new();
+    let result = loop {
+        match rx.blocking_recv().expect("vm ended without finishing") {
+            VmEvent::Call {
+                call_id, payload, ..
+            } => {
+                calls.push((call_id, payload["prompt"].as_str().unwrap_or("").to_owned()));
+                if calls.len() == 3 {
+                    let by_name = |name: &str| {
+                        let (call_id, prompt) = calls
+                            .iter()
+                            .find(|(_, prompt)| prompt == name)
+                            .expect("called");
+                        VmReply::Resolve {
+                            call_id: *call_id,
+                            value: Value::from(prompt.clone()),
+                        }
+                    };
+                    vm.reply_all(vec![by_name("b"), by_name("c"), by_name("a")]);
+                }
+            }
+            VmEvent::Finished(result) => break result.expect("the script ends"),
+            _ => {}
+        }
+    };
+    assert_eq!(
+        result,
+        Some(serde_json::json!([
+            "b", "b after", "c", "c after", "a", "a after"
+        ]))
+    );
+}
