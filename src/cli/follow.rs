@@ -78,7 +78,7 @@ async fn watch(
                 engine.interrupt_all(Duration::from_secs(10)).await;
             }
             notice = notices.recv() => match notice {
-                Ok(RunNotice::Event { run_id: id, record }) if &id == run_id => display.event(&record.event),
+                Ok(RunNotice::Event { run_id: id, record }) if &id == run_id => display.event(&record.event.value()),
                 Ok(RunNotice::Permission { run_id: id, permission_id, request }) if &id == run_id => {
                     display.clear();
                     let outcome = answer_permission(policy, &request);

@@ -3,69 +3,23 @@
 //! call write, and a broadcast to live subscribers (the CLI's progress display, MCP
 //! resource notifications).
 //!
-//! The driver's per-call events (`agentStart`, `agentEnd`, `tokenUsage`, `callRecord`) are
-//! built as [`Fields`]: their keys are fixed, their numbers and enum-like strings are stored
-//! as they are, and only their free texts (labels, previews, messages, error texts) are
-//! redacted and capped, which gives the same record as projecting the whole event
-//! ([`EventLog::push`]) without walking what redaction cannot change. The dry run's log
-//! ([`EventLog::discarding`]) numbers events and builds none.
+//! The driver's per-call events (`agentStart`, `agentProgress`, `agentEnd`, `tokenUsage`,
+//! `callRecord`, ...) are built as [`Fields`]: their keys are fixed, their numbers and
+//! enum-like strings are stored as they are, and only their free texts (labels, previews,
+//! messages, error texts) are redacted and capped, which gives the same record as projecting
+//! the whole event ([`EventLog::push`]) without walking what redaction cannot change. Each
+//! event is written once, as the JSON text the store keeps and readers are served
+//! ([`EventJson`]). The dry run's log ([`EventLog::discarding`]) numbers events and builds
+//! none.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::engine::preview;
-use crate::model::{EventRecord, RunId};
+use crate::model::{EventJson, EventRecord, RunId};
 
 /// Largest serialized event record; bigger ones are cut down to their type and a note.
 pub(crate) const MAX_EVENT_BYTES: usize = 65_536;
-
-/// Whether `value`'s compact JSON is longer than `max` bytes, counted without building it
-/// (and no further than `max` + 1 bytes).
-fn longer_than(value: &Value, max: usize) -> bool {
-    struct Counter {
-        count: usize,
-        max: usize,
-    }
-    impl std::io::Write for Counter {
-        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.count += data.len();
-            if self.count > self.max {
-                return Err(std::io::Error::other("longer than the limit"));
-            }
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    // A `Value` always serializes, so the only error is the counter's.
-    serde_json::to_writer(&mut Counter { count: 0, max }, value).is_err()
-}
-
-/// An upper bound of `value`'s compact JSON length, from lengths alone (no text is
-/// formatted): a string's byte escapes to at most 6 bytes (`\u001f`), a number prints in at
-/// most 24. Events far under [`MAX_EVENT_BYTES`] (every per-call event) skip the exact count.
-fn json_len_bound(value: &Value) -> usize {
-    const NUMBER_MAX: usize = 24;
-    let text = |text: &str| 6 * text.len() + 2;
-    match value {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => NUMBER_MAX,
-        Value::String(s) => text(s),
-        Value::Array(items) => {
-            2 + items
-                .iter()
-                .map(|item| json_len_bound(item) + 1)
-                .sum::<usize>()
-        }
-        Value::Object(members) => {
-            2 + members
-                .iter()
-                .map(|(key, member)| text(key) + 1 + json_len_bound(member) + 1)
-                .sum::<usize>()
-        }
-    }
-}
 
 /// What live subscribers receive. A receiver clones each notice it takes, so an event's
 /// record is shared rather than copied.
@@ -172,40 +126,62 @@ impl Notices {
 
 /// An event's payload built member by member, each projected as [`preview::project_event`]
 /// would project it inside the whole event (a member's projection does not depend on its
-/// siblings, and no fixed key is one that redaction changes or that names a secret).
+/// siblings, and no fixed key is one that redaction changes or that names a secret), and
+/// written at once as the JSON the whole event's projection would serialize to: the members
+/// in insertion order, each `,"key":value`.
 pub struct Fields {
-    /// The projected members, in insertion order (the stored order).
-    members: Map<String, Value>,
+    /// The projected members as JSON text, each behind a comma.
+    text: Vec<u8>,
     /// Some member's text or value had a credential replaced.
     redacted: bool,
     /// Some member was capped or cut.
     truncated: bool,
+    /// The keys so far, to refuse a second member of one key (a map would have replaced it).
+    #[cfg(debug_assertions)]
+    keys: Vec<&'static str>,
 }
 
 /// The members every event begins with, in their stored order; [`EventLog::push_fields`]
-/// fills them in.
+/// writes them before the fields.
 const ENVELOPE: [&str; 3] = ["type", "runId", "scope"];
 
 impl Fields {
-    /// Begins with the envelope's members as placeholders, so the event is this map with
-    /// them filled in, not a second map the members move into.
     pub fn new() -> Fields {
-        let mut members = Map::with_capacity(12);
-        for key in ENVELOPE {
-            members.insert(key.to_owned(), Value::Null);
-        }
         Fields {
-            members,
+            text: Vec::with_capacity(160),
             redacted: false,
             truncated: false,
+            #[cfg(debug_assertions)]
+            keys: Vec::new(),
         }
+    }
+
+    /// Writes `,"key":`.
+    fn key(&mut self, key: &'static str) {
+        debug_assert!(fixed_key(key), "{key}");
+        #[cfg(debug_assertions)]
+        {
+            assert!(!self.keys.contains(&key), "{key} twice");
+            self.keys.push(key);
+        }
+        self.text.extend_from_slice(b",\"");
+        self.text.extend_from_slice(key.as_bytes());
+        self.text.extend_from_slice(b"\":");
+    }
+
+    /// Writes `value` as compact JSON.
+    fn write(&mut self, value: &(impl serde::Serialize + ?Sized)) {
+        // Writing to a vector fails only for a value that is not JSON (a map with non-string
+        // keys), which no member is.
+        let written = serde_json::to_writer(&mut self.text, value);
+        debug_assert!(written.is_ok(), "{written:?}");
     }
 
     /// A free text (label, message, error text, model name, path): redacted and capped.
     pub fn text(mut self, key: &'static str, text: &str) -> Fields {
-        debug_assert!(fixed_key(key), "{key}");
         let value = preview::project_event_text(text, &mut self.redacted, &mut self.truncated);
-        self.members.insert(key.to_owned(), value);
+        self.key(key);
+        self.write(&value);
         self
     }
 
@@ -219,22 +195,31 @@ impl Fields {
 
     /// A number, boolean, `null`, an engine-made enum-like string or a struct of those
     /// (usage): stored as it is, which is what the projection would leave of it.
-    pub fn fixed(mut self, key: &'static str, value: Value) -> Fields {
-        debug_assert!(fixed_key(key), "{key}");
-        debug_assert_eq!(
-            preview::project_event(&value),
-            (value.clone(), false, false),
-            "{key} is not fixed"
-        );
-        self.members.insert(key.to_owned(), value);
+    pub fn fixed(self, key: &'static str, value: Value) -> Fields {
+        self.fixed_ref(key, &value)
+    }
+
+    /// [`Fields::fixed`] for a value serialized in place, without building it as a value.
+    pub(crate) fn fixed_ref(mut self, key: &'static str, value: &impl serde::Serialize) -> Fields {
+        #[cfg(debug_assertions)]
+        {
+            let value = serde_json::to_value(value).expect("a JSON value");
+            assert_eq!(
+                preview::project_event(&value),
+                (value.clone(), false, false),
+                "{key} is not fixed"
+            );
+        }
+        self.key(key);
+        self.write(value);
         self
     }
 
     /// Any other value (a result preview): walked as the projection walks it.
     pub fn value(mut self, key: &'static str, value: &Value) -> Fields {
-        debug_assert!(fixed_key(key), "{key}");
         let value = preview::project_event_member(value, &mut self.redacted, &mut self.truncated);
-        self.members.insert(key.to_owned(), value);
+        self.key(key);
+        self.write(&value);
         self
     }
 }
@@ -246,9 +231,12 @@ impl Default for Fields {
 }
 
 /// Whether the projection leaves `key` and its member alone: not changed by redaction, not
-/// a secret's name, within the cap.
+/// a secret's name, within the cap, and written as it is between quotes.
 fn fixed_key(key: &str) -> bool {
     !ENVELOPE.contains(&key)
+        && key
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
         && crate::engine::redact::redact_text(key) == (key.to_owned(), false)
         && !crate::engine::redact::is_secret_key(key)
         && key.len() <= preview::TEXT_CAP
@@ -257,9 +245,10 @@ fn fixed_key(key: &str) -> bool {
 /// The driver's event writer for one generation.
 pub(crate) struct EventLog {
     run_id: RunId,
-    /// The run id as the projection stores it in each event's `runId` (and whether that
-    /// redacted something): the same for every event of the log, so projected once.
-    run_id_projected: (Value, bool, bool),
+    /// The run id as the projection stores it in each event's `runId`, as JSON text (and
+    /// whether that redacted or capped something): the same for every event of the log, so
+    /// projected once.
+    run_id_projected: (String, bool, bool),
     next_seq: u64,
     pending: Vec<EventRecord>,
     notices: Option<Notices>,
@@ -277,7 +266,7 @@ impl EventLog {
         let projected = preview::project_event_text(run_id.as_str(), &mut redacted, &mut truncated);
         EventLog {
             run_id,
-            run_id_projected: (projected, redacted, truncated),
+            run_id_projected: (projected.to_string(), redacted, truncated),
             next_seq: last_seq + 1,
             pending: Vec::new(),
             notices,
@@ -313,21 +302,28 @@ impl EventLog {
             return;
         }
         let Fields {
-            mut members,
+            text: members,
             mut redacted,
             mut truncated,
+            ..
         } = fields;
         let (run_id, run_id_redacted, run_id_truncated) = &self.run_id_projected;
         redacted |= run_id_redacted;
         truncated |= run_id_truncated;
         let scope_value = preview::project_event_text(scope, &mut redacted, &mut truncated);
-        let envelope = [Value::String(kind.to_owned()), run_id.clone(), scope_value];
-        for (key, value) in ENVELOPE.into_iter().zip(envelope) {
-            if let Some(slot) = members.get_mut(key) {
-                *slot = value;
-            }
-        }
-        self.append(kind, scope, Value::Object(members), redacted, truncated);
+        let mut text = Vec::with_capacity(members.len() + run_id.len() + 64);
+        text.extend_from_slice(b"{\"type\":");
+        // A kind and a projected text serialize whatever they hold.
+        let _ = serde_json::to_writer(&mut text, kind);
+        text.extend_from_slice(b",\"runId\":");
+        text.extend_from_slice(run_id.as_bytes());
+        text.extend_from_slice(b",\"scope\":");
+        let _ = serde_json::to_writer(&mut text, &scope_value);
+        text.extend_from_slice(&members);
+        text.push(b'}');
+        // serde_json wrote every byte but the punctuation, so this is UTF-8.
+        let text = String::from_utf8(text).unwrap_or_default();
+        self.append(kind, scope, text, redacted, truncated);
     }
 
     /// Appends `{type, runId, scope, ...fields}` to the buffer.
@@ -343,27 +339,26 @@ impl EventLog {
             }
         }
         let (projected, redacted, truncated) = preview::project_event(&event);
-        self.append(kind, scope, projected, redacted, truncated);
+        self.append(kind, scope, projected.to_string(), redacted, truncated);
     }
 
-    /// Numbers, size-checks, broadcasts and buffers a projected event.
+    /// Numbers, size-checks, broadcasts and buffers a projected event's JSON `text`.
     fn append(
         &mut self,
         kind: &str,
         scope: &str,
-        mut projected: Value,
+        mut text: String,
         redacted: bool,
         mut truncated: bool,
     ) {
-        if json_len_bound(&projected) > MAX_EVENT_BYTES && longer_than(&projected, MAX_EVENT_BYTES)
-        {
-            projected = json!({"type": kind, "runId": self.run_id.as_str(), "scope": scope, "omitted": "event too large"});
+        if text.len() > MAX_EVENT_BYTES {
+            text = json!({"type": kind, "runId": self.run_id.as_str(), "scope": scope, "omitted": "event too large"}).to_string();
             truncated = true;
         }
         let record = EventRecord {
             seq: self.next_seq,
             timestamp: crate::util::now_ms(),
-            event: projected,
+            event: EventJson::from_written(text),
             redacted,
             truncated,
         };
@@ -441,7 +436,9 @@ mod tests {
         );
         for message in ["hello", "again", "third"] {
             match records.try_recv() {
-                Ok(RunNotice::Event { record, .. }) => assert_eq!(record.event["message"], message),
+                Ok(RunNotice::Event { record, .. }) => {
+                    assert_eq!(record.event.value()["message"], message)
+                }
                 other => panic!("expected the event {message}, got {other:?}"),
             }
         }
@@ -486,7 +483,7 @@ mod tests {
         whole.push(kind, scope, old);
         by_member.push_fields(kind, scope, typed);
         let (a, b) = (&whole.take()[0], &by_member.take()[0]);
-        assert_eq!(a.event.to_string(), b.event.to_string(), "{kind}");
+        assert_eq!(a.event.as_str(), b.event.as_str(), "{kind}");
         assert_eq!(
             (a.seq, a.redacted, a.truncated),
             (b.seq, b.redacted, b.truncated)
@@ -613,44 +610,49 @@ mod tests {
     }
 
     #[test]
-    fn the_length_bound_is_never_below_the_json_length() {
-        let values = [
-            json!(null),
-            json!(true),
-            json!(-1.7976931348623157e308),
-            json!(u64::MAX),
-            json!(i64::MIN),
-            json!("\u{1f}\u{1f}"),
-            json!("é\"\\\n"),
-            json!([]),
-            json!({}),
-            json!([1, [2, {"a": "\u{0}"}], {"k\u{1}": [null, false]}]),
-        ];
-        for value in values {
-            assert!(json_len_bound(&value) >= value.to_string().len(), "{value}");
-        }
-        // A huge event still takes the exact count, and is cut.
-        let mut log = EventLog::new(RunId::parse("run-0").expect("valid id"), 0, None);
+    fn an_event_past_the_size_limit_is_cut_to_its_envelope() {
+        let run_id = RunId::parse("run-0").expect("valid id");
+        let mut log = EventLog::new(run_id.clone(), 0, None);
         let wide: serde_json::Map<String, Value> = (0..200)
             .map(|i| (format!("k{i}"), Value::String("x".repeat(500))))
             .collect();
         log.push("log", "root", Value::Object(wide));
         let controls = vec![Value::String("\u{1}".repeat(512)); 20];
         log.push("log", "root", json!({"message": controls}));
+        // Exactly at the limit, and one byte past it, counted in compact JSON bytes: members
+        // of 500 bytes, and one that pads the event to the length wanted.
+        let at_limit = |log: &mut EventLog, extra: usize| {
+            let length = |members: &serde_json::Map<String, Value>| {
+                let mut whole = json!({"type": "log", "runId": "run-0", "scope": "root"});
+                whole
+                    .as_object_mut()
+                    .expect("an object")
+                    .extend(members.clone());
+                whole.to_string().len()
+            };
+            let mut members = serde_json::Map::new();
+            members.insert("pad".into(), Value::String(String::new()));
+            while length(&members) + 600 < MAX_EVENT_BYTES {
+                let key = format!("k{:03}", members.len());
+                members.insert(key, Value::String("x".repeat(500)));
+            }
+            let pad = MAX_EVENT_BYTES - length(&members) + extra;
+            members.insert("pad".into(), Value::String("x".repeat(pad)));
+            log.push("log", "root", Value::Object(members));
+        };
+        at_limit(&mut log, 0);
+        at_limit(&mut log, 1);
         let records = log.take();
-        assert_eq!(records[0].event["omitted"], "event too large");
+        assert_eq!(records[0].event.value()["omitted"], "event too large");
+        assert!(records[0].truncated);
         // 20 strings of 512 control bytes: 61 KiB of JSON, under the limit.
-        assert!(records[1].event.get("omitted").is_none());
-    }
-
-    #[test]
-    fn the_size_limit_counts_compact_json_bytes() {
-        // `"xxxxxxxxxx"`: 12 bytes.
-        let value = json!("x".repeat(10));
-        assert!(!longer_than(&value, 12));
-        assert!(longer_than(&value, 11));
-        let object = json!({"a": [1, 2]});
-        assert!(!longer_than(&object, object.to_string().len()));
-        assert!(longer_than(&object, object.to_string().len() - 1));
+        assert!(records[1].event.value().get("omitted").is_none());
+        assert_eq!(records[2].event.as_str().len(), MAX_EVENT_BYTES);
+        assert!(!records[2].truncated);
+        assert_eq!(
+            records[3].event.as_str(),
+            r#"{"type":"log","runId":"run-0","scope":"root","omitted":"event too large"}"#
+        );
+        assert!(records[3].truncated);
     }
 }

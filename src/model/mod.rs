@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub(crate) mod event_json;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod isolation;
@@ -21,6 +22,7 @@ pub(crate) mod session;
 pub(crate) mod summary;
 pub(crate) mod waits;
 
+pub use event_json::EventJson;
 pub use isolation::{CallChanges, WorkspaceBase, short_commit};
 pub use live::LiveReason;
 pub use queue::{Enqueued, QueueOutcome, QueueStats, QueuedEntry, QueuedStart, QueuedState};
@@ -675,10 +677,10 @@ pub struct CallRecord {
 pub struct EventRecord {
     pub seq: u64,
     pub timestamp: i64,
-    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`. JSON:
-    /// each event type has its own members, many carrying previews of agents' and scripts'
-    /// values, and the stream is served to readers exactly as it was appended.
-    pub event: Value,
+    /// The `event` object, already redacted and capped: `{type, runId, scope, ...}`. JSON
+    /// text: each event type has its own members, many carrying previews of agents' and
+    /// scripts' values, and the stream is stored and served exactly as it was appended.
+    pub event: EventJson,
     pub redacted: bool,
     pub truncated: bool,
 }

@@ -117,13 +117,14 @@ impl SyncCalls {
                 }
                 notice = notices.recv() => match notice {
                     Ok(RunNotice::Event { run_id: of, record }) if &of == run_id => {
-                        match record.event["type"].as_str() {
+                        match record.event.event_type().as_deref() {
                             Some("agentEnd") => {
                                 settled_calls += 1;
                                 ctx.progress(settled_calls as f64, None, Some("agent call settled"));
                             }
                             Some("phase") => {
-                                let title = record.event["title"].as_str().unwrap_or("next phase");
+                                let event = record.event.value();
+                                let title = event["title"].as_str().unwrap_or("next phase");
                                 ctx.progress(settled_calls as f64, None, Some(title));
                             }
                             _ => {}

@@ -746,7 +746,7 @@ async fn stopping_a_running_run_aborts_it_and_resume_replays_the_prefix() {
     assert_eq!(
         events
             .iter()
-            .filter(|e| e.event["type"] == "stopped")
+            .filter(|e| e.event.event_type().as_deref() == Some("stopped"))
             .count(),
         1
     );
@@ -858,7 +858,7 @@ async fn progress_and_transcript_events_describe_a_running_call() {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.event)
+        .map(|e| e.event.value())
         .collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     let start = kinds.iter().position(|k| *k == "agentStart").unwrap();

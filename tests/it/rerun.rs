@@ -119,7 +119,7 @@ fn a_completed_run_reruns_one_call_and_what_depends_on_it() {
         .block_on(store.events(&id, 0, 10_000))
         .expect("events")
         .into_iter()
-        .map(|event| event.event)
+        .map(|event| event.event.value())
         .filter(|event| event["type"] == "resumed")
         .collect();
     assert_eq!(

@@ -241,7 +241,7 @@ pub(crate) fn stopped_events(state: &Path, run_id: &str) -> usize {
         .expect("read events");
     events
         .iter()
-        .filter(|e| e.event["type"] == "stopped")
+        .filter(|e| e.event.event_type().as_deref() == Some("stopped"))
         .count()
 }
 

@@ -153,7 +153,9 @@ async fn every_write_status_shows_gives_the_answer_built_afresh() {
     let line = EventRecord {
         seq,
         timestamp: 1,
-        event: json!({"type": "log", "runId": run_id, "scope": "root", "message": "late line"}),
+        event: agentprism::model::EventJson::from_value(
+            &json!({"type": "log", "runId": run_id, "scope": "root", "message": "late line"}),
+        ),
         redacted: false,
         truncated: false,
     };

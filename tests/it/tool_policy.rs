@@ -36,7 +36,7 @@ async fn events_of(h: &Harness, run_id: &RunId, kind: &str) -> Vec<Value> {
         .await
         .expect("events")
         .into_iter()
-        .map(|e| e.event)
+        .map(|e| e.event.value())
         .filter(|event| event["type"] == kind)
         .collect()
 }
@@ -234,7 +234,7 @@ async fn claude_never_runs_a_bash_the_definition_disallows() {
         .await
         .expect("events")
         .into_iter()
-        .map(|e| e.event)
+        .map(|e| e.event.value())
         .filter(|event| event["type"] == "permissionDenied")
         .collect();
     // Only the host-defined backend's request reached the engine; the built-in one never asked.

@@ -332,7 +332,7 @@ fn events_of(ctx: &TestContext, run_id: &str, kind: &str) -> Vec<Value> {
         .block_on(store.events(&run_id, 0, 10_000))
         .expect("events")
         .into_iter()
-        .map(|event| event.event)
+        .map(|event| event.event.value())
         .filter(|event| event["type"] == kind)
         .collect()
 }

@@ -306,32 +306,30 @@ impl Driver {
             agent_definition: call.definition.as_ref().map(|d| d.digest.as_str()),
             schema: options.schema.as_ref(),
         });
-        let backend_digest = if call.route.backend.origin == BackendOrigin::Script {
-            Value::String(crate::util::sha256_hex(
+        let backend_digest = (call.route.backend.origin == BackendOrigin::Script).then(|| {
+            crate::util::sha256_hex(
                 serde_json::to_string(&call.route.backend)
                     .unwrap_or_default()
                     .as_bytes(),
-            ))
-        } else {
-            Value::Null
-        };
-        let inputs = json!({
-            "cwd": call.cwd.to_string_lossy(),
-            "isolation": if options.isolated { json!("worktree") } else { Value::Null },
-            "keepSession": options.keep_session,
-            "images": options.images,
-            "mcpServers": options.mcp_servers,
-            "meta": options.meta,
-            "promptMeta": options.prompt_meta,
-            "label": call.label,
-            "backends": backend_digest,
+            )
         });
-        let mut inputs = inputs;
-        // Only `isolated()` adds the key, so every other call's hash stays what it was.
+        // The canonical JSON of `{cwd, isolation, keepSession, images, mcpServers, meta,
+        // promptMeta, label, backends}`, its keys in ascending order; only `isolated()` adds
+        // `outcome`, so every other call's hash stays what it was.
+        let mut inputs = journal::CanonicalObject::new();
+        inputs.scalar("backends", &backend_digest);
+        inputs.scalar("cwd", &call.cwd.to_string_lossy());
+        inputs.value("images", options.images.as_ref());
+        inputs.scalar("isolation", &options.isolated.then_some("worktree"));
+        inputs.scalar("keepSession", &options.keep_session);
+        inputs.scalar("label", &call.label);
+        inputs.value("mcpServers", options.mcp_servers.as_ref());
+        inputs.value("meta", options.meta.as_ref());
         if let Some(bytes) = call.outcome {
-            inputs["outcome"] = json!({ "diffBytes": bytes });
+            inputs.value("outcome", Some(&json!({ "diffBytes": bytes })));
         }
-        call.inputs_hash = journal::inputs_hash(&inputs);
+        inputs.value("promptMeta", options.prompt_meta.as_ref());
+        call.inputs_hash = inputs.hash();
     }
 
     /// Starts the call as an agent task, shown as queued until it holds a permit.

@@ -243,7 +243,7 @@ impl Driver {
             .fixed("callIndex", record.index.into())
             .text("label", &call.label)
             .value("result", shown.as_ref().unwrap_or(&Value::Null))
-            .fixed("usage", usage_value(&record.usage));
+            .fixed_ref("usage", &record.usage);
         if let Some(error) = &record.error {
             end = end.text("errorCode", &error.code).text(
                 "errorMessage",
@@ -261,15 +261,15 @@ impl Driver {
             self.events.push_fields(
                 "tokenUsage",
                 &call.scope,
-                Fields::new().fixed("usage", usage_value(&usage)),
+                Fields::new().fixed_ref("usage", &usage),
             );
         }
         let call_record = Fields::new()
             .fixed("index", record.index.into())
-            .fixed("kind", enum_value(&record.kind))
+            .fixed_ref("kind", &record.kind)
             .opt_text("label", record.label.as_deref())
-            .fixed("outcome", enum_value(&record.outcome))
-            .fixed("origin", enum_value(&record.origin))
+            .fixed_ref("outcome", &record.outcome)
+            .fixed_ref("origin", &record.origin)
             .fixed("attempts", record.attempts.into())
             .opt_text(
                 "errorCode",
@@ -301,16 +301,6 @@ fn with_changes(value: Value, isolated: Option<&Isolated>) -> Value {
 /// A call's changes as events, status and `isolated()` show them.
 pub(super) fn changes_value(changes: &crate::model::CallChanges) -> Value {
     serde_json::to_value(changes).unwrap_or(Value::Null)
-}
-
-/// Usage as events store it.
-fn usage_value(usage: &Usage) -> Value {
-    serde_json::to_value(usage).unwrap_or(Value::Null)
-}
-
-/// A unit enum as its serialized name.
-fn enum_value(value: &impl serde::Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// Fills `record` from the task's result and says what the script gets (`None`: nothing

@@ -271,7 +271,7 @@ impl Driver {
             .fixed("turnCount", progress.turn_count.into())
             .fixed("observedEvents", progress.observed.into())
             .fixed("coalescedEvents", progress.coalesced.into())
-            .fixed("cause", cause.into());
+            .fixed_ref("cause", &cause);
         let (latest_text, last_tool) = if !tail.is_empty() {
             fields = fields.text("latestText", tail);
             (Some(tail.to_owned()), None)
@@ -300,7 +300,7 @@ impl Driver {
                     .fixed("executionStartSeq", start_seq.into())
                     .fixed("entryIndex", entry_index.into())
                     .fixed("revision", entry.revision.into())
-                    .fixed("operation", "upsert".into())
+                    .fixed_ref("operation", &"upsert")
                     .value("entry", &shown),
             );
         }

@@ -168,7 +168,7 @@ impl World {
             .expect("read events");
         events
             .into_iter()
-            .map(|e| e.event["type"].as_str().unwrap_or_default().to_owned())
+            .map(|e| e.event.event_type().unwrap_or_default().into_owned())
             .collect()
     }
 }

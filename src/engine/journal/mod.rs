@@ -75,7 +75,8 @@ pub(crate) fn agent_hash(identity: &AgentIdentity<'_>) -> String {
 
 /// `inputsHash` = sha256 of the key-sorted canonical JSON of the call's operational inputs
 /// (`cwd`, `isolation`, `keepSession`, `images`, `mcpServers`, `meta`, `promptMeta`, `label`,
-/// `backends`).
+/// `backends`), as a value; the driver writes the same bytes with [`CanonicalObject`].
+#[cfg(test)]
 pub(crate) fn inputs_hash(inputs: &Value) -> String {
     sha256_hex(canonical_json(inputs).as_bytes())
 }
@@ -87,6 +88,60 @@ pub(crate) fn checkpoint_hash(prompt: &str, kind: &str, choices: Option<&Value>)
     map.insert("kind".into(), Value::String(kind.to_owned()));
     map.insert("choices".into(), choices.cloned().unwrap_or(Value::Null));
     sha256_hex(Value::Object(map).to_string().as_bytes())
+}
+
+/// An object written as [`canonical_json`] writes one, member by member, for a caller that
+/// has its members at hand in ascending key order: no map is built only to be sorted.
+pub(crate) struct CanonicalObject {
+    out: Vec<u8>,
+    #[cfg(debug_assertions)]
+    last: Option<&'static str>,
+}
+
+impl CanonicalObject {
+    pub(crate) fn new() -> CanonicalObject {
+        let mut out = Vec::with_capacity(256);
+        out.push(b'{');
+        CanonicalObject {
+            out,
+            #[cfg(debug_assertions)]
+            last: None,
+        }
+    }
+
+    fn key(&mut self, key: &'static str) {
+        #[cfg(debug_assertions)]
+        {
+            assert!(
+                self.last.is_none_or(|last| last < key),
+                "{key} out of order"
+            );
+            self.last = Some(key);
+        }
+        if self.out.len() > 1 {
+            self.out.push(b',');
+        }
+        write_scalar(&key, &mut self.out);
+        self.out.push(b':');
+    }
+
+    /// A string, number, boolean or null member (an option of one: `None` is `null`).
+    pub(crate) fn scalar(&mut self, key: &'static str, value: &impl serde::Serialize) {
+        self.key(key);
+        write_scalar(value, &mut self.out);
+    }
+
+    /// A member of any JSON value, its objects' keys sorted; `None` is `null`.
+    pub(crate) fn value(&mut self, key: &'static str, value: Option<&Value>) {
+        self.key(key);
+        write_canonical(value.unwrap_or(&Value::Null), &mut self.out);
+    }
+
+    /// The sha256 of the object's bytes, as [`inputs_hash`] hashes a value.
+    pub(crate) fn hash(mut self) -> String {
+        self.out.push(b'}');
+        sha256_hex(&self.out)
+    }
 }
 
 /// JSON with every object's keys sorted, recursively, and no whitespace.

@@ -430,3 +430,28 @@ fn a_live_call_with_a_set_aside_identity_runs_as_a_rerun() {
     )]);
     assert!(!only.is_empty());
 }
+
+/// Members written one by one in key order hash as the value they make does.
+#[test]
+fn an_object_written_member_by_member_hashes_as_its_value() {
+    let nested =
+        serde_json::json!({"z": [3, {"b": null, "a": "é\"\n"}], "a": {"y": 1.5, "x": true}});
+    for (image, keep, label) in [
+        (None, None, "agent 1"),
+        (Some(&nested), Some(true), "le \"label\""),
+        (Some(&Value::Null), Some(false), ""),
+    ] {
+        let mut written = CanonicalObject::new();
+        written.scalar("backends", &Some("digest"));
+        written.value("images", image);
+        written.scalar("keepSession", &keep);
+        written.scalar("label", &label);
+        written.value("meta", Some(&nested));
+        written.value("promptMeta", None);
+        let value = serde_json::json!({
+            "promptMeta": null, "meta": nested, "label": label, "keepSession": keep,
+            "images": image, "backends": "digest",
+        });
+        assert_eq!(written.hash(), inputs_hash(&value), "{value}");
+    }
+}

@@ -238,11 +238,11 @@ impl Engine {
         let paused = events
             .iter()
             .rev()
-            .find(|event| event.event["type"] == "paused")?;
+            .find(|event| event.event.event_type().as_deref() == Some("paused"))?;
         let since = u64::try_from(paused.timestamp).ok()?;
         Some(Waited {
             since: std::time::UNIX_EPOCH + std::time::Duration::from_millis(since),
-            reason: paused.event["reason"].as_str().map(str::to_owned),
+            reason: paused.event.value()["reason"].as_str().map(str::to_owned),
         })
     }
 

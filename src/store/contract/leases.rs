@@ -350,7 +350,7 @@ pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
         .await
         .expect("close the generation");
     let types: Vec<_> = (store.events(id, 0, 10).await.expect("events").iter())
-        .map(|event| event.event["type"].clone())
+        .map(|event| event.event.value()["type"].clone())
         .collect();
     assert_eq!(types, ["agentStart", "agentEnd", "complete"]);
     assert_eq!(store.call_tail(id, 5).await.expect("tail").total, 7);

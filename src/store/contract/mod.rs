@@ -27,9 +27,10 @@ use serde_json::json;
 use super::{CallWrite, Store, StoreError, StoreResult};
 use crate::model::{
     AuthContext, AutoResume, CallChanges, CallCounts, CallKind, CallOrigin, CallOutcome,
-    CallRecord, CheckpointKind, CheckpointWait, EndSummary, EventRecord, Lease, Limits, ModelUsage,
-    PauseReason, Phase, RoutingSnapshot, RunId, RunRecord, RunStatus, ScriptRevision, ScriptSource,
-    SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend, Usage, WorkspaceBase,
+    CallRecord, CheckpointKind, CheckpointWait, EndSummary, EventJson, EventRecord, Lease, Limits,
+    ModelUsage, PauseReason, Phase, RoutingSnapshot, RunId, RunRecord, RunStatus, ScriptRevision,
+    ScriptSource, SetupKind, SetupRequest, SetupState, SetupWait, ShownBackend, Usage,
+    WorkspaceBase,
 };
 
 mod callers;
@@ -440,7 +441,7 @@ pub fn event(seq: u64, event_type: &str) -> EventRecord {
     EventRecord {
         seq,
         timestamp: 1_700_000_000_000 + seq as i64,
-        event: json!({ "type": event_type, "runId": RUN, "scope": "root" }),
+        event: EventJson::from_value(&json!({ "type": event_type, "runId": RUN, "scope": "root" })),
         redacted: false,
         truncated: false,
     }
@@ -448,7 +449,9 @@ pub fn event(seq: u64, event_type: &str) -> EventRecord {
 
 pub fn log_event(seq: u64, message: &str) -> EventRecord {
     EventRecord {
-        event: json!({ "type": "log", "runId": RUN, "scope": "root", "message": message }),
+        event: EventJson::from_value(
+            &json!({ "type": "log", "runId": RUN, "scope": "root", "message": message }),
+        ),
         ..event(seq, "log")
     }
 }

@@ -6,7 +6,7 @@ use deadpool_postgres::{Client, GenericClient};
 use serde_json::Value;
 
 use super::connection::{Context, execute, query, query_one};
-use super::rows::{RowReader, fenced_run_key, run_key, to_bigint, to_json};
+use super::rows::{RowReader, fenced_run_key, run_key, to_bigint};
 use crate::model::{EventRecord, RunId};
 use crate::store::{Fence, StoreError, StoreResult};
 
@@ -120,12 +120,9 @@ pub(super) async fn insert_events(
             )));
         }
         let seq = to_bigint(event.seq, "event seq")?;
-        let event_type = event
-            .event
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let event_json = to_json(&event.event, "event")?;
+        let event_type = event.event.event_type().unwrap_or_default();
+        let event_type: &str = &event_type;
+        let event_json = event.event.as_str();
         execute(
             client,
             "INSERT INTO events (run_key, seq, event_type, timestamp, redacted, truncated, event)

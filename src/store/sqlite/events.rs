@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::connection::{Context, write_transaction};
 use super::event_blocks::{self, StoredEvent};
 use super::rows::{RowReader, fenced_run_key, run_key, to_json, to_sql_integer};
-use crate::model::{EventRecord, RunId};
+use crate::model::{EventJson, EventRecord, RunId};
 use crate::store::{Fence, StoreError, StoreResult};
 
 /// How many event keys each run has: `event_key` = run_key * 2^32 + seq.
@@ -80,13 +80,38 @@ fn frame_prefix(event_type: &str, run_id: &RunId) -> StoreResult<String> {
     Ok(format!("{{\"type\":{event_type},\"runId\":{run_id},"))
 }
 
-/// The text to store for an event's JSON `text` and whether it is framed: the text after the
-/// prefix, behind a `{`, when the event starts with it and has members after it; else whole.
-fn frame(text: String, event_type: &str, run_id: &RunId) -> StoreResult<(String, bool)> {
-    let prefix = frame_prefix(event_type, run_id)?;
-    match text.strip_prefix(prefix.as_str()) {
-        Some(rest) => Ok((format!("{{{rest}"), true)),
-        None => Ok((text, false)),
+/// The text to store for an event's JSON `text` and whether it is framed: the text after
+/// `prefix` ([`frame_prefix`]), behind a `{`, when the event starts with it and has members
+/// after it; else whole.
+fn frame(text: &str, prefix: &str) -> (String, bool) {
+    match text.strip_prefix(prefix) {
+        Some(rest) => {
+            let mut framed = String::with_capacity(rest.len() + 1);
+            framed.push('{');
+            framed.push_str(rest);
+            (framed, true)
+        }
+        None => (text.to_owned(), false),
+    }
+}
+
+/// The frame prefixes of the event types of one append, each made once.
+struct Prefixes<'r> {
+    run_id: &'r RunId,
+    made: Vec<(String, String)>,
+}
+
+impl Prefixes<'_> {
+    fn of(&mut self, event_type: &str) -> StoreResult<&str> {
+        let at = match self.made.iter().position(|(kind, _)| kind == event_type) {
+            Some(at) => at,
+            None => {
+                let prefix = frame_prefix(event_type, self.run_id)?;
+                self.made.push((event_type.to_owned(), prefix));
+                self.made.len() - 1
+            }
+        };
+        Ok(&self.made[at].1)
     }
 }
 
@@ -186,11 +211,11 @@ fn rows_after(
     Ok(events)
 }
 
-/// The record of a stored event: its text unframed and parsed.
+/// The record of a stored event: its text unframed and checked to be JSON.
 fn record(run_id: &RunId, event: StoredEvent) -> StoreResult<EventRecord> {
     let seq = event.seq;
     let text = unframe(event.text, event.framed, &event.event_type, run_id)?;
-    let parsed = serde_json::from_str(&text).map_err(|error| {
+    let event_json = EventJson::parse(text).map_err(|error| {
         StoreError::Corrupt(format!(
             "run {run_id}: column events.event of seq {seq}: {error}"
         ))
@@ -198,7 +223,7 @@ fn record(run_id: &RunId, event: StoredEvent) -> StoreResult<EventRecord> {
     Ok(EventRecord {
         seq,
         timestamp: event.timestamp,
-        event: parsed,
+        event: event_json,
         redacted: event.redacted,
         truncated: event.truncated,
     })
@@ -293,6 +318,10 @@ fn to_store<'e>(
     events: impl Iterator<Item = &'e EventRecord>,
 ) -> StoreResult<Vec<StoredEvent>> {
     let mut stored = Vec::with_capacity(events.size_hint().0);
+    let mut prefixes = Prefixes {
+        run_id,
+        made: Vec::new(),
+    };
     for (expected, event) in (first_seq..).zip(events) {
         if event.seq != expected {
             return Err(StoreError::Io(format!(
@@ -302,19 +331,15 @@ fn to_store<'e>(
             )));
         }
         keys.key(event.seq, run_id)?;
-        let event_type = event
-            .event
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let (text, framed) = frame(to_json(&event.event, "event")?, event_type, run_id)?;
+        let event_type = event.event.event_type().unwrap_or_default();
+        let (text, framed) = frame(event.event.as_str(), prefixes.of(&event_type)?);
         stored.push(StoredEvent {
             seq: event.seq,
             timestamp: event.timestamp,
             redacted: event.redacted,
             truncated: event.truncated,
             framed,
-            event_type: event_type.to_owned(),
+            event_type: event_type.into_owned(),
             text,
         });
     }

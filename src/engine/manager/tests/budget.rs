@@ -145,7 +145,7 @@ impl World {
             .await
             .expect("events")
             .into_iter()
-            .map(|record| record.event)
+            .map(|record| record.event.value())
             .collect()
     }
 }

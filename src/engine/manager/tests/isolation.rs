@@ -269,9 +269,9 @@ async fn parallel_isolated_calls_each_commit_on_a_branch_of_their_own() {
         .events(&run_id, 0, 1000)
         .await
         .unwrap();
-    let ends: Vec<&Value> = events
+    let ends: Vec<Value> = events
         .iter()
-        .map(|record| &record.event)
+        .map(|record| record.event.value())
         .filter(|event| event["type"] == "agentEnd")
         .collect();
     assert_eq!(ends.len(), 4);

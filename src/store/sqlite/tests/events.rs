@@ -8,7 +8,7 @@ use super::*;
 
 fn event_with(seq: u64, event: Value) -> EventRecord {
     EventRecord {
-        event,
+        event: crate::model::EventJson::from_value(&event),
         ..crate::store::contract::event(seq, "phase")
     }
 }
