@@ -324,9 +324,10 @@ fn closed_message(backend: &str, reason: &str, method: &str) -> String {
     format!("backend {backend}: {reason} while waiting for {method}")
 }
 
-/// The most bytes of queued messages the writer joins into one write: what is queued once it
-/// woke and let the other ready tasks run goes out together (one system call and one wake-up of the agent instead of one per
-/// message) up to this much; a longer message goes out on its own.
+/// The most bytes of queued messages the writer joins into one write. What is queued once it
+/// woke and let the other ready tasks run goes out together, up to this much: one system
+/// call and one wake-up of the agent instead of one per message. A longer message goes out
+/// on its own.
 const WRITE_BATCH_BYTES: usize = 64 << 10;
 
 async fn write_loop<W>(

@@ -114,7 +114,7 @@ pub(crate) enum VmReply {
     Budget(Value),
     /// Several of the above, delivered in their order as if each came alone: the answers
     /// of one group commit, which wake the script's thread once rather than once each.
-    /// Never nested ([`VmHandle::reply_all`] sends a lone reply as itself).
+    /// Never nested: only [`VmHandle::reply_all`] makes one, of the replies it is given.
     Batch(Vec<VmReply>),
 }
 
