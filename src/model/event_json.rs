@@ -9,14 +9,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// The compact JSON text of one event object, `{"type":…,"runId":…,"scope":…,…}`.
+/// The compact JSON text of one event object, `{"type":…,"runId":…,"scope":…,…}`. A
+/// `String` rather than a boxed `str`: an event lives until its commit, and shrinking each
+/// buffer to its length would copy every event once more.
 #[derive(Clone, PartialEq, Eq)]
-pub struct EventJson(Box<str>);
+pub struct EventJson(String);
 
 impl EventJson {
     /// The compact JSON of `value`.
     pub fn from_value(value: &Value) -> EventJson {
-        EventJson(value.to_string().into_boxed_str())
+        EventJson(value.to_string())
     }
 
     /// Text serde_json wrote: the engine's own event writer. Not for text read from outside
@@ -26,13 +28,13 @@ impl EventJson {
             serde_json::from_str::<&RawValue>(&text).is_ok(),
             "not JSON: {text}"
         );
-        EventJson(text.into_boxed_str())
+        EventJson(text)
     }
 
     /// Text read back from a store: kept as it is once it is checked to be one JSON value.
     pub fn parse(text: String) -> Result<EventJson, serde_json::Error> {
         serde_json::from_str::<&RawValue>(&text)?;
-        Ok(EventJson(text.into_boxed_str()))
+        Ok(EventJson(text))
     }
 
     pub fn as_str(&self) -> &str {
@@ -86,7 +88,7 @@ impl Serialize for EventJson {
 impl<'de> Deserialize<'de> for EventJson {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<EventJson, D::Error> {
         let raw = Box::<RawValue>::deserialize(deserializer).map_err(D::Error::custom)?;
-        Ok(EventJson(raw.into()))
+        Ok(EventJson(Box::<str>::from(raw).into()))
     }
 }
 

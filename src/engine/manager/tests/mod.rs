@@ -781,20 +781,10 @@ async fn only_a_script_that_asks_its_host_nothing_reuses_its_dry_run() {
         assert_eq!(record.status, RunStatus::Completed, "{body}");
         assert_eq!(record.result, Some(json!(expected)), "{body}");
         let events = world.store.events(&run_id, 0, 100).await.expect("events");
-        let kinds: Vec<String> = events
-            .iter()
-            .filter_map(|e| e.event.event_type().map(|kind| kind.into_owned()))
-            .collect();
-        assert_eq!(
-            kinds.last().map(String::as_str),
-            Some("complete"),
-            "{body}: {kinds:?}"
-        );
-        assert_eq!(
-            kinds.iter().any(|kind| kind == "log"),
-            body.contains("log("),
-            "{kinds:?}"
-        );
+        let kinds: Vec<_> = events.iter().filter_map(|e| e.event.event_type()).collect();
+        let (last, logs) = (kinds.last().map(|k| &**k), kinds.contains(&"log".into()));
+        assert_eq!(last, Some("complete"), "{body}: {kinds:?}");
+        assert_eq!(logs, body.contains("log("), "{kinds:?}");
         // The known result's generation starts its sequence at 0 without reading it back,
         // exactly where an executed one that reads it starts: 1, 2, ... with no gap.
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
