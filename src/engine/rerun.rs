@@ -15,6 +15,8 @@ use crate::model::{CallKind, CallRecord};
 
 /// The most targets one resume may name.
 pub const MAX_TARGETS: usize = 256;
+/// The longest label a target may give: the longest a call can have.
+pub const MAX_LABEL_BYTES: usize = crate::engine::script::NAME_MAX_BYTES;
 
 /// A call a resume redoes.
 #[derive(Clone, Debug, PartialEq, Eq)]

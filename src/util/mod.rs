@@ -159,6 +159,26 @@ pub(crate) fn truncate_utf8(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// `text` cut to at most `max` bytes at a char boundary, with `…` after it when cut.
+pub(crate) fn shortened(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    format!("{}…", truncate_utf8(text, max)).into()
+}
+
+/// Cuts `message` to at most `max` bytes at a char boundary, saying how long it was: for a
+/// message whose text a script or an agent chose.
+pub(crate) fn cut_message(message: &mut String, max: usize) {
+    if message.len() <= max {
+        return;
+    }
+    let whole = message.len();
+    let kept = truncate_utf8(message, max).len();
+    message.truncate(kept);
+    message.push_str(&format!("… (cut: the message had {whole} bytes)"));
+}
+
 /// A process's start time in clock ticks since boot (Linux `/proc/<pid>/stat` field 22), so
 /// a recycled pid is told apart from the process that held it. `None` if it does not exist
 /// or is a zombie. The same reading as [`process::start_time`].

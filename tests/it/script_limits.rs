@@ -1,7 +1,9 @@
 //! What a script can make the engine hold, through the engine's library API with the instant
 //! runner: the call past `maxAgents` fails the run with the limit error however many calls
-//! start at once, and a script that enters phases without end fails at the per-generation
-//! phase ceiling with a message naming it.
+//! start at once, a script that enters phases without end fails at the per-generation
+//! phase ceiling with a message naming it, and neither a message of megabytes thrown nor
+//! 10,000 calls without a route make a refusal or a failure of more than a few KiB, nor
+//! thousands of phases an admission answer of more than two warnings about them.
 
 use std::time::{Duration, Instant};
 
@@ -115,5 +117,84 @@ async fn entering_phases_without_end_fails_at_the_phase_ceiling() {
     assert!(
         outcome.contains("the script entered more than 10000 phases in one run of it"),
         "{outcome}"
+    );
+}
+
+/// The most a refusal or a run's failure says, whatever the script threw or called.
+const SAID_AT_MOST: usize = 20 << 10;
+
+#[tokio::test]
+async fn ten_thousand_calls_without_a_route_are_refused_in_a_few_lines() {
+    let h = harness();
+    let refused = h
+        .start(
+            "export const meta = { name: 'x', description: 'd', model: 'nowhere' };\n\
+             for (let i = 0; i < 10000; i++) await agent('task ' + i, {label: 'task ' + i});",
+        )
+        .await
+        .expect_err("no call has a route");
+    let refused = refused.to_string();
+    assert!(
+        refused.len() < 2_048,
+        "{} bytes: {refused:.300}",
+        refused.len()
+    );
+    assert!(
+        refused.starts_with(
+            "missing routing: 10000 agent calls have no route: task 0@0, task 1@1, task 2@2, \
+             task 3@3, task 4@4 and 9995 more (model spec \"nowhere\""
+        ),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_thrown_message_of_megabytes_is_cut_in_the_refusal_and_in_the_run() {
+    let h = harness();
+    let throw = "const e = new Error('x'.repeat(5000000)); e.code = 'C'.repeat(100000); throw e;";
+    let refused = h
+        .start(&format!("{HEADER}{throw}"))
+        .await
+        .expect_err("the dry run throws");
+    let refused = refused.to_string();
+    assert!(refused.len() < SAID_AT_MOST, "{} bytes", refused.len());
+    assert!(
+        refused.contains("… (cut: the message had 5000000 bytes)"),
+        "{refused:.300}"
+    );
+    // Thrown live only: the run fails, and its row, events and status keep the cut text.
+    let status = settled_status(
+        &h,
+        &format!("{LIVE_ONLY}{throw}"),
+        LimitOverrides::default(),
+    )
+    .await;
+    assert_eq!(status["status"], "failed", "{status:.300}");
+    let said = status.to_string();
+    assert!(said.len() < 4 * SAID_AT_MOST, "{} bytes", said.len());
+    assert!(
+        said.contains("… (cut: the message had 5000000 bytes)"),
+        "{said:.500}"
+    );
+}
+
+#[tokio::test]
+async fn thousands_of_phases_declared_and_entered_warn_in_two_lines() {
+    let h = harness();
+    let declared: Vec<String> = (0..20_000).map(|i| format!("{{title:'d{i}'}}")).collect();
+    let script = format!(
+        "export const meta = {{ name: 'x', description: 'd', model: 'codex', phases: [{}] }};\n\
+         await agent('one', {{phase: 'd7'}});\n\
+         for (let i = 0; i < 9000; i++) phase('u' + i);\n\
+         return 1;",
+        declared.join(",")
+    );
+    let admission = h.admit(&script, LimitOverrides::default()).await;
+    assert_eq!(
+        admission.warnings,
+        [
+            r#"phases "u0", "u1", "u2", "u3", "u4" and 8995 more are not declared in meta.phases"#,
+            r#"declared phases "d0", "d1", "d2", "d3", "d4" and 19994 more were not used by the dry run"#,
+        ]
     );
 }

@@ -39,6 +39,7 @@ mod task;
 mod trace;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
+use outcome::in_order;
 pub(crate) use outcome::{DryCall, Outcome};
 pub(crate) use summary::Tally;
 pub(crate) use trace::{TraceSetup, Waited};
@@ -364,8 +365,10 @@ struct Driver {
     halt: Option<Halt>,
     /// The phase each scope is in, for labels and call rows.
     phase_by_scope: HashMap<String, Option<String>>,
-    /// Root phases entered, in order, for the dry run's report.
-    phases_entered: Vec<String>,
+    /// Root phases entered, each with its place in the order they were first entered in, for
+    /// the dry run's report (a map, so that a script of thousands of phases is not checked
+    /// against each of them at each entry).
+    phases_entered: HashMap<String, usize>,
     /// Replayed rows not yet written: their results are already durable, so they go in
     /// batches ([`durability`]).
     replay_buffer: Vec<(CallRecord, Vec<(u32, u32)>)>,
@@ -455,7 +458,7 @@ impl Driver {
             agent_count: 0,
             halt: None,
             phase_by_scope,
-            phases_entered: Vec::new(),
+            phases_entered: HashMap::new(),
             replay_buffer: Vec::new(),
             dry_calls: Vec::new(),
             mock_picks: Default::default(),
@@ -708,7 +711,7 @@ impl Driver {
             last_event_seq: 0,
             next_settlement: 0,
             dry_calls: std::mem::take(&mut self.dry_calls),
-            phases_entered: std::mem::take(&mut self.phases_entered),
+            phases_entered: in_order(std::mem::take(&mut self.phases_entered)),
             store_error: None,
             lease_lost: false,
             script_events: self.script_events,

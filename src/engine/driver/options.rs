@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::effort::Effort;
 use crate::engine::schema;
+use crate::engine::script::NAME_MAX_BYTES;
 
 /// The largest diff `isolated()` hands to a script (its `diffBytes` is capped here as well
 /// as checked in the prelude).
@@ -141,15 +142,15 @@ impl AgentOptions {
         let retry_delay_ms = retry_delay_ms(map)?;
         let keep_session = keep_session(map)?;
         Ok(AgentOptions {
-            label: string(map, "label")?,
-            phase: string(map, "phase")?,
+            label: name(map, "label")?,
+            phase: name(map, "phase")?,
             schema,
-            model: string(map, "model")?,
-            tier: string(map, "tier")?,
-            mode: string(map, "mode")?,
+            model: name(map, "model")?,
+            tier: name(map, "tier")?,
+            mode: name(map, "mode")?,
             config_options,
             effort: effort(map)?,
-            agent_type: string(map, "agentType")?,
+            agent_type: name(map, "agentType")?,
             cwd,
             isolated,
             mcp_servers: array(map, "mcpServers")?,
@@ -164,6 +165,20 @@ impl AgentOptions {
             retry_delay_ms,
         })
     }
+}
+
+/// [`string`], of at most [`NAME_MAX_BYTES`] bytes.
+fn name(map: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    let text = string(map, key)?;
+    if let Some(text) = &text
+        && text.len() > NAME_MAX_BYTES
+    {
+        return Err(format!(
+            "agent() option {key} must be at most {NAME_MAX_BYTES} bytes, got {}",
+            text.len()
+        ));
+    }
+    Ok(text)
 }
 
 /// Options left out and `null` are `None`; anything else must be a non-empty string.
@@ -394,6 +409,27 @@ mod tests {
 
     fn refused(options: Value) -> String {
         AgentOptions::parse(&options).expect_err("refused")
+    }
+
+    #[test]
+    fn a_naming_option_of_the_limit_is_kept_and_one_byte_more_refused() {
+        for key in ["label", "phase", "model", "tier", "mode", "agentType"] {
+            let at_limit = format!("{}é", "a".repeat(NAME_MAX_BYTES - 2));
+            assert!(
+                AgentOptions::parse(&json!({ key: at_limit })).is_ok(),
+                "{key} of {NAME_MAX_BYTES} bytes"
+            );
+            assert_eq!(
+                refused(json!({ key: "a".repeat(NAME_MAX_BYTES + 1) })),
+                format!("agent() option {key} must be at most 1024 bytes, got 1025")
+            );
+        }
+        let long_prompt = "a".repeat(NAME_MAX_BYTES * 4);
+        let options = AgentOptions::parse(&json!({"continuePrompt": long_prompt})).expect("kept");
+        assert_eq!(
+            options.continue_prompt.map(|p| p.len()),
+            Some(NAME_MAX_BYTES * 4)
+        );
     }
 
     #[test]

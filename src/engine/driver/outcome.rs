@@ -57,3 +57,14 @@ pub(crate) struct Outcome {
     /// children.
     pub trace: Option<crate::telemetry::TraceContext>,
 }
+
+/// The phases of `entered` (each title with its place in the order of first entry) in that
+/// order.
+pub(super) fn in_order(entered: std::collections::HashMap<String, usize>) -> Vec<String> {
+    let mut places: Vec<(usize, String)> = entered
+        .into_iter()
+        .map(|(title, place)| (place, title))
+        .collect();
+    places.sort_unstable_by_key(|(place, _)| *place);
+    places.into_iter().map(|(_, title)| title).collect()
+}

@@ -73,8 +73,9 @@ impl Driver {
                 }
             }
             VmEvent::Phase { scope, title } => {
-                if scope == "root" && !self.phases_entered.contains(&title) {
-                    self.phases_entered.push(title.clone());
+                if scope == "root" && !self.phases_entered.contains_key(&title) {
+                    let place = self.phases_entered.len();
+                    self.phases_entered.insert(title.clone(), place);
                 }
                 self.phase_by_scope
                     .insert(scope.clone(), Some(title.clone()));

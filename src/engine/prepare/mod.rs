@@ -14,7 +14,7 @@
 //! args, cwd and companion texts, which admission freezes.
 
 use crate::engine::estimate::{Decision, RunSize, SizedCall, decide};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +37,8 @@ mod budget;
 pub(crate) mod companions;
 mod dry;
 mod rejection;
+mod unrouted;
+mod warnings;
 
 use dry::{DryInput, DryRun};
 pub(crate) use rejection::{Cause, Rejection};
@@ -335,7 +337,7 @@ pub(crate) async fn prepare(input: PrepareInput<'_>) -> Result<Prepared, Rejecti
         .then(|| outcome.result.clone());
     check_every_call_routed(&outcome, &declared, input.backends.as_ref())?;
     budget::check_units(limits, &outcome)?;
-    let mut warnings = warnings(&analyzed, &outcome);
+    let mut warnings = warnings::warnings(&analyzed, &outcome);
     let agent_calls = outcome
         .dry_calls
         .iter()
@@ -529,38 +531,38 @@ const DRY_VALUES_NOTE: &str = " (the dry run calls no agent: each agent() answer
     checkpoint() answer true, \"\" or its first choice; code that handles answers must accept \
     these values too, see docs/dry-run.md)";
 
-/// Every agent call the dry run reached needs a route; the error lists the catalog.
+/// Every agent call the dry run reached needs a route; the error names the calls without
+/// one by reason (`unrouted`) and lists the catalog.
 fn check_every_call_routed(
     outcome: &Outcome,
     declared: &BTreeMap<String, BackendSpec>,
     backends: &dyn BackendLookup,
 ) -> Result<(), Rejection> {
-    let missing: Vec<String> = outcome
+    let missing = outcome
         .dry_calls
         .iter()
         .filter(|call| call.kind == CallKind::Agent)
         .filter_map(|call| {
-            call.route
-                .as_ref()
-                .err()
-                .map(|reason| format!("{}@{} ({reason})", call.label, call.index))
-        })
-        .collect();
-    if missing.is_empty() {
+            let reason = call.route.as_ref().err()?;
+            Some((call.label.as_str(), call.index, reason.as_str()))
+        });
+    let Some((calls, count)) = unrouted::describe(missing) else {
         return Ok(());
-    }
+    };
     let mut names = backends.names();
     names.extend(declared.keys().cloned());
     names.truncate(CATALOG_LIMIT);
+    let (have, these) = if count == 1 {
+        ("has", "agent call".to_owned())
+    } else {
+        ("have", format!("{count} agent calls"))
+    };
     Err(Rejection::routing(format!(
-        "missing routing: {} have no route. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
-        missing.join(", "),
+        "missing routing: {these} {have} no route: {calls}. Set agent(prompt, {{model}}), a phase model or meta.model to one of: {} (or \"<backend>/<model>\"); discover models with the config action",
         names.join(", ")
     )))
 }
 
-/// Warnings from the dry run: no calls at all, phases entered but not declared or declared
-/// but unused, unknown meta keys.
 /// The dry run's calls as a size; the warning above `WARN_AGENTS` joins `warnings`.
 fn run_size(outcome: &Outcome) -> RunSize {
     RunSize::from_calls(outcome.dry_calls.iter().map(|call| SizedCall {
@@ -568,40 +570,6 @@ fn run_size(outcome: &Outcome) -> RunSize {
         isolated: call.isolated,
         phase: call.phase.as_deref(),
     }))
-}
-
-fn warnings(analyzed: &AnalyzedScript, outcome: &Outcome) -> Vec<String> {
-    let mut warnings = Vec::new();
-    if outcome.dry_calls.is_empty() {
-        warnings.push("the dry run made no agent or checkpoint calls".to_owned());
-    }
-    let declared_phases: BTreeSet<&str> =
-        analyzed.phases.iter().map(|p| p.title.as_str()).collect();
-    if !declared_phases.is_empty() {
-        for entered in &outcome.phases_entered {
-            if !declared_phases.contains(entered.as_str()) {
-                warnings.push(format!("phase {entered:?} is not declared in meta.phases"));
-            }
-        }
-        for declared_phase in &declared_phases {
-            let used = outcome.phases_entered.iter().any(|p| p == declared_phase)
-                || outcome
-                    .dry_calls
-                    .iter()
-                    .any(|c| c.phase.as_deref() == Some(*declared_phase));
-            if !used {
-                warnings.push(format!(
-                    "declared phase {declared_phase:?} was not used by the dry run"
-                ));
-            }
-        }
-    }
-    for key in &analyzed.unknown_meta_keys {
-        warnings.push(format!(
-            "meta.{key} is not a known meta key; it is kept but unused"
-        ));
-    }
-    warnings
 }
 
 /// What to probe: each routed `{backend, model}` once, with the dry calls routed to it.

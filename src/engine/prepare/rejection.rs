@@ -23,42 +23,61 @@ pub(crate) enum Cause {
     Routing,
 }
 
+/// Bytes of a rejection's message kept: each part of preparation bounds what it quotes of
+/// the script, and this bounds the whole, so no refusal sends a host megabytes.
+pub(crate) const MESSAGE_LIMIT: usize = 16 << 10;
+
 impl Rejection {
+    fn with(mut message: String, cause: Cause) -> Rejection {
+        crate::util::cut_message(&mut message, MESSAGE_LIMIT);
+        Rejection { message, cause }
+    }
+
     /// A failure of what the script does.
     pub(crate) fn new(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Script,
-        }
+        Rejection::with(message.into(), Cause::Script)
     }
 
     /// A script file that could not be read.
     pub(crate) fn unreadable(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Unreadable,
-        }
+        Rejection::with(message.into(), Cause::Unreadable)
     }
 
     /// A script text that fails its static checks.
     pub(crate) fn parse(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Parse,
-        }
+        Rejection::with(message.into(), Cause::Parse)
     }
 
     /// A failure of routing: no route, or a backend that cannot serve a call.
     pub(crate) fn routing(message: impl Into<String>) -> Rejection {
-        Rejection {
-            message: message.into(),
-            cause: Cause::Routing,
-        }
+        Rejection::with(message.into(), Cause::Routing)
     }
 }
 
 impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_past_the_limit_is_cut_at_a_character_and_says_so() {
+        let exact = "a".repeat(MESSAGE_LIMIT);
+        assert_eq!(Rejection::new(exact.clone()).message, exact);
+        let longer = format!("{}é", "a".repeat(MESSAGE_LIMIT - 1));
+        let cut = Rejection::routing(longer.clone());
+        assert_eq!(cut.cause, Cause::Routing);
+        assert_eq!(
+            cut.message,
+            format!(
+                "{}… (cut: the message had {} bytes)",
+                "a".repeat(MESSAGE_LIMIT - 1),
+                longer.len()
+            )
+        );
     }
 }

@@ -35,6 +35,10 @@ use literal::{Literal, LiteralValue, Property, child_path, describe_token, quote
 
 /// Largest accepted script, in bytes.
 pub(crate) const MAX_SCRIPT_BYTES: usize = 1 << 20;
+/// The most bytes of a name a script gives: an `agent()` option that names something (label,
+/// phase, model spec, tier, mode, agent type), `meta.model` and a phase's `model`. Each is
+/// stored with every call it applies to.
+pub(crate) const NAME_MAX_BYTES: usize = 1024;
 
 /// A script rejected before running. Positions are 1-based, in the caller's file; when they
 /// are set, `message` ends with the same "at line L, column C".
@@ -415,7 +419,7 @@ fn check_meta(source: &str, meta: &Literal) -> Result<CheckedMeta, ScriptError> 
         None => Vec::new(),
     };
     let model = field(properties, "model")
-        .map(|model| checker.text(model, "meta.model"))
+        .map(|model| checker.model(model, "meta.model"))
         .transpose()?;
     let backends = field(properties, "backends")
         .map(|backends| checker.backends(backends))
@@ -484,6 +488,22 @@ impl MetaChecker<'_> {
             Some(text) if !text.trim().is_empty() => Ok(text.to_owned()),
             _ => Err(self.error(value, format!("{path} must be a non-empty string"))),
         }
+    }
+
+    /// A model spec: a non-blank string of at most [`NAME_MAX_BYTES`] bytes, since every
+    /// call routed by it stores it.
+    fn model(&self, value: &Literal, path: &str) -> Result<String, ScriptError> {
+        let spec = self.text(value, path)?;
+        if spec.len() > NAME_MAX_BYTES {
+            return Err(self.error(
+                value,
+                format!(
+                    "{path} must be at most {NAME_MAX_BYTES} bytes, got {}",
+                    spec.len()
+                ),
+            ));
+        }
+        Ok(spec)
     }
 
     /// `object.key`, which must be present and a non-blank string.
@@ -567,7 +587,7 @@ impl MetaChecker<'_> {
                 None => None,
             };
             let model = field(properties, "model")
-                .map(|model| self.text(model, &format!("{path}.model")))
+                .map(|model| self.model(model, &format!("{path}.model")))
                 .transpose()?;
             index_by_title.insert(title.clone(), index);
             checked.push(Phase {

@@ -1098,3 +1098,22 @@ fn a_short_quotation_is_kept_whole() {
         "found `foo`;",
     );
 }
+
+#[test]
+fn a_model_spec_of_the_limit_is_kept_and_one_byte_more_refused() {
+    let limit = "m".repeat(NAME_MAX_BYTES);
+    let past = "m".repeat(NAME_MAX_BYTES + 1);
+    ok(&format!(
+        "export const meta = {{ name: 'n', description: 'd', model: '{limit}', phases: [{{ title: 'P', model: '{limit}' }}] }};\n"
+    ));
+    rejects(
+        &format!("export const meta = {{ name: 'n', description: 'd', model: '{past}' }};"),
+        "meta.model must be at most 1024 bytes, got 1025",
+    );
+    rejects(
+        &format!(
+            "export const meta = {{ name: 'n', description: 'd', phases: [{{ title: 'P', model: '{past}' }}] }};"
+        ),
+        "meta.phases[0].model must be at most 1024 bytes, got 1025",
+    );
+}

@@ -14,6 +14,12 @@ pub(super) fn runaway(limits: VmLimits) -> ScriptFailure {
     ))
 }
 
+/// Bytes of a failure's message kept. The message reaches the run row, its `error` event,
+/// `status` and an admission's refusal, and a script can throw a message of megabytes.
+pub(crate) const MESSAGE_LIMIT: usize = 8 << 10;
+/// Bytes of a failure's `code` kept: the script sets it (`error.code`) as freely.
+pub(crate) const CODE_LIMIT: usize = 128;
+
 /// Turns an rquickjs error (usually a pending exception) into a failure.
 pub(super) fn vm_failure<'js>(
     ctx: &Ctx<'js>,
@@ -31,10 +37,20 @@ pub(super) fn vm_failure<'js>(
             if text.to_ascii_lowercase().contains("out of memory") || text.contains("Allocation") {
                 memory_failure(limits)
             } else {
-                ScriptFailure::script_error(text)
+                bounded(ScriptFailure::script_error(text))
             }
         }
     }
+}
+
+/// `failure` with its message cut to [`MESSAGE_LIMIT`] bytes (saying how long it was) and its
+/// code to [`CODE_LIMIT`], each at a character boundary.
+pub(super) fn bounded(mut failure: ScriptFailure) -> ScriptFailure {
+    crate::util::cut_message(&mut failure.message, MESSAGE_LIMIT);
+    if failure.code.len() > CODE_LIMIT {
+        failure.code = crate::util::shortened(&failure.code, CODE_LIMIT).into_owned();
+    }
+    failure
 }
 
 fn memory_failure(limits: VmLimits) -> ScriptFailure {
@@ -44,12 +60,16 @@ fn memory_failure(limits: VmLimits) -> ScriptFailure {
     ))
 }
 
-/// Reads `code`, `message`, and the innermost script position out of a thrown value.
+/// Reads `code`, `message`, and the innermost script position out of a thrown value, the
+/// texts [`bounded`].
 pub(super) fn failure_from_value<'js>(
     ctx: &Ctx<'js>,
     value: rquickjs::Value<'js>,
 ) -> ScriptFailure {
-    let _ = ctx;
+    bounded(read_thrown(ctx, value))
+}
+
+fn read_thrown<'js>(ctx: &Ctx<'js>, value: rquickjs::Value<'js>) -> ScriptFailure {
     if let Some(object) = value.as_object() {
         let message: Option<String> = object.get("message").ok();
         let name: Option<String> = object.get("name").ok();
@@ -115,4 +135,38 @@ fn script_position(stack: &str) -> Option<(u32, u32)> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_s_message_and_code_are_kept_to_their_limits() {
+        let within = ScriptFailure {
+            code: "c".repeat(CODE_LIMIT),
+            ..ScriptFailure::script_error("m".repeat(MESSAGE_LIMIT))
+        };
+        assert_eq!(
+            bounded(within.clone()),
+            within,
+            "texts of the limit are whole"
+        );
+        let past = ScriptFailure {
+            code: format!("{}é", "c".repeat(CODE_LIMIT - 1)),
+            line: Some(3),
+            ..ScriptFailure::script_error(format!("{}é", "m".repeat(MESSAGE_LIMIT - 1)))
+        };
+        let cut = bounded(past);
+        assert_eq!(
+            cut.message,
+            format!(
+                "{}… (cut: the message had {} bytes)",
+                "m".repeat(MESSAGE_LIMIT - 1),
+                MESSAGE_LIMIT + 1
+            )
+        );
+        assert_eq!(cut.code, format!("{}…", "c".repeat(CODE_LIMIT - 1)));
+        assert_eq!(cut.line, Some(3), "the position stays");
+    }
 }

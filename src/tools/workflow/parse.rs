@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use crate::engine::rerun::{MAX_TARGETS as RERUN_MAX, RerunTarget};
+use crate::engine::rerun::{MAX_LABEL_BYTES, MAX_TARGETS as RERUN_MAX, RerunTarget};
 use crate::engine::runner::PermissionOutcome;
 use crate::engine::{LimitOverrides, ResumeRequest, RunRequest, ScriptInput, StatusQuery};
 use crate::mcp::handler::{McpError, McpResult};
@@ -465,13 +465,13 @@ impl Input<'_> {
                             format!("item {position} ({number}) is not a call index (0, 1, 2, ...)"),
                         )
                     }),
-                Value::String(label) if !label.is_empty() && label.len() <= ID_MAX => {
+                Value::String(label) if !label.is_empty() && label.len() <= MAX_LABEL_BYTES => {
                     Ok(RerunTarget::Label(label.clone()))
                 }
                 other => Err(self.error(
                     "rerun",
                     format!(
-                        "item {position} must be a call index or a label of 1 to {ID_MAX} bytes, got {}",
+                        "item {position} must be a call index or a label of 1 to {MAX_LABEL_BYTES} bytes, got {}",
                         kind_of(other)
                     ),
                 )),
@@ -602,5 +602,37 @@ fn kind_of(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_rerun_label_as_long_as_a_call_s_longest_is_taken_and_one_byte_more_refused() {
+        let resume = |label: String| {
+            parse(
+                &json!({"action": "resume", "runId": "abc-def", "rerun": [label]}),
+                None,
+            )
+        };
+        let longest = "l".repeat(MAX_LABEL_BYTES);
+        match resume(longest.clone()) {
+            Ok(Action::Resume(request)) => {
+                assert_eq!(request.rerun, [RerunTarget::Label(longest)]);
+            }
+            _ => panic!("a label of {MAX_LABEL_BYTES} bytes is refused"),
+        }
+        let refused = match resume("l".repeat(MAX_LABEL_BYTES + 1)) {
+            Err(error) => error.to_string(),
+            Ok(_) => panic!("a label past the limit is taken"),
+        };
+        assert!(
+            refused.contains("item 0 must be a call index or a label of 1 to 1024 bytes"),
+            "{refused}"
+        );
     }
 }

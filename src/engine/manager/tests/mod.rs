@@ -334,7 +334,7 @@ async fn refusals_carry_their_kind_and_the_field_they_name() {
     assert!(
         no_route
             .to_string()
-            .starts_with("missing routing: agent 0@0")
+            .starts_with("missing routing: agent call has no route: agent 0@0 (")
     );
 }
 
