@@ -191,10 +191,42 @@ async fn thousands_of_phases_declared_and_entered_warn_in_two_lines() {
     );
     let admission = h.admit(&script, LimitOverrides::default()).await;
     assert_eq!(
+        admission.size.as_ref().map(|size| size["phases"].clone()),
+        Some(json!([{"title": "d7", "agents": 1}])),
+        "the call's phase: phases the script only entered start no calls"
+    );
+    assert_eq!(
         admission.warnings,
         [
             r#"phases "u0", "u1", "u2", "u3", "u4" and 8995 more are not declared in meta.phases"#,
             r#"declared phases "d0", "d1", "d2", "d3", "d4" and 19994 more were not used by the dry run"#,
         ]
     );
+}
+
+#[tokio::test]
+async fn ten_thousand_calls_each_in_a_phase_of_its_own_are_sized_in_twenty_lines() {
+    let h = harness();
+    let admission = h
+        .admit(
+            &format!(
+                "{HEADER}for (let i = 0; i < 10000; i += 16) {{\n\
+                 const batch = [];\n\
+                 for (let j = i; j < i + 16 && j < 10000; j++) batch.push(() => agent('p' + j, {{phase: 'ph' + j}}));\n\
+                 await parallel(batch);\n}}\nreturn 1;"
+            ),
+            LimitOverrides {
+                max_agents: Some(10_000),
+                ..Default::default()
+            },
+        )
+        .await;
+    let size = admission.size.expect("a size");
+    assert_eq!(size["agents"], 10_000);
+    assert_eq!(size["phases"].as_array().map(Vec::len), Some(20), "{size}");
+    assert_eq!(
+        size["phasesNotListed"],
+        json!({"phases": 9_980, "agents": 9_980})
+    );
+    assert!(size.to_string().len() < 2_048, "{size}");
 }

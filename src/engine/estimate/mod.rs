@@ -12,6 +12,8 @@
 // The confirmation port, the refusal and the acknowledgement's summary wait for the manager's
 // start path and the front ends to use them.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
 /// Above this many agent calls a run carries a warning in `warnings`.
@@ -19,6 +21,12 @@ pub(crate) const WARN_AGENTS: u32 = 25;
 
 /// The confirmation threshold when `AGENTPRISM_CONFIRM_AGENTS` is unset.
 pub(crate) const DEFAULT_CONFIRM_AGENTS: u32 = 100;
+
+/// Named phases a size lists (`size.phases`, the confirmation's refusal); the others are
+/// counted. A script may enter thousands.
+pub(crate) const PHASES_LISTED: usize = 20;
+/// Bytes of a phase title as the refusal shows it.
+const TITLE_SHOWN: usize = 120;
 
 /// At most this many earlier runs feed the token estimate, newest first.
 pub(crate) const HISTORY_RUNS: usize = 10;
@@ -45,6 +53,8 @@ pub struct RunSize {
 impl RunSize {
     pub(crate) fn from_calls<'a>(calls: impl IntoIterator<Item = SizedCall<'a>>) -> Self {
         let mut size = RunSize::default();
+        // Where each phase's count is: a script may give every call a phase of its own.
+        let mut found: HashMap<&'a str, usize> = HashMap::new();
         for call in calls {
             if !call.agent {
                 size.checkpoints += 1;
@@ -55,27 +65,55 @@ impl RunSize {
                 size.isolated += 1;
             }
             let title = call.phase.unwrap_or("");
-            match size.phases.iter_mut().find(|(name, _)| name == title) {
-                Some((_, count)) => *count += 1,
-                None => size.phases.push((title.to_owned(), 1)),
-            }
+            let at = *found.entry(title).or_insert_with(|| {
+                size.phases.push((title.to_owned(), 0));
+                size.phases.len() - 1
+            });
+            size.phases[at].1 += 1;
         }
         size
     }
 
-    /// "Review 120, Verify 18, Report 2"; calls outside phases read "5 outside any phase".
+    /// The phases shown: the first [`PHASES_LISTED`] named ones and the calls outside any
+    /// phase, in the order they were entered; and how many named phases, with how many
+    /// calls, are left out.
+    pub(crate) fn listed(&self) -> (Vec<&(String, u32)>, usize, u32) {
+        let mut named = 0;
+        let (mut left_out, mut left_out_calls) = (0, 0);
+        let mut listed = Vec::new();
+        for phase in &self.phases {
+            if phase.0.is_empty() {
+                listed.push(phase);
+            } else if named < PHASES_LISTED {
+                named += 1;
+                listed.push(phase);
+            } else {
+                left_out += 1;
+                left_out_calls += phase.1;
+            }
+        }
+        (listed, left_out, left_out_calls)
+    }
+
+    /// "Review 120, Verify 18, Report 2"; calls outside phases read "5 outside any phase";
+    /// past [`PHASES_LISTED`] named phases, "and 980 more phases with 1,960 calls".
     pub(crate) fn phase_list(&self) -> String {
-        let parts: Vec<String> = self
-            .phases
+        let (listed, left_out, left_out_calls) = self.listed();
+        let mut parts: Vec<String> = listed
             .iter()
             .map(|(title, count)| {
                 if title.is_empty() {
                     format!("{count} outside any phase")
                 } else {
-                    format!("{title} {count}")
+                    format!("{} {count}", crate::util::shortened(title, TITLE_SHOWN))
                 }
             })
             .collect();
+        if left_out > 0 {
+            parts.push(format!(
+                "and {left_out} more phases with {left_out_calls} calls"
+            ));
+        }
         parts.join(", ")
     }
 }
@@ -136,16 +174,15 @@ impl Estimate {
 
     /// The `size` object of validate's JSON, the run acknowledgement and the CLI.
     pub(crate) fn to_json(&self, needs_confirmation: bool) -> Value {
-        let phases: Vec<Value> = self
-            .size
-            .phases
+        let (listed, left_out, left_out_calls) = self.size.listed();
+        let phases: Vec<Value> = listed
             .iter()
             .map(|(title, agents)| json!({"title": title, "agents": agents}))
             .collect();
         let history = self.history.map(|history| {
             json!({"runs": history.runs, "avgTokensPerCall": history.avg_tokens_per_call.round() as u64})
         });
-        json!({
+        let mut size = json!({
             "agents": self.size.agents,
             "checkpoints": self.size.checkpoints,
             "isolatedAgents": self.size.isolated,
@@ -153,7 +190,11 @@ impl Estimate {
             "history": history,
             "estimatedTokens": self.estimated_tokens,
             "needsConfirmation": needs_confirmation,
-        })
+        });
+        if left_out > 0 {
+            size["phasesNotListed"] = json!({"phases": left_out, "agents": left_out_calls});
+        }
+        size
     }
 }
 
@@ -161,9 +202,10 @@ impl Estimate {
 /// tokens, from 4 earlier runs)". The front ends print it with an admission.
 pub fn describe(size: &Value) -> String {
     let agents = size["agents"].as_u64().unwrap_or(0);
-    let named = size["phases"].as_array().map_or(0, |phases| {
+    let listed = size["phases"].as_array().map_or(0, |phases| {
         phases.iter().filter(|p| p["title"] != "").count()
     });
+    let named = listed + size["phasesNotListed"]["phases"].as_u64().unwrap_or(0) as usize;
     let mut text = format!("{agents} agent call{}", plural(agents as usize));
     if named > 0 {
         text.push_str(&format!(" in {named} phase{}", plural(named)));

@@ -148,3 +148,51 @@ fn refusal_names_phases_threshold_variable_and_how_to_confirm() {
         assert!(message.contains(part), "{part} missing from {message}");
     }
 }
+
+#[test]
+fn past_twenty_named_phases_the_size_counts_the_rest() {
+    let titles: Vec<String> = (0..10_000).map(|i| format!("p{i}")).collect();
+    let mut all: Vec<SizedCall> = titles
+        .iter()
+        .map(|title| SizedCall {
+            agent: true,
+            isolated: false,
+            phase: Some(title),
+        })
+        .collect();
+    all.push(SizedCall {
+        agent: true,
+        isolated: false,
+        phase: None,
+    });
+    let size = RunSize::from_calls(all);
+    assert_eq!(size.phases.len(), 10_001, "every phase is counted");
+    let json = Estimate::new(size.clone(), &[]).to_json(false);
+    let phases = json["phases"].as_array().expect("phases");
+    assert_eq!(phases.len(), PHASES_LISTED + 1, "{json}");
+    assert_eq!(phases[0], json!({"title": "p0", "agents": 1}));
+    assert_eq!(phases[PHASES_LISTED], json!({"title": "", "agents": 1}));
+    assert_eq!(
+        json["phasesNotListed"],
+        json!({"phases": 10_000 - PHASES_LISTED, "agents": 10_000 - PHASES_LISTED})
+    );
+    assert_eq!(describe(&json), "10001 agent calls in 10000 phases");
+    let list = size.phase_list();
+    assert!(
+        list.ends_with("p19 1, 1 outside any phase, and 9980 more phases with 9980 calls"),
+        "{list}"
+    );
+
+    let named = |count: usize| {
+        RunSize::from_calls(titles[..count].iter().map(|title| SizedCall {
+            agent: true,
+            isolated: false,
+            phase: Some(title),
+        }))
+    };
+    let json = Estimate::new(named(PHASES_LISTED), &[]).to_json(false);
+    assert!(json.get("phasesNotListed").is_none(), "{json}");
+    assert_eq!(json["phases"].as_array().map(Vec::len), Some(PHASES_LISTED));
+    let json = Estimate::new(named(PHASES_LISTED + 1), &[]).to_json(false);
+    assert_eq!(json["phasesNotListed"], json!({"phases": 1, "agents": 1}));
+}
