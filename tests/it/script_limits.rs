@@ -230,3 +230,34 @@ async fn ten_thousand_calls_each_in_a_phase_of_its_own_are_sized_in_twenty_lines
     );
     assert!(size.to_string().len() < 2_048, "{size}");
 }
+
+#[tokio::test]
+async fn a_checkpoint_of_megabytes_is_refused_naming_the_limit() {
+    let h = harness();
+    let ask = "await checkpoint('Q'.repeat(5000000));";
+    let refused = h
+        .start(&format!("{HEADER}{ask}"))
+        .await
+        .expect_err("the dry run's checkpoint is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("checkpoint() question must be at most 16384 bytes, got 5000000"),
+        "{refused}"
+    );
+    let status = settled_status(
+        &h,
+        &format!(
+            "{LIVE_ONLY}await checkpoint('pick', {{kind: 'select', choices: ['c'.repeat(2000000)]}});"
+        ),
+        LimitOverrides::default(),
+    )
+    .await;
+    assert_eq!(status["status"], "failed", "{status:.300}");
+    let said = status.to_string();
+    assert!(said.len() < SAID_AT_MOST, "{} bytes", said.len());
+    assert!(
+        said.contains("checkpoint() option choices[0] must be at most 256 bytes, got 2000000"),
+        "{said:.600}"
+    );
+}

@@ -113,7 +113,8 @@ impl Driver {
         }
         // Counted before its options are checked, as agent calls are and as the prelude counts.
         self.agent_count += 1;
-        let (kind, choices) = match checkpoint_options(&options) {
+        let checked = check_question(&prompt).and_then(|()| checkpoint_options(&options));
+        let (kind, choices) = match checked {
             Ok(checked) => checked,
             Err(message) => {
                 self.reject(call_id, "SCRIPT_VALIDATION_ERROR", message, false);
@@ -254,6 +255,23 @@ impl Driver {
 /// The options `checkpoint()` takes.
 const CHECKPOINT_OPTIONS: &[&str] = &["kind", "choices"];
 
+/// The longest checkpoint question: it is stored with the run and shown by every `status`
+/// while the run waits for the answer.
+pub(super) const QUESTION_MAX_BYTES: usize = 16 << 10;
+/// The most choices a `select` offers, and the longest of them, for the same reason.
+pub(super) const CHOICES_MAX: usize = 64;
+pub(super) const CHOICE_MAX_BYTES: usize = 256;
+
+fn check_question(question: &str) -> Result<(), String> {
+    if question.len() > QUESTION_MAX_BYTES {
+        return Err(format!(
+            "checkpoint() question must be at most {QUESTION_MAX_BYTES} bytes, got {}",
+            question.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Options of the TypeScript product that answer a checkpoint without a person: there are
 /// none here, an unanswered checkpoint always pauses the run.
 const AUTO_ANSWER_OPTIONS: &[&str] = &["headless", "default", "timeoutMs"];
@@ -303,7 +321,17 @@ fn checkpoint_options(options: &Value) -> Result<(CheckpointKind, Option<Vec<Str
                     .collect()
             });
         return match listed {
-            Some(listed) => Ok((kind, Some(listed))),
+            Some(listed) if listed.len() > CHOICES_MAX => Err(format!(
+                "checkpoint() option choices must have at most {CHOICES_MAX} items, got {}",
+                listed.len()
+            )),
+            Some(listed) => match listed.iter().position(|c| c.len() > CHOICE_MAX_BYTES) {
+                Some(at) => Err(format!(
+                    "checkpoint() option choices[{at}] must be at most {CHOICE_MAX_BYTES} bytes, got {}",
+                    listed[at].len()
+                )),
+                None => Ok((kind, Some(listed))),
+            },
             None => Err(
                 "checkpoint() kind \"select\" needs the option choices: a non-empty array of strings"
                     .into(),
@@ -325,6 +353,28 @@ mod tests {
 
     fn refused(options: Value) -> String {
         checkpoint_options(&options).expect_err("refused")
+    }
+
+    #[test]
+    fn a_question_and_its_choices_are_taken_to_their_limits_and_refused_past_them() {
+        assert_eq!(check_question(&"q".repeat(QUESTION_MAX_BYTES)), Ok(()));
+        assert_eq!(
+            check_question(&"q".repeat(QUESTION_MAX_BYTES + 1)),
+            Err("checkpoint() question must be at most 16384 bytes, got 16385".into())
+        );
+        let select = |choices: Vec<String>| {
+            checkpoint_options(&json!({"kind": "select", "choices": choices}))
+        };
+        let longest = "c".repeat(CHOICE_MAX_BYTES);
+        assert!(select(vec![longest.clone(); CHOICES_MAX]).is_ok());
+        assert_eq!(
+            select(vec![longest; CHOICES_MAX + 1]),
+            Err("checkpoint() option choices must have at most 64 items, got 65".into())
+        );
+        assert_eq!(
+            select(vec!["a".into(), "c".repeat(CHOICE_MAX_BYTES + 1)]),
+            Err("checkpoint() option choices[1] must be at most 256 bytes, got 257".into())
+        );
     }
 
     #[test]
