@@ -73,9 +73,10 @@ pub(super) fn describe<'a>(
     if groups.len() > REASONS_SHOWN {
         let others = &groups[REASONS_SHOWN..];
         let calls: usize = others.iter().map(|group| group.calls).sum();
+        let plural = if others.len() == 1 { "" } else { "s" };
         let _ = write!(
             text,
-            "; and {calls} more for {} other reasons",
+            "; and {calls} more for {} other reason{plural}",
             others.len()
         );
     }
@@ -140,11 +141,16 @@ mod tests {
         let (text, total) = describe(calls).expect("missing");
         assert_eq!(
             text,
-            "a@0, c@2 (r1); b@1 (r2); d@3 (r3); e@4 (r4); and 1 more for 1 other reasons"
+            "a@0, c@2 (r1); b@1 (r2); d@3 (r3); e@4 (r4); and 1 more for 1 other reason"
         );
         assert_eq!(total, 6);
         let (text, _) = describe(calls.into_iter().take(5)).expect("four reasons");
-        assert!(!text.contains("other reasons"), "{text}");
+        assert!(!text.contains("other reason"), "{text}");
+        let mut two_more = calls.to_vec();
+        two_more.push(("g", 6, "r6"));
+        two_more.push(("h", 7, "r6"));
+        let (text, _) = describe(two_more).expect("six reasons");
+        assert!(text.ends_with("; and 3 more for 2 other reasons"), "{text}");
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub(super) fn warnings(analyzed: &AnalyzedScript, outcome: &Outcome) -> Vec<Stri
             .collect();
         warnings.extend(grouped(
             &undeclared,
+            true,
             |one| format!("phase {one} is not declared in meta.phases"),
             |some| format!("phases {some} are not declared in meta.phases"),
         ));
@@ -48,6 +49,7 @@ pub(super) fn warnings(analyzed: &AnalyzedScript, outcome: &Outcome) -> Vec<Stri
             .collect();
         warnings.extend(grouped(
             &unused,
+            true,
             |one| format!("declared phase {one} was not used by the dry run"),
             |some| format!("declared phases {some} were not used by the dry run"),
         ));
@@ -58,39 +60,34 @@ pub(super) fn warnings(analyzed: &AnalyzedScript, outcome: &Outcome) -> Vec<Stri
         .map(|key| format!("meta.{key}"))
         .collect();
     let unknown: Vec<&str> = unknown.iter().map(String::as_str).collect();
-    warnings.extend(grouped_plain(
+    warnings.extend(grouped(
         &unknown,
+        false,
         |one| format!("{one} is not a known meta key; it is kept but unused"),
         |some| format!("{some} are not known meta keys; they are kept but unused"),
     ));
     warnings
 }
 
-/// One warning about `names`, quoted: `one` for a single name, `some` for the list of a few
-/// and the count of the rest; none when there are none.
+/// One warning about `names` (each quoted when `quoted`): `one` for a single name, `some` for
+/// the list of a few and the count of the rest; none when there are none.
 fn grouped(
     names: &[&str],
-    one: impl Fn(&str) -> String,
-    some: impl Fn(&str) -> String,
-) -> Option<String> {
-    let quoted: Vec<String> = names
-        .iter()
-        .take(NAMED)
-        .map(|name| format!("{:?}", shortened(name, NAME_SHOWN)))
-        .collect();
-    list(names.len(), &quoted, one, some)
-}
-
-/// [`grouped`] with the names as they are, unquoted.
-fn grouped_plain(
-    names: &[&str],
+    quoted: bool,
     one: impl Fn(&str) -> String,
     some: impl Fn(&str) -> String,
 ) -> Option<String> {
     let shown: Vec<String> = names
         .iter()
         .take(NAMED)
-        .map(|name| shortened(name, NAME_SHOWN).into_owned())
+        .map(|name| {
+            let name = shortened(name, NAME_SHOWN);
+            if quoted {
+                format!("{name:?}")
+            } else {
+                name.into_owned()
+            }
+        })
         .collect();
     list(names.len(), &shown, one, some)
 }
@@ -130,20 +127,34 @@ mod tests {
     fn one_name_keeps_its_own_sentence() {
         let warning = grouped(
             &["Plan"],
+            true,
             |one| format!("phase {one} x"),
             |_| unreachable!(),
         );
         assert_eq!(warning.as_deref(), Some("phase \"Plan\" x"));
-        assert_eq!(grouped(&[], |_| unreachable!(), |_| unreachable!()), None);
+        assert_eq!(
+            grouped(&[], true, |_| unreachable!(), |_| unreachable!()),
+            None
+        );
     }
 
     #[test]
     fn five_names_are_listed_and_the_sixth_counted() {
         let five = named(5, "p");
-        let warning = grouped(&refs(&five), |_| unreachable!(), |some| some.to_owned());
+        let warning = grouped(
+            &refs(&five),
+            true,
+            |_| unreachable!(),
+            |some| some.to_owned(),
+        );
         assert_eq!(warning.as_deref(), Some(r#""p0", "p1", "p2", "p3", "p4""#));
         let many = named(9_000, "p");
-        let warning = grouped(&refs(&many), |_| unreachable!(), |some| some.to_owned());
+        let warning = grouped(
+            &refs(&many),
+            true,
+            |_| unreachable!(),
+            |some| some.to_owned(),
+        );
         assert_eq!(
             warning.as_deref(),
             Some(r#""p0", "p1", "p2", "p3", "p4" and 8995 more"#)
@@ -153,7 +164,7 @@ mod tests {
     #[test]
     fn a_long_name_is_cut_at_a_character() {
         let long = "é".repeat(NAME_SHOWN);
-        let warning = grouped_plain(&[&long], |one| one.to_owned(), |_| unreachable!());
+        let warning = grouped(&[&long], false, |one| one.to_owned(), |_| unreachable!());
         assert_eq!(warning, Some(format!("{}…", "é".repeat(NAME_SHOWN / 2))));
     }
 }
