@@ -13,7 +13,7 @@
 //!
 //! `tokio::sync::Mutex` (held across `.await`) does not poison and is not covered here.
 
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// Takes a `Mutex` under the crate's lock policy (see the module comment).
 pub(crate) trait Lock<T: ?Sized> {
@@ -38,6 +38,12 @@ impl<T: ?Sized> Lock<T> for Mutex<T> {
             Err(TryLockError::WouldBlock) => None,
         }
     }
+}
+
+/// Waits on `condvar` with `guard`'s lock, under the same policy: a lock poisoned while this
+/// thread waited is taken back as it is.
+pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar.wait(guard).unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

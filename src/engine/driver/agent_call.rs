@@ -52,6 +52,8 @@ struct AgentCall {
     cwd: PathBuf,
     /// `isolated()`'s request for the call's changes with its answer: the diff's bound.
     outcome: Option<usize>,
+    /// The bytes of its payload (`VmEvent::Call`'s weight), held until it settles.
+    weight: usize,
 }
 
 /// What a call that runs live carries over from the journal.
@@ -66,10 +68,12 @@ struct LiveStart {
 }
 
 impl Driver {
-    pub(super) async fn on_agent_call(&mut self, call_id: u64, payload: Value) {
-        let Some(call) = self.plan_agent_call(call_id, &payload) else {
+    /// `weight`: the bytes of the call's payload, held while the call runs.
+    pub(super) async fn on_agent_call(&mut self, call_id: u64, payload: Value, weight: usize) {
+        let Some(mut call) = self.plan_agent_call(call_id, payload) else {
             return;
         };
+        call.weight = weight;
         let mut live = LiveStart::default();
         // Replay, and reopening a recorded session: only root calls of a resumed run.
         if call.scope == "root" && !self.dry() {
@@ -116,7 +120,7 @@ impl Driver {
     }
 
     /// Checks, numbers, labels, routes and identifies a call; `None` when it was rejected.
-    fn plan_agent_call(&mut self, call_id: u64, payload: &Value) -> Option<AgentCall> {
+    fn plan_agent_call(&mut self, call_id: u64, payload: Value) -> Option<AgentCall> {
         let CallPayload {
             scope,
             prompt,
@@ -173,6 +177,7 @@ impl Driver {
             inputs_hash: String::new(),
             cwd: PathBuf::new(),
             outcome,
+            weight: 0,
         };
         self.identify(&mut call);
         Some(call)
@@ -352,10 +357,12 @@ impl Driver {
                 attempt: 1,
             },
         );
+        self.held_bytes += call.weight;
         self.in_flight.insert(
             call.index,
             InFlight {
                 call_id: call.call_id,
+                held: call.weight,
                 kind: CallKind::Agent,
                 scope: call.scope,
                 label: call.label,

@@ -28,7 +28,7 @@ struct Checkpoint {
 
 impl Driver {
     pub(super) async fn on_checkpoint(&mut self, call_id: u64, payload: Value) {
-        let Some(checkpoint) = self.plan_checkpoint(call_id, &payload) else {
+        let Some(checkpoint) = self.plan_checkpoint(call_id, payload) else {
             return;
         };
         if self.dry() {
@@ -91,7 +91,7 @@ impl Driver {
 
     /// Checks `maxAgents`, the kind and its choices, then numbers the call; `None` when it
     /// was rejected.
-    fn plan_checkpoint(&mut self, call_id: u64, payload: &Value) -> Option<Checkpoint> {
+    fn plan_checkpoint(&mut self, call_id: u64, payload: Value) -> Option<Checkpoint> {
         let CallPayload {
             scope,
             prompt,

@@ -10,6 +10,7 @@ use crate::engine::driver::{COMMIT_WINDOW, InFlight};
 fn in_flight(index: u32) -> InFlight {
     InFlight {
         call_id: u64::from(index),
+        held: 0,
         kind: CallKind::Agent,
         scope: "root".into(),
         label: format!("agent {index}"),

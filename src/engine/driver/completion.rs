@@ -29,6 +29,7 @@ impl Driver {
         let Some(call) = self.in_flight.remove(&index) else {
             return;
         };
+        self.held_bytes -= call.held;
         // A call cancelled because the whole run is halting (stop, interrupt) did not end
         // on its own: it is an interrupted row that a resume re-runs, not a cancelled call.
         let result = match result {

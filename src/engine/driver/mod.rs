@@ -29,6 +29,7 @@ mod durability;
 mod isolation;
 mod live;
 mod options;
+mod halting;
 mod outcome;
 mod progress;
 mod retry;
@@ -47,7 +48,7 @@ pub(crate) use trace::{TraceSetup, Waited};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -61,7 +62,7 @@ use crate::engine::permissions::PermissionBroker;
 use crate::engine::routing::{BackendLookup, Route, RoutingSnapshot};
 use crate::engine::runner::AgentRunner;
 use crate::engine::status::LiveView;
-use crate::engine::vm::{self, ScriptFailure, VmEvent, VmLimits, VmReply, VmScript};
+use crate::engine::vm::{self, ScriptFailure, VmLimits, VmReply, VmScript};
 use crate::model::{
     AuthContext, CallKind, CallRecord, CheckpointAnswer, CheckpointWait, Limits, PauseReason,
     Phase, RunId, RunStatus, Usage,
@@ -83,6 +84,11 @@ const COMMIT_WINDOW: Duration = Duration::from_millis(5);
 /// At most this many queued script events are taken at once before settled calls are
 /// looked at, so a script issuing calls without pause cannot hold back their answers.
 const VM_BATCH_LIMIT: usize = 64;
+/// The bytes of running calls' payloads (their prompts, mostly) a driver holds before it
+/// stops taking the script's messages: a script whose calls wait for a slot would otherwise
+/// have the driver hold every one of them. With the queue's own bound
+/// (`vm::EVENT_QUEUE_BYTES`), what one script can make the daemon hold of its calls.
+const HELD_BYTES: usize = 16 << 20;
 
 /// Where the generation's writes go.
 #[derive(Clone)]
@@ -190,7 +196,7 @@ pub(crate) async fn run(
 /// starts later sees exactly what it would have seen from [`run`].
 pub(crate) struct StartedScript {
     vm: vm::VmHandle,
-    events: mpsc::Receiver<VmEvent>,
+    events: vm::VmEventReceiver,
 }
 
 impl StartedScript {
@@ -277,6 +283,8 @@ async fn next_beat(heartbeat: &mut Option<tokio::time::Interval>) {
 struct InFlight {
     /// The VM's id of the call, which its answer must carry.
     call_id: u64,
+    /// The bytes of the call's payload the driver holds until it settles.
+    held: usize,
     kind: CallKind,
     /// `"root"` or a nested workflow's scope; only root calls are journaled.
     scope: String,
@@ -355,6 +363,9 @@ struct Driver {
     activity_rx: Option<activity::ActivityReceiver>,
     /// Agent calls numbered and not yet settled, by index.
     in_flight: HashMap<u32, InFlight>,
+    /// The bytes of the in-flight calls' payloads ([`InFlight::held`]): past
+    /// [`HELD_BYTES`] the driver takes no more of the script's messages until calls settle.
+    held_bytes: usize,
     /// The next root call index (program order).
     next_index: u32,
     /// The next call index of each nested scope (never journaled).
@@ -453,6 +464,7 @@ impl Driver {
             activity_tx,
             activity_rx: Some(activity_rx),
             in_flight: HashMap::new(),
+            held_bytes: 0,
             next_index: 0,
             nested_counters: HashMap::new(),
             agent_count: 0,
@@ -505,7 +517,7 @@ impl Driver {
 
     async fn run(
         mut self,
-        mut vm_rx: mpsc::Receiver<VmEvent>,
+        mut vm_rx: vm::VmEventReceiver,
         mut control: mpsc::UnboundedReceiver<Control>,
     ) -> Outcome {
         let mut activity_rx = self
@@ -569,7 +581,8 @@ impl Driver {
                     self.commit_settled().await;
                     self.step_ends();
                 }
-                event = vm_rx.recv(), if vm_open && self.halt.is_none() => match event {
+                event = vm_rx.recv(), if vm_open && self.halt.is_none()
+                    && self.held_bytes < HELD_BYTES => match event {
                     Some(event) => {
                         self.step_begins();
                         self.on_vm(event).await;
@@ -630,62 +643,6 @@ impl Driver {
         let ordinal = self.setup.next_settlement;
         self.setup.next_settlement += 1;
         ordinal
-    }
-
-    fn on_control(&mut self, command: Control) {
-        match command {
-            Control::Stop => {
-                if !matches!(self.halt, Some(Halt::Stop)) {
-                    self.halt = None;
-                    self.begin_halt(Halt::Stop);
-                }
-            }
-            Control::Pause(reason) => {
-                if self.halt.is_none() {
-                    self.begin_halt(Halt::Pause {
-                        reason,
-                        auth_context: None,
-                        reset_hint: None,
-                        reset_at: None,
-                        checkpoint_context: None,
-                    });
-                }
-            }
-            Control::CancelCall { index, reply } => {
-                let live = self
-                    .in_flight
-                    .get(&index)
-                    .filter(|call| call.kind == CallKind::Agent);
-                if let Some(call) = live {
-                    call.cancel.cancel();
-                }
-                let _ = reply.send(live.is_some());
-            }
-        }
-    }
-
-    /// Starts settling: the script stops, nothing new starts; stop and script ends also
-    /// cancel running calls, pauses let them finish.
-    fn begin_halt(&mut self, halt: Halt) {
-        if self.halt.is_some() {
-            return;
-        }
-        self.gate_closed.store(true, Ordering::SeqCst);
-        if let Some(vm) = self.vm.take() {
-            // The VM thread exits at its next interrupt check or wait; `finish` joins it.
-            vm.halt();
-            self.halted_vm = Some(vm);
-        }
-        // A requested pause lets running calls finish and journal; an interrupted one (the
-        // owner is going away) cancels them like a stop does.
-        let cancel_running =
-            !matches!(halt, Halt::Pause { reason, .. } if reason != PauseReason::Interrupted);
-        for call in self.in_flight.values() {
-            if cancel_running || !call.started {
-                call.cancel.cancel();
-            }
-        }
-        self.halt = Some(halt);
     }
 
     async fn finish(mut self) -> Outcome {

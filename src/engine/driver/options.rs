@@ -24,17 +24,28 @@ pub(super) struct CallPayload {
 }
 
 impl CallPayload {
-    pub(super) fn parse(payload: &Value) -> CallPayload {
-        let text = |key: &str| payload.get(key).and_then(Value::as_str);
+    /// Takes the payload's members apart without copying them: a prompt may weigh
+    /// megabytes.
+    pub(super) fn parse(payload: Value) -> CallPayload {
+        let mut members = match payload {
+            Value::Object(members) => members,
+            _ => Map::new(),
+        };
+        let mut text = |key: &str| match members.remove(key) {
+            Some(Value::String(text)) => Some(text),
+            _ => None,
+        };
+        let scope = text("scope").unwrap_or_else(|| "root".to_owned());
+        let prompt = text("prompt").unwrap_or_default();
+        let path = text("path");
         CallPayload {
-            scope: text("scope").unwrap_or("root").to_owned(),
-            prompt: text("prompt").unwrap_or_default().to_owned(),
-            path: text("path").map(str::to_owned),
-            options: payload
-                .get("options")
-                .cloned()
+            scope,
+            prompt,
+            path,
+            options: members
+                .remove("options")
                 .unwrap_or_else(|| Value::Object(Default::default())),
-            outcome: payload
+            outcome: members
                 .get("outcome")
                 .and_then(|outcome| outcome.get("diffBytes"))
                 .and_then(Value::as_u64)
@@ -600,7 +611,7 @@ mod tests {
 
     #[test]
     fn a_payload_defaults_to_the_root_scope_and_empty_options() {
-        let payload = CallPayload::parse(&json!({"prompt": "hi"}));
+        let payload = CallPayload::parse(json!({"prompt": "hi"}));
         assert_eq!(payload.scope, "root");
         assert_eq!(payload.prompt, "hi");
         assert_eq!(payload.path, None);

@@ -3,7 +3,6 @@
 //! `checkpoint.rs`, and the script's end; and the dry run's batching of queued events.
 
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use super::vm::{VmEvent, VmReply};
 use super::{Driver, Halt, VM_BATCH_LIMIT};
@@ -17,7 +16,7 @@ impl Driver {
     /// once per batch, not once per call. Events keep their order. Live generations do not
     /// batch: there it made a run of the workflow tool's tests end later (not understood
     /// yet), so they keep the loop's order of one event, then the settled calls.
-    pub(super) async fn more_vm_events(&mut self, vm_rx: &mut mpsc::Receiver<VmEvent>) {
+    pub(super) async fn more_vm_events(&mut self, vm_rx: &mut crate::engine::vm::VmEventReceiver) {
         for _ in 1..VM_BATCH_LIMIT {
             if self.halt.is_some() {
                 return;
@@ -92,8 +91,9 @@ impl Driver {
                 call_id,
                 kind,
                 payload,
+                weight,
             } => match kind.as_str() {
-                "agent" => self.on_agent_call(call_id, payload).await,
+                "agent" => self.on_agent_call(call_id, payload, weight).await,
                 "checkpoint" => self.on_checkpoint(call_id, payload).await,
                 other => self.reply(VmReply::Reject {
                     call_id,

@@ -46,8 +46,10 @@ use prelude::load_prelude;
 use prelude::{PRELUDE, PRELUDE_BYTECODE};
 #[cfg(test)]
 use queue::EVENT_QUEUE;
+#[cfg(test)]
+pub(crate) use queue::EVENT_QUEUE_BYTES;
 use queue::Outbox;
-pub(crate) use queue::{VmEvents, event_queue};
+pub(crate) use queue::{VmEventReceiver, VmEvents, event_queue};
 
 /// The file name script frames carry in stack traces.
 pub(crate) const SCRIPT_FILENAME: &str = "workflow.js";
@@ -82,6 +84,9 @@ pub(crate) enum VmEvent {
         call_id: u64,
         kind: String,
         payload: Value,
+        /// The bytes of the payload's text: what the call weighs in the queue to the driver
+        /// and, while it runs, in what the driver holds of the script's calls.
+        weight: usize,
     },
     Log {
         level: String,
@@ -236,7 +241,7 @@ pub(crate) fn spawn(script: VmScript, limits: VmLimits, events: VmEvents) -> VmH
         );
         if !thread_halt.load(Ordering::SeqCst) {
             // A closed queue means the driver is gone; there is nobody left to tell.
-            let _ = events.blocking_send(VmEvent::Finished(finished));
+            let _ = events.finish(finished);
         }
         // The script can do nothing more: its driver stops waiting, the runtime is freed after.
         done.signal();
@@ -678,6 +683,7 @@ impl HostCalls {
         ctx: &Ctx<'js>,
         kind: String,
         payload: Value,
+        weight: usize,
     ) -> rquickjs::Result<Promise<'js>> {
         let (promise, resolve, reject) = ctx.promise()?;
         let call_id = {
@@ -696,6 +702,7 @@ impl HostCalls {
             call_id,
             kind,
             payload,
+            weight,
         });
         Ok(promise)
     }
@@ -706,8 +713,9 @@ fn call_function(
     calls: HostCalls,
 ) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
     move |ctx, kind, payload| {
+        let weight = payload.len();
         let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
-        calls.call(&ctx, kind, payload)
+        calls.call(&ctx, kind, payload, weight)
     }
 }
 
@@ -717,10 +725,12 @@ fn agent_function(
 ) -> impl for<'js> Fn(Ctx<'js>, String, String, Option<String>) -> rquickjs::Result<Promise<'js>> + 'static
 {
     move |ctx, scope, prompt, path| {
+        let weight = scope.len() + prompt.len() + path.as_ref().map_or(0, String::len);
         calls.call(
             &ctx,
             "agent".to_owned(),
             plain_agent_payload(scope, prompt, path),
+            weight,
         )
     }
 }

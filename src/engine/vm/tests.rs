@@ -1,7 +1,6 @@
 //! Tests of the script VM.
 
 use super::*;
-use tokio::sync::mpsc;
 
 /// Runs a script body, answering every agent call with `answer(payload)`.
 fn run_script(
@@ -54,6 +53,7 @@ fn run_vm_script(
                 call_id,
                 kind,
                 payload,
+                ..
             } => {
                 let mut recorded = payload.clone();
                 recorded["kind"] = Value::String(kind);
@@ -580,12 +580,70 @@ fn a_huge_log_line_is_cut_before_it_crosses() {
 }
 
 /// Waits (at most 10 s) until `rx` holds `count` queued events.
-fn wait_for_queued(rx: &mpsc::Receiver<VmEvent>, count: usize) {
+fn wait_for_queued(rx: &super::VmEventReceiver, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while rx.len() < count {
         assert!(Instant::now() < deadline, "only {} events queued", rx.len());
         std::thread::yield_now();
     }
+}
+
+/// Calls whose prompts weigh more than the queue may hold wait in the script's thread: the
+/// queue holds [`EVENT_QUEUE_BYTES`] of them, a call lone in an empty queue passes whatever
+/// it weighs, and each call taken lets the next one in.
+#[test]
+fn calls_past_the_queue_s_bytes_wait_in_the_script_s_thread() {
+    const PROMPT: usize = 3 << 20;
+    let (tx, mut rx) = event_queue();
+    let vm = spawn(
+        test_script(
+            "const big = 'P'.repeat(3 << 20);\n\
+             for (let i = 0; i < 50; i++) agent(big);\n\
+             return 1;",
+            BTreeMap::new(),
+            true,
+        ),
+        VmLimits {
+            slice_limit: Duration::from_secs(30),
+            memory_limit: 32 << 20,
+        },
+        tx,
+    );
+    // What fits: each call weighs its prompt and a few bytes of scope and path.
+    let fits = EVENT_QUEUE_BYTES / PROMPT;
+    // Until the queue holds `fits` calls and the script waits for room for the next one.
+    let wait_for_the_script = |rx: &super::VmEventReceiver| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rx.len() < fits || !rx.weight().1 {
+            assert!(
+                Instant::now() < deadline,
+                "the script never waited with {fits} calls queued: {} queued",
+                rx.len()
+            );
+            std::thread::yield_now();
+        }
+    };
+    wait_for_the_script(&rx);
+    assert_eq!(rx.len(), fits, "the queue holds what fits in its bytes");
+    assert!(rx.weight().0 <= EVENT_QUEUE_BYTES);
+    assert!(matches!(rx.blocking_recv(), Some(VmEvent::Call { weight, .. }) if weight >= PROMPT));
+    wait_for_the_script(&rx);
+    assert_eq!(rx.len(), fits, "one taken lets one more in, and no more");
+    rx.close();
+    assert!(
+        dropped_within(vm, Duration::from_secs(10)),
+        "the VM waiting for room did not stop when the queue closed"
+    );
+}
+
+/// Drops `vm` (joining its thread) off this thread; whether that ended within `limit`.
+fn dropped_within(vm: VmHandle, limit: Duration) -> bool {
+    let (joined_tx, joined) = std_mpsc::channel();
+    std::thread::spawn(move || {
+        drop(vm);
+        let _ = joined_tx.send(());
+    });
+    joined.recv_timeout(limit).is_ok()
 }
 
 /// A script that logs without end fills its queue and waits there: the driver holds at most
@@ -604,14 +662,10 @@ fn a_flooding_script_waits_on_its_full_queue_and_still_stops() {
     wait_for_queued(&rx, EVENT_QUEUE);
     // The driver's stop: close the queue, then join the VM off this thread, within a deadline.
     rx.close();
-    let (joined_tx, joined) = std_mpsc::channel();
-    std::thread::spawn(move || {
-        drop(vm);
-        let _ = joined_tx.send(());
-    });
-    joined
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the VM blocked on its full queue did not stop");
+    assert!(
+        dropped_within(vm, Duration::from_secs(10)),
+        "the VM blocked on its full queue did not stop"
+    );
     let mut queued = 0;
     while let Ok(event) = rx.try_recv() {
         assert!(matches!(event, VmEvent::Log { .. }), "{event:?}");
