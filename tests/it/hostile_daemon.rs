@@ -1,13 +1,14 @@
 //! Hostile agents and scripts against one real daemon (docs/security.md): an endless agent
 //! message, a huge answer, a log bomb, floods of log lines and of phases, 100,000 calls at
-//! once, 200 calls of a 2 MiB prompt at once and file requests outside the working tree. Each case starts a fresh foreground
-//! daemon over its own root, runs the hostile script through the `workflow` tool with an
-//! ordinary run on another backend beside it and one on the hostile run's backend after it,
-//! and checks that the hostile run ends the way the product promises, that both ordinary runs
-//! complete, and that the daemon's peak resident memory (its `VmHWM`, which for a fresh
-//! process is this test's) stays under [`PEAK_RSS_BOUND`]. Scripts that misbehave only after
-//! a real answer (not the dry run's `[dry-run]` one) are judged in the run itself rather than
-//! refused at admission, whose dry run executes the script too.
+//! once, 400 calls of a 1 MiB prompt at once and file requests outside the working tree.
+//! Each case starts a fresh foreground daemon over its own root, runs the hostile script
+//! through the `workflow` tool with an ordinary run on another backend beside it and one on
+//! the hostile run's backend after it, and checks that the hostile run ends the way the
+//! product promises, that both ordinary runs complete, and that the daemon's peak resident
+//! memory (its `VmHWM`, which for a fresh process is this test's) stays under
+//! [`PEAK_RSS_BOUND`]. Scripts that misbehave only after a real answer (not the dry run's
+//! `[dry-run]` one) are judged in the run itself rather than refused at admission, whose dry
+//! run executes the script too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -282,26 +283,26 @@ fn a_hundred_thousand_calls_at_once_end_with_the_agent_limit_error() {
     daemon.assert_peak_under_bound("100,000 calls");
 }
 
-/// Two hundred calls sharing a 2 MiB prompt, started at once: the script's thread waits
+/// Four hundred calls sharing a 1 MiB prompt, started at once: the script's thread waits
 /// while its queue holds 8 MiB of them, and the driver takes no more of them while the calls
-/// it holds weigh 16 MiB, so the daemon never holds the 200 prompts (400 MiB) at once; the
+/// it holds weigh 16 MiB, so the daemon never holds the 400 prompts (400 MiB) at once; the
 /// run completes.
 #[test]
-fn two_hundred_calls_of_a_two_mib_prompt_at_once_are_held_a_few_at_a_time() {
+fn four_hundred_calls_of_a_one_mib_prompt_at_once_are_held_a_few_at_a_time() {
     let daemon = Daemon::start();
     let outcome = daemon.survive(
-        "const big = '@mock reply ok\\n' + 'P'.repeat(2 << 20);\n\
+        "const big = '@mock reply ok\\n' + 'P'.repeat(1 << 20);\n\
          const calls = [];\n\
-         for (let i = 0; i < 200; i++) calls.push(agent(big).then((answer) => answer.length));\n\
+         for (let i = 0; i < 400; i++) calls.push(agent(big).then((answer) => answer.length));\n\
          return (await Promise.all(calls)).length;",
-        json!({"maxAgents": 200}),
+        json!({"maxAgents": 400}),
     );
     let Outcome::Settled { run_id, status } = outcome else {
         panic!("the calls were refused at admission");
     };
     assert_eq!(status["status"], "completed", "{status:#}");
-    assert_eq!(daemon.result(&run_id), json!(200));
-    daemon.assert_peak_under_bound("200 calls of a 2 MiB prompt");
+    assert_eq!(daemon.result(&run_id), json!(400));
+    daemon.assert_peak_under_bound("400 calls of a 1 MiB prompt");
 }
 
 /// An agent's `fs/read_text_file` and `fs/write_text_file` outside the project are refused

@@ -338,9 +338,17 @@ impl Driver {
     }
 
     /// Starts the call as an agent task, shown as queued until it holds a permit.
-    fn start_agent(&mut self, call: AgentCall, live: LiveStart) {
+    fn start_agent(&mut self, mut call: AgentCall, live: LiveStart) {
         let cancel = CancellationToken::new();
-        let mut task = self.agent_task(&call, live.session.reopening.clone(), cancel.clone());
+        // The task takes the prompt: the call keeps nothing that needs it, and a prompt may
+        // weigh megabytes.
+        let prompt = std::mem::take(&mut call.prompt);
+        let mut task = self.agent_task(
+            &call,
+            prompt,
+            live.session.reopening.clone(),
+            cancel.clone(),
+        );
         task.dry_answer = self.mock_picks.remove(&call.index);
         let route = &call.route;
         let model_shown = route.model.clone().or_else(|| Some(route.spec.clone()));
@@ -388,6 +396,7 @@ impl Driver {
     fn agent_task(
         &self,
         call: &AgentCall,
+        prompt: String,
         resume_session: Option<String>,
         cancel: CancellationToken,
     ) -> AgentTask {
@@ -397,11 +406,11 @@ impl Driver {
             .map(|ms| Duration::from_millis(ms).min(self.setup.agent_timeout))
             .unwrap_or(self.setup.agent_timeout);
         let retries = options.retries.unwrap_or(self.setup.limits.agent_retries);
-        let mut full_prompt = call.prompt.clone();
+        let mut full_prompt = prompt;
         if let Some(definition) = &call.definition
             && !definition.role_prompt.is_empty()
         {
-            full_prompt = format!("{}\n\n{}", definition.role_prompt, call.prompt);
+            full_prompt = format!("{}\n\n{}", definition.role_prompt, full_prompt);
         }
         let tool_policy = call.definition.as_ref().and_then(ToolPolicy::of);
         let meta = match &tool_policy {
