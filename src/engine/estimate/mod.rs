@@ -96,7 +96,7 @@ impl RunSize {
     }
 
     /// "Review 120, Verify 18, Report 2"; calls outside phases read "5 outside any phase";
-    /// past [`PHASES_LISTED`] named phases, "and 980 more phases with 1,960 calls".
+    /// past [`PHASES_LISTED`] named phases, "and 980 more phases with 1960 calls".
     pub(crate) fn phase_list(&self) -> String {
         let (listed, left_out, left_out_calls) = self.listed();
         let mut parts: Vec<String> = listed
