@@ -45,6 +45,7 @@ mod mcp_http;
 mod mcp_stdio;
 mod mock_agent;
 mod mock_answers;
+mod nested;
 mod monitor;
 mod monitor_browser;
 mod notify;

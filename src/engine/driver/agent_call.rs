@@ -150,11 +150,18 @@ impl Driver {
                 return None;
             }
         };
-        let index = self.take_index(&scope);
+        // A nested workflow's call is numbered in its scope (its default label says so) and
+        // keyed apart from the root's calls while it runs.
+        let number = self.take_index(&scope);
+        let index = if scope == "root" {
+            number
+        } else {
+            self.take_nested_key()
+        };
         let phase = options.phase.clone().or_else(|| self.current_phase(&scope));
         let label = options.label.clone().unwrap_or_else(|| match &phase {
-            Some(phase) => format!("{phase} agent {index}"),
-            None => format!("agent {index}"),
+            Some(phase) => format!("{phase} agent {number}"),
+            None => format!("agent {number}"),
         });
         let definition = options
             .agent_type

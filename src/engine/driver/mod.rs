@@ -89,6 +89,9 @@ const VM_BATCH_LIMIT: usize = 64;
 /// have the driver hold every one of them. With the queue's own bound
 /// (`vm::EVENT_QUEUE_BYTES`), what one script can make the daemon hold of its calls.
 const HELD_BYTES: usize = 16 << 20;
+/// The first key of a nested workflow's agent calls: root call indexes stay below it (the
+/// store keys a call's index in 20 bits), so the two never share an in-flight entry.
+const NESTED_KEYS: u32 = 1 << 31;
 
 /// Where the generation's writes go.
 #[derive(Clone)]
@@ -370,6 +373,10 @@ struct Driver {
     next_index: u32,
     /// The next call index of each nested scope (never journaled).
     nested_counters: HashMap<String, u32>,
+    /// The next key of a nested workflow's agent call, from [`NESTED_KEYS`] up: its index
+    /// while it runs (`in_flight`, the live view, its task's reports), which a root call's
+    /// index never reaches.
+    next_nested_key: u32,
     /// Calls made so far, against `maxAgents`.
     agent_count: u32,
     /// Set once the generation starts settling.
@@ -467,6 +474,7 @@ impl Driver {
             held_bytes: 0,
             next_index: 0,
             nested_counters: HashMap::new(),
+            next_nested_key: NESTED_KEYS,
             agent_count: 0,
             halt: None,
             phase_by_scope,
@@ -613,6 +621,13 @@ impl Driver {
         // Odd from here on: the generation's last writes and its end are never kept.
         self.step_begins();
         self.finish().await
+    }
+
+    /// The next key of a nested workflow's agent call ([`Driver::next_nested_key`]).
+    fn take_nested_key(&mut self) -> u32 {
+        let key = self.next_nested_key;
+        self.next_nested_key = self.next_nested_key.saturating_add(1);
+        key
     }
 
     /// Takes the next index of a scope; only root indexes are journaled.
