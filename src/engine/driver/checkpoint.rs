@@ -57,13 +57,22 @@ impl Driver {
             }
         }
         if let Some(answer) = self.take_answer(checkpoint.index, &checkpoint.hash) {
-            let record =
-                self.checkpoint_record(&checkpoint, answer.clone(), CallOrigin::Confirm, None);
             self.events.push(
                 "checkpointAnswered",
                 &checkpoint.scope,
                 json!({"callIndex": checkpoint.index, "source": "injected"}),
             );
+            if checkpoint.scope != "root" {
+                // A nested workflow's calls are not journaled: it asks again on every
+                // resume, and the stored answer answers it again.
+                self.reply(VmReply::Resolve {
+                    call_id,
+                    value: answer,
+                });
+                return;
+            }
+            let record =
+                self.checkpoint_record(&checkpoint, answer.clone(), CallOrigin::Confirm, None);
             match self.record_call(&record, &supersedes).await {
                 Ok(()) => self.reply(VmReply::Resolve {
                     call_id,
@@ -121,9 +130,14 @@ impl Driver {
                 return None;
             }
         };
-        let index = self.take_index(&scope);
+        let number = self.take_index(&scope);
         let listed = choices.as_ref().map(|choices| json!(choices));
         let hash = journal::checkpoint_hash(&prompt, kind.as_str(), listed.as_ref());
+        let index = if scope == "root" {
+            number
+        } else {
+            self.nested_checkpoint_key(&hash)
+        };
         Some(Checkpoint {
             call_id,
             scope,
@@ -133,8 +147,29 @@ impl Driver {
             kind,
             choices,
             hash,
-            label: format!("checkpoint {index}"),
+            label: format!("checkpoint {number}"),
         })
+    }
+
+    /// A nested workflow's checkpoint is keyed as its agent calls are (from `NESTED_KEYS`
+    /// up), so its answer is stored apart from the root's. Nested calls are numbered in the
+    /// order they are made, which concurrent nested workflows may change from one generation
+    /// to the next: a key holding another checkpoint's answer is passed over, so the answer
+    /// given for this one can be stored.
+    fn nested_checkpoint_key(&mut self, hash: &str) -> u32 {
+        let mut key = self.take_nested_key();
+        for _ in 0..self.setup.answers.len() {
+            let taken = self
+                .setup
+                .answers
+                .iter()
+                .any(|answer| answer.call_index == key && answer.hash != hash);
+            if !taken {
+                break;
+            }
+            key = self.take_nested_key();
+        }
+        key
     }
 
     /// The dry run's answer: yes, an empty string, or the first choice.

@@ -373,9 +373,9 @@ struct Driver {
     next_index: u32,
     /// The next call index of each nested scope (never journaled).
     nested_counters: HashMap<String, u32>,
-    /// The next key of a nested workflow's agent call, from [`NESTED_KEYS`] up: its index
-    /// while it runs (`in_flight`, the live view, its task's reports), which a root call's
-    /// index never reaches.
+    /// The next key of a nested workflow's agent call or checkpoint, from [`NESTED_KEYS`] up:
+    /// an agent call's index while it runs (`in_flight`, the live view, its task's reports),
+    /// a checkpoint's index for its answer, which a root call's index never reaches.
     next_nested_key: u32,
     /// Calls made so far, against `maxAgents`.
     agent_count: u32,
@@ -623,7 +623,7 @@ impl Driver {
         self.finish().await
     }
 
-    /// The next key of a nested workflow's agent call ([`Driver::next_nested_key`]).
+    /// The next key of a nested workflow's call ([`Driver::next_nested_key`]).
     fn take_nested_key(&mut self) -> u32 {
         let key = self.next_nested_key;
         self.next_nested_key = self.next_nested_key.saturating_add(1);
