@@ -17,7 +17,7 @@
 //! --examples`); `-- --quick` divides the big sizes by ten for a short run.
 //! `AGENTPRISM_BENCH_BINARY=<path>` runs another build's `agentprism` as the daemon (the
 //! in-process figures stay this build's), to compare two commits under the same harness.
-//! `AGENTPRISM_BENCH_ONLY=admission` measures the two admission rows only; with
+//! `AGENTPRISM_BENCH_ONLY=admission` measures the three admission rows only; with
 //! `AGENTPRISM_BENCH_HOOK=<program>` it also makes [`PROFILED`] admissions first, running
 //! `<program> on <daemon pid>` before and `<program> off <daemon pid>` after them (for
 //! example a script calling `callgrind_control -i on|off` on a daemon started through
@@ -97,6 +97,7 @@ fn run() -> Result<()> {
             profiled_admissions(&daemon, &world, &mut client, &hook)?;
         }
         zero_agent_p50(&mut client, &project, &mut table)?;
+        admission_with_history(&mut client, &world, scale, &mut table)?;
         admissions_per_second(&daemon, &world, &mut table)?;
         drop(daemon);
         print_table(&table);
@@ -120,6 +121,7 @@ fn run() -> Result<()> {
         fan_out(&daemon, &mut client, &project, size / scale, &mut table)?;
     }
     zero_agent_p50(&mut client, &project, &mut table)?;
+    admission_with_history(&mut client, &world, scale, &mut table)?;
     admissions_per_second(&daemon, &world, &mut table)?;
     live_status_per_second(&daemon, &mut client, &project, &mut table)?;
     drop(daemon);
@@ -341,6 +343,54 @@ fn zero_agent_p50(client: &mut Client, project: &str, table: &mut Table) -> Resu
     Ok(())
 }
 
+/// Earlier runs of one workflow before [`admission_with_history`] times its admissions, and
+/// their calls each.
+const HISTORY: u32 = 10;
+const HISTORY_CALLS: u32 = 1_000;
+/// Admissions timed after them: fewer than the 30 newest runs the estimate looks at, since
+/// each admitted run joins the workflow's history.
+const HISTORY_ADMISSIONS: usize = 20;
+
+/// The admission p50 of a 0-agent script whose project holds [`HISTORY`] earlier runs of the
+/// same `meta.name` (`b`, the fan-outs' name) of [`HISTORY_CALLS`] calls each: what the size
+/// estimate reads of a workflow's history at each admission. A project of its own, so the
+/// other rows' runs do not count.
+fn admission_with_history(
+    client: &mut Client,
+    world: &World,
+    scale: u32,
+    table: &mut Table,
+) -> Result<()> {
+    let dir = world.project.with_file_name("history");
+    std::fs::create_dir_all(&dir).context("creating the history project")?;
+    let project = dir.display().to_string();
+    let calls = HISTORY_CALLS / scale;
+    for _ in 0..HISTORY {
+        run_to_end(
+            client,
+            &project,
+            &concurrent_script(calls, CONCURRENCY),
+            calls,
+        )?;
+    }
+    let same_name = ZERO_AGENT.replace("name:'z'", "name:'b'");
+    let mut samples = Vec::with_capacity(HISTORY_ADMISSIONS);
+    for _ in 0..HISTORY_ADMISSIONS {
+        let (run_id, admission) = start_run(client, &project, &same_name, 0)?;
+        samples.push(admission);
+        wait_for_end(client, &run_id)?;
+    }
+    let p50 = support::percentile(&mut samples, 50);
+    table.add(
+        format!(
+            "0-agent run admission p50 after {HISTORY} runs of {calls} calls of the same workflow ({HISTORY_ADMISSIONS} runs)"
+        ),
+        format!("{:.2} ms", millis(p50.as_secs_f64())),
+        "< 1 ms",
+    );
+    Ok(())
+}
+
 /// Admissions made between the profiling hook's `on` and `off`.
 const PROFILED: usize = 100;
 /// Projects the profiled admissions rotate over: two runs each, so neither the per-project
@@ -443,6 +493,7 @@ fn admissions_per_second(daemon: &Daemon, world: &World, table: &mut Table) -> R
     // The first refusal's answer, printed: a refusal is not an admission, and the count alone
     // does not say whether a cap or an error refused it.
     let first_refusal = std::sync::Mutex::new(None::<String>);
+    let cpu = pid_cpu(daemon.pid);
     let (admitted, failed) = in_parallel(daemon.port, |client, index, stop| {
         let (mut ok, mut failed) = (0, 0);
         while !stop.load(Ordering::Relaxed) {
@@ -458,14 +509,16 @@ fn admissions_per_second(daemon: &Daemon, world: &World, table: &mut Table) -> R
         }
         (ok, failed)
     });
+    let cpu = pid_cpu(daemon.pid).saturating_sub(cpu);
     if let Some(refusal) = first_refusal.into_inner().ok().flatten() {
         println!("first refused admission: {refusal}");
     }
     table.add(
         format!("0-agent admissions per second, {CLIENTS} clients in {CLIENTS} projects"),
         format!(
-            "{:.0}/s ({failed} refused)",
-            admitted as f64 / PARALLEL_WINDOW.as_secs_f64()
+            "{:.0}/s ({failed} refused; daemon CPU {:.0} µs per admission)",
+            admitted as f64 / PARALLEL_WINDOW.as_secs_f64(),
+            micros(cpu.as_secs_f64() / admitted.max(1) as f64)
         ),
         "> 2,000/s",
     );

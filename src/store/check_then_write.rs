@@ -14,12 +14,13 @@ use async_trait::async_trait;
 use super::{
     AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
     ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
-    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunQueue, RunReads, Runs, ScriptChange,
-    ScriptCopies, Store, StoreError, StoreResult,
+    IntentScope, Intents, LeaseReads, Leases, PastRunsOf, RunCounts, RunQueue, RunReads, Runs,
+    ScriptChange, ScriptCopies, Store, StoreError, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
-    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, EndSummary, Enqueued, EventRecord, Lease, OpenSession,
+    OperationReceipt, QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord,
+    RunSummary,
 };
 
 /// `inner` with every fenced write checked against the lease first.
@@ -91,6 +92,10 @@ impl RunReads for CheckThenWrite {
 
     async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
         self.inner.runs_with_script(script_file).await
+    }
+
+    async fn past_summaries(&self, of: PastRunsOf<'_>, limit: u32) -> StoreResult<Vec<EndSummary>> {
+        self.inner.past_summaries(of, limit).await
     }
 
     async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {

@@ -84,7 +84,7 @@ pub use lease::{LapseReason, LeasePolicy, LeaseState};
 pub use location::{StoreLocation, open_location};
 pub use ports::{
     AnswerReads, Answers, CallReads, Calls, Capable, Endings, EventReads, Events, Housekeeping,
-    IntentReads, Intents, LeaseReads, Leases, RunQueue, RunReads, Runs, ScriptCopies,
+    IntentReads, Intents, LeaseReads, Leases, PastRunsOf, RunQueue, RunReads, Runs, ScriptCopies,
 };
 pub use postgres::{PgEnvironment, PgOptions, PostgresStore};
 pub use sqlite::{SqliteStore, StoreSync};

@@ -20,9 +20,24 @@ use super::{
     RunCounts, RunVersion, ScriptChange, StoreResult, SummaryTail, counts,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
-    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, EndSummary, Enqueued, EventRecord, Lease, OpenSession,
+    OperationReceipt, QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord,
+    RunSummary,
 };
+
+/// Whose earlier runs [`RunReads::past_summaries`] reads: one workflow's.
+#[derive(Clone, Copy, Debug)]
+pub enum PastRunsOf<'a> {
+    /// The runs whose recorded script file is this path.
+    Script(&'a Path),
+    /// The runs of an inline script: a project's runs with this `meta.name`, among the
+    /// project's newest `within` runs.
+    Named {
+        project_dir: &'a Path,
+        name: &'a str,
+        within: u32,
+    },
+}
 
 /// What a backend promises beyond the signatures ([`Capabilities`]).
 pub trait Capable: Send + Sync {
@@ -47,6 +62,11 @@ pub trait RunReads: Send + Sync {
 
     /// Runs whose recorded script file is `script_file`, newest first.
     async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>>;
+
+    /// What one workflow's newest runs spent: of the `limit` newest runs `of` names, the
+    /// summaries of those a generation has ended or paused (a run gets its summary then),
+    /// newest first. Reads no call rows, whatever the runs' sizes.
+    async fn past_summaries(&self, of: PastRunsOf<'_>, limit: u32) -> StoreResult<Vec<EndSummary>>;
 
     /// The caller tag of `run_id` (`RunRecord::caller`): `None` when there is no such run,
     /// `Some(None)` for a run stored without one. One indexed lookup, nothing decoded, so a

@@ -29,6 +29,7 @@ mod discovery;
 mod effort;
 mod fuzz_corpus;
 mod engine;
+mod estimate;
 mod host_answers;
 mod host_env;
 mod http_guards;

@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+use crate::model::EndSummary;
+
 /// Above this many agent calls a run carries a warning in `warnings`.
 pub(crate) const WARN_AGENTS: u32 = 25;
 
@@ -123,6 +125,27 @@ impl RunSize {
 pub(crate) struct PastRun {
     pub tokens: u64,
     pub live_agent_calls: u32,
+}
+
+impl PastRun {
+    /// What an earlier run spent by its summary: the tokens and live calls of the backends
+    /// and models that reported usage (an agent that reports none says nothing of the cost).
+    pub(crate) fn from_summary(summary: &EndSummary) -> PastRun {
+        let reported = summary
+            .usage
+            .iter()
+            .filter(|spent| spent.usage.total_tokens > 0);
+        let (tokens, calls) = reported.fold((0u64, 0u64), |(tokens, calls), spent| {
+            (
+                tokens.saturating_add(spent.usage.total_tokens),
+                calls.saturating_add(spent.calls),
+            )
+        });
+        PastRun {
+            tokens,
+            live_agent_calls: u32::try_from(calls).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 /// What the earlier runs of the same workflow say.

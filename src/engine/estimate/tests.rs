@@ -120,6 +120,35 @@ fn estimate_averages_the_newest_ten_runs_with_live_calls() {
 }
 
 #[test]
+fn a_summary_gives_the_tokens_and_calls_of_the_models_that_reported_usage() {
+    use crate::model::{ModelUsage, Usage};
+    let spent = |backend: &str, calls: u64, total_tokens: u64| ModelUsage {
+        backend: backend.to_owned(),
+        model: None,
+        calls,
+        usage: Usage {
+            total_tokens,
+            ..Usage::default()
+        },
+    };
+    let summary = EndSummary {
+        usage: vec![
+            spent("claude", 3, 900),
+            spent("mine", 5, 0),
+            spent("codex", 1, 100),
+        ],
+        ..EndSummary::default()
+    };
+    let past = PastRun::from_summary(&summary);
+    assert_eq!((past.tokens, past.live_agent_calls), (1_000, 4));
+    let silent = PastRun::from_summary(&EndSummary {
+        usage: vec![spent("mine", 5, 0)],
+        ..EndSummary::default()
+    });
+    assert_eq!((silent.tokens, silent.live_agent_calls), (0, 0));
+}
+
+#[test]
 fn no_history_gives_null_estimate() {
     let estimate = Estimate::new(calls(&[("A", 2), ("B", 1)]), &[]);
     let value = estimate.to_json(false);

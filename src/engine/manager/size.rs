@@ -11,14 +11,15 @@ use super::api::LimitOverrides;
 use super::error::Rejected;
 use crate::engine::ScriptInput;
 use crate::engine::estimate::{self, Decision, Estimate, PastRun, RunSize};
-use crate::model::{CallKind, CallOrigin, RunId};
+use crate::store::PastRunsOf;
 
 /// How many listed runs of the project are looked at to find earlier runs of an inline script
 /// by its `meta.name`.
 const LISTED_RUNS: u32 = 200;
-/// How many earlier runs are read at most (newest first) to find the ones with usage, so a
-/// script run a thousand times without usage costs a bounded look at each admission.
-const EXAMINED_RUNS: usize = 30;
+/// How many earlier runs' summaries are read at most (newest first) to find the ones with
+/// usage, so a script run a thousand times without usage costs a bounded look at each
+/// admission.
+const EXAMINED_RUNS: u32 = 30;
 
 impl Engine {
     /// The size object of `size` for `script`'s earlier runs in `project_dir`, and whether the
@@ -98,58 +99,35 @@ impl Engine {
     }
 
     /// Token usage of the newest earlier runs of the same workflow, newest first: runs of the
-    /// same script file, or for an inline script the project's runs of the same `meta.name`.
-    /// A store that cannot be read gives no history (the estimate is then `null`).
+    /// same script file, or for an inline script the project's runs of the same `meta.name`,
+    /// from their summaries (no call row is read). A store that cannot be read gives no
+    /// history (the estimate is then `null`).
     async fn past_runs(
         &self,
         project_dir: &Path,
         script: &ScriptInput,
         name: &str,
     ) -> Vec<PastRun> {
-        let store = &self.inner.store;
-        let mut ids: Vec<RunId> = match script {
+        let resolved;
+        let of = match script {
             ScriptInput::Path(path) => {
-                let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-                store.runs_with_script(&resolved).await.unwrap_or_default()
+                resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+                PastRunsOf::Script(&resolved)
             }
-            ScriptInput::Inline(_) => store
-                .list_runs(Some(project_dir), LISTED_RUNS)
-                .await
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|run| run.workflow_name == name)
-                .map(|run| run.run_id)
-                .collect(),
+            ScriptInput::Inline(_) => PastRunsOf::Named {
+                project_dir,
+                name,
+                within: LISTED_RUNS,
+            },
         };
-        // Ids begin with their start time, so the newest sort last.
-        ids.sort();
-        ids.reverse();
-        ids.truncate(EXAMINED_RUNS);
-        let mut past = Vec::new();
-        for run_id in ids {
-            if past.len() >= estimate::HISTORY_RUNS {
-                break;
-            }
-            let Ok(calls) = store.calls(&run_id).await else {
-                continue;
-            };
-            let live: Vec<_> = calls
-                .iter()
-                .filter(|call| {
-                    call.kind == CallKind::Agent
-                        && call.origin == CallOrigin::Runner
-                        && call.usage.total_tokens > 0
-                })
-                .collect();
-            if live.is_empty() {
-                continue;
-            }
-            past.push(PastRun {
-                tokens: live.iter().map(|call| call.usage.total_tokens).sum(),
-                live_agent_calls: live.len() as u32,
-            });
-        }
-        past
+        self.inner
+            .store
+            .past_summaries(of, EXAMINED_RUNS)
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(PastRun::from_summary)
+            .collect()
     }
 }
 

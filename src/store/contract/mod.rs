@@ -15,7 +15,7 @@
 //! dense event seqs, the bounded call tail, intents reused while pending and ended by the
 //! first acknowledgement, script copies, delete cascading to everything, declared
 //! capabilities, corrupt data reported as `Corrupt`, the caller tag's compare-and-set with a
-//! single winner, companion files frozen with the script, the journal of open sessions, the queue of starts (order, bound, one claim per entry), and a run version that changes with
+//! single winner, companion files frozen with the script, the summaries of a workflow's newest runs, the journal of open sessions, the queue of starts (order, bound, one claim per entry), and a run version that changes with
 //! every write to a run that is not running.
 
 use std::path::PathBuf;
@@ -113,6 +113,7 @@ macro_rules! store_contract_tests {
             run_version_changes_with_every_write_while_not_running,
             status_call_tail_is_the_call_tail_narrowed,
             resumes_due_are_the_paused_runs_whose_moment_came,
+            past_summaries_are_one_workflow_s_newest,
             open_sessions_are_journaled_per_call_and_generation,
             open_sessions_are_fenced_and_deleted_with_the_run,
             a_group_commit_journals_sessions_and_appends_calls_fenced,

@@ -1,6 +1,7 @@
 //! Contract rules for the narrow reads: the status read (`Store::status_call_tail`), the
 //! latest generation's tail of [`Store::call_tail`] / [`Store::call_tail_rows`] with each row
-//! narrowed to what status shows, and the timer loop's read of the automatic resumes due.
+//! narrowed to what status shows, the timer loop's read of the automatic resumes due, and
+//! the summaries of a workflow's newest runs that admission's estimate reads.
 
 use super::*;
 use crate::model::CallError;
@@ -143,5 +144,75 @@ pub async fn resumes_due_are_the_paused_runs_whose_moment_came<B: Backend>(backe
             ("lq3k2m1-due001".to_owned(), 3_000),
             ("lq3k2m1-due003".to_owned(), 9_000)
         ]
+    );
+}
+
+/// `past_summaries` reads one workflow's newest runs: a script file's, or a project's runs of
+/// one name among its newest `within`; `limit` counts the runs looked at, and those without
+/// a summary give none.
+pub async fn past_summaries_are_one_workflow_s_newest<B: Backend>(backend: &B) {
+    use crate::store::PastRunsOf;
+    use std::path::Path;
+    let (_data, store) = empty(backend).await;
+    let shared = PathBuf::from("/work/flows/shared.js");
+    let spent = |tokens: u64| {
+        let mut summary = run_summary();
+        summary.total.total_tokens = tokens;
+        summary
+    };
+    let runs = [
+        RunRecord {
+            script_file: shared.clone(),
+            summary: Some(spent(1)),
+            ..run_record("lq3k2m1-past01", PROJECT, 100)
+        },
+        run_record("lq3k2m1-past02", PROJECT, 200),
+        RunRecord {
+            workflow_name: "other".to_owned(),
+            summary: Some(spent(3)),
+            ..run_record("lq3k2m1-past03", PROJECT, 300)
+        },
+        RunRecord {
+            summary: Some(spent(4)),
+            ..run_record("lq3k2m1-past04", OTHER_PROJECT, 400)
+        },
+        RunRecord {
+            script_file: shared.clone(),
+            summary: Some(spent(5)),
+            ..run_record("lq3k2m1-past05", PROJECT, 500)
+        },
+    ];
+    for (n, record) in runs.iter().enumerate() {
+        store
+            .create_run(record, &lease(&format!("token-{n}")))
+            .await
+            .expect("create");
+    }
+    let tokens = |summaries: Vec<EndSummary>| -> Vec<u64> {
+        summaries
+            .iter()
+            .map(|summary| summary.total.total_tokens)
+            .collect()
+    };
+    let named = |within| PastRunsOf::Named {
+        project_dir: Path::new(PROJECT),
+        name: "review",
+        within,
+    };
+    let read = |of, limit| {
+        let store = store.clone();
+        async move { tokens(store.past_summaries(of, limit).await.expect("read")) }
+    };
+    assert_eq!(read(named(10), 10).await, [5, 1]);
+    // The newest two of the name are 5 and 2, and 2 has no summary.
+    assert_eq!(read(named(10), 2).await, [5]);
+    // The project's newest two are 5 and 3, and 3 is another workflow.
+    assert_eq!(read(named(2), 10).await, [5]);
+    assert_eq!(read(PastRunsOf::Script(&shared), 10).await, [5, 1]);
+    assert_eq!(read(PastRunsOf::Script(&shared), 1).await, [5]);
+    let nowhere = Path::new("/work/flows/none.js");
+    assert_eq!(
+        read(PastRunsOf::Script(nowhere), 10).await,
+        Vec::<u64>::new()
     );
 }

@@ -34,12 +34,13 @@ use deadpool_postgres::Pool;
 use super::{
     AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
     ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
-    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunQueue, RunReads, Runs, ScriptChange,
-    ScriptCopies, StoreResult,
+    IntentScope, Intents, LeaseReads, Leases, PastRunsOf, RunCounts, RunQueue, RunReads, Runs,
+    ScriptChange, ScriptCopies, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
-    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, EndSummary, Enqueued, EventRecord, Lease, OpenSession,
+    OperationReceipt, QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord,
+    RunSummary,
 };
 
 mod answers;
@@ -223,6 +224,13 @@ impl RunReads for PostgresStore {
         let doing = || format!("find the runs of script {}", script_file.display());
         within_deadline!(self, doing, |client| {
             runs::with_script(&client, script_file).await
+        })
+    }
+
+    async fn past_summaries(&self, of: PastRunsOf<'_>, limit: u32) -> StoreResult<Vec<EndSummary>> {
+        let doing = || format!("read the summaries of {of:?}");
+        within_deadline!(self, doing, |client| {
+            runs::past_summaries(&client, of, limit).await
         })
     }
 

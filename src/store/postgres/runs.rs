@@ -17,10 +17,10 @@ use super::rows::{
     stored_run_id, to_json,
 };
 use crate::model::{
-    AutoResume, Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource,
-    is_content_digest,
+    AutoResume, EndSummary, Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary,
+    ScriptSource, is_content_digest,
 };
-use crate::store::{Fence, RunCounts, ScriptChange, StoreError, StoreResult};
+use crate::store::{Fence, PastRunsOf, RunCounts, ScriptChange, StoreError, StoreResult};
 
 pub(super) use crate::store::script_copies::DeletedRun as Deleted;
 
@@ -215,6 +215,57 @@ pub(super) async fn with_script(client: &Client, script_file: &Path) -> StoreRes
     .await
     .context(|| format!("find the runs of script {}", script_file.display()))?;
     run_ids(&rows)
+}
+
+/// [`crate::store::RunReads::past_summaries`]: the script file's runs through
+/// `runs_by_script_file`, an inline script's among its project's newest through
+/// `runs_by_project_started`.
+pub(super) async fn past_summaries(
+    client: &Client,
+    of: PastRunsOf<'_>,
+    limit: u32,
+) -> StoreResult<Vec<EndSummary>> {
+    let doing = || format!("read the summaries of {of:?}");
+    let limit = i64::from(limit);
+    let rows = match of {
+        PastRunsOf::Script(script_file) => {
+            let Ok(path) = path_text(script_file, "script file") else {
+                return Ok(Vec::new());
+            };
+            query(
+                client,
+                "SELECT run_id, summary FROM runs WHERE script_file = $1
+                 ORDER BY started_at DESC, run_id DESC LIMIT $2",
+                &[&path, &limit],
+            )
+            .await
+        }
+        PastRunsOf::Named {
+            project_dir,
+            name,
+            within,
+        } => {
+            let project = path_text(project_dir, "project folder")?;
+            query(
+                client,
+                "SELECT run_id, summary FROM (
+                     SELECT run_id, workflow_name, summary, started_at FROM runs
+                     WHERE project_dir = $1 ORDER BY started_at DESC, run_id DESC LIMIT $3
+                 ) AS newest
+                 WHERE workflow_name = $2 ORDER BY started_at DESC, run_id DESC LIMIT $4",
+                &[&project, &name, &i64::from(within), &limit],
+            )
+            .await
+        }
+    }
+    .context(doing)?;
+    let mut summaries = Vec::new();
+    for row in &rows {
+        let run_id = stored_run_id(row)?;
+        let reader = RowReader::new(row, &run_id, "runs");
+        summaries.extend(reader.optional_json("summary")?);
+    }
+    Ok(summaries)
 }
 
 /// How many runs have each status: one pass over the `runs_by_status_updated` index.

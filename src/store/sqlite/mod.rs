@@ -44,12 +44,13 @@ use rusqlite::Connection;
 use super::{
     AnswerReads, Answers, CallReads, CallTail, CallWrite, Calls, Capabilities, Capable,
     ControlIntent, Endings, EventReads, Events, Fence, Housekeeping, IntentAck, IntentReads,
-    IntentScope, Intents, LeaseReads, Leases, RunCounts, RunQueue, RunReads, Runs, ScriptChange,
-    ScriptCopies, StoreError, StoreResult,
+    IntentScope, Intents, LeaseReads, Leases, PastRunsOf, RunCounts, RunQueue, RunReads, Runs,
+    ScriptChange, ScriptCopies, StoreError, StoreResult,
 };
 use crate::model::{
-    CallRecord, CheckpointAnswer, Enqueued, EventRecord, Lease, OpenSession, OperationReceipt,
-    QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord, RunSummary,
+    CallRecord, CheckpointAnswer, EndSummary, Enqueued, EventRecord, Lease, OpenSession,
+    OperationReceipt, QueueOutcome, QueueStats, QueuedEntry, QueuedStart, RunId, RunRecord,
+    RunSummary,
 };
 
 mod answers;
@@ -172,6 +173,10 @@ impl RunReads for SqliteStore {
 
     async fn runs_with_script(&self, script_file: &Path) -> StoreResult<Vec<RunId>> {
         self.with(|connection| runs::with_script(connection, script_file))
+    }
+
+    async fn past_summaries(&self, of: PastRunsOf<'_>, limit: u32) -> StoreResult<Vec<EndSummary>> {
+        self.with(|connection| runs::past_summaries(connection, of, limit))
     }
 
     async fn run_caller(&self, run_id: &RunId) -> StoreResult<Option<Option<String>>> {

@@ -13,10 +13,10 @@ use super::rows::{
     to_json,
 };
 use crate::model::{
-    AutoResume, Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary, ScriptSource,
-    is_content_digest,
+    AutoResume, EndSummary, Lease, PauseReason, RunId, RunRecord, RunStatus, RunSummary,
+    ScriptSource, is_content_digest,
 };
-use crate::store::{Fence, ScriptChange, StoreError, StoreResult};
+use crate::store::{Fence, PastRunsOf, ScriptChange, StoreError, StoreResult};
 
 pub(super) use crate::store::script_copies::DeletedRun as Deleted;
 
@@ -231,6 +231,56 @@ pub(super) fn with_script(connection: &Connection, script_file: &Path) -> StoreR
         run_ids.push(stored_run_id(row)?);
     }
     Ok(run_ids)
+}
+
+/// [`crate::store::RunReads::past_summaries`]: the script file's runs through
+/// `runs_by_script_file`, an inline script's among its project's newest through
+/// `runs_by_project_started`.
+pub(super) fn past_summaries(
+    connection: &Connection,
+    of: PastRunsOf<'_>,
+    limit: u32,
+) -> StoreResult<Vec<EndSummary>> {
+    let doing = || format!("read the summaries of {of:?}");
+    let mut statement;
+    let mut rows = match of {
+        PastRunsOf::Script(script_file) => {
+            let Ok(path) = path_text(script_file, "script file") else {
+                return Ok(Vec::new());
+            };
+            statement = connection
+                .prepare_cached(
+                    "SELECT run_id, summary FROM runs WHERE script_file = ?1
+                     ORDER BY started_at DESC, run_id DESC LIMIT ?2",
+                )
+                .context(doing)?;
+            statement.query(rusqlite::params![path, limit])
+        }
+        PastRunsOf::Named {
+            project_dir,
+            name,
+            within,
+        } => {
+            let project = path_text(project_dir, "project folder")?;
+            statement = connection
+                .prepare_cached(
+                    "SELECT run_id, summary FROM (
+                         SELECT run_id, workflow_name, summary, started_at FROM runs
+                         WHERE project_dir = ?1 ORDER BY started_at DESC, run_id DESC LIMIT ?3)
+                     WHERE workflow_name = ?2 ORDER BY started_at DESC, run_id DESC LIMIT ?4",
+                )
+                .context(doing)?;
+            statement.query(rusqlite::params![project, name, within, limit])
+        }
+    }
+    .context(doing)?;
+    let mut summaries = Vec::new();
+    while let Some(row) = rows.next().context(doing)? {
+        let run_id = stored_run_id(row)?;
+        let reader = RowReader::new(row, &run_id, "runs");
+        summaries.extend(reader.optional_json("summary")?);
+    }
+    Ok(summaries)
 }
 
 pub(super) fn delete(connection: &mut Connection, run_id: &RunId) -> StoreResult<Deleted> {
