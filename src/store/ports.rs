@@ -31,7 +31,8 @@ pub enum PastRunsOf<'a> {
     /// The runs whose recorded script file is this path.
     Script(&'a Path),
     /// The runs of an inline script: a project's runs with this `meta.name`, among the
-    /// project's newest `within` runs.
+    /// project's newest `within` runs (and any that started in the same millisecond as the
+    /// last of them).
     Named {
         project_dir: &'a Path,
         name: &'a str,

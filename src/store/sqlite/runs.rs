@@ -263,11 +263,16 @@ pub(super) fn past_summaries(
         } => {
             let project = path_text(project_dir, "project folder")?;
             statement = connection
+                // The start of the project's `within`th newest run bounds the walk down the
+                // index, which stops at `limit` runs of the name: a subquery of the newest
+                // runs would read and sort all `within` of them.
                 .prepare_cached(
-                    "SELECT run_id, summary FROM (
-                         SELECT run_id, workflow_name, summary, started_at FROM runs
-                         WHERE project_dir = ?1 ORDER BY started_at DESC, run_id DESC LIMIT ?3)
-                     WHERE workflow_name = ?2 ORDER BY started_at DESC, run_id DESC LIMIT ?4",
+                    "SELECT run_id, summary FROM runs
+                     WHERE project_dir = ?1 AND workflow_name = ?2 AND started_at >= COALESCE(
+                         (SELECT started_at FROM runs WHERE project_dir = ?1
+                          ORDER BY started_at DESC, run_id DESC LIMIT 1 OFFSET ?3 - 1),
+                         -9223372036854775808)
+                     ORDER BY started_at DESC, run_id DESC LIMIT ?4",
                 )
                 .context(doing)?;
             statement.query(rusqlite::params![project, name, within, limit])
