@@ -478,6 +478,22 @@ pub trait Endings: Runs + Calls + Events + Leases {
         Ok(())
     }
 
+    /// A generation's whole end: [`Endings::close_generation`]'s events and count, then
+    /// [`Endings::record_outcome`]'s row and release, fenced by `lease_token`. SQLite makes
+    /// them one transaction, which a refused fence leaves unwritten as a whole; this default
+    /// makes the two writes one after the other and stops at a refused first one.
+    async fn end_generation(
+        &self,
+        record: &RunRecord,
+        lease_token: &str,
+        events: &[EventRecord],
+        call_total: Option<(u32, u64)>,
+    ) -> StoreResult<()> {
+        self.close_generation(&record.run_id, events, call_total, Fence(lease_token))
+            .await?;
+        self.record_outcome(record, lease_token).await
+    }
+
     /// A generation's outcome and the end of its lease: the run row rewritten as
     /// [`Runs::update_run`] does with `ScriptChange::Unchanged`, fenced by `lease_token`,
     /// then that lease released as [`Leases::release_lease`] does. SQLite makes them one

@@ -25,7 +25,7 @@
 //!
 //! The generation counts the non-checkpoint rows it wrote ([`Driver::settled_calls`]):
 //! the live view shows the count to status while the generation runs, and
-//! [`Driver::close_generation`] records it in the store with the last events when it stops,
+//! [`Driver::closing`] hands it with the last events to the write of the generation's outcome,
 //! after its last row, so status never counts a run's rows.
 //!
 //! Under a lease policy that expires leases (`LeasePolicy::Ttl`) the driver's loop renews
@@ -39,7 +39,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::driver::{Driver, Halt, Persistence};
+use crate::engine::driver::{Closing, Driver, Halt, Persistence};
 use crate::model::{CallKind, CallRecord, OpenSession, PauseReason};
 use crate::store::{CallWrite, Fence, LeasePolicy, Store, StoreError};
 use crate::util::sync::Lock;
@@ -209,23 +209,21 @@ impl Driver {
         self.setup.live.locked().settled_calls = Some(self.settled_calls);
     }
 
-    /// The generation's last writes, once no row of it can follow: the events still
-    /// buffered and its count of rows, so status of the stopped run reads the count instead
-    /// of counting rows (nothing to count for a generation that wrote no row), in one store
-    /// call ([`Store::close_generation`], one transaction on SQLite).
-    pub(super) async fn close_generation(&mut self) -> Result<(), LostWrite> {
-        let total = (self.settled_calls > 0).then_some((self.setup.generation, self.settled_calls));
-        self.write_events(total).await
+    /// The generation's last writes, once no row of it can follow and its replays are
+    /// written, for the write of its outcome (`Endings::end_generation`, one transaction on
+    /// SQLite): the events still buffered and its count of rows, so status of the stopped
+    /// run reads the count instead of counting rows (nothing to count for a generation that
+    /// wrote no row). `None` when nothing may be written: the dry run, or a lost lease.
+    pub(super) fn closing(&mut self) -> Option<Closing> {
+        let call_total =
+            (self.settled_calls > 0).then_some((self.setup.generation, self.settled_calls));
+        let events = self.events.take();
+        matches!(self.target(), Ok(Some(_))).then_some(Closing { events, call_total })
     }
 
-    /// Writes the buffered events (after any buffered replays).
+    /// Writes the buffered events after any buffered replays. Events a failed write did not
+    /// store stay buffered.
     pub(super) async fn flush_events(&mut self) -> Result<(), LostWrite> {
-        self.write_events(None).await
-    }
-
-    /// Writes the buffered events after any buffered replays, with the generation's count
-    /// `total` when it is closing. Events a failed write did not store stay buffered.
-    async fn write_events(&mut self, total: Option<(u32, u64)>) -> Result<(), LostWrite> {
         self.commit_group().await?;
         self.flush_replays().await?;
         let Some((store, lease_token)) = self.target()? else {
@@ -233,14 +231,12 @@ impl Driver {
             return Ok(());
         };
         let events = self.events.take();
-        if events.is_empty() && total.is_none() {
+        if events.is_empty() {
             return Ok(());
         }
-        let (run_id, fence) = (&self.setup.run_id, Fence(&lease_token));
-        let written = match total {
-            None => store.append_events(run_id, &events, fence).await,
-            Some(_) => store.close_generation(run_id, &events, total, fence).await,
-        };
+        let written = store
+            .append_events(&self.setup.run_id, &events, Fence(&lease_token))
+            .await;
         if let Err(error) = written {
             self.events.restore(events);
             return Err(error.into());

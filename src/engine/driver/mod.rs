@@ -41,7 +41,7 @@ mod trace;
 
 pub(crate) use isolation::{IsolationSetup, recorded_base};
 use outcome::in_order;
-pub(crate) use outcome::{DryCall, Outcome};
+pub(crate) use outcome::{Closing, DryCall, Outcome};
 pub(crate) use summary::Tally;
 pub(crate) use trace::{TraceSetup, Waited};
 
@@ -688,6 +688,7 @@ impl Driver {
             lease_lost: false,
             script_events: self.script_events,
             tally: Tally::default(),
+            closing: None,
             trace: None,
         };
         self.settle_outcome(halt, &mut outcome);
@@ -697,10 +698,9 @@ impl Driver {
         if let Err(lost) = self.flush_replays().await {
             self.on_lost_write(lost);
         }
-        // Last, once no row of the generation can follow: its events and its count.
-        if let Err(lost) = self.close_generation().await {
-            self.on_lost_write(lost);
-        }
+        // Last, once no row of the generation can follow: its events and its count, which
+        // its outcome's write takes.
+        outcome.closing = self.closing();
         outcome.usage = self.setup.usage;
         outcome.last_event_seq = self.events.last_seq();
         outcome.next_settlement = self.setup.next_settlement;

@@ -52,10 +52,22 @@ pub(crate) struct Outcome {
     pub script_events: u64,
     /// The generation's calls and their spend, for the run's summary.
     pub tally: super::Tally,
+    /// The generation's last events and call count, written with its outcome
+    /// (`Endings::end_generation`); `None` when nothing of it may be written (the dry run, a
+    /// lost lease).
+    pub closing: Option<Closing>,
     /// The context of the generation's run span, when telemetry records it: the first
     /// traced generation's is kept with the run, and later generations' spans are its
     /// children.
     pub trace: Option<crate::telemetry::TraceContext>,
+}
+
+/// What a generation leaves to the write of its outcome, so both are one transaction: the
+/// events buffered after its last row, and its call count when it wrote rows.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Closing {
+    pub events: Vec<crate::model::EventRecord>,
+    pub call_total: Option<(u32, u64)>,
 }
 
 /// The phases of `entered` (each title with its place in the order of first entry) in that

@@ -309,32 +309,45 @@ async fn the_live_view_counts_the_rows_written_and_the_store_gets_the_count_once
     );
     // Three replays, one live row; the checkpoint is not a call status counts.
     assert_eq!(view.locked().settled_calls, Some(4));
-    // Not in the store until the generation stops: a settled call writes only its own row.
+    // Not in the store until the generation stops: a settled call writes only its own row,
+    // and the count goes with the outcome's write.
     assert_eq!(world.recorded_count(), None);
     driver.settled_calls = 6;
-    assert!(driver.close_generation().await.is_ok());
-    assert_eq!(world.recorded_count(), Some((1, 6)), "the driver's count");
+    let closing = driver.closing().expect("a generation with a lease closes");
+    assert_eq!(closing.call_total, Some((1, 6)), "the driver's count");
+    assert_eq!(world.recorded_count(), None);
 }
 
 #[tokio::test]
-async fn a_refused_count_is_a_lost_write_and_the_dry_run_records_none() {
+async fn a_lost_lease_and_the_dry_run_leave_nothing_to_close() {
     let world = world().await;
     let mut refused = world.driver(Some("a-lapsed-lease"));
+    let written = refused
+        .record_call(&row(0, CallOrigin::Runner, 0), &[])
+        .await;
+    assert!(written.is_err(), "{written:?}");
+    refused.on_lost_write(written.unwrap_err());
     refused.settled_calls = 1;
-    assert!(refused.close_generation().await.is_err());
+    assert!(refused.closing().is_none());
     let mut dry = world.driver(None);
     assert_eq!(dry.setup.live.locked().settled_calls, None);
     dry.settled_calls = 1;
-    assert!(dry.close_generation().await.is_ok());
+    assert!(dry.closing().is_none());
 }
 
 #[tokio::test]
-async fn a_finished_generation_records_its_call_count() {
+async fn a_finished_generation_hands_its_count_and_last_events_to_its_outcome() {
     let world = world().await;
     let outcome = generation(world.setup(TWO_CALLS, Some(LEASE))).await;
     assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
     assert!(outcome.store_error.is_none(), "{outcome:?}");
-    assert_eq!(world.recorded_count(), Some((1, 2)));
+    let closing = outcome.closing.expect("a closing");
+    assert_eq!(closing.call_total, Some((1, 2)));
+    let last = closing.events.last().expect("the closing event");
+    assert_eq!(last.event.value()["type"], "complete", "{last:?}");
+    // The driver wrote neither: the outcome's write takes both.
+    assert_eq!(world.recorded_count(), None);
+    assert!(!world.event_kinds().await.contains(&"complete".to_owned()));
 }
 
 async fn generation(setup: DriverSetup) -> Outcome {

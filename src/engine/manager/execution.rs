@@ -171,6 +171,7 @@ impl Engine {
         let setup = self
             .driver_setup(&mut record, &lease, history, answers, view)
             .await;
+        let mut closing = driver::Closing::default();
         if let Some(mut setup) = setup {
             let kept = self.kept_trace(&run_id, record.generation).await;
             if kept.is_some() {
@@ -178,7 +179,7 @@ impl Engine {
             }
             let keep = kept.is_none();
             setup.trace.remote = kept.or(remote);
-            let outcome = match known {
+            let mut outcome = match known {
                 Some(result) => driver::settle_known(setup, result).await,
                 None => driver::run(setup, control).await,
             };
@@ -193,22 +194,55 @@ impl Engine {
                 self.finish_live(&run_id, record.generation, record.status);
                 return;
             }
+            closing = outcome.closing.take().unwrap_or_default();
         }
         // A usage-limit pause with a known reset schedules the run's automatic resume in the
         // same write; any other ending leaves nothing scheduled.
         record.auto_resume.due_at = timers::schedule(&record, self.inner.config.auto_resume)
             .and_then(|decided| decided.due_at());
-        // The outcome and the lease's release in one write; should it fail, the lease is
-        // still given up, so that nothing waits for a lease no execution holds any more.
-        match self.inner.store.record_outcome(&record, &lease.token).await {
-            Ok(()) if record.auto_resume.due_at.is_some() => self.timer_scheduled(),
-            Ok(()) => {}
-            Err(error) => {
-                tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
-                let _ = self.inner.store.release_lease(&run_id, &lease.token).await;
-            }
+        if self.end_generation(&mut record, &lease, closing).await
+            && record.auto_resume.due_at.is_some()
+        {
+            self.timer_scheduled();
         }
         self.finish_live(&run_id, record.generation, record.status);
+    }
+
+    /// Writes the generation's end: its last events and count, its outcome and the lease's
+    /// release, in one write (one transaction on SQLite). Refused by the fence, the run is
+    /// another execution's and nothing of it is written. Failing otherwise, the outcome is
+    /// written alone, naming the failure, as for a generation whose last events were lost;
+    /// should that fail too, the lease is still given up, so that nothing waits for a lease
+    /// no execution holds any more. Whether the outcome was written.
+    async fn end_generation(
+        &self,
+        record: &mut RunRecord,
+        lease: &Lease,
+        closing: driver::Closing,
+    ) -> bool {
+        let store = &self.inner.store;
+        let run_id = &record.run_id;
+        let ended = store
+            .end_generation(record, &lease.token, &closing.events, closing.call_total)
+            .await;
+        let error = match ended {
+            Ok(()) => return true,
+            Err(StoreError::Fenced(_)) => {
+                tracing::warn!(run = %run_id, "generation {} lost the run's lease; its outcome is not recorded", record.generation);
+                return false;
+            }
+            Err(error) => error,
+        };
+        tracing::error!(run = %run_id, "cannot write the end of the run's generation: {error}");
+        record.error_message = Some(format!("run store write failed: {error}"));
+        match store.record_outcome(record, &lease.token).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(run = %run_id, "cannot record the run's outcome: {error}");
+                let _ = store.release_lease(run_id, &lease.token).await;
+                false
+            }
+        }
     }
 
     /// The trace context an earlier generation of the run kept, which this generation's run

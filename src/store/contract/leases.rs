@@ -394,3 +394,68 @@ pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
         "a write after the release",
     );
 }
+
+/// `end_generation` writes a generation's last events, its count, its outcome and the
+/// lease's release at once: refused by another fence it writes none of them, and once it
+/// has ended the generation its released lease fences a second end.
+pub async fn end_generation_writes_the_whole_end_or_nothing<B: Backend>(backend: &B) {
+    let WithRun { store, record, .. } = with_run(backend).await;
+    let id = &record.run_id;
+    store
+        .append_call(
+            id,
+            write(&call(1, 0, 1), &[], &[event(1, "agentStart")]),
+            Fence("token-a"),
+        )
+        .await
+        .expect("the generation's row");
+    let last = [event(2, "agentEnd"), event(3, "complete")];
+    let done = RunRecord {
+        status: RunStatus::Completed,
+        result: Some(serde_json::json!({"answer": 42})),
+        updated_at: record.updated_at + 1,
+        ..record.clone()
+    };
+    assert_fenced(
+        store
+            .end_generation(&done, "token-b", &last, Some((1, 7)))
+            .await,
+        "end_generation",
+    );
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), 1, "no event");
+    assert_eq!(
+        store.call_tail(id, 5).await.expect("tail").total,
+        1,
+        "no count"
+    );
+    assert_eq!(
+        store.load_run(id).await.expect("run").status,
+        RunStatus::Running
+    );
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(lease("token-a"))
+    );
+    store
+        .end_generation(&done, "token-a", &last, Some((1, 7)))
+        .await
+        .expect("end the generation");
+    let types: Vec<_> = (store.events(id, 0, 10).await.expect("events").iter())
+        .map(|event| event.event.value()["type"].clone())
+        .collect();
+    assert_eq!(types, ["agentStart", "agentEnd", "complete"]);
+    assert_eq!(store.call_tail(id, 5).await.expect("tail").total, 7);
+    let stored = store.load_run(id).await.expect("run");
+    assert_eq!(
+        (stored.status, stored.result),
+        (RunStatus::Completed, done.result.clone())
+    );
+    assert_eq!(store.lease(id).await.expect("lease"), None, "released");
+    assert_fenced(
+        store
+            .end_generation(&done, "token-a", &[event(4, "log")], None)
+            .await,
+        "end_generation after the release",
+    );
+    assert_eq!(store.last_event_seq(id).await.expect("seq"), 3);
+}

@@ -102,6 +102,7 @@ macro_rules! store_contract_tests {
             expiry_alone_fences_nothing_but_a_takeover_does,
             renewal_needs_the_token_that_holds_the_lease,
             a_generation_ends_with_two_fenced_writes,
+            end_generation_writes_the_whole_end_or_nothing,
             intents_are_reused_while_pending_and_end_at_the_first_ack,
             pending_intents_by_run_holder_and_all,
             script_copies_are_created_and_deleted,

@@ -1,9 +1,10 @@
-//! The writes that end a generation, two commits instead of four: its last events with its
-//! call count ([`close_generation`]), then its outcome with the release of its lease
-//! ([`record_outcome`]). Each makes exactly what its separate writes make (`events::append`
-//! then `calls::record_total`; `runs::update` then `leases::release`), in one transaction:
-//! a small transaction's fixed cost (its locks, the database header's WAL frame, the commit)
-//! is most of what each of these writes costs, and every run pays them once.
+//! The writes that end a generation, one commit instead of four ([`end_generation`]): its
+//! last events with its call count ([`close_generation`]) and its outcome with the release
+//! of its lease ([`record_outcome`]). Each makes exactly what its separate writes make
+//! (`events::append` then `calls::record_total`; `runs::update` then `leases::release`), in
+//! one transaction: a small transaction's fixed cost (its locks, the database header's WAL
+//! frame, the commit and, at `full`, its sync) is most of what each of these writes costs,
+//! and every run pays it once. The two halves stay apart for the ends that need only one.
 
 use rusqlite::Connection;
 
@@ -46,6 +47,28 @@ pub(super) fn record_outcome(
     let doing = || format!("record the outcome of run {run_id} and release its lease");
     let transaction = write_transaction(connection, doing)?;
     let run_key = fenced_run_key(&transaction, run_id, Fence(lease_token))?;
+    update_in(&transaction, run_key, record, ScriptChange::Unchanged)?;
+    release_in(&transaction, run_key, run_id, lease_token)?;
+    transaction.commit().context(doing)
+}
+
+/// [`close_generation`] and [`record_outcome`] in one transaction: a generation's last
+/// events, its call count, its outcome and the release of its lease, or nothing.
+pub(super) fn end_generation(
+    connection: &mut Connection,
+    record: &RunRecord,
+    lease_token: &str,
+    events: &[EventRecord],
+    call_total: Option<(u32, u64)>,
+) -> StoreResult<()> {
+    let run_id = &record.run_id;
+    let doing = || format!("end the generation of run {run_id} and release its lease");
+    let transaction = write_transaction(connection, doing)?;
+    let run_key = fenced_run_key(&transaction, run_id, Fence(lease_token))?;
+    insert_events(&transaction, run_key, run_id, events)?;
+    if let Some((generation, total)) = call_total {
+        record_total_in(&transaction, (run_key, run_id), generation, total)?;
+    }
     update_in(&transaction, run_key, record, ScriptChange::Unchanged)?;
     release_in(&transaction, run_key, run_id, lease_token)?;
     transaction.commit().context(doing)

@@ -556,6 +556,18 @@ impl Endings for SqliteStore {
         })
     }
 
+    async fn end_generation(
+        &self,
+        record: &RunRecord,
+        lease_token: &str,
+        events: &[EventRecord],
+        call_total: Option<(u32, u64)>,
+    ) -> StoreResult<()> {
+        self.with(|connection| {
+            endings::end_generation(connection, record, lease_token, events, call_total)
+        })
+    }
+
     async fn record_outcome(&self, record: &RunRecord, lease_token: &str) -> StoreResult<()> {
         self.with(|connection| endings::record_outcome(connection, record, lease_token))
     }
