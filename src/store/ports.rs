@@ -453,8 +453,8 @@ pub trait Housekeeping: RunReads {
     async fn resumes_due(&self, until_ms: i64, limit: u32) -> StoreResult<Vec<(RunId, i64)>>;
 }
 
-/// The two writes that end a generation, over the runs, journal, events and leases they
-/// touch.
+/// The writes that end a generation, over the runs, journal, events and leases they touch:
+/// the whole end at once, or its two halves.
 #[async_trait]
 pub trait Endings: Runs + Calls + Events + Leases {
     /// A stopped generation's last writes: its last events, then its call count
@@ -479,9 +479,10 @@ pub trait Endings: Runs + Calls + Events + Leases {
     }
 
     /// A generation's whole end: [`Endings::close_generation`]'s events and count, then
-    /// [`Endings::record_outcome`]'s row and release, fenced by `lease_token`. SQLite makes
-    /// them one transaction, which a refused fence leaves unwritten as a whole; this default
-    /// makes the two writes one after the other and stops at a refused first one.
+    /// [`Endings::record_outcome`]'s row and release, fenced by `lease_token`. SQLite and
+    /// PostgreSQL make them one transaction, which a refused fence leaves unwritten as a
+    /// whole; this default makes the two writes one after the other and stops at a refused
+    /// first one.
     async fn end_generation(
         &self,
         record: &RunRecord,

@@ -183,18 +183,29 @@ pub(super) async fn record_total(
     fence: Fence<'_>,
 ) -> StoreResult<()> {
     let doing = || format!("record the call count of generation {generation} of run {run_id}");
-    let total = to_bigint(total, "call count")?;
     let transaction = client.transaction().await.context(doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence).await?;
+    record_total_in(&transaction, (run_key, run_id), generation, total).await?;
+    transaction.commit().await.context(doing)
+}
+
+/// [`record_total`]'s row, in the caller's transaction (after its fence).
+pub(super) async fn record_total_in(
+    client: &impl GenericClient,
+    (run_key, run_id): (i64, &RunId),
+    generation: u32,
+    total: u64,
+) -> StoreResult<()> {
+    let total = to_bigint(total, "call count")?;
     execute(
-        &transaction,
+        client,
         "INSERT INTO call_tallies (run_key, generation, calls) VALUES ($1, $2, $3)
          ON CONFLICT (run_key, generation) DO UPDATE SET calls = excluded.calls",
         &[&run_key, &i64::from(generation), &total],
     )
     .await
-    .context(doing)?;
-    transaction.commit().await.context(doing)
+    .context(|| format!("record the call count of generation {generation} of run {run_id}"))?;
+    Ok(())
 }
 
 pub(super) async fn append(

@@ -4,7 +4,7 @@
 //! row, the other then sees the new token and updates nothing), the renewal and the release,
 //! each one conditional statement. The database's clock answers `clock_ms`.
 
-use deadpool_postgres::Client;
+use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::types::ToSql;
 
 use super::connection::{Context, execute, query_one, query_opt};
@@ -139,7 +139,12 @@ pub(super) async fn renew(
     }
 }
 
-pub(super) async fn release(client: &Client, run_id: &RunId, token: &str) -> StoreResult<()> {
+/// Gives up `token`'s lease of the run, in a transaction of the caller's or alone.
+pub(super) async fn release(
+    client: &impl GenericClient,
+    run_id: &RunId,
+    token: &str,
+) -> StoreResult<()> {
     let released = execute(
         client,
         "UPDATE runs SET lease_token = NULL, lease_owner_id = NULL, lease_pid = NULL,

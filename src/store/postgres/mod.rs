@@ -47,6 +47,7 @@ mod answers;
 mod calls;
 mod connection;
 mod control;
+mod endings;
 mod events;
 mod leases;
 mod migrations;
@@ -683,7 +684,21 @@ impl RunQueue for PostgresStore {
 }
 
 #[async_trait]
-impl Endings for PostgresStore {}
+#[async_trait]
+impl Endings for PostgresStore {
+    async fn end_generation(
+        &self,
+        record: &RunRecord,
+        lease_token: &str,
+        events: &[EventRecord],
+        call_total: Option<(u32, u64)>,
+    ) -> StoreResult<()> {
+        let doing = || format!("end the generation of run {}", record.run_id);
+        within_deadline!(self, doing, |client| {
+            endings::end_generation(&mut client, record, lease_token, events, call_total).await
+        })
+    }
+}
 
 impl PostgresStore {
     async fn read_calls(

@@ -121,11 +121,7 @@ pub(super) async fn update(
     };
     let transaction = client.transaction().await.context(doing)?;
     let run_key = fenced_run_key(&transaction, run_id, fence).await?;
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&run_key];
-    params.extend(run_row.params());
-    execute(&transaction, UPDATE, &params)
-        .await
-        .context(doing)?;
+    update_row_in(&transaction, run_key, &run_row, run_id).await?;
     if let Some(script_row) = &script_row {
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&run_key];
         params.extend(script_row.params());
@@ -139,6 +135,30 @@ pub(super) async fn update(
         .context(doing)?;
     }
     transaction.commit().await.context(doing)
+}
+
+/// The run row of `record` written over run `run_key`, in the caller's transaction (after
+/// its fence); the script row is left as it is.
+pub(super) async fn update_in(
+    client: &impl GenericClient,
+    run_key: i64,
+    record: &RunRecord,
+) -> StoreResult<()> {
+    update_row_in(client, run_key, &RunRow::new(record)?, &record.run_id).await
+}
+
+async fn update_row_in(
+    client: &impl GenericClient,
+    run_key: i64,
+    run_row: &RunRow<'_>,
+    run_id: &RunId,
+) -> StoreResult<()> {
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&run_key];
+    params.extend(run_row.params());
+    execute(client, UPDATE, &params)
+        .await
+        .context(|| format!("update run {run_id}"))?;
+    Ok(())
 }
 
 pub(super) async fn list(
