@@ -328,19 +328,30 @@ fn fan_out(
 }
 
 fn zero_agent_p50(client: &mut Client, project: &str, table: &mut Table) -> Result<()> {
-    let mut samples = Vec::with_capacity(ADMISSIONS);
-    for _ in 0..ADMISSIONS {
-        let (run_id, admission) = start_run(client, project, ZERO_AGENT, 0)?;
-        samples.push(admission);
-        wait_for_end(client, &run_id)?;
-    }
-    let p50 = support::percentile(&mut samples, 50);
+    let p50 = admission_p50(client, project, ZERO_AGENT, ADMISSIONS)?;
     table.add(
         format!("0-agent run admission p50 ({ADMISSIONS} runs)"),
         format!("{:.2} ms", millis(p50.as_secs_f64())),
         "< 1 ms",
     );
     Ok(())
+}
+
+/// The median admission of `count` runs of the 0-agent `script`, each run waited for before
+/// the next starts.
+fn admission_p50(
+    client: &mut Client,
+    project: &str,
+    script: &str,
+    count: usize,
+) -> Result<Duration> {
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (run_id, admission) = start_run(client, project, script, 0)?;
+        samples.push(admission);
+        wait_for_end(client, &run_id)?;
+    }
+    Ok(support::percentile(&mut samples, 50))
 }
 
 /// Earlier runs of one workflow before [`admission_with_history`] times its admissions, and
@@ -374,13 +385,7 @@ fn admission_with_history(
         )?;
     }
     let same_name = ZERO_AGENT.replace("name:'z'", "name:'b'");
-    let mut samples = Vec::with_capacity(HISTORY_ADMISSIONS);
-    for _ in 0..HISTORY_ADMISSIONS {
-        let (run_id, admission) = start_run(client, &project, &same_name, 0)?;
-        samples.push(admission);
-        wait_for_end(client, &run_id)?;
-    }
-    let p50 = support::percentile(&mut samples, 50);
+    let p50 = admission_p50(client, &project, &same_name, HISTORY_ADMISSIONS)?;
     table.add(
         format!(
             "0-agent run admission p50 after {HISTORY} runs of {calls} calls of the same workflow ({HISTORY_ADMISSIONS} runs)"

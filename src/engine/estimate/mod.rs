@@ -120,7 +120,8 @@ impl RunSize {
     }
 }
 
-/// Token usage of one earlier run: its total tokens and its live agent calls that reported usage.
+/// Token usage of one earlier run: the tokens and live agent calls of the backends and models
+/// that reported usage ([`PastRun::from_summary`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PastRun {
     pub tokens: u64,

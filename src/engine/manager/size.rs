@@ -13,8 +13,8 @@ use crate::engine::ScriptInput;
 use crate::engine::estimate::{self, Decision, Estimate, PastRun, RunSize};
 use crate::store::PastRunsOf;
 
-/// How many listed runs of the project are looked at to find earlier runs of an inline script
-/// by its `meta.name`.
+/// Among how many of the project's newest runs the earlier runs of an inline script are
+/// found by its `meta.name`.
 const LISTED_RUNS: u32 = 200;
 /// How many earlier runs' summaries are read at most (newest first) to find the ones with
 /// usage, so a script run a thousand times without usage costs a bounded look at each

@@ -315,23 +315,14 @@ pub async fn renewal_needs_the_token_that_holds_the_lease<B: Backend>(backend: &
     assert_eq!(store.lease(id).await.expect("lease"), None);
 }
 
-/// A generation ends in two fenced writes: `close_generation` appends its last events and
-/// records its call count, `record_outcome` rewrites the run row and releases the lease. A
-/// token that does not hold the lease writes nothing of either, and once the lease is
-/// released its token fences what follows.
+/// The two halves of a generation's end are fenced writes: `close_generation` appends its
+/// last events and records its call count, `record_outcome` rewrites the run row and
+/// releases the lease. A token that does not hold the lease writes nothing of either, and
+/// once the lease is released its token fences what follows.
 pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
-    let WithRun { store, record, .. } = with_run(backend).await;
+    let (WithRun { store, record, .. }, last, done) = ending(backend).await;
     let id = &record.run_id;
     let fence = Fence("token-a");
-    store
-        .append_call(
-            id,
-            write(&call(1, 0, 1), &[], &[event(1, "agentStart")]),
-            fence,
-        )
-        .await
-        .expect("the generation's row");
-    let last = [event(2, "agentEnd"), event(3, "complete")];
     // A count the rows do not give (7 for one row), so that a recorded count shows.
     assert_fenced(
         store
@@ -349,22 +340,16 @@ pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
         .close_generation(id, &last, Some((1, 7)), fence)
         .await
         .expect("close the generation");
-    let types: Vec<_> = (store.events(id, 0, 10).await.expect("events").iter())
-        .map(|event| event.event.value()["type"].clone())
-        .collect();
-    assert_eq!(types, ["agentStart", "agentEnd", "complete"]);
+    assert_eq!(
+        event_types(store.as_ref(), id).await,
+        ["agentStart", "agentEnd", "complete"]
+    );
     assert_eq!(store.call_tail(id, 5).await.expect("tail").total, 7);
     store
         .close_generation(id, &[], None, fence)
         .await
         .expect("nothing to write");
 
-    let done = RunRecord {
-        status: RunStatus::Completed,
-        result: Some(serde_json::json!({"answer": 42})),
-        updated_at: record.updated_at + 1,
-        ..record.clone()
-    };
     assert_fenced(
         store.record_outcome(&done, "token-b").await,
         "record_outcome",
@@ -399,23 +384,8 @@ pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
 /// lease's release at once: refused by another fence it writes none of them, and once it
 /// has ended the generation its released lease fences a second end.
 pub async fn end_generation_writes_the_whole_end_or_nothing<B: Backend>(backend: &B) {
-    let WithRun { store, record, .. } = with_run(backend).await;
+    let (WithRun { store, record, .. }, last, done) = ending(backend).await;
     let id = &record.run_id;
-    store
-        .append_call(
-            id,
-            write(&call(1, 0, 1), &[], &[event(1, "agentStart")]),
-            Fence("token-a"),
-        )
-        .await
-        .expect("the generation's row");
-    let last = [event(2, "agentEnd"), event(3, "complete")];
-    let done = RunRecord {
-        status: RunStatus::Completed,
-        result: Some(serde_json::json!({"answer": 42})),
-        updated_at: record.updated_at + 1,
-        ..record.clone()
-    };
     assert_fenced(
         store
             .end_generation(&done, "token-b", &last, Some((1, 7)))
@@ -440,10 +410,10 @@ pub async fn end_generation_writes_the_whole_end_or_nothing<B: Backend>(backend:
         .end_generation(&done, "token-a", &last, Some((1, 7)))
         .await
         .expect("end the generation");
-    let types: Vec<_> = (store.events(id, 0, 10).await.expect("events").iter())
-        .map(|event| event.event.value()["type"].clone())
-        .collect();
-    assert_eq!(types, ["agentStart", "agentEnd", "complete"]);
+    assert_eq!(
+        event_types(store.as_ref(), id).await,
+        ["agentStart", "agentEnd", "complete"]
+    );
     assert_eq!(store.call_tail(id, 5).await.expect("tail").total, 7);
     let stored = store.load_run(id).await.expect("run");
     assert_eq!(
@@ -458,4 +428,36 @@ pub async fn end_generation_writes_the_whole_end_or_nothing<B: Backend>(backend:
         "end_generation after the release",
     );
     assert_eq!(store.last_event_seq(id).await.expect("seq"), 3);
+}
+
+/// What both ending rules start from: a run whose generation wrote one row (and its event)
+/// under `token-a`, that generation's last two events, and the run completed.
+async fn ending<B: Backend>(backend: &B) -> (WithRun<B::Data>, [EventRecord; 2], RunRecord) {
+    let with = with_run(backend).await;
+    with.store
+        .append_call(
+            &with.record.run_id,
+            write(&call(1, 0, 1), &[], &[event(1, "agentStart")]),
+            Fence("token-a"),
+        )
+        .await
+        .expect("the generation's row");
+    let done = RunRecord {
+        status: RunStatus::Completed,
+        result: Some(serde_json::json!({"answer": 42})),
+        updated_at: with.record.updated_at + 1,
+        ..with.record.clone()
+    };
+    (with, [event(2, "agentEnd"), event(3, "complete")], done)
+}
+
+/// The types of the run's stored events, in order.
+async fn event_types(store: &dyn Store, id: &RunId) -> Vec<serde_json::Value> {
+    store
+        .events(id, 0, 10)
+        .await
+        .expect("events")
+        .iter()
+        .map(|event| event.event.value()["type"].clone())
+        .collect()
 }
