@@ -35,13 +35,14 @@ use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, 
 use serde_json::Value;
 
 mod failure;
+mod host;
 mod pool;
 mod prelude;
 mod queue;
 
 use failure::{failure_from_value, runaway, vm_failure};
+use host::{Bound, Helpers};
 use pool::{Spare, Spent};
-use prelude::load_prelude;
 #[cfg(test)]
 use prelude::{PRELUDE, PRELUDE_BYTECODE};
 #[cfg(test)]
@@ -282,18 +283,6 @@ impl SliceClock {
     }
 }
 
-/// The prelude's host-only helpers, held by Rust instead of the global object.
-struct Helpers {
-    /// Defines the root scope's DSL globals; called once before the script body.
-    install: Persistent<Function<'static>>,
-    /// `(code, message, recoverable)` to the Error a rejected call's promise carries.
-    make_error: Persistent<Function<'static>>,
-    /// The script's result to its strict JSON text (or undefined).
-    strict_json: Persistent<Function<'static>>,
-    /// Replaces what the script's `budget` reads with a new view (JSON text).
-    set_budget: Persistent<Function<'static>>,
-}
-
 type Unhandled = Rc<RefCell<Vec<(Persistent<rquickjs::Value<'static>>, ScriptFailure)>>>;
 type Resolvers =
     Rc<RefCell<HashMap<u64, (Persistent<Function<'static>>, Persistent<Function<'static>>)>>>;
@@ -308,7 +297,7 @@ fn run(
 ) -> (Result<Option<Value>, ScriptFailure>, Option<Spent>) {
     // A spare was made for this script alone (`vm/pool.rs`); without one, a new pair now.
     let Spare {
-        prelude,
+        host,
         context,
         runtime,
     } = match spare.map_or_else(Spare::create, Ok) {
@@ -351,15 +340,24 @@ fn run(
         clock: clock.clone(),
     };
     let started = context.with(|ctx| {
-        let helpers = install_host(&ctx, prelude, &outbox, &resolvers, nested, files)
-            .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
+        // The spare's host (`vm/host.rs`) if it has one, else set up now.
+        let host = match host {
+            Some(host) => host,
+            None => host::set_up(&ctx).map_err(|e| vm_failure(&ctx, e, &clock, limits))?,
+        };
+        host.bind(Bound::new(outbox, resolvers.clone(), nested, files));
         // The first slice: from here until the thread first waits for the driver.
         clock.begin();
-        let main = start_script(&ctx, &helpers, &script)
-            .map_err(|e| vm_failure(&ctx, e, &clock, limits))?;
-        Ok::<_, ScriptFailure>((helpers, main))
+        match start_script(&ctx, &host.helpers, &script) {
+            Ok(main) => Ok((host, main)),
+            Err(e) => {
+                let failure = vm_failure(&ctx, e, &clock, limits);
+                host.unbind();
+                Err(failure)
+            }
+        }
     });
-    let (helpers, main) = match started {
+    let (host, main) = match started {
         Ok(started) => started,
         Err(failure) => {
             runtime.set_host_promise_rejection_tracker(None);
@@ -374,7 +372,15 @@ fn run(
     };
 
     let result = drive(
-        &runtime, &context, &main, &helpers, &resolvers, &unhandled, &clock, limits, &replies,
+        &runtime,
+        &context,
+        &main,
+        &host.helpers,
+        &resolvers,
+        &unhandled,
+        &clock,
+        limits,
+        &replies,
         &halt,
     );
     // Release every JS value Rust still holds before the runtime is freed: QuickJS asserts
@@ -383,7 +389,8 @@ fn run(
     resolvers.borrow_mut().clear();
     unhandled.borrow_mut().clear();
     drop(main);
-    drop(helpers);
+    host.unbind();
+    drop(host);
     context.with(|ctx| {
         let globals = ctx.globals();
         for name in ["agent", "checkpoint"] {
@@ -568,182 +575,6 @@ fn settled(
             }
         }
     })
-}
-
-/// Evaluates the prelude with the host functions and returns the helpers it hands back.
-/// The host functions live only in a record passed to the prelude, never on the global.
-fn install_host<'js>(
-    ctx: &Ctx<'js>,
-    loaded: Option<Persistent<Function<'static>>>,
-    outbox: &Outbox,
-    resolvers: &Resolvers,
-    nested: Option<NestedResolver>,
-    files: Arc<BTreeMap<String, String>>,
-) -> rquickjs::Result<Helpers> {
-    // The spare's prelude (`vm/pool.rs`) if it has one, else loaded now.
-    let prelude = match loaded {
-        Some(loaded) => loaded.restore(ctx)?,
-        None => load_prelude(ctx)?,
-    };
-    // QuickJS-ng's `performance` reads the monotonic clock; the prelude puts a refusing stub
-    // in its place, and nothing else refers to the real object.
-    ctx.globals().remove("performance")?;
-    let host = rquickjs::Object::new(ctx.clone())?;
-    let next_id = Rc::new(RefCell::new(0u64));
-    let calls = HostCalls {
-        outbox: outbox.clone(),
-        resolvers: resolvers.clone(),
-        next_id,
-    };
-    host.set(
-        "call",
-        Function::new(ctx.clone(), call_function(calls.clone()))?,
-    )?;
-    host.set("agent", Function::new(ctx.clone(), agent_function(calls))?)?;
-    {
-        let outbox = outbox.clone();
-        host.set(
-            "log",
-            Function::new(ctx.clone(), move |level: String, message: String| {
-                outbox.send(VmEvent::Log { level, message });
-            })?,
-        )?;
-    }
-    {
-        let outbox = outbox.clone();
-        host.set(
-            "phase",
-            Function::new(ctx.clone(), move |scope: String, title: String| {
-                outbox.send(VmEvent::Phase { scope, title });
-            })?,
-        )?;
-    }
-    let nested = Rc::new(RefCell::new(nested));
-    host.set(
-        "nested",
-        Function::new(
-            ctx.clone(),
-            move |ctx: Ctx<'_>, name: String, _args: String| {
-                let mut resolver = nested.borrow_mut();
-                let outcome = match resolver.as_mut() {
-                    Some(resolve) => resolve(&name),
-                    None => Err("nested workflows are not available here".to_owned()),
-                };
-                match outcome {
-                    Ok((scope, body)) => {
-                        Ok(serde_json::json!({"scope": scope, "body": body}).to_string())
-                    }
-                    Err(message) => Err(rquickjs::Exception::throw_message(
-                        &ctx,
-                        &format!("workflow({name:?}): {message}"),
-                    )),
-                }
-            },
-        )?,
-    )?;
-    // `undefined` for a path `meta.files` does not declare; the prelude says so.
-    host.set(
-        "file",
-        Function::new(ctx.clone(), move |path: String| files.get(&path).cloned())?,
-    )?;
-    host.set(
-        "path",
-        Function::new(
-            ctx.clone(),
-            |stack: String, wrapper_line: f64, wrapper_columns: f64| {
-                prelude::call_path(&stack, SCRIPT_FILENAME, wrapper_line, wrapper_columns)
-            },
-        )?,
-    )?;
-    let helpers: rquickjs::Object = prelude.call((ctx.globals(), host))?;
-    let helper = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
-        let function: Function = helpers.get(name)?;
-        Ok(Persistent::save(ctx, function))
-    };
-    Ok(Helpers {
-        install: helper("install")?,
-        make_error: helper("makeError")?,
-        strict_json: helper("strictJson")?,
-        set_budget: helper("setBudget")?,
-    })
-}
-
-/// The host side of `host.call` and `host.agent`: each call registers its promise's
-/// resolvers and tells the driver.
-#[derive(Clone)]
-struct HostCalls {
-    outbox: Outbox,
-    resolvers: Resolvers,
-    next_id: Rc<RefCell<u64>>,
-}
-
-impl HostCalls {
-    fn call<'js>(
-        &self,
-        ctx: &Ctx<'js>,
-        kind: String,
-        payload: Value,
-        weight: usize,
-    ) -> rquickjs::Result<Promise<'js>> {
-        let (promise, resolve, reject) = ctx.promise()?;
-        let call_id = {
-            let mut id = self.next_id.borrow_mut();
-            *id += 1;
-            *id
-        };
-        self.resolvers.borrow_mut().insert(
-            call_id,
-            (
-                Persistent::save(ctx, resolve),
-                Persistent::save(ctx, reject),
-            ),
-        );
-        self.outbox.send(VmEvent::Call {
-            call_id,
-            kind,
-            payload,
-            weight,
-        });
-        Ok(promise)
-    }
-}
-
-/// `host.call(kind, json)`.
-fn call_function(
-    calls: HostCalls,
-) -> impl for<'js> Fn(Ctx<'js>, String, String) -> rquickjs::Result<Promise<'js>> + 'static {
-    move |ctx, kind, payload| {
-        let weight = payload.len();
-        let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
-        calls.call(&ctx, kind, payload, weight)
-    }
-}
-
-/// `host.agent(scope, prompt, path)`.
-fn agent_function(
-    calls: HostCalls,
-) -> impl for<'js> Fn(Ctx<'js>, String, String, Option<String>) -> rquickjs::Result<Promise<'js>> + 'static
-{
-    move |ctx, scope, prompt, path| {
-        let weight = scope.len() + prompt.len() + path.as_ref().map_or(0, String::len);
-        calls.call(
-            &ctx,
-            "agent".to_owned(),
-            plain_agent_payload(scope, prompt, path),
-            weight,
-        )
-    }
-}
-
-/// The payload `host.call` gets for `agent(prompt)` without options, members in the same
-/// order: `{scope, prompt, options: {}, path}`.
-fn plain_agent_payload(scope: String, prompt: String, path: Option<String>) -> Value {
-    let mut payload = serde_json::Map::with_capacity(4);
-    payload.insert("scope".to_owned(), Value::String(scope));
-    payload.insert("prompt".to_owned(), Value::String(prompt));
-    payload.insert("options".to_owned(), Value::Object(serde_json::Map::new()));
-    payload.insert("path".to_owned(), path.map_or(Value::Null, Value::String));
-    Value::Object(payload)
 }
 
 /// Parses an analyzed script's `body` as the VM would run it, without running it: the

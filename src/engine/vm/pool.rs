@@ -10,7 +10,8 @@
 //! reachable from another's: they share the OS thread and nothing JavaScript. The spare's
 //! per-script settings (heap cap, stack size, interrupt handler) are applied by the script's
 //! job before anything of the script runs in it; the spare's only code that ran before is the
-//! prelude's module, loaded ahead from its bytecode (trusted code, no script's value in it).
+//! prelude, loaded ahead from its bytecode and evaluated with the host functions (trusted
+//! code, no script's value in it: the job binds the script's state to them, `vm/host.rs`).
 //!
 //! At most [`MAX_IDLE`] threads wait, each for at most [`IDLE_FOR`]; more VMs than that at once
 //! start threads of their own that end with their script.
@@ -19,12 +20,13 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use super::host::Host;
 use crate::util::sync::Lock;
-use rquickjs::{Context, Function, Persistent, Runtime};
+use rquickjs::{Context, Runtime};
 
 /// Idle threads kept, each with a spare. Admission needs two VMs one after the other (the
 /// dry run, then the execution), so a few idle threads serve parallel clients; each spare
-/// costs about 0.2 MiB of heap while it waits, and its loaded prelude some more.
+/// costs about 0.2 MiB of heap while it waits, and its host (the evaluated prelude) some more.
 const MAX_IDLE: usize = 4;
 /// How long an idle thread waits for a script before it ends (with its spare), so an idle
 /// daemon gives the memory back.
@@ -36,30 +38,26 @@ const STACK_SIZE: usize = 16 << 20;
 /// A fresh runtime and its context, created on the thread that will run them; never used by
 /// more than one script.
 pub(super) struct Spare {
-    /// The prelude's function, loaded from its bytecode into `context` ahead of the script
-    /// (it does not depend on the script; the script's job hands it its host functions).
-    /// `None` when loading failed: the job loads it then, and reports why it cannot. First
-    /// of the fields, so it is released before the context and runtime are freed.
-    pub prelude: Option<Persistent<Function<'static>>>,
+    /// The context's host, set up ahead of the script: the prelude loaded from its bytecode
+    /// and evaluated with the host functions, which the script's job binds to the script
+    /// (`vm/host.rs`; nothing of it depends on the script). `None` when that failed: the job
+    /// sets it up then, and reports why it cannot. First of the fields, so its values are
+    /// released before the context and runtime are freed.
+    pub host: Option<Host>,
     pub context: Context,
     pub runtime: Runtime,
 }
 
 impl Spare {
-    /// A new runtime and full context with the prelude's function loaded, nothing of any
-    /// script in them.
+    /// A new runtime and full context with the host set up, nothing of any script in them.
     pub(super) fn create() -> Result<Spare, String> {
         let runtime =
             Runtime::new().map_err(|e| format!("cannot start the script runtime: {e}"))?;
         let context = Context::full(&runtime)
             .map_err(|e| format!("cannot create the script context: {e}"))?;
-        let prelude = context.with(|ctx| {
-            super::prelude::load_prelude(&ctx)
-                .ok()
-                .map(|prelude| Persistent::save(&ctx, prelude))
-        });
+        let host = context.with(|ctx| super::host::set_up(&ctx).ok());
         Ok(Spare {
-            prelude,
+            host,
             context,
             runtime,
         })
@@ -248,16 +246,13 @@ mod tests {
         assert!(spares >= 10, "only {spares} of 20 jobs got a spare");
     }
 
-    /// A spare comes with the prelude's function loaded; dropped unused (as an idle thread
-    /// that times out drops it), it releases the function before its runtime is freed,
-    /// which QuickJS would otherwise abort on.
+    /// A spare comes with its host set up; dropped unused (as an idle thread that times out
+    /// drops it), it releases the prelude's helpers before its runtime is freed, which
+    /// QuickJS would otherwise abort on.
     #[test]
-    fn a_spare_holds_the_prelude_and_frees_it_first() {
+    fn a_spare_holds_its_host_and_frees_it_first() {
         let spare = Spare::create().expect("a spare");
-        assert!(
-            spare.prelude.is_some(),
-            "the spare's prelude was not loaded"
-        );
+        assert!(spare.host.is_some(), "the spare's host was not set up");
         drop(spare);
     }
 

@@ -397,6 +397,11 @@ async fn isolation_outside_a_repository_is_refused_at_admission() {
         world.store.list_runs(None, 10).await.unwrap().is_empty(),
         "a refusal stores nothing"
     );
+    assert!(
+        world.script_copies().is_empty(),
+        "{:?}",
+        world.script_copies()
+    );
 }
 
 /// An agent definition's `isolation: worktree` isolates every call through it.

@@ -20,3 +20,24 @@ async fn a_run_being_started_here_is_not_reconciled_as_interrupted() {
     let record = world.engine.load_reconciled(&run_id).await.expect("load");
     assert_eq!(record.status, RunStatus::Paused);
 }
+
+/// An inline script's copy is written while its dry run runs; an admission refused, in
+/// preparation or after it, leaves none behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_admission_leaves_no_script_copy() {
+    let world = super::world();
+    let throws = "export const meta = { name: 't', description: 'd', model: 'claude' };\nthrow new Error('refused here');";
+    let refused = world
+        .admit(throws, Default::default())
+        .await
+        .expect_err("the dry run throws");
+    assert!(refused.to_string().contains("refused here"), "{refused}");
+    assert_eq!(world.script_copies(), Vec::<std::path::PathBuf>::new());
+    let run_id = world.settled(super::ONE_CALL).await;
+    let copies = world.script_copies();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert!(
+        copies[0].ends_with(format!("{run_id}.script.js")),
+        "{copies:?}"
+    );
+}
