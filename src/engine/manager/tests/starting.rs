@@ -21,8 +21,9 @@ async fn a_run_being_started_here_is_not_reconciled_as_interrupted() {
     assert_eq!(record.status, RunStatus::Paused);
 }
 
-/// An inline script's copy is written while its dry run runs; an admission refused, in
-/// preparation or after it, leaves none behind.
+/// An inline script's copy is written for an admitted run only: an admission its dry run
+/// refuses leaves none behind (one refused after preparation:
+/// `isolation_outside_a_repository_is_refused_at_admission`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_admission_leaves_no_script_copy() {
     let world = super::world();
