@@ -287,6 +287,36 @@ type Unhandled = Rc<RefCell<Vec<(Persistent<rquickjs::Value<'static>>, ScriptFai
 type Resolvers =
     Rc<RefCell<HashMap<u64, (Persistent<Function<'static>>, Persistent<Function<'static>>)>>>;
 
+/// Applies a script's heap cap and stack size to its runtime, and the interrupt handler that
+/// stops it when halted or when a slice outruns `limits.slice_limit`; returns the slice
+/// clock the handler reads.
+fn apply_limits(runtime: &Runtime, limits: VmLimits, halt: &Arc<AtomicBool>) -> Arc<SliceClock> {
+    runtime.set_memory_limit(limits.memory_limit);
+    runtime.set_max_stack_size(4 << 20);
+    let clock = Arc::new(SliceClock {
+        origin: Instant::now(),
+        started: AtomicU64::new(0),
+        tripped: AtomicBool::new(false),
+    });
+    let handler_clock = clock.clone();
+    let halt = halt.clone();
+    let slice_ms = limits.slice_limit.as_millis() as u64;
+    runtime.set_interrupt_handler(Some(Box::new(move || {
+        if halt.load(Ordering::Relaxed) {
+            return true;
+        }
+        let started = handler_clock.started.load(Ordering::Relaxed);
+        if started != 0
+            && handler_clock.origin.elapsed().as_millis() as u64 + 1 - started > slice_ms
+        {
+            handler_clock.tripped.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    })));
+    clock
+}
+
 fn run(
     mut script: VmScript,
     limits: VmLimits,
@@ -304,29 +334,7 @@ fn run(
         Ok(spare) => spare,
         Err(error) => return (Err(ScriptFailure::script_error(error)), None),
     };
-    runtime.set_memory_limit(limits.memory_limit);
-    runtime.set_max_stack_size(4 << 20);
-    let clock = Arc::new(SliceClock {
-        origin: Instant::now(),
-        started: AtomicU64::new(0),
-        tripped: AtomicBool::new(false),
-    });
-    {
-        let clock = clock.clone();
-        let halt = halt.clone();
-        let slice_ms = limits.slice_limit.as_millis() as u64;
-        runtime.set_interrupt_handler(Some(Box::new(move || {
-            if halt.load(Ordering::Relaxed) {
-                return true;
-            }
-            let started = clock.started.load(Ordering::Relaxed);
-            if started != 0 && clock.origin.elapsed().as_millis() as u64 + 1 - started > slice_ms {
-                clock.tripped.store(true, Ordering::Relaxed);
-                return true;
-            }
-            false
-        })));
-    }
+    let clock = apply_limits(&runtime, limits, &halt);
     let unhandled: Unhandled = Rc::default();
     let resolvers: Resolvers = Rc::default();
     let nested = script.nested.take();

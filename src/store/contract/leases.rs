@@ -354,14 +354,7 @@ pub async fn a_generation_ends_with_two_fenced_writes<B: Backend>(backend: &B) {
         store.record_outcome(&done, "token-b").await,
         "record_outcome",
     );
-    assert_eq!(
-        store.load_run(id).await.expect("run").status,
-        RunStatus::Running
-    );
-    assert_eq!(
-        store.lease(id).await.expect("lease"),
-        Some(lease("token-a"))
-    );
+    assert_still_held(store.as_ref(), id).await;
     store
         .record_outcome(&done, "token-a")
         .await
@@ -398,14 +391,7 @@ pub async fn end_generation_writes_the_whole_end_or_nothing<B: Backend>(backend:
         1,
         "no count"
     );
-    assert_eq!(
-        store.load_run(id).await.expect("run").status,
-        RunStatus::Running
-    );
-    assert_eq!(
-        store.lease(id).await.expect("lease"),
-        Some(lease("token-a"))
-    );
+    assert_still_held(store.as_ref(), id).await;
     store
         .end_generation(&done, "token-a", &last, Some((1, 7)))
         .await
@@ -428,6 +414,18 @@ pub async fn end_generation_writes_the_whole_end_or_nothing<B: Backend>(backend:
         "end_generation after the release",
     );
     assert_eq!(store.last_event_seq(id).await.expect("seq"), 3);
+}
+
+/// The run of [`ending`] as a refused end leaves it: still running, its lease `token-a`'s.
+async fn assert_still_held(store: &dyn Store, id: &RunId) {
+    assert_eq!(
+        store.load_run(id).await.expect("run").status,
+        RunStatus::Running
+    );
+    assert_eq!(
+        store.lease(id).await.expect("lease"),
+        Some(lease("token-a"))
+    );
 }
 
 /// What both ending rules start from: a run whose generation wrote one row (and its event)

@@ -83,24 +83,6 @@ impl World {
             .await
     }
 
-    /// The inline scripts' copies under the world's state folder.
-    fn script_copies(&self) -> Vec<PathBuf> {
-        let projects = self._folder.path().join("state").join("projects");
-        let listed = |dir: &std::path::Path| {
-            std::fs::read_dir(dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|entry| entry.path())
-                .collect::<Vec<_>>()
-        };
-        listed(&projects)
-            .iter()
-            .flat_map(|project| listed(&project.join("runs")))
-            .filter(|file| file.to_string_lossy().ends_with(".script.js"))
-            .collect()
-    }
-
     /// The database file under the world's state folder, for what the typed store cannot
     /// write: a stored value that does not fit the run model.
     fn database(&self) -> rusqlite::Connection {

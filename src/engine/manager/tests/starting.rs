@@ -1,8 +1,31 @@
 //! A run this process is starting (stored as running, its generation not live yet) is left
 //! alone by reconciliation; once the start is over, a running run with no live generation
-//! is found interrupted.
+//! is found interrupted. A start that is refused leaves no script copy behind.
 
+use std::path::PathBuf;
+
+use super::World;
 use crate::model::RunStatus;
+
+impl World {
+    /// The inline scripts' copies under the world's state folder.
+    pub(super) fn script_copies(&self) -> Vec<PathBuf> {
+        let projects = self._folder.path().join("state").join("projects");
+        let listed = |dir: &std::path::Path| {
+            std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|entry| entry.path())
+                .collect::<Vec<_>>()
+        };
+        listed(&projects)
+            .iter()
+            .flat_map(|project| listed(&project.join("runs")))
+            .filter(|file| file.to_string_lossy().ends_with(".script.js"))
+            .collect()
+    }
+}
 
 #[tokio::test]
 async fn a_run_being_started_here_is_not_reconciled_as_interrupted() {
@@ -33,7 +56,7 @@ async fn a_refused_admission_leaves_no_script_copy() {
         .await
         .expect_err("the dry run throws");
     assert!(refused.to_string().contains("refused here"), "{refused}");
-    assert_eq!(world.script_copies(), Vec::<std::path::PathBuf>::new());
+    assert_eq!(world.script_copies(), Vec::<PathBuf>::new());
     let run_id = world.settled(super::ONE_CALL).await;
     let copies = world.script_copies();
     assert_eq!(copies.len(), 1, "{copies:?}");
