@@ -403,6 +403,10 @@ impl ScriptCopies for CheckThenWrite {
             .await
     }
 
+    async fn script_copy_place(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
+        self.inner.script_copy_place(project_dir, run_id).await
+    }
+
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         self.inner.delete_script_copy(project_dir, run_id).await
     }

@@ -423,6 +423,11 @@ pub trait ScriptCopies: Send + Sync {
         text: &str,
     ) -> StoreResult<PathBuf>;
 
+    /// Where [`ScriptCopies::create_script_copy`] writes the copy of `run_id`, resolved as it
+    /// returns it, with its folders made: what an admission records while the copy is written
+    /// beside the run row's commit.
+    async fn script_copy_place(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf>;
+
     /// Removes the inline script copy of `run_id`, if there is one (an admission that failed
     /// after writing it).
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()>;

@@ -20,14 +20,10 @@ pub(crate) struct DeletedRun {
     pub(crate) script_file: PathBuf,
 }
 
-/// Writes the copy (mode 0600, replacing any earlier one) and returns its resolved path: the
-/// root may sit behind a link (`/home` -> `/var/home`), and later reads refuse links.
-pub(super) fn create(
-    root: &Path,
-    project_dir: &Path,
-    run_id: &RunId,
-    text: &str,
-) -> StoreResult<PathBuf> {
+/// Makes the copy's folders (each private) and returns where the copy goes, resolved: the
+/// root may sit behind a link (`/home` -> `/var/home`), and later reads refuse links. Writes
+/// no file, so an admission can record the path before the copy is written.
+pub(super) fn place(root: &Path, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
     let path = script_copy_path(root, project_dir, run_id);
     // `projects/`, the project's folder and its `runs/`, each private (narrowed if older).
     let runs = path.parent().expect("a script copy has a folder");
@@ -43,10 +39,22 @@ pub(super) fn create(
             StoreError::Io(format!("store the script of run {run_id}: {error}"))
         })?;
     }
+    let name = path.file_name().expect("a script copy has a name");
+    Ok(std::fs::canonicalize(runs).map_or(path.clone(), |real| real.join(name)))
+}
+
+/// Writes the copy (mode 0600, replacing any earlier one) at its [`place`] and returns that.
+pub(super) fn create(
+    root: &Path,
+    project_dir: &Path,
+    run_id: &RunId,
+    text: &str,
+) -> StoreResult<PathBuf> {
+    let path = place(root, project_dir, run_id)?;
     crate::util::write_replace(&path, text.as_bytes(), 0o600).map_err(|error| {
         StoreError::Io(format!("write the script copy of run {run_id}: {error}"))
     })?;
-    Ok(std::fs::canonicalize(&path).unwrap_or(path))
+    Ok(path)
 }
 
 /// Narrows the folders of copies an older version left wider than 0700: `projects/`, each

@@ -14,7 +14,7 @@ use crate::engine::manager::{
 };
 use crate::engine::prepare::{self, PrepareInput, Prepared, ScriptInput};
 use crate::engine::routing::RoutingSnapshot;
-use crate::model::{Limits, RunId, RunRecord, RunStatus, ScriptSource};
+use crate::model::{Lease, Limits, RunId, RunRecord, RunStatus, ScriptSource};
 use crate::util::now_ms;
 use crate::util::sync::Lock;
 
@@ -195,7 +195,7 @@ impl Engine {
         let (script_source, script_file) = match &request.script {
             ScriptInput::Inline(_) => (
                 ScriptSource::Inline,
-                self.write_script_copy(&request.project_dir, &run_id, &prepared.text)
+                self.place_script_copy(&request.project_dir, &run_id)
                     .await?,
             ),
             // A pack's script: the path composed under the served folder, nothing on disk.
@@ -223,19 +223,9 @@ impl Engine {
         // A pack run's texts stay in memory: the store gets their digests.
         let stored = confidential::concealed(&record);
         let _starting = self.starting(&run_id);
-        if let Err(error) = self.inner.store.create_run(&stored, &lease).await {
-            let error = self.unleased(error.into());
-            if script_source == ScriptSource::Inline
-                && let Err(left) = self
-                    .inner
-                    .store
-                    .delete_script_copy(&request.project_dir, &run_id)
-                    .await
-            {
-                tracing::warn!(run = %run_id, "admission failed and its script copy stays: {left}");
-            }
-            return Err(error);
-        }
+        let copy = (script_source == ScriptSource::Inline)
+            .then(|| self.spawn_script_copy(&request.project_dir, &run_id, &prepared.text));
+        self.record_admitted(&stored, &lease, copy).await?;
         let (status, limits, setup) = (record.status, record.limits, record.setup.clone());
         if needs_setup {
             self.inner
@@ -261,25 +251,88 @@ impl Engine {
         })
     }
 
-    /// Has the store write an inline script's copy (what `file://` serves and what a resume
-    /// reads back for revisions) and returns where it is, resolved like a scriptPath because
-    /// later reads refuse links.
-    async fn write_script_copy(
-        &self,
-        project_dir: &Path,
-        run_id: &RunId,
-        text: &str,
-    ) -> EngineResult<PathBuf> {
+    /// Where the store writes an inline script's copy (what `file://` serves and what a
+    /// resume reads back for revisions), resolved like a scriptPath because later reads
+    /// refuse links.
+    async fn place_script_copy(&self, project_dir: &Path, run_id: &RunId) -> EngineResult<PathBuf> {
         self.inner
             .store
-            .create_script_copy(project_dir, run_id, text)
+            .script_copy_place(project_dir, run_id)
             .await
-            .map_err(|e| {
-                EngineError::Rejected(Rejected::Unrecorded(format!(
-                    "cannot write the run's script copy: {e}"
-                )))
-            })
+            .map_err(|e| copy_refused(&e))
     }
+
+    /// Has the store write an inline script's copy on a blocking thread, so the write (on
+    /// some file systems mostly the new file's inode) runs while the run row's commit waits
+    /// for its sync.
+    fn spawn_script_copy(&self, project_dir: &Path, run_id: &RunId, text: &str) -> ScriptCopy {
+        let (store, handle) = (self.inner.store.clone(), tokio::runtime::Handle::current());
+        let (folder, run_id, text) = (project_dir.to_path_buf(), run_id.clone(), text.to_owned());
+        let written = tokio::task::spawn_blocking(move || {
+            handle
+                .block_on(store.create_script_copy(&folder, &run_id, &text))
+                .map(drop)
+        });
+        ScriptCopy {
+            project_dir: project_dir.to_path_buf(),
+            written,
+        }
+    }
+
+    /// Commits the run row and its lease while `copy` is written; admitted only when both
+    /// succeed. A failed commit removes the copy; a failed copy deletes the committed run
+    /// (its copy with it), so a refusal leaves neither. A crash between the commit and the
+    /// copy's end leaves a run without its copy: its resume writes the copy again.
+    async fn record_admitted(
+        &self,
+        stored: &RunRecord,
+        lease: &Lease,
+        copy: Option<ScriptCopy>,
+    ) -> EngineResult<()> {
+        let created = self.inner.store.create_run(stored, lease).await;
+        let Some(copy) = copy else {
+            return created.map_err(|error| self.unleased(error.into()));
+        };
+        let copied = copy.written.await.unwrap_or_else(|joined| {
+            Err(crate::store::StoreError::Io(format!(
+                "the copy's writer ended: {joined}"
+            )))
+        });
+        let run_id = &stored.run_id;
+        match (created, copied) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(error), _) => {
+                if let Err(left) = self
+                    .inner
+                    .store
+                    .delete_script_copy(&copy.project_dir, run_id)
+                    .await
+                {
+                    tracing::warn!(run = %run_id, "admission failed and its script copy stays: {left}");
+                }
+                Err(self.unleased(error.into()))
+            }
+            (Ok(()), Err(error)) => {
+                if let Err(left) = self.inner.store.delete_run(run_id).await {
+                    tracing::warn!(run = %run_id, "its script copy failed and the run stays: {left}");
+                }
+                Err(copy_refused(&error))
+            }
+        }
+    }
+}
+
+/// An inline script's copy being written beside the run row's commit.
+struct ScriptCopy {
+    project_dir: PathBuf,
+    written: tokio::task::JoinHandle<crate::store::StoreResult<()>>,
+}
+
+/// The refusal of a run whose script copy cannot be placed or written.
+fn copy_refused(error: &crate::store::StoreError) -> EngineError {
+    EngineError::Rejected(Rejected::Unrecorded(format!(
+        "cannot write the run's script copy: {error}"
+    )))
 }
 
 /// The run row admission creates: `pending` while its declared backends wait for approval,

@@ -270,6 +270,31 @@ impl Engine {
         Ok(answers)
     }
 
+    /// Writes an inline run's missing copy again from the row's text, when the copy belongs
+    /// at this store's place: a daemon that ended between the admission's commit and the
+    /// copy's write left none. A copy placed under another replica's folder (a shared store)
+    /// is left alone; a failure is logged, since the row holds the text the resume runs.
+    async fn restore_script_copy(&self, record: &RunRecord) {
+        if record.script_source != ScriptSource::Inline {
+            return;
+        }
+        let store = &self.inner.store;
+        let (project_dir, run_id) = (&record.project_dir, &record.run_id);
+        if !store
+            .script_copy_place(project_dir, run_id)
+            .await
+            .is_ok_and(|place| place == record.script_file)
+        {
+            return;
+        }
+        if let Err(error) = store
+            .create_script_copy(project_dir, run_id, &record.script)
+            .await
+        {
+            tracing::warn!(run = %run_id, "cannot write the missing script copy again: {error}");
+        }
+    }
+
     /// A changed script file is a revision, validated like a new run; `true` when `record`
     /// now carries one.
     async fn take_revision(
@@ -283,7 +308,12 @@ impl Engine {
             .map_err(|r| {
                 EngineError::Rejected(Rejected::Script(format!("cannot resume run {run_id}: {r}")))
             })?;
-        let Some(bytes) = current_text.filter(|bytes| bytes != record.script.as_bytes()) else {
+        let Some(current_text) = current_text else {
+            self.restore_script_copy(record).await;
+            return Ok(false);
+        };
+        let Some(bytes) = Some(current_text).filter(|bytes| bytes != record.script.as_bytes())
+        else {
             return Ok(false);
         };
         if request.timer.is_some() {

@@ -3,6 +3,13 @@
 //! QuickJS runtime and full context created after its previous script ended, so a VM's start
 //! (the dry run of every admission among them) does not wait for `JS_NewContext`.
 //!
+//! A thread is idle from the moment its job returns, and its spare is ready a little later.
+//! A VM's start takes the newest idle thread whose spare is ready; when none is, it starts a
+//! thread while fewer than [`MAX_IDLE`] are idle, and otherwise waits on the newest idle
+//! thread's spare. So back-to-back admissions alternate between two threads, one running the
+//! script while the other makes its spare, rather than each waiting for the spare of the
+//! thread the one before used.
+//!
 //! Isolation, the rule that makes this safe for untrusted scripts: a spare is brand new and is
 //! handed to exactly one script, then freed with that script's VM. A thread makes its next
 //! spare only after the previous script's job returned, and that job drops its context and
@@ -16,8 +23,9 @@
 //! At most [`MAX_IDLE`] threads wait, each for at most [`IDLE_FOR`]; more VMs than that at once
 //! start threads of their own that end with their script.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::host::Host;
@@ -114,12 +122,35 @@ struct Work {
     done: Done,
 }
 
-/// The idle threads, each known by the sender of its own work channel and an id so a thread
-/// that times out can take itself off the list.
+/// The idle threads, newest last.
 #[derive(Default)]
 struct Idle {
-    threads: Vec<(u64, std_mpsc::Sender<Work>)>,
+    threads: Vec<IdleThread>,
     next_id: u64,
+}
+
+/// An idle thread: the sender of its own work channel, an id so a thread that times out can
+/// take itself off the list, and whether its spare is made yet.
+struct IdleThread {
+    id: u64,
+    work: std_mpsc::Sender<Work>,
+    ready: Arc<AtomicBool>,
+}
+
+impl Idle {
+    /// The thread a VM's start takes: the newest with its spare ready; when none is, none
+    /// (a new thread) while fewer than [`MAX_IDLE`] are idle, else the newest.
+    fn take(&mut self) -> Option<IdleThread> {
+        let ready = self
+            .threads
+            .iter()
+            .rposition(|thread| thread.ready.load(Ordering::Acquire));
+        match ready {
+            Some(index) => Some(self.threads.remove(index)),
+            None if self.threads.len() >= MAX_IDLE => self.threads.pop(),
+            None => None,
+        }
+    }
 }
 
 fn idle() -> &'static Mutex<Idle> {
@@ -136,11 +167,11 @@ pub(super) fn start(job: Job) -> Option<Running> {
         done: Done(done_tx),
     };
     loop {
-        let taken = idle().locked().threads.pop();
-        let Some((_, thread)) = taken else { break };
-        // A thread popped here never ends without reading its channel (see `wait_for_work`),
+        let taken = idle().locked().take();
+        let Some(thread) = taken else { break };
+        // A thread taken here never ends without reading its channel (see `wait_for_work`),
         // so a failed send only means it died (a panic) between jobs: try the next one.
-        match thread.send(work) {
+        match thread.work.send(work) {
             Ok(()) => return Some(Running { done }),
             Err(std_mpsc::SendError(returned)) => work = returned,
         }
@@ -163,6 +194,7 @@ fn worker(first: Work) {
         // The thread is back on the idle list before `done`, so a caller that waited for
         // this job finds it for the next one.
         let (tx, rx) = std_mpsc::channel();
+        let ready = Arc::new(AtomicBool::new(false));
         let id = {
             let mut idle = idle().locked();
             if idle.threads.len() >= MAX_IDLE {
@@ -170,12 +202,17 @@ fn worker(first: Work) {
             }
             idle.next_id += 1;
             let id = idle.next_id;
-            idle.threads.push((id, tx));
+            idle.threads.push(IdleThread {
+                id,
+                work: tx,
+                ready: ready.clone(),
+            });
             id
         };
         done.signal();
         drop(done);
         spare = Spare::create().ok();
+        ready.store(true, Ordering::Release);
         next = wait_for_work(id, &rx);
     }
 }
@@ -191,7 +228,7 @@ fn wait_for_work(id: u64, rx: &std_mpsc::Receiver<Work>) -> Option<Work> {
             let still_idle = {
                 let mut idle = idle().locked();
                 let before = idle.threads.len();
-                idle.threads.retain(|(other, _)| *other != id);
+                idle.threads.retain(|thread| thread.id != id);
                 idle.threads.len() != before
             };
             if still_idle { None } else { rx.recv().ok() }
@@ -254,6 +291,35 @@ mod tests {
         let spare = Spare::create().expect("a spare");
         assert!(spare.host.is_some(), "the spare's host was not set up");
         drop(spare);
+    }
+
+    /// A VM's start takes the newest thread whose spare is ready, over newer ones still
+    /// making theirs; with none ready it starts a thread, until [`MAX_IDLE`] are idle.
+    #[test]
+    fn a_start_prefers_a_thread_whose_spare_is_ready() {
+        let mut idle = Idle::default();
+        let add = |idle: &mut Idle, ready: bool| {
+            idle.next_id += 1;
+            idle.threads.push(IdleThread {
+                id: idle.next_id,
+                work: std_mpsc::channel().0,
+                ready: Arc::new(AtomicBool::new(ready)),
+            });
+        };
+        add(&mut idle, true);
+        add(&mut idle, true);
+        add(&mut idle, false);
+        assert_eq!(idle.take().map(|thread| thread.id), Some(2));
+        assert_eq!(idle.take().map(|thread| thread.id), Some(1));
+        assert!(
+            idle.take().is_none(),
+            "a thread still making its spare was taken"
+        );
+        for _ in 1..MAX_IDLE {
+            add(&mut idle, false);
+        }
+        let newest = idle.next_id;
+        assert_eq!(idle.take().map(|thread| thread.id), Some(newest));
     }
 
     #[test]

@@ -160,16 +160,24 @@ pub async fn pending_intents_by_run_holder_and_all<B: Backend>(backend: &B) {
     }
 }
 
-/// A script copy holds the text at the returned location, is rewritten by a second create,
-/// and is gone after a delete (deleting twice is fine).
+/// A script copy's place is named before it is written (with no file there yet), and the
+/// copy holds the text at that location, is rewritten by a second create, and is gone after
+/// a delete (deleting twice is fine).
 pub async fn script_copies_are_created_and_deleted<B: Backend>(backend: &B) {
     let (_data, store) = empty(backend).await;
     let id = run_id(RUN);
     let project = Path::new(PROJECT);
+    let place = store.script_copy_place(project, &id).await.expect("place");
+    assert!(!place.exists(), "naming the place writes no copy");
+    assert!(
+        place.parent().is_some_and(Path::is_dir),
+        "the folders are made"
+    );
     let path = store
         .create_script_copy(project, &id, "first")
         .await
         .expect("create");
+    assert_eq!(path, place, "the copy is written where its place was named");
     assert_eq!(
         std::fs::read_to_string(&path).expect("read the copy"),
         "first"

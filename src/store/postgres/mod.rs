@@ -591,6 +591,10 @@ impl ScriptCopies for PostgresStore {
         scripts::create(&self.options.script_copy_root, project_dir, run_id, text)
     }
 
+    async fn script_copy_place(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
+        scripts::place(&self.options.script_copy_root, project_dir, run_id)
+    }
+
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         scripts::delete(&self.options.script_copy_root, project_dir, run_id)
     }

@@ -476,6 +476,12 @@ impl ScriptCopies for SqliteStore {
         off_workers::run(|| scripts::create(&self.root, project_dir, run_id, text))
     }
 
+    /// Inline: a few `mkdir` and `readlink` calls on folders that exist after a project's
+    /// first run, with no lock to wait for (a hand-off would cost more than the calls).
+    async fn script_copy_place(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
+        scripts::place(&self.root, project_dir, run_id)
+    }
+
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
         off_workers::run(|| scripts::delete(&self.root, project_dir, run_id))
     }
