@@ -7,6 +7,7 @@
 //! database, never this file.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::model::RunId;
 use crate::store::{StoreError, StoreResult, script_copy_path};
@@ -20,21 +21,60 @@ pub(crate) struct DeletedRun {
     pub(crate) script_file: PathBuf,
 }
 
+/// Where a store's copies go: its root folder, and that folder with its links followed,
+/// found when the first copy is placed and kept (the root of a running store does not move).
+pub(crate) struct CopyRoot {
+    root: PathBuf,
+    resolved: OnceLock<PathBuf>,
+}
+
+impl CopyRoot {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> CopyRoot {
+        CopyRoot {
+            root: root.into(),
+            resolved: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// The root with its links followed; `None` while it cannot be resolved (not kept).
+    fn resolved(&self) -> Option<&Path> {
+        if let Some(resolved) = self.resolved.get() {
+            return Some(resolved);
+        }
+        let resolved = std::fs::canonicalize(&self.root).ok()?;
+        Some(self.resolved.get_or_init(|| resolved))
+    }
+}
+
 /// Makes the copy's folders (each private) and returns where the copy goes, resolved: the
 /// root may sit behind a link (`/home` -> `/var/home`), and later reads refuse links. Writes
 /// no file, so an admission can record the path before the copy is written.
-pub(super) fn place(root: &Path, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
-    let path = script_copy_path(root, project_dir, run_id);
-    // `projects/`, the project's folder and its `runs/`, each private (narrowed if older).
+///
+/// Every admission of an inline script places its copy, so the common case is cheap: when
+/// `projects/`, the project's folder and its `runs/` are already private folders of this
+/// user and none is a link (one `lstat` each), nothing is created and the resolved path is
+/// the resolved root joined with the rest. Otherwise each folder is made or narrowed, and
+/// the `runs/` folder resolved.
+pub(super) fn place(root: &CopyRoot, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
+    let path = script_copy_path(root.path(), project_dir, run_id);
     let runs = path.parent().expect("a script copy has a folder");
-    for folder in [
-        runs.parent().and_then(Path::parent),
-        runs.parent(),
-        Some(runs),
-    ]
-    .into_iter()
-    .flatten()
+    let project = runs.parent().expect("a project's runs folder has a parent");
+    let projects = project.parent().expect("a project folder has a parent");
+    let folders = [projects, project, runs];
+    if folders
+        .iter()
+        .all(|folder| crate::util::private_dir::is_private(folder))
+        && let Some(resolved) = root.resolved()
+        && let Ok(below) = path.strip_prefix(root.path())
     {
+        return Ok(resolved.join(below));
+    }
+    // `projects/`, the project's folder and its `runs/`, each private (narrowed if older).
+    for folder in folders {
         crate::util::private_dir::ensure(folder).map_err(|error| {
             StoreError::Io(format!("store the script of run {run_id}: {error}"))
         })?;
@@ -45,7 +85,7 @@ pub(super) fn place(root: &Path, project_dir: &Path, run_id: &RunId) -> StoreRes
 
 /// Writes the copy (mode 0600, replacing any earlier one) at its [`place`] and returns that.
 pub(super) fn create(
-    root: &Path,
+    root: &CopyRoot,
     project_dir: &Path,
     run_id: &RunId,
     text: &str,
@@ -147,7 +187,8 @@ mod tests {
             std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755))
                 .expect("chmod");
         }
-        create(root.path(), project.path(), &run_id, "export default 1").expect("create");
+        let copies = CopyRoot::new(root.path());
+        create(&copies, project.path(), &run_id, "export default 1").expect("create");
         let project_folder = runs.parent().unwrap();
         assert_eq!(
             [
@@ -157,6 +198,54 @@ mod tests {
             ]
             .map(mode),
             [0o700; 3]
+        );
+    }
+
+    /// Once placed, a copy's folders are found private with no change; a folder widened since
+    /// is narrowed again by the next placing, and a link among them is followed, so the path
+    /// given is the one reads (which refuse links) accept.
+    #[test]
+    fn placing_again_narrows_a_widened_folder_and_follows_links() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let real_root = base.path().join("real");
+        std::fs::create_dir(&real_root).expect("root");
+        let linked_root = base.path().join("linked");
+        std::os::unix::fs::symlink(&real_root, &linked_root).expect("link");
+        let project = tempfile::tempdir().expect("temp dir");
+        let run_id = RunId::parse("abc123-def456").expect("run id");
+        let copies = CopyRoot::new(&linked_root);
+
+        let first = place(&copies, project.path(), &run_id).expect("place");
+        let below = script_copy_path(&linked_root, project.path(), &run_id);
+        let below = below.strip_prefix(&linked_root).expect("under the root");
+        let resolved = real_root.canonicalize().expect("resolve").join(below);
+        assert_eq!(first, resolved);
+        let runs = first.parent().expect("runs").to_path_buf();
+        assert_eq!(
+            place(&copies, project.path(), &run_id).expect("again"),
+            resolved
+        );
+
+        std::fs::set_permissions(&runs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(
+            place(&copies, project.path(), &run_id).expect("widened"),
+            resolved
+        );
+        assert_eq!(mode(&runs), 0o700, "the widened runs folder is narrowed");
+
+        // The project's folder replaced by a link to a private folder elsewhere.
+        let project_folder = runs.parent().expect("project folder").to_path_buf();
+        let elsewhere = base.path().join("elsewhere");
+        std::fs::rename(&project_folder, &elsewhere).expect("move");
+        std::os::unix::fs::symlink(&elsewhere, &project_folder).expect("link");
+        let through_link = place(&copies, project.path(), &run_id).expect("through a link");
+        assert_eq!(
+            through_link,
+            elsewhere
+                .canonicalize()
+                .expect("resolve")
+                .join("runs")
+                .join(resolved.file_name().unwrap())
         );
     }
 }

@@ -23,6 +23,14 @@ pub(crate) fn ensure(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether `dir` is a folder (not a link to one) owned by this process's user and closed to
+/// group and others: what [`ensure`] would leave, found with one `lstat`.
+pub(crate) fn is_private(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|meta| {
+        meta.is_dir() && meta.uid() == nix::unistd::getuid().as_raw() && meta.mode() & 0o077 == 0
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,6 +109,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// The deadline and the script copy folder.
     options: PgOptions,
+    /// Where the inline script copies go (`options.script_copy_root`).
+    copies: scripts::CopyRoot,
     /// The location with its password hidden, for messages.
     location: String,
 }
@@ -163,6 +165,7 @@ impl PostgresStore {
         scripts::narrow_existing(&options.script_copy_root)?;
         Ok(PostgresStore {
             pool,
+            copies: scripts::CopyRoot::new(&options.script_copy_root),
             options,
             location,
         })
@@ -588,11 +591,11 @@ impl ScriptCopies for PostgresStore {
         run_id: &RunId,
         text: &str,
     ) -> StoreResult<PathBuf> {
-        scripts::create(&self.options.script_copy_root, project_dir, run_id, text)
+        scripts::create(&self.copies, project_dir, run_id, text)
     }
 
     async fn script_copy_place(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
-        scripts::place(&self.options.script_copy_root, project_dir, run_id)
+        scripts::place(&self.copies, project_dir, run_id)
     }
 
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {

@@ -90,6 +90,8 @@ pub const DATABASE_FILE: &str = "store.db";
 pub struct SqliteStore {
     /// The persistence root: the database file and the inline script copies live under it.
     root: PathBuf,
+    /// Where the inline script copies go (under `root`).
+    copies: scripts::CopyRoot,
     /// The process's connection. Every method holds the lock for one short query or
     /// transaction and never across an `.await`, so a std mutex is enough.
     connection: Mutex<Connection>,
@@ -112,6 +114,7 @@ impl SqliteStore {
             .map_err(|error| StoreError::Io(format!("set the busy handler: {error}")))?;
         Ok(SqliteStore {
             root: root.to_path_buf(),
+            copies: scripts::CopyRoot::new(root),
             connection: Mutex::new(connection),
         })
     }
@@ -473,13 +476,13 @@ impl ScriptCopies for SqliteStore {
         run_id: &RunId,
         text: &str,
     ) -> StoreResult<PathBuf> {
-        off_workers::run(|| scripts::create(&self.root, project_dir, run_id, text))
+        off_workers::run(|| scripts::create(&self.copies, project_dir, run_id, text))
     }
 
-    /// Inline: a few `mkdir` and `readlink` calls on folders that exist after a project's
-    /// first run, with no lock to wait for (a hand-off would cost more than the calls).
+    /// Inline: three `lstat` calls once a project's folders exist (`script_copies::place`),
+    /// with no lock to wait for (a hand-off would cost more than the calls).
     async fn script_copy_place(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<PathBuf> {
-        scripts::place(&self.root, project_dir, run_id)
+        scripts::place(&self.copies, project_dir, run_id)
     }
 
     async fn delete_script_copy(&self, project_dir: &Path, run_id: &RunId) -> StoreResult<()> {
