@@ -372,8 +372,8 @@ fn run(
             resolvers.borrow_mut().clear();
             unhandled.borrow_mut().clear();
             let spent = Spent {
-                context: Some(context),
-                runtime,
+                _context: context,
+                _runtime: runtime,
             };
             return (Err(failure), Some(spent));
         }
@@ -406,8 +406,8 @@ fn run(
         }
     });
     let spent = Spent {
-        context: Some(context),
-        runtime,
+        _context: context,
+        _runtime: runtime,
     };
     (result, Some(spent))
 }

@@ -73,18 +73,14 @@ impl Spare {
 }
 
 /// A script's runtime and context once Rust holds no value of theirs any more, freed by the
-/// pool thread after the script reported itself done: the context, a collection, then the
-/// runtime (QuickJS frees every object with it).
+/// pool thread after the script reported itself done: the context, then the runtime, as the
+/// fields (only held) drop in their order. Freeing the runtime drops its pending jobs,
+/// collects the cycles left and frees every object (`JS_FreeRuntime`), so no collection of
+/// its own comes before: one would walk the same heap a second time (3.6 % of an
+/// admission's instructions).
 pub(super) struct Spent {
-    pub context: Option<Context>,
-    pub runtime: Runtime,
-}
-
-impl Drop for Spent {
-    fn drop(&mut self) {
-        drop(self.context.take());
-        self.runtime.run_gc();
-    }
+    pub _context: Context,
+    pub _runtime: Runtime,
 }
 
 /// Tells [`Running::wait`] that the job's script has ended. A job signals as soon as its
