@@ -129,7 +129,8 @@ struct Idle {
 /// take itself off the list, and whether its spare is made yet.
 struct IdleThread {
     id: u64,
-    work: std_mpsc::Sender<Work>,
+    /// Holds one job: a thread is taken off the idle list before it is sent its work.
+    work: std_mpsc::SyncSender<Work>,
     ready: Arc<AtomicBool>,
 }
 
@@ -166,10 +167,14 @@ pub(super) fn start(job: Job) -> Option<Running> {
         let taken = idle().locked().take();
         let Some(thread) = taken else { break };
         // A thread taken here never ends without reading its channel (see `wait_for_work`),
-        // so a failed send only means it died (a panic) between jobs: try the next one.
-        match thread.work.send(work) {
+        // so a failed send only means it died (a panic) between jobs: try the next one. Its
+        // channel is empty, as only the start that took it off the list sends to it.
+        match thread.work.try_send(work) {
             Ok(()) => return Some(Running { done }),
-            Err(std_mpsc::SendError(returned)) => work = returned,
+            Err(
+                std_mpsc::TrySendError::Disconnected(returned)
+                | std_mpsc::TrySendError::Full(returned),
+            ) => work = returned,
         }
     }
     std::thread::Builder::new()
@@ -189,7 +194,7 @@ fn worker(first: Work) {
         // After the job returned: its runtime is gone, so the spare shares nothing with it.
         // The thread is back on the idle list before `done`, so a caller that waited for
         // this job finds it for the next one.
-        let (tx, rx) = std_mpsc::channel();
+        let (tx, rx) = std_mpsc::sync_channel(1);
         let ready = Arc::new(AtomicBool::new(false));
         let id = {
             let mut idle = idle().locked();
@@ -298,7 +303,7 @@ mod tests {
             idle.next_id += 1;
             idle.threads.push(IdleThread {
                 id: idle.next_id,
-                work: std_mpsc::channel().0,
+                work: std_mpsc::sync_channel(1).0,
                 ready: Arc::new(AtomicBool::new(ready)),
             });
         };
