@@ -355,6 +355,15 @@ impl Engine {
         self.inner.live.locked().contains_key(run_id)
     }
 
+    /// Whether every later change of `run_id`'s waits or settlement comes with a notice
+    /// (`Permission` or `Settled`) that nobody has been sent yet: the run executes in this
+    /// process and no permission request of it waits. A run settles by leaving the live map
+    /// before its `Settled` goes out, and a permission request waits in the broker before
+    /// its `Permission` does, so a caller that sees `true` has missed no such notice.
+    pub(crate) fn announces_changes(&self, run_id: &RunId) -> bool {
+        self.is_live(run_id) && !self.inner.broker.has_pending(run_id.as_str())
+    }
+
     /// The revision of the live view of a run this process executes (`LiveView::revision`),
     /// when an answer status builds now may be kept or a kept one served: between two steps
     /// of its driver, with no permission request of the run waiting (those reach status from

@@ -3,11 +3,12 @@
 //! conversions; and the run-key lookups every per-run query starts with, including the
 //! fence check.
 
+use std::cell::OnceCell;
 use std::fmt::Display;
 use std::path::PathBuf;
 
 use rusqlite::types::FromSql;
-use rusqlite::{Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row, Statement};
 use serde::de::DeserializeOwned;
 
 use super::connection::Context;
@@ -25,6 +26,10 @@ pub(super) struct RowReader<'row, 'statement> {
     pub(super) run_id: &'row RunId,
     /// The table the row comes from, for the same messages.
     table: &'static str,
+    /// The statement's column names, read once on the first lookup by name. rusqlite's own
+    /// lookup asks SQLite for every column's name again on each one, so a row of 40 columns
+    /// read by name cost some 800 name reads and comparisons.
+    names: OnceCell<Vec<&'row str>>,
 }
 
 impl<'row, 'statement> RowReader<'row, 'statement> {
@@ -33,13 +38,32 @@ impl<'row, 'statement> RowReader<'row, 'statement> {
         run_id: &'row RunId,
         table: &'static str,
     ) -> RowReader<'row, 'statement> {
-        RowReader { row, run_id, table }
+        RowReader {
+            row,
+            run_id,
+            table,
+            names: OnceCell::new(),
+        }
     }
 
     pub(super) fn get<T: FromSql>(&self, column: &str) -> StoreResult<T> {
+        let index = self.index(column)?;
         self.row
-            .get(column)
+            .get(index)
             .map_err(|error| self.corrupt(column, error))
+    }
+
+    /// The position of `column` in the row: the first column of that name, compared as
+    /// SQLite compares names (ASCII case folded), as rusqlite's lookup by name finds it.
+    fn index(&self, column: &str) -> StoreResult<usize> {
+        let names = self.names.get_or_init(|| {
+            let statement: &'row Statement<'statement> = self.row.as_ref();
+            statement.column_names().collect()
+        });
+        names
+            .iter()
+            .position(|name| name.eq_ignore_ascii_case(column))
+            .ok_or_else(|| self.corrupt(column, "no such column in the query"))
     }
 
     pub(super) fn optional_unsigned(&self, column: &str) -> StoreResult<Option<u64>> {
@@ -135,4 +159,37 @@ pub(super) fn stored_run_id(row: &Row<'_>) -> StoreResult<RunId> {
         .get("run_id")
         .map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))?;
     RunId::parse(&text).map_err(|error| StoreError::Corrupt(format!("column runs.run_id: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::RowReader;
+    use crate::model::RunId;
+    use crate::store::StoreError;
+
+    /// A column is found by name as rusqlite finds it: ASCII case folded, the first of two
+    /// of one name, and a name the query lacks is a `Corrupt` naming the table and column.
+    #[test]
+    fn columns_are_found_by_name_as_sqlite_names_them() {
+        let connection = Connection::open_in_memory().expect("an in-memory database");
+        let run_id = RunId::parse("lq3k2m1-abc123").expect("a run id");
+        let mut statement = connection
+            .prepare("SELECT 1 AS first, 'two' AS Second, 3 AS twice, 4 AS twice")
+            .expect("the query");
+        let mut rows = statement.query([]).expect("the rows");
+        let row = rows.next().expect("a step").expect("one row");
+        let reader = RowReader::new(row, &run_id, "runs");
+        assert_eq!(reader.get::<String>("second").expect("second"), "two");
+        assert_eq!(reader.get::<i64>("FIRST").expect("first"), 1);
+        assert_eq!(reader.get::<i64>("twice").expect("twice"), 3);
+        match reader.get::<i64>("third") {
+            Err(StoreError::Corrupt(message)) => {
+                assert!(message.contains("column runs.third"), "{message}");
+                assert!(message.contains("lq3k2m1-abc123"), "{message}");
+            }
+            other => panic!("a missing column read as {other:?}"),
+        }
+    }
 }

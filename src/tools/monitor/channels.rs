@@ -23,7 +23,9 @@
 //!
 //! When: on the engine's `Permission` and `Settled` notices for a followed run, after each
 //! successful `workflow` call that names a followed run (a cold stop or a declined setup
-//! settles without a notice), and right after a session starts following. Each evaluation
+//! settles without a notice), and right after a session starts following; after a call, not
+//! for a run this process executes with no permission request waiting, whose next change
+//! comes with a notice (`Engine::announces_changes`). Each evaluation
 //! builds the run's status document once, through the `workflow` tool's own builder; after a
 //! `status` call the answer is that document, so none is built. The calls are learnt from
 //! the MCP core's answer hook ([`ChannelObserver`], a [`CallObserver`]); the tool itself
@@ -287,7 +289,10 @@ impl CallObserver for ChannelObserver {
         if let Some(messages) = &messages {
             // The answer is the run's status document: no second one to build.
             self.channels.send_messages(&run_id, messages);
-        } else {
+        } else if !self.channels.engine.announces_changes(&run_id) {
+            // A run executing here with no permission request waiting has nothing to say
+            // until its next notice, which the sender's loop evaluates: the session follows
+            // the run already. Otherwise a notice may have gone by before it did.
             let channels = self.channels.clone();
             self.channels
                 .tracker

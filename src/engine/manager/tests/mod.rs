@@ -21,6 +21,7 @@ mod budget;
 mod dsl;
 mod generations;
 mod isolation;
+mod notices;
 mod retry;
 mod starting;
 
@@ -32,6 +33,11 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(InstantRunner::new())
+}
+
+/// A world whose agent calls go to `runner`.
+fn world_with(runner: Arc<dyn AgentRunner>) -> World {
     let folder = tempfile::tempdir().expect("temp dir");
     let project = folder.path().join("project");
     std::fs::create_dir_all(&project).expect("project dir");
@@ -43,7 +49,7 @@ fn world() -> World {
     };
     let engine = Engine::new(
         store.clone(),
-        InstantRunner::new(),
+        runner,
         Arc::new(NamedBackends::new(["claude"])),
         config,
     );
