@@ -42,7 +42,13 @@ pub enum RunNotice {
         request: Value,
     },
     /// The run settled (paused or terminal) and its record is written.
-    Settled { run_id: RunId, status: String },
+    Settled {
+        run_id: RunId,
+        status: String,
+        /// Whether the record this process wrote holds a result (a completed script's
+        /// return value), which makes the result listable.
+        result: bool,
+    },
 }
 
 impl RunNotice {
@@ -424,6 +430,7 @@ mod tests {
         notices.lifecycle(RunNotice::Settled {
             run_id,
             status: "completed".into(),
+            result: true,
         });
         // Two events then one: one activity notice for each announcement that had events.
         for _ in 0..2 {

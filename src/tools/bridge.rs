@@ -8,7 +8,6 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
 use crate::engine::events::RunNotice;
 use crate::mcp::handler::{NotificationHub, ServerEvent};
 use crate::model::{RunId, RunStatus};
@@ -31,8 +30,6 @@ const COALESCE_WINDOW: Duration = Duration::from_millis(300);
 /// changed the list meanwhile. So a run admitted and completed within the window is one
 /// change, not two; deletions still notify at once (`WorkflowServer::delete_run`).
 pub(super) struct Bridge {
-    /// Reads a settled run to tell whether its result became listable.
-    pub(super) engine: Engine,
     pub(super) hub: NotificationHub,
     /// The server's shutdown: the bridge ends with it.
     pub(super) shutdown: CancellationToken,
@@ -67,7 +64,7 @@ impl Bridge {
                 }
                 notice = notices.recv() => match notice {
                     Ok(notice) => {
-                        if self.notice(notice, &mut windows).await {
+                        if self.notice(notice, &mut windows) {
                             list_window.get_or_insert_with(|| tokio::time::Instant::now() + COALESCE_WINDOW);
                         }
                     }
@@ -100,7 +97,7 @@ impl Bridge {
     }
 
     /// Handles one notice; returns whether it changed the resource list.
-    async fn notice(&self, notice: RunNotice, windows: &mut HashMap<RunId, Window>) -> bool {
+    fn notice(&self, notice: RunNotice, windows: &mut HashMap<RunId, Window>) -> bool {
         match notice {
             // The records broadcast's `Event` never reaches this subscriber of `all`.
             RunNotice::Activity { run_id } | RunNotice::Event { run_id, .. } => {
@@ -119,19 +116,17 @@ impl Bridge {
                 }
                 false
             }
-            RunNotice::Settled { run_id, status } => {
+            RunNotice::Settled {
+                run_id,
+                status,
+                result,
+            } => {
                 // The settled record (and every event) is durable now: one last hint.
                 self.updated(&run_id);
                 if let Some(window) = windows.get_mut(&run_id) {
                     window.dirty = false;
                 }
-                status == RunStatus::Completed.as_str()
-                    && self
-                        .engine
-                        .runs()
-                        .load_run(&run_id)
-                        .await
-                        .is_ok_and(|record| record.result.is_some())
+                result && status == RunStatus::Completed.as_str()
             }
             RunNotice::Permission { .. } => false,
         }
@@ -148,5 +143,37 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::Bridge;
+    use crate::engine::events::RunNotice;
+    use crate::mcp::handler::NotificationHub;
+    use crate::model::RunId;
+
+    /// Only a completed run whose written record holds a result changes the resource list.
+    #[test]
+    fn a_settled_run_changes_the_list_when_its_result_was_written() {
+        let bridge = Bridge {
+            hub: NotificationHub::new(),
+            shutdown: CancellationToken::new(),
+        };
+        let mut windows = HashMap::new();
+        let run_id = RunId::generate();
+        let settled = |status: &str, result| RunNotice::Settled {
+            run_id: run_id.clone(),
+            status: status.into(),
+            result,
+        };
+        assert!(bridge.notice(settled("completed", true), &mut windows));
+        assert!(!bridge.notice(settled("completed", false), &mut windows));
+        assert!(!bridge.notice(settled("paused", false), &mut windows));
+        assert!(!bridge.notice(settled("failed", false), &mut windows));
     }
 }

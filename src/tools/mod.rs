@@ -173,7 +173,6 @@ impl WorkflowServer {
         // Subscribe before spawning so no notice between `new` and the task's start is lost.
         let notices = server.engine.subscribe();
         let bridge = Bridge {
-            engine: server.engine.clone(),
             hub: server.hub.clone(),
             shutdown: server.shutdown.clone(),
         };

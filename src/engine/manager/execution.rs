@@ -191,7 +191,7 @@ impl Engine {
                 // Another execution holds the run now: its row and lease are not ours to
                 // write or release.
                 tracing::warn!(run = %run_id, "generation {} lost the run's lease; its outcome is not recorded", record.generation);
-                self.finish_live(&run_id, record.generation, record.status);
+                self.finish_live(&run_id, record.generation, record.status, false);
                 return;
             }
             closing = outcome.closing.take().unwrap_or_default();
@@ -200,12 +200,12 @@ impl Engine {
         // same write; any other ending leaves nothing scheduled.
         record.auto_resume.due_at = timers::schedule(&record, self.inner.config.auto_resume)
             .and_then(|decided| decided.due_at());
-        if self.end_generation(&mut record, &lease, closing).await
-            && record.auto_resume.due_at.is_some()
-        {
+        let written = self.end_generation(&mut record, &lease, closing).await;
+        if written && record.auto_resume.due_at.is_some() {
             self.timer_scheduled();
         }
-        self.finish_live(&run_id, record.generation, record.status);
+        let result = written && record.result.is_some();
+        self.finish_live(&run_id, record.generation, record.status, result);
     }
 
     /// Writes the generation's end: its last events and count, its outcome and the lease's
@@ -405,7 +405,15 @@ impl Engine {
         }
     }
 
-    pub(super) fn finish_live(&self, run_id: &RunId, generation: u32, status: RunStatus) {
+    /// Ends `run_id`'s live generation `generation`, settled as `status`; `result` says
+    /// whether the record this process wrote holds a result.
+    pub(super) fn finish_live(
+        &self,
+        run_id: &RunId,
+        generation: u32,
+        status: RunStatus,
+        result: bool,
+    ) {
         let mut live = self.inner.live.locked();
         if live
             .get(run_id)
@@ -418,6 +426,7 @@ impl Engine {
         self.inner.notices.lifecycle(RunNotice::Settled {
             run_id: run_id.clone(),
             status: status.as_str().to_owned(),
+            result,
         });
     }
 

@@ -662,6 +662,7 @@ mod tests {
         let settled = RunNotice::Settled {
             run_id: run.clone(),
             status: "paused".into(),
+            result: false,
         };
         assert!(concerns(&settled, run.as_str(), TaskStatus::Working));
         assert!(!concerns(&settled, "another-run", TaskStatus::Working));

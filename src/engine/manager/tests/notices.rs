@@ -1,6 +1,7 @@
-//! `Engine::announces_changes`: what a follower of a run may skip reading because a notice
-//! will tell it. True while the run executes here with nothing waiting; false once a
-//! permission request waits (its notice may have gone by) and once the run has settled.
+//! What the engine's notices let a follower of a run skip reading. `announces_changes` is
+//! true while the run executes here with nothing waiting, false once a permission request
+//! waits (its notice may have gone by) and once the run has settled; a `Settled` notice says
+//! whether the record written holds a result.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::ONE_CALL;
+use super::{CHECKPOINT, ONE_CALL};
+use crate::engine::events::RunNotice;
 use crate::engine::instant::HeldRunner;
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, FailureKind, PermissionOption,
@@ -115,11 +117,33 @@ async fn a_waiting_permission_request_is_not_announced_again() {
         .run_id;
     loop {
         match notices.recv().await.expect("a notice") {
-            crate::engine::events::RunNotice::Permission { run_id: id, .. } if id == run_id => {
+            RunNotice::Permission { run_id: id, .. } if id == run_id => {
                 break;
             }
             _ => {}
         }
     }
     assert!(!world.engine.announces_changes(&run_id));
+}
+
+#[tokio::test]
+async fn a_settled_notice_says_whether_the_written_record_holds_a_result() {
+    let world = super::world();
+    let mut notices = world.engine.subscribe_lifecycle();
+    for (script, status, result) in [(ONE_CALL, "completed", true), (CHECKPOINT, "paused", false)] {
+        let run_id = world.settled(script).await;
+        loop {
+            match notices.recv().await.expect("a notice") {
+                RunNotice::Settled {
+                    run_id: id,
+                    status: settled,
+                    result: held,
+                } if id == run_id => {
+                    assert_eq!((settled.as_str(), held), (status, result), "{script}");
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
 }
