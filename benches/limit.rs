@@ -467,12 +467,7 @@ fn profiled_fan_out(
 }
 
 fn run_hook(hook: &std::ffi::OsStr, phase: &str, pid: i32) -> Result<()> {
-    let status = std::process::Command::new(hook)
-        .args([phase, &pid.to_string()])
-        .status()
-        .with_context(|| format!("running the hook {}", hook.to_string_lossy()))?;
-    ensure!(status.success(), "the hook's `{phase}` failed: {status}");
-    Ok(())
+    support::run_hook(hook, phase, pid).map_err(anyhow::Error::msg)
 }
 
 fn wait_for_status(client: &mut Client, run_id: &str, wanted: &str) -> Result<()> {

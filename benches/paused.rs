@@ -11,7 +11,10 @@
 //!   a paused run it answers; its RSS once it answered every run's status.
 //!
 //! Goals (issue "scale on the user's path"): RSS < 100 MiB, restart to ready < 2 s, `status`
-//! < 1 ms. Run with `cargo bench --bench paused` or `scripts/measure paused`.
+//! < 1 ms. Run with `cargo bench --bench paused` or `scripts/measure paused`. With
+//! `AGENTPRISM_BENCH_HOOK=<program>` the program runs as `<program> on <pid>` before the
+//! shuffled `status` batch and `<program> off <pid>` after it (`pid` the daemon's), so a
+//! profiler attached to the daemon covers those reads and nothing else.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -57,6 +60,10 @@ fn main() {
     );
 
     let order = shuffled(&ids);
+    let hook = std::env::var_os("AGENTPRISM_BENCH_HOOK");
+    if let Some(hook) = &hook {
+        support::run_hook(hook, "on", daemon.pid).expect("the hook before the batch");
+    }
     let cpu_before = pid_cpu(daemon.pid);
     let mut latencies: Vec<Duration> = order
         .iter()
@@ -69,6 +76,9 @@ fn main() {
         })
         .collect();
     let cpu = pid_cpu(daemon.pid).saturating_sub(cpu_before);
+    if let Some(hook) = &hook {
+        support::run_hook(hook, "off", daemon.pid).expect("the hook after the batch");
+    }
     latencies.sort_unstable();
     let (p50, p99) = (percentile(&latencies, 50), percentile(&latencies, 99));
     figure(

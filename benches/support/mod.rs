@@ -26,6 +26,21 @@ pub fn figure(area: &str, name: &str, value: impl std::fmt::Display, goal: &str)
     println!("figure: {area} | {name} | {value} | {goal}");
 }
 
+/// Runs `hook` as `hook <phase> <pid>`, so a profiler brackets one stretch of a bench:
+/// `phase` is `on` before it and `off` after; `pid` is the daemon's. Benches that take one
+/// read it from `AGENTPRISM_BENCH_HOOK`.
+pub fn run_hook(hook: &std::ffi::OsStr, phase: &str, pid: i32) -> Result<(), String> {
+    let status = Command::new(hook)
+        .args([phase, &pid.to_string()])
+        .status()
+        .map_err(|error| format!("running the hook {}: {error}", hook.to_string_lossy()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the hook's `{phase}` failed: {status}"))
+    }
+}
+
 pub struct World {
     pub env: Vec<(String, String)>,
     pub state: PathBuf,
