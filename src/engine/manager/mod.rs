@@ -355,8 +355,8 @@ impl Engine {
         self.inner.live.locked().contains_key(run_id)
     }
 
-    /// Whether every later change of `run_id`'s waits or settlement comes with a notice
-    /// (`Permission` or `Settled`) that nobody has been sent yet: the run executes in this
+    /// Whether the next change of `run_id`'s waits or settlement is still to be announced
+    /// (by a `Permission` or `Settled` notice not sent yet): the run executes in this
     /// process and no permission request of it waits. A run settles by leaving the live map
     /// before its `Settled` goes out, and a permission request waits in the broker before
     /// its `Permission` does, so a caller that sees `true` has missed no such notice.
