@@ -146,7 +146,7 @@ impl AgentSession for InstantSession {
 }
 
 /// The probe report of a runner that needs no process: started, probed, on the asked model.
-fn started_probe(backend: &BackendSpec, model: Option<&str>) -> ProbeReport {
+pub(crate) fn started_probe(backend: &BackendSpec, model: Option<&str>) -> ProbeReport {
     ProbeReport {
         backend: backend.id.clone(),
         started: true,

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CHECKPOINT, ONE_CALL};
 use crate::engine::events::RunNotice;
-use crate::engine::instant::HeldRunner;
+use crate::engine::instant::{HeldRunner, started_probe};
 use crate::engine::runner::{
     AgentFailure, AgentObserver, AgentRunner, AgentSession, FailureKind, PermissionOption,
     PermissionRequest, ProbeReport, SessionSpec, TurnOutput, TurnRequest,
@@ -39,15 +39,10 @@ impl AgentRunner for AskingRunner {
     async fn probe(
         &self,
         backend: &BackendSpec,
-        _model: Option<&str>,
+        model: Option<&str>,
         _cwd: &std::path::Path,
     ) -> ProbeReport {
-        ProbeReport {
-            backend: backend.id.clone(),
-            started: true,
-            probed: true,
-            ..ProbeReport::default()
-        }
+        started_probe(backend, model)
     }
 
     async fn shutdown(&self, _deadline: Duration) {}
