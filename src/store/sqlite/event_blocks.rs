@@ -1,5 +1,5 @@
 //! The `event_blocks` table: two or more consecutive events of one append (none a `log`
-//! line) stored as one row whose body is their rows deflated together. The events of a
+//! line) stored as one row whose body is their rows compressed together. The events of a
 //! settled call repeat their keys and most of their values, so a block of a commit's events
 //! takes about a tenth of the bytes of their rows, and a store writes about half the bytes
 //! it would with a row per event (docs/store.md has the figures). `events.rs` decides what
@@ -10,12 +10,24 @@
 //! the event type and the stored text, each as a 4-byte little-endian length and its UTF-8
 //! bytes. The event's seq is the block's first seq plus its position.
 //!
-//! A body is stored as one zstd frame (level 1, its content size in the header). Blocks of
-//! stores written before are raw deflate and are read as such: a raw deflate stream can never
+//! A body is stored as one zstd frame (level 1, its content size in the header) made with
+//! the events' dictionary, [`DICTIONARY`]: a 4 KiB zstd dictionary trained on the event
+//! blocks of sample runs (`scripts/event-dictionary`), which holds the events' keys and
+//! frames and the entropy tables that fit them. A block of one call's events then needs no
+//! tables of its own and finds most of its text in the dictionary: it takes about a third
+//! of the bytes and of the instructions it would without one (docs/store.md). Every frame
+//! made with it names its ID, so the dictionary is frozen: a better one would ship beside it
+//! under another ID. Frames that name no dictionary (blocks written before it, and the call
+//! blocks of `call_blocks.rs`, which use [`compress`]) read without one. Blocks of stores
+//! written before zstd are raw deflate and are read as such: a raw deflate stream can never
 //! begin with the zstd magic (those four bytes would open a stored deflate block whose length
 //! and its complement disagree), so the first bytes tell the two apart.
 
+use std::sync::{Mutex, OnceLock};
+
 use rusqlite::{Connection, Transaction};
+use zstd::bulk::Compressor;
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
 
 use super::connection::Context;
 use super::rows::RowReader;
@@ -30,45 +42,81 @@ const LEVEL: i32 = 1;
 /// The first bytes of every zstd frame.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
+/// The dictionary event blocks are compressed with. Never changed: stored frames name it.
+const DICTIONARY: &[u8] = include_bytes!("event_blocks.dict");
+
+/// The ID [`DICTIONARY`] carries, which every frame made with it names.
+const DICTIONARY_ID: u32 = 0x4150_0001;
+
+/// [`DICTIONARY`] prepared for compressing at [`LEVEL`], once per process.
+fn encoder_dictionary() -> &'static EncoderDictionary<'static> {
+    static PREPARED: OnceLock<EncoderDictionary<'static>> = OnceLock::new();
+    PREPARED.get_or_init(|| EncoderDictionary::copy(DICTIONARY, LEVEL))
+}
+
+/// [`DICTIONARY`] prepared for decompressing, once per process.
+fn decoder_dictionary() -> &'static DecoderDictionary<'static> {
+    static PREPARED: OnceLock<DecoderDictionary<'static>> = OnceLock::new();
+    PREPARED.get_or_init(|| DecoderDictionary::copy(DICTIONARY))
+}
+
 /// Kept compression contexts: zstd reuses its tables from one frame to the next without
-/// clearing them, so a block of one call's events (about 1 KiB) costs about 3 µs of CPU,
+/// clearing them, so a block of one call's events (about 1 KiB) costs a few µs of CPU,
 /// where deflate's compressor, whose reset clears some 300 KiB of tables, took about 15 µs.
 /// The contexts are the process's, not a thread's: store writes run on whichever thread holds
 /// the connection (`off_workers`), and the runtime makes new threads over a daemon's life, so
 /// a context per thread would grow with them. Blocks are compressed under the connection's
-/// mutex, so one context is in use at a time per store; at most [`KEPT_COMPRESSORS`] are kept.
-static COMPRESSORS: std::sync::Mutex<Vec<zstd::bulk::Compressor<'static>>> =
-    std::sync::Mutex::new(Vec::new());
+/// mutex, so one context of a kind is in use at a time per store; at most
+/// [`KEPT_COMPRESSORS`] of a kind are kept. Contexts without a dictionary (call blocks) and
+/// with the events' one are kept apart.
+type Kept = Mutex<Vec<Compressor<'static>>>;
+static PLAIN_COMPRESSORS: Kept = Mutex::new(Vec::new());
+static EVENT_COMPRESSORS: Kept = Mutex::new(Vec::new());
 
-/// How many idle compression contexts (some tens of KiB each) the process keeps.
+/// How many idle compression contexts (some tens of KiB each) of a kind the process keeps.
 const KEPT_COMPRESSORS: usize = 2;
 
-/// Compresses `body` into one zstd frame with a kept context, or a new one.
+/// Compresses `body` into one zstd frame without a dictionary (a call block's).
 pub(super) fn compress(body: &[u8]) -> StoreResult<Vec<u8>> {
-    let kept = COMPRESSORS.locked().pop();
-    let mut compressor = match kept {
+    compress_with(&PLAIN_COMPRESSORS, || Compressor::new(LEVEL), body)
+}
+
+/// Compresses an event block's `body` into one zstd frame with [`DICTIONARY`].
+fn compress_events(body: &[u8]) -> StoreResult<Vec<u8>> {
+    let new = || Compressor::with_prepared_dictionary(encoder_dictionary());
+    compress_with(&EVENT_COMPRESSORS, new, body)
+}
+
+/// Compresses `body` with a context kept in `kept`, or a new one from `new`.
+fn compress_with(
+    kept: &Kept,
+    new: impl FnOnce() -> std::io::Result<Compressor<'static>>,
+    body: &[u8],
+) -> StoreResult<Vec<u8>> {
+    let idle = kept.locked().pop();
+    let mut compressor = match idle {
         Some(compressor) => compressor,
-        None => zstd::bulk::Compressor::new(LEVEL)
-            .map_err(|error| StoreError::Io(format!("zstd: {error}")))?,
+        None => new().map_err(|error| StoreError::Io(format!("zstd: {error}")))?,
     };
     // A context that failed once is not trusted again: it is dropped, not kept.
     let frame = compressor
         .compress(body)
         .map_err(|error| StoreError::Io(format!("zstd: {error}")))?;
-    keep(compressor);
+    keep(kept, compressor);
     Ok(frame)
 }
 
-/// Returns an idle context to the kept ones, or drops it when [`KEPT_COMPRESSORS`] are kept.
-fn keep(compressor: zstd::bulk::Compressor<'static>) {
-    let mut kept = COMPRESSORS.locked();
+/// Returns an idle context to `kept`, or drops it when [`KEPT_COMPRESSORS`] are kept.
+fn keep(kept: &Kept, compressor: Compressor<'static>) {
+    let mut kept = kept.locked();
     if kept.len() < KEPT_COMPRESSORS {
         kept.push(compressor);
     }
 }
 
-/// The body of a stored block: a zstd frame, or the raw deflate of older blocks; `None`
-/// (with why) when it is neither or would exceed [`MAX_BODY`].
+/// The body of a stored block: a zstd frame (with [`DICTIONARY`] when it names it), or the
+/// raw deflate of older blocks; an error saying why when it is neither, names another
+/// dictionary, or would exceed [`MAX_BODY`].
 pub(super) fn decompress(stored: &[u8]) -> Result<Vec<u8>, String> {
     if !stored.starts_with(&ZSTD_MAGIC) {
         return miniz_oxide::inflate::decompress_to_vec_with_limit(stored, MAX_BODY)
@@ -82,8 +130,19 @@ pub(super) fn decompress(stored: &[u8]) -> Result<Vec<u8>, String> {
         .ok()
         .filter(|size| *size <= MAX_BODY)
         .ok_or_else(|| format!("the zstd frame holds {size} bytes, more than a block may"))?;
-    zstd::bulk::decompress(stored, size)
-        .map_err(|error| format!("the body does not decompress ({error})"))
+    let decompressed = match zstd::zstd_safe::get_dict_id_from_frame(stored) {
+        None => zstd::bulk::decompress(stored, size),
+        Some(id) if id.get() == DICTIONARY_ID => {
+            zstd::bulk::Decompressor::with_prepared_dictionary(decoder_dictionary())
+                .and_then(|mut decompressor| decompressor.decompress(stored, size))
+        }
+        Some(id) => {
+            return Err(format!(
+                "the zstd frame needs dictionary {id}, which this build does not have"
+            ));
+        }
+    };
+    decompressed.map_err(|error| format!("the body does not decompress ({error})"))
 }
 
 /// The largest body a block may inflate to: every event of a block is at most
@@ -129,7 +188,7 @@ fn encode(events: &[StoredEvent]) -> StoreResult<Vec<u8>> {
             body.extend_from_slice(text.as_bytes());
         }
     }
-    compress(&body)
+    compress_events(&body)
 }
 
 /// Reads a body's entries back; anything that is not what [`encode`] writes for seqs
@@ -304,20 +363,115 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let body = body.clone();
-                std::thread::spawn(move || compress(&body).expect("compress"))
+                std::thread::spawn(move || {
+                    [
+                        compress(&body).expect("compress"),
+                        compress_events(&body).expect("compress"),
+                    ]
+                })
             })
             .collect();
         for thread in threads {
-            assert_eq!(
-                decompress(&thread.join().expect("the thread ends")).expect("a zstd frame"),
-                body
-            );
+            for frame in thread.join().expect("the thread ends") {
+                assert_eq!(decompress(&frame).expect("a zstd frame"), body);
+            }
         }
         // As many idle contexts as a busy moment leaves are not all kept.
-        for _ in 0..=KEPT_COMPRESSORS + 1 {
-            keep(zstd::bulk::Compressor::new(LEVEL).expect("a context"));
+        for kept in [&PLAIN_COMPRESSORS, &EVENT_COMPRESSORS] {
+            for _ in 0..=KEPT_COMPRESSORS + 1 {
+                keep(kept, Compressor::new(LEVEL).expect("a context"));
+            }
+            assert!(kept.locked().len() <= KEPT_COMPRESSORS);
         }
-        assert!(COMPRESSORS.locked().len() <= KEPT_COMPRESSORS);
+    }
+
+    /// The events one settled call writes, as the store frames them (a mock agent's call).
+    fn a_call_s_events(first: u64, index: u32) -> Vec<StoredEvent> {
+        let texts = [
+            (
+                "agentStart",
+                format!(
+                    r#"{{"scope":"root","label":"agent {index}","phase":null,"model":"mock","backendId":"mock","callIndex":{index},"path":"2:50","liveReason":null}}"#
+                ),
+            ),
+            (
+                "agentProgress",
+                format!(
+                    r#"{{"scope":"root","callIndex":{index},"executionStartSeq":{first},"turnCount":1,"observedEvents":1,"coalescedEvents":0,"cause":"activity","latestText":"ECHO: say {index}"}}"#
+                ),
+            ),
+            (
+                "agentTranscript",
+                format!(
+                    r#"{{"scope":"root","callIndex":{index},"executionStartSeq":{first},"entryIndex":0,"revision":1,"operation":"upsert","entry":{{"role":"assistant","kind":"text","text":"ECHO: say {index}"}}}}"#
+                ),
+            ),
+            (
+                "agentEnd",
+                format!(
+                    r#"{{"scope":"root","callIndex":{index},"label":"agent {index}","result":{{"preview":"ECHO: say {index}","redacted":false,"truncated":false}},"usage":{{"inputTokens":2,"outputTokens":3,"totalTokens":5}}}}"#
+                ),
+            ),
+            (
+                "tokenUsage",
+                r#"{"scope":"root","usage":{"inputTokens":4,"outputTokens":6,"totalTokens":10}}"#
+                    .to_owned(),
+            ),
+            (
+                "callRecord",
+                format!(
+                    r#"{{"scope":"root","index":{index},"kind":"agent","label":"agent {index}","outcome":"result","origin":"runner","attempts":1,"errorCode":null}}"#
+                ),
+            ),
+        ];
+        texts
+            .into_iter()
+            .zip(first..)
+            .map(|((event_type, text), seq)| StoredEvent {
+                seq,
+                timestamp: 1_796_000_000_000 + seq as i64,
+                redacted: false,
+                truncated: false,
+                framed: true,
+                event_type: event_type.to_owned(),
+                text,
+            })
+            .collect()
+    }
+
+    /// A block is compressed with the events' dictionary and names it; a call's events take
+    /// under half the bytes they take without it.
+    #[test]
+    fn a_call_s_block_is_made_with_the_dictionary_and_is_small() {
+        assert_eq!(
+            zstd::zstd_safe::get_dict_id_from_dict(DICTIONARY).map(|id| id.get()),
+            Some(DICTIONARY_ID)
+        );
+        let run = RunId::parse("run-0").expect("valid id");
+        let events = a_call_s_events(7, 1);
+        let body = encode(&events).expect("encode");
+        assert_eq!(
+            zstd::zstd_safe::get_dict_id_from_frame(&body).map(|id| id.get()),
+            Some(DICTIONARY_ID)
+        );
+        assert_eq!(decode(&run, 7, 12, &body).expect("decode"), events);
+        let without = zstd::bulk::compress(&raw(&events), LEVEL).expect("compress");
+        assert!(
+            body.len() * 2 < without.len(),
+            "{} bytes with the dictionary, {} without",
+            body.len(),
+            without.len()
+        );
+    }
+
+    /// Blocks written before the dictionary (zstd frames that name none) still read.
+    #[test]
+    fn a_block_without_the_dictionary_decodes() {
+        let run = RunId::parse("run-0").expect("valid id");
+        let events = a_call_s_events(1, 0);
+        let plain = zstd::bulk::compress(&raw(&events), LEVEL).expect("compress");
+        assert_eq!(zstd::zstd_safe::get_dict_id_from_frame(&plain), None);
+        assert_eq!(decode(&run, 1, 6, &plain).expect("decode"), events);
     }
 
     fn stored(seq: u64, text: &str, flags: u8) -> StoredEvent {
@@ -382,7 +536,9 @@ mod tests {
             let body = encode(&events).expect("encode");
             let (first, last) = (events[0].seq, events[events.len() - 1].seq);
             assert_eq!(decode(&run, first, last, &body).expect("decode"), events);
-            let fresh = zstd::bulk::compress(&raw(&events), LEVEL).expect("compress");
+            let fresh = Compressor::with_prepared_dictionary(encoder_dictionary())
+                .and_then(|mut compressor| compressor.compress(&raw(&events)))
+                .expect("compress");
             assert_eq!(body, fresh);
         }
     }
@@ -397,12 +553,19 @@ mod tests {
         let sizeless = zstd::stream::encode_all(&raw(&events)[..], LEVEL).expect("stream");
         let mut truncated_frame = body.clone();
         truncated_frame.truncate(body.len() - 3);
+        // A frame made with a dictionary of another ID (this one's, renumbered).
+        let mut other = DICTIONARY.to_vec();
+        other[4..8].copy_from_slice(&(DICTIONARY_ID + 1).to_le_bytes());
+        let foreign = Compressor::with_dictionary(LEVEL, &other)
+            .and_then(|mut compressor| compressor.compress(&raw(&events)))
+            .expect("compress");
         for (first, last, body, what) in [
             (1, 3, body.clone(), "holds 2 events"),
             (1, 1, body.clone(), "holds 2 events"),
             (1, 2, b"not deflate".to_vec(), "does not inflate"),
             (1, 2, truncated_frame, "does not decompress"),
             (1, 2, sizeless, "does not say its size"),
+            (1, 2, foreign, "needs dictionary 1095761922"),
             (1, 2, cut, "cut short"),
             (1, 1, zstd(&[0, 0, 0, 0, 0, 0, 0, 0, 8]), "unknown flags 8"),
         ] {
