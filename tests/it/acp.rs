@@ -1,5 +1,5 @@
 //! The ACP runner against real processes: `AcpRunner` drives the scripted mock agent
-//! (`examples/mock_acp_agent.rs`) through sessions, turns, failures, the pool and shutdown.
+//! (`examples/mock_acp_agent/`) through sessions, turns, failures, the pool and shutdown.
 //!
 //! Every wait has a deadline, and tests wait for conditions (a pid file line, a process gone)
 //! rather than sleeping.

@@ -1,4 +1,4 @@
-//! Tests of the scripted mock ACP agent (`examples/mock_acp_agent.rs`) over raw NDJSON, so
+//! Tests of the scripted mock ACP agent (`examples/mock_acp_agent/`) over raw NDJSON, so
 //! the peer every ACP client test relies on is itself shown to follow acp.md section 5.
 //!
 //! Each test spawns the example binary with its own environment, and every read has a
@@ -50,10 +50,13 @@ fn mock_agent_binary() -> PathBuf {
     };
     // `cargo test --test it` does not rebuild examples, so a stale mock would be tested
     // silently; fail instead.
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mock_acp_agent.rs");
-    if let Ok(edited) = std::fs::metadata(&source).and_then(|metadata| metadata.modified()) {
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mock_acp_agent");
+    let entries = std::fs::read_dir(&sources).expect("the mock agent's sources are readable");
+    for entry in entries {
+        let source = entry.expect("a source file").path();
+        let edited = std::fs::metadata(&source).and_then(|metadata| metadata.modified());
         assert!(
-            edited <= built,
+            edited.is_ok_and(|edited| edited <= built),
             "{} is older than {}: run `cargo build --examples`",
             path.display(),
             source.display()
