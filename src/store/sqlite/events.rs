@@ -75,9 +75,32 @@ impl EventKeys {
 /// `{"type":<type>,"runId":<run id>,`. The store leaves them out of the stored text (the type
 /// is its own column, the run id the key's) and writes them back when it reads the row.
 fn frame_prefix(event_type: &str, run_id: &RunId) -> StoreResult<String> {
-    let event_type = to_json(&event_type, "event type")?;
-    let run_id = to_json(&run_id.as_str(), "run id")?;
-    Ok(format!("{{\"type\":{event_type},\"runId\":{run_id},"))
+    let run_id = run_id.as_str();
+    let mut prefix = String::with_capacity(event_type.len() + run_id.len() + 20);
+    prefix.push_str("{\"type\":");
+    push_json_string(&mut prefix, event_type, "event type")?;
+    prefix.push_str(",\"runId\":");
+    push_json_string(&mut prefix, run_id, "run id")?;
+    prefix.push(',');
+    Ok(prefix)
+}
+
+/// Appends `text` as the JSON string `serde_json` writes for it: between quotes as it is
+/// when none of its bytes needs an escape (a `"`, a `\` or a control character below
+/// U+0020, the only ones `serde_json` escapes), else through `serde_json`. Event types and
+/// run ids need none, and a prefix is made for each event type of every append.
+fn push_json_string(out: &mut String, text: &str, what: &str) -> StoreResult<()> {
+    if text
+        .bytes()
+        .all(|byte| byte >= 0x20 && byte != b'"' && byte != b'\\')
+    {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&to_json(&text, what)?);
+    }
+    Ok(())
 }
 
 /// The text to store for an event's JSON `text` and whether it is framed: the text after
@@ -385,4 +408,47 @@ pub(super) fn last_seq(connection: &Connection, run_key: i64, run_id: &RunId) ->
     let in_rows = last.map_or(0, |key| keys.seq(key));
     let in_blocks = event_blocks::last_seq(connection, run_id, (keys.base, keys.last()))?;
     Ok(in_rows.max(in_blocks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every ASCII character alone and amid others, and texts past ASCII: the string
+    /// [`push_json_string`] writes is the one `serde_json` writes.
+    #[test]
+    fn a_json_string_is_written_as_serde_json_writes_it() {
+        let mut texts: Vec<String> = (0u8..=0x7f)
+            .map(|byte| char::from(byte).to_string())
+            .collect();
+        texts.extend((0u8..=0x7f).map(|byte| format!("agent{}End", char::from(byte))));
+        texts.extend(
+            [
+                "",
+                "agentStart",
+                "é",
+                "日本",
+                "\u{2028}",
+                "\u{7f}x",
+                "a\"b\\c",
+                "tab\there",
+            ]
+            .map(str::to_owned),
+        );
+        for text in texts {
+            let mut written = String::new();
+            push_json_string(&mut written, &text, "text").expect("a JSON string");
+            let expected = serde_json::to_string(&text).expect("serde_json");
+            assert_eq!(written, expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_frame_prefix_is_the_members_serde_json_writes_first() {
+        let run_id = RunId::parse("hello-0123abcd").expect("a run id");
+        let event = serde_json::json!({"type": "agentEnd", "runId": run_id.as_str(), "x": 1});
+        let text = serde_json::to_string(&event).expect("JSON");
+        let prefix = frame_prefix("agentEnd", &run_id).expect("a prefix");
+        assert_eq!(format!("{prefix}\"x\":1}}"), text);
+    }
 }
