@@ -4,7 +4,7 @@
 //! start-to-exit time of `agentprism run`. The store runs with the durability
 //! `AGENTPRISM_STORE_SYNC` names, as the product would, so one build measures both modes.
 //!
-//! Run it with `cargo bench --bench engine` (add figure names such as `overhead fanout mock
+//! Run it with `cargo bench --bench engine` (add figure names such as `overhead floor fanout mock
 //! replay cli` after `--` to run only some), or through `scripts/measure engine`. It is a
 //! plain program, not a statistical harness: each
 //! figure is one measured run in a fresh temporary store, read from the kernel's own
@@ -79,6 +79,9 @@ fn run() -> Result<()> {
     print_machine();
     if selected("overhead") {
         overhead()?;
+    }
+    if selected("floor") {
+        floor()?;
     }
     if selected("fanout") {
         fan_out()?;
@@ -216,6 +219,117 @@ fn overhead() -> Result<()> {
         bench.engine.shutdown(Duration::from_secs(5)).await;
         Ok(())
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Figure 1b: the floor of a call's shape, without the engine.
+// ---------------------------------------------------------------------------------------
+
+/// Commits and round trips in each half of the floor figure.
+const FLOOR_ROUNDS: u32 = 10_000;
+
+/// What any sequential call of this design costs before the engine does anything of its
+/// own: one write transaction holding a call row and an event block, on a SQLite file with
+/// the store's settings and durability, and one round trip between a plain thread (the
+/// script's) and a task on the product's runtime (the driver's), the message sent on a
+/// tokio channel and the answer on a std one, as the VM and its driver exchange them.
+fn floor() -> Result<()> {
+    let sync = store_sync()?;
+    let dir = tempfile::tempdir().context("creating a temporary folder")?;
+    let commit = floor_commits(&dir.path().join("floor.db"), store_sync_name(sync))?;
+    let hop = floor_round_trips()?;
+    let per_commit = commit.cpu().as_secs_f64() / f64::from(FLOOR_ROUNDS);
+    let per_hop = hop.cpu().as_secs_f64() / f64::from(FLOOR_ROUNDS);
+    println!();
+    println!(
+        "[1b] floor: {FLOOR_ROUNDS} write transactions of a call row and a block (store at {}): {:.1} µs CPU ({:.1} user, {:.1} system), {:.2} KiB written each; {FLOOR_ROUNDS} thread-to-task round trips: {:.1} µs CPU ({:.1} user, {:.1} system), {:.1} µs wall each",
+        store_sync_name(sync),
+        micros(per_commit),
+        micros(commit.user.as_secs_f64() / f64::from(FLOOR_ROUNDS)),
+        micros(commit.system.as_secs_f64() / f64::from(FLOOR_ROUNDS)),
+        commit.write_bytes as f64 / 1024.0 / f64::from(FLOOR_ROUNDS),
+        micros(per_hop),
+        micros(hop.user.as_secs_f64() / f64::from(FLOOR_ROUNDS)),
+        micros(hop.system.as_secs_f64() / f64::from(FLOOR_ROUNDS)),
+        micros(hop.wall.as_secs_f64() / f64::from(FLOOR_ROUNDS)),
+    );
+    figure(
+        "engine",
+        "floor: CPU of a write transaction of a call row and a block",
+        format!("{:.0} µs", micros(per_commit)),
+        "-",
+    );
+    figure(
+        "engine",
+        "floor: CPU of a round trip between the script's thread and a task",
+        format!("{:.0} µs", micros(per_hop)),
+        "-",
+    );
+    Ok(())
+}
+
+/// [`FLOOR_ROUNDS`] transactions, each inserting a 220-byte row and a 160-byte block (the
+/// sizes of an instant call's row and compressed event block) under the store's pragmas.
+fn floor_commits(path: &std::path::Path, synchronous: &str) -> Result<Delta> {
+    let connection = rusqlite::Connection::open(path).context("opening the floor's database")?;
+    connection.pragma_update(None, "page_size", 1024)?;
+    let mode: String =
+        connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    ensure!(
+        mode.eq_ignore_ascii_case("wal"),
+        "the floor's database stayed in {mode} mode"
+    );
+    connection.pragma_update(None, "synchronous", synchronous)?;
+    connection.execute_batch(
+        "CREATE TABLE calls (key INTEGER PRIMARY KEY, body BLOB NOT NULL);
+         CREATE TABLE blocks (key INTEGER PRIMARY KEY, body BLOB NOT NULL);",
+    )?;
+    let row: Vec<u8> = (0..220u32).map(|i| (i * 37 % 251) as u8).collect();
+    let block: Vec<u8> = (0..160u32).map(|i| (i * 91 % 241) as u8).collect();
+    let before = Sample::take();
+    for key in 0..i64::from(FLOOR_ROUNDS) {
+        connection.execute_batch("BEGIN IMMEDIATE")?;
+        connection
+            .prepare_cached("INSERT INTO calls (key, body) VALUES (?1, ?2)")?
+            .execute(rusqlite::params![key, row])?;
+        connection
+            .prepare_cached("INSERT INTO blocks (key, body) VALUES (?1, ?2)")?
+            .execute(rusqlite::params![key, block])?;
+        connection.execute_batch("COMMIT")?;
+    }
+    Ok(Sample::take().since(&before))
+}
+
+/// [`FLOOR_ROUNDS`] round trips: a plain thread sends on an unbounded tokio channel to a
+/// task on the product's runtime and blocks on a std channel until the task answers.
+fn floor_round_trips() -> Result<Delta> {
+    let runtime = runtime()?;
+    let (to_task, mut task_inbox) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let (to_thread, thread_inbox) = std::sync::mpsc::channel::<u32>();
+    let task = runtime.spawn(async move {
+        while let Some(round) = task_inbox.recv().await {
+            if to_thread.send(round).is_err() {
+                break;
+            }
+        }
+    });
+    let before = Sample::take();
+    let thread = std::thread::spawn(move || -> Result<()> {
+        for round in 0..FLOOR_ROUNDS {
+            to_task
+                .send(round)
+                .map_err(|_| anyhow::anyhow!("the task ended early"))?;
+            let answer = thread_inbox.recv().context("the task ended early")?;
+            ensure!(answer == round, "round {round} was answered with {answer}");
+        }
+        Ok(())
+    });
+    thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the floor's thread panicked"))??;
+    let delta = Sample::take().since(&before);
+    runtime.block_on(task)?;
+    Ok(delta)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -137,9 +137,11 @@ pub fn store_sync_name(sync: StoreSync) -> &'static str {
     }
 }
 
-/// The runtime `agentprism` itself uses; one per figure so that nothing carries over.
+/// The runtime `agentprism` itself uses (multi-threaded, `MAIN_WORKERS` workers); one per
+/// figure so that nothing carries over.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(agentprism::cli::MAIN_WORKERS)
         .enable_all()
         .build()
         .context("building the tokio runtime")

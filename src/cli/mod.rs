@@ -110,8 +110,8 @@ pub fn parse() -> Result<Cli, ExitCode> {
     })
 }
 
-/// The main runtime's async workers.
-const MAIN_WORKERS: usize = 1;
+/// The main runtime's async workers (the benches build the same runtime).
+pub const MAIN_WORKERS: usize = 1;
 
 /// Runs the command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {

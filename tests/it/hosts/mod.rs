@@ -28,7 +28,7 @@
 //! the world's daemons are killed by their records.
 
 mod inspector;
-mod process;
+pub(crate) mod process;
 mod setup;
 
 use std::time::{Duration, Instant};

@@ -12,17 +12,17 @@ use nix::unistd::Pid;
 use crate::support::fake_host_model::FakeHostModel;
 
 /// One host process; its process group is killed if it is dropped unfinished.
-pub(super) struct HostProcess {
-    pub(super) child: Option<Child>,
-    pub(super) stdout: PathBuf,
-    pub(super) stderr: PathBuf,
+pub(crate) struct HostProcess {
+    pub(crate) child: Option<Child>,
+    pub(crate) stdout: PathBuf,
+    pub(crate) stderr: PathBuf,
 }
 
 /// What a finished host session left.
-pub(super) struct Finished {
-    pub(super) code: Option<i32>,
-    pub(super) stdout: String,
-    pub(super) stderr: String,
+pub(crate) struct Finished {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl HostProcess {
@@ -35,7 +35,7 @@ impl HostProcess {
         self.child = Some(child);
     }
 
-    pub(super) fn finish(mut self, deadline: Duration, fake: &FakeHostModel) -> Finished {
+    pub(crate) fn finish(mut self, deadline: Duration, fake: &FakeHostModel) -> Finished {
         let mut child = self.child.take().expect("running");
         let started = Instant::now();
         let status = loop {
@@ -57,7 +57,7 @@ impl HostProcess {
         self.output(status.code())
     }
 
-    pub(super) fn output(&self, code: Option<i32>) -> Finished {
+    pub(crate) fn output(&self, code: Option<i32>) -> Finished {
         Finished {
             code,
             stdout: std::fs::read_to_string(&self.stdout).unwrap_or_default(),
@@ -77,7 +77,7 @@ impl Drop for HostProcess {
 }
 
 impl Finished {
-    pub(super) fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "exit code {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.code, self.stdout, self.stderr
@@ -86,8 +86,8 @@ impl Finished {
 }
 
 /// Kills every process still carrying `home` when dropped.
-pub(super) struct Sweeper {
-    pub(super) home: PathBuf,
+pub(crate) struct Sweeper {
+    pub(crate) home: PathBuf,
 }
 
 impl Drop for Sweeper {
@@ -100,7 +100,7 @@ impl Drop for Sweeper {
 
 /// Processes whose environment has `HOME=<home>`; the home is this test's, so only its
 /// processes match (zombies show an empty environment and do not).
-pub(super) fn processes_with_home(home: &Path) -> Vec<i32> {
+pub(crate) fn processes_with_home(home: &Path) -> Vec<i32> {
     let wanted = format!("HOME={}", home.display()).into_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -120,7 +120,7 @@ pub(super) fn command_line(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-pub(super) fn write(path: &Path, text: &str) {
+pub(crate) fn write(path: &Path, text: &str) {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .unwrap_or_else(|error| panic!("create {}: {error}", parent.display()));
@@ -128,6 +128,6 @@ pub(super) fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|error| panic!("write {}: {error}", path.display()));
 }
 
-pub(super) fn create(path: &Path) -> std::fs::File {
+pub(crate) fn create(path: &Path) -> std::fs::File {
     std::fs::File::create(path).unwrap_or_else(|error| panic!("create {}: {error}", path.display()))
 }
