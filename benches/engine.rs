@@ -237,7 +237,8 @@ fn floor() -> Result<()> {
     let sync = store_sync()?;
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
     let commit = floor_commits(&dir.path().join("floor.db"), store_sync_name(sync))?;
-    let hop = floor_round_trips()?;
+    let hop = floor_round_trips(Duration::ZERO)?;
+    let lingering = floor_round_trips(FLOOR_LINGER)?;
     let per_commit = commit.cpu().as_secs_f64() / f64::from(FLOOR_ROUNDS);
     let per_hop = hop.cpu().as_secs_f64() / f64::from(FLOOR_ROUNDS);
     println!();
@@ -263,6 +264,19 @@ fn floor() -> Result<()> {
         "engine",
         "floor: CPU of a round trip between the script's thread and a task",
         format!("{:.0} µs", micros(per_hop)),
+        "-",
+    );
+    let per_lingering = lingering.cpu().as_secs_f64() / f64::from(FLOOR_ROUNDS);
+    println!(
+        "    the same round trips with the task spinning up to {} µs for the next message: {:.1} µs CPU, {:.1} µs wall each",
+        FLOOR_LINGER.as_micros(),
+        micros(per_lingering),
+        micros(lingering.wall.as_secs_f64() / f64::from(FLOOR_ROUNDS)),
+    );
+    figure(
+        "engine",
+        "floor: CPU of the same round trip, the task lingering",
+        format!("{:.1} µs", micros(per_lingering)),
         "-",
     );
     Ok(())
@@ -300,17 +314,35 @@ fn floor_commits(path: &std::path::Path, synchronous: &str) -> Result<Delta> {
     Ok(Sample::take().since(&before))
 }
 
+/// How long the floor's task spins for the thread's next message after an answer, in the
+/// lingering half: the driver's own linger (`LINGER` in `engine/driver`).
+const FLOOR_LINGER: Duration = Duration::from_micros(50);
+
 /// [`FLOOR_ROUNDS`] round trips: a plain thread sends on an unbounded tokio channel to a
-/// task on the product's runtime and blocks on a std channel until the task answers.
-fn floor_round_trips() -> Result<Delta> {
+/// task on the product's runtime and blocks on a std channel until the task answers. With
+/// `linger` above zero the task spins that long for the next message before it waits.
+fn floor_round_trips(linger: Duration) -> Result<Delta> {
     let runtime = runtime()?;
     let (to_task, mut task_inbox) = tokio::sync::mpsc::unbounded_channel::<u32>();
     let (to_thread, thread_inbox) = std::sync::mpsc::channel::<u32>();
     let task = runtime.spawn(async move {
-        while let Some(round) = task_inbox.recv().await {
+        let mut next = task_inbox.recv().await;
+        while let Some(round) = next {
             if to_thread.send(round).is_err() {
                 break;
             }
+            let deadline = Instant::now() + linger;
+            next = loop {
+                match task_inbox.try_recv() {
+                    Ok(round) => break Some(round),
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty)
+                        if Instant::now() < deadline =>
+                    {
+                        std::hint::spin_loop()
+                    }
+                    Err(_) => break task_inbox.recv().await,
+                }
+            };
         }
     });
     let before = Sample::take();

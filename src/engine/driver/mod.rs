@@ -89,6 +89,10 @@ const VM_BATCH_LIMIT: usize = 64;
 /// have the driver hold every one of them. With the queue's own bound
 /// (`vm::EVENT_QUEUE_BYTES`), what one script can make the daemon hold of its calls.
 const HELD_BYTES: usize = 16 << 20;
+/// After it answers a script that has nothing else in flight, the driver's worker waits this
+/// long, spinning, for the script's next message before it parks (`script_events.rs`,
+/// `Driver::linger`).
+const LINGER: Duration = Duration::from_micros(50);
 /// The first key of a nested workflow's agent calls: root call indexes stay below it (the
 /// store keys a call's index in 20 bits), so the two never share an in-flight entry.
 const NESTED_KEYS: u32 = 1 << 31;
@@ -369,6 +373,8 @@ struct Driver {
     /// The bytes of the in-flight calls' payloads ([`InFlight::held`]): past
     /// [`HELD_BYTES`] the driver takes no more of the script's messages until calls settle.
     held_bytes: usize,
+    /// Set when the script is sent an answer; [`Driver::linger`] takes it.
+    answered: std::cell::Cell<bool>,
     /// The next root call index (program order).
     next_index: u32,
     /// The next call index of each nested scope (never journaled).
@@ -472,6 +478,7 @@ impl Driver {
             activity_rx: Some(activity_rx),
             in_flight: HashMap::new(),
             held_bytes: 0,
+            answered: std::cell::Cell::new(false),
             next_index: 0,
             nested_counters: HashMap::new(),
             next_nested_key: NESTED_KEYS,
@@ -582,6 +589,7 @@ impl Driver {
                         self.on_activity(more).await;
                     }
                     self.commit_or_wait().await;
+                    self.linger(&mut vm_rx).await;
                     self.step_ends();
                 }
                 _ = window_end(self.commit_due), if self.commit_due.is_some() => {
@@ -597,6 +605,7 @@ impl Driver {
                         if self.dry() {
                             self.more_vm_events(&mut vm_rx).await;
                         }
+                        self.linger(&mut vm_rx).await;
                         self.step_ends();
                     }
                     None => {

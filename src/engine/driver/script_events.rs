@@ -3,9 +3,10 @@
 //! `checkpoint.rs`, and the script's end; and the dry run's batching of queued events.
 
 use serde_json::json;
+use tokio::sync::mpsc::error::TryRecvError;
 
 use super::vm::{VmEvent, VmReply};
-use super::{Driver, Halt, VM_BATCH_LIMIT};
+use super::{Driver, HELD_BYTES, Halt, LINGER, VM_BATCH_LIMIT};
 use crate::engine::vm::ScriptFailure;
 use crate::util::sync::Lock;
 
@@ -29,12 +30,50 @@ impl Driver {
         }
     }
 
+    /// Waits briefly for the script's next message after an answer, when nothing else of
+    /// the run is in flight, and takes what comes (at most [`VM_BATCH_LIMIT`] messages).
+    ///
+    /// A script that was just answered usually sends its next call within microseconds. The
+    /// worker would otherwise park in the runtime's I/O driver and the script's message wake
+    /// it again, which on this machine costs more CPU than the spin (docs/performance.md,
+    /// "The floor"); a script that does not send within [`LINGER`] costs that much spinning
+    /// once per answer. The spin polls the queue only, so it never takes a message the loop
+    /// would not have taken next: control messages and settled calls wait at most as long
+    /// as the messages taken here.
+    pub(super) async fn linger(&mut self, vm_rx: &mut crate::engine::vm::VmEventReceiver) {
+        for _ in 0..VM_BATCH_LIMIT {
+            if !self.answered.replace(false)
+                || self.halt.is_some()
+                || !self.in_flight.is_empty()
+                || self.held_bytes >= HELD_BYTES
+            {
+                return;
+            }
+            let deadline = std::time::Instant::now() + LINGER;
+            let event = loop {
+                match vm_rx.try_recv() {
+                    Ok(event) => break event,
+                    Err(TryRecvError::Empty) if std::time::Instant::now() < deadline => {
+                        std::hint::spin_loop();
+                    }
+                    // Nothing within the time, or closed: the loop's `recv` takes it from here.
+                    Err(_) => return,
+                }
+            };
+            self.on_vm(event).await;
+            if self.dry() {
+                self.more_vm_events(vm_rx).await;
+            }
+        }
+    }
+
     /// Answers the script, unless the generation is halting: a halted script gets nothing.
     pub(super) fn reply(&self, reply: VmReply) {
         if self.halt.is_none()
             && let Some(vm) = &self.vm
         {
             vm.reply(reply);
+            self.answered.set(true);
         }
     }
 
@@ -44,6 +83,7 @@ impl Driver {
             && let Some(vm) = &self.vm
         {
             vm.reply_all(replies);
+            self.answered.set(true);
         }
     }
 
