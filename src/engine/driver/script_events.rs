@@ -37,9 +37,9 @@ impl Driver {
     /// worker would otherwise park in the runtime's I/O driver and the script's message wake
     /// it again, which on this machine costs more CPU than the spin (docs/performance.md,
     /// "The floor"); a script that does not send within [`LINGER`] costs that much spinning
-    /// once per answer. The spin polls the queue only, so it never takes a message the loop
-    /// would not have taken next: control messages and settled calls wait at most as long
-    /// as the messages taken here.
+    /// once per answer. The spin takes the script's messages only, in their order; a
+    /// control message that arrives meanwhile waits until the linger ends, at most
+    /// [`VM_BATCH_LIMIT`] messages later (no call settles meanwhile: none is in flight).
     pub(super) async fn linger(&mut self, vm_rx: &mut crate::engine::vm::VmEventReceiver) {
         for _ in 0..VM_BATCH_LIMIT {
             if !self.answered.replace(false)
