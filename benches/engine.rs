@@ -318,13 +318,15 @@ fn floor_commits(path: &std::path::Path, synchronous: &str) -> Result<Delta> {
 /// lingering half: the driver's own linger (`LINGER` in `engine/driver`).
 const FLOOR_LINGER: Duration = Duration::from_micros(50);
 
-/// [`FLOOR_ROUNDS`] round trips: a plain thread sends on an unbounded tokio channel to a
-/// task on the product's runtime and blocks on a std channel until the task answers. With
-/// `linger` above zero the task spins that long for the next message before it waits.
+/// [`FLOOR_ROUNDS`] round trips: a plain thread sends on a tokio channel (as the script's
+/// queue to its driver is) to a task on the product's runtime and blocks on a std channel
+/// until the task answers. With `linger` above zero the task spins that long for the next
+/// message before it waits.
 fn floor_round_trips(linger: Duration) -> Result<Delta> {
     let runtime = runtime()?;
-    let (to_task, mut task_inbox) = tokio::sync::mpsc::unbounded_channel::<u32>();
-    let (to_thread, thread_inbox) = std::sync::mpsc::channel::<u32>();
+    // One round is outstanding at a time: a place for one message each way is enough.
+    let (to_task, mut task_inbox) = tokio::sync::mpsc::channel::<u32>(1);
+    let (to_thread, thread_inbox) = std::sync::mpsc::sync_channel::<u32>(1);
     let task = runtime.spawn(async move {
         let mut next = task_inbox.recv().await;
         while let Some(round) = next {
@@ -349,7 +351,7 @@ fn floor_round_trips(linger: Duration) -> Result<Delta> {
     let thread = std::thread::spawn(move || -> Result<()> {
         for round in 0..FLOOR_ROUNDS {
             to_task
-                .send(round)
+                .blocking_send(round)
                 .map_err(|_| anyhow::anyhow!("the task ended early"))?;
             let answer = thread_inbox.recv().context("the task ended early")?;
             ensure!(answer == round, "round {round} was answered with {answer}");

@@ -602,10 +602,7 @@ impl Driver {
                     Some(event) => {
                         self.step_begins();
                         self.on_vm(event).await;
-                        if self.dry() {
-                            self.more_vm_events(&mut vm_rx).await;
-                        }
-                        self.linger(&mut vm_rx).await;
+                        self.after_vm_event(&mut vm_rx).await;
                         self.step_ends();
                     }
                     None => {

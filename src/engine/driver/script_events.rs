@@ -30,6 +30,15 @@ impl Driver {
         }
     }
 
+    /// After one of the script's messages: the dry run's batch of those already queued, then
+    /// the linger.
+    pub(super) async fn after_vm_event(&mut self, vm_rx: &mut crate::engine::vm::VmEventReceiver) {
+        if self.dry() {
+            self.more_vm_events(vm_rx).await;
+        }
+        self.linger(vm_rx).await;
+    }
+
     /// Waits briefly for the script's next message after an answer, when nothing else of
     /// the run is in flight, and takes what comes (at most [`VM_BATCH_LIMIT`] messages).
     ///
